@@ -1,0 +1,147 @@
+// Forward-pass throughput of builtin:gpt2-small (F32) on the CPU, beside this
+// machine's roofline measured in the same run: oneDNN sgemm GFLOP/s at the
+// model's GEMM shapes and memory read bandwidth.
+//
+//   tools/bazelw run -c opt //benchmarks:model_benchmark -- [--threads=2] [--repeats=5]
+//
+// Prints a Markdown table (the README's performance section is a copy of it).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "engine/gpt_model.h"
+#include "engine/model_loader.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "oneapi/dnnl/dnnl.h"
+
+ABSL_FLAG(int, threads, 2, "OpenMP threads (oneDNN and kernels)");
+ABSL_FLAG(int, repeats, 5, "Timed repetitions per figure; the median is reported");
+ABSL_FLAG(int, decode_steps, 16, "Decode steps per timed repetition");
+
+namespace flover {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Median wall time in seconds of `repeats` runs of fn (after one warm-up).
+double MedianSeconds(int repeats, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double SgemmGflops(int M, int N, int K, int repeats) {
+  std::vector<float> a(size_t(M) * K, 0.01f), b(size_t(K) * N, 0.02f), c(size_t(M) * N);
+  const int inner = std::max(1, 256 / M);  // keep each timing well above timer noise
+  const double s = MedianSeconds(repeats, [&] {
+    for (int i = 0; i < inner; ++i) {
+      dnnl_sgemm('N', 'N', M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+    }
+  });
+  return 2.0 * M * N * K * inner / s / 1e9;
+}
+
+// Read bandwidth: a parallel sum over a buffer far larger than the caches.
+double ReadBandwidthGBs(int repeats) {
+  const size_t n = size_t(1) << 28;  // 1 GiB of floats
+  std::vector<float> buf(n, 1.0f);
+  volatile float sink = 0;
+  const double s = MedianSeconds(repeats, [&] {
+    float total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < n; ++i) total += buf[i];
+    sink = total;
+  });
+  (void)sink;
+  return n * sizeof(float) / s / 1e9;
+}
+
+std::vector<int32_t> Tokens(int n, int vocab, int seed) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 7919 + seed * 104729) % vocab;
+  return t;
+}
+
+void Run() {
+  kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  const int steps = absl::GetFlag(FLAGS_decode_steps);
+  auto model = LoadModel("builtin:gpt2-small");
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+    return;
+  }
+  const GptConfig& cfg = (*model)->config;
+  kernels::CpuOps ops;
+  GptModel gpt(cfg, (*model)->weights, ops);
+  const double flop_per_token = 2.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+  std::printf("builtin:gpt2-small, F32, %d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
+              kernels::CpuThreads(), flop_per_token / 1e6);
+
+  std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
+  std::vector<float> logits;
+  for (int len : {128, 512}) {
+    auto cache = KvCache::Create(gpt.CacheShape(1, len));
+    ForwardBatch b;
+    b.AddSequence(0, 0, Tokens(len, cfg.vocab_size, 1));
+    const double s = MedianSeconds(repeats, [&] {
+      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
+    });
+    std::printf("| prefill %d | %.0f | %.1f | %.0f |\n", len, len / s, s * 1e3,
+                len * flop_per_token / s / 1e9);
+    std::fflush(stdout);
+  }
+  const int context = 128;
+  for (int batch : {1, 8, 32, 64}) {
+    auto cache = KvCache::Create(gpt.CacheShape(batch, context + steps * (repeats + 1) + 1));
+    for (int s = 0; s < batch; ++s) {  // each sequence starts with 128 tokens of context
+      ForwardBatch b;
+      b.AddSequence(s, 0, Tokens(context, cfg.vocab_size, s));
+      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
+    }
+    int pos = context;
+    const double sec = MedianSeconds(repeats, [&] {
+      for (int i = 0; i < steps; ++i, ++pos) {
+        ForwardBatch b;
+        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
+        (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
+      }
+    });
+    std::printf("| decode batch %d (context 128) | %.0f | %.2f | %.0f |\n", batch,
+                batch * steps / sec, sec / steps * 1e3, batch * steps * flop_per_token / sec / 1e9);
+    std::fflush(stdout);
+  }
+
+  std::printf("\nRoofline, same run:\n\n| sgemm [M,768]x[768,2304] | GFLOP/s |\n|---|---:|\n");
+  for (int M : {1, 8, 32, 64, 128, 512}) {
+    std::printf("| M=%d | %.0f |\n", M, SgemmGflops(M, 2304, 768, repeats));
+  }
+  const double peak = SgemmGflops(128, 2304, 768, repeats);
+  const double bw = ReadBandwidthGBs(repeats);
+  const double weight_bytes = 4.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+  std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
+              "(%.0f MB of weights per step)\n", bw, bw * 1e9 / weight_bytes, weight_bytes / 1e6);
+  std::printf("sgemm peak (M=128): %.0f GFLOP/s -> compute bound %.0f tokens/s\n", peak,
+              peak * 1e9 / flop_per_token);
+}
+
+}  // namespace
+}  // namespace flover
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  flover::Run();
+  return 0;
+}

@@ -1,0 +1,48 @@
+#include "engine/generate.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace flover {
+
+absl::StatusOr<std::vector<int32_t>> GenerateAlone(GptModel& model,
+                                                   absl::Span<const int32_t> prompt,
+                                                   const GenerateOptions& options) {
+  const GptConfig& config = model.config();
+  if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (options.max_new_tokens < 1) {
+    return absl::InvalidArgumentError("max_new_tokens must be >= 1");
+  }
+  const int64_t total = int64_t{static_cast<int64_t>(prompt.size())} + options.max_new_tokens;
+  if (total > config.n_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", prompt.size(), " tokens) + max_new_tokens (", options.max_new_tokens,
+        ") exceeds the model's ", config.n_positions, " positions"));
+  }
+  if (absl::Status st = ValidateSamplingParams(options.sampling); !st.ok()) return st;
+  auto cache = KvCache::Create(model.CacheShape(1, static_cast<int>(total)));
+  if (!cache.ok()) return cache.status();
+
+  Sampler sampler(options.sampling);
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  std::vector<int32_t> output;
+  ForwardBatch batch;
+  batch.AddSequence(0, 0, prompt);
+  std::vector<float> logits;
+  while (true) {
+    if (absl::Status st = model.Forward(batch, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
+        !st.ok()) {
+      return st;
+    }
+    const int32_t token = sampler.Sample(absl::MakeSpan(logits), history);
+    output.push_back(token);
+    history.push_back(token);
+    if (static_cast<int>(output.size()) >= options.max_new_tokens) break;
+    if (!options.ignore_eos && token == config.eos_token_id) break;
+    batch.Clear();
+    const int32_t pos = static_cast<int32_t>(history.size()) - 1;
+    batch.AddSequence(0, pos, {token});
+  }
+  return output;
+}
+
+}  // namespace flover

@@ -1,0 +1,30 @@
+// Generates one sequence on its own (no batching): the reference the batched
+// engine is checked against, and what flover_generate runs.
+#ifndef FLOVER_ENGINE_GENERATE_H_
+#define FLOVER_ENGINE_GENERATE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/gpt_model.h"
+#include "engine/sampler.h"
+
+namespace flover {
+
+struct GenerateOptions {
+  int max_new_tokens = 16;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+};
+
+// Prefills `prompt` in one forward, then decodes one token per step until
+// max_new_tokens or (unless ignore_eos) the model's EOS, which is included.
+absl::StatusOr<std::vector<int32_t>> GenerateAlone(GptModel& model,
+                                                   absl::Span<const int32_t> prompt,
+                                                   const GenerateOptions& options);
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_GENERATE_H_

@@ -1,0 +1,67 @@
+// The GPT-2 forward pass over a ragged token batch: any number of sequences,
+// each contributing one or more tokens at its own positions (a prompt, a chunk
+// of one, or a single decode token), in one call. Prefill and decode are the
+// same path. Dense ops run over all rows at once; attention runs per sequence
+// over its own KV slot.
+#ifndef FLOVER_ENGINE_GPT_MODEL_H_
+#define FLOVER_ENGINE_GPT_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/gpt_config.h"
+#include "engine/gpt_weights.h"
+#include "engine/kv_cache.h"
+#include "kernels/ops.h"
+
+namespace flover {
+
+// Rows of one forward call. Build it with AddSequence.
+struct ForwardBatch {
+  std::vector<int32_t> tokens;     // [T]
+  std::vector<int32_t> positions;  // [T]
+  std::vector<kernels::SeqRows> seqs;
+
+  // Appends `tokens` of the sequence in `slot`, the first at position `pos`.
+  void AddSequence(int32_t slot, int32_t pos, absl::Span<const int32_t> new_tokens);
+  void Clear();
+  int num_rows() const { return static_cast<int>(tokens.size()); }
+};
+
+enum class LogitsFor {
+  kLastRowOfEachSequence,  // [num_seqs, V]: what generation needs
+  kEveryRow,               // [T, V]: for tests and scoring
+};
+
+class GptModel {
+ public:
+  // `config`, `weights` and `ops` must outlive the model.
+  GptModel(const GptConfig& config, const GptWeights& weights, kernels::Ops& ops);
+
+  const GptConfig& config() const { return config_; }
+
+  // Shape of the KV cache this model needs for `slots` x `max_seq`.
+  KvCacheShape CacheShape(int slots, int max_seq) const;
+
+  // Runs the batch, writing its keys/values into `cache` and the logits into
+  // `logits` (resized). Every sequence must use a distinct slot of `cache`,
+  // have rows, and fit in both the cache and the model's positions; token ids
+  // must be in the vocabulary. Violations are InvalidArgument errors.
+  absl::Status Forward(const ForwardBatch& batch, KvCache& cache, LogitsFor which,
+                       std::vector<float>* logits);
+
+ private:
+  absl::Status Validate(const ForwardBatch& batch, const KvCache& cache) const;
+
+  const GptConfig& config_;
+  const GptWeights& weights_;
+  kernels::Ops& ops_;
+  // Activations, grown to the largest batch seen and then reused.
+  std::vector<float> x_, h_, qkv_, attn_, fc_, last_;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_GPT_MODEL_H_

@@ -1,0 +1,202 @@
+// GPT-2 forward numerics against Hugging Face transformers: logits at every
+// prompt position, 32-step greedy continuations, and the equivalences the
+// batched engine relies on (prefill-then-decode and chunked prefill equal one
+// full prefill; a ragged batch equals its sequences run alone).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "engine/generate.h"
+#include "engine/gpt_model.h"
+#include "engine/json.h"
+#include "engine/model_loader.h"
+#include "engine/testing/files.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace flover {
+namespace {
+
+struct Golden {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<float>> logits;  // [len, V] per prompt
+  std::vector<int32_t> greedy_prompt, greedy_output;
+  std::string stored_dtype;
+};
+
+std::vector<int32_t> Ids(const google::protobuf::Value& list) {
+  std::vector<int32_t> ids;
+  for (const auto& v : list.list_value().values()) ids.push_back(static_cast<int32_t>(v.number_value()));
+  return ids;
+}
+
+Golden LoadGolden(const std::string& dir, int vocab) {
+  Golden g;
+  auto json = ParseJsonObject(testing::ReadFileOrEmpty(dir + "/golden.json"), "golden.json");
+  EXPECT_TRUE(json.ok()) << json.status();
+  const auto& f = json->fields();
+  for (const auto& p : f.at("prompts").list_value().values()) g.prompts.push_back(Ids(p));
+  g.greedy_prompt = Ids(f.at("greedy_prompt"));
+  g.greedy_output = Ids(f.at("greedy_output"));
+  g.stored_dtype = f.at("stored_dtype").string_value();
+  auto file = SafetensorsFile::Open(dir + "/golden_logits.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  for (size_t i = 0; i < g.prompts.size(); ++i) {
+    auto l = file->ReadFloat("logits." + std::to_string(i),
+                             {int64_t(g.prompts[i].size()), int64_t(vocab)});
+    EXPECT_TRUE(l.ok()) << l.status();
+    g.logits.push_back(*l);
+  }
+  return g;
+}
+
+// max |a - b| / max |b|: "within 1e-4 relative to the logit scale".
+double ScaledError(const float* a, const float* b, size_t n) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    scale = std::max(scale, double(std::abs(b[i])));
+  }
+  return diff / scale;
+}
+
+class GoldenModelTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = std::string("tests/golden/") + GetParam();
+    auto m = LoadModel(dir_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, ops_);
+    golden_ = LoadGolden(dir_, model_->config.vocab_size);
+  }
+
+  std::unique_ptr<KvCache> NewCache(int slots) {
+    auto c = KvCache::Create(gpt_->CacheShape(slots, model_->config.n_positions));
+    EXPECT_TRUE(c.ok());
+    return std::move(*c);
+  }
+
+  std::string dir_;
+  kernels::CpuOps ops_;
+  std::unique_ptr<LoadedModel> model_;
+  std::unique_ptr<GptModel> gpt_;
+  Golden golden_;
+};
+
+TEST_P(GoldenModelTest, LogitsAtEveryPositionMatchTransformers) {
+  const int V = model_->config.vocab_size;
+  EXPECT_EQ(golden_.prompts.front().size(), 1u);  // includes a 1-token prompt
+  EXPECT_EQ(golden_.prompts.back().size(), size_t(model_->config.n_positions - 2));
+  double worst = 0;
+  for (size_t i = 0; i < golden_.prompts.size(); ++i) {
+    auto cache = NewCache(1);
+    ForwardBatch b;
+    b.AddSequence(0, 0, golden_.prompts[i]);
+    std::vector<float> logits;
+    ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
+    ASSERT_EQ(logits.size(), golden_.prompts[i].size() * V);
+    for (size_t row = 0; row < golden_.prompts[i].size(); ++row) {
+      const double err = ScaledError(&logits[row * V], &golden_.logits[i][row * V], V);
+      EXPECT_LT(err, 1e-4) << "prompt " << i << " position " << row;
+      worst = std::max(worst, err);
+    }
+  }
+  std::printf("%s: worst scaled logit error %.2e\n", GetParam(), worst);
+}
+
+TEST_P(GoldenModelTest, GreedyContinuationMatchesTransformers) {
+  GenerateOptions options;
+  options.max_new_tokens = 32;
+  options.sampling.temperature = 0;
+  options.ignore_eos = true;
+  auto out = GenerateAlone(*gpt_, golden_.greedy_prompt, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, golden_.greedy_output);
+}
+
+TEST_P(GoldenModelTest, PrefillThenDecodeEqualsOneFullPrefill) {
+  const int V = model_->config.vocab_size;
+  const std::vector<int32_t>& prompt = golden_.prompts.back();
+  const std::vector<float>& full = golden_.logits.back();
+  // Prefill the first 5 tokens, then one token per step; and separately a
+  // prefill in uneven chunks (5, 11, rest).
+  for (const std::vector<int>& chunks :
+       {std::vector<int>{5}, std::vector<int>{5, 11, int(prompt.size()) - 16}}) {
+    auto cache = NewCache(1);
+    int pos = 0;
+    size_t chunk = 0;
+    while (pos < int(prompt.size())) {
+      const int len = chunk < chunks.size() ? chunks[chunk++] : 1;
+      ForwardBatch b;
+      b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
+      std::vector<float> logits;
+      ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
+      const int last = pos + len - 1;
+      EXPECT_LT(ScaledError(logits.data(), &full[size_t(last) * V], V), 1e-4) << "position " << last;
+      pos += len;
+    }
+  }
+}
+
+TEST_P(GoldenModelTest, RaggedBatchEqualsEachSequenceAlone) {
+  const int V = model_->config.vocab_size;
+  // All prompts in one forward, in reversed slots, plus a decode row for a
+  // sequence already in the cache.
+  auto cache = NewCache(int(golden_.prompts.size()) + 1);
+  const int S = int(golden_.prompts.size());
+  const std::vector<int32_t>& p1 = golden_.prompts[1];
+  {
+    ForwardBatch warm;
+    warm.AddSequence(S, 0, absl::MakeConstSpan(p1.data(), p1.size() - 1));
+    std::vector<float> ignored;
+    ASSERT_TRUE(gpt_->Forward(warm, *cache, LogitsFor::kLastRowOfEachSequence, &ignored).ok());
+  }
+  ForwardBatch b;
+  for (int i = 0; i < S; ++i) b.AddSequence(S - 1 - i, 0, golden_.prompts[i]);
+  b.AddSequence(S, int(p1.size()) - 1, {p1.back()});
+  std::vector<float> logits;
+  ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
+  ASSERT_EQ(logits.size(), size_t(S + 1) * V);
+  for (int i = 0; i < S; ++i) {
+    const size_t last = golden_.prompts[i].size() - 1;
+    EXPECT_LT(ScaledError(&logits[size_t(i) * V], &golden_.logits[i][last * V], V), 1e-4) << i;
+  }
+  EXPECT_LT(ScaledError(&logits[size_t(S) * V], &golden_.logits[1][(p1.size() - 1) * V], V), 1e-4);
+}
+
+TEST_P(GoldenModelTest, StoredDtypeAndTokenizerAreReported) {
+  const std::string want = golden_.stored_dtype == "float32"   ? "F32"
+                           : golden_.stored_dtype == "float16" ? "F16"
+                                                               : "BF16";
+  EXPECT_EQ(model_->stored_dtype, want);
+  EXPECT_EQ(model_->tokenizer.has_value(), std::string(GetParam()) == "tiny_f32");
+}
+
+TEST_P(GoldenModelTest, BadBatchesAreRejected) {
+  auto cache = NewCache(2);
+  std::vector<float> logits;
+  ForwardBatch b;
+  b.AddSequence(0, 0, {model_->config.vocab_size});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  b.Clear();
+  b.AddSequence(0, model_->config.n_positions - 1, {1, 2});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  b.Clear();
+  b.AddSequence(1, 0, {1});
+  b.AddSequence(1, 0, {2});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  b.Clear();
+  b.AddSequence(2, 0, {1});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenModelTest,
+                         ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"));
+
+}  // namespace
+}  // namespace flover

@@ -1,0 +1,58 @@
+// Per-request token sampling: greedy, temperature, top-k, top-p and the
+// repetition penalty, drawn from the request's own seeded generator so the
+// same seed gives the same tokens whatever else is in the batch.
+#ifndef FLOVER_ENGINE_SAMPLER_H_
+#define FLOVER_ENGINE_SAMPLER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace flover {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 means greedy
+  int top_k = 0;                    // 0 means no limit
+  float top_p = 1.0f;               // nucleus mass, in (0, 1]
+  float repetition_penalty = 1.0f;  // > 0; 1 means none (CTRL-style, as HF)
+  uint64_t seed = 0;
+};
+
+// Checks every field and names the first bad one.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+// xoshiro256**, seeded through SplitMix64: small and fully specified, so a
+// seed means the same stream on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t Next();
+  double NextDouble();  // uniform in [0, 1)
+
+ private:
+  uint64_t s_[4];
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+  // Picks the next token. logits: [V], modified in place. `history` holds the
+  // tokens the repetition penalty applies to (prompt and output so far).
+  // `logprob`, when not null, receives the log-probability of the chosen token
+  // under the distribution it was drawn from (the raw softmax when greedy).
+  int32_t Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
+                 float* logprob = nullptr);
+
+ private:
+  SamplingParams params_;
+  Rng rng_;
+  std::vector<int32_t> candidates_;  // scratch, reused across steps
+  std::vector<float> probs_;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_SAMPLER_H_

@@ -1,0 +1,131 @@
+#include "engine/sampler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+namespace flover {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<float> Logits() { return {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, 1.0f}; }
+
+SamplingParams Params(float temperature, int top_k = 0, float top_p = 1.0f, uint64_t seed = 1) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.seed = seed;
+  return p;
+}
+
+std::map<int, int> Histogram(const SamplingParams& p, int draws) {
+  Sampler s(p);
+  std::map<int, int> h;
+  for (int i = 0; i < draws; ++i) {
+    auto l = Logits();
+    h[s.Sample(absl::MakeSpan(l), {})]++;
+  }
+  return h;
+}
+
+TEST(SamplerTest, GreedyIsArgmaxWithLogprob) {
+  Sampler s(Params(0));
+  auto l = Logits();
+  float lp = 0;
+  EXPECT_EQ(s.Sample(absl::MakeSpan(l), {}, &lp), 1);
+  double z = 0;
+  for (float x : Logits()) z += std::exp(x);
+  EXPECT_NEAR(lp, 2.0 - std::log(z), 1e-6);
+}
+
+TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferent) {
+  auto run = [](uint64_t seed) {
+    Sampler s(Params(1.0f, 0, 1.0f, seed));
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) {
+      auto l = Logits();
+      out.push_back(s.Sample(absl::MakeSpan(l), {}));
+    }
+    return out;
+  };
+  EXPECT_EQ(run(7), run(7));
+  EXPECT_NE(run(7), run(8));
+}
+
+TEST(SamplerTest, TemperatureSamplingFollowsTheSoftmax) {
+  const int draws = 60000;
+  const float T = 0.7f;
+  auto h = Histogram(Params(T), draws);
+  double z = 0;
+  for (float x : Logits()) z += std::exp(x / T);
+  for (int i = 0; i < 6; ++i) {
+    const double p = std::exp(Logits()[i] / T) / z;
+    const double sd = std::sqrt(p * (1 - p) / draws);
+    EXPECT_NEAR(h[i] / double(draws), p, 5 * sd + 1e-4) << i;
+  }
+}
+
+TEST(SamplerTest, TopKKeepsOnlyTheKLargest) {
+  auto h = Histogram(Params(1.0f, 2), 5000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_GT(h[1], 0);
+  EXPECT_GT(h[3], 0);
+  // Ratio of the two kept tokens is e^(2 - 1.5).
+  EXPECT_NEAR(double(h[1]) / h[3], std::exp(0.5), 0.15);
+  auto h1 = Histogram(Params(1.0f, 1), 200);
+  EXPECT_EQ(h1[1], 200);
+}
+
+TEST(SamplerTest, TopPKeepsTheSmallestNucleus) {
+  // Probabilities sorted: id1 .39, id3 .24, id5 .14, id0 .09, id4 .05, id2 .02.
+  auto h = Histogram(Params(1.0f, 0, 0.6f), 5000);
+  EXPECT_EQ(h.size(), 2u);  // .39 < .6 <= .39 + .24
+  EXPECT_GT(h[1], 0);
+  EXPECT_GT(h[3], 0);
+  auto h1 = Histogram(Params(1.0f, 0, 0.01f), 200);
+  EXPECT_EQ(h1[1], 200);  // the top token alone always survives
+}
+
+TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
+  SamplingParams p = Params(0);
+  p.repetition_penalty = 2.0f;
+  Sampler s(p);
+  auto l = Logits();
+  // id1 (2.0) is repeated twice but penalized once: 1.0 < 1.5 so id3 wins.
+  EXPECT_EQ(s.Sample(absl::MakeSpan(l), {1, 1, 2}), 3);
+  EXPECT_FLOAT_EQ(l[1], 1.0f);
+  EXPECT_FLOAT_EQ(l[2], -2.0f);
+  EXPECT_FLOAT_EQ(l[3], 1.5f);
+}
+
+TEST(SamplerTest, ValidationNamesTheField) {
+  auto msg = [](SamplingParams p) { return std::string(ValidateSamplingParams(p).message()); };
+  EXPECT_TRUE(ValidateSamplingParams(Params(0.8f, 40, 0.9f)).ok());
+  EXPECT_THAT(msg(Params(-0.1f)), HasSubstr("temperature"));
+  EXPECT_THAT(msg(Params(NAN)), HasSubstr("temperature"));
+  EXPECT_THAT(msg(Params(1, -1)), HasSubstr("top_k"));
+  EXPECT_THAT(msg(Params(1, 0, 0.0f)), HasSubstr("top_p"));
+  EXPECT_THAT(msg(Params(1, 0, 1.5f)), HasSubstr("top_p"));
+  SamplingParams p = Params(1);
+  p.repetition_penalty = 0;
+  EXPECT_THAT(msg(p), HasSubstr("repetition_penalty"));
+}
+
+TEST(RngTest, UniformInUnitInterval) {
+  Rng r(123);
+  double sum = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const double u = r.NextDouble();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 100000, 0.5, 0.005);
+}
+
+}  // namespace
+}  // namespace flover

@@ -1,0 +1,215 @@
+// Each CPU op against a naive double-precision reference written here.
+#include "kernels/cpu/cpu_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/vec_math.h"
+
+namespace flover::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Max |a - b| / max(1, max |b|).
+double RelErr(const std::vector<float>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double max_diff = 0, max_ref = 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
+    max_ref = std::max(max_ref, std::abs(b[i]));
+  }
+  return max_diff / max_ref;
+}
+
+double GeluRef(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST(VecMathTest, ExpMatchesLibm) {
+  for (float x = -80.0f; x < 80.0f; x += 0.0137f) {
+    const double want = std::exp(double{x});
+    EXPECT_NEAR(ExpF(x) / want, 1.0, 4e-7) << x;
+  }
+}
+
+TEST(VecMathTest, GeluMatchesTanhForm) {
+  for (float x = -20.0f; x < 20.0f; x += 0.001f) {
+    const double want = GeluRef(x);
+    EXPECT_NEAR(GeluNewF(x), want, 1e-6 * std::max(1.0, std::abs(want))) << x;
+  }
+}
+
+TEST(CpuOpsTest, Embed) {
+  CpuOps ops;
+  const int V = 7, P = 5, C = 9, T = 4;
+  auto wte = Random(V * C, 1), wpe = Random(P * C, 2);
+  std::vector<int32_t> tokens = {6, 0, 3, 3}, positions = {0, 4, 1, 2};
+  std::vector<float> out(T * C);
+  ops.Embed(tokens.data(), positions.data(), T, wte.data(), wpe.data(), C, out.data());
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c)
+      EXPECT_EQ(out[t * C + c], wte[tokens[t] * C + c] + wpe[positions[t] * C + c]);
+}
+
+TEST(CpuOpsTest, LayerNorm) {
+  CpuOps ops;
+  const int T = 5, C = 37;
+  auto x = Random(T * C, 3, 4.0f), g = Random(C, 4), b = Random(C, 5);
+  std::vector<float> out(T * C);
+  ops.LayerNorm(x.data(), T, C, g.data(), b.data(), 1e-5f, out.data());
+  std::vector<double> want(T * C);
+  for (int t = 0; t < T; ++t) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < C; ++c) mean += x[t * C + c];
+    mean /= C;
+    for (int c = 0; c < C; ++c) var += std::pow(x[t * C + c] - mean, 2);
+    var /= C;
+    for (int c = 0; c < C; ++c)
+      want[t * C + c] = (x[t * C + c] - mean) / std::sqrt(var + 1e-5) * g[c] + b[c];
+  }
+  EXPECT_LT(RelErr(out, want), 1e-5);
+}
+
+std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
+                                const std::vector<float>& w, int N,
+                                const float* bias, bool w_transposed) {
+  std::vector<double> y(M * N);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = bias ? bias[n] : 0.0;
+      for (int k = 0; k < K; ++k)
+        s += double{x[m * K + k]} * (w_transposed ? w[n * K + k] : w[k * N + n]);
+      y[m * N + n] = s;
+    }
+  return y;
+}
+
+class LinearTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LinearTest, LinearAndAccumulate) {
+  CpuOps ops;
+  const int M = GetParam(), K = 45, N = 67;
+  auto x = Random(M * K, 6), w = Random(K * N, 7), b = Random(N, 8);
+  std::vector<float> out(M * N);
+  ops.Linear(x.data(), M, K, w.data(), N, b.data(), false, out.data());
+  auto want = NaiveLinear(x, M, K, w, N, b.data(), false);
+  EXPECT_LT(RelErr(out, want), 1e-5);
+
+  // accumulate: out += x @ w + b
+  std::vector<float> residual = Random(M * N, 9);
+  std::vector<float> acc = residual;
+  ops.Linear(x.data(), M, K, w.data(), N, b.data(), true, acc.data());
+  for (int i = 0; i < M * N; ++i) want[i] += residual[i];
+  EXPECT_LT(RelErr(acc, want), 1e-5);
+}
+
+TEST_P(LinearTest, LinearGelu) {
+  CpuOps ops;
+  const int M = GetParam(), K = 33, N = 50;
+  auto x = Random(M * K, 10, 2.0f), w = Random(K * N, 11), b = Random(N, 12);
+  std::vector<float> out(M * N);
+  ops.LinearGelu(x.data(), M, K, w.data(), N, b.data(), out.data());
+  auto want = NaiveLinear(x, M, K, w, N, b.data(), false);
+  for (double& v : want) v = GeluRef(v);
+  EXPECT_LT(RelErr(out, want), 1e-5);
+}
+
+TEST_P(LinearTest, LinearTransposed) {
+  CpuOps ops;
+  const int M = GetParam(), K = 24, N = 101;
+  auto x = Random(M * K, 13), w = Random(N * K, 14);
+  std::vector<float> out(M * N);
+  ops.LinearTransposed(x.data(), M, K, w.data(), N, out.data());
+  EXPECT_LT(RelErr(out, NaiveLinear(x, M, K, w, N, nullptr, true)), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, LinearTest, ::testing::Values(1, 3, 64));
+
+// Three sequences in different slots, at different positions, with 1 to 20
+// rows each: a decode row, a fresh prompt and a continued chunk.
+TEST(CpuOpsTest, AttentionOverRaggedBatch) {
+  CpuOps ops;
+  const int H = 3, D = 8, S = 4, L = 40, HD = H * D;
+  std::vector<float> kbuf = Random(size_t{S} * H * L * D, 15);
+  std::vector<float> vbuf = Random(size_t{S} * H * L * D, 16);
+  KvLayer kv{kbuf.data(), vbuf.data(), S, H, L, D};
+  const std::vector<SeqRows> seqs = {
+      {/*slot=*/2, /*pos=*/11, /*len=*/1, /*row=*/0},
+      {/*slot=*/0, /*pos=*/0, /*len=*/20, /*row=*/1},
+      {/*slot=*/3, /*pos=*/5, /*len=*/7, /*row=*/21}};
+  const int T = 28;
+  auto qkv = Random(T * 3 * HD, 17);
+  const std::vector<float> k_before = kbuf, v_before = vbuf;
+  std::vector<float> out(T * HD);
+  ops.Attention(qkv.data(), seqs.data(), seqs.size(), kv, out.data());
+
+  std::vector<double> want(T * HD);
+  for (const SeqRows& s : seqs) {
+    for (int h = 0; h < H; ++h) {
+      // The full key/value history: old cache content before pos, new rows after.
+      auto key = [&](int p, int d) -> double {
+        if (p < s.pos) return k_before[((s.slot * H + h) * L + p) * D + d];
+        return qkv[(s.row + p - s.pos) * 3 * HD + HD + h * D + d];
+      };
+      auto value = [&](int p, int d) -> double {
+        if (p < s.pos) return v_before[((s.slot * H + h) * L + p) * D + d];
+        return qkv[(s.row + p - s.pos) * 3 * HD + 2 * HD + h * D + d];
+      };
+      for (int i = 0; i < s.len; ++i) {
+        const int r = s.row + i, n = s.pos + i + 1;
+        std::vector<double> w(n);
+        double mx = -1e300, sum = 0;
+        for (int p = 0; p < n; ++p) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += qkv[r * 3 * HD + h * D + d] * key(p, d);
+          w[p] = dot / std::sqrt(double{D});
+          mx = std::max(mx, w[p]);
+        }
+        for (double& x : w) sum += (x = std::exp(x - mx));
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int p = 0; p < n; ++p) acc += w[p] / sum * value(p, d);
+          want[r * HD + h * D + d] = acc;
+        }
+        // The new row's K/V landed in the cache at its position.
+        for (int d = 0; d < D; ++d) {
+          const size_t at = ((s.slot * H + h) * L + s.pos + i) * D + d;
+          EXPECT_EQ(kbuf[at], key(s.pos + i, d));
+          EXPECT_EQ(vbuf[at], value(s.pos + i, d));
+        }
+      }
+    }
+  }
+  EXPECT_LT(RelErr(out, want), 1e-5);
+  // Slot 1 is not in the batch and must be untouched.
+  for (size_t i = 1 * H * L * D; i < 2 * H * L * D; ++i) EXPECT_EQ(kbuf[i], k_before[i]);
+}
+
+TEST(CpuOpsTest, MoveKvSlotCopiesOnlyFilledPositions) {
+  CpuOps ops;
+  const int H = 2, D = 4, S = 3, L = 10;
+  std::vector<float> kbuf = Random(S * H * L * D, 18), vbuf = Random(S * H * L * D, 19);
+  const auto k0 = kbuf, v0 = vbuf;
+  KvLayer kv{kbuf.data(), vbuf.data(), S, H, L, D};
+  ops.MoveKvSlot(kv, /*from=*/2, /*to=*/0, /*len=*/6);
+  for (int h = 0; h < H; ++h)
+    for (int p = 0; p < L; ++p)
+      for (int d = 0; d < D; ++d) {
+        const int to = ((0 * H + h) * L + p) * D + d, from = ((2 * H + h) * L + p) * D + d;
+        EXPECT_EQ(kbuf[to], p < 6 ? k0[from] : k0[to]);
+        EXPECT_EQ(vbuf[to], p < 6 ? v0[from] : v0[to]);
+      }
+}
+
+}  // namespace
+}  // namespace flover::kernels

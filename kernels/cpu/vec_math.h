@@ -1,0 +1,42 @@
+// Scalar math written so that GCC vectorizes loops that call it (no libm
+// calls): exp and the GPT-2 `gelu_new` activation, accurate to a few ulp.
+#ifndef FLOVER_KERNELS_CPU_VEC_MATH_H_
+#define FLOVER_KERNELS_CPU_VEC_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace flover::kernels {
+
+// e^x for x in [-87, 88] (inputs outside are clamped): Cody-Waite range
+// reduction to r in [-ln2/2, ln2/2], a degree-6 polynomial, then 2^n.
+inline float ExpF(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+// gelu_new(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+// rewritten as x * sigmoid(2u) = x / (1 + e^(-2u)), which keeps full relative
+// precision for negative x where 1 + tanh(u) would cancel.
+inline float GeluNewF(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + ExpF(-2.0f * u));
+}
+
+}  // namespace flover::kernels
+
+#endif  // FLOVER_KERNELS_CPU_VEC_MATH_H_

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# flover_generate's contract: one JSON object on stdout, {"token_ids": [...],
+# "text": "..."} (text only with a tokenizer); bad flags or a bad model exit
+# non-zero with a one-line error on stderr.
+set -euo pipefail
+GEN="$1"
+FIXTURE=tests/golden/tiny_f32
+GOLDEN=tests/golden/tiny_f32/golden.json
+fail() { echo "FAIL: $*" >&2; exit 1; }
+json() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+# Greedy on token ids reproduces the Hugging Face continuation.
+prompt=$(json "','.join(map(str, d['greedy_prompt']))" < "$GOLDEN")
+want=$(json "d['greedy_output']" < "$GOLDEN")
+out=$("$GEN" --model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=32 --temperature=0 --ignore_eos)
+got=$(echo "$out" | json "d['token_ids']")
+[ "$got" = "$want" ] || fail "greedy ids: got $got want $want"
+echo "$out" | json "d['text']" > /dev/null || fail "no text field with a tokenizer"
+
+# Text prompt; sampling with a seed is repeatable.
+a=$("$GEN" --model=$FIXTURE --prompt="Hello world" --max_new_tokens=8 --temperature=0.9 --top_k=20 --top_p=0.95 --seed=5 --ignore_eos)
+b=$("$GEN" --model=$FIXTURE --prompt="Hello world" --max_new_tokens=8 --temperature=0.9 --top_k=20 --top_p=0.95 --seed=5 --ignore_eos)
+[ "$a" = "$b" ] || fail "same seed gave $a then $b"
+[ "$(echo "$a" | json "len(d['token_ids'])")" = 8 ] || fail "expected 8 tokens: $a"
+[ "$(echo "$a" | json "sorted(d)")" = "['text', 'token_ids']" ] || fail "keys: $a"
+
+# Built-in model without a tokenizer: ids only, no text key.
+c=$("$GEN" --model=builtin:tiny --prompt_ids=1,2,3 --max_new_tokens=4 --temperature=0 --ignore_eos)
+[ "$(echo "$c" | json "sorted(d)")" = "['token_ids']" ] || fail "builtin keys: $c"
+
+# Errors: non-zero exit, one line on stderr naming the problem.
+expect_error() {
+  local pattern="$1"; shift
+  local err rc=0
+  err=$("$GEN" "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
+  [ "$(echo "$err" | wc -l)" -eq 1 ] || fail "multi-line error for $*: $err"
+  echo "$err" | grep -q -- "$pattern" || fail "error for $* was '$err', wanted '$pattern'"
+}
+expect_error "unknown built-in model" --model=builtin:nope --prompt_ids=1
+expect_error "has no tokenizer" --model=builtin:tiny --prompt=hi
+expect_error "exactly one of --prompt and --prompt_ids" --model=builtin:tiny
+expect_error "'x' is not an integer" --model=builtin:tiny --prompt_ids=1,x
+expect_error "outside the vocabulary" --model=builtin:tiny --prompt_ids=512
+expect_error "temperature must be" --model=builtin:tiny --prompt_ids=1 --temperature=-1
+expect_error "top_p must be" --model=builtin:tiny --prompt_ids=1 --top_p=0
+expect_error "exceeds the model's 40 positions" --model=$FIXTURE --prompt_ids=1 --max_new_tokens=40
+expect_error "config.json: cannot open" --model=/nonexistent --prompt_ids=1
+expect_error "max_new_tokens must be" --model=builtin:tiny --prompt_ids=1 --max_new_tokens=0
+echo "flover_generate contract: all checks passed"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what Flover needs to build, test and run on Debian 12. Idempotent:
+# packages already present are not touched, and apt-get update only runs when
+# something is missing. Used by both README commands and by .ci/run.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  bazel-bootstrap g++ default-jdk-headless
+  # libraries (system packages, wrapped in //third_party/system)
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
+  libdnnl-dev libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and tools
+  python3 python3-grpcio python3-protobuf
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: note: no CUDA toolkit in /usr/local/cuda; CUDA targets will not build" >&2
+fi
