@@ -89,7 +89,7 @@ absl::Status Run() {
   options.sampling.seed = absl::GetFlag(FLAGS_seed);
 
   kernels::CpuOps ops;
-  GptModel gpt(config, (*model)->weights, ops);
+  GptModel gpt(config, std::move((*model)->weights), ops);
   auto output = GenerateAlone(gpt, prompt, options);
   if (!output.ok()) return output.status();
 

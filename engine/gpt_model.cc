@@ -22,8 +22,33 @@ void ForwardBatch::Clear() {
   seqs.clear();
 }
 
-GptModel::GptModel(const GptConfig& config, const GptWeights& weights, kernels::Ops& ops)
-    : config_(config), weights_(weights), ops_(ops) {}
+namespace {
+
+// Frees a vector's memory (clear() keeps the capacity).
+void Release(std::vector<float>& v) { std::vector<float>().swap(v); }
+
+}  // namespace
+
+GptModel::GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& ops)
+    : config_(config), weights_(std::move(weights)), ops_(ops) {
+  using kernels::WeightLayout;
+  const int C = config_.n_embd, F = config_.n_inner;
+  for (LayerWeights& l : weights_.layers) {
+    PreparedLayer p;
+    p.attn = ops_.PrepareWeight(l.attn_w.data(), C, 3 * C, WeightLayout::kInOut);
+    p.attn_proj = ops_.PrepareWeight(l.attn_proj_w.data(), C, C, WeightLayout::kInOut);
+    p.fc = ops_.PrepareWeight(l.fc_w.data(), C, F, WeightLayout::kInOut);
+    p.mlp_proj = ops_.PrepareWeight(l.mlp_proj_w.data(), F, C, WeightLayout::kInOut);
+    Release(l.attn_w);
+    Release(l.attn_proj_w);
+    Release(l.fc_w);
+    Release(l.mlp_proj_w);
+    layers_.push_back(std::move(p));
+  }
+  // [V, C] rows; kept, since the backend may read it directly for few rows.
+  lm_head_ = ops_.PrepareWeight(weights_.lm_head_data(), C, config_.vocab_size,
+                                WeightLayout::kOutIn);
+}
 
 KvCacheShape GptModel::CacheShape(int slots, int max_seq) const {
   return KvCacheShape{config_.n_layer, slots, config_.n_head, max_seq, config_.head_dim()};
@@ -86,18 +111,21 @@ absl::Status GptModel::Forward(const ForwardBatch& b, KvCache& cache, LogitsFor 
   // x: [T, C] is the residual stream.
   ops_.Embed(b.tokens.data(), b.positions.data(), T, weights_.wte.data(),
              weights_.wpe.data(), C, x_.data());
+  using kernels::Epilogue;
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerWeights& w = weights_.layers[l];
+    const PreparedLayer& p = layers_[l];
     ops_.LayerNorm(x_.data(), T, C, w.ln_1_g.data(), w.ln_1_b.data(),
                    config_.layer_norm_epsilon, h_.data());
-    ops_.Linear(h_.data(), T, C, w.attn_w.data(), 3 * C, w.attn_b.data(), false, qkv_.data());
+    ops_.Linear(h_.data(), T, *p.attn, w.attn_b.data(), Epilogue::kBias, qkv_.data());
     ops_.Attention(qkv_.data(), b.seqs.data(), S, cache.layer(l), attn_.data());
-    ops_.Linear(attn_.data(), T, C, w.attn_proj_w.data(), C, w.attn_proj_b.data(), true,
+    ops_.Linear(attn_.data(), T, *p.attn_proj, w.attn_proj_b.data(), Epilogue::kBiasResidual,
                 x_.data());
     ops_.LayerNorm(x_.data(), T, C, w.ln_2_g.data(), w.ln_2_b.data(),
                    config_.layer_norm_epsilon, h_.data());
-    ops_.LinearGelu(h_.data(), T, C, w.fc_w.data(), F, w.fc_b.data(), fc_.data());
-    ops_.Linear(fc_.data(), T, F, w.mlp_proj_w.data(), C, w.mlp_proj_b.data(), true, x_.data());
+    ops_.Linear(h_.data(), T, *p.fc, w.fc_b.data(), Epilogue::kBiasGelu, fc_.data());
+    ops_.Linear(fc_.data(), T, *p.mlp_proj, w.mlp_proj_b.data(), Epilogue::kBiasResidual,
+                x_.data());
   }
 
   // Final layernorm and LM head only on the rows whose logits are wanted.
@@ -116,7 +144,7 @@ absl::Status GptModel::Forward(const ForwardBatch& b, KvCache& cache, LogitsFor 
   ops_.LayerNorm(rows, R, C, weights_.ln_f_g.data(), weights_.ln_f_b.data(),
                  config_.layer_norm_epsilon, h_.data());
   logits->resize(size_t(R) * V);
-  ops_.LinearTransposed(h_.data(), R, C, weights_.lm_head_data(), V, logits->data());
+  ops_.Linear(h_.data(), R, *lm_head_, nullptr, kernels::Epilogue::kBias, logits->data());
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #define FLOVER_ENGINE_GPT_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,8 +38,9 @@ enum class LogitsFor {
 
 class GptModel {
  public:
-  // `config`, `weights` and `ops` must outlive the model.
-  GptModel(const GptConfig& config, const GptWeights& weights, kernels::Ops& ops);
+  // Takes the weights and prepares every linear layer for `ops` (which must
+  // outlive the model), dropping the plain copies the backend no longer needs.
+  GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& ops);
 
   const GptConfig& config() const { return config_; }
 
@@ -55,9 +57,15 @@ class GptModel {
  private:
   absl::Status Validate(const ForwardBatch& batch, const KvCache& cache) const;
 
-  const GptConfig& config_;
-  const GptWeights& weights_;
+  struct PreparedLayer {
+    std::unique_ptr<kernels::Weight> attn, attn_proj, fc, mlp_proj;
+  };
+
+  GptConfig config_;
+  GptWeights weights_;  // embeddings, layernorms, biases; wte doubles as the LM head
   kernels::Ops& ops_;
+  std::vector<PreparedLayer> layers_;
+  std::unique_ptr<kernels::Weight> lm_head_;
   // Activations, grown to the largest batch seen and then reused.
   std::vector<float> x_, h_, qkv_, attn_, fc_, last_;
 };

@@ -7,6 +7,7 @@
 #define FLOVER_KERNELS_OPS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 namespace flover::kernels {
@@ -21,8 +22,10 @@ struct SeqRows {
   int32_t row = 0;
 };
 
-// One layer's K and V arena. Layout of each: [slots, heads, max_seq, head_dim],
-// so a slot's data is contiguous and a head's positions are contiguous.
+// One layer's K and V arena; a slot's data is contiguous in both.
+//   k: [slots, heads, head_dim, max_seq]  (keys transposed: a query's scores
+//      are head_dim vectorized AXPYs over positions, no horizontal sums)
+//   v: [slots, heads, max_seq, head_dim]
 struct KvLayer {
   float* k = nullptr;
   float* v = nullptr;
@@ -35,6 +38,29 @@ struct KvLayer {
   int64_t slot_stride() const { return head_stride() * heads; }
 };
 
+// How a stored weight matrix is laid out in the caller's memory.
+enum class WeightLayout {
+  kInOut,  // [K, N]: inputs by outputs (Hugging Face Conv1D)
+  kOutIn,  // [N, K]: one row per output (nn.Linear; wte used as the LM head)
+};
+
+// What Linear does with x @ W before storing it.
+enum class Epilogue {
+  kBias,          // out = x @ W + bias (bias may be null)
+  kBiasGelu,      // out = gelu_new(x @ W + bias)
+  kBiasResidual,  // out += x @ W + bias (the residual add, fused)
+};
+
+// A weight matrix prepared once, at load, in the backend's preferred layout.
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  virtual int k() const = 0;  // inputs
+  virtual int n() const = 0;  // outputs
+};
+
+// A backend's ops. Not thread-safe: one engine thread drives it (the ops
+// themselves use every core).
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -51,18 +77,15 @@ class Ops {
   virtual void LayerNorm(const float* x, int T, int C, const float* gamma,
                          const float* beta, float eps, float* out) = 0;
 
-  // out: [M, N] = x @ w + bias (+ out when accumulate).
-  // x: [M, K]; w: [K, N]; bias: [N] or null.
-  virtual void Linear(const float* x, int M, int K, const float* w, int N,
-                      const float* bias, bool accumulate, float* out) = 0;
+  // Prepares w: [K, N] or [N, K] per `layout`. The backend may keep a
+  // pointer to `w` (kOutIn: to read it directly for small M), so w must
+  // outlive the returned Weight.
+  virtual std::unique_ptr<Weight> PrepareWeight(const float* w, int K, int N,
+                                                WeightLayout layout) = 0;
 
-  // out: [M, N] = gelu_new(x @ w + bias). x: [M, K]; w: [K, N]; bias: [N].
-  virtual void LinearGelu(const float* x, int M, int K, const float* w, int N,
-                          const float* bias, float* out) = 0;
-
-  // out: [M, N] = x @ w^T. x: [M, K]; w: [N, K] (an LM head tied to wte).
-  virtual void LinearTransposed(const float* x, int M, int K, const float* w,
-                                int N, float* out) = 0;
+  // out: [M, N] = epilogue(x @ W + bias). x: [M, K]; bias: [N] or null.
+  virtual void Linear(const float* x, int M, const Weight& w, const float* bias,
+                      Epilogue epilogue, float* out) = 0;
 
   // Causal self-attention over a ragged batch, one layer.
   // qkv: [T, 3 * H * D] (Q, K, V of the local heads); out: [T, H * D].

@@ -13,32 +13,62 @@
 namespace flover::kernels {
 namespace {
 
-// Rows of one (sequence, head) pair handled by one task in Attention; small
-// enough to balance a long causal prefill across threads.
-constexpr int kAttentionRowBlock = 16;
+// Rows of one (sequence, head) pair handled by one task in Attention: enough
+// for the two small GEMMs of a block to be efficient, few enough to balance a
+// long causal prefill across threads.
+constexpr int kAttentionRowBlock = 32;
 
-void Sgemm(char trans_b, int M, int N, int K, const float* a, const float* b,
-           float beta, float* c) {
-  const int ldb = trans_b == 'T' ? K : N;
-  // Arguments are validated by the callers' shapes; a failure here is a bug.
-  const dnnl_status_t st =
-      dnnl_sgemm('N', trans_b, M, N, K, 1.0f, a, K, b, ldb, beta, c, N);
-  if (st != dnnl_success) std::abort();
+// c: [M, N] = alpha * a @ op(b), row-major with leading dimensions. Called
+// from inside an OpenMP region, where oneDNN runs it on the calling thread.
+void Sgemm(char trans_b, int M, int N, int K, float alpha, const float* a, int lda,
+           const float* b, int ldb, float* c, int ldc) {
+  // Shapes come from validated batches; a failure here is a bug.
+  if (dnnl_sgemm('N', trans_b, M, N, K, alpha, a, lda, b, ldb, 0.0f, c, ldc) != dnnl_success) {
+    std::abort();
+  }
+}
+
+// Causal attention for rows [0, R) of one head whose first row is at position
+// `pos`: row i sees keys [0, pos + i]. q: [R, D] with row stride ldq (unscaled);
+// kt: [D, max_seq] (transposed keys); v: [pos + R, D]; scores: scratch
+// [R, pos + R]; out: [R, D], stride ldo.
+void AttendBlock(const float* q, int ldq, const float* kt, int max_seq, const float* v,
+                 int pos, int R, int D, float scale, float* scores, float* out, int ldo) {
+  const int n = pos + R;
+  Sgemm('N', R, n, D, scale, q, ldq, kt, max_seq, scores, n);
+  for (int i = 0; i < R; ++i) {
+    float* s = scores + int64_t{i} * n;
+    const int visible = pos + i + 1;
+    float max_score = -INFINITY;
+    for (int j = 0; j < visible; ++j) max_score = std::max(max_score, s[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < visible; ++j) {
+      s[j] = ExpF(s[j] - max_score);
+      sum += s[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j < visible; ++j) s[j] *= inv;
+    std::fill(s + visible, s + n, 0.0f);
+  }
+  Sgemm('N', R, D, n, 1.0f, scores, n, v, D, out, ldo);
 }
 
 // One query row against positions [0, n) of one head's cache.
-// q: [D] (already scaled); k, v: [n, D]; scores: scratch [n]; out: [D].
-void AttendRow(const float* q, const float* k, const float* v, int n, int D,
+// q: [D] (already scaled); kt: [D, max_seq] (transposed keys); v: [n, D];
+// scores: scratch [n]; out: [D].
+void AttendRow(const float* q, const float* kt, int max_seq, const float* v, int n, int D,
                float* scores, float* out) {
-  float max_score = -INFINITY;
-  for (int j = 0; j < n; ++j) {
-    const float* kj = k + int64_t{j} * D;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int d = 0; d < D; ++d) s += q[d] * kj[d];
-    scores[j] = s;
-    max_score = std::max(max_score, s);
+  std::fill(scores, scores + n, 0.0f);
+  for (int d = 0; d < D; ++d) {
+    const float qd = q[d];
+    const float* kd = kt + int64_t{d} * max_seq;
+#pragma omp simd
+    for (int j = 0; j < n; ++j) scores[j] += qd * kd[j];
   }
+  float max_score = -INFINITY;
+  for (int j = 0; j < n; ++j) max_score = std::max(max_score, scores[j]);
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) {
@@ -94,32 +124,14 @@ void CpuOps::LayerNorm(const float* x, int T, int C, const float* gamma,
   }
 }
 
-void CpuOps::Linear(const float* x, int M, int K, const float* w, int N,
-                    const float* bias, bool accumulate, float* out) {
-  Sgemm('N', M, N, K, x, w, accumulate ? 1.0f : 0.0f, out);
-  if (bias == nullptr) return;
-#pragma omp parallel for schedule(static) if (int64_t{M} * N > 65536)
-  for (int m = 0; m < M; ++m) {
-    float* o = out + int64_t{m} * N;
-#pragma omp simd
-    for (int n = 0; n < N; ++n) o[n] += bias[n];
-  }
+std::unique_ptr<Weight> CpuOps::PrepareWeight(const float* w, int K, int N,
+                                              WeightLayout layout) {
+  return linear_.Prepare(w, K, N, layout);
 }
 
-void CpuOps::LinearGelu(const float* x, int M, int K, const float* w, int N,
-                        const float* bias, float* out) {
-  Sgemm('N', M, N, K, x, w, 0.0f, out);
-#pragma omp parallel for schedule(static) if (int64_t{M} * N > 16384)
-  for (int m = 0; m < M; ++m) {
-    float* o = out + int64_t{m} * N;
-#pragma omp simd
-    for (int n = 0; n < N; ++n) o[n] = GeluNewF(o[n] + bias[n]);
-  }
-}
-
-void CpuOps::LinearTransposed(const float* x, int M, int K, const float* w,
-                              int N, float* out) {
-  Sgemm('T', M, N, K, x, w, 0.0f, out);
+void CpuOps::Linear(const float* x, int M, const Weight& w, const float* bias,
+                    Epilogue epilogue, float* out) {
+  linear_.Run(x, M, w, bias, epilogue, out);
 }
 
 void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
@@ -137,9 +149,10 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
       const int64_t base = seq.slot * kv.slot_stride() + h * kv.head_stride();
       for (int i = 0; i < seq.len; ++i) {
         const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
-        const int64_t dst = base + int64_t{seq.pos + i} * D;
-        std::memcpy(kv.k + dst, row + HD + int64_t{h} * D, D * sizeof(float));
-        std::memcpy(kv.v + dst, row + 2 * HD + int64_t{h} * D,
+        const int pos = seq.pos + i;
+        const float* k = row + HD + int64_t{h} * D;
+        for (int d = 0; d < D; ++d) kv.k[base + int64_t{d} * kv.max_seq + pos] = k[d];
+        std::memcpy(kv.v + base + int64_t{pos} * D, row + 2 * HD + int64_t{h} * D,
                     D * sizeof(float));
       }
     }
@@ -162,20 +175,24 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
   const int num_tasks = static_cast<int>(tasks.size());
 #pragma omp parallel
   {
-    std::vector<float> scores(kv.max_seq);
+    std::vector<float> scores(size_t{kAttentionRowBlock} * kv.max_seq);
     std::vector<float> q(D);
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < num_tasks; ++t) {
       const Task& task = tasks[t];
       const SeqRows& seq = seqs[task.seq];
-      const int64_t base =
-          seq.slot * kv.slot_stride() + task.head * kv.head_stride();
-      for (int i = task.first_row; i < task.first_row + task.rows; ++i) {
-        const int64_t row = int64_t{seq.row} + i;
-        const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
+      const int64_t base = seq.slot * kv.slot_stride() + task.head * kv.head_stride();
+      const int64_t row = int64_t{seq.row} + task.first_row;
+      const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
+      float* o = out + row * HD + int64_t{task.head} * D;
+      if (task.rows == 1) {  // decode: one query, a direct loop beats a GEMM call
         for (int d = 0; d < D; ++d) q[d] = qr[d] * scale;
-        AttendRow(q.data(), kv.k + base, kv.v + base, seq.pos + i + 1, D,
-                  scores.data(), out + row * HD + int64_t{task.head} * D);
+        AttendRow(q.data(), kv.k + base, kv.max_seq, kv.v + base,
+                  seq.pos + task.first_row + 1, D, scores.data(), o);
+      } else {
+        AttendBlock(qr, static_cast<int>(row_stride), kv.k + base, kv.max_seq, kv.v + base,
+                    seq.pos + task.first_row, task.rows, D, scale, scores.data(), o,
+                    static_cast<int>(HD));
       }
     }
   }
@@ -183,12 +200,15 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
 
 void CpuOps::MoveKvSlot(const KvLayer& kv, int from, int to, int len) {
   if (from == to || len <= 0) return;
-  const size_t bytes = size_t(len) * kv.head_dim * sizeof(float);
+  const int D = kv.head_dim;
   for (int h = 0; h < kv.heads; ++h) {
     const int64_t src = from * kv.slot_stride() + h * kv.head_stride();
     const int64_t dst = to * kv.slot_stride() + h * kv.head_stride();
-    std::memcpy(kv.k + dst, kv.k + src, bytes);
-    std::memcpy(kv.v + dst, kv.v + src, bytes);
+    for (int d = 0; d < D; ++d) {  // keys: the first len positions of each dim row
+      std::memcpy(kv.k + dst + int64_t{d} * kv.max_seq, kv.k + src + int64_t{d} * kv.max_seq,
+                  size_t(len) * sizeof(float));
+    }
+    std::memcpy(kv.v + dst, kv.v + src, size_t(len) * D * sizeof(float));
   }
 }
 

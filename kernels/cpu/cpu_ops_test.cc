@@ -80,74 +80,73 @@ TEST(CpuOpsTest, LayerNorm) {
   EXPECT_LT(RelErr(out, want), 1e-5);
 }
 
+// y: [M, N] = x @ W + bias, W given as [K, N] or [N, K].
 std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
-                                const std::vector<float>& w, int N,
-                                const float* bias, bool w_transposed) {
+                                const std::vector<float>& w, int N, const float* bias,
+                                WeightLayout layout) {
   std::vector<double> y(M * N);
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double s = bias ? bias[n] : 0.0;
       for (int k = 0; k < K; ++k)
-        s += double{x[m * K + k]} * (w_transposed ? w[n * K + k] : w[k * N + n]);
+        s += double{x[m * K + k]} * (layout == WeightLayout::kOutIn ? w[n * K + k] : w[k * N + n]);
       y[m * N + n] = s;
     }
   return y;
 }
 
-class LinearTest : public ::testing::TestWithParam<int> {};
+// Rows x layout: small row counts take the GEMV path for [N, K] weights.
+class LinearTest : public ::testing::TestWithParam<std::tuple<int, WeightLayout>> {};
 
-TEST_P(LinearTest, LinearAndAccumulate) {
+TEST_P(LinearTest, EveryEpilogueMatchesNaive) {
   CpuOps ops;
-  const int M = GetParam(), K = 45, N = 67;
-  auto x = Random(M * K, 6), w = Random(K * N, 7), b = Random(N, 8);
+  const auto [M, layout] = GetParam();
+  const int K = 45, N = 67;
+  auto x = Random(M * K, 6, 2.0f), w = Random(K * N, 7), b = Random(N, 8);
+  auto weight = ops.PrepareWeight(w.data(), K, N, layout);
+  EXPECT_EQ(weight->k(), K);
+  EXPECT_EQ(weight->n(), N);
+  const auto want = NaiveLinear(x, M, K, w, N, b.data(), layout);
+
   std::vector<float> out(M * N);
-  ops.Linear(x.data(), M, K, w.data(), N, b.data(), false, out.data());
-  auto want = NaiveLinear(x, M, K, w, N, b.data(), false);
+  ops.Linear(x.data(), M, *weight, b.data(), Epilogue::kBias, out.data());
   EXPECT_LT(RelErr(out, want), 1e-5);
 
-  // accumulate: out += x @ w + b
-  std::vector<float> residual = Random(M * N, 9);
+  ops.Linear(x.data(), M, *weight, nullptr, Epilogue::kBias, out.data());
+  EXPECT_LT(RelErr(out, NaiveLinear(x, M, K, w, N, nullptr, layout)), 1e-5);
+
+  ops.Linear(x.data(), M, *weight, b.data(), Epilogue::kBiasGelu, out.data());
+  std::vector<double> gelu = want;
+  for (double& v : gelu) v = GeluRef(v);
+  EXPECT_LT(RelErr(out, gelu), 1e-5);
+
+  const std::vector<float> residual = Random(M * N, 9);
   std::vector<float> acc = residual;
-  ops.Linear(x.data(), M, K, w.data(), N, b.data(), true, acc.data());
-  for (int i = 0; i < M * N; ++i) want[i] += residual[i];
-  EXPECT_LT(RelErr(acc, want), 1e-5);
+  ops.Linear(x.data(), M, *weight, b.data(), Epilogue::kBiasResidual, acc.data());
+  std::vector<double> summed = want;
+  for (int i = 0; i < M * N; ++i) summed[i] += residual[i];
+  EXPECT_LT(RelErr(acc, summed), 1e-5);
 }
 
-TEST_P(LinearTest, LinearGelu) {
-  CpuOps ops;
-  const int M = GetParam(), K = 33, N = 50;
-  auto x = Random(M * K, 10, 2.0f), w = Random(K * N, 11), b = Random(N, 12);
-  std::vector<float> out(M * N);
-  ops.LinearGelu(x.data(), M, K, w.data(), N, b.data(), out.data());
-  auto want = NaiveLinear(x, M, K, w, N, b.data(), false);
-  for (double& v : want) v = GeluRef(v);
-  EXPECT_LT(RelErr(out, want), 1e-5);
-}
-
-TEST_P(LinearTest, LinearTransposed) {
-  CpuOps ops;
-  const int M = GetParam(), K = 24, N = 101;
-  auto x = Random(M * K, 13), w = Random(N * K, 14);
-  std::vector<float> out(M * N);
-  ops.LinearTransposed(x.data(), M, K, w.data(), N, out.data());
-  EXPECT_LT(RelErr(out, NaiveLinear(x, M, K, w, N, nullptr, true)), 1e-5);
-}
-
-INSTANTIATE_TEST_SUITE_P(Rows, LinearTest, ::testing::Values(1, 3, 64));
+INSTANTIATE_TEST_SUITE_P(RowsAndLayouts, LinearTest,
+                         ::testing::Combine(::testing::Values(1, 3, 4, 5, 64, 200),
+                                            ::testing::Values(WeightLayout::kInOut,
+                                                              WeightLayout::kOutIn)));
 
 // Three sequences in different slots, at different positions, with 1 to 20
 // rows each: a decode row, a fresh prompt and a continued chunk.
 TEST(CpuOpsTest, AttentionOverRaggedBatch) {
   CpuOps ops;
-  const int H = 3, D = 8, S = 4, L = 40, HD = H * D;
+  const int H = 3, D = 8, S = 5, L = 80, HD = H * D;
   std::vector<float> kbuf = Random(size_t{S} * H * L * D, 15);
   std::vector<float> vbuf = Random(size_t{S} * H * L * D, 16);
   KvLayer kv{kbuf.data(), vbuf.data(), S, H, L, D};
   const std::vector<SeqRows> seqs = {
       {/*slot=*/2, /*pos=*/11, /*len=*/1, /*row=*/0},
       {/*slot=*/0, /*pos=*/0, /*len=*/20, /*row=*/1},
-      {/*slot=*/3, /*pos=*/5, /*len=*/7, /*row=*/21}};
-  const int T = 28;
+      {/*slot=*/3, /*pos=*/5, /*len=*/7, /*row=*/21},
+      {/*slot=*/4, /*pos=*/3, /*len=*/45, /*row=*/28}};  // two row blocks
+  const int T = 73;
   auto qkv = Random(T * 3 * HD, 17);
   const std::vector<float> k_before = kbuf, v_before = vbuf;
   std::vector<float> out(T * HD);
@@ -158,7 +157,7 @@ TEST(CpuOpsTest, AttentionOverRaggedBatch) {
     for (int h = 0; h < H; ++h) {
       // The full key/value history: old cache content before pos, new rows after.
       auto key = [&](int p, int d) -> double {
-        if (p < s.pos) return k_before[((s.slot * H + h) * L + p) * D + d];
+        if (p < s.pos) return k_before[((s.slot * H + h) * D + d) * L + p];
         return qkv[(s.row + p - s.pos) * 3 * HD + HD + h * D + d];
       };
       auto value = [&](int p, int d) -> double {
@@ -183,9 +182,8 @@ TEST(CpuOpsTest, AttentionOverRaggedBatch) {
         }
         // The new row's K/V landed in the cache at its position.
         for (int d = 0; d < D; ++d) {
-          const size_t at = ((s.slot * H + h) * L + s.pos + i) * D + d;
-          EXPECT_EQ(kbuf[at], key(s.pos + i, d));
-          EXPECT_EQ(vbuf[at], value(s.pos + i, d));
+          EXPECT_EQ(kbuf[((s.slot * H + h) * D + d) * L + s.pos + i], key(s.pos + i, d));
+          EXPECT_EQ(vbuf[((s.slot * H + h) * L + s.pos + i) * D + d], value(s.pos + i, d));
         }
       }
     }
@@ -205,9 +203,10 @@ TEST(CpuOpsTest, MoveKvSlotCopiesOnlyFilledPositions) {
   for (int h = 0; h < H; ++h)
     for (int p = 0; p < L; ++p)
       for (int d = 0; d < D; ++d) {
-        const int to = ((0 * H + h) * L + p) * D + d, from = ((2 * H + h) * L + p) * D + d;
-        EXPECT_EQ(kbuf[to], p < 6 ? k0[from] : k0[to]);
-        EXPECT_EQ(vbuf[to], p < 6 ? v0[from] : v0[to]);
+        const int kto = ((0 * H + h) * D + d) * L + p, kfrom = ((2 * H + h) * D + d) * L + p;
+        const int vto = ((0 * H + h) * L + p) * D + d, vfrom = ((2 * H + h) * L + p) * D + d;
+        EXPECT_EQ(kbuf[kto], p < 6 ? k0[kfrom] : k0[kto]);
+        EXPECT_EQ(vbuf[vto], p < 6 ? v0[vfrom] : v0[vto]);
       }
 }
 

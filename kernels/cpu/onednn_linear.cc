@@ -1,0 +1,112 @@
+#include "kernels/cpu/onednn_linear.h"
+
+#include <cstdlib>
+
+namespace flover::kernels {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+constexpr auto kF32 = memory::data_type::f32;
+
+// At or below this many rows an [N, K] weight is read by the GEMV below.
+constexpr int kMaxGemvRows = 4;
+// Row count used to ask oneDNN for its preferred weight layout; the layout it
+// picks serves every row count (checked by the tests through every path).
+constexpr int kLayoutProbeRows = 32;
+
+class CpuWeight final : public Weight {
+ public:
+  CpuWeight(int K, int N, const float* out_in, memory packed)
+      : k_(K), n_(N), out_in_(out_in), packed_(std::move(packed)) {}
+  int k() const override { return k_; }
+  int n() const override { return n_; }
+  const float* out_in() const { return out_in_; }  // [N, K] or null
+  const memory& packed() const { return packed_; }
+
+ private:
+  int k_, n_;
+  const float* out_in_;
+  memory packed_;
+};
+
+// out[m, n] = dot(x[m], w[n]) + bias[n] for m < M <= kMaxGemvRows.
+// x: [M, K]; w: [N, K]. Each weight row is loaded once for all M rows.
+void GemvOutIn(const float* x, int M, int K, const float* w, int N, const float* bias,
+               float* out) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* wr = w + int64_t{n} * K;
+    float acc[kMaxGemvRows] = {0, 0, 0, 0};
+    for (int m = 0; m < M; ++m) {
+      const float* xr = x + int64_t{m} * K;
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int k = 0; k < K; ++k) s += xr[k] * wr[k];
+      acc[m] = s;
+    }
+    for (int m = 0; m < M; ++m) out[int64_t{m} * N + n] = acc[m] + (bias ? bias[n] : 0.0f);
+  }
+}
+
+}  // namespace
+
+OneDnnLinear::OneDnnLinear() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+std::unique_ptr<Weight> OneDnnLinear::Prepare(const float* w, int K, int N,
+                                              WeightLayout layout) {
+  const memory::desc user({K, N}, kF32, layout == WeightLayout::kInOut ? Tag::ab : Tag::ba);
+  const dnnl::matmul::primitive_desc probe(
+      dnnl::matmul::desc(memory::desc({kLayoutProbeRows, K}, kF32, Tag::ab),
+                         memory::desc({K, N}, kF32, Tag::any),
+                         memory::desc({kLayoutProbeRows, N}, kF32, Tag::ab)),
+      engine_);
+  memory src(user, engine_, const_cast<float*>(w));
+  memory packed(probe.weights_desc(), engine_);
+  dnnl::reorder(src, packed).execute(stream_, src, packed);
+  stream_.wait();
+  return std::make_unique<CpuWeight>(K, N, layout == WeightLayout::kOutIn ? w : nullptr,
+                                     std::move(packed));
+}
+
+dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weights) {
+  auto it = primitives_.find(key);
+  if (it != primitives_.end()) return it->second;
+  const auto [M, K, N, has_bias, epilogue] = key;
+  dnnl::post_ops ops;
+  if (epilogue == Epilogue::kBiasGelu) {
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+  } else if (epilogue == Epilogue::kBiasResidual) {
+    ops.append_sum(1.0f);
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  const memory::desc src({M, K}, kF32, Tag::ab), dst({M, N}, kF32, Tag::ab);
+  const auto desc = has_bias ? dnnl::matmul::desc(src, weights, memory::desc({1, N}, kF32, Tag::ab), dst)
+                             : dnnl::matmul::desc(src, weights, dst);
+  return primitives_.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine_)))
+      .first->second;
+}
+
+void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float* bias,
+                       Epilogue epilogue, float* out) {
+  const auto& w = static_cast<const CpuWeight&>(weight);
+  const int K = w.k(), N = w.n();
+  if (w.out_in() != nullptr && M <= kMaxGemvRows && epilogue == Epilogue::kBias) {
+    GemvOutIn(x, M, K, w.out_in(), N, bias, out);
+    return;
+  }
+  const Key key{M, K, N, bias != nullptr, epilogue};
+  dnnl::matmul& mm = Primitive(key, w.packed().get_desc());
+  memory src({{M, K}, kF32, Tag::ab}, engine_, const_cast<float*>(x));
+  memory dst({{M, N}, kF32, Tag::ab}, engine_, out);
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w.packed()}, {DNNL_ARG_DST, dst}};
+  if (bias != nullptr) {
+    args.emplace(DNNL_ARG_BIAS, memory({{1, N}, kF32, Tag::ab}, engine_, const_cast<float*>(bias)));
+  }
+  mm.execute(stream_, args);
+  stream_.wait();
+}
+
+}  // namespace flover::kernels
