@@ -45,7 +45,7 @@ GptModel::GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& op
     Release(l.mlp_proj_w);
     layers_.push_back(std::move(p));
   }
-  // [V, C] rows; kept, since the backend may read it directly for few rows.
+  // The tied LM head is wte itself, [V, C]; wte stays for the embeddings.
   lm_head_ = ops_.PrepareWeight(weights_.lm_head_data(), C, config_.vocab_size,
                                 WeightLayout::kOutIn);
 }

@@ -61,6 +61,10 @@ class Weight {
 
 // A backend's ops. Not thread-safe: one engine thread drives it (the ops
 // themselves use every core).
+//
+// Batch invariance: every op computes a row's result with the same
+// arithmetic whatever other rows or sequences share the call, so a sequence's
+// output is bitwise independent of what it is batched with.
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -77,9 +81,7 @@ class Ops {
   virtual void LayerNorm(const float* x, int T, int C, const float* gamma,
                          const float* beta, float eps, float* out) = 0;
 
-  // Prepares w: [K, N] or [N, K] per `layout`. The backend may keep a
-  // pointer to `w` (kOutIn: to read it directly for small M), so w must
-  // outlive the returned Weight.
+  // Prepares w: [K, N] or [N, K] per `layout` (copied; w may be freed after).
   virtual std::unique_ptr<Weight> PrepareWeight(const float* w, int K, int N,
                                                 WeightLayout layout) = 0;
 

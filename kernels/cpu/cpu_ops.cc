@@ -8,52 +8,13 @@
 #include <vector>
 
 #include "kernels/cpu/vec_math.h"
-#include "oneapi/dnnl/dnnl.h"
 
 namespace flover::kernels {
 namespace {
 
-// Rows of one (sequence, head) pair handled by one task in Attention: enough
-// for the two small GEMMs of a block to be efficient, few enough to balance a
-// long causal prefill across threads.
+// Rows of one (sequence, head) pair handled by one task in Attention: few
+// enough to balance a long causal prefill across threads.
 constexpr int kAttentionRowBlock = 32;
-
-// c: [M, N] = alpha * a @ op(b), row-major with leading dimensions. Called
-// from inside an OpenMP region, where oneDNN runs it on the calling thread.
-void Sgemm(char trans_b, int M, int N, int K, float alpha, const float* a, int lda,
-           const float* b, int ldb, float* c, int ldc) {
-  // Shapes come from validated batches; a failure here is a bug.
-  if (dnnl_sgemm('N', trans_b, M, N, K, alpha, a, lda, b, ldb, 0.0f, c, ldc) != dnnl_success) {
-    std::abort();
-  }
-}
-
-// Causal attention for rows [0, R) of one head whose first row is at position
-// `pos`: row i sees keys [0, pos + i]. q: [R, D] with row stride ldq (unscaled);
-// kt: [D, max_seq] (transposed keys); v: [pos + R, D]; scores: scratch
-// [R, pos + R]; out: [R, D], stride ldo.
-void AttendBlock(const float* q, int ldq, const float* kt, int max_seq, const float* v,
-                 int pos, int R, int D, float scale, float* scores, float* out, int ldo) {
-  const int n = pos + R;
-  Sgemm('N', R, n, D, scale, q, ldq, kt, max_seq, scores, n);
-  for (int i = 0; i < R; ++i) {
-    float* s = scores + int64_t{i} * n;
-    const int visible = pos + i + 1;
-    float max_score = -INFINITY;
-    for (int j = 0; j < visible; ++j) max_score = std::max(max_score, s[j]);
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < visible; ++j) {
-      s[j] = ExpF(s[j] - max_score);
-      sum += s[j];
-    }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int j = 0; j < visible; ++j) s[j] *= inv;
-    std::fill(s + visible, s + n, 0.0f);
-  }
-  Sgemm('N', R, D, n, 1.0f, scores, n, v, D, out, ldo);
-}
 
 // One query row against positions [0, n) of one head's cache.
 // q: [D] (already scaled); kt: [D, max_seq] (transposed keys); v: [n, D];
@@ -175,7 +136,7 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
   const int num_tasks = static_cast<int>(tasks.size());
 #pragma omp parallel
   {
-    std::vector<float> scores(size_t{kAttentionRowBlock} * kv.max_seq);
+    std::vector<float> scores(kv.max_seq);
     std::vector<float> q(D);
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < num_tasks; ++t) {
@@ -185,14 +146,12 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
       const int64_t row = int64_t{seq.row} + task.first_row;
       const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
       float* o = out + row * HD + int64_t{task.head} * D;
-      if (task.rows == 1) {  // decode: one query, a direct loop beats a GEMM call
-        for (int d = 0; d < D; ++d) q[d] = qr[d] * scale;
+      // Every row goes through the same kernel, so a row's result never
+      // depends on how the batch around it was formed.
+      for (int i = 0; i < task.rows; ++i) {
+        for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
         AttendRow(q.data(), kv.k + base, kv.max_seq, kv.v + base,
-                  seq.pos + task.first_row + 1, D, scores.data(), o);
-      } else {
-        AttendBlock(qr, static_cast<int>(row_stride), kv.k + base, kv.max_seq, kv.v + base,
-                    seq.pos + task.first_row, task.rows, D, scale, scores.data(), o,
-                    static_cast<int>(HD));
+                  seq.pos + task.first_row + i + 1, D, scores.data(), o + i * HD);
       }
     }
   }

@@ -210,5 +210,63 @@ TEST(CpuOpsTest, MoveKvSlotCopiesOnlyFilledPositions) {
       }
 }
 
+// A row's Linear output is bitwise the same whatever M is.
+TEST(BatchInvarianceTest, LinearRowDoesNotDependOnOtherRows) {
+  CpuOps ops;
+  const int K = 96, N = 130;
+  auto w = Random(K * N, 20), b = Random(N, 21), row = Random(K, 22);
+  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+    auto weight = ops.PrepareWeight(w.data(), K, N, layout);
+    std::vector<float> alone(N);
+    ops.Linear(row.data(), 1, *weight, b.data(), Epilogue::kBiasGelu, alone.data());
+    for (int M : {2, 5, 33, 100}) {
+      auto x = Random(M * K, 23 + M);
+      std::copy(row.begin(), row.end(), x.begin() + (M / 2) * K);
+      std::vector<float> out(M * N);
+      ops.Linear(x.data(), M, *weight, b.data(), Epilogue::kBiasGelu, out.data());
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), out.begin() + (M / 2) * N)) << M;
+    }
+  }
+}
+
+// A sequence's attention output is bitwise the same alone, batched with
+// others, or with its rows split into chunks across calls.
+TEST(BatchInvarianceTest, AttentionDoesNotDependOnBatchOrChunking) {
+  CpuOps ops;
+  const int H = 2, D = 16, S = 3, L = 64, HD = H * D, len = 40;
+  auto qkv_seq = Random(len * 3 * HD, 30);
+  auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others) {
+    std::vector<float> kbuf(S * H * L * D), vbuf(S * H * L * D);
+    KvLayer kv{kbuf.data(), vbuf.data(), S, H, L, D};
+    std::vector<float> result(len * HD);
+    int pos = 0;
+    for (const auto& call : chunks_per_call) {
+      for (int n : call) {
+        std::vector<SeqRows> seqs;
+        std::vector<float> qkv;
+        if (with_others) {  // another sequence first, in slot 0
+          seqs.push_back({0, 0, 7, 0});
+          auto other = Random(7 * 3 * HD, 31 + pos);
+          qkv.insert(qkv.end(), other.begin(), other.end());
+        }
+        const int row = with_others ? 7 : 0;
+        seqs.push_back({2, pos, n, row});
+        qkv.insert(qkv.end(), qkv_seq.begin() + pos * 3 * HD, qkv_seq.begin() + (pos + n) * 3 * HD);
+        std::vector<float> out((row + n) * HD);
+        ops.Attention(qkv.data(), seqs.data(), seqs.size(), kv, out.data());
+        std::copy(out.begin() + row * HD, out.end(), result.begin() + pos * HD);
+        pos += n;
+      }
+    }
+    return result;
+  };
+  const auto alone = run({{40}}, false);
+  EXPECT_EQ(alone, run({{40}}, true));
+  EXPECT_EQ(alone, run({{5, 11, 24}}, true));
+  std::vector<int> ones(40, 1);
+  EXPECT_EQ(alone, run({{3}, {37}}, false));
+  EXPECT_EQ(alone, run({ones}, true));
+}
+
 }  // namespace
 }  // namespace flover::kernels

@@ -9,45 +9,21 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
 
-// At or below this many rows an [N, K] weight is read by the GEMV below.
-constexpr int kMaxGemvRows = 4;
 // Row count used to ask oneDNN for its preferred weight layout; the layout it
 // picks serves every row count (checked by the tests through every path).
 constexpr int kLayoutProbeRows = 32;
 
 class CpuWeight final : public Weight {
  public:
-  CpuWeight(int K, int N, const float* out_in, memory packed)
-      : k_(K), n_(N), out_in_(out_in), packed_(std::move(packed)) {}
+  CpuWeight(int K, int N, memory packed) : k_(K), n_(N), packed_(std::move(packed)) {}
   int k() const override { return k_; }
   int n() const override { return n_; }
-  const float* out_in() const { return out_in_; }  // [N, K] or null
   const memory& packed() const { return packed_; }
 
  private:
   int k_, n_;
-  const float* out_in_;
   memory packed_;
 };
-
-// out[m, n] = dot(x[m], w[n]) + bias[n] for m < M <= kMaxGemvRows.
-// x: [M, K]; w: [N, K]. Each weight row is loaded once for all M rows.
-void GemvOutIn(const float* x, int M, int K, const float* w, int N, const float* bias,
-               float* out) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* wr = w + int64_t{n} * K;
-    float acc[kMaxGemvRows] = {0, 0, 0, 0};
-    for (int m = 0; m < M; ++m) {
-      const float* xr = x + int64_t{m} * K;
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int k = 0; k < K; ++k) s += xr[k] * wr[k];
-      acc[m] = s;
-    }
-    for (int m = 0; m < M; ++m) out[int64_t{m} * N + n] = acc[m] + (bias ? bias[n] : 0.0f);
-  }
-}
 
 }  // namespace
 
@@ -65,8 +41,7 @@ std::unique_ptr<Weight> OneDnnLinear::Prepare(const float* w, int K, int N,
   memory packed(probe.weights_desc(), engine_);
   dnnl::reorder(src, packed).execute(stream_, src, packed);
   stream_.wait();
-  return std::make_unique<CpuWeight>(K, N, layout == WeightLayout::kOutIn ? w : nullptr,
-                                     std::move(packed));
+  return std::make_unique<CpuWeight>(K, N, std::move(packed));
 }
 
 dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weights) {
@@ -92,10 +67,6 @@ void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float*
                        Epilogue epilogue, float* out) {
   const auto& w = static_cast<const CpuWeight&>(weight);
   const int K = w.k(), N = w.n();
-  if (w.out_in() != nullptr && M <= kMaxGemvRows && epilogue == Epilogue::kBias) {
-    GemvOutIn(x, M, K, w.out_in(), N, bias, out);
-    return;
-  }
   const Key key{M, K, N, bias != nullptr, epilogue};
   dnnl::matmul& mm = Primitive(key, w.packed().get_desc());
   memory src({{M, K}, kF32, Tag::ab}, engine_, const_cast<float*>(x));

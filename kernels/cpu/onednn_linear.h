@@ -1,9 +1,12 @@
 // Linear layers on the CPU through oneDNN's matmul primitive: weights are
 // reordered once into the layout oneDNN's kernels prefer (so no call re-packs
 // them), bias, gelu_new and the residual add run as fused post-ops, and
-// primitives are cached per (rows, shape, epilogue). An [N, K] weight (the
-// tied LM head) is read directly by a dot-product GEMV when there are only a
-// few rows, which streams it at memory bandwidth.
+// primitives are cached per (rows, shape, epilogue).
+//
+// One path for every row count on purpose: oneDNN's matmul over packed
+// weights gives bitwise the same result for a row whatever M is (checked by
+// cpu_ops_test), which the engine's batch invariance relies on. A faster GEMV
+// for few rows would break that.
 #ifndef FLOVER_KERNELS_CPU_ONEDNN_LINEAR_H_
 #define FLOVER_KERNELS_CPU_ONEDNN_LINEAR_H_
 
