@@ -54,6 +54,9 @@ class GptModel {
   absl::Status Forward(const ForwardBatch& batch, KvCache& cache, LogitsFor which,
                        std::vector<float>* logits);
 
+  // Copies positions [0, len) of slot `from` to slot `to` in every layer.
+  void MoveSlot(KvCache& cache, int from, int to, int len) { cache.MoveSlot(ops_, from, to, len); }
+
  private:
   absl::Status Validate(const ForwardBatch& batch, const KvCache& cache) const;
 

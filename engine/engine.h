@@ -1,0 +1,120 @@
+// The temporal-fusion engine: accepts requests at any time from any thread,
+// and on one loop thread fuses every in-flight sequence into one forward pass
+// per token step (new prompts join the same forward as decoding sequences),
+// streams each sampled token to the request's sink, and frees a slot the
+// step its sequence finishes. The step is planned by Schedule(); the KV cache
+// is compacted (memory shuffle) as the plan says.
+#ifndef FLOVER_ENGINE_ENGINE_H_
+#define FLOVER_ENGINE_ENGINE_H_
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/bpe_tokenizer.h"
+#include "engine/gpt_model.h"
+#include "engine/kv_cache.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+
+namespace flover {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  int max_seq_len = 1024;       // KV positions per slot (<= model positions)
+  int max_queue = 1024;         // waiting requests; more are refused at once
+  int max_new_tokens_limit = 4096;
+};
+
+struct EngineStats {
+  int queued = 0;
+  int active = 0;
+  int slots = 0;
+  int64_t kv_bytes_in_use = 0;  // filled positions of live sequences
+  int64_t kv_bytes_total = 0;
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;      // computed by the model
+  int64_t generated_tokens = 0;
+  int64_t padding_rows = 0;       // dummy rows run for holes (kv_shuffle off)
+  int64_t shuffle_moves = 0;
+  int64_t shuffle_bytes = 0;
+  int64_t submitted = 0;
+  std::array<int64_t, kNumFinishReasons> finished{};  // by FinishReason
+};
+
+class Engine {
+ public:
+  // `model` and `tokenizer` (may be null) must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(GptModel& model,
+                                                        const BpeTokenizer* tokenizer,
+                                                        const EngineOptions& options);
+  ~Engine();  // Shutdown(absl::ZeroDuration()) if not yet shut down
+
+  // Validates and queues a request; its events go to `sink`. Errors:
+  // InvalidArgument naming the field, ResourceExhausted when the queue is
+  // full, Unavailable after Shutdown began.
+  absl::StatusOr<RequestId> Submit(Request request, std::shared_ptr<TokenSink> sink);
+
+  // The request finishes with kCancelled at the next step (queued or running).
+  // NotFound if it is unknown or already finished.
+  absl::Status Cancel(RequestId id);
+
+  EngineStats Stats() const;
+
+  // Refuses new requests, lets queued and running ones finish for up to
+  // `drain_timeout`, cancels whatever is left, and stops the loop thread.
+  void Shutdown(absl::Duration drain_timeout);
+
+  const GptModel& model() const { return model_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Sequence;  // a request from submission to finish
+
+  Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptions& options,
+         std::unique_ptr<KvCache> cache);
+  absl::Status Validate(const Request& r) const;
+  void Loop();
+  // One step; returns false when there was nothing to run.
+  bool Step();
+  void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
+  // Appends a sampled token, emits it, and decides whether the sequence stops.
+  void Emit(Sequence& seq, int32_t token, float logprob);
+  absl::Time NextWakeup() const;
+
+  GptModel& model_;
+  const BpeTokenizer* tokenizer_;
+  const EngineOptions options_;
+  std::unique_ptr<KvCache> cache_;
+  int64_t kv_bytes_per_token_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> incoming_;  // guarded by mu_
+  absl::flat_hash_set<RequestId> cancels_;         // guarded by mu_
+  absl::flat_hash_set<RequestId> live_ids_;        // guarded by mu_
+  bool accepting_ = true;                          // guarded by mu_
+  bool stop_ = false;                              // guarded by mu_
+  RequestId next_id_ = 1;                          // guarded by mu_
+  EngineStats stats_;                              // guarded by mu_
+
+  // Loop-thread state.
+  std::deque<std::unique_ptr<Sequence>> queue_;
+  std::vector<std::unique_ptr<Sequence>> active_;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+  std::thread thread_;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_ENGINE_H_

@@ -1,0 +1,68 @@
+// What a client asks the engine for, and what the engine tells it back.
+#ifndef FLOVER_ENGINE_REQUEST_H_
+#define FLOVER_ENGINE_REQUEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+namespace flover {
+
+struct StopConditions {
+  int max_new_tokens = 16;
+  std::vector<int32_t> stop_token_ids;   // stop after emitting one of these
+  std::vector<std::string> stop_strings; // stop when the text contains one
+  bool ignore_eos = false;
+};
+
+struct Request {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;
+  absl::Time deadline = absl::InfiniteFuture();
+  bool return_logprobs = false;
+};
+
+enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError };
+constexpr int kNumFinishReasons = 6;
+absl::string_view FinishReasonName(FinishReason reason);
+
+struct TokenEvent {
+  int32_t token = 0;
+  // Text released with this token (empty without a tokenizer, while a UTF-8
+  // character or a possible stop string is incomplete, and for EOS).
+  std::string text;
+  float logprob = 0.0f;  // set when the request asked for logprobs
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+};
+
+struct FinishEvent {
+  FinishReason reason = FinishReason::kLength;
+  Usage usage;
+  std::string text;     // text held back until the end, if any
+  absl::Status error;   // set when reason is kError
+};
+
+// Receives a request's tokens, then exactly one finish event. Called on the
+// engine thread: implementations must return quickly and must not call back
+// into the engine's blocking methods (Shutdown).
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  virtual void OnToken(RequestId id, const TokenEvent& event) = 0;
+  virtual void OnFinish(RequestId id, const FinishEvent& event) = 0;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_REQUEST_H_
