@@ -20,9 +20,14 @@ class ProfilingOps final : public kernels::Ops {
   const std::map<std::string, double>& seconds() const { return seconds_; }
   void Reset() { seconds_.clear(); }
 
-  void Embed(const int32_t* tokens, const int32_t* positions, int T, const float* wte,
-             const float* wpe, int C, float* out) override {
-    Timed("embed", [&] { inner_.Embed(tokens, positions, T, wte, wpe, C, out); });
+  void Embed(const int32_t* tokens, const int32_t* positions, int T, const float* wte_rows,
+             int vocab_begin, int vocab_end, const float* wpe, int C, float* out) override {
+    Timed("embed", [&] {
+      inner_.Embed(tokens, positions, T, wte_rows, vocab_begin, vocab_end, wpe, C, out);
+    });
+  }
+  void Add(const float* x, int64_t n, float* out) override {
+    Timed("add", [&] { inner_.Add(x, n, out); });
   }
   void LayerNorm(const float* x, int T, int C, const float* g, const float* b, float eps,
                  float* out) override {

@@ -29,34 +29,38 @@ void Release(std::vector<float>& v) { std::vector<float>().swap(v); }
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& ops)
-    : config_(config), weights_(std::move(weights)), ops_(ops) {
+GptModel::GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& ops,
+                   Communicator* comm)
+    : config_(config), weights_(std::move(weights)), ops_(ops), comm_(comm) {
   using kernels::WeightLayout;
-  const int C = config_.n_embd, F = config_.n_inner;
+  if (comm_ != nullptr) spec_ = {comm_->world().tp_size, comm_->world().tp_rank};
+  shard_ = ShapeOf(config_, spec_);
+  const int C = config_.n_embd, CL = shard_.heads * config_.head_dim(), FL = shard_.inner;
   for (LayerWeights& l : weights_.layers) {
     PreparedLayer p;
-    p.attn = ops_.PrepareWeight(l.attn_w.data(), C, 3 * C, WeightLayout::kInOut);
-    p.attn_proj = ops_.PrepareWeight(l.attn_proj_w.data(), C, C, WeightLayout::kInOut);
-    p.fc = ops_.PrepareWeight(l.fc_w.data(), C, F, WeightLayout::kInOut);
-    p.mlp_proj = ops_.PrepareWeight(l.mlp_proj_w.data(), F, C, WeightLayout::kInOut);
+    p.attn = ops_.PrepareWeight(l.attn_w.data(), C, 3 * CL, WeightLayout::kInOut);
+    p.attn_proj = ops_.PrepareWeight(l.attn_proj_w.data(), CL, C, WeightLayout::kInOut);
+    p.fc = ops_.PrepareWeight(l.fc_w.data(), C, FL, WeightLayout::kInOut);
+    p.mlp_proj = ops_.PrepareWeight(l.mlp_proj_w.data(), FL, C, WeightLayout::kInOut);
     Release(l.attn_w);
     Release(l.attn_proj_w);
     Release(l.fc_w);
     Release(l.mlp_proj_w);
     layers_.push_back(std::move(p));
   }
-  // The tied LM head is wte itself, [V, C]; wte stays for the embeddings.
-  lm_head_ = ops_.PrepareWeight(weights_.lm_head_data(), C, config_.vocab_size,
-                                WeightLayout::kOutIn);
+  // The tied LM head is wte itself (this rank's vocabulary rows), [V_local, C];
+  // wte stays for the embeddings.
+  lm_head_ = ops_.PrepareWeight(weights_.lm_head_data(), C,
+                                shard_.vocab_end - shard_.vocab_begin, WeightLayout::kOutIn);
 }
 
 KvCacheShape GptModel::CacheShape(int slots, int max_seq) const {
-  return KvCacheShape{config_.n_layer, slots, config_.n_head, max_seq, config_.head_dim()};
+  return KvCacheShape{config_.n_layer, slots, shard_.heads, max_seq, config_.head_dim()};
 }
 
 absl::Status GptModel::Validate(const ForwardBatch& b, const KvCache& cache) const {
   const KvCacheShape& cs = cache.shape();
-  if (cs.layers != config_.n_layer || cs.heads != config_.n_head ||
+  if (cs.layers != config_.n_layer || cs.heads != shard_.heads ||
       cs.head_dim != config_.head_dim()) {
     return absl::InvalidArgumentError("KV cache shape does not match the model");
   }
@@ -96,21 +100,39 @@ absl::Status GptModel::Validate(const ForwardBatch& b, const KvCache& cache) con
   return absl::OkStatus();
 }
 
+absl::Status GptModel::RowSplitResidual(const float* rows, int T, const kernels::Weight& w,
+                                        const float* bias, float* x) {
+  const int C = config_.n_embd;
+  if (spec_.tp_size == 1) {
+    ops_.Linear(rows, T, w, bias, kernels::Epilogue::kBiasResidual, x);
+    return absl::OkStatus();
+  }
+  partial_.resize(size_t(T) * C);
+  ops_.Linear(rows, T, w, bias, kernels::Epilogue::kBias, partial_.data());
+  if (absl::Status st = comm_->AllReduceSum(partial_.data(), partial_.size()); !st.ok()) return st;
+  ops_.Add(partial_.data(), int64_t{T} * C, x);
+  return absl::OkStatus();
+}
+
 absl::Status GptModel::Forward(const ForwardBatch& b, KvCache& cache, LogitsFor which,
                                std::vector<float>* logits) {
   if (absl::Status st = Validate(b, cache); !st.ok()) return st;
-  const int T = b.num_rows(), C = config_.n_embd, F = config_.n_inner,
-            V = config_.vocab_size;
+  const int T = b.num_rows(), C = config_.n_embd, CL = shard_.heads * config_.head_dim(),
+            FL = shard_.inner, V = config_.vocab_size;
   const int S = static_cast<int>(b.seqs.size());
   x_.resize(size_t(T) * C);
   h_.resize(size_t(T) * C);
-  qkv_.resize(size_t(T) * 3 * C);
-  attn_.resize(size_t(T) * C);
-  fc_.resize(size_t(T) * F);
+  qkv_.resize(size_t(T) * 3 * CL);
+  attn_.resize(size_t(T) * CL);
+  fc_.resize(size_t(T) * FL);
 
-  // x: [T, C] is the residual stream.
-  ops_.Embed(b.tokens.data(), b.positions.data(), T, weights_.wte.data(),
-             weights_.wpe.data(), C, x_.data());
+  // x: [T, C] is the residual stream, replicated on every rank.
+  ops_.Embed(b.tokens.data(), b.positions.data(), T, weights_.wte.data(), shard_.vocab_begin,
+             shard_.vocab_end, shard_.adds_replicated_bias ? weights_.wpe.data() : nullptr, C,
+             x_.data());
+  if (spec_.tp_size > 1) {
+    if (absl::Status st = comm_->AllReduceSum(x_.data(), x_.size()); !st.ok()) return st;
+  }
   using kernels::Epilogue;
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerWeights& w = weights_.layers[l];
@@ -119,13 +141,17 @@ absl::Status GptModel::Forward(const ForwardBatch& b, KvCache& cache, LogitsFor 
                    config_.layer_norm_epsilon, h_.data());
     ops_.Linear(h_.data(), T, *p.attn, w.attn_b.data(), Epilogue::kBias, qkv_.data());
     ops_.Attention(qkv_.data(), b.seqs.data(), S, cache.layer(l), attn_.data());
-    ops_.Linear(attn_.data(), T, *p.attn_proj, w.attn_proj_b.data(), Epilogue::kBiasResidual,
-                x_.data());
+    if (absl::Status st = RowSplitResidual(attn_.data(), T, *p.attn_proj, w.attn_proj_b.data(), x_.data());
+        !st.ok()) {
+      return st;
+    }
     ops_.LayerNorm(x_.data(), T, C, w.ln_2_g.data(), w.ln_2_b.data(),
                    config_.layer_norm_epsilon, h_.data());
     ops_.Linear(h_.data(), T, *p.fc, w.fc_b.data(), Epilogue::kBiasGelu, fc_.data());
-    ops_.Linear(fc_.data(), T, *p.mlp_proj, w.mlp_proj_b.data(), Epilogue::kBiasResidual,
-                x_.data());
+    if (absl::Status st = RowSplitResidual(fc_.data(), T, *p.mlp_proj, w.mlp_proj_b.data(), x_.data());
+        !st.ok()) {
+      return st;
+    }
   }
 
   // Final layernorm and LM head only on the rows whose logits are wanted.
@@ -143,8 +169,34 @@ absl::Status GptModel::Forward(const ForwardBatch& b, KvCache& cache, LogitsFor 
   h_.resize(size_t(R) * C);
   ops_.LayerNorm(rows, R, C, weights_.ln_f_g.data(), weights_.ln_f_b.data(),
                  config_.layer_norm_epsilon, h_.data());
+  if (spec_.tp_size == 1) {
+    logits->resize(size_t(R) * V);
+    ops_.Linear(h_.data(), R, *lm_head_, nullptr, Epilogue::kBias, logits->data());
+    return absl::OkStatus();
+  }
+  // Each rank scores its vocabulary range; rank 0 stitches the columns.
+  const int VL = shard_.vocab_end - shard_.vocab_begin;
+  partial_.resize(size_t(R) * VL);
+  ops_.Linear(h_.data(), R, *lm_head_, nullptr, Epilogue::kBias, partial_.data());
+  if (absl::Status st = comm_->GatherToLeader(partial_.data(), partial_.size(), &gathered_);
+      !st.ok()) {
+    return st;
+  }
+  if (!comm_->world().is_leader()) {
+    logits->clear();
+    return absl::OkStatus();
+  }
   logits->resize(size_t(R) * V);
-  ops_.Linear(h_.data(), R, *lm_head_, nullptr, kernels::Epilogue::kBias, logits->data());
+  size_t offset = 0;
+  for (int r = 0; r < spec_.tp_size; ++r) {
+    const ShardShape other = ShapeOf(config_, {spec_.tp_size, r});
+    const int n = other.vocab_end - other.vocab_begin;
+    for (int row = 0; row < R; ++row) {
+      std::memcpy(&(*logits)[size_t(row) * V + other.vocab_begin], &gathered_[offset + size_t(row) * n],
+                  n * sizeof(float));
+    }
+    offset += size_t(R) * n;
+  }
   return absl::OkStatus();
 }
 

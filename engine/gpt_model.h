@@ -12,9 +12,11 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/comm/communicator.h"
 #include "engine/gpt_config.h"
 #include "engine/gpt_weights.h"
 #include "engine/kv_cache.h"
+#include "engine/tp_shard.h"
 #include "kernels/ops.h"
 
 namespace flover {
@@ -40,7 +42,10 @@ class GptModel {
  public:
   // Takes the weights and prepares every linear layer for `ops` (which must
   // outlive the model), dropping the plain copies the backend no longer needs.
-  GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& ops);
+  // With a communicator of tp_size > 1, `weights` is this rank's shard
+  // (ShardGptWeights) and every rank must call Forward with the same batch.
+  GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& ops,
+           Communicator* comm = nullptr);
 
   const GptConfig& config() const { return config_; }
 
@@ -48,9 +53,11 @@ class GptModel {
   KvCacheShape CacheShape(int slots, int max_seq) const;
 
   // Runs the batch, writing its keys/values into `cache` and the logits into
-  // `logits` (resized). Every sequence must use a distinct slot of `cache`,
-  // have rows, and fit in both the cache and the model's positions; token ids
-  // must be in the vocabulary. Violations are InvalidArgument errors.
+  // `logits` (resized; on tensor-parallel ranks other than 0 left empty).
+  // Every sequence must use a distinct slot of `cache`, have rows, and fit in
+  // both the cache and the model's positions; token ids must be in the
+  // vocabulary. Violations are InvalidArgument errors; a failed collective
+  // is Unavailable.
   absl::Status Forward(const ForwardBatch& batch, KvCache& cache, LogitsFor which,
                        std::vector<float>* logits);
 
@@ -64,13 +71,21 @@ class GptModel {
     std::unique_ptr<kernels::Weight> attn, attn_proj, fc, mlp_proj;
   };
 
+  // x: [T, C] += rows @ w + bias, all-reduced over tensor-parallel ranks
+  // when the layer is row-split. rows: [T, w.k()].
+  absl::Status RowSplitResidual(const float* rows, int T, const kernels::Weight& w,
+                                const float* bias, float* x);
+
   GptConfig config_;
   GptWeights weights_;  // embeddings, layernorms, biases; wte doubles as the LM head
   kernels::Ops& ops_;
+  Communicator* comm_;  // null: one rank
+  ShardSpec spec_;
+  ShardShape shard_;
   std::vector<PreparedLayer> layers_;
   std::unique_ptr<kernels::Weight> lm_head_;
   // Activations, grown to the largest batch seen and then reused.
-  std::vector<float> x_, h_, qkv_, attn_, fc_, last_;
+  std::vector<float> x_, h_, qkv_, attn_, fc_, last_, partial_, gathered_;
 };
 
 }  // namespace flover

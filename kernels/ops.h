@@ -70,11 +70,16 @@ class Ops {
   virtual ~Ops() = default;
   virtual std::string_view name() const = 0;
 
-  // out: [T, C] = wte[tokens[t]] + wpe[positions[t]].
-  // tokens, positions: [T]; wte: [V, C]; wpe: [P, C]. Ids are pre-validated.
+  // out: [T, C] = wte_rows[tokens[t] - vocab_begin] (zero when the token is
+  // outside [vocab_begin, vocab_end): another tensor-parallel rank holds it)
+  // + wpe[positions[t]] (when wpe is not null).
+  // tokens, positions: [T]; wte_rows: [vocab_end - vocab_begin, C]; wpe: [P, C].
   virtual void Embed(const int32_t* tokens, const int32_t* positions, int T,
-                     const float* wte, const float* wpe, int C,
-                     float* out) = 0;
+                     const float* wte_rows, int vocab_begin, int vocab_end,
+                     const float* wpe, int C, float* out) = 0;
+
+  // out: [n] += x: [n].
+  virtual void Add(const float* x, int64_t n, float* out) = 0;
 
   // out: [T, C] = (x - mean) / sqrt(var + eps) * gamma + beta, per row.
   // x: [T, C]; gamma, beta: [C]. out may alias x.

@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# The main job, until the server exists: set up, build, and generate with the
-# built-in GPT-2-small-shaped model.
+# The main job: set up, build, start flover_server on the built-in
+# GPT-2-small-shaped model (loopback, a free port), run the bundled Poisson
+# load client against it, print its report, and stop the server.
+# Extra arguments go to the load client (e.g. --rate=8 --num_requests=64).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 tools/setup.sh
-tools/bazelw build //engine:flover_generate
-time .bazel-root/bin/engine/flover_generate --model=builtin:gpt2-small \
-  --prompt_ids=464,2068,7586,21831 --max_new_tokens=32 --temperature=0.8 --top_k=40 --seed=1
+tools/bazelw build //server:flover_server //clients:flover_loadgen
+bin=.bazel-root/bin
+out=$(mktemp -d)
+"$bin/server/flover_server" --model=builtin:gpt2-small --listen=127.0.0.1:0 \
+  --max_batch=32 --max_seq_len=512 > "$out/server.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$out"' EXIT
+for _ in $(seq 1 600); do
+  grep -q "^listening on" "$out/server.log" 2>/dev/null && break
+  kill -0 $server 2>/dev/null || { cat "$out/server.log"; exit 1; }
+  sleep 0.1
+done
+target=$(sed -n 's/^listening on //p' "$out/server.log" | head -1)
+sed -n '2,3p' "$out/server.log"
+"$bin/clients/flover_loadgen" --target="$target" --rate=4 --num_requests=48 \
+  --prompt_len=uniform:8:64 --output_len=uniform:16:96 --seed=1 "$@"
+kill -TERM $server
+wait $server

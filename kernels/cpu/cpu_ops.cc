@@ -55,15 +55,29 @@ void SetCpuThreads(int threads) {
 int CpuThreads() { return omp_get_max_threads(); }
 
 void CpuOps::Embed(const int32_t* tokens, const int32_t* positions, int T,
-                   const float* wte, const float* wpe, int C, float* out) {
+                   const float* wte_rows, int vocab_begin, int vocab_end,
+                   const float* wpe, int C, float* out) {
 #pragma omp parallel for schedule(static) if (T > 16)
   for (int t = 0; t < T; ++t) {
-    const float* e = wte + int64_t{tokens[t]} * C;
-    const float* p = wpe + int64_t{positions[t]} * C;
     float* o = out + int64_t{t} * C;
+    const bool here = tokens[t] >= vocab_begin && tokens[t] < vocab_end;
+    if (here) {
+      const float* e = wte_rows + int64_t{tokens[t] - vocab_begin} * C;
+      std::memcpy(o, e, C * sizeof(float));
+    } else {
+      std::fill(o, o + C, 0.0f);
+    }
+    if (wpe != nullptr) {
+      const float* p = wpe + int64_t{positions[t]} * C;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      for (int c = 0; c < C; ++c) o[c] += p[c];
+    }
   }
+}
+
+void CpuOps::Add(const float* x, int64_t n, float* out) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) out[i] += x[i];
 }
 
 void CpuOps::LayerNorm(const float* x, int T, int C, const float* gamma,

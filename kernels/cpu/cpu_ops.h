@@ -13,7 +13,9 @@ class CpuOps final : public Ops {
   std::string_view name() const override { return "cpu"; }
 
   void Embed(const int32_t* tokens, const int32_t* positions, int T,
-             const float* wte, const float* wpe, int C, float* out) override;
+             const float* wte_rows, int vocab_begin, int vocab_end,
+             const float* wpe, int C, float* out) override;
+  void Add(const float* x, int64_t n, float* out) override;
   void LayerNorm(const float* x, int T, int C, const float* gamma,
                  const float* beta, float eps, float* out) override;
   std::unique_ptr<Weight> PrepareWeight(const float* w, int K, int N,

@@ -55,10 +55,34 @@ TEST(CpuOpsTest, Embed) {
   auto wte = Random(V * C, 1), wpe = Random(P * C, 2);
   std::vector<int32_t> tokens = {6, 0, 3, 3}, positions = {0, 4, 1, 2};
   std::vector<float> out(T * C);
-  ops.Embed(tokens.data(), positions.data(), T, wte.data(), wpe.data(), C, out.data());
+  ops.Embed(tokens.data(), positions.data(), T, wte.data(), 0, V, wpe.data(), C, out.data());
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < C; ++c)
       EXPECT_EQ(out[t * C + c], wte[tokens[t] * C + c] + wpe[positions[t] * C + c]);
+}
+
+// A tensor-parallel rank holding vocabulary rows [3, 7) and no wpe.
+TEST(CpuOpsTest, EmbedVocabShard) {
+  CpuOps ops;
+  const int C = 5, T = 4;
+  auto rows = Random(4 * C, 3);
+  std::vector<int32_t> tokens = {2, 3, 6, 7}, positions = {0, 1, 2, 3};
+  std::vector<float> out(T * C, 9.0f);
+  ops.Embed(tokens.data(), positions.data(), T, rows.data(), 3, 7, nullptr, C, out.data());
+  for (int c = 0; c < C; ++c) {
+    EXPECT_EQ(out[0 * C + c], 0.0f);
+    EXPECT_EQ(out[1 * C + c], rows[0 * C + c]);
+    EXPECT_EQ(out[2 * C + c], rows[3 * C + c]);
+    EXPECT_EQ(out[3 * C + c], 0.0f);
+  }
+}
+
+TEST(CpuOpsTest, Add) {
+  CpuOps ops;
+  auto x = Random(100003, 4), y = Random(100003, 5);
+  auto z = y;
+  ops.Add(x.data(), x.size(), z.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(z[i], x[i] + y[i]);
 }
 
 TEST(CpuOpsTest, LayerNorm) {

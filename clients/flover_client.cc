@@ -1,0 +1,99 @@
+// flover_client: sends one Generate request and prints the text (or token
+// ids) as it streams; --json prints one object at the end:
+// {"token_ids": [...], "text": "...", "finish_reason": "..."}.
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "engine/json.h"
+#include "clients/status_names.h"
+#include "proto/flover.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address");
+ABSL_FLAG(std::string, prompt, "", "Prompt text (the model needs a tokenizer)");
+ABSL_FLAG(std::string, prompt_ids, "", "Prompt as comma-separated token ids");
+ABSL_FLAG(int, max_new_tokens, 16, "Tokens to generate");
+ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
+ABSL_FLAG(int, top_k, 0, "0 = no limit");
+ABSL_FLAG(double, top_p, 1.0, "Nucleus mass");
+ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1 = server picks)");
+ABSL_FLAG(bool, ignore_eos, false, "Do not stop at end-of-text");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings (comma-separated)");
+ABSL_FLAG(double, timeout_s, 0, "Deadline in seconds (0 = none)");
+ABSL_FLAG(bool, json, false, "Print one JSON object at the end instead of streaming");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  flover::v1::GenerateRequest req;
+  if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
+    for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',')) {
+      uint32_t id;
+      if (!absl::SimpleAtoi(p, &id)) {
+        std::fprintf(stderr, "flover_client: --prompt_ids: '%s' is not a token id\n", std::string(p).c_str());
+        return 2;
+      }
+      req.mutable_token_ids()->add_ids(id);
+    }
+  } else {
+    req.set_text(absl::GetFlag(FLAGS_prompt));
+  }
+  req.mutable_sampling()->set_temperature(absl::GetFlag(FLAGS_temperature));
+  req.mutable_sampling()->set_top_k(absl::GetFlag(FLAGS_top_k));
+  req.mutable_sampling()->set_top_p(absl::GetFlag(FLAGS_top_p));
+  if (absl::GetFlag(FLAGS_seed) >= 0) req.mutable_sampling()->set_seed(absl::GetFlag(FLAGS_seed));
+  req.mutable_stopping()->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  req.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  for (const std::string& s : absl::GetFlag(FLAGS_stop)) req.mutable_stopping()->add_stop_strings(s);
+
+  auto stub = flover::v1::Flover::NewStub(
+      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  if (absl::GetFlag(FLAGS_timeout_s) > 0) {
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(int64_t(absl::GetFlag(FLAGS_timeout_s) * 1000)));
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  auto reader = stub->Generate(&ctx, req);
+  flover::v1::GenerateResponse resp;
+  std::vector<uint32_t> ids;
+  std::string text;
+  std::string finish = "none";
+  while (reader->Read(&resp)) {
+    ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    text += resp.text();
+    if (!json) {
+      if (!resp.text().empty()) {
+        std::fputs(resp.text().c_str(), stdout);
+      } else if (resp.token_ids_size() > 0) {
+        std::printf("%s ", absl::StrJoin(resp.token_ids(), " ").c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (resp.finish_reason() != flover::v1::FINISH_REASON_UNSPECIFIED) {
+      finish = absl::AsciiStrToLower(flover::v1::FinishReason_Name(resp.finish_reason()));
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%sflover_client: %s: %s\n", json ? "" : "\n",
+                 flover::clients::StatusCodeName(status.error_code()),
+                 status.error_message().c_str());
+    return 1;
+  }
+  if (json) {
+    std::printf("{\"token_ids\": [%s], \"text\": %s, \"finish_reason\": \"%s\"}\n",
+                absl::StrJoin(ids, ", ").c_str(), flover::JsonQuote(text).c_str(), finish.c_str());
+  } else {
+    std::printf("\n[%s]\n", finish.c_str());
+  }
+  return 0;
+}

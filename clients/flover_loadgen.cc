@@ -1,0 +1,407 @@
+// flover_loadgen: the bundled Poisson load client. Requests are sent
+// open-loop (exponential gaps at --rate; a slow server never slows the
+// arrival clock, only --max_concurrency can hold a request back) over gRPC's
+// callback API, and the report gives, like vLLM's benchmark_serving and
+// genai-perf: completed/failed by status, duration, request throughput,
+// output tokens/s, TTFT, TPOT, inter-token latency and end-to-end latency
+// (mean, p50, p90, p99).
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "clients/status_names.h"
+#include "engine/json.h"
+#include "proto/flover.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (loopback in tests)");
+ABSL_FLAG(std::string, rate, "4", "Requests per second (Poisson), or inf for all at once");
+ABSL_FLAG(int, num_requests, 32, "Requests to send");
+ABSL_FLAG(double, duration, 0, "If > 0: send for this many seconds instead (at most 100000 requests)");
+ABSL_FLAG(std::string, prompt_len, "8", "Prompt tokens: N or uniform:A:B");
+ABSL_FLAG(std::string, output_len, "64", "max_new_tokens: N or uniform:A:B");
+ABSL_FLAG(int, seed, 0, "Seed of arrivals, lengths, prompts and sampling");
+ABSL_FLAG(double, temperature, 1.0, "Sampling temperature (each request gets seed + index)");
+ABSL_FLAG(int, top_k, 0, "top_k");
+ABSL_FLAG(int, max_concurrency, 0, "At most this many requests in flight (0 = no limit)");
+ABSL_FLAG(bool, ignore_eos, false, "Ask for exactly max_new_tokens");
+ABSL_FLAG(std::string, dataset, "", "JSONL prompts: {\"prompt\": TEXT} or {\"prompt_ids\": [...]}, optional \"max_new_tokens\"");
+ABSL_FLAG(double, timeout_s, 0, "Per-request deadline (0 = none)");
+ABSL_FLAG(std::string, json, "", "Write the report as JSON here");
+ABSL_FLAG(std::string, dump_outputs, "", "Write one JSON line per request here");
+ABSL_FLAG(bool, progress, true, "Print a progress line on stderr");
+
+namespace flover::clients {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Lengths {
+  int lo = 0, hi = 0;
+};
+
+absl::StatusOr<Lengths> ParseLengths(const std::string& flag, const std::string& spec) {
+  std::vector<std::string> p = absl::StrSplit(spec, ':');
+  Lengths l;
+  if (p.size() == 1 && absl::SimpleAtoi(p[0], &l.lo) && l.lo > 0) {
+    l.hi = l.lo;
+    return l;
+  }
+  if (p.size() == 3 && p[0] == "uniform" && absl::SimpleAtoi(p[1], &l.lo) &&
+      absl::SimpleAtoi(p[2], &l.hi) && 0 < l.lo && l.lo <= l.hi) {
+    return l;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, ": '", spec, "' is not N or uniform:A:B with 0 < A <= B"));
+}
+
+struct Planned {
+  v1::GenerateRequest request;
+  std::vector<uint32_t> prompt_ids;  // empty for text prompts
+  std::string prompt_text;
+  double offset_s = 0;  // scheduled send time from the start
+};
+
+struct Outcome {
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  std::string message;
+  std::string finish_reason;
+  std::vector<uint32_t> output_ids;
+  double sent_s = 0, first_s = -1, end_s = 0;
+  std::vector<double> token_times;  // arrival time of each token's message
+};
+
+class Stats {
+ public:
+  void Add(double v) { v_.push_back(v); }
+  bool empty() const { return v_.empty(); }
+  double Mean() const {
+    double s = 0;
+    for (double x : v_) s += x;
+    return v_.empty() ? 0 : s / v_.size();
+  }
+  double Pct(double p) const {
+    if (v_.empty()) return 0;
+    std::vector<double> s = v_;
+    std::sort(s.begin(), s.end());
+    return s[std::min(s.size() - 1, static_cast<size_t>(p / 100 * (s.size() - 1) + 0.5))];
+  }
+
+ private:
+  std::vector<double> v_;
+};
+
+class Call;
+
+// Counts calls in flight; the arrival loop waits on it only for --max_concurrency.
+class InFlight {
+ public:
+  void Begin() {
+    std::lock_guard<std::mutex> l(mu_);
+    ++n_;
+  }
+  void End() {
+    std::lock_guard<std::mutex> l(mu_);
+    --n_;
+    ++done_;
+    cv_.notify_all();
+  }
+  void WaitBelow(int limit) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return n_ < limit; });
+  }
+  void WaitAll(int total) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return done_ >= total; });
+  }
+  int done() {
+    std::lock_guard<std::mutex> l(mu_);
+    return done_;
+  }
+  int in_flight() {
+    std::lock_guard<std::mutex> l(mu_);
+    return n_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_ = 0, done_ = 0;
+};
+
+class Call : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  Call(v1::Flover::Stub* stub, const v1::GenerateRequest& request, Outcome* out,
+       Clock::time_point t0, InFlight* in_flight, double timeout_s)
+      : out_(out), t0_(t0), in_flight_(in_flight) {
+    if (timeout_s > 0) {
+      ctx_.set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::microseconds(int64_t(timeout_s * 1e6)));
+    }
+    out_->sent_s = Now();
+    stub->async()->Generate(&ctx_, &request, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    const double t = Now();
+    if (resp_.token_ids_size() > 0 && out_->first_s < 0) out_->first_s = t;
+    for (int i = 0; i < resp_.token_ids_size(); ++i) {
+      out_->output_ids.push_back(resp_.token_ids(i));
+      out_->token_times.push_back(t);
+    }
+    if (resp_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      out_->finish_reason = absl::AsciiStrToLower(v1::FinishReason_Name(resp_.finish_reason()));
+    }
+    StartRead(&resp_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    out_->end_s = Now();
+    out_->code = s.error_code();
+    out_->message = s.error_message();
+    InFlight* f = in_flight_;
+    delete this;
+    f->End();
+  }
+
+ private:
+  double Now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+  grpc::ClientContext ctx_;
+  v1::GenerateResponse resp_;
+  Outcome* out_;
+  Clock::time_point t0_;
+  InFlight* in_flight_;
+};
+
+absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  auto prompt_len = ParseLengths("prompt_len", absl::GetFlag(FLAGS_prompt_len));
+  if (!prompt_len.ok()) return prompt_len.status();
+  auto output_len = ParseLengths("output_len", absl::GetFlag(FLAGS_output_len));
+  if (!output_len.ok()) return output_len.status();
+  double rate = 0;
+  const std::string rate_flag = absl::GetFlag(FLAGS_rate);
+  const bool burst = rate_flag == "inf";
+  if (!burst && (!absl::SimpleAtod(rate_flag, &rate) || !(rate > 0))) {
+    return absl::InvalidArgumentError("--rate must be a positive number or inf");
+  }
+  int n = absl::GetFlag(FLAGS_num_requests);
+  const double duration = absl::GetFlag(FLAGS_duration);
+  if (duration > 0) n = burst ? absl::GetFlag(FLAGS_num_requests) : std::min(100000, int(duration * rate * 2) + 16);
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ModelInfo info;
+  grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat("GetModelInfo: ", StatusCodeName(st.error_code()),
+                                               ": ", st.error_message()));
+  }
+
+  std::vector<std::pair<std::string, google::protobuf::Struct>> dataset;
+  if (!absl::GetFlag(FLAGS_dataset).empty()) {
+    std::ifstream in(absl::GetFlag(FLAGS_dataset));
+    if (!in) return absl::NotFoundError(absl::StrCat(absl::GetFlag(FLAGS_dataset), ": cannot open"));
+    std::string line;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (line.empty()) continue;
+      auto obj = ParseJsonObject(line, absl::StrCat(absl::GetFlag(FLAGS_dataset), " line ", line_no));
+      if (!obj.ok()) return obj.status();
+      dataset.emplace_back(line, *obj);
+    }
+    if (dataset.empty()) return absl::InvalidArgumentError("--dataset has no prompts");
+  }
+
+  std::exponential_distribution<double> gap(burst ? 1.0 : rate);
+  std::vector<Planned> plan(n);
+  double t = 0;
+  for (int i = 0; i < n; ++i) {
+    Planned& p = plan[i];
+    if (!burst && i > 0) t += gap(rng);
+    p.offset_s = t;
+    int max_new = std::uniform_int_distribution<int>(output_len->lo, output_len->hi)(rng);
+    if (!dataset.empty()) {
+      const auto& fields = dataset[i % dataset.size()].second.fields();
+      if (auto it = fields.find("prompt"); it != fields.end()) {
+        p.prompt_text = it->second.string_value();
+        p.request.set_text(p.prompt_text);
+      } else if (auto ids = fields.find("prompt_ids"); ids != fields.end()) {
+        for (const auto& v : ids->second.list_value().values()) {
+          auto id = JsonToInt(v, "prompt_ids", 0, info.vocab_size() - 1);
+          if (!id.ok()) return id.status();
+          p.prompt_ids.push_back(static_cast<uint32_t>(*id));
+        }
+      } else {
+        return absl::InvalidArgumentError("--dataset lines need \"prompt\" or \"prompt_ids\"");
+      }
+      if (auto m = fields.find("max_new_tokens"); m != fields.end()) {
+        auto v = JsonToInt(m->second, "max_new_tokens", 1, 1 << 20);
+        if (!v.ok()) return v.status();
+        max_new = static_cast<int>(*v);
+      }
+    } else {
+      const int len = std::uniform_int_distribution<int>(prompt_len->lo, prompt_len->hi)(rng);
+      for (int k = 0; k < len; ++k) {
+        p.prompt_ids.push_back(std::uniform_int_distribution<uint32_t>(0, info.vocab_size() - 1)(rng));
+      }
+    }
+    for (uint32_t id : p.prompt_ids) p.request.mutable_token_ids()->add_ids(id);
+    p.request.set_request_id(absl::StrCat("loadgen-", i));
+    auto* s = p.request.mutable_sampling();
+    s->set_temperature(absl::GetFlag(FLAGS_temperature));
+    s->set_top_k(absl::GetFlag(FLAGS_top_k));
+    s->set_seed(static_cast<uint64_t>(absl::GetFlag(FLAGS_seed)) * 1000003 + i);
+    p.request.mutable_stopping()->set_max_new_tokens(max_new);
+    p.request.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  }
+  return plan;
+}
+
+void PrintStatsLine(const char* name, const char* unit, const Stats& s, double scale) {
+  std::printf("%-22s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f  %s\n", name, s.Mean() * scale,
+              s.Pct(50) * scale, s.Pct(90) * scale, s.Pct(99) * scale, unit);
+}
+
+std::string StatsJson(const Stats& s, double scale) {
+  return absl::StrFormat("{\"mean\": %.6f, \"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f}",
+                         s.Mean() * scale, s.Pct(50) * scale, s.Pct(90) * scale, s.Pct(99) * scale);
+}
+
+int Run() {
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = v1::Flover::NewStub(channel);
+  auto plan = Plan(stub.get());
+  if (!plan.ok()) {
+    std::fprintf(stderr, "flover_loadgen: %s\n", std::string(plan.status().message()).c_str());
+    return 2;
+  }
+  const int n = static_cast<int>(plan->size());
+  const double duration = absl::GetFlag(FLAGS_duration);
+  const int max_conc = absl::GetFlag(FLAGS_max_concurrency);
+  std::vector<Outcome> outcomes(n);
+  InFlight in_flight;
+  const Clock::time_point t0 = Clock::now();
+  std::atomic<bool> sending{true};
+  std::thread progress([&] {
+    while (sending.load() || in_flight.in_flight() > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (absl::GetFlag(FLAGS_progress)) {
+        std::fprintf(stderr, "\r[%6.1f s] done %d, in flight %d   ",
+                     std::chrono::duration<double>(Clock::now() - t0).count(), in_flight.done(),
+                     in_flight.in_flight());
+      }
+    }
+    if (absl::GetFlag(FLAGS_progress)) std::fprintf(stderr, "\n");
+  });
+  int sent = 0;
+  for (; sent < n; ++sent) {
+    const Planned& p = (*plan)[sent];
+    if (duration > 0 && p.offset_s > duration) break;
+    std::this_thread::sleep_until(t0 + std::chrono::microseconds(int64_t(p.offset_s * 1e6)));
+    if (max_conc > 0) in_flight.WaitBelow(max_conc);
+    in_flight.Begin();
+    new Call(stub.get(), p.request, &outcomes[sent], t0, &in_flight, absl::GetFlag(FLAGS_timeout_s));
+  }
+  in_flight.WaitAll(sent);
+  sending = false;
+  progress.join();
+
+  // Report.
+  std::map<std::string, int> by_status;
+  Stats ttft, tpot, itl, e2e;
+  int64_t output_tokens = 0;
+  double first_sent = 1e300, last_end = 0;
+  for (int i = 0; i < sent; ++i) {
+    const Outcome& o = outcomes[i];
+    by_status[StatusCodeName(o.code)]++;
+    first_sent = std::min(first_sent, o.sent_s);
+    last_end = std::max(last_end, o.end_s);
+    if (o.code != grpc::StatusCode::OK) continue;
+    output_tokens += o.output_ids.size();
+    e2e.Add(o.end_s - o.sent_s);
+    if (o.first_s >= 0) ttft.Add(o.first_s - o.sent_s);
+    if (o.output_ids.size() > 1) tpot.Add((o.end_s - o.first_s) / (o.output_ids.size() - 1));
+    for (size_t k = 1; k < o.token_times.size(); ++k) {
+      if (o.token_times[k] > o.token_times[k - 1]) itl.Add(o.token_times[k] - o.token_times[k - 1]);
+    }
+  }
+  const double dur = sent > 0 ? last_end - first_sent : 0;
+  const int ok = by_status.count("OK") ? by_status["OK"] : 0;
+  std::printf("============ flover_loadgen report ============\n");
+  std::printf("target %s, rate %s req/s, %d requests sent\n", absl::GetFlag(FLAGS_target).c_str(),
+              absl::GetFlag(FLAGS_rate).c_str(), sent);
+  std::printf("completed %d, failed %d", ok, sent - ok);
+  for (const auto& [code, count] : by_status) {
+    if (code != "OK") std::printf(" (%s: %d)", code.c_str(), count);
+  }
+  std::printf("\nduration %.2f s, request throughput %.2f req/s, output %.1f tokens/s (%ld tokens)\n", dur,
+              dur > 0 ? ok / dur : 0, dur > 0 ? output_tokens / dur : 0, long(output_tokens));
+  PrintStatsLine("TTFT", "ms", ttft, 1e3);
+  PrintStatsLine("TPOT", "ms", tpot, 1e3);
+  PrintStatsLine("inter-token latency", "ms", itl, 1e3);
+  PrintStatsLine("end-to-end latency", "s", e2e, 1);
+
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    std::ofstream out(absl::GetFlag(FLAGS_json));
+    std::vector<std::string> codes;
+    for (const auto& [code, count] : by_status) codes.push_back(absl::StrCat("\"", code, "\": ", count));
+    out << absl::StrFormat(
+        "{\"target\": %s, \"rate\": %s, \"sent\": %d, \"completed\": %d, \"failed\": %d, "
+        "\"by_status\": {%s}, \"duration_s\": %.6f, \"request_throughput\": %.6f, "
+        "\"output_tokens\": %ld, \"output_tokens_per_s\": %.6f, \"ttft_ms\": %s, \"tpot_ms\": %s, "
+        "\"itl_ms\": %s, \"e2e_s\": %s}\n",
+        JsonQuote(absl::GetFlag(FLAGS_target)), JsonQuote(absl::GetFlag(FLAGS_rate)), sent, ok,
+        sent - ok, absl::StrJoin(codes, ", "), dur, dur > 0 ? ok / dur : 0, long(output_tokens),
+        dur > 0 ? output_tokens / dur : 0, StatsJson(ttft, 1e3), StatsJson(tpot, 1e3),
+        StatsJson(itl, 1e3), StatsJson(e2e, 1));
+  }
+  if (!absl::GetFlag(FLAGS_dump_outputs).empty()) {
+    std::ofstream out(absl::GetFlag(FLAGS_dump_outputs));
+    for (int i = 0; i < sent; ++i) {
+      const Planned& p = (*plan)[i];
+      const Outcome& o = outcomes[i];
+      out << absl::StrFormat(
+          "{\"index\": %d, \"request_id\": %s, \"prompt_ids\": [%s], \"prompt_text\": %s, "
+          "\"output_ids\": [%s], \"status\": \"%s\", \"finish_reason\": %s, \"seed\": %d, "
+          "\"temperature\": %g, \"top_k\": %d, \"max_new_tokens\": %d, \"ignore_eos\": %s}\n",
+          i, JsonQuote(p.request.request_id()), absl::StrJoin(p.prompt_ids, ", "),
+          JsonQuote(p.prompt_text), absl::StrJoin(o.output_ids, ", "), StatusCodeName(o.code),
+          JsonQuote(o.finish_reason), p.request.sampling().seed(), p.request.sampling().temperature(),
+          p.request.sampling().top_k(), p.request.stopping().max_new_tokens(),
+          p.request.stopping().ignore_eos() ? "true" : "false");
+    }
+  }
+  return ok == sent ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace flover::clients
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return flover::clients::Run();
+}

@@ -1,0 +1,49 @@
+"""Python client for the Flover gRPC API.
+
+    from flover_client import FloverClient
+    client = FloverClient("127.0.0.1:50051")
+    for piece in client.generate(token_ids=[464, 2068], max_new_tokens=8, temperature=0):
+        print(piece.token_ids, piece.text)
+
+`generate` yields GenerateResponse messages; the last one has finish_reason
+and usage. Errors raise grpc.RpcError with the server's status code and a
+message naming the bad field. The raw stubs are flover_pb2 / flover_pb2_grpc.
+"""
+import grpc
+
+from . import flover_pb2, flover_pb2_grpc
+
+__all__ = ["FloverClient", "flover_pb2", "flover_pb2_grpc"]
+
+
+class FloverClient:
+    def __init__(self, target="127.0.0.1:50051", channel=None):
+        self.channel = channel or grpc.insecure_channel(target)
+        self.stub = flover_pb2_grpc.FloverStub(self.channel)
+
+    def generate(self, prompt=None, token_ids=None, max_new_tokens=16, temperature=1.0,
+                 top_k=0, top_p=1.0, repetition_penalty=1.0, seed=None, stop=(),
+                 stop_token_ids=(), ignore_eos=False, return_logprobs=False,
+                 request_id="", timeout=None):
+        req = flover_pb2.GenerateRequest(request_id=request_id, return_logprobs=return_logprobs)
+        if token_ids is not None:
+            req.token_ids.ids.extend(token_ids)
+        elif prompt is not None:
+            req.text = prompt
+        req.sampling.temperature = temperature
+        req.sampling.top_k = top_k
+        req.sampling.top_p = top_p
+        req.sampling.repetition_penalty = repetition_penalty
+        if seed is not None:
+            req.sampling.seed = seed
+        req.stopping.max_new_tokens = max_new_tokens
+        req.stopping.stop_strings.extend(stop)
+        req.stopping.stop_token_ids.extend(stop_token_ids)
+        req.stopping.ignore_eos = ignore_eos
+        return self.stub.Generate(req, timeout=timeout)
+
+    def model_info(self, timeout=10):
+        return self.stub.GetModelInfo(flover_pb2.GetModelInfoRequest(), timeout=timeout)
+
+    def stats(self, timeout=10):
+        return self.stub.GetStats(flover_pb2.GetStatsRequest(), timeout=timeout)

@@ -1,0 +1,252 @@
+#include "server/flover_service.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "server/request_convert.h"
+#include "server/status_util.h"
+
+namespace flover::server {
+namespace {
+
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return v1::LENGTH;
+    case FinishReason::kStop: return v1::STOP;
+    case FinishReason::kEos: return v1::EOS;
+    case FinishReason::kCancelled: return v1::CANCELLED;
+    case FinishReason::kDeadline: return v1::DEADLINE;
+    case FinishReason::kError: return v1::ERROR;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// How a request's end maps to the call's status: finished requests end OK
+// after their last message; the others end with the matching code.
+grpc::Status EndStatus(const FinishEvent& e) {
+  switch (e.reason) {
+    case FinishReason::kLength:
+    case FinishReason::kStop:
+    case FinishReason::kEos:
+      return grpc::Status::OK;
+    case FinishReason::kCancelled:
+      return ToGrpcStatus(absl::CancelledError("the request was cancelled"));
+    case FinishReason::kDeadline:
+      return ToGrpcStatus(absl::DeadlineExceededError("the request's deadline passed"));
+    case FinishReason::kError:
+      return ToGrpcStatus(e.error.ok() ? absl::InternalError("engine error") : e.error);
+  }
+  return grpc::Status::OK;
+}
+
+absl::Time ToAbslTime(std::chrono::system_clock::time_point t) {
+  if (t == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(t);
+}
+
+// One Generate call. Engine events (engine thread) and gRPC callbacks (gRPC
+// threads) meet under `mu_`: tokens that arrive while a write is in flight
+// are merged into the next message, so a slow client costs one buffered
+// message, never a blocked engine.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+                              public std::enable_shared_from_this<GenerateReactor> {
+ public:
+  // The reactor is owned by a shared_ptr held by itself until OnDone and by
+  // the engine's sink until the request finishes, whichever is later.
+  static GenerateReactor* Start(Engine& engine, const BpeTokenizer* tokenizer,
+                                grpc::CallbackServerContext* context,
+                                const v1::GenerateRequest& request) {
+    auto reactor = std::shared_ptr<GenerateReactor>(new GenerateReactor(engine));
+    reactor->self_ = reactor;
+    reactor->Submit(tokenizer, context, request);
+    return reactor.get();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    // A failed write means the client is gone: nothing more is sent, but the
+    // call must still be finished once the engine lets go of the request
+    // (OnCancel has asked it to), or the server could never shut down.
+    if (!ok) broken_ = true;
+    WriteLocked();
+  }
+
+  void OnCancel() override {
+    RequestId id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = id_;
+    }
+    if (id != 0) (void)engine_.Cancel(id);  // NotFound if it already finished
+  }
+
+  void OnDone() override {
+    std::shared_ptr<GenerateReactor> keep;  // released after the lock is
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    keep = std::move(self_);  // the sink may hold a reference until the engine lets go
+  }
+
+ private:
+  class Sink : public TokenSink {
+   public:
+    explicit Sink(std::shared_ptr<GenerateReactor> r) : r_(std::move(r)) {}
+    void OnToken(RequestId, const TokenEvent& e) override { r_->OnToken(e); }
+    void OnFinish(RequestId, const FinishEvent& e) override {
+      r_->OnFinish(e);
+      r_.reset();
+    }
+
+   private:
+    std::shared_ptr<GenerateReactor> r_;
+  };
+
+  explicit GenerateReactor(Engine& engine) : engine_(engine) {}
+
+  void Submit(const BpeTokenizer* tokenizer, grpc::CallbackServerContext* context,
+              const v1::GenerateRequest& request) {
+    // Held across engine_.Submit so the engine's first callbacks wait until
+    // the id is known.
+    std::lock_guard<std::mutex> lock(mu_);
+    request_id_ = request.request_id();
+    with_logprobs_ = request.return_logprobs();
+    auto converted = ToEngineRequest(request, tokenizer, engine_.model().config().vocab_size,
+                                     std::random_device{}() * 0x9e3779b97f4a7c15ull);
+    if (!converted.ok()) {
+      Finish(ToGrpcStatus(converted.status()));
+      return;
+    }
+    converted->deadline = ToAbslTime(context->deadline());
+    auto id = engine_.Submit(std::move(*converted), std::make_shared<Sink>(shared_from_this()));
+    if (!id.ok()) {
+      Finish(ToGrpcStatus(id.status()));
+      return;
+    }
+    id_ = *id;
+    if (request_id_.empty()) request_id_ = absl::StrCat(*id);
+  }
+
+  void OnToken(const TokenEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.add_token_ids(static_cast<uint32_t>(e.token));
+    pending_.mutable_text()->append(e.text);
+    if (with_logprobs_) pending_.add_logprobs(e.logprob);
+    has_pending_ = true;
+    WriteLocked();
+  }
+
+  void OnFinish(const FinishEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_status_ = EndStatus(e);
+    if (end_status_.ok()) {
+      pending_.mutable_text()->append(e.text);
+      pending_.set_finish_reason(ToProto(e.reason));
+      pending_.mutable_usage()->set_prompt_tokens(e.usage.prompt_tokens);
+      pending_.mutable_usage()->set_generated_tokens(e.usage.generated_tokens);
+      has_pending_ = true;
+    } else {
+      has_pending_ = false;  // nothing more is sent on a failed call
+    }
+    finished_ = true;
+    WriteLocked();
+  }
+
+  // Starts the next write, or ends the call once everything is written.
+  void WriteLocked() {
+    if (writing_ || done_ || ended_) return;
+    if (has_pending_ && !broken_) {
+      pending_.set_request_id(request_id_);
+      in_flight_.Swap(&pending_);
+      pending_.Clear();
+      has_pending_ = false;
+      writing_ = true;
+      StartWrite(&in_flight_);
+      return;
+    }
+    if (finished_) {
+      ended_ = true;
+      Finish(end_status_);
+    }
+  }
+
+  Engine& engine_;
+  std::shared_ptr<GenerateReactor> self_;
+  std::mutex mu_;
+  RequestId id_ = 0;
+  std::string request_id_;
+  bool with_logprobs_ = false;
+  v1::GenerateResponse pending_, in_flight_;
+  bool has_pending_ = false;
+  bool writing_ = false;
+  bool broken_ = false;    // a write failed: the client is gone
+  bool finished_ = false;  // the engine is done with the request
+  bool ended_ = false;     // Finish() called
+  bool done_ = false;      // OnDone() ran
+  grpc::Status end_status_;
+};
+
+}  // namespace
+
+FloverService::FloverService(Engine& engine, const BpeTokenizer* tokenizer, ModelDescription model)
+    : engine_(engine), tokenizer_(tokenizer), model_(std::move(model)) {}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* FloverService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return GenerateReactor::Start(engine_, tokenizer_, context, *request);
+}
+
+grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                      const v1::GetModelInfoRequest*,
+                                                      v1::ModelInfo* info) {
+  const GptConfig& c = engine_.model().config();
+  const EngineOptions& o = engine_.options();
+  info->set_model(model_.spec);
+  info->set_architecture("gpt2");
+  info->set_n_layer(c.n_layer);
+  info->set_n_head(c.n_head);
+  info->set_n_embd(c.n_embd);
+  info->set_vocab_size(c.vocab_size);
+  info->set_max_positions(c.n_positions);
+  info->set_dtype(model_.stored_dtype);
+  info->set_tp_size(model_.tp_size);
+  info->set_has_tokenizer(tokenizer_ != nullptr);
+  info->set_max_seq_len(o.max_seq_len);
+  info->set_max_batch(o.scheduler.max_batch);
+  info->set_scheduler(std::string(SchedulerPolicyName(o.scheduler.policy)));
+  info->set_kv_shuffle(o.scheduler.kv_shuffle);
+  info->set_eos_token_id(c.eos_token_id);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* FloverService::GetStats(grpc::CallbackServerContext* context,
+                                                  const v1::GetStatsRequest*, v1::Stats* out) {
+  const EngineStats s = engine_.Stats();
+  out->set_queue_length(s.queued);
+  out->set_active_sequences(s.active);
+  out->set_slots(s.slots);
+  out->set_kv_bytes_in_use(s.kv_bytes_in_use);
+  out->set_kv_bytes_total(s.kv_bytes_total);
+  out->set_tokens_generated(s.generated_tokens);
+  out->set_prompt_tokens(s.prompt_tokens);
+  out->set_shuffle_moves(s.shuffle_moves);
+  out->set_shuffle_bytes(s.shuffle_bytes);
+  out->set_steps(s.steps);
+  out->set_padding_rows(s.padding_rows);
+  out->set_requests_submitted(s.submitted);
+  for (int r = 0; r < kNumFinishReasons; ++r) {
+    (*out->mutable_requests_finished())[std::string(FinishReasonName(static_cast<FinishReason>(r)))] =
+        s.finished[r];
+  }
+  out->set_scheduler(std::string(SchedulerPolicyName(engine_.options().scheduler.policy)));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace flover::server

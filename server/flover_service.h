@@ -1,0 +1,43 @@
+// The gRPC service: thin. Each Generate call is a ServerWriteReactor fed by
+// the engine through a TokenSink (no thread per stream); unary calls read the
+// engine's info and stats. Statuses are converted in status_util only.
+#ifndef FLOVER_SERVER_FLOVER_SERVICE_H_
+#define FLOVER_SERVER_FLOVER_SERVICE_H_
+
+#include <string>
+
+#include "engine/bpe_tokenizer.h"
+#include "engine/engine.h"
+#include "proto/flover.grpc.pb.h"
+
+namespace flover::server {
+
+struct ModelDescription {
+  std::string spec;
+  std::string stored_dtype;
+  int tp_size = 1;
+};
+
+class FloverService final : public v1::Flover::CallbackService {
+ public:
+  // `engine` and `tokenizer` (may be null) must outlive the service.
+  FloverService(Engine& engine, const BpeTokenizer* tokenizer, ModelDescription model);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const v1::GetStatsRequest* request,
+                                     v1::Stats* response) override;
+
+ private:
+  Engine& engine_;
+  const BpeTokenizer* tokenizer_;
+  const ModelDescription model_;
+};
+
+}  // namespace flover::server
+
+#endif  // FLOVER_SERVER_FLOVER_SERVICE_H_

@@ -1,0 +1,60 @@
+#include "server/request_convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace flover::server {
+
+absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
+                                        const BpeTokenizer* tokenizer, int vocab_size,
+                                        uint64_t random_seed) {
+  Request r;
+  switch (in.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (tokenizer == nullptr) {
+        return absl::InvalidArgumentError(
+            "text: the model has no tokenizer; send the prompt as token_ids");
+      }
+      auto ids = tokenizer->Encode(in.text());
+      if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+      r.prompt = std::move(*ids);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      for (int i = 0; i < in.token_ids().ids_size(); ++i) {
+        const uint32_t id = in.token_ids().ids(i);
+        if (id >= static_cast<uint32_t>(vocab_size)) {
+          return absl::InvalidArgumentError(absl::StrCat("token_ids: id ", id, " at index ", i,
+                                                         " is outside the vocabulary (",
+                                                         vocab_size, ")"));
+        }
+        r.prompt.push_back(static_cast<int32_t>(id));
+      }
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: is empty");
+
+  const v1::Sampling& s = in.sampling();
+  r.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+  r.sampling.top_k = s.top_k();
+  r.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+  r.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  r.sampling.seed = s.has_seed() ? s.seed() : random_seed;
+
+  const v1::Stopping& stop = in.stopping();
+  r.stop.max_new_tokens = stop.has_max_new_tokens() ? stop.max_new_tokens() : kDefaultMaxNewTokens;
+  for (uint32_t id : stop.stop_token_ids()) {
+    if (id >= static_cast<uint32_t>(vocab_size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop_token_ids: ", id, " is outside the vocabulary (", vocab_size, ")"));
+    }
+    r.stop.stop_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  r.stop.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
+  r.stop.ignore_eos = stop.ignore_eos();
+  r.return_logprobs = in.return_logprobs();
+  return r;
+}
+
+}  // namespace flover::server

@@ -1,0 +1,23 @@
+// Everything the server is configured with, with its defaults; filled from
+// flags in main.cc only.
+#ifndef FLOVER_SERVER_SERVER_OPTIONS_H_
+#define FLOVER_SERVER_SERVER_OPTIONS_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "engine/engine.h"
+
+namespace flover::server {
+
+struct ServerOptions {
+  std::string model = "builtin:gpt2-small";  // directory or builtin:NAME
+  std::string listen = "127.0.0.1:50051";    // port 0 picks a free port
+  int threads = 0;                           // CPU threads; 0 = all cores
+  EngineOptions engine;                      // max_seq_len 0 = the model's positions
+  absl::Duration drain_timeout = absl::Seconds(30);
+};
+
+}  // namespace flover::server
+
+#endif  // FLOVER_SERVER_SERVER_OPTIONS_H_

@@ -1,0 +1,15 @@
+// The one place engine statuses become gRPC statuses.
+#ifndef FLOVER_SERVER_STATUS_UTIL_H_
+#define FLOVER_SERVER_STATUS_UTIL_H_
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+
+namespace flover::server {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace flover::server
+
+#endif  // FLOVER_SERVER_STATUS_UTIL_H_

@@ -1,0 +1,83 @@
+// End to end: the real server on an ephemeral loopback port; the bundled
+// load client sends 100 Poisson requests with mixed prompt and output
+// lengths; all succeed, and each output equals the engine's output for that
+// request run alone (from --dump_outputs).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "engine/generate.h"
+#include "engine/json.h"
+#include "engine/model_loader.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "tests/server/server_process.h"
+
+namespace flover {
+namespace {
+
+std::string g_server, g_loadgen;
+std::vector<std::string> g_server_flags;
+
+std::vector<int32_t> Ids(const google::protobuf::Value& list) {
+  std::vector<int32_t> ids;
+  for (const auto& v : list.list_value().values()) ids.push_back(static_cast<int32_t>(v.number_value()));
+  return ids;
+}
+
+TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
+  std::vector<std::string> flags = {"--model=builtin:tiny", "--max_seq_len=128",
+                                    "--max_batch=16", "--max_tokens_per_step=64"};
+  flags.insert(flags.end(), g_server_flags.begin(), g_server_flags.end());
+  testing::ServerProcess server(g_server, flags);
+  ASSERT_TRUE(server.ok()) << "server did not start";
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string dump = dir + "/outputs.jsonl", report = dir + "/report.json";
+  const int code = testing::RunCommand(
+      {g_loadgen, "--target=" + server.address(), "--rate=200", "--num_requests=100",
+       "--prompt_len=uniform:1:64", "--output_len=uniform:1:48", "--temperature=0.8",
+       "--top_k=40", "--seed=7", "--dump_outputs=" + dump, "--json=" + report,
+       "--progress=false"});
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(server.Stop(std::chrono::seconds(30)), 0);
+
+  auto loaded = LoadModel("builtin:tiny");
+  ASSERT_TRUE(loaded.ok());
+  kernels::CpuOps ops;
+  GptModel model((*loaded)->config, std::move((*loaded)->weights), ops);
+  std::ifstream in(dump);
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    auto obj = ParseJsonObject(line, "dump");
+    ASSERT_TRUE(obj.ok()) << obj.status();
+    const auto& f = obj->fields();
+    EXPECT_EQ(f.at("status").string_value(), "OK") << line;
+    GenerateOptions g;
+    g.max_new_tokens = static_cast<int>(f.at("max_new_tokens").number_value());
+    g.ignore_eos = f.at("ignore_eos").bool_value();
+    g.sampling.temperature = static_cast<float>(f.at("temperature").number_value());
+    g.sampling.top_k = static_cast<int>(f.at("top_k").number_value());
+    g.sampling.seed = static_cast<uint64_t>(f.at("seed").number_value());
+    auto alone = GenerateAlone(model, Ids(f.at("prompt_ids")), g);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(Ids(f.at("output_ids")), *alone) << "request " << f.at("index").number_value();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 100);
+}
+
+}  // namespace
+}  // namespace flover
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: e2e_test SERVER LOADGEN [server flags...]\n");
+    return 2;
+  }
+  flover::g_server = argv[1];
+  flover::g_loadgen = argv[2];
+  for (int i = 3; i < argc; ++i) flover::g_server_flags.push_back(argv[i]);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,139 @@
+// Starts the real flover_server binary on 127.0.0.1 with an ephemeral port,
+// reads its "listening on HOST:PORT" line, and stops it (SIGTERM, then
+// SIGKILL if it does not exit in time). Also runs other binaries to completion.
+#ifndef FLOVER_TESTS_SERVER_SERVER_PROCESS_H_
+#define FLOVER_TESTS_SERVER_SERVER_PROCESS_H_
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace flover::testing {
+
+// Spawns argv[0] with argv; stdout goes to a pipe when `out_fd` is not null.
+inline pid_t Spawn(const std::vector<std::string>& args, int* out_fd) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  int fds[2] = {-1, -1};
+  if (out_fd != nullptr) {
+    if (pipe(fds) != 0) return -1;
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+  }
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  if (out_fd != nullptr) {
+    close(fds[1]);
+    *out_fd = fds[0];
+  }
+  return pid;
+}
+
+// Waits up to `timeout` for pid; returns its exit code, 128 + signal, or -1
+// on timeout.
+inline int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// Runs a command to completion; returns its exit code (or -1 on timeout).
+inline int RunCommand(const std::vector<std::string>& args,
+                      std::chrono::milliseconds timeout = std::chrono::minutes(5)) {
+  const pid_t pid = Spawn(args, nullptr);
+  if (pid < 0) return -1;
+  const int code = WaitExit(pid, timeout);
+  if (code == -1) {
+    kill(pid, SIGKILL);
+    WaitExit(pid, std::chrono::seconds(5));
+  }
+  return code;
+}
+
+class ServerProcess {
+ public:
+  // `flags` are added to --listen=127.0.0.1:0.
+  ServerProcess(const std::string& binary, std::vector<std::string> flags) {
+    std::vector<std::string> args = {binary, "--listen=127.0.0.1:0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    pid_ = Spawn(args, &out_);
+    if (pid_ < 0) return;
+    std::string line;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char c;
+      if (read(out_, &c, 1) != 1) break;  // the server exited
+      if (c == '\n') break;
+      line += c;
+    }
+    const std::string prefix = "listening on ";
+    if (line.rfind(prefix, 0) == 0) address_ = line.substr(prefix.size());
+    // Keep draining stdout so the server never blocks on a full pipe.
+    drain_ = std::thread([fd = out_] {
+      char buf[4096];
+      while (read(fd, buf, sizeof(buf)) > 0) {
+      }
+    });
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0 && exit_code_ == kRunning) Stop(std::chrono::seconds(10));
+    if (drain_.joinable()) drain_.join();
+    if (out_ >= 0) close(out_);
+  }
+
+  bool ok() const { return !address_.empty(); }
+  const std::string& address() const { return address_; }  // HOST:PORT
+  pid_t pid() const { return pid_; }
+
+  void Signal(int sig) { kill(pid_, sig); }
+
+  // SIGTERM, then waits; SIGKILL after `timeout`. Returns the exit code.
+  int Stop(std::chrono::milliseconds timeout) {
+    Signal(SIGTERM);
+    return Wait(timeout);
+  }
+
+  int Wait(std::chrono::milliseconds timeout) {
+    if (exit_code_ != kRunning) return exit_code_;
+    exit_code_ = WaitExit(pid_, timeout);
+    if (exit_code_ == -1) {
+      kill(pid_, SIGKILL);
+      WaitExit(pid_, std::chrono::seconds(5));
+    }
+    return exit_code_;
+  }
+
+ private:
+  static constexpr int kRunning = -2;
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string address_;
+  std::thread drain_;
+  int exit_code_ = kRunning;
+};
+
+}  // namespace flover::testing
+
+#endif  // FLOVER_TESTS_SERVER_SERVER_PROCESS_H_

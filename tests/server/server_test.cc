@@ -1,0 +1,272 @@
+// flover_server through real gRPC calls on loopback: every error code with a
+// message naming the field, cancellation and disconnects freeing slots,
+// deadlines while queued and running, draining on SIGTERM, and 1,000
+// concurrent streams.
+#include <grpcpp/grpcpp.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/flover.grpc.pb.h"
+#include "tests/server/server_process.h"
+
+namespace flover {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+
+std::string g_server, g_client, g_loadgen;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"--model=builtin:tiny", "--threads=1"});
+    server_ = std::make_unique<ServerProcess>(g_server, flags);
+    ASSERT_TRUE(server_->ok()) << "server did not start";
+    stub_ = v1::Flover::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  static v1::GenerateRequest Ids(std::vector<uint32_t> ids, int max_new) {
+    v1::GenerateRequest r;
+    for (uint32_t id : ids) r.mutable_token_ids()->add_ids(id);
+    r.mutable_stopping()->set_max_new_tokens(max_new);
+    r.mutable_stopping()->set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(0);
+    return r;
+  }
+
+  // Runs a request to the end; returns the status and the tokens received.
+  std::pair<grpc::Status, std::vector<uint32_t>> Generate(const v1::GenerateRequest& r,
+                                                          double timeout_s = 60) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+    auto reader = stub_->Generate(&ctx, r);
+    v1::GenerateResponse resp;
+    std::vector<uint32_t> ids;
+    while (reader->Read(&resp)) ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    return {reader->Finish(), ids};
+  }
+
+  v1::Stats Stats() {
+    grpc::ClientContext ctx;
+    v1::Stats s;
+    EXPECT_TRUE(stub_->GetStats(&ctx, v1::GetStatsRequest(), &s).ok());
+    return s;
+  }
+
+  // Polls GetStats until `pred` holds (up to 10 s).
+  template <typename Pred>
+  bool StatsEventually(Pred pred) {
+    for (int i = 0; i < 1000; ++i) {
+      if (pred(Stats())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  void ExpectError(const v1::GenerateRequest& r, grpc::StatusCode code, const std::string& text) {
+    const auto [status, ids] = Generate(r);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(text));
+    EXPECT_TRUE(ids.empty());
+  }
+
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<v1::Flover::Stub> stub_;
+};
+
+TEST_F(ServerTest, GeneratesAndReportsModelInfo) {
+  Start({"--max_seq_len=256"});
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.architecture(), "gpt2");
+  EXPECT_EQ(info.n_layer(), 2u);
+  EXPECT_EQ(info.vocab_size(), 512u);
+  EXPECT_EQ(info.max_seq_len(), 256u);
+  EXPECT_EQ(info.tp_size(), 1u);
+  EXPECT_FALSE(info.has_tokenizer());
+  EXPECT_EQ(info.scheduler(), "fusion");
+
+  grpc::ClientContext gctx;
+  auto reader = stub_->Generate(&gctx, Ids({1, 2, 3}, 12));
+  v1::GenerateResponse resp, last;
+  int tokens = 0;
+  while (reader->Read(&resp)) {
+    tokens += resp.token_ids_size();
+    last = resp;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(tokens, 12);
+  EXPECT_EQ(last.finish_reason(), v1::LENGTH);
+  EXPECT_EQ(last.usage().prompt_tokens(), 3u);
+  EXPECT_EQ(last.usage().generated_tokens(), 12u);
+  EXPECT_FALSE(last.request_id().empty());
+}
+
+TEST_F(ServerTest, InvalidArgumentsNameTheField) {
+  Start({"--max_seq_len=64", "--max_new_tokens_limit=50"});
+  const auto INVALID = grpc::StatusCode::INVALID_ARGUMENT;
+  ExpectError(v1::GenerateRequest(), INVALID, "prompt: is empty");
+  ExpectError(Ids({}, 4), INVALID, "prompt: is empty");
+  ExpectError(Ids({1, 512}, 4), INVALID, "token_ids: id 512 at index 1");
+  ExpectError(Ids(std::vector<uint32_t>(40, 1), 30), INVALID, "exceeds max_seq_len (64)");
+  v1::GenerateRequest r = Ids({1}, 4);
+  r.mutable_sampling()->set_temperature(-0.5);
+  ExpectError(r, INVALID, "temperature");
+  r = Ids({1}, 4);
+  r.mutable_sampling()->set_top_p(0);
+  ExpectError(r, INVALID, "top_p");
+  r.mutable_sampling()->set_top_p(1.5);
+  ExpectError(r, INVALID, "top_p");
+  r = Ids({1}, 4);
+  r.mutable_sampling()->set_top_k(-1);
+  ExpectError(r, INVALID, "top_k");
+  ExpectError(Ids({1}, 0), INVALID, "max_new_tokens");
+  ExpectError(Ids({1}, 51), INVALID, "max_new_tokens");
+  r = Ids({1}, 4);
+  r.set_text("hello");
+  ExpectError(r, INVALID, "text: the model has no tokenizer");
+  r = Ids({1}, 4);
+  r.mutable_stopping()->add_stop_strings("x");
+  ExpectError(r, INVALID, "stop_strings");
+  EXPECT_EQ(Stats().requests_submitted(), 0u);
+}
+
+TEST_F(ServerTest, FullQueueIsResourceExhausted) {
+  Start({"--scheduler=dynamic", "--batch_delay_ms=600000", "--max_queue=2"});
+  grpc::ClientContext c1, c2;
+  auto r1 = stub_->Generate(&c1, Ids({1}, 4));
+  auto r2 = stub_->Generate(&c2, Ids({2}, 4));
+  ASSERT_TRUE(StatsEventually([](const v1::Stats& s) { return s.queue_length() == 2; }));
+  ExpectError(Ids({3}, 4), grpc::StatusCode::RESOURCE_EXHAUSTED, "queue is full");
+  c1.TryCancel();
+  c2.TryCancel();
+}
+
+TEST_F(ServerTest, CancelMidStreamFreesTheSlot) {
+  // GPT-2-small shapes: 200 tokens take seconds, so the cancel lands mid-stream.
+  Start({"--model=builtin:gpt2-small", "--max_seq_len=256", "--max_batch=2", "--threads=2"});
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, Ids({1, 2}, 200));
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(Stats().active_sequences(), 1u);
+  ctx.TryCancel();
+  while (reader->Read(&resp)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(StatsEventually([](const v1::Stats& s) {
+    return s.active_sequences() == 0 && s.kv_bytes_in_use() == 0 &&
+           s.requests_finished().at("cancelled") == 1;
+  }));
+}
+
+TEST_F(ServerTest, ClientDisconnectFreesTheSlot) {
+  // GPT-2-small shapes: 200 tokens take seconds, so the client is killed
+  // mid-stream.
+  Start({"--model=builtin:gpt2-small", "--max_seq_len=256", "--max_batch=2", "--threads=2"});
+  const pid_t client = testing::Spawn(
+      {g_client, "--target=" + server_->address(), "--prompt_ids=5,6", "--max_new_tokens=200",
+       "--ignore_eos", "--temperature=0"},
+      nullptr);
+  ASSERT_GT(client, 0);
+  ASSERT_TRUE(StatsEventually([](const v1::Stats& s) {
+    return s.active_sequences() == 1 && s.tokens_generated() > 0;
+  }));
+  kill(client, SIGKILL);
+  testing::WaitExit(client, std::chrono::seconds(5));
+  EXPECT_TRUE(StatsEventually([](const v1::Stats& s) {
+    return s.active_sequences() == 0 && s.kv_bytes_in_use() == 0 &&
+           s.requests_finished().at("cancelled") == 1;
+  }));
+  EXPECT_LT(Stats().tokens_generated(), 200u);
+  // The abandoned call is finished too: the server drains and exits at once.
+  EXPECT_EQ(server_->Stop(std::chrono::seconds(10)), 0);
+}
+
+TEST_F(ServerTest, DeadlineWhileQueuedAndWhileRunning) {
+  // GPT-2-small shapes (~15 ms a token here), so deadlines land mid-stream.
+  Start({"--model=builtin:gpt2-small", "--scheduler=sequential", "--max_seq_len=256",
+         "--max_batch=2", "--threads=2"});
+  // A long request holds the only place; the next one expires in the queue.
+  grpc::ClientContext long_ctx;
+  auto long_reader = stub_->Generate(&long_ctx, Ids({1, 2}, 200));
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(long_reader->Read(&resp));
+  auto [queued, queued_ids] = Generate(Ids({3}, 4), /*timeout_s=*/0.1);
+  EXPECT_EQ(queued.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(queued_ids.empty());
+  long_ctx.TryCancel();
+  while (long_reader->Read(&resp)) {
+  }
+  long_reader->Finish();
+  // A running request whose deadline passes mid-generation.
+  auto [running, running_ids] = Generate(Ids({4, 5}, 200), /*timeout_s=*/0.5);
+  EXPECT_EQ(running.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_GT(running_ids.size(), 0u);
+  EXPECT_LT(running_ids.size(), 200u);
+  EXPECT_TRUE(StatsEventually([](const v1::Stats& s) {
+    return s.active_sequences() == 0 && s.queue_length() == 0;
+  }));
+  const v1::Stats s = Stats();
+  // The engine dropped both (as deadline or as the cancel that follows it).
+  EXPECT_EQ(s.requests_finished().at("deadline") + s.requests_finished().at("cancelled"), 3u);
+  EXPECT_LT(s.tokens_generated(), 400u);
+  EXPECT_EQ(server_->Stop(std::chrono::seconds(10)), 0);
+}
+
+TEST_F(ServerTest, SigtermDrainsInFlightRefusesNewAndExitsZero) {
+  // GPT-2-small shapes, so the in-flight request is still running (about a
+  // second) when the late one arrives.
+  Start({"--model=builtin:gpt2-small", "--max_seq_len=128", "--max_batch=4",
+         "--drain_timeout_s=60", "--threads=2"});
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, Ids({1, 2}, 80));
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  int tokens = resp.token_ids_size();
+  server_->Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto [late, late_ids] = Generate(Ids({3}, 4));
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE) << late.error_message();
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  while (reader->Read(&resp)) {
+    tokens += resp.token_ids_size();
+    if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) finish = resp.finish_reason();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(tokens, 80);
+  EXPECT_EQ(finish, v1::LENGTH);
+  EXPECT_EQ(server_->Wait(std::chrono::seconds(30)), 0);
+}
+
+TEST_F(ServerTest, ThousandConcurrentStreams) {
+  Start({"--max_seq_len=64", "--max_batch=64", "--max_queue=2000", "--threads=2"});
+  const int code = testing::RunCommand(
+      {g_loadgen, "--target=" + server_->address(), "--rate=inf", "--num_requests=1000",
+       "--prompt_len=uniform:1:8", "--output_len=uniform:1:8", "--progress=false"});
+  EXPECT_EQ(code, 0) << "some of the 1000 streams failed";
+  const v1::Stats s = Stats();
+  EXPECT_EQ(s.requests_submitted(), 1000u);
+  EXPECT_EQ(s.requests_finished().at("length") + s.requests_finished().at("eos"), 1000u);
+}
+
+}  // namespace
+}  // namespace flover
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: server_test SERVER CLIENT LOADGEN\n");
+    return 2;
+  }
+  flover::g_server = argv[1];
+  flover::g_client = argv[2];
+  flover::g_loadgen = argv[3];
+  signal(SIGPIPE, SIG_IGN);
+  return RUN_ALL_TESTS();
+}
