@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/tp_worker.h"
 #include "engine/unicode.h"
 
 namespace flover {
@@ -42,7 +43,8 @@ struct Engine::Sequence {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
                                                        const BpeTokenizer* tokenizer,
-                                                       const EngineOptions& options) {
+                                                       const EngineOptions& options,
+                                                       Communicator* comm) {
   const SchedulerOptions& s = options.scheduler;
   const int positions = model.config().n_positions;
   if (s.max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
@@ -57,12 +59,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue must be >= 0");
   auto cache = KvCache::Create(model.CacheShape(s.max_batch, options.max_seq_len));
   if (!cache.ok()) return cache.status();
-  return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, std::move(*cache)));
+  if (comm != nullptr && !comm->world().is_leader()) {
+    return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
+  }
+  return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, std::move(*cache), comm));
 }
 
 Engine::Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptions& options,
-               std::unique_ptr<KvCache> cache)
-    : model_(model), tokenizer_(tokenizer), options_(options), cache_(std::move(cache)) {
+               std::unique_ptr<KvCache> cache, Communicator* comm)
+    : model_(model), tokenizer_(tokenizer), options_(options), cache_(std::move(cache)),
+      comm_(comm) {
   const KvCacheShape& shape = cache_->shape();
   kv_bytes_per_token_ = int64_t{2} * shape.layers * shape.heads * shape.head_dim * sizeof(float);
   stats_.slots = shape.slots;
@@ -110,6 +116,7 @@ absl::StatusOr<RequestId> Engine::Submit(Request request, std::shared_ptr<TokenS
   if (sink == nullptr) return absl::InvalidArgumentError("sink: is null");
   if (absl::Status st = Validate(request); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
+  if (!fatal_.ok()) return absl::UnavailableError(absl::StrCat("the engine failed: ", fatal_.message()));
   if (!accepting_) return absl::UnavailableError("the engine is shutting down");
   if (stats_.queued >= options_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -137,6 +144,23 @@ absl::Status Engine::Cancel(RequestId id) {
 EngineStats Engine::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
+}
+
+absl::Status Engine::FatalError() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fatal_;
+}
+
+void Engine::Fail(const absl::Status& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fatal_ = error;
+    accepting_ = false;
+  }
+  for (auto& s : active_) Finish(*s, FinishReason::kError, error);
+  for (auto& s : queue_) Finish(*s, FinishReason::kError, error);
+  active_.clear();
+  queue_.clear();
 }
 
 void Engine::Shutdown(absl::Duration drain_timeout) {
@@ -252,12 +276,6 @@ bool Engine::Step() {
 
   absl::flat_hash_map<RequestId, Sequence*> by_id;
   for (const auto& s : active_) by_id[s->id] = s.get();
-  int64_t moved_bytes = 0;
-  for (const SlotMove& m : plan.moves) {
-    model_.MoveSlot(*cache_, m.from, m.to, m.len);
-    by_id[m.id]->slot = m.to;
-    moved_bytes += m.len * kv_bytes_per_token_;
-  }
   for (size_t i = 0; i < plan.admitted.size(); ++i) {
     // Admissions are a prefix of the queue, in order.
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
@@ -272,6 +290,7 @@ bool Engine::Step() {
     stats_.active += static_cast<int>(plan.admitted.size());
   }
 
+  // The plan's slots are already the post-move ones.
   batch_.Clear();
   int64_t prompt_rows = 0, sampled = 0;
   for (const ScheduledSequence& p : plan.seqs) {
@@ -281,10 +300,26 @@ bool Engine::Step() {
   }
   for (int slot : plan.padding_slots) batch_.AddSequence(slot, 0, {0});
 
+  if (tensor_parallel()) {
+    if (absl::Status st = BroadcastStep(*comm_, plan.moves, batch_); !st.ok()) {
+      Fail(st);
+      return true;
+    }
+  }
+  int64_t moved_bytes = 0;
+  for (const SlotMove& m : plan.moves) {
+    model_.MoveSlot(*cache_, m.from, m.to, m.len);
+    by_id[m.id]->slot = m.to;
+    moved_bytes += m.len * kv_bytes_per_token_;
+  }
+
   if (!plan.seqs.empty() || !plan.padding_slots.empty()) {
     const absl::Status st =
         model_.Forward(batch_, *cache_, LogitsFor::kLastRowOfEachSequence, &logits_);
-    if (!st.ok()) {
+    if (!st.ok() && tensor_parallel() && st.code() != absl::StatusCode::kInvalidArgument) {
+      Fail(st);  // the ranks no longer agree: nothing can run any more
+      return true;
+    } else if (!st.ok()) {
       // Not expected (requests and plans are validated); fail the batch, keep serving.
       for (auto& s : active_) Finish(*s, FinishReason::kError, st);
     } else {
@@ -350,7 +385,10 @@ void Engine::Loop() {
                  queue_.end());
     active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& s) { return s->finished; }),
                   active_.end());
-    if (stopping) return;
+    if (stopping) {
+      if (tensor_parallel()) (void)BroadcastStop(*comm_);  // release the workers
+      return;
+    }
     if (!Step()) {
       const absl::Time wake = NextWakeup();
       std::unique_lock<std::mutex> lock(mu_);

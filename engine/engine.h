@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/bpe_tokenizer.h"
+#include "engine/comm/communicator.h"
 #include "engine/gpt_model.h"
 #include "engine/kv_cache.h"
 #include "engine/request.h"
@@ -53,10 +54,13 @@ struct EngineStats {
 
 class Engine {
  public:
-  // `model` and `tokenizer` (may be null) must outlive the engine.
+  // `model`, `tokenizer` (may be null) and `comm` must outlive the engine.
+  // With tensor parallelism (`comm` of tp_size > 1, on rank 0), every step
+  // is broadcast to the other ranks, which run RunTensorParallelWorker.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(GptModel& model,
                                                         const BpeTokenizer* tokenizer,
-                                                        const EngineOptions& options);
+                                                        const EngineOptions& options,
+                                                        Communicator* comm = nullptr);
   ~Engine();  // Shutdown(absl::ZeroDuration()) if not yet shut down
 
   // Validates and queues a request; its events go to `sink`. Errors:
@@ -70,6 +74,10 @@ class Engine {
 
   EngineStats Stats() const;
 
+  // OK, or the error that stopped the engine for good (a failed collective
+  // between tensor-parallel ranks): it then refuses every request.
+  absl::Status FatalError() const;
+
   // Refuses new requests, lets queued and running ones finish for up to
   // `drain_timeout`, cancels whatever is left, and stops the loop thread.
   void Shutdown(absl::Duration drain_timeout);
@@ -81,7 +89,10 @@ class Engine {
   struct Sequence;  // a request from submission to finish
 
   Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptions& options,
-         std::unique_ptr<KvCache> cache);
+         std::unique_ptr<KvCache> cache, Communicator* comm);
+  bool tensor_parallel() const { return comm_ != nullptr && comm_->world().tp_size > 1; }
+  // Fails every request and refuses new ones.
+  void Fail(const absl::Status& error);
   absl::Status Validate(const Request& r) const;
   void Loop();
   // One step; returns false when there was nothing to run.
@@ -95,6 +106,7 @@ class Engine {
   const BpeTokenizer* tokenizer_;
   const EngineOptions options_;
   std::unique_ptr<KvCache> cache_;
+  Communicator* comm_;
   int64_t kv_bytes_per_token_ = 0;
 
   mutable std::mutex mu_;
@@ -104,6 +116,7 @@ class Engine {
   absl::flat_hash_set<RequestId> live_ids_;        // guarded by mu_
   bool accepting_ = true;                          // guarded by mu_
   bool stop_ = false;                              // guarded by mu_
+  absl::Status fatal_;                             // guarded by mu_
   RequestId next_id_ = 1;                          // guarded by mu_
   EngineStats stats_;                              // guarded by mu_
 

@@ -3,25 +3,37 @@
 // "listening on HOST:PORT". SIGTERM or SIGINT drains: health goes
 // NOT_SERVING, new requests get UNAVAILABLE, in-flight ones finish within
 // --drain_timeout_s, and the process exits 0.
+//
+// With --tp=N under `mpirun -np N`, every rank loads its shard of the model;
+// rank 0 serves gRPC and runs the engine, broadcasting each step; the other
+// ranks run the same steps. Any rank failing ends the whole job (exit 1).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "engine/comm/communicator.h"
 #include "engine/engine.h"
 #include "engine/model_loader.h"
+#include "engine/tp_shard.h"
+#include "engine/tp_worker.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "server/flover_service.h"
 #include "server/server_options.h"
 
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 picks a free port");
-ABSL_FLAG(int, threads, 0, "CPU threads for the model (0 = all cores)");
+ABSL_FLAG(int, threads, 0,
+          "CPU threads for the model per rank (0 = the cores divided by the ranks on this node)");
+ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks; > 1 needs mpirun -np TP (rank 0 serves gRPC)");
 ABSL_FLAG(int, max_batch, 32, "KV cache slots: sequences in flight at once");
 ABSL_FLAG(int, max_seq_len, 0, "Positions per slot, prompt + output (0 = the model's maximum)");
 ABSL_FLAG(int, max_tokens_per_step, 256, "Token budget of one fused forward (prompts are chunked)");
@@ -40,6 +52,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.model = absl::GetFlag(FLAGS_model);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.tp = absl::GetFlag(FLAGS_tp);
+  if (o.tp < 1) return absl::InvalidArgumentError("--tp must be >= 1");
   auto policy = ParseSchedulerPolicy(absl::GetFlag(FLAGS_scheduler));
   if (!policy.ok()) return policy.status();
   o.engine.scheduler.policy = *policy;
@@ -54,19 +68,57 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   return o;
 }
 
-absl::Status Serve(ServerOptions options, const sigset_t& signals) {
-  kernels::SetCpuThreads(options.threads);
+// OpenMP threads per rank: all cores for one rank, else the cores shared by
+// the ranks mpirun placed on this node.
+int DefaultThreads(int tp) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = tp > 1 && local != nullptr ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, cores / ranks_here);
+}
+
+// Waits for SIGTERM/SIGINT, or for the engine to fail for good.
+absl::Status WaitForStop(const sigset_t& signals, const Engine& engine) {
+  while (true) {
+    timespec tick{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig > 0) {
+      std::fprintf(stderr, "flover_server: signal %d, draining\n", sig);
+      return absl::OkStatus();
+    }
+    if (absl::Status st = engine.FatalError(); !st.ok()) return st;
+  }
+}
+
+absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator* comm) {
+  const int tp = comm ? comm->world().tp_size : 1;
+  const bool leader = comm == nullptr || comm->world().is_leader();
+  kernels::SetCpuThreads(options.threads > 0 ? options.threads : DefaultThreads(tp));
   auto loaded = LoadModel(options.model);
   if (!loaded.ok()) return loaded.status();
   const GptConfig config = (*loaded)->config;
   if (options.engine.max_seq_len == 0) options.engine.max_seq_len = config.n_positions;
+  GptWeights weights = std::move((*loaded)->weights);
+  if (tp > 1) {
+    const ShardSpec spec{tp, comm->world().tp_rank};
+    if (absl::Status st = ValidateShardSpec(config, spec); !st.ok()) return st;
+    weights = ShardGptWeights(weights, config, spec);  // this rank keeps its shard only
+  }
   kernels::CpuOps ops;
-  GptModel model(config, std::move((*loaded)->weights), ops);
+  GptModel model(config, std::move(weights), ops, comm);
+
+  if (!leader) {
+    auto cache = KvCache::Create(model.CacheShape(options.engine.scheduler.max_batch,
+                                                  options.engine.max_seq_len));
+    if (!cache.ok()) return cache.status();
+    return RunTensorParallelWorker(model, **cache, *comm);
+  }
+
   const BpeTokenizer* tokenizer = (*loaded)->tokenizer ? &*(*loaded)->tokenizer : nullptr;
-  auto engine = Engine::Create(model, tokenizer, options.engine);
+  auto engine = Engine::Create(model, tokenizer, options.engine, comm);
   if (!engine.ok()) return engine.status();
 
-  FloverService service(**engine, tokenizer, {options.model, (*loaded)->stored_dtype, 1});
+  FloverService service(**engine, tokenizer, {options.model, (*loaded)->stored_dtype, tp});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -84,18 +136,20 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals) {
               options.model.c_str(), config.n_layer, config.n_head, config.n_embd,
               config.vocab_size, config.n_positions, (*loaded)->stored_dtype.c_str(),
               tokenizer ? "tokenizer" : "no tokenizer (token ids only)");
-  std::printf("KV cache: %d slots x %d positions = %.1f MiB; scheduler %s, kv_shuffle %s, "
-              "%d CPU threads\n",
-              stats.slots, options.engine.max_seq_len, stats.kv_bytes_total / 1048576.0,
+  std::printf("KV cache: %d slots x %d positions = %.1f MiB per rank; tp %d; scheduler %s, "
+              "kv_shuffle %s, %d CPU threads per rank\n",
+              stats.slots, options.engine.max_seq_len, stats.kv_bytes_total / 1048576.0, tp,
               std::string(SchedulerPolicyName(options.engine.scheduler.policy)).c_str(),
               options.engine.scheduler.kv_shuffle ? "on" : "off", kernels::CpuThreads());
   std::fflush(stdout);
 
-  int signal = 0;
-  sigwait(&signals, &signal);
-  std::fprintf(stderr, "flover_server: signal %d, draining (up to %.0f s)\n", signal,
-               absl::ToDoubleSeconds(options.drain_timeout));
+  const absl::Status stop = WaitForStop(signals, **engine);
   server->GetHealthCheckService()->SetServingStatus(false);
+  if (!stop.ok()) {
+    // The ranks are out of step: nothing can be served; end now.
+    server->Shutdown(std::chrono::system_clock::now());
+    return stop;
+  }
   (*engine)->Shutdown(options.drain_timeout);  // refuses new requests, finishes in-flight ones
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
@@ -107,8 +161,9 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals) {
 }  // namespace flover::server
 
 int main(int argc, char** argv) {
-  // Block the stop signals in every thread (gRPC's and the engine's inherit
-  // this mask); the main thread takes them with sigwait.
+  // Block the stop signals in every thread (gRPC's, the engine's and MPI's
+  // inherit this mask); rank 0's main thread takes them with sigtimedwait.
+  // Other ranks never take them: they stop when rank 0 tells them to.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -117,10 +172,28 @@ int main(int argc, char** argv) {
 
   absl::ParseCommandLine(argc, argv);
   auto options = flover::server::OptionsFromFlags();
-  absl::Status st = options.ok() ? flover::server::Serve(*options, signals) : options.status();
-  if (!st.ok()) {
-    std::fprintf(stderr, "flover_server: %s\n", std::string(st.message()).c_str());
+  if (!options.ok()) {
+    std::fprintf(stderr, "flover_server: %s\n", std::string(options.status().message()).c_str());
     return 1;
   }
+  std::unique_ptr<flover::Communicator> comm;
+  if (options->tp > 1) {
+    auto c = flover::CreateMpiCommunicator(options->tp);
+    if (!c.ok()) {
+      std::fprintf(stderr, "flover_server: %s\n", std::string(c.status().message()).c_str());
+      flover::FinalizeMpi();
+      return 1;
+    }
+    comm = std::move(*c);
+  }
+  const absl::Status st = flover::server::Serve(*options, signals, comm.get());
+  if (!st.ok()) {
+    const int rank = comm ? comm->world().rank : 0;
+    std::fprintf(stderr, "flover_server: rank %d: %s\n", rank, std::string(st.message()).c_str());
+    // No rank may be left waiting in a collective: end the whole job.
+    if (comm) flover::AbortMpiJob(1);
+    return 1;
+  }
+  if (comm) flover::FinalizeMpi();
   return 0;
 }

@@ -13,7 +13,8 @@ namespace flover::server {
 struct ServerOptions {
   std::string model = "builtin:gpt2-small";  // directory or builtin:NAME
   std::string listen = "127.0.0.1:50051";    // port 0 picks a free port
-  int threads = 0;                           // CPU threads; 0 = all cores
+  int threads = 0;                           // CPU threads per rank; 0 = cores / local ranks
+  int tp = 1;                                // tensor-parallel ranks (mpirun -np tp)
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
   absl::Duration drain_timeout = absl::Seconds(30);
 };

@@ -24,7 +24,7 @@ HEALTH_NOT_SERVING = b"\x08\x02"
 
 
 def start_server(*flags):
-    proc = subprocess.Popen([SERVER, "--listen=127.0.0.1:0", "--model=builtin:tiny", "--threads=1", *flags],
+    proc = subprocess.Popen([SERVER, "--listen=127.0.0.1:0", *flags],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()
     assert line.startswith("listening on "), line
@@ -48,11 +48,14 @@ class PythonClientTest(unittest.TestCase):
                                             shallow=False), f"{name} is stale: run tools/gen_python_client.sh")
 
     def test_generate_errors_health_reflection_and_drain(self):
-        proc, address = start_server("--max_seq_len=256")
+        # GPT-2-small shapes: the drain below lasts long enough (~0.5 s) to
+        # watch health change while a request is still running.
+        proc, address = start_server("--model=builtin:gpt2-small", "--max_seq_len=128",
+                                     "--max_batch=2", "--threads=2")
         try:
             client = FloverClient(address)
             info = client.model_info()
-            self.assertEqual(info.vocab_size, 512)
+            self.assertEqual(info.vocab_size, 50257)
             msgs = list(client.generate(token_ids=[1, 2, 3], max_new_tokens=10, temperature=0,
                                         ignore_eos=True, request_id="py-1"))
             self.assertEqual(sum(len(m.token_ids) for m in msgs), 10)
@@ -75,7 +78,7 @@ class PythonClientTest(unittest.TestCase):
             self.assertIn(b"grpc.health.v1.Health", replies[0])
 
             # Drain: a long request keeps running while health says NOT_SERVING.
-            stream = client.generate(token_ids=[4, 5], max_new_tokens=240, temperature=0, ignore_eos=True)
+            stream = client.generate(token_ids=[4, 5], max_new_tokens=40, temperature=0, ignore_eos=True)
             first = next(stream)
             proc.send_signal(signal.SIGTERM)
             statuses = set()
@@ -85,7 +88,8 @@ class PythonClientTest(unittest.TestCase):
                     break
             self.assertIn(HEALTH_NOT_SERVING, statuses)
             rest = list(stream)
-            self.assertEqual(len(first.token_ids) + sum(len(m.token_ids) for m in rest), 240)
+            self.assertEqual(len(first.token_ids) + sum(len(m.token_ids) for m in rest), 40)
+            self.assertEqual(rest[-1].finish_reason, flover_pb2.LENGTH)
             self.assertEqual(proc.wait(timeout=60), 0)
         finally:
             if proc.poll() is None:

@@ -1,7 +1,8 @@
-// End to end: the real server on an ephemeral loopback port; the bundled
-// load client sends 100 Poisson requests with mixed prompt and output
-// lengths; all succeed, and each output equals the engine's output for that
-// request run alone (from --dump_outputs).
+// End to end: the real server on an ephemeral loopback port (alone, or as
+// rank 0 of an mpirun job with --tp=2); the bundled load client sends 100
+// Poisson requests with mixed prompt and output lengths; all succeed, and
+// each output equals the one-rank engine's output for that request run alone
+// (from --dump_outputs).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,8 +17,8 @@
 namespace flover {
 namespace {
 
-std::string g_server, g_loadgen;
-std::vector<std::string> g_server_flags;
+std::string g_loadgen;
+std::vector<std::string> g_server_command;  // binary, or launcher + binary + flags
 
 std::vector<int32_t> Ids(const google::protobuf::Value& list) {
   std::vector<int32_t> ids;
@@ -26,10 +27,9 @@ std::vector<int32_t> Ids(const google::protobuf::Value& list) {
 }
 
 TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
-  std::vector<std::string> flags = {"--model=builtin:tiny", "--max_seq_len=128",
-                                    "--max_batch=16", "--max_tokens_per_step=64"};
-  flags.insert(flags.end(), g_server_flags.begin(), g_server_flags.end());
-  testing::ServerProcess server(g_server, flags);
+  testing::ServerProcess server(g_server_command,
+                                {"--model=builtin:tiny", "--max_seq_len=128", "--max_batch=16",
+                                 "--max_tokens_per_step=64"});
   ASSERT_TRUE(server.ok()) << "server did not start";
   const std::string dir = std::getenv("TEST_TMPDIR");
   const std::string dump = dir + "/outputs.jsonl", report = dir + "/report.json";
@@ -39,7 +39,9 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
        "--top_k=40", "--seed=7", "--dump_outputs=" + dump, "--json=" + report,
        "--progress=false"});
   EXPECT_EQ(code, 0);
-  EXPECT_EQ(server.Stop(std::chrono::seconds(30)), 0);
+  // Drain: SIGTERM to the server (rank 0 under mpirun); everything exits 0.
+  kill(server.Rank0(), SIGTERM);
+  EXPECT_EQ(server.Wait(std::chrono::seconds(30)), 0);
 
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
@@ -73,11 +75,10 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (argc < 3) {
-    std::fprintf(stderr, "usage: e2e_test SERVER LOADGEN [server flags...]\n");
+    std::fprintf(stderr, "usage: e2e_test LOADGEN SERVER_COMMAND...\n");
     return 2;
   }
-  flover::g_server = argv[1];
-  flover::g_loadgen = argv[2];
-  for (int i = 3; i < argc; ++i) flover::g_server_flags.push_back(argv[i]);
+  flover::g_loadgen = argv[1];
+  for (int i = 2; i < argc; ++i) flover::g_server_command.push_back(argv[i]);
   return RUN_ALL_TESTS();
 }

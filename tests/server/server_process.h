@@ -4,6 +4,7 @@
 #ifndef FLOVER_TESTS_SERVER_SERVER_PROCESS_H_
 #define FLOVER_TESTS_SERVER_SERVER_PROCESS_H_
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -12,6 +13,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,9 +73,15 @@ inline int RunCommand(const std::vector<std::string>& args,
 
 class ServerProcess {
  public:
-  // `flags` are added to --listen=127.0.0.1:0.
-  ServerProcess(const std::string& binary, std::vector<std::string> flags) {
-    std::vector<std::string> args = {binary, "--listen=127.0.0.1:0"};
+  // Runs `binary` with `flags` and --listen=127.0.0.1:0.
+  ServerProcess(const std::string& binary, std::vector<std::string> flags)
+      : ServerProcess(std::vector<std::string>{binary}, std::move(flags)) {}
+
+  // `command` is the server's command line, possibly behind a launcher
+  // (mpirun ... flover_server --tp=2); `flags` and --listen follow it.
+  ServerProcess(std::vector<std::string> command, std::vector<std::string> flags) {
+    std::vector<std::string> args = std::move(command);
+    args.push_back("--listen=127.0.0.1:0");
     args.insert(args.end(), flags.begin(), flags.end());
     pid_ = Spawn(args, &out_);
     if (pid_ < 0) return;
@@ -108,6 +116,31 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
 
   void Signal(int sig) { kill(pid_, sig); }
+
+  // The pid of MPI rank 0 among this process's children (when it is an
+  // mpirun launcher), or the process itself. OpenMPI's mpirun exits 1 when
+  // it is signalled itself, so a clean drain is asked of rank 0.
+  pid_t Rank0() const {
+    DIR* proc = opendir("/proc");
+    if (proc == nullptr) return pid_;
+    pid_t found = pid_;
+    while (dirent* e = readdir(proc)) {
+      const pid_t p = std::atoi(e->d_name);
+      if (p <= 0) continue;
+      std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+      std::string pid_s, comm, state;
+      pid_t ppid = 0;
+      stat >> pid_s >> comm >> state >> ppid;
+      if (ppid != pid_) continue;
+      std::ifstream env("/proc/" + std::string(e->d_name) + "/environ");
+      std::string var;
+      while (std::getline(env, var, '\0')) {
+        if (var == "OMPI_COMM_WORLD_RANK=0") found = p;
+      }
+    }
+    closedir(proc);
+    return found;
+  }
 
   // SIGTERM, then waits; SIGKILL after `timeout`. Returns the exit code.
   int Stop(std::chrono::milliseconds timeout) {

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Serving through gRPC, on builtin:gpt2-small, 2 threads (run on an idle
+# machine; about 2 minutes):
+#  1. overhead: the fusion benchmark's burst (32 requests, 8-token prompts,
+#     128 output tokens) in-process vs through flover_server + flover_loadgen;
+#  2. the llama-server comparison: a burst of 32 concurrent requests with
+#     61-token prompts and 64 output tokens, EOS ignored.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+tools/bazelw build //server:flover_server //clients:flover_loadgen //benchmarks:fusion_benchmark
+bin=.bazel-root/bin
+out=benchmarks/results
+mkdir -p "$out"
+log=$(mktemp)
+"$bin/server/flover_server" --model=builtin:gpt2-small --listen=127.0.0.1:0 --threads=2 \
+  --max_batch=32 --max_seq_len=256 > "$log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$log"' EXIT
+until grep -q "^listening on" "$log"; do sleep 0.1; done
+target=$(sed -n 's/^listening on //p' "$log")
+lg() { "$bin/clients/flover_loadgen" --target="$target" --progress=false --temperature=0 --ignore_eos "$@"; }
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+tps() { grep -o 'output [0-9.]* tokens/s' | awk '{print $2}'; }
+
+burst128="--rate=inf --num_requests=32 --prompt_len=8 --output_len=128"
+burst61="--rate=inf --num_requests=32 --prompt_len=61 --output_len=64"
+lg $burst128 > /dev/null  # warm-up: primitives, KV pages
+echo "== 1. overhead: burst of 32, prompt 8, output 128 (3 runs each, median)"
+grpc=$(for i in 1 2 3; do lg $burst128 | tps; done | median)
+inproc=$(for i in 1 2 3; do
+  "$bin/benchmarks/fusion_benchmark" --gaps_ms=0 --schedulers=fusion --output_len=128 | tail -1 |
+    awk -F'|' '{print $10}'
+done | median)
+echo "through gRPC: $grpc tokens/s; in-process: $inproc tokens/s"
+awk -v g="$grpc" -v p="$inproc" 'BEGIN {printf "gRPC throughput is %.1f%% lower\n", 100 * (1 - g / p)}'
+echo "== 2. llama-server comparison: burst of 32, prompt 61, output 64 (last of 3 runs shown)"
+for i in 1 2; do lg $burst61 > /dev/null; done
+lg $burst61 --json="$out/grpc_burst61x64.json"

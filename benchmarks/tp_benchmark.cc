@@ -1,0 +1,128 @@
+// Decode step time on builtin:gpt2-small with and without tensor
+// parallelism, and how much of the step is communication.
+//
+//   tools/bazelw build //benchmarks:tp_benchmark
+//   .bazel-root/bin/benchmarks/tp_benchmark --tp=1 --threads=2
+//   mpirun --allow-run-as-root --oversubscribe -np 2 \
+//       .bazel-root/bin/benchmarks/tp_benchmark --tp=2 --threads=1
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "engine/comm/communicator.h"
+#include "engine/gpt_model.h"
+#include "engine/model_loader.h"
+#include "engine/tp_shard.h"
+#include "kernels/cpu/cpu_ops.h"
+
+ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks (> 1 under mpirun -np TP)");
+ABSL_FLAG(int, threads, 2, "OpenMP threads per rank");
+ABSL_FLAG(int, repeats, 5, "Timed repetitions (median)");
+ABSL_FLAG(int, steps, 16, "Decode steps per repetition");
+
+namespace flover {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Times every collective (the all-reduces after row-split layers, the
+// embedding's, and the LM head gather).
+class TimingCommunicator final : public Communicator {
+ public:
+  explicit TimingCommunicator(Communicator& inner) : inner_(inner) {}
+  const WorldConfig& world() const override { return inner_.world(); }
+  absl::Status AllReduceSum(float* data, size_t count) override {
+    return Timed([&] { return inner_.AllReduceSum(data, count); });
+  }
+  absl::Status Broadcast(void* data, size_t bytes, int root) override {
+    return Timed([&] { return inner_.Broadcast(data, bytes, root); });
+  }
+  absl::Status GatherToLeader(const float* local, size_t count, std::vector<float>* out) override {
+    return Timed([&] { return inner_.GatherToLeader(local, count, out); });
+  }
+  double seconds = 0;
+
+ private:
+  absl::Status Timed(const std::function<absl::Status()>& f) {
+    const auto start = Clock::now();
+    absl::Status st = f();
+    seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    return st;
+  }
+  Communicator& inner_;
+};
+
+int Run() {
+  const int tp = absl::GetFlag(FLAGS_tp);
+  std::unique_ptr<Communicator> base;
+  if (tp > 1) {
+    auto c = CreateMpiCommunicator(tp);
+    if (!c.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str());
+      return 1;
+    }
+    base = std::move(*c);
+  } else {
+    base = std::make_unique<LocalCommunicator>();
+  }
+  TimingCommunicator comm(*base);
+  const bool leader = comm.world().is_leader();
+  kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  auto loaded = LoadModel("builtin:gpt2-small");
+  if (!loaded.ok()) return 1;
+  const GptConfig& cfg = (*loaded)->config;
+  GptWeights w = std::move((*loaded)->weights);
+  if (tp > 1) w = ShardGptWeights(w, cfg, {tp, comm.world().tp_rank});
+  kernels::CpuOps ops;
+  GptModel model(cfg, std::move(w), ops, &comm);
+  const int repeats = absl::GetFlag(FLAGS_repeats), steps = absl::GetFlag(FLAGS_steps);
+  const int context = 128;
+  if (leader) {
+    std::printf("builtin:gpt2-small, tp=%d, %d threads per rank\n\n", tp, kernels::CpuThreads());
+    std::printf("| batch | ms per step | tokens/s | communication ms per step |\n|---:|---:|---:|---:|\n");
+  }
+  std::vector<float> logits;
+  for (int batch : {1, 32}) {
+    auto cache = KvCache::Create(model.CacheShape(batch, context + steps + 2));
+    for (int s = 0; s < batch; ++s) {
+      std::vector<int32_t> prompt(context);
+      for (int i = 0; i < context; ++i) prompt[i] = (i * 7919 + s * 104729) % cfg.vocab_size;
+      ForwardBatch b;
+      b.AddSequence(s, 0, prompt);
+      if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits).ok()) return 1;
+    }
+    std::vector<double> step_s, comm_s;
+    for (int r = 0; r < repeats + 1; ++r) {
+      comm.seconds = 0;
+      const auto start = Clock::now();
+      for (int i = 0; i < steps; ++i) {
+        ForwardBatch b;
+        const int pos = context - steps / 2 + i;
+        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
+        if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits).ok()) return 1;
+      }
+      if (r == 0) continue;  // warm-up
+      step_s.push_back(std::chrono::duration<double>(Clock::now() - start).count() / steps);
+      comm_s.push_back(comm.seconds / steps);
+    }
+    std::sort(step_s.begin(), step_s.end());
+    std::sort(comm_s.begin(), comm_s.end());
+    const double step = step_s[step_s.size() / 2], c = comm_s[comm_s.size() / 2];
+    if (leader) std::printf("| %d | %.2f | %.0f | %.2f |\n", batch, step * 1e3, batch / step, c * 1e3);
+  }
+  if (tp > 1) FinalizeMpi();
+  return 0;
+}
+
+}  // namespace
+}  // namespace flover
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return flover::Run();
+}
