@@ -16,17 +16,48 @@ namespace {
 // enough to balance a long causal prefill across threads.
 constexpr int kAttentionRowBlock = 32;
 
-// One query row against positions [0, n) of one head's cache.
-// q: [D] (already scaled); kt: [D, max_seq] (transposed keys); v: [n, D];
-// scores: scratch [n]; out: [D].
-void AttendRow(const float* q, const float* kt, int max_seq, const float* v, int n, int D,
-               float* scores, float* out) {
-  std::fill(scores, scores + n, 0.0f);
+// Scores of one query against positions [0, n): s[j] = sum_d q[d] kt[d][j],
+// accumulated over d in order. kJ positions at a time stay in registers
+// across the d loop, so each multiply-add loads only the key.
+template <int kJ>
+void ScoreBlock(const float* q, const float* kt, int max_seq, int D, int j0, float* scores) {
+  float acc[kJ] = {};
   for (int d = 0; d < D; ++d) {
     const float qd = q[d];
-    const float* kd = kt + int64_t{d} * max_seq;
+    const float* kd = kt + int64_t{d} * max_seq + j0;
 #pragma omp simd
-    for (int j = 0; j < n; ++j) scores[j] += qd * kd[j];
+    for (int j = 0; j < kJ; ++j) acc[j] += qd * kd[j];
+  }
+  std::copy(acc, acc + kJ, scores + j0);
+}
+
+// out[0, D) = sum_j w[j] v[j], accumulated over j in order, the D outputs
+// kept in registers when D is the usual 64.
+template <int kD>
+void WeightedSum(const float* w, const float* v, int n, float* out) {
+  float acc[kD] = {};
+  for (int j = 0; j < n; ++j) {
+    const float wj = w[j];
+    const float* vj = v + int64_t{j} * kD;
+#pragma omp simd
+    for (int d = 0; d < kD; ++d) acc[d] += wj * vj[d];
+  }
+  std::copy(acc, acc + kD, out);
+}
+
+// One query row against positions [0, n) of one head's cache.
+// q: [D] (already scaled); kt: [D, max_seq] (transposed keys); v: [n, D];
+// scores: scratch [n]; out: [D]. Every row of every batch goes through this
+// one function, which is what makes attention batch-invariant.
+void AttendRow(const float* q, const float* kt, int max_seq, const float* v, int n, int D,
+               float* scores, float* out) {
+  constexpr int kJ = 32;
+  int j0 = 0;
+  for (; j0 + kJ <= n; j0 += kJ) ScoreBlock<kJ>(q, kt, max_seq, D, j0, scores);
+  for (int j = j0; j < n; ++j) {  // the tail, same order of operations
+    float s = 0.0f;
+    for (int d = 0; d < D; ++d) s += q[d] * kt[int64_t{d} * max_seq + j];
+    scores[j] = s;
   }
   float max_score = -INFINITY;
   for (int j = 0; j < n; ++j) max_score = std::max(max_score, scores[j]);
@@ -37,12 +68,17 @@ void AttendRow(const float* q, const float* kt, int max_seq, const float* v, int
     sum += scores[j];
   }
   const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int j = 0; j < n; ++j) scores[j] *= inv;
+  if (D == 64) {
+    WeightedSum<64>(scores, v, n, out);
+    return;
+  }
   std::fill(out, out + D, 0.0f);
   for (int j = 0; j < n; ++j) {
-    const float w = scores[j] * inv;
     const float* vj = v + int64_t{j} * D;
 #pragma omp simd
-    for (int d = 0; d < D; ++d) out[d] += w * vj[d];
+    for (int d = 0; d < D; ++d) out[d] += scores[j] * vj[d];
   }
 }
 
