@@ -1,11 +1,10 @@
 #include "engine/bpe_tokenizer.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/file_util.h"
 #include "engine/json.h"
 #include "engine/unicode.h"
 
@@ -24,14 +23,6 @@ void BuildByteSymbols(std::string (&symbols)[256]) {
     symbols[b].clear();
     AppendUtf8(printable ? b : 256 + next++, &symbols[b]);
   }
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
 }
 
 bool StartsWithContraction(const std::vector<Utf8Char>& cs, size_t i, size_t* len) {

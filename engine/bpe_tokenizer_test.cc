@@ -7,10 +7,13 @@
 
 #include "engine/json.h"
 #include "engine/testing/files.h"
+#include "engine/testing/golden.h"
 #include "engine/unicode.h"
 
 namespace flover {
 namespace {
+
+using testing::JsonIds;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -21,12 +24,6 @@ BpeTokenizer LoadFixture() {
   auto t = BpeTokenizer::Load(std::string(kDir) + "vocab.json", std::string(kDir) + "merges.txt");
   EXPECT_TRUE(t.ok()) << t.status();
   return std::move(*t);
-}
-
-std::vector<int32_t> Ids(const google::protobuf::Value& list) {
-  std::vector<int32_t> ids;
-  for (const auto& v : list.list_value().values()) ids.push_back(static_cast<int32_t>(v.number_value()));
-  return ids;
 }
 
 TEST(BpeTokenizerTest, MatchesHuggingFaceIdsAndText) {
@@ -40,14 +37,14 @@ TEST(BpeTokenizerTest, MatchesHuggingFaceIdsAndText) {
     const std::string& text = f.at("text").string_value();
     auto ids = tok.Encode(text);
     ASSERT_TRUE(ids.ok()) << ids.status();
-    EXPECT_EQ(*ids, Ids(f.at("ids"))) << text;
+    EXPECT_EQ(*ids, JsonIds(f.at("ids"))) << text;
     EXPECT_EQ(tok.Decode(*ids), f.at("decoded").string_value()) << text;
     EXPECT_EQ(tok.Decode(*ids), text) << "round trip";
   }
   // Arbitrary ids, including byte tokens that cut UTF-8 characters in half.
   for (const auto& c : cases->fields().at("decode").list_value().values()) {
     const auto& f = c.struct_value().fields();
-    EXPECT_EQ(tok.Decode(Ids(f.at("ids"))), f.at("decoded").string_value());
+    EXPECT_EQ(tok.Decode(JsonIds(f.at("ids"))), f.at("decoded").string_value());
   }
 }
 

@@ -12,10 +12,14 @@
 #include "engine/json.h"
 #include "engine/model_loader.h"
 #include "engine/testing/files.h"
+#include "engine/testing/golden.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace flover {
 namespace {
+
+using testing::JsonIds;
+using testing::ScaledError;
 
 struct Golden {
   std::vector<std::vector<int32_t>> prompts;
@@ -24,20 +28,14 @@ struct Golden {
   std::string stored_dtype;
 };
 
-std::vector<int32_t> Ids(const google::protobuf::Value& list) {
-  std::vector<int32_t> ids;
-  for (const auto& v : list.list_value().values()) ids.push_back(static_cast<int32_t>(v.number_value()));
-  return ids;
-}
-
 Golden LoadGolden(const std::string& dir, int vocab) {
   Golden g;
   auto json = ParseJsonObject(testing::ReadFileOrEmpty(dir + "/golden.json"), "golden.json");
   EXPECT_TRUE(json.ok()) << json.status();
   const auto& f = json->fields();
-  for (const auto& p : f.at("prompts").list_value().values()) g.prompts.push_back(Ids(p));
-  g.greedy_prompt = Ids(f.at("greedy_prompt"));
-  g.greedy_output = Ids(f.at("greedy_output"));
+  for (const auto& p : f.at("prompts").list_value().values()) g.prompts.push_back(JsonIds(p));
+  g.greedy_prompt = JsonIds(f.at("greedy_prompt"));
+  g.greedy_output = JsonIds(f.at("greedy_output"));
   g.stored_dtype = f.at("stored_dtype").string_value();
   auto file = SafetensorsFile::Open(dir + "/golden_logits.safetensors");
   EXPECT_TRUE(file.ok()) << file.status();
@@ -48,16 +46,6 @@ Golden LoadGolden(const std::string& dir, int vocab) {
     g.logits.push_back(*l);
   }
   return g;
-}
-
-// max |a - b| / max |b|: "within 1e-4 relative to the logit scale".
-double ScaledError(const float* a, const float* b, size_t n) {
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < n; ++i) {
-    diff = std::max(diff, double(std::abs(a[i] - b[i])));
-    scale = std::max(scale, double(std::abs(b[i])));
-  }
-  return diff / scale;
 }
 
 class GoldenModelTest : public ::testing::TestWithParam<const char*> {

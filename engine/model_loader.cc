@@ -1,11 +1,10 @@
 #include "engine/model_loader.h"
 
-#include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/file_util.h"
 
 namespace flover {
 namespace {
@@ -18,19 +17,11 @@ bool FileExists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
-}
-
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadDirectory(const std::string& dir) {
   auto model = std::make_unique<LoadedModel>();
   model->spec = dir;
   const std::string config_path = dir + "/config.json";
-  auto config_text = ReadSmallFile(config_path);
+  auto config_text = ReadFile(config_path);
   if (!config_text.ok()) return config_text.status();
   auto config = ParseGptConfig(*config_text, config_path);
   if (!config.ok()) return config.status();

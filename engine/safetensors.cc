@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/file_util.h"
 #include "engine/json.h"
 
 namespace flover {
@@ -84,12 +83,9 @@ float BFloat16ToFloat(uint16_t b) {
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return Parse(std::move(ss).str(), path);
+  auto bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return Parse(std::move(*bytes), path);
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes,

@@ -12,28 +12,17 @@
 #include "engine/json.h"
 #include "engine/model_loader.h"
 #include "engine/testing/files.h"
+#include "engine/testing/golden.h"
 #include "engine/tp_shard.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace flover {
 namespace {
 
+using testing::JsonIds;
+using testing::ScaledError;
+
 Communicator* g_comm = nullptr;
-
-double ScaledError(const float* a, const float* b, size_t n) {
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < n; ++i) {
-    diff = std::max(diff, double(std::abs(a[i] - b[i])));
-    scale = std::max(scale, double(std::abs(b[i])));
-  }
-  return diff / scale;
-}
-
-std::vector<int32_t> Ids(const google::protobuf::Value& list) {
-  std::vector<int32_t> ids;
-  for (const auto& v : list.list_value().values()) ids.push_back(static_cast<int32_t>(v.number_value()));
-  return ids;
-}
 
 class TensorParallelTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -109,7 +98,7 @@ TEST(TensorParallelGoldenTest, MatchesTransformers) {
   ASSERT_TRUE(golden.ok());
   const auto& prompts = json->fields().at("prompts").list_value().values();
   for (int i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t> prompt = Ids(prompts[i]);
+    const std::vector<int32_t> prompt = JsonIds(prompts[i]);
     ForwardBatch b;
     b.AddSequence(0, 0, prompt);
     auto cache = KvCache::Create(tp.CacheShape(1, c.n_positions));
@@ -128,9 +117,9 @@ TEST(TensorParallelGoldenTest, MatchesTransformers) {
   g.max_new_tokens = 32;
   g.ignore_eos = true;
   g.sampling.temperature = 0;
-  auto out = GenerateAlone(tp, Ids(json->fields().at("greedy_prompt")), g);
+  auto out = GenerateAlone(tp, JsonIds(json->fields().at("greedy_prompt")), g);
   ASSERT_TRUE(out.ok());
-  if (g_comm->world().is_leader()) EXPECT_EQ(*out, Ids(json->fields().at("greedy_output")));
+  if (g_comm->world().is_leader()) EXPECT_EQ(*out, JsonIds(json->fields().at("greedy_output")));
 }
 
 }  // namespace

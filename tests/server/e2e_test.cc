@@ -14,6 +14,7 @@
 #include "engine/generate.h"
 #include "engine/json.h"
 #include "engine/model_loader.h"
+#include "engine/testing/golden.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "proto/flover.grpc.pb.h"
 #include "tests/server/server_process.h"
@@ -21,21 +22,17 @@
 namespace flover {
 namespace {
 
+using testing::JsonIds;
+
 std::string g_loadgen;
 std::vector<std::string> g_server_command;  // binary, or launcher + binary + flags
-
-std::vector<int32_t> Ids(const google::protobuf::Value& list) {
-  std::vector<int32_t> ids;
-  for (const auto& v : list.list_value().values()) ids.push_back(static_cast<int32_t>(v.number_value()));
-  return ids;
-}
 
 // Sends one dumped request on its own and returns the tokens.
 std::vector<int32_t> RunAloneThroughServer(v1::Flover::Stub& stub,
                                            const google::protobuf::Struct& dumped) {
   const auto& f = dumped.fields();
   v1::GenerateRequest r;
-  for (int32_t id : Ids(f.at("prompt_ids"))) r.mutable_token_ids()->add_ids(id);
+  for (int32_t id : JsonIds(f.at("prompt_ids"))) r.mutable_token_ids()->add_ids(id);
   r.mutable_sampling()->set_temperature(static_cast<float>(f.at("temperature").number_value()));
   r.mutable_sampling()->set_top_k(static_cast<int>(f.at("top_k").number_value()));
   r.mutable_sampling()->set_seed(static_cast<uint64_t>(f.at("seed").number_value()));
@@ -82,7 +79,7 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
     const auto& f = obj->fields();
     const int index = static_cast<int>(f.at("index").number_value());
     EXPECT_EQ(f.at("status").string_value(), "OK") << line;
-    const std::vector<int32_t> under_load = Ids(f.at("output_ids"));
+    const std::vector<int32_t> under_load = JsonIds(f.at("output_ids"));
     // Alone through the same deployment (one rank or several): bitwise equal.
     EXPECT_EQ(under_load, RunAloneThroughServer(*stub, *obj)) << "request " << index;
     if (one_rank) {
@@ -95,7 +92,7 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
       g.sampling.temperature = static_cast<float>(f.at("temperature").number_value());
       g.sampling.top_k = static_cast<int>(f.at("top_k").number_value());
       g.sampling.seed = static_cast<uint64_t>(f.at("seed").number_value());
-      auto alone = GenerateAlone(model, Ids(f.at("prompt_ids")), g);
+      auto alone = GenerateAlone(model, JsonIds(f.at("prompt_ids")), g);
       ASSERT_TRUE(alone.ok()) << alone.status();
       EXPECT_EQ(under_load, *alone) << "request " << index;
     }
