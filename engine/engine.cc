@@ -324,19 +324,34 @@ bool Engine::Step() {
       for (auto& s : active_) Finish(*s, FinishReason::kError, st);
     } else {
       const int V = model_.config().vocab_size;
+      // Rows whose sequence has now computed all its known tokens get a new
+      // token (the others were prompt chunks).
+      std::vector<int> rows;
+      int64_t computed_tokens = 0;
       for (size_t i = 0; i < plan.seqs.size(); ++i) {
         Sequence& s = *by_id[plan.seqs[i].id];
         if (s.finished) continue;
         s.computed += plan.seqs[i].len;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          stats_.kv_bytes_in_use += plan.seqs[i].len * kv_bytes_per_token_;
-        }
-        if (s.computed < static_cast<int>(s.tokens.size())) continue;  // prompt chunk
-        float logprob = 0.0f;
-        const int32_t token = s.sampler.Sample(absl::MakeSpan(&logits_[i * V], V), s.tokens,
-                                               s.request.return_logprobs ? &logprob : nullptr);
-        Emit(s, token, logprob);
+        computed_tokens += plan.seqs[i].len;
+        if (s.computed == static_cast<int>(s.tokens.size())) rows.push_back(static_cast<int>(i));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.kv_bytes_in_use += computed_tokens * kv_bytes_per_token_;
+      }
+      // Each sequence samples from its own generator, so they can draw in
+      // parallel; tokens are then emitted in order on this thread.
+      const int n = static_cast<int>(rows.size());
+      sampled_.resize(n);
+      logprobs_.resize(n);
+#pragma omp parallel for schedule(dynamic) if (n > 1)
+      for (int k = 0; k < n; ++k) {
+        Sequence& s = *by_id[plan.seqs[rows[k]].id];
+        sampled_[k] = s.sampler.Sample(absl::MakeSpan(&logits_[size_t(rows[k]) * V], V), s.tokens,
+                                       s.request.return_logprobs ? &logprobs_[k] : nullptr);
+      }
+      for (int k = 0; k < n; ++k) {
+        Emit(*by_id[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k]);
         ++sampled;
       }
     }

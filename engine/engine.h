@@ -125,6 +125,8 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> active_;
   ForwardBatch batch_;
   std::vector<float> logits_;
+  std::vector<int32_t> sampled_;  // this step's tokens, before they are emitted
+  std::vector<float> logprobs_;
   std::thread thread_;
 };
 

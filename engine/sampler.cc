@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace flover {
 namespace {
+
+using kernels::ExpF;
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -80,59 +84,105 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     return best;
   }
 
-  // Candidates: all tokens, or the top_k largest (ties broken by lower id).
-  candidates_.resize(V);
-  std::iota(candidates_.begin(), candidates_.end(), 0);
+  const float inv_t = 1.0f / params_.temperature;
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
   auto by_logit = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  size_t keep = V;
-  if (params_.top_k > 0 && params_.top_k < V) {
-    keep = params_.top_k;
-    std::nth_element(candidates_.begin(), candidates_.begin() + keep, candidates_.end(),
-                     by_logit);
-    candidates_.resize(keep);
-  }
-  if (params_.top_p < 1.0f) {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+
+  if (params_.top_k == 0 && params_.top_p >= 1.0f) {
+    // Plain temperature: draw from the whole vocabulary, no index array.
+    probs_.resize(V);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < V; ++i) {
+      probs_[i] = ExpF((logits[i] - max_logit) * inv_t);
+      sum += probs_[i];
+    }
+    // Find the draw's block by block sums, then the token inside the block.
+    constexpr int kBlock = 256;
+    const double u = rng_.NextDouble() * sum;
+    double acc = 0;
+    int i = 0;
+    for (; i + kBlock < V; i += kBlock) {
+      float block = 0.0f;
+#pragma omp simd reduction(+ : block)
+      for (int j = i; j < i + kBlock; ++j) block += probs_[j];
+      if (u < acc + block) break;
+      acc += block;
+    }
+    int32_t pick = V - 1;
+    for (; i < V; ++i) {
+      acc += probs_[i];
+      if (u < acc) {
+        pick = i;
+        break;
+      }
+    }
+    if (logprob != nullptr) *logprob = std::log(probs_[pick] / sum);
+    return pick;
   }
 
-  // Softmax of logits / temperature over the candidates.
-  const float max_logit = logits[*std::max_element(candidates_.begin(), candidates_.end(),
-                                                   [&](int32_t a, int32_t b) {
-                                                     return logits[a] < logits[b];
-                                                   })];
-  probs_.resize(candidates_.size());
-  double sum = 0;
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    probs_[i] = std::exp((logits[candidates_[i]] - max_logit) / params_.temperature);
-    sum += probs_[i];
+  if (params_.top_k > 0 && params_.top_k < V) {
+    // The top_k largest, ties broken by lower id: the k-th largest value is
+    // found on a plain copy, then ids are taken in order.
+    probs_.assign(logits.begin(), logits.end());
+    std::nth_element(probs_.begin(), probs_.begin() + (params_.top_k - 1), probs_.end(),
+                     std::greater<float>());
+    const float kth = probs_[params_.top_k - 1];
+    int above = 0;
+    for (float l : logits) above += l > kth;
+    int equal_needed = params_.top_k - above;
+    candidates_.clear();
+    for (int i = 0; i < V; ++i) {
+      if (logits[i] > kth || (logits[i] == kth && equal_needed-- > 0)) candidates_.push_back(i);
+    }
+  } else {
+    candidates_.resize(V);
+    std::iota(candidates_.begin(), candidates_.end(), 0);
   }
+  auto prob = [&](int32_t i) { return ExpF((logits[i] - max_logit) * inv_t); };
+  double sum = 0;
+  for (int32_t c : candidates_) sum += prob(c);
+
   if (params_.top_p < 1.0f) {
-    // Smallest prefix (by descending probability) whose mass reaches top_p.
+    // The nucleus: the smallest prefix, in descending order, whose mass
+    // reaches top_p. Only as many candidates as that needs are sorted: the
+    // top m by nth_element, with m growing until they hold the mass. The
+    // prefix is the one a full sort would give (same total order).
+    const double target = params_.top_p * sum;
+    size_t m = std::min<size_t>(256, candidates_.size());
+    while (true) {
+      if (m < candidates_.size()) {
+        std::nth_element(candidates_.begin(), candidates_.begin() + m, candidates_.end(), by_logit);
+      }
+      double mass = 0;
+      for (size_t i = 0; i < m; ++i) mass += prob(candidates_[i]);
+      if (mass >= target || m == candidates_.size()) break;
+      m = std::min(candidates_.size(), m * 8);
+    }
+    std::sort(candidates_.begin(), candidates_.begin() + m, by_logit);
     double mass = 0;
     size_t n = 0;
-    while (n < candidates_.size()) {
-      mass += probs_[n++] / sum;
-      if (mass >= params_.top_p) break;
+    while (n < m) {
+      mass += prob(candidates_[n++]);
+      if (mass >= target) break;
     }
     candidates_.resize(n);
-    probs_.resize(n);
-    sum = 0;
-    for (float p : probs_) sum += p;
+    sum = mass;
   }
 
   const double u = rng_.NextDouble() * sum;
   double acc = 0;
   size_t pick = candidates_.size() - 1;
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    acc += probs_[i];
+    acc += prob(candidates_[i]);
     if (u < acc) {
       pick = i;
       break;
     }
   }
-  if (logprob != nullptr) *logprob = static_cast<float>(std::log(probs_[pick] / sum));
+  if (logprob != nullptr) *logprob = static_cast<float>(std::log(prob(candidates_[pick]) / sum));
   return candidates_[pick];
 }
 
