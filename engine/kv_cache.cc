@@ -7,7 +7,8 @@
 namespace flover {
 
 int64_t KvCacheShape::bytes() const {
-  return int64_t{2} * layers * slots * heads * max_seq * head_dim * sizeof(float);
+  return int64_t{2} * layers * slots * heads * kernels::KvLayer::PaddedSeq(max_seq) * head_dim *
+         sizeof(float);
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheShape& s) {
@@ -24,7 +25,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheShape& s) 
 }
 
 kernels::KvLayer KvCache::layer(int i) const {
-  const int64_t per_tensor = int64_t{shape_.slots} * shape_.heads * shape_.max_seq * shape_.head_dim;
+  const int64_t per_tensor = int64_t{shape_.slots} * shape_.heads *
+                             kernels::KvLayer::PaddedSeq(shape_.max_seq) * shape_.head_dim;
   float* base = data_.get() + 2 * per_tensor * i;
   return kernels::KvLayer{base,           base + per_tensor, shape_.slots,
                           shape_.heads,   shape_.max_seq,    shape_.head_dim};

@@ -22,7 +22,7 @@ std::vector<float> SlotContent(const KvCache& cache, int slot, int len) {
     for (int h = 0; h < s.heads; ++h) {
       const int64_t base = slot * kv.slot_stride() + h * kv.head_stride();
       for (int d = 0; d < s.head_dim; ++d)
-        for (int p = 0; p < len; ++p) out.push_back(kv.k[base + int64_t{d} * s.max_seq + p]);
+        for (int p = 0; p < len; ++p) out.push_back(kv.k[base + kv.key_offset(d, p)]);
       for (int p = 0; p < len; ++p)
         for (int d = 0; d < s.head_dim; ++d) out.push_back(kv.v[base + int64_t{p} * s.head_dim + d]);
     }

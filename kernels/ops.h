@@ -23,19 +23,33 @@ struct SeqRows {
 };
 
 // One layer's K and V arena; a slot's data is contiguous in both.
-//   k: [slots, heads, head_dim, max_seq]  (keys transposed: a query's scores
-//      are head_dim vectorized AXPYs over positions, no horizontal sums)
-//   v: [slots, heads, max_seq, head_dim]
+//   v: [slots, heads, padded_seq, head_dim]
+//   k: [slots, heads, padded_seq / kKeyBlock, head_dim, kKeyBlock]
+// Keys are transposed within blocks of kKeyBlock positions: a query's scores
+// are vectorized multiply-adds over positions (no horizontal sums), and the
+// keys of positions [0, n) are ceil(n / kKeyBlock) contiguous blocks whatever
+// max_seq is (a [head_dim, max_seq] layout puts rows max_seq apart, which
+// for max_seq = 1024 maps them onto the same cache sets).
 struct KvLayer {
+  static constexpr int kKeyBlock = 32;
+
   float* k = nullptr;
   float* v = nullptr;
   int32_t slots = 0;
   int32_t heads = 0;
-  int32_t max_seq = 0;
+  int32_t max_seq = 0;  // positions per slot
   int32_t head_dim = 0;
 
-  int64_t head_stride() const { return int64_t{max_seq} * head_dim; }
+  static int64_t PaddedSeq(int64_t max_seq) {
+    return (max_seq + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  }
+  int64_t padded_seq() const { return PaddedSeq(max_seq); }
+  int64_t head_stride() const { return padded_seq() * head_dim; }
   int64_t slot_stride() const { return head_stride() * heads; }
+  // Offset of key (dim d, position p) from its head's start in k.
+  int64_t key_offset(int d, int p) const {
+    return int64_t{p / kKeyBlock} * head_dim * kKeyBlock + int64_t{d} * kKeyBlock + p % kKeyBlock;
+  }
 };
 
 // How a stored weight matrix is laid out in the caller's memory.
@@ -101,7 +115,8 @@ class Ops {
   virtual void Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
                          const KvLayer& kv, float* out) = 0;
 
-  // Copies positions [0, len) of every head from slot `from` to slot `to`.
+  // Copies positions [0, len) of every head from slot `from` to slot `to`
+  // (values exactly; keys in the whole blocks that hold them).
   virtual void MoveKvSlot(const KvLayer& kv, int from, int to, int len) = 0;
 };
 

@@ -128,6 +128,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     }
     id_ = *id;
     if (request_id_.empty()) request_id_ = absl::StrCat(*id);
+    // A cancel that arrived before the id existed found nothing to cancel.
+    if (context->IsCancelled()) (void)engine_.Cancel(id_);
   }
 
   void OnToken(const TokenEvent& e) {

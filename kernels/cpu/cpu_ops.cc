@@ -16,19 +16,20 @@ namespace {
 // enough to balance a long causal prefill across threads.
 constexpr int kAttentionRowBlock = 32;
 
-// Scores of one query against positions [0, n): s[j] = sum_d q[d] kt[d][j],
-// accumulated over d in order. kJ positions at a time stay in registers
-// across the d loop, so each multiply-add loads only the key.
-template <int kJ>
-void ScoreBlock(const float* q, const float* kt, int max_seq, int D, int j0, float* scores) {
+// Scores of one query against one block of keys: s[j] = sum_d q[d] k[d][j],
+// accumulated over d in order. The block's kKeyBlock scores stay in
+// registers across the d loop, so each multiply-add loads only the key.
+// block: [D, kKeyBlock]; scores: [kKeyBlock].
+void ScoreBlock(const float* q, const float* block, int D, float* scores) {
+  constexpr int kJ = KvLayer::kKeyBlock;
   float acc[kJ] = {};
   for (int d = 0; d < D; ++d) {
     const float qd = q[d];
-    const float* kd = kt + int64_t{d} * max_seq + j0;
+    const float* kd = block + int64_t{d} * kJ;
 #pragma omp simd
     for (int j = 0; j < kJ; ++j) acc[j] += qd * kd[j];
   }
-  std::copy(acc, acc + kJ, scores + j0);
+  std::copy(acc, acc + kJ, scores);
 }
 
 // out[0, D) = sum_j w[j] v[j], accumulated over j in order, the D outputs
@@ -46,18 +47,16 @@ void WeightedSum(const float* w, const float* v, int n, float* out) {
 }
 
 // One query row against positions [0, n) of one head's cache.
-// q: [D] (already scaled); kt: [D, max_seq] (transposed keys); v: [n, D];
-// scores: scratch [n]; out: [D]. Every row of every batch goes through this
-// one function, which is what makes attention batch-invariant.
-void AttendRow(const float* q, const float* kt, int max_seq, const float* v, int n, int D,
+// q: [D] (already scaled); keys: the head's blocked keys (KvLayer); v: [n, D];
+// scores: scratch [n rounded up to kKeyBlock]; out: [D]. Every row of every
+// batch goes through this one function, which is what makes attention
+// batch-invariant. The last block is scored whole; positions past n are
+// never read back.
+void AttendRow(const float* q, const float* keys, const float* v, int n, int D,
                float* scores, float* out) {
-  constexpr int kJ = 32;
-  int j0 = 0;
-  for (; j0 + kJ <= n; j0 += kJ) ScoreBlock<kJ>(q, kt, max_seq, D, j0, scores);
-  for (int j = j0; j < n; ++j) {  // the tail, same order of operations
-    float s = 0.0f;
-    for (int d = 0; d < D; ++d) s += q[d] * kt[int64_t{d} * max_seq + j];
-    scores[j] = s;
+  constexpr int kJ = KvLayer::kKeyBlock;
+  for (int b = 0; b * kJ < n; ++b) {
+    ScoreBlock(q, keys + int64_t{b} * D * kJ, D, scores + int64_t{b} * kJ);
   }
   float max_score = -INFINITY;
   for (int j = 0; j < n; ++j) max_score = std::max(max_score, scores[j]);
@@ -162,7 +161,7 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
         const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
         const int pos = seq.pos + i;
         const float* k = row + HD + int64_t{h} * D;
-        for (int d = 0; d < D; ++d) kv.k[base + int64_t{d} * kv.max_seq + pos] = k[d];
+        for (int d = 0; d < D; ++d) kv.k[base + kv.key_offset(d, pos)] = k[d];
         std::memcpy(kv.v + base + int64_t{pos} * D, row + 2 * HD + int64_t{h} * D,
                     D * sizeof(float));
       }
@@ -186,7 +185,7 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
   const int num_tasks = static_cast<int>(tasks.size());
 #pragma omp parallel
   {
-    std::vector<float> scores(kv.max_seq);
+    std::vector<float> scores(kv.padded_seq());
     std::vector<float> q(D);
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < num_tasks; ++t) {
@@ -200,8 +199,8 @@ void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
       // depends on how the batch around it was formed.
       for (int i = 0; i < task.rows; ++i) {
         for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
-        AttendRow(q.data(), kv.k + base, kv.max_seq, kv.v + base,
-                  seq.pos + task.first_row + i + 1, D, scores.data(), o + i * HD);
+        AttendRow(q.data(), kv.k + base, kv.v + base, seq.pos + task.first_row + i + 1, D,
+                  scores.data(), o + i * HD);
       }
     }
   }
@@ -213,10 +212,9 @@ void CpuOps::MoveKvSlot(const KvLayer& kv, int from, int to, int len) {
   for (int h = 0; h < kv.heads; ++h) {
     const int64_t src = from * kv.slot_stride() + h * kv.head_stride();
     const int64_t dst = to * kv.slot_stride() + h * kv.head_stride();
-    for (int d = 0; d < D; ++d) {  // keys: the first len positions of each dim row
-      std::memcpy(kv.k + dst + int64_t{d} * kv.max_seq, kv.k + src + int64_t{d} * kv.max_seq,
-                  size_t(len) * sizeof(float));
-    }
+    // Keys: the blocks holding positions [0, len), one contiguous run.
+    const int64_t key_blocks = (len + KvLayer::kKeyBlock - 1) / KvLayer::kKeyBlock;
+    std::memcpy(kv.k + dst, kv.k + src, size_t(key_blocks) * D * KvLayer::kKeyBlock * sizeof(float));
     std::memcpy(kv.v + dst, kv.v + src, size_t(len) * D * sizeof(float));
   }
 }

@@ -162,9 +162,13 @@ INSTANTIATE_TEST_SUITE_P(RowsAndLayouts, LinearTest,
 TEST(CpuOpsTest, AttentionOverRaggedBatch) {
   CpuOps ops;
   const int H = 3, D = 8, S = 5, L = 80, HD = H * D;
-  std::vector<float> kbuf = Random(size_t{S} * H * L * D, 15);
-  std::vector<float> vbuf = Random(size_t{S} * H * L * D, 16);
-  KvLayer kv{kbuf.data(), vbuf.data(), S, H, L, D};
+  KvLayer kv{nullptr, nullptr, S, H, L, D};
+  std::vector<float> kbuf = Random(S * kv.slot_stride(), 15);
+  std::vector<float> vbuf = Random(S * kv.slot_stride(), 16);
+  kv.k = kbuf.data();
+  kv.v = vbuf.data();
+  auto K = [&](int slot, int h, int d, int p) { return slot * kv.slot_stride() + h * kv.head_stride() + kv.key_offset(d, p); };
+  auto Vi = [&](int slot, int h, int d, int p) { return slot * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + d; };
   const std::vector<SeqRows> seqs = {
       {/*slot=*/2, /*pos=*/11, /*len=*/1, /*row=*/0},
       {/*slot=*/0, /*pos=*/0, /*len=*/20, /*row=*/1},
@@ -181,11 +185,11 @@ TEST(CpuOpsTest, AttentionOverRaggedBatch) {
     for (int h = 0; h < H; ++h) {
       // The full key/value history: old cache content before pos, new rows after.
       auto key = [&](int p, int d) -> double {
-        if (p < s.pos) return k_before[((s.slot * H + h) * D + d) * L + p];
+        if (p < s.pos) return k_before[K(s.slot, h, d, p)];
         return qkv[(s.row + p - s.pos) * 3 * HD + HD + h * D + d];
       };
       auto value = [&](int p, int d) -> double {
-        if (p < s.pos) return v_before[((s.slot * H + h) * L + p) * D + d];
+        if (p < s.pos) return v_before[Vi(s.slot, h, d, p)];
         return qkv[(s.row + p - s.pos) * 3 * HD + 2 * HD + h * D + d];
       };
       for (int i = 0; i < s.len; ++i) {
@@ -206,32 +210,48 @@ TEST(CpuOpsTest, AttentionOverRaggedBatch) {
         }
         // The new row's K/V landed in the cache at its position.
         for (int d = 0; d < D; ++d) {
-          EXPECT_EQ(kbuf[((s.slot * H + h) * D + d) * L + s.pos + i], key(s.pos + i, d));
-          EXPECT_EQ(vbuf[((s.slot * H + h) * L + s.pos + i) * D + d], value(s.pos + i, d));
+          EXPECT_EQ(kbuf[K(s.slot, h, d, s.pos + i)], key(s.pos + i, d));
+          EXPECT_EQ(vbuf[Vi(s.slot, h, d, s.pos + i)], value(s.pos + i, d));
         }
       }
     }
   }
   EXPECT_LT(RelErr(out, want), 1e-5);
   // Slot 1 is not in the batch and must be untouched.
-  for (size_t i = 1 * H * L * D; i < 2 * H * L * D; ++i) EXPECT_EQ(kbuf[i], k_before[i]);
+  for (int64_t i = 1 * kv.slot_stride(); i < 2 * kv.slot_stride(); ++i) EXPECT_EQ(kbuf[i], k_before[i]);
 }
 
-TEST(CpuOpsTest, MoveKvSlotCopiesOnlyFilledPositions) {
+// Values move for the filled positions only; keys move in whole blocks of
+// kKeyBlock positions, so blocks past the last filled one stay untouched.
+TEST(CpuOpsTest, MoveKvSlotCopiesFilledPositions) {
   CpuOps ops;
-  const int H = 2, D = 4, S = 3, L = 10;
-  std::vector<float> kbuf = Random(S * H * L * D, 18), vbuf = Random(S * H * L * D, 19);
+  const int H = 2, D = 4, S = 3, L = 70, len = 6;
+  KvLayer kv{nullptr, nullptr, S, H, L, D};
+  std::vector<float> kbuf = Random(S * kv.slot_stride(), 18), vbuf = Random(S * kv.slot_stride(), 19);
   const auto k0 = kbuf, v0 = vbuf;
-  KvLayer kv{kbuf.data(), vbuf.data(), S, H, L, D};
-  ops.MoveKvSlot(kv, /*from=*/2, /*to=*/0, /*len=*/6);
+  kv.k = kbuf.data();
+  kv.v = vbuf.data();
+  ops.MoveKvSlot(kv, /*from=*/2, /*to=*/0, len);
   for (int h = 0; h < H; ++h)
     for (int p = 0; p < L; ++p)
       for (int d = 0; d < D; ++d) {
-        const int kto = ((0 * H + h) * D + d) * L + p, kfrom = ((2 * H + h) * D + d) * L + p;
-        const int vto = ((0 * H + h) * L + p) * D + d, vfrom = ((2 * H + h) * L + p) * D + d;
-        EXPECT_EQ(kbuf[kto], p < 6 ? k0[kfrom] : k0[kto]);
-        EXPECT_EQ(vbuf[vto], p < 6 ? v0[vfrom] : v0[vto]);
+        const int64_t kto = 0 * kv.slot_stride() + h * kv.head_stride() + kv.key_offset(d, p);
+        const int64_t kfrom = 2 * kv.slot_stride() + h * kv.head_stride() + kv.key_offset(d, p);
+        const int64_t vto = 0 * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + d;
+        const int64_t vfrom = 2 * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + d;
+        if (p < len) {
+          EXPECT_EQ(kbuf[kto], k0[kfrom]);
+          EXPECT_EQ(vbuf[vto], v0[vfrom]);
+        } else {
+          EXPECT_EQ(vbuf[vto], v0[vto]);
+          if (p >= KvLayer::kKeyBlock) EXPECT_EQ(kbuf[kto], k0[kto]);
+        }
       }
+  // The other slots are untouched.
+  for (int64_t i = kv.slot_stride(); i < 3 * kv.slot_stride(); ++i) {
+    EXPECT_EQ(kbuf[i], k0[i]);
+    EXPECT_EQ(vbuf[i], v0[i]);
+  }
 }
 
 // A row's Linear output is bitwise the same whatever M is.
@@ -260,8 +280,10 @@ TEST(BatchInvarianceTest, AttentionDoesNotDependOnBatchOrChunking) {
   const int H = 2, D = 16, S = 3, L = 64, HD = H * D, len = 40;
   auto qkv_seq = Random(len * 3 * HD, 30);
   auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others) {
-    std::vector<float> kbuf(S * H * L * D), vbuf(S * H * L * D);
-    KvLayer kv{kbuf.data(), vbuf.data(), S, H, L, D};
+    KvLayer kv{nullptr, nullptr, S, H, L, D};
+    std::vector<float> kbuf(S * kv.slot_stride()), vbuf(S * kv.slot_stride());
+    kv.k = kbuf.data();
+    kv.v = vbuf.data();
     std::vector<float> result(len * HD);
     int pos = 0;
     for (const auto& call : chunks_per_call) {
