@@ -12,8 +12,9 @@ bin=.bazel-root/bin
 out=benchmarks/results
 mkdir -p "$out"
 log=$(mktemp)
+# max_seq_len as the in-process run (8 + 128): the KV layout is the same then.
 "$bin/server/flover_server" --model=builtin:gpt2-small --listen=127.0.0.1:0 --threads=2 \
-  --max_batch=32 --max_seq_len=256 > "$log" 2>&1 &
+  --max_batch=32 --max_seq_len=136 > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$log"' EXIT
 until grep -q "^listening on" "$log"; do sleep 0.1; done
