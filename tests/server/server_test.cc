@@ -7,6 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
 #include "proto/flover.grpc.pb.h"
 #include "tests/server/server_process.h"
 
@@ -242,6 +246,77 @@ TEST_F(ServerTest, SigtermDrainsInFlightRefusesNewAndExitsZero) {
   EXPECT_EQ(tokens, 80);
   EXPECT_EQ(finish, v1::LENGTH);
   EXPECT_EQ(server_->Wait(std::chrono::seconds(30)), 0);
+}
+
+// The text path end to end, on the fixture model that has a tokenizer:
+// text prompts, streamed text, logprobs, stop tokens, and --dataset.
+TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
+  Start({"--model=tests/golden/tiny_f32", "--max_seq_len=40"});
+  v1::GenerateRequest r;
+  r.set_text("Hello world");  // 9 tokens with the fixture vocabulary (tokenizer golden)
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_stopping()->set_max_new_tokens(8);
+  r.mutable_stopping()->set_ignore_eos(true);
+  r.set_return_logprobs(true);
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, r);
+  v1::GenerateResponse resp, last;
+  std::vector<uint32_t> ids;
+  std::string text;
+  int logprobs = 0;
+  while (reader->Read(&resp)) {
+    ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    text += resp.text();
+    for (float lp : resp.logprobs()) {
+      EXPECT_LE(lp, 0.0f);
+      ++logprobs;
+    }
+    last = resp;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(ids.size(), 8u);
+  EXPECT_EQ(logprobs, 8);
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(last.usage().prompt_tokens(), 9u);
+
+  // Stop at the third token's id: STOP, and the output ends with it.
+  v1::GenerateRequest stop = r;
+  stop.mutable_stopping()->add_stop_token_ids(ids[2]);
+  grpc::ClientContext stop_ctx;
+  auto stop_reader = stub_->Generate(&stop_ctx, stop);
+  std::vector<uint32_t> stop_ids;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  while (stop_reader->Read(&resp)) {
+    stop_ids.insert(stop_ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) finish = resp.finish_reason();
+  }
+  ASSERT_TRUE(stop_reader->Finish().ok());
+  EXPECT_EQ(finish, v1::STOP);
+  const auto first = std::find(ids.begin(), ids.end(), ids[2]);
+  EXPECT_EQ(stop_ids, std::vector<uint32_t>(ids.begin(), first + 1));
+
+  // The load client reading prompts from a JSONL dataset.
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  {
+    std::ofstream data(dir + "/prompts.jsonl");
+    data << "{\"prompt\": \"The quick brown fox\"}\n"
+         << "{\"prompt_ids\": [1, 2, 3], \"max_new_tokens\": 4}\n";
+  }
+  const int code = testing::RunCommand(
+      {g_loadgen, "--target=" + server_->address(), "--rate=inf", "--num_requests=6",
+       "--dataset=" + dir + "/prompts.jsonl", "--output_len=5", "--progress=false",
+       "--dump_outputs=" + dir + "/dump.jsonl"});
+  EXPECT_EQ(code, 0);
+  std::ifstream dump(dir + "/dump.jsonl");
+  std::string line;
+  int lines = 0, with_text = 0;
+  while (std::getline(dump, line)) {
+    ++lines;
+    with_text += line.find("\"prompt_text\": \"The quick brown fox\"") != std::string::npos;
+    EXPECT_NE(line.find("\"status\": \"OK\""), std::string::npos) << line;
+  }
+  EXPECT_EQ(lines, 6);
+  EXPECT_EQ(with_text, 3);  // lines alternate between the two prompts
 }
 
 TEST_F(ServerTest, ThousandConcurrentStreams) {
