@@ -90,15 +90,24 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
 
-  if (params_.top_k == 0 && params_.top_p >= 1.0f) {
-    // Plain temperature: draw from the whole vocabulary, no index array.
-    probs_.resize(V);
+  // probs_[i]: unnormalized probability of token i, computed once for the
+  // tokens a path uses (the whole vocabulary in one vectorized loop, or just
+  // the top-k candidates) and looked up after that.
+  probs_.resize(V);
+  auto prob_of = [&](int32_t i) { return ExpF((logits[i] - max_logit) * inv_t); };
+  auto fill_all = [&] {
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < V; ++i) {
-      probs_[i] = ExpF((logits[i] - max_logit) * inv_t);
+      probs_[i] = prob_of(i);
       sum += probs_[i];
     }
+    return sum;
+  };
+
+  if (params_.top_k == 0 && params_.top_p >= 1.0f) {
+    // Plain temperature: draw from the whole vocabulary, no index array.
+    const float sum = fill_all();
     // Find the draw's block by block sums, then the token inside the block.
     constexpr int kBlock = 256;
     const double u = rng_.NextDouble() * sum;
@@ -126,10 +135,10 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
   if (params_.top_k > 0 && params_.top_k < V) {
     // The top_k largest, ties broken by lower id: the k-th largest value is
     // found on a plain copy, then ids are taken in order.
-    probs_.assign(logits.begin(), logits.end());
-    std::nth_element(probs_.begin(), probs_.begin() + (params_.top_k - 1), probs_.end(),
+    scratch_.assign(logits.begin(), logits.end());
+    std::nth_element(scratch_.begin(), scratch_.begin() + (params_.top_k - 1), scratch_.end(),
                      std::greater<float>());
-    const float kth = probs_[params_.top_k - 1];
+    const float kth = scratch_[params_.top_k - 1];
     int above = 0;
     for (float l : logits) above += l > kth;
     int equal_needed = params_.top_k - above;
@@ -137,20 +146,22 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     for (int i = 0; i < V; ++i) {
       if (logits[i] > kth || (logits[i] == kth && equal_needed-- > 0)) candidates_.push_back(i);
     }
+    for (int32_t c : candidates_) probs_[c] = prob_of(c);
   } else {
     candidates_.resize(V);
     std::iota(candidates_.begin(), candidates_.end(), 0);
+    fill_all();
   }
-  auto prob = [&](int32_t i) { return ExpF((logits[i] - max_logit) * inv_t); };
-  double sum = 0;
-  for (int32_t c : candidates_) sum += prob(c);
+  auto prob = [&](int32_t i) { return probs_[i]; };
+  double mass_all = 0;
+  for (int32_t c : candidates_) mass_all += prob(c);
 
   if (params_.top_p < 1.0f) {
     // The nucleus: the smallest prefix, in descending order, whose mass
     // reaches top_p. Only as many candidates as that needs are sorted: the
     // top m by nth_element, with m growing until they hold the mass. The
     // prefix is the one a full sort would give (same total order).
-    const double target = params_.top_p * sum;
+    const double target = params_.top_p * mass_all;
     size_t m = std::min<size_t>(256, candidates_.size());
     while (true) {
       if (m < candidates_.size()) {
@@ -169,10 +180,10 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
       if (mass >= target) break;
     }
     candidates_.resize(n);
-    sum = mass;
+    mass_all = mass;
   }
 
-  const double u = rng_.NextDouble() * sum;
+  const double u = rng_.NextDouble() * mass_all;
   double acc = 0;
   size_t pick = candidates_.size() - 1;
   for (size_t i = 0; i < candidates_.size(); ++i) {
@@ -182,7 +193,7 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
       break;
     }
   }
-  if (logprob != nullptr) *logprob = static_cast<float>(std::log(prob(candidates_[pick]) / sum));
+  if (logprob != nullptr) *logprob = static_cast<float>(std::log(prob(candidates_[pick]) / mass_all));
   return candidates_[pick];
 }
 

@@ -50,7 +50,8 @@ class Sampler {
   SamplingParams params_;
   Rng rng_;
   std::vector<int32_t> candidates_;  // scratch, reused across steps
-  std::vector<float> probs_;
+  std::vector<float> probs_;         // [V] unnormalized probabilities
+  std::vector<float> scratch_;       // [V] logits copy for the top-k threshold
 };
 
 }  // namespace flover
