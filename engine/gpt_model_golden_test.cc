@@ -9,44 +9,14 @@
 
 #include "engine/generate.h"
 #include "engine/gpt_model.h"
-#include "engine/json.h"
 #include "engine/model_loader.h"
-#include "engine/testing/files.h"
 #include "engine/testing/golden.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace flover {
 namespace {
 
-using testing::JsonIds;
 using testing::ScaledError;
-
-struct Golden {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<float>> logits;  // [len, V] per prompt
-  std::vector<int32_t> greedy_prompt, greedy_output;
-  std::string stored_dtype;
-};
-
-Golden LoadGolden(const std::string& dir, int vocab) {
-  Golden g;
-  auto json = ParseJsonObject(testing::ReadFileOrEmpty(dir + "/golden.json"), "golden.json");
-  EXPECT_TRUE(json.ok()) << json.status();
-  const auto& f = json->fields();
-  for (const auto& p : f.at("prompts").list_value().values()) g.prompts.push_back(JsonIds(p));
-  g.greedy_prompt = JsonIds(f.at("greedy_prompt"));
-  g.greedy_output = JsonIds(f.at("greedy_output"));
-  g.stored_dtype = f.at("stored_dtype").string_value();
-  auto file = SafetensorsFile::Open(dir + "/golden_logits.safetensors");
-  EXPECT_TRUE(file.ok()) << file.status();
-  for (size_t i = 0; i < g.prompts.size(); ++i) {
-    auto l = file->ReadFloat("logits." + std::to_string(i),
-                             {int64_t(g.prompts[i].size()), int64_t(vocab)});
-    EXPECT_TRUE(l.ok()) << l.status();
-    g.logits.push_back(*l);
-  }
-  return g;
-}
 
 class GoldenModelTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -56,7 +26,7 @@ class GoldenModelTest : public ::testing::TestWithParam<const char*> {
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
     gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, ops_);
-    golden_ = LoadGolden(dir_, model_->config.vocab_size);
+    golden_ = testing::LoadGolden(dir_, model_->config.vocab_size);
   }
 
   std::unique_ptr<KvCache> NewCache(int slots) {
@@ -69,7 +39,7 @@ class GoldenModelTest : public ::testing::TestWithParam<const char*> {
   kernels::CpuOps ops_;
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<GptModel> gpt_;
-  Golden golden_;
+  testing::Golden golden_;
 };
 
 TEST_P(GoldenModelTest, LogitsAtEveryPositionMatchTransformers) {

@@ -9,9 +9,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/generate.h"
 #include "engine/gpt_model.h"
-#include "engine/json.h"
 #include "engine/model_loader.h"
-#include "engine/testing/files.h"
 #include "engine/testing/golden.h"
 #include "engine/tp_shard.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -19,7 +17,6 @@
 namespace flover {
 namespace {
 
-using testing::JsonIds;
 using testing::ScaledError;
 
 Communicator* g_comm = nullptr;
@@ -92,24 +89,20 @@ TEST(TensorParallelGoldenTest, MatchesTransformers) {
   const ShardSpec spec{g_comm->world().tp_size, g_comm->world().tp_rank};
   kernels::CpuOps ops;
   GptModel tp(c, ShardGptWeights((*m)->weights, c, spec), ops, g_comm);
-  auto json = ParseJsonObject(testing::ReadFileOrEmpty(dir + "/golden.json"), "golden.json");
-  ASSERT_TRUE(json.ok());
-  auto golden = SafetensorsFile::Open(dir + "/golden_logits.safetensors");
-  ASSERT_TRUE(golden.ok());
-  const auto& prompts = json->fields().at("prompts").list_value().values();
-  for (int i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t> prompt = JsonIds(prompts[i]);
+  // Loaded up front on every rank: no rank may stop between collectives.
+  const testing::Golden golden = testing::LoadGolden(dir, c.vocab_size);
+  ASSERT_EQ(golden.logits.size(), golden.prompts.size());
+  for (size_t i = 0; i < golden.prompts.size(); ++i) {
+    const std::vector<int32_t>& prompt = golden.prompts[i];
     ForwardBatch b;
     b.AddSequence(0, 0, prompt);
     auto cache = KvCache::Create(tp.CacheShape(1, c.n_positions));
     std::vector<float> logits;
     ASSERT_TRUE(tp.Forward(b, **cache, LogitsFor::kEveryRow, &logits).ok());
     if (!g_comm->world().is_leader()) continue;
-    auto want = golden->ReadFloat("logits." + std::to_string(i),
-                                  {int64_t(prompt.size()), int64_t(c.vocab_size)});
-    ASSERT_TRUE(want.ok());
+    const std::vector<float>& want = golden.logits[i];
     for (size_t row = 0; row < prompt.size(); ++row) {
-      EXPECT_LT(ScaledError(&logits[row * c.vocab_size], &(*want)[row * c.vocab_size], c.vocab_size),
+      EXPECT_LT(ScaledError(&logits[row * c.vocab_size], &want[row * c.vocab_size], c.vocab_size),
                 1e-4);
     }
   }
@@ -117,9 +110,9 @@ TEST(TensorParallelGoldenTest, MatchesTransformers) {
   g.max_new_tokens = 32;
   g.ignore_eos = true;
   g.sampling.temperature = 0;
-  auto out = GenerateAlone(tp, JsonIds(json->fields().at("greedy_prompt")), g);
+  auto out = GenerateAlone(tp, golden.greedy_prompt, g);
   ASSERT_TRUE(out.ok());
-  if (g_comm->world().is_leader()) EXPECT_EQ(*out, JsonIds(json->fields().at("greedy_output")));
+  if (g_comm->world().is_leader()) EXPECT_EQ(*out, golden.greedy_output);
 }
 
 }  // namespace
