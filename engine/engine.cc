@@ -9,6 +9,15 @@
 #include "engine/unicode.h"
 
 namespace flover {
+namespace {
+
+// Drops the sequences that finished (their events are already sent).
+template <typename Container>
+void EraseFinished(Container& c) {
+  c.erase(std::remove_if(c.begin(), c.end(), [](const auto& s) { return s->finished; }), c.end());
+}
+
+}  // namespace
 
 absl::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
@@ -357,9 +366,7 @@ bool Engine::Step() {
     }
   }
 
-  active_.erase(std::remove_if(active_.begin(), active_.end(),
-                               [](const auto& s) { return s->finished; }),
-                active_.end());
+  EraseFinished(active_);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
   stats_.prompt_tokens += prompt_rows;
@@ -396,10 +403,8 @@ void Engine::Loop() {
     };
     for (auto& s : queue_) expire(*s);
     for (auto& s : active_) expire(*s);
-    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [](const auto& s) { return s->finished; }),
-                 queue_.end());
-    active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& s) { return s->finished; }),
-                  active_.end());
+    EraseFinished(queue_);
+    EraseFinished(active_);
     if (stopping) {
       if (tensor_parallel()) (void)BroadcastStop(*comm_);  // release the workers
       return;
