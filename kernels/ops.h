@@ -108,6 +108,13 @@ class Ops {
   virtual void Linear(const float* x, int M, const Weight& w, const float* bias,
                       Epilogue epilogue, float* out) = 0;
 
+  // Builds now what Linear on w (with or without a bias, with `epilogue`)
+  // would otherwise build on first use for any M <= max_rows: compiled
+  // kernels and scratch space. Afterwards such calls allocate nothing, so a
+  // server pays this once at start instead of as latency spikes and memory
+  // growth while it serves.
+  virtual void PrepareLinear(const Weight& w, int max_rows, bool has_bias, Epilogue epilogue) {}
+
   // Causal self-attention over a ragged batch, one layer.
   // qkv: [T, 3 * H * D] (Q, K, V of the local heads); out: [T, H * D].
   // Writes each row's K and V into kv at (seq.slot, head, position) first,

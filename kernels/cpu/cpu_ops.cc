@@ -144,6 +144,10 @@ void CpuOps::Linear(const float* x, int M, const Weight& w, const float* bias,
   linear_.Run(x, M, w, bias, epilogue, out);
 }
 
+void CpuOps::PrepareLinear(const Weight& w, int max_rows, bool has_bias, Epilogue epilogue) {
+  linear_.PrepareRows(w, max_rows, has_bias, epilogue);
+}
+
 void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
                        const KvLayer& kv, float* out) {
   const int H = kv.heads;

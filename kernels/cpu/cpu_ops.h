@@ -22,6 +22,7 @@ class CpuOps final : public Ops {
                                         WeightLayout layout) override;
   void Linear(const float* x, int M, const Weight& w, const float* bias,
               Epilogue epilogue, float* out) override;
+  void PrepareLinear(const Weight& w, int max_rows, bool has_bias, Epilogue epilogue) override;
   void Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
                  const KvLayer& kv, float* out) override;
   void MoveKvSlot(const KvLayer& kv, int from, int to, int len) override;

@@ -119,7 +119,7 @@ std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
   return y;
 }
 
-// Rows x layout: small row counts take the GEMV path for [N, K] weights.
+// Rows x layout. 33, 101 and 201 rows are not row buckets: they run padded.
 class LinearTest : public ::testing::TestWithParam<std::tuple<int, WeightLayout>> {};
 
 TEST_P(LinearTest, EveryEpilogueMatchesNaive) {
@@ -153,7 +153,7 @@ TEST_P(LinearTest, EveryEpilogueMatchesNaive) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RowsAndLayouts, LinearTest,
-                         ::testing::Combine(::testing::Values(1, 3, 4, 5, 64, 200),
+                         ::testing::Combine(::testing::Values(1, 3, 4, 5, 33, 64, 101, 201),
                                             ::testing::Values(WeightLayout::kInOut,
                                                               WeightLayout::kOutIn)));
 
@@ -244,7 +244,9 @@ TEST(CpuOpsTest, MoveKvSlotCopiesFilledPositions) {
           EXPECT_EQ(vbuf[vto], v0[vfrom]);
         } else {
           EXPECT_EQ(vbuf[vto], v0[vto]);
-          if (p >= KvLayer::kKeyBlock) EXPECT_EQ(kbuf[kto], k0[kto]);
+          if (p >= KvLayer::kKeyBlock) {
+            EXPECT_EQ(kbuf[kto], k0[kto]);
+          }
         }
       }
   // The other slots are untouched.
@@ -252,6 +254,51 @@ TEST(CpuOpsTest, MoveKvSlotCopiesFilledPositions) {
     EXPECT_EQ(kbuf[i], k0[i]);
     EXPECT_EQ(vbuf[i], v0[i]);
   }
+}
+
+TEST(OneDnnLinearTest, RowBucketsPadUnderOneSixteenth) {
+  ASSERT_EQ(OneDnnLinear::kExactRows, 32);
+  ASSERT_EQ(OneDnnLinear::kBucketsPerOctave, 16);
+  int buckets_to_1024 = 0;
+  for (int M = 1; M <= 4096; ++M) {
+    const int b = OneDnnLinear::RowBucket(M);
+    ASSERT_GE(b, M);
+    ASSERT_EQ(OneDnnLinear::RowBucket(b), b) << M;
+    if (M <= OneDnnLinear::kExactRows) {
+      ASSERT_EQ(b, M);
+    }
+    ASSERT_LT(16 * (b - M), M) << M;  // fewer than M/16 padded rows
+    buckets_to_1024 += M <= 1024 && b == M;
+  }
+  EXPECT_EQ(buckets_to_1024, 32 + 16 * 5);  // 1..32, then 16 per power of two
+}
+
+// A padded call writes exactly its M rows (the residual adds into them only)
+// and PrepareRows leaves nothing to compile for any M up to its bound.
+TEST(OneDnnLinearTest, PaddedRowsStayInsideTheCallAndPrepareCoversEveryM) {
+  OneDnnLinear linear;
+  const int K = 40, N = 24, max_rows = 150;
+  auto w = Random(K * N, 30), b = Random(N, 31);
+  auto weight = linear.Prepare(w.data(), K, N, WeightLayout::kInOut);
+  linear.PrepareRows(*weight, max_rows, true, Epilogue::kBiasResidual);
+  const size_t prepared = linear.num_primitives();
+  int buckets = 0;
+  for (int M = 1; M <= max_rows; ++M) buckets += OneDnnLinear::RowBucket(M) == M;
+  EXPECT_EQ(prepared, size_t(buckets + (OneDnnLinear::RowBucket(max_rows) != max_rows)));
+
+  const float kSentinel = 12345.0f;
+  for (int M = 1; M <= max_rows; ++M) {
+    auto x = Random(M * K, 32 + M);
+    const std::vector<float> residual = Random(M * N, 33);
+    std::vector<float> out(size_t(M + 20) * N, kSentinel);
+    std::copy(residual.begin(), residual.end(), out.begin());
+    linear.Run(x.data(), M, *weight, b.data(), Epilogue::kBiasResidual, out.data());
+    std::vector<double> want = NaiveLinear(x, M, K, w, N, b.data(), WeightLayout::kInOut);
+    for (int i = 0; i < M * N; ++i) want[i] += residual[i];
+    ASSERT_LT(RelErr(std::vector<float>(out.begin(), out.begin() + M * N), want), 1e-5) << M;
+    for (size_t i = size_t(M) * N; i < out.size(); ++i) ASSERT_EQ(out[i], kSentinel) << M;
+  }
+  EXPECT_EQ(linear.num_primitives(), prepared) << "a call compiled a primitive PrepareRows missed";
 }
 
 // A row's Linear output is bitwise the same whatever M is.
@@ -263,7 +310,7 @@ TEST(BatchInvarianceTest, LinearRowDoesNotDependOnOtherRows) {
     auto weight = ops.PrepareWeight(w.data(), K, N, layout);
     std::vector<float> alone(N);
     ops.Linear(row.data(), 1, *weight, b.data(), Epilogue::kBiasGelu, alone.data());
-    for (int M : {2, 5, 33, 100}) {
+    for (int M : {2, 5, 33, 101, 301}) {
       auto x = Random(M * K, 23 + M);
       std::copy(row.begin(), row.end(), x.begin() + (M / 2) * K);
       std::vector<float> out(M * N);

@@ -1,6 +1,8 @@
 #include "kernels/cpu/onednn_linear.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 namespace flover::kernels {
 namespace {
@@ -67,10 +69,24 @@ void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float*
                        Epilogue epilogue, float* out) {
   const auto& w = static_cast<const CpuWeight&>(weight);
   const int K = w.k(), N = w.n();
-  const Key key{M, K, N, bias != nullptr, epilogue};
-  dnnl::matmul& mm = Primitive(key, w.packed().get_desc());
-  memory src({{M, K}, kF32, Tag::ab}, engine_, const_cast<float*>(x));
-  memory dst({{M, N}, kF32, Tag::ab}, engine_, out);
+  const int rows = RowBucket(M);
+  dnnl::matmul& mm = Primitive(Key{rows, K, N, bias != nullptr, epilogue}, w.packed().get_desc());
+  float* src_rows = const_cast<float*>(x);
+  float* dst_rows = out;
+  if (rows != M) {
+    // Padded rows are zeros (never stale values that could be denormal);
+    // each real row computes exactly as it would at any other row count.
+    ReserveScratch(rows, K, N);
+    src_rows = src_scratch_.data();
+    dst_rows = dst_scratch_.data();
+    std::memcpy(src_rows, x, size_t(M) * K * sizeof(float));
+    std::memset(src_rows + size_t(M) * K, 0, size_t(rows - M) * K * sizeof(float));
+    if (epilogue == Epilogue::kBiasResidual) {
+      std::memcpy(dst_rows, out, size_t(M) * N * sizeof(float));
+    }
+  }
+  memory src({{rows, K}, kF32, Tag::ab}, engine_, src_rows);
+  memory dst({{rows, N}, kF32, Tag::ab}, engine_, dst_rows);
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w.packed()}, {DNNL_ARG_DST, dst}};
   if (bias != nullptr) {
@@ -78,6 +94,31 @@ void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float*
   }
   mm.execute(stream_, args);
   stream_.wait();
+  if (rows != M) std::memcpy(out, dst_rows, size_t(M) * N * sizeof(float));
+}
+
+int OneDnnLinear::RowBucket(int M) {
+  if (M <= kExactRows) return M;
+  int octave = kExactRows;
+  while (octave * 2 <= M) octave *= 2;
+  const int step = octave / kBucketsPerOctave;
+  return (M + step - 1) / step * step;
+}
+
+void OneDnnLinear::ReserveScratch(int rows, int K, int N) {
+  if (src_scratch_.size() < size_t(rows) * K) src_scratch_.resize(size_t(rows) * K);
+  if (dst_scratch_.size() < size_t(rows) * N) dst_scratch_.resize(size_t(rows) * N);
+}
+
+void OneDnnLinear::PrepareRows(const Weight& weight, int max_rows, bool has_bias,
+                               Epilogue epilogue) {
+  const auto& w = static_cast<const CpuWeight&>(weight);
+  int largest = 0;
+  for (int M = 1; M <= max_rows; M = RowBucket(M) + 1) {
+    largest = RowBucket(M);
+    Primitive(Key{largest, w.k(), w.n(), has_bias, epilogue}, w.packed().get_desc());
+  }
+  if (largest > kExactRows) ReserveScratch(largest, w.k(), w.n());
 }
 
 }  // namespace flover::kernels
