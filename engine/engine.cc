@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
   if (comm != nullptr && !comm->world().is_leader()) {
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
+  model.PrepareForBatches(MaxRowsPerStep(s), s.max_batch);
   return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, std::move(*cache), comm));
 }
 
@@ -82,6 +83,7 @@ Engine::Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptio
   kv_bytes_per_token_ = int64_t{2} * shape.layers * shape.heads * shape.head_dim * sizeof(float);
   stats_.slots = shape.slots;
   stats_.kv_bytes_total = shape.bytes();
+  logits_.reserve(size_t(shape.slots) * model_.config().vocab_size);
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -104,14 +104,38 @@ absl::Status GptModel::RowSplitResidual(const float* rows, int T, const kernels:
                                         const float* bias, float* x) {
   const int C = config_.n_embd;
   if (spec_.tp_size == 1) {
-    ops_.Linear(rows, T, w, bias, kernels::Epilogue::kBiasResidual, x);
+    ops_.Linear(rows, T, w, bias, RowSplitEpilogue(), x);
     return absl::OkStatus();
   }
   partial_.resize(size_t(T) * C);
-  ops_.Linear(rows, T, w, bias, kernels::Epilogue::kBias, partial_.data());
+  ops_.Linear(rows, T, w, bias, RowSplitEpilogue(), partial_.data());
   if (absl::Status st = comm_->AllReduceSum(partial_.data(), partial_.size()); !st.ok()) return st;
   ops_.Add(partial_.data(), int64_t{T} * C, x);
   return absl::OkStatus();
+}
+
+void GptModel::PrepareForBatches(int max_rows, int max_logit_rows) {
+  using kernels::Epilogue;
+  const int T = max_rows, R = max_logit_rows, C = config_.n_embd,
+            CL = shard_.heads * config_.head_dim(), FL = shard_.inner,
+            VL = shard_.vocab_end - shard_.vocab_begin;
+  // Every layer has the same shapes, so layer 0's weights stand for all
+  // (the ops cache per shape); the calls mirror Forward's.
+  const LayerWeights& w = weights_.layers[0];
+  const PreparedLayer& p = layers_[0];
+  auto has = [](const std::vector<float>& bias) { return !bias.empty(); };
+  ops_.PrepareLinear(*p.attn, T, has(w.attn_b), Epilogue::kBias);
+  ops_.PrepareLinear(*p.attn_proj, T, has(w.attn_proj_b), RowSplitEpilogue());
+  ops_.PrepareLinear(*p.fc, T, has(w.fc_b), Epilogue::kBiasGelu);
+  ops_.PrepareLinear(*p.mlp_proj, T, has(w.mlp_proj_b), RowSplitEpilogue());
+  ops_.PrepareLinear(*lm_head_, R, false, Epilogue::kBias);
+  x_.reserve(size_t(T) * C);
+  h_.reserve(size_t(std::max(T, R)) * C);
+  qkv_.reserve(size_t(T) * 3 * CL);
+  attn_.reserve(size_t(T) * CL);
+  fc_.reserve(size_t(T) * FL);
+  last_.reserve(size_t(R) * C);
+  if (spec_.tp_size > 1) partial_.reserve(std::max(size_t(T) * C, size_t(R) * VL));
 }
 
 absl::Status GptModel::Forward(const ForwardBatch& b, KvCache& cache, LogitsFor which,

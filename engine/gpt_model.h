@@ -61,6 +61,11 @@ class GptModel {
   absl::Status Forward(const ForwardBatch& batch, KvCache& cache, LogitsFor which,
                        std::vector<float>* logits);
 
+  // Prepares everything Forward needs for batches of up to `max_rows` rows
+  // and `max_logit_rows` rows of logits (compiled kernels, work buffers), so
+  // such a Forward allocates nothing but `logits` and never pauses to compile.
+  void PrepareForBatches(int max_rows, int max_logit_rows);
+
   // Copies positions [0, len) of slot `from` to slot `to` in every layer.
   void MoveSlot(KvCache& cache, int from, int to, int len) { cache.MoveSlot(ops_, from, to, len); }
 
@@ -75,6 +80,10 @@ class GptModel {
   // when the layer is row-split. rows: [T, w.k()].
   absl::Status RowSplitResidual(const float* rows, int T, const kernels::Weight& w,
                                 const float* bias, float* x);
+  // The epilogue RowSplitResidual's GEMM runs with.
+  kernels::Epilogue RowSplitEpilogue() const {
+    return spec_.tp_size == 1 ? kernels::Epilogue::kBiasResidual : kernels::Epilogue::kBias;
+  }
 
   GptConfig config_;
   GptWeights weights_;  // embeddings, layernorms, biases; wte doubles as the LM head

@@ -87,6 +87,13 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
                   const std::vector<ActiveSequence>& active,
                   const SchedulerOptions& options, absl::Time now);
 
+// Most rows a plan's forward can have: the token budget plus, with kv_shuffle
+// off, one padding row per other slot. Every sequence and padding slot asks
+// for one row of logits, so those are at most max_batch.
+inline int MaxRowsPerStep(const SchedulerOptions& o) {
+  return o.max_tokens_per_step + (o.kv_shuffle ? 0 : o.max_batch - 1);
+}
+
 // The moves that pack live slots into [0, n): each hole below n takes the
 // highest live slot at or above n, so the fewest sequences move.
 std::vector<SlotMove> CompactionMoves(const std::vector<ActiveSequence>& active);

@@ -20,6 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "engine/comm/communicator.h"
 #include "engine/engine.h"
 #include "engine/model_loader.h"
@@ -111,12 +112,17 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     auto cache = KvCache::Create(model.CacheShape(options.engine.scheduler.max_batch,
                                                   options.engine.max_seq_len));
     if (!cache.ok()) return cache.status();
+    // Compile kernels for every batch size now, as Engine::Create does on rank 0.
+    model.PrepareForBatches(MaxRowsPerStep(options.engine.scheduler),
+                            options.engine.scheduler.max_batch);
     return RunTensorParallelWorker(model, **cache, *comm);
   }
 
   const BpeTokenizer* tokenizer = (*loaded)->tokenizer ? &*(*loaded)->tokenizer : nullptr;
-  auto engine = Engine::Create(model, tokenizer, options.engine, comm);
+  const absl::Time create_start = absl::Now();
+  auto engine = Engine::Create(model, tokenizer, options.engine, comm);  // compiles kernels
   if (!engine.ok()) return engine.status();
+  const absl::Duration create_time = absl::Now() - create_start;
 
   FloverService service(**engine, tokenizer, {options.model, (*loaded)->stored_dtype, tp});
   grpc::EnableDefaultHealthCheckService(true);
@@ -141,6 +147,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
               stats.slots, options.engine.max_seq_len, stats.kv_bytes_total / 1048576.0, tp,
               std::string(SchedulerPolicyName(options.engine.scheduler.policy)).c_str(),
               options.engine.scheduler.kv_shuffle ? "on" : "off", kernels::CpuThreads());
+  std::printf("kernels compiled for steps of up to %d rows in %.0f ms\n",
+              MaxRowsPerStep(options.engine.scheduler), absl::ToDoubleMilliseconds(create_time));
   std::fflush(stdout);
 
   const absl::Status stop = WaitForStop(signals, **engine);
