@@ -3,7 +3,7 @@
 # 10 minutes on 2 cores) and draws the plot. Run on an idle machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-tools/bazelw build //benchmarks:fusion_benchmark
+tools/bazelw build //benchmarks:fusion_benchmark >&2  # the figures alone go to stdout
 bin=.bazel-root/bin/benchmarks/fusion_benchmark
 out=benchmarks/results
 mkdir -p "$out"

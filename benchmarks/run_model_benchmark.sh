@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 runs="${RUNS:-3}"
-tools/bazelw build //benchmarks:model_benchmark
+tools/bazelw build //benchmarks:model_benchmark >&2  # the figures alone go to stdout
 tmp=$(mktemp -d)
 for i in $(seq 1 "$runs"); do
   .bazel-root/bin/benchmarks/model_benchmark --threads=2 --repeats=5 "$@" > "$tmp/run$i.md"

@@ -7,7 +7,7 @@
 #     61-token prompts and 64 output tokens, EOS ignored.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-tools/bazelw build //server:flover_server //clients:flover_loadgen //benchmarks:fusion_benchmark
+tools/bazelw build //server:flover_server //clients:flover_loadgen //benchmarks:fusion_benchmark >&2  # the figures alone go to stdout
 bin=.bazel-root/bin
 out=benchmarks/results
 mkdir -p "$out"

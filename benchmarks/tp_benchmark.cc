@@ -3,8 +3,8 @@
 //
 //   tools/bazelw build //benchmarks:tp_benchmark
 //   .bazel-root/bin/benchmarks/tp_benchmark --tp=1 --threads=2
-//   mpirun --allow-run-as-root --oversubscribe -np 2 \
-//       .bazel-root/bin/benchmarks/tp_benchmark --tp=2 --threads=1
+//   mpirun --allow-run-as-root --oversubscribe -np 2 .bazel-root/bin/benchmarks/tp_benchmark
+//       --tp=2 --threads=1
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -110,7 +110,9 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   if (GetParam().policy == SchedulerPolicy::kFusion && GetParam().shuffle) {
     EXPECT_GT(stats.shuffle_moves, 0);
   }
-  if (!GetParam().shuffle) EXPECT_EQ(stats.shuffle_moves, 0);
+  if (!GetParam().shuffle) {
+    EXPECT_EQ(stats.shuffle_moves, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -112,7 +112,9 @@ TEST(TensorParallelGoldenTest, MatchesTransformers) {
   g.sampling.temperature = 0;
   auto out = GenerateAlone(tp, golden.greedy_prompt, g);
   ASSERT_TRUE(out.ok());
-  if (g_comm->world().is_leader()) EXPECT_EQ(*out, golden.greedy_output);
+  if (g_comm->world().is_leader()) {
+    EXPECT_EQ(*out, golden.greedy_output);
+  }
 }
 
 }  // namespace
