@@ -58,6 +58,18 @@ enum class WeightLayout {
   kOutIn,  // [N, K]: one row per output (nn.Linear; wte used as the LM head)
 };
 
+// The precision Linear multiplies in. Inputs, outputs, biases and every other
+// op stay float32; with kBF16 the weights are stored and the inputs rounded
+// (to nearest even) to bfloat16, and products are summed in float32.
+enum class MatmulDtype {
+  kF32,
+  kBF16,
+};
+
+inline const char* MatmulDtypeName(MatmulDtype dtype) {
+  return dtype == MatmulDtype::kBF16 ? "bf16" : "f32";
+}
+
 // What Linear does with x @ W before storing it.
 enum class Epilogue {
   kBias,          // out = x @ W + bias (bias may be null)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace flover::kernels {
@@ -142,6 +143,22 @@ std::unique_ptr<Weight> CpuOps::PrepareWeight(const float* w, int K, int N,
 void CpuOps::Linear(const float* x, int M, const Weight& w, const float* bias,
                     Epilogue epilogue, float* out) {
   linear_.Run(x, M, w, bias, epilogue, out);
+}
+
+absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
+  MatmulDtype dtype;
+  if (name == "f32") {
+    dtype = MatmulDtype::kF32;
+  } else if (name == "bf16") {
+    dtype = MatmulDtype::kBF16;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: must be f32 or bf16, got '", name, "'"));
+  }
+  if (absl::Status st = OneDnnLinear::CheckSupported(dtype); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("--dtype=", name, ": ", st.message()));
+  }
+  return dtype;
 }
 
 void CpuOps::PrepareLinear(const Weight& w, int max_rows, bool has_bias, Epilogue epilogue) {

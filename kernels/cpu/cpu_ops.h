@@ -3,6 +3,8 @@
 #ifndef FLOVER_KERNELS_CPU_CPU_OPS_H_
 #define FLOVER_KERNELS_CPU_CPU_OPS_H_
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "kernels/ops.h"
 
@@ -10,6 +12,10 @@ namespace flover::kernels {
 
 class CpuOps final : public Ops {
  public:
+  // Call OneDnnLinear::CheckSupported(dtype) first: bf16 needs AVX-512.
+  explicit CpuOps(MatmulDtype dtype = MatmulDtype::kF32) : linear_(dtype) {}
+  MatmulDtype matmul_dtype() const { return linear_.dtype(); }
+
   std::string_view name() const override { return "cpu"; }
 
   void Embed(const int32_t* tokens, const int32_t* positions, int T,
@@ -30,6 +36,11 @@ class CpuOps final : public Ops {
  private:
   OneDnnLinear linear_;
 };
+
+// "f32" or "bf16" (a --dtype flag's value), when this CPU runs it well:
+// InvalidArgument for another name, FailedPrecondition (from
+// OneDnnLinear::CheckSupported) for bf16 without AVX-512.
+absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name);
 
 // Sets the OpenMP thread count used by CpuOps and oneDNN (0 keeps the default).
 void SetCpuThreads(int threads);

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -40,6 +42,61 @@ TEST(VecMathTest, ExpMatchesLibm) {
     const double want = std::exp(double{x});
     EXPECT_NEAR(ExpF(x) / want, 1.0, 4e-7) << x;
   }
+}
+
+// bfloat16 rounding written independently of ToBf16: the nearer of the two
+// bfloat16 neighbours of f, compared in double; a tie goes to the even one.
+uint16_t NearestBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isinf(f)) return static_cast<uint16_t>(u >> 16);
+  const uint32_t lo_bits = u & 0xffff0000u, hi_bits = lo_bits + 0x10000u;
+  auto value = [](uint32_t bits) {
+    if ((bits & 0x7f800000u) == 0x7f800000u) {  // one past the largest finite: 2^128
+      return std::copysign(std::ldexp(1.0, 128), bits >> 31 ? -1.0 : 1.0);
+    }
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return double{v};
+  };
+  const double dlo = std::abs(double{f} - value(lo_bits)), dhi = std::abs(value(hi_bits) - f);
+  if (dlo != dhi) return static_cast<uint16_t>((dlo < dhi ? lo_bits : hi_bits) >> 16);
+  return static_cast<uint16_t>((((lo_bits >> 16) & 1) ? hi_bits : lo_bits) >> 16);
+}
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(VecMathTest, ToBf16RoundsToNearestEven) {
+  std::mt19937 rng(5);
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -3e-39f, 3.0e38f, -3.39e38f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  // Exact ties: the bit just below bfloat16's last mantissa bit set, with
+  // the last bit even and odd.
+  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u, 0x7f7f8000u}) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    xs.push_back(f);
+  }
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (!std::isnan(f)) xs.push_back(f);
+  }
+  for (float f : xs) {
+    ASSERT_EQ(ToBf16(f), NearestBf16(f)) << f;
+  }
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  uint32_t nan_low_bits = 0x7f800001u;  // a NaN whose payload is only in the dropped bits
+  float nan;
+  std::memcpy(&nan, &nan_low_bits, 4);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(ToBf16(nan))));
 }
 
 TEST(VecMathTest, GeluMatchesTanhForm) {
@@ -119,25 +176,46 @@ std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
   return y;
 }
 
-// Rows x layout. 33, 101 and 201 rows are not row buckets: they run padded.
-class LinearTest : public ::testing::TestWithParam<std::tuple<int, WeightLayout>> {};
+// v with every element rounded to bfloat16 (by the test's own rounding).
+std::vector<float> RoundedToBf16(std::vector<float> v) {
+  for (float& f : v) f = Bf16ToFloat(NearestBf16(f));
+  return v;
+}
+
+// Skips the test when this CPU has no optimized kernel for `dtype`.
+#define SKIP_UNLESS_SUPPORTED(dtype)                                               \
+  if (absl::Status st = OneDnnLinear::CheckSupported(dtype); !st.ok()) {          \
+    GTEST_SKIP() << st.message();                                                  \
+  }
+
+// Rows x layout x dtype. 33, 101 and 201 rows are not row buckets: they run
+// padded. With bf16 the reference takes the inputs and weights rounded to
+// bfloat16, so the only error left is float32 summation.
+class LinearTest
+    : public ::testing::TestWithParam<std::tuple<int, WeightLayout, MatmulDtype>> {};
 
 TEST_P(LinearTest, EveryEpilogueMatchesNaive) {
-  CpuOps ops;
-  const auto [M, layout] = GetParam();
+  const auto [M, layout, dtype] = GetParam();
+  SKIP_UNLESS_SUPPORTED(dtype);
+  CpuOps ops(dtype);
   const int K = 45, N = 67;
   auto x = Random(M * K, 6, 2.0f), w = Random(K * N, 7), b = Random(N, 8);
   auto weight = ops.PrepareWeight(w.data(), K, N, layout);
   EXPECT_EQ(weight->k(), K);
   EXPECT_EQ(weight->n(), N);
-  const auto want = NaiveLinear(x, M, K, w, N, b.data(), layout);
+  const bool bf16 = dtype == MatmulDtype::kBF16;
+  const std::vector<float> xr = bf16 ? RoundedToBf16(x) : x, wr = bf16 ? RoundedToBf16(w) : w;
+  const auto want = NaiveLinear(xr, M, K, wr, N, b.data(), layout);
 
   std::vector<float> out(M * N);
   ops.Linear(x.data(), M, *weight, b.data(), Epilogue::kBias, out.data());
   EXPECT_LT(RelErr(out, want), 1e-5);
+  if (bf16) {  // and it really is bf16: far from the float32 product
+    EXPECT_GT(RelErr(out, NaiveLinear(x, M, K, w, N, b.data(), layout)), 1e-4);
+  }
 
   ops.Linear(x.data(), M, *weight, nullptr, Epilogue::kBias, out.data());
-  EXPECT_LT(RelErr(out, NaiveLinear(x, M, K, w, N, nullptr, layout)), 1e-5);
+  EXPECT_LT(RelErr(out, NaiveLinear(xr, M, K, wr, N, nullptr, layout)), 1e-5);
 
   ops.Linear(x.data(), M, *weight, b.data(), Epilogue::kBiasGelu, out.data());
   std::vector<double> gelu = want;
@@ -152,10 +230,12 @@ TEST_P(LinearTest, EveryEpilogueMatchesNaive) {
   EXPECT_LT(RelErr(acc, summed), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(RowsAndLayouts, LinearTest,
+INSTANTIATE_TEST_SUITE_P(RowsLayoutsDtypes, LinearTest,
                          ::testing::Combine(::testing::Values(1, 3, 4, 5, 33, 64, 101, 201),
                                             ::testing::Values(WeightLayout::kInOut,
-                                                              WeightLayout::kOutIn)));
+                                                              WeightLayout::kOutIn),
+                                            ::testing::Values(MatmulDtype::kF32,
+                                                              MatmulDtype::kBF16)));
 
 // Three sequences in different slots, at different positions, with 1 to 20
 // rows each: a decode row, a fresh prompt and a continued chunk.
@@ -275,10 +355,15 @@ TEST(OneDnnLinearTest, RowBucketsPadUnderOneSixteenth) {
 
 // A padded call writes exactly its M rows (the residual adds into them only)
 // and PrepareRows leaves nothing to compile for any M up to its bound.
-TEST(OneDnnLinearTest, PaddedRowsStayInsideTheCallAndPrepareCoversEveryM) {
-  OneDnnLinear linear;
+class OneDnnLinearDtypeTest : public ::testing::TestWithParam<MatmulDtype> {};
+
+TEST_P(OneDnnLinearDtypeTest, PaddedRowsStayInsideTheCallAndPrepareCoversEveryM) {
+  SKIP_UNLESS_SUPPORTED(GetParam());
+  OneDnnLinear linear(GetParam());
+  const bool bf16 = GetParam() == MatmulDtype::kBF16;
   const int K = 40, N = 24, max_rows = 150;
   auto w = Random(K * N, 30), b = Random(N, 31);
+  const std::vector<float> wr = bf16 ? RoundedToBf16(w) : w;
   auto weight = linear.Prepare(w.data(), K, N, WeightLayout::kInOut);
   linear.PrepareRows(*weight, max_rows, true, Epilogue::kBiasResidual);
   const size_t prepared = linear.num_primitives();
@@ -293,7 +378,8 @@ TEST(OneDnnLinearTest, PaddedRowsStayInsideTheCallAndPrepareCoversEveryM) {
     std::vector<float> out(size_t(M + 20) * N, kSentinel);
     std::copy(residual.begin(), residual.end(), out.begin());
     linear.Run(x.data(), M, *weight, b.data(), Epilogue::kBiasResidual, out.data());
-    std::vector<double> want = NaiveLinear(x, M, K, w, N, b.data(), WeightLayout::kInOut);
+    std::vector<double> want = NaiveLinear(bf16 ? RoundedToBf16(x) : x, M, K, wr, N, b.data(),
+                                           WeightLayout::kInOut);
     for (int i = 0; i < M * N; ++i) want[i] += residual[i];
     ASSERT_LT(RelErr(std::vector<float>(out.begin(), out.begin() + M * N), want), 1e-5) << M;
     for (size_t i = size_t(M) * N; i < out.size(); ++i) ASSERT_EQ(out[i], kSentinel) << M;
@@ -302,8 +388,9 @@ TEST(OneDnnLinearTest, PaddedRowsStayInsideTheCallAndPrepareCoversEveryM) {
 }
 
 // A row's Linear output is bitwise the same whatever M is.
-TEST(BatchInvarianceTest, LinearRowDoesNotDependOnOtherRows) {
-  CpuOps ops;
+TEST_P(OneDnnLinearDtypeTest, RowDoesNotDependOnOtherRows) {
+  SKIP_UNLESS_SUPPORTED(GetParam());
+  CpuOps ops(GetParam());
   const int K = 96, N = 130;
   auto w = Random(K * N, 20), b = Random(N, 21), row = Random(K, 22);
   for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
@@ -319,6 +406,9 @@ TEST(BatchInvarianceTest, LinearRowDoesNotDependOnOtherRows) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OneDnnLinearDtypeTest,
+                         ::testing::Values(MatmulDtype::kF32, MatmulDtype::kBF16));
 
 // A sequence's attention output is bitwise the same alone, batched with
 // others, or with its rows split into chunks across calls.

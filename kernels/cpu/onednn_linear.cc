@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace flover::kernels {
 namespace {
@@ -10,6 +14,10 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
+
+memory::data_type TypeOf(MatmulDtype dtype) {
+  return dtype == MatmulDtype::kBF16 ? memory::data_type::bf16 : kF32;
+}
 
 // Row count used to ask oneDNN for its preferred weight layout; the layout it
 // picks serves every row count (checked by the tests through every path).
@@ -29,17 +37,37 @@ class CpuWeight final : public Weight {
 
 }  // namespace
 
-OneDnnLinear::OneDnnLinear() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+OneDnnLinear::OneDnnLinear(MatmulDtype dtype)
+    : dtype_(dtype), weight_type_(TypeOf(dtype)), engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_) {}
+
+absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  const memory::data_type t = TypeOf(dtype);
+  const dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(memory::desc({kLayoutProbeRows, 64}, t, Tag::ab),
+                         memory::desc({64, 64}, t, Tag::any),
+                         memory::desc({kLayoutProbeRows, 64}, kF32, Tag::ab)),
+      engine);
+  const std::string impl = pd.impl_info_str();
+  if (impl.rfind("ref", 0) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this CPU has no optimized ", dtype == MatmulDtype::kBF16 ? "bf16" : "f32",
+        " matmul in oneDNN (it would run its reference kernel '", impl,
+        "'); bf16 needs AVX-512"));
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<Weight> OneDnnLinear::Prepare(const float* w, int K, int N,
                                               WeightLayout layout) {
   const memory::desc user({K, N}, kF32, layout == WeightLayout::kInOut ? Tag::ab : Tag::ba);
   const dnnl::matmul::primitive_desc probe(
-      dnnl::matmul::desc(memory::desc({kLayoutProbeRows, K}, kF32, Tag::ab),
-                         memory::desc({K, N}, kF32, Tag::any),
+      dnnl::matmul::desc(memory::desc({kLayoutProbeRows, K}, weight_type_, Tag::ab),
+                         memory::desc({K, N}, weight_type_, Tag::any),
                          memory::desc({kLayoutProbeRows, N}, kF32, Tag::ab)),
       engine_);
-  memory src(user, engine_, const_cast<float*>(w));
+  memory src(user, engine_, const_cast<float*>(w));  // the reorder rounds to bf16
   memory packed(probe.weights_desc(), engine_);
   dnnl::reorder(src, packed).execute(stream_, src, packed);
   stream_.wait();
@@ -58,7 +86,7 @@ dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weight
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
-  const memory::desc src({M, K}, kF32, Tag::ab), dst({M, N}, kF32, Tag::ab);
+  const memory::desc src({M, K}, weight_type_, Tag::ab), dst({M, N}, kF32, Tag::ab);
   const auto desc = has_bias ? dnnl::matmul::desc(src, weights, memory::desc({1, N}, kF32, Tag::ab), dst)
                              : dnnl::matmul::desc(src, weights, dst);
   return primitives_.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine_)))
@@ -71,21 +99,31 @@ void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float*
   const int K = w.k(), N = w.n();
   const int rows = RowBucket(M);
   dnnl::matmul& mm = Primitive(Key{rows, K, N, bias != nullptr, epilogue}, w.packed().get_desc());
-  float* src_rows = const_cast<float*>(x);
+  // Padded rows are zeros (never stale values that could be denormal);
+  // each real row computes exactly as it would at any other row count.
+  void* src_rows = const_cast<float*>(x);
+  if (dtype_ == MatmulDtype::kBF16) {
+    ReserveScratch(rows, K, N);
+    uint16_t* b = src_bf16_.data();
+    const int64_t n = int64_t{M} * K;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) b[i] = ToBf16(x[i]);
+    std::memset(b + n, 0, size_t(rows - M) * K * sizeof(uint16_t));
+    src_rows = b;
+  } else if (rows != M) {
+    ReserveScratch(rows, K, N);
+    std::memcpy(src_scratch_.data(), x, size_t(M) * K * sizeof(float));
+    std::memset(src_scratch_.data() + size_t(M) * K, 0, size_t(rows - M) * K * sizeof(float));
+    src_rows = src_scratch_.data();
+  }
   float* dst_rows = out;
   if (rows != M) {
-    // Padded rows are zeros (never stale values that could be denormal);
-    // each real row computes exactly as it would at any other row count.
-    ReserveScratch(rows, K, N);
-    src_rows = src_scratch_.data();
     dst_rows = dst_scratch_.data();
-    std::memcpy(src_rows, x, size_t(M) * K * sizeof(float));
-    std::memset(src_rows + size_t(M) * K, 0, size_t(rows - M) * K * sizeof(float));
     if (epilogue == Epilogue::kBiasResidual) {
       std::memcpy(dst_rows, out, size_t(M) * N * sizeof(float));
     }
   }
-  memory src({{rows, K}, kF32, Tag::ab}, engine_, src_rows);
+  memory src({{rows, K}, weight_type_, Tag::ab}, engine_, src_rows);
   memory dst({{rows, N}, kF32, Tag::ab}, engine_, dst_rows);
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w.packed()}, {DNNL_ARG_DST, dst}};
@@ -106,8 +144,15 @@ int OneDnnLinear::RowBucket(int M) {
 }
 
 void OneDnnLinear::ReserveScratch(int rows, int K, int N) {
-  if (src_scratch_.size() < size_t(rows) * K) src_scratch_.resize(size_t(rows) * K);
-  if (dst_scratch_.size() < size_t(rows) * N) dst_scratch_.resize(size_t(rows) * N);
+  const size_t in = size_t(rows) * K;
+  if (dtype_ == MatmulDtype::kBF16) {
+    if (src_bf16_.size() < in) src_bf16_.resize(in);
+  } else if (rows > kExactRows && src_scratch_.size() < in) {
+    src_scratch_.resize(in);
+  }
+  if (rows > kExactRows && dst_scratch_.size() < size_t(rows) * N) {
+    dst_scratch_.resize(size_t(rows) * N);
+  }
 }
 
 void OneDnnLinear::PrepareRows(const Weight& weight, int max_rows, bool has_bias,
@@ -118,7 +163,7 @@ void OneDnnLinear::PrepareRows(const Weight& weight, int max_rows, bool has_bias
     largest = RowBucket(M);
     Primitive(Key{largest, w.k(), w.n(), has_bias, epilogue}, w.packed().get_desc());
   }
-  if (largest > kExactRows) ReserveScratch(largest, w.k(), w.n());
+  ReserveScratch(largest, w.k(), w.n());
 }
 
 }  // namespace flover::kernels

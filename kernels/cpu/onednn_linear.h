@@ -18,11 +18,13 @@
 #ifndef FLOVER_KERNELS_CPU_ONEDNN_LINEAR_H_
 #define FLOVER_KERNELS_CPU_ONEDNN_LINEAR_H_
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <tuple>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/ops.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -30,7 +32,13 @@ namespace flover::kernels {
 
 class OneDnnLinear {
  public:
-  OneDnnLinear();
+  explicit OneDnnLinear(MatmulDtype dtype = MatmulDtype::kF32);
+
+  // OK when oneDNN has an optimized kernel for `dtype` on this CPU (bf16
+  // needs AVX-512; its reference fallback would be ~100x slower), else
+  // FailedPrecondition naming the reason.
+  static absl::Status CheckSupported(MatmulDtype dtype);
+  MatmulDtype dtype() const { return dtype_; }
 
   std::unique_ptr<Weight> Prepare(const float* w, int K, int N, WeightLayout layout);
   void Run(const float* x, int M, const Weight& w, const float* bias, Epilogue epilogue,
@@ -51,12 +59,16 @@ class OneDnnLinear {
   dnnl::matmul& Primitive(const Key& key, const dnnl::memory::desc& weights);
   void ReserveScratch(int rows, int K, int N);
 
+  MatmulDtype dtype_;
+  dnnl::memory::data_type weight_type_;  // and the inputs' type
   dnnl::engine engine_;
   dnnl::stream stream_;
   // Bounded by the buckets up to the largest M seen: 16 per power of two.
   std::map<Key, dnnl::matmul> primitives_;
-  // Padded copies of x and out for row counts that are not a bucket.
+  // Padded copies of x (in the weights' type) and out, for row counts that
+  // are not a bucket and for bf16 inputs.
   std::vector<float> src_scratch_, dst_scratch_;
+  std::vector<uint16_t> src_bf16_;
 };
 
 }  // namespace flover::kernels

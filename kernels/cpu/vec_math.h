@@ -9,6 +9,16 @@
 
 namespace flover::kernels {
 
+// float32 -> bfloat16 bits, rounded to nearest even (NaN stays NaN); a
+// branch-free form GCC vectorizes.
+inline uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(nan ? (u >> 16) | 0x40u : rounded);
+}
+
 // e^x for x in [-87, 88] (inputs outside are clamped): Cody-Waite range
 // reduction to r in [-ln2/2, ln2/2], a degree-6 polynomial, then 2^n.
 inline float ExpF(float x) {
