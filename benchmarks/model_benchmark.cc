@@ -24,6 +24,7 @@
 ABSL_FLAG(int, threads, 2, "OpenMP threads (oneDNN and kernels)");
 ABSL_FLAG(int, repeats, 5, "Timed repetitions per figure; the median is reported");
 ABSL_FLAG(int, decode_steps, 16, "Decode steps per timed repetition");
+ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
 ABSL_FLAG(bool, profile, false, "Also print the time per op of each workload");
 
 namespace flover {
@@ -107,14 +108,20 @@ void Run() {
     return;
   }
   const GptConfig& cfg = (*model)->config;
-  kernels::CpuOps cpu;
+  auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
+    return;
+  }
+  kernels::CpuOps cpu(*dtype);
   ProfilingOps prof(cpu);
   GptModel gpt(cfg, (*model)->weights, cpu);  // a copy: `profiled` needs its own
   GptModel profiled(cfg, std::move((*model)->weights), prof);
   const bool profile = absl::GetFlag(FLAGS_profile);
   const double flop_per_token = 2.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
-  std::printf("builtin:gpt2-small, F32, %d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
-              kernels::CpuThreads(), flop_per_token / 1e6);
+  std::printf("builtin:gpt2-small, F32 weights, linear layers in %s, %d threads (OpenMP), "
+              "%.0f MFLOP per token (GEMMs)\n\n",
+              kernels::MatmulDtypeName(*dtype), kernels::CpuThreads(), flop_per_token / 1e6);
 
   std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
   std::vector<float> logits;

@@ -47,6 +47,10 @@ class ProfilingOps final : public kernels::Ops {
                                                               : "lm_head";
     Timed(op, [&] { inner_.Linear(x, M, w, bias, epilogue, out); });
   }
+  void PrepareLinear(const kernels::Weight& w, int max_rows, bool has_bias,
+                     kernels::Epilogue epilogue) override {
+    inner_.PrepareLinear(w, max_rows, has_bias, epilogue);
+  }
   void Attention(const float* qkv, const kernels::SeqRows* seqs, int num_seqs,
                  const kernels::KvLayer& kv, float* out) override {
     Timed("attention", [&] { inner_.Attention(qkv, seqs, num_seqs, kv, out); });

@@ -2,7 +2,8 @@
 // prompt, parameters and seed. For seeded Poisson arrival schedules with
 // prompts of 1 to 200 tokens, every request's output under fusion (shuffle on
 // and off), dynamic, static and sequential scheduling equals its output run
-// alone, for greedy and for seeded sampling.
+// alone, for greedy and for seeded sampling; with f32 and with bf16 linear
+// layers.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -60,14 +61,18 @@ struct PolicyCase {
   const char* name;
   SchedulerPolicy policy;
   bool shuffle;
+  kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;
 };
 
 class EngineInvarianceTest : public ::testing::TestWithParam<PolicyCase> {};
 
 TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
+  if (absl::Status st = kernels::OneDnnLinear::CheckSupported(GetParam().dtype); !st.ok()) {
+    GTEST_SKIP() << st.message();
+  }
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  kernels::CpuOps reference_ops, engine_ops;
+  kernels::CpuOps reference_ops(GetParam().dtype), engine_ops(GetParam().dtype);
   GptModel reference((*loaded)->config, (*loaded)->weights, reference_ops);
   GptModel model((*loaded)->config, (*loaded)->weights, engine_ops);
 
@@ -121,7 +126,11 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"fusion_noshuffle", SchedulerPolicy::kFusion, false},
                       PolicyCase{"dynamic", SchedulerPolicy::kDynamic, true},
                       PolicyCase{"static", SchedulerPolicy::kStatic, true},
-                      PolicyCase{"sequential", SchedulerPolicy::kSequential, true}),
+                      PolicyCase{"sequential", SchedulerPolicy::kSequential, true},
+                      PolicyCase{"fusion_bf16", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kBF16},
+                      PolicyCase{"fusion_noshuffle_bf16", SchedulerPolicy::kFusion, false,
+                                 kernels::MatmulDtype::kBF16}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

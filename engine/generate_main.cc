@@ -28,6 +28,7 @@ ABSL_FLAG(double, repetition_penalty, 1.0, "Repetition penalty (1 = none)");
 ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
 ABSL_FLAG(bool, ignore_eos, false, "Do not stop at the end-of-text token");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
+ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
 
 namespace flover {
 namespace {
@@ -88,7 +89,9 @@ absl::Status Run() {
   options.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
   options.sampling.seed = absl::GetFlag(FLAGS_seed);
 
-  kernels::CpuOps ops;
+  auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  kernels::CpuOps ops(*dtype);
   GptModel gpt(config, std::move((*model)->weights), ops);
   auto output = GenerateAlone(gpt, prompt, options);
   if (!output.ok()) return output.status();

@@ -156,5 +156,72 @@ TEST_P(GoldenModelTest, BadBatchesAreRejected) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenModelTest,
                          ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"));
 
+// --dtype=bf16: the linear layers round weights and inputs to bfloat16 (8
+// significant bits), so logits move by ~1% of their scale. They must stay
+// close to transformers' float32 ones, really differ from ours in float32
+// (bf16 is in use), and keep every batching equivalence bit for bit.
+class GoldenBf16Test : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (absl::Status st = kernels::OneDnnLinear::CheckSupported(kernels::MatmulDtype::kBF16);
+        !st.ok()) {
+      GTEST_SKIP() << st.message();
+    }
+    const std::string dir = std::string("tests/golden/") + GetParam();
+    auto m = LoadModel(dir);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, ops_);
+    golden_ = testing::LoadGolden(dir, model_->config.vocab_size);
+  }
+
+  // Logits of every row of `prompt` run from position 0 in chunks of the
+  // given lengths (the last one repeated until the prompt is done).
+  std::vector<float> RunInChunks(const std::vector<int32_t>& prompt, std::vector<int> chunks) {
+    auto cache = KvCache::Create(gpt_->CacheShape(1, model_->config.n_positions));
+    EXPECT_TRUE(cache.ok());
+    std::vector<float> all, logits;
+    for (int pos = 0, c = 0; pos < int(prompt.size()); ++c) {
+      const int len = std::min(chunks[std::min<size_t>(c, chunks.size() - 1)], int(prompt.size()) - pos);
+      ForwardBatch b;
+      b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
+      EXPECT_TRUE(gpt_->Forward(b, **cache, LogitsFor::kEveryRow, &logits).ok());
+      all.insert(all.end(), logits.begin(), logits.end());
+      pos += len;
+    }
+    return all;
+  }
+
+  kernels::CpuOps ops_{kernels::MatmulDtype::kBF16};
+  std::unique_ptr<LoadedModel> model_;
+  std::unique_ptr<GptModel> gpt_;
+  testing::Golden golden_;
+};
+
+TEST_P(GoldenBf16Test, LogitsStayNearTransformers) {
+  const int V = model_->config.vocab_size;
+  double worst = 0;
+  for (size_t i = 0; i < golden_.prompts.size(); ++i) {
+    const std::vector<float> logits = RunInChunks(golden_.prompts[i], {int(golden_.prompts[i].size())});
+    for (size_t row = 0; row < golden_.prompts[i].size(); ++row) {
+      const double err = ScaledError(&logits[row * V], &golden_.logits[i][row * V], V);
+      EXPECT_LT(err, 3e-2) << "prompt " << i << " position " << row;
+      worst = std::max(worst, err);
+    }
+  }
+  EXPECT_GT(worst, 1e-4) << "no bfloat16 rounding visible: is the bf16 path in use?";
+  std::printf("%s bf16: worst scaled logit error %.2e\n", GetParam(), worst);
+}
+
+TEST_P(GoldenBf16Test, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
+  const std::vector<int32_t>& prompt = golden_.prompts.back();
+  const std::vector<float> full = RunInChunks(prompt, {int(prompt.size())});
+  EXPECT_EQ(RunInChunks(prompt, {5, 1}), full);       // prefill 5, then decode
+  EXPECT_EQ(RunInChunks(prompt, {5, 11, 40}), full);  // uneven chunks
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenBf16Test,
+                         ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"));
+
 }  // namespace
 }  // namespace flover

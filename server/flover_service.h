@@ -15,6 +15,7 @@ namespace flover::server {
 struct ModelDescription {
   std::string spec;
   std::string stored_dtype;
+  std::string matmul_dtype;  // "f32" or "bf16"
   int tp_size = 1;
 };
 

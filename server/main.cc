@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 picks a free port");
 ABSL_FLAG(int, threads, 0,
           "CPU threads for the model per rank (0 = the cores divided by the ranks on this node)");
+ABSL_FLAG(std::string, dtype, "f32",
+          "Linear layers' precision: f32, or bf16 (weights and their inputs in bfloat16, "
+          "f32 sums; ~2x faster on AVX-512 BF16 CPUs, logits within ~1% of f32)");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks; > 1 needs mpirun -np TP (rank 0 serves gRPC)");
 ABSL_FLAG(int, max_batch, 32, "KV cache slots: sequences in flight at once");
 ABSL_FLAG(int, max_seq_len, 0, "Positions per slot, prompt + output (0 = the model's maximum)");
@@ -55,6 +58,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
   if (o.tp < 1) return absl::InvalidArgumentError("--tp must be >= 1");
+  auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  o.dtype = *dtype;
   auto policy = ParseSchedulerPolicy(absl::GetFlag(FLAGS_scheduler));
   if (!policy.ok()) return policy.status();
   o.engine.scheduler.policy = *policy;
@@ -105,7 +111,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     if (absl::Status st = ValidateShardSpec(config, spec); !st.ok()) return st;
     weights = ShardGptWeights(weights, config, spec);  // this rank keeps its shard only
   }
-  kernels::CpuOps ops;
+  kernels::CpuOps ops(options.dtype);
   GptModel model(config, std::move(weights), ops, comm);
 
   if (!leader) {
@@ -124,7 +130,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (!engine.ok()) return engine.status();
   const absl::Duration create_time = absl::Now() - create_start;
 
-  FloverService service(**engine, tokenizer, {options.model, (*loaded)->stored_dtype, tp});
+  FloverService service(**engine, tokenizer,
+                        {options.model, (*loaded)->stored_dtype, kernels::MatmulDtypeName(options.dtype), tp});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -138,9 +145,11 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   std::printf("listening on %s:%d\n", host.c_str(), port);
   const EngineStats stats = (*engine)->Stats();
-  std::printf("model %s: gpt2, %d layers, %d heads, %d wide, vocab %d, %d positions, %s weights, %s\n",
+  std::printf("model %s: gpt2, %d layers, %d heads, %d wide, vocab %d, %d positions, %s weights "
+              "(linear layers in %s), %s\n",
               options.model.c_str(), config.n_layer, config.n_head, config.n_embd,
               config.vocab_size, config.n_positions, (*loaded)->stored_dtype.c_str(),
+              kernels::MatmulDtypeName(options.dtype),
               tokenizer ? "tokenizer" : "no tokenizer (token ids only)");
   std::printf("KV cache: %d slots x %d positions = %.1f MiB per rank; tp %d; scheduler %s, "
               "kv_shuffle %s, %d CPU threads per rank\n",

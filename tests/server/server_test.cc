@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
+#include "kernels/cpu/onednn_linear.h"
 #include "proto/flover.grpc.pb.h"
 #include "tests/server/server_process.h"
 
@@ -94,6 +96,7 @@ TEST_F(ServerTest, GeneratesAndReportsModelInfo) {
   EXPECT_EQ(info.tp_size(), 1u);
   EXPECT_FALSE(info.has_tokenizer());
   EXPECT_EQ(info.scheduler(), "fusion");
+  EXPECT_EQ(info.matmul_dtype(), "f32");
 
   grpc::ClientContext gctx;
   auto reader = stub_->Generate(&gctx, Ids({1, 2, 3}, 12));
@@ -317,6 +320,52 @@ TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
   }
   EXPECT_EQ(lines, 6);
   EXPECT_EQ(with_text, 3);  // lines alternate between the two prompts
+}
+
+// --dtype=bf16 is reported, and a request's tokens still do not depend on
+// what it was fused with. An unknown --dtype stops the server at start.
+TEST_F(ServerTest, Bf16LinearLayersKeepRequestsIndependent) {
+  EXPECT_NE(testing::RunCommand({g_server, "--model=builtin:tiny", "--listen=127.0.0.1:0",
+                                 "--dtype=fp8"},
+                                std::chrono::seconds(60)),
+            0);
+  if (absl::Status st = kernels::OneDnnLinear::CheckSupported(kernels::MatmulDtype::kBF16);
+      !st.ok()) {
+    GTEST_SKIP() << st.message();
+  }
+  Start({"--dtype=bf16", "--max_seq_len=128", "--threads=2"});
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.matmul_dtype(), "bf16");
+
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<uint32_t> prompt;
+    for (int t = 0; t < 3 + 9 * i; ++t) prompt.push_back((37 * i + 11 * t) % 512);
+    v1::GenerateRequest r = Ids(prompt, 12 + i);
+    if (i % 2 == 1) {
+      r.mutable_sampling()->set_temperature(0.8f);
+      r.mutable_sampling()->set_seed(100 + i);
+    }
+    requests.push_back(r);
+  }
+  std::vector<std::vector<uint32_t>> fused(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const auto [status, ids] = Generate(requests[i]);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      fused[i] = ids;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto [status, alone] = Generate(requests[i]);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(fused[i], alone) << "request " << i;
+    EXPECT_EQ(alone.size(), size_t(12 + i));
+  }
 }
 
 TEST_F(ServerTest, ThousandConcurrentStreams) {
