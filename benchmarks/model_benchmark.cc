@@ -56,6 +56,21 @@ double SgemmGflops(int M, int N, int K, int repeats) {
   return 2.0 * M * N * K * inner / s / 1e9;
 }
 
+// GFLOP/s of the model's own bf16 linear path (OneDnnLinear over packed
+// bfloat16 weights) at [M,K]x[K,N].
+double Bf16LinearGflops(int M, int N, int K, int repeats) {
+  kernels::OneDnnLinear linear(kernels::MatmulDtype::kBF16);
+  std::vector<float> w(size_t(K) * N, 0.02f), x(size_t(M) * K, 0.01f), out(size_t(M) * N);
+  auto weight = linear.Prepare(w.data(), K, N, kernels::WeightLayout::kInOut);
+  const int inner = std::max(1, 256 / M);
+  const double s = MedianSeconds(repeats, [&] {
+    for (int i = 0; i < inner; ++i) {
+      linear.Run(x.data(), M, *weight, nullptr, kernels::Epilogue::kBias, out.data());
+    }
+  });
+  return 2.0 * M * N * K * inner / s / 1e9;
+}
+
 // Read bandwidth: a parallel sum over a buffer far larger than the caches,
 // with 64 independent accumulators so the adds never wait on each other.
 double ReadBandwidthGBs(int repeats) {
@@ -177,13 +192,24 @@ void Run() {
   for (int M : {1, 8, 32, 64, 128, 512}) {
     std::printf("| M=%d | %.0f |\n", M, SgemmGflops(M, 2304, 768, repeats));
   }
-  const double peak = SgemmGflops(128, 2304, 768, repeats);
+  const bool bf16 = *dtype == kernels::MatmulDtype::kBF16;
+  if (bf16) {
+    std::printf("\n| bf16 linear [M,768]x[768,2304] | GFLOP/s |\n|---|---:|\n");
+    for (int M : {1, 8, 32, 64, 128, 512}) {
+      std::printf("| M=%d | %.0f |\n", M, Bf16LinearGflops(M, 2304, 768, repeats));
+    }
+  }
+  const double peak = bf16 ? Bf16LinearGflops(128, 2304, 768, repeats)
+                           : SgemmGflops(128, 2304, 768, repeats);
   const double bw = ReadBandwidthGBs(repeats);
-  const double weight_bytes = 4.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+  // The GEMM weights in the linear layers' type (wpe is never streamed whole).
+  const double weight_bytes = (bf16 ? 2.0 : 4.0) *
+                              (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
   std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
-              "(%.0f MB of weights per step)\n", bw, bw * 1e9 / weight_bytes, weight_bytes / 1e6);
-  std::printf("sgemm peak (M=128): %.0f GFLOP/s -> compute bound %.0f tokens/s\n", peak,
-              peak * 1e9 / flop_per_token);
+              "(%.0f MB of %s weights per step)\n", bw, bw * 1e9 / weight_bytes, weight_bytes / 1e6,
+              kernels::MatmulDtypeName(*dtype));
+  std::printf("%s peak (M=128): %.0f GFLOP/s -> compute bound %.0f tokens/s\n",
+              bf16 ? "bf16 linear" : "sgemm", peak, peak * 1e9 / flop_per_token);
 }
 
 }  // namespace
