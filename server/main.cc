@@ -130,8 +130,9 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (!engine.ok()) return engine.status();
   const absl::Duration create_time = absl::Now() - create_start;
 
-  FloverService service(**engine, tokenizer,
-                        {options.model, (*loaded)->stored_dtype, kernels::MatmulDtypeName(options.dtype), tp});
+  const ModelDescription description{options.model, (*loaded)->stored_dtype,
+                                     kernels::MatmulDtypeName(options.dtype), tp};
+  FloverService service(**engine, tokenizer, description);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

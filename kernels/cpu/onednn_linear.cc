@@ -52,9 +52,9 @@ absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
   const std::string impl = pd.impl_info_str();
   if (impl.rfind("ref", 0) == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "this CPU has no optimized ", dtype == MatmulDtype::kBF16 ? "bf16" : "f32",
-        " matmul in oneDNN (it would run its reference kernel '", impl,
-        "'); bf16 needs AVX-512"));
+        "this CPU has no optimized ", MatmulDtypeName(dtype),
+        " matmul in oneDNN (it would run its reference kernel '", impl, "')",
+        dtype == MatmulDtype::kBF16 ? "; bf16 needs AVX-512" : ""));
   }
   return absl::OkStatus();
 }
@@ -106,7 +106,7 @@ void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float*
     ReserveScratch(rows, K, N);
     uint16_t* b = src_bf16_.data();
     const int64_t n = int64_t{M} * K;
-#pragma omp simd
+#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) b[i] = ToBf16(x[i]);
     std::memset(b + n, 0, size_t(rows - M) * K * sizeof(uint16_t));
     src_rows = b;

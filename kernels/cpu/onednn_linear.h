@@ -8,7 +8,7 @@
 // distinct M grows with the token budget (1,056 primitives and 126 MB for a
 // budget of 256), so row counts above 32 round up to a bucket (16 per power
 // of two: under 6.25% padded rows), which run through scratch space.
-// PrepareRows compiles every bucket up front (352 primitives, ~50 MB, ~0.1 s
+// PrepareRows compiles every bucket up front (352 primitives, ~40 MB, ~0.1 s
 // for the server's defaults).
 //
 // One path for every row count on purpose: oneDNN's matmul over packed
