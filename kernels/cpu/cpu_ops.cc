@@ -17,16 +17,26 @@ namespace {
 // enough to balance a long causal prefill across threads.
 constexpr int kAttentionRowBlock = 32;
 
+// Asks for the cache lines of floats [p, p + n) ahead of use. Keys and values
+// are read as streams of 8-32 KB that start anew for every (sequence, head),
+// and the hardware prefetchers stop at each 4 KB page; at batch 32 that left
+// attention at ~70% of the machine's read bandwidth.
+inline void PrefetchRow(const float* p, int n) {
+  for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+}
+
 // Scores of one query against one block of keys: s[j] = sum_d q[d] k[d][j],
 // accumulated over d in order. The block's kKeyBlock scores stay in
 // registers across the d loop, so each multiply-add loads only the key.
 // block: [D, kKeyBlock]; scores: [kKeyBlock].
-void ScoreBlock(const float* q, const float* block, int D, float* scores) {
+void ScoreBlock(const float* q, const float* block, int D, const float* next,
+                float* scores) {
   constexpr int kJ = KvLayer::kKeyBlock;
   float acc[kJ] = {};
   for (int d = 0; d < D; ++d) {
     const float qd = q[d];
     const float* kd = block + int64_t{d} * kJ;
+    PrefetchRow(next + int64_t{d} * kJ, kJ);
 #pragma omp simd
     for (int j = 0; j < kJ; ++j) acc[j] += qd * kd[j];
   }
@@ -37,10 +47,12 @@ void ScoreBlock(const float* q, const float* block, int D, float* scores) {
 // kept in registers when D is the usual 64.
 template <int kD>
 void WeightedSum(const float* w, const float* v, int n, float* out) {
+  constexpr int kAhead = 16;  // rows: 4 KB ahead at D = 64
   float acc[kD] = {};
   for (int j = 0; j < n; ++j) {
     const float wj = w[j];
     const float* vj = v + int64_t{j} * kD;
+    if (j + kAhead < n) PrefetchRow(vj + kAhead * kD, kD);
 #pragma omp simd
     for (int d = 0; d < kD; ++d) acc[d] += wj * vj[d];
   }
@@ -57,7 +69,10 @@ void AttendRow(const float* q, const float* keys, const float* v, int n, int D,
                float* scores, float* out) {
   constexpr int kJ = KvLayer::kKeyBlock;
   for (int b = 0; b * kJ < n; ++b) {
-    ScoreBlock(q, keys + int64_t{b} * D * kJ, D, scores + int64_t{b} * kJ);
+    // While scoring a block, fetch the next one, or after the last the first
+    // values (as many as a block's worth of lines).
+    const float* next = (b + 1) * kJ < n ? keys + int64_t{b + 1} * D * kJ : v;
+    ScoreBlock(q, keys + int64_t{b} * D * kJ, D, next, scores + int64_t{b} * kJ);
   }
   float max_score = -INFINITY;
   for (int j = 0; j < n; ++j) max_score = std::max(max_score, scores[j]);
