@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
   if (comm != nullptr && !comm->world().is_leader()) {
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
-  model.PrepareForBatches(MaxRowsPerStep(s), s.max_batch);
+  model.PrepareForBatches(MaxRowsPerStep(s, options.max_seq_len), s.max_batch);
   return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, std::move(*cache), comm));
 }
 

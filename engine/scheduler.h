@@ -5,6 +5,7 @@
 #ifndef FLOVER_ENGINE_SCHEDULER_H_
 #define FLOVER_ENGINE_SCHEDULER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -87,11 +88,13 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
                   const std::vector<ActiveSequence>& active,
                   const SchedulerOptions& options, absl::Time now);
 
-// Most rows a plan's forward can have: the token budget plus, with kv_shuffle
-// off, one padding row per other slot. Every sequence and padding slot asks
-// for one row of logits, so those are at most max_batch.
-inline int MaxRowsPerStep(const SchedulerOptions& o) {
-  return o.max_tokens_per_step + (o.kv_shuffle ? 0 : o.max_batch - 1);
+// Most rows a plan's forward can have: the token budget (no more than every
+// slot's whole sequence) plus, with kv_shuffle off, one padding row per other
+// slot. Every sequence and padding slot asks for one row of logits, so those
+// are at most max_batch.
+inline int MaxRowsPerStep(const SchedulerOptions& o, int max_seq_len) {
+  const int64_t tokens = std::min<int64_t>(o.max_tokens_per_step, int64_t{o.max_batch} * max_seq_len);
+  return static_cast<int>(tokens) + (o.kv_shuffle ? 0 : o.max_batch - 1);
 }
 
 // The moves that pack live slots into [0, n): each hole below n takes the

@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+
 namespace flover {
 
 // For matchers; SlotMove itself needs no equality outside tests.
@@ -164,6 +168,45 @@ TEST(SchedulerTest, SequentialRunsOneAtATime) {
   const std::vector<QueuedRequest> q = {{1, 2, kT0}, {2, 2, kT0}};
   EXPECT_THAT(Schedule(q, {}, o, kT0).admitted, ElementsAre(1));
   EXPECT_THAT(Schedule({{2, 2, kT0}}, {{1, 0, 2, 3}}, o, kT0).admitted, IsEmpty());
+}
+
+// MaxRowsPerStep bounds every plan (the engine compiles kernels up to it):
+// random queues and slot states, every policy, shuffle on and off.
+TEST(SchedulerTest, PlansNeverExceedMaxRowsPerStep) {
+  std::mt19937 rng(7);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int largest = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    SchedulerOptions o = Fusion(uniform(1, 12), uniform(1, 300), uniform(0, 1) == 1);
+    o.policy = static_cast<SchedulerPolicy>(uniform(0, 3));
+    const int max_seq = uniform(2, 80);
+    std::vector<int> slots(o.max_batch);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    std::vector<ActiveSequence> active;
+    const int n_active = uniform(0, o.max_batch);
+    for (int i = 0; i < n_active; ++i) {
+      const int known = uniform(1, max_seq);
+      active.push_back({RequestId(100 + i), slots[i], uniform(0, known - 1), known});
+    }
+    std::vector<QueuedRequest> queue;
+    for (int i = uniform(0, 20); i > 0; --i) {
+      queue.push_back({RequestId(1000 + i), uniform(1, max_seq - 1), kT0 - absl::Seconds(5)});
+    }
+    const StepPlan plan = Schedule(queue, active, o, kT0);
+    int rows = static_cast<int>(plan.padding_slots.size());
+    for (const ScheduledSequence& seq : plan.seqs) rows += seq.len;
+    ASSERT_LE(rows, MaxRowsPerStep(o, max_seq)) << "trial " << trial;
+    ASSERT_LE(plan.seqs.size() + plan.padding_slots.size(), size_t(o.max_batch));
+    largest = std::max(largest, rows);
+  }
+  EXPECT_GT(largest, 250);  // the bound was approached, not only met trivially
+  SchedulerOptions o = Fusion(32, 256, true);
+  EXPECT_EQ(MaxRowsPerStep(o, 1024), 256);
+  o.kv_shuffle = false;
+  EXPECT_EQ(MaxRowsPerStep(o, 1024), 256 + 31);
+  o.max_tokens_per_step = 100000;
+  EXPECT_EQ(MaxRowsPerStep(o, 64), 32 * 64 + 31);
 }
 
 TEST(SchedulerTest, PolicyNamesRoundTrip) {

@@ -119,7 +119,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
                                                   options.engine.max_seq_len));
     if (!cache.ok()) return cache.status();
     // Compile kernels for every batch size now, as Engine::Create does on rank 0.
-    model.PrepareForBatches(MaxRowsPerStep(options.engine.scheduler),
+    model.PrepareForBatches(MaxRowsPerStep(options.engine.scheduler, options.engine.max_seq_len),
                             options.engine.scheduler.max_batch);
     return RunTensorParallelWorker(model, **cache, *comm);
   }
@@ -158,7 +158,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
               std::string(SchedulerPolicyName(options.engine.scheduler.policy)).c_str(),
               options.engine.scheduler.kv_shuffle ? "on" : "off", kernels::CpuThreads());
   std::printf("kernels compiled for steps of up to %d rows in %.0f ms\n",
-              MaxRowsPerStep(options.engine.scheduler), absl::ToDoubleMilliseconds(create_time));
+              MaxRowsPerStep(options.engine.scheduler, options.engine.max_seq_len),
+              absl::ToDoubleMilliseconds(create_time));
   std::fflush(stdout);
 
   const absl::Status stop = WaitForStop(signals, **engine);
