@@ -27,6 +27,7 @@
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model");
 ABSL_FLAG(int, threads, 2, "CPU threads");
 ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or bf16");
 ABSL_FLAG(int, num_requests, 32, "Requests per run");
 ABSL_FLAG(int, prompt_len, 8, "Prompt tokens");
 ABSL_FLAG(std::string, output_len, "128", "Output tokens: N or uniform:A:B");
@@ -172,13 +173,19 @@ void Run() {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
     std::exit(1);
   }
-  kernels::CpuOps ops(*dtype);
+  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kv_dtype.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(kv_dtype.status().message()).c_str());
+    std::exit(1);
+  }
+  kernels::CpuOps ops(*dtype, *kv_dtype);
   GptModel model((*loaded)->config, std::move((*loaded)->weights), ops);
-  std::printf("%s, %d requests, prompt %d, output %s, max_batch %d, %d threads, %s linear layers\n\n",
+  std::printf("%s, %d requests, prompt %d, output %s, max_batch %d, %d threads, %s linear layers, "
+              "%s KV cache\n\n",
               absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_num_requests),
               absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_output_len).c_str(),
               absl::GetFlag(FLAGS_max_batch), kernels::CpuThreads(),
-              kernels::MatmulDtypeName(*dtype));
+              kernels::MatmulDtypeName(*dtype), kernels::KvDtypeName(*kv_dtype));
   std::printf("| gap ms | scheduler | total s | mean s | p50 s | p99 s | TTFT mean s | TTFT p99 s | tok/s | steps | moves | padding rows |\n");
   std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   // One untimed run first: buffers, KV pages and oneDNN primitives are

@@ -25,6 +25,7 @@ ABSL_FLAG(int, threads, 2, "OpenMP threads (oneDNN and kernels)");
 ABSL_FLAG(int, repeats, 5, "Timed repetitions per figure; the median is reported");
 ABSL_FLAG(int, decode_steps, 16, "Decode steps per timed repetition");
 ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or bf16");
 ABSL_FLAG(bool, profile, false, "Also print the time per op of each workload");
 
 namespace flover {
@@ -128,15 +129,21 @@ void Run() {
     std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
     return;
   }
-  kernels::CpuOps cpu(*dtype);
+  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kv_dtype.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(kv_dtype.status().message()).c_str());
+    return;
+  }
+  kernels::CpuOps cpu(*dtype, *kv_dtype);
   ProfilingOps prof(cpu);
   GptModel gpt(cfg, (*model)->weights, cpu);  // a copy: `profiled` needs its own
   GptModel profiled(cfg, std::move((*model)->weights), prof);
   const bool profile = absl::GetFlag(FLAGS_profile);
   const double flop_per_token = 2.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
-  std::printf("builtin:gpt2-small, F32 weights, linear layers in %s, %d threads (OpenMP), "
-              "%.0f MFLOP per token (GEMMs)\n\n",
-              kernels::MatmulDtypeName(*dtype), kernels::CpuThreads(), flop_per_token / 1e6);
+  std::printf("builtin:gpt2-small, F32 weights, linear layers in %s, KV cache in %s, "
+              "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
+              kernels::MatmulDtypeName(*dtype), kernels::KvDtypeName(*kv_dtype),
+              kernels::CpuThreads(), flop_per_token / 1e6);
 
   std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
   std::vector<float> logits;

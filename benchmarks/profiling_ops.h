@@ -47,6 +47,7 @@ class ProfilingOps final : public kernels::Ops {
                                                               : "lm_head";
     Timed(op, [&] { inner_.Linear(x, M, w, bias, epilogue, out); });
   }
+  kernels::KvDtype kv_dtype() const override { return inner_.kv_dtype(); }
   void PrepareLinear(const kernels::Weight& w, int max_rows, bool has_bias,
                      kernels::Epilogue epilogue) override {
     inner_.PrepareLinear(w, max_rows, has_bias, epilogue);

@@ -5,11 +5,13 @@
 #     128 output tokens) in-process vs through flover_server + flover_loadgen;
 #  2. the llama-server comparison: a burst of 32 concurrent requests with
 #     61-token prompts and 64 output tokens, EOS ignored.
-# DTYPE=bf16 runs both with bf16 linear layers (default f32); results of a
-# bf16 run go to files named *_bf16.json.
+# DTYPE=bf16 runs both with bf16 linear layers and KV_DTYPE=bf16 with a bf16
+# KV cache (defaults f32); their results go to files named *_bf16.json,
+# *_kvbf16.json or *_bf16_kvbf16.json.
 set -euo pipefail
 dtype="${DTYPE:-f32}"
-suffix=$([ "$dtype" = f32 ] || echo "_$dtype")
+kv_dtype="${KV_DTYPE:-f32}"
+suffix="$([ "$dtype" = f32 ] || echo "_$dtype")$([ "$kv_dtype" = f32 ] || echo "_kv$kv_dtype")"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/bazelw build //server:flover_server //clients:flover_loadgen //benchmarks:fusion_benchmark >&2  # the figures alone go to stdout
 bin=.bazel-root/bin
@@ -18,7 +20,7 @@ mkdir -p "$out"
 log=$(mktemp)
 # max_seq_len as the in-process run (8 + 128): the KV layout is the same then.
 "$bin/server/flover_server" --model=builtin:gpt2-small --listen=127.0.0.1:0 --threads=2 \
-  --max_batch=32 --max_seq_len=136 --dtype="$dtype" > "$log" 2>&1 &
+  --max_batch=32 --max_seq_len=136 --dtype="$dtype" --kv_dtype="$kv_dtype" > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$log"' EXIT
 until grep -q "^listening on" "$log"; do sleep 0.1; done
@@ -33,7 +35,7 @@ lg $burst128 > /dev/null  # warm-up: primitives, KV pages
 echo "== 1. overhead: burst of 32, prompt 8, output 128 (3 runs each, median)"
 grpc=$(for i in 1 2 3; do lg $burst128 | tps; done | median)
 inproc=$(for i in 1 2 3; do
-  "$bin/benchmarks/fusion_benchmark" --gaps_ms=0 --schedulers=fusion --output_len=128 --dtype="$dtype" | tail -1 |
+  "$bin/benchmarks/fusion_benchmark" --gaps_ms=0 --schedulers=fusion --output_len=128 --dtype="$dtype" --kv_dtype="$kv_dtype" | tail -1 |
     awk -F'|' '{print $10}'
 done | median)
 echo "through gRPC: $grpc tokens/s; in-process: $inproc tokens/s"

@@ -80,7 +80,7 @@ Engine::Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptio
     : model_(model), tokenizer_(tokenizer), options_(options), cache_(std::move(cache)),
       comm_(comm) {
   const KvCacheShape& shape = cache_->shape();
-  kv_bytes_per_token_ = int64_t{2} * shape.layers * shape.heads * shape.head_dim * sizeof(float);
+  kv_bytes_per_token_ = shape.bytes_per_token();
   stats_.slots = shape.slots;
   stats_.kv_bytes_total = shape.bytes();
   logits_.reserve(size_t(shape.slots) * model_.config().vocab_size);

@@ -3,7 +3,7 @@
 // prompts of 1 to 200 tokens, every request's output under fusion (shuffle on
 // and off), dynamic, static and sequential scheduling equals its output run
 // alone, for greedy and for seeded sampling; with f32 and with bf16 linear
-// layers.
+// layers, and with a bf16 KV cache (shuffled).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -62,6 +62,7 @@ struct PolicyCase {
   SchedulerPolicy policy;
   bool shuffle;
   kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
 };
 
 class EngineInvarianceTest : public ::testing::TestWithParam<PolicyCase> {};
@@ -72,7 +73,8 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   }
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  kernels::CpuOps reference_ops(GetParam().dtype), engine_ops(GetParam().dtype);
+  kernels::CpuOps reference_ops(GetParam().dtype, GetParam().kv_dtype),
+      engine_ops(GetParam().dtype, GetParam().kv_dtype);
   GptModel reference((*loaded)->config, (*loaded)->weights, reference_ops);
   GptModel model((*loaded)->config, (*loaded)->weights, engine_ops);
 
@@ -130,7 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"fusion_bf16", SchedulerPolicy::kFusion, true,
                                  kernels::MatmulDtype::kBF16},
                       PolicyCase{"fusion_noshuffle_bf16", SchedulerPolicy::kFusion, false,
-                                 kernels::MatmulDtype::kBF16}),
+                                 kernels::MatmulDtype::kBF16},
+                      PolicyCase{"fusion_kv_bf16", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -29,6 +29,7 @@ ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
 ABSL_FLAG(bool, ignore_eos, false, "Do not stop at the end-of-text token");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
 ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or bf16");
 
 namespace flover {
 namespace {
@@ -91,7 +92,9 @@ absl::Status Run() {
 
   auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return dtype.status();
-  kernels::CpuOps ops(*dtype);
+  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  kernels::CpuOps ops(*dtype, *kv_dtype);
   GptModel gpt(config, std::move((*model)->weights), ops);
   auto output = GenerateAlone(gpt, prompt, options);
   if (!output.ok()) return output.status();

@@ -55,7 +55,8 @@ GptModel::GptModel(const GptConfig& config, GptWeights weights, kernels::Ops& op
 }
 
 KvCacheShape GptModel::CacheShape(int slots, int max_seq) const {
-  return KvCacheShape{config_.n_layer, slots, shard_.heads, max_seq, config_.head_dim()};
+  return KvCacheShape{config_.n_layer, slots, shard_.heads, max_seq, config_.head_dim(),
+                      ops_.kv_dtype()};
 }
 
 absl::Status GptModel::Validate(const ForwardBatch& b, const KvCache& cache) const {
@@ -63,6 +64,11 @@ absl::Status GptModel::Validate(const ForwardBatch& b, const KvCache& cache) con
   if (cs.layers != config_.n_layer || cs.heads != shard_.heads ||
       cs.head_dim != config_.head_dim()) {
     return absl::InvalidArgumentError("KV cache shape does not match the model");
+  }
+  if (cs.dtype != ops_.kv_dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache holds ", kernels::KvDtypeName(cs.dtype), " but the ops keep K/V in ",
+        kernels::KvDtypeName(ops_.kv_dtype())));
   }
   if (b.seqs.empty()) return absl::InvalidArgumentError("empty batch");
   if (b.positions.size() != b.tokens.size()) {

@@ -4,7 +4,10 @@
 // full prefill; a ragged batch equals its sequences run alone).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <tuple>
 #include <cstdio>
 
 #include "engine/generate.h"
@@ -156,22 +159,32 @@ TEST_P(GoldenModelTest, BadBatchesAreRejected) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenModelTest,
                          ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"));
 
-// --dtype=bf16: the linear layers round weights and inputs to bfloat16 (8
-// significant bits), so logits move by ~1% of their scale. They must stay
-// close to transformers' float32 ones, really differ from ours in float32
-// (bf16 is in use), and keep every batching equivalence bit for bit.
-class GoldenBf16Test : public ::testing::TestWithParam<const char*> {
+// --dtype=bf16 (linear layers round weights and inputs to bfloat16) and
+// --kv_dtype=bf16 (keys and values stored as bfloat16) keep 8 significant
+// bits, so logits move by ~1% of their scale. They must stay close to
+// transformers' float32 ones, really differ from ours in float32 (bf16 is in
+// use), and keep every batching equivalence bit for bit.
+struct Bf16Case {
+  const char* name;
+  kernels::MatmulDtype matmul;
+  kernels::KvDtype kv;
+};
+
+class GoldenBf16Test : public ::testing::TestWithParam<std::tuple<const char*, Bf16Case>> {
  protected:
+  const char* fixture() const { return std::get<0>(GetParam()); }
+
   void SetUp() override {
-    if (absl::Status st = kernels::OneDnnLinear::CheckSupported(kernels::MatmulDtype::kBF16);
-        !st.ok()) {
+    const Bf16Case& c = std::get<1>(GetParam());
+    if (absl::Status st = kernels::OneDnnLinear::CheckSupported(c.matmul); !st.ok()) {
       GTEST_SKIP() << st.message();
     }
-    const std::string dir = std::string("tests/golden/") + GetParam();
+    ops_ = std::make_unique<kernels::CpuOps>(c.matmul, c.kv);
+    const std::string dir = std::string("tests/golden/") + fixture();
     auto m = LoadModel(dir);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
-    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, ops_);
+    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, *ops_);
     golden_ = testing::LoadGolden(dir, model_->config.vocab_size);
   }
 
@@ -192,7 +205,7 @@ class GoldenBf16Test : public ::testing::TestWithParam<const char*> {
     return all;
   }
 
-  kernels::CpuOps ops_{kernels::MatmulDtype::kBF16};
+  std::unique_ptr<kernels::CpuOps> ops_;
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<GptModel> gpt_;
   testing::Golden golden_;
@@ -210,7 +223,8 @@ TEST_P(GoldenBf16Test, LogitsStayNearTransformers) {
     }
   }
   EXPECT_GT(worst, 1e-4) << "no bfloat16 rounding visible: is the bf16 path in use?";
-  std::printf("%s bf16: worst scaled logit error %.2e\n", GetParam(), worst);
+  std::printf("%s %s: worst scaled logit error %.2e\n", fixture(), std::get<1>(GetParam()).name,
+              worst);
 }
 
 TEST_P(GoldenBf16Test, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
@@ -220,8 +234,18 @@ TEST_P(GoldenBf16Test, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
   EXPECT_EQ(RunInChunks(prompt, {5, 11, 40}), full);  // uneven chunks
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenBf16Test,
-                         ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"));
+INSTANTIATE_TEST_SUITE_P(
+    FixturesAndDtypes, GoldenBf16Test,
+    ::testing::Combine(
+        ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"),
+        ::testing::Values(Bf16Case{"bf16 linear", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32},
+                          Bf16Case{"bf16 kv", kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16},
+                          Bf16Case{"bf16 both", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16})),
+    [](const auto& info) {
+      std::string name = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+      std::replace(name.begin(), name.end(), ' ', '_');
+      return name;
+    });
 
 }  // namespace
 }  // namespace flover

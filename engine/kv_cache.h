@@ -18,8 +18,13 @@ struct KvCacheShape {
   int heads = 0;  // local heads (all of them without tensor parallelism)
   int max_seq = 0;
   int head_dim = 0;
+  kernels::KvDtype dtype = kernels::KvDtype::kF32;
 
   int64_t bytes() const;
+  // K and V of one token in every layer.
+  int64_t bytes_per_token() const {
+    return int64_t{2} * layers * heads * head_dim * kernels::KvDtypeBytes(dtype);
+  }
 };
 
 class KvCache {

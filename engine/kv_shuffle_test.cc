@@ -3,6 +3,7 @@
 // [0, n) with every filled K/V position equal to a cache that never moved.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "engine/gpt_model.h"
@@ -13,33 +14,45 @@
 namespace flover {
 namespace {
 
+// Element i of a K or V arena of `dtype`, as its bits.
+uint32_t Bits(const void* arena, int64_t i, kernels::KvDtype dtype) {
+  if (dtype == kernels::KvDtype::kBF16) return static_cast<const uint16_t*>(arena)[i];
+  uint32_t u;
+  std::memcpy(&u, static_cast<const float*>(arena) + i, sizeof(u));
+  return u;
+}
+
 // Positions [0, len) of every layer, head and dim of one slot, as a flat list.
-std::vector<float> SlotContent(const KvCache& cache, int slot, int len) {
-  std::vector<float> out;
+std::vector<uint32_t> SlotContent(const KvCache& cache, int slot, int len) {
+  std::vector<uint32_t> out;
   const KvCacheShape& s = cache.shape();
   for (int l = 0; l < s.layers; ++l) {
     const kernels::KvLayer kv = cache.layer(l);
     for (int h = 0; h < s.heads; ++h) {
       const int64_t base = slot * kv.slot_stride() + h * kv.head_stride();
       for (int d = 0; d < s.head_dim; ++d)
-        for (int p = 0; p < len; ++p) out.push_back(kv.k[base + kv.key_offset(d, p)]);
+        for (int p = 0; p < len; ++p) out.push_back(Bits(kv.k, base + kv.key_offset(d, p), kv.dtype));
       for (int p = 0; p < len; ++p)
-        for (int d = 0; d < s.head_dim; ++d) out.push_back(kv.v[base + int64_t{p} * s.head_dim + d]);
+        for (int d = 0; d < s.head_dim; ++d)
+          out.push_back(Bits(kv.v, base + int64_t{p} * s.head_dim + d, kv.dtype));
     }
   }
   return out;
 }
 
-TEST(KvShuffleTest, LiveSlotsStayDenseAndIntact) {
+class KvShuffleTest : public ::testing::TestWithParam<kernels::KvDtype> {};
+
+TEST_P(KvShuffleTest, LiveSlotsStayDenseAndIntact) {
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  kernels::CpuOps ops;
+  kernels::CpuOps ops(kernels::MatmulDtype::kF32, GetParam());
   GptModel model((*loaded)->config, (*loaded)->weights, ops);
   const int slots = 8, max_seq = 64;
   auto cache = KvCache::Create(model.CacheShape(slots, max_seq));
   // The reference: one slot per sequence id, never moved.
   auto reference = KvCache::Create(model.CacheShape(64, max_seq));
   ASSERT_TRUE(cache.ok() && reference.ok());
+  ASSERT_EQ((*cache)->shape().dtype, GetParam());
 
   std::mt19937 rng(5);
   std::vector<ActiveSequence> live;
@@ -85,6 +98,9 @@ TEST(KvShuffleTest, LiveSlotsStayDenseAndIntact) {
   }
   EXPECT_GT(next_id, 20u);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, KvShuffleTest,
+                         ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16));
 
 }  // namespace
 }  // namespace flover

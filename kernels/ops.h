@@ -22,6 +22,17 @@ struct SeqRows {
   int32_t row = 0;
 };
 
+// How keys and values are stored. kBF16 halves the cache and the bytes
+// attention reads per step; values are rounded to nearest even when written
+// and every product and sum stays float32.
+enum class KvDtype {
+  kF32,
+  kBF16,
+};
+
+inline const char* KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kBF16 ? "bf16" : "f32"; }
+inline int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kBF16 ? 2 : 4; }
+
 // One layer's K and V arena; a slot's data is contiguous in both.
 //   v: [slots, heads, padded_seq, head_dim]
 //   k: [slots, heads, padded_seq / kKeyBlock, head_dim, kKeyBlock]
@@ -33,12 +44,15 @@ struct SeqRows {
 struct KvLayer {
   static constexpr int kKeyBlock = 32;
 
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;  // elements of `dtype`: float, or bfloat16 bits (uint16_t)
+  void* v = nullptr;
   int32_t slots = 0;
   int32_t heads = 0;
   int32_t max_seq = 0;  // positions per slot
   int32_t head_dim = 0;
+  KvDtype dtype = KvDtype::kF32;
+
+  // Offsets below count elements of `dtype`.
 
   static int64_t PaddedSeq(int64_t max_seq) {
     return (max_seq + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
@@ -137,6 +151,10 @@ class Ops {
   // Copies positions [0, len) of every head from slot `from` to slot `to`
   // (values exactly; keys in the whole blocks that hold them).
   virtual void MoveKvSlot(const KvLayer& kv, int from, int to, int len) = 0;
+
+  // The element type this backend's Attention and MoveKvSlot keep K and V in;
+  // the KV cache is sized from it.
+  virtual KvDtype kv_dtype() const { return KvDtype::kF32; }
 };
 
 }  // namespace flover::kernels

@@ -215,6 +215,7 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   info->set_max_positions(c.n_positions);
   info->set_dtype(model_.stored_dtype);
   info->set_matmul_dtype(model_.matmul_dtype);
+  info->set_kv_dtype(model_.kv_dtype);
   info->set_tp_size(model_.tp_size);
   info->set_has_tokenizer(tokenizer_ != nullptr);
   info->set_max_seq_len(o.max_seq_len);

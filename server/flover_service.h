@@ -16,6 +16,7 @@ struct ModelDescription {
   std::string spec;
   std::string stored_dtype;
   std::string matmul_dtype;  // "f32" or "bf16"
+  std::string kv_dtype;      // "f32" or "bf16"
   int tp_size = 1;
 };
 

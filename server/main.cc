@@ -37,6 +37,9 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(std::string, dtype, "f32",
           "Linear layers' precision: f32, or bf16 (weights and their inputs in bfloat16, "
           "f32 sums; ~2x faster on AVX-512 BF16 CPUs, logits within ~1% of f32)");
+ABSL_FLAG(std::string, kv_dtype, "f32",
+          "KV cache element type: f32, or bf16 (half the memory and attention reads; "
+          "keys/values rounded to bfloat16, f32 math)");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks; > 1 needs mpirun -np TP (rank 0 serves gRPC)");
 ABSL_FLAG(int, max_batch, 32, "KV cache slots: sequences in flight at once");
 ABSL_FLAG(int, max_seq_len, 0, "Positions per slot, prompt + output (0 = the model's maximum)");
@@ -61,6 +64,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return dtype.status();
   o.dtype = *dtype;
+  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  o.kv_dtype = *kv_dtype;
   auto policy = ParseSchedulerPolicy(absl::GetFlag(FLAGS_scheduler));
   if (!policy.ok()) return policy.status();
   o.engine.scheduler.policy = *policy;
@@ -111,7 +117,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     if (absl::Status st = ValidateShardSpec(config, spec); !st.ok()) return st;
     weights = ShardGptWeights(weights, config, spec);  // this rank keeps its shard only
   }
-  kernels::CpuOps ops(options.dtype);
+  kernels::CpuOps ops(options.dtype, options.kv_dtype);
   GptModel model(config, std::move(weights), ops, comm);
 
   if (!leader) {
@@ -131,7 +137,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   const absl::Duration create_time = absl::Now() - create_start;
 
   const ModelDescription description{options.model, (*loaded)->stored_dtype,
-                                     kernels::MatmulDtypeName(options.dtype), tp};
+                                     kernels::MatmulDtypeName(options.dtype),
+                                     kernels::KvDtypeName(options.kv_dtype), tp};
   FloverService service(**engine, tokenizer, description);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -152,9 +159,10 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
               config.vocab_size, config.n_positions, (*loaded)->stored_dtype.c_str(),
               kernels::MatmulDtypeName(options.dtype),
               tokenizer ? "tokenizer" : "no tokenizer (token ids only)");
-  std::printf("KV cache: %d slots x %d positions = %.1f MiB per rank; tp %d; scheduler %s, "
+  std::printf("KV cache: %d slots x %d positions, %s = %.1f MiB per rank; tp %d; scheduler %s, "
               "kv_shuffle %s, %d CPU threads per rank\n",
-              stats.slots, options.engine.max_seq_len, stats.kv_bytes_total / 1048576.0, tp,
+              stats.slots, options.engine.max_seq_len, kernels::KvDtypeName(options.kv_dtype),
+              stats.kv_bytes_total / 1048576.0, tp,
               std::string(SchedulerPolicyName(options.engine.scheduler.policy)).c_str(),
               options.engine.scheduler.kv_shuffle ? "on" : "off", kernels::CpuThreads());
   std::printf("kernels compiled for steps of up to %d rows in %.0f ms\n",

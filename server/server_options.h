@@ -17,6 +17,7 @@ struct ServerOptions {
   int threads = 0;                           // CPU threads per rank; 0 = cores / local ranks
   int tp = 1;                                // tensor-parallel ranks (mpirun -np tp)
   kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;  // linear layers' precision
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;       // KV cache elements
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
   absl::Duration drain_timeout = absl::Seconds(30);
 };

@@ -17,44 +17,52 @@ namespace {
 // enough to balance a long causal prefill across threads.
 constexpr int kAttentionRowBlock = 32;
 
-// Asks for the cache lines of floats [p, p + n) ahead of use. Keys and values
-// are read as streams of 8-32 KB that start anew for every (sequence, head),
-// and the hardware prefetchers stop at each 4 KB page; at batch 32 that left
-// attention at ~70% of the machine's read bandwidth.
-inline void PrefetchRow(const float* p, int n) {
-  for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+// Asks for the cache lines of elements [p, p + n) ahead of use. Keys and
+// values are read as streams of 8-32 KB that start anew for every (sequence,
+// head), and the hardware prefetchers stop at each 4 KB page; at batch 32
+// that left attention at ~70% of the machine's read bandwidth.
+template <typename T>
+inline void PrefetchRow(const T* p, int n) {
+  constexpr int kPerLine = 64 / sizeof(T);
+  for (int i = 0; i < n; i += kPerLine) __builtin_prefetch(p + i);
 }
+
+// A cached key or value as float: float as is, bfloat16 bits widened.
+inline float Load(float x) { return x; }
+inline float Load(uint16_t x) { return Bf16ToFloat(x); }
+inline void Store(float x, float* to) { *to = x; }
+inline void Store(float x, uint16_t* to) { *to = ToBf16(x); }
 
 // Scores of one query against one block of keys: s[j] = sum_d q[d] k[d][j],
 // accumulated over d in order. The block's kKeyBlock scores stay in
 // registers across the d loop, so each multiply-add loads only the key.
 // block: [D, kKeyBlock]; scores: [kKeyBlock].
-void ScoreBlock(const float* q, const float* block, int D, const float* next,
-                float* scores) {
+template <typename T>
+void ScoreBlock(const float* q, const T* block, int D, const T* next, float* scores) {
   constexpr int kJ = KvLayer::kKeyBlock;
   float acc[kJ] = {};
   for (int d = 0; d < D; ++d) {
     const float qd = q[d];
-    const float* kd = block + int64_t{d} * kJ;
+    const T* kd = block + int64_t{d} * kJ;
     PrefetchRow(next + int64_t{d} * kJ, kJ);
 #pragma omp simd
-    for (int j = 0; j < kJ; ++j) acc[j] += qd * kd[j];
+    for (int j = 0; j < kJ; ++j) acc[j] += qd * Load(kd[j]);
   }
   std::copy(acc, acc + kJ, scores);
 }
 
 // out[0, D) = sum_j w[j] v[j], accumulated over j in order, the D outputs
 // kept in registers when D is the usual 64.
-template <int kD>
-void WeightedSum(const float* w, const float* v, int n, float* out) {
-  constexpr int kAhead = 16;  // rows: 4 KB ahead at D = 64
+template <int kD, typename T>
+void WeightedSum(const float* w, const T* v, int n, float* out) {
+  constexpr int kAhead = 4096 / (kD * sizeof(T));  // rows: 4 KB ahead
   float acc[kD] = {};
   for (int j = 0; j < n; ++j) {
     const float wj = w[j];
-    const float* vj = v + int64_t{j} * kD;
+    const T* vj = v + int64_t{j} * kD;
     if (j + kAhead < n) PrefetchRow(vj + kAhead * kD, kD);
 #pragma omp simd
-    for (int d = 0; d < kD; ++d) acc[d] += wj * vj[d];
+    for (int d = 0; d < kD; ++d) acc[d] += wj * Load(vj[d]);
   }
   std::copy(acc, acc + kD, out);
 }
@@ -65,13 +73,14 @@ void WeightedSum(const float* w, const float* v, int n, float* out) {
 // batch goes through this one function, which is what makes attention
 // batch-invariant. The last block is scored whole; positions past n are
 // never read back.
-void AttendRow(const float* q, const float* keys, const float* v, int n, int D,
-               float* scores, float* out) {
+template <typename T>
+void AttendRow(const float* q, const T* keys, const T* v, int n, int D, float* scores,
+               float* out) {
   constexpr int kJ = KvLayer::kKeyBlock;
   for (int b = 0; b * kJ < n; ++b) {
     // While scoring a block, fetch the next one, or after the last the first
     // values (as many as a block's worth of lines).
-    const float* next = (b + 1) * kJ < n ? keys + int64_t{b + 1} * D * kJ : v;
+    const T* next = (b + 1) * kJ < n ? keys + int64_t{b + 1} * D * kJ : v;
     ScoreBlock(q, keys + int64_t{b} * D * kJ, D, next, scores + int64_t{b} * kJ);
   }
   float max_score = -INFINITY;
@@ -91,9 +100,77 @@ void AttendRow(const float* q, const float* keys, const float* v, int n, int D,
   }
   std::fill(out, out + D, 0.0f);
   for (int j = 0; j < n; ++j) {
-    const float* vj = v + int64_t{j} * D;
+    const T* vj = v + int64_t{j} * D;
 #pragma omp simd
-    for (int d = 0; d < D; ++d) out[d] += scores[j] * vj[d];
+    for (int d = 0; d < D; ++d) out[d] += scores[j] * Load(vj[d]);
+  }
+}
+
+// Attention with K and V stored as T (float or bfloat16 bits); see
+// CpuOps::Attention.
+template <typename T>
+void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const KvLayer& kv,
+                   float* out) {
+  const int H = kv.heads;
+  const int D = kv.head_dim;
+  const int64_t HD = int64_t{H} * D;
+  const int64_t row_stride = 3 * HD;
+  T* const keys = static_cast<T*>(kv.k);
+  T* const values = static_cast<T*>(kv.v);
+
+  // 1. Append this step's keys and values to each sequence's slot.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int h = 0; h < H; ++h) {
+      const SeqRows& seq = seqs[s];
+      const int64_t base = seq.slot * kv.slot_stride() + h * kv.head_stride();
+      for (int i = 0; i < seq.len; ++i) {
+        const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
+        const int pos = seq.pos + i;
+        const float* k = row + HD + int64_t{h} * D;
+        const float* v = row + 2 * HD + int64_t{h} * D;
+        for (int d = 0; d < D; ++d) Store(k[d], &keys[base + kv.key_offset(d, pos)]);
+        T* v_to = values + base + int64_t{pos} * D;
+        for (int d = 0; d < D; ++d) Store(v[d], &v_to[d]);
+      }
+    }
+  }
+
+  // 2. Tasks of (sequence, head, block of rows), so a long prompt spreads
+  //    over threads as well as a wide decode batch does.
+  struct Task {
+    int seq, head, first_row, rows;
+  };
+  std::vector<Task> tasks;
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < seqs[s].len; i += kAttentionRowBlock) {
+        tasks.push_back({s, h, i, std::min(kAttentionRowBlock, seqs[s].len - i)});
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int num_tasks = static_cast<int>(tasks.size());
+#pragma omp parallel
+  {
+    std::vector<float> scores(kv.padded_seq());
+    std::vector<float> q(D);
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < num_tasks; ++t) {
+      const Task& task = tasks[t];
+      const SeqRows& seq = seqs[task.seq];
+      const int64_t base = seq.slot * kv.slot_stride() + task.head * kv.head_stride();
+      const int64_t row = int64_t{seq.row} + task.first_row;
+      const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
+      float* o = out + row * HD + int64_t{task.head} * D;
+      // Every row goes through the same kernel, so a row's result never
+      // depends on how the batch around it was formed.
+      for (int i = 0; i < task.rows; ++i) {
+        for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
+        AttendRow(q.data(), keys + base, values + base, seq.pos + task.first_row + i + 1, D,
+                  scores.data(), o + i * HD);
+      }
+    }
   }
 }
 
@@ -176,69 +253,23 @@ absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
   return dtype;
 }
 
+absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
+  if (name == "f32") return KvDtype::kF32;
+  if (name == "bf16") return KvDtype::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv_dtype: must be f32 or bf16, got '", name, "'"));
+}
+
 void CpuOps::PrepareLinear(const Weight& w, int max_rows, bool has_bias, Epilogue epilogue) {
   linear_.PrepareRows(w, max_rows, has_bias, epilogue);
 }
 
 void CpuOps::Attention(const float* qkv, const SeqRows* seqs, int num_seqs,
                        const KvLayer& kv, float* out) {
-  const int H = kv.heads;
-  const int D = kv.head_dim;
-  const int64_t HD = int64_t{H} * D;
-  const int64_t row_stride = 3 * HD;
-
-  // 1. Append this step's keys and values to each sequence's slot.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int s = 0; s < num_seqs; ++s) {
-    for (int h = 0; h < H; ++h) {
-      const SeqRows& seq = seqs[s];
-      const int64_t base = seq.slot * kv.slot_stride() + h * kv.head_stride();
-      for (int i = 0; i < seq.len; ++i) {
-        const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
-        const int pos = seq.pos + i;
-        const float* k = row + HD + int64_t{h} * D;
-        for (int d = 0; d < D; ++d) kv.k[base + kv.key_offset(d, pos)] = k[d];
-        std::memcpy(kv.v + base + int64_t{pos} * D, row + 2 * HD + int64_t{h} * D,
-                    D * sizeof(float));
-      }
-    }
-  }
-
-  // 2. Tasks of (sequence, head, block of rows), so a long prompt spreads
-  //    over threads as well as a wide decode batch does.
-  struct Task {
-    int seq, head, first_row, rows;
-  };
-  std::vector<Task> tasks;
-  for (int s = 0; s < num_seqs; ++s) {
-    for (int h = 0; h < H; ++h) {
-      for (int i = 0; i < seqs[s].len; i += kAttentionRowBlock) {
-        tasks.push_back({s, h, i, std::min(kAttentionRowBlock, seqs[s].len - i)});
-      }
-    }
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int num_tasks = static_cast<int>(tasks.size());
-#pragma omp parallel
-  {
-    std::vector<float> scores(kv.padded_seq());
-    std::vector<float> q(D);
-#pragma omp for schedule(dynamic, 1)
-    for (int t = 0; t < num_tasks; ++t) {
-      const Task& task = tasks[t];
-      const SeqRows& seq = seqs[task.seq];
-      const int64_t base = seq.slot * kv.slot_stride() + task.head * kv.head_stride();
-      const int64_t row = int64_t{seq.row} + task.first_row;
-      const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
-      float* o = out + row * HD + int64_t{task.head} * D;
-      // Every row goes through the same kernel, so a row's result never
-      // depends on how the batch around it was formed.
-      for (int i = 0; i < task.rows; ++i) {
-        for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
-        AttendRow(q.data(), kv.k + base, kv.v + base, seq.pos + task.first_row + i + 1, D,
-                  scores.data(), o + i * HD);
-      }
-    }
+  if (kv.dtype == KvDtype::kBF16) {
+    AttentionOver<uint16_t>(qkv, seqs, num_seqs, kv, out);
+  } else {
+    AttentionOver<float>(qkv, seqs, num_seqs, kv, out);
   }
 }
 
@@ -250,8 +281,11 @@ void CpuOps::MoveKvSlot(const KvLayer& kv, int from, int to, int len) {
     const int64_t dst = to * kv.slot_stride() + h * kv.head_stride();
     // Keys: the blocks holding positions [0, len), one contiguous run.
     const int64_t key_blocks = (len + KvLayer::kKeyBlock - 1) / KvLayer::kKeyBlock;
-    std::memcpy(kv.k + dst, kv.k + src, size_t(key_blocks) * D * KvLayer::kKeyBlock * sizeof(float));
-    std::memcpy(kv.v + dst, kv.v + src, size_t(len) * D * sizeof(float));
+    const size_t e = KvDtypeBytes(kv.dtype);
+    char* k = static_cast<char*>(kv.k);
+    char* v = static_cast<char*>(kv.v);
+    std::memcpy(k + dst * e, k + src * e, size_t(key_blocks) * D * KvLayer::kKeyBlock * e);
+    std::memcpy(v + dst * e, v + src * e, size_t(len) * D * e);
   }
 }
 

@@ -12,9 +12,12 @@ namespace flover::kernels {
 
 class CpuOps final : public Ops {
  public:
-  // Call OneDnnLinear::CheckSupported(dtype) first: bf16 needs AVX-512.
-  explicit CpuOps(MatmulDtype dtype = MatmulDtype::kF32) : linear_(dtype) {}
+  // Call OneDnnLinear::CheckSupported(dtype) first: bf16 matmul needs
+  // AVX-512. A bf16 KV cache runs anywhere (our own kernels).
+  explicit CpuOps(MatmulDtype dtype = MatmulDtype::kF32, KvDtype kv_dtype = KvDtype::kF32)
+      : linear_(dtype), kv_dtype_(kv_dtype) {}
   MatmulDtype matmul_dtype() const { return linear_.dtype(); }
+  KvDtype kv_dtype() const override { return kv_dtype_; }
 
   std::string_view name() const override { return "cpu"; }
 
@@ -35,12 +38,16 @@ class CpuOps final : public Ops {
 
  private:
   OneDnnLinear linear_;
+  KvDtype kv_dtype_;
 };
 
 // "f32" or "bf16" (a --dtype flag's value), when this CPU runs it well:
 // InvalidArgument for another name, FailedPrecondition (from
 // OneDnnLinear::CheckSupported) for bf16 without AVX-512.
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name);
+
+// "f32" or "bf16" (a --kv_dtype flag's value); InvalidArgument otherwise.
+absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name);
 
 // Sets the OpenMP thread count used by CpuOps and oneDNN (0 keeps the default).
 void SetCpuThreads(int threads);

@@ -64,13 +64,6 @@ uint16_t NearestBf16(float f) {
   return static_cast<uint16_t>((((lo_bits >> 16) & 1) ? hi_bits : lo_bits) >> 16);
 }
 
-float Bf16ToFloat(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 TEST(VecMathTest, ToBf16RoundsToNearestEven) {
   std::mt19937 rng(5);
   std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -3e-39f, 3.0e38f, -3.39e38f,
@@ -239,12 +232,35 @@ INSTANTIATE_TEST_SUITE_P(RowsLayoutsDtypes, LinearTest,
 
 // Three sequences in different slots, at different positions, with 1 to 20
 // rows each: a decode row, a fresh prompt and a continued chunk.
-TEST(CpuOpsTest, AttentionOverRaggedBatch) {
-  CpuOps ops;
+// A K or V arena of either KV dtype, read back as float.
+struct Arena {
+  Arena(KvDtype dtype, size_t n, uint32_t seed) : dtype(dtype) {
+    const std::vector<float> r = Random(n, seed);
+    if (dtype == KvDtype::kBF16) {
+      bits.resize(n);
+      for (size_t i = 0; i < n; ++i) bits[i] = NearestBf16(r[i]);
+    } else {
+      floats = r;
+    }
+  }
+  void* data() { return dtype == KvDtype::kBF16 ? static_cast<void*>(bits.data()) : floats.data(); }
+  float at(int64_t i) const { return dtype == KvDtype::kBF16 ? Bf16ToFloat(bits[i]) : floats[i]; }
+  // What storing x keeps.
+  float Stored(float x) const { return dtype == KvDtype::kBF16 ? Bf16ToFloat(NearestBf16(x)) : x; }
+  bool operator==(const Arena& o) const { return floats == o.floats && bits == o.bits; }
+
+  KvDtype dtype;
+  std::vector<float> floats;
+  std::vector<uint16_t> bits;
+};
+
+class KvDtypeTest : public ::testing::TestWithParam<KvDtype> {};
+
+TEST_P(KvDtypeTest, AttentionOverRaggedBatch) {
+  CpuOps ops(MatmulDtype::kF32, GetParam());
   const int H = 3, D = 8, S = 5, L = 80, HD = H * D;
-  KvLayer kv{nullptr, nullptr, S, H, L, D};
-  std::vector<float> kbuf = Random(S * kv.slot_stride(), 15);
-  std::vector<float> vbuf = Random(S * kv.slot_stride(), 16);
+  KvLayer kv{nullptr, nullptr, S, H, L, D, GetParam()};
+  Arena kbuf(GetParam(), S * kv.slot_stride(), 15), vbuf(GetParam(), S * kv.slot_stride(), 16);
   kv.k = kbuf.data();
   kv.v = vbuf.data();
   auto K = [&](int slot, int h, int d, int p) { return slot * kv.slot_stride() + h * kv.head_stride() + kv.key_offset(d, p); };
@@ -256,7 +272,7 @@ TEST(CpuOpsTest, AttentionOverRaggedBatch) {
       {/*slot=*/4, /*pos=*/3, /*len=*/45, /*row=*/28}};  // two row blocks
   const int T = 73;
   auto qkv = Random(T * 3 * HD, 17);
-  const std::vector<float> k_before = kbuf, v_before = vbuf;
+  const Arena k_before = kbuf, v_before = vbuf;
   std::vector<float> out(T * HD);
   ops.Attention(qkv.data(), seqs.data(), seqs.size(), kv, out.data());
 
@@ -264,13 +280,14 @@ TEST(CpuOpsTest, AttentionOverRaggedBatch) {
   for (const SeqRows& s : seqs) {
     for (int h = 0; h < H; ++h) {
       // The full key/value history: old cache content before pos, new rows after.
+      // (as stored: rounded to bfloat16 with a bf16 cache)
       auto key = [&](int p, int d) -> double {
-        if (p < s.pos) return k_before[K(s.slot, h, d, p)];
-        return qkv[(s.row + p - s.pos) * 3 * HD + HD + h * D + d];
+        if (p < s.pos) return k_before.at(K(s.slot, h, d, p));
+        return kbuf.Stored(qkv[(s.row + p - s.pos) * 3 * HD + HD + h * D + d]);
       };
       auto value = [&](int p, int d) -> double {
-        if (p < s.pos) return v_before[Vi(s.slot, h, d, p)];
-        return qkv[(s.row + p - s.pos) * 3 * HD + 2 * HD + h * D + d];
+        if (p < s.pos) return v_before.at(Vi(s.slot, h, d, p));
+        return vbuf.Stored(qkv[(s.row + p - s.pos) * 3 * HD + 2 * HD + h * D + d]);
       };
       for (int i = 0; i < s.len; ++i) {
         const int r = s.row + i, n = s.pos + i + 1;
@@ -290,25 +307,27 @@ TEST(CpuOpsTest, AttentionOverRaggedBatch) {
         }
         // The new row's K/V landed in the cache at its position.
         for (int d = 0; d < D; ++d) {
-          EXPECT_EQ(kbuf[K(s.slot, h, d, s.pos + i)], key(s.pos + i, d));
-          EXPECT_EQ(vbuf[Vi(s.slot, h, d, s.pos + i)], value(s.pos + i, d));
+          EXPECT_EQ(kbuf.at(K(s.slot, h, d, s.pos + i)), key(s.pos + i, d));
+          EXPECT_EQ(vbuf.at(Vi(s.slot, h, d, s.pos + i)), value(s.pos + i, d));
         }
       }
     }
   }
   EXPECT_LT(RelErr(out, want), 1e-5);
   // Slot 1 is not in the batch and must be untouched.
-  for (int64_t i = 1 * kv.slot_stride(); i < 2 * kv.slot_stride(); ++i) EXPECT_EQ(kbuf[i], k_before[i]);
+  for (int64_t i = 1 * kv.slot_stride(); i < 2 * kv.slot_stride(); ++i) {
+    EXPECT_EQ(kbuf.at(i), k_before.at(i));
+  }
 }
 
 // Values move for the filled positions only; keys move in whole blocks of
 // kKeyBlock positions, so blocks past the last filled one stay untouched.
-TEST(CpuOpsTest, MoveKvSlotCopiesFilledPositions) {
-  CpuOps ops;
+TEST_P(KvDtypeTest, MoveKvSlotCopiesFilledPositions) {
+  CpuOps ops(MatmulDtype::kF32, GetParam());
   const int H = 2, D = 4, S = 3, L = 70, len = 6;
-  KvLayer kv{nullptr, nullptr, S, H, L, D};
-  std::vector<float> kbuf = Random(S * kv.slot_stride(), 18), vbuf = Random(S * kv.slot_stride(), 19);
-  const auto k0 = kbuf, v0 = vbuf;
+  KvLayer kv{nullptr, nullptr, S, H, L, D, GetParam()};
+  Arena kbuf(GetParam(), S * kv.slot_stride(), 18), vbuf(GetParam(), S * kv.slot_stride(), 19);
+  const Arena k0 = kbuf, v0 = vbuf;
   kv.k = kbuf.data();
   kv.v = vbuf.data();
   ops.MoveKvSlot(kv, /*from=*/2, /*to=*/0, len);
@@ -320,19 +339,19 @@ TEST(CpuOpsTest, MoveKvSlotCopiesFilledPositions) {
         const int64_t vto = 0 * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + d;
         const int64_t vfrom = 2 * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + d;
         if (p < len) {
-          EXPECT_EQ(kbuf[kto], k0[kfrom]);
-          EXPECT_EQ(vbuf[vto], v0[vfrom]);
+          EXPECT_EQ(kbuf.at(kto), k0.at(kfrom));
+          EXPECT_EQ(vbuf.at(vto), v0.at(vfrom));
         } else {
-          EXPECT_EQ(vbuf[vto], v0[vto]);
+          EXPECT_EQ(vbuf.at(vto), v0.at(vto));
           if (p >= KvLayer::kKeyBlock) {
-            EXPECT_EQ(kbuf[kto], k0[kto]);
+            EXPECT_EQ(kbuf.at(kto), k0.at(kto));
           }
         }
       }
   // The other slots are untouched.
   for (int64_t i = kv.slot_stride(); i < 3 * kv.slot_stride(); ++i) {
-    EXPECT_EQ(kbuf[i], k0[i]);
-    EXPECT_EQ(vbuf[i], v0[i]);
+    EXPECT_EQ(kbuf.at(i), k0.at(i));
+    EXPECT_EQ(vbuf.at(i), v0.at(i));
   }
 }
 
@@ -412,13 +431,13 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, OneDnnLinearDtypeTest,
 
 // A sequence's attention output is bitwise the same alone, batched with
 // others, or with its rows split into chunks across calls.
-TEST(BatchInvarianceTest, AttentionDoesNotDependOnBatchOrChunking) {
-  CpuOps ops;
+TEST_P(KvDtypeTest, AttentionDoesNotDependOnBatchOrChunking) {
+  CpuOps ops(MatmulDtype::kF32, GetParam());
   const int H = 2, D = 16, S = 3, L = 64, HD = H * D, len = 40;
   auto qkv_seq = Random(len * 3 * HD, 30);
   auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others) {
-    KvLayer kv{nullptr, nullptr, S, H, L, D};
-    std::vector<float> kbuf(S * kv.slot_stride()), vbuf(S * kv.slot_stride());
+    KvLayer kv{nullptr, nullptr, S, H, L, D, GetParam()};
+    Arena kbuf(GetParam(), S * kv.slot_stride(), 40), vbuf(GetParam(), S * kv.slot_stride(), 41);
     kv.k = kbuf.data();
     kv.v = vbuf.data();
     std::vector<float> result(len * HD);
@@ -450,6 +469,8 @@ TEST(BatchInvarianceTest, AttentionDoesNotDependOnBatchOrChunking) {
   EXPECT_EQ(alone, run({{3}, {37}}, false));
   EXPECT_EQ(alone, run({ones}, true));
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, KvDtypeTest, ::testing::Values(KvDtype::kF32, KvDtype::kBF16));
 
 }  // namespace
 }  // namespace flover::kernels

@@ -19,6 +19,14 @@ inline uint16_t ToBf16(float f) {
   return static_cast<uint16_t>(nan ? (u >> 16) | 0x40u : rounded);
 }
 
+// bfloat16 bits -> float32 (exact).
+inline float Bf16ToFloat(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
 // e^x for x in [-87, 88] (inputs outside are clamped): Cody-Waite range
 // reduction to r in [-ln2/2, ln2/2], a degree-6 polynomial, then 2^n.
 inline float ExpF(float x) {

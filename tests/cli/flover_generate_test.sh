@@ -28,10 +28,11 @@ b=$("$GEN" --model=$FIXTURE --prompt="Hello world" --max_new_tokens=8 --temperat
 c=$("$GEN" --model=builtin:tiny --prompt_ids=1,2,3 --max_new_tokens=4 --temperature=0 --ignore_eos)
 [ "$(echo "$c" | json "sorted(d)")" = "['token_ids']" ] || fail "builtin keys: $c"
 
-# --dtype=bf16 runs the linear layers in bfloat16: still the contract, and
-# seeded sampling is still repeatable.
-d1=$("$GEN" --model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=8 --temperature=0.9 --seed=3 --ignore_eos --dtype=bf16)
-d2=$("$GEN" --model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=8 --temperature=0.9 --seed=3 --ignore_eos --dtype=bf16)
+# --dtype=bf16 runs the linear layers in bfloat16 and --kv_dtype=bf16 keeps
+# the KV cache in it: still the contract, and seeded sampling is still
+# repeatable.
+d1=$("$GEN" --model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=8 --temperature=0.9 --seed=3 --ignore_eos --dtype=bf16 --kv_dtype=bf16)
+d2=$("$GEN" --model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=8 --temperature=0.9 --seed=3 --ignore_eos --dtype=bf16 --kv_dtype=bf16)
 [ "$d1" = "$d2" ] || fail "bf16: same seed gave $d1 then $d2"
 [ "$(echo "$d1" | json "len(d['token_ids'])")" = 8 ] || fail "bf16: expected 8 tokens: $d1"
 
@@ -55,4 +56,5 @@ expect_error "exceeds the model's 40 positions" --model=$FIXTURE --prompt_ids=1 
 expect_error "config.json: cannot open" --model=/nonexistent --prompt_ids=1
 expect_error "max_new_tokens must be" --model=builtin:tiny --prompt_ids=1 --max_new_tokens=0
 expect_error "\-\-dtype: must be f32 or bf16, got 'fp8'" --model=builtin:tiny --prompt_ids=1 --dtype=fp8
+expect_error "\-\-kv_dtype: must be f32 or bf16, got 'int8'" --model=builtin:tiny --prompt_ids=1 --kv_dtype=int8
 echo "flover_generate contract: all checks passed"

@@ -97,6 +97,7 @@ TEST_F(ServerTest, GeneratesAndReportsModelInfo) {
   EXPECT_FALSE(info.has_tokenizer());
   EXPECT_EQ(info.scheduler(), "fusion");
   EXPECT_EQ(info.matmul_dtype(), "f32");
+  EXPECT_EQ(info.kv_dtype(), "f32");
 
   grpc::ClientContext gctx;
   auto reader = stub_->Generate(&gctx, Ids({1, 2, 3}, 12));
@@ -322,22 +323,29 @@ TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
   EXPECT_EQ(with_text, 3);  // lines alternate between the two prompts
 }
 
-// --dtype=bf16 is reported, and a request's tokens still do not depend on
-// what it was fused with. An unknown --dtype stops the server at start.
-TEST_F(ServerTest, Bf16LinearLayersKeepRequestsIndependent) {
-  EXPECT_NE(testing::RunCommand({g_server, "--model=builtin:tiny", "--listen=127.0.0.1:0",
-                                 "--dtype=fp8"},
-                                std::chrono::seconds(60)),
-            0);
+// --dtype=bf16 and --kv_dtype=bf16 are reported, the KV cache is half the
+// size, and a request's tokens still do not depend on what it was fused
+// with. An unknown --dtype or --kv_dtype stops the server at start.
+TEST_F(ServerTest, Bf16LinearLayersAndKvCacheKeepRequestsIndependent) {
+  for (const char* bad : {"--dtype=fp8", "--kv_dtype=fp8"}) {
+    EXPECT_NE(testing::RunCommand({g_server, "--model=builtin:tiny", "--listen=127.0.0.1:0", bad},
+                                  std::chrono::seconds(60)),
+              0)
+        << bad;
+  }
   if (absl::Status st = kernels::OneDnnLinear::CheckSupported(kernels::MatmulDtype::kBF16);
       !st.ok()) {
     GTEST_SKIP() << st.message();
   }
-  Start({"--dtype=bf16", "--max_seq_len=128", "--threads=2"});
+  Start({"--dtype=bf16", "--kv_dtype=bf16", "--max_seq_len=128", "--threads=2"});
   grpc::ClientContext ctx;
   v1::ModelInfo info;
   ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
   EXPECT_EQ(info.matmul_dtype(), "bf16");
+  EXPECT_EQ(info.kv_dtype(), "bf16");
+  // K and V, every layer and slot, 128 positions of n_embd 2-byte values.
+  EXPECT_EQ(Stats().kv_bytes_total(),
+            uint64_t{2} * info.n_layer() * info.max_batch() * 128 * info.n_embd() * 2);
 
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 8; ++i) {
