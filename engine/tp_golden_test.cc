@@ -1,7 +1,7 @@
 // Tensor parallelism under `mpirun -np 2` (run by tests/tp): logits within
-// 1e-4 of tp=1 (1e-2 with bf16 linear layers) and of Hugging Face's, and
-// identical greedy outputs, on a fixture whose vocabulary (211) does not
-// divide by 2 and on builtin:tiny.
+// 1e-4 of tp=1 (1e-2 with bf16 linear layers or KV cache) and of Hugging
+// Face's, and identical greedy outputs, on a fixture whose vocabulary (211)
+// does not divide by 2 and on builtin:tiny.
 // Every rank runs every test (the forwards are collective); rank 0 checks.
 #include <gtest/gtest.h>
 
@@ -25,16 +25,17 @@ using testing::ScaledError;
 Communicator* g_comm = nullptr;
 
 class TensorParallelTest
-    : public ::testing::TestWithParam<std::tuple<const char*, kernels::MatmulDtype>> {
+    : public ::testing::TestWithParam<
+          std::tuple<const char*, kernels::MatmulDtype, kernels::KvDtype>> {
  protected:
   void SetUp() override {
-    const kernels::MatmulDtype dtype = std::get<1>(GetParam());
+    const auto [model, dtype, kv_dtype] = GetParam();
     if (absl::Status st = kernels::OneDnnLinear::CheckSupported(dtype); !st.ok()) {
       GTEST_SKIP() << st.message();  // the same on every rank
     }
-    tp_ops_ = std::make_unique<kernels::CpuOps>(dtype);
-    one_ops_ = std::make_unique<kernels::CpuOps>(dtype);
-    auto m = LoadModel(std::get<0>(GetParam()));
+    tp_ops_ = std::make_unique<kernels::CpuOps>(dtype, kv_dtype);
+    one_ops_ = std::make_unique<kernels::CpuOps>(dtype, kv_dtype);
+    auto m = LoadModel(model);
     ASSERT_TRUE(m.ok()) << m.status();
     loaded_ = std::move(*m);
     const ShardSpec spec{g_comm->world().tp_size, g_comm->world().tp_rank};
@@ -57,7 +58,10 @@ TEST_P(TensorParallelTest, LogitsMatchOneRankAtEveryPosition) {
   // after the all-reduce instead of inside the GEMM). With bf16 inputs that
   // ~1e-7 difference moves some values across a bfloat16 rounding boundary,
   // a 2^-8 step, so the bound is bf16's: measured 6.6e-4 on builtin:tiny.
-  const double bound = std::get<1>(GetParam()) == kernels::MatmulDtype::kBF16 ? 1e-2 : 1e-4;
+  // A bf16 KV cache rounds the same way.
+  const bool bf16 = std::get<1>(GetParam()) == kernels::MatmulDtype::kBF16 ||
+                    std::get<2>(GetParam()) == kernels::KvDtype::kBF16;
+  const double bound = bf16 ? 1e-2 : 1e-4;
   for (int len : {1, 7, P - 2}) {
     std::vector<int32_t> prompt(len);
     for (int i = 0; i < len; ++i) prompt[i] = (i * 37 + 11) % V;
@@ -94,7 +98,8 @@ TEST_P(TensorParallelTest, GreedyOutputsEqualOneRank) {
 INSTANTIATE_TEST_SUITE_P(
     ModelsAndDtypes, TensorParallelTest,
     ::testing::Combine(::testing::Values("tests/golden/tiny_bf16_prefix", "builtin:tiny"),
-                       ::testing::Values(kernels::MatmulDtype::kF32, kernels::MatmulDtype::kBF16)));
+                       ::testing::Values(kernels::MatmulDtype::kF32, kernels::MatmulDtype::kBF16),
+                       ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16)));
 
 // Against transformers directly, on the fixture with an odd vocabulary.
 TEST(TensorParallelGoldenTest, MatchesTransformers) {
