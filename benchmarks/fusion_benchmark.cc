@@ -23,11 +23,10 @@
 #include "engine/engine.h"
 #include "engine/model_loader.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dtype_flags.h"
 
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model");
 ABSL_FLAG(int, threads, 2, "CPU threads");
-ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or bf16");
 ABSL_FLAG(int, num_requests, 32, "Requests per run");
 ABSL_FLAG(int, prompt_len, 8, "Prompt tokens");
 ABSL_FLAG(std::string, output_len, "128", "Output tokens: N or uniform:A:B");
@@ -170,24 +169,19 @@ void Run() {
     std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
     std::exit(1);
   }
-  auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
+  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
+  if (!dtypes.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(dtypes.status().message()).c_str());
     std::exit(1);
   }
-  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
-  if (!kv_dtype.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(kv_dtype.status().message()).c_str());
-    std::exit(1);
-  }
-  kernels::CpuOps ops(*dtype, *kv_dtype);
+  kernels::CpuOps ops(dtypes->matmul, dtypes->kv);
   GptModel model((*loaded)->config, std::move((*loaded)->weights), ops);
   std::printf("%s, %d requests, prompt %d, output %s, max_batch %d, %d threads, %s linear layers, "
               "%s KV cache\n\n",
               absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_num_requests),
               absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_output_len).c_str(),
               absl::GetFlag(FLAGS_max_batch), kernels::CpuThreads(),
-              kernels::MatmulDtypeName(*dtype), kernels::KvDtypeName(*kv_dtype));
+              kernels::MatmulDtypeName(dtypes->matmul), kernels::KvDtypeName(dtypes->kv));
   std::printf("| gap ms | scheduler | total s | mean s | p50 s | p99 s | TTFT mean s | TTFT p99 s | tok/s | steps | moves | padding rows |\n");
   std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   // One untimed run first: buffers, KV pages and oneDNN primitives are

@@ -19,13 +19,12 @@
 #include "engine/model_loader.h"
 #include "benchmarks/profiling_ops.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dtype_flags.h"
 #include "oneapi/dnnl/dnnl.h"
 
 ABSL_FLAG(int, threads, 2, "OpenMP threads (oneDNN and kernels)");
 ABSL_FLAG(int, repeats, 5, "Timed repetitions per figure; the median is reported");
 ABSL_FLAG(int, decode_steps, 16, "Decode steps per timed repetition");
-ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or bf16");
 ABSL_FLAG(bool, profile, false, "Also print the time per op of each workload");
 
 namespace flover {
@@ -124,17 +123,13 @@ void Run() {
     return;
   }
   const GptConfig& cfg = (*model)->config;
-  auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(dtype.status().message()).c_str());
+  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
+  if (!dtypes.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(dtypes.status().message()).c_str());
     return;
   }
-  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
-  if (!kv_dtype.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(kv_dtype.status().message()).c_str());
-    return;
-  }
-  kernels::CpuOps cpu(*dtype, *kv_dtype);
+  const kernels::MatmulDtype dtype = dtypes->matmul;
+  kernels::CpuOps cpu(dtype, dtypes->kv);
   ProfilingOps prof(cpu);
   GptModel gpt(cfg, (*model)->weights, cpu);  // a copy: `profiled` needs its own
   GptModel profiled(cfg, std::move((*model)->weights), prof);
@@ -142,7 +137,7 @@ void Run() {
   const double flop_per_token = 2.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
   std::printf("builtin:gpt2-small, F32 weights, linear layers in %s, KV cache in %s, "
               "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
-              kernels::MatmulDtypeName(*dtype), kernels::KvDtypeName(*kv_dtype),
+              kernels::MatmulDtypeName(dtype), kernels::KvDtypeName(dtypes->kv),
               kernels::CpuThreads(), flop_per_token / 1e6);
 
   std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
@@ -199,7 +194,7 @@ void Run() {
   for (int M : {1, 8, 32, 64, 128, 512}) {
     std::printf("| M=%d | %.0f |\n", M, SgemmGflops(M, 2304, 768, repeats));
   }
-  const bool bf16 = *dtype == kernels::MatmulDtype::kBF16;
+  const bool bf16 = dtype == kernels::MatmulDtype::kBF16;
   if (bf16) {
     std::printf("\n| bf16 linear [M,768]x[768,2304] | GFLOP/s |\n|---|---:|\n");
     for (int M : {1, 8, 32, 64, 128, 512}) {
@@ -214,7 +209,7 @@ void Run() {
                               (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
   std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
               "(%.0f MB of %s weights per step)\n", bw, bw * 1e9 / weight_bytes, weight_bytes / 1e6,
-              kernels::MatmulDtypeName(*dtype));
+              kernels::MatmulDtypeName(dtype));
   std::printf("%s peak (M=128): %.0f GFLOP/s -> compute bound %.0f tokens/s\n",
               bf16 ? "bf16 linear" : "sgemm", peak, peak * 1e9 / flop_per_token);
 }

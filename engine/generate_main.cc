@@ -16,6 +16,7 @@
 #include "engine/json.h"
 #include "engine/model_loader.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dtype_flags.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (needs a model with a tokenizer)");
@@ -28,8 +29,6 @@ ABSL_FLAG(double, repetition_penalty, 1.0, "Repetition penalty (1 = none)");
 ABSL_FLAG(uint64_t, seed, 0, "Sampling seed");
 ABSL_FLAG(bool, ignore_eos, false, "Do not stop at the end-of-text token");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
-ABSL_FLAG(std::string, dtype, "f32", "Linear layers' precision: f32 or bf16");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or bf16");
 
 namespace flover {
 namespace {
@@ -90,11 +89,9 @@ absl::Status Run() {
   options.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
   options.sampling.seed = absl::GetFlag(FLAGS_seed);
 
-  auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok()) return dtype.status();
-  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
-  if (!kv_dtype.ok()) return kv_dtype.status();
-  kernels::CpuOps ops(*dtype, *kv_dtype);
+  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
+  if (!dtypes.ok()) return dtypes.status();
+  kernels::CpuOps ops(dtypes->matmul, dtypes->kv);
   GptModel gpt(config, std::move((*model)->weights), ops);
   auto output = GenerateAlone(gpt, prompt, options);
   if (!output.ok()) return output.status();

@@ -27,6 +27,7 @@
 #include "engine/tp_shard.h"
 #include "engine/tp_worker.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dtype_flags.h"
 #include "server/flover_service.h"
 #include "server/server_options.h"
 
@@ -34,12 +35,6 @@ ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 picks a free port");
 ABSL_FLAG(int, threads, 0,
           "CPU threads for the model per rank (0 = the cores divided by the ranks on this node)");
-ABSL_FLAG(std::string, dtype, "f32",
-          "Linear layers' precision: f32, or bf16 (weights and their inputs in bfloat16, "
-          "f32 sums; ~2x faster on AVX-512 BF16 CPUs, logits within ~1% of f32)");
-ABSL_FLAG(std::string, kv_dtype, "f32",
-          "KV cache element type: f32, or bf16 (half the memory and attention reads; "
-          "keys/values rounded to bfloat16, f32 math)");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks; > 1 needs mpirun -np TP (rank 0 serves gRPC)");
 ABSL_FLAG(int, max_batch, 32, "KV cache slots: sequences in flight at once");
 ABSL_FLAG(int, max_seq_len, 0, "Positions per slot, prompt + output (0 = the model's maximum)");
@@ -61,12 +56,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
   if (o.tp < 1) return absl::InvalidArgumentError("--tp must be >= 1");
-  auto dtype = kernels::ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok()) return dtype.status();
-  o.dtype = *dtype;
-  auto kv_dtype = kernels::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
-  if (!kv_dtype.ok()) return kv_dtype.status();
-  o.kv_dtype = *kv_dtype;
+  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
+  if (!dtypes.ok()) return dtypes.status();
+  o.dtype = dtypes->matmul;
+  o.kv_dtype = dtypes->kv;
   auto policy = ParseSchedulerPolicy(absl::GetFlag(FLAGS_scheduler));
   if (!policy.ok()) return policy.status();
   o.engine.scheduler.policy = *policy;
