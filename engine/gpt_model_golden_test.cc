@@ -21,28 +21,36 @@ namespace {
 
 using testing::ScaledError;
 
-class GoldenModelTest : public ::testing::TestWithParam<const char*> {
+// A fixture under tests/golden/ loaded with its golden logits, and a model
+// over CpuOps of the given types.
+class GoldenFixture : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::string("tests/golden/") + GetParam();
-    auto m = LoadModel(dir_);
+  void Load(const std::string& fixture, kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
+            kernels::KvDtype kv = kernels::KvDtype::kF32) {
+    const std::string dir = "tests/golden/" + fixture;
+    ops_ = std::make_unique<kernels::CpuOps>(matmul, kv);
+    auto m = LoadModel(dir);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
-    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, ops_);
-    golden_ = testing::LoadGolden(dir_, model_->config.vocab_size);
+    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, *ops_);
+    golden_ = testing::LoadGolden(dir, model_->config.vocab_size);
   }
+
+  std::unique_ptr<kernels::CpuOps> ops_;
+  std::unique_ptr<LoadedModel> model_;
+  std::unique_ptr<GptModel> gpt_;
+  testing::Golden golden_;
+};
+
+class GoldenModelTest : public GoldenFixture, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override { Load(GetParam()); }
 
   std::unique_ptr<KvCache> NewCache(int slots) {
     auto c = KvCache::Create(gpt_->CacheShape(slots, model_->config.n_positions));
     EXPECT_TRUE(c.ok());
     return std::move(*c);
   }
-
-  std::string dir_;
-  kernels::CpuOps ops_;
-  std::unique_ptr<LoadedModel> model_;
-  std::unique_ptr<GptModel> gpt_;
-  testing::Golden golden_;
 };
 
 TEST_P(GoldenModelTest, LogitsAtEveryPositionMatchTransformers) {
@@ -170,7 +178,8 @@ struct Bf16Case {
   kernels::KvDtype kv;
 };
 
-class GoldenBf16Test : public ::testing::TestWithParam<std::tuple<const char*, Bf16Case>> {
+class GoldenBf16Test : public GoldenFixture,
+                       public ::testing::WithParamInterface<std::tuple<const char*, Bf16Case>> {
  protected:
   const char* fixture() const { return std::get<0>(GetParam()); }
 
@@ -179,13 +188,7 @@ class GoldenBf16Test : public ::testing::TestWithParam<std::tuple<const char*, B
     if (absl::Status st = kernels::OneDnnLinear::CheckSupported(c.matmul); !st.ok()) {
       GTEST_SKIP() << st.message();
     }
-    ops_ = std::make_unique<kernels::CpuOps>(c.matmul, c.kv);
-    const std::string dir = std::string("tests/golden/") + fixture();
-    auto m = LoadModel(dir);
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = std::move(*m);
-    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, *ops_);
-    golden_ = testing::LoadGolden(dir, model_->config.vocab_size);
+    Load(fixture(), c.matmul, c.kv);
   }
 
   // Logits of every row of `prompt` run from position 0 in chunks of the
@@ -205,10 +208,6 @@ class GoldenBf16Test : public ::testing::TestWithParam<std::tuple<const char*, B
     return all;
   }
 
-  std::unique_ptr<kernels::CpuOps> ops_;
-  std::unique_ptr<LoadedModel> model_;
-  std::unique_ptr<GptModel> gpt_;
-  testing::Golden golden_;
 };
 
 TEST_P(GoldenBf16Test, LogitsStayNearTransformers) {
