@@ -22,8 +22,9 @@
 #include "absl/time/clock.h"
 #include "engine/engine.h"
 #include "engine/model_loader.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/dtype_flags.h"
+#include "kernels/backend_factory.h"
+#include "kernels/backend_flags.h"
+#include "kernels/cpu/cpu_backend.h"
 
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model");
 ABSL_FLAG(int, threads, 2, "CPU threads");
@@ -169,18 +170,28 @@ void Run() {
     std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
     std::exit(1);
   }
-  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
-  if (!dtypes.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(dtypes.status().message()).c_str());
+  auto options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  if (!options.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
     std::exit(1);
   }
-  kernels::CpuOps ops(dtypes->matmul, dtypes->kv);
-  GptModel model((*loaded)->config, std::move((*loaded)->weights), ops);
-  std::printf("%s, %d requests, prompt %d, output %s, max_batch %d, %d threads, %s linear layers, "
-              "%s KV cache\n\n",
+  auto backend = kernels::CreateBackend(*options);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
+    std::exit(1);
+  }
+  auto created = GptModel::Create((*loaded)->config, std::move((*loaded)->weights), **backend);
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
+    std::exit(1);
+  }
+  GptModel& model = **created;
+  const kernels::BackendOptions* dtypes = &*options;
+  std::printf("%s, %d requests, prompt %d, output %s, max_batch %d, %s, %d threads, %s linear "
+              "layers, %s KV cache\n\n",
               absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_num_requests),
               absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_output_len).c_str(),
-              absl::GetFlag(FLAGS_max_batch), kernels::CpuThreads(),
+              absl::GetFlag(FLAGS_max_batch), (*backend)->Device().name.c_str(), kernels::CpuThreads(),
               kernels::MatmulDtypeName(dtypes->matmul), kernels::KvDtypeName(dtypes->kv));
   std::printf("| gap ms | scheduler | total s | mean s | p50 s | p99 s | TTFT mean s | TTFT p99 s | tok/s | steps | moves | padding rows |\n");
   std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

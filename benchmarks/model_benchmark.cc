@@ -1,8 +1,11 @@
-// Forward-pass throughput of builtin:gpt2-small (F32) on the CPU, beside this
-// machine's roofline measured in the same run: oneDNN sgemm GFLOP/s at the
-// model's GEMM shapes and memory read bandwidth.
+// Forward-pass throughput of builtin:gpt2-small on a backend (--device),
+// beside that device's roofline measured in the same run: on the CPU oneDNN
+// sgemm GFLOP/s at the model's GEMM shapes and memory read bandwidth; on a
+// GPU the vendor library's GEMM TFLOP/s at the same shapes (and our own,
+// batch-invariant Linear's), and device-to-device copy bandwidth.
 //
 //   tools/bazelw run -c opt //benchmarks:model_benchmark -- [--threads=2] [--repeats=5]
+//   .../model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 --decode_batches=1,8,32,256
 //
 // Prints a Markdown table (the README's performance section is a copy of it).
 #include <omp.h>
@@ -13,19 +16,26 @@
 #include <functional>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "benchmarks/profiling_backend.h"
 #include "engine/gpt_model.h"
 #include "engine/model_loader.h"
-#include "benchmarks/profiling_ops.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/dtype_flags.h"
+#include "kernels/backend_factory.h"
+#include "kernels/backend_flags.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "oneapi/dnnl/dnnl.h"
 
 ABSL_FLAG(int, threads, 2, "OpenMP threads (oneDNN and kernels)");
 ABSL_FLAG(int, repeats, 5, "Timed repetitions per figure; the median is reported");
 ABSL_FLAG(int, decode_steps, 16, "Decode steps per timed repetition");
 ABSL_FLAG(bool, profile, false, "Also print the time per op of each workload");
+ABSL_FLAG(std::string, prefill_lengths, "128,512", "Prompt lengths of the prefill rows");
+ABSL_FLAG(std::string, decode_batches, "1,8,32,64", "Batch sizes of the decode rows");
 
 namespace flover {
 namespace {
@@ -103,7 +113,7 @@ std::vector<int32_t> Tokens(int n, int vocab, int seed) {
 }
 
 // Share of each op in one more run of `fn` through a ProfilingOps.
-void PrintProfile(const char* workload, ProfilingOps& prof, const std::function<void()>& fn) {
+void PrintProfile(const char* workload, ProfilingBackend& prof, const std::function<void()>& fn) {
   prof.Reset();
   const auto start = Clock::now();
   fn();
@@ -113,83 +123,18 @@ void PrintProfile(const char* workload, ProfilingOps& prof, const std::function<
   std::printf("\n");
 }
 
-void Run() {
-  kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  const int repeats = absl::GetFlag(FLAGS_repeats);
-  const int steps = absl::GetFlag(FLAGS_decode_steps);
-  auto model = LoadModel("builtin:gpt2-small");
-  if (!model.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
-    return;
+std::vector<int> IntList(const std::string& flag) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(flag, ',')) {
+    int v = 0;
+    if (absl::SimpleAtoi(part, &v) && v > 0) out.push_back(v);
   }
-  const GptConfig& cfg = (*model)->config;
-  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
-  if (!dtypes.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(dtypes.status().message()).c_str());
-    return;
-  }
-  const kernels::MatmulDtype dtype = dtypes->matmul;
-  kernels::CpuOps cpu(dtype, dtypes->kv);
-  ProfilingOps prof(cpu);
-  GptModel gpt(cfg, (*model)->weights, cpu);  // a copy: `profiled` needs its own
-  GptModel profiled(cfg, std::move((*model)->weights), prof);
-  const bool profile = absl::GetFlag(FLAGS_profile);
-  const double flop_per_token = 2.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
-  std::printf("builtin:gpt2-small, F32 weights, linear layers in %s, KV cache in %s, "
-              "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
-              kernels::MatmulDtypeName(dtype), kernels::KvDtypeName(dtypes->kv),
-              kernels::CpuThreads(), flop_per_token / 1e6);
+  return out;
+}
 
-  std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
-  std::vector<float> logits;
-  for (int len : {128, 512}) {
-    auto cache = KvCache::Create(gpt.CacheShape(1, len));
-    ForwardBatch b;
-    b.AddSequence(0, 0, Tokens(len, cfg.vocab_size, 1));
-    const double s = MedianSeconds(repeats, [&] {
-      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
-    });
-    std::printf("| prefill %d | %.0f | %.1f | %.0f |\n", len, len / s, s * 1e3,
-                len * flop_per_token / s / 1e9);
-    if (profile) {
-      PrintProfile("prefill", prof, [&] {
-        (void)profiled.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
-      });
-    }
-    std::fflush(stdout);
-  }
-  const int context = 128;
-  for (int batch : {1, 8, 32, 64}) {
-    auto cache = KvCache::Create(gpt.CacheShape(batch, context + steps + 2));
-    for (int s = 0; s < batch; ++s) {  // each sequence starts with 128 tokens of context
-      ForwardBatch b;
-      b.AddSequence(s, 0, Tokens(context, cfg.vocab_size, s));
-      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
-    }
-    int pos = context;
-    // Each repetition decodes positions [120, 136) again (for 16 steps), so
-    // the context is 128 on average over the timed steps.
-    const double sec = MedianSeconds(repeats, [&] {
-      pos = context - steps / 2;
-      for (int i = 0; i < steps; ++i, ++pos) {
-        ForwardBatch b;
-        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
-        (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
-      }
-    });
-    std::printf("| decode batch %d (context 128) | %.0f | %.2f | %.0f |\n", batch,
-                batch * steps / sec, sec / steps * 1e3, batch * steps * flop_per_token / sec / 1e9);
-    if (profile) {
-      PrintProfile("decode step", prof, [&] {
-        ForwardBatch b;
-        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
-        (void)profiled.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
-        ++pos;
-      });
-    }
-    std::fflush(stdout);
-  }
-
+// The CPU's roofline: oneDNN sgemm (or our bf16 linear) and read bandwidth.
+void PrintCpuRoofline(const GptConfig& cfg, kernels::MatmulDtype dtype, int repeats,
+                      double flop_per_token) {
   std::printf("\nRoofline, same run:\n\n| sgemm [M,768]x[768,2304] | GFLOP/s |\n|---|---:|\n");
   for (int M : {1, 8, 32, 64, 128, 512}) {
     std::printf("| M=%d | %.0f |\n", M, SgemmGflops(M, 2304, 768, repeats));
@@ -214,11 +159,163 @@ void Run() {
               bf16 ? "bf16 linear" : "sgemm", peak, peak * 1e9 / flop_per_token);
 }
 
+// TFLOP/s of the backend's own Linear at [M,K]x[K,N] (what the model runs).
+double LinearTflops(kernels::Backend& backend, int M, int N, int K, int repeats) {
+  std::vector<float> w(size_t(K) * N, 0.02f), x(size_t(M) * K, 0.01f);
+  auto weight = backend.PrepareWeight(w.data(), K, N, kernels::WeightLayout::kInOut);
+  auto in = backend.Allocate(backend.activation_dtype(), M, K);
+  auto out = backend.Allocate(kernels::DType::kF32, M, N);
+  if (!weight.ok() || !in.ok() || !out.ok()) return 0;
+  std::vector<uint16_t> zeros(size_t(M) * K * 2, 0);  // any bits: the timing ignores values
+  (void)backend.Upload(zeros.data(), *in);
+  const int inner = 20;
+  const double s = MedianSeconds(repeats, [&] {
+    for (int i = 0; i < inner; ++i) (void)backend.Linear(*in, **weight, nullptr, kernels::Epilogue::kBias, *out);
+    (void)backend.Synchronize();
+  });
+  return 2.0 * M * N * K * inner / s / 1e12;
+}
+
+// A GPU's roofline: the vendor GEMM with its own algorithm choice, our
+// batch-invariant Linear at the same shapes, and copy bandwidth.
+void PrintDeviceRoofline(kernels::Backend& backend, const GptConfig& cfg, int repeats,
+                         double flop_per_token) {
+  kernels::Roofline* roof = backend.roofline();
+  if (roof == nullptr) return;
+  const kernels::MatmulDtype dtype = backend.matmul_dtype();
+  std::printf("\nRoofline, same run (%s):\n\n| [M,768]x[768,2304] %s | library GEMM TFLOP/s | our Linear "
+              "TFLOP/s |\n|---|---:|---:|\n",
+              backend.Device().name.c_str(), kernels::MatmulDtypeName(dtype));
+  double peak = 0;
+  for (int M : {1, 8, 32, 256, 512, 4096}) {
+    auto lib = roof->GemmTflops(M, 2304, 768, dtype);
+    const double ours = LinearTflops(backend, M, 2304, 768, repeats);
+    if (lib.ok()) peak = std::max(peak, *lib);
+    std::printf("| M=%d | %s | %.2f |\n", M, lib.ok() ? absl::StrFormat("%.2f", *lib).c_str() : "n/a",
+                ours);
+  }
+  auto bw = roof->CopyGBs(int64_t{1} << 30);
+  const double weight_bytes = kernels::DTypeBytes(kernels::ToDType(dtype)) *
+                              double(cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+  if (bw.ok()) {
+    // A copy reads and writes each byte: the read bandwidth is twice the copy rate.
+    std::printf("\ndevice-to-device copy: %.0f GB/s copied (%.0f GB/s read + write) -> batch-1 "
+                "decode bound %.0f tokens/s (%.0f MB of %s weights per step)\n",
+                *bw, 2 * *bw, 2 * *bw * 1e9 / weight_bytes, weight_bytes / 1e6,
+                kernels::MatmulDtypeName(dtype));
+  }
+  std::printf("library GEMM peak above: %.1f TFLOP/s -> compute bound %.0f tokens/s\n", peak,
+              peak * 1e12 / flop_per_token);
+}
+
+int Run() {
+  kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  const int steps = absl::GetFlag(FLAGS_decode_steps);
+  auto options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  if (!options.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
+    return 1;
+  }
+  auto backend = kernels::CreateBackend(*options);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
+    return 1;
+  }
+  auto model = LoadModel("builtin:gpt2-small");
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  const GptConfig& cfg = (*model)->config;
+  const kernels::MatmulDtype dtype = options->matmul;
+  ProfilingBackend prof(**backend);
+  const bool profile = absl::GetFlag(FLAGS_profile);
+  auto gpt_or = GptModel::Create(cfg, (*model)->weights, **backend);  // a copy: `profiled` needs its own
+  if (!gpt_or.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(gpt_or.status().message()).c_str());
+    return 1;
+  }
+  GptModel& gpt = **gpt_or;
+  std::unique_ptr<GptModel> profiled;
+  if (profile) {
+    auto p = GptModel::Create(cfg, std::move((*model)->weights), prof);
+    if (!p.ok()) return 1;
+    profiled = std::move(*p);
+  }
+  const double flop_per_token = 2.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+  std::printf("builtin:gpt2-small on %s (%s), F32 weights, linear layers in %s, KV cache in %s, "
+              "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
+              options->device.c_str(), (*backend)->Device().name.c_str(),
+              kernels::MatmulDtypeName(dtype), kernels::KvDtypeName(options->kv),
+              kernels::CpuThreads(), flop_per_token / 1e6);
+
+  std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
+  for (int len : IntList(absl::GetFlag(FLAGS_prefill_lengths))) {
+    auto cache = KvCache::Create(**backend, gpt.CacheShape(1, len));
+    if (!cache.ok()) return 1;
+    ForwardBatch b;
+    b.AddSequence(0, 0, Tokens(len, cfg.vocab_size, 1));
+    const double s = MedianSeconds(repeats, [&] {
+      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
+    });
+    std::printf("| prefill %d | %.0f | %.1f | %.0f |\n", len, len / s, s * 1e3,
+                len * flop_per_token / s / 1e9);
+    if (profile) {
+      PrintProfile("prefill", prof, [&] {
+        (void)profiled->Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
+      });
+    }
+    std::fflush(stdout);
+  }
+  const int context = 128;
+  for (int batch : IntList(absl::GetFlag(FLAGS_decode_batches))) {
+    auto cache = KvCache::Create(**backend, gpt.CacheShape(batch, context + steps + 2));
+    if (!cache.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(cache.status().message()).c_str());
+      return 1;
+    }
+    for (int s = 0; s < batch; ++s) {  // each sequence starts with 128 tokens of context
+      ForwardBatch b;
+      b.AddSequence(s, 0, Tokens(context, cfg.vocab_size, s));
+      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
+    }
+    int pos = context;
+    // Each repetition decodes positions [120, 136) again (for 16 steps), so
+    // the context is 128 on average over the timed steps.
+    const double sec = MedianSeconds(repeats, [&] {
+      pos = context - steps / 2;
+      for (int i = 0; i < steps; ++i, ++pos) {
+        ForwardBatch b;
+        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
+        (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
+      }
+    });
+    std::printf("| decode batch %d (context 128) | %.0f | %.2f | %.0f |\n", batch,
+                batch * steps / sec, sec / steps * 1e3, batch * steps * flop_per_token / sec / 1e9);
+    if (profile) {
+      PrintProfile("decode step", prof, [&] {
+        ForwardBatch b;
+        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
+        (void)profiled->Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
+        ++pos;
+      });
+    }
+    std::fflush(stdout);
+  }
+
+  if (options->device == "cpu") {
+    PrintCpuRoofline(cfg, dtype, repeats, flop_per_token);
+  } else {
+    PrintDeviceRoofline(**backend, cfg, repeats, flop_per_token);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace flover
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  flover::Run();
-  return 0;
+  return flover::Run();
 }

@@ -18,7 +18,7 @@
 #include "engine/gpt_model.h"
 #include "engine/model_loader.h"
 #include "engine/tp_shard.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_backend.h"
 
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks (> 1 under mpirun -np TP)");
 ABSL_FLAG(int, threads, 2, "OpenMP threads per rank");
@@ -36,14 +36,14 @@ class TimingCommunicator final : public Communicator {
  public:
   explicit TimingCommunicator(Communicator& inner) : inner_(inner) {}
   const WorldConfig& world() const override { return inner_.world(); }
-  absl::Status AllReduceSum(float* data, size_t count) override {
-    return Timed([&] { return inner_.AllReduceSum(data, count); });
+  absl::Status AllReduceSum(const kernels::Tensor& data) override {
+    return Timed([&] { return inner_.AllReduceSum(data); });
   }
   absl::Status Broadcast(void* data, size_t bytes, int root) override {
     return Timed([&] { return inner_.Broadcast(data, bytes, root); });
   }
-  absl::Status GatherToLeader(const float* local, size_t count, std::vector<float>* out) override {
-    return Timed([&] { return inner_.GatherToLeader(local, count, out); });
+  absl::Status GatherToLeader(const kernels::Tensor& local, std::vector<float>* out) override {
+    return Timed([&] { return inner_.GatherToLeader(local, out); });
   }
   double seconds = 0;
 
@@ -78,23 +78,29 @@ int Run() {
   const GptConfig& cfg = (*loaded)->config;
   GptWeights w = std::move((*loaded)->weights);
   if (tp > 1) w = ShardGptWeights(w, cfg, {tp, comm.world().tp_rank});
-  kernels::CpuOps ops;
-  GptModel model(cfg, std::move(w), ops, &comm);
+  auto backend = kernels::CpuBackend::Create();
+  if (!backend.ok()) return 1;
+  auto created = GptModel::Create(cfg, std::move(w), **backend, &comm);
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
+    return 1;
+  }
+  GptModel& model = **created;
   const int repeats = absl::GetFlag(FLAGS_repeats), steps = absl::GetFlag(FLAGS_steps);
   const int context = 128;
   if (leader) {
     std::printf("builtin:gpt2-small, tp=%d, %d threads per rank\n\n", tp, kernels::CpuThreads());
     std::printf("| batch | ms per step | tokens/s | communication ms per step |\n|---:|---:|---:|---:|\n");
   }
-  std::vector<float> logits;
   for (int batch : {1, 32}) {
-    auto cache = KvCache::Create(model.CacheShape(batch, context + steps + 2));
+    auto cache = KvCache::Create(**backend, model.CacheShape(batch, context + steps + 2));
+    if (!cache.ok()) return 1;
     for (int s = 0; s < batch; ++s) {
       std::vector<int32_t> prompt(context);
       for (int i = 0; i < context; ++i) prompt[i] = (i * 7919 + s * 104729) % cfg.vocab_size;
       ForwardBatch b;
       b.AddSequence(s, 0, prompt);
-      if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits).ok()) return 1;
+      if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence).ok()) return 1;
     }
     std::vector<double> step_s, comm_s;
     for (int r = 0; r < repeats + 1; ++r) {
@@ -104,7 +110,7 @@ int Run() {
         ForwardBatch b;
         const int pos = context - steps / 2 + i;
         for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
-        if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence, &logits).ok()) return 1;
+        if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence).ok()) return 1;
       }
       if (r == 0) continue;  // warm-up
       step_s.push_back(std::chrono::duration<double>(Clock::now() - start).count() / steps);

@@ -53,7 +53,7 @@ struct Engine::Sequence {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
                                                        const BpeTokenizer* tokenizer,
                                                        const EngineOptions& options,
-                                                       Communicator* comm) {
+                                                       ControlChannel* channel) {
   const SchedulerOptions& s = options.scheduler;
   const int positions = model.config().n_positions;
   if (s.max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
@@ -66,24 +66,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
         options.max_seq_len));
   }
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue must be >= 0");
-  auto cache = KvCache::Create(model.CacheShape(s.max_batch, options.max_seq_len));
-  if (!cache.ok()) return cache.status();
-  if (comm != nullptr && !comm->world().is_leader()) {
+  if (channel != nullptr && !channel->world().is_leader()) {
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
-  model.PrepareForBatches(MaxRowsPerStep(s, options.max_seq_len), s.max_batch);
-  return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, std::move(*cache), comm));
+  auto executor = StepExecutor::Create(model, s.max_batch, options.max_seq_len,
+                                       MaxRowsPerStep(s, options.max_seq_len));
+  if (!executor.ok()) return executor.status();
+  return std::unique_ptr<Engine>(
+      new Engine(model, tokenizer, options, std::move(*executor), channel));
 }
 
 Engine::Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptions& options,
-               std::unique_ptr<KvCache> cache, Communicator* comm)
-    : model_(model), tokenizer_(tokenizer), options_(options), cache_(std::move(cache)),
-      comm_(comm) {
-  const KvCacheShape& shape = cache_->shape();
+               std::unique_ptr<StepExecutor> executor, ControlChannel* channel)
+    : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
+      channel_(channel) {
+  const KvCacheShape& shape = executor_->cache().shape();
   kv_bytes_per_token_ = shape.bytes_per_token();
   stats_.slots = shape.slots;
   stats_.kv_bytes_total = shape.bytes();
-  logits_.reserve(size_t(shape.slots) * model_.config().vocab_size);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -270,7 +270,7 @@ absl::Time Engine::NextWakeup() const {
   return t;
 }
 
-bool Engine::Step() {
+bool Engine::Plan(StepPlan* plan) {
   const absl::Time now = absl::Now();
   std::vector<QueuedRequest> queued;
   queued.reserve(queue_.size());
@@ -282,101 +282,106 @@ bool Engine::Step() {
   for (const auto& s : active_) {
     active.push_back({s->id, s->slot, s->computed, static_cast<int>(s->tokens.size())});
   }
-  const StepPlan plan = Schedule(queued, active, options_.scheduler, now);
-  if (plan.seqs.empty() && plan.admitted.empty() && plan.moves.empty()) return false;
+  *plan = Schedule(queued, active, options_.scheduler, now);
+  if (plan->seqs.empty() && plan->admitted.empty() && plan->moves.empty()) return false;
 
-  absl::flat_hash_map<RequestId, Sequence*> by_id;
-  for (const auto& s : active_) by_id[s->id] = s.get();
-  for (size_t i = 0; i < plan.admitted.size(); ++i) {
+  by_id_.clear();
+  for (const auto& s : active_) by_id_[s->id] = s.get();
+  for (size_t i = 0; i < plan->admitted.size(); ++i) {
     // Admissions are a prefix of the queue, in order.
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
-    seq->slot = plan.admitted_slots[i];
-    by_id[seq->id] = seq.get();
+    seq->slot = plan->admitted_slots[i];
+    by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
   }
-  if (!plan.admitted.empty()) {
+  if (!plan->admitted.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.queued -= static_cast<int>(plan.admitted.size());
-    stats_.active += static_cast<int>(plan.admitted.size());
+    stats_.queued -= static_cast<int>(plan->admitted.size());
+    stats_.active += static_cast<int>(plan->admitted.size());
   }
 
   // The plan's slots are already the post-move ones.
-  batch_.Clear();
-  int64_t prompt_rows = 0, sampled = 0;
-  for (const ScheduledSequence& p : plan.seqs) {
-    const Sequence& s = *by_id[p.id];
-    batch_.AddSequence(p.slot, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len));
-    prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
+  step_.moves = plan->moves;
+  step_.batch.Clear();
+  for (const ScheduledSequence& p : plan->seqs) {
+    const Sequence& s = *by_id_[p.id];
+    step_.batch.AddSequence(p.slot, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len));
   }
-  for (int slot : plan.padding_slots) batch_.AddSequence(slot, 0, {0});
+  for (int slot : plan->padding_slots) step_.batch.AddSequence(slot, 0, {0});
+  return true;
+}
 
-  if (tensor_parallel()) {
-    if (absl::Status st = BroadcastStep(*comm_, plan.moves, batch_); !st.ok()) {
-      Fail(st);
-      return true;
-    }
-  }
+void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits) {
   int64_t moved_bytes = 0;
   for (const SlotMove& m : plan.moves) {
-    model_.MoveSlot(*cache_, m.from, m.to, m.len);
-    by_id[m.id]->slot = m.to;
+    by_id_[m.id]->slot = m.to;
     moved_bytes += m.len * kv_bytes_per_token_;
   }
-
-  if (!plan.seqs.empty() || !plan.padding_slots.empty()) {
-    const absl::Status st =
-        model_.Forward(batch_, *cache_, LogitsFor::kLastRowOfEachSequence, &logits_);
-    if (!st.ok() && tensor_parallel() && st.code() != absl::StatusCode::kInvalidArgument) {
-      Fail(st);  // the ranks no longer agree: nothing can run any more
-      return true;
-    } else if (!st.ok()) {
-      // Not expected (requests and plans are validated); fail the batch, keep serving.
-      for (auto& s : active_) Finish(*s, FinishReason::kError, st);
-    } else {
-      const int V = model_.config().vocab_size;
-      // Rows whose sequence has now computed all its known tokens get a new
-      // token (the others were prompt chunks).
-      std::vector<int> rows;
-      int64_t computed_tokens = 0;
-      for (size_t i = 0; i < plan.seqs.size(); ++i) {
-        Sequence& s = *by_id[plan.seqs[i].id];
-        if (s.finished) continue;
-        s.computed += plan.seqs[i].len;
-        computed_tokens += plan.seqs[i].len;
-        if (s.computed == static_cast<int>(s.tokens.size())) rows.push_back(static_cast<int>(i));
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.kv_bytes_in_use += computed_tokens * kv_bytes_per_token_;
-      }
-      // Each sequence samples from its own generator, so they can draw in
-      // parallel; tokens are then emitted in order on this thread.
-      const int n = static_cast<int>(rows.size());
-      sampled_.resize(n);
-      logprobs_.resize(n);
-#pragma omp parallel for schedule(dynamic) if (n > 1)
-      for (int k = 0; k < n; ++k) {
-        Sequence& s = *by_id[plan.seqs[rows[k]].id];
-        sampled_[k] = s.sampler.Sample(absl::MakeSpan(&logits_[size_t(rows[k]) * V], V), s.tokens,
-                                       s.request.return_logprobs ? &logprobs_[k] : nullptr);
-      }
-      for (int k = 0; k < n; ++k) {
-        Emit(*by_id[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k]);
-        ++sampled;
-      }
-    }
+  int64_t prompt_rows = 0, computed_tokens = 0;
+  // Rows whose sequence has now computed all its known tokens get a new
+  // token (the others were prompt chunks).
+  std::vector<int> rows;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    Sequence& s = *by_id_[plan.seqs[i].id];
+    const ScheduledSequence& p = plan.seqs[i];
+    prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
+    if (s.finished) continue;
+    s.computed += p.len;
+    computed_tokens += p.len;
+    if (s.computed == static_cast<int>(s.tokens.size())) rows.push_back(static_cast<int>(i));
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.kv_bytes_in_use += computed_tokens * kv_bytes_per_token_;
+  }
+  // Each sequence samples from its own generator, so they can draw in
+  // parallel; tokens are then emitted in order on this thread.
+  const int V = model_.config().vocab_size;
+  const int n = static_cast<int>(rows.size());
+  sampled_.resize(n);
+  logprobs_.resize(n);
+#pragma omp parallel for schedule(dynamic) if (n > 1)
+  for (int k = 0; k < n; ++k) {
+    Sequence& s = *by_id_[plan.seqs[rows[k]].id];
+    sampled_[k] = s.sampler.Sample(logits.subspan(size_t(rows[k]) * V, V), s.tokens,
+                                   s.request.return_logprobs ? &logprobs_[k] : nullptr);
+  }
+  for (int k = 0; k < n; ++k) Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k]);
 
   EraseFinished(active_);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
   stats_.prompt_tokens += prompt_rows;
-  stats_.generated_tokens += sampled;
+  stats_.generated_tokens += n;
   stats_.padding_rows += plan.padding_slots.size();
   stats_.shuffle_moves += plan.moves.size();
   stats_.shuffle_bytes += moved_bytes;
   cv_.notify_all();
+}
+
+bool Engine::Step() {
+  StepPlan plan;
+  if (!Plan(&plan)) return false;
+  if (tensor_parallel()) {
+    if (absl::Status st = BroadcastStep(*channel_, step_); !st.ok()) {
+      Fail(st);
+      return true;
+    }
+  }
+  auto logits = executor_->Run(step_);
+  if (logits.ok()) {
+    ProcessOutputs(plan, *logits);
+  } else if (logits.status().code() == absl::StatusCode::kInvalidArgument) {
+    // Not expected (requests and plans are validated), and refused before it
+    // changed anything on any rank: fail this step's requests, keep serving.
+    for (auto& s : active_) Finish(*s, FinishReason::kError, logits.status());
+    EraseFinished(active_);
+  } else {
+    // A device fault or a failed collective: the cache or the ranks can no
+    // longer be trusted, so nothing runs any more.
+    Fail(logits.status());
+  }
   return true;
 }
 
@@ -408,7 +413,7 @@ void Engine::Loop() {
     EraseFinished(queue_);
     EraseFinished(active_);
     if (stopping) {
-      if (tensor_parallel()) (void)BroadcastStop(*comm_);  // release the workers
+      if (tensor_parallel()) (void)BroadcastStop(*channel_);  // release the workers
       return;
     }
     if (!Step()) {

@@ -23,9 +23,9 @@
 #include "engine/bpe_tokenizer.h"
 #include "engine/comm/communicator.h"
 #include "engine/gpt_model.h"
-#include "engine/kv_cache.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_executor.h"
 
 namespace flover {
 
@@ -54,13 +54,15 @@ struct EngineStats {
 
 class Engine {
  public:
-  // `model`, `tokenizer` (may be null) and `comm` must outlive the engine.
-  // With tensor parallelism (`comm` of tp_size > 1, on rank 0), every step
-  // is broadcast to the other ranks, which run RunTensorParallelWorker.
+  // `model`, `tokenizer` (may be null) and `channel` must outlive the
+  // engine. With tensor parallelism (`channel` of tp_size > 1, on rank 0),
+  // every step is broadcast to the other ranks, which run
+  // RunTensorParallelWorker. Creates the KV cache and prepares the model for
+  // every step size (StepExecutor::Create).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(GptModel& model,
                                                         const BpeTokenizer* tokenizer,
                                                         const EngineOptions& options,
-                                                        Communicator* comm = nullptr);
+                                                        ControlChannel* channel = nullptr);
   ~Engine();  // Shutdown(absl::ZeroDuration()) if not yet shut down
 
   // Validates and queues a request; its events go to `sink`. Errors:
@@ -74,8 +76,9 @@ class Engine {
 
   EngineStats Stats() const;
 
-  // OK, or the error that stopped the engine for good (a failed collective
-  // between tensor-parallel ranks): it then refuses every request.
+  // OK, or the error that stopped the engine for good (a device fault, a
+  // failed collective between tensor-parallel ranks): it then refuses every
+  // request.
   absl::Status FatalError() const;
 
   // Refuses new requests, lets queued and running ones finish for up to
@@ -89,14 +92,22 @@ class Engine {
   struct Sequence;  // a request from submission to finish
 
   Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptions& options,
-         std::unique_ptr<KvCache> cache, Communicator* comm);
-  bool tensor_parallel() const { return comm_ != nullptr && comm_->world().tp_size > 1; }
+         std::unique_ptr<StepExecutor> executor, ControlChannel* channel);
+  bool tensor_parallel() const { return channel_ != nullptr && channel_->world().tp_size > 1; }
   // Fails every request and refuses new ones.
   void Fail(const absl::Status& error);
   absl::Status Validate(const Request& r) const;
   void Loop();
-  // One step; returns false when there was nothing to run.
+  // One step: Plan, execute (broadcast first with tensor parallelism),
+  // ProcessOutputs. Returns false when there was nothing to run.
   bool Step();
+  // Schedules the step, admits the queued requests it takes and fills
+  // step_ (moves and the ragged batch). Returns false when there is nothing
+  // to run.
+  bool Plan(StepPlan* plan);
+  // Applies a step's results: slots after the moves, computed tokens, one
+  // sampled token for each sequence whose prompt is done, finishes, stats.
+  void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits);
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
   // Appends a sampled token, emits it, and decides whether the sequence stops.
   void Emit(Sequence& seq, int32_t token, float logprob);
@@ -105,8 +116,8 @@ class Engine {
   GptModel& model_;
   const BpeTokenizer* tokenizer_;
   const EngineOptions options_;
-  std::unique_ptr<KvCache> cache_;
-  Communicator* comm_;
+  std::unique_ptr<StepExecutor> executor_;
+  ControlChannel* channel_;
   int64_t kv_bytes_per_token_ = 0;
 
   mutable std::mutex mu_;
@@ -123,8 +134,8 @@ class Engine {
   // Loop-thread state.
   std::deque<std::unique_ptr<Sequence>> queue_;
   std::vector<std::unique_ptr<Sequence>> active_;
-  ForwardBatch batch_;
-  std::vector<float> logits_;
+  absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences
+  StepInput step_;
   std::vector<int32_t> sampled_;  // this step's tokens, before they are emitted
   std::vector<float> logprobs_;
   std::thread thread_;

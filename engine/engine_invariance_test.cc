@@ -3,7 +3,9 @@
 // prompts of 1 to 200 tokens, every request's output under fusion (shuffle on
 // and off), dynamic, static and sequential scheduling equals its output run
 // alone, for greedy and for seeded sampling; with f32 and with bf16 linear
-// layers, and with a bf16 KV cache (shuffled).
+// layers, and with a bf16 KV cache (shuffled); on the CPU, and on a GPU
+// when this build has the CUDA backend and the host a GPU (skipped, with the
+// reason, otherwise).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -14,7 +16,7 @@
 #include "engine/generate.h"
 #include "engine/model_loader.h"
 #include "engine/testing/collecting_sink.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "engine/testing/backends.h"
 
 namespace flover {
 namespace {
@@ -63,20 +65,25 @@ struct PolicyCase {
   bool shuffle;
   kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
+  const char* device = "cpu";
 };
 
 class EngineInvarianceTest : public ::testing::TestWithParam<PolicyCase> {};
 
 TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
-  if (absl::Status st = kernels::OneDnnLinear::CheckSupported(GetParam().dtype); !st.ok()) {
-    GTEST_SKIP() << st.message();
-  }
+  // The reference runs on a backend of its own: the engine's belongs to its
+  // loop thread.
+  std::string skip;
+  auto reference_backend =
+      testing::BackendForTest(GetParam().device, &skip, GetParam().dtype, GetParam().kv_dtype);
+  if (reference_backend == nullptr) GTEST_SKIP() << skip;
+  auto engine_backend =
+      testing::BackendForTest(GetParam().device, &skip, GetParam().dtype, GetParam().kv_dtype);
+  ASSERT_NE(engine_backend, nullptr) << skip;
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  kernels::CpuOps reference_ops(GetParam().dtype, GetParam().kv_dtype),
-      engine_ops(GetParam().dtype, GetParam().kv_dtype);
-  GptModel reference((*loaded)->config, (*loaded)->weights, reference_ops);
-  GptModel model((*loaded)->config, (*loaded)->weights, engine_ops);
+  auto reference = testing::ModelOn(*reference_backend, (*loaded)->config, (*loaded)->weights);
+  auto model = testing::ModelOn(*engine_backend, (*loaded)->config, (*loaded)->weights);
 
   EngineOptions options;
   options.scheduler.policy = GetParam().policy;
@@ -86,11 +93,11 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   options.scheduler.batch_delay = absl::Milliseconds(4);
   options.scheduler.static_flush = absl::Milliseconds(20);
   options.max_seq_len = 256;
-  auto engine = Engine::Create(model, nullptr, options);
+  auto engine = Engine::Create(*model, nullptr, options);
   ASSERT_TRUE(engine.ok()) << engine.status();
 
   for (uint32_t seed : {1u, 2u, 3u}) {
-    const Workload w = MakeWorkload(seed, reference);
+    const Workload w = MakeWorkload(seed, *reference);
     std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
     for (size_t i = 0; i < w.requests.size(); ++i) {
       absl::SleepFor(w.gaps[i]);  // Poisson arrivals
@@ -134,7 +141,24 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"fusion_noshuffle_bf16", SchedulerPolicy::kFusion, false,
                                  kernels::MatmulDtype::kBF16},
                       PolicyCase{"fusion_kv_bf16", SchedulerPolicy::kFusion, true,
-                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16}),
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16},
+                      // The same promise on a GPU.
+                      PolicyCase{"cuda_fusion", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
+                      PolicyCase{"cuda_fusion_noshuffle", SchedulerPolicy::kFusion, false,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
+                      PolicyCase{"cuda_dynamic", SchedulerPolicy::kDynamic, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
+                      PolicyCase{"cuda_static", SchedulerPolicy::kStatic, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
+                      PolicyCase{"cuda_sequential", SchedulerPolicy::kSequential, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
+                      PolicyCase{"cuda_fusion_bf16", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda"},
+                      PolicyCase{"cuda_fusion_noshuffle_bf16", SchedulerPolicy::kFusion, false,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda"},
+                      PolicyCase{"cuda_fusion_f16", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kF16, kernels::KvDtype::kF32, "cuda"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -22,7 +22,7 @@
 #include "engine/engine.h"
 #include "engine/model_loader.h"
 #include "engine/testing/collecting_sink.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "engine/testing/backends.h"
 
 namespace {
 std::atomic<int64_t> g_live_heap_bytes{0};
@@ -96,14 +96,14 @@ int RunBatch(Engine& engine, int n, std::mt19937& rng) {
 TEST(EngineSoakTest, ThousandsOfRequestsWithCancelsLeakNothing) {
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  kernels::CpuOps ops;
-  GptModel model((*loaded)->config, std::move((*loaded)->weights), ops);
+  auto backend = testing::CpuBackend();
+  auto model = testing::ModelOn(*backend, (*loaded)->config, std::move((*loaded)->weights));
   EngineOptions options;
   options.scheduler.max_batch = 16;
   options.scheduler.max_tokens_per_step = 128;
   options.max_seq_len = 64;
   options.max_queue = 4096;
-  auto engine = Engine::Create(model, nullptr, options);
+  auto engine = Engine::Create(*model, nullptr, options);
   ASSERT_TRUE(engine.ok());
   std::mt19937 rng(11);
 

@@ -11,7 +11,7 @@
 #include "engine/model_loader.h"
 #include "engine/testing/collecting_sink.h"
 #include "engine/unicode.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "engine/testing/backends.h"
 
 namespace flover {
 namespace {
@@ -25,7 +25,7 @@ class EngineTest : public ::testing::Test {
     auto loaded = LoadModel(spec);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     loaded_ = std::move(*loaded);
-    model_ = std::make_unique<GptModel>(loaded_->config, loaded_->weights, ops_);
+    model_ = testing::ModelOn(*backend_, loaded_->config, loaded_->weights);
     auto e = Engine::Create(*model_, loaded_->tokenizer ? &*loaded_->tokenizer : nullptr, options);
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = std::move(*e);
@@ -57,7 +57,7 @@ class EngineTest : public ::testing::Test {
     return std::string(id.status().message());
   }
 
-  kernels::CpuOps ops_;
+  std::unique_ptr<kernels::Backend> backend_ = testing::CpuBackend();
   std::unique_ptr<LoadedModel> loaded_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<Engine> engine_;
@@ -155,9 +155,9 @@ TEST_F(EngineTest, StopStringsAndStopTokensAndText) {
   g.max_new_tokens = 30;
   g.ignore_eos = true;
   g.sampling.temperature = 0;
-  kernels::CpuOps ops;
-  GptModel reference(loaded_->config, loaded_->weights, ops);
-  auto alone = GenerateAlone(reference, *prompt, g);
+  auto cpu = testing::CpuBackend();
+  auto reference = testing::ModelOn(*cpu, loaded_->config, loaded_->weights);
+  auto alone = GenerateAlone(*reference, *prompt, g);
   ASSERT_TRUE(alone.ok());
   const std::string text = tok.Decode(*alone);
 
@@ -178,7 +178,7 @@ TEST_F(EngineTest, StopStringsAndStopTokensAndText) {
   for (uint64_t seed = 1; seed < 50 && stop.empty(); ++seed) {
     g.sampling = r.sampling;
     g.sampling.seed = r.sampling.seed = seed;
-    auto out = GenerateAlone(reference, *prompt, g);
+    auto out = GenerateAlone(*reference, *prompt, g);
     ASSERT_TRUE(out.ok());
     for (size_t k = 3; k < out->size() && stop.empty(); ++k) {
       const std::string piece = tok.DecodeBytes({(*out)[k]});

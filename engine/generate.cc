@@ -19,7 +19,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(GptModel& model,
         ") exceeds the model's ", config.n_positions, " positions"));
   }
   if (absl::Status st = ValidateSamplingParams(options.sampling); !st.ok()) return st;
-  auto cache = KvCache::Create(model.CacheShape(1, static_cast<int>(total)));
+  auto cache = KvCache::Create(model.backend(), model.CacheShape(1, static_cast<int>(total)));
   if (!cache.ok()) return cache.status();
 
   Sampler sampler(options.sampling);
@@ -27,13 +27,10 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(GptModel& model,
   std::vector<int32_t> output;
   ForwardBatch batch;
   batch.AddSequence(0, 0, prompt);
-  std::vector<float> logits;
   while (true) {
-    if (absl::Status st = model.Forward(batch, **cache, LogitsFor::kLastRowOfEachSequence, &logits);
-        !st.ok()) {
-      return st;
-    }
-    const int32_t token = sampler.Sample(absl::MakeSpan(logits), history);
+    auto logits = model.Forward(batch, **cache, LogitsFor::kLastRowOfEachSequence);
+    if (!logits.ok()) return logits.status();
+    const int32_t token = sampler.Sample(*logits, history);
     output.push_back(token);
     history.push_back(token);
     if (static_cast<int>(output.size()) >= options.max_new_tokens) break;

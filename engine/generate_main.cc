@@ -15,8 +15,9 @@
 #include "engine/generate.h"
 #include "engine/json.h"
 #include "engine/model_loader.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/dtype_flags.h"
+#include "kernels/backend_factory.h"
+#include "kernels/backend_flags.h"
+#include "kernels/cpu/cpu_backend.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (needs a model with a tokenizer)");
@@ -54,6 +55,11 @@ absl::Status Run() {
     return absl::InvalidArgumentError("give exactly one of --prompt and --prompt_ids");
   }
   kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  // The device first: a missing GPU is reported before a model is loaded.
+  auto backend_options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  if (!backend_options.ok()) return backend_options.status();
+  auto backend = kernels::CreateBackend(*backend_options);
+  if (!backend.ok()) return backend.status();
   auto model = LoadModel(spec);
   if (!model.ok()) return model.status();
   const GptConfig& config = (*model)->config;
@@ -89,11 +95,9 @@ absl::Status Run() {
   options.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
   options.sampling.seed = absl::GetFlag(FLAGS_seed);
 
-  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
-  if (!dtypes.ok()) return dtypes.status();
-  kernels::CpuOps ops(dtypes->matmul, dtypes->kv);
-  GptModel gpt(config, std::move((*model)->weights), ops);
-  auto output = GenerateAlone(gpt, prompt, options);
+  auto gpt = GptModel::Create(config, std::move((*model)->weights), **backend);
+  if (!gpt.ok()) return gpt.status();
+  auto output = GenerateAlone(**gpt, prompt, options);
   if (!output.ok()) return output.status();
 
   std::string json = absl::StrCat("{\"token_ids\": [", absl::StrJoin(*output, ", "), "]");

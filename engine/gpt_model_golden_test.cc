@@ -1,7 +1,9 @@
 // GPT-2 forward numerics against Hugging Face transformers: logits at every
 // prompt position, 32-step greedy continuations, and the equivalences the
 // batched engine relies on (prefill-then-decode and chunked prefill equal one
-// full prefill; a ragged batch equals its sequences run alone).
+// full prefill; a ragged batch equals its sequences run alone). Every test
+// runs on the CPU, and on a GPU when this build has the CUDA backend and the
+// host a GPU (skipped, with the reason, otherwise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,7 @@
 #include "engine/gpt_model.h"
 #include "engine/model_loader.h"
 #include "engine/testing/golden.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "engine/testing/backends.h"
 
 namespace flover {
 namespace {
@@ -22,34 +24,44 @@ namespace {
 using testing::ScaledError;
 
 // A fixture under tests/golden/ loaded with its golden logits, and a model
-// over CpuOps of the given types.
+// over a backend of the given device and types.
 class GoldenFixture : public ::testing::Test {
  protected:
-  void Load(const std::string& fixture, kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
+  // False (with skip_ set) when the device cannot run here.
+  bool Load(const std::string& fixture, const std::string& device,
+            kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
             kernels::KvDtype kv = kernels::KvDtype::kF32) {
     const std::string dir = "tests/golden/" + fixture;
-    ops_ = std::make_unique<kernels::CpuOps>(matmul, kv);
+    backend_ = testing::BackendForTest(device, &skip_, matmul, kv);
+    if (backend_ == nullptr) return false;
     auto m = LoadModel(dir);
-    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
-    gpt_ = std::make_unique<GptModel>(model_->config, model_->weights, *ops_);
+    gpt_ = testing::ModelOn(*backend_, model_->config, model_->weights);
     golden_ = testing::LoadGolden(dir, model_->config.vocab_size);
+    return true;
   }
 
-  std::unique_ptr<kernels::CpuOps> ops_;
+  std::unique_ptr<KvCache> NewCache(int slots) {
+    return testing::CacheFor(*gpt_, slots, model_->config.n_positions);
+  }
+
+  std::string skip_;
+  std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<GptModel> gpt_;
   testing::Golden golden_;
 };
 
-class GoldenModelTest : public GoldenFixture, public ::testing::WithParamInterface<const char*> {
- protected:
-  void SetUp() override { Load(GetParam()); }
+const char* const kDevices[] = {"cpu", "cuda"};
 
-  std::unique_ptr<KvCache> NewCache(int slots) {
-    auto c = KvCache::Create(gpt_->CacheShape(slots, model_->config.n_positions));
-    EXPECT_TRUE(c.ok());
-    return std::move(*c);
+class GoldenModelTest
+    : public GoldenFixture,
+      public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {
+ protected:
+  const char* fixture() const { return std::get<0>(GetParam()); }
+  void SetUp() override {
+    if (!Load(fixture(), std::get<1>(GetParam()))) GTEST_SKIP() << skip_;
   }
 };
 
@@ -71,7 +83,8 @@ TEST_P(GoldenModelTest, LogitsAtEveryPositionMatchTransformers) {
       worst = std::max(worst, err);
     }
   }
-  std::printf("%s: worst scaled logit error %.2e\n", GetParam(), worst);
+  std::printf("%s on %s: worst scaled logit error %.2e\n", fixture(), std::get<1>(GetParam()),
+              worst);
 }
 
 TEST_P(GoldenModelTest, GreedyContinuationMatchesTransformers) {
@@ -139,7 +152,7 @@ TEST_P(GoldenModelTest, StoredDtypeAndTokenizerAreReported) {
                            : golden_.stored_dtype == "float16" ? "F16"
                                                                : "BF16";
   EXPECT_EQ(model_->stored_dtype, want);
-  EXPECT_EQ(model_->tokenizer.has_value(), std::string(GetParam()) == "tiny_f32");
+  EXPECT_EQ(model_->tokenizer.has_value(), std::string(fixture()) == "tiny_f32");
 }
 
 TEST_P(GoldenModelTest, BadBatchesAreRejected) {
@@ -164,8 +177,14 @@ TEST_P(GoldenModelTest, BadBatchesAreRejected) {
             absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenModelTest,
-                         ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"));
+INSTANTIATE_TEST_SUITE_P(FixturesAndDevices, GoldenModelTest,
+                         ::testing::Combine(::testing::Values("tiny_f32", "tiny_f16_prefix",
+                                                              "tiny_bf16_prefix"),
+                                            ::testing::ValuesIn(kDevices)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
+                         });
 
 // --dtype=bf16 (linear layers round weights and inputs to bfloat16) and
 // --kv_dtype=bf16 (keys and values stored as bfloat16) keep 8 significant
@@ -178,30 +197,27 @@ struct Bf16Case {
   kernels::KvDtype kv;
 };
 
-class GoldenBf16Test : public GoldenFixture,
-                       public ::testing::WithParamInterface<std::tuple<const char*, Bf16Case>> {
+class GoldenBf16Test
+    : public GoldenFixture,
+      public ::testing::WithParamInterface<std::tuple<const char*, Bf16Case, const char*>> {
  protected:
   const char* fixture() const { return std::get<0>(GetParam()); }
 
   void SetUp() override {
     const Bf16Case& c = std::get<1>(GetParam());
-    if (absl::Status st = kernels::OneDnnLinear::CheckSupported(c.matmul); !st.ok()) {
-      GTEST_SKIP() << st.message();
-    }
-    Load(fixture(), c.matmul, c.kv);
+    if (!Load(fixture(), std::get<2>(GetParam()), c.matmul, c.kv)) GTEST_SKIP() << skip_;
   }
 
   // Logits of every row of `prompt` run from position 0 in chunks of the
   // given lengths (the last one repeated until the prompt is done).
   std::vector<float> RunInChunks(const std::vector<int32_t>& prompt, std::vector<int> chunks) {
-    auto cache = KvCache::Create(gpt_->CacheShape(1, model_->config.n_positions));
-    EXPECT_TRUE(cache.ok());
+    auto cache = NewCache(1);
     std::vector<float> all, logits;
     for (int pos = 0, c = 0; pos < int(prompt.size()); ++c) {
       const int len = std::min(chunks[std::min<size_t>(c, chunks.size() - 1)], int(prompt.size()) - pos);
       ForwardBatch b;
       b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
-      EXPECT_TRUE(gpt_->Forward(b, **cache, LogitsFor::kEveryRow, &logits).ok());
+      EXPECT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
       all.insert(all.end(), logits.begin(), logits.end());
       pos += len;
     }
@@ -222,8 +238,8 @@ TEST_P(GoldenBf16Test, LogitsStayNearTransformers) {
     }
   }
   EXPECT_GT(worst, 1e-4) << "no bfloat16 rounding visible: is the bf16 path in use?";
-  std::printf("%s %s: worst scaled logit error %.2e\n", fixture(), std::get<1>(GetParam()).name,
-              worst);
+  std::printf("%s %s on %s: worst scaled logit error %.2e\n", fixture(),
+              std::get<1>(GetParam()).name, std::get<2>(GetParam()), worst);
 }
 
 TEST_P(GoldenBf16Test, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
@@ -239,9 +255,13 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"),
         ::testing::Values(Bf16Case{"bf16 linear", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32},
                           Bf16Case{"bf16 kv", kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16},
-                          Bf16Case{"bf16 both", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16})),
+                          Bf16Case{"bf16 both", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16},
+                          // f16 runs on CUDA only; the CPU case skips with the reason.
+                          Bf16Case{"f16 linear", kernels::MatmulDtype::kF16, kernels::KvDtype::kBF16}),
+        ::testing::ValuesIn(kDevices)),
     [](const auto& info) {
-      std::string name = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+      std::string name = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name +
+                         "_" + std::get<2>(info.param);
       std::replace(name.begin(), name.end(), ' ', '_');
       return name;
     });

@@ -1,6 +1,7 @@
-// The KV cache arena: allocated once, for every layer the K and V of
-// `slots` sequences x `max_seq` positions x heads x head_dim, each slot's data
-// contiguous (kernels::KvLayer describes the layout).
+// The KV cache arena: allocated once in the backend's memory, for every
+// layer the K and V of `slots` sequences x `max_seq` positions x heads x
+// head_dim, each slot's data contiguous (kernels::KvLayer describes the
+// layout).
 #ifndef FLOVER_ENGINE_KV_CACHE_H_
 #define FLOVER_ENGINE_KV_CACHE_H_
 
@@ -8,7 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 
 namespace flover {
 
@@ -29,23 +30,29 @@ struct KvCacheShape {
 
 class KvCache {
  public:
-  // Fails if the shape is empty or the arena cannot be allocated.
-  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheShape& shape);
+  // Fails if the shape is empty, its dtype is not the backend's, or the
+  // arena does not fit: on a device with a known amount of free memory the
+  // error says how much the cache needs and how much is free.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(kernels::Backend& backend,
+                                                         const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }
+  kernels::Backend& backend() const { return backend_; }
   kernels::KvLayer layer(int i) const;
 
-  // Copies positions [0, len) of slot `from` to slot `to` in every layer.
-  void MoveSlot(kernels::Ops& ops, int from, int to, int len);
+  // Copies positions [0, len) of slot `from` to slot `to` in every layer,
+  // within the backend's memory.
+  absl::Status MoveSlot(int from, int to, int len);
 
  private:
-  explicit KvCache(const KvCacheShape& shape, std::unique_ptr<float[]> data)
-      : shape_(shape), data_(std::move(data)) {}
+  KvCache(kernels::Backend& backend, const KvCacheShape& shape, kernels::Buffer data)
+      : backend_(backend), shape_(shape), data_(std::move(data)) {}
 
+  kernels::Backend& backend_;
   KvCacheShape shape_;
-  // Left uninitialized: positions are written before they are read, and
-  // untouched pages of a large arena cost no memory.
-  std::unique_ptr<float[]> data_;
+  // Left uninitialized: positions are written before they are read (and on
+  // the CPU, untouched pages of a large arena cost no memory).
+  kernels::Buffer data_;
 };
 
 }  // namespace flover

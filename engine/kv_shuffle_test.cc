@@ -1,6 +1,8 @@
 // The memory shuffle end to end on a real cache: after random finish
 // patterns, applying CompactionMoves leaves the live sequences in slots
 // [0, n) with every filled K/V position equal to a cache that never moved.
+// On the CPU, and on a GPU when there is one (the moves are then
+// device-to-device copies, read back for the comparison).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,7 +11,7 @@
 #include "engine/gpt_model.h"
 #include "engine/model_loader.h"
 #include "engine/scheduler.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "engine/testing/backends.h"
 
 namespace flover {
 namespace {
@@ -22,12 +24,25 @@ uint32_t Bits(const void* arena, int64_t i, kernels::KvDtype dtype) {
   return u;
 }
 
+// One layer's K or V arena, copied to host memory.
+std::vector<char> ArenaOnHost(const KvCache& cache, void* arena, const kernels::KvLayer& kv) {
+  const kernels::Tensor t{arena, kv.dtype == kernels::KvDtype::kBF16 ? kernels::DType::kBF16
+                                                                     : kernels::DType::kF32,
+                          1, int64_t{kv.slots} * kv.slot_stride()};
+  std::vector<char> host(t.bytes());
+  EXPECT_TRUE(cache.backend().Download(t, host.data()).ok());
+  return host;
+}
+
 // Positions [0, len) of every layer, head and dim of one slot, as a flat list.
 std::vector<uint32_t> SlotContent(const KvCache& cache, int slot, int len) {
   std::vector<uint32_t> out;
   const KvCacheShape& s = cache.shape();
   for (int l = 0; l < s.layers; ++l) {
-    const kernels::KvLayer kv = cache.layer(l);
+    kernels::KvLayer kv = cache.layer(l);
+    const std::vector<char> k = ArenaOnHost(cache, kv.k, kv), v = ArenaOnHost(cache, kv.v, kv);
+    kv.k = const_cast<char*>(k.data());
+    kv.v = const_cast<char*>(v.data());
     for (int h = 0; h < s.heads; ++h) {
       const int64_t base = slot * kv.slot_stride() + h * kv.head_stride();
       for (int d = 0; d < s.head_dim; ++d)
@@ -40,19 +55,25 @@ std::vector<uint32_t> SlotContent(const KvCache& cache, int slot, int len) {
   return out;
 }
 
-class KvShuffleTest : public ::testing::TestWithParam<kernels::KvDtype> {};
+class KvShuffleTest
+    : public ::testing::TestWithParam<std::tuple<kernels::KvDtype, const char*>> {};
 
 TEST_P(KvShuffleTest, LiveSlotsStayDenseAndIntact) {
+  const kernels::KvDtype kv_dtype = std::get<0>(GetParam());
+  std::string skip;
+  auto backend = testing::BackendForTest(std::get<1>(GetParam()), &skip,
+                                         kernels::MatmulDtype::kF32, kv_dtype);
+  if (backend == nullptr) GTEST_SKIP() << skip;
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  kernels::CpuOps ops(kernels::MatmulDtype::kF32, GetParam());
-  GptModel model((*loaded)->config, (*loaded)->weights, ops);
+  auto gpt = testing::ModelOn(*backend, (*loaded)->config, (*loaded)->weights);
+  GptModel& model = *gpt;
   const int slots = 8, max_seq = 64;
-  auto cache = KvCache::Create(model.CacheShape(slots, max_seq));
+  auto cache = KvCache::Create(*backend, model.CacheShape(slots, max_seq));
   // The reference: one slot per sequence id, never moved.
-  auto reference = KvCache::Create(model.CacheShape(64, max_seq));
+  auto reference = KvCache::Create(*backend, model.CacheShape(64, max_seq));
   ASSERT_TRUE(cache.ok() && reference.ok());
-  ASSERT_EQ((*cache)->shape().dtype, GetParam());
+  ASSERT_EQ((*cache)->shape().dtype, kv_dtype);
 
   std::mt19937 rng(5);
   std::vector<ActiveSequence> live;
@@ -81,7 +102,7 @@ TEST_P(KvShuffleTest, LiveSlotsStayDenseAndIntact) {
     live.resize(std::uniform_int_distribution<int>(0, static_cast<int>(live.size()))(rng));
     const std::vector<SlotMove> moves = CompactionMoves(live);
     for (const SlotMove& m : moves) {
-      model.MoveSlot(**cache, m.from, m.to, m.len);
+      ASSERT_TRUE(model.MoveSlot(**cache, m.from, m.to, m.len).ok());
       for (auto& a : live) {
         if (a.id == m.id) a.slot = m.to;
       }
@@ -99,8 +120,14 @@ TEST_P(KvShuffleTest, LiveSlotsStayDenseAndIntact) {
   EXPECT_GT(next_id, 20u);
 }
 
-INSTANTIATE_TEST_SUITE_P(KvDtypes, KvShuffleTest,
-                         ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16));
+INSTANTIATE_TEST_SUITE_P(KvDtypesAndDevices, KvShuffleTest,
+                         ::testing::Combine(::testing::Values(kernels::KvDtype::kF32,
+                                                              kernels::KvDtype::kBF16),
+                                            ::testing::Values("cpu", "cuda")),
+                         [](const auto& info) {
+                           return std::string(kernels::KvDtypeName(std::get<0>(info.param))) +
+                                  "_" + std::get<1>(info.param);
+                         });
 
 }  // namespace
 }  // namespace flover

@@ -15,7 +15,7 @@
 #include "engine/model_loader.h"
 #include "engine/testing/golden.h"
 #include "engine/tp_shard.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "engine/testing/backends.h"
 
 namespace flover {
 namespace {
@@ -30,25 +30,23 @@ class TensorParallelTest
  protected:
   void SetUp() override {
     const auto [model, dtype, kv_dtype] = GetParam();
-    if (absl::Status st = kernels::OneDnnLinear::CheckSupported(dtype); !st.ok()) {
-      GTEST_SKIP() << st.message();  // the same on every rank
-    }
-    tp_ops_ = std::make_unique<kernels::CpuOps>(dtype, kv_dtype);
-    one_ops_ = std::make_unique<kernels::CpuOps>(dtype, kv_dtype);
+    std::string skip;
+    tp_backend_ = testing::BackendForTest("cpu", &skip, dtype, kv_dtype);
+    if (tp_backend_ == nullptr) GTEST_SKIP() << skip;  // the same on every rank
+    one_backend_ = testing::CpuBackend(dtype, kv_dtype);
     auto m = LoadModel(model);
     ASSERT_TRUE(m.ok()) << m.status();
     loaded_ = std::move(*m);
     const ShardSpec spec{g_comm->world().tp_size, g_comm->world().tp_rank};
     ASSERT_TRUE(ValidateShardSpec(loaded_->config, spec).ok());
-    tp_ = std::make_unique<GptModel>(loaded_->config,
-                                     ShardGptWeights(loaded_->weights, loaded_->config, spec),
-                                     *tp_ops_, g_comm);
-    one_ = std::make_unique<GptModel>(loaded_->config, loaded_->weights, *one_ops_);
+    tp_ = testing::ModelOn(*tp_backend_, loaded_->config,
+                           ShardGptWeights(loaded_->weights, loaded_->config, spec), g_comm);
+    one_ = testing::ModelOn(*one_backend_, loaded_->config, loaded_->weights);
   }
   bool leader() const { return g_comm->world().is_leader(); }
 
   std::unique_ptr<LoadedModel> loaded_;
-  std::unique_ptr<kernels::CpuOps> tp_ops_, one_ops_;
+  std::unique_ptr<kernels::Backend> tp_backend_, one_backend_;
   std::unique_ptr<GptModel> tp_, one_;
 };
 
@@ -67,11 +65,11 @@ TEST_P(TensorParallelTest, LogitsMatchOneRankAtEveryPosition) {
     for (int i = 0; i < len; ++i) prompt[i] = (i * 37 + 11) % V;
     ForwardBatch b;
     b.AddSequence(0, 0, prompt);
-    auto tp_cache = KvCache::Create(tp_->CacheShape(1, P));
-    auto one_cache = KvCache::Create(one_->CacheShape(1, P));
+    auto tp_cache = testing::CacheFor(*tp_, 1, P);
+    auto one_cache = testing::CacheFor(*one_, 1, P);
     std::vector<float> tp_logits, one_logits;
-    ASSERT_TRUE(tp_->Forward(b, **tp_cache, LogitsFor::kEveryRow, &tp_logits).ok());
-    ASSERT_TRUE(one_->Forward(b, **one_cache, LogitsFor::kEveryRow, &one_logits).ok());
+    ASSERT_TRUE(tp_->Forward(b, *tp_cache, LogitsFor::kEveryRow, &tp_logits).ok());
+    ASSERT_TRUE(one_->Forward(b, *one_cache, LogitsFor::kEveryRow, &one_logits).ok());
     if (!leader()) continue;
     ASSERT_EQ(tp_logits.size(), one_logits.size());
     for (int row = 0; row < len; ++row) {
@@ -109,8 +107,9 @@ TEST(TensorParallelGoldenTest, MatchesTransformers) {
   const GptConfig& c = (*m)->config;
   ASSERT_EQ(c.vocab_size % 2, 1);
   const ShardSpec spec{g_comm->world().tp_size, g_comm->world().tp_rank};
-  kernels::CpuOps ops;
-  GptModel tp(c, ShardGptWeights((*m)->weights, c, spec), ops, g_comm);
+  auto backend = testing::CpuBackend();
+  auto model = testing::ModelOn(*backend, c, ShardGptWeights((*m)->weights, c, spec), g_comm);
+  GptModel& tp = *model;
   // Loaded up front on every rank: no rank may stop between collectives.
   const testing::Golden golden = testing::LoadGolden(dir, c.vocab_size);
   ASSERT_EQ(golden.logits.size(), golden.prompts.size());
@@ -118,9 +117,9 @@ TEST(TensorParallelGoldenTest, MatchesTransformers) {
     const std::vector<int32_t>& prompt = golden.prompts[i];
     ForwardBatch b;
     b.AddSequence(0, 0, prompt);
-    auto cache = KvCache::Create(tp.CacheShape(1, c.n_positions));
+    auto cache = testing::CacheFor(tp, 1, c.n_positions);
     std::vector<float> logits;
-    ASSERT_TRUE(tp.Forward(b, **cache, LogitsFor::kEveryRow, &logits).ok());
+    ASSERT_TRUE(tp.Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
     if (!g_comm->world().is_leader()) continue;
     const std::vector<float>& want = golden.logits[i];
     for (size_t row = 0; row < prompt.size(); ++row) {

@@ -1,6 +1,7 @@
 #include "engine/tp_worker.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace flover {
 namespace {
@@ -15,67 +16,69 @@ struct Header {
   int32_t n_moves = 0;
   int32_t n_rows = 0;
   int32_t n_seqs = 0;
-  int32_t words() const { return 3 * n_moves + 2 * n_rows + 4 * n_seqs; }
+  int64_t words() const { return 3 * int64_t{n_moves} + 2 * int64_t{n_rows} + 4 * int64_t{n_seqs}; }
 };
+
+// Most int32 words a step may carry: far above any real step, low enough
+// that a corrupt header cannot make a worker allocate without bound.
+constexpr int64_t kMaxStepWords = int64_t{1} << 28;
 
 }  // namespace
 
-absl::Status BroadcastStep(Communicator& comm, const std::vector<SlotMove>& moves,
-                           const ForwardBatch& batch) {
-  Header h{kRun, static_cast<int32_t>(moves.size()), batch.num_rows(),
+absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
+  const ForwardBatch& batch = step.batch;
+  Header h{kRun, static_cast<int32_t>(step.moves.size()), batch.num_rows(),
            static_cast<int32_t>(batch.seqs.size())};
   std::vector<int32_t> payload;
   payload.reserve(h.words());
-  for (const SlotMove& m : moves) payload.insert(payload.end(), {m.from, m.to, m.len});
+  for (const SlotMove& m : step.moves) payload.insert(payload.end(), {m.from, m.to, m.len});
   payload.insert(payload.end(), batch.tokens.begin(), batch.tokens.end());
   payload.insert(payload.end(), batch.positions.begin(), batch.positions.end());
   for (const kernels::SeqRows& s : batch.seqs) {
     payload.insert(payload.end(), {s.slot, s.pos, s.len, s.row});
   }
-  if (absl::Status st = comm.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
-  return comm.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
+  if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
+  return channel.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
 }
 
-absl::Status BroadcastStop(Communicator& comm) {
+absl::Status BroadcastStop(ControlChannel& channel) {
   Header h{kStop};
-  return comm.Broadcast(&h, sizeof(h), 0);
+  return channel.Broadcast(&h, sizeof(h), 0);
 }
 
-absl::Status RunTensorParallelWorker(GptModel& model, KvCache& cache, Communicator& comm) {
+absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& channel) {
   std::vector<int32_t> payload;
-  ForwardBatch batch;
-  std::vector<float> logits;
+  StepInput step;
   while (true) {
     Header h;
-    if (absl::Status st = comm.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
+    if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
     if (h.command == kStop) return absl::OkStatus();
-    if (h.command != kRun || h.n_moves < 0 || h.n_rows < 0 || h.n_seqs < 0) {
+    if (h.command != kRun || h.n_moves < 0 || h.n_rows < 0 || h.n_seqs < 0 ||
+        h.words() > kMaxStepWords) {
       return absl::DataLossError("malformed step from rank 0");
     }
     payload.resize(h.words());
-    if (absl::Status st = comm.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
+    if (absl::Status st = channel.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
         !st.ok()) {
       return st;
     }
     const int32_t* p = payload.data();
-    for (int i = 0; i < h.n_moves; ++i, p += 3) {
-      if (p[0] < 0 || p[1] < 0 || p[0] >= cache.shape().slots || p[1] >= cache.shape().slots ||
-          p[2] < 0 || p[2] > cache.shape().max_seq) {
-        return absl::DataLossError("malformed slot move from rank 0");
-      }
-      model.MoveSlot(cache, p[0], p[1], p[2]);
-    }
+    step.moves.clear();
+    for (int i = 0; i < h.n_moves; ++i, p += 3) step.moves.push_back({0, p[0], p[1], p[2]});
+    ForwardBatch& batch = step.batch;
     batch.Clear();
     batch.tokens.assign(p, p + h.n_rows);
     p += h.n_rows;
     batch.positions.assign(p, p + h.n_rows);
     p += h.n_rows;
     for (int i = 0; i < h.n_seqs; ++i, p += 4) batch.seqs.push_back({p[0], p[1], p[2], p[3]});
-    if (batch.seqs.empty()) continue;  // a step of moves only
-    // Forward validates the batch; it fails the same way on every rank.
-    if (absl::Status st = model.Forward(batch, cache, LogitsFor::kLastRowOfEachSequence, &logits);
-        !st.ok()) {
-      return st;
+    // The executor validates the step. An invalid one (InvalidArgument) is
+    // refused alike on every rank, at the same point, so the ranks stay in
+    // step and rank 0 fails only that step's requests; anything else ends
+    // the job.
+    auto logits = executor.Run(step);
+    if (!logits.ok() && logits.status().code() != absl::StatusCode::kInvalidArgument) {
+      return logits.status();
     }
   }
 }

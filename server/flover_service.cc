@@ -217,6 +217,9 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   info->set_matmul_dtype(model_.matmul_dtype);
   info->set_kv_dtype(model_.kv_dtype);
   info->set_tp_size(model_.tp_size);
+  info->set_device(model_.device);
+  info->set_device_name(model_.device_name);
+  info->set_device_memory_bytes(model_.device_memory_bytes);
   info->set_has_tokenizer(tokenizer_ != nullptr);
   info->set_max_seq_len(o.max_seq_len);
   info->set_max_batch(o.scheduler.max_batch);

@@ -18,6 +18,9 @@ struct ModelDescription {
   std::string matmul_dtype;  // "f32" or "bf16"
   std::string kv_dtype;      // "f32" or "bf16"
   int tp_size = 1;
+  std::string device = "cpu";        // --device
+  std::string device_name;           // the GPU's or CPU's name
+  int64_t device_memory_bytes = 0;   // a GPU's memory; 0 on the CPU
 };
 
 class FloverService final : public v1::Flover::CallbackService {

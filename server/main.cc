@@ -25,9 +25,11 @@
 #include "engine/engine.h"
 #include "engine/model_loader.h"
 #include "engine/tp_shard.h"
+#include "engine/step_executor.h"
 #include "engine/tp_worker.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/dtype_flags.h"
+#include "kernels/backend_factory.h"
+#include "kernels/backend_flags.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "server/flover_service.h"
 #include "server/server_options.h"
 
@@ -56,10 +58,14 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
   if (o.tp < 1) return absl::InvalidArgumentError("--tp must be >= 1");
-  auto dtypes = kernels::DtypesFromFlags();  // --dtype, --kv_dtype
-  if (!dtypes.ok()) return dtypes.status();
-  o.dtype = dtypes->matmul;
-  o.kv_dtype = dtypes->kv;
+  auto backend = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  if (!backend.ok()) return backend.status();
+  o.backend = *backend;
+  if (o.tp > 1 && o.backend.device != "cpu") {
+    return absl::UnimplementedError(
+        "--tp > 1 runs on --device=cpu only: tensor parallelism across GPUs needs the NCCL "
+        "communicator, which is not built yet");
+  }
   auto policy = ParseSchedulerPolicy(absl::GetFlag(FLAGS_scheduler));
   if (!policy.ok()) return policy.status();
   o.engine.scheduler.policy = *policy;
@@ -100,6 +106,9 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   const int tp = comm ? comm->world().tp_size : 1;
   const bool leader = comm == nullptr || comm->world().is_leader();
   kernels::SetCpuThreads(options.threads > 0 ? options.threads : DefaultThreads(tp));
+  // The device first: a missing GPU is reported before a model is loaded.
+  auto backend = kernels::CreateBackend(options.backend);
+  if (!backend.ok()) return backend.status();
   auto loaded = LoadModel(options.model);
   if (!loaded.ok()) return loaded.status();
   const GptConfig config = (*loaded)->config;
@@ -110,28 +119,32 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     if (absl::Status st = ValidateShardSpec(config, spec); !st.ok()) return st;
     weights = ShardGptWeights(weights, config, spec);  // this rank keeps its shard only
   }
-  kernels::CpuOps ops(options.dtype, options.kv_dtype);
-  GptModel model(config, std::move(weights), ops, comm);
+  auto model = GptModel::Create(config, std::move(weights), **backend, comm);
+  if (!model.ok()) return model.status();
 
   if (!leader) {
-    auto cache = KvCache::Create(model.CacheShape(options.engine.scheduler.max_batch,
-                                                  options.engine.max_seq_len));
-    if (!cache.ok()) return cache.status();
-    // Compile kernels for every batch size now, as Engine::Create does on rank 0.
-    model.PrepareForBatches(MaxRowsPerStep(options.engine.scheduler, options.engine.max_seq_len),
-                            options.engine.scheduler.max_batch);
-    return RunTensorParallelWorker(model, **cache, *comm);
+    // The same set-up as Engine::Create on rank 0: the KV cache, and kernels
+    // compiled for every step size.
+    const SchedulerOptions& s = options.engine.scheduler;
+    auto executor = StepExecutor::Create(**model, s.max_batch, options.engine.max_seq_len,
+                                         MaxRowsPerStep(s, options.engine.max_seq_len));
+    if (!executor.ok()) return executor.status();
+    return RunTensorParallelWorker(**executor, *comm);
   }
 
   const BpeTokenizer* tokenizer = (*loaded)->tokenizer ? &*(*loaded)->tokenizer : nullptr;
   const absl::Time create_start = absl::Now();
-  auto engine = Engine::Create(model, tokenizer, options.engine, comm);  // compiles kernels
+  auto engine = Engine::Create(**model, tokenizer, options.engine, comm);  // compiles kernels
   if (!engine.ok()) return engine.status();
   const absl::Duration create_time = absl::Now() - create_start;
 
-  const ModelDescription description{options.model, (*loaded)->stored_dtype,
-                                     kernels::MatmulDtypeName(options.dtype),
-                                     kernels::KvDtypeName(options.kv_dtype), tp};
+  const kernels::DeviceInfo device = (*backend)->Device();
+  ModelDescription description{options.model, (*loaded)->stored_dtype,
+                               kernels::MatmulDtypeName(options.backend.matmul),
+                               kernels::KvDtypeName(options.backend.kv), tp};
+  description.device = options.backend.device;
+  description.device_name = device.name;
+  description.device_memory_bytes = device.total_bytes;
   FloverService service(**engine, tokenizer, description);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -150,11 +163,18 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
               "(linear layers in %s), %s\n",
               options.model.c_str(), config.n_layer, config.n_head, config.n_embd,
               config.vocab_size, config.n_positions, (*loaded)->stored_dtype.c_str(),
-              kernels::MatmulDtypeName(options.dtype),
+              kernels::MatmulDtypeName(options.backend.matmul),
               tokenizer ? "tokenizer" : "no tokenizer (token ids only)");
+  if (device.total_bytes > 0) {
+    std::printf("device %s: %s, %.1f GiB (%.1f GiB free after loading)\n",
+                options.backend.device.c_str(), device.name.c_str(), device.total_bytes / 1073741824.0,
+                device.free_bytes / 1073741824.0);
+  } else {
+    std::printf("device %s: %s\n", options.backend.device.c_str(), device.name.c_str());
+  }
   std::printf("KV cache: %d slots x %d positions, %s = %.1f MiB per rank; tp %d; scheduler %s, "
               "kv_shuffle %s, %d CPU threads per rank\n",
-              stats.slots, options.engine.max_seq_len, kernels::KvDtypeName(options.kv_dtype),
+              stats.slots, options.engine.max_seq_len, kernels::KvDtypeName(options.backend.kv),
               stats.kv_bytes_total / 1048576.0, tp,
               std::string(SchedulerPolicyName(options.engine.scheduler.policy)).c_str(),
               options.engine.scheduler.kv_shuffle ? "on" : "off", kernels::CpuThreads());

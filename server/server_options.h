@@ -7,7 +7,7 @@
 
 #include "absl/time/time.h"
 #include "engine/engine.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 
 namespace flover::server {
 
@@ -16,8 +16,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:50051";    // port 0 picks a free port
   int threads = 0;                           // CPU threads per rank; 0 = cores / local ranks
   int tp = 1;                                // tensor-parallel ranks (mpirun -np tp)
-  kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;  // linear layers' precision
-  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;       // KV cache elements
+  kernels::BackendOptions backend;           // --device, --dtype (linear layers), --kv_dtype
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
   absl::Duration drain_timeout = absl::Seconds(30);
 };

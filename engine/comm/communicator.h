@@ -1,8 +1,14 @@
-// Collectives between the tensor-parallel ranks of one model. Local is the
-// single-rank case; Mpi runs over MPI between processes and nodes (and is
-// what bootstraps a future NCCL communicator's unique id). The interface is
-// host-memory and blocking; a device communicator adds a stream to the same
-// calls.
+// How the tensor-parallel ranks of one model talk, in two parts:
+//
+// - ControlChannel: host messages that keep ranks in step (rank 0's step
+//   broadcast, a stop, bootstrapping ids such as NCCL's), and abort.
+// - Collectives: the model's reductions over activations that live in the
+//   backend's memory (Tensors with a dtype), enqueued in order with the
+//   backend's ops. MPI implements them over host memory (the CPU backend); a
+//   device implementation (NCCL) runs them on the backend's stream.
+//
+// Local is the single-rank case; Mpi runs over MPI between processes and
+// nodes.
 #ifndef FLOVER_ENGINE_COMM_COMMUNICATOR_H_
 #define FLOVER_ENGINE_COMM_COMMUNICATOR_H_
 
@@ -12,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/tensor.h"
 
 namespace flover {
 
@@ -25,28 +32,43 @@ struct WorldConfig {
   bool is_leader() const { return rank == 0; }
 };
 
-class Communicator {
+class ControlChannel {
  public:
-  virtual ~Communicator() = default;
+  virtual ~ControlChannel() = default;
   virtual const WorldConfig& world() const = 0;
-  // data: [count], summed element-wise over all ranks, in place.
-  virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
-  // bytes from rank `root` to every rank, in place.
+  // `bytes` of host memory from rank `root` to every rank, in place.
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
-  // Each rank sends `local` ([count_r] on rank r); rank 0 receives all of
-  // them concatenated in rank order into `out` (resized). Others: out unused.
-  virtual absl::Status GatherToLeader(const float* local, size_t count,
-                                      std::vector<float>* out) = 0;
 };
 
-// tp = 1: every collective is the identity.
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual const WorldConfig& world() const = 0;
+  // data: summed element-wise over all ranks, in place.
+  virtual absl::Status AllReduceSum(const kernels::Tensor& data) = 0;
+  // Each rank sends `local` (f32, [rows, cols_r] on rank r); rank 0 receives
+  // all of them concatenated in rank order into host memory `out` (resized).
+  // Others: out unused.
+  virtual absl::Status GatherToLeader(const kernels::Tensor& local, std::vector<float>* out) = 0;
+};
+
+// Both parts over one group of processes.
+class Communicator : public ControlChannel, public Collectives {
+ public:
+  const WorldConfig& world() const override = 0;
+};
+
+// tp = 1: every collective is the identity. Its GatherToLeader reads
+// `local` from host memory, so it serves host-memory backends only (tp = 1
+// never gathers).
 class LocalCommunicator final : public Communicator {
  public:
   const WorldConfig& world() const override { return world_; }
-  absl::Status AllReduceSum(float*, size_t) override { return absl::OkStatus(); }
   absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
-  absl::Status GatherToLeader(const float* local, size_t count, std::vector<float>* out) override {
-    out->assign(local, local + count);
+  absl::Status AllReduceSum(const kernels::Tensor&) override { return absl::OkStatus(); }
+  absl::Status GatherToLeader(const kernels::Tensor& local, std::vector<float>* out) override {
+    const float* p = local.as<float>();
+    out->assign(p, p + local.elements());
     return absl::OkStatus();
   }
 
@@ -56,8 +78,9 @@ class LocalCommunicator final : public Communicator {
 
 // Initializes MPI (thread level SERIALIZED: the engine thread makes the
 // calls) and returns a communicator over MPI_COMM_WORLD with tp_size equal
-// to the world size. Fails with a clear error when `tp_size` does not match
-// the launch (e.g. --tp=2 without mpirun -np 2).
+// to the world size. Its collectives read and write host memory: they serve
+// the CPU backend (f32 tensors). Fails with a clear error when `tp_size`
+// does not match the launch (e.g. --tp=2 without mpirun -np 2).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(int tp_size);
 
 // Ends the MPI job on every rank with `code` (used when a rank fails, so no

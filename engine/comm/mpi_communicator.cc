@@ -19,9 +19,13 @@ class MpiCommunicator final : public Communicator {
   explicit MpiCommunicator(WorldConfig world) : world_(world) {}
   const WorldConfig& world() const override { return world_; }
 
-  absl::Status AllReduceSum(float* data, size_t count) override {
-    return Check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                               MPI_COMM_WORLD),
+  absl::Status AllReduceSum(const kernels::Tensor& data) override {
+    if (data.dtype != kernels::DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MPI all-reduce takes f32 tensors, got ", kernels::DTypeName(data.dtype)));
+    }
+    return Check(MPI_Allreduce(MPI_IN_PLACE, data.data, static_cast<int>(data.elements()),
+                               MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                  "MPI_Allreduce");
   }
 
@@ -30,8 +34,12 @@ class MpiCommunicator final : public Communicator {
                  "MPI_Bcast");
   }
 
-  absl::Status GatherToLeader(const float* local, size_t count, std::vector<float>* out) override {
-    const int n = static_cast<int>(count);
+  absl::Status GatherToLeader(const kernels::Tensor& local, std::vector<float>* out) override {
+    if (local.dtype != kernels::DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MPI gather takes f32 tensors, got ", kernels::DTypeName(local.dtype)));
+    }
+    const int n = static_cast<int>(local.elements());
     std::vector<int> counts(world_.world_size), displs(world_.world_size);
     if (auto st = Check(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
                         "MPI_Gather");
@@ -46,7 +54,7 @@ class MpiCommunicator final : public Communicator {
       }
       out->resize(total);
     }
-    return Check(MPI_Gatherv(local, n, MPI_FLOAT, world_.is_leader() ? out->data() : nullptr,
+    return Check(MPI_Gatherv(local.data, n, MPI_FLOAT, world_.is_leader() ? out->data() : nullptr,
                              counts.data(), displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD),
                  "MPI_Gatherv");
   }

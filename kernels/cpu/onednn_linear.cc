@@ -42,6 +42,10 @@ OneDnnLinear::OneDnnLinear(MatmulDtype dtype)
       stream_(engine_) {}
 
 absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
+  if (dtype == MatmulDtype::kF16) {
+    return absl::FailedPreconditionError(
+        "the CPU backend runs f32 and bf16 linear layers; f16 is for --device=cuda");
+  }
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const memory::data_type t = TypeOf(dtype);
   const dnnl::matmul::primitive_desc pd(

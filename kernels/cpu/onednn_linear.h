@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace flover::kernels {
@@ -35,7 +35,8 @@ class OneDnnLinear {
   explicit OneDnnLinear(MatmulDtype dtype = MatmulDtype::kF32);
 
   // OK when oneDNN has an optimized kernel for `dtype` on this CPU (bf16
-  // needs AVX-512; its reference fallback would be ~100x slower), else
+  // needs AVX-512; its reference fallback would be ~100x slower; f16 is
+  // CUDA's), else
   // FailedPrecondition naming the reason.
   static absl::Status CheckSupported(MatmulDtype dtype);
   MatmulDtype dtype() const { return dtype_; }

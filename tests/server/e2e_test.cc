@@ -15,7 +15,7 @@
 #include "engine/json.h"
 #include "engine/model_loader.h"
 #include "engine/testing/golden.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "engine/testing/backends.h"
 #include "proto/flover.grpc.pb.h"
 #include "tests/server/server_process.h"
 
@@ -64,8 +64,8 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
   // The one-rank engine in this process, for the in-process reference.
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  kernels::CpuOps ops;
-  GptModel model((*loaded)->config, std::move((*loaded)->weights), ops);
+  auto backend = testing::CpuBackend();
+  auto model = testing::ModelOn(*backend, (*loaded)->config, std::move((*loaded)->weights));
   const bool one_rank = g_server_command.size() == 1;
   auto stub = v1::Flover::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
@@ -92,7 +92,7 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
       g.sampling.temperature = static_cast<float>(f.at("temperature").number_value());
       g.sampling.top_k = static_cast<int>(f.at("top_k").number_value());
       g.sampling.seed = static_cast<uint64_t>(f.at("seed").number_value());
-      auto alone = GenerateAlone(model, JsonIds(f.at("prompt_ids")), g);
+      auto alone = GenerateAlone(*model, JsonIds(f.at("prompt_ids")), g);
       ASSERT_TRUE(alone.ok()) << alone.status();
       EXPECT_EQ(under_load, *alone) << "request " << index;
     }

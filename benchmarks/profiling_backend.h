@@ -1,0 +1,109 @@
+// A Backend decorator that times every op, to show where a forward pass
+// spends its time. Benchmark-only: it synchronizes after each op (so a
+// device's asynchronous work is charged to the op that queued it) and adds a
+// clock read per call.
+#ifndef FLOVER_BENCHMARKS_PROFILING_BACKEND_H_
+#define FLOVER_BENCHMARKS_PROFILING_BACKEND_H_
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace flover {
+
+class ProfilingBackend final : public kernels::Backend {
+ public:
+  explicit ProfilingBackend(kernels::Backend& inner) : inner_(inner) {}
+
+  // Seconds per op since the last Reset.
+  const std::map<std::string, double>& seconds() const { return seconds_; }
+  void Reset() { seconds_.clear(); }
+
+  std::string_view name() const override { return inner_.name(); }
+  kernels::DeviceInfo Device() const override { return inner_.Device(); }
+  kernels::MatmulDtype matmul_dtype() const override { return inner_.matmul_dtype(); }
+  kernels::KvDtype kv_dtype() const override { return inner_.kv_dtype(); }
+  kernels::DType activation_dtype() const override { return inner_.activation_dtype(); }
+
+  // Memory belongs to the inner backend (its Buffers free themselves there).
+  absl::StatusOr<kernels::Buffer> Allocate(kernels::DType dtype, int64_t rows,
+                                           int64_t cols) override {
+    return inner_.Allocate(dtype, rows, cols);
+  }
+  void Free(void* data) override { inner_.Free(data); }
+  absl::Status Upload(const void* host, const kernels::Tensor& dst) override {
+    return Timed("upload", [&] { return inner_.Upload(host, dst); });
+  }
+  absl::Status Download(const kernels::Tensor& src, void* host) override {
+    return Timed("download", [&] { return inner_.Download(src, host); });
+  }
+  void* HostAddress(const kernels::Tensor& t) override { return inner_.HostAddress(t); }
+  absl::Status Synchronize() override { return inner_.Synchronize(); }
+  void* stream() override { return inner_.stream(); }
+
+  absl::StatusOr<std::unique_ptr<kernels::Weight>> PrepareWeight(
+      const float* w, int K, int N, kernels::WeightLayout layout) override {
+    return inner_.PrepareWeight(w, K, N, layout);
+  }
+  absl::Status PrepareLinear(const kernels::Weight& w, int max_rows, bool has_bias,
+                             kernels::Epilogue epilogue) override {
+    return inner_.PrepareLinear(w, max_rows, has_bias, epilogue);
+  }
+
+  absl::Status Embed(const kernels::Tensor& tokens, const kernels::Tensor& positions,
+                     const kernels::Tensor& wte_rows, int vocab_begin,
+                     const kernels::Tensor* wpe, const kernels::Tensor& out) override {
+    return Timed("embed", [&] {
+      return inner_.Embed(tokens, positions, wte_rows, vocab_begin, wpe, out);
+    });
+  }
+  absl::Status Add(const kernels::Tensor& x, const kernels::Tensor& out) override {
+    return Timed("add", [&] { return inner_.Add(x, out); });
+  }
+  absl::Status LayerNorm(const kernels::Tensor& x, const kernels::Tensor& g,
+                         const kernels::Tensor& b, float eps,
+                         const kernels::Tensor& out) override {
+    return Timed("layernorm", [&] { return inner_.LayerNorm(x, g, b, eps, out); });
+  }
+  absl::Status Linear(const kernels::Tensor& x, const kernels::Weight& w,
+                      const kernels::Tensor* bias, kernels::Epilogue epilogue,
+                      const kernels::Tensor& out) override {
+    const int K = w.k(), N = w.n();
+    const char* op = N == 3 * K                                 ? "linear qkv"
+                     : epilogue == kernels::Epilogue::kBiasGelu ? "linear fc+gelu"
+                     : K > N                                    ? "linear mlp_proj"
+                     : N == K                                   ? "linear attn_proj"
+                                                                : "lm_head";
+    return Timed(op, [&] { return inner_.Linear(x, w, bias, epilogue, out); });
+  }
+  absl::Status Attention(const kernels::Tensor& qkv, const kernels::SeqTable& seqs,
+                         const kernels::KvLayer& kv, const kernels::Tensor& out) override {
+    return Timed("attention", [&] { return inner_.Attention(qkv, seqs, kv, out); });
+  }
+  absl::Status GatherLastRows(const kernels::Tensor& x, const kernels::SeqTable& seqs,
+                              const kernels::Tensor& out) override {
+    return Timed("gather rows", [&] { return inner_.GatherLastRows(x, seqs, out); });
+  }
+  absl::Status MoveKvSlot(const kernels::KvLayer& kv, int from, int to, int len) override {
+    return Timed("kv move", [&] { return inner_.MoveKvSlot(kv, from, to, len); });
+  }
+
+ private:
+  template <typename F>
+  absl::Status Timed(const char* op, F&& f) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status st = f();
+    if (st.ok()) st = inner_.Synchronize();
+    seconds_[op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return st;
+  }
+
+  kernels::Backend& inner_;
+  std::map<std::string, double> seconds_;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_BENCHMARKS_PROFILING_BACKEND_H_

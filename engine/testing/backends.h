@@ -1,0 +1,78 @@
+// Backends and models for tests, over every device this build and host have.
+#ifndef FLOVER_ENGINE_TESTING_BACKENDS_H_
+#define FLOVER_ENGINE_TESTING_BACKENDS_H_
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "engine/gpt_model.h"
+#include "kernels/backend.h"
+#include "kernels/backend_factory.h"
+
+namespace flover::testing {
+
+// The value, or the test binary stops with the status (for set-up that
+// cannot fail unless something is badly wrong).
+template <typename T>
+T ValueOrDie(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
+    std::abort();
+  }
+  return std::move(*v);
+}
+
+// The backend for `device` ("cpu", "cuda"), or null with `*skip` set when
+// this build or host cannot run it: no CUDA module, no GPU, a dtype the CPU
+// has no fast kernel for. Any other error fails the test.
+inline std::unique_ptr<kernels::Backend> BackendForTest(
+    const std::string& device, std::string* skip,
+    kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
+    kernels::KvDtype kv = kernels::KvDtype::kF32) {
+  kernels::BackendOptions options;
+  options.device = device;
+  options.matmul = matmul;
+  options.kv = kv;
+  auto backend = kernels::CreateBackend(options);
+  if (backend.ok()) return std::move(*backend);
+  const absl::StatusCode code = backend.status().code();
+  if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kFailedPrecondition ||
+      code == absl::StatusCode::kUnimplemented) {
+    *skip = std::string(backend.status().message());
+  } else {
+    ADD_FAILURE() << device << ": " << backend.status();
+    *skip = "backend failed";
+  }
+  return nullptr;
+}
+
+// A CPU backend that must exist (f32 matmul and KV unless asked otherwise).
+inline std::unique_ptr<kernels::Backend> CpuBackend(
+    kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
+    kernels::KvDtype kv = kernels::KvDtype::kF32) {
+  kernels::BackendOptions options;
+  options.matmul = matmul;
+  options.kv = kv;
+  return ValueOrDie(kernels::CreateBackend(options), "CPU backend");
+}
+
+// `weights` (copied) on `backend`, or the binary stops.
+inline std::unique_ptr<GptModel> ModelOn(kernels::Backend& backend, const GptConfig& config,
+                                         GptWeights weights, Collectives* collectives = nullptr) {
+  return ValueOrDie(GptModel::Create(config, std::move(weights), backend, collectives), "model");
+}
+
+// A KV cache for `model`, or the binary stops.
+inline std::unique_ptr<KvCache> CacheFor(const GptModel& model, int slots, int max_seq) {
+  return ValueOrDie(KvCache::Create(model.backend(), model.CacheShape(slots, max_seq)), "KV cache");
+}
+
+}  // namespace flover::testing
+
+#endif  // FLOVER_ENGINE_TESTING_BACKENDS_H_

@@ -1,0 +1,219 @@
+// The contract every compute backend keeps (CPU in kernels/cpu, CUDA in
+// kernels/cuda), in the manner of ggml-backend:
+//
+// - The backend owns its memory. Parameters, activations, the KV arena and
+//   work space are Buffers it allocates; callers hold Tensors (addresses in
+//   the backend's memory) and never dereference them. Host data goes in and
+//   out only through Upload and Download.
+// - Ops are enqueued in order on the backend's one stream. Errors known at
+//   once (a bad shape, a library call that fails) come back from the op;
+//   errors of asynchronous execution come back from Synchronize (and from
+//   Download, which synchronizes).
+// - Batch invariance: every op computes a row's result with the same
+//   arithmetic whatever other rows or sequences share the call, so a
+//   sequence's output is bitwise independent of what it is batched with.
+//
+// Not thread-safe: one engine thread drives a backend. This header compiles
+// without nvcc and has no engine includes.
+#ifndef FLOVER_KERNELS_BACKEND_H_
+#define FLOVER_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/kv_layer.h"
+#include "kernels/tensor.h"
+
+namespace flover::kernels {
+
+// Bumped whenever this header changes in a way that breaks a backend module
+// built against an older copy (kernels/backend_factory checks it on load).
+inline constexpr int kBackendAbiVersion = 1;
+
+// The sequences of one forward call, in host memory for the host side of an
+// op and in the backend's memory for its kernels (uploaded once per step).
+struct SeqTable {
+  const SeqRows* host = nullptr;  // [num_seqs]
+  int num_seqs = 0;
+  Tensor device;                  // i32 [num_seqs, 4]: the same rows
+  int num_rows = 0;               // T: sum of len
+  int max_context = 0;            // max over sequences of pos + len
+};
+
+// How a stored weight matrix is laid out in host memory.
+enum class WeightLayout {
+  kInOut,  // [K, N]: inputs by outputs (Hugging Face Conv1D)
+  kOutIn,  // [N, K]: one row per output (nn.Linear; wte used as the LM head)
+};
+
+// The precision Linear multiplies in. Biases, the residual stream and every
+// other op stay float32; with kBF16 / kF16 the weights are stored and the
+// inputs rounded (to nearest even) to that type, and products are summed in
+// float32. The CPU backend runs f32 and bf16; CUDA all three.
+enum class MatmulDtype {
+  kF32,
+  kBF16,
+  kF16,
+};
+
+inline const char* MatmulDtypeName(MatmulDtype dtype) {
+  switch (dtype) {
+    case MatmulDtype::kF32: return "f32";
+    case MatmulDtype::kBF16: return "bf16";
+    case MatmulDtype::kF16: return "f16";
+  }
+  return "?";
+}
+
+inline DType ToDType(MatmulDtype dtype) {
+  switch (dtype) {
+    case MatmulDtype::kF32: return DType::kF32;
+    case MatmulDtype::kBF16: return DType::kBF16;
+    case MatmulDtype::kF16: return DType::kF16;
+  }
+  return DType::kF32;
+}
+
+// What Linear does with x @ W before storing it.
+enum class Epilogue {
+  kBias,          // out = x @ W + bias (bias may be null)
+  kBiasGelu,      // out = gelu_new(x @ W + bias)
+  kBiasResidual,  // out += x @ W + bias (the residual add, fused)
+};
+
+// A weight matrix prepared once, at load, in the backend's memory and
+// preferred layout.
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  virtual int k() const = 0;  // inputs
+  virtual int n() const = 0;  // outputs
+};
+
+// What a backend runs on, for start-up lines and GetModelInfo.
+struct DeviceInfo {
+  std::string kind;         // "cpu" or "cuda"
+  std::string name;         // e.g. "NVIDIA H100 80GB HBM3", or the CPU's model name
+  int ordinal = 0;          // which GPU of this host
+  int64_t total_bytes = 0;  // device memory; 0 when not applicable (CPU)
+  int64_t free_bytes = 0;
+};
+
+// What a backend is created for (kernels/backend_factory).
+struct BackendOptions {
+  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (the Nth GPU of this host)
+  MatmulDtype matmul = MatmulDtype::kF32;
+  KvDtype kv = KvDtype::kF32;
+};
+
+// A device's own peak figures, measured on demand, for benchmarks to print
+// beside their results (a roofline from the same run). Optional.
+class Roofline {
+ public:
+  virtual ~Roofline() = default;
+  // TFLOP/s of the vendor library's GEMM, with its own choice of algorithm,
+  // at [M, K] x [K, N] in `dtype` with float32 sums.
+  virtual absl::StatusOr<double> GemmTflops(int M, int N, int K, MatmulDtype dtype) = 0;
+  // Device-to-device copy: bytes copied per second, in GB/s.
+  virtual absl::StatusOr<double> CopyGBs(int64_t bytes) = 0;
+};
+
+class Backend : public Allocator {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;  // "cpu" or "cuda"
+  virtual DeviceInfo Device() const = 0;
+  virtual MatmulDtype matmul_dtype() const = 0;
+  // The element type Attention and MoveKvSlot keep K and V in; the KV cache
+  // is sized from it.
+  virtual KvDtype kv_dtype() const = 0;
+  // The dtype callers should keep Linear's inputs in (LayerNorm, Attention
+  // and gelu outputs): f32 on the CPU (which rounds inside Linear), the
+  // matmul dtype on CUDA. Either way a row sees the same rounding.
+  virtual DType activation_dtype() const { return DType::kF32; }
+
+  // ---- Memory -------------------------------------------------------------
+  // Uninitialized memory for [rows, cols] of `dtype`; ResourceExhausted,
+  // naming the size and the device, when there is not enough.
+  virtual absl::StatusOr<Buffer> Allocate(DType dtype, int64_t rows, int64_t cols) = 0;
+  // dst.bytes() bytes from host memory (laid out as dst's dtype). The host
+  // memory may be reused when this returns.
+  virtual absl::Status Upload(const void* host, const Tensor& dst) = 0;
+  // src.bytes() bytes into host memory; waits for the work that writes src.
+  virtual absl::Status Download(const Tensor& src, void* host) = 0;
+  // A host address for t when the backend's memory is host memory (the CPU),
+  // so results can be read without a copy; nullptr otherwise.
+  virtual void* HostAddress(const Tensor& t) { return nullptr; }
+  // Waits for every op enqueued so far; returns the first error any of them
+  // met while running (a kernel fault, a failed library call).
+  virtual absl::Status Synchronize() = 0;
+  // The stream ops run on (a cudaStream_t on CUDA; null on the CPU), for
+  // device collectives that must run in order with them.
+  virtual void* stream() { return nullptr; }
+  // The device's peak figures, where the backend can measure them (CUDA).
+  virtual Roofline* roofline() { return nullptr; }
+
+  // ---- Weights ------------------------------------------------------------
+  // Prepares w: [K, N] or [N, K] per `layout` (host float32, copied; w may be
+  // freed after), in the matmul dtype.
+  virtual absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(const float* w, int K, int N,
+                                                                WeightLayout layout) = 0;
+  // Builds now what Linear on w (with or without a bias, with `epilogue`)
+  // would otherwise build on first use for any M <= max_rows: compiled
+  // kernels, chosen algorithms, scratch space. Afterwards such calls
+  // allocate nothing, so a server pays this once at start.
+  virtual absl::Status PrepareLinear(const Weight& w, int max_rows, bool has_bias,
+                                     Epilogue epilogue) {
+    return absl::OkStatus();
+  }
+
+  // ---- Ops ----------------------------------------------------------------
+  // out: f32 [T, C] = wte_rows[tokens[t] - vocab_begin] (zero when the token
+  // is outside [vocab_begin, vocab_begin + wte_rows.rows): another tensor-
+  // parallel rank holds it) + wpe[positions[t]] (when wpe is not null).
+  // tokens, positions: i32 [1, T]; wte_rows: f32 [V_local, C]; wpe: f32 [P, C].
+  virtual absl::Status Embed(const Tensor& tokens, const Tensor& positions,
+                             const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
+                             const Tensor& out) = 0;
+
+  // out: f32 [R, C] += x: f32 [R, C].
+  virtual absl::Status Add(const Tensor& x, const Tensor& out) = 0;
+
+  // out: [T, C] = (x - mean) / sqrt(var + eps) * gamma + beta, per row.
+  // x: f32 [T, C]; gamma, beta: f32 [1, C]; out: f32 or activation_dtype().
+  virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 float eps, const Tensor& out) = 0;
+
+  // out: [M, N] = epilogue(x @ W + bias). x: [M, K], f32 or
+  // activation_dtype(); bias: f32 [1, N] or null; out: f32 (kBiasGelu may
+  // also write activation_dtype()).
+  virtual absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias,
+                              Epilogue epilogue, const Tensor& out) = 0;
+
+  // Causal self-attention over a ragged batch, one layer.
+  // qkv: f32 [T, 3 * H * D] (Q, K, V of the local heads); out: [T, H * D],
+  // f32 or activation_dtype(). Writes each row's K and V into kv at
+  // (seq.slot, head, position) first, then every row attends to positions
+  // [0, its position] of its own slot.
+  virtual absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                                 const Tensor& out) = 0;
+
+  // out: f32 [S, C] = row (row + len - 1) of x: f32 [T, C] for each sequence:
+  // the rows whose logits generation needs.
+  virtual absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs,
+                                      const Tensor& out) = 0;
+
+  // Copies positions [0, len) of every head from slot `from` to slot `to`
+  // (values exactly; keys in the whole blocks that hold them), within the
+  // backend's memory.
+  virtual absl::Status MoveKvSlot(const KvLayer& kv, int from, int to, int len) = 0;
+};
+
+}  // namespace flover::kernels
+
+#endif  // FLOVER_KERNELS_BACKEND_H_

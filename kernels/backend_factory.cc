@@ -1,0 +1,148 @@
+#include "kernels/backend_factory.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace flover::kernels {
+namespace {
+
+constexpr char kCudaModule[] = "libflover_cuda.so";
+// The module's place in a Bazel runfiles tree (workspace "flover").
+constexpr char kCudaModuleRunfile[] = "flover/kernels/cuda/libflover_cuda.so";
+
+std::string ExecutablePath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+using AbiVersionFn = decltype(&flover_backend_abi_version);
+using CreateFn = decltype(&flover_create_backend);
+
+// The loaded module's entry point, loaded once per process and never
+// unloaded (the backends it creates run its code).
+absl::StatusOr<CreateFn> LoadCudaModule() {
+  static std::mutex mu;
+  static CreateFn create = nullptr;
+  static absl::Status error;
+  std::lock_guard<std::mutex> lock(mu);
+  if (create != nullptr || !error.ok()) {
+    if (create != nullptr) return create;
+    return error;
+  }
+  std::string path;
+  for (const std::string& candidate : CudaModuleCandidates()) {
+    if (Exists(candidate)) {
+      path = candidate;
+      break;
+    }
+  }
+  if (path.empty()) {
+    error = absl::NotFoundError(absl::StrCat(
+        "--device=cuda: this build has no CUDA backend (", kCudaModule,
+        " was not found beside the executable or in its runfiles; build on a host with the "
+        "CUDA toolkit in /usr/local/cuda, or set FLOVER_CUDA_MODULE)"));
+    return error;
+  }
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    error = absl::FailedPreconditionError(absl::StrCat(
+        "--device=cuda: cannot load the CUDA backend ", path, ": ", why ? why : "unknown error",
+        " (is the CUDA runtime installed, with cuBLAS, on the library path?)"));
+    return error;
+  }
+  auto version = reinterpret_cast<AbiVersionFn>(dlsym(handle, "flover_backend_abi_version"));
+  auto fn = reinterpret_cast<CreateFn>(dlsym(handle, "flover_create_backend"));
+  if (version == nullptr || fn == nullptr) {
+    error = absl::FailedPreconditionError(
+        absl::StrCat("--device=cuda: ", path, " is not a Flover backend module"));
+    return error;
+  }
+  if (version() != kBackendAbiVersion) {
+    error = absl::FailedPreconditionError(absl::StrCat(
+        "--device=cuda: ", path, " was built for backend ABI ", version(), ", this binary needs ",
+        kBackendAbiVersion, " (rebuild both from the same tree)"));
+    return error;
+  }
+  create = fn;
+  return create;
+}
+
+}  // namespace
+
+absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
+  if (name == "f32") return MatmulDtype::kF32;
+  if (name == "bf16") return MatmulDtype::kBF16;
+  if (name == "f16") return MatmulDtype::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype: must be f32, bf16 or f16, got '", name, "'"));
+}
+
+absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
+  if (name == "f32") return KvDtype::kF32;
+  if (name == "bf16") return KvDtype::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv_dtype: must be f32 or bf16, got '", name, "'"));
+}
+
+absl::Status ValidateDevice(absl::string_view device) {
+  if (device == "cpu" || device == "cuda") return absl::OkStatus();
+  int ordinal = 0;
+  if (absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &ordinal) &&
+      ordinal >= 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device: must be cpu, cuda or cuda:N, got '", device, "'"));
+}
+
+std::vector<std::string> CudaModuleCandidates() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("FLOVER_CUDA_MODULE"); env != nullptr && *env != '\0') {
+    out.push_back(env);
+  }
+  const std::string exe = ExecutablePath();
+  if (!exe.empty()) {
+    out.push_back(absl::StrCat(Dirname(exe), "/", kCudaModule));
+    out.push_back(absl::StrCat(exe, ".runfiles/", kCudaModuleRunfile));
+  }
+  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = std::getenv(var); dir != nullptr && *dir != '\0') {
+      out.push_back(absl::StrCat(dir, "/", kCudaModuleRunfile));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
+  if (absl::Status st = ValidateDevice(options.device); !st.ok()) return st;
+  if (options.device == "cpu") {
+    auto cpu = CpuBackend::Create(options.matmul, options.kv);
+    if (!cpu.ok()) return cpu.status();
+    return std::unique_ptr<Backend>(std::move(*cpu));
+  }
+  auto create = LoadCudaModule();
+  if (!create.ok()) return create.status();
+  absl::Status error = absl::UnknownError("the CUDA backend module gave no reason");
+  Backend* backend = (*create)(&options, &error);
+  if (backend == nullptr) return error;
+  return std::unique_ptr<Backend>(backend);
+}
+
+}  // namespace flover::kernels

@@ -1,0 +1,33 @@
+#include "kernels/backend_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "kernels/backend_factory.h"
+
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the model runs: cpu, cuda (the first GPU) or cuda:N. The CUDA backend is "
+          "loaded on demand (libflover_cuda.so); the CPU needs no CUDA libraries");
+ABSL_FLAG(std::string, dtype, "f32",
+          "Linear layers' precision: f32, bf16 (weights and their inputs in bfloat16, f32 "
+          "sums; ~2x faster on AVX-512 BF16 CPUs, logits within ~1% of f32) or f16 (cuda only)");
+ABSL_FLAG(std::string, kv_dtype, "f32",
+          "KV cache element type: f32, or bf16 (half the memory and attention reads; "
+          "keys/values rounded to bfloat16, f32 math)");
+
+namespace flover::kernels {
+
+absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
+  BackendOptions o;
+  o.device = absl::GetFlag(FLAGS_device);
+  if (absl::Status st = ValidateDevice(o.device); !st.ok()) return st;
+  auto matmul = ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
+  if (!matmul.ok()) return matmul.status();
+  o.matmul = *matmul;
+  auto kv = ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kv.ok()) return kv.status();
+  o.kv = *kv;
+  return o;
+}
+
+}  // namespace flover::kernels

@@ -1,0 +1,399 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/checks.h"
+#include "kernels/status_macros.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace flover::kernels {
+namespace {
+
+// Rows of one (sequence, head) pair handled by one task in Attention: few
+// enough to balance a long causal prefill across threads.
+constexpr int kAttentionRowBlock = 32;
+
+// Asks for the cache lines of elements [p, p + n) ahead of use. Keys and
+// values are read as streams of 8-32 KB that start anew for every (sequence,
+// head), and the hardware prefetchers stop at each 4 KB page; at batch 32
+// that left attention at ~70% of the machine's read bandwidth.
+template <typename T>
+inline void PrefetchRow(const T* p, int n) {
+  constexpr int kPerLine = 64 / sizeof(T);
+  for (int i = 0; i < n; i += kPerLine) __builtin_prefetch(p + i);
+}
+
+// A cached key or value as float: float as is, bfloat16 bits widened.
+inline float Load(float x) { return x; }
+inline float Load(uint16_t x) { return Bf16ToFloat(x); }
+inline void Store(float x, float* to) { *to = x; }
+inline void Store(float x, uint16_t* to) { *to = ToBf16(x); }
+
+// Scores of one query against one block of keys: s[j] = sum_d q[d] k[d][j],
+// accumulated over d in order. The block's kKeyBlock scores stay in
+// registers across the d loop, so each multiply-add loads only the key.
+// block: [D, kKeyBlock]; scores: [kKeyBlock].
+template <typename T>
+void ScoreBlock(const float* q, const T* block, int D, const T* next, float* scores) {
+  constexpr int kJ = KvLayer::kKeyBlock;
+  float acc[kJ] = {};
+  for (int d = 0; d < D; ++d) {
+    const float qd = q[d];
+    const T* kd = block + int64_t{d} * kJ;
+    PrefetchRow(next + int64_t{d} * kJ, kJ);
+#pragma omp simd
+    for (int j = 0; j < kJ; ++j) acc[j] += qd * Load(kd[j]);
+  }
+  std::copy(acc, acc + kJ, scores);
+}
+
+// out[0, D) = sum_j w[j] v[j], accumulated over j in order, the D outputs
+// kept in registers when D is the usual 64.
+template <int kD, typename T>
+void WeightedSum(const float* w, const T* v, int n, float* out) {
+  constexpr int kAhead = 4096 / (kD * sizeof(T));  // rows: 4 KB ahead
+  float acc[kD] = {};
+  for (int j = 0; j < n; ++j) {
+    const float wj = w[j];
+    const T* vj = v + int64_t{j} * kD;
+    if (j + kAhead < n) PrefetchRow(vj + kAhead * kD, kD);
+#pragma omp simd
+    for (int d = 0; d < kD; ++d) acc[d] += wj * Load(vj[d]);
+  }
+  std::copy(acc, acc + kD, out);
+}
+
+// One query row against positions [0, n) of one head's cache.
+// q: [D] (already scaled); keys: the head's blocked keys (KvLayer); v: [n, D];
+// scores: scratch [n rounded up to kKeyBlock]; out: [D]. Every row of every
+// batch goes through this one function, which is what makes attention
+// batch-invariant. The last block is scored whole; positions past n are
+// never read back.
+template <typename T>
+void AttendRow(const float* q, const T* keys, const T* v, int n, int D, float* scores,
+               float* out) {
+  constexpr int kJ = KvLayer::kKeyBlock;
+  for (int b = 0; b * kJ < n; ++b) {
+    // While scoring a block, fetch the next one, or after the last the first
+    // values (as many as a block's worth of lines).
+    const T* next = (b + 1) * kJ < n ? keys + int64_t{b + 1} * D * kJ : v;
+    ScoreBlock(q, keys + int64_t{b} * D * kJ, D, next, scores + int64_t{b} * kJ);
+  }
+  float max_score = -INFINITY;
+  for (int j = 0; j < n; ++j) max_score = std::max(max_score, scores[j]);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; ++j) {
+    scores[j] = ExpF(scores[j] - max_score);
+    sum += scores[j];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int j = 0; j < n; ++j) scores[j] *= inv;
+  if (D == 64) {
+    WeightedSum<64>(scores, v, n, out);
+    return;
+  }
+  std::fill(out, out + D, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    const T* vj = v + int64_t{j} * D;
+#pragma omp simd
+    for (int d = 0; d < D; ++d) out[d] += scores[j] * Load(vj[d]);
+  }
+}
+
+// Attention with K and V stored as T (float or bfloat16 bits); see
+// CpuOps::Attention.
+template <typename T>
+void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const KvLayer& kv,
+                   float* out) {
+  const int H = kv.heads;
+  const int D = kv.head_dim;
+  const int64_t HD = int64_t{H} * D;
+  const int64_t row_stride = 3 * HD;
+  T* const keys = static_cast<T*>(kv.k);
+  T* const values = static_cast<T*>(kv.v);
+
+  // 1. Append this step's keys and values to each sequence's slot.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int h = 0; h < H; ++h) {
+      const SeqRows& seq = seqs[s];
+      const int64_t base = seq.slot * kv.slot_stride() + h * kv.head_stride();
+      for (int i = 0; i < seq.len; ++i) {
+        const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
+        const int pos = seq.pos + i;
+        const float* k = row + HD + int64_t{h} * D;
+        const float* v = row + 2 * HD + int64_t{h} * D;
+        for (int d = 0; d < D; ++d) Store(k[d], &keys[base + kv.key_offset(d, pos)]);
+        T* v_to = values + base + int64_t{pos} * D;
+        for (int d = 0; d < D; ++d) Store(v[d], &v_to[d]);
+      }
+    }
+  }
+
+  // 2. Tasks of (sequence, head, block of rows), so a long prompt spreads
+  //    over threads as well as a wide decode batch does.
+  struct Task {
+    int seq, head, first_row, rows;
+  };
+  std::vector<Task> tasks;
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < seqs[s].len; i += kAttentionRowBlock) {
+        tasks.push_back({s, h, i, std::min(kAttentionRowBlock, seqs[s].len - i)});
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int num_tasks = static_cast<int>(tasks.size());
+#pragma omp parallel
+  {
+    std::vector<float> scores(kv.padded_seq());
+    std::vector<float> q(D);
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < num_tasks; ++t) {
+      const Task& task = tasks[t];
+      const SeqRows& seq = seqs[task.seq];
+      const int64_t base = seq.slot * kv.slot_stride() + task.head * kv.head_stride();
+      const int64_t row = int64_t{seq.row} + task.first_row;
+      const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
+      float* o = out + row * HD + int64_t{task.head} * D;
+      // Every row goes through the same kernel, so a row's result never
+      // depends on how the batch around it was formed.
+      for (int i = 0; i < task.rows; ++i) {
+        for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
+        AttendRow(q.data(), keys + base, values + base, seq.pos + task.first_row + i + 1, D,
+                  scores.data(), o + i * HD);
+      }
+    }
+  }
+}
+
+// Host memory is aligned for the widest vector loads and for oneDNN.
+constexpr size_t kAlignment = 64;
+
+}  // namespace
+
+void SetCpuThreads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+int CpuThreads() { return omp_get_max_threads(); }
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype,
+                                                               KvDtype kv_dtype) {
+  if (absl::Status st = OneDnnLinear::CheckSupported(dtype); !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
+  }
+  return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_dtype));
+}
+
+DeviceInfo CpuBackend::Device() const {
+  DeviceInfo info;
+  info.kind = "cpu";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      info.name = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  if (info.name.empty()) info.name = "CPU";
+  absl::StrAppend(&info.name, ", ", CpuThreads(), " threads");
+  return info;
+}
+
+absl::StatusOr<Buffer> CpuBackend::Allocate(DType dtype, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Allocate: negative shape [", rows, ", ", cols, "]"));
+  }
+  const Tensor t{nullptr, dtype, rows, cols};
+  const size_t bytes = (static_cast<size_t>(t.bytes()) + kAlignment - 1) / kAlignment * kAlignment;
+  // Left uninitialized: untouched pages of a large arena cost no memory.
+  void* data = std::aligned_alloc(kAlignment, std::max(bytes, kAlignment));
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cannot allocate %.1f MiB of host memory", static_cast<double>(bytes) / (1 << 20)));
+  }
+  return Buffer(this, Tensor{data, dtype, rows, cols});
+}
+
+void CpuBackend::Free(void* data) { std::free(data); }
+
+absl::Status CpuBackend::Upload(const void* host, const Tensor& dst) {
+  if (dst.data == nullptr && dst.bytes() > 0) return absl::InvalidArgumentError("Upload: no destination");
+  std::memcpy(dst.data, host, dst.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Download(const Tensor& src, void* host) {
+  if (src.data == nullptr && src.bytes() > 0) return absl::InvalidArgumentError("Download: no source");
+  std::memcpy(host, src.data, src.bytes());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(const float* w, int K, int N,
+                                                                  WeightLayout layout) {
+  if (w == nullptr || K < 1 || N < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
+  }
+  return linear_.Prepare(w, K, N, layout);
+}
+
+absl::Status CpuBackend::PrepareLinear(const Weight& w, int max_rows, bool has_bias,
+                                       Epilogue epilogue) {
+  linear_.PrepareRows(w, max_rows, has_bias, epilogue);
+  return absl::OkStatus();
+}
+
+
+absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
+                               const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
+                               const Tensor& out) {
+  const int64_t T = tokens.cols, C = wte_rows.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "tokens", tokens, 1, kAnySize, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "positions", positions, 1, T, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wte_rows", wte_rows, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "out", out, T, C, {DType::kF32}));
+  if (wpe != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wpe", *wpe, kAnySize, C, {DType::kF32}));
+  const int32_t* tok = tokens.as<int32_t>();
+  const int32_t* pos = positions.as<int32_t>();
+  const float* rows = wte_rows.as<float>();
+  const float* pe = wpe != nullptr ? wpe->as<float>() : nullptr;
+  float* o_all = out.as<float>();
+  const int64_t vocab_end = vocab_begin + wte_rows.rows;
+  const int64_t P = wpe != nullptr ? wpe->rows : 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (pe != nullptr && (pos[t] < 0 || pos[t] >= P)) {
+      return absl::InvalidArgumentError(absl::StrCat("Embed: position ", pos[t], " outside [0, ", P, ")"));
+    }
+  }
+#pragma omp parallel for schedule(static) if (T > 16)
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = o_all + t * C;
+    if (tok[t] >= vocab_begin && tok[t] < vocab_end) {
+      std::memcpy(o, rows + (tok[t] - vocab_begin) * C, C * sizeof(float));
+    } else {
+      std::fill(o, o + C, 0.0f);
+    }
+    if (pe != nullptr) {
+      const float* p = pe + int64_t{pos[t]} * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] += p[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Add(const Tensor& x, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "out", out, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "x", x, out.rows, out.cols, {DType::kF32}));
+  const float* a = x.as<float>();
+  float* o = out.as<float>();
+  const int64_t n = out.elements();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) o[i] += a[i];
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   float eps, const Tensor& out) {
+  const int64_t T = x.rows, C = x.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "gamma", gamma, 1, C, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "beta", beta, 1, C, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "out", out, T, C, {DType::kF32}));
+  const float* xs = x.as<float>();
+  const float* g = gamma.as<float>();
+  const float* b = beta.as<float>();
+  float* os = out.as<float>();
+#pragma omp parallel for schedule(static) if (T > 8)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = xs + t * C;
+    float* o = os + t * C;
+    float mean = 0.0f;
+#pragma omp simd reduction(+ : mean)
+    for (int64_t c = 0; c < C; ++c) mean += xr[c];
+    mean /= C;
+    float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < C; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+    const float rstd = 1.0f / std::sqrt(var / C + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = (xr[c] - mean) * rstd * g[c] + b[c];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* bias,
+                                Epilogue epilogue, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, w.k(), {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "out", out, x.rows, w.n(), {DType::kF32}));
+  if (bias != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "bias", *bias, 1, w.n(), {DType::kF32}));
+  if (x.rows == 0) return absl::OkStatus();
+  linear_.Run(x.as<float>(), static_cast<int>(x.rows), w, bias != nullptr ? bias->as<float>() : nullptr,
+              epilogue, out.as<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                                   const Tensor& out) {
+  const int64_t HD = int64_t{kv.heads} * kv.head_dim;
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable("Attention", seqs, &kv));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "qkv", qkv, seqs.num_rows, 3 * HD, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "out", out, seqs.num_rows, HD, {DType::kF32}));
+  if (kv.dtype != kv_dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: the KV layer holds ", KvDtypeName(kv.dtype),
+                                                   ", this backend keeps ", KvDtypeName(kv_dtype_)));
+  }
+  if (kv.dtype == KvDtype::kBF16) {
+    AttentionOver<uint16_t>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, out.as<float>());
+  } else {
+    AttentionOver<float>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, out.as<float>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable("GatherLastRows", seqs, nullptr));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "x", x, seqs.num_rows, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "out", out, seqs.num_seqs, x.cols, {DType::kF32}));
+  const int64_t C = x.cols;
+  for (int s = 0; s < seqs.num_seqs; ++s) {
+    const int64_t row = seqs.host[s].row + seqs.host[s].len - 1;
+    std::memcpy(out.as<float>() + s * C, x.as<float>() + row * C, C * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::MoveKvSlot(const KvLayer& kv, int from, int to, int len) {
+  FLOVER_RETURN_IF_ERROR(CheckKvMove(kv, from, to, len));
+  if (from == to || len <= 0) return absl::OkStatus();
+  const int D = kv.head_dim;
+  const size_t e = KvDtypeBytes(kv.dtype);
+  char* k = static_cast<char*>(kv.k);
+  char* v = static_cast<char*>(kv.v);
+  // Keys: the blocks holding positions [0, len), one contiguous run.
+  const int64_t key_blocks = (len + KvLayer::kKeyBlock - 1) / KvLayer::kKeyBlock;
+  for (int h = 0; h < kv.heads; ++h) {
+    const int64_t src = from * kv.slot_stride() + h * kv.head_stride();
+    const int64_t dst = to * kv.slot_stride() + h * kv.head_stride();
+    std::memcpy(k + dst * e, k + src * e, size_t(key_blocks) * D * KvLayer::kKeyBlock * e);
+    std::memcpy(v + dst * e, v + src * e, size_t(len) * D * e);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flover::kernels

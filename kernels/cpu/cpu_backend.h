@@ -1,0 +1,67 @@
+// The CPU backend: oneDNN matmul for the linear layers, OpenMP loops (the
+// same thread pool oneDNN uses) for everything else. Its memory is host
+// memory, so uploads and downloads are copies and results can be read in
+// place (HostAddress).
+#ifndef FLOVER_KERNELS_CPU_CPU_BACKEND_H_
+#define FLOVER_KERNELS_CPU_CPU_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/onednn_linear.h"
+
+namespace flover::kernels {
+
+class CpuBackend final : public Backend {
+ public:
+  // Refuses (FailedPrecondition, naming the reason) a matmul dtype this CPU
+  // has no optimized kernel for: bf16 needs AVX-512, f16 runs on CUDA only.
+  // A bf16 KV cache runs anywhere (our own kernels).
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
+      MatmulDtype dtype = MatmulDtype::kF32, KvDtype kv_dtype = KvDtype::kF32);
+
+  std::string_view name() const override { return "cpu"; }
+  DeviceInfo Device() const override;
+  MatmulDtype matmul_dtype() const override { return linear_.dtype(); }
+  KvDtype kv_dtype() const override { return kv_dtype_; }
+
+  absl::StatusOr<Buffer> Allocate(DType dtype, int64_t rows, int64_t cols) override;
+  void Free(void* data) override;
+  absl::Status Upload(const void* host, const Tensor& dst) override;
+  absl::Status Download(const Tensor& src, void* host) override;
+  void* HostAddress(const Tensor& t) override { return t.data; }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(const float* w, int K, int N,
+                                                        WeightLayout layout) override;
+  absl::Status PrepareLinear(const Weight& w, int max_rows, bool has_bias,
+                             Epilogue epilogue) override;
+
+  absl::Status Embed(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
+                     int vocab_begin, const Tensor* wpe, const Tensor& out) override;
+  absl::Status Add(const Tensor& x, const Tensor& out) override;
+  absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                         const Tensor& out) override;
+  absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
+                      const Tensor& out) override;
+  absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                         const Tensor& out) override;
+  absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) override;
+  absl::Status MoveKvSlot(const KvLayer& kv, int from, int to, int len) override;
+
+ private:
+  CpuBackend(MatmulDtype dtype, KvDtype kv_dtype) : linear_(dtype), kv_dtype_(kv_dtype) {}
+
+  OneDnnLinear linear_;
+  KvDtype kv_dtype_;
+};
+
+// Sets the OpenMP thread count used by CpuBackend and oneDNN (0 keeps the default).
+void SetCpuThreads(int threads);
+int CpuThreads();
+
+}  // namespace flover::kernels
+
+#endif  // FLOVER_KERNELS_CPU_CPU_BACKEND_H_

@@ -1,0 +1,216 @@
+// The CPU backend's own parts against references written here: the vector
+// math, and OneDnnLinear's row buckets, padding and row invariance. The ops
+// themselves are tested through the backend contract in
+// kernels/backend_ops_test, on every backend.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/vec_math.h"
+
+namespace flover::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Max |a - b| / max(1, max |b|).
+double RelErr(const std::vector<float>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double max_diff = 0, max_ref = 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
+    max_ref = std::max(max_ref, std::abs(b[i]));
+  }
+  return max_diff / max_ref;
+}
+
+double GeluRef(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST(VecMathTest, ExpMatchesLibm) {
+  for (float x = -80.0f; x < 80.0f; x += 0.0137f) {
+    const double want = std::exp(double{x});
+    EXPECT_NEAR(ExpF(x) / want, 1.0, 4e-7) << x;
+  }
+}
+
+// bfloat16 rounding written independently of ToBf16: the nearer of the two
+// bfloat16 neighbours of f, compared in double; a tie goes to the even one.
+uint16_t NearestBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isinf(f)) return static_cast<uint16_t>(u >> 16);
+  const uint32_t lo_bits = u & 0xffff0000u, hi_bits = lo_bits + 0x10000u;
+  auto value = [](uint32_t bits) {
+    if ((bits & 0x7f800000u) == 0x7f800000u) {  // one past the largest finite: 2^128
+      return std::copysign(std::ldexp(1.0, 128), bits >> 31 ? -1.0 : 1.0);
+    }
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return double{v};
+  };
+  const double dlo = std::abs(double{f} - value(lo_bits)), dhi = std::abs(value(hi_bits) - f);
+  if (dlo != dhi) return static_cast<uint16_t>((dlo < dhi ? lo_bits : hi_bits) >> 16);
+  return static_cast<uint16_t>((((lo_bits >> 16) & 1) ? hi_bits : lo_bits) >> 16);
+}
+
+TEST(VecMathTest, ToBf16RoundsToNearestEven) {
+  std::mt19937 rng(5);
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -3e-39f, 3.0e38f, -3.39e38f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  // Exact ties: the bit just below bfloat16's last mantissa bit set, with
+  // the last bit even and odd.
+  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u, 0x7f7f8000u}) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    xs.push_back(f);
+  }
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (!std::isnan(f)) xs.push_back(f);
+  }
+  for (float f : xs) {
+    ASSERT_EQ(ToBf16(f), NearestBf16(f)) << f;
+  }
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  uint32_t nan_low_bits = 0x7f800001u;  // a NaN whose payload is only in the dropped bits
+  float nan;
+  std::memcpy(&nan, &nan_low_bits, 4);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(ToBf16(nan))));
+}
+
+TEST(VecMathTest, GeluMatchesTanhForm) {
+  for (float x = -20.0f; x < 20.0f; x += 0.001f) {
+    const double want = GeluRef(x);
+    EXPECT_NEAR(GeluNewF(x), want, 1e-6 * std::max(1.0, std::abs(want))) << x;
+  }
+}
+
+// y: [M, N] = x @ W + bias, W given as [K, N] or [N, K].
+std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
+                                const std::vector<float>& w, int N, const float* bias,
+                                WeightLayout layout) {
+  std::vector<double> y(M * N);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = bias ? bias[n] : 0.0;
+      for (int k = 0; k < K; ++k)
+        s += double{x[m * K + k]} * (layout == WeightLayout::kOutIn ? w[n * K + k] : w[k * N + n]);
+      y[m * N + n] = s;
+    }
+  return y;
+}
+
+// v with every element rounded to bfloat16 (by the test's own rounding).
+std::vector<float> RoundedToBf16(std::vector<float> v) {
+  for (float& f : v) f = Bf16ToFloat(NearestBf16(f));
+  return v;
+}
+
+// Skips the test when this CPU has no optimized kernel for `dtype`.
+#define SKIP_UNLESS_SUPPORTED(dtype)                                               \
+  if (absl::Status st = OneDnnLinear::CheckSupported(dtype); !st.ok()) {          \
+    GTEST_SKIP() << st.message();                                                  \
+  }
+
+TEST(OneDnnLinearTest, RowBucketsPadUnderOneSixteenth) {
+  ASSERT_EQ(OneDnnLinear::kExactRows, 32);
+  ASSERT_EQ(OneDnnLinear::kBucketsPerOctave, 16);
+  int buckets_to_1024 = 0;
+  for (int M = 1; M <= 4096; ++M) {
+    const int b = OneDnnLinear::RowBucket(M);
+    ASSERT_GE(b, M);
+    ASSERT_EQ(OneDnnLinear::RowBucket(b), b) << M;
+    if (M <= OneDnnLinear::kExactRows) {
+      ASSERT_EQ(b, M);
+    }
+    ASSERT_LT(16 * (b - M), M) << M;  // fewer than M/16 padded rows
+    buckets_to_1024 += M <= 1024 && b == M;
+  }
+  EXPECT_EQ(buckets_to_1024, 32 + 16 * 5);  // 1..32, then 16 per power of two
+}
+
+// A padded call writes exactly its M rows (the residual adds into them only)
+// and PrepareRows leaves nothing to compile for any M up to its bound.
+class OneDnnLinearDtypeTest : public ::testing::TestWithParam<MatmulDtype> {};
+
+TEST_P(OneDnnLinearDtypeTest, PaddedRowsStayInsideTheCallAndPrepareCoversEveryM) {
+  SKIP_UNLESS_SUPPORTED(GetParam());
+  OneDnnLinear linear(GetParam());
+  const bool bf16 = GetParam() == MatmulDtype::kBF16;
+  const int K = 40, N = 24, max_rows = 150;
+  auto w = Random(K * N, 30), b = Random(N, 31);
+  const std::vector<float> wr = bf16 ? RoundedToBf16(w) : w;
+  auto weight = linear.Prepare(w.data(), K, N, WeightLayout::kInOut);
+  linear.PrepareRows(*weight, max_rows, true, Epilogue::kBiasResidual);
+  const size_t prepared = linear.num_primitives();
+  int buckets = 0;
+  for (int M = 1; M <= max_rows; ++M) buckets += OneDnnLinear::RowBucket(M) == M;
+  EXPECT_EQ(prepared, size_t(buckets + (OneDnnLinear::RowBucket(max_rows) != max_rows)));
+
+  const float kSentinel = 12345.0f;
+  for (int M = 1; M <= max_rows; ++M) {
+    auto x = Random(M * K, 32 + M);
+    const std::vector<float> residual = Random(M * N, 33);
+    std::vector<float> out(size_t(M + 20) * N, kSentinel);
+    std::copy(residual.begin(), residual.end(), out.begin());
+    linear.Run(x.data(), M, *weight, b.data(), Epilogue::kBiasResidual, out.data());
+    std::vector<double> want = NaiveLinear(bf16 ? RoundedToBf16(x) : x, M, K, wr, N, b.data(),
+                                           WeightLayout::kInOut);
+    for (int i = 0; i < M * N; ++i) want[i] += residual[i];
+    ASSERT_LT(RelErr(std::vector<float>(out.begin(), out.begin() + M * N), want), 1e-5) << M;
+    for (size_t i = size_t(M) * N; i < out.size(); ++i) ASSERT_EQ(out[i], kSentinel) << M;
+  }
+  EXPECT_EQ(linear.num_primitives(), prepared) << "a call compiled a primitive PrepareRows missed";
+}
+
+// A row's Linear output is bitwise the same whatever M is.
+TEST_P(OneDnnLinearDtypeTest, RowDoesNotDependOnOtherRows) {
+  SKIP_UNLESS_SUPPORTED(GetParam());
+  OneDnnLinear linear(GetParam());
+  const int K = 96, N = 130;
+  auto w = Random(K * N, 20), b = Random(N, 21), row = Random(K, 22);
+  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+    auto weight = linear.Prepare(w.data(), K, N, layout);
+    std::vector<float> alone(N);
+    linear.Run(row.data(), 1, *weight, b.data(), Epilogue::kBiasGelu, alone.data());
+    for (int M : {2, 5, 33, 101, 301}) {
+      auto x = Random(M * K, 23 + M);
+      std::copy(row.begin(), row.end(), x.begin() + (M / 2) * K);
+      std::vector<float> out(M * N);
+      linear.Run(x.data(), M, *weight, b.data(), Epilogue::kBiasGelu, out.data());
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), out.begin() + (M / 2) * N)) << M;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OneDnnLinearDtypeTest,
+                         ::testing::Values(MatmulDtype::kF32, MatmulDtype::kBF16));
+
+TEST(CpuBackendTest, RefusesWhatItCannotRunFast) {
+  auto f16 = CpuBackend::Create(MatmulDtype::kF16);
+  ASSERT_FALSE(f16.ok());
+  EXPECT_EQ(f16.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(f16.status().message().find("--device=cuda"), std::string::npos) << f16.status();
+  auto bf16 = CpuBackend::Create(MatmulDtype::kBF16);
+  EXPECT_EQ(bf16.ok(), OneDnnLinear::CheckSupported(MatmulDtype::kBF16).ok());
+}
+
+}  // namespace
+}  // namespace flover::kernels

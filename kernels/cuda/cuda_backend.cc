@@ -1,0 +1,406 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/checks.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/status_macros.h"
+
+namespace flover::kernels::cuda {
+namespace {
+
+// The GPU generations this module carries machine code for (BUILD: sm_80,
+// sm_90, plus compute_90 PTX for newer ones).
+constexpr int kMinComputeCapability = 80;
+
+enum ScratchSlot { kConvertedInput = 0, kGemmOutput = 1, kAttentionWork = 2 };
+
+class CudaWeight final : public Weight {
+ public:
+  CudaWeight(int K, int N, DType dtype, Buffer data)
+      : k_(K), n_(N), dtype_(dtype), data_(std::move(data)) {}
+  int k() const override { return k_; }
+  int n() const override { return n_; }
+  DType dtype() const { return dtype_; }
+  const void* data() const { return data_.tensor().data; }
+
+ private:
+  int k_, n_;
+  DType dtype_;
+  Buffer data_;  // [N, K] row-major in dtype_
+};
+
+double MiB(double bytes) { return bytes / (1 << 20); }
+
+}  // namespace
+
+absl::Status CudaStatus(cudaError_t error, const std::string& what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  const std::string msg =
+      absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
+  if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
+  int ordinal = 0;
+  if (options.device.size() > 5 && !absl::SimpleAtoi(options.device.substr(5), &ordinal)) {
+    return absl::InvalidArgumentError(absl::StrCat("--device=", options.device, ": bad GPU number"));
+  }
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", options.device, ": no usable CUDA driver or GPU on this host (",
+        cudaGetErrorName(e), ": ", cudaGetErrorString(e), ")"));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=", options.device, ": no GPU is visible on this host"));
+  }
+  if (ordinal >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("--device=", options.device, ": this host has ",
+                                                      count, count == 1 ? " GPU" : " GPUs"));
+  }
+  FLOVER_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
+  cudaDeviceProp props{};
+  FLOVER_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&props, ordinal), "cudaGetDeviceProperties"));
+  const int cc = props.major * 10 + props.minor;
+  if (cc < kMinComputeCapability) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--device=%s: %s is sm_%d; this build carries kernels for sm_80 and newer", options.device,
+        props.name, cc));
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(ordinal, options.matmul, options.kv));
+  b->device_name_ = absl::StrFormat("%s (sm_%d, GPU %d)", props.name, cc, ordinal);
+  FLOVER_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  auto gemm = LtGemm::Create(b->stream_);
+  if (!gemm.ok()) return gemm.status();
+  b->gemm_ = std::move(*gemm);
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(ordinal_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  for (void* s : scratch_) cudaFree(s);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaBackend::Activate() const {
+  return CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice");
+}
+
+DeviceInfo CudaBackend::Device() const {
+  DeviceInfo info;
+  info.kind = "cuda";
+  info.name = device_name_;
+  info.ordinal = ordinal_;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (Activate().ok() && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    info.free_bytes = static_cast<int64_t>(free_bytes);
+    info.total_bytes = static_cast<int64_t>(total_bytes);
+  } else {
+    cudaGetLastError();
+  }
+  return info;
+}
+
+absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Allocate: negative shape [", rows, ", ", cols, "]"));
+  }
+  FLOVER_RETURN_IF_ERROR(Activate());
+  const Tensor t{nullptr, dtype, rows, cols};
+  void* data = nullptr;
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(t.bytes()), 256);
+  if (cudaError_t e = cudaMalloc(&data, bytes); e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it, or the next op would report it
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cannot allocate %.1f MiB on %s (%.0f MiB free): %s", MiB(bytes), device_name_,
+        MiB(free_bytes), cudaGetErrorString(e)));
+  }
+  return Buffer(this, Tensor{data, dtype, rows, cols});
+}
+
+void CudaBackend::Free(void* data) {
+  cudaSetDevice(ordinal_);
+  cudaFree(data);
+}
+
+absl::Status CudaBackend::Upload(const void* host, const Tensor& dst) {
+  FLOVER_RETURN_IF_ERROR(Activate());
+  if (dst.bytes() == 0) return absl::OkStatus();
+  // From pageable memory the copy is staged before this returns, so `host`
+  // may be reused at once.
+  return CudaStatus(cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, stream_),
+                    "upload");
+}
+
+absl::Status CudaBackend::Download(const Tensor& src, void* host) {
+  FLOVER_RETURN_IF_ERROR(Activate());
+  if (src.bytes() > 0) {
+    FLOVER_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_), "download"));
+  }
+  return Synchronize();
+}
+
+absl::Status CudaBackend::Synchronize() {
+  FLOVER_RETURN_IF_ERROR(Activate());
+  FLOVER_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "a kernel on the stream"));
+  return CudaStatus(cudaGetLastError(), "a launch");
+}
+
+absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes) {
+  if (bytes <= scratch_bytes_[slot]) return scratch_[slot];
+  // Freeing waits for the device, so what still reads the old space is done.
+  cudaFree(scratch_[slot]);
+  scratch_[slot] = nullptr;
+  scratch_bytes_[slot] = 0;
+  const size_t grown = std::max(bytes, size_t{1} << 20);
+  if (cudaError_t e = cudaMalloc(&scratch_[slot], grown); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cannot allocate %.1f MiB of work space on %s", MiB(grown), device_name_));
+  }
+  scratch_bytes_[slot] = grown;
+  return scratch_[slot];
+}
+
+absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareWeight(const float* w, int K, int N,
+                                                                   WeightLayout layout) {
+  if (w == nullptr || K < 1 || N < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
+  }
+  FLOVER_RETURN_IF_ERROR(Activate());
+  // Stored [N, K]: one row per output ("TN" GEMMs, the layout every
+  // cuBLASLt tensor-core kernel takes). Transposed here, rounded on the GPU.
+  std::vector<float> rows(size_t(N) * K);
+  for (int n = 0; n < N; ++n) {
+    for (int k = 0; k < K; ++k) {
+      rows[size_t(n) * K + k] = layout == WeightLayout::kOutIn ? w[size_t(n) * K + k] : w[size_t(k) * N + n];
+    }
+  }
+  const DType dtype = ToDType(matmul_);
+  auto staged = Allocate(DType::kF32, N, K);
+  if (!staged.ok()) return staged.status();
+  FLOVER_RETURN_IF_ERROR(Upload(rows.data(), *staged));
+  Buffer data;
+  if (dtype == DType::kF32) {
+    data = std::move(*staged);
+  } else {
+    auto converted = Allocate(dtype, N, K);
+    if (!converted.ok()) return converted.status();
+    FLOVER_RETURN_IF_ERROR(CudaStatus(
+        LaunchConvert(staged->tensor().as<float>(), int64_t{N} * K, converted->tensor().data, dtype, stream_),
+        "weight conversion"));
+    data = std::move(*converted);
+    // The staging buffer is freed when `staged` goes (cudaFree waits for the
+    // conversion); `rows` must outlive the upload, which Synchronize ensures.
+  }
+  FLOVER_RETURN_IF_ERROR(Synchronize());
+  return std::unique_ptr<Weight>(new CudaWeight(K, N, dtype, std::move(data)));
+}
+
+absl::Status CudaBackend::PrepareLinear(const Weight& weight, int max_rows, bool has_bias,
+                                        Epilogue epilogue) {
+  FLOVER_RETURN_IF_ERROR(Activate());
+  const auto& w = static_cast<const CudaWeight&>(weight);
+  FLOVER_RETURN_IF_ERROR(gemm_->Prepare(w.n(), w.k(), w.dtype(), has_bias));
+  if (epilogue == Epilogue::kBiasGelu) {
+    auto s = Scratch(kGemmOutput, size_t(max_rows) * w.n() * sizeof(float));
+    if (!s.ok()) return s.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Embed(const Tensor& tokens, const Tensor& positions,
+                                const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
+                                const Tensor& out) {
+  const int64_t T = tokens.cols, C = wte_rows.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "tokens", tokens, 1, kAnySize, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "positions", positions, 1, T, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wte_rows", wte_rows, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "out", out, T, C, {DType::kF32}));
+  if (wpe != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wpe", *wpe, kAnySize, C, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchEmbed(tokens.as<int32_t>(), positions.as<int32_t>(), static_cast<int>(T),
+                                wte_rows.as<float>(), vocab_begin, static_cast<int>(wte_rows.rows),
+                                wpe != nullptr ? wpe->as<float>() : nullptr, static_cast<int>(C),
+                                out.as<float>(), stream_),
+                    "Embed");
+}
+
+absl::Status CudaBackend::Add(const Tensor& x, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "out", out, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "x", x, out.rows, out.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchAdd(x.as<float>(), out.elements(), out.as<float>(), stream_), "Add");
+}
+
+absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    float eps, const Tensor& out) {
+  const int64_t T = x.rows, C = x.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "gamma", gamma, 1, C, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "beta", beta, 1, C, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(
+      CheckTensor("LayerNorm", "out", out, T, C, {DType::kF32, activation_dtype()}));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchLayerNorm(x.as<float>(), static_cast<int>(T), static_cast<int>(C),
+                                    gamma.as<float>(), beta.as<float>(), eps, out.data, out.dtype,
+                                    stream_),
+                    "LayerNorm");
+}
+
+absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Tensor* bias,
+                                 Epilogue epilogue, const Tensor& out) {
+  const auto& w = static_cast<const CudaWeight&>(weight);
+  const int K = w.k(), N = w.n();
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, K, {DType::kF32, w.dtype()}));
+  const int M = static_cast<int>(x.rows);
+  if (epilogue == Epilogue::kBiasGelu) {
+    FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "out", out, M, N, {DType::kF32, activation_dtype()}));
+  } else {
+    FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "out", out, M, N, {DType::kF32}));
+  }
+  if (bias != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "bias", *bias, 1, N, {DType::kF32}));
+  if (M == 0) return absl::OkStatus();
+  FLOVER_RETURN_IF_ERROR(Activate());
+  const void* in = x.data;
+  if (x.dtype != w.dtype()) {  // f32 inputs rounded to the weights' type, as the CPU rounds them
+    auto s = Scratch(kConvertedInput, size_t(M) * K * DTypeBytes(w.dtype()));
+    if (!s.ok()) return s.status();
+    FLOVER_RETURN_IF_ERROR(CudaStatus(
+        LaunchConvert(x.as<float>(), int64_t{M} * K, *s, w.dtype(), stream_), "Linear input"));
+    in = *s;
+  }
+  const float* b = bias != nullptr ? bias->as<float>() : nullptr;
+  switch (epilogue) {
+    case Epilogue::kBias:
+      return gemm_->Run(in, M, w.data(), N, K, w.dtype(), b, false, out.as<float>());
+    case Epilogue::kBiasResidual:
+      return gemm_->Run(in, M, w.data(), N, K, w.dtype(), b, true, out.as<float>());
+    case Epilogue::kBiasGelu: {
+      float* pre = out.as<float>();
+      if (out.dtype != DType::kF32) {
+        auto s = Scratch(kGemmOutput, size_t(M) * N * sizeof(float));
+        if (!s.ok()) return s.status();
+        pre = static_cast<float*>(*s);
+      }
+      FLOVER_RETURN_IF_ERROR(gemm_->Run(in, M, w.data(), N, K, w.dtype(), b, false, pre));
+      return CudaStatus(LaunchGelu(pre, int64_t{M} * N, out.data, out.dtype, stream_), "gelu");
+    }
+  }
+  return absl::InvalidArgumentError("Linear: unknown epilogue");
+}
+
+absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                                    const Tensor& out) {
+  const int64_t HD = int64_t{kv.heads} * kv.head_dim;
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable("Attention", seqs, &kv));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "qkv", qkv, seqs.num_rows, 3 * HD, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(
+      CheckTensor("Attention", "out", out, seqs.num_rows, HD, {DType::kF32, activation_dtype()}));
+  if (kv.dtype != kv_) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: the KV layer holds ", KvDtypeName(kv.dtype),
+                                                   ", this backend keeps ", KvDtypeName(kv_)));
+  }
+  if (kv.head_dim % 32 != 0 || kv.head_dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention: head dim ", kv.head_dim, " is not a multiple of 32 up to ", kMaxHeadDim,
+        " (what the CUDA attention kernel takes)"));
+  }
+  if (seqs.num_rows == 0) return absl::OkStatus();
+  FLOVER_RETURN_IF_ERROR(Activate());
+  const int32_t* table = seqs.device.as<int32_t>();
+  FLOVER_RETURN_IF_ERROR(CudaStatus(
+      LaunchKvAppend(qkv.as<float>(), table, seqs.num_seqs, seqs.num_rows, kv, stream_), "KV append"));
+  float* work = nullptr;
+  const int64_t floats =
+      AttentionWorkspaceFloats(seqs.num_rows, kv.heads, kv.head_dim, seqs.max_context);
+  if (floats > 0) {
+    auto s = Scratch(kAttentionWork, size_t(floats) * sizeof(float));
+    if (!s.ok()) return s.status();
+    work = static_cast<float*>(*s);
+  }
+  return CudaStatus(LaunchAttention(qkv.as<float>(), table, seqs.num_seqs, seqs.num_rows,
+                                    seqs.max_context, kv, out.data, out.dtype, work, stream_),
+                    "Attention");
+}
+
+absl::Status CudaBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable("GatherLastRows", seqs, nullptr));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "x", x, seqs.num_rows, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "out", out, seqs.num_seqs, x.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchGatherLastRows(x.as<float>(), seqs.device.as<int32_t>(), seqs.num_seqs,
+                                         static_cast<int>(x.cols), out.as<float>(), stream_),
+                    "GatherLastRows");
+}
+
+absl::Status CudaBackend::MoveKvSlot(const KvLayer& kv, int from, int to, int len) {
+  FLOVER_RETURN_IF_ERROR(CheckKvMove(kv, from, to, len));
+  if (from == to || len <= 0) return absl::OkStatus();
+  FLOVER_RETURN_IF_ERROR(Activate());
+  // Device-to-device copies, one 2D copy per tensor: every head's filled
+  // positions (keys: the whole blocks holding them), heads head_stride apart.
+  const size_t e = KvDtypeBytes(kv.dtype);
+  const size_t pitch = size_t(kv.head_stride()) * e;
+  const int64_t key_blocks = (len + KvLayer::kKeyBlock - 1) / KvLayer::kKeyBlock;
+  const size_t key_bytes = size_t(key_blocks) * kv.head_dim * KvLayer::kKeyBlock * e;
+  const size_t value_bytes = size_t(len) * kv.head_dim * e;
+  char* k = static_cast<char*>(kv.k);
+  char* v = static_cast<char*>(kv.v);
+  const size_t src = size_t(from) * kv.slot_stride() * e, dst = size_t(to) * kv.slot_stride() * e;
+  FLOVER_RETURN_IF_ERROR(CudaStatus(cudaMemcpy2DAsync(k + dst, pitch, k + src, pitch, key_bytes,
+                                                      kv.heads, cudaMemcpyDeviceToDevice, stream_),
+                                    "MoveKvSlot keys"));
+  return CudaStatus(cudaMemcpy2DAsync(v + dst, pitch, v + src, pitch, value_bytes, kv.heads,
+                                      cudaMemcpyDeviceToDevice, stream_),
+                    "MoveKvSlot values");
+}
+
+absl::StatusOr<double> CudaBackend::GemmTflops(int M, int N, int K, MatmulDtype dtype) {
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return gemm_->MeasureLibraryTflops(M, N, K, ToDType(dtype));
+}
+
+absl::StatusOr<double> CudaBackend::CopyGBs(int64_t bytes) {
+  FLOVER_RETURN_IF_ERROR(Activate());
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(a);
+    return absl::ResourceExhaustedError("no device memory for the copy roofline");
+  }
+  cudaMemsetAsync(a, 0, bytes, stream_);
+  cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_);  // warm-up
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  constexpr int kCopies = 10;
+  cudaEventRecord(start, stream_);
+  for (int i = 0; i < kCopies; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_);
+  cudaEventRecord(stop, stream_);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  FLOVER_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "copy roofline"));
+  return double(bytes) * kCopies / (ms / 1e3) / 1e9;
+}
+
+}  // namespace flover::kernels::cuda

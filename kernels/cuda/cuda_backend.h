@@ -1,0 +1,88 @@
+// The CUDA backend: one GPU, one stream, device memory for everything
+// (weights uploaded once in the matmul dtype, activations, the KV arena,
+// work space), cuBLASLt for the linear layers with one algorithm per weight
+// shape (batch-invariant), our kernels for the rest. Built into
+// libflover_cuda.so and loaded on demand by kernels/backend_factory; no other
+// part of Flover links the CUDA libraries.
+#ifndef FLOVER_KERNELS_CUDA_CUDA_BACKEND_H_
+#define FLOVER_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_gemm.h"
+
+namespace flover::kernels::cuda {
+
+// cudaSuccess, or an error naming `what` (ResourceExhausted for memory).
+absl::Status CudaStatus(cudaError_t error, const std::string& what);
+
+class CudaBackend final : public Backend, private Roofline {
+ public:
+  // The GPU options.device names ("cuda" is "cuda:0"). FailedPrecondition,
+  // in one line, when there is no driver, no GPU or no such GPU.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const BackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  DeviceInfo Device() const override;
+  MatmulDtype matmul_dtype() const override { return matmul_; }
+  KvDtype kv_dtype() const override { return kv_; }
+  DType activation_dtype() const override { return ToDType(matmul_); }
+
+  absl::StatusOr<Buffer> Allocate(DType dtype, int64_t rows, int64_t cols) override;
+  void Free(void* data) override;
+  absl::Status Upload(const void* host, const Tensor& dst) override;
+  absl::Status Download(const Tensor& src, void* host) override;
+  absl::Status Synchronize() override;
+  void* stream() override { return stream_; }
+  kernels::Roofline* roofline() override { return this; }
+
+  absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(const float* w, int K, int N,
+                                                        WeightLayout layout) override;
+  absl::Status PrepareLinear(const Weight& w, int max_rows, bool has_bias,
+                             Epilogue epilogue) override;
+
+  absl::Status Embed(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
+                     int vocab_begin, const Tensor* wpe, const Tensor& out) override;
+  absl::Status Add(const Tensor& x, const Tensor& out) override;
+  absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                         const Tensor& out) override;
+  absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
+                      const Tensor& out) override;
+  absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                         const Tensor& out) override;
+  absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) override;
+  absl::Status MoveKvSlot(const KvLayer& kv, int from, int to, int len) override;
+
+ private:
+  CudaBackend(int ordinal, MatmulDtype matmul, KvDtype kv) : ordinal_(ordinal), matmul_(matmul), kv_(kv) {}
+  // Makes this backend's GPU current on the calling thread (the engine
+  // loop runs on its own thread).
+  absl::Status Activate() const;
+  // `bytes` of scratch (f32 GEMM output before gelu, inputs converted to
+  // the matmul dtype, attention partials), grown as needed and kept.
+  absl::StatusOr<void*> Scratch(int slot, size_t bytes);
+
+  // Roofline.
+  absl::StatusOr<double> GemmTflops(int M, int N, int K, MatmulDtype dtype) override;
+  absl::StatusOr<double> CopyGBs(int64_t bytes) override;
+
+  int ordinal_;
+  MatmulDtype matmul_;
+  KvDtype kv_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<LtGemm> gemm_;
+  static constexpr int kScratchSlots = 3;
+  void* scratch_[kScratchSlots] = {};
+  size_t scratch_bytes_[kScratchSlots] = {};
+};
+
+}  // namespace flover::kernels::cuda
+
+#endif  // FLOVER_KERNELS_CUDA_CUDA_BACKEND_H_

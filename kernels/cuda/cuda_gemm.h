@@ -1,0 +1,71 @@
+// The linear layers' GEMMs on cuBLASLt, batch-invariant: for each weight
+// shape and epilogue ONE algorithm is chosen (cuBLASLt's heuristic at a
+// fixed representative row count, split-K excluded, checked valid for every
+// row count) and kept for every call, so a row's result never depends on how
+// many rows share the call. cuBLASLt's own choice per row count (faster at
+// some sizes) would switch tiles and K splits with M and break that.
+//
+// Layout: weights are stored [N, K] row-major (one row per output) in their
+// dtype; x is [M, K] row-major in the same dtype; out is f32 [M, N]. In
+// cuBLAS's column-major terms out^T = W x^T with W transposed ("TN").
+#ifndef FLOVER_KERNELS_CUDA_CUDA_GEMM_H_
+#define FLOVER_KERNELS_CUDA_CUDA_GEMM_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "absl/status/statusor.h"
+#include "kernels/tensor.h"
+
+namespace flover::kernels::cuda {
+
+absl::Status LtStatus(cublasStatus_t status, const char* what);
+
+class LtGemm {
+ public:
+  // Work space for the algorithms (no split-K reduction needs much).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  // The row count algorithms are chosen for.
+  static constexpr int kRepresentativeRows = 256;
+
+  static absl::StatusOr<std::unique_ptr<LtGemm>> Create(cudaStream_t stream);
+  ~LtGemm();
+
+  // out: f32 [M, N] (=|+=) x: [M, K] @ w^T + bias, with w: [N, K] and x in
+  // `dtype` (f32, bf16 or f16), bias f32 [N] or null; `accumulate` adds to
+  // what out holds (the fused residual). Chooses the algorithm on first use.
+  absl::Status Run(const void* x, int M, const void* w, int N, int K, DType dtype,
+                   const float* bias, bool accumulate, float* out);
+
+  // Chooses (once) the algorithm for this shape, so Run never searches.
+  absl::Status Prepare(int N, int K, DType dtype, bool has_bias);
+
+  // TFLOP/s of cuBLASLt's own heuristic choice at exactly [M, K] x [K, N]
+  // (the library's speed, not ours), timed over repeated calls.
+  absl::StatusOr<double> MeasureLibraryTflops(int M, int N, int K, DType dtype);
+
+ private:
+  using Key = std::tuple<int, int, DType, bool>;  // N, K, dtype, has_bias
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  LtGemm(cudaStream_t stream, cublasLtHandle_t handle, void* workspace)
+      : stream_(stream), handle_(handle), workspace_(workspace) {}
+  absl::StatusOr<Plan*> PlanFor(int N, int K, DType dtype, bool has_bias);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_;
+  void* workspace_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace flover::kernels::cuda
+
+#endif  // FLOVER_KERNELS_CUDA_CUDA_GEMM_H_

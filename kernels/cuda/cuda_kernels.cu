@@ -1,0 +1,452 @@
+// CUDA kernels of the backend (see cuda_kernels.h). Every reduction here runs
+// in an order fixed by the row's own sizes: per-thread sums in index order,
+// then a fixed shuffle tree, then warps in index order. No atomics.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace flover::kernels::cuda {
+namespace {
+
+constexpr int kElementwiseThreads = 256;
+constexpr int kAttentionThreads = 128;  // 4 warps
+constexpr int kAttentionWarps = kAttentionThreads / 32;
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// The sum (or max) of v over the block, in a fixed order, returned to every
+// thread. blockDim.x is a multiple of 32; `red` holds 32 floats.
+template <bool kMax>
+__device__ float BlockReduce(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = kMax ? WarpMax(v) : WarpSum(v);
+  __syncthreads();  // `red` may still be read from the previous reduction
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = lane < warps ? red[lane] : (kMax ? -INFINITY : 0.0f);
+  return kMax ? WarpMax(t) : WarpSum(t);
+}
+
+int Blocks(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 65535 * 16 ? (b < 1 ? 1 : b) : 65535 * 16);
+}
+
+// ---- Embedding, add, conversions ------------------------------------------
+
+__global__ void EmbedKernel(const int32_t* tokens, const int32_t* positions, const float* wte,
+                            int vocab_begin, int vocab_rows, const float* wpe, int C, float* out) {
+  const int t = blockIdx.x;
+  const int token = tokens[t] - vocab_begin;
+  const bool here = token >= 0 && token < vocab_rows;
+  const float* e = wte + static_cast<int64_t>(here ? token : 0) * C;
+  const float* p = wpe != nullptr ? wpe + static_cast<int64_t>(positions[t]) * C : nullptr;
+  float* o = out + static_cast<int64_t>(t) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float v = here ? e[c] : 0.0f;
+    if (p != nullptr) v += p[c];
+    o[c] = v;
+  }
+}
+
+__global__ void AddKernel(const float* x, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] += x[i];
+  }
+}
+
+template <typename OutT>
+__global__ void ConvertKernel(const float* x, int64_t n, OutT* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = FromFloat<OutT>(x[i]);
+  }
+}
+
+// gelu_new(x) = 0.5 x (1 + tanh(u)) written as x / (1 + e^(-2u)), as the CPU
+// backend writes it (full relative precision for negative x).
+template <typename OutT>
+__global__ void GeluKernel(const float* x, int64_t n, OutT* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    out[i] = FromFloat<OutT>(v / (1.0f + expf(-2.0f * u)));
+  }
+}
+
+// ---- LayerNorm ------------------------------------------------------------
+
+template <typename OutT>
+__global__ void LayerNormKernel(const float* x, int C, const float* gamma, const float* beta,
+                                float eps, OutT* out) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+  const float mean = BlockReduce<false>(s, red) / C;
+  float v = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float d = xr[c] - mean;
+    v += d * d;
+  }
+  const float rstd = 1.0f / sqrtf(BlockReduce<false>(v, red) / C + eps);
+  OutT* o = out + row * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    o[c] = FromFloat<OutT>((xr[c] - mean) * rstd * gamma[c] + beta[c]);
+  }
+}
+
+// ---- KV cache and attention -------------------------------------------------
+
+// The sequence holding batch row `row`: seqs are ordered by their first row.
+__device__ __forceinline__ int FindSeq(const int32_t* seqs, int num_seqs, int row) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (seqs[mid * 4 + 3] <= row) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// KvLayer's addressing, for device code.
+struct KvView {
+  int64_t slot_stride, head_stride;
+  int head_dim;
+
+  __device__ int64_t Head(int slot, int head) const {
+    return slot * slot_stride + head * head_stride;
+  }
+  __device__ int64_t Key(int d, int pos) const {
+    return static_cast<int64_t>(pos / KvLayer::kKeyBlock) * head_dim * KvLayer::kKeyBlock +
+           d * KvLayer::kKeyBlock + pos % KvLayer::kKeyBlock;
+  }
+  __device__ int64_t Value(int d, int pos) const { return static_cast<int64_t>(pos) * head_dim + d; }
+};
+
+KvView ViewOf(const KvLayer& kv) { return KvView{kv.slot_stride(), kv.head_stride(), kv.head_dim}; }
+
+// grid (T, H), block D: row t's K and V of head h into its slot.
+template <typename KT>
+__global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H,
+                               KvView kv, KT* keys, KT* values) {
+  const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int s = FindSeq(seqs, num_seqs, row);
+  const int slot = seqs[s * 4], pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
+  const int D = kv.head_dim;
+  const int64_t HD = static_cast<int64_t>(H) * D;
+  const float* r = qkv + row * 3 * HD;
+  const int64_t base = kv.Head(slot, h);
+  keys[base + kv.Key(d, pos)] = FromFloat<KT>(r[HD + h * D + d]);
+  values[base + kv.Value(d, pos)] = FromFloat<KT>(r[2 * HD + h * D + d]);
+}
+
+// grid (T, H, chunks), kAttentionThreads threads: row t, head h, positions
+// [c * kAttentionChunk, ...) of its context. A context of one chunk is
+// finished here (normalized weights, then the weighted sum, as the CPU
+// does); a longer one leaves per-chunk (output, max, sum) in `work` for
+// AttentionMergeKernel.
+template <typename KT, typename OutT>
+__global__ void __launch_bounds__(kAttentionThreads)
+    AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, KvView kv,
+                    const KT* keys, const KT* values, OutT* out, float* work, int max_chunks) {
+  __shared__ float q[kMaxHeadDim];
+  __shared__ float weights[kAttentionChunk];
+  __shared__ float red[32];
+  __shared__ float partial[kAttentionWarps][kMaxHeadDim];
+
+  const int row = blockIdx.x, h = blockIdx.y, chunk = blockIdx.z;
+  const int s = FindSeq(seqs, num_seqs, row);
+  const int slot = seqs[s * 4], pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
+  const int n = pos + 1;
+  const int chunks = (n + kAttentionChunk - 1) / kAttentionChunk;
+  if (chunk >= chunks) return;  // the whole block: this row's context is shorter
+  const int p0 = chunk * kAttentionChunk;
+  const int len = min(n - p0, kAttentionChunk);
+  const int D = kv.head_dim;
+  const int64_t HD = static_cast<int64_t>(H) * D;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+
+  for (int d = tid; d < D; d += kAttentionThreads) q[d] = qkv[row * 3 * HD + h * D + d] * scale;
+  __syncthreads();
+
+  // Scores: a warp takes 32 consecutive positions, one key block, so each
+  // dim's 32 keys are one coalesced read.
+  const int64_t base = kv.Head(slot, h);
+  const KT* k_head = keys + base;
+  float local_max = -INFINITY;
+  for (int j = tid; j < len; j += kAttentionThreads) {
+    const int p = p0 + j;
+    const KT* k = k_head + kv.Key(0, p);
+    float acc = 0.0f;
+    for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kKeyBlock]), acc);
+    weights[j] = acc;
+    local_max = fmaxf(local_max, acc);
+  }
+  const float mx = BlockReduce<true>(local_max, red);
+  float local_sum = 0.0f;
+  for (int j = tid; j < len; j += kAttentionThreads) {
+    const float e = expf(weights[j] - mx);
+    weights[j] = e;
+    local_sum += e;
+  }
+  const float sum = BlockReduce<false>(local_sum, red);
+  if (chunks == 1) {
+    const float inv = 1.0f / sum;
+    for (int j = tid; j < len; j += kAttentionThreads) weights[j] *= inv;
+  }
+  __syncthreads();
+
+  // Weighted sum of values: warp w takes positions w, w + 4, ... in order;
+  // lane l dims l, l + 32, ...; the warps' parts are then added in order.
+  constexpr int kDimsPerLane = kMaxHeadDim / 32;
+  float acc[kDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
+  const KT* v_head = values + base;
+  for (int j = warp; j < len; j += kAttentionWarps) {
+    const float w = weights[j];
+    const KT* v = v_head + kv.Value(0, p0 + j);
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) acc[i] = fmaf(w, ToFloat(v[d]), acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) partial[warp][d] = acc[i];
+  }
+  __syncthreads();
+  for (int d = tid; d < D; d += kAttentionThreads) {
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kAttentionWarps; ++w) o += partial[w][d];
+    if (chunks == 1) {
+      out[row * HD + h * D + d] = FromFloat<OutT>(o);
+    } else {
+      float* part = work + ((static_cast<int64_t>(row) * H + h) * max_chunks + chunk) * (D + 2);
+      part[d] = o;
+      if (d == 0) {
+        part[D] = mx;
+        part[D + 1] = sum;
+      }
+    }
+  }
+}
+
+// grid (T, H), block D: rows whose context took several chunks merge them,
+// chunk after chunk: o = sum_c o_c e^(m_c - m) / sum_c l_c e^(m_c - m).
+template <typename OutT>
+__global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, int D,
+                                     const float* work, int max_chunks, OutT* out) {
+  const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int s = FindSeq(seqs, num_seqs, row);
+  const int n = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]) + 1;
+  const int chunks = (n + kAttentionChunk - 1) / kAttentionChunk;
+  if (chunks == 1) return;
+  const float* parts = work + (static_cast<int64_t>(row) * H + h) * max_chunks * (D + 2);
+  float m = -INFINITY;
+  for (int c = 0; c < chunks; ++c) m = fmaxf(m, parts[c * (D + 2) + D]);
+  float l = 0.0f, o = 0.0f;
+  for (int c = 0; c < chunks; ++c) {
+    const float* part = parts + c * (D + 2);
+    const float scale = expf(part[D] - m);
+    l += part[D + 1] * scale;
+    o += part[d] * scale;
+  }
+  out[static_cast<int64_t>(row) * H * D + h * D + d] = FromFloat<OutT>(o / l);
+}
+
+__global__ void GatherLastRowsKernel(const float* x, const int32_t* seqs, int C, float* out) {
+  const int s = blockIdx.x;
+  const int64_t row = seqs[s * 4 + 3] + seqs[s * 4 + 2] - 1;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) out[s * int64_t{C} + c] = x[row * C + c];
+}
+
+template <typename KT, typename OutT>
+cudaError_t Attend(const float* qkv, const int32_t* seqs, int num_seqs, int T, int max_context,
+                   const KvLayer& kv, void* out, float* work, cudaStream_t stream) {
+  const int chunks = (max_context + kAttentionChunk - 1) / kAttentionChunk;
+  const KvView view = ViewOf(kv);
+  AttentionKernel<KT, OutT><<<dim3(T, kv.heads, chunks), kAttentionThreads, 0, stream>>>(
+      qkv, seqs, num_seqs, kv.heads, view, static_cast<const KT*>(kv.k),
+      static_cast<const KT*>(kv.v), static_cast<OutT*>(out), work, chunks);
+  if (chunks > 1) {
+    AttentionMergeKernel<OutT><<<dim3(T, kv.heads), kv.head_dim, 0, stream>>>(
+        seqs, num_seqs, kv.heads, kv.head_dim, work, chunks, static_cast<OutT*>(out));
+  }
+  return cudaGetLastError();
+}
+
+template <typename KT>
+cudaError_t AttendKv(const float* qkv, const int32_t* seqs, int num_seqs, int T, int max_context,
+                     const KvLayer& kv, void* out, DType out_dtype, float* work,
+                     cudaStream_t stream) {
+  switch (out_dtype) {
+    case DType::kF32:
+      return Attend<KT, float>(qkv, seqs, num_seqs, T, max_context, kv, out, work, stream);
+    case DType::kBF16:
+      return Attend<KT, __nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, kv, out, work, stream);
+    case DType::kF16:
+      return Attend<KT, __half>(qkv, seqs, num_seqs, T, max_context, kv, out, work, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, const float* wte,
+                        int vocab_begin, int vocab_rows, const float* wpe, int C, float* out,
+                        cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  EmbedKernel<<<T, kElementwiseThreads, 0, stream>>>(tokens, positions, wte, vocab_begin,
+                                                     vocab_rows, wpe, C, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLayerNorm(const float* x, int T, int C, const float* gamma, const float* beta,
+                            float eps, void* out, DType out_dtype, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  switch (out_dtype) {
+    case DType::kF32:
+      LayerNormKernel<float><<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, beta, eps,
+                                                                    static_cast<float*>(out));
+      break;
+    case DType::kBF16:
+      LayerNormKernel<__nv_bfloat16><<<T, kElementwiseThreads, 0, stream>>>(
+          x, C, gamma, beta, eps, static_cast<__nv_bfloat16*>(out));
+      break;
+    case DType::kF16:
+      LayerNormKernel<__half><<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, beta, eps,
+                                                                     static_cast<__half*>(out));
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,
+                          cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int blocks = Blocks(n, kElementwiseThreads);
+  switch (out_dtype) {
+    case DType::kBF16:
+      ConvertKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
+      break;
+    case DType::kF16:
+      ConvertKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__half*>(out));
+      break;
+    case DType::kF32:
+      ConvertKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<float*>(out));
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGelu(const float* x, int64_t n, void* out, DType out_dtype, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int blocks = Blocks(n, kElementwiseThreads);
+  switch (out_dtype) {
+    case DType::kF32:
+      GeluKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<float*>(out));
+      break;
+    case DType::kBF16:
+      GeluKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
+      break;
+    case DType::kF16:
+      GeluKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__half*>(out));
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, int num_seqs, int T,
+                           const KvLayer& kv, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  const dim3 grid(T, kv.heads);
+  if (kv.dtype == KvDtype::kBF16) {
+    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(qkv, seqs, num_seqs, kv.heads, ViewOf(kv),
+                                                     static_cast<__nv_bfloat16*>(kv.k),
+                                                     static_cast<__nv_bfloat16*>(kv.v));
+  } else {
+    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(qkv, seqs, num_seqs, kv.heads, ViewOf(kv),
+                                                     static_cast<float*>(kv.k),
+                                                     static_cast<float*>(kv.v));
+  }
+  return cudaGetLastError();
+}
+
+int64_t AttentionWorkspaceFloats(int T, int heads, int head_dim, int max_context) {
+  const int chunks = (max_context + kAttentionChunk - 1) / kAttentionChunk;
+  return chunks > 1 ? static_cast<int64_t>(T) * heads * chunks * (head_dim + 2) : 0;
+}
+
+cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, int num_seqs, int T,
+                            int max_context, const KvLayer& kv, void* out, DType out_dtype,
+                            float* workspace, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  if (kv.head_dim % 32 != 0 || kv.head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  if (kv.dtype == KvDtype::kBF16) {
+    return AttendKv<__nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, kv, out, out_dtype,
+                                   workspace, stream);
+  }
+  return AttendKv<float>(qkv, seqs, num_seqs, T, max_context, kv, out, out_dtype, workspace,
+                         stream);
+}
+
+cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,
+                                 cudaStream_t stream) {
+  if (S == 0) return cudaSuccess;
+  GatherLastRowsKernel<<<S, kElementwiseThreads, 0, stream>>>(x, seqs, C, out);
+  return cudaGetLastError();
+}
+
+}  // namespace flover::kernels::cuda

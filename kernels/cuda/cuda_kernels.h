@@ -1,0 +1,73 @@
+// The CUDA kernels of the backend, behind plain launch functions (in the
+// manner of FasterTransformer's invokeX(..., stream)): each enqueues its work
+// on `stream` and returns the launch's error. Shapes are in comments; every
+// pointer is device memory. Compiled by nvcc (cuda_kernels.cu); this header
+// is plain C++ for the backend's host code.
+//
+// Batch invariance: every kernel computes a row's result with a reduction
+// order fixed by that row's own sizes (C, D, its context length), never by
+// the batch around it, and no reduction uses atomics.
+#ifndef FLOVER_KERNELS_CUDA_CUDA_KERNELS_H_
+#define FLOVER_KERNELS_CUDA_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/kv_layer.h"
+#include "kernels/tensor.h"
+
+namespace flover::kernels::cuda {
+
+// Positions one attention block scores before its context is split into
+// chunks that are merged afterwards (flash-decoding style). Fixed, so where
+// a row's context splits depends only on its length.
+inline constexpr int kAttentionChunk = 1024;
+// Head dims the attention kernel takes: multiples of 32 up to this.
+inline constexpr int kMaxHeadDim = 256;
+
+// out: f32 [T, C] = wte[tokens[t] - vocab_begin] (zero outside
+// [vocab_begin, vocab_begin + vocab_rows)) + wpe[positions[t]] (if wpe).
+cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, const float* wte,
+                        int vocab_begin, int vocab_rows, const float* wpe, int C, float* out,
+                        cudaStream_t stream);
+
+// out: f32 [n] += x: f32 [n].
+cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream);
+
+// out: [T, C] of out_dtype (f32, bf16 or f16) = layernorm of x: f32 [T, C].
+cudaError_t LaunchLayerNorm(const float* x, int T, int C, const float* gamma, const float* beta,
+                            float eps, void* out, DType out_dtype, cudaStream_t stream);
+
+// out: [n] of out_dtype = x: f32 [n], rounded to nearest even.
+cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,
+                          cudaStream_t stream);
+
+// out: [n] of out_dtype = gelu_new(x: f32 [n]) (tanh form), rounded to
+// nearest even.
+cudaError_t LaunchGelu(const float* x, int64_t n, void* out, DType out_dtype, cudaStream_t stream);
+
+// Writes the K and V of every row of qkv: f32 [T, 3 * H * D] into `kv` at
+// (its sequence's slot, head, position). seqs: i32 [num_seqs, 4] (slot, pos,
+// len, row), ordered by row.
+cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, int num_seqs, int T,
+                           const KvLayer& kv, cudaStream_t stream);
+
+// Floats of work space LaunchAttention needs for T rows whose longest
+// context is max_context (partial results of split contexts).
+int64_t AttentionWorkspaceFloats(int T, int heads, int head_dim, int max_context);
+
+// Causal attention of every row of qkv over positions [0, its position] of
+// its sequence's slot (after LaunchKvAppend). out: [T, H * D] of out_dtype.
+// workspace: AttentionWorkspaceFloats(...) floats.
+cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, int num_seqs, int T,
+                            int max_context, const KvLayer& kv, void* out, DType out_dtype,
+                            float* workspace, cudaStream_t stream);
+
+// out: f32 [S, C] = x row (row + len - 1) of each sequence. x: f32 [T, C].
+cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,
+                                 cudaStream_t stream);
+
+}  // namespace flover::kernels::cuda
+
+#endif  // FLOVER_KERNELS_CUDA_CUDA_KERNELS_H_

@@ -1,0 +1,18 @@
+// The entry points of libflover_cuda.so, found by kernels/backend_factory
+// with dlsym. Everything else in the module is reached through the Backend
+// the factory gets back.
+#include "kernels/backend.h"
+#include "kernels/backend_module.h"
+#include "kernels/cuda/cuda_backend.h"
+
+extern "C" int flover_backend_abi_version() { return flover::kernels::kBackendAbiVersion; }
+
+extern "C" flover::kernels::Backend* flover_create_backend(
+    const flover::kernels::BackendOptions* options, absl::Status* error) {
+  auto backend = flover::kernels::cuda::CudaBackend::Create(*options);
+  if (!backend.ok()) {
+    *error = backend.status();
+    return nullptr;
+  }
+  return backend->release();
+}
