@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "kernels/backend_factory.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "proto/flover.grpc.pb.h"
 #include "tests/server/server_process.h"
@@ -98,6 +99,9 @@ TEST_F(ServerTest, GeneratesAndReportsModelInfo) {
   EXPECT_EQ(info.scheduler(), "fusion");
   EXPECT_EQ(info.matmul_dtype(), "f32");
   EXPECT_EQ(info.kv_dtype(), "f32");
+  EXPECT_EQ(info.device(), "cpu");
+  EXPECT_NE(info.device_name().find("threads"), std::string::npos) << info.device_name();
+  EXPECT_EQ(info.device_memory_bytes(), 0u);
 
   grpc::ClientContext gctx;
   auto reader = stub_->Generate(&gctx, Ids({1, 2, 3}, 12));
@@ -321,6 +325,22 @@ TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
   }
   EXPECT_EQ(lines, 6);
   EXPECT_EQ(with_text, 3);  // lines alternate between the two prompts
+}
+
+// Device flags that cannot run stop the server at start: an unknown device,
+// f16 on the CPU, tensor parallelism on CUDA (no NCCL communicator yet) and,
+// on a host without a GPU, --device=cuda.
+TEST_F(ServerTest, DevicesThatCannotRunStopTheServer) {
+  std::vector<std::vector<std::string>> bad = {
+      {"--device=tpu"}, {"--dtype=f16"}, {"--device=cuda", "--tp=2"}};
+  kernels::BackendOptions cuda;
+  cuda.device = "cuda";
+  if (!kernels::CreateBackend(cuda).ok()) bad.push_back({"--device=cuda"});
+  for (const auto& flags : bad) {
+    std::vector<std::string> args = {g_server, "--model=builtin:tiny", "--listen=127.0.0.1:0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    EXPECT_NE(testing::RunCommand(args, std::chrono::seconds(60)), 0) << flags[0];
+  }
 }
 
 // --dtype=bf16 and --kv_dtype=bf16 are reported, the KV cache is half the
