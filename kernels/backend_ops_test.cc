@@ -20,6 +20,7 @@
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/testing/required_devices.h"
 
 namespace flover::kernels {
 namespace {
@@ -165,6 +166,11 @@ std::unique_ptr<Dev> MakeDev(const std::string& device, MatmulDtype matmul, KvDt
   auto b = CreateBackend(o);
   if (!b.ok()) {
     *skip = std::string(b.status().message());
+    // A device that must run here fails the test; a dtype it does not
+    // offer (f16 on the CPU) is still a skip.
+    if (testing::DeviceRequired(device) && skip->find("--dtype=") == std::string::npos) {
+      ADD_FAILURE() << device << " is required here (FLOVER_REQUIRE_DEVICES): " << *skip;
+    }
     return nullptr;
   }
   return std::make_unique<Dev>(std::move(*b));

@@ -14,6 +14,7 @@
 #include "engine/gpt_model.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
+#include "kernels/testing/required_devices.h"
 
 namespace flover::testing {
 
@@ -30,7 +31,8 @@ T ValueOrDie(absl::StatusOr<T> v, const char* what) {
 
 // The backend for `device` ("cpu", "cuda"), or null with `*skip` set when
 // this build or host cannot run it: no CUDA module, no GPU, a dtype the CPU
-// has no fast kernel for. Any other error fails the test.
+// has no fast kernel for. Any other error fails the test, and so does any
+// error at all for a device in FLOVER_REQUIRE_DEVICES.
 inline std::unique_ptr<kernels::Backend> BackendForTest(
     const std::string& device, std::string* skip,
     kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
@@ -42,7 +44,11 @@ inline std::unique_ptr<kernels::Backend> BackendForTest(
   auto backend = kernels::CreateBackend(options);
   if (backend.ok()) return std::move(*backend);
   const absl::StatusCode code = backend.status().code();
-  if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kFailedPrecondition ||
+  const bool unsupported_dtype = backend.status().message().find("--dtype=") != std::string::npos;
+  if (DeviceRequired(device) && !unsupported_dtype) {
+    ADD_FAILURE() << device << " is required here (FLOVER_REQUIRE_DEVICES): " << backend.status();
+    *skip = "required device failed";
+  } else if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kFailedPrecondition ||
       code == absl::StatusCode::kUnimplemented) {
     *skip = std::string(backend.status().message());
   } else {
