@@ -42,6 +42,7 @@ class TimingCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override {
     return Timed([&] { return inner_.Broadcast(data, bytes, root); });
   }
+  void Abort(int code) override { inner_.Abort(code); }
   absl::Status GatherToLeader(const kernels::Tensor& local, std::vector<float>* out) override {
     return Timed([&] { return inner_.GatherToLeader(local, out); });
   }

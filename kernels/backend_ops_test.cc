@@ -20,34 +20,15 @@
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/testing/numerics.h"
 #include "kernels/testing/required_devices.h"
 
 namespace flover::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Max |a - b| / max(1, max |b|).
-template <typename B>
-double RelErr(const std::vector<float>& a, const std::vector<B>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double max_diff = 0, max_ref = 1;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    max_diff = std::max(max_diff, std::abs(double{a[i]} - double{b[i]}));
-    max_ref = std::max(max_ref, std::abs(double{b[i]}));
-  }
-  return max_diff / max_ref;
-}
-
-double GeluRef(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+using testing::GeluRef;
+using testing::RelErr;
+using testing::Random;
 
 // f rounded to nearest even in `dtype` (f32: unchanged), written here from
 // the definition: a multiple of the quantum at f's binade. Values stay far

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/status_macros.h"
 
 namespace flover::kernels {
 
@@ -65,6 +66,63 @@ absl::Status CheckKvMove(const KvLayer& kv, int from, int to, int len) {
         " does not fit the KV cache (", kv.slots, " slots x ", kv.max_seq, " positions)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
+                            const Tensor* wpe, const Tensor& out) {
+  const int64_t T = tokens.cols, C = wte_rows.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "tokens", tokens, 1, kAnySize, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "positions", positions, 1, T, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(
+      CheckTensor("Embed", "wte_rows", wte_rows, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "out", out, T, C, {DType::kF32}));
+  if (wpe != nullptr) return CheckTensor("Embed", "wpe", *wpe, kAnySize, C, {DType::kF32});
+  return absl::OkStatus();
+}
+
+absl::Status CheckAddArgs(const Tensor& x, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "out", out, kAnySize, kAnySize, {DType::kF32}));
+  return CheckTensor("Add", "x", x, out.rows, out.cols, {DType::kF32});
+}
+
+absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& out, DType act) {
+  const int64_t T = x.rows, C = x.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "gamma", gamma, 1, C, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "beta", beta, 1, C, {DType::kF32}));
+  return CheckTensor("LayerNorm", "out", out, T, C, {DType::kF32, act});
+}
+
+absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,
+                             Epilogue epilogue, const Tensor& out, DType x_dtype, DType act) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, w.k(), {DType::kF32, x_dtype}));
+  const DType out_dtype = epilogue == Epilogue::kBiasGelu ? act : DType::kF32;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "out", out, x.rows, w.n(), {DType::kF32, out_dtype}));
+  if (bias != nullptr) return CheckTensor("Linear", "bias", *bias, 1, w.n(), {DType::kF32});
+  return absl::OkStatus();
+}
+
+absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                                const Tensor& out, KvDtype kv_dtype, DType act) {
+  const int64_t HD = int64_t{kv.heads} * kv.head_dim;
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable("Attention", seqs, &kv));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "qkv", qkv, seqs.num_rows, 3 * HD, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(
+      CheckTensor("Attention", "out", out, seqs.num_rows, HD, {DType::kF32, act}));
+  if (kv.dtype != kv_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: the KV layer holds ",
+                                                   KvDtypeName(kv.dtype), ", this backend keeps ",
+                                                   KvDtypeName(kv_dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable("GatherLastRows", seqs, nullptr));
+  FLOVER_RETURN_IF_ERROR(
+      CheckTensor("GatherLastRows", "x", x, seqs.num_rows, kAnySize, {DType::kF32}));
+  return CheckTensor("GatherLastRows", "out", out, seqs.num_seqs, x.cols, {DType::kF32});
 }
 
 }  // namespace flover::kernels

@@ -27,6 +27,22 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
 // OK when [0, len) fits a slot and both slots exist.
 absl::Status CheckKvMove(const KvLayer& kv, int from, int to, int len);
 
+// Each op's arguments as backend.h states them; `act` is the backend's
+// activation dtype (outputs that feed Linear may also take it).
+absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
+                            const Tensor* wpe, const Tensor& out);
+absl::Status CheckAddArgs(const Tensor& x, const Tensor& out);
+absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& out, DType act);
+// x: [M, w.k()] of f32 or `x_dtype`; out: [M, w.n()] f32 (or `act` for
+// kBiasGelu); bias: f32 [1, w.n()] or null.
+absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,
+                             Epilogue epilogue, const Tensor& out, DType x_dtype, DType act);
+// Also that kv holds `kv_dtype`, the element type the backend keeps.
+absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                                const Tensor& out, KvDtype kv_dtype, DType act);
+absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out);
+
 }  // namespace flover::kernels
 
 #endif  // FLOVER_KERNELS_CHECKS_H_

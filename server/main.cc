@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
     const int rank = comm ? comm->world().rank : 0;
     std::fprintf(stderr, "flover_server: rank %d: %s\n", rank, std::string(st.message()).c_str());
     // No rank may be left waiting in a collective: end the whole job.
-    if (comm) flover::AbortMpiJob(1);
+    if (comm) comm->Abort(1);
     return 1;
   }
   if (comm) flover::FinalizeMpi();

@@ -38,6 +38,10 @@ class ControlChannel {
   virtual const WorldConfig& world() const = 0;
   // `bytes` of host memory from rank `root` to every rank, in place.
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
+  // Ends every rank of the job with `code`, so no peer is left waiting in a
+  // collective after this one failed. Does not return for more than one
+  // rank; the single-rank channel has no peers and returns.
+  virtual void Abort(int code) = 0;
 };
 
 class Collectives {
@@ -65,6 +69,7 @@ class LocalCommunicator final : public Communicator {
  public:
   const WorldConfig& world() const override { return world_; }
   absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
+  void Abort(int) override {}
   absl::Status AllReduceSum(const kernels::Tensor&) override { return absl::OkStatus(); }
   absl::Status GatherToLeader(const kernels::Tensor& local, std::vector<float>* out) override {
     const float* p = local.as<float>();
@@ -83,9 +88,6 @@ class LocalCommunicator final : public Communicator {
 // does not match the launch (e.g. --tp=2 without mpirun -np 2).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(int tp_size);
 
-// Ends the MPI job on every rank with `code` (used when a rank fails, so no
-// peer is left waiting in a collective).
-void AbortMpiJob(int code);
 void FinalizeMpi();
 
 }  // namespace flover

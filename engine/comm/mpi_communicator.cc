@@ -34,6 +34,8 @@ class MpiCommunicator final : public Communicator {
                  "MPI_Bcast");
   }
 
+  void Abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
+
   absl::Status GatherToLeader(const kernels::Tensor& local, std::vector<float>* out) override {
     if (local.dtype != kernels::DType::kF32) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -92,8 +94,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(int tp_size)
   w.tp_rank = w.rank;
   return std::unique_ptr<Communicator>(new MpiCommunicator(w));
 }
-
-void AbortMpiJob(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
 void FinalizeMpi() {
   int finalized = 0;

@@ -262,12 +262,8 @@ absl::Status CpuBackend::PrepareLinear(const Weight& w, int max_rows, bool has_b
 absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
                                const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
                                const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckEmbedArgs(tokens, positions, wte_rows, wpe, out));
   const int64_t T = tokens.cols, C = wte_rows.cols;
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "tokens", tokens, 1, kAnySize, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "positions", positions, 1, T, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wte_rows", wte_rows, kAnySize, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "out", out, T, C, {DType::kF32}));
-  if (wpe != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wpe", *wpe, kAnySize, C, {DType::kF32}));
   const int32_t* tok = tokens.as<int32_t>();
   const int32_t* pos = positions.as<int32_t>();
   const float* rows = wte_rows.as<float>();
@@ -298,8 +294,7 @@ absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
 }
 
 absl::Status CpuBackend::Add(const Tensor& x, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "out", out, kAnySize, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "x", x, out.rows, out.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckAddArgs(x, out));
   const float* a = x.as<float>();
   float* o = out.as<float>();
   const int64_t n = out.elements();
@@ -310,11 +305,8 @@ absl::Status CpuBackend::Add(const Tensor& x, const Tensor& out) {
 
 absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    float eps, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckLayerNormArgs(x, gamma, beta, out, DType::kF32));
   const int64_t T = x.rows, C = x.cols;
-  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "x", x, kAnySize, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "gamma", gamma, 1, C, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "beta", beta, 1, C, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "out", out, T, C, {DType::kF32}));
   const float* xs = x.as<float>();
   const float* g = gamma.as<float>();
   const float* b = beta.as<float>();
@@ -339,9 +331,8 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
 
 absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* bias,
                                 Epilogue epilogue, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, w.k(), {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "out", out, x.rows, w.n(), {DType::kF32}));
-  if (bias != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "bias", *bias, 1, w.n(), {DType::kF32}));
+  // Inputs and outputs stay f32 here: bf16 inputs are rounded inside.
+  FLOVER_RETURN_IF_ERROR(CheckLinearArgs(x, w, bias, epilogue, out, DType::kF32, DType::kF32));
   if (x.rows == 0) return absl::OkStatus();
   linear_.Run(x.as<float>(), static_cast<int>(x.rows), w, bias != nullptr ? bias->as<float>() : nullptr,
               epilogue, out.as<float>());
@@ -350,14 +341,7 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* 
 
 absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                    const Tensor& out) {
-  const int64_t HD = int64_t{kv.heads} * kv.head_dim;
-  FLOVER_RETURN_IF_ERROR(CheckSeqTable("Attention", seqs, &kv));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "qkv", qkv, seqs.num_rows, 3 * HD, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "out", out, seqs.num_rows, HD, {DType::kF32}));
-  if (kv.dtype != kv_dtype_) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: the KV layer holds ", KvDtypeName(kv.dtype),
-                                                   ", this backend keeps ", KvDtypeName(kv_dtype_)));
-  }
+  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, out, kv_dtype_, DType::kF32));
   if (kv.dtype == KvDtype::kBF16) {
     AttentionOver<uint16_t>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, out.as<float>());
   } else {
@@ -367,9 +351,7 @@ absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, cons
 }
 
 absl::Status CpuBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckSeqTable("GatherLastRows", seqs, nullptr));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "x", x, seqs.num_rows, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "out", out, seqs.num_seqs, x.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckGatherLastRowsArgs(x, seqs, out));
   const int64_t C = x.cols;
   for (int s = 0; s < seqs.num_seqs; ++s) {
     const int64_t row = seqs.host[s].row + seqs.host[s].len - 1;

@@ -13,32 +13,14 @@
 #include <vector>
 
 #include "kernels/cpu/vec_math.h"
+#include "kernels/testing/numerics.h"
 
 namespace flover::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Max |a - b| / max(1, max |b|).
-double RelErr(const std::vector<float>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double max_diff = 0, max_ref = 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
-    max_ref = std::max(max_ref, std::abs(b[i]));
-  }
-  return max_diff / max_ref;
-}
-
-double GeluRef(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+using testing::GeluRef;
+using testing::RelErr;
+using testing::Random;
 
 TEST(VecMathTest, ExpMatchesLibm) {
   for (float x = -80.0f; x < 80.0f; x += 0.0137f) {

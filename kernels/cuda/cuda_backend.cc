@@ -226,12 +226,10 @@ absl::Status CudaBackend::PrepareLinear(const Weight& weight, int max_rows, bool
 absl::Status CudaBackend::Embed(const Tensor& tokens, const Tensor& positions,
                                 const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
                                 const Tensor& out) {
+  // Positions must be below wpe's rows: the model checks them before they
+  // go up (this side cannot read device memory).
+  FLOVER_RETURN_IF_ERROR(CheckEmbedArgs(tokens, positions, wte_rows, wpe, out));
   const int64_t T = tokens.cols, C = wte_rows.cols;
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "tokens", tokens, 1, kAnySize, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "positions", positions, 1, T, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wte_rows", wte_rows, kAnySize, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "out", out, T, C, {DType::kF32}));
-  if (wpe != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "wpe", *wpe, kAnySize, C, {DType::kF32}));
   FLOVER_RETURN_IF_ERROR(Activate());
   return CudaStatus(LaunchEmbed(tokens.as<int32_t>(), positions.as<int32_t>(), static_cast<int>(T),
                                 wte_rows.as<float>(), vocab_begin, static_cast<int>(wte_rows.rows),
@@ -241,20 +239,15 @@ absl::Status CudaBackend::Embed(const Tensor& tokens, const Tensor& positions,
 }
 
 absl::Status CudaBackend::Add(const Tensor& x, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "out", out, kAnySize, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "x", x, out.rows, out.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckAddArgs(x, out));
   FLOVER_RETURN_IF_ERROR(Activate());
   return CudaStatus(LaunchAdd(x.as<float>(), out.elements(), out.as<float>(), stream_), "Add");
 }
 
 absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     float eps, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckLayerNormArgs(x, gamma, beta, out, activation_dtype()));
   const int64_t T = x.rows, C = x.cols;
-  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "x", x, kAnySize, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "gamma", gamma, 1, C, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("LayerNorm", "beta", beta, 1, C, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(
-      CheckTensor("LayerNorm", "out", out, T, C, {DType::kF32, activation_dtype()}));
   FLOVER_RETURN_IF_ERROR(Activate());
   return CudaStatus(LaunchLayerNorm(x.as<float>(), static_cast<int>(T), static_cast<int>(C),
                                     gamma.as<float>(), beta.as<float>(), eps, out.data, out.dtype,
@@ -266,14 +259,9 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Te
                                  Epilogue epilogue, const Tensor& out) {
   const auto& w = static_cast<const CudaWeight&>(weight);
   const int K = w.k(), N = w.n();
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, K, {DType::kF32, w.dtype()}));
+  FLOVER_RETURN_IF_ERROR(
+      CheckLinearArgs(x, weight, bias, epilogue, out, w.dtype(), activation_dtype()));
   const int M = static_cast<int>(x.rows);
-  if (epilogue == Epilogue::kBiasGelu) {
-    FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "out", out, M, N, {DType::kF32, activation_dtype()}));
-  } else {
-    FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "out", out, M, N, {DType::kF32}));
-  }
-  if (bias != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "bias", *bias, 1, N, {DType::kF32}));
   if (M == 0) return absl::OkStatus();
   FLOVER_RETURN_IF_ERROR(Activate());
   const void* in = x.data;
@@ -306,15 +294,7 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Te
 
 absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                     const Tensor& out) {
-  const int64_t HD = int64_t{kv.heads} * kv.head_dim;
-  FLOVER_RETURN_IF_ERROR(CheckSeqTable("Attention", seqs, &kv));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "qkv", qkv, seqs.num_rows, 3 * HD, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(
-      CheckTensor("Attention", "out", out, seqs.num_rows, HD, {DType::kF32, activation_dtype()}));
-  if (kv.dtype != kv_) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: the KV layer holds ", KvDtypeName(kv.dtype),
-                                                   ", this backend keeps ", KvDtypeName(kv_)));
-  }
+  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, out, kv_, activation_dtype()));
   if (kv.head_dim % 32 != 0 || kv.head_dim > kMaxHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Attention: head dim ", kv.head_dim, " is not a multiple of 32 up to ", kMaxHeadDim,
@@ -339,9 +319,7 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
 }
 
 absl::Status CudaBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckSeqTable("GatherLastRows", seqs, nullptr));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "x", x, seqs.num_rows, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("GatherLastRows", "out", out, seqs.num_seqs, x.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckGatherLastRowsArgs(x, seqs, out));
   FLOVER_RETURN_IF_ERROR(Activate());
   return CudaStatus(LaunchGatherLastRows(x.as<float>(), seqs.device.as<int32_t>(), seqs.num_seqs,
                                          static_cast<int>(x.cols), out.as<float>(), stream_),
@@ -384,23 +362,13 @@ absl::StatusOr<double> CudaBackend::CopyGBs(int64_t bytes) {
     return absl::ResourceExhaustedError("no device memory for the copy roofline");
   }
   cudaMemsetAsync(a, 0, bytes, stream_);
-  cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_);  // warm-up
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  constexpr int kCopies = 10;
-  cudaEventRecord(start, stream_);
-  for (int i = 0; i < kCopies; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_);
-  cudaEventRecord(stop, stream_);
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  auto seconds = SecondsPerCall(stream_, 10, [&] {
+    return CudaStatus(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+  });
   cudaFree(a);
   cudaFree(b);
-  FLOVER_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "copy roofline"));
-  return double(bytes) * kCopies / (ms / 1e3) / 1e9;
+  if (!seconds.ok()) return seconds.status();
+  return double(bytes) / *seconds / 1e9;
 }
 
 }  // namespace flover::kernels::cuda

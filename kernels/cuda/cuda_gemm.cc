@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/status_macros.h"
 
 namespace flover::kernels::cuda {
@@ -87,6 +88,28 @@ absl::Status LtStatus(cublasStatus_t status, const char* what) {
   return absl::InternalError(msg);
 }
 
+absl::StatusOr<double> SecondsPerCall(cudaStream_t stream, int calls,
+                                      const std::function<absl::Status()>& enqueue) {
+  for (int i = 0; i < 3; ++i) FLOVER_RETURN_IF_ERROR(enqueue());
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, stream);
+  absl::Status st;
+  for (int i = 0; i < calls && st.ok(); ++i) st = enqueue();
+  cudaEventRecord(stop, stream);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  FLOVER_RETURN_IF_ERROR(st);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("timing: ", cudaGetErrorString(e)));
+  }
+  return ms / 1e3 / calls;
+}
+
 absl::StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(cudaStream_t stream) {
   cublasLtHandle_t handle = nullptr;
   FLOVER_RETURN_IF_ERROR(LtStatus(cublasLtCreate(&handle), "create"));
@@ -105,24 +128,12 @@ LtGemm::~LtGemm() {
   cublasLtDestroy(handle_);
 }
 
-absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool has_bias) {
-  const Key key{N, K, dtype, has_bias};
-  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
-  auto desc = MakeDesc(has_bias);
-  if (!desc.ok()) return desc.status();
-  Plan plan;
-  plan.desc = *desc;
-  auto fail = [&](absl::Status st) {
-    cublasLtMatmulDescDestroy(plan.desc);
-    return st;
-  };
-
+absl::StatusOr<cublasLtMatmulAlgo_t> LtGemm::ChooseAlgorithm(cublasLtMatmulDesc_t desc, int N,
+                                                             int K, DType dtype) {
   Layouts rep;
-  if (absl::Status st = rep.Init(kRepresentativeRows, N, K, dtype); !st.ok()) return fail(st);
+  FLOVER_RETURN_IF_ERROR(rep.Init(kRepresentativeRows, N, K, dtype));
   cublasLtMatmulPreference_t pref = nullptr;
-  if (absl::Status st = LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"); !st.ok()) {
-    return fail(st);
-  }
+  FLOVER_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const uint64_t workspace = kWorkspaceBytes;
   // No split-K: a K split (and its reduction) chosen per shape would change
   // the summation order of a row with the number of rows.
@@ -134,15 +145,14 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool ha
   constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  const absl::Status heuristic =
-      LtStatus(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, rep.a, rep.b, rep.c, rep.c, pref,
-                                              kCandidates, results, &found),
-               "heuristic");
+  const absl::Status heuristic = LtStatus(
+      cublasLtMatmulAlgoGetHeuristic(handle_, desc, rep.a, rep.b, rep.c, rep.c, pref, kCandidates,
+                                     results, &found),
+      "heuristic");
   cublasLtMatmulPreferenceDestroy(pref);
-  if (!heuristic.ok()) return fail(heuristic);
-
-  bool chosen = false;
-  for (int i = 0; i < found && !chosen; ++i) {
+  // NOT_SUPPORTED: no algorithm at all for this combination.
+  if (!heuristic.ok() && found > 0) return heuristic;
+  for (int i = 0; i < found; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     int32_t splits = 1;
     size_t written = 0;
@@ -154,24 +164,40 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool ha
       Layouts l;
       cublasLtMatmulHeuristicResult_t check{};
       if (!l.Init(M, N, K, dtype).ok() ||
-          cublasLtMatmulAlgoCheck(handle_, plan.desc, l.a, l.b, l.c, l.c, &results[i].algo, &check) !=
+          cublasLtMatmulAlgoCheck(handle_, desc, l.a, l.b, l.c, l.c, &results[i].algo, &check) !=
               CUBLAS_STATUS_SUCCESS ||
           check.workspaceSize > kWorkspaceBytes) {
         every_m = false;
         break;
       }
     }
-    if (every_m) {
-      plan.algo = results[i].algo;
-      chosen = true;
+    if (every_m) return results[i].algo;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cuBLASLt offers no algorithm for a [", N, ", ", K, "] ", DTypeName(dtype),
+      " weight that runs every row count without split-K (", found, " candidates)"));
+}
+
+absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool has_bias) {
+  const Key key{N, K, dtype, has_bias};
+  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
+  // The bias in cuBLASLt's epilogue when some algorithm takes it, else
+  // a plain GEMM and our bias kernel.
+  for (bool epilogue : {has_bias, false}) {
+    auto desc = MakeDesc(epilogue);
+    if (!desc.ok()) return desc.status();
+    auto algo = ChooseAlgorithm(*desc, N, K, dtype);
+    if (algo.ok()) {
+      Plan plan;
+      plan.desc = *desc;
+      plan.algo = *algo;
+      plan.bias_in_epilogue = epilogue;
+      return &plans_.emplace(key, plan).first->second;
     }
+    cublasLtMatmulDescDestroy(*desc);
+    if (!epilogue) return algo.status();
   }
-  if (!chosen) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
-        "cuBLASLt offers no algorithm for a [", N, ", ", K, "] ", DTypeName(dtype),
-        " weight that runs every row count without split-K (", found, " candidates)")));
-  }
-  return &plans_.emplace(key, plan).first->second;
+  return absl::InternalError("unreachable");
 }
 
 absl::Status LtGemm::Prepare(int N, int K, DType dtype, bool has_bias) {
@@ -184,7 +210,7 @@ absl::Status LtGemm::Run(const void* x, int M, const void* w, int N, int K, DTyp
   if (M == 0) return absl::OkStatus();
   auto plan = PlanFor(N, K, dtype, bias != nullptr);
   if (!plan.ok()) return plan.status();
-  if (bias != nullptr) {
+  if (bias != nullptr && (*plan)->bias_in_epilogue) {
     FLOVER_RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute((*plan)->desc,
                                                                    CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                    &bias, sizeof(bias)),
@@ -193,9 +219,16 @@ absl::Status LtGemm::Run(const void* x, int M, const void* w, int N, int K, DTyp
   Layouts l;
   FLOVER_RETURN_IF_ERROR(l.Init(M, N, K, dtype));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  return LtStatus(cublasLtMatmul(handle_, (*plan)->desc, &alpha, w, l.a, x, l.b, &beta, out, l.c,
-                                 out, l.c, &(*plan)->algo, workspace_, kWorkspaceBytes, stream_),
-                  "matmul");
+  FLOVER_RETURN_IF_ERROR(LtStatus(cublasLtMatmul(handle_, (*plan)->desc, &alpha, w, l.a, x, l.b,
+                                                 &beta, out, l.c, out, l.c, &(*plan)->algo,
+                                                 workspace_, kWorkspaceBytes, stream_),
+                                  "matmul"));
+  if (bias != nullptr && !(*plan)->bias_in_epilogue) {
+    if (cudaError_t e = LaunchAddBias(bias, M, N, out, stream_); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("bias: ", cudaGetErrorString(e)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> LtGemm::MeasureLibraryTflops(int M, int N, int K, DType dtype) {
@@ -242,27 +275,17 @@ absl::StatusOr<double> LtGemm::MeasureLibraryTflops(int M, int N, int K, DType d
       return cublasLtMatmul(handle_, *desc, &alpha, w, l.a, x, l.b, &beta, out, l.c, out, l.c,
                             &best.algo, workspace_, kWorkspaceBytes, stream_);
     };
-    for (int i = 0; i < 5 && st.ok(); ++i) st = LtStatus(run(), "matmul");
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    cudaEventRecord(start, stream_);
-    for (int i = 0; i < kIterations && st.ok(); ++i) st = LtStatus(run(), "matmul");
-    cudaEventRecord(stop, stream_);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    seconds = ms / 1e3 / kIterations;
+    auto s = SecondsPerCall(stream_, kIterations, [&] { return LtStatus(run(), "matmul"); });
+    if (s.ok()) {
+      seconds = *s;
+    } else {
+      st = s.status();
+    }
   }
   if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatmulDescDestroy(*desc);
   free_all();
   if (!st.ok()) return st;
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    return absl::InternalError(cudaGetErrorString(e));
-  }
   return 2.0 * M * N * K / seconds / 1e12;
 }
 

@@ -14,6 +14,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,11 @@
 namespace flover::kernels::cuda {
 
 absl::Status LtStatus(cublasStatus_t status, const char* what);
+
+// Seconds per call of `enqueue` (which queues work on `stream`), timed with
+// CUDA events over `calls` calls after a few untimed ones.
+absl::StatusOr<double> SecondsPerCall(cudaStream_t stream, int calls,
+                                      const std::function<absl::Status()>& enqueue);
 
 class LtGemm {
  public:
@@ -54,11 +60,17 @@ class LtGemm {
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    // False when no algorithm takes the bias in its epilogue for this
+    // shape: the bias is then added by our own kernel after the GEMM.
+    bool bias_in_epilogue = false;
   };
 
   LtGemm(cudaStream_t stream, cublasLtHandle_t handle, void* workspace)
       : stream_(stream), handle_(handle), workspace_(workspace) {}
   absl::StatusOr<Plan*> PlanFor(int N, int K, DType dtype, bool has_bias);
+  // An algorithm for (desc, shape) that serves every row count, or an error.
+  absl::StatusOr<cublasLtMatmulAlgo_t> ChooseAlgorithm(cublasLtMatmulDesc_t desc, int N, int K,
+                                                       DType dtype);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_;

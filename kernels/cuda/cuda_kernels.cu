@@ -83,6 +83,13 @@ __global__ void AddKernel(const float* x, int64_t n, float* out) {
   }
 }
 
+__global__ void AddBiasKernel(const float* bias, int64_t n, int N, float* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] += bias[i % N];
+  }
+}
+
 template <typename OutT>
 __global__ void ConvertKernel(const float* x, int64_t n, OutT* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -344,6 +351,13 @@ cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, 
 cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   AddKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream) {
+  const int64_t n = int64_t{M} * N;
+  if (n == 0) return cudaSuccess;
+  AddBiasKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(bias, n, N, out);
   return cudaGetLastError();
 }
 

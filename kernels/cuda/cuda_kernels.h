@@ -39,6 +39,10 @@ cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream
 cudaError_t LaunchLayerNorm(const float* x, int T, int C, const float* gamma, const float* beta,
                             float eps, void* out, DType out_dtype, cudaStream_t stream);
 
+// out: f32 [M, N] += bias: f32 [N] on every row (for GEMMs whose library
+// kernel cannot add the bias itself).
+cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream);
+
 // out: [n] of out_dtype = x: f32 [n], rounded to nearest even.
 cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,
                           cudaStream_t stream);
