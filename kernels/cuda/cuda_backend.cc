@@ -295,10 +295,9 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Te
 absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                     const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, out, kv_, activation_dtype()));
-  if (kv.head_dim % 32 != 0 || kv.head_dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: head dim ", kv.head_dim, " is not a multiple of 32 up to ", kMaxHeadDim,
-        " (what the CUDA attention kernel takes)"));
+  if (kv.head_dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: head dim ", kv.head_dim,
+                                                   " is above the CUDA kernel's ", kMaxHeadDim));
   }
   if (seqs.num_rows == 0) return absl::OkStatus();
   FLOVER_RETURN_IF_ERROR(Activate());

@@ -123,7 +123,9 @@ absl::StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(cudaStream_t stream) {
 }
 
 LtGemm::~LtGemm() {
-  for (auto& [key, plan] : plans_) cublasLtMatmulDescDestroy(plan.desc);
+  for (auto& [key, plan] : plans_) {
+    if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
+  }
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
@@ -181,9 +183,10 @@ absl::StatusOr<cublasLtMatmulAlgo_t> LtGemm::ChooseAlgorithm(cublasLtMatmulDesc_
 absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool has_bias) {
   const Key key{N, K, dtype, has_bias};
   if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
-  // The bias in cuBLASLt's epilogue when some algorithm takes it, else
-  // a plain GEMM and our bias kernel.
-  for (bool epilogue : {has_bias, false}) {
+  // The bias in cuBLASLt's epilogue when some algorithm takes it, else a
+  // plain cuBLASLt GEMM and our bias kernel, else our own GEMM.
+  const std::vector<bool> epilogues = has_bias ? std::vector<bool>{true, false} : std::vector<bool>{false};
+  for (bool epilogue : epilogues) {
     auto desc = MakeDesc(epilogue);
     if (!desc.ok()) return desc.status();
     auto algo = ChooseAlgorithm(*desc, N, K, dtype);
@@ -195,9 +198,11 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool ha
       return &plans_.emplace(key, plan).first->second;
     }
     cublasLtMatmulDescDestroy(*desc);
-    if (!epilogue) return algo.status();
+    if (algo.status().code() != absl::StatusCode::kFailedPrecondition) return algo.status();
   }
-  return absl::InternalError("unreachable");
+  Plan plan;
+  plan.fallback = true;
+  return &plans_.emplace(key, plan).first->second;
 }
 
 absl::Status LtGemm::Prepare(int N, int K, DType dtype, bool has_bias) {
@@ -210,6 +215,13 @@ absl::Status LtGemm::Run(const void* x, int M, const void* w, int N, int K, DTyp
   if (M == 0) return absl::OkStatus();
   auto plan = PlanFor(N, K, dtype, bias != nullptr);
   if (!plan.ok()) return plan.status();
+  if ((*plan)->fallback) {
+    if (cudaError_t e = LaunchFallbackGemm(x, w, dtype, bias, accumulate, M, N, K, out, stream_);
+        e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("fallback GEMM: ", cudaGetErrorString(e)));
+    }
+    return absl::OkStatus();
+  }
   if (bias != nullptr && (*plan)->bias_in_epilogue) {
     FLOVER_RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute((*plan)->desc,
                                                                    CUBLASLT_MATMUL_DESC_BIAS_POINTER,

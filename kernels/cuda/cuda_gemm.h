@@ -5,6 +5,10 @@
 // many rows share the call. cuBLASLt's own choice per row count (faster at
 // some sizes) would switch tiles and K splits with M and break that.
 //
+// Where cuBLASLt has no such algorithm for a shape, our own GEMM kernel
+// (LaunchFallbackGemm: slow, summation order fixed) runs it, so every shape
+// works and stays invariant.
+//
 // Layout: weights are stored [N, K] row-major (one row per output) in their
 // dtype; x is [M, K] row-major in the same dtype; out is f32 [M, N]. In
 // cuBLAS's column-major terms out^T = W x^T with W transposed ("TN").
@@ -63,6 +67,10 @@ class LtGemm {
     // False when no algorithm takes the bias in its epilogue for this
     // shape: the bias is then added by our own kernel after the GEMM.
     bool bias_in_epilogue = false;
+    // True when cuBLASLt has no algorithm that serves every row count
+    // without split-K for this shape (odd leading dimensions, say): our own
+    // fixed-order GEMM runs instead.
+    bool fallback = false;
   };
 
   LtGemm(cudaStream_t stream, cublasLtHandle_t handle, void* workspace)

@@ -15,6 +15,7 @@ constexpr int kAttentionWarps = kAttentionThreads / 32;
 
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
@@ -107,6 +108,49 @@ __global__ void GeluKernel(const float* x, int64_t n, OutT* out) {
     const float v = x[i];
     const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
     out[i] = FromFloat<OutT>(v / (1.0f + expf(-2.0f * u)));
+  }
+}
+
+// ---- Fallback GEMM ----------------------------------------------------------
+
+constexpr int kGemmTile = 32;  // outputs per block side, and k per step
+
+// block (32, 8): a 32 x 32 tile of out (8 rows per thread-row pass), k in
+// steps of 32 through shared memory; each output sums k in order.
+template <typename T>
+__global__ void FallbackGemmKernel(const T* x, const T* w, const float* bias, bool accumulate,
+                                   int M, int N, int K, float* out) {
+  __shared__ float xs[kGemmTile][kGemmTile + 1];
+  __shared__ float ws[kGemmTile][kGemmTile + 1];
+  const int n0 = blockIdx.x * kGemmTile, m0 = blockIdx.y * kGemmTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  constexpr int kRowsPerThread = kGemmTile / 8;
+  float acc[kRowsPerThread] = {};
+  for (int k0 = 0; k0 < K; k0 += kGemmTile) {
+    for (int r = ty; r < kGemmTile; r += 8) {
+      const int m = m0 + r, n = n0 + r, k = k0 + tx;
+      xs[r][tx] = m < M && k < K ? ToFloat(x[static_cast<int64_t>(m) * K + k]) : 0.0f;
+      ws[r][tx] = n < N && k < K ? ToFloat(w[static_cast<int64_t>(n) * K + k]) : 0.0f;
+    }
+    __syncthreads();
+    const int kk_end = min(kGemmTile, K - k0);
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int r = ty + 8 * i;
+      for (int kk = 0; kk < kk_end; ++kk) acc[i] = fmaf(xs[r][kk], ws[tx][kk], acc[i]);
+    }
+    __syncthreads();
+  }
+  const int n = n0 + tx;
+  if (n >= N) return;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int m = m0 + ty + 8 * i;
+    if (m >= M) continue;
+    float v = acc[i];
+    if (accumulate) v += out[static_cast<int64_t>(m) * N + n];
+    if (bias != nullptr) v += bias[n];
+    out[static_cast<int64_t>(m) * N + n] = v;
   }
 }
 
@@ -354,6 +398,34 @@ cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream
   return cudaGetLastError();
 }
 
+cudaError_t LaunchFallbackGemm(const void* x, const void* w, DType dtype, const float* bias,
+                               bool accumulate, int M, int N, int K, float* out,
+                               cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  const dim3 grid((N + kGemmTile - 1) / kGemmTile, (M + kGemmTile - 1) / kGemmTile);
+  const dim3 block(kGemmTile, 8);
+  switch (dtype) {
+    case DType::kF32:
+      FallbackGemmKernel<<<grid, block, 0, stream>>>(static_cast<const float*>(x),
+                                                     static_cast<const float*>(w), bias, accumulate,
+                                                     M, N, K, out);
+      break;
+    case DType::kBF16:
+      FallbackGemmKernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                     static_cast<const __nv_bfloat16*>(w), bias,
+                                                     accumulate, M, N, K, out);
+      break;
+    case DType::kF16:
+      FallbackGemmKernel<<<grid, block, 0, stream>>>(static_cast<const __half*>(x),
+                                                     static_cast<const __half*>(w), bias, accumulate,
+                                                     M, N, K, out);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream) {
   const int64_t n = int64_t{M} * N;
   if (n == 0) return cudaSuccess;
@@ -447,7 +519,7 @@ cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, int num_seqs,
                             int max_context, const KvLayer& kv, void* out, DType out_dtype,
                             float* workspace, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  if (kv.head_dim % 32 != 0 || kv.head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
   if (kv.dtype == KvDtype::kBF16) {
     return AttendKv<__nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, kv, out, out_dtype,
                                    workspace, stream);

@@ -23,7 +23,8 @@ namespace flover::kernels::cuda {
 // chunks that are merged afterwards (flash-decoding style). Fixed, so where
 // a row's context splits depends only on its length.
 inline constexpr int kAttentionChunk = 1024;
-// Head dims the attention kernel takes: multiples of 32 up to this.
+// The largest head dim the attention kernel takes (any size up to it; a
+// lane of a warp holds dims lane, lane + 32, ...).
 inline constexpr int kMaxHeadDim = 256;
 
 // out: f32 [T, C] = wte[tokens[t] - vocab_begin] (zero outside
@@ -42,6 +43,14 @@ cudaError_t LaunchLayerNorm(const float* x, int T, int C, const float* gamma, co
 // out: f32 [M, N] += bias: f32 [N] on every row (for GEMMs whose library
 // kernel cannot add the bias itself).
 cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream);
+
+// out: f32 [M, N] (=|+=) x: [M, K] @ w^T (+ bias), w: [N, K], x and w of
+// `dtype` (f32, bf16 or f16), f32 sums in k order. Our own GEMM, for shapes
+// cuBLASLt has no batch-invariant algorithm for: each output's sum runs in
+// one thread, so it never depends on M (slow; correct).
+cudaError_t LaunchFallbackGemm(const void* x, const void* w, DType dtype, const float* bias,
+                               bool accumulate, int M, int N, int K, float* out,
+                               cudaStream_t stream);
 
 // out: [n] of out_dtype = x: f32 [n], rounded to nearest even.
 cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,
