@@ -18,7 +18,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$(realpath -m "${1:-$root/.gpu-bundle}")"
 cd "$root"
 
-TESTS=(//kernels:backend_ops_test //engine:gpt_model_golden_test //engine:kv_shuffle_test
+TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //engine:gpt_model_golden_test //engine:kv_shuffle_test
        //engine:engine_invariance_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
           //engine:flover_generate //clients:flover_client //clients:flover_loadgen)
@@ -80,7 +80,8 @@ EOF
 
 cat > "$stage/run_gpu_checks.sh" <<'EOF'
 #!/usr/bin/env bash
-# Every GPU check of the bundle, logs under $1: the device, the op tests,
+# Every GPU check of the bundle, logs under $1: the device, the op tests
+# (dense and KV),
 # golden logits, KV shuffle, engine invariance, the model benchmark (bf16
 # and f32), and a server that serves on the GPU.
 set -uo pipefail
@@ -100,6 +101,7 @@ export TEST_TMPDIR="$(mktemp -d)"
 # A GPU test that cannot create its device fails here instead of skipping.
 export FLOVER_REQUIRE_DEVICES=cuda
 run ops "$here/run.sh" backend_ops_test
+run kv_ops "$here/run.sh" kv_ops_test
 run golden "$here/run.sh" gpt_model_golden_test
 run kv_shuffle "$here/run.sh" kv_shuffle_test
 run invariance "$here/run.sh" engine_invariance_test --gtest_filter='*cuda*'
