@@ -21,7 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "engine/engine.h"
-#include "engine/model_loader.h"
+#include "model/model_loader.h"
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -101,7 +101,7 @@ struct RunResult {
   int64_t moves, padding_rows, steps;
 };
 
-RunResult RunOnce(GptModel& model, const std::string& scheduler, double gap_ms) {
+RunResult RunOnce(CausalLm& model, const std::string& scheduler, double gap_ms) {
   EngineOptions o;
   o.scheduler.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.scheduler.batch_delay = absl::Milliseconds(absl::GetFlag(FLAGS_batch_delay_ms));
@@ -109,7 +109,7 @@ RunResult RunOnce(GptModel& model, const std::string& scheduler, double gap_ms) 
   o.scheduler.kv_shuffle = scheduler != "fusion-noshuffle";
   o.scheduler.policy = *ParseSchedulerPolicy(scheduler == "fusion-noshuffle" ? "fusion" : scheduler);
   const auto [lo, hi] = ParseLengths(absl::GetFlag(FLAGS_output_len));
-  o.max_seq_len = std::min(model.config().n_positions, absl::GetFlag(FLAGS_prompt_len) + hi);
+  o.max_seq_len = std::min(model.info().max_positions, absl::GetFlag(FLAGS_prompt_len) + hi);
   auto engine = Engine::Create(model, nullptr, o);
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
@@ -127,7 +127,7 @@ RunResult RunOnce(GptModel& model, const std::string& scheduler, double gap_ms) 
     absl::SleepFor(next - absl::Now());  // open loop: arrivals never wait for the server
     Request r;
     for (int t = 0; t < absl::GetFlag(FLAGS_prompt_len); ++t) {
-      r.prompt.push_back(std::uniform_int_distribution<int>(0, model.config().vocab_size - 1)(rng));
+      r.prompt.push_back(std::uniform_int_distribution<int>(0, model.info().vocab_size - 1)(rng));
     }
     r.stop.max_new_tokens = std::uniform_int_distribution<int>(lo, hi)(rng);
     r.stop.ignore_eos = true;
@@ -180,12 +180,12 @@ void Run() {
     std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
     std::exit(1);
   }
-  auto created = GptModel::Create((*loaded)->config, std::move((*loaded)->weights), **backend);
+  auto created = (*loaded)->Instantiate(**backend);
   if (!created.ok()) {
     std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
     std::exit(1);
   }
-  GptModel& model = **created;
+  CausalLm& model = **created;
   const kernels::BackendOptions* dtypes = &*options;
   std::printf("%s, %d requests, prompt %d, output %s, max_batch %d, %s, %d threads, %s linear "
               "layers, %s KV cache\n\n",

@@ -23,8 +23,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "benchmarks/profiling_backend.h"
-#include "engine/gpt_model.h"
-#include "engine/model_loader.h"
+#include "model/causal_lm.h"
+#include "model/model_loader.h"
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -135,7 +135,7 @@ std::vector<int> IntList(const std::string& flag) {
 }
 
 // The CPU's roofline: oneDNN sgemm (or our bf16 linear) and read bandwidth.
-void PrintCpuRoofline(const GptConfig& cfg, kernels::MatmulDtype dtype, int repeats,
+void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repeats,
                       double flop_per_token) {
   std::printf("\nRoofline, same run:\n\n| sgemm [M,768]x[768,2304] | GFLOP/s |\n|---|---:|\n");
   for (int M : {1, 8, 32, 64, 128, 512}) {
@@ -153,7 +153,7 @@ void PrintCpuRoofline(const GptConfig& cfg, kernels::MatmulDtype dtype, int repe
   const double bw = ReadBandwidthGBs(repeats);
   // The GEMM weights in the linear layers' type (wpe is never streamed whole).
   const double weight_bytes = (bf16 ? 2.0 : 4.0) *
-                              (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+                              cfg.matmul_parameters;
   std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
               "(%.0f MB of %s weights per step)\n", bw, bw * 1e9 / weight_bytes, weight_bytes / 1e6,
               kernels::MatmulDtypeName(dtype));
@@ -180,7 +180,7 @@ double LinearTflops(kernels::Backend& backend, int M, int N, int K, int repeats)
 
 // A GPU's roofline: the vendor GEMM with its own algorithm choice, our
 // batch-invariant Linear at the same shapes, and copy bandwidth.
-void PrintDeviceRoofline(kernels::Backend& backend, const GptConfig& cfg, int repeats,
+void PrintDeviceRoofline(kernels::Backend& backend, const ModelInfo& cfg, int repeats,
                          double flop_per_token) {
   kernels::Roofline* roof = backend.roofline();
   if (roof == nullptr) return;
@@ -198,7 +198,7 @@ void PrintDeviceRoofline(kernels::Backend& backend, const GptConfig& cfg, int re
   }
   auto bw = roof->CopyGBs(int64_t{1} << 30);
   const double weight_bytes = kernels::DTypeBytes(kernels::ToDType(dtype)) *
-                              double(cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+                              double(cfg.matmul_parameters);
   if (bw.ok()) {
     // A copy reads and writes each byte: the read bandwidth is twice the copy rate.
     std::printf("\ndevice-to-device copy: %.0f GB/s copied (%.0f GB/s read + write) -> batch-1 "
@@ -229,24 +229,24 @@ int Run() {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;
   }
-  const GptConfig& cfg = (*model)->config;
+  const ModelInfo& cfg = (*model)->info();
   const kernels::MatmulDtype dtype = options->matmul;
   ProfilingBackend prof(**backend);
   const bool profile = absl::GetFlag(FLAGS_profile);
   // A copy of the weights: `profiled` (over the timing decorator) needs its own.
-  auto gpt_or = GptModel::Create(cfg, (*model)->weights, **backend);
+  auto gpt_or = (*model)->Instantiate(**backend);
   if (!gpt_or.ok()) {
     std::fprintf(stderr, "%s\n", std::string(gpt_or.status().message()).c_str());
     return 1;
   }
-  GptModel& gpt = **gpt_or;
-  std::unique_ptr<GptModel> profiled;
+  CausalLm& gpt = **gpt_or;
+  std::unique_ptr<CausalLm> profiled;
   if (profile) {
-    auto p = GptModel::Create(cfg, std::move((*model)->weights), prof);
+    auto p = (*model)->Instantiate(prof);
     if (!p.ok()) return 1;
     profiled = std::move(*p);
   }
-  const double flop_per_token = 2.0 * (cfg.num_parameters() - int64_t{cfg.n_positions} * cfg.n_embd);
+  const double flop_per_token = 2.0 * cfg.matmul_parameters;
   std::printf("builtin:gpt2-small on %s (%s), F32 weights, linear layers in %s, KV cache in %s, "
               "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
               options->device.c_str(), (*backend)->Device().name.c_str(),
@@ -281,7 +281,7 @@ int Run() {
       return 1;
     }
     // Each sequence starts with 128 tokens of context.
-    auto fill = [&](GptModel& m, KvCache& c) {
+    auto fill = [&](CausalLm& m, KvCache& c) {
       for (int s = 0; s < batch; ++s) {
         ForwardBatch b;
         b.AddSequence(s, 0, Tokens(context, cfg.vocab_size, s));

@@ -14,10 +14,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "engine/comm/communicator.h"
-#include "engine/gpt_model.h"
-#include "engine/model_loader.h"
-#include "engine/tp_shard.h"
+#include "dist/communicator.h"
+#include "model/causal_lm.h"
+#include "model/model_loader.h"
 #include "kernels/cpu/cpu_backend.h"
 
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks (> 1 under mpirun -np TP)");
@@ -76,17 +75,15 @@ int Run() {
   kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   auto loaded = LoadModel("builtin:gpt2-small");
   if (!loaded.ok()) return 1;
-  const GptConfig& cfg = (*loaded)->config;
-  GptWeights w = std::move((*loaded)->weights);
-  if (tp > 1) w = ShardGptWeights(w, cfg, {tp, comm.world().tp_rank});
+  const ModelInfo& cfg = (*loaded)->info();
   auto backend = kernels::CpuBackend::Create();
   if (!backend.ok()) return 1;
-  auto created = GptModel::Create(cfg, std::move(w), **backend, &comm);
+  auto created = (*loaded)->Instantiate(**backend, &comm);  // this rank's shard
   if (!created.ok()) {
     std::fprintf(stderr, "%s\n", std::string(created.status().message()).c_str());
     return 1;
   }
-  GptModel& model = **created;
+  CausalLm& model = **created;
   const int repeats = absl::GetFlag(FLAGS_repeats), steps = absl::GetFlag(FLAGS_steps);
   const int context = 128;
   if (leader) {

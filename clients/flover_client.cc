@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
-#include "engine/json.h"
+#include "util/json.h"
 #include "clients/status_names.h"
 #include "proto/flover.grpc.pb.h"
 

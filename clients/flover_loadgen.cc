@@ -29,7 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "clients/status_names.h"
-#include "engine/json.h"
+#include "util/json.h"
 #include "proto/flover.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (loopback in tests)");

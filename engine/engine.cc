@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/tp_worker.h"
-#include "engine/unicode.h"
+#include "tokenizer/unicode.h"
 
 namespace flover {
 namespace {
@@ -50,12 +50,12 @@ struct Engine::Sequence {
   bool finished = false;
 };
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
-                                                       const BpeTokenizer* tokenizer,
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
+                                                       const Tokenizer* tokenizer,
                                                        const EngineOptions& options,
                                                        ControlChannel* channel) {
   const SchedulerOptions& s = options.scheduler;
-  const int positions = model.config().n_positions;
+  const int positions = model.info().max_positions;
   if (s.max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
   if (s.max_tokens_per_step < 1) {
     return absl::InvalidArgumentError("max_tokens_per_step must be >= 1");
@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(GptModel& model,
       new Engine(model, tokenizer, options, std::move(*executor), channel));
 }
 
-Engine::Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptions& options,
+Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
                std::unique_ptr<StepExecutor> executor, ControlChannel* channel)
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
       channel_(channel) {
@@ -90,7 +90,7 @@ Engine::Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptio
 Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
 absl::Status Engine::Validate(const Request& r) const {
-  const GptConfig& config = model_.config();
+  const ModelInfo& config = model_.info();
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (r.prompt.empty()) return bad("prompt: is empty");
   for (size_t i = 0; i < r.prompt.size(); ++i) {
@@ -220,7 +220,7 @@ void Engine::Emit(Sequence& seq, int32_t token, float logprob) {
   ev.logprob = logprob;
 
   std::optional<FinishReason> reason;
-  const bool eos = !stop.ignore_eos && token == model_.config().eos_token_id;
+  const bool eos = !stop.ignore_eos && model_.info().IsEos(token);
   if (eos) {
     reason = FinishReason::kEos;
   } else if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), token) !=
@@ -337,7 +337,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits) {
   }
   // Each sequence samples from its own generator, so they can draw in
   // parallel; tokens are then emitted in order on this thread.
-  const int V = model_.config().vocab_size;
+  const int V = model_.info().vocab_size;
   const int n = static_cast<int>(rows.size());
   sampled_.resize(n);
   logprobs_.resize(n);

@@ -20,12 +20,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/bpe_tokenizer.h"
-#include "engine/comm/communicator.h"
-#include "engine/gpt_model.h"
+#include "dist/communicator.h"
+#include "model/causal_lm.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_executor.h"
+#include "tokenizer/tokenizer.h"
 
 namespace flover {
 
@@ -59,8 +59,8 @@ class Engine {
   // every step is broadcast to the other ranks, which run
   // RunTensorParallelWorker. Creates the KV cache and prepares the model for
   // every step size (StepExecutor::Create).
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(GptModel& model,
-                                                        const BpeTokenizer* tokenizer,
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(CausalLm& model,
+                                                        const Tokenizer* tokenizer,
                                                         const EngineOptions& options,
                                                         ControlChannel* channel = nullptr);
   ~Engine();  // Shutdown(absl::ZeroDuration()) if not yet shut down
@@ -85,13 +85,13 @@ class Engine {
   // `drain_timeout`, cancels whatever is left, and stops the loop thread.
   void Shutdown(absl::Duration drain_timeout);
 
-  const GptModel& model() const { return model_; }
+  const CausalLm& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
 
  private:
   struct Sequence;  // a request from submission to finish
 
-  Engine(GptModel& model, const BpeTokenizer* tokenizer, const EngineOptions& options,
+  Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
          std::unique_ptr<StepExecutor> executor, ControlChannel* channel);
   bool tensor_parallel() const { return channel_ != nullptr && channel_->world().tp_size > 1; }
   // Fails every request and refuses new ones.
@@ -113,8 +113,8 @@ class Engine {
   void Emit(Sequence& seq, int32_t token, float logprob);
   absl::Time NextWakeup() const;
 
-  GptModel& model_;
-  const BpeTokenizer* tokenizer_;
+  CausalLm& model_;
+  const Tokenizer* tokenizer_;
   const EngineOptions options_;
   std::unique_ptr<StepExecutor> executor_;
   ControlChannel* channel_;

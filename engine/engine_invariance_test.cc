@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "engine/model_loader.h"
+#include "model/model_loader.h"
 #include "engine/testing/collecting_sink.h"
 #include "engine/testing/backends.h"
 
@@ -27,9 +27,9 @@ struct Workload {
   std::vector<std::vector<int32_t>> alone;
 };
 
-Workload MakeWorkload(uint32_t seed, GptModel& reference) {
+Workload MakeWorkload(uint32_t seed, CausalLm& reference) {
   std::mt19937 rng(seed);
-  const int V = reference.config().vocab_size;
+  const int V = reference.info().vocab_size;
   Workload w;
   std::exponential_distribution<double> gap_ms(1.0 / 3.0);  // mean 3 ms
   for (int i = 0; i < 20; ++i) {
@@ -82,8 +82,8 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   ASSERT_NE(engine_backend, nullptr) << skip;
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
-  auto reference = testing::ModelOn(*reference_backend, (*loaded)->config, (*loaded)->weights);
-  auto model = testing::ModelOn(*engine_backend, (*loaded)->config, (*loaded)->weights);
+  auto reference = testing::ModelOn(*reference_backend, **loaded);
+  auto model = testing::ModelOn(*engine_backend, **loaded);
 
   EngineOptions options;
   options.scheduler.policy = GetParam().policy;

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "engine/model_loader.h"
+#include "model/model_loader.h"
 #include "engine/testing/collecting_sink.h"
 #include "engine/testing/backends.h"
 
@@ -97,7 +97,7 @@ TEST(EngineSoakTest, ThousandsOfRequestsWithCancelsLeakNothing) {
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
   auto backend = testing::CpuBackend();
-  auto model = testing::ModelOn(*backend, (*loaded)->config, std::move((*loaded)->weights));
+  auto model = testing::ModelOn(*backend, **loaded);
   EngineOptions options;
   options.scheduler.max_batch = 16;
   options.scheduler.max_tokens_per_step = 128;

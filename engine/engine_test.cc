@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "engine/generate.h"
-#include "engine/model_loader.h"
+#include "model/model_loader.h"
 #include "engine/testing/collecting_sink.h"
-#include "engine/unicode.h"
+#include "tokenizer/unicode.h"
 #include "engine/testing/backends.h"
 
 namespace flover {
@@ -25,8 +25,8 @@ class EngineTest : public ::testing::Test {
     auto loaded = LoadModel(spec);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     loaded_ = std::move(*loaded);
-    model_ = testing::ModelOn(*backend_, loaded_->config, loaded_->weights);
-    auto e = Engine::Create(*model_, loaded_->tokenizer ? &*loaded_->tokenizer : nullptr, options);
+    model_ = testing::ModelOn(*backend_, *loaded_);
+    auto e = Engine::Create(*model_, loaded_->tokenizer().get(), options);
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = std::move(*e);
   }
@@ -59,7 +59,7 @@ class EngineTest : public ::testing::Test {
 
   std::unique_ptr<kernels::Backend> backend_ = testing::CpuBackend();
   std::unique_ptr<LoadedModel> loaded_;
-  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<CausalLm> model_;
   std::unique_ptr<Engine> engine_;
 };
 
@@ -148,7 +148,7 @@ TEST_F(EngineTest, StopStringsAndStopTokensAndText) {
   o.max_seq_len = 40;  // the fixture's positions
   Start("tests/golden/tiny_f32", o);
   ASSERT_NE(engine_, nullptr);
-  const BpeTokenizer& tok = *loaded_->tokenizer;
+  const Tokenizer& tok = *loaded_->tokenizer();
   auto prompt = tok.Encode("The quick brown fox");
   ASSERT_TRUE(prompt.ok());
   GenerateOptions g;
@@ -156,7 +156,7 @@ TEST_F(EngineTest, StopStringsAndStopTokensAndText) {
   g.ignore_eos = true;
   g.sampling.temperature = 0;
   auto cpu = testing::CpuBackend();
-  auto reference = testing::ModelOn(*cpu, loaded_->config, loaded_->weights);
+  auto reference = testing::ModelOn(*cpu, *loaded_);
   auto alone = GenerateAlone(*reference, *prompt, g);
   ASSERT_TRUE(alone.ok());
   const std::string text = tok.Decode(*alone);
@@ -231,7 +231,7 @@ TEST_F(EngineTest, EosStopsUnlessIgnoredAndLogprobsAreReturned) {
   r.stop.ignore_eos = false;
   auto [b, sink_b] = Submit(r);
   ASSERT_TRUE(sink_b->Wait());
-  const int eos = loaded_->config.eos_token_id;
+  const int eos = loaded_->info().eos_token_ids.at(0);
   const auto first = std::find(with_eos.begin(), with_eos.end(), eos);
   if (first == with_eos.end()) {
     EXPECT_EQ(sink_b->tokens(), with_eos);

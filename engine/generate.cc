@@ -4,19 +4,19 @@
 
 namespace flover {
 
-absl::StatusOr<std::vector<int32_t>> GenerateAlone(GptModel& model,
+absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
                                                    absl::Span<const int32_t> prompt,
                                                    const GenerateOptions& options) {
-  const GptConfig& config = model.config();
+  const ModelInfo& info = model.info();
   if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   if (options.max_new_tokens < 1) {
     return absl::InvalidArgumentError("max_new_tokens must be >= 1");
   }
   const int64_t total = int64_t{static_cast<int64_t>(prompt.size())} + options.max_new_tokens;
-  if (total > config.n_positions) {
+  if (total > info.max_positions) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt.size(), " tokens) + max_new_tokens (", options.max_new_tokens,
-        ") exceeds the model's ", config.n_positions, " positions"));
+        ") exceeds the model's ", info.max_positions, " positions"));
   }
   if (absl::Status st = ValidateSamplingParams(options.sampling); !st.ok()) return st;
   auto cache = KvCache::Create(model.backend(), model.CacheShape(1, static_cast<int>(total)));
@@ -34,7 +34,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(GptModel& model,
     output.push_back(token);
     history.push_back(token);
     if (static_cast<int>(output.size()) >= options.max_new_tokens) break;
-    if (!options.ignore_eos && token == config.eos_token_id) break;
+    if (!options.ignore_eos && info.IsEos(token)) break;
     batch.Clear();
     const int32_t pos = static_cast<int32_t>(history.size()) - 1;
     batch.AddSequence(0, pos, {token});

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/gpt_model.h"
+#include "model/causal_lm.h"
 #include "engine/sampler.h"
 
 namespace flover {
@@ -21,7 +21,7 @@ struct GenerateOptions {
 
 // Prefills `prompt` in one forward, then decodes one token per step until
 // max_new_tokens or (unless ignore_eos) the model's EOS, which is included.
-absl::StatusOr<std::vector<int32_t>> GenerateAlone(GptModel& model,
+absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
                                                    absl::Span<const int32_t> prompt,
                                                    const GenerateOptions& options);
 

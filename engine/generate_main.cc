@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/generate.h"
-#include "engine/json.h"
-#include "engine/model_loader.h"
+#include "util/json.h"
+#include "model/model_loader.h"
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -62,8 +62,8 @@ absl::Status Run() {
   if (!backend.ok()) return backend.status();
   auto model = LoadModel(spec);
   if (!model.ok()) return model.status();
-  const GptConfig& config = (*model)->config;
-  const auto& tokenizer = (*model)->tokenizer;
+  const ModelInfo& config = (*model)->info();
+  const std::shared_ptr<const Tokenizer> tokenizer = (*model)->tokenizer();
 
   std::vector<int32_t> prompt;
   if (has_text) {
@@ -95,7 +95,7 @@ absl::Status Run() {
   options.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
   options.sampling.seed = absl::GetFlag(FLAGS_seed);
 
-  auto gpt = GptModel::Create(config, std::move((*model)->weights), **backend);
+  auto gpt = (*model)->Instantiate(**backend);
   if (!gpt.ok()) return gpt.status();
   auto output = GenerateAlone(**gpt, prompt, options);
   if (!output.ok()) return output.status();

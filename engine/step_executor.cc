@@ -4,7 +4,7 @@
 
 namespace flover {
 
-absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(GptModel& model, int slots,
+absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& model, int slots,
                                                                    int max_seq_len,
                                                                    int max_rows) {
   auto cache = KvCache::Create(model.backend(), model.CacheShape(slots, max_seq_len));

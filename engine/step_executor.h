@@ -10,8 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/gpt_model.h"
-#include "engine/kv_cache.h"
+#include "model/causal_lm.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
 #include "engine/scheduler.h"
 
 namespace flover {
@@ -27,7 +28,7 @@ class StepExecutor {
   // Creates the KV cache (`slots` x `max_seq_len` positions, in the model's
   // backend) and prepares the model for steps of up to `max_rows` rows, each
   // sequence asking for one row of logits.
-  static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(GptModel& model, int slots,
+  static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(CausalLm& model, int slots,
                                                               int max_seq_len, int max_rows);
 
   // Applies the moves, then runs the batch. Returns the logits of each
@@ -37,14 +38,14 @@ class StepExecutor {
   // (a device fault, a failed collective) leaves the ranks out of step.
   absl::StatusOr<absl::Span<float>> Run(const StepInput& step);
 
-  GptModel& model() const { return model_; }
+  CausalLm& model() const { return model_; }
   const KvCache& cache() const { return *cache_; }
 
  private:
-  StepExecutor(GptModel& model, std::unique_ptr<KvCache> cache)
+  StepExecutor(CausalLm& model, std::unique_ptr<KvCache> cache)
       : model_(model), cache_(std::move(cache)) {}
 
-  GptModel& model_;
+  CausalLm& model_;
   std::unique_ptr<KvCache> cache_;
 };
 

@@ -7,7 +7,7 @@
 #define FLOVER_ENGINE_TP_WORKER_H_
 
 #include "absl/status/status.h"
-#include "engine/comm/communicator.h"
+#include "dist/communicator.h"
 #include "engine/step_executor.h"
 
 namespace flover {

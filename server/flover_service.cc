@@ -56,7 +56,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
  public:
   // The reactor is owned by a shared_ptr held by itself until OnDone and by
   // the engine's sink until the request finishes, whichever is later.
-  static GenerateReactor* Start(Engine& engine, const BpeTokenizer* tokenizer,
+  static GenerateReactor* Start(Engine& engine, const Tokenizer* tokenizer,
                                 grpc::CallbackServerContext* context,
                                 const v1::GenerateRequest& request) {
     auto reactor = std::shared_ptr<GenerateReactor>(new GenerateReactor(engine));
@@ -107,14 +107,14 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   explicit GenerateReactor(Engine& engine) : engine_(engine) {}
 
-  void Submit(const BpeTokenizer* tokenizer, grpc::CallbackServerContext* context,
+  void Submit(const Tokenizer* tokenizer, grpc::CallbackServerContext* context,
               const v1::GenerateRequest& request) {
     // Held across engine_.Submit so the engine's first callbacks wait until
     // the id is known.
     std::lock_guard<std::mutex> lock(mu_);
     request_id_ = request.request_id();
     with_logprobs_ = request.return_logprobs();
-    auto converted = ToEngineRequest(request, tokenizer, engine_.model().config().vocab_size,
+    auto converted = ToEngineRequest(request, tokenizer, engine_.model().info().vocab_size,
                                      std::random_device{}() * 0x9e3779b97f4a7c15ull);
     if (!converted.ok()) {
       Finish(ToGrpcStatus(converted.status()));
@@ -193,7 +193,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
 }  // namespace
 
-FloverService::FloverService(Engine& engine, const BpeTokenizer* tokenizer, ModelDescription model)
+FloverService::FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model)
     : engine_(engine), tokenizer_(tokenizer), model_(std::move(model)) {}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* FloverService::Generate(
@@ -204,15 +204,16 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* FloverService::Generate(
 grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContext* context,
                                                       const v1::GetModelInfoRequest*,
                                                       v1::ModelInfo* info) {
-  const GptConfig& c = engine_.model().config();
+  const ModelInfo& c = engine_.model().info();
   const EngineOptions& o = engine_.options();
   info->set_model(model_.spec);
-  info->set_architecture("gpt2");
+  info->set_architecture(c.architecture);
   info->set_n_layer(c.n_layer);
   info->set_n_head(c.n_head);
-  info->set_n_embd(c.n_embd);
+  info->set_n_kv_head(c.n_kv_head);
+  info->set_n_embd(c.hidden);
   info->set_vocab_size(c.vocab_size);
-  info->set_max_positions(c.n_positions);
+  info->set_max_positions(c.max_positions);
   info->set_dtype(model_.stored_dtype);
   info->set_matmul_dtype(model_.matmul_dtype);
   info->set_kv_dtype(model_.kv_dtype);
@@ -225,7 +226,8 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   info->set_max_batch(o.scheduler.max_batch);
   info->set_scheduler(std::string(SchedulerPolicyName(o.scheduler.policy)));
   info->set_kv_shuffle(o.scheduler.kv_shuffle);
-  info->set_eos_token_id(c.eos_token_id);
+  info->set_eos_token_id(c.eos_token_ids.empty() ? -1 : c.eos_token_ids.front());
+  for (int32_t id : c.eos_token_ids) info->add_eos_token_ids(id);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

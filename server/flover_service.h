@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "engine/bpe_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "engine/engine.h"
 #include "proto/flover.grpc.pb.h"
 
@@ -26,7 +26,7 @@ struct ModelDescription {
 class FloverService final : public v1::Flover::CallbackService {
  public:
   // `engine` and `tokenizer` (may be null) must outlive the service.
-  FloverService(Engine& engine, const BpeTokenizer* tokenizer, ModelDescription model);
+  FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -39,7 +39,7 @@ class FloverService final : public v1::Flover::CallbackService {
 
  private:
   Engine& engine_;
-  const BpeTokenizer* tokenizer_;
+  const Tokenizer* tokenizer_;
   const ModelDescription model_;
 };
 

@@ -21,10 +21,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "engine/comm/communicator.h"
+#include "dist/communicator.h"
 #include "engine/engine.h"
-#include "engine/model_loader.h"
-#include "engine/tp_shard.h"
+#include "model/model_loader.h"
 #include "engine/step_executor.h"
 #include "engine/tp_worker.h"
 #include "kernels/backend_factory.h"
@@ -111,16 +110,18 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (!backend.ok()) return backend.status();
   auto loaded = LoadModel(options.model);
   if (!loaded.ok()) return loaded.status();
-  const GptConfig config = (*loaded)->config;
-  if (options.engine.max_seq_len == 0) options.engine.max_seq_len = config.n_positions;
-  GptWeights weights = std::move((*loaded)->weights);
+  const ModelInfo config = (*loaded)->info();
+  const std::string stored_dtype = (*loaded)->stored_dtype();
+  // The tokenizer outlives the loaded checkpoint, which goes once this
+  // rank's weights are on the backend.
+  const std::shared_ptr<const Tokenizer> tokenizer = (*loaded)->tokenizer();
+  if (options.engine.max_seq_len == 0) options.engine.max_seq_len = config.max_positions;
   if (tp > 1) {
-    const ShardSpec spec{tp, comm->world().tp_rank};
-    if (absl::Status st = ValidateShardSpec(config, spec); !st.ok()) return st;
-    weights = ShardGptWeights(weights, config, spec);  // this rank keeps its shard only
+    if (absl::Status st = (*loaded)->CheckTensorParallel(tp); !st.ok()) return st;
   }
-  auto model = GptModel::Create(config, std::move(weights), **backend, comm);
+  auto model = (*loaded)->Instantiate(**backend, comm);  // this rank's shard with tp > 1
   if (!model.ok()) return model.status();
+  loaded->reset();
 
   if (!leader) {
     // The same set-up as Engine::Create on rank 0: the KV cache, and kernels
@@ -132,20 +133,19 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     return RunTensorParallelWorker(**executor, *comm);
   }
 
-  const BpeTokenizer* tokenizer = (*loaded)->tokenizer ? &*(*loaded)->tokenizer : nullptr;
   const absl::Time create_start = absl::Now();
-  auto engine = Engine::Create(**model, tokenizer, options.engine, comm);  // compiles kernels
+  auto engine = Engine::Create(**model, tokenizer.get(), options.engine, comm);  // compiles kernels
   if (!engine.ok()) return engine.status();
   const absl::Duration create_time = absl::Now() - create_start;
 
   const kernels::DeviceInfo device = (*backend)->Device();
-  ModelDescription description{options.model, (*loaded)->stored_dtype,
+  ModelDescription description{options.model, stored_dtype,
                                kernels::MatmulDtypeName(options.backend.matmul),
                                kernels::KvDtypeName(options.backend.kv), tp};
   description.device = options.backend.device;
   description.device_name = device.name;
   description.device_memory_bytes = device.total_bytes;
-  FloverService service(**engine, tokenizer, description);
+  FloverService service(**engine, tokenizer.get(), description);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -159,10 +159,11 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   std::printf("listening on %s:%d\n", host.c_str(), port);
   const EngineStats stats = (*engine)->Stats();
-  std::printf("model %s: gpt2, %d layers, %d heads, %d wide, vocab %d, %d positions, %s weights "
-              "(linear layers in %s), %s\n",
-              options.model.c_str(), config.n_layer, config.n_head, config.n_embd,
-              config.vocab_size, config.n_positions, (*loaded)->stored_dtype.c_str(),
+  std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "
+              "weights (linear layers in %s), %s\n",
+              options.model.c_str(), config.architecture.c_str(), config.n_layer, config.n_head,
+              config.n_kv_head, config.hidden, config.vocab_size, config.max_positions,
+              stored_dtype.c_str(),
               kernels::MatmulDtypeName(options.backend.matmul),
               tokenizer ? "tokenizer" : "no tokenizer (token ids only)");
   if (device.total_bytes > 0) {

@@ -5,7 +5,7 @@
 namespace flover::server {
 
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
-                                        const BpeTokenizer* tokenizer, int vocab_size,
+                                        const Tokenizer* tokenizer, int vocab_size,
                                         uint64_t random_seed) {
   Request r;
   switch (in.prompt_case()) {

@@ -6,7 +6,7 @@
 #define FLOVER_SERVER_REQUEST_CONVERT_H_
 
 #include "absl/status/statusor.h"
-#include "engine/bpe_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "engine/request.h"
 #include "proto/flover.pb.h"
 
@@ -16,7 +16,7 @@ constexpr int kDefaultMaxNewTokens = 16;
 
 // `random_seed` is used when the request sets no seed.
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& request,
-                                        const BpeTokenizer* tokenizer, int vocab_size,
+                                        const Tokenizer* tokenizer, int vocab_size,
                                         uint64_t random_seed);
 
 }  // namespace flover::server

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes engine/unicode_tables.inc: the code-point ranges of the classes the
+"""Writes tokenizer/unicode_tables.inc: the code-point ranges of the classes the
 GPT-2 pre-tokenizer pattern uses (\\p{L}, \\p{N}, \\s), read from the `regex`
 module that Hugging Face's GPT2Tokenizer itself uses, so our hand-written
 scanner splits text exactly as it does.
 
-Usage: python3 tools/gen_unicode_tables.py > engine/unicode_tables.inc
+Usage: python3 tools/gen_unicode_tables.py > tokenizer/unicode_tables.inc
 (needs `pip install regex`)."""
 import sys
 

@@ -11,7 +11,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "engine/gpt_model.h"
+#include "model/causal_lm.h"
+#include "model/loaded_model.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
 #include "kernels/testing/required_devices.h"
@@ -68,14 +69,15 @@ inline std::unique_ptr<kernels::Backend> CpuBackend(
   return ValueOrDie(kernels::CreateBackend(options), "CPU backend");
 }
 
-// `weights` (copied) on `backend`, or the binary stops.
-inline std::unique_ptr<GptModel> ModelOn(kernels::Backend& backend, const GptConfig& config,
-                                         GptWeights weights, Collectives* collectives = nullptr) {
-  return ValueOrDie(GptModel::Create(config, std::move(weights), backend, collectives), "model");
+// `loaded` (its weights copied; this rank's shard with collectives of tp > 1)
+// on `backend`, or the binary stops.
+inline std::unique_ptr<CausalLm> ModelOn(kernels::Backend& backend, const LoadedModel& loaded,
+                                         Collectives* collectives = nullptr) {
+  return ValueOrDie(loaded.Instantiate(backend, collectives), "model");
 }
 
 // A KV cache for `model`, or the binary stops.
-inline std::unique_ptr<KvCache> CacheFor(const GptModel& model, int slots, int max_seq) {
+inline std::unique_ptr<KvCache> CacheFor(const CausalLm& model, int slots, int max_seq) {
   return ValueOrDie(KvCache::Create(model.backend(), model.CacheShape(slots, max_seq)), "KV cache");
 }
 

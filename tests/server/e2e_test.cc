@@ -12,9 +12,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "engine/generate.h"
-#include "engine/json.h"
-#include "engine/model_loader.h"
-#include "engine/testing/golden.h"
+#include "util/json.h"
+#include "model/model_loader.h"
+#include "testing/golden.h"
 #include "engine/testing/backends.h"
 #include "proto/flover.grpc.pb.h"
 #include "tests/server/server_process.h"
@@ -65,7 +65,7 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
   auto loaded = LoadModel("builtin:tiny");
   ASSERT_TRUE(loaded.ok());
   auto backend = testing::CpuBackend();
-  auto model = testing::ModelOn(*backend, (*loaded)->config, std::move((*loaded)->weights));
+  auto model = testing::ModelOn(*backend, **loaded);
   const bool one_rank = g_server_command.size() == 1;
   auto stub = v1::Flover::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));

@@ -1,0 +1,58 @@
+// What the engine, the tensor-parallel workers, the server and the
+// benchmarks know of a model: "a causal LM" that runs a forward pass over a
+// ragged batch with a KV cache. GPT-2 (model/gpt2) implements it; a model
+// family is one implementation, and nothing outside model/ names one.
+#ifndef FLOVER_MODEL_CAUSAL_LM_H_
+#define FLOVER_MODEL_CAUSAL_LM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+#include "model/model_info.h"
+
+namespace flover {
+
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+
+  virtual const ModelInfo& info() const = 0;
+  virtual kernels::Backend& backend() const = 0;
+
+  // Shape of the KV cache this model (this rank's part of it) needs for
+  // `slots` x `max_seq`.
+  virtual KvCacheShape CacheShape(int slots, int max_seq) const = 0;
+
+  // Runs the batch, writing its keys/values into `cache`, and returns the
+  // logits ([num_seqs, V] or [T, V] per `which`) in host memory: a view that
+  // stays valid until the next Forward. Tensor-parallel ranks other than 0
+  // get an empty view. Every sequence must use a distinct slot of `cache`,
+  // have rows, and fit in both the cache and the model's positions; token
+  // ids must be in the vocabulary. Violations are InvalidArgument; a failed
+  // collective is Unavailable; a device fault is the backend's error.
+  virtual absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
+                                                    LogitsFor which) = 0;
+
+  // Prepares everything Forward needs for batches of up to `max_rows` rows
+  // and `max_logit_rows` rows of logits (compiled kernels, chosen GEMM
+  // algorithms, activation buffers), so such a Forward allocates nothing and
+  // never pauses to compile.
+  virtual absl::Status PrepareForBatches(int max_rows, int max_logit_rows) = 0;
+
+  // Copies positions [0, len) of slot `from` to slot `to` in every layer.
+  virtual absl::Status MoveSlot(KvCache& cache, int from, int to, int len) = 0;
+
+  // Forward, copying the logits into `logits` (resized; cleared on ranks > 0).
+  absl::Status Forward(const ForwardBatch& batch, KvCache& cache, LogitsFor which,
+                       std::vector<float>* logits);
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_CAUSAL_LM_H_

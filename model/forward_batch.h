@@ -1,0 +1,34 @@
+// The rows of one forward call over a ragged token batch: any number of
+// sequences, each contributing one or more tokens at its own positions (a
+// prompt, a chunk of one, or a single decode token). Prefill and decode are
+// the same call.
+#ifndef FLOVER_MODEL_FORWARD_BATCH_H_
+#define FLOVER_MODEL_FORWARD_BATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "kernels/kv_layer.h"
+
+namespace flover {
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;     // [T]
+  std::vector<int32_t> positions;  // [T]
+  std::vector<kernels::SeqRows> seqs;
+
+  // Appends `tokens` of the sequence in `slot`, the first at position `pos`.
+  void AddSequence(int32_t slot, int32_t pos, absl::Span<const int32_t> new_tokens);
+  void Clear();
+  int num_rows() const { return static_cast<int>(tokens.size()); }
+};
+
+enum class LogitsFor {
+  kLastRowOfEachSequence,  // [num_seqs, V]: what generation needs
+  kEveryRow,               // [T, V]: for tests and scoring
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_FORWARD_BATCH_H_

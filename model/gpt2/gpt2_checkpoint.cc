@@ -1,0 +1,127 @@
+#include "model/gpt2/gpt2_checkpoint.h"
+
+#include <sys/stat.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "model/gpt2/gpt_model.h"
+#include "model/gpt2/tp_shard.h"
+#include "model/loader/safetensors.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "util/file_util.h"
+
+namespace flover {
+namespace {
+
+constexpr uint64_t kBuiltinSeed = 0x466c6f766572ull;  // "Flover"
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+absl::StatusOr<GptConfig> BuiltinGpt2Config(absl::string_view name) {
+  GptConfig c;
+  if (name == "tiny") {
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 64;
+    c.n_positions = 512;
+    c.vocab_size = 512;
+  } else if (name == "gpt2-small") {
+    c.n_layer = 12;
+    c.n_head = 12;
+    c.n_embd = 768;
+    c.n_positions = 1024;
+    c.vocab_size = 50257;
+  } else {
+    return absl::NotFoundError(absl::StrCat("no built-in GPT-2 model \"", name, "\""));
+  }
+  c.n_inner = 4 * c.n_embd;
+  c.eos_token_id = c.vocab_size - 1;  // GPT-2's <|endoftext|> is its last id
+  return c;
+}
+
+void Gpt2Checkpoint::Describe() { info_ = InfoOf(config_); }
+
+absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::Builtin(absl::string_view name) {
+  auto config = BuiltinGpt2Config(name);
+  if (!config.ok()) return config.status();
+  std::unique_ptr<Gpt2Checkpoint> m(new Gpt2Checkpoint());
+  m->spec_ = absl::StrCat("builtin:", name);
+  m->config_ = *config;
+  m->weights_ = RandomGptWeights(*config, kBuiltinSeed);
+  m->Describe();
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::LoadDirectory(
+    const std::string& dir) {
+  std::unique_ptr<Gpt2Checkpoint> m(new Gpt2Checkpoint());
+  m->spec_ = dir;
+  const std::string config_path = dir + "/config.json";
+  auto config_text = ReadFile(config_path);
+  if (!config_text.ok()) return config_text.status();
+  auto config = ParseGptConfig(*config_text, config_path);
+  if (!config.ok()) return config.status();
+  m->config_ = *config;
+
+  auto file = SafetensorsFile::Open(dir + "/model.safetensors");
+  if (!file.ok()) return file.status();
+  auto weights = LoadGptWeights(*file, m->config_);
+  if (!weights.ok()) return weights.status();
+  m->weights_ = std::move(*weights);
+  for (const char* key : {"transformer.wte.weight", "wte.weight"}) {
+    if (const TensorInfo* t = file->Find(key)) m->stored_dtype_ = std::string(DTypeName(t->dtype));
+  }
+
+  const std::string vocab = dir + "/vocab.json", merges = dir + "/merges.txt";
+  if (FileExists(vocab) != FileExists(merges)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": a tokenizer needs both vocab.json and merges.txt, found only one"));
+  }
+  if (FileExists(vocab)) {
+    auto tokenizer = BpeTokenizer::Load(vocab, merges);
+    if (!tokenizer.ok()) return tokenizer.status();
+    if (tokenizer->vocab_size() > m->config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": the tokenizer has ", tokenizer->vocab_size(),
+          " tokens but the model's vocab_size is ", m->config_.vocab_size));
+    }
+    if (m->config_.eos_token_id < 0) m->config_.eos_token_id = tokenizer->end_of_text_id();
+    m->tokenizer_ = std::make_shared<BpeTokenizer>(std::move(*tokenizer));
+  }
+  m->Describe();
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::Load(absl::string_view spec) {
+  constexpr absl::string_view kBuiltin = "builtin:";
+  if (absl::StartsWith(spec, kBuiltin)) return Builtin(spec.substr(kBuiltin.size()));
+  return LoadDirectory(std::string(spec));
+}
+
+absl::Status Gpt2Checkpoint::CheckTensorParallel(int tp) const {
+  return ValidateShardSpec(config_, ShardSpec{tp, 0});
+}
+
+absl::StatusOr<std::unique_ptr<CausalLm>> Gpt2Checkpoint::Instantiate(
+    kernels::Backend& backend, Collectives* collectives) const {
+  const int tp = collectives != nullptr ? collectives->world().tp_size : 1;
+  if (tp == 1) {
+    auto model = GptModel::Create(config_, weights_, backend, collectives);
+    if (!model.ok()) return model.status();
+    return std::unique_ptr<CausalLm>(std::move(*model));
+  }
+  const ShardSpec spec{tp, collectives->world().tp_rank};
+  if (absl::Status st = ValidateShardSpec(config_, spec); !st.ok()) return st;
+  // This rank's shard only goes to the backend.
+  auto model = GptModel::Create(config_, ShardGptWeights(weights_, config_, spec), backend,
+                                collectives);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<CausalLm>(std::move(*model));
+}
+
+}  // namespace flover

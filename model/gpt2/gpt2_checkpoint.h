@@ -1,0 +1,51 @@
+// GPT-2 as read from a Hugging Face directory (config.json, model.safetensors
+// with or without the "transformer." prefix, optional vocab.json +
+// merges.txt) or generated for the built-ins, held as float32 host weights
+// until Instantiate puts this rank's part on a backend.
+#ifndef FLOVER_MODEL_GPT2_GPT2_CHECKPOINT_H_
+#define FLOVER_MODEL_GPT2_GPT2_CHECKPOINT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/gpt2/gpt_config.h"
+#include "model/gpt2/gpt_weights.h"
+#include "model/loaded_model.h"
+
+namespace flover {
+
+class Gpt2Checkpoint final : public LoadedModel {
+ public:
+  // A directory in Hugging Face GPT-2 layout; errors name the file.
+  static absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> LoadDirectory(const std::string& dir);
+  // A built-in model by name ("tiny", "gpt2-small"): seeded random weights.
+  static absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Builtin(absl::string_view name);
+  // "builtin:NAME" or a directory.
+  static absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Load(absl::string_view spec);
+
+  const GptConfig& config() const { return config_; }
+  const GptWeights& weights() const { return weights_; }
+
+  absl::Status CheckTensorParallel(int tp) const override;
+  absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
+      kernels::Backend& backend, Collectives* collectives = nullptr) const override;
+
+ private:
+  Gpt2Checkpoint() = default;
+  void Describe();  // info_ from config_
+
+  GptConfig config_;
+  GptWeights weights_;
+};
+
+// The config of a built-in GPT-2 model, or NotFound:
+//   tiny        2 layers, 4 heads, 64 wide, 512 positions, vocab 512
+//   gpt2-small  GPT-2 124M shapes: 12 layers, 12 heads, 768 wide,
+//               1024 positions, vocab 50257
+absl::StatusOr<GptConfig> BuiltinGpt2Config(absl::string_view name);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_GPT2_GPT2_CHECKPOINT_H_

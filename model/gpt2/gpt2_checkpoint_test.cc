@@ -1,0 +1,112 @@
+// Model directories and built-ins: what loads, and the errors for what does not.
+#include "model/gpt2/gpt2_checkpoint.h"
+#include "model/model_loader.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_replace.h"
+#include "testing/files.h"
+
+namespace flover {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+constexpr char kFixture[] = "tests/golden/tiny_f32";
+
+// A copy of the fixture model in a fresh temporary directory.
+std::string CopyFixture(const std::string& name) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"}) {
+    fs::copy_file(std::string(kFixture) + "/" + f, dir + "/" + f);
+  }
+  return dir;
+}
+
+std::string ErrorOf(const std::string& spec) {
+  auto m = LoadModel(spec);
+  EXPECT_FALSE(m.ok());
+  return std::string(m.status().message());
+}
+
+TEST(ModelLoaderTest, BuiltinModels) {
+  auto tiny = Gpt2Checkpoint::Load("builtin:tiny");
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ((*tiny)->config().n_layer, 2);
+  EXPECT_EQ((*tiny)->tokenizer(), nullptr);
+  auto again = Gpt2Checkpoint::Load("builtin:tiny");
+  EXPECT_EQ((*tiny)->weights().layers[1].fc_w, (*again)->weights().layers[1].fc_w);  // seeded
+
+  auto small = BuiltinGpt2Config("gpt2-small");
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->n_layer, 12);
+  EXPECT_EQ(small->n_head, 12);
+  EXPECT_EQ(small->n_embd, 768);
+  EXPECT_EQ(small->n_positions, 1024);
+  EXPECT_EQ(small->vocab_size, 50257);
+  EXPECT_EQ(small->num_parameters(), 124439808);  // GPT-2 small's parameter count
+  EXPECT_THAT(ErrorOf("builtin:gpt5"), HasSubstr("unknown built-in model \"gpt5\""));
+}
+
+TEST(ModelLoaderTest, DirectoryWithTokenizer) {
+  auto m = Gpt2Checkpoint::Load(kFixture);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_NE((*m)->tokenizer(), nullptr);
+  EXPECT_EQ((*m)->config().eos_token_id,
+            static_cast<const BpeTokenizer&>(*(*m)->tokenizer()).end_of_text_id());
+  EXPECT_EQ((*m)->info().architecture, "gpt2");
+  EXPECT_EQ((*m)->info().eos_token_ids, std::vector<int32_t>{(*m)->config().eos_token_id});
+  EXPECT_TRUE((*m)->weights().lm_head.empty());  // tied to wte
+}
+
+TEST(ModelLoaderTest, MissingFiles) {
+  EXPECT_THAT(ErrorOf("/nonexistent"), HasSubstr("/nonexistent/config.json: cannot open"));
+  const std::string dir = CopyFixture("no_weights");
+  fs::remove(dir + "/model.safetensors");
+  EXPECT_THAT(ErrorOf(dir), HasSubstr("model.safetensors: cannot open"));
+  const std::string half = CopyFixture("half_tokenizer");
+  fs::remove(half + "/merges.txt");
+  EXPECT_THAT(ErrorOf(half), HasSubstr("needs both vocab.json and merges.txt"));
+}
+
+TEST(ModelLoaderTest, ConfigThatDisagreesWithTheWeights) {
+  const std::string dir = CopyFixture("wide");
+  const std::string config = testing::ReadFileOrEmpty(dir + "/config.json");
+  testing::WriteFile(dir + "/config.json",
+                     absl::StrReplaceAll(config, {{"\"n_embd\": 36", "\"n_embd\": 48"}}));
+  const std::string e = ErrorOf(dir);
+  EXPECT_THAT(e, HasSubstr("tensor 'wte.weight' has shape [557, 36] but the config requires [557, 48]"));
+}
+
+TEST(ModelLoaderTest, BadConfigValues) {
+  const std::string dir = CopyFixture("bad_config");
+  const std::string config = testing::ReadFileOrEmpty(dir + "/config.json");
+  auto with = [&](const std::string& from, const std::string& to) {
+    testing::WriteFile(dir + "/config.json", absl::StrReplaceAll(config, {{from, to}}));
+    return ErrorOf(dir);
+  };
+  EXPECT_THAT(with("\"n_head\": 3", "\"n_head\": 5"), HasSubstr("not divisible by n_head"));
+  EXPECT_THAT(with("\"n_layer\": 2", "\"n_layer\": -2"), HasSubstr("n_layer must be an integer"));
+  EXPECT_THAT(with("\"n_layer\": 2,", ""), HasSubstr("missing field \"n_layer\""));
+  EXPECT_THAT(with("\"gelu_new\"", "\"relu\""), HasSubstr("activation_function \"relu\""));
+  EXPECT_THAT(with("{", "["), HasSubstr("config.json: not a valid JSON object"));
+}
+
+TEST(ModelLoaderTest, MissingTensorIsNamed) {
+  const std::string dir = CopyFixture("truncated");
+  // Keep the header but drop the data section: offsets now run past the end.
+  std::string bytes = testing::ReadFileOrEmpty(dir + "/model.safetensors");
+  testing::WriteFile(dir + "/model.safetensors", bytes.substr(0, bytes.size() / 2));
+  EXPECT_THAT(ErrorOf(dir), HasSubstr("model.safetensors: tensor '"));
+}
+
+}  // namespace
+}  // namespace flover

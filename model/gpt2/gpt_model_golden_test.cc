@@ -1,0 +1,270 @@
+// GPT-2 forward numerics against Hugging Face transformers: logits at every
+// prompt position, 32-step greedy continuations, and the equivalences the
+// batched engine relies on (prefill-then-decode and chunked prefill equal one
+// full prefill; a ragged batch equals its sequences run alone). Every test
+// runs on the CPU, and on a GPU when this build has the CUDA backend and the
+// host a GPU (skipped, with the reason, otherwise).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <tuple>
+#include <cstdio>
+
+#include "engine/generate.h"
+#include "model/gpt2/gpt_model.h"
+#include "model/gpt2/gpt2_checkpoint.h"
+#include "testing/golden.h"
+#include "engine/testing/backends.h"
+
+namespace flover {
+namespace {
+
+using testing::ScaledError;
+
+// A fixture under tests/golden/ loaded with its golden logits, and a model
+// over a backend of the given device and types.
+class GoldenFixture : public ::testing::Test {
+ protected:
+  // False (with skip_ set) when the device cannot run here.
+  bool Load(const std::string& fixture, const std::string& device,
+            kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
+            kernels::KvDtype kv = kernels::KvDtype::kF32) {
+    const std::string dir = "tests/golden/" + fixture;
+    backend_ = testing::BackendForTest(device, &skip_, matmul, kv);
+    if (backend_ == nullptr) return false;
+    auto m = Gpt2Checkpoint::Load(dir);
+    EXPECT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    gpt_ = testing::ModelOn(*backend_, *model_);
+    golden_ = testing::LoadGolden(dir, model_->config().vocab_size);
+    return true;
+  }
+
+  std::unique_ptr<KvCache> NewCache(int slots) {
+    return testing::CacheFor(*gpt_, slots, model_->config().n_positions);
+  }
+
+  std::string skip_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Gpt2Checkpoint> model_;
+  std::unique_ptr<CausalLm> gpt_;
+  testing::Golden golden_;
+};
+
+const char* const kDevices[] = {"cpu", "cuda"};
+
+class GoldenModelTest
+    : public GoldenFixture,
+      public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {
+ protected:
+  const char* fixture() const { return std::get<0>(GetParam()); }
+  void SetUp() override {
+    if (!Load(fixture(), std::get<1>(GetParam()))) GTEST_SKIP() << skip_;
+  }
+};
+
+TEST_P(GoldenModelTest, LogitsAtEveryPositionMatchTransformers) {
+  const int V = model_->config().vocab_size;
+  EXPECT_EQ(golden_.prompts.front().size(), 1u);  // includes a 1-token prompt
+  EXPECT_EQ(golden_.prompts.back().size(), size_t(model_->config().n_positions - 2));
+  double worst = 0;
+  for (size_t i = 0; i < golden_.prompts.size(); ++i) {
+    auto cache = NewCache(1);
+    ForwardBatch b;
+    b.AddSequence(0, 0, golden_.prompts[i]);
+    std::vector<float> logits;
+    ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
+    ASSERT_EQ(logits.size(), golden_.prompts[i].size() * V);
+    for (size_t row = 0; row < golden_.prompts[i].size(); ++row) {
+      const double err = ScaledError(&logits[row * V], &golden_.logits[i][row * V], V);
+      EXPECT_LT(err, 1e-4) << "prompt " << i << " position " << row;
+      worst = std::max(worst, err);
+    }
+  }
+  std::printf("%s on %s: worst scaled logit error %.2e\n", fixture(), std::get<1>(GetParam()),
+              worst);
+}
+
+TEST_P(GoldenModelTest, GreedyContinuationMatchesTransformers) {
+  GenerateOptions options;
+  options.max_new_tokens = 32;
+  options.sampling.temperature = 0;
+  options.ignore_eos = true;
+  auto out = GenerateAlone(*gpt_, golden_.greedy_prompt, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, golden_.greedy_output);
+}
+
+TEST_P(GoldenModelTest, PrefillThenDecodeEqualsOneFullPrefill) {
+  const int V = model_->config().vocab_size;
+  const std::vector<int32_t>& prompt = golden_.prompts.back();
+  const std::vector<float>& full = golden_.logits.back();
+  // Prefill the first 5 tokens, then one token per step; and separately a
+  // prefill in uneven chunks (5, 11, rest).
+  for (const std::vector<int>& chunks :
+       {std::vector<int>{5}, std::vector<int>{5, 11, int(prompt.size()) - 16}}) {
+    auto cache = NewCache(1);
+    int pos = 0;
+    size_t chunk = 0;
+    while (pos < int(prompt.size())) {
+      const int len = chunk < chunks.size() ? chunks[chunk++] : 1;
+      ForwardBatch b;
+      b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
+      std::vector<float> logits;
+      ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
+      const int last = pos + len - 1;
+      EXPECT_LT(ScaledError(logits.data(), &full[size_t(last) * V], V), 1e-4) << "position " << last;
+      pos += len;
+    }
+  }
+}
+
+TEST_P(GoldenModelTest, RaggedBatchEqualsEachSequenceAlone) {
+  const int V = model_->config().vocab_size;
+  // All prompts in one forward, in reversed slots, plus a decode row for a
+  // sequence already in the cache.
+  auto cache = NewCache(int(golden_.prompts.size()) + 1);
+  const int S = int(golden_.prompts.size());
+  const std::vector<int32_t>& p1 = golden_.prompts[1];
+  {
+    ForwardBatch warm;
+    warm.AddSequence(S, 0, absl::MakeConstSpan(p1.data(), p1.size() - 1));
+    std::vector<float> ignored;
+    ASSERT_TRUE(gpt_->Forward(warm, *cache, LogitsFor::kLastRowOfEachSequence, &ignored).ok());
+  }
+  ForwardBatch b;
+  for (int i = 0; i < S; ++i) b.AddSequence(S - 1 - i, 0, golden_.prompts[i]);
+  b.AddSequence(S, int(p1.size()) - 1, {p1.back()});
+  std::vector<float> logits;
+  ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
+  ASSERT_EQ(logits.size(), size_t(S + 1) * V);
+  for (int i = 0; i < S; ++i) {
+    const size_t last = golden_.prompts[i].size() - 1;
+    EXPECT_LT(ScaledError(&logits[size_t(i) * V], &golden_.logits[i][last * V], V), 1e-4) << i;
+  }
+  EXPECT_LT(ScaledError(&logits[size_t(S) * V], &golden_.logits[1][(p1.size() - 1) * V], V), 1e-4);
+}
+
+TEST_P(GoldenModelTest, StoredDtypeAndTokenizerAreReported) {
+  const std::string want = golden_.stored_dtype == "float32"   ? "F32"
+                           : golden_.stored_dtype == "float16" ? "F16"
+                                                               : "BF16";
+  EXPECT_EQ(model_->stored_dtype(), want);
+  EXPECT_EQ((model_->tokenizer() != nullptr), std::string(fixture()) == "tiny_f32");
+}
+
+TEST_P(GoldenModelTest, BadBatchesAreRejected) {
+  auto cache = NewCache(2);
+  std::vector<float> logits;
+  ForwardBatch b;
+  b.AddSequence(0, 0, {model_->config().vocab_size});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  b.Clear();
+  b.AddSequence(0, model_->config().n_positions - 1, {1, 2});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  b.Clear();
+  b.AddSequence(1, 0, {1});
+  b.AddSequence(1, 0, {2});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  b.Clear();
+  b.AddSequence(2, 0, {1});
+  EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(FixturesAndDevices, GoldenModelTest,
+                         ::testing::Combine(::testing::Values("tiny_f32", "tiny_f16_prefix",
+                                                              "tiny_bf16_prefix"),
+                                            ::testing::ValuesIn(kDevices)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
+                         });
+
+// --dtype=bf16 (linear layers round weights and inputs to bfloat16) and
+// --kv_dtype=bf16 (keys and values stored as bfloat16) keep 8 significant
+// bits, so logits move by ~1% of their scale. They must stay close to
+// transformers' float32 ones, really differ from ours in float32 (bf16 is in
+// use), and keep every batching equivalence bit for bit.
+struct Bf16Case {
+  const char* name;
+  kernels::MatmulDtype matmul;
+  kernels::KvDtype kv;
+};
+
+class GoldenBf16Test
+    : public GoldenFixture,
+      public ::testing::WithParamInterface<std::tuple<const char*, Bf16Case, const char*>> {
+ protected:
+  const char* fixture() const { return std::get<0>(GetParam()); }
+
+  void SetUp() override {
+    const Bf16Case& c = std::get<1>(GetParam());
+    if (!Load(fixture(), std::get<2>(GetParam()), c.matmul, c.kv)) GTEST_SKIP() << skip_;
+  }
+
+  // Logits of every row of `prompt` run from position 0 in chunks of the
+  // given lengths (the last one repeated until the prompt is done).
+  std::vector<float> RunInChunks(const std::vector<int32_t>& prompt, std::vector<int> chunks) {
+    auto cache = NewCache(1);
+    std::vector<float> all, logits;
+    for (int pos = 0, c = 0; pos < int(prompt.size()); ++c) {
+      const int len = std::min(chunks[std::min<size_t>(c, chunks.size() - 1)], int(prompt.size()) - pos);
+      ForwardBatch b;
+      b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
+      EXPECT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
+      all.insert(all.end(), logits.begin(), logits.end());
+      pos += len;
+    }
+    return all;
+  }
+
+};
+
+TEST_P(GoldenBf16Test, LogitsStayNearTransformers) {
+  const int V = model_->config().vocab_size;
+  double worst = 0;
+  for (size_t i = 0; i < golden_.prompts.size(); ++i) {
+    const std::vector<float> logits = RunInChunks(golden_.prompts[i], {int(golden_.prompts[i].size())});
+    for (size_t row = 0; row < golden_.prompts[i].size(); ++row) {
+      const double err = ScaledError(&logits[row * V], &golden_.logits[i][row * V], V);
+      EXPECT_LT(err, 3e-2) << "prompt " << i << " position " << row;
+      worst = std::max(worst, err);
+    }
+  }
+  EXPECT_GT(worst, 1e-4) << "no bfloat16 rounding visible: is the bf16 path in use?";
+  std::printf("%s %s on %s: worst scaled logit error %.2e\n", fixture(),
+              std::get<1>(GetParam()).name, std::get<2>(GetParam()), worst);
+}
+
+TEST_P(GoldenBf16Test, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
+  const std::vector<int32_t>& prompt = golden_.prompts.back();
+  const std::vector<float> full = RunInChunks(prompt, {int(prompt.size())});
+  EXPECT_EQ(RunInChunks(prompt, {5, 1}), full);       // prefill 5, then decode
+  EXPECT_EQ(RunInChunks(prompt, {5, 11, 40}), full);  // uneven chunks
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FixturesAndDtypes, GoldenBf16Test,
+    ::testing::Combine(
+        ::testing::Values("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix"),
+        ::testing::Values(Bf16Case{"bf16 linear", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32},
+                          Bf16Case{"bf16 kv", kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16},
+                          Bf16Case{"bf16 both", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16},
+                          // f16 runs on CUDA only; the CPU case skips with the reason.
+                          Bf16Case{"f16 linear", kernels::MatmulDtype::kF16, kernels::KvDtype::kBF16}),
+        ::testing::ValuesIn(kDevices)),
+    [](const auto& info) {
+      std::string name = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name +
+                         "_" + std::get<2>(info.param);
+      std::replace(name.begin(), name.end(), ' ', '_');
+      return name;
+    });
+
+}  // namespace
+}  // namespace flover

@@ -1,0 +1,128 @@
+#include "model/gpt2/gpt_weights.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace flover {
+namespace {
+
+class Reader {
+ public:
+  Reader(const SafetensorsFile& file) : file_(file) {
+    // Hugging Face saves GPT2LMHeadModel with the prefix, GPT2Model without.
+    prefix_ = file.Find("transformer.wte.weight") != nullptr ? "transformer." : "";
+  }
+
+  absl::Status Read(const std::string& key, std::vector<int64_t> shape,
+                    std::vector<float>* out) {
+    auto t = file_.ReadFloat(prefix_ + key, shape);
+    if (!t.ok()) return t.status();
+    *out = std::move(*t);
+    return absl::OkStatus();
+  }
+
+ private:
+  const SafetensorsFile& file_;
+  std::string prefix_;
+};
+
+// SplitMix64: a tiny, fully specified generator, so the built-in models are
+// the same on every platform and standard library.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1).
+  float NextSigned() { return static_cast<float>((Next() >> 40) * 0x1.0p-23 - 1.0); }
+
+ private:
+  uint64_t state_;
+};
+
+std::vector<float> Filled(int64_t n, float value) { return std::vector<float>(n, value); }
+
+std::vector<float> Random(int64_t n, SplitMix64& rng) {
+  // Uniform on [-a, a] has std a / sqrt(3); GPT-2 initializes with std 0.02.
+  const float a = 0.02f * std::sqrt(3.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = a * rng.NextSigned();
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<GptWeights> LoadGptWeights(const SafetensorsFile& file,
+                                          const GptConfig& config) {
+  const int64_t C = config.n_embd, F = config.n_inner, V = config.vocab_size,
+                P = config.n_positions;
+  Reader r(file);
+  GptWeights w;
+  absl::Status st;
+  auto read = [&](const std::string& key, std::vector<int64_t> shape, std::vector<float>* out) {
+    if (st.ok()) st = r.Read(key, std::move(shape), out);
+  };
+  read("wte.weight", {V, C}, &w.wte);
+  read("wpe.weight", {P, C}, &w.wpe);
+  w.layers.resize(config.n_layer);
+  for (int i = 0; i < config.n_layer; ++i) {
+    LayerWeights& l = w.layers[i];
+    const std::string h = absl::StrCat("h.", i, ".");
+    read(h + "ln_1.weight", {C}, &l.ln_1_g);
+    read(h + "ln_1.bias", {C}, &l.ln_1_b);
+    read(h + "attn.c_attn.weight", {C, 3 * C}, &l.attn_w);
+    read(h + "attn.c_attn.bias", {3 * C}, &l.attn_b);
+    read(h + "attn.c_proj.weight", {C, C}, &l.attn_proj_w);
+    read(h + "attn.c_proj.bias", {C}, &l.attn_proj_b);
+    read(h + "ln_2.weight", {C}, &l.ln_2_g);
+    read(h + "ln_2.bias", {C}, &l.ln_2_b);
+    read(h + "mlp.c_fc.weight", {C, F}, &l.fc_w);
+    read(h + "mlp.c_fc.bias", {F}, &l.fc_b);
+    read(h + "mlp.c_proj.weight", {F, C}, &l.mlp_proj_w);
+    read(h + "mlp.c_proj.bias", {C}, &l.mlp_proj_b);
+  }
+  read("ln_f.weight", {C}, &w.ln_f_g);
+  read("ln_f.bias", {C}, &w.ln_f_b);
+  if (!st.ok()) return st;
+  // lm_head is saved only when it is not tied to wte; it never has the prefix.
+  if (file.Find("lm_head.weight") != nullptr) {
+    auto head = file.ReadFloat("lm_head.weight", {V, C});
+    if (!head.ok()) return head.status();
+    w.lm_head = std::move(*head);
+  }
+  return w;
+}
+
+GptWeights RandomGptWeights(const GptConfig& config, uint64_t seed) {
+  const int64_t C = config.n_embd, F = config.n_inner;
+  SplitMix64 rng(seed);
+  GptWeights w;
+  w.wte = Random(int64_t{config.vocab_size} * C, rng);
+  w.wpe = Random(int64_t{config.n_positions} * C, rng);
+  w.layers.resize(config.n_layer);
+  for (LayerWeights& l : w.layers) {
+    l.ln_1_g = Filled(C, 1.0f);
+    l.ln_1_b = Filled(C, 0.0f);
+    l.attn_w = Random(C * 3 * C, rng);
+    l.attn_b = Filled(3 * C, 0.0f);
+    l.attn_proj_w = Random(C * C, rng);
+    l.attn_proj_b = Filled(C, 0.0f);
+    l.ln_2_g = Filled(C, 1.0f);
+    l.ln_2_b = Filled(C, 0.0f);
+    l.fc_w = Random(C * F, rng);
+    l.fc_b = Filled(F, 0.0f);
+    l.mlp_proj_w = Random(F * C, rng);
+    l.mlp_proj_b = Filled(C, 0.0f);
+  }
+  w.ln_f_g = Filled(C, 1.0f);
+  w.ln_f_b = Filled(C, 0.0f);
+  return w;
+}
+
+}  // namespace flover

@@ -1,0 +1,57 @@
+#include "model/gpt2/tp_shard.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "model/gpt2/gpt2_checkpoint.h"
+
+namespace flover {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TpShardTest, VocabularySplitsIntoContiguousRangesOfAnySize) {
+  GptConfig c = *BuiltinGpt2Config("tiny");
+  c.vocab_size = 211;
+  const ShardShape a = ShapeOf(c, {2, 0}), b = ShapeOf(c, {2, 1});
+  EXPECT_EQ(a.vocab_begin, 0);
+  EXPECT_EQ(a.vocab_end, 106);
+  EXPECT_EQ(b.vocab_begin, 106);
+  EXPECT_EQ(b.vocab_end, 211);
+  EXPECT_EQ(a.heads, 2);
+  EXPECT_EQ(b.head_begin, 2);
+  EXPECT_TRUE(a.adds_replicated_bias);
+  EXPECT_FALSE(b.adds_replicated_bias);
+}
+
+TEST(TpShardTest, ShardsHaveTheLocalShapes) {
+  auto m = Gpt2Checkpoint::Load("builtin:tiny");  // 4 heads of 16, 64 wide, MLP 256
+  ASSERT_TRUE(m.ok());
+  const GptConfig& c = (*m)->config();
+  const GptWeights s = ShardGptWeights((*m)->weights(), c, {2, 1});
+  EXPECT_EQ(s.wte.size(), 256u * 64);
+  EXPECT_EQ(s.layers[0].attn_w.size(), 64u * 3 * 32);
+  EXPECT_EQ(s.layers[0].attn_b.size(), 3u * 32);
+  EXPECT_EQ(s.layers[0].attn_proj_w.size(), 32u * 64);
+  EXPECT_EQ(s.layers[0].fc_w.size(), 64u * 128);
+  EXPECT_EQ(s.layers[0].mlp_proj_w.size(), 128u * 64);
+  // Rank 1's Q columns are the full matrix's columns [32, 64), K's [96, 128).
+  const auto& full = (*m)->weights().layers[0].attn_w;
+  EXPECT_EQ(s.layers[0].attn_w[0], full[32]);
+  EXPECT_EQ(s.layers[0].attn_w[32], full[64 + 32]);
+  EXPECT_EQ(s.layers[0].attn_w[64], full[128 + 32]);
+  EXPECT_EQ(s.layers[0].attn_w[96], full[192 + 32]);  // row 1 starts after 96 columns
+  // Row-split biases are added once: rank 1 holds zeros.
+  for (float v : s.layers[0].attn_proj_b) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(TpShardTest, InvalidSplitsNameTheProblem) {
+  const GptConfig c = *BuiltinGpt2Config("tiny");  // 4 heads
+  EXPECT_THAT(std::string(ValidateShardSpec(c, {3, 0}).message()),
+              HasSubstr("--tp=3 does not divide the model's 4 attention heads"));
+  EXPECT_TRUE(ValidateShardSpec(c, {4, 3}).ok());
+  EXPECT_FALSE(ValidateShardSpec(c, {2, 2}).ok());
+}
+
+}  // namespace
+}  // namespace flover

@@ -1,0 +1,51 @@
+// A model as read from disk (or generated, for the built-ins), before it is
+// on a backend: its description, its tokenizer, and a way to put this rank's
+// part of it on a backend. Each family (model/gpt2, ...) implements it;
+// model_loader picks the family.
+#ifndef FLOVER_MODEL_LOADED_MODEL_H_
+#define FLOVER_MODEL_LOADED_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dist/communicator.h"
+#include "kernels/backend.h"
+#include "model/causal_lm.h"
+#include "model/model_info.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flover {
+
+class LoadedModel {
+ public:
+  virtual ~LoadedModel() = default;
+
+  const std::string& spec() const { return spec_; }  // what was asked for
+  // The weights' dtype on disk: "F32", "F16" or "BF16" ("F32" for built-ins).
+  const std::string& stored_dtype() const { return stored_dtype_; }
+  const ModelInfo& info() const { return info_; }
+  // The model's tokenizer, or null (token ids only). Shared, so it can
+  // outlive this object once the weights are on a backend.
+  const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
+
+  // OK when the model splits `tp` ways for tensor parallelism, else
+  // InvalidArgument naming what does not divide.
+  virtual absl::Status CheckTensorParallel(int tp) const = 0;
+
+  // This rank's model on `backend`: the whole model, or, with collectives of
+  // tp_size > 1, this rank's shard. The weights are copied to the backend;
+  // this object may be dropped afterwards.
+  virtual absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
+      kernels::Backend& backend, Collectives* collectives = nullptr) const = 0;
+
+ protected:
+  std::string spec_;
+  std::string stored_dtype_ = "F32";
+  ModelInfo info_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_LOADED_MODEL_H_

@@ -1,0 +1,54 @@
+#include "model/model_loader.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "model/gpt2/gpt2_checkpoint.h"
+#include "util/file_util.h"
+#include "util/json.h"
+
+namespace flover {
+namespace {
+
+constexpr absl::string_view kBuiltinPrefix = "builtin:";
+
+// config.json's model_type, or "gpt2" when it has none (older GPT-2
+// checkpoints); errors name the file.
+absl::StatusOr<std::string> ModelType(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  auto parsed = ParseJsonObject(*text, path);
+  if (!parsed.ok()) return parsed.status();
+  const auto& fields = parsed->fields();
+  auto it = fields.find("model_type");
+  if (it == fields.end()) return std::string("gpt2");
+  if (!it->second.has_string_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": model_type must be a string"));
+  }
+  return it->second.string_value();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
+  if (spec.empty()) return absl::InvalidArgumentError("model spec is empty");
+  if (absl::StartsWith(spec, kBuiltinPrefix)) {
+    const absl::string_view name = spec.substr(kBuiltinPrefix.size());
+    auto gpt2 = Gpt2Checkpoint::Builtin(name);
+    if (gpt2.ok()) return std::unique_ptr<LoadedModel>(std::move(*gpt2));
+    return absl::NotFoundError(absl::StrCat("unknown built-in model \"", name,
+                                            "\" (available: builtin:tiny, builtin:gpt2-small)"));
+  }
+  const std::string dir(spec);
+  auto type = ModelType(dir);
+  if (!type.ok()) return type.status();
+  if (*type == "gpt2") {
+    auto gpt2 = Gpt2Checkpoint::LoadDirectory(dir);
+    if (!gpt2.ok()) return gpt2.status();
+    return std::unique_ptr<LoadedModel>(std::move(*gpt2));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      dir, "/config.json: model_type \"", *type, "\" is not supported (Flover serves gpt2)"));
+}
+
+}  // namespace flover

@@ -1,0 +1,25 @@
+// Resolves a model spec — "builtin:NAME" or a Hugging Face directory — to the
+// family that reads it (config.json's model_type), and loads it.
+#ifndef FLOVER_MODEL_MODEL_LOADER_H_
+#define FLOVER_MODEL_MODEL_LOADER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/loaded_model.h"
+
+namespace flover {
+
+// Built-in models need no files (seeded random weights; no pretrained
+// weights can be shipped):
+//   builtin:tiny        GPT-2 shaped: 2 layers, 4 heads, 64 wide, 512 positions, vocab 512
+//   builtin:gpt2-small  GPT-2 124M shapes: 12 layers, 12 heads, 768 wide,
+//                       1024 positions, vocab 50257
+// A directory's config.json names its family (model_type); one Flover does
+// not serve is refused with a message naming it. Every file is untrusted.
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_MODEL_LOADER_H_

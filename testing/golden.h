@@ -1,0 +1,71 @@
+// Helpers shared by the tests that compare with golden fixtures.
+#ifndef FLOVER_TESTING_GOLDEN_H_
+#define FLOVER_TESTING_GOLDEN_H_
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "util/json.h"
+#include "model/loader/safetensors.h"
+#include "testing/files.h"
+#include "google/protobuf/struct.pb.h"
+
+namespace flover::testing {
+
+// max |a - b| / max |b| over n values: "within 1e-4 relative to the logit scale".
+inline double ScaledError(const float* a, const float* b, size_t n) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    scale = std::max(scale, double(std::abs(b[i])));
+  }
+  return diff / scale;
+}
+
+// A JSON list of numbers as token ids.
+inline std::vector<int32_t> JsonIds(const google::protobuf::Value& list) {
+  std::vector<int32_t> ids;
+  for (const auto& v : list.list_value().values()) ids.push_back(static_cast<int32_t>(v.number_value()));
+  return ids;
+}
+
+// What tests/golden/make_golden.py wrote for one fixture model.
+struct Golden {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<float>> logits;  // [len, V] per prompt
+  std::vector<int32_t> greedy_prompt, greedy_output;
+  std::string stored_dtype;
+};
+
+// Reads DIR/golden.json and DIR/golden_logits.safetensors; failures are
+// test failures.
+inline Golden LoadGolden(const std::string& dir, int vocab) {
+  Golden g;
+  auto json = ParseJsonObject(ReadFileOrEmpty(dir + "/golden.json"), "golden.json");
+  EXPECT_TRUE(json.ok()) << json.status();
+  if (!json.ok()) return g;
+  const auto& f = json->fields();
+  for (const auto& p : f.at("prompts").list_value().values()) g.prompts.push_back(JsonIds(p));
+  g.greedy_prompt = JsonIds(f.at("greedy_prompt"));
+  g.greedy_output = JsonIds(f.at("greedy_output"));
+  g.stored_dtype = f.at("stored_dtype").string_value();
+  auto file = SafetensorsFile::Open(dir + "/golden_logits.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return g;
+  for (size_t i = 0; i < g.prompts.size(); ++i) {
+    auto l = file->ReadFloat("logits." + std::to_string(i),
+                             {int64_t(g.prompts[i].size()), int64_t(vocab)});
+    EXPECT_TRUE(l.ok()) << l.status();
+    g.logits.push_back(l.ok() ? *l : std::vector<float>());
+  }
+  return g;
+}
+
+}  // namespace flover::testing
+
+#endif  // FLOVER_TESTING_GOLDEN_H_

@@ -1,0 +1,34 @@
+// Text <-> token ids, as the engine (stop strings, streamed text), the server
+// (text prompts) and the clients' tools need it. The GPT-2 byte-level BPE
+// (bpe_tokenizer) implements it; nothing outside tokenizer/ and model/ names
+// an implementation.
+#ifndef FLOVER_TOKENIZER_TOKENIZER_H_
+#define FLOVER_TOKENIZER_TOKENIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace flover {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Text must be valid UTF-8 (InvalidArgument otherwise).
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const = 0;
+  // The raw bytes the tokens stand for (may end inside a UTF-8 character).
+  // Ids must be < vocab_size().
+  virtual std::string DecodeBytes(absl::Span<const int32_t> ids) const = 0;
+  // Text, with ill-formed UTF-8 replaced by U+FFFD.
+  virtual std::string Decode(absl::Span<const int32_t> ids) const = 0;
+  virtual int vocab_size() const = 0;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_TOKENIZER_TOKENIZER_H_

@@ -1,0 +1,45 @@
+// UTF-8 decoding and the Unicode character classes used by the GPT-2
+// pre-tokenizer (letters, numbers, white space as Python's `regex` defines them).
+#ifndef FLOVER_TOKENIZER_UNICODE_H_
+#define FLOVER_TOKENIZER_UNICODE_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace flover {
+
+struct CodepointRange {
+  char32_t first, last;
+};
+
+// One decoded code point and the byte range it came from.
+struct Utf8Char {
+  char32_t cp;
+  uint32_t begin, end;
+};
+
+// Decodes well-formed UTF-8; any ill-formed sequence is an error naming its
+// byte offset.
+absl::StatusOr<std::vector<Utf8Char>> DecodeUtf8(absl::string_view s);
+
+// Replaces each maximal ill-formed subpart with U+FFFD, as Python's
+// bytes.decode("utf-8", errors="replace") does.
+std::string SanitizeUtf8(absl::string_view s);
+
+// Length of the longest prefix of `s` that ends on a character boundary of
+// well-formed UTF-8 (an incomplete trailing sequence is left out), used when
+// text is streamed token by token.
+size_t CompleteUtf8Prefix(absl::string_view s);
+
+void AppendUtf8(char32_t cp, std::string* out);
+
+bool IsLetter(char32_t cp);   // \p{L}
+bool IsNumber(char32_t cp);   // \p{N}
+bool IsSpace(char32_t cp);    // \s
+
+}  // namespace flover
+
+#endif  // FLOVER_TOKENIZER_UNICODE_H_

@@ -1,0 +1,16 @@
+// Reads whole files, with errors that name the path.
+#ifndef FLOVER_UTIL_FILE_UTIL_H_
+#define FLOVER_UTIL_FILE_UTIL_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace flover {
+
+// NotFound when the file cannot be opened, DataLoss on a read error.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+}  // namespace flover
+
+#endif  // FLOVER_UTIL_FILE_UTIL_H_

@@ -1,0 +1,62 @@
+#include "util/json.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace flover {
+
+absl::StatusOr<google::protobuf::Struct> ParseJsonObject(absl::string_view text,
+                                                         absl::string_view what) {
+  google::protobuf::Struct out;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(text.data(), text.size()), &out);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": not a valid JSON object: ", std::string(status.message())));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> JsonToInt(const google::protobuf::Value& v,
+                                  absl::string_view field, int64_t min,
+                                  int64_t max) {
+  if (v.kind_case() != google::protobuf::Value::kNumberValue) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be a number"));
+  }
+  const double d = v.number_value();
+  // Doubles hold integers exactly up to 2^53, far past any bound used here.
+  if (!(d >= static_cast<double>(min) && d <= static_cast<double>(max)) ||
+      d != std::floor(d)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s must be an integer in [%d, %d], got %g", field, min, max, d));
+  }
+  return static_cast<int64_t>(d);
+}
+
+std::string JsonQuote(absl::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace flover
