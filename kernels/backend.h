@@ -196,10 +196,12 @@ class Backend : public Allocator {
                               Epilogue epilogue, const Tensor& out) = 0;
 
   // Causal self-attention over a ragged batch, one layer.
-  // qkv: f32 [T, 3 * H * D] (Q, K, V of the local heads); out: [T, H * D],
-  // f32 or activation_dtype(). Writes each row's K and V into kv at
-  // (seq.slot, head, position) first, then every row attends to positions
-  // [0, its position] of its own slot.
+  // qkv: f32 [T, (Hq + 2 * Hkv) * D]: Q of Hq query heads, then K and V of
+  // the Hkv = kv.heads key/value heads (Hq = Hkv without grouped-query
+  // attention; else query head h reads key/value head h / (Hq / Hkv)).
+  // out: [T, Hq * D], f32 or activation_dtype(). Writes each row's K and V
+  // into kv at (seq.slot, kv head, position) first, then every row attends
+  // to positions [0, its position] of its own slot.
   virtual absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                  const Tensor& out) = 0;
 

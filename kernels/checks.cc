@@ -103,13 +103,26 @@ absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bia
   return absl::OkStatus();
 }
 
+int QueryHeads(const Tensor& qkv, const KvLayer& kv) {
+  if (kv.head_dim < 1) return 0;
+  return static_cast<int>(qkv.cols / kv.head_dim) - 2 * kv.heads;
+}
+
 absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                 const Tensor& out, KvDtype kv_dtype, DType act) {
-  const int64_t HD = int64_t{kv.heads} * kv.head_dim;
   FLOVER_RETURN_IF_ERROR(CheckSeqTable("Attention", seqs, &kv));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "qkv", qkv, seqs.num_rows, 3 * HD, {DType::kF32}));
   FLOVER_RETURN_IF_ERROR(
-      CheckTensor("Attention", "out", out, seqs.num_rows, HD, {DType::kF32, act}));
+      CheckTensor("Attention", "qkv", qkv, seqs.num_rows, kAnySize, {DType::kF32}));
+  const int q_heads = QueryHeads(qkv, kv);
+  if (kv.heads < 1 || kv.head_dim < 1 || qkv.cols % kv.head_dim != 0 || q_heads < kv.heads ||
+      q_heads % kv.heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention: qkv has ", qkv.cols, " columns, not (q_heads + 2 x ", kv.heads,
+        ") x head_dim ", kv.head_dim, " with q_heads a multiple of the ", kv.heads,
+        " key/value heads"));
+  }
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "out", out, seqs.num_rows,
+                                     int64_t{q_heads} * kv.head_dim, {DType::kF32, act}));
   if (kv.dtype != kv_dtype) {
     return absl::InvalidArgumentError(absl::StrCat("Attention: the KV layer holds ",
                                                    KvDtypeName(kv.dtype), ", this backend keeps ",

@@ -38,7 +38,12 @@ absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tens
 // kBiasGelu); bias: f32 [1, w.n()] or null.
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,
                              Epilogue epilogue, const Tensor& out, DType x_dtype, DType act);
-// Also that kv holds `kv_dtype`, the element type the backend keeps.
+// The query heads of an attention call: qkv is [T, (q_heads + 2 *
+// kv.heads) * head_dim] (CheckAttentionArgs checks it).
+int QueryHeads(const Tensor& qkv, const KvLayer& kv);
+
+// Also that kv holds `kv_dtype`, the element type the backend keeps, and
+// that the query heads are a whole multiple of the key/value heads.
 absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                 const Tensor& out, KvDtype kv_dtype, DType act);
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out);

@@ -47,18 +47,25 @@ class KvOpsTest : public ::testing::TestWithParam<std::tuple<const char*, KvDtyp
 };
 
 // Four sequences in different slots, at different positions, with 1 to 45
-// rows each: a decode row, a fresh prompt and continued chunks. With a bf16
+// rows each: a decode row, a fresh prompt and continued chunks; with and
+// without grouped-query attention. With a bf16
 // cache the reference reads the stored (rounded) keys and values. The
 // output goes to f32 and (CUDA bf16) to the activation dtype.
 TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   const KvDtype kvd = kv_dtype();
   Ran ran;
-  // GPT-2's head dim, and one that is not a multiple of a warp (the fixtures'
-  // heads are 4 to 16 wide).
-  for (const auto [matmul, D] : {std::pair{MatmulDtype::kF32, 64}, std::pair{MatmulDtype::kBF16, 64},
-                                 std::pair{MatmulDtype::kF32, 12}}) {
-    ran.Run(device(), matmul, kvd, 1e-2, [&, D = D](Dev& d) {
-      const int H = 3, S = 5, L = 80, HD = H * D;
+  // GPT-2's head dim, one that is not a multiple of a warp (the fixtures'
+  // heads are 4 to 16 wide), and grouped-query attention (2 query heads per
+  // key/value head, as Llama's).
+  struct Case {
+    MatmulDtype matmul;
+    int D, group;
+  };
+  for (const Case c : {Case{MatmulDtype::kF32, 64, 1}, Case{MatmulDtype::kBF16, 64, 1},
+                       Case{MatmulDtype::kF32, 12, 1}, Case{MatmulDtype::kF32, 32, 2}}) {
+    ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group](Dev& d) {
+      const int H = 3, HQ = H * group, S = 5, L = 80, HD = H * D, QD = HQ * D;
+      const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]
       KvLayer kv{nullptr, nullptr, S, H, L, D, kvd};
       const Arena k_before(kvd, S * kv.slot_stride(), 15), v_before(kvd, S * kv.slot_stride(), 16);
       const Tensor kt = k_before.Upload(d), vt = v_before.Upload(d);
@@ -75,25 +82,26 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
                                          {/*slot=*/3, /*pos=*/5, /*len=*/7, /*row=*/21},
                                          {/*slot=*/4, /*pos=*/3, /*len=*/45, /*row=*/28}};
       const int T = 73;
-      auto qkv = Random(T * 3 * HD, 17);
+      auto qkv = Random(T * W, 17);
       const DType act = d->activation_dtype();
-      const Tensor out = d.New(act, T, HD);
-      EXPECT_TRUE(d->Attention(d.Up(qkv, T, 3 * HD), d.Seqs(seqs, T), kv, out).ok());
+      const Tensor out = d.New(act, T, QD);
+      EXPECT_TRUE(d->Attention(d.Up(qkv, T, W), d.Seqs(seqs, T), kv, out).ok());
       const std::vector<float> got = d.Down(out);
       const std::vector<float> k_after = d.Down(kt), v_after = d.Down(vt);
 
-      std::vector<double> want(T * HD);
+      std::vector<double> want(T * QD);
       for (const SeqRows& s : seqs) {
-        for (int h = 0; h < H; ++h) {
+        for (int qh = 0; qh < HQ; ++qh) {
+          const int h = qh / group;  // its key/value head
           // The key/value history: old cache content before pos, the new
           // rows (as stored) after.
           auto key = [&](int p, int dd) -> double {
             if (p < s.pos) return k_before.values[K(s.slot, h, dd, p)];
-            return k_before.Stored(qkv[(s.row + p - s.pos) * 3 * HD + HD + h * D + dd]);
+            return k_before.Stored(qkv[(s.row + p - s.pos) * W + QD + h * D + dd]);
           };
           auto value = [&](int p, int dd) -> double {
             if (p < s.pos) return v_before.values[Vi(s.slot, h, dd, p)];
-            return v_before.Stored(qkv[(s.row + p - s.pos) * 3 * HD + 2 * HD + h * D + dd]);
+            return v_before.Stored(qkv[(s.row + p - s.pos) * W + QD + HD + h * D + dd]);
           };
           for (int i = 0; i < s.len; ++i) {
             const int r = s.row + i, n = s.pos + i + 1;
@@ -101,7 +109,7 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
             double mx = -1e300, sum = 0;
             for (int p = 0; p < n; ++p) {
               double dot = 0;
-              for (int dd = 0; dd < D; ++dd) dot += qkv[r * 3 * HD + h * D + dd] * key(p, dd);
+              for (int dd = 0; dd < D; ++dd) dot += qkv[r * W + qh * D + dd] * key(p, dd);
               w[p] = dot / std::sqrt(double{D});
               mx = std::max(mx, w[p]);
             }
@@ -109,7 +117,7 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
             for (int dd = 0; dd < D; ++dd) {
               double acc = 0;
               for (int p = 0; p < n; ++p) acc += w[p] / sum * value(p, dd);
-              want[r * HD + h * D + dd] = RoundTo(static_cast<float>(acc), act);
+              want[r * QD + qh * D + dd] = RoundTo(static_cast<float>(acc), act);
             }
             // The new row's K/V landed in the cache at its position.
             for (int dd = 0; dd < D; ++dd) {

@@ -112,15 +112,18 @@ void AttendRow(const float* q, const T* keys, const T* v, int n, int D, float* s
   }
 }
 
-// Attention with K and V stored as T (float or bfloat16 bits); see
-// CpuOps::Attention.
+// Attention with K and V stored as T (float or bfloat16 bits), `q_heads`
+// query heads sharing the cache's kv.heads key/value heads in groups of
+// q_heads / kv.heads (grouped-query attention; equal counts without it);
+// see CpuBackend::Attention.
 template <typename T>
 void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const KvLayer& kv,
-                   float* out) {
-  const int H = kv.heads;
+                   int q_heads, float* out) {
+  const int H = kv.heads;  // key/value heads
   const int D = kv.head_dim;
-  const int64_t HD = int64_t{H} * D;
-  const int64_t row_stride = 3 * HD;
+  const int group = q_heads / H;
+  const int64_t QD = int64_t{q_heads} * D, HD = int64_t{H} * D;
+  const int64_t row_stride = QD + 2 * HD;  // [Q | K | V]
   T* const keys = static_cast<T*>(kv.k);
   T* const values = static_cast<T*>(kv.v);
 
@@ -133,8 +136,8 @@ void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const Kv
       for (int i = 0; i < seq.len; ++i) {
         const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
         const int pos = seq.pos + i;
-        const float* k = row + HD + int64_t{h} * D;
-        const float* v = row + 2 * HD + int64_t{h} * D;
+        const float* k = row + QD + int64_t{h} * D;
+        const float* v = row + QD + HD + int64_t{h} * D;
         for (int d = 0; d < D; ++d) Store(k[d], &keys[base + kv.key_offset(d, pos)]);
         T* v_to = values + base + int64_t{pos} * D;
         for (int d = 0; d < D; ++d) Store(v[d], &v_to[d]);
@@ -142,14 +145,14 @@ void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const Kv
     }
   }
 
-  // 2. Tasks of (sequence, head, block of rows), so a long prompt spreads
-  //    over threads as well as a wide decode batch does.
+  // 2. Tasks of (sequence, query head, block of rows), so a long prompt
+  //    spreads over threads as well as a wide decode batch does.
   struct Task {
     int seq, head, first_row, rows;
   };
   std::vector<Task> tasks;
   for (int s = 0; s < num_seqs; ++s) {
-    for (int h = 0; h < H; ++h) {
+    for (int h = 0; h < q_heads; ++h) {
       for (int i = 0; i < seqs[s].len; i += kAttentionRowBlock) {
         tasks.push_back({s, h, i, std::min(kAttentionRowBlock, seqs[s].len - i)});
       }
@@ -165,16 +168,17 @@ void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const Kv
     for (int t = 0; t < num_tasks; ++t) {
       const Task& task = tasks[t];
       const SeqRows& seq = seqs[task.seq];
-      const int64_t base = seq.slot * kv.slot_stride() + task.head * kv.head_stride();
+      const int64_t base =
+          seq.slot * kv.slot_stride() + int64_t{task.head / group} * kv.head_stride();
       const int64_t row = int64_t{seq.row} + task.first_row;
       const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
-      float* o = out + row * HD + int64_t{task.head} * D;
+      float* o = out + row * QD + int64_t{task.head} * D;
       // Every row goes through the same kernel, so a row's result never
       // depends on how the batch around it was formed.
       for (int i = 0; i < task.rows; ++i) {
         for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
         AttendRow(q.data(), keys + base, values + base, seq.pos + task.first_row + i + 1, D,
-                  scores.data(), o + i * HD);
+                  scores.data(), o + i * QD);
       }
     }
   }
@@ -343,9 +347,11 @@ absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, cons
                                    const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, out, kv_dtype_, DType::kF32));
   if (kv.dtype == KvDtype::kBF16) {
-    AttentionOver<uint16_t>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, out.as<float>());
+    AttentionOver<uint16_t>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, QueryHeads(qkv, kv),
+                            out.as<float>());
   } else {
-    AttentionOver<float>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, out.as<float>());
+    AttentionOver<float>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, QueryHeads(qkv, kv),
+                         out.as<float>());
   }
   return absl::OkStatus();
 }

@@ -302,18 +302,21 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
   if (seqs.num_rows == 0) return absl::OkStatus();
   FLOVER_RETURN_IF_ERROR(Activate());
   const int32_t* table = seqs.device.as<int32_t>();
-  FLOVER_RETURN_IF_ERROR(CudaStatus(
-      LaunchKvAppend(qkv.as<float>(), table, seqs.num_seqs, seqs.num_rows, kv, stream_), "KV append"));
+  const int q_heads = QueryHeads(qkv, kv);
+  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchKvAppend(qkv.as<float>(), table, seqs.num_seqs,
+                                                   seqs.num_rows, q_heads, kv, stream_),
+                                    "KV append"));
   float* work = nullptr;
   const int64_t floats =
-      AttentionWorkspaceFloats(seqs.num_rows, kv.heads, kv.head_dim, seqs.max_context);
+      AttentionWorkspaceFloats(seqs.num_rows, q_heads, kv.head_dim, seqs.max_context);
   if (floats > 0) {
     auto s = Scratch(kAttentionWork, size_t(floats) * sizeof(float));
     if (!s.ok()) return s.status();
     work = static_cast<float*>(*s);
   }
   return CudaStatus(LaunchAttention(qkv.as<float>(), table, seqs.num_seqs, seqs.num_rows,
-                                    seqs.max_context, kv, out.data, out.dtype, work, stream_),
+                                    seqs.max_context, q_heads, kv, out.data, out.dtype, work,
+                                    stream_),
                     "Attention");
 }
 

@@ -210,30 +210,33 @@ struct KvView {
 
 KvView ViewOf(const KvLayer& kv) { return KvView{kv.slot_stride(), kv.head_stride(), kv.head_dim}; }
 
-// grid (T, H), block D: row t's K and V of head h into its slot.
+// grid (T, Hkv), block D: row t's K and V of key/value head h into its
+// slot. A row of qkv is [Q (Hq * D) | K (Hkv * D) | V (Hkv * D)].
 template <typename KT>
-__global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H,
-                               KvView kv, KT* keys, KT* values) {
+__global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_seqs, int q_heads,
+                               int kv_heads, KvView kv, KT* keys, KT* values) {
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int s = FindSeq(seqs, num_seqs, row);
   const int slot = seqs[s * 4], pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
   const int D = kv.head_dim;
-  const int64_t HD = static_cast<int64_t>(H) * D;
-  const float* r = qkv + row * 3 * HD;
+  const int64_t QD = static_cast<int64_t>(q_heads) * D, HD = static_cast<int64_t>(kv_heads) * D;
+  const float* r = qkv + row * (QD + 2 * HD);
   const int64_t base = kv.Head(slot, h);
-  keys[base + kv.Key(d, pos)] = FromFloat<KT>(r[HD + h * D + d]);
-  values[base + kv.Value(d, pos)] = FromFloat<KT>(r[2 * HD + h * D + d]);
+  keys[base + kv.Key(d, pos)] = FromFloat<KT>(r[QD + h * D + d]);
+  values[base + kv.Value(d, pos)] = FromFloat<KT>(r[QD + HD + h * D + d]);
 }
 
-// grid (T, H, chunks), kAttentionThreads threads: row t, head h, positions
+// grid (T, Hq, chunks), kAttentionThreads threads: row t, query head h
+// (reading key/value head h / (Hq / Hkv)), positions
 // [c * kAttentionChunk, ...) of its context. A context of one chunk is
 // finished here (normalized weights, then the weighted sum, as the CPU
 // does); a longer one leaves per-chunk (output, max, sum) in `work` for
 // AttentionMergeKernel.
 template <typename KT, typename OutT>
 __global__ void __launch_bounds__(kAttentionThreads)
-    AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, KvView kv,
-                    const KT* keys, const KT* values, OutT* out, float* work, int max_chunks) {
+    AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, int kv_heads,
+                    KvView kv, const KT* keys, const KT* values, OutT* out, float* work,
+                    int max_chunks) {
   __shared__ float q[kMaxHeadDim];
   __shared__ float weights[kAttentionChunk];
   __shared__ float red[32];
@@ -248,16 +251,17 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int p0 = chunk * kAttentionChunk;
   const int len = min(n - p0, kAttentionChunk);
   const int D = kv.head_dim;
-  const int64_t HD = static_cast<int64_t>(H) * D;
+  const int64_t HD = static_cast<int64_t>(H) * D;  // a row of out; Q's part of a row of qkv
+  const int64_t row_stride = HD + 2 * static_cast<int64_t>(kv_heads) * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
 
-  for (int d = tid; d < D; d += kAttentionThreads) q[d] = qkv[row * 3 * HD + h * D + d] * scale;
+  for (int d = tid; d < D; d += kAttentionThreads) q[d] = qkv[row * row_stride + h * D + d] * scale;
   __syncthreads();
 
   // Scores: a warp takes 32 consecutive positions, one key block, so each
   // dim's 32 keys are one coalesced read.
-  const int64_t base = kv.Head(slot, h);
+  const int64_t base = kv.Head(slot, h / (H / kv_heads));
   const KT* k_head = keys + base;
   float local_max = -INFINITY;
   for (int j = tid; j < len; j += kAttentionThreads) {
@@ -352,30 +356,31 @@ __global__ void GatherLastRowsKernel(const float* x, const int32_t* seqs, int C,
 
 template <typename KT, typename OutT>
 cudaError_t Attend(const float* qkv, const int32_t* seqs, int num_seqs, int T, int max_context,
-                   const KvLayer& kv, void* out, float* work, cudaStream_t stream) {
+                   int q_heads, const KvLayer& kv, void* out, float* work, cudaStream_t stream) {
   const int chunks = (max_context + kAttentionChunk - 1) / kAttentionChunk;
   const KvView view = ViewOf(kv);
-  AttentionKernel<KT, OutT><<<dim3(T, kv.heads, chunks), kAttentionThreads, 0, stream>>>(
-      qkv, seqs, num_seqs, kv.heads, view, static_cast<const KT*>(kv.k),
+  AttentionKernel<KT, OutT><<<dim3(T, q_heads, chunks), kAttentionThreads, 0, stream>>>(
+      qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
       static_cast<const KT*>(kv.v), static_cast<OutT*>(out), work, chunks);
   if (chunks > 1) {
-    AttentionMergeKernel<OutT><<<dim3(T, kv.heads), kv.head_dim, 0, stream>>>(
-        seqs, num_seqs, kv.heads, kv.head_dim, work, chunks, static_cast<OutT*>(out));
+    AttentionMergeKernel<OutT><<<dim3(T, q_heads), kv.head_dim, 0, stream>>>(
+        seqs, num_seqs, q_heads, kv.head_dim, work, chunks, static_cast<OutT*>(out));
   }
   return cudaGetLastError();
 }
 
 template <typename KT>
 cudaError_t AttendKv(const float* qkv, const int32_t* seqs, int num_seqs, int T, int max_context,
-                     const KvLayer& kv, void* out, DType out_dtype, float* work,
+                     int q_heads, const KvLayer& kv, void* out, DType out_dtype, float* work,
                      cudaStream_t stream) {
   switch (out_dtype) {
     case DType::kF32:
-      return Attend<KT, float>(qkv, seqs, num_seqs, T, max_context, kv, out, work, stream);
+      return Attend<KT, float>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, work, stream);
     case DType::kBF16:
-      return Attend<KT, __nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, kv, out, work, stream);
+      return Attend<KT, __nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, work,
+                                       stream);
     case DType::kF16:
-      return Attend<KT, __half>(qkv, seqs, num_seqs, T, max_context, kv, out, work, stream);
+      return Attend<KT, __half>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, work, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -495,37 +500,39 @@ cudaError_t LaunchGelu(const float* x, int64_t n, void* out, DType out_dtype, cu
 }
 
 cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                           const KvLayer& kv, cudaStream_t stream) {
+                           int q_heads, const KvLayer& kv, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const dim3 grid(T, kv.heads);
   if (kv.dtype == KvDtype::kBF16) {
-    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(qkv, seqs, num_seqs, kv.heads, ViewOf(kv),
-                                                     static_cast<__nv_bfloat16*>(kv.k),
-                                                     static_cast<__nv_bfloat16*>(kv.v));
+    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(
+        qkv, seqs, num_seqs, q_heads, kv.heads, ViewOf(kv), static_cast<__nv_bfloat16*>(kv.k),
+        static_cast<__nv_bfloat16*>(kv.v));
   } else {
-    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(qkv, seqs, num_seqs, kv.heads, ViewOf(kv),
-                                                     static_cast<float*>(kv.k),
+    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(qkv, seqs, num_seqs, q_heads, kv.heads,
+                                                     ViewOf(kv), static_cast<float*>(kv.k),
                                                      static_cast<float*>(kv.v));
   }
   return cudaGetLastError();
 }
 
-int64_t AttentionWorkspaceFloats(int T, int heads, int head_dim, int max_context) {
+int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_context) {
   const int chunks = (max_context + kAttentionChunk - 1) / kAttentionChunk;
-  return chunks > 1 ? static_cast<int64_t>(T) * heads * chunks * (head_dim + 2) : 0;
+  return chunks > 1 ? static_cast<int64_t>(T) * q_heads * chunks * (head_dim + 2) : 0;
 }
 
 cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                            int max_context, const KvLayer& kv, void* out, DType out_dtype,
-                            float* workspace, cudaStream_t stream) {
+                            int max_context, int q_heads, const KvLayer& kv, void* out,
+                            DType out_dtype, float* workspace, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
-  if (kv.dtype == KvDtype::kBF16) {
-    return AttendKv<__nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, kv, out, out_dtype,
-                                   workspace, stream);
+  if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim || kv.heads < 1 || q_heads % kv.heads != 0) {
+    return cudaErrorInvalidValue;
   }
-  return AttendKv<float>(qkv, seqs, num_seqs, T, max_context, kv, out, out_dtype, workspace,
-                         stream);
+  if (kv.dtype == KvDtype::kBF16) {
+    return AttendKv<__nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out,
+                                   out_dtype, workspace, stream);
+  }
+  return AttendKv<float>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, out_dtype,
+                         workspace, stream);
 }
 
 cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,

@@ -60,22 +60,24 @@ cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,
 // nearest even.
 cudaError_t LaunchGelu(const float* x, int64_t n, void* out, DType out_dtype, cudaStream_t stream);
 
-// Writes the K and V of every row of qkv: f32 [T, 3 * H * D] into `kv` at
-// (its sequence's slot, head, position). seqs: i32 [num_seqs, 4] (slot, pos,
-// len, row), ordered by row.
+// Writes the K and V of every row of qkv: f32 [T, (q_heads + 2 * Hkv) *
+// D] (Q, then K and V of the Hkv = kv.heads key/value heads) into `kv` at
+// (its sequence's slot, kv head, position). seqs: i32 [num_seqs, 4] (slot,
+// pos, len, row), ordered by row.
 cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                           const KvLayer& kv, cudaStream_t stream);
+                           int q_heads, const KvLayer& kv, cudaStream_t stream);
 
-// Floats of work space LaunchAttention needs for T rows whose longest
-// context is max_context (partial results of split contexts).
-int64_t AttentionWorkspaceFloats(int T, int heads, int head_dim, int max_context);
+// Floats of work space LaunchAttention needs for T rows of `q_heads` query
+// heads whose longest context is max_context (partials of split contexts).
+int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_context);
 
-// Causal attention of every row of qkv over positions [0, its position] of
-// its sequence's slot (after LaunchKvAppend). out: [T, H * D] of out_dtype.
-// workspace: AttentionWorkspaceFloats(...) floats.
+// Causal attention of every row and query head of qkv over positions
+// [0, its position] of its sequence's slot (after LaunchKvAppend); query
+// head h reads key/value head h / (q_heads / kv.heads). out: [T, q_heads *
+// D] of out_dtype. workspace: AttentionWorkspaceFloats(...) floats.
 cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                            int max_context, const KvLayer& kv, void* out, DType out_dtype,
-                            float* workspace, cudaStream_t stream);
+                            int max_context, int q_heads, const KvLayer& kv, void* out,
+                            DType out_dtype, float* workspace, cudaStream_t stream);
 
 // out: f32 [S, C] = x row (row + len - 1) of each sequence. x: f32 [T, C].
 cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,
