@@ -67,6 +67,17 @@ class ProfilingBackend final : public kernels::Backend {
                          const kernels::Tensor& out) override {
     return Timed("layernorm", [&] { return inner_.LayerNorm(x, g, b, eps, out); });
   }
+  absl::Status RmsNorm(const kernels::Tensor& x, const kernels::Tensor& g, float eps,
+                       const kernels::Tensor& out) override {
+    return Timed("rmsnorm", [&] { return inner_.RmsNorm(x, g, eps, out); });
+  }
+  absl::Status Rope(const kernels::Tensor& qkv, const kernels::Tensor& positions,
+                    const kernels::Tensor& inv_freq, int q_heads, int kv_heads) override {
+    return Timed("rope", [&] { return inner_.Rope(qkv, positions, inv_freq, q_heads, kv_heads); });
+  }
+  absl::Status SiluMul(const kernels::Tensor& gate_up, const kernels::Tensor& out) override {
+    return Timed("silu*up", [&] { return inner_.SiluMul(gate_up, out); });
+  }
   absl::Status Linear(const kernels::Tensor& x, const kernels::Weight& w,
                       const kernels::Tensor* bias, kernels::Epilogue epilogue,
                       const kernels::Tensor& out) override {

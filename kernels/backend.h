@@ -189,6 +189,24 @@ class Backend : public Allocator {
   virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  float eps, const Tensor& out) = 0;
 
+  // out: [T, C] = x / sqrt(mean(x^2) + eps) * gamma, per row (RMSNorm).
+  // x: f32 [T, C]; gamma: f32 [1, C]; out: f32 or activation_dtype().
+  virtual absl::Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps,
+                               const Tensor& out) = 0;
+
+  // Rotary position embeddings, in place on the Q and K parts of qkv: f32
+  // [T, (q_heads + 2 * kv_heads) * D] (V untouched). In every head, dims i
+  // and i + D/2 turn by the angle positions[t] * inv_freq[i] (f32 product;
+  // Llama's "rotate half" layout). positions: i32 [1, T]; inv_freq: f32
+  // [1, D/2].
+  virtual absl::Status Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                            int q_heads, int kv_heads) = 0;
+
+  // out: [T, F] = silu(gate) * up (SwiGLU), where gate_up: f32 [T, 2F]
+  // holds gate in its first F columns and up in the rest; out: f32 or
+  // activation_dtype().
+  virtual absl::Status SiluMul(const Tensor& gate_up, const Tensor& out) = 0;
+
   // out: [M, N] = epilogue(x @ W + bias). x: [M, K], f32 or
   // activation_dtype(); bias: f32 [1, N] or null; out: f32 (kBiasGelu may
   // also write activation_dtype()).

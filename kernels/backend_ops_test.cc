@@ -130,6 +130,88 @@ TEST_P(OpsTest, LayerNorm) {
   if (ran.none()) GTEST_SKIP() << ran.why();
 }
 
+// RMSNorm (Llama's), into f32 and the activation dtype.
+TEST_P(OpsTest, RmsNorm) {
+  Ran ran;
+  for (MatmulDtype matmul : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
+    ran.Run(device(), matmul, KvDtype::kF32, 1e-2, [](Dev& d) {
+      const int T = 6, C = 517;
+      auto x = Random(T * C, 31, 3.0f), g = Random(C, 32);
+      const DType act = d->activation_dtype();
+      const Tensor out = d.New(act, T, C);
+      EXPECT_TRUE(d->RmsNorm(d.Up(x, T, C), d.Up(g, 1, C), 1e-6f, out).ok());
+      std::vector<double> want(T * C);
+      for (int t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int c = 0; c < C; ++c) ss += double{x[t * C + c]} * x[t * C + c];
+        const double rstd = 1 / std::sqrt(ss / C + 1e-6);
+        for (int c = 0; c < C; ++c) want[t * C + c] = RoundTo(g[c] * (x[t * C + c] * rstd), act);
+      }
+      const std::vector<float> got = d.Down(out);
+      EXPECT_LT(RelErr(got, want), act == DType::kF32 ? 1e-5 : 8e-3) << DTypeName(act);
+      return got;
+    });
+  }
+  if (ran.none()) GTEST_SKIP() << ran.why();
+}
+
+// Rotary embeddings on Q and K heads (2 query heads per key/value head), V
+// untouched, against the rotation computed in double from the same f32
+// angle: what Hugging Face's Llama computes.
+TEST_P(OpsTest, Rope) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-5, [](Dev& d) {
+    const int T = 5, HQ = 4, HKV = 2, D = 16, W = (HQ + 2 * HKV) * D;
+    auto qkv = Random(T * W, 33);
+    std::vector<int32_t> pos = {0, 1, 7, 500, 4095};
+    std::vector<float> freq(D / 2);
+    for (int i = 0; i < D / 2; ++i) freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * i / D));
+    const Tensor t = d.Up(qkv, T, W);
+    EXPECT_TRUE(d->Rope(t, d.UpInts(pos, 1, T), d.Up(freq, 1, D / 2), HQ, HKV).ok());
+    const std::vector<float> got = d.Down(t);
+    std::vector<double> want(qkv.begin(), qkv.end());
+    for (int r = 0; r < T; ++r) {
+      for (int h = 0; h < HQ + HKV; ++h) {
+        for (int i = 0; i < D / 2; ++i) {
+          const double angle = static_cast<float>(pos[r]) * freq[i];
+          const double a = qkv[r * W + h * D + i], b = qkv[r * W + h * D + i + D / 2];
+          want[r * W + h * D + i] = a * std::cos(angle) - b * std::sin(angle);
+          want[r * W + h * D + i + D / 2] = b * std::cos(angle) + a * std::sin(angle);
+        }
+      }
+    }
+    EXPECT_LT(RelErr(got, want), 1e-5);
+    for (int r = 0; r < T; ++r) {  // V is not rotated
+      for (int c = (HQ + HKV) * D; c < W; ++c) EXPECT_EQ(got[r * W + c], qkv[r * W + c]);
+    }
+    return got;
+  });
+}
+
+// SwiGLU: silu(gate) * up, into f32 and the activation dtype.
+TEST_P(OpsTest, SiluMul) {
+  Ran ran;
+  for (MatmulDtype matmul : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
+    ran.Run(device(), matmul, KvDtype::kF32, 1e-2, [](Dev& d) {
+      const int T = 7, F = 301;
+      auto gu = Random(T * 2 * F, 34, 6.0f);
+      const DType act = d->activation_dtype();
+      const Tensor out = d.New(act, T, F);
+      EXPECT_TRUE(d->SiluMul(d.Up(gu, T, 2 * F), out).ok());
+      std::vector<double> want(T * F);
+      for (int t = 0; t < T; ++t) {
+        for (int f = 0; f < F; ++f) {
+          const double g = gu[t * 2 * F + f], u = gu[t * 2 * F + F + f];
+          want[t * F + f] = RoundTo(static_cast<float>(g / (1 + std::exp(-g)) * u), act);
+        }
+      }
+      const std::vector<float> got = d.Down(out);
+      EXPECT_LT(RelErr(got, want), act == DType::kF32 ? 1e-6 : 8e-3) << DTypeName(act);
+      return got;
+    });
+  }
+  if (ran.none()) GTEST_SKIP() << ran.why();
+}
+
 // y: [M, N] = x @ W + bias, W given as [K, N] or [N, K].
 std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
                                 const std::vector<float>& w, int N, const float* bias,

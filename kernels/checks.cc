@@ -94,6 +94,36 @@ absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tens
   return CheckTensor("LayerNorm", "out", out, T, C, {DType::kF32, act});
 }
 
+absl::Status CheckRmsNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& out, DType act) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("RmsNorm", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("RmsNorm", "gamma", gamma, 1, x.cols, {DType::kF32}));
+  return CheckTensor("RmsNorm", "out", out, x.rows, x.cols, {DType::kF32, act});
+}
+
+absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                           int q_heads, int kv_heads, int* head_dim) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "inv_freq", inv_freq, 1, kAnySize, {DType::kF32}));
+  const int64_t D = 2 * inv_freq.cols;
+  if (q_heads < 1 || kv_heads < 1 || D < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("Rope: ", q_heads, " query heads, ", kv_heads,
+                                                   " key/value heads of dim ", D));
+  }
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "qkv", qkv, kAnySize,
+                                     (int64_t{q_heads} + 2 * kv_heads) * D, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "positions", positions, 1, qkv.rows, {DType::kI32}));
+  *head_dim = static_cast<int>(D);
+  return absl::OkStatus();
+}
+
+absl::Status CheckSiluMulArgs(const Tensor& gate_up, const Tensor& out, DType act) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("SiluMul", "gate_up", gate_up, kAnySize, kAnySize, {DType::kF32}));
+  if (gate_up.cols % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SiluMul: gate_up has ", gate_up.cols, " columns, not gate and up halves"));
+  }
+  return CheckTensor("SiluMul", "out", out, gate_up.rows, gate_up.cols / 2, {DType::kF32, act});
+}
+
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,
                              Epilogue epilogue, const Tensor& out, DType x_dtype, DType act) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, w.k(), {DType::kF32, x_dtype}));

@@ -34,6 +34,11 @@ absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const
 absl::Status CheckAddArgs(const Tensor& x, const Tensor& out);
 absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 const Tensor& out, DType act);
+absl::Status CheckRmsNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& out, DType act);
+// Returns the head dim through `head_dim`.
+absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                           int q_heads, int kv_heads, int* head_dim);
+absl::Status CheckSiluMulArgs(const Tensor& gate_up, const Tensor& out, DType act);
 // x: [M, w.k()] of f32 or `x_dtype`; out: [M, w.n()] f32 (or `act` for
 // kBiasGelu); bias: f32 [1, w.n()] or null.
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,

@@ -333,6 +333,74 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps,
+                                 const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckRmsNormArgs(x, gamma, out, DType::kF32));
+  const int64_t T = x.rows, C = x.cols;
+  const float* xs = x.as<float>();
+  const float* g = gamma.as<float>();
+  float* os = out.as<float>();
+#pragma omp parallel for schedule(static) if (T > 8)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = xs + t * C;
+    float* o = os + t * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
+    const float rstd = 1.0f / std::sqrt(ss / C + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = g[c] * (xr[c] * rstd);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                              int q_heads, int kv_heads) {
+  int D = 0;
+  FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, q_heads, kv_heads, &D));
+  const int64_t T = qkv.rows, W = qkv.cols;
+  const int half = D / 2, rotated = q_heads + kv_heads;  // Q heads, then K heads
+  const float* freq = inv_freq.as<float>();
+  const int32_t* pos = positions.as<int32_t>();
+  float* rows = qkv.as<float>();
+#pragma omp parallel
+  {
+    std::vector<float> cs(half), sn(half);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(pos[t]) * freq[i];
+        cs[i] = std::cos(angle);
+        sn[i] = std::sin(angle);
+      }
+      for (int h = 0; h < rotated; ++h) {
+        float* v = rows + t * W + int64_t{h} * D;
+        for (int i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * sn[i];
+          v[i + half] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SiluMul(const Tensor& gate_up, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckSiluMulArgs(gate_up, out, DType::kF32));
+  const int64_t T = out.rows, F = out.cols;
+  const float* in = gate_up.as<float>();
+  float* o = out.as<float>();
+#pragma omp parallel for schedule(static) if (T > 8)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = in + t * 2 * F;
+    const float* u = g + F;
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) o[t * F + f] = g[f] / (1.0f + ExpF(-g[f])) * u[f];
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* bias,
                                 Epilogue epilogue, const Tensor& out) {
   // Inputs and outputs stay f32 here: bf16 inputs are rounded inside.

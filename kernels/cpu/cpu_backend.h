@@ -44,6 +44,11 @@ class CpuBackend final : public Backend {
   absl::Status Add(const Tensor& x, const Tensor& out) override;
   absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& out) override;
+  absl::Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps,
+                       const Tensor& out) override;
+  absl::Status Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                    int q_heads, int kv_heads) override;
+  absl::Status SiluMul(const Tensor& gate_up, const Tensor& out) override;
   absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
                       const Tensor& out) override;
   absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,

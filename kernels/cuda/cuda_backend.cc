@@ -255,6 +255,33 @@ absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const 
                     "LayerNorm");
 }
 
+absl::Status CudaBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps,
+                                  const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckRmsNormArgs(x, gamma, out, activation_dtype()));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchRmsNorm(x.as<float>(), static_cast<int>(x.rows), static_cast<int>(x.cols),
+                                  gamma.as<float>(), eps, out.data, out.dtype, stream_),
+                    "RmsNorm");
+}
+
+absl::Status CudaBackend::Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                               int q_heads, int kv_heads) {
+  int D = 0;
+  FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, q_heads, kv_heads, &D));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchRope(qkv.as<float>(), positions.as<int32_t>(), inv_freq.as<float>(),
+                               static_cast<int>(qkv.rows), q_heads, kv_heads, D, stream_),
+                    "Rope");
+}
+
+absl::Status CudaBackend::SiluMul(const Tensor& gate_up, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckSiluMulArgs(gate_up, out, activation_dtype()));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchSiluMul(gate_up.as<float>(), static_cast<int>(out.rows),
+                                  static_cast<int>(out.cols), out.data, out.dtype, stream_),
+                    "SiluMul");
+}
+
 absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Tensor* bias,
                                  Epilogue epilogue, const Tensor& out) {
   const auto& w = static_cast<const CudaWeight&>(weight);

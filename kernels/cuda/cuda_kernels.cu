@@ -177,6 +177,45 @@ __global__ void LayerNormKernel(const float* x, int C, const float* gamma, const
   }
 }
 
+template <typename OutT>
+__global__ void RmsNormKernel(const float* x, int C, const float* gamma, float eps, OutT* out) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * C;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) ss += xr[c] * xr[c];
+  const float rstd = 1.0f / sqrtf(BlockReduce<false>(ss, red) / C + eps);
+  OutT* o = out + row * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = FromFloat<OutT>(gamma[c] * (xr[c] * rstd));
+}
+
+// grid T, block kElementwiseThreads: row t's Q and K heads, pair i of each.
+__global__ void RopeKernel(float* qkv, const int32_t* positions, const float* inv_freq,
+                           int rotated_heads, int head_dim, int64_t row_width) {
+  const int t = blockIdx.x, half = head_dim / 2;
+  float* row = qkv + t * row_width;
+  const float p = static_cast<float>(positions[t]);
+  for (int j = threadIdx.x; j < rotated_heads * half; j += blockDim.x) {
+    const int h = j / half, i = j % half;
+    float c, s;
+    sincosf(p * inv_freq[i], &s, &c);
+    float* v = row + static_cast<int64_t>(h) * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+template <typename OutT>
+__global__ void SiluMulKernel(const float* gate_up, int64_t n, int F, OutT* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / F, f = i % F;
+    const float g = gate_up[t * 2 * F + f], u = gate_up[t * 2 * F + F + f];
+    out[i] = FromFloat<OutT>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
 // ---- KV cache and attention -------------------------------------------------
 
 // The sequence holding batch row `row`: seqs are ordered by their first row.
@@ -453,6 +492,57 @@ cudaError_t LaunchLayerNorm(const float* x, int T, int C, const float* gamma, co
     case DType::kF16:
       LayerNormKernel<__half><<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, beta, eps,
                                                                      static_cast<__half*>(out));
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, float eps, void* out,
+                          DType out_dtype, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  switch (out_dtype) {
+    case DType::kF32:
+      RmsNormKernel<<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, eps, static_cast<float*>(out));
+      break;
+    case DType::kBF16:
+      RmsNormKernel<<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, eps,
+                                                           static_cast<__nv_bfloat16*>(out));
+      break;
+    case DType::kF16:
+      RmsNormKernel<<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, eps, static_cast<__half*>(out));
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_freq, int T,
+                       int q_heads, int kv_heads, int head_dim, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  const int64_t width = (static_cast<int64_t>(q_heads) + 2 * kv_heads) * head_dim;
+  RopeKernel<<<T, kElementwiseThreads, 0, stream>>>(qkv, positions, inv_freq, q_heads + kv_heads,
+                                                    head_dim, width);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSiluMul(const float* gate_up, int T, int F, void* out, DType out_dtype,
+                          cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(T) * F;
+  if (n == 0) return cudaSuccess;
+  const int blocks = Blocks(n, kElementwiseThreads);
+  switch (out_dtype) {
+    case DType::kF32:
+      SiluMulKernel<<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F, static_cast<float*>(out));
+      break;
+    case DType::kBF16:
+      SiluMulKernel<<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F,
+                                                                static_cast<__nv_bfloat16*>(out));
+      break;
+    case DType::kF16:
+      SiluMulKernel<<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F, static_cast<__half*>(out));
       break;
     default:
       return cudaErrorInvalidValue;

@@ -52,6 +52,19 @@ cudaError_t LaunchFallbackGemm(const void* x, const void* w, DType dtype, const 
                                bool accumulate, int M, int N, int K, float* out,
                                cudaStream_t stream);
 
+// out: [T, C] of out_dtype = x * rsqrt(mean(x^2) + eps) * gamma, per row.
+cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, float eps, void* out,
+                          DType out_dtype, cudaStream_t stream);
+
+// Rotary embeddings in place on the first (q_heads + kv_heads) * D columns
+// of each row of qkv: f32 [T, (q_heads + 2 * kv_heads) * D].
+cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_freq, int T,
+                       int q_heads, int kv_heads, int head_dim, cudaStream_t stream);
+
+// out: [T, F] of out_dtype = silu(gate_up[:, :F]) * gate_up[:, F:].
+cudaError_t LaunchSiluMul(const float* gate_up, int T, int F, void* out, DType out_dtype,
+                          cudaStream_t stream);
+
 // out: [n] of out_dtype = x: f32 [n], rounded to nearest even.
 cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,
                           cudaStream_t stream);
