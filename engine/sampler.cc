@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/vec_math.h"
+#include "util/split_mix64.h"
 
 namespace flover {
 namespace {
@@ -36,12 +37,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 }
 
 Rng::Rng(uint64_t seed) {
-  for (uint64_t& s : s_) {
-    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    s = z ^ (z >> 31);
-  }
+  SplitMix64 mix(seed);
+  for (uint64_t& s : s_) s = mix.Next();
 }
 
 uint64_t Rng::Next() {

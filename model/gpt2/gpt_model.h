@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
+#include "model/forward_runtime.h"
 #include "model/gpt2/gpt_config.h"
 #include "model/gpt2/gpt_weights.h"
 #include "model/gpt2/tp_shard.h"
@@ -58,55 +59,34 @@ class GptModel final : public CausalLm {
     kernels::Buffer attn_b, attn_proj_b, fc_b, mlp_proj_b;  // [1, N]; empty: no bias
     std::unique_ptr<kernels::Weight> attn, attn_proj, fc, mlp_proj;
   };
-  // Activation and step buffers, sized for `rows` rows and `logit_rows` rows
-  // of logits; grown (never shrunk) when a batch needs more.
-  struct Activations {
-    int rows = 0, logit_rows = 0;
-    kernels::Buffer x;        // f32 [rows, C]: the residual stream
-    kernels::Buffer h;        // act [max(rows, logit_rows), C]: layernorm output
-    kernels::Buffer qkv;      // f32 [rows, 3 * C_local]
-    kernels::Buffer attn;     // act [rows, C_local]
-    kernels::Buffer fc;       // act [rows, F_local]
-    kernels::Buffer partial;  // f32 [rows, C] (tp > 1): a row-split GEMM before its all-reduce
-    kernels::Buffer last;     // f32 [logit_rows, C]: the rows whose logits are wanted
-    kernels::Buffer logits;   // f32 [max(rows, logit_rows), V_local]
-    kernels::Buffer step;     // i32 [1, 2 * rows + 4 * rows]: tokens, positions, sequences
+  // Activation buffers (ForwardRuntime ids), for T rows and R logit rows.
+  enum Activation {
+    kX,       // f32 [T, C]: the residual stream, replicated on every rank
+    kH,       // act [max(T, R), C]: layernorm output
+    kQkv,     // f32 [T, 3 * C_local]
+    kAttn,    // act [T, C_local]
+    kFc,      // act [T, F_local]
+    kLast,    // f32 [R, C]: the rows whose logits are wanted
+    kLogits,  // f32 [max(T, R), V_local]
   };
 
   GptModel(const GptConfig& config, kernels::Backend& backend, Collectives* collectives);
   absl::Status Upload(const GptWeights& weights);
-  absl::Status Reserve(int rows, int logit_rows);
-  absl::Status Validate(const ForwardBatch& batch, const KvCache& cache) const;
-  // Runs the layers and the LM head; leaves this rank's logits in
-  // act_.logits (its first R rows).
+  // Runs the layers and the LM head; leaves this rank's logits in the first
+  // R rows of buffer kLogits.
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
-  // The logits of the rows Run left, in host memory (gathered over ranks).
-  absl::StatusOr<absl::Span<float>> HostLogits(int R);
-
-  // x: [T, C] += rows @ w + bias, all-reduced over tensor-parallel ranks
-  // when the layer is row-split. rows: [T, w.k()].
-  absl::Status RowSplitResidual(const kernels::Tensor& rows, const kernels::Weight& w,
-                                const kernels::Buffer& bias, const kernels::Tensor& x);
-  // The epilogue RowSplitResidual's GEMM runs with.
-  kernels::Epilogue RowSplitEpilogue() const {
-    return spec_.tp_size == 1 ? kernels::Epilogue::kBiasResidual : kernels::Epilogue::kBias;
-  }
 
   GptConfig config_;
   ModelInfo info_;
   kernels::Backend& backend_;
-  Collectives* collectives_;  // null: one rank
   ShardSpec spec_;
   ShardShape shard_;
+  ForwardRuntime runtime_;
   std::vector<LayerParams> layers_;
   kernels::Buffer wte_;         // f32 [V_local, C]: this rank's embedding rows
   kernels::Buffer wpe_;         // f32 [P, C]; empty on ranks that do not add it
   kernels::Buffer ln_f_g_, ln_f_b_;
   std::unique_ptr<kernels::Weight> lm_head_;  // [V_local, C] (tied: wte)
-  Activations act_;
-  std::vector<int32_t> step_host_;    // the step table before its upload
-  std::vector<float> logits_host_;    // logits in host memory when the backend's are not
-  std::vector<float> gathered_;       // tp > 1: every rank's logits, rank after rank
 };
 
 }  // namespace flover

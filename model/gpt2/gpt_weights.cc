@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "util/split_mix64.h"
 
 namespace flover {
 namespace {
@@ -26,24 +27,6 @@ class Reader {
  private:
   const SafetensorsFile& file_;
   std::string prefix_;
-};
-
-// SplitMix64: a tiny, fully specified generator, so the built-in models are
-// the same on every platform and standard library.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [-1, 1).
-  float NextSigned() { return static_cast<float>((Next() >> 40) * 0x1.0p-23 - 1.0); }
-
- private:
-  uint64_t state_;
 };
 
 std::vector<float> Filled(int64_t n, float value) { return std::vector<float>(n, value); }

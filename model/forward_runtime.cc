@@ -1,0 +1,175 @@
+#include "model/forward_runtime.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/status_macros.h"
+
+namespace flover {
+
+using kernels::Tensor;
+
+ForwardRuntime::ForwardRuntime(kernels::Backend& backend, Collectives* collectives, int vocab_size,
+                               int max_positions, int hidden, Layout layout,
+                               VocabRange vocab_range)
+    : backend_(backend), collectives_(collectives), vocab_size_(vocab_size),
+      max_positions_(max_positions), hidden_(hidden), layout_(std::move(layout)),
+      vocab_range_(std::move(vocab_range)) {
+  if (collectives_ != nullptr) tp_size_ = collectives_->world().tp_size;
+}
+
+absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& cache,
+                                        const KvCacheShape& expected) const {
+  const KvCacheShape& cs = cache.shape();
+  if (&cache.backend() != &backend_) {
+    return absl::InvalidArgumentError("the KV cache belongs to another backend than the model");
+  }
+  if (cs.layers != expected.layers || cs.heads != expected.heads ||
+      cs.head_dim != expected.head_dim) {
+    return absl::InvalidArgumentError("KV cache shape does not match the model");
+  }
+  if (cs.dtype != backend_.kv_dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache holds ", kernels::KvDtypeName(cs.dtype), " but the backend keeps K/V in ",
+        kernels::KvDtypeName(backend_.kv_dtype())));
+  }
+  if (b.seqs.empty()) return absl::InvalidArgumentError("empty batch");
+  if (b.positions.size() != b.tokens.size()) {
+    return absl::InvalidArgumentError("batch positions and tokens differ in length");
+  }
+  const int limit = std::min(cs.max_seq, max_positions_);
+  std::vector<bool> slot_used(cs.slots, false);
+  int32_t next_row = 0;
+  for (const kernels::SeqRows& s : b.seqs) {
+    if (s.slot < 0 || s.slot >= cs.slots) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("slot %d is outside the cache (%d slots)", s.slot, cs.slots));
+    }
+    if (slot_used[s.slot]) {
+      return absl::InvalidArgumentError(absl::StrFormat("slot %d appears twice in one batch", s.slot));
+    }
+    slot_used[s.slot] = true;
+    if (s.len < 1 || s.row != next_row) {
+      return absl::InvalidArgumentError("sequence rows must be non-empty and consecutive");
+    }
+    next_row += s.len;
+    if (s.pos < 0 || int64_t{s.pos} + s.len > limit) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "positions [%d, %d) exceed the limit of %d", s.pos, s.pos + s.len, limit));
+    }
+    for (int i = 0; i < s.len; ++i) {
+      if (b.positions[s.row + i] != s.pos + i) {
+        return absl::InvalidArgumentError("batch positions do not follow their sequences");
+      }
+    }
+  }
+  if (next_row != b.num_rows()) {
+    return absl::InvalidArgumentError("sequences do not cover the batch rows");
+  }
+  for (int32_t t : b.tokens) {
+    if (t < 0 || t >= vocab_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("token id %d is outside the vocabulary (%d)", t, vocab_size_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
+  if (rows <= rows_ && logit_rows <= logit_rows_) return absl::OkStatus();
+  // Grow to at least what was there, so alternating shapes never reallocate.
+  rows = std::max(rows, rows_);
+  logit_rows = std::max(logit_rows, logit_rows_);
+  // Free the old buffers first: a device may not hold both.
+  buffers_.clear();
+  step_.Reset();
+  partial_.Reset();
+  rows_ = logit_rows_ = 0;
+  auto alloc = [&](kernels::DType dtype, int64_t r, int64_t c) -> absl::StatusOr<kernels::Buffer> {
+    return backend_.Allocate(dtype, r, c);
+  };
+  for (const BufferSpec& spec : layout_(rows, logit_rows)) {
+    auto b = alloc(spec.dtype, spec.rows, spec.cols);
+    if (!b.ok()) {
+      buffers_.clear();
+      return b.status();
+    }
+    buffers_.push_back(std::move(*b));
+  }
+  auto step = alloc(kernels::DType::kI32, 1, 6 * int64_t{rows});
+  if (!step.ok()) return step.status();
+  step_ = std::move(*step);
+  if (tp_size_ > 1) {
+    auto partial = alloc(kernels::DType::kF32, rows, hidden_);
+    if (!partial.ok()) return partial.status();
+    partial_ = std::move(*partial);
+  }
+  rows_ = rows;
+  logit_rows_ = logit_rows;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBatch& b) {
+  const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
+  if (T > rows_) return absl::InternalError("UploadStep before Reserve");
+  step_host_.clear();
+  step_host_.insert(step_host_.end(), b.tokens.begin(), b.tokens.end());
+  step_host_.insert(step_host_.end(), b.positions.begin(), b.positions.end());
+  int max_context = 0;
+  for (const kernels::SeqRows& s : b.seqs) {
+    step_host_.insert(step_host_.end(), {s.slot, s.pos, s.len, s.row});
+    max_context = std::max(max_context, s.pos + s.len);
+  }
+  const Tensor all = step_.tensor().View(0, 1, static_cast<int64_t>(step_host_.size()));
+  FLOVER_RETURN_IF_ERROR(backend_.Upload(step_host_.data(), all));
+  return Step{all.View(0, 1, T), all.View(T, 1, T),
+              kernels::SeqTable{b.seqs.data(), S, all.View(2 * int64_t{T}, S, 4), T, max_context}};
+}
+
+absl::Status ForwardRuntime::RowSplitResidual(const Tensor& rows, const kernels::Weight& w,
+                                              const Tensor* bias, const Tensor& x) {
+  if (tp_size_ == 1) return backend_.Linear(rows, w, bias, row_split_epilogue(), x);
+  const Tensor partial = partial_.Rows(0, x.rows);
+  FLOVER_RETURN_IF_ERROR(backend_.Linear(rows, w, bias, row_split_epilogue(), partial));
+  FLOVER_RETURN_IF_ERROR(collectives_->AllReduceSum(partial));
+  return backend_.Add(partial, x);
+}
+
+absl::Status ForwardRuntime::AllReduce(const Tensor& x) {
+  return tp_size_ > 1 ? collectives_->AllReduceSum(x) : absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<float>> ForwardRuntime::Finish(const absl::Status& run,
+                                                         const Tensor& logits, int R) {
+  if (absl::Status sync = backend_.Synchronize(); !sync.ok()) return sync;
+  if (!run.ok()) return run;
+  const Tensor local = logits.Rows(0, R);
+  if (tp_size_ == 1) {
+    if (void* host = backend_.HostAddress(local); host != nullptr) {
+      return absl::MakeSpan(static_cast<float*>(host), local.elements());
+    }
+    logits_host_.resize(local.elements());
+    FLOVER_RETURN_IF_ERROR(backend_.Download(local, logits_host_.data()));
+    return absl::MakeSpan(logits_host_);
+  }
+  // Each rank scores its vocabulary range; rank 0 stitches the columns.
+  FLOVER_RETURN_IF_ERROR(collectives_->GatherToLeader(local, &gathered_));
+  if (!collectives_->world().is_leader()) return absl::Span<float>();
+  const int V = vocab_size_;
+  logits_host_.resize(size_t(R) * V);
+  size_t offset = 0;
+  for (int r = 0; r < tp_size_; ++r) {
+    const auto [begin, end] = vocab_range_(r);
+    const int n = end - begin;
+    for (int row = 0; row < R; ++row) {
+      std::memcpy(&logits_host_[size_t(row) * V + begin], &gathered_[offset + size_t(row) * n],
+                  n * sizeof(float));
+    }
+    offset += size_t(R) * n;
+  }
+  return absl::MakeSpan(logits_host_);
+}
+
+}  // namespace flover

@@ -1,0 +1,101 @@
+// What every model family's forward pass shares, so a family is its math
+// alone: checking a batch against the model and its cache, the step's one
+// upload (tokens, positions, sequence table), activation buffers grown to
+// the largest step and never shrunk, the residual add of a row-split layer
+// over tensor-parallel ranks, and the logits back in host memory (the
+// backend's own buffer on the CPU; stitched over the ranks' vocabulary
+// ranges with tensor parallelism).
+#ifndef FLOVER_MODEL_FORWARD_RUNTIME_H_
+#define FLOVER_MODEL_FORWARD_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dist/communicator.h"
+#include "kernels/backend.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+
+namespace flover {
+
+class ForwardRuntime {
+ public:
+  struct BufferSpec {
+    kernels::DType dtype;
+    int64_t rows, cols;
+  };
+  // The model's activation buffers for steps of `rows` rows with
+  // `logit_rows` rows of logits, indexed by the model's own ids.
+  using Layout = std::function<std::vector<BufferSpec>(int rows, int logit_rows)>;
+  // [vocab_begin, vocab_end) of the logits tensor-parallel rank r computes.
+  using VocabRange = std::function<std::pair<int, int>(int rank)>;
+
+  // `hidden` is the residual stream's width; `collectives` null for one rank.
+  ForwardRuntime(kernels::Backend& backend, Collectives* collectives, int vocab_size,
+                 int max_positions, int hidden, Layout layout, VocabRange vocab_range);
+
+  kernels::Backend& backend() const { return backend_; }
+  int tp_size() const { return tp_size_; }
+
+  // InvalidArgument naming the problem when the batch does not fit the
+  // model or the cache (`expected` is the cache shape the model needs; its
+  // slots and positions are the cache's own).
+  absl::Status CheckBatch(const ForwardBatch& batch, const KvCache& cache,
+                          const KvCacheShape& expected) const;
+
+  // Makes every buffer big enough for `rows` rows and `logit_rows` rows of
+  // logits (allocating only when a step is larger than any before).
+  absl::Status Reserve(int rows, int logit_rows);
+  // Buffer `id` of the layout (its first rows serve smaller steps).
+  const kernels::Tensor& buffer(int id) const { return buffers_[id].tensor(); }
+
+  struct Step {
+    kernels::Tensor tokens, positions;  // i32 [1, T]
+    kernels::SeqTable seqs;
+  };
+  // The step's one upload. Call Reserve(T, ...) first.
+  absl::StatusOr<Step> UploadStep(const ForwardBatch& batch);
+
+  // The epilogue a row-split layer's GEMM runs with: the fused residual on
+  // one rank; a plain product (summed over ranks, then added) otherwise.
+  kernels::Epilogue row_split_epilogue() const {
+    return tp_size_ == 1 ? kernels::Epilogue::kBiasResidual : kernels::Epilogue::kBias;
+  }
+  // x: [T, C] += rows @ w + bias, all-reduced over tensor-parallel ranks.
+  absl::Status RowSplitResidual(const kernels::Tensor& rows, const kernels::Weight& w,
+                                const kernels::Tensor* bias, const kernels::Tensor& x);
+  // All-reduces x over tensor-parallel ranks (the embedding of a vocabulary
+  // shard); nothing on one rank.
+  absl::Status AllReduce(const kernels::Tensor& x);
+
+  // Ends a forward: waits for the backend (its own errors first: a fault
+  // inside a kernel explains a failed op better than the op), then returns
+  // `run`'s error or the first R rows of `logits` ([R, V_local], this
+  // rank's vocabulary range) as host memory, [R, V] on rank 0 and empty on
+  // other ranks with tensor parallelism.
+  absl::StatusOr<absl::Span<float>> Finish(const absl::Status& run, const kernels::Tensor& logits,
+                                           int R);
+
+ private:
+  kernels::Backend& backend_;
+  Collectives* collectives_;
+  int tp_size_ = 1;
+  int vocab_size_, max_positions_, hidden_;
+  Layout layout_;
+  VocabRange vocab_range_;
+  int rows_ = 0, logit_rows_ = 0;
+  std::vector<kernels::Buffer> buffers_;
+  kernels::Buffer step_;     // i32 [1, 6 * rows]: tokens, positions, sequences
+  kernels::Buffer partial_;  // f32 [rows, hidden] (tp > 1): a row-split GEMM's part
+  std::vector<int32_t> step_host_;
+  std::vector<float> logits_host_;  // when the backend's memory is not host memory
+  std::vector<float> gathered_;     // tp > 1: every rank's logits, rank after rank
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_FORWARD_RUNTIME_H_

@@ -1,0 +1,254 @@
+#include "model/llama/llama_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "util/json.h"
+
+namespace flover {
+namespace {
+
+// Generous bounds that keep every size computed from a config in range.
+constexpr int64_t kMaxDim = 1 << 17;
+constexpr int64_t kMaxVocab = 1 << 22;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxPositions = 1 << 20;
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+bool Present(const Struct& s, const char* key) {
+  auto it = s.fields().find(key);
+  return it != s.fields().end() && it->second.kind_case() != Value::kNullValue;
+}
+
+absl::StatusOr<int> Int(const Struct& s, const char* key, int64_t min, int64_t max,
+                        absl::string_view what) {
+  auto it = s.fields().find(key);
+  if (it == s.fields().end()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": missing field \"", key, "\""));
+  }
+  auto v = JsonToInt(it->second, key, min, max);
+  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", v.status().message()));
+  return static_cast<int>(*v);
+}
+
+absl::StatusOr<double> Number(const Struct& s, const char* key, double dflt,
+                              absl::string_view what) {
+  auto it = s.fields().find(key);
+  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return dflt;
+  if (it->second.kind_case() != Value::kNumberValue || !std::isfinite(it->second.number_value())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", key, " must be a number"));
+  }
+  return it->second.number_value();
+}
+
+bool Bool(const Struct& s, const char* key, bool dflt) {
+  auto it = s.fields().find(key);
+  if (it == s.fields().end() || it->second.kind_case() != Value::kBoolValue) return dflt;
+  return it->second.bool_value();
+}
+
+absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScaling* out) {
+  auto it = s.fields().find("rope_scaling");
+  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return absl::OkStatus();
+  if (it->second.kind_case() != Value::kStructValue) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling must be an object"));
+  }
+  const Struct& r = it->second.struct_value();
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {
+    auto t = r.fields().find(key);
+    if (t != r.fields().end() && t->second.kind_case() == Value::kStringValue) {
+      type = t->second.string_value();
+      break;
+    }
+  }
+  auto factor = Number(r, "factor", 1.0, what);
+  if (!factor.ok()) return factor.status();
+  if (!(*factor >= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling factor must be >= 1"));
+  }
+  out->factor = *factor;
+  if (type == "default") return absl::OkStatus();
+  if (type == "linear") {
+    out->type = RopeScaling::Type::kLinear;
+    return absl::OkStatus();
+  }
+  if (type == "llama3") {
+    out->type = RopeScaling::Type::kLlama3;
+    auto low = Number(r, "low_freq_factor", 1.0, what);
+    auto high = Number(r, "high_freq_factor", 4.0, what);
+    if (!low.ok()) return low.status();
+    if (!high.ok()) return high.status();
+    out->low_freq_factor = *low;
+    out->high_freq_factor = *high;
+    auto original = Int(r, "original_max_position_embeddings", 1, kMaxPositions, what);
+    if (!original.ok()) return original.status();
+    out->original_max_positions = *original;
+    if (!(out->low_freq_factor > 0 && out->high_freq_factor > out->low_freq_factor)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": rope_scaling needs 0 < low_freq_factor < high_freq_factor"));
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": rope_scaling type \"", type, "\" is not supported (linear, llama3)"));
+}
+
+// eos_token_id: a number or a list of them.
+absl::Status ParseEos(const Struct& s, int vocab, absl::string_view what, std::vector<int32_t>* out) {
+  auto it = s.fields().find("eos_token_id");
+  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return absl::OkStatus();
+  std::vector<const Value*> values;
+  if (it->second.kind_case() == Value::kListValue) {
+    for (const Value& v : it->second.list_value().values()) values.push_back(&v);
+  } else {
+    values.push_back(&it->second);
+  }
+  for (const Value* v : values) {
+    auto id = JsonToInt(*v, "eos_token_id", 0, vocab - 1);
+    if (!id.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", id.status().message()));
+    out->push_back(static_cast<int32_t>(*id));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t LlamaConfig::num_parameters() const {
+  const int64_t C = hidden, F = intermediate, V = vocab_size;
+  const int64_t per_layer = 2 * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F;
+  return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + C;
+}
+
+absl::Status LlamaConfig::Validate() const {
+  auto bad = [](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(m...)); };
+  if (n_layer < 1 || n_layer > kMaxLayers) return bad("num_hidden_layers out of range: ", n_layer);
+  if (hidden < 1 || hidden > kMaxDim) return bad("hidden_size out of range: ", hidden);
+  if (n_head < 1 || n_head > hidden) return bad("num_attention_heads out of range: ", n_head);
+  if (n_kv_head < 1 || n_head % n_kv_head != 0) {
+    return bad("num_attention_heads (", n_head, ") is not a multiple of num_key_value_heads (",
+               n_kv_head, ")");
+  }
+  if (head_dim < 2 || head_dim % 2 != 0 || head_dim > 1024) {
+    return bad("head_dim must be even and in [2, 1024], got ", head_dim);
+  }
+  if (intermediate < 1 || intermediate > 8 * kMaxDim) return bad("intermediate_size out of range");
+  if (vocab_size < 1 || vocab_size > kMaxVocab) return bad("vocab_size out of range");
+  if (max_positions < 2 || max_positions > kMaxPositions) return bad("max_position_embeddings out of range");
+  if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) return bad("rms_norm_eps must be in (0, 1)");
+  if (!(rope_theta > 1)) return bad("rope_theta must be > 1");
+  for (int32_t id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) return bad("eos_token_id ", id, " is outside the vocabulary");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what) {
+  auto parsed = ParseJsonObject(json, what);
+  if (!parsed.ok()) return parsed.status();
+  const Struct& s = *parsed;
+  auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
+  if (auto it = s.fields().find("hidden_act"); it != s.fields().end() &&
+      it->second.string_value() != "silu") {
+    return refuse("hidden_act \"", it->second.string_value(), "\" is not supported (only silu)");
+  }
+  if (Bool(s, "attention_bias", false)) return refuse("attention_bias is not supported");
+  if (Bool(s, "mlp_bias", false)) return refuse("mlp_bias is not supported");
+  if (Present(s, "pretraining_tp")) {
+    auto tp = Int(s, "pretraining_tp", 1, 1, what);
+    if (!tp.ok()) return refuse("only pretraining_tp 1 is supported");
+  }
+  if (Present(s, "sliding_window")) return refuse("sliding_window attention is not supported");
+
+  LlamaConfig c;
+  auto read = [&](const char* key, int64_t max, int* out) -> absl::Status {
+    auto v = Int(s, key, 1, max, what);
+    if (!v.ok()) return v.status();
+    *out = *v;
+    return absl::OkStatus();
+  };
+  for (auto [key, max, out] : {std::tuple{"num_hidden_layers", kMaxLayers, &c.n_layer},
+                               {"hidden_size", kMaxDim, &c.hidden},
+                               {"num_attention_heads", kMaxDim, &c.n_head},
+                               {"intermediate_size", 8 * kMaxDim, &c.intermediate},
+                               {"vocab_size", kMaxVocab, &c.vocab_size},
+                               {"max_position_embeddings", kMaxPositions, &c.max_positions}}) {
+    if (auto st = read(key, max, out); !st.ok()) return st;
+  }
+  c.n_kv_head = c.n_head;
+  if (Present(s, "num_key_value_heads")) {
+    if (auto st = read("num_key_value_heads", kMaxDim, &c.n_kv_head); !st.ok()) return st;
+  }
+  if (Present(s, "head_dim")) {
+    if (auto st = read("head_dim", 1024, &c.head_dim); !st.ok()) return st;
+  } else {
+    if (c.hidden % c.n_head != 0) return refuse("hidden_size is not divisible by num_attention_heads");
+    c.head_dim = c.hidden / c.n_head;
+  }
+  auto eps = Number(s, "rms_norm_eps", 1e-6, what);
+  if (!eps.ok()) return eps.status();
+  c.rms_norm_eps = static_cast<float>(*eps);
+  auto theta = Number(s, "rope_theta", 10000.0, what);
+  if (!theta.ok()) return theta.status();
+  c.rope_theta = *theta;
+  if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
+  c.tie_word_embeddings = Bool(s, "tie_word_embeddings", false);
+  if (auto st = ParseEos(s, c.vocab_size, what, &c.eos_token_ids); !st.ok()) return st;
+  if (Present(s, "bos_token_id")) {
+    auto bos = Int(s, "bos_token_id", 0, c.vocab_size - 1, what);
+    if (!bos.ok()) return bos.status();
+    c.bos_token_id = *bos;
+  }
+  if (auto st = c.Validate(); !st.ok()) return refuse(st.message());
+  return c;
+}
+
+ModelInfo InfoOf(const LlamaConfig& c) {
+  ModelInfo info;
+  info.architecture = "llama";
+  info.n_layer = c.n_layer;
+  info.n_head = c.n_head;
+  info.n_kv_head = c.n_kv_head;
+  info.hidden = c.hidden;
+  info.vocab_size = c.vocab_size;
+  info.max_positions = c.max_positions;
+  info.eos_token_ids = c.eos_token_ids;
+  info.num_parameters = c.num_parameters();
+  // Every weight but the embedding table and the norms is a matrix a token
+  // goes through; a tied head is the embedding table once more.
+  const int64_t norms = (2 * int64_t{c.n_layer} + 1) * c.hidden;
+  info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms +
+                           (c.tie_word_embeddings ? int64_t{c.vocab_size} * c.hidden : 0);
+  return info;
+}
+
+std::vector<float> RopeInvFreq(const LlamaConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  const RopeScaling& r = c.rope_scaling;
+  for (int i = 0; i < half; ++i) {
+    // As transformers: in float32, theta ** (2i / dim).
+    float f = 1.0f / std::pow(static_cast<float>(c.rope_theta),
+                              static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+    if (r.type == RopeScaling::Type::kLinear) {
+      f = static_cast<float>(f / r.factor);
+    } else if (r.type == RopeScaling::Type::kLlama3) {
+      const double low_wavelen = r.original_max_positions / r.low_freq_factor;
+      const double high_wavelen = r.original_max_positions / r.high_freq_factor;
+      const double wavelen = 2 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / r.factor);
+      } else if (wavelen >= high_wavelen) {  // the band between: interpolate
+        const double smooth = (r.original_max_positions / wavelen - r.low_freq_factor) /
+                              (r.high_freq_factor - r.low_freq_factor);
+        f = static_cast<float>((1 - smooth) * f / r.factor + smooth * f);
+      }
+    }
+    inv[i] = f;
+  }
+  return inv;
+}
+
+}  // namespace flover

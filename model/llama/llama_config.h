@@ -1,0 +1,64 @@
+// Llama-family hyper-parameters (Llama 2/3, TinyLlama, Mistral-shaped
+// without sliding windows), parsed from a Hugging Face LlamaForCausalLM
+// config.json or given by a built-in model, checked before any memory is
+// sized from them; and the rotary frequencies they imply.
+#ifndef FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
+#define FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/model_info.h"
+
+namespace flover {
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  // llama3 only:
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_positions = 8192;
+};
+
+struct LlamaConfig {
+  int n_layer = 0;
+  int hidden = 0;          // hidden_size
+  int n_head = 0;          // num_attention_heads
+  int n_kv_head = 0;       // num_key_value_heads (= n_head without GQA)
+  int head_dim = 0;        // head_dim, or hidden / n_head
+  int intermediate = 0;    // intermediate_size (the SwiGLU width)
+  int vocab_size = 0;
+  int max_positions = 0;   // max_position_embeddings
+  float rms_norm_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  std::vector<int32_t> eos_token_ids;  // may be empty
+  int32_t bos_token_id = -1;
+
+  int q_dim() const { return n_head * head_dim; }
+  int kv_dim() const { return n_kv_head * head_dim; }
+  int64_t num_parameters() const;
+  absl::Status Validate() const;
+};
+
+// `what` names the file in errors. Refuses what Flover does not run (biases,
+// an activation other than silu, unknown rope scaling), naming it.
+absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what);
+
+// The family-independent description.
+ModelInfo InfoOf(const LlamaConfig& config);
+
+// inv_freq[i] for i < head_dim / 2: 1 / theta^(2i / head_dim), with the
+// config's rope scaling applied as Hugging Face's transformers applies it
+// (linear: divided by the factor; llama3: low frequencies divided by the
+// factor, high ones kept, the band between interpolated).
+std::vector<float> RopeInvFreq(const LlamaConfig& config);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_

@@ -1,0 +1,32 @@
+#include "model/weight_upload.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace flover {
+
+absl::StatusOr<kernels::Buffer> UploadF32(kernels::Backend& backend, const std::vector<float>& host,
+                                          int64_t rows, int64_t cols) {
+  if (host.empty()) return kernels::Buffer();
+  if (static_cast<int64_t>(host.size()) != rows * cols) {
+    return absl::InternalError(absl::StrCat("a weight of ", host.size(), " values does not fit [",
+                                            rows, ", ", cols, "]"));
+  }
+  auto buf = backend.Allocate(kernels::DType::kF32, rows, cols);
+  if (!buf.ok()) return buf.status();
+  FLOVER_RETURN_IF_ERROR(backend.Upload(host.data(), *buf));
+  return buf;
+}
+
+absl::StatusOr<std::unique_ptr<kernels::Weight>> PrepareMatrix(kernels::Backend& backend,
+                                                               const std::vector<float>& host,
+                                                               int K, int N,
+                                                               kernels::WeightLayout layout) {
+  if (static_cast<int64_t>(host.size()) != int64_t{K} * N) {
+    return absl::InternalError(absl::StrCat("a weight of ", host.size(), " values is not [", K,
+                                            ", ", N, "]"));
+  }
+  return backend.PrepareWeight(host.data(), K, N, layout);
+}
+
+}  // namespace flover
