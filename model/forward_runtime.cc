@@ -137,6 +137,13 @@ absl::Status ForwardRuntime::RowSplitResidual(const Tensor& rows, const kernels:
   return backend_.Add(partial, x);
 }
 
+absl::Status ForwardRuntime::MoveSlot(KvCache& cache, int from, int to, int len) {
+  if (&cache.backend() != &backend_) {
+    return absl::InvalidArgumentError("the KV cache belongs to another backend than the model");
+  }
+  return cache.MoveSlot(from, to, len);
+}
+
 absl::Status ForwardRuntime::AllReduce(const Tensor& x) {
   return tp_size_ > 1 ? collectives_->AllReduceSum(x) : absl::OkStatus();
 }

@@ -68,6 +68,9 @@ class ForwardRuntime {
   // x: [T, C] += rows @ w + bias, all-reduced over tensor-parallel ranks.
   absl::Status RowSplitResidual(const kernels::Tensor& rows, const kernels::Weight& w,
                                 const kernels::Tensor* bias, const kernels::Tensor& x);
+  // Copies positions [0, len) of slot `from` to slot `to` in every layer of
+  // a cache on this model's backend.
+  absl::Status MoveSlot(KvCache& cache, int from, int to, int len);
   // All-reduces x over tensor-parallel ranks (the embedding of a vocabulary
   // shard); nothing on one rank.
   absl::Status AllReduce(const kernels::Tensor& x);

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/gpt2/gpt2_checkpoint.h"
+#include "model/llama/llama_checkpoint.h"
 #include "util/file_util.h"
 #include "util/json.h"
 
@@ -36,8 +37,11 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
     const absl::string_view name = spec.substr(kBuiltinPrefix.size());
     auto gpt2 = Gpt2Checkpoint::Builtin(name);
     if (gpt2.ok()) return std::unique_ptr<LoadedModel>(std::move(*gpt2));
-    return absl::NotFoundError(absl::StrCat("unknown built-in model \"", name,
-                                            "\" (available: builtin:tiny, builtin:gpt2-small)"));
+    auto llama = LlamaCheckpoint::Builtin(name);
+    if (llama.ok()) return std::unique_ptr<LoadedModel>(std::move(*llama));
+    return absl::NotFoundError(absl::StrCat(
+        "unknown built-in model \"", name,
+        "\" (available: builtin:tiny, builtin:gpt2-small, builtin:llama-tiny, builtin:llama-1b)"));
   }
   const std::string dir(spec);
   auto type = ModelType(dir);
@@ -47,8 +51,13 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
     if (!gpt2.ok()) return gpt2.status();
     return std::unique_ptr<LoadedModel>(std::move(*gpt2));
   }
+  if (*type == "llama") {
+    auto llama = LlamaCheckpoint::LoadDirectory(dir);
+    if (!llama.ok()) return llama.status();
+    return std::unique_ptr<LoadedModel>(std::move(*llama));
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      dir, "/config.json: model_type \"", *type, "\" is not supported (Flover serves gpt2)"));
+      dir, "/config.json: model_type \"", *type, "\" is not supported (Flover serves gpt2 and llama)"));
 }
 
 }  // namespace flover

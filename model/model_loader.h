@@ -16,6 +16,10 @@ namespace flover {
 //   builtin:tiny        GPT-2 shaped: 2 layers, 4 heads, 64 wide, 512 positions, vocab 512
 //   builtin:gpt2-small  GPT-2 124M shapes: 12 layers, 12 heads, 768 wide,
 //                       1024 positions, vocab 50257
+//   builtin:llama-tiny  Llama shaped: 2 layers, 64 wide, 4 heads (2 KV),
+//                       MLP 128, vocab 512, 512 positions
+//   builtin:llama-1b    TinyLlama-1.1B shapes: 22 layers, 2048 wide, 32 heads
+//                       (4 KV), MLP 5632, vocab 32000, 2048 positions
 // A directory's config.json names its family (model_type); one Flover does
 // not serve is refused with a message naming it. Every file is untrusted.
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec);

@@ -15,15 +15,6 @@ using KDType = kernels::DType;
 using kernels::Epilogue;
 using kernels::Tensor;
 
-namespace {
-
-ShardSpec SpecOf(Collectives* collectives) {
-  if (collectives == nullptr) return ShardSpec{};
-  return ShardSpec{collectives->world().tp_size, collectives->world().tp_rank};
-}
-
-}  // namespace
-
 GptModel::GptModel(const GptConfig& config, kernels::Backend& backend, Collectives* collectives)
     : config_(config),
       info_(InfoOf(config)),
@@ -143,10 +134,7 @@ absl::Status GptModel::PrepareForBatches(int max_rows, int max_logit_rows) {
 }
 
 absl::Status GptModel::MoveSlot(KvCache& cache, int from, int to, int len) {
-  if (&cache.backend() != &backend_) {
-    return absl::InvalidArgumentError("the KV cache belongs to another backend than the model");
-  }
-  return cache.MoveSlot(from, to, len);
+  return runtime_.MoveSlot(cache, from, to, len);
 }
 
 absl::Status GptModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R_out) {

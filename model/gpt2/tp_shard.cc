@@ -1,6 +1,7 @@
 #include "model/gpt2/tp_shard.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 
@@ -54,9 +55,7 @@ ShardShape ShapeOf(const GptConfig& c, const ShardSpec& s) {
   out.head_begin = s.tp_rank * out.heads;
   out.inner = c.n_inner / s.tp_size;
   out.inner_begin = s.tp_rank * out.inner;
-  const int chunk = (c.vocab_size + s.tp_size - 1) / s.tp_size;
-  out.vocab_begin = std::min(c.vocab_size, s.tp_rank * chunk);
-  out.vocab_end = std::min(c.vocab_size, out.vocab_begin + chunk);
+  std::tie(out.vocab_begin, out.vocab_end) = VocabRange(c.vocab_size, s);
   out.adds_replicated_bias = s.tp_rank == 0;
   return out;
 }

@@ -9,13 +9,9 @@
 #include "absl/status/status.h"
 #include "model/gpt2/gpt_config.h"
 #include "model/gpt2/gpt_weights.h"
+#include "model/shard_spec.h"
 
 namespace flover {
-
-struct ShardSpec {
-  int tp_size = 1;
-  int tp_rank = 0;
-};
 
 // What one rank holds.
 struct ShardShape {

@@ -1,0 +1,107 @@
+#include "model/llama/llama_checkpoint.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "model/llama/llama_model.h"
+#include "model/llama/llama_shard.h"
+#include "model/loader/checkpoint.h"
+#include "util/file_util.h"
+
+namespace flover {
+namespace {
+
+constexpr uint64_t kBuiltinSeed = 0x4c6c616d61ull;  // "Llama"
+
+}  // namespace
+
+absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
+  LlamaConfig c;
+  if (name == "llama-tiny") {
+    c.n_layer = 2;
+    c.hidden = 64;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.head_dim = 16;
+    c.intermediate = 128;
+    c.vocab_size = 512;
+    c.max_positions = 512;
+    c.rope_theta = 10000.0;
+  } else if (name == "llama-1b") {
+    c.n_layer = 22;
+    c.hidden = 2048;
+    c.n_head = 32;
+    c.n_kv_head = 4;
+    c.head_dim = 64;
+    c.intermediate = 5632;
+    c.vocab_size = 32000;
+    c.max_positions = 2048;
+    c.rope_theta = 10000.0;
+    c.rms_norm_eps = 1e-5f;
+  } else {
+    return absl::NotFoundError(absl::StrCat("no built-in Llama model \"", name, "\""));
+  }
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};  // as TinyLlama's tokenizer
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Builtin(absl::string_view name) {
+  auto config = BuiltinLlamaConfig(name);
+  if (!config.ok()) return config.status();
+  std::unique_ptr<LlamaCheckpoint> m(new LlamaCheckpoint());
+  m->spec_ = absl::StrCat("builtin:", name);
+  m->config_ = *config;
+  m->weights_ = RandomLlamaWeights(*config, kBuiltinSeed);
+  m->info_ = InfoOf(m->config_);
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
+    const std::string& dir) {
+  std::unique_ptr<LlamaCheckpoint> m(new LlamaCheckpoint());
+  m->spec_ = dir;
+  const std::string config_path = dir + "/config.json";
+  auto text = ReadFile(config_path);
+  if (!text.ok()) return text.status();
+  auto config = ParseLlamaConfig(*text, config_path);
+  if (!config.ok()) return config.status();
+  m->config_ = *config;
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  auto weights = LoadLlamaWeights(*ckpt, m->config_);
+  if (!weights.ok()) return weights.status();
+  m->weights_ = std::move(*weights);
+  if (const TensorInfo* t = ckpt->Find("model.embed_tokens.weight")) {
+    m->stored_dtype_ = std::string(DTypeName(t->dtype));
+  }
+  m->info_ = InfoOf(m->config_);
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Load(absl::string_view spec) {
+  constexpr absl::string_view kBuiltin = "builtin:";
+  if (absl::StartsWith(spec, kBuiltin)) return Builtin(spec.substr(kBuiltin.size()));
+  return LoadDirectory(std::string(spec));
+}
+
+absl::Status LlamaCheckpoint::CheckTensorParallel(int tp) const {
+  return ValidateLlamaShard(config_, ShardSpec{tp, 0});
+}
+
+absl::StatusOr<std::unique_ptr<CausalLm>> LlamaCheckpoint::Instantiate(
+    kernels::Backend& backend, Collectives* collectives) const {
+  const ShardSpec spec = SpecOf(collectives);
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model;
+  if (spec.tp_size == 1) {
+    model = LlamaModel::Create(config_, weights_, backend, collectives);
+  } else {
+    if (absl::Status st = ValidateLlamaShard(config_, spec); !st.ok()) return st;
+    // This rank's shard only goes to the backend.
+    model = LlamaModel::Create(config_, ShardLlamaWeights(weights_, config_, spec), backend,
+                               collectives);
+  }
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<CausalLm>(std::move(*model));
+}
+
+}  // namespace flover

@@ -1,0 +1,52 @@
+// Llama as read from a Hugging Face LlamaForCausalLM directory (config.json,
+// model.safetensors or shards with model.safetensors.index.json) or
+// generated for the built-ins, held as float32 host weights until
+// Instantiate puts this rank's part on a backend. Directories load without a
+// tokenizer (token ids only) until tokenizer.json is read.
+#ifndef FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_
+#define FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/llama/llama_config.h"
+#include "model/llama/llama_weights.h"
+#include "model/loaded_model.h"
+
+namespace flover {
+
+class LlamaCheckpoint final : public LoadedModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LoadDirectory(const std::string& dir);
+  // "llama-tiny" (tests) or "llama-1b" (TinyLlama-1.1B shapes): seeded
+  // random weights; NotFound for another name.
+  static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Builtin(absl::string_view name);
+  // "builtin:NAME" or a directory.
+  static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Load(absl::string_view spec);
+
+  const LlamaConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+
+  absl::Status CheckTensorParallel(int tp) const override;
+  absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
+      kernels::Backend& backend, Collectives* collectives = nullptr) const override;
+
+ private:
+  LlamaCheckpoint() = default;
+
+  LlamaConfig config_;
+  LlamaWeights weights_;
+};
+
+// The config of a built-in Llama model, or NotFound:
+//   llama-tiny  2 layers, 64 wide, 4 heads (2 KV heads) of 16, MLP 128,
+//               vocab 512, 512 positions
+//   llama-1b    TinyLlama-1.1B: 22 layers, 2048 wide, 32 heads (4 KV heads)
+//               of 64, MLP 5632, vocab 32000, 2048 positions
+absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_

@@ -1,0 +1,170 @@
+#include "model/llama/llama_model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+#include "model/weight_upload.h"
+
+namespace flover {
+
+using KDType = kernels::DType;
+using kernels::Epilogue;
+using kernels::Tensor;
+using kernels::WeightLayout;
+
+LlamaModel::LlamaModel(const LlamaConfig& config, kernels::Backend& backend,
+                       Collectives* collectives)
+    : config_(config),
+      info_(InfoOf(config)),
+      backend_(backend),
+      spec_(SpecOf(collectives)),
+      shard_(LlamaShapeOf(config, spec_)),
+      runtime_(
+          backend, collectives, config.vocab_size, config.max_positions, config.hidden,
+          [this](int T, int R) {
+            const int C = config_.hidden, D = config_.head_dim,
+                      W = (shard_.q_heads + 2 * shard_.kv_heads) * D, FL = shard_.inner,
+                      VL = shard_.vocab_end - shard_.vocab_begin;
+            const KDType act = backend_.activation_dtype(), f32 = KDType::kF32;
+            std::vector<ForwardRuntime::BufferSpec> b(kLogits + 1);
+            b[kX] = {f32, T, C};
+            b[kH] = {act, std::max(T, R), C};
+            b[kQkv] = {f32, T, W};
+            b[kAttn] = {act, T, shard_.q_heads * D};
+            b[kGateUp] = {f32, T, 2 * FL};
+            b[kMlp] = {act, T, FL};
+            b[kLast] = {f32, R, C};
+            b[kLogits] = {f32, std::max(T, R), VL};
+            return b;
+          },
+          [this](int rank) { return VocabRange(config_.vocab_size, {spec_.tp_size, rank}); }) {}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& config,
+                                                               const LlamaWeights& weights,
+                                                               kernels::Backend& backend,
+                                                               Collectives* collectives) {
+  FLOVER_RETURN_IF_ERROR(config.Validate());
+  FLOVER_RETURN_IF_ERROR(ValidateLlamaShard(config, SpecOf(collectives)));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, backend, collectives));
+  FLOVER_RETURN_IF_ERROR(model->Upload(weights));
+  return model;
+}
+
+absl::Status LlamaModel::Upload(const LlamaWeights& w) {
+  const int C = config_.hidden, D = config_.head_dim, QL = shard_.q_heads * D,
+            W = (shard_.q_heads + 2 * shard_.kv_heads) * D, FL = shard_.inner,
+            VL = shard_.vocab_end - shard_.vocab_begin;
+  if (static_cast<int>(w.layers.size()) != config_.n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat("the weights have ", w.layers.size(),
+                                                   " layers, the config ", config_.n_layer));
+  }
+  auto upload = [&](const std::vector<float>& host, int64_t rows, int64_t cols,
+                    kernels::Buffer* out) {
+    auto b = UploadF32(backend_, host, rows, cols);
+    if (!b.ok()) return b.status();
+    if (b->empty()) return absl::InternalError("a Llama norm has no weights");
+    *out = std::move(*b);
+    return absl::OkStatus();
+  };
+  // nn.Linear weights are [out, in]: K = in, N = out.
+  auto prepare = [&](const std::vector<float>& host, int K, int N,
+                     std::unique_ptr<kernels::Weight>* out) {
+    auto p = PrepareMatrix(backend_, host, K, N, WeightLayout::kOutIn);
+    if (!p.ok()) return p.status();
+    *out = std::move(*p);
+    return absl::OkStatus();
+  };
+  for (const LlamaLayerWeights& l : w.layers) {
+    LayerParams p;
+    FLOVER_RETURN_IF_ERROR(upload(l.attn_norm, 1, C, &p.attn_norm));
+    FLOVER_RETURN_IF_ERROR(upload(l.mlp_norm, 1, C, &p.mlp_norm));
+    FLOVER_RETURN_IF_ERROR(prepare(l.qkv, C, W, &p.qkv));
+    FLOVER_RETURN_IF_ERROR(prepare(l.o, QL, C, &p.o));
+    FLOVER_RETURN_IF_ERROR(prepare(l.gate_up, C, 2 * FL, &p.gate_up));
+    FLOVER_RETURN_IF_ERROR(prepare(l.down, FL, C, &p.down));
+    layers_.push_back(std::move(p));
+  }
+  FLOVER_RETURN_IF_ERROR(prepare(w.head(), C, VL, &lm_head_));
+  FLOVER_RETURN_IF_ERROR(upload(w.embed, VL, C, &embed_));
+  FLOVER_RETURN_IF_ERROR(upload(w.norm, 1, C, &norm_));
+  FLOVER_RETURN_IF_ERROR(upload(RopeInvFreq(config_), 1, D / 2, &inv_freq_));
+  return absl::OkStatus();
+}
+
+KvCacheShape LlamaModel::CacheShape(int slots, int max_seq) const {
+  return KvCacheShape{config_.n_layer, slots, shard_.kv_heads, max_seq, config_.head_dim,
+                      backend_.kv_dtype()};
+}
+
+absl::Status LlamaModel::PrepareForBatches(int max_rows, int max_logit_rows) {
+  if (max_rows < 1 || max_logit_rows < 1) {
+    return absl::InvalidArgumentError("PrepareForBatches: row counts must be >= 1");
+  }
+  const int T = max_rows, R = max_logit_rows;
+  // Every layer has the same shapes: layer 0's weights stand for all.
+  const LayerParams& p = layers_[0];
+  const Epilogue row_split = runtime_.row_split_epilogue();
+  FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.qkv, T, false, Epilogue::kBias));
+  FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.o, T, false, row_split));
+  FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.gate_up, T, false, Epilogue::kBias));
+  FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.down, T, false, row_split));
+  FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*lm_head_, std::max(T, R), false, Epilogue::kBias));
+  return runtime_.Reserve(T, R);
+}
+
+absl::Status LlamaModel::MoveSlot(KvCache& cache, int from, int to, int len) {
+  return runtime_.MoveSlot(cache, from, to, len);
+}
+
+absl::Status LlamaModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R_out) {
+  const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
+  const int R = which == LogitsFor::kLastRowOfEachSequence ? S : T;
+  FLOVER_RETURN_IF_ERROR(runtime_.Reserve(T, R));
+  auto step = runtime_.UploadStep(b);
+  if (!step.ok()) return step.status();
+  const kernels::SeqTable& seqs = step->seqs;
+  auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
+  const Tensor x = buf(kX, T), h = buf(kH, T), qkv = buf(kQkv, T), attn = buf(kAttn, T),
+               gate_up = buf(kGateUp, T), mlp = buf(kMlp, T);
+
+  FLOVER_RETURN_IF_ERROR(
+      backend_.Embed(step->tokens, step->positions, embed_, shard_.vocab_begin, nullptr, x));
+  FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
+  const float eps = config_.rms_norm_eps;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const LayerParams& p = layers_[l];
+    FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.attn_norm, eps, h));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.qkv, nullptr, Epilogue::kBias, qkv));
+    FLOVER_RETURN_IF_ERROR(
+        backend_.Rope(qkv, step->positions, inv_freq_, shard_.q_heads, shard_.kv_heads));
+    FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));
+    FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.o, nullptr, x));
+    FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.mlp_norm, eps, h));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.gate_up, nullptr, Epilogue::kBias, gate_up));
+    FLOVER_RETURN_IF_ERROR(backend_.SiluMul(gate_up, mlp));
+    FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(mlp, *p.down, nullptr, x));
+  }
+
+  // Final norm and LM head only on the rows whose logits are wanted.
+  Tensor rows = x;
+  if (which == LogitsFor::kLastRowOfEachSequence) {
+    rows = buf(kLast, S);
+    FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, seqs, rows));
+  }
+  const Tensor hr = buf(kH, R);
+  FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(rows, norm_, eps, hr));
+  FLOVER_RETURN_IF_ERROR(backend_.Linear(hr, *lm_head_, nullptr, Epilogue::kBias, buf(kLogits, R)));
+  *R_out = R;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<float>> LlamaModel::Forward(const ForwardBatch& b, KvCache& cache,
+                                                      LogitsFor which) {
+  FLOVER_RETURN_IF_ERROR(runtime_.CheckBatch(b, cache, CacheShape(1, 1)));
+  int R = 0;
+  const absl::Status run = Run(b, cache, which, &R);
+  return runtime_.Finish(run, runtime_.buffer(kLogits), R);
+}
+
+}  // namespace flover
