@@ -3,7 +3,8 @@
 // prompts of 1 to 200 tokens, every request's output under fusion (shuffle on
 // and off), dynamic, static and sequential scheduling equals its output run
 // alone, for greedy and for seeded sampling; with f32 and with bf16 linear
-// layers, and with a bf16 KV cache (shuffled); on the CPU, and on a GPU
+// layers, and with a bf16 KV cache (shuffled); for GPT-2 and Llama shapes;
+// on the CPU, and on a GPU
 // when this build has the CUDA backend and the host a GPU (skipped, with the
 // reason, otherwise).
 #include <gtest/gtest.h>
@@ -66,6 +67,7 @@ struct PolicyCase {
   kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
   const char* device = "cpu";
+  const char* model = "builtin:tiny";
 };
 
 class EngineInvarianceTest : public ::testing::TestWithParam<PolicyCase> {};
@@ -80,7 +82,7 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   auto engine_backend =
       testing::BackendForTest(GetParam().device, &skip, GetParam().dtype, GetParam().kv_dtype);
   ASSERT_NE(engine_backend, nullptr) << skip;
-  auto loaded = LoadModel("builtin:tiny");
+  auto loaded = LoadModel(GetParam().model);
   ASSERT_TRUE(loaded.ok());
   auto reference = testing::ModelOn(*reference_backend, **loaded);
   auto model = testing::ModelOn(*engine_backend, **loaded);
@@ -142,6 +144,29 @@ INSTANTIATE_TEST_SUITE_P(
                                  kernels::MatmulDtype::kBF16},
                       PolicyCase{"fusion_kv_bf16", SchedulerPolicy::kFusion, true,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16},
+                      // A Llama-shaped model: grouped-query attention, rotary
+                      // embeddings at each row's position, SwiGLU.
+                      PolicyCase{"llama_fusion", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:llama-tiny"},
+                      PolicyCase{"llama_fusion_noshuffle", SchedulerPolicy::kFusion, false,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:llama-tiny"},
+                      PolicyCase{"llama_dynamic", SchedulerPolicy::kDynamic, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:llama-tiny"},
+                      PolicyCase{"llama_static", SchedulerPolicy::kStatic, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:llama-tiny"},
+                      PolicyCase{"llama_sequential", SchedulerPolicy::kSequential, true,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:llama-tiny"},
+                      PolicyCase{"llama_fusion_bf16", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:llama-tiny"},
+                      PolicyCase{"cuda_llama_fusion", SchedulerPolicy::kFusion, true,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
+                                 "builtin:llama-tiny"},
                       // The same promise on a GPU.
                       PolicyCase{"cuda_fusion", SchedulerPolicy::kFusion, true,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},

@@ -6,7 +6,9 @@ namespace flover {
 
 absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
                                                    absl::Span<const int32_t> prompt,
-                                                   const GenerateOptions& options) {
+                                                   const GenerateOptions& options,
+                                                   ControlChannel* channel) {
+  const bool leader = channel == nullptr || channel->world().is_leader();
   const ModelInfo& info = model.info();
   if (prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   if (options.max_new_tokens < 1) {
@@ -30,7 +32,10 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
   while (true) {
     auto logits = model.Forward(batch, **cache, LogitsFor::kLastRowOfEachSequence);
     if (!logits.ok()) return logits.status();
-    const int32_t token = sampler.Sample(*logits, history);
+    int32_t token = leader ? sampler.Sample(*logits, history) : 0;
+    if (channel != nullptr && channel->world().tp_size > 1) {
+      if (absl::Status st = channel->Broadcast(&token, sizeof(token), 0); !st.ok()) return st;
+    }
     output.push_back(token);
     history.push_back(token);
     if (static_cast<int>(output.size()) >= options.max_new_tokens) break;

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "dist/communicator.h"
 #include "model/causal_lm.h"
 #include "engine/sampler.h"
 
@@ -21,9 +22,13 @@ struct GenerateOptions {
 
 // Prefills `prompt` in one forward, then decodes one token per step until
 // max_new_tokens or (unless ignore_eos) the model's EOS, which is included.
+// With a tensor-parallel model every rank calls it with its `channel`: rank
+// 0 samples each token and broadcasts it, so every rank runs the same next
+// step (only rank 0 sees logits).
 absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
                                                    absl::Span<const int32_t> prompt,
-                                                   const GenerateOptions& options);
+                                                   const GenerateOptions& options,
+                                                   ControlChannel* channel = nullptr);
 
 }  // namespace flover
 
