@@ -15,6 +15,8 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "proto/flover.grpc.pb.h"
+#include "testing/files.h"
+#include "util/json.h"
 #include "tests/server/server_process.h"
 
 namespace flover {
@@ -254,6 +256,42 @@ TEST_F(ServerTest, SigtermDrainsInFlightRefusesNewAndExitsZero) {
   EXPECT_EQ(tokens, 80);
   EXPECT_EQ(finish, v1::LENGTH);
   EXPECT_EQ(server_->Wait(std::chrono::seconds(30)), 0);
+}
+
+// A Llama directory (grouped-query attention, llama3 rope scaling) served by
+// the real binary: reported as such, and a greedy request's tokens are
+// transformers' greedy continuation (tests/golden/llama_gqa/golden.json),
+// also while fused with other requests.
+TEST_F(ServerTest, ServesALlamaDirectoryAsTransformersDoes) {
+  Start({"--model=tests/golden/llama_gqa", "--max_seq_len=96"});
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.architecture(), "llama");
+  EXPECT_EQ(info.n_head(), 4u);
+  EXPECT_EQ(info.n_kv_head(), 2u);
+  EXPECT_EQ(info.vocab_size(), 301u);
+  ASSERT_EQ(info.eos_token_ids_size(), 1);
+  EXPECT_EQ(info.eos_token_ids(0), 2);
+
+  auto golden = ParseJsonObject(testing::ReadFileOrEmpty("tests/golden/llama_gqa/golden.json"),
+                                "golden.json");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  std::vector<uint32_t> prompt, want;
+  for (const auto& v : golden->fields().at("greedy_prompt").list_value().values()) {
+    prompt.push_back(static_cast<uint32_t>(v.number_value()));
+  }
+  for (const auto& v : golden->fields().at("greedy_output").list_value().values()) {
+    want.push_back(static_cast<uint32_t>(v.number_value()));
+  }
+  // Alone, then beside two other requests in flight.
+  EXPECT_EQ(Generate(Ids(prompt, 32)).second, want);
+  std::vector<std::thread> others;
+  for (int i = 0; i < 2; ++i) {
+    others.emplace_back([&, i] { Generate(Ids({uint32_t(5 + i), 7, 11}, 40)); });
+  }
+  EXPECT_EQ(Generate(Ids(prompt, 32)).second, want);
+  for (auto& t : others) t.join();
 }
 
 // The text path end to end, on the fixture model that has a tokenizer:
