@@ -1,4 +1,5 @@
-// Forward-pass throughput of builtin:gpt2-small on a backend (--device),
+// Forward-pass throughput of a model (--model, default builtin:gpt2-small)
+// on a backend (--device),
 // beside that device's roofline measured in the same run: on the CPU oneDNN
 // sgemm GFLOP/s at the model's GEMM shapes and memory read bandwidth; on a
 // GPU the vendor library's GEMM TFLOP/s at the same shapes (and our own,
@@ -34,6 +35,7 @@ ABSL_FLAG(int, threads, 2, "OpenMP threads (oneDNN and kernels)");
 ABSL_FLAG(int, repeats, 5, "Timed repetitions per figure; the median is reported");
 ABSL_FLAG(int, decode_steps, 16, "Decode steps per timed repetition");
 ABSL_FLAG(bool, profile, false, "Also print the time per op of each workload");
+ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, prefill_lengths, "128,512", "Prompt lengths of the prefill rows");
 ABSL_FLAG(std::string, decode_batches, "1,8,32,64", "Batch sizes of the decode rows");
 
@@ -137,19 +139,20 @@ std::vector<int> IntList(const std::string& flag) {
 // The CPU's roofline: oneDNN sgemm (or our bf16 linear) and read bandwidth.
 void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repeats,
                       double flop_per_token) {
-  std::printf("\nRoofline, same run:\n\n| sgemm [M,768]x[768,2304] | GFLOP/s |\n|---|---:|\n");
+  // The QKV GEMM's shape: [M, C] x [C, 3C].
+  const int K = cfg.hidden, N = 3 * cfg.hidden;
+  std::printf("\nRoofline, same run:\n\n| sgemm [M,%d]x[%d,%d] | GFLOP/s |\n|---|---:|\n", K, K, N);
   for (int M : {1, 8, 32, 64, 128, 512}) {
-    std::printf("| M=%d | %.0f |\n", M, SgemmGflops(M, 2304, 768, repeats));
+    std::printf("| M=%d | %.0f |\n", M, SgemmGflops(M, N, K, repeats));
   }
   const bool bf16 = dtype == kernels::MatmulDtype::kBF16;
   if (bf16) {
-    std::printf("\n| bf16 linear [M,768]x[768,2304] | GFLOP/s |\n|---|---:|\n");
+    std::printf("\n| bf16 linear [M,%d]x[%d,%d] | GFLOP/s |\n|---|---:|\n", K, K, N);
     for (int M : {1, 8, 32, 64, 128, 512}) {
-      std::printf("| M=%d | %.0f |\n", M, Bf16LinearGflops(M, 2304, 768, repeats));
+      std::printf("| M=%d | %.0f |\n", M, Bf16LinearGflops(M, N, K, repeats));
     }
   }
-  const double peak = bf16 ? Bf16LinearGflops(128, 2304, 768, repeats)
-                           : SgemmGflops(128, 2304, 768, repeats);
+  const double peak = bf16 ? Bf16LinearGflops(128, N, K, repeats) : SgemmGflops(128, N, K, repeats);
   const double bw = ReadBandwidthGBs(repeats);
   // The GEMM weights in the linear layers' type (wpe is never streamed whole).
   const double weight_bytes = (bf16 ? 2.0 : 4.0) *
@@ -185,13 +188,14 @@ void PrintDeviceRoofline(kernels::Backend& backend, const ModelInfo& cfg, int re
   kernels::Roofline* roof = backend.roofline();
   if (roof == nullptr) return;
   const kernels::MatmulDtype dtype = backend.matmul_dtype();
-  std::printf("\nRoofline, same run (%s):\n\n| [M,768]x[768,2304] %s | library GEMM TFLOP/s | our Linear "
-              "TFLOP/s |\n|---|---:|---:|\n",
-              backend.Device().name.c_str(), kernels::MatmulDtypeName(dtype));
+  const int K = cfg.hidden, N = 3 * cfg.hidden;  // the QKV GEMM's shape
+  std::printf("\nRoofline, same run (%s):\n\n| [M,%d]x[%d,%d] %s | library GEMM TFLOP/s | our "
+              "Linear TFLOP/s |\n|---|---:|---:|\n",
+              backend.Device().name.c_str(), K, K, N, kernels::MatmulDtypeName(dtype));
   double peak = 0;
   for (int M : {1, 8, 32, 256, 512, 4096}) {
-    auto lib = roof->GemmTflops(M, 2304, 768, dtype);
-    const double ours = LinearTflops(backend, M, 2304, 768, repeats);
+    auto lib = roof->GemmTflops(M, N, K, dtype);
+    const double ours = LinearTflops(backend, M, N, K, repeats);
     if (lib.ok()) peak = std::max(peak, *lib);
     std::printf("| M=%d | %s | %.2f |\n", M, lib.ok() ? absl::StrFormat("%.2f", *lib).c_str() : "n/a",
                 ours);
@@ -224,7 +228,8 @@ int Run() {
     std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
     return 1;
   }
-  auto model = LoadModel("builtin:gpt2-small");
+  const std::string spec = absl::GetFlag(FLAGS_model);
+  auto model = LoadModel(spec);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;
@@ -247,9 +252,10 @@ int Run() {
     profiled = std::move(*p);
   }
   const double flop_per_token = 2.0 * cfg.matmul_parameters;
-  std::printf("builtin:gpt2-small on %s (%s), F32 weights, linear layers in %s, KV cache in %s, "
+  std::printf("%s (%s) on %s (%s), %s weights, linear layers in %s, KV cache in %s, "
               "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
-              options->device.c_str(), (*backend)->Device().name.c_str(),
+              spec.c_str(), cfg.architecture.c_str(), options->device.c_str(),
+              (*backend)->Device().name.c_str(), (*model)->stored_dtype().c_str(),
               kernels::MatmulDtypeName(dtype), kernels::KvDtypeName(options->kv),
               kernels::CpuThreads(), flop_per_token / 1e6);
 
