@@ -18,8 +18,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$(realpath -m "${1:-$root/.gpu-bundle}")"
 cd "$root"
 
-TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //engine:gpt_model_golden_test //engine:kv_shuffle_test
-       //engine:engine_invariance_test)
+TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_golden_test
+       //model/llama:llama_golden_test //model:kv_shuffle_test //engine:engine_invariance_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
           //engine:flover_generate //clients:flover_client //clients:flover_loadgen)
 tools/bazelw build "${TESTS[@]}" "${BINARIES[@]}" //kernels/cuda:libflover_cuda.so >&2
@@ -36,7 +36,7 @@ for target in "${TESTS[@]}" "${BINARIES[@]}"; do
 done
 cp "$bin/kernels/cuda/libflover_cuda.so" "$stage/lib/"
 cp -r tests/golden "$stage/tests/"
-rm -f "$stage/tests/golden/BUILD.bazel" "$stage/tests/golden/make_golden.py"
+rm -f "$stage/tests/golden/BUILD.bazel" "$stage/tests/golden/"make_*.py
 
 # Libraries the host provides (the driver and CUDA's own): never bundled.
 host_provided='^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia|libnvrtc|libnvJitLink)\.so'
@@ -103,6 +103,7 @@ export FLOVER_REQUIRE_DEVICES=cuda
 run ops "$here/run.sh" backend_ops_test
 run kv_ops "$here/run.sh" kv_ops_test
 run golden "$here/run.sh" gpt_model_golden_test
+run llama_golden "$here/run.sh" llama_golden_test
 run kv_shuffle "$here/run.sh" kv_shuffle_test
 run invariance "$here/run.sh" engine_invariance_test --gtest_filter='*cuda*'
 run bench_bf16 "$here/run.sh" model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
