@@ -37,6 +37,52 @@ absl::StatusOr<int64_t> JsonToInt(const google::protobuf::Value& v,
   return static_cast<int64_t>(d);
 }
 
+bool JsonHas(const google::protobuf::Struct& s, absl::string_view key) {
+  auto it = s.fields().find(std::string(key));
+  return it != s.fields().end() &&
+         it->second.kind_case() != google::protobuf::Value::kNullValue;
+}
+
+absl::StatusOr<int> JsonIntField(const google::protobuf::Struct& s,
+                                 absl::string_view key, int64_t min,
+                                 int64_t max, absl::string_view what) {
+  auto it = s.fields().find(std::string(key));
+  if (it == s.fields().end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": missing field \"", key, "\""));
+  }
+  auto v = JsonToInt(it->second, key, min, max);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", v.status().message()));
+  }
+  return static_cast<int>(*v);
+}
+
+absl::StatusOr<double> JsonNumberField(const google::protobuf::Struct& s,
+                                       absl::string_view key, double dflt,
+                                       absl::string_view what) {
+  auto it = s.fields().find(std::string(key));
+  if (it == s.fields().end() ||
+      it->second.kind_case() == google::protobuf::Value::kNullValue) {
+    return dflt;
+  }
+  if (it->second.kind_case() != google::protobuf::Value::kNumberValue ||
+      !std::isfinite(it->second.number_value())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", key, " must be a number"));
+  }
+  return it->second.number_value();
+}
+
+bool JsonBoolField(const google::protobuf::Struct& s, absl::string_view key,
+                   bool dflt) {
+  auto it = s.fields().find(std::string(key));
+  if (it == s.fields().end() ||
+      it->second.kind_case() != google::protobuf::Value::kBoolValue) {
+    return dflt;
+  }
+  return it->second.bool_value();
+}
+
 std::string JsonQuote(absl::string_view s) {
   std::string out = "\"";
   for (const char ch : s) {

@@ -22,6 +22,21 @@ absl::StatusOr<int64_t> JsonToInt(const google::protobuf::Value& v,
                                   absl::string_view field, int64_t min,
                                   int64_t max);
 
+// Typed fields of a config object. `what` names the document in errors.
+// True when `key` is present and not null.
+bool JsonHas(const google::protobuf::Struct& s, absl::string_view key);
+// A required integer field in [min, max].
+absl::StatusOr<int> JsonIntField(const google::protobuf::Struct& s,
+                                 absl::string_view key, int64_t min,
+                                 int64_t max, absl::string_view what);
+// An optional finite number; `dflt` when absent or null.
+absl::StatusOr<double> JsonNumberField(const google::protobuf::Struct& s,
+                                       absl::string_view key, double dflt,
+                                       absl::string_view what);
+// An optional boolean; `dflt` when absent or not a boolean.
+bool JsonBoolField(const google::protobuf::Struct& s, absl::string_view key,
+                   bool dflt);
+
 // Quotes and escapes `s` as a JSON string (UTF-8 passes through).
 std::string JsonQuote(absl::string_view s);
 

@@ -15,28 +15,6 @@ constexpr int64_t kMaxLayers = 1024;
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
-absl::StatusOr<int> IntField(const Struct& s, const char* key, int64_t min,
-                             int64_t max, absl::string_view what) {
-  auto it = s.fields().find(key);
-  if (it == s.fields().end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": missing field \"", key, "\""));
-  }
-  auto v = JsonToInt(it->second, key, min, max);
-  if (!v.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", v.status().message()));
-  }
-  return static_cast<int>(*v);
-}
-
-bool BoolField(const Struct& s, const char* key, bool dflt) {
-  auto it = s.fields().find(key);
-  if (it == s.fields().end() || it->second.kind_case() != Value::kBoolValue) {
-    return dflt;
-  }
-  return it->second.bool_value();
-}
-
 }  // namespace
 
 int64_t GptConfig::num_parameters() const {
@@ -98,15 +76,15 @@ absl::StatusOr<GptConfig> ParseGptConfig(absl::string_view json, absl::string_vi
           what, ": activation_function \"", act, "\" is not supported (only gelu_new)"));
     }
   }
-  if (!BoolField(s, "scale_attn_weights", true) ||
-      BoolField(s, "scale_attn_by_inverse_layer_idx", false)) {
+  if (!JsonBoolField(s, "scale_attn_weights", true) ||
+      JsonBoolField(s, "scale_attn_by_inverse_layer_idx", false)) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": only scale_attn_weights=true, scale_attn_by_inverse_layer_idx=false is supported"));
   }
 
   GptConfig c;
   auto read = [&](const char* key, int64_t max, int* out) -> absl::Status {
-    auto v = IntField(s, key, 1, max, what);
+    auto v = JsonIntField(s, key, 1, max, what);
     if (!v.ok()) return v.status();
     *out = *v;
     return absl::OkStatus();
@@ -128,7 +106,7 @@ absl::StatusOr<GptConfig> ParseGptConfig(absl::string_view json, absl::string_vi
   }
   if (auto it = fields.find("eos_token_id"); it != fields.end() &&
       it->second.kind_case() == Value::kNumberValue) {
-    auto v = IntField(s, "eos_token_id", 0, c.vocab_size - 1, what);
+    auto v = JsonIntField(s, "eos_token_id", 0, c.vocab_size - 1, what);
     if (!v.ok()) return v.status();
     c.eos_token_id = *v;
   }

@@ -1,9 +1,9 @@
 #include "model/gpt2/gpt_weights.h"
 
-#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/host_matrix.h"
 #include "util/split_mix64.h"
 
 namespace flover {
@@ -30,14 +30,6 @@ class Reader {
 };
 
 std::vector<float> Filled(int64_t n, float value) { return std::vector<float>(n, value); }
-
-std::vector<float> Random(int64_t n, SplitMix64& rng) {
-  // Uniform on [-a, a] has std a / sqrt(3); GPT-2 initializes with std 0.02.
-  const float a = 0.02f * std::sqrt(3.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = a * rng.NextSigned();
-  return v;
-}
 
 }  // namespace
 
@@ -86,21 +78,21 @@ GptWeights RandomGptWeights(const GptConfig& config, uint64_t seed) {
   const int64_t C = config.n_embd, F = config.n_inner;
   SplitMix64 rng(seed);
   GptWeights w;
-  w.wte = Random(int64_t{config.vocab_size} * C, rng);
-  w.wpe = Random(int64_t{config.n_positions} * C, rng);
+  w.wte = RandomInit(int64_t{config.vocab_size} * C, rng);
+  w.wpe = RandomInit(int64_t{config.n_positions} * C, rng);
   w.layers.resize(config.n_layer);
   for (LayerWeights& l : w.layers) {
     l.ln_1_g = Filled(C, 1.0f);
     l.ln_1_b = Filled(C, 0.0f);
-    l.attn_w = Random(C * 3 * C, rng);
+    l.attn_w = RandomInit(C * 3 * C, rng);
     l.attn_b = Filled(3 * C, 0.0f);
-    l.attn_proj_w = Random(C * C, rng);
+    l.attn_proj_w = RandomInit(C * C, rng);
     l.attn_proj_b = Filled(C, 0.0f);
     l.ln_2_g = Filled(C, 1.0f);
     l.ln_2_b = Filled(C, 0.0f);
-    l.fc_w = Random(C * F, rng);
+    l.fc_w = RandomInit(C * F, rng);
     l.fc_b = Filled(F, 0.0f);
-    l.mlp_proj_w = Random(F * C, rng);
+    l.mlp_proj_w = RandomInit(F * C, rng);
     l.mlp_proj_b = Filled(C, 0.0f);
   }
   w.ln_f_g = Filled(C, 1.0f);

@@ -4,20 +4,10 @@
 #include <tuple>
 
 #include "absl/strings/str_format.h"
+#include "model/host_matrix.h"
 
 namespace flover {
 namespace {
-
-// Columns [c0, c1) of a row-major [rows, cols] matrix.
-std::vector<float> Cols(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t c0,
-                        int64_t c1) {
-  std::vector<float> out;
-  out.reserve(rows * (c1 - c0));
-  for (int64_t r = 0; r < rows; ++r) {
-    out.insert(out.end(), m.begin() + r * cols + c0, m.begin() + r * cols + c1);
-  }
-  return out;
-}
 
 // Rows [r0, r1) of a row-major [rows, cols] matrix.
 std::vector<float> Rows(const std::vector<float>& m, int64_t cols, int64_t r0, int64_t r1) {

@@ -17,38 +17,6 @@ constexpr int64_t kMaxPositions = 1 << 20;
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
-bool Present(const Struct& s, const char* key) {
-  auto it = s.fields().find(key);
-  return it != s.fields().end() && it->second.kind_case() != Value::kNullValue;
-}
-
-absl::StatusOr<int> Int(const Struct& s, const char* key, int64_t min, int64_t max,
-                        absl::string_view what) {
-  auto it = s.fields().find(key);
-  if (it == s.fields().end()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": missing field \"", key, "\""));
-  }
-  auto v = JsonToInt(it->second, key, min, max);
-  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", v.status().message()));
-  return static_cast<int>(*v);
-}
-
-absl::StatusOr<double> Number(const Struct& s, const char* key, double dflt,
-                              absl::string_view what) {
-  auto it = s.fields().find(key);
-  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return dflt;
-  if (it->second.kind_case() != Value::kNumberValue || !std::isfinite(it->second.number_value())) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", key, " must be a number"));
-  }
-  return it->second.number_value();
-}
-
-bool Bool(const Struct& s, const char* key, bool dflt) {
-  auto it = s.fields().find(key);
-  if (it == s.fields().end() || it->second.kind_case() != Value::kBoolValue) return dflt;
-  return it->second.bool_value();
-}
-
 absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScaling* out) {
   auto it = s.fields().find("rope_scaling");
   if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return absl::OkStatus();
@@ -64,7 +32,7 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
       break;
     }
   }
-  auto factor = Number(r, "factor", 1.0, what);
+  auto factor = JsonNumberField(r, "factor", 1.0, what);
   if (!factor.ok()) return factor.status();
   if (!(*factor >= 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling factor must be >= 1"));
@@ -77,13 +45,13 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
   }
   if (type == "llama3") {
     out->type = RopeScaling::Type::kLlama3;
-    auto low = Number(r, "low_freq_factor", 1.0, what);
-    auto high = Number(r, "high_freq_factor", 4.0, what);
+    auto low = JsonNumberField(r, "low_freq_factor", 1.0, what);
+    auto high = JsonNumberField(r, "high_freq_factor", 4.0, what);
     if (!low.ok()) return low.status();
     if (!high.ok()) return high.status();
     out->low_freq_factor = *low;
     out->high_freq_factor = *high;
-    auto original = Int(r, "original_max_position_embeddings", 1, kMaxPositions, what);
+    auto original = JsonIntField(r, "original_max_position_embeddings", 1, kMaxPositions, what);
     if (!original.ok()) return original.status();
     out->original_max_positions = *original;
     if (!(out->low_freq_factor > 0 && out->high_freq_factor > out->low_freq_factor)) {
@@ -154,17 +122,17 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
       it->second.string_value() != "silu") {
     return refuse("hidden_act \"", it->second.string_value(), "\" is not supported (only silu)");
   }
-  if (Bool(s, "attention_bias", false)) return refuse("attention_bias is not supported");
-  if (Bool(s, "mlp_bias", false)) return refuse("mlp_bias is not supported");
-  if (Present(s, "pretraining_tp")) {
-    auto tp = Int(s, "pretraining_tp", 1, 1, what);
+  if (JsonBoolField(s, "attention_bias", false)) return refuse("attention_bias is not supported");
+  if (JsonBoolField(s, "mlp_bias", false)) return refuse("mlp_bias is not supported");
+  if (JsonHas(s, "pretraining_tp")) {
+    auto tp = JsonIntField(s, "pretraining_tp", 1, 1, what);
     if (!tp.ok()) return refuse("only pretraining_tp 1 is supported");
   }
-  if (Present(s, "sliding_window")) return refuse("sliding_window attention is not supported");
+  if (JsonHas(s, "sliding_window")) return refuse("sliding_window attention is not supported");
 
   LlamaConfig c;
   auto read = [&](const char* key, int64_t max, int* out) -> absl::Status {
-    auto v = Int(s, key, 1, max, what);
+    auto v = JsonIntField(s, key, 1, max, what);
     if (!v.ok()) return v.status();
     *out = *v;
     return absl::OkStatus();
@@ -178,26 +146,26 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     if (auto st = read(key, max, out); !st.ok()) return st;
   }
   c.n_kv_head = c.n_head;
-  if (Present(s, "num_key_value_heads")) {
+  if (JsonHas(s, "num_key_value_heads")) {
     if (auto st = read("num_key_value_heads", kMaxDim, &c.n_kv_head); !st.ok()) return st;
   }
-  if (Present(s, "head_dim")) {
+  if (JsonHas(s, "head_dim")) {
     if (auto st = read("head_dim", 1024, &c.head_dim); !st.ok()) return st;
   } else {
     if (c.hidden % c.n_head != 0) return refuse("hidden_size is not divisible by num_attention_heads");
     c.head_dim = c.hidden / c.n_head;
   }
-  auto eps = Number(s, "rms_norm_eps", 1e-6, what);
+  auto eps = JsonNumberField(s, "rms_norm_eps", 1e-6, what);
   if (!eps.ok()) return eps.status();
   c.rms_norm_eps = static_cast<float>(*eps);
-  auto theta = Number(s, "rope_theta", 10000.0, what);
+  auto theta = JsonNumberField(s, "rope_theta", 10000.0, what);
   if (!theta.ok()) return theta.status();
   c.rope_theta = *theta;
   if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
-  c.tie_word_embeddings = Bool(s, "tie_word_embeddings", false);
+  c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", false);
   if (auto st = ParseEos(s, c.vocab_size, what, &c.eos_token_ids); !st.ok()) return st;
-  if (Present(s, "bos_token_id")) {
-    auto bos = Int(s, "bos_token_id", 0, c.vocab_size - 1, what);
+  if (JsonHas(s, "bos_token_id")) {
+    auto bos = JsonIntField(s, "bos_token_id", 0, c.vocab_size - 1, what);
     if (!bos.ok()) return bos.status();
     c.bos_token_id = *bos;
   }

@@ -3,28 +3,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "model/host_matrix.h"
 
 namespace flover {
-namespace {
-
-// Rows [r0, r1) of a row-major [*, cols] matrix, appended to `out`.
-void AppendRows(const std::vector<float>& m, int64_t cols, int64_t r0, int64_t r1,
-                std::vector<float>* out) {
-  out->insert(out->end(), m.begin() + r0 * cols, m.begin() + r1 * cols);
-}
-
-// Columns [c0, c1) of a row-major [rows, cols] matrix.
-std::vector<float> Cols(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t c0,
-                        int64_t c1) {
-  std::vector<float> out;
-  out.reserve(rows * (c1 - c0));
-  for (int64_t r = 0; r < rows; ++r) {
-    out.insert(out.end(), m.begin() + r * cols + c0, m.begin() + r * cols + c1);
-  }
-  return out;
-}
-
-}  // namespace
 
 absl::Status ValidateLlamaShard(const LlamaConfig& c, const ShardSpec& s) {
   if (s.tp_size < 1 || s.tp_rank < 0 || s.tp_rank >= s.tp_size) {

@@ -1,9 +1,9 @@
 #include "model/llama/llama_weights.h"
 
-#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/host_matrix.h"
 #include "util/split_mix64.h"
 
 namespace flover {
@@ -12,14 +12,6 @@ namespace {
 std::vector<float> Concat(std::vector<float> a, const std::vector<float>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-std::vector<float> Random(int64_t n, SplitMix64& rng) {
-  // Uniform on [-a, a] has std a / sqrt(3); transformers initializes with std 0.02.
-  const float a = 0.02f * std::sqrt(3.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = a * rng.NextSigned();
-  return v;
 }
 
 }  // namespace
@@ -68,19 +60,19 @@ LlamaWeights RandomLlamaWeights(const LlamaConfig& config, uint64_t seed) {
                 Q = config.q_dim(), KV = config.kv_dim();
   SplitMix64 rng(seed);
   LlamaWeights w;
-  w.embed = Random(V * C, rng);
+  w.embed = RandomInit(V * C, rng);
   for (int l = 0; l < config.n_layer; ++l) {
     LlamaLayerWeights layer;
     layer.attn_norm.assign(C, 1.0f);
-    layer.qkv = Random((Q + 2 * KV) * C, rng);
-    layer.o = Random(C * Q, rng);
+    layer.qkv = RandomInit((Q + 2 * KV) * C, rng);
+    layer.o = RandomInit(C * Q, rng);
     layer.mlp_norm.assign(C, 1.0f);
-    layer.gate_up = Random(2 * F * C, rng);
-    layer.down = Random(C * F, rng);
+    layer.gate_up = RandomInit(2 * F * C, rng);
+    layer.down = RandomInit(C * F, rng);
     w.layers.push_back(std::move(layer));
   }
   w.norm.assign(C, 1.0f);
-  if (!config.tie_word_embeddings) w.lm_head = Random(V * C, rng);
+  if (!config.tie_word_embeddings) w.lm_head = RandomInit(V * C, rng);
   return w;
 }
 
