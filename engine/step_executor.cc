@@ -1,6 +1,6 @@
 #include "engine/step_executor.h"
 
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace flover {
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace flover::kernels {
 

@@ -1,7 +1,7 @@
 #include "model/weight_upload.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace flover {
 

@@ -1,7 +1,7 @@
 // Text <-> token ids, as the engine (stop strings, streamed text), the server
-// (text prompts) and the clients' tools need it. The GPT-2 byte-level BPE
-// (bpe_tokenizer) implements it; nothing outside tokenizer/ and model/ names
-// an implementation.
+// (text prompts) and the clients' tools need it. HfTokenizer (tokenizer.json,
+// or GPT-2's vocab.json + merges.txt) implements it; nothing outside
+// tokenizer/ and model/ names an implementation.
 #ifndef FLOVER_TOKENIZER_TOKENIZER_H_
 #define FLOVER_TOKENIZER_TOKENIZER_H_
 
@@ -21,10 +21,12 @@ class Tokenizer {
 
   // Text must be valid UTF-8 (InvalidArgument otherwise).
   virtual absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const = 0;
-  // The raw bytes the tokens stand for (may end inside a UTF-8 character).
-  // Ids must be < vocab_size().
+  // The raw bytes the tokens add to a text that came before them, as a
+  // server streams them (may end inside a UTF-8 character). Ids must be <
+  // vocab_size().
   virtual std::string DecodeBytes(absl::Span<const int32_t> ids) const = 0;
-  // Text, with ill-formed UTF-8 replaced by U+FFFD.
+  // The text of the ids on their own, as the model's reference library
+  // decodes them (ill-formed UTF-8 replaced by U+FFFD).
   virtual std::string Decode(absl::Span<const int32_t> ids) const = 0;
   virtual int vocab_size() const = 0;
 };

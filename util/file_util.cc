@@ -1,5 +1,7 @@
 #include "util/file_util.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +16,11 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
   return std::move(ss).str();
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 }  // namespace flover

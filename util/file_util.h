@@ -1,4 +1,4 @@
-// Reads whole files, with errors that name the path.
+// Reads whole files, with errors that name the path; tells files exist.
 #ifndef FLOVER_UTIL_FILE_UTIL_H_
 #define FLOVER_UTIL_FILE_UTIL_H_
 
@@ -10,6 +10,9 @@ namespace flover {
 
 // NotFound when the file cannot be opened, DataLoss on a read error.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// True when `path` names a regular file (following links).
+bool FileExists(const std::string& path);
 
 }  // namespace flover
 

@@ -83,6 +83,28 @@ bool JsonBoolField(const google::protobuf::Struct& s, absl::string_view key,
   return it->second.bool_value();
 }
 
+absl::Status JsonIntListField(const google::protobuf::Struct& s, absl::string_view key,
+                              int64_t min, int64_t max, absl::string_view what,
+                              std::vector<int32_t>* out) {
+  auto it = s.fields().find(std::string(key));
+  if (it == s.fields().end() ||
+      it->second.kind_case() == google::protobuf::Value::kNullValue) {
+    return absl::OkStatus();
+  }
+  std::vector<const google::protobuf::Value*> values;
+  if (it->second.kind_case() == google::protobuf::Value::kListValue) {
+    for (const auto& v : it->second.list_value().values()) values.push_back(&v);
+  } else {
+    values.push_back(&it->second);
+  }
+  for (const google::protobuf::Value* v : values) {
+    auto id = JsonToInt(*v, key, min, max);
+    if (!id.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", id.status().message()));
+    out->push_back(static_cast<int32_t>(*id));
+  }
+  return absl::OkStatus();
+}
+
 std::string JsonQuote(absl::string_view s) {
   std::string out = "\"";
   for (const char ch : s) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,12 @@ absl::StatusOr<double> JsonNumberField(const google::protobuf::Struct& s,
 // An optional boolean; `dflt` when absent or not a boolean.
 bool JsonBoolField(const google::protobuf::Struct& s, absl::string_view key,
                    bool dflt);
+
+// An optional field holding an integer or a list of integers, each in
+// [min, max], appended to *out; nothing when absent or null.
+absl::Status JsonIntListField(const google::protobuf::Struct& s, absl::string_view key,
+                              int64_t min, int64_t max, absl::string_view what,
+                              std::vector<int32_t>* out);
 
 // Quotes and escapes `s` as a JSON string (UTF-8 passes through).
 std::string JsonQuote(absl::string_view s);

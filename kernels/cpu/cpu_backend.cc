@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace flover::kernels {

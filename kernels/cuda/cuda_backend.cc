@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 
 namespace flover::kernels::cuda {
 namespace {

@@ -1,24 +1,17 @@
 #include "model/gpt2/gpt2_checkpoint.h"
 
-#include <sys/stat.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/gpt2/gpt_model.h"
 #include "model/gpt2/tp_shard.h"
 #include "model/loader/safetensors.h"
-#include "tokenizer/bpe_tokenizer.h"
+#include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
 
 namespace flover {
 namespace {
 
 constexpr uint64_t kBuiltinSeed = 0x466c6f766572ull;  // "Flover"
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 }  // namespace
 
@@ -77,22 +70,12 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::LoadDirectory(
     if (const TensorInfo* t = file->Find(key)) m->stored_dtype_ = std::string(DTypeName(t->dtype));
   }
 
-  const std::string vocab = dir + "/vocab.json", merges = dir + "/merges.txt";
-  if (FileExists(vocab) != FileExists(merges)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": a tokenizer needs both vocab.json and merges.txt, found only one"));
+  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size);
+  if (!tokenizer.ok()) return tokenizer.status();
+  if (*tokenizer != nullptr && m->config_.eos_token_id < 0) {
+    m->config_.eos_token_id = (*tokenizer)->TokenId("<|endoftext|>");
   }
-  if (FileExists(vocab)) {
-    auto tokenizer = BpeTokenizer::Load(vocab, merges);
-    if (!tokenizer.ok()) return tokenizer.status();
-    if (tokenizer->vocab_size() > m->config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dir, ": the tokenizer has ", tokenizer->vocab_size(),
-          " tokens but the model's vocab_size is ", m->config_.vocab_size));
-    }
-    if (m->config_.eos_token_id < 0) m->config_.eos_token_id = tokenizer->end_of_text_id();
-    m->tokenizer_ = std::make_shared<BpeTokenizer>(std::move(*tokenizer));
-  }
+  m->tokenizer_ = std::move(*tokenizer);
   m->Describe();
   return m;
 }

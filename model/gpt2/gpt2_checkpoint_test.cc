@@ -1,7 +1,7 @@
 // Model directories and built-ins: what loads, and the errors for what does not.
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "model/model_loader.h"
-#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -61,7 +61,7 @@ TEST(ModelLoaderTest, DirectoryWithTokenizer) {
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_NE((*m)->tokenizer(), nullptr);
   EXPECT_EQ((*m)->config().eos_token_id,
-            static_cast<const BpeTokenizer&>(*(*m)->tokenizer()).end_of_text_id());
+            static_cast<const HfTokenizer&>(*(*m)->tokenizer()).TokenId("<|endoftext|>"));
   EXPECT_EQ((*m)->info().architecture, "gpt2");
   EXPECT_EQ((*m)->info().eos_token_ids, std::vector<int32_t>{(*m)->config().eos_token_id});
   EXPECT_TRUE((*m)->weights().lm_head.empty());  // tied to wte

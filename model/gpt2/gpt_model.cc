@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "model/weight_upload.h"
 
 namespace flover {

@@ -5,6 +5,7 @@
 #include "model/llama/llama_model.h"
 #include "model/llama/llama_shard.h"
 #include "model/loader/checkpoint.h"
+#include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
 
 namespace flover {
@@ -74,6 +75,12 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   if (const TensorInfo* t = ckpt->Find("model.embed_tokens.weight")) {
     m->stored_dtype_ = std::string(DTypeName(t->dtype));
   }
+  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size);
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto eos = ResolveEosIds(dir, m->config_.eos_token_ids, tokenizer->get(), m->config_.vocab_size);
+  if (!eos.ok()) return eos.status();
+  m->config_.eos_token_ids = std::move(*eos);
+  m->tokenizer_ = std::move(*tokenizer);
   m->info_ = InfoOf(m->config_);
   return m;
 }

@@ -64,24 +64,6 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
       what, ": rope_scaling type \"", type, "\" is not supported (linear, llama3)"));
 }
 
-// eos_token_id: a number or a list of them.
-absl::Status ParseEos(const Struct& s, int vocab, absl::string_view what, std::vector<int32_t>* out) {
-  auto it = s.fields().find("eos_token_id");
-  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return absl::OkStatus();
-  std::vector<const Value*> values;
-  if (it->second.kind_case() == Value::kListValue) {
-    for (const Value& v : it->second.list_value().values()) values.push_back(&v);
-  } else {
-    values.push_back(&it->second);
-  }
-  for (const Value* v : values) {
-    auto id = JsonToInt(*v, "eos_token_id", 0, vocab - 1);
-    if (!id.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", id.status().message()));
-    out->push_back(static_cast<int32_t>(*id));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 int64_t LlamaConfig::num_parameters() const {
@@ -163,7 +145,10 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   c.rope_theta = *theta;
   if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
   c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", false);
-  if (auto st = ParseEos(s, c.vocab_size, what, &c.eos_token_ids); !st.ok()) return st;
+  if (auto st = JsonIntListField(s, "eos_token_id", 0, c.vocab_size - 1, what, &c.eos_token_ids);
+      !st.ok()) {
+    return st;
+  }
   if (JsonHas(s, "bos_token_id")) {
     auto bos = JsonIntField(s, "bos_token_id", 0, c.vocab_size - 1, what);
     if (!bos.ok()) return bos.status();

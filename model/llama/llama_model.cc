@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "util/status_macros.h"
 #include "model/weight_upload.h"
 
 namespace flover {

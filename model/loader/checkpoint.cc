@@ -1,7 +1,5 @@
 #include "model/loader/checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <set>
 
 #include "absl/strings/match.h"
@@ -10,21 +8,13 @@
 #include "util/json.h"
 
 namespace flover {
-namespace {
-
-bool IsFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-}  // namespace
 
 absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   Checkpoint c;
   c.name_ = dir;
   const std::string single = dir + "/model.safetensors";
   const std::string index_path = dir + "/model.safetensors.index.json";
-  if (!IsFile(index_path)) {
+  if (!FileExists(index_path)) {
     auto file = SafetensorsFile::Open(single);
     if (!file.ok()) return file.status();
     c.files_.push_back(std::move(*file));

@@ -1,7 +1,7 @@
 // FLOVER_RETURN_IF_ERROR(expr): returns expr's absl::Status from the
 // enclosing function when it is not OK.
-#ifndef FLOVER_KERNELS_STATUS_MACROS_H_
-#define FLOVER_KERNELS_STATUS_MACROS_H_
+#ifndef FLOVER_UTIL_STATUS_MACROS_H_
+#define FLOVER_UTIL_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 
@@ -12,4 +12,4 @@
     }                                                   \
   } while (0)
 
-#endif  // FLOVER_KERNELS_STATUS_MACROS_H_
+#endif  // FLOVER_UTIL_STATUS_MACROS_H_

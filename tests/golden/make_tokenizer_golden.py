@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Writes the tokenizer.json fixtures Flover's HfTokenizer is tested against.
+
+The reference is the Hugging Face `tokenizers` library itself (and, for the
+SentencePiece kinds, transformers' converter from a `sentencepiece` model, as
+Llama 2 / TinyLlama repositories were made). Each directory gets the
+tokenizer.json and cases.json: ids and decoded text for a list of texts, and
+decoded text for arbitrary id lists (byte tokens cut mid-character, special
+tokens, continuations).
+
+    python3 -m venv --system-site-packages /tmp/hfvenv   # Debian python3-torch
+    /tmp/hfvenv/bin/pip install "transformers==4.44.2" "tokenizers>=0.19,<0.20" \\
+        sentencepiece protobuf
+    /tmp/hfvenv/bin/python tests/golden/make_tokenizer_golden.py
+
+Kinds written under tests/golden/hf_tokenizers/:
+  llama3      byte-level BPE, Llama 3's split regex, ignore_merges, a BOS
+              template, special and added tokens (lstrip/rstrip/single_word)
+  qwen        byte-level BPE with Qwen 2's split regex (single digits)
+  gpt2        the GPT-2 fixture vocabulary (tests/golden/tokenizer) converted
+              by GPT2TokenizerFast: ByteLevel pre-tokenizer with its regex
+  spm_legacy  SentencePiece BPE with byte fallback, converted by
+              LlamaTokenizerFast(legacy=True): Prepend + Replace normalizer
+  spm_metaspace  the same model with legacy=False: Metaspace pre-tokenizer
+  spm_split   the same vocabulary with Metaspace (always, split) and the
+              Metaspace decoder
+  edge        a hand-written vocabulary: ignore_merges reaching a token merges
+              cannot, an unknown-token fallback with fuse_unk, Split with
+              behavior Removed
+"""
+import json
+import os
+import random
+import shutil
+import tempfile
+
+import sentencepiece as spm
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,
+                        pre_tokenizers, processors, trainers)
+from transformers import GPT2TokenizerFast, LlamaTokenizerFast
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "hf_tokenizers")
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+CORPUS = """
+The quick brown fox jumps over the lazy dog. It's what they'd said: we're here,
+you've seen it, I'm sure they'll agree. Don't stop; the server isn't down.
+Flover fuses every in-flight sequence into one forward pass at each token step.
+Requests arrive at random times, and the engine reshuffles the KV cache so the
+live sequences stay dense. In 2023 the paper reported 11.2x at 20 ms, 10.2x at
+100 ms and 6.5x at 500 ms. Numbers: 0 1 2 3 42 1024 50257 3.14159 1e-5 -7.
+def forward(self, x):  # x: [T, C]
+    return self.norm(x) @ self.embed.T
+for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }
+Café naïve résumé façade — “quotes” and ‘single’ … ellipsis.
+Москва, Київ, Ελληνικά, עברית, العربية, हिन्दी, 日本語のテキスト, 中文文本, 한국어.
+Emoji: 🙂🚀✨ and symbols ©®™ °C ±√∞ ≠ ≤ ≥.
+Tabs\tand\tnewlines\n\nand   several   spaces   here.
+"""
+
+
+def corpus_lines():
+    # The licence texts Debian ships give the trainer ordinary English.
+    lines = CORPUS.strip().split("\n")
+    for name in ("Apache-2.0", "GPL-3", "MPL-2.0"):
+        path = os.path.join("/usr/share/common-licenses", name)
+        with open(path, encoding="utf-8") as f:
+            lines += [l for l in f.read().split("\n") if l.strip()][:400]
+    return lines * 3
+
+
+CASES = [
+    "Hello world",
+    "Hello  world   ",
+    " leading space",
+    "  two leading spaces",
+    "It's we're they'll I'M don't 'tis IT'S",
+    "numbers 123 4567.89 and x2y3 1234567",
+    "tabs\tand\nnewlines\n\n  indented\n",
+    "line\r\nwindows\r\n\r\nend",
+    "   ",
+    "\n",
+    "a",
+    "",
+    "Café naïve — “quotes” ½ Ⅻ ٣",
+    "日本語のテキスト 中文 한국어",
+    "rare characters: 龘 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ꙮ",
+    "emoji 🙂🚀 mixed🙂text",
+    "symbols ©®™ ±√∞ ≠≤≥ !!! ??? ...",
+    "code: for (int i = 0; i < n; ++i) { x[i] = y[i]; }",
+    "\u00a0nbsp and\u2003em space\u3000ideographic",
+    "trailing newline and spaces  \n  ",
+    "The server isn't down; it's fusing requests.",
+    "▁ a literal metaspace ▁▁ and <0x41> text",
+    "it'ſx we'REx a'LLb",
+]
+
+
+def special_cases(specials, added):
+    s = list(specials)
+    a = list(added)
+    return [
+        f"{s[0]}Hello{s[1]}",
+        f"text {s[1]} more",
+        f"{s[1]}{s[1]}",
+        f"say {a[0]} now",
+        f"say{a[0]}now",
+        f"x {a[1]}  y",
+        f"{a[2]} alone and not{a[2]}",
+        f"{s[0]} leading special",
+    ]
+
+
+def write_cases(dirname, tok_path, extra_texts, seed):
+    tok = Tokenizer.from_file(tok_path)
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    encode = []
+    for text in CASES + extra_texts:
+        ids = tok.encode(text).ids
+        encode.append({"text": text, "ids": ids,
+                       "decoded": tok.decode(ids, skip_special_tokens=False)})
+    rng = random.Random(seed)
+    decode = []
+    for _ in range(40):
+        ids = [rng.randrange(vocab) for _ in range(rng.randrange(1, 12))]
+        decode.append({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
+    # Continuations: what a stream of generated ids adds to a prompt's text,
+    # decoded the way servers do (whole sequence minus the prompt's text).
+    continuations = []
+    for text in CASES + extra_texts:
+        ids = tok.encode(text).ids
+        if len(ids) < 3:
+            continue
+        cut = len(ids) // 2
+        head = tok.decode(ids[:cut], skip_special_tokens=False)
+        whole = tok.decode(ids, skip_special_tokens=False)
+        if "\ufffd" in head or "\ufffd" in whole or not whole.startswith(head):
+            continue
+        continuations.append({"prompt_ids": ids[:cut], "ids": ids[cut:],
+                              "text": whole[len(head):]})
+    with open(os.path.join(dirname, "cases.json"), "w", encoding="utf-8") as f:
+        json.dump({"encode": encode, "decode": decode, "continue": continuations}, f,
+                  ensure_ascii=False, indent=0)
+
+
+def fresh(name):
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def byte_level(name, pattern, ignore_merges, seed):
+    d = fresh(name)
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=[],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus_lines(), trainer)
+    tok.add_special_tokens(specials)
+    added = [AddedToken("<tool>", lstrip=True, rstrip=True, normalized=False),
+             AddedToken("[MASK]", lstrip=True, normalized=False),
+             AddedToken("flo", single_word=True, normalized=False)]
+    tok.add_tokens(added)
+    bos = tok.token_to_id(specials[0])
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{specials[0]} $A",
+                                      pair=f"{specials[0]} $A {specials[0]} $B",
+                                      special_tokens=[(specials[0], bos)])])
+    path = os.path.join(d, "tokenizer.json")
+    tok.save(path)
+    write_cases(d, path, special_cases(specials, [a.content for a in added]), seed)
+
+
+def gpt2():
+    d = fresh("gpt2")
+    src = os.path.join(HERE, "tokenizer")
+    tok = GPT2TokenizerFast(vocab_file=os.path.join(src, "vocab.json"),
+                            merges_file=os.path.join(src, "merges.txt"))
+    tok.backend_tokenizer.save(os.path.join(d, "tokenizer.json"))
+    write_cases(d, os.path.join(d, "tokenizer.json"),
+                ["The quick brown fox<|endoftext|>jumps over", "<|endoftext|>"], seed=3)
+
+
+def sentencepiece_kinds():
+    tmp = tempfile.mkdtemp()
+    prefix = os.path.join(tmp, "spm")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus_lines()), model_prefix=prefix, vocab_size=700,
+        model_type="bpe", byte_fallback=True, character_coverage=0.995,
+        normalization_rule_name="identity", add_dummy_prefix=True,
+        remove_extra_whitespaces=False, split_digits=True,
+        allow_whitespace_only_pieces=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        minloglevel=2)
+    specials = ["<s>", "</s>"]
+    for name, legacy in (("spm_legacy", True), ("spm_metaspace", False)):
+        d = fresh(name)
+        tok = LlamaTokenizerFast(vocab_file=prefix + ".model", legacy=legacy, from_slow=True,
+                                 add_prefix_space=True)
+        tok.backend_tokenizer.save(os.path.join(d, "tokenizer.json"))
+        write_cases(d, os.path.join(d, "tokenizer.json"),
+                    [f"{specials[0]}Hello{specials[1]}", f"text {specials[1]} more",
+                     f"{specials[1]}{specials[1]}", "<unk> stays text"], seed=5)
+    # Metaspace with prepend_scheme "always" and split on, decoded by the
+    # Metaspace decoder (Mistral-style files) on the same vocabulary.
+    d = fresh("spm_split")
+    tok = Tokenizer.from_file(os.path.join(OUT, "spm_metaspace", "tokenizer.json"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
+                                                 split=True)
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(
+        replacement="\u2581", prepend_scheme="always", split=True)])
+    tok.save(os.path.join(d, "tokenizer.json"))
+    write_cases(d, os.path.join(d, "tokenizer.json"),
+                [f"{specials[0]}Hello{specials[1]}", "text </s>  more", "\u2581\u2581x y"], seed=6)
+    shutil.rmtree(tmp)
+
+
+def edge():
+    d = fresh("edge")
+    chars = list("abcdefghij ")
+    vocab = {"<unk>": 0}
+    for c in chars:
+        vocab[c] = len(vocab)
+    for t in ("ab", "abc", "cd", "xyz"):
+        vocab[t] = len(vocab)
+    merges = [("a", "b"), ("c", "d")]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True,
+                               ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\s+"), behavior="removed")
+    tok.decoder = decoders.Fuse()
+    path = os.path.join(d, "tokenizer.json")
+    tok.save(path)
+    # "abc" only through ignore_merges (merges make "ab" + "c"); "xyz" too,
+    # though x, y, z are unknown; "qq" fuses into one <unk>.
+    write_cases(d, path, ["abc", "abcd", "xyz", "qqab", "abc cd  xyz qq"], seed=7)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    byte_level("llama3", LLAMA3_PATTERN, ignore_merges=True, seed=1)
+    byte_level("qwen", QWEN_PATTERN, ignore_merges=False, seed=2)
+    gpt2()
+    sentencepiece_kinds()
+    edge()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+// HfTokenizer against the Hugging Face `tokenizers` library: the fixtures
+// under tests/golden/hf_tokenizers were written by make_tokenizer_golden.py
+// (ids and text from the library for each tokenizer.json).
+#include "tokenizer/hf_tokenizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "testing/files.h"
+#include "testing/golden.h"
+#include "tokenizer/unicode.h"
+#include "util/json.h"
+
+namespace flover {
+namespace {
+
+using testing::JsonIds;
+using ::testing::HasSubstr;
+
+constexpr char kDir[] = "tests/golden/hf_tokenizers/";
+
+std::unique_ptr<HfTokenizer> Load(const std::string& kind) {
+  auto t = HfTokenizer::LoadFile(kDir + kind + "/tokenizer.json");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+google::protobuf::Struct Cases(const std::string& kind) {
+  auto cases = ParseJsonObject(testing::ReadFileOrEmpty(kDir + kind + "/cases.json"), kind);
+  EXPECT_TRUE(cases.ok()) << cases.status();
+  return cases.ok() ? *cases : google::protobuf::Struct();
+}
+
+const google::protobuf::RepeatedPtrField<google::protobuf::Value>& List(
+    const google::protobuf::Struct& s, const std::string& key) {
+  return s.fields().at(key).list_value().values();
+}
+
+// Every case of one fixture: Encode's ids, Decode's text, and the text a
+// stream of ids adds after a prompt.
+void ExpectMatchesLibrary(const HfTokenizer& tok, const std::string& kind) {
+  const google::protobuf::Struct cases = Cases(kind);
+  ASSERT_GE(List(cases, "encode").size(), 20) << kind;
+  for (const auto& c : List(cases, "encode")) {
+    const auto& f = c.struct_value().fields();
+    const std::string& text = f.at("text").string_value();
+    auto ids = tok.Encode(text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, JsonIds(f.at("ids"))) << kind << ": " << text;
+    EXPECT_EQ(tok.Decode(*ids), f.at("decoded").string_value()) << kind << ": " << text;
+  }
+  ASSERT_GE(List(cases, "decode").size(), 40) << kind;
+  for (const auto& c : List(cases, "decode")) {
+    const auto& f = c.struct_value().fields();
+    EXPECT_EQ(tok.Decode(JsonIds(f.at("ids"))), f.at("decoded").string_value()) << kind;
+  }
+  ASSERT_GE(List(cases, "continue").size(), 8) << kind;
+  for (const auto& c : List(cases, "continue")) {
+    const auto& f = c.struct_value().fields();
+    EXPECT_EQ(SanitizeUtf8(tok.DecodeBytes(JsonIds(f.at("ids")))), f.at("text").string_value())
+        << kind << ": after " << tok.Decode(JsonIds(f.at("prompt_ids")));
+  }
+}
+
+TEST(HfTokenizerTest, ByteLevelLlama3Style) {
+  // Llama 3's split regex, ignore_merges, a BOS template, special tokens and
+  // added tokens with lstrip / rstrip / single_word.
+  auto tok = Load("llama3");
+  ASSERT_NE(tok, nullptr);
+  ExpectMatchesLibrary(*tok, "llama3");
+  EXPECT_EQ(tok->TokenId("<|eot_id|>"), 902);
+  EXPECT_EQ(tok->vocab_size(), 906);
+}
+
+TEST(HfTokenizerTest, ByteLevelQwenStyle) { ExpectMatchesLibrary(*Load("qwen"), "qwen"); }
+
+TEST(HfTokenizerTest, Gpt2TokenizerJsonAndVocabMergesAgree) {
+  auto json = Load("gpt2");
+  ASSERT_NE(json, nullptr);
+  ExpectMatchesLibrary(*json, "gpt2");
+  // The same vocabulary from vocab.json + merges.txt gives the same ids.
+  auto files = HfTokenizer::LoadGpt2Files("tests/golden/tokenizer/vocab.json",
+                                          "tests/golden/tokenizer/merges.txt");
+  ASSERT_TRUE(files.ok()) << files.status();
+  ExpectMatchesLibrary(**files, "gpt2");
+  EXPECT_EQ((*files)->TokenId("<|endoftext|>"), (*files)->vocab_size() - 1);
+}
+
+TEST(HfTokenizerTest, Gpt2FilesMatchGpt2Tokenizer) {
+  // tests/golden/tokenizer/cases.json: transformers' (slow) GPT2Tokenizer.
+  auto tok = HfTokenizer::LoadGpt2Files("tests/golden/tokenizer/vocab.json",
+                                        "tests/golden/tokenizer/merges.txt");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto cases = ParseJsonObject(testing::ReadFileOrEmpty("tests/golden/tokenizer/cases.json"), "cases");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_GE(List(*cases, "encode").size(), 15);
+  for (const auto& c : List(*cases, "encode")) {
+    const auto& f = c.struct_value().fields();
+    const std::string& text = f.at("text").string_value();
+    auto ids = (*tok)->Encode(text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, JsonIds(f.at("ids"))) << text;
+    EXPECT_EQ((*tok)->Decode(*ids), f.at("decoded").string_value()) << text;
+    EXPECT_EQ((*tok)->Decode(*ids), text) << "round trip";
+  }
+  // Arbitrary ids, including byte tokens that cut UTF-8 characters in half.
+  for (const auto& c : List(*cases, "decode")) {
+    const auto& f = c.struct_value().fields();
+    EXPECT_EQ((*tok)->Decode(JsonIds(f.at("ids"))), f.at("decoded").string_value());
+  }
+  // Every ASCII byte round-trips; a lone byte >= 0x80 is not UTF-8.
+  for (int b = 0; b < 256; ++b) {
+    const std::string s(1, static_cast<char>(b));
+    auto ids = (*tok)->Encode(s);
+    if (b >= 0x80) {
+      EXPECT_FALSE(ids.ok());
+      continue;
+    }
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ((*tok)->DecodeBytes(*ids), s);
+  }
+}
+
+TEST(HfTokenizerTest, SentencePieceLegacyPrependNormalizer) {
+  // Llama 2 / TinyLlama files: Prepend + Replace normalizer, byte fallback,
+  // and Replace / ByteFallback / Fuse / Strip decoding.
+  ExpectMatchesLibrary(*Load("spm_legacy"), "spm_legacy");
+}
+
+TEST(HfTokenizerTest, SentencePieceMetaspaceFirst) {
+  ExpectMatchesLibrary(*Load("spm_metaspace"), "spm_metaspace");
+}
+
+TEST(HfTokenizerTest, SentencePieceMetaspaceSplitAndDecoder) {
+  ExpectMatchesLibrary(*Load("spm_split"), "spm_split");
+}
+
+TEST(HfTokenizerTest, IgnoreMergesUnknownFusionAndRemovedSplits) {
+  ExpectMatchesLibrary(*Load("edge"), "edge");
+}
+
+TEST(HfTokenizerTest, ByteFallbackCoversCharactersOutsideTheVocabulary) {
+  auto tok = Load("spm_legacy");
+  ASSERT_NE(tok, nullptr);
+  // U+9F98 is not in the trained vocabulary: three byte tokens stand for it.
+  auto ids = tok->Encode("\xE9\xBE\x98");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GE(ids->size(), 4u);
+  const std::vector<int32_t> bytes(ids->end() - 3, ids->end());
+  EXPECT_EQ(bytes, (std::vector<int32_t>{tok->TokenId("<0xE9>"), tok->TokenId("<0xBE>"),
+                                         tok->TokenId("<0x98>")}));
+  EXPECT_EQ(tok->DecodeBytes(bytes), "\xE9\xBE\x98");
+  // Cut mid-character, the bytes come back raw (for streaming) while the
+  // library's decode writes one U+FFFD per byte.
+  EXPECT_EQ(tok->DecodeBytes({bytes[0], bytes[1]}), "\xE9\xBE");
+  EXPECT_EQ(tok->Decode({bytes[0], bytes[1]}), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST(HfTokenizerTest, RejectsInvalidUtf8Input) {
+  auto tok = Load("llama3");
+  ASSERT_NE(tok, nullptr);
+  auto ids = tok->Encode("ok \xC3(");
+  ASSERT_FALSE(ids.ok());
+  EXPECT_THAT(std::string(ids.status().message()), HasSubstr("invalid UTF-8 at byte 3"));
+}
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(HfTokenizerTest, UnsupportedPartsAndBadFilesAreClearErrors) {
+  const std::string base = testing::ReadFileOrEmpty(std::string(kDir) + "edge/tokenizer.json");
+  ASSERT_TRUE(HfTokenizer::FromJson(base, "t").ok());
+  auto error = [](const std::string& json) {
+    auto t = HfTokenizer::FromJson(json, "t.json");
+    EXPECT_FALSE(t.ok());
+    return t.ok() ? std::string() : std::string(t.status().message());
+  };
+  EXPECT_THAT(error(Replace(base, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}")),
+              HasSubstr("t.json: normalizer: type NFC is not supported"));
+  EXPECT_THAT(error(Replace(base, "\"type\": \"BPE\"", "\"type\": \"Unigram\"")),
+              HasSubstr("model: type Unigram is not supported"));
+  EXPECT_THAT(error(Replace(base, "\"dropout\": null", "\"dropout\": 0.1")),
+              HasSubstr("BPE dropout is not supported"));
+  EXPECT_THAT(error(Replace(base, "\"a b\"", "\"a q\"")),
+              HasSubstr("model.merges[0] uses 'q', which is not in the vocabulary"));
+  EXPECT_THAT(error(Replace(base, "\"c d\"", "\"d c\"")),
+              HasSubstr("model.merges[1] makes 'dc', which is not in the vocabulary"));
+  EXPECT_THAT(error(Replace(base, "\"a\": 1", "\"a\": 0")), HasSubstr("is used twice"));
+  EXPECT_THAT(error(Replace(base, "\"Regex\": \"\\\\s+\"", "\"Regex\": \"\\\\s+\\\\d\"")),
+              HasSubstr("escape \\d is not supported"));
+  EXPECT_THAT(error(Replace(base, "\"Regex\": \"\\\\s+\"", "\"Regex\": \"\\\\s*\"")),
+              HasSubstr("can match the empty string"));
+  EXPECT_THAT(error(Replace(base, "\"type\": \"Fuse\"", "\"type\": \"WordPiece\"")),
+              HasSubstr("decoder: type WordPiece is not supported"));
+  EXPECT_THAT(error(Replace(base, "\"unk_token\": \"<unk>\"", "\"unk_token\": \"<u>\"")),
+              HasSubstr("unk_token '<u>' is not in the vocabulary"));
+  EXPECT_THAT(error("[1, 2]"), HasSubstr("t.json"));
+  EXPECT_THAT(error("{}"), HasSubstr("model: missing"));
+}
+
+TEST(HfTokenizerTest, Gpt2FilesBadInputAreClearErrors) {
+  auto message = [](absl::string_view vocab, absl::string_view merges) {
+    auto t = HfTokenizer::FromGpt2Files(vocab, merges, "tok");
+    EXPECT_FALSE(t.ok());
+    return t.ok() ? std::string() : std::string(t.status().message());
+  };
+  EXPECT_THAT(message("{\"a\": 0", ""), HasSubstr("vocab.json: not a valid JSON object"));
+  EXPECT_THAT(message("{\"a\": 0}", ""), HasSubstr("lacks the symbol for byte 0"));
+  EXPECT_THAT(message("{\"a\": 5}", ""), HasSubstr("must be an integer in [0, 0]"));
+  const std::string vocab = testing::ReadFileOrEmpty("tests/golden/tokenizer/vocab.json");
+  EXPECT_THAT(message(vocab, "#version: 0.2\na b c\n"),
+              HasSubstr("merges.txt line 2 is not two symbols"));
+  EXPECT_THAT(message(vocab, "q z\n"), HasSubstr("merges.txt line 1 makes 'qz', which is not in"));
+}
+
+TEST(HfTokenizerTest, LongInputsEncodeInOnePass) {
+  // A SentencePiece-style tokenizer has no pre-tokenizer: the whole text is
+  // one BPE word. 200k characters must still encode (and round-trip).
+  auto tok = Load("spm_legacy");
+  ASSERT_NE(tok, nullptr);
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += "the serve ";
+  auto ids = tok->Encode(text);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(tok->Decode(*ids), "<s> " + text);
+  // And a run of white space through Llama 3's regex.
+  auto l3 = Load("llama3");
+  ASSERT_NE(l3, nullptr);
+  const std::string spaces(100000, ' ');
+  auto sids = l3->Encode(spaces + "x");
+  ASSERT_TRUE(sids.ok());
+  EXPECT_EQ(l3->Decode(*sids), "<|begin_of_text|>" + spaces + "x");
+}
+
+TEST(Utf8Test, CompletePrefixHoldsBackAnUnfinishedCharacter) {
+  EXPECT_EQ(CompleteUtf8Prefix("ab"), 2u);
+  EXPECT_EQ(CompleteUtf8Prefix("a\xE2\x82"), 1u);
+  EXPECT_EQ(CompleteUtf8Prefix("a\xE2\x82\xAC"), 4u);
+  EXPECT_EQ(CompleteUtf8Prefix("\xF0\x9F\x99"), 0u);
+  EXPECT_EQ(CompleteUtf8Prefix("a\xC3"), 1u);
+  EXPECT_EQ(SanitizeUtf8("a\xE2\x82z\xFF"), "a\xEF\xBF\xBDz\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace flover

@@ -1,0 +1,117 @@
+// SplitRegex on the tokenizers' patterns and the constructs they use. The expected splits were printed by
+// the `tokenizers` library (pre_tokenizers.Split(Regex(p), "isolated")), so
+// these pin Oniguruma's behaviour that the fixtures may not reach.
+#include "tokenizer/split_regex.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tokenizer/unicode.h"
+
+namespace flover {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kLlama3[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr char kGpt2[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Isolated split: matches and the gaps between them, in order.
+std::vector<std::string> Split(const char* pattern, absl::string_view text) {
+  auto re = SplitRegex::Compile(pattern);
+  EXPECT_TRUE(re.ok()) << re.status();
+  auto cs = DecodeUtf8(text);
+  EXPECT_TRUE(cs.ok());
+  std::vector<char32_t> cps;
+  std::vector<size_t> at;
+  for (const Utf8Char& c : *cs) cps.push_back(c.cp), at.push_back(c.begin);
+  at.push_back(text.size());
+  std::vector<std::string> out;
+  size_t prev = 0, b = 0, e = 0;
+  while (true) {
+    auto found = re->Find(cps, prev, &b, &e);
+    EXPECT_TRUE(found.ok());
+    if (!found.ok() || !*found) break;
+    if (b > prev) out.emplace_back(text.substr(at[prev], at[b] - at[prev]));
+    out.emplace_back(text.substr(at[b], at[e] - at[b]));
+    prev = e;
+  }
+  if (prev < cps.size()) out.emplace_back(text.substr(at[prev]));
+  return out;
+}
+
+TEST(SplitRegexTest, Llama3Pattern) {
+  EXPECT_THAT(Split(kLlama3, "1234567 a"), ElementsAre("123", "456", "7", " a"));
+  EXPECT_THAT(Split(kLlama3, "a\u00a0\u00a0b"), ElementsAre("a", "\u00a0", "\u00a0b"));
+  EXPECT_THAT(Split(kLlama3, "  \n\n  x"), ElementsAre("  \n\n", " ", " x"));
+  EXPECT_THAT(Split(kLlama3, "x \r\n y"), ElementsAre("x", " \r\n", " y"));
+  // (?i:...) folds case, and U+017F LONG S folds to s.
+  EXPECT_THAT(Split(kLlama3, "it'Sx"), ElementsAre("it", "'S", "x"));
+  EXPECT_THAT(Split(kLlama3, "we'REx"), ElementsAre("we", "'RE", "x"));
+  EXPECT_THAT(Split(kLlama3, "it'\u017fx"), ElementsAre("it", "'\u017f", "x"));
+  EXPECT_THAT(Split(kLlama3, "\u0130'S"), ElementsAre("\u0130", "'S"));
+}
+
+TEST(SplitRegexTest, Gpt2Pattern) {
+  EXPECT_THAT(Split(kGpt2, "Hello world"), ElementsAre("Hello", " world"));
+  EXPECT_THAT(Split(kGpt2, "a  b"), ElementsAre("a", " ", " b"));
+  EXPECT_THAT(Split(kGpt2, "a   "), ElementsAre("a", "   "));
+  EXPECT_THAT(Split(kGpt2, "x\n\ny"), ElementsAre("x", "\n", "\n", "y"));
+  EXPECT_THAT(Split(kGpt2, "x\n\n y"), ElementsAre("x", "\n\n", " y"));
+  EXPECT_THAT(Split(kGpt2, "it's I'LL"), ElementsAre("it", "'s", " I", "'", "LL"));
+  EXPECT_THAT(Split(kGpt2, "we're 42x"), ElementsAre("we", "'re", " 42", "x"));
+  EXPECT_THAT(Split(kGpt2, " !?a"), ElementsAre(" !?", "a"));
+  EXPECT_THAT(Split(kGpt2, "\xC3\xA9t\xC3\xA9 \xE2\x82\xAC" "5"),
+              ElementsAre("\xC3\xA9t\xC3\xA9", " \xE2\x82\xAC", "5"));
+  EXPECT_THAT(Split(kGpt2, ""), ElementsAre());
+}
+
+TEST(SplitRegexTest, ClassesQuantifiersAndGroups) {
+  EXPECT_THAT(Split("[a-c]{2}", "abcab"), ElementsAre("ab", "ca", "b"));
+  EXPECT_THAT(Split("x{2,}", "xxxyxx"), ElementsAre("xxx", "y", "xx"));
+  EXPECT_THAT(Split("(?:ab){1,2}", "abababa"), ElementsAre("abab", "ab", "a"));
+  EXPECT_THAT(Split("(?:a?){2}b", "b"), ElementsAre("b"));
+  EXPECT_THAT(Split("(?:a?){2}b", "aaab"), ElementsAre("a", "aab"));
+  EXPECT_THAT(Split("a(?=b)", "acab"), ElementsAre("ac", "a", "b"));
+  EXPECT_THAT(Split("[^\\s]+", "a b"), ElementsAre("a", " ", "b"));
+  EXPECT_THAT(Split("\\x{41}|\\u0042", "xAyB"), ElementsAre("x", "A", "y", "B"));
+  EXPECT_THAT(Split("[\\p{N}x]+", "a1x2b"), ElementsAre("a", "1x2", "b"));
+  EXPECT_THAT(Split("\\P{L}+", "ab12cd"), ElementsAre("ab", "12", "cd"));
+  EXPECT_THAT(Split("a{,2}b", "aaab"), ElementsAre("a", "aab"));
+  EXPECT_THAT(Split("x{y", "ax{yb"), ElementsAre("a", "x{y", "b"));  // not a quantifier
+  EXPECT_THAT(Split("x{2", "x{2x"), ElementsAre("x{2", "x"));
+}
+
+TEST(SplitRegexTest, UnsupportedConstructsNameThemselves) {
+  auto message = [](const char* p) {
+    auto re = SplitRegex::Compile(p);
+    EXPECT_FALSE(re.ok()) << p;
+    return re.ok() ? std::string() : std::string(re.status().message());
+  };
+  EXPECT_THAT(message("\\p{Lu}+"), HasSubstr("\\p{Lu} is not supported"));
+  EXPECT_THAT(message("a+?"), HasSubstr("lazy and possessive"));
+  EXPECT_THAT(message("(?<=a)b"), HasSubstr("group kind is not supported"));
+  EXPECT_THAT(message("^a"), HasSubstr("anchors"));
+  EXPECT_THAT(message("(ab)+"), HasSubstr("at most 16 times"));
+  EXPECT_THAT(message("a|"), HasSubstr("can match the empty string"));
+  EXPECT_THAT(message("(a"), HasSubstr("missing ')'"));
+  EXPECT_THAT(message("a)"), HasSubstr("unbalanced ')'"));
+  EXPECT_THAT(message("[a"), HasSubstr("unterminated character class"));
+  EXPECT_THAT(message("\\w"), HasSubstr("escape \\w is not supported at offset 2"));
+}
+
+TEST(SplitRegexTest, CatastrophicBacktrackingIsAnErrorNotAHang) {
+  // (x?){16}x{16} on 16 x's and a y: exponential without a budget.
+  auto re = SplitRegex::Compile("(?:x?){16}x{16}y|z");
+  ASSERT_TRUE(re.ok()) << re.status();
+  std::vector<char32_t> text(40, 'x');
+  size_t b, e;
+  auto found = re->Find(text, 0, &b, &e);
+  ASSERT_FALSE(found.ok());
+  EXPECT_THAT(std::string(found.status().message()), HasSubstr("backtracks too much"));
+}
+
+}  // namespace
+}  // namespace flover
