@@ -680,7 +680,13 @@ absl::Status HfTokenizer::Finish(absl::string_view what) {
   }
   // Each token's bytes as a continuation: the decoder's per-token steps.
   raw_.resize(size);
+  fallback_byte_.assign(size, false);
+  const bool byte_fallback_decoder =
+      std::any_of(decoder_.begin(), decoder_.end(),
+                  [](const DecoderStep& d) { return d.kind == DecoderStep::kByteFallback; });
   for (int64_t id = 0; id < size; ++id) {
+    uint8_t unused;
+    fallback_byte_[id] = byte_fallback_decoder && ByteToken(tokens_[id], &unused);
     std::string s = tokens_[id];
     for (const DecoderStep& d : decoder_) {
       uint8_t byte;
@@ -1116,6 +1122,54 @@ std::string HfTokenizer::DecodeBytes(absl::Span<const int32_t> ids) const {
     if (id >= 0 && id < vocab_size()) out += raw_[id];
   }
   return out;
+}
+
+class HfTokenizer::Stream final : public Tokenizer::TextStream {
+ public:
+  explicit Stream(const HfTokenizer& t) : t_(t) {}
+
+  std::string Push(int32_t id) override {
+    if (id < 0 || id >= t_.vocab_size()) return "";
+    if (t_.fallback_byte_[id]) {
+      std::string out = FlushTail();
+      bytes_ += t_.raw_[id];
+      return out;
+    }
+    std::string out = FlushBytes();
+    tail_ += t_.raw_[id];
+    const size_t end = CompleteUtf8Prefix(tail_);
+    out += SanitizeUtf8(absl::string_view(tail_).substr(0, end));
+    tail_.erase(0, end);
+    return out;
+  }
+
+  std::string Finish() override { return FlushBytes() + FlushTail(); }
+
+ private:
+  // A finished run of byte-fallback tokens, as the ByteFallback decoder.
+  std::string FlushBytes() {
+    std::string out;
+    if (DecodeUtf8(bytes_).ok()) {
+      out = std::move(bytes_);
+    } else {
+      for (size_t i = 0; i < bytes_.size(); ++i) out += "\xEF\xBF\xBD";
+    }
+    bytes_.clear();
+    return out;
+  }
+  std::string FlushTail() {
+    std::string out = SanitizeUtf8(tail_);
+    tail_.clear();
+    return out;
+  }
+
+  const HfTokenizer& t_;
+  std::string bytes_;  // pending byte-fallback bytes
+  std::string tail_;   // an unfinished UTF-8 character from byte-level tokens
+};
+
+std::unique_ptr<Tokenizer::TextStream> HfTokenizer::NewTextStream() const {
+  return std::make_unique<Stream>(*this);
 }
 
 }  // namespace flover

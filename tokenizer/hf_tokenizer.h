@@ -21,10 +21,10 @@
 // BPE dropout, subword prefixes) is refused when loaded, naming the part.
 //
 // Decode(ids) is the library's decode(ids, skip_special_tokens=False).
-// DecodeBytes(ids) is what the ids add to a text that came before them, as a
-// server streams a continuation: each token's own bytes, without the
-// decoder's start-of-text adjustments (a SentencePiece "▁" is a space, not
-// stripped; byte tokens are their raw bytes).
+// DecodeBytes(ids) is what the ids add to a text that came before them: each
+// token's own bytes, without the decoder's start-of-text adjustments (a
+// SentencePiece "▁" is a space, not stripped; byte tokens are their raw
+// bytes). NewTextStream() turns that into text as the library would.
 #ifndef FLOVER_TOKENIZER_HF_TOKENIZER_H_
 #define FLOVER_TOKENIZER_HF_TOKENIZER_H_
 
@@ -60,6 +60,10 @@ class HfTokenizer final : public Tokenizer {
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const override;
   std::string DecodeBytes(absl::Span<const int32_t> ids) const override;
   std::string Decode(absl::Span<const int32_t> ids) const override;
+  // Each token's bytes (DecodeBytes), except that a run of byte-fallback
+  // tokens ("<0xNN>") is held until it ends and then becomes its UTF-8 text,
+  // or one U+FFFD per byte when not valid, as the ByteFallback decoder does.
+  std::unique_ptr<TextStream> NewTextStream() const override;
   // One more than the largest id of the vocabulary and the added tokens.
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }
 
@@ -145,8 +149,12 @@ class HfTokenizer final : public Tokenizer {
   // Template ids before and after the text ("$A") of the single template.
   std::vector<int32_t> template_before_, template_after_;
 
-  // Per-id bytes for DecodeBytes.
+  // Per-id bytes for DecodeBytes, and whether the decoder reads the id as a
+  // ByteFallback byte.
   std::vector<std::string> raw_;
+  std::vector<bool> fallback_byte_;
+
+  class Stream;
 };
 
 }  // namespace flover

@@ -36,6 +36,14 @@ const google::protobuf::RepeatedPtrField<google::protobuf::Value>& List(
   return s.fields().at(key).list_value().values();
 }
 
+// The text a stream of ids adds, pushed one id at a time.
+std::string StreamText(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  auto stream = tok.NewTextStream();
+  std::string text;
+  for (int32_t id : ids) text += stream->Push(id);
+  return text + stream->Finish();
+}
+
 // Every case of one fixture: Encode's ids, Decode's text, and the text a
 // stream of ids adds after a prompt.
 void ExpectMatchesLibrary(const HfTokenizer& tok, const std::string& kind) {
@@ -57,7 +65,7 @@ void ExpectMatchesLibrary(const HfTokenizer& tok, const std::string& kind) {
   ASSERT_GE(List(cases, "continue").size(), 8) << kind;
   for (const auto& c : List(cases, "continue")) {
     const auto& f = c.struct_value().fields();
-    EXPECT_EQ(SanitizeUtf8(tok.DecodeBytes(JsonIds(f.at("ids")))), f.at("text").string_value())
+    EXPECT_EQ(StreamText(tok, JsonIds(f.at("ids"))), f.at("text").string_value())
         << kind << ": after " << tok.Decode(JsonIds(f.at("prompt_ids")));
   }
 }
@@ -150,10 +158,20 @@ TEST(HfTokenizerTest, ByteFallbackCoversCharactersOutsideTheVocabulary) {
   EXPECT_EQ(bytes, (std::vector<int32_t>{tok->TokenId("<0xE9>"), tok->TokenId("<0xBE>"),
                                          tok->TokenId("<0x98>")}));
   EXPECT_EQ(tok->DecodeBytes(bytes), "\xE9\xBE\x98");
-  // Cut mid-character, the bytes come back raw (for streaming) while the
-  // library's decode writes one U+FFFD per byte.
+  // Cut mid-character, the raw bytes are the bytes, while the library's
+  // decode (and so the streamed text) has one U+FFFD per byte.
   EXPECT_EQ(tok->DecodeBytes({bytes[0], bytes[1]}), "\xE9\xBE");
   EXPECT_EQ(tok->Decode({bytes[0], bytes[1]}), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  const int32_t x = tok->TokenId("x");
+  ASSERT_GE(x, 0);
+  EXPECT_EQ(StreamText(*tok, {bytes[0], bytes[1], x}), "\xEF\xBF\xBD\xEF\xBF\xBDx");
+  // The stream holds a run of byte tokens until it ends.
+  auto stream = tok->NewTextStream();
+  EXPECT_EQ(stream->Push(bytes[0]), "");
+  EXPECT_EQ(stream->Push(bytes[1]), "");
+  EXPECT_EQ(stream->Push(bytes[2]), "");
+  EXPECT_EQ(stream->Push(x), "\xE9\xBE\x98x");
+  EXPECT_EQ(stream->Finish(), "");
 }
 
 TEST(HfTokenizerTest, RejectsInvalidUtf8Input) {

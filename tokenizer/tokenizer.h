@@ -6,6 +6,7 @@
 #define FLOVER_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,19 @@ class Tokenizer {
   // decodes them (ill-formed UTF-8 replaced by U+FFFD).
   virtual std::string Decode(absl::Span<const int32_t> ids) const = 0;
   virtual int vocab_size() const = 0;
+
+  // The text a stream of generated ids adds after a prompt, produced as the
+  // ids arrive: Push returns the text that is final once `id` is known
+  // (whole characters only), Finish what is left at the end. Together they
+  // are what the reference library's decode of prompt + ids adds to its
+  // decode of the prompt.
+  class TextStream {
+   public:
+    virtual ~TextStream() = default;
+    virtual std::string Push(int32_t id) = 0;
+    virtual std::string Finish() = 0;
+  };
+  virtual std::unique_ptr<TextStream> NewTextStream() const = 0;
 };
 
 }  // namespace flover

@@ -11,6 +11,11 @@ independent reference), their logits at every prompt position and their
   llama_tied_sharded  as many key/value heads as heads, linear rope scaling,
                       head_dim given explicitly, vocabulary 211, tied head,
                       BF16, three shards with model.safetensors.index.json
+  llama_text          a model over the SentencePiece-style tokenizer.json of
+                      hf_tokenizers/spm_legacy (make_tokenizer_golden.py),
+                      with a generation_config.json of two EOS ids, and
+                      golden_text.json: text prompts, their ids, greedy
+                      continuations and the text they add
 
 Each fixture also carries transformers' own emulation of Flover's 16-bit
 options, so those are checked against an independent reference of the same
@@ -23,14 +28,17 @@ Run once after changing it; the outputs are committed so tests and CI never
 need transformers (a venv with --system-site-packages over Debian's
 python3-torch):
     pip install "transformers==4.44.2" safetensors
+    python3 tests/golden/make_tokenizer_golden.py   # llama_text's tokenizer
     python3 tests/golden/make_llama_golden.py
 """
 import json
 import os
+import shutil
 
 import torch
 import transformers.models.llama.modeling_llama as modeling_llama
 from safetensors.torch import save_file
+from tokenizers import Tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,6 +140,48 @@ def make_model(name, cfg, dtype, shards, seed):
                    "stored_dtype": str(dtype).replace("torch.", "")}, f)
 
 
+TEXT_PROMPTS = ["The quick brown fox", "Requests arrive at random times,",
+                "Café naïve 日本語 \U0001F642", "  two spaces\nand a line"]
+
+
+def make_text_model(name, cfg, seed, steps=24):
+    """A model whose directory carries a tokenizer.json: text in, text out."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(**cfg, initializer_range=0.2, bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.add_(0.3 * torch.randn_like(p))
+    out_dir = os.path.join(HERE, name)
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()
+               if "rotary_emb" not in k}
+    save_shards(tensors, out_dir, 1)
+    config.to_json_file(os.path.join(out_dir, "config.json"))
+    # transformers' generate() stops at generation_config's ids over config's.
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": [2, 7]}, f)
+    shutil.copy(os.path.join(HERE, "hf_tokenizers", "spm_legacy", "tokenizer.json"), out_dir)
+    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+    cases = []
+    with torch.no_grad():
+        for text in TEXT_PROMPTS:
+            ids = tok.encode(text).ids
+            seq = list(ids)
+            for _ in range(steps):  # greedy, no EOS stop, full recompute
+                seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+            out = seq[len(ids):]
+            # The text the ids add after the prompt, as a server streams it.
+            head = tok.decode(ids, skip_special_tokens=False)
+            whole = tok.decode(seq, skip_special_tokens=False)
+            assert whole.startswith(head)
+            cases.append({"text": text, "prompt_ids": ids, "output_ids": out,
+                          "output_text": whole[len(head):]})
+    with open(os.path.join(out_dir, "golden_text.json"), "w") as f:
+        json.dump({"steps": steps, "cases": cases}, f, ensure_ascii=False, indent=1)
+
+
 def main():
     make_model("llama_gqa",
                dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
@@ -149,6 +199,12 @@ def main():
                     rope_scaling={"type": "linear", "factor": 2.0},
                     tie_word_embeddings=True),
                torch.bfloat16, shards=3, seed=12)
+    make_text_model("llama_text",
+                    dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=96, vocab_size=700,
+                         max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+                         tie_word_embeddings=False),
+                    seed=13)
 
 
 if __name__ == "__main__":
