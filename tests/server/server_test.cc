@@ -294,6 +294,82 @@ TEST_F(ServerTest, ServesALlamaDirectoryAsTransformersDoes) {
   for (auto& t : others) t.join();
 }
 
+// A Llama directory with a SentencePiece-style tokenizer.json and a
+// generation_config.json: text prompts in, text out, as transformers and the
+// tokenizers library give them (tests/golden/llama_text/golden_text.json),
+// alone and all at once.
+TEST_F(ServerTest, ServesLlamaTextAsTransformersDoes) {
+  Start({"--model=tests/golden/llama_text", "--max_seq_len=128"});
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.architecture(), "llama");
+  EXPECT_TRUE(info.has_tokenizer());
+  // generation_config.json's list, over config.json's single id.
+  EXPECT_THAT(std::vector<uint32_t>(info.eos_token_ids().begin(), info.eos_token_ids().end()),
+              ::testing::ElementsAre(2u, 7u));
+
+  auto golden = ParseJsonObject(
+      testing::ReadFileOrEmpty("tests/golden/llama_text/golden_text.json"), "golden_text.json");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const int steps = static_cast<int>(golden->fields().at("steps").number_value());
+  struct Case {
+    std::string text, want_text;
+    std::vector<uint32_t> want_ids;
+    uint32_t prompt_tokens;
+    std::vector<uint32_t> ids;
+    std::string got_text;
+    uint32_t got_prompt_tokens = 0;
+    grpc::Status status;
+  };
+  std::vector<Case> cases;
+  for (const auto& v : golden->fields().at("cases").list_value().values()) {
+    const auto& f = v.struct_value().fields();
+    Case c;
+    c.text = f.at("text").string_value();
+    c.want_text = f.at("output_text").string_value();
+    for (const auto& id : f.at("output_ids").list_value().values()) {
+      c.want_ids.push_back(static_cast<uint32_t>(id.number_value()));
+    }
+    c.prompt_tokens = f.at("prompt_ids").list_value().values_size();
+    cases.push_back(std::move(c));
+  }
+  ASSERT_GE(cases.size(), 4u);
+  auto run = [&](Case& c) {
+    v1::GenerateRequest r;
+    r.set_text(c.text);
+    r.mutable_sampling()->set_temperature(0);
+    r.mutable_stopping()->set_max_new_tokens(steps);
+    r.mutable_stopping()->set_ignore_eos(true);
+    grpc::ClientContext gctx;
+    auto reader = stub_->Generate(&gctx, r);
+    v1::GenerateResponse resp;
+    c.ids.clear();
+    c.got_text.clear();
+    while (reader->Read(&resp)) {
+      c.ids.insert(c.ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+      c.got_text += resp.text();
+      if (resp.has_usage()) c.got_prompt_tokens = resp.usage().prompt_tokens();
+    }
+    c.status = reader->Finish();
+  };
+  auto check = [](const Case& c) {
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+    EXPECT_EQ(c.got_prompt_tokens, c.prompt_tokens) << c.text;  // BOS + the text's tokens
+    EXPECT_EQ(c.ids, c.want_ids) << c.text;
+    EXPECT_EQ(c.got_text, c.want_text) << c.text;
+  };
+  for (Case& c : cases) {
+    run(c);
+    check(c);
+  }
+  // All at once: fused into shared steps, each still as alone.
+  std::vector<std::thread> threads;
+  for (Case& c : cases) threads.emplace_back([&run, &c] { run(c); });
+  for (auto& t : threads) t.join();
+  for (const Case& c : cases) check(c);
+}
+
 // The text path end to end, on the fixture model that has a tokenizer:
 // text prompts, streamed text, logprobs, stop tokens, and --dataset.
 TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
