@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/gpt2/gpt_model.h"
 #include "model/gpt2/tp_shard.h"
-#include "model/loader/safetensors.h"
+#include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
 
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::Builtin(absl::st
   std::unique_ptr<Gpt2Checkpoint> m(new Gpt2Checkpoint());
   m->spec_ = absl::StrCat("builtin:", name);
   m->config_ = *config;
-  m->weights_ = RandomGptWeights(*config, kBuiltinSeed);
+  m->source_ = GeneratedGptSource(kBuiltinSeed);
   m->Describe();
   return m;
 }
@@ -61,14 +61,15 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::LoadDirectory(
   if (!config.ok()) return config.status();
   m->config_ = *config;
 
-  auto file = SafetensorsFile::Open(dir + "/model.safetensors");
-  if (!file.ok()) return file.status();
-  auto weights = LoadGptWeights(*file, m->config_);
-  if (!weights.ok()) return weights.status();
-  m->weights_ = std::move(*weights);
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
   for (const char* key : {"transformer.wte.weight", "wte.weight"}) {
-    if (const TensorInfo* t = file->Find(key)) m->stored_dtype_ = std::string(DTypeName(t->dtype));
+    if (const TensorInfo* t = ckpt->Find(key)) m->stored_dtype_ = std::string(DTypeName(t->dtype));
   }
+  // Hugging Face saves GPT2LMHeadModel with "transformer.", GPT2Model without.
+  m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "transformer.", m->stored_dtype_);
+  // Every tensor there, with its shape, now; the data when a rank needs it.
+  if (absl::Status st = CheckGptWeights(*m->source_, m->config_); !st.ok()) return st;
 
   auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size);
   if (!tokenizer.ok()) return tokenizer.status();
@@ -92,17 +93,8 @@ absl::Status Gpt2Checkpoint::CheckTensorParallel(int tp) const {
 
 absl::StatusOr<std::unique_ptr<CausalLm>> Gpt2Checkpoint::Instantiate(
     kernels::Backend& backend, Collectives* collectives) const {
-  const int tp = collectives != nullptr ? collectives->world().tp_size : 1;
-  if (tp == 1) {
-    auto model = GptModel::Create(config_, weights_, backend, collectives);
-    if (!model.ok()) return model.status();
-    return std::unique_ptr<CausalLm>(std::move(*model));
-  }
-  const ShardSpec spec{tp, collectives->world().tp_rank};
-  if (absl::Status st = ValidateShardSpec(config_, spec); !st.ok()) return st;
-  // This rank's shard only goes to the backend.
-  auto model = GptModel::Create(config_, ShardGptWeights(weights_, config_, spec), backend,
-                                collectives);
+  // Only this rank's regions of each tensor are read, a layer at a time.
+  auto model = GptModel::Create(config_, *source_, backend, collectives);
   if (!model.ok()) return model.status();
   return std::unique_ptr<CausalLm>(std::move(*model));
 }

@@ -1,7 +1,8 @@
 // GPT-2 as read from a Hugging Face directory (config.json, model.safetensors
-// with or without the "transformer." prefix, optional vocab.json +
-// merges.txt) or generated for the built-ins, held as float32 host weights
-// until Instantiate puts this rank's part on a backend.
+// or shards, with or without the "transformer." prefix, the tokenizer files)
+// or generated for the built-ins. Loading checks every tensor's presence and
+// shape but reads no weights: Instantiate reads this rank's regions of them
+// (from the mapped files) and puts them on a backend.
 #ifndef FLOVER_MODEL_GPT2_GPT2_CHECKPOINT_H_
 #define FLOVER_MODEL_GPT2_GPT2_CHECKPOINT_H_
 
@@ -26,7 +27,8 @@ class Gpt2Checkpoint final : public LoadedModel {
   static absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Load(absl::string_view spec);
 
   const GptConfig& config() const { return config_; }
-  const GptWeights& weights() const { return weights_; }
+  // Where the weights come from (the checkpoint, or the built-in generator).
+  const WeightSource& source() const { return *source_; }
 
   absl::Status CheckTensorParallel(int tp) const override;
   absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
@@ -37,7 +39,7 @@ class Gpt2Checkpoint final : public LoadedModel {
   void Describe();  // info_ from config_
 
   GptConfig config_;
-  GptWeights weights_;
+  std::unique_ptr<WeightSource> source_;
 };
 
 // The config of a built-in GPT-2 model, or NotFound:

@@ -43,37 +43,48 @@ GptModel::GptModel(const GptConfig& config, kernels::Backend& backend, Collectiv
           }) {}
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config,
-                                                           const GptWeights& weights,
+                                                           const WeightSource& source,
                                                            kernels::Backend& backend,
                                                            Collectives* collectives) {
   FLOVER_RETURN_IF_ERROR(config.Validate());
+  const ShardSpec spec = SpecOf(collectives);
   std::unique_ptr<GptModel> model(new GptModel(config, backend, collectives));
-  FLOVER_RETURN_IF_ERROR(model->Upload(weights));
+  for (int l = 0; l <= config.n_layer; ++l) {
+    // Layer by layer, then the embeddings, final layernorm and head.
+    const WeightPart part = l < config.n_layer ? WeightPart{l, l + 1, false} : WeightPart{0, 0, true};
+    auto weights = LoadGptWeights(source, config, spec, part);
+    if (!weights.ok()) return weights.status();
+    FLOVER_RETURN_IF_ERROR(model->Upload(*weights));
+  }
   return model;
 }
 
-absl::Status GptModel::Upload(const GptWeights& w) {
+absl::Status GptModel::Upload(GptWeights& w) {
   using kernels::WeightLayout;
   const int C = config_.n_embd, CL = shard_.heads * config_.head_dim(), FL = shard_.inner;
   const int VL = shard_.vocab_end - shard_.vocab_begin;
-  if (static_cast<int>(w.layers.size()) != config_.n_layer) {
-    return absl::InvalidArgumentError(absl::StrCat("the weights have ", w.layers.size(),
-                                                   " layers, the config ", config_.n_layer));
+  if (layers_.size() + w.layers.size() > static_cast<size_t>(config_.n_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat("more than the config's ", config_.n_layer,
+                                                   " layers uploaded"));
   }
-  auto upload = [&](const std::vector<float>& host, int64_t rows, int64_t cols, Buffer* out) {
+  // Each host tensor is released once it is on the backend, so the host
+  // copy shrinks as the backend's grows.
+  auto upload = [&](std::vector<float>& host, int64_t rows, int64_t cols, Buffer* out) {
     auto b = UploadF32(backend_, host, rows, cols);
     if (!b.ok()) return b.status();
     *out = std::move(*b);
+    std::vector<float>().swap(host);
     return absl::OkStatus();
   };
-  auto prepare = [&](const std::vector<float>& host, int K, int N, WeightLayout layout,
-                     std::unique_ptr<kernels::Weight>* out) {
+  auto prepare = [&](std::vector<float>& host, int K, int N, WeightLayout layout,
+                     std::unique_ptr<kernels::Weight>* out, bool release = true) {
     auto p = PrepareMatrix(backend_, host, K, N, layout);
     if (!p.ok()) return p.status();
     *out = std::move(*p);
+    if (release) std::vector<float>().swap(host);
     return absl::OkStatus();
   };
-  for (const LayerWeights& l : w.layers) {
+  for (LayerWeights& l : w.layers) {
     LayerParams p;
     FLOVER_RETURN_IF_ERROR(upload(l.ln_1_g, 1, C, &p.ln_1_g));
     FLOVER_RETURN_IF_ERROR(upload(l.ln_1_b, 1, C, &p.ln_1_b));
@@ -92,13 +103,18 @@ absl::Status GptModel::Upload(const GptWeights& w) {
     }
     layers_.push_back(std::move(p));
   }
+  if (w.wte.empty()) return absl::OkStatus();  // a part without the globals
+  if (static_cast<int>(layers_.size()) != config_.n_layer) {
+    return absl::InternalError("the globals must come after every layer");
+  }
   // The LM head is [V_local, C]: lm_head when untied, else wte itself (this
   // rank's vocabulary rows), which also stays as the embedding table.
   if (static_cast<int64_t>(w.wte.size()) != int64_t{VL} * C) {
     return absl::InternalError("wte does not hold this rank's vocabulary rows");
   }
-  FLOVER_RETURN_IF_ERROR(prepare(w.lm_head.empty() ? w.wte : w.lm_head, C, VL,
-                                 WeightLayout::kOutIn, &lm_head_));
+  const bool tied = w.lm_head.empty();
+  FLOVER_RETURN_IF_ERROR(prepare(tied ? w.wte : w.lm_head, C, VL, WeightLayout::kOutIn, &lm_head_,
+                                 /*release=*/!tied));
   FLOVER_RETURN_IF_ERROR(upload(w.wte, VL, C, &wte_));
   if (shard_.adds_replicated_bias) {
     FLOVER_RETURN_IF_ERROR(upload(w.wpe, config_.n_positions, C, &wpe_));

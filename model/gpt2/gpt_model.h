@@ -32,13 +32,13 @@ namespace flover {
 
 class GptModel final : public CausalLm {
  public:
-  // Uploads `weights` to `backend` (which must outlive the model); the host
-  // copy may be dropped afterwards. With collectives of tp_size > 1,
-  // `weights` is this rank's shard (ShardGptWeights) and every rank must
-  // call Forward with the same batch. Fails when the backend cannot hold the
-  // model (the error names the size and the device).
+  // Reads this rank's weights from `source` one layer at a time and puts
+  // them on `backend` (which must outlive the model), releasing each host
+  // tensor once it is there. With collectives of tp_size > 1 every rank
+  // must call Forward with the same batch. Fails when the backend cannot
+  // hold the model (the error names the size and the device).
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config,
-                                                          const GptWeights& weights,
+                                                          const WeightSource& source,
                                                           kernels::Backend& backend,
                                                           Collectives* collectives = nullptr);
 
@@ -71,7 +71,9 @@ class GptModel final : public CausalLm {
   };
 
   GptModel(const GptConfig& config, kernels::Backend& backend, Collectives* collectives);
-  absl::Status Upload(const GptWeights& weights);
+  // Puts a part of the weights (its layers, then its globals if it has
+  // them) on the backend.
+  absl::Status Upload(GptWeights& part);
   // Runs the layers and the LM head; leaves this rank's logits in the first
   // R rows of buffer kLogits.
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);

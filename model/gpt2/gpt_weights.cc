@@ -1,103 +1,107 @@
 #include "model/gpt2/gpt_weights.h"
 
+#include <algorithm>
+#include <functional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/host_matrix.h"
-#include "util/split_mix64.h"
 
 namespace flover {
 namespace {
 
-class Reader {
- public:
-  Reader(const SafetensorsFile& file) : file_(file) {
-    // Hugging Face saves GPT2LMHeadModel with the prefix, GPT2Model without.
-    prefix_ = file.Find("transformer.wte.weight") != nullptr ? "transformer." : "";
+// The recipe table: every parameter of the rank, where it comes from, and
+// where it goes in `w`.
+void ForEachParam(const WeightSource& source, const GptConfig& c, const ShardSpec& spec,
+                  const WeightPart& part, GptWeights& w,
+                  const std::function<void(const WeightRecipe&, std::vector<float>*)>& visit) {
+  const ShardShape sh = ShapeOf(c, spec);
+  const int64_t C = c.n_embd, D = c.head_dim(), F = c.n_inner, V = c.vocab_size,
+                P = c.n_positions;
+  const int64_t q0 = sh.head_begin * D, q1 = q0 + sh.heads * D;  // this rank's head columns
+  const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
+  // Row-split layers' biases: added once, by rank 0.
+  auto replicated_bias = [&](std::string name) {
+    return sh.adds_replicated_bias ? Whole(std::move(name), {C}) : Zeros(C);
+  };
+  const int first = part.layer_begin, last = part.layer_end < 0 ? c.n_layer : part.layer_end;
+  w.layers.resize(std::max(0, last - first));
+  for (int i = first; i < last; ++i) {
+    LayerWeights& l = w.layers[i - first];
+    const std::string h = absl::StrCat("h.", i, ".");
+    visit(Whole(h + "ln_1.weight", {C}), &l.ln_1_g);
+    visit(Whole(h + "ln_1.bias", {C}), &l.ln_1_b);
+    // [C, 3C] -> [C, 3 C_local]: this rank's heads of Q, then K, then V.
+    std::vector<WeightRecipe> qkv_w, qkv_b;
+    for (int64_t part = 0; part < 3; ++part) {
+      qkv_w.push_back(ColSlice(h + "attn.c_attn.weight", {C, 3 * C}, part * C + q0, part * C + q1));
+      qkv_b.push_back(ColSlice(h + "attn.c_attn.bias", {3 * C}, part * C + q0, part * C + q1));
+    }
+    visit(Stack(WeightRecipe::kCols, std::move(qkv_w)), &l.attn_w);
+    visit(Stack(WeightRecipe::kCols, std::move(qkv_b)), &l.attn_b);
+    visit(RowSlice(h + "attn.c_proj.weight", {C, C}, q0, q1), &l.attn_proj_w);
+    visit(replicated_bias(h + "attn.c_proj.bias"), &l.attn_proj_b);
+    visit(Whole(h + "ln_2.weight", {C}), &l.ln_2_g);
+    visit(Whole(h + "ln_2.bias", {C}), &l.ln_2_b);
+    visit(ColSlice(h + "mlp.c_fc.weight", {C, F}, f0, f1), &l.fc_w);
+    visit(ColSlice(h + "mlp.c_fc.bias", {F}, f0, f1), &l.fc_b);
+    visit(RowSlice(h + "mlp.c_proj.weight", {F, C}, f0, f1), &l.mlp_proj_w);
+    visit(replicated_bias(h + "mlp.c_proj.bias"), &l.mlp_proj_b);
   }
-
-  absl::Status Read(const std::string& key, std::vector<int64_t> shape,
-                    std::vector<float>* out) {
-    auto t = file_.ReadFloat(prefix_ + key, shape);
-    if (!t.ok()) return t.status();
-    *out = std::move(*t);
-    return absl::OkStatus();
+  if (!part.globals) return;
+  visit(RowSlice("wte.weight", {V, C}, sh.vocab_begin, sh.vocab_end), &w.wte);
+  // Positions are embedded once, by rank 0.
+  visit(sh.adds_replicated_bias ? Whole("wpe.weight", {P, C}) : Zeros(0), &w.wpe);
+  visit(Whole("ln_f.weight", {C}), &w.ln_f_g);
+  visit(Whole("ln_f.bias", {C}), &w.ln_f_b);
+  // lm_head is saved only when it is not tied to wte.
+  if (source.Has("lm_head.weight")) {
+    visit(RowSlice("lm_head.weight", {V, C}, sh.vocab_begin, sh.vocab_end), &w.lm_head);
   }
-
- private:
-  const SafetensorsFile& file_;
-  std::string prefix_;
-};
-
-std::vector<float> Filled(int64_t n, float value) { return std::vector<float>(n, value); }
+}
 
 }  // namespace
 
-absl::StatusOr<GptWeights> LoadGptWeights(const SafetensorsFile& file,
-                                          const GptConfig& config) {
-  const int64_t C = config.n_embd, F = config.n_inner, V = config.vocab_size,
-                P = config.n_positions;
-  Reader r(file);
+absl::StatusOr<GptWeights> LoadGptWeights(const WeightSource& source, const GptConfig& config,
+                                          const ShardSpec& spec, WeightPart part) {
+  if (absl::Status st = ValidateShardSpec(config, spec); !st.ok()) return st;
+  if (absl::Status st = CheckWeightPart(part, config.n_layer); !st.ok()) return st;
   GptWeights w;
   absl::Status st;
-  auto read = [&](const std::string& key, std::vector<int64_t> shape, std::vector<float>* out) {
-    if (st.ok()) st = r.Read(key, std::move(shape), out);
-  };
-  read("wte.weight", {V, C}, &w.wte);
-  read("wpe.weight", {P, C}, &w.wpe);
-  w.layers.resize(config.n_layer);
-  for (int i = 0; i < config.n_layer; ++i) {
-    LayerWeights& l = w.layers[i];
-    const std::string h = absl::StrCat("h.", i, ".");
-    read(h + "ln_1.weight", {C}, &l.ln_1_g);
-    read(h + "ln_1.bias", {C}, &l.ln_1_b);
-    read(h + "attn.c_attn.weight", {C, 3 * C}, &l.attn_w);
-    read(h + "attn.c_attn.bias", {3 * C}, &l.attn_b);
-    read(h + "attn.c_proj.weight", {C, C}, &l.attn_proj_w);
-    read(h + "attn.c_proj.bias", {C}, &l.attn_proj_b);
-    read(h + "ln_2.weight", {C}, &l.ln_2_g);
-    read(h + "ln_2.bias", {C}, &l.ln_2_b);
-    read(h + "mlp.c_fc.weight", {C, F}, &l.fc_w);
-    read(h + "mlp.c_fc.bias", {F}, &l.fc_b);
-    read(h + "mlp.c_proj.weight", {F, C}, &l.mlp_proj_w);
-    read(h + "mlp.c_proj.bias", {C}, &l.mlp_proj_b);
-  }
-  read("ln_f.weight", {C}, &w.ln_f_g);
-  read("ln_f.bias", {C}, &w.ln_f_b);
+  ForEachParam(source, config, spec, part, w, [&](const WeightRecipe& r, std::vector<float>* out) {
+    if (!st.ok()) return;
+    auto v = ReadRecipe(source, r);
+    if (!v.ok()) {
+      st = v.status();
+      return;
+    }
+    *out = std::move(*v);
+  });
   if (!st.ok()) return st;
-  // lm_head is saved only when it is not tied to wte; it never has the prefix.
-  if (file.Find("lm_head.weight") != nullptr) {
-    auto head = file.ReadFloat("lm_head.weight", {V, C});
-    if (!head.ok()) return head.status();
-    w.lm_head = std::move(*head);
-  }
   return w;
 }
 
-GptWeights RandomGptWeights(const GptConfig& config, uint64_t seed) {
-  const int64_t C = config.n_embd, F = config.n_inner;
-  SplitMix64 rng(seed);
-  GptWeights w;
-  w.wte = RandomInit(int64_t{config.vocab_size} * C, rng);
-  w.wpe = RandomInit(int64_t{config.n_positions} * C, rng);
-  w.layers.resize(config.n_layer);
-  for (LayerWeights& l : w.layers) {
-    l.ln_1_g = Filled(C, 1.0f);
-    l.ln_1_b = Filled(C, 0.0f);
-    l.attn_w = RandomInit(C * 3 * C, rng);
-    l.attn_b = Filled(3 * C, 0.0f);
-    l.attn_proj_w = RandomInit(C * C, rng);
-    l.attn_proj_b = Filled(C, 0.0f);
-    l.ln_2_g = Filled(C, 1.0f);
-    l.ln_2_b = Filled(C, 0.0f);
-    l.fc_w = RandomInit(C * F, rng);
-    l.fc_b = Filled(F, 0.0f);
-    l.mlp_proj_w = RandomInit(F * C, rng);
-    l.mlp_proj_b = Filled(C, 0.0f);
-  }
-  w.ln_f_g = Filled(C, 1.0f);
-  w.ln_f_b = Filled(C, 0.0f);
-  return w;
+absl::Status CheckGptWeights(const WeightSource& source, const GptConfig& config) {
+  absl::Status st;
+  GptWeights unused;
+  ForEachParam(source, config, ShardSpec{1, 0}, WeightPart{}, unused,
+               [&](const WeightRecipe& r, std::vector<float>*) {
+                 for (const WeightBlock& b : r.blocks) {
+                   if (st.ok()) st = source.Read(b.tensor, b.shape, TensorRegion{}).status();
+                 }
+               });
+  return st;
+}
+
+std::unique_ptr<WeightSource> GeneratedGptSource(uint64_t seed) {
+  return std::make_unique<GeneratedSource>(seed, [](absl::string_view name) {
+    using Fill = GeneratedSource::Fill;
+    if (name == "lm_head.weight") return Fill::kAbsent;  // tied
+    if (absl::StartsWith(name, "ln_") || absl::StrContains(name, ".ln_")) {
+      return absl::EndsWith(name, ".weight") ? Fill::kOnes : Fill::kZeros;
+    }
+    return absl::EndsWith(name, ".bias") ? Fill::kZeros : Fill::kRandom;
+  });
 }
 
 }  // namespace flover

@@ -1,15 +1,19 @@
-// GPT-2 weights in float32, in the layout the forward pass uses (Conv1D
-// weights [in, out], as Hugging Face stores them), loaded from safetensors or
-// generated for the built-in models.
+// One tensor-parallel rank's GPT-2 weights in float32, in the layout the
+// forward pass uses (Conv1D weights [in, out], as Hugging Face stores them),
+// read from a WeightSource (a checkpoint, or generated values for the
+// built-ins) through the family's recipe table: only this rank's regions of
+// each tensor are read.
 #ifndef FLOVER_MODEL_GPT2_GPT_WEIGHTS_H_
 #define FLOVER_MODEL_GPT2_GPT_WEIGHTS_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/gpt2/gpt_config.h"
-#include "model/loader/safetensors.h"
+#include "model/gpt2/tp_shard.h"
+#include "model/loader/weight_source.h"
 
 namespace flover {
 
@@ -34,15 +38,22 @@ struct GptWeights {
   }
 };
 
-// Reads every tensor of a GPT-2 checkpoint, with or without the
-// "transformer." key prefix; a missing tensor or a shape that disagrees with
-// `config` is an error naming the tensor.
-absl::StatusOr<GptWeights> LoadGptWeights(const SafetensorsFile& file,
-                                          const GptConfig& config);
+// Reads this rank's weights (with or without the "transformer." prefix;
+// "lm_head.weight" when the checkpoint has it, else the head is tied to
+// wte); a missing tensor or a shape that disagrees with `config` is an error
+// naming the tensor. Ranks other than 0 get zeros for the biases of
+// row-split layers (the all-reduce adds rank 0's once).
+// `part`: as for Llama, layers [layer_begin, layer_end) and, with
+// `globals`, wte, wpe, the final layernorm and the head.
+absl::StatusOr<GptWeights> LoadGptWeights(const WeightSource& source, const GptConfig& config,
+                                          const ShardSpec& spec, WeightPart part = {});
 
-// GPT-2-style random initialization (weights uniform with std 0.02, layernorm
-// gains 1, biases 0), the same for the same seed.
-GptWeights RandomGptWeights(const GptConfig& config, uint64_t seed);
+// Checks every tensor's presence, shape and dtype, reading no data.
+absl::Status CheckGptWeights(const WeightSource& source, const GptConfig& config);
+
+// The built-in models' weights: seeded uniform values with std 0.02,
+// layernorm gains 1, biases 0, the head tied.
+std::unique_ptr<WeightSource> GeneratedGptSource(uint64_t seed);
 
 }  // namespace flover
 

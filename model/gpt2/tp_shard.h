@@ -2,13 +2,13 @@
 // column-split by heads, attention c_proj row-split, MLP c_fc column-split,
 // MLP c_proj row-split (biases of row-split layers kept on rank 0 only, so
 // the all-reduce adds them once), wte/lm_head split by vocabulary in
-// contiguous ranges of any size, layernorms and wpe replicated.
+// contiguous ranges of any size, layernorms and wpe replicated. (Which
+// regions of which tensors that makes is gpt_weights.cc's recipe table.)
 #ifndef FLOVER_MODEL_GPT2_TP_SHARD_H_
 #define FLOVER_MODEL_GPT2_TP_SHARD_H_
 
 #include "absl/status/status.h"
 #include "model/gpt2/gpt_config.h"
-#include "model/gpt2/gpt_weights.h"
 #include "model/shard_spec.h"
 
 namespace flover {
@@ -29,10 +29,6 @@ struct ShardShape {
 absl::Status ValidateShardSpec(const GptConfig& config, const ShardSpec& spec);
 
 ShardShape ShapeOf(const GptConfig& config, const ShardSpec& spec);
-
-// This rank's part of `full` (which may then be freed). An untied lm_head
-// is split like wte; a tied one stays tied to the local wte rows.
-GptWeights ShardGptWeights(const GptWeights& full, const GptConfig& config, const ShardSpec& spec);
 
 }  // namespace flover
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/gpt2/gpt2_checkpoint.h"
+#include "model/gpt2/gpt_weights.h"
 
 namespace flover {
 namespace {
@@ -28,7 +29,10 @@ TEST(TpShardTest, ShardsHaveTheLocalShapes) {
   auto m = Gpt2Checkpoint::Load("builtin:tiny");  // 4 heads of 16, 64 wide, MLP 256
   ASSERT_TRUE(m.ok());
   const GptConfig& c = (*m)->config();
-  const GptWeights s = ShardGptWeights((*m)->weights(), c, {2, 1});
+  auto shard = LoadGptWeights((*m)->source(), c, {2, 1});
+  auto whole = LoadGptWeights((*m)->source(), c, {1, 0});
+  ASSERT_TRUE(shard.ok() && whole.ok());
+  const GptWeights& s = *shard;
   EXPECT_EQ(s.wte.size(), 256u * 64);
   EXPECT_EQ(s.layers[0].attn_w.size(), 64u * 3 * 32);
   EXPECT_EQ(s.layers[0].attn_b.size(), 3u * 32);
@@ -36,13 +40,21 @@ TEST(TpShardTest, ShardsHaveTheLocalShapes) {
   EXPECT_EQ(s.layers[0].fc_w.size(), 64u * 128);
   EXPECT_EQ(s.layers[0].mlp_proj_w.size(), 128u * 64);
   // Rank 1's Q columns are the full matrix's columns [32, 64), K's [96, 128).
-  const auto& full = (*m)->weights().layers[0].attn_w;
+  const auto& full = whole->layers[0].attn_w;
   EXPECT_EQ(s.layers[0].attn_w[0], full[32]);
   EXPECT_EQ(s.layers[0].attn_w[32], full[64 + 32]);
   EXPECT_EQ(s.layers[0].attn_w[64], full[128 + 32]);
   EXPECT_EQ(s.layers[0].attn_w[96], full[192 + 32]);  // row 1 starts after 96 columns
-  // Row-split biases are added once: rank 1 holds zeros.
+  // Rank 1's c_fc columns are [128, 256); its c_proj rows [128, 256).
+  EXPECT_EQ(s.layers[0].fc_w[0], whole->layers[0].fc_w[128]);
+  EXPECT_EQ(s.layers[0].fc_w[128], whole->layers[0].fc_w[256 + 128]);
+  EXPECT_EQ(s.layers[0].mlp_proj_w[0], whole->layers[0].mlp_proj_w[128 * 64]);
+  // Row-split biases and positions are added once: rank 1 holds zeros and
+  // reads no wpe.
+  ASSERT_EQ(s.layers[0].attn_proj_b.size(), 64u);
   for (float v : s.layers[0].attn_proj_b) EXPECT_EQ(v, 0.0f);
+  EXPECT_TRUE(s.wpe.empty());
+  EXPECT_EQ(whole->wpe.size(), 512u * 64);
 }
 
 TEST(TpShardTest, InvalidSplitsNameTheProblem) {

@@ -7,6 +7,7 @@
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
+#include "util/status_macros.h"
 
 namespace flover {
 namespace {
@@ -52,7 +53,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Builtin(absl::
   std::unique_ptr<LlamaCheckpoint> m(new LlamaCheckpoint());
   m->spec_ = absl::StrCat("builtin:", name);
   m->config_ = *config;
-  m->weights_ = RandomLlamaWeights(*config, kBuiltinSeed);
+  m->source_ = GeneratedLlamaSource(*config, kBuiltinSeed);
   m->info_ = InfoOf(m->config_);
   return m;
 }
@@ -69,12 +70,14 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   m->config_ = *config;
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
-  auto weights = LoadLlamaWeights(*ckpt, m->config_);
-  if (!weights.ok()) return weights.status();
-  m->weights_ = std::move(*weights);
+  std::string stored = "F32";
   if (const TensorInfo* t = ckpt->Find("model.embed_tokens.weight")) {
-    m->stored_dtype_ = std::string(DTypeName(t->dtype));
+    stored = std::string(DTypeName(t->dtype));
   }
+  m->stored_dtype_ = stored;
+  m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "", stored);
+  // Every tensor there, with its shape, now; the data when a rank needs it.
+  FLOVER_RETURN_IF_ERROR(CheckLlamaWeights(*m->source_, m->config_));
   auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size);
   if (!tokenizer.ok()) return tokenizer.status();
   auto eos = ResolveEosIds(dir, m->config_.eos_token_ids, tokenizer->get(), m->config_.vocab_size);
@@ -97,16 +100,8 @@ absl::Status LlamaCheckpoint::CheckTensorParallel(int tp) const {
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LlamaCheckpoint::Instantiate(
     kernels::Backend& backend, Collectives* collectives) const {
-  const ShardSpec spec = SpecOf(collectives);
-  absl::StatusOr<std::unique_ptr<LlamaModel>> model;
-  if (spec.tp_size == 1) {
-    model = LlamaModel::Create(config_, weights_, backend, collectives);
-  } else {
-    if (absl::Status st = ValidateLlamaShard(config_, spec); !st.ok()) return st;
-    // This rank's shard only goes to the backend.
-    model = LlamaModel::Create(config_, ShardLlamaWeights(weights_, config_, spec), backend,
-                               collectives);
-  }
+  // Only this rank's regions of each tensor are read, a layer at a time.
+  auto model = LlamaModel::Create(config_, *source_, backend, collectives);
   if (!model.ok()) return model.status();
   return std::unique_ptr<CausalLm>(std::move(*model));
 }

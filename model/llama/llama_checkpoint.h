@@ -1,8 +1,8 @@
 // Llama as read from a Hugging Face LlamaForCausalLM directory (config.json,
-// model.safetensors or shards with model.safetensors.index.json) or
-// generated for the built-ins, held as float32 host weights until
-// Instantiate puts this rank's part on a backend. Directories load without a
-// tokenizer (token ids only) until tokenizer.json is read.
+// model.safetensors or shards with model.safetensors.index.json, the
+// tokenizer files) or generated for the built-ins. Loading checks every
+// tensor's presence and shape but reads no weights: Instantiate reads this
+// rank's regions of them (from the mapped files) and puts them on a backend.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_
 
@@ -27,7 +27,8 @@ class LlamaCheckpoint final : public LoadedModel {
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Load(absl::string_view spec);
 
   const LlamaConfig& config() const { return config_; }
-  const LlamaWeights& weights() const { return weights_; }
+  // Where the weights come from (the checkpoint, or the built-in generator).
+  const WeightSource& source() const { return *source_; }
 
   absl::Status CheckTensorParallel(int tp) const override;
   absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
@@ -37,7 +38,7 @@ class LlamaCheckpoint final : public LoadedModel {
   LlamaCheckpoint() = default;
 
   LlamaConfig config_;
-  LlamaWeights weights_;
+  std::unique_ptr<WeightSource> source_;
 };
 
 // The config of a built-in Llama model, or NotFound:

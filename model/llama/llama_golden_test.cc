@@ -157,7 +157,10 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
   const bool sharded = std::string(std::get<0>(GetParam()).fixture) == "llama_tied_sharded";
   EXPECT_EQ(ckpt_->stored_dtype(), sharded ? "BF16" : "F32");
   EXPECT_EQ(info.n_kv_head, sharded ? 3 : 2);
-  EXPECT_EQ(ckpt_->weights().lm_head.empty(), sharded);  // tied
+  EXPECT_EQ(ckpt_->config().tie_word_embeddings, sharded);
+  auto rank = LoadLlamaWeights(ckpt_->source(), ckpt_->config(), ShardSpec{1, 0});
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ(rank->lm_head.empty(), sharded);  // tied: the embedding serves as the head
   // The generic loader picks the family from config.json.
   auto generic = LoadModel(dir_);
   ASSERT_TRUE(generic.ok()) << generic.status();

@@ -41,41 +41,51 @@ LlamaModel::LlamaModel(const LlamaConfig& config, kernels::Backend& backend,
           [this](int rank) { return VocabRange(config_.vocab_size, {spec_.tp_size, rank}); }) {}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& config,
-                                                               const LlamaWeights& weights,
+                                                               const WeightSource& source,
                                                                kernels::Backend& backend,
                                                                Collectives* collectives) {
   FLOVER_RETURN_IF_ERROR(config.Validate());
-  FLOVER_RETURN_IF_ERROR(ValidateLlamaShard(config, SpecOf(collectives)));
+  const ShardSpec spec = SpecOf(collectives);
+  FLOVER_RETURN_IF_ERROR(ValidateLlamaShard(config, spec));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, backend, collectives));
-  FLOVER_RETURN_IF_ERROR(model->Upload(weights));
+  for (int l = 0; l <= config.n_layer; ++l) {
+    // Layer by layer, then the embedding, final norm and head.
+    const WeightPart part = l < config.n_layer ? WeightPart{l, l + 1, false} : WeightPart{0, 0, true};
+    auto weights = LoadLlamaWeights(source, config, spec, part);
+    if (!weights.ok()) return weights.status();
+    FLOVER_RETURN_IF_ERROR(model->Upload(*weights));
+  }
   return model;
 }
 
-absl::Status LlamaModel::Upload(const LlamaWeights& w) {
+absl::Status LlamaModel::Upload(LlamaWeights& w) {
   const int C = config_.hidden, D = config_.head_dim, QL = shard_.q_heads * D,
             W = (shard_.q_heads + 2 * shard_.kv_heads) * D, FL = shard_.inner,
             VL = shard_.vocab_end - shard_.vocab_begin;
-  if (static_cast<int>(w.layers.size()) != config_.n_layer) {
-    return absl::InvalidArgumentError(absl::StrCat("the weights have ", w.layers.size(),
-                                                   " layers, the config ", config_.n_layer));
+  if (layers_.size() + w.layers.size() > static_cast<size_t>(config_.n_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat("more than the config's ", config_.n_layer,
+                                                   " layers uploaded"));
   }
-  auto upload = [&](const std::vector<float>& host, int64_t rows, int64_t cols,
-                    kernels::Buffer* out) {
+  // Each host tensor is released once it is on the backend, so the host
+  // copy shrinks as the backend's grows.
+  auto upload = [&](std::vector<float>& host, int64_t rows, int64_t cols, kernels::Buffer* out) {
     auto b = UploadF32(backend_, host, rows, cols);
     if (!b.ok()) return b.status();
     if (b->empty()) return absl::InternalError("a Llama norm has no weights");
     *out = std::move(*b);
+    std::vector<float>().swap(host);
     return absl::OkStatus();
   };
   // nn.Linear weights are [out, in]: K = in, N = out.
-  auto prepare = [&](const std::vector<float>& host, int K, int N,
-                     std::unique_ptr<kernels::Weight>* out) {
+  auto prepare = [&](std::vector<float>& host, int K, int N, std::unique_ptr<kernels::Weight>* out,
+                     bool release = true) {
     auto p = PrepareMatrix(backend_, host, K, N, WeightLayout::kOutIn);
     if (!p.ok()) return p.status();
     *out = std::move(*p);
+    if (release) std::vector<float>().swap(host);
     return absl::OkStatus();
   };
-  for (const LlamaLayerWeights& l : w.layers) {
+  for (LlamaLayerWeights& l : w.layers) {
     LayerParams p;
     FLOVER_RETURN_IF_ERROR(upload(l.attn_norm, 1, C, &p.attn_norm));
     FLOVER_RETURN_IF_ERROR(upload(l.mlp_norm, 1, C, &p.mlp_norm));
@@ -85,10 +95,16 @@ absl::Status LlamaModel::Upload(const LlamaWeights& w) {
     FLOVER_RETURN_IF_ERROR(prepare(l.down, FL, C, &p.down));
     layers_.push_back(std::move(p));
   }
-  FLOVER_RETURN_IF_ERROR(prepare(w.head(), C, VL, &lm_head_));
+  if (w.embed.empty()) return absl::OkStatus();  // a part without the globals
+  if (static_cast<int>(layers_.size()) != config_.n_layer) {
+    return absl::InternalError("the globals must come after every layer");
+  }
+  const bool tied = w.lm_head.empty();
+  FLOVER_RETURN_IF_ERROR(prepare(tied ? w.embed : w.lm_head, C, VL, &lm_head_, /*release=*/!tied));
   FLOVER_RETURN_IF_ERROR(upload(w.embed, VL, C, &embed_));
   FLOVER_RETURN_IF_ERROR(upload(w.norm, 1, C, &norm_));
-  FLOVER_RETURN_IF_ERROR(upload(RopeInvFreq(config_), 1, D / 2, &inv_freq_));
+  std::vector<float> inv_freq = RopeInvFreq(config_);
+  FLOVER_RETURN_IF_ERROR(upload(inv_freq, 1, D / 2, &inv_freq_));
   return absl::OkStatus();
 }
 

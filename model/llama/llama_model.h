@@ -22,9 +22,10 @@ namespace flover {
 class LlamaModel final : public CausalLm {
  public:
   // As GptModel::Create: with collectives of tp_size > 1, `weights` is this
-  // rank's shard (ShardLlamaWeights).
+  // rank's. They are read from `source` one layer at a time, each layer's
+  // host copy released once it is on the backend.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const LlamaConfig& config,
-                                                            const LlamaWeights& weights,
+                                                            const WeightSource& source,
                                                             kernels::Backend& backend,
                                                             Collectives* collectives = nullptr);
 
@@ -54,7 +55,9 @@ class LlamaModel final : public CausalLm {
   };
 
   LlamaModel(const LlamaConfig& config, kernels::Backend& backend, Collectives* collectives);
-  absl::Status Upload(const LlamaWeights& weights);
+  // Puts a part of the weights (its layers, then its globals if it has
+  // them) on the backend, releasing each host tensor as it goes.
+  absl::Status Upload(LlamaWeights& part);
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
 
   LlamaConfig config_;

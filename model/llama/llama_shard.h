@@ -2,13 +2,13 @@
 // by key/value heads (each rank keeps whole groups of grouped-query
 // attention), gate and up by columns, o and down by rows (their all-reduce
 // sums the ranks' parts), the embedding and LM head by vocabulary ranges,
-// the norms replicated. No biases to place.
+// the norms replicated. No biases to place. (Which regions of which
+// tensors that makes is llama_weights.cc's recipe table.)
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_SHARD_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_SHARD_H_
 
 #include "absl/status/status.h"
 #include "model/llama/llama_config.h"
-#include "model/llama/llama_weights.h"
 #include "model/shard_spec.h"
 
 namespace flover {
@@ -25,10 +25,6 @@ struct LlamaShard {
 absl::Status ValidateLlamaShard(const LlamaConfig& config, const ShardSpec& spec);
 
 LlamaShard LlamaShapeOf(const LlamaConfig& config, const ShardSpec& spec);
-
-// This rank's part of `full`.
-LlamaWeights ShardLlamaWeights(const LlamaWeights& full, const LlamaConfig& config,
-                               const ShardSpec& spec);
 
 }  // namespace flover
 

@@ -1,79 +1,95 @@
 #include "model/llama/llama_weights.h"
 
+#include <algorithm>
+#include <functional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/host_matrix.h"
-#include "util/split_mix64.h"
 
 namespace flover {
 namespace {
 
-std::vector<float> Concat(std::vector<float> a, const std::vector<float>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
+// The recipe table: every parameter of the rank, where it comes from, and
+// where it goes in `w` (null: validation only).
+void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart& part,
+                  LlamaWeights* w,
+                  const std::function<void(const WeightRecipe&, std::vector<float>*)>& visit) {
+  const LlamaShard sh = LlamaShapeOf(c, spec);
+  const int64_t C = c.hidden, D = c.head_dim, F = c.intermediate, V = c.vocab_size,
+                Q = c.q_dim(), KV = c.kv_dim();
+  const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
+  const int64_t k0 = sh.kv_head_begin * D, k1 = k0 + sh.kv_heads * D;
+  const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
+  auto dst = [&](std::vector<float>* p) { return w != nullptr ? p : nullptr; };
+  LlamaWeights unused;
+  LlamaWeights& out = w != nullptr ? *w : unused;
+  const int first = part.layer_begin, last = part.layer_end < 0 ? c.n_layer : part.layer_end;
+  out.layers.resize(std::max(0, last - first));
+  if (part.globals) {
+    visit(RowSlice("model.embed_tokens.weight", {V, C}, sh.vocab_begin, sh.vocab_end),
+          dst(&out.embed));
+    visit(Whole("model.norm.weight", {C}), dst(&out.norm));
+    if (!c.tie_word_embeddings) {
+      visit(RowSlice("lm_head.weight", {V, C}, sh.vocab_begin, sh.vocab_end), dst(&out.lm_head));
+    }
+  }
+  for (int l = first; l < last; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    LlamaLayerWeights& L = out.layers[l - first];
+    visit(Whole(p + "input_layernorm.weight", {C}), dst(&L.attn_norm));
+    visit(Whole(p + "post_attention_layernorm.weight", {C}), dst(&L.mlp_norm));
+    // Q by query heads, K and V by key/value heads: whole GQA groups.
+    visit(Stack(WeightRecipe::kRows, {RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1),
+                                      RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
+                                      RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
+          dst(&L.qkv));
+    visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), dst(&L.o));
+    visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
+                                      RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
+          dst(&L.gate_up));
+    visit(ColSlice(p + "mlp.down_proj.weight", {C, F}, f0, f1), dst(&L.down));
+  }
 }
 
 }  // namespace
 
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt, const LlamaConfig& config) {
-  const int64_t C = config.hidden, F = config.intermediate, V = config.vocab_size,
-                Q = config.q_dim(), KV = config.kv_dim();
-  absl::Status st;
-  auto read = [&](const std::string& key, std::vector<int64_t> shape) {
-    std::vector<float> out;
-    if (!st.ok()) return out;
-    auto t = ckpt.ReadFloat(key, shape);
-    if (!t.ok()) {
-      st = t.status();
-      return out;
-    }
-    return std::move(*t);
-  };
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(const WeightSource& source, const LlamaConfig& config,
+                                              const ShardSpec& spec, WeightPart part) {
+  if (absl::Status st = ValidateLlamaShard(config, spec); !st.ok()) return st;
+  if (absl::Status st = CheckWeightPart(part, config.n_layer); !st.ok()) return st;
   LlamaWeights w;
-  w.embed = read("model.embed_tokens.weight", {V, C});
-  w.norm = read("model.norm.weight", {C});
-  const bool has_head = ckpt.Find("lm_head.weight") != nullptr;
-  if (!config.tie_word_embeddings || has_head) {
-    // An untied head must be there; a tied one may still be saved (as a copy).
-    if (!config.tie_word_embeddings) w.lm_head = read("lm_head.weight", {V, C});
-  }
-  for (int l = 0; l < config.n_layer && st.ok(); ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    LlamaLayerWeights layer;
-    layer.attn_norm = read(p + "input_layernorm.weight", {C});
-    layer.qkv = Concat(Concat(read(p + "self_attn.q_proj.weight", {Q, C}),
-                              read(p + "self_attn.k_proj.weight", {KV, C})),
-                       read(p + "self_attn.v_proj.weight", {KV, C}));
-    layer.o = read(p + "self_attn.o_proj.weight", {C, Q});
-    layer.mlp_norm = read(p + "post_attention_layernorm.weight", {C});
-    layer.gate_up = Concat(read(p + "mlp.gate_proj.weight", {F, C}), read(p + "mlp.up_proj.weight", {F, C}));
-    layer.down = read(p + "mlp.down_proj.weight", {C, F});
-    w.layers.push_back(std::move(layer));
-  }
+  absl::Status st;
+  ForEachParam(config, spec, part, &w, [&](const WeightRecipe& r, std::vector<float>* out) {
+    if (!st.ok()) return;
+    auto v = ReadRecipe(source, r);
+    if (!v.ok()) {
+      st = v.status();
+      return;
+    }
+    *out = std::move(*v);
+  });
   if (!st.ok()) return st;
   return w;
 }
 
-LlamaWeights RandomLlamaWeights(const LlamaConfig& config, uint64_t seed) {
-  const int64_t C = config.hidden, F = config.intermediate, V = config.vocab_size,
-                Q = config.q_dim(), KV = config.kv_dim();
-  SplitMix64 rng(seed);
-  LlamaWeights w;
-  w.embed = RandomInit(V * C, rng);
-  for (int l = 0; l < config.n_layer; ++l) {
-    LlamaLayerWeights layer;
-    layer.attn_norm.assign(C, 1.0f);
-    layer.qkv = RandomInit((Q + 2 * KV) * C, rng);
-    layer.o = RandomInit(C * Q, rng);
-    layer.mlp_norm.assign(C, 1.0f);
-    layer.gate_up = RandomInit(2 * F * C, rng);
-    layer.down = RandomInit(C * F, rng);
-    w.layers.push_back(std::move(layer));
-  }
-  w.norm.assign(C, 1.0f);
-  if (!config.tie_word_embeddings) w.lm_head = RandomInit(V * C, rng);
-  return w;
+absl::Status CheckLlamaWeights(const WeightSource& source, const LlamaConfig& config) {
+  absl::Status st;
+  ForEachParam(config, ShardSpec{1, 0}, WeightPart{}, nullptr, [&](const WeightRecipe& r, std::vector<float>*) {
+    for (const WeightBlock& b : r.blocks) {
+      if (st.ok()) st = source.Read(b.tensor, b.shape, TensorRegion{}).status();
+    }
+  });
+  return st;
+}
+
+std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, uint64_t seed) {
+  const bool tied = config.tie_word_embeddings;
+  return std::make_unique<GeneratedSource>(seed, [tied](absl::string_view name) {
+    using Fill = GeneratedSource::Fill;
+    if (name == "lm_head.weight" && tied) return Fill::kAbsent;
+    return absl::EndsWith(name, "norm.weight") ? Fill::kOnes : Fill::kRandom;
+  });
 }
 
 }  // namespace flover

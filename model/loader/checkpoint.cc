@@ -75,4 +75,14 @@ absl::StatusOr<std::vector<float>> Checkpoint::ReadFloat(
   return files_[it->second].ReadFloat(tensor, expected_shape);
 }
 
+absl::StatusOr<std::vector<float>> Checkpoint::ReadFloatRegion(
+    absl::string_view tensor, const std::vector<int64_t>& expected_shape,
+    const TensorRegion& region) const {
+  auto it = file_of_.find(tensor);
+  if (it == file_of_.end()) {
+    return absl::NotFoundError(absl::StrCat(name_, ": no tensor '", tensor, "'"));
+  }
+  return files_[it->second].ReadFloatRegion(tensor, expected_shape, region);
+}
+
 }  // namespace flover

@@ -26,6 +26,9 @@ class Checkpoint {
   // NotFound naming the tensor and the checkpoint when none does.
   absl::StatusOr<std::vector<float>> ReadFloat(absl::string_view tensor,
                                                const std::vector<int64_t>& expected_shape) const;
+  absl::StatusOr<std::vector<float>> ReadFloatRegion(absl::string_view tensor,
+                                                     const std::vector<int64_t>& expected_shape,
+                                                     const TensorRegion& region) const;
   int num_files() const { return static_cast<int>(files_.size()); }
   const std::string& name() const { return name_; }
 

@@ -1,11 +1,16 @@
 #include "model/loader/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "util/file_util.h"
 #include "util/json.h"
 
 namespace flover {
@@ -82,14 +87,72 @@ float BFloat16ToFloat(uint16_t b) {
   return f;
 }
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  auto bytes = ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
-  return Parse(std::move(*bytes), path);
+TensorRegion TensorInfo::All() const {
+  const int64_t rows = shape.size() >= 2 ? shape[0] : 1;
+  return TensorRegion{0, rows, 0, rows == 0 ? 0 : numel() / rows};
 }
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes,
-                                                       std::string name) {
+class SafetensorsFile::Storage {
+ public:
+  explicit Storage(std::string bytes) : owned_(std::move(bytes)), view_(owned_) {}
+  Storage(void* map, size_t size) : map_(map), view_(static_cast<const char*>(map), size) {}
+  ~Storage() {
+    if (map_ != nullptr) ::munmap(map_, view_.size());
+  }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  absl::string_view bytes() const { return view_; }
+  // Gives back the pages under [begin, end) (mapped files only): they are
+  // read again from the page cache if touched later.
+  void Release(int64_t begin, int64_t end) const {
+    if (map_ == nullptr || end <= begin) return;
+    static const int64_t page = ::sysconf(_SC_PAGESIZE);
+    const int64_t first = begin / page * page, last = (end + page - 1) / page * page;
+    ::madvise(static_cast<char*>(map_) + first,
+              std::min<int64_t>(last, static_cast<int64_t>(view_.size())) - first, MADV_DONTNEED);
+  }
+
+ private:
+  std::string owned_;
+  void* map_ = nullptr;
+  absl::string_view view_;
+};
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open file (", std::strerror(errno), ")"));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  std::shared_ptr<const Storage> storage;
+  if (st.st_size == 0) {
+    storage = std::make_shared<const Storage>(std::string());
+  } else {
+    void* map = ::mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd);
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": cannot map the file (", std::strerror(e), ")"));
+    }
+    storage = std::make_shared<const Storage>(map, static_cast<size_t>(st.st_size));
+  }
+  ::close(fd);  // the mapping keeps the file
+  return ParseStorage(std::move(storage), path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, std::string name) {
+  return ParseStorage(std::make_shared<const Storage>(std::move(bytes)), std::move(name));
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseStorage(
+    std::shared_ptr<const Storage> storage, std::string name) {
+  const absl::string_view bytes = storage->bytes();
   auto err = [&name](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", parts...));
   };
@@ -108,11 +171,12 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes,
   }
   const int64_t data_start = 8 + static_cast<int64_t>(header_len);
   const int64_t data_size = static_cast<int64_t>(bytes.size()) - data_start;
-  auto header = ParseJsonObject(absl::string_view(bytes).substr(8, header_len),
-                                absl::StrCat(name, ": header"));
+  auto header = ParseJsonObject(bytes.substr(8, header_len), absl::StrCat(name, ": header"));
   if (!header.ok()) return header.status();
 
-  SafetensorsFile file(std::string(), name, data_start);
+  SafetensorsFile file;
+  file.name_ = name;
+  file.data_start_ = data_start;
   for (const auto& [key, value] : header->fields()) {
     if (key == "__metadata__") continue;
     auto terr = [&](auto&&... parts) { return err("tensor '", key, "': ", parts...); };
@@ -187,7 +251,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes,
                  "' overlap in the data section");
     }
   }
-  file.bytes_ = std::move(bytes);
+  file.storage_ = std::move(storage);
   return file;
 }
 
@@ -199,6 +263,13 @@ const TensorInfo* SafetensorsFile::Find(absl::string_view tensor) const {
 absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloat(
     absl::string_view tensor, const std::vector<int64_t>& expected_shape) const {
   const TensorInfo* info = Find(tensor);
+  return ReadFloatRegion(tensor, expected_shape, info != nullptr ? info->All() : TensorRegion{});
+}
+
+absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloatRegion(
+    absl::string_view tensor, const std::vector<int64_t>& expected_shape,
+    const TensorRegion& region) const {
+  const TensorInfo* info = Find(tensor);
   if (info == nullptr) {
     return absl::NotFoundError(absl::StrCat(name_, ": missing tensor '", tensor, "'"));
   }
@@ -207,23 +278,46 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloat(
         absl::StrCat(name_, ": tensor '", tensor, "' has shape ", ShapeString(info->shape),
                      " but the config requires ", ShapeString(expected_shape)));
   }
-  const int64_t n = info->numel();
-  const char* p = bytes_.data() + data_start_ + info->begin;
-  std::vector<float> out(n);
+  const TensorRegion all = info->All();
+  if (region.row_begin < 0 || region.row_begin > region.row_end || region.row_end > all.row_end ||
+      region.col_begin < 0 || region.col_begin > region.col_end || region.col_end > all.col_end) {
+    return absl::OutOfRangeError(absl::StrCat(
+        name_, ": tensor '", tensor, "': region rows [", region.row_begin, ", ", region.row_end,
+        ") columns [", region.col_begin, ", ", region.col_end, ") is outside ",
+        ShapeString(info->shape)));
+  }
+  int elem = 0;
   switch (info->dtype) {
-    case DType::kF32:
-      std::memcpy(out.data(), p, n * sizeof(float));
-      break;
+    case DType::kF32: elem = 4; break;
     case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(LoadU16(p + 2 * i));
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(LoadU16(p + 2 * i));
-      break;
+    case DType::kBF16: elem = 2; break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(name_, ": tensor '", tensor, "' has dtype ", DTypeName(info->dtype),
                        "; weights must be F32, F16 or BF16"));
+  }
+  const int64_t cols = all.cols(), n = region.cols();
+  const int64_t base = data_start_ + info->begin;
+  const char* data = storage_->bytes().data() + base;
+  std::vector<float> out(region.numel());
+  for (int64_t r = region.row_begin; r < region.row_end; ++r) {
+    const char* p = data + (r * cols + region.col_begin) * elem;
+    float* o = out.data() + (r - region.row_begin) * n;
+    switch (info->dtype) {
+      case DType::kF32:
+        std::memcpy(o, p, n * sizeof(float));
+        break;
+      case DType::kF16:
+        for (int64_t i = 0; i < n; ++i) o[i] = HalfToFloat(LoadU16(p + 2 * i));
+        break;
+      default:
+        for (int64_t i = 0; i < n; ++i) o[i] = BFloat16ToFloat(LoadU16(p + 2 * i));
+        break;
+    }
+  }
+  if (region.numel() > 0) {
+    storage_->Release(base + (region.row_begin * cols + region.col_begin) * elem,
+                      base + ((region.row_end - 1) * cols + region.col_end) * elem);
   }
   return out;
 }

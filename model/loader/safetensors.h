@@ -2,11 +2,18 @@
 // JSON header, then raw tensor bytes). Every file is untrusted input: sizes,
 // offsets, shapes and dtypes are all checked before any tensor is exposed, and
 // every error names the file, the tensor and the problem.
+//
+// Open maps the file (read-only, private) rather than reading it: a tensor's
+// pages are read from the page cache when a region of it is converted, and
+// dropped from this process's resident set right after, so loading a rank's
+// slice of a model costs that slice, not the file. (The file must not be
+// truncated while it is open.)
 #ifndef FLOVER_MODEL_LOADER_SAFETENSORS_H_
 #define FLOVER_MODEL_LOADER_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -20,17 +27,29 @@ enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool };
 
 absl::string_view DTypeName(DType dtype);
 
+// Rows [row_begin, row_end) and columns [col_begin, col_end) of a tensor seen
+// as a matrix: a 1-D tensor of n values is one row of n columns, and a
+// higher-rank one is [shape[0], product of the rest].
+struct TensorRegion {
+  int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+  int64_t rows() const { return row_end - row_begin; }
+  int64_t cols() const { return col_end - col_begin; }
+  int64_t numel() const { return rows() * cols(); }
+};
+
 struct TensorInfo {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   int64_t begin = 0;  // byte offsets into the data section
   int64_t end = 0;
   int64_t numel() const;
+  // The whole tensor as a region.
+  TensorRegion All() const;
 };
 
 class SafetensorsFile {
  public:
-  // Reads and validates the whole file.
+  // Maps the file and validates its header and offsets.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
   // Validates `bytes` as a safetensors file; `name` is used in errors.
   static absl::StatusOr<SafetensorsFile> Parse(std::string bytes, std::string name);
@@ -43,12 +62,21 @@ class SafetensorsFile {
   // `expected_shape` must equal the tensor's shape.
   absl::StatusOr<std::vector<float>> ReadFloat(
       absl::string_view tensor, const std::vector<int64_t>& expected_shape) const;
+  // The same for a region of the tensor only (row-major, region.numel()
+  // values); a region outside the tensor is an error.
+  absl::StatusOr<std::vector<float>> ReadFloatRegion(absl::string_view tensor,
+                                                     const std::vector<int64_t>& expected_shape,
+                                                     const TensorRegion& region) const;
+
+  // The file's bytes: owned (Parse) or mapped (Open).
+  class Storage;
 
  private:
-  SafetensorsFile(std::string bytes, std::string name, int64_t data_start)
-      : bytes_(std::move(bytes)), name_(std::move(name)), data_start_(data_start) {}
+  SafetensorsFile() = default;
+  static absl::StatusOr<SafetensorsFile> ParseStorage(std::shared_ptr<const Storage> storage,
+                                                      std::string name);
 
-  std::string bytes_;
+  std::shared_ptr<const Storage> storage_;
   std::string name_;
   int64_t data_start_ = 0;
   std::map<std::string, TensorInfo> tensors_;

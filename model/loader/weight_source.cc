@@ -1,0 +1,158 @@
+#include "model/loader/weight_source.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace flover {
+namespace {
+
+// FNV-1a: a tensor's name as part of its random stream's key.
+uint64_t NameKey(absl::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// SplitMix64's output for counter i of the stream keyed `key`: random access
+// into a stream the generator would produce in order.
+uint64_t Mix(uint64_t key, uint64_t i) {
+  uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::string CheckpointSource::Resolve(absl::string_view tensor) const {
+  if (checkpoint_.Find(tensor) == nullptr && !prefix_.empty()) {
+    std::string aliased = absl::StrCat(prefix_, tensor);
+    if (checkpoint_.Find(aliased) != nullptr) return aliased;
+  }
+  return std::string(tensor);
+}
+
+bool CheckpointSource::Has(absl::string_view tensor) const {
+  return checkpoint_.Find(Resolve(tensor)) != nullptr;
+}
+
+absl::StatusOr<std::vector<float>> CheckpointSource::Read(absl::string_view tensor,
+                                                          const std::vector<int64_t>& shape,
+                                                          const TensorRegion& region) const {
+  return checkpoint_.ReadFloatRegion(Resolve(tensor), shape, region);
+}
+
+absl::StatusOr<std::vector<float>> GeneratedSource::Read(absl::string_view tensor,
+                                                         const std::vector<int64_t>& shape,
+                                                         const TensorRegion& region) const {
+  const Fill fill = kind_(tensor);
+  if (fill == Fill::kAbsent) {
+    return absl::NotFoundError(absl::StrCat("built-in model: no tensor '", tensor, "'"));
+  }
+  TensorInfo info;
+  info.shape = shape;
+  const TensorRegion all = info.All();
+  if (region.row_begin < 0 || region.row_end > all.row_end || region.row_begin > region.row_end ||
+      region.col_begin < 0 || region.col_end > all.col_end || region.col_begin > region.col_end) {
+    return absl::OutOfRangeError(absl::StrCat("built-in model: tensor '", tensor,
+                                              "': region outside the tensor"));
+  }
+  std::vector<float> out(region.numel(), fill == Fill::kOnes ? 1.0f : 0.0f);
+  if (fill != Fill::kRandom) return out;
+  // Uniform on [-a, a] with std 0.02, as GPT-2 and Llama initialise.
+  const float a = 0.02f * std::sqrt(3.0f);
+  const uint64_t key = seed_ ^ NameKey(tensor);
+  float* o = out.data();
+  for (int64_t r = region.row_begin; r < region.row_end; ++r) {
+    for (int64_t c = region.col_begin; c < region.col_end; ++c) {
+      const uint64_t bits = Mix(key, static_cast<uint64_t>(r * all.col_end + c));
+      *o++ = a * static_cast<float>((bits >> 40) * 0x1.0p-23 - 1.0);
+    }
+  }
+  return out;
+}
+
+WeightRecipe Whole(std::string tensor, std::vector<int64_t> shape) {
+  TensorInfo info;
+  info.shape = shape;
+  return WeightRecipe{WeightRecipe::kRows, {{std::move(tensor), std::move(shape), info.All()}}};
+}
+
+WeightRecipe RowSlice(std::string tensor, std::vector<int64_t> shape, int64_t begin, int64_t end) {
+  WeightRecipe r = Whole(std::move(tensor), std::move(shape));
+  r.blocks[0].region.row_begin = begin;
+  r.blocks[0].region.row_end = end;
+  return r;
+}
+
+WeightRecipe ColSlice(std::string tensor, std::vector<int64_t> shape, int64_t begin, int64_t end) {
+  WeightRecipe r = Whole(std::move(tensor), std::move(shape));
+  r.blocks[0].region.col_begin = begin;
+  r.blocks[0].region.col_end = end;
+  return r;
+}
+
+WeightRecipe Zeros(int64_t n) {
+  WeightRecipe r;
+  r.zeros = n;
+  return r;
+}
+
+WeightRecipe Stack(WeightRecipe::Axis axis, std::vector<WeightRecipe> parts) {
+  WeightRecipe out;
+  out.axis = axis;
+  for (WeightRecipe& p : parts) {
+    for (WeightBlock& b : p.blocks) out.blocks.push_back(std::move(b));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
+                                              const WeightRecipe& recipe) {
+  if (recipe.blocks.empty()) return std::vector<float>(recipe.zeros, 0.0f);
+  if (recipe.blocks.size() == 1) {
+    const WeightBlock& b = recipe.blocks[0];
+    return source.Read(b.tensor, b.shape, b.region);
+  }
+  int64_t total = 0, rows = -1, cols = 0;
+  for (const WeightBlock& b : recipe.blocks) {
+    total += b.region.numel();
+    if (recipe.axis == WeightRecipe::kCols) {
+      if (rows >= 0 && b.region.rows() != rows) {
+        return absl::InternalError(absl::StrCat("recipe: '", b.tensor, "' has ", b.region.rows(),
+                                                " rows, the blocks before it ", rows));
+      }
+      rows = b.region.rows();
+      cols += b.region.cols();
+    }
+  }
+  std::vector<float> out(total);
+  int64_t at = 0;  // kRows: values written; kCols: columns placed
+  for (const WeightBlock& b : recipe.blocks) {
+    auto part = source.Read(b.tensor, b.shape, b.region);
+    if (!part.ok()) return part.status();
+    if (recipe.axis == WeightRecipe::kRows) {
+      std::copy(part->begin(), part->end(), out.begin() + at);
+      at += static_cast<int64_t>(part->size());
+    } else {
+      const int64_t w = b.region.cols();
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(part->begin() + r * w, part->begin() + (r + 1) * w, out.begin() + r * cols + at);
+      }
+      at += w;
+    }
+  }
+  return out;
+}
+
+absl::Status CheckWeightPart(const WeightPart& part, int n_layer) {
+  if (part.layer_begin < 0 || part.layer_begin > n_layer || part.layer_end > n_layer ||
+      (part.layer_end >= 0 && part.layer_end < part.layer_begin)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layers [", part.layer_begin, ", ", part.layer_end, ") of ", n_layer));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flover

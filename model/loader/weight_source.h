@@ -1,0 +1,118 @@
+// Where a model's weights come from, by their Hugging Face names, and how a
+// tensor-parallel rank's parameters are cut from them.
+//
+// A family describes each parameter of a rank as a WeightRecipe: regions of
+// checkpoint tensors, stacked as rows or placed side by side (Llama's fused
+// q/k/v rows, GPT-2's Conv1D columns). ReadRecipe reads only those regions,
+// so a rank converts its own slice of a file and nothing else. The same
+// recipes serve checkpoints and the built-in random models.
+#ifndef FLOVER_MODEL_LOADER_WEIGHT_SOURCE_H_
+#define FLOVER_MODEL_LOADER_WEIGHT_SOURCE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/loader/checkpoint.h"
+#include "model/loader/safetensors.h"
+
+namespace flover {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool Has(absl::string_view tensor) const = 0;
+  // `region` of the tensor, whose shape must be `shape`, as float32.
+  virtual absl::StatusOr<std::vector<float>> Read(absl::string_view tensor,
+                                                  const std::vector<int64_t>& shape,
+                                                  const TensorRegion& region) const = 0;
+  // The weights' dtype where they are stored ("F32", "F16", "BF16").
+  virtual std::string stored_dtype() const = 0;
+};
+
+// A checkpoint directory. `alias_prefix`: a tensor missing under its name is
+// looked up under prefix + name too (GPT-2 saved with "transformer.").
+class CheckpointSource final : public WeightSource {
+ public:
+  CheckpointSource(Checkpoint checkpoint, std::string alias_prefix, std::string stored_dtype)
+      : checkpoint_(std::move(checkpoint)),
+        prefix_(std::move(alias_prefix)),
+        stored_dtype_(std::move(stored_dtype)) {}
+  bool Has(absl::string_view tensor) const override;
+  absl::StatusOr<std::vector<float>> Read(absl::string_view tensor,
+                                          const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override;
+  std::string stored_dtype() const override { return stored_dtype_; }
+
+ private:
+  std::string Resolve(absl::string_view tensor) const;
+  Checkpoint checkpoint_;
+  std::string prefix_, stored_dtype_;
+};
+
+// Seeded random weights for the built-in models, the same for the same seed
+// whatever region is read: element i of tensor t is a pure function of
+// (seed, t, i). `kind` says which tensors exist and how they are filled.
+class GeneratedSource final : public WeightSource {
+ public:
+  enum class Fill { kAbsent, kRandom, kOnes, kZeros };
+  GeneratedSource(uint64_t seed, std::function<Fill(absl::string_view)> kind)
+      : seed_(seed), kind_(std::move(kind)) {}
+  bool Has(absl::string_view tensor) const override { return kind_(tensor) != Fill::kAbsent; }
+  absl::StatusOr<std::vector<float>> Read(absl::string_view tensor,
+                                          const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override;
+  std::string stored_dtype() const override { return "F32"; }
+
+ private:
+  uint64_t seed_;
+  std::function<Fill(absl::string_view)> kind_;
+};
+
+// A region of one tensor.
+struct WeightBlock {
+  std::string tensor;
+  std::vector<int64_t> shape;  // the whole tensor's, as the config requires it
+  TensorRegion region;
+};
+
+// One parameter of a rank: its blocks stacked as rows (kRows: each block is
+// whole rows of the result) or placed side by side (kCols: each block is a
+// band of columns, all with the same number of rows).
+struct WeightRecipe {
+  enum Axis { kRows, kCols } axis = kRows;
+  std::vector<WeightBlock> blocks;
+  int64_t zeros = 0;  // no blocks: this many zeros (a bias another rank adds)
+};
+
+// A whole tensor, or rows / columns [begin, end) of it (a 1-D tensor's
+// columns are its elements).
+WeightRecipe Whole(std::string tensor, std::vector<int64_t> shape);
+WeightRecipe RowSlice(std::string tensor, std::vector<int64_t> shape, int64_t begin, int64_t end);
+WeightRecipe ColSlice(std::string tensor, std::vector<int64_t> shape, int64_t begin, int64_t end);
+// `n` zeros, read from nowhere.
+WeightRecipe Zeros(int64_t n);
+// Several recipes' single blocks combined along `axis`.
+WeightRecipe Stack(WeightRecipe::Axis axis, std::vector<WeightRecipe> parts);
+
+absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
+                                              const WeightRecipe& recipe);
+
+// Which part of a model's weights to read: layers [layer_begin, layer_end)
+// and, with `globals`, the parameters outside the layers (embeddings, final
+// norm, head). The default is everything; models are put on a backend one
+// layer at a time, so the host holds one layer's float32 copy at once.
+struct WeightPart {
+  int layer_begin = 0, layer_end = -1;  // -1: through the last layer
+  bool globals = true;
+};
+
+// InvalidArgument unless `part` lies within `n_layer` layers.
+absl::Status CheckWeightPart(const WeightPart& part, int n_layer);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_LOADER_WEIGHT_SOURCE_H_

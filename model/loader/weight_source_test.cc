@@ -1,0 +1,165 @@
+// Regions of tensors from mapped checkpoints and from the built-in
+// generator, and recipes assembling a rank's parameters from them.
+#include "model/loader/weight_source.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace flover {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Rows [r0, r1) x columns [c0, c1) of a row-major matrix with `cols` columns.
+std::vector<float> Sub(const std::vector<float>& m, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
+                       int64_t c1) {
+  std::vector<float> out;
+  for (int64_t r = r0; r < r1; ++r) {
+    out.insert(out.end(), m.begin() + r * cols + c0, m.begin() + r * cols + c1);
+  }
+  return out;
+}
+
+// A safetensors file of one [rows, cols] tensor per dtype, values v(i) = i/8
+// (exact in F16 and BF16 up to 256).
+std::string WriteFile(const std::string& dir, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  std::string data, header = "{";
+  int64_t at = 0;
+  for (const char* dtype : {"F32", "BF16", "F16"}) {
+    const int elem = std::string(dtype) == "F32" ? 4 : 2;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(i) / 8;
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      if (elem == 4) {
+        data.append(reinterpret_cast<const char*>(&bits), 4);
+      } else if (std::string(dtype) == "BF16") {
+        const uint16_t b = static_cast<uint16_t>(bits >> 16);
+        data.append(reinterpret_cast<const char*>(&b), 2);
+      } else {  // F16 of a value in [0, 256) with at most 8 significant bits
+        int e = 0;
+        uint16_t h = 0;
+        if (v != 0) {
+          float m = v;
+          while (m >= 2) m /= 2, ++e;
+          while (m < 1) m *= 2, --e;
+          h = static_cast<uint16_t>(((e + 15) << 10) | static_cast<uint16_t>((m - 1) * 1024));
+        }
+        data.append(reinterpret_cast<const char*>(&h), 2);
+      }
+    }
+    absl::StrAppend(&header, at ? ", " : "", "\"", std::string("transformer.") + dtype,
+                    "\": {\"dtype\": \"", dtype, "\", \"shape\": [", rows, ", ", cols,
+                    "], \"data_offsets\": [", at, ", ", at + n * elem, "]}");
+    at += n * elem;
+  }
+  header += "}";
+  std::string bytes(8, '\0');
+  uint64_t len = header.size();
+  std::memcpy(bytes.data(), &len, 8);
+  bytes += header + data;
+  std::ofstream(dir + "/model.safetensors", std::ios::binary) << bytes;
+  return dir;
+}
+
+TEST(WeightSourceTest, CheckpointRegionsAreSlicesOfTheWholeTensor) {
+  char tmpl[] = "/tmp/flover_ws_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const int64_t R = 37, C = 53;  // regions cross page boundaries
+  WriteFile(tmpl, R, C);
+  auto ckpt = Checkpoint::Open(tmpl);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  CheckpointSource source(std::move(*ckpt), "transformer.", "F32");
+  for (const char* name : {"F32", "BF16", "F16"}) {
+    ASSERT_TRUE(source.Has(name)) << name;  // through the alias prefix
+    auto whole = source.Read(name, {R, C}, TensorRegion{0, R, 0, C});
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    ASSERT_EQ(whole->size(), size_t(R * C));
+    EXPECT_EQ((*whole)[R * C - 1], float(R * C - 1) / 8) << name;
+    for (TensorRegion g : {TensorRegion{3, 20, 0, C}, TensorRegion{0, R, 7, 31},
+                           TensorRegion{10, 11, 52, 53}, TensorRegion{5, 5, 0, 0}}) {
+      auto part = source.Read(name, {R, C}, g);
+      ASSERT_TRUE(part.ok()) << part.status();
+      EXPECT_EQ(*part, Sub(*whole, C, g.row_begin, g.row_end, g.col_begin, g.col_end)) << name;
+    }
+    // Pages given back after a read come back from the file.
+    auto again = source.Read(name, {R, C}, TensorRegion{0, R, 0, C});
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *whole);
+  }
+  auto outside = source.Read("F32", {R, C}, TensorRegion{0, R + 1, 0, C});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_THAT(std::string(outside.status().message()), HasSubstr("is outside [37, 53]"));
+  auto shape = source.Read("F32", {C, R}, TensorRegion{});
+  ASSERT_FALSE(shape.ok());
+  EXPECT_THAT(std::string(shape.status().message()), HasSubstr("has shape [37, 53]"));
+  EXPECT_FALSE(source.Has("F64"));
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(WeightSourceTest, GeneratedValuesDoNotDependOnTheRegionRead) {
+  GeneratedSource source(7, [](absl::string_view name) {
+    using Fill = GeneratedSource::Fill;
+    return name == "ones" ? Fill::kOnes : name == "none" ? Fill::kAbsent : Fill::kRandom;
+  });
+  auto whole = source.Read("w", {9, 11}, TensorRegion{0, 9, 0, 11});
+  ASSERT_TRUE(whole.ok());
+  auto part = source.Read("w", {9, 11}, TensorRegion{2, 5, 3, 10});
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(*part, Sub(*whole, 11, 2, 5, 3, 10));
+  float lo = 1, hi = -1;
+  for (float v : *whole) lo = std::min(lo, v), hi = std::max(hi, v);
+  EXPECT_LT(lo, -0.01f);
+  EXPECT_GT(hi, 0.01f);
+  EXPECT_LE(hi, 0.02f * std::sqrt(3.0f));
+  auto other = source.Read("v", {9, 11}, TensorRegion{0, 9, 0, 11});
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, *whole);  // each tensor its own stream
+  auto ones = source.Read("ones", {4}, TensorRegion{0, 1, 0, 4});
+  ASSERT_TRUE(ones.ok());
+  EXPECT_EQ(*ones, std::vector<float>(4, 1.0f));
+  EXPECT_FALSE(source.Has("none"));
+  EXPECT_FALSE(source.Read("none", {4}, TensorRegion{}).ok());
+}
+
+TEST(WeightSourceTest, RecipesStackRowsAndPlaceColumns) {
+  GeneratedSource source(3, [](absl::string_view) { return GeneratedSource::Fill::kRandom; });
+  const std::vector<float> a = *source.Read("a", {6, 4}, TensorRegion{0, 6, 0, 4});
+  const std::vector<float> b = *source.Read("b", {6, 4}, TensorRegion{0, 6, 0, 4});
+  // Rows 1..3 of a over rows 4..6 of b.
+  auto rows = ReadRecipe(source, Stack(WeightRecipe::kRows,
+                                       {RowSlice("a", {6, 4}, 1, 3), RowSlice("b", {6, 4}, 4, 6)}));
+  ASSERT_TRUE(rows.ok());
+  std::vector<float> want = Sub(a, 4, 1, 3, 0, 4);
+  const std::vector<float> tail = Sub(b, 4, 4, 6, 0, 4);
+  want.insert(want.end(), tail.begin(), tail.end());
+  EXPECT_EQ(*rows, want);
+  // Columns 0..1 of a beside columns 2..4 of b: each row [a_r0 a_r1 b_r2 b_r3].
+  auto cols = ReadRecipe(source, Stack(WeightRecipe::kCols,
+                                       {ColSlice("a", {6, 4}, 0, 2), ColSlice("b", {6, 4}, 2, 4)}));
+  ASSERT_TRUE(cols.ok());
+  ASSERT_EQ(cols->size(), 24u);
+  for (int r = 0; r < 6; ++r) {
+    EXPECT_EQ((*cols)[r * 4 + 0], a[r * 4 + 0]);
+    EXPECT_EQ((*cols)[r * 4 + 1], a[r * 4 + 1]);
+    EXPECT_EQ((*cols)[r * 4 + 2], b[r * 4 + 2]);
+    EXPECT_EQ((*cols)[r * 4 + 3], b[r * 4 + 3]);
+  }
+  auto zeros = ReadRecipe(source, Zeros(5));
+  ASSERT_TRUE(zeros.ok());
+  EXPECT_EQ(*zeros, std::vector<float>(5, 0.0f));
+  auto ragged = ReadRecipe(source, Stack(WeightRecipe::kCols,
+                                         {RowSlice("a", {6, 4}, 0, 2), RowSlice("b", {6, 4}, 0, 3)}));
+  EXPECT_FALSE(ragged.ok());
+}
+
+}  // namespace
+}  // namespace flover
