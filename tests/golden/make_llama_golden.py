@@ -95,15 +95,21 @@ def emulated_logits(model, prompts, kv):
             mod.weight.data = w
 
 
-def make_model(name, cfg, dtype, shards, seed):
+def random_model(cfg, seed):
+    """A seeded LlamaForCausalLM with non-trivial norms, so every parameter matters."""
     torch.manual_seed(seed)
     config = LlamaConfig(**cfg, initializer_range=0.2, bos_token_id=1, eos_token_id=2)
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
-        # Non-trivial norms, so every parameter matters.
         for pname, p in model.named_parameters():
             if "norm" in pname:
                 p.add_(0.3 * torch.randn_like(p))
+    return config, model
+
+
+def make_model(name, cfg, dtype, shards, seed):
+    config, model = random_model(cfg, seed)
+    with torch.no_grad():
         # Round weights to the stored dtype; the reference then computes in
         # float32 with exactly the weights Flover will read.
         for p in model.parameters():
@@ -146,13 +152,7 @@ TEXT_PROMPTS = ["The quick brown fox", "Requests arrive at random times,",
 
 def make_text_model(name, cfg, seed, steps=24):
     """A model whose directory carries a tokenizer.json: text in, text out."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(**cfg, initializer_range=0.2, bos_token_id=1, eos_token_id=2)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if "norm" in pname:
-                p.add_(0.3 * torch.randn_like(p))
+    config, model = random_model(cfg, seed)
     out_dir = os.path.join(HERE, name)
     os.makedirs(out_dir, exist_ok=True)
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()
