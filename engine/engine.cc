@@ -39,6 +39,7 @@ struct Engine::Sequence {
   Request request;
   std::shared_ptr<TokenSink> sink;
   absl::Time arrival;
+  absl::Time first_token, last_token;  // set from the first generated token on
   Sampler sampler;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   int slot = -1;                // -1 while queued
@@ -86,6 +87,8 @@ Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions&
   kv_bytes_per_token_ = shape.bytes_per_token();
   stats_.slots = shape.slots;
   stats_.kv_bytes_total = shape.bytes();
+  metrics_.kv_slots_total.Set(shape.slots);
+  metrics_.kv_bytes_total.Set(static_cast<double>(shape.bytes()));
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -126,6 +129,18 @@ absl::Status Engine::Validate(const Request& r) const {
 }
 
 absl::StatusOr<RequestId> Engine::Submit(Request request, std::shared_ptr<TokenSink> sink) {
+  absl::StatusOr<RequestId> id = Queue(std::move(request), std::move(sink));
+  if (!id.ok()) metrics_.CountError(id.status().code());
+  return id;
+}
+
+void Engine::PublishOccupancyLocked() {
+  metrics_.waiting.Set(stats_.queued);
+  metrics_.running.Set(stats_.active);
+  metrics_.kv_bytes_in_use.Set(static_cast<double>(stats_.kv_bytes_in_use));
+}
+
+absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSink> sink) {
   if (sink == nullptr) return absl::InvalidArgumentError("sink: is null");
   if (absl::Status st = Validate(request); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
@@ -142,6 +157,8 @@ absl::StatusOr<RequestId> Engine::Submit(Request request, std::shared_ptr<TokenS
   live_ids_.insert(id);
   ++stats_.queued;
   ++stats_.submitted;
+  metrics_.submitted.Increment();
+  PublishOccupancyLocked();
   cv_.notify_all();
   return id;
 }
@@ -202,6 +219,18 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   }
   ev.text = ReleaseText(seq, /*all=*/true);
   ev.error = std::move(error);
+  const absl::Time now = absl::Now();
+  metrics_.finished[static_cast<int>(reason)].Increment();
+  metrics_.e2e_latency.Observe(absl::ToDoubleSeconds(now - seq.arrival));
+  if (seq.generated >= 2) {
+    metrics_.time_per_output_token.Observe(
+        absl::ToDoubleSeconds(seq.last_token - seq.first_token) / (seq.generated - 1));
+  }
+  if (reason == FinishReason::kCancelled) metrics_.CountError(absl::StatusCode::kCancelled);
+  if (reason == FinishReason::kDeadline) metrics_.CountError(absl::StatusCode::kDeadlineExceeded);
+  if (reason == FinishReason::kError) {
+    metrics_.CountError(ev.error.ok() ? absl::StatusCode::kInternal : ev.error.code());
+  }
   {
     // Counted before the sink hears of it, so a client that saw its request
     // finish never reads stats that still hold it.
@@ -214,6 +243,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
       --stats_.active;
       stats_.kv_bytes_in_use -= seq.computed * kv_bytes_per_token_;
     }
+    PublishOccupancyLocked();
   }
   seq.sink->OnFinish(seq.id, ev);
 }
@@ -257,9 +287,16 @@ std::string Engine::ReleaseText(Sequence& seq, bool all) {
   return out;
 }
 
-void Engine::Emit(Sequence& seq, int32_t token, float logprob) {
+void Engine::Emit(Sequence& seq, int32_t token, float logprob, absl::Time now) {
   seq.tokens.push_back(token);
   ++seq.generated;
+  if (seq.generated == 1) {
+    seq.first_token = now;
+    metrics_.time_to_first_token.Observe(absl::ToDoubleSeconds(now - seq.arrival));
+  } else {
+    metrics_.inter_token_latency.Observe(absl::ToDoubleSeconds(now - seq.last_token));
+  }
+  seq.last_token = now;
   const StopConditions& stop = seq.request.stop;
   TokenEvent ev;
   ev.token = token;
@@ -316,6 +353,7 @@ bool Engine::Plan(StepPlan* plan) {
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
     seq->slot = plan->admitted_slots[i];
+    metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
     by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
   }
@@ -323,6 +361,7 @@ bool Engine::Plan(StepPlan* plan) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.queued -= static_cast<int>(plan->admitted.size());
     stats_.active += static_cast<int>(plan->admitted.size());
+    PublishOccupancyLocked();
   }
 
   // The plan's slots are already the post-move ones.
@@ -336,7 +375,7 @@ bool Engine::Plan(StepPlan* plan) {
   return true;
 }
 
-void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits) {
+void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now) {
   int64_t moved_bytes = 0;
   for (const SlotMove& m : plan.moves) {
     by_id_[m.id]->slot = m.to;
@@ -358,6 +397,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.kv_bytes_in_use += computed_tokens * kv_bytes_per_token_;
+    PublishOccupancyLocked();
   }
   // Each sequence samples from its own generator, so they can draw in
   // parallel; tokens are then emitted in order on this thread.
@@ -371,7 +411,17 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits) {
     sampled_[k] = s.sampler.Sample(logits.subspan(size_t(rows[k]) * V, V), s.tokens,
                                    s.request.return_logprobs ? &logprobs_[k] : nullptr);
   }
-  for (int k = 0; k < n; ++k) Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k]);
+  for (int k = 0; k < n; ++k) {
+    Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], now);
+  }
+  metrics_.steps.Increment();
+  metrics_.step_rows.Observe(step_.batch.num_rows());
+  metrics_.step_prompt_tokens.Observe(static_cast<double>(prompt_rows));
+  metrics_.prompt_tokens.Add(static_cast<double>(prompt_rows));
+  metrics_.generated_tokens.Add(n);
+  metrics_.padding_rows.Add(static_cast<double>(plan.padding_slots.size()));
+  metrics_.shuffle_moves.Add(static_cast<double>(plan.moves.size()));
+  metrics_.shuffle_bytes.Add(static_cast<double>(moved_bytes));
 
   EraseFinished(active_);
   std::lock_guard<std::mutex> lock(mu_);
@@ -387,6 +437,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits) {
 bool Engine::Step() {
   StepPlan plan;
   if (!Plan(&plan)) return false;
+  const absl::Time start = absl::Now();
   if (tensor_parallel()) {
     if (absl::Status st = BroadcastStep(*channel_, step_); !st.ok()) {
       Fail(st);
@@ -395,7 +446,9 @@ bool Engine::Step() {
   }
   auto logits = executor_->Run(step_);
   if (logits.ok()) {
-    ProcessOutputs(plan, *logits);
+    const absl::Time now = absl::Now();
+    metrics_.step_seconds.Observe(absl::ToDoubleSeconds(now - start));
+    ProcessOutputs(plan, *logits, now);
   } else if (logits.status().code() == absl::StatusCode::kInvalidArgument) {
     // Not expected (requests and plans are validated), and refused before it
     // changed anything on any rank: fail this step's requests, keep serving.

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "dist/communicator.h"
 #include "model/causal_lm.h"
+#include "engine/engine_metrics.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_executor.h"
@@ -76,6 +77,12 @@ class Engine {
 
   EngineStats Stats() const;
 
+  // Prometheus instruments, updated as the engine runs; reading them never
+  // waits on the engine loop. Front ends count the requests they refuse
+  // before Submit with metrics().CountError.
+  EngineMetrics& metrics() { return metrics_; }
+  const EngineMetrics& metrics() const { return metrics_; }
+
   // OK, or the error that stopped the engine for good (a device fault, a
   // failed collective between tensor-parallel ranks): it then refuses every
   // request.
@@ -97,6 +104,9 @@ class Engine {
   // Fails every request and refuses new ones.
   void Fail(const absl::Status& error);
   absl::Status Validate(const Request& r) const;
+  absl::StatusOr<RequestId> Queue(Request request, std::shared_ptr<TokenSink> sink);
+  // Copies the occupancy in stats_ to the gauges; called with mu_ held.
+  void PublishOccupancyLocked();
   void Loop();
   // One step: Plan, execute (broadcast first with tensor parallelism),
   // ProcessOutputs. Returns false when there was nothing to run.
@@ -107,10 +117,11 @@ class Engine {
   bool Plan(StepPlan* plan);
   // Applies a step's results: slots after the moves, computed tokens, one
   // sampled token for each sequence whose prompt is done, finishes, stats.
-  void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits);
+  // `now` is when the step's logits were ready.
+  void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now);
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
   // Appends a sampled token, emits it, and decides whether the sequence stops.
-  void Emit(Sequence& seq, int32_t token, float logprob);
+  void Emit(Sequence& seq, int32_t token, float logprob, absl::Time now);
   // Appends generated text, cut at the first stop string (true when one was
   // found).
   bool AppendText(Sequence& seq, const std::string& piece);
@@ -135,6 +146,7 @@ class Engine {
   absl::Status fatal_;                             // guarded by mu_
   RequestId next_id_ = 1;                          // guarded by mu_
   EngineStats stats_;                              // guarded by mu_
+  EngineMetrics metrics_;                          // lock-free
 
   // Loop-thread state.
   std::deque<std::unique_ptr<Sequence>> queue_;

@@ -117,6 +117,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     auto converted = ToEngineRequest(request, tokenizer, engine_.model().info().vocab_size,
                                      std::random_device{}() * 0x9e3779b97f4a7c15ull);
     if (!converted.ok()) {
+      engine_.metrics().CountError(converted.status().code());  // the engine never saw it
       Finish(ToGrpcStatus(converted.status()));
       return;
     }

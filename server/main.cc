@@ -30,6 +30,7 @@
 #include "kernels/backend_flags.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "server/flover_service.h"
+#include "server/metrics_http.h"
 #include "server/server_options.h"
 
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
@@ -45,6 +46,9 @@ ABSL_FLAG(bool, kv_shuffle, true, "Compact the KV cache when sequences finish");
 ABSL_FLAG(int, batch_delay_ms, 10, "dynamic scheduler: how long to gather a batch");
 ABSL_FLAG(int, max_queue, 1024, "Waiting requests; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on at /metrics (empty = off; port 0 picks a "
+          "free port)");
 ABSL_FLAG(double, drain_timeout_s, 30, "On SIGTERM/SIGINT, how long in-flight requests may run");
 
 namespace flover::server {
@@ -76,6 +80,11 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!o.metrics_listen.empty()) {
+    // Checked before a model is loaded; binding happens once the engine runs.
+    if (auto hp = ParseHostPort("--metrics_listen", o.metrics_listen); !hp.ok()) return hp.status();
+  }
   return o;
 }
 
@@ -157,7 +166,23 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (!options.metrics_listen.empty()) {
+    auto started = MetricsHttpServer::Start(
+        options.metrics_listen,
+        [&engine = **engine, &description] { return RenderMetrics(engine, description); });
+    if (!started.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return started.status();
+    }
+    metrics = std::move(*started);
+  }
   std::printf("listening on %s:%d\n", host.c_str(), port);
+  if (metrics != nullptr) {
+    const std::string metrics_host =
+        options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
+    std::printf("metrics on http://%s:%d/metrics\n", metrics_host.c_str(), metrics->port());
+  }
   const EngineStats stats = (*engine)->Stats();
   std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "
               "weights (linear layers in %s), %s\n",

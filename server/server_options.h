@@ -19,6 +19,7 @@ struct ServerOptions {
   kernels::BackendOptions backend;           // --device, --dtype (linear layers), --kv_dtype
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
   absl::Duration drain_timeout = absl::Seconds(30);
+  std::string metrics_listen;                // HOST:PORT for /metrics; empty = off
 };
 
 }  // namespace flover::server

@@ -9,10 +9,11 @@ PACKAGES=(
   bazel-bootstrap g++ default-jdk-headless
   # libraries (system packages, wrapped in //third_party/system)
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
-  libdnnl-dev libopenmpi-dev openmpi-bin
+  libdnnl-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests and tools
   python3 python3-grpcio python3-protobuf
+  prometheus  # promtool and a Prometheus server for the metrics test
 )
 
 missing=()

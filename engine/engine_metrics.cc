@@ -1,0 +1,118 @@
+#include "engine/engine_metrics.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+
+namespace flover {
+namespace {
+
+// Seconds from 100 us (a GPU decode step) to 100 s (a long request on a CPU).
+std::vector<double> LatencyBounds() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+          0.25,   0.5,     1,      2.5,   5,      10,    25,   50,    100};
+}
+
+// 1, 2, 4, ... 8192 rows.
+std::vector<double> RowBounds() { return prometheus::Histogram::ExponentialBounds(1, 2, 14); }
+
+std::vector<double> PromptTokenBounds() {
+  std::vector<double> b = {0};
+  for (double v : RowBounds()) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+EngineMetrics::EngineMetrics()
+    : queue_time(LatencyBounds()),
+      time_to_first_token(LatencyBounds()),
+      inter_token_latency(LatencyBounds()),
+      time_per_output_token(LatencyBounds()),
+      e2e_latency(LatencyBounds()),
+      step_seconds(LatencyBounds()),
+      step_rows(RowBounds()),
+      step_prompt_tokens(PromptTokenBounds()) {}
+
+void EngineMetrics::CountError(absl::StatusCode code) {
+  const int c = static_cast<int>(code);
+  if (c > 0 && c < static_cast<int>(errors_.size())) errors_[c].Increment();
+}
+
+void EngineMetrics::Write(prometheus::TextWriter& out) const {
+  using prometheus::Labels;
+  auto counter = [&out](const char* name, const char* help, const prometheus::Counter& c) {
+    out.Family(name, "counter", help);
+    out.Sample(name, {}, c.Value());
+  };
+  auto gauge = [&out](const char* name, const char* help, double v) {
+    out.Family(name, "gauge", help);
+    out.Sample(name, {}, v);
+  };
+  auto histogram = [&out](const char* name, const char* help, const prometheus::Histogram& h) {
+    out.Family(name, "histogram", help);
+    out.HistogramSamples(name, {}, h.Read());
+  };
+
+  counter("flover_requests_submitted_total", "Requests accepted into the queue.", submitted);
+  out.Family("flover_requests_finished_total", "counter",
+             "Requests the engine finished, by how they ended (length, stop, eos, cancelled, "
+             "deadline, error).");
+  for (int r = 0; r < kNumFinishReasons; ++r) {
+    out.Sample("flover_requests_finished_total",
+               {{"reason", std::string(FinishReasonName(static_cast<FinishReason>(r)))}},
+               finished[r].Value());
+  }
+  out.Family("flover_request_errors_total", "counter",
+             "Requests that ended with a status other than OK, by status code: refused before "
+             "queueing, cancelled, past their deadline, or failed.");
+  for (size_t c = 1; c < errors_.size(); ++c) {
+    out.Sample("flover_request_errors_total",
+               {{"code", absl::AsciiStrToLower(
+                             absl::StatusCodeToString(static_cast<absl::StatusCode>(c)))}},
+               errors_[c].Value());
+  }
+  counter("flover_prompt_tokens_total", "Prompt tokens computed by the model.", prompt_tokens);
+  counter("flover_generated_tokens_total", "Tokens generated (sampled) for requests.",
+          generated_tokens);
+
+  histogram("flover_request_queue_time_seconds",
+            "Time from submission to admission into the running batch.", queue_time);
+  histogram("flover_time_to_first_token_seconds",
+            "Time from submission to the first generated token.", time_to_first_token);
+  histogram("flover_inter_token_latency_seconds",
+            "Time between consecutive generated tokens of a request.", inter_token_latency);
+  histogram("flover_time_per_output_token_seconds",
+            "Per request with two or more tokens: (last token - first token) / (tokens - 1).",
+            time_per_output_token);
+  histogram("flover_request_e2e_latency_seconds",
+            "Time from submission to the end of a request, whatever its finish reason.",
+            e2e_latency);
+
+  gauge("flover_requests_running", "Requests in the running batch (each holds a KV slot).",
+        running.Value());
+  gauge("flover_requests_waiting", "Requests queued for admission.", waiting.Value());
+  gauge("flover_kv_slots_used", "KV cache slots held by running requests.", running.Value());
+  gauge("flover_kv_slots_capacity", "KV cache slots (--max_batch).", kv_slots_total.Value());
+  gauge("flover_kv_cache_used_bytes",
+        "Bytes of KV cache filled by running requests (per tensor-parallel rank).",
+        kv_bytes_in_use.Value());
+  gauge("flover_kv_cache_capacity_bytes", "Bytes of KV cache (per tensor-parallel rank).",
+        kv_bytes_total.Value());
+
+  counter("flover_steps_total", "Fused forward passes run.", steps);
+  histogram("flover_step_duration_seconds",
+            "Time of one fused forward pass, including its broadcast to tensor-parallel ranks.",
+            step_seconds);
+  histogram("flover_step_rows", "Token rows in one fused forward pass.", step_rows);
+  histogram("flover_step_prompt_tokens", "Prompt tokens fused into one forward pass.",
+            step_prompt_tokens);
+  counter("flover_padding_rows_total",
+          "Dummy rows run for holes in the KV cache (with the KV shuffle off).", padding_rows);
+  counter("flover_kv_shuffle_moves_total", "Sequences moved to compact the KV cache.",
+          shuffle_moves);
+  counter("flover_kv_shuffle_bytes_total", "KV cache bytes copied by the shuffle (per rank).",
+          shuffle_bytes);
+}
+
+}  // namespace flover

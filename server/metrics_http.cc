@@ -1,0 +1,89 @@
+#include "server/metrics_http.h"
+
+#include <httplib.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "util/prometheus.h"
+
+namespace flover::server {
+
+std::string RenderMetrics(const Engine& engine, const ModelDescription& model) {
+  const ModelInfo& config = engine.model().info();
+  const SchedulerOptions& s = engine.options().scheduler;
+  prometheus::TextWriter out;
+  out.Family("flover_model_info", "gauge",
+             "The served model and how it runs; the value is always 1.");
+  out.Sample("flover_model_info",
+             {{"model", model.spec},
+              {"architecture", config.architecture},
+              {"stored_dtype", model.stored_dtype},
+              {"matmul_dtype", model.matmul_dtype},
+              {"kv_dtype", model.kv_dtype},
+              {"device", model.device},
+              {"device_name", model.device_name},
+              {"tp", absl::StrCat(model.tp_size)},
+              {"scheduler", std::string(SchedulerPolicyName(s.policy))},
+              {"kv_shuffle", s.kv_shuffle ? "on" : "off"}},
+             1);
+  engine.metrics().Write(out);
+  return out.text();
+}
+
+absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& flag,
+                                                          const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": expected HOST:PORT with a port in [0, 65535], got \"", address, "\""));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::make_pair(host, port);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& address, std::function<std::string()> render) {
+  auto host_port = ParseHostPort("--metrics_listen", address);
+  if (!host_port.ok()) return host_port.status();
+  const std::string host = host_port->first;
+  int port = host_port->second;
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  server->http_ = std::make_unique<httplib::Server>();
+  httplib::Server& http = *server->http_;
+  http.set_read_timeout(5, 0);
+  http.set_write_timeout(5, 0);
+  http.Get("/metrics", [render = std::move(render)](const httplib::Request&,
+                                                    httplib::Response& res) {
+    res.set_content(render(), std::string(prometheus::kContentType).c_str());
+  });
+  if (port == 0) {
+    port = http.bind_to_any_port(host);
+  } else if (!http.bind_to_port(host, port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, " for metrics"));
+  }
+  server->port_ = port;
+  server->thread_ = std::thread([&http] { http.listen_after_bind(); });
+  // stop() only ends a server that has started running.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!http.is_running() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
+  if (!http.is_running()) {
+    return absl::UnavailableError(absl::StrCat("the metrics server on ", address, " did not start"));
+  }
+  return server;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (http_ != nullptr) http_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace flover::server
