@@ -10,26 +10,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "util/runfiles.h"
 
 namespace flover::kernels {
 namespace {
 
 constexpr char kCudaModule[] = "libflover_cuda.so";
-// The module's place in a Bazel runfiles tree (workspace "flover").
-constexpr char kCudaModuleRunfile[] = "flover/kernels/cuda/libflover_cuda.so";
-
-std::string ExecutablePath() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, n) : std::string();
-}
-
-std::string Dirname(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-bool Exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
 using AbiVersionFn = decltype(&flover_backend_abi_version);
 using CreateFn = decltype(&flover_create_backend);
@@ -45,13 +31,8 @@ absl::StatusOr<CreateFn> LoadCudaModule() {
     if (create != nullptr) return create;
     return error;
   }
-  std::string path;
-  for (const std::string& candidate : CudaModuleCandidates()) {
-    if (Exists(candidate)) {
-      path = candidate;
-      break;
-    }
-  }
+  const std::string path = FindRunfile("FLOVER_CUDA_MODULE", kCudaModule,
+                                      "kernels/cuda/libflover_cuda.so");
   if (path.empty()) {
     error = absl::NotFoundError(absl::StrCat(
         "--device=cuda: this build has no CUDA backend (", kCudaModule,
@@ -110,24 +91,6 @@ absl::Status ValidateDevice(absl::string_view device) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device: must be cpu, cuda or cuda:N, got '", device, "'"));
-}
-
-std::vector<std::string> CudaModuleCandidates() {
-  std::vector<std::string> out;
-  if (const char* env = std::getenv("FLOVER_CUDA_MODULE"); env != nullptr && *env != '\0') {
-    out.push_back(env);
-  }
-  const std::string exe = ExecutablePath();
-  if (!exe.empty()) {
-    out.push_back(absl::StrCat(Dirname(exe), "/", kCudaModule));
-    out.push_back(absl::StrCat(exe, ".runfiles/", kCudaModuleRunfile));
-  }
-  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
-    if (const char* dir = std::getenv(var); dir != nullptr && *dir != '\0') {
-      out.push_back(absl::StrCat(dir, "/", kCudaModuleRunfile));
-    }
-  }
-  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {

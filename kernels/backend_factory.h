@@ -30,9 +30,8 @@ absl::Status ValidateDevice(absl::string_view device);
 // an unsupported dtype, a missing CUDA module, runtime or driver, no GPU.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
-// Where CreateBackend looks for libflover_cuda.so, in order: $FLOVER_CUDA_MODULE,
-// beside the executable, and the executable's (or the test's) Bazel runfiles.
-std::vector<std::string> CudaModuleCandidates();
+// CreateBackend looks for libflover_cuda.so at $FLOVER_CUDA_MODULE, beside
+// the executable, then in the executable's (or the test's) Bazel runfiles.
 
 }  // namespace flover::kernels
 

@@ -35,10 +35,14 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
   if (spec.empty()) return absl::InvalidArgumentError("model spec is empty");
   if (absl::StartsWith(spec, kBuiltinPrefix)) {
     const absl::string_view name = spec.substr(kBuiltinPrefix.size());
+    // NotFound: not a name of that family; anything else is that model's
+    // own error (e.g. a broken vocabulary for builtin:gpt2-small).
     auto gpt2 = Gpt2Checkpoint::Builtin(name);
     if (gpt2.ok()) return std::unique_ptr<LoadedModel>(std::move(*gpt2));
+    if (!absl::IsNotFound(gpt2.status())) return gpt2.status();
     auto llama = LlamaCheckpoint::Builtin(name);
     if (llama.ok()) return std::unique_ptr<LoadedModel>(std::move(*llama));
+    if (!absl::IsNotFound(llama.status())) return llama.status();
     return absl::NotFoundError(absl::StrCat(
         "unknown built-in model \"", name,
         "\" (available: builtin:tiny, builtin:gpt2-small, builtin:llama-tiny, builtin:llama-1b)"));

@@ -9,6 +9,7 @@
 #include "testing/files.h"
 #include "testing/golden.h"
 #include "tokenizer/unicode.h"
+#include "util/file_util.h"
 #include "util/json.h"
 
 namespace flover {
@@ -92,6 +93,19 @@ TEST(HfTokenizerTest, Gpt2TokenizerJsonAndVocabMergesAgree) {
   ASSERT_TRUE(files.ok()) << files.status();
   ExpectMatchesLibrary(**files, "gpt2");
   EXPECT_EQ((*files)->TokenId("<|endoftext|>"), (*files)->vocab_size() - 1);
+}
+
+TEST(HfTokenizerTest, Gpt2OwnVocabularyMatchesGpt2Tokenizer) {
+  // GPT-2's vocab.json + merges.txt (50,257 tokens), as builtin:gpt2-small
+  // uses them; fetched by tools/setup.sh. Cases from transformers' slow
+  // GPT2Tokenizer.
+  const std::string dir = "third_party/gpt2_vocab/";
+  ASSERT_TRUE(FileExists(dir + "vocab.json") && FileExists(dir + "merges.txt"))
+      << "GPT-2's vocabulary is missing: run tools/setup.sh (tools/fetch_gpt2_vocab.py)";
+  auto tok = HfTokenizer::LoadGpt2Files(dir + "vocab.json", dir + "merges.txt");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->TokenId("<|endoftext|>"), 50256);
+  ExpectMatchesLibrary(**tok, "gpt2_openai");
 }
 
 TEST(HfTokenizerTest, Gpt2FilesMatchGpt2Tokenizer) {

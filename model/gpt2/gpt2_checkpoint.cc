@@ -1,5 +1,7 @@
 #include "model/gpt2/gpt2_checkpoint.h"
 
+#include <cstdlib>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/gpt2/gpt_model.h"
@@ -7,11 +9,31 @@
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
+#include "util/runfiles.h"
 
 namespace flover {
 namespace {
 
 constexpr uint64_t kBuiltinSeed = 0x466c6f766572ull;  // "Flover"
+
+// GPT-2's own vocabulary for builtin:gpt2-small, when tools/setup.sh has put
+// it in third_party/gpt2_vocab (or $FLOVER_GPT2_VOCAB_DIR names a directory
+// with vocab.json and merges.txt); null when it is not there.
+absl::StatusOr<std::shared_ptr<const HfTokenizer>> BuiltinGpt2Vocabulary(int vocab_size) {
+  std::string dir;
+  if (const char* env = std::getenv("FLOVER_GPT2_VOCAB_DIR"); env != nullptr && *env != '\0') {
+    dir = env;
+    if (!FileExists(dir + "/vocab.json") || !FileExists(dir + "/merges.txt")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "FLOVER_GPT2_VOCAB_DIR=", dir, " has no vocab.json and merges.txt"));
+    }
+  } else {
+    const std::string vocab = FindRunfile("", "", "third_party/gpt2_vocab/vocab.json");
+    if (vocab.empty()) return std::shared_ptr<const HfTokenizer>();
+    dir = vocab.substr(0, vocab.rfind('/'));
+  }
+  return LoadDirectoryTokenizer(dir, vocab_size);
+}
 
 }  // namespace
 
@@ -46,6 +68,11 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::Builtin(absl::st
   m->spec_ = absl::StrCat("builtin:", name);
   m->config_ = *config;
   m->source_ = GeneratedGptSource(kBuiltinSeed);
+  if (name == "gpt2-small") {
+    auto tokenizer = BuiltinGpt2Vocabulary(m->config_.vocab_size);
+    if (!tokenizer.ok()) return tokenizer.status();
+    m->tokenizer_ = std::move(*tokenizer);
+  }
   m->Describe();
   return m;
 }

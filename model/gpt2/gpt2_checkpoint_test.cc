@@ -60,6 +60,24 @@ TEST(ModelLoaderTest, BuiltinModels) {
   EXPECT_THAT(ErrorOf("builtin:gpt5"), HasSubstr("unknown built-in model \"gpt5\""));
 }
 
+TEST(ModelLoaderTest, Gpt2SmallTakesGpt2sOwnVocabulary) {
+  // third_party/gpt2_vocab (tools/setup.sh fetches it) is this test's data.
+  auto small = Gpt2Checkpoint::Load("builtin:gpt2-small");
+  ASSERT_TRUE(small.ok()) << small.status();
+  ASSERT_NE((*small)->tokenizer(), nullptr)
+      << "GPT-2's vocabulary is missing: run tools/setup.sh (tools/fetch_gpt2_vocab.py)";
+  auto ids = (*small)->tokenizer()->Encode("Hello world");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{15496, 995}));  // GPT-2's ids
+  EXPECT_EQ((*small)->info().eos_token_ids, std::vector<int32_t>{50256});  // <|endoftext|>
+
+  // A directory named by the variable must hold the files; the error names it.
+  setenv("FLOVER_GPT2_VOCAB_DIR", "/nonexistent", 1);
+  EXPECT_THAT(ErrorOf("builtin:gpt2-small"),
+              HasSubstr("FLOVER_GPT2_VOCAB_DIR=/nonexistent has no vocab.json and merges.txt"));
+  unsetenv("FLOVER_GPT2_VOCAB_DIR");
+}
+
 TEST(ModelLoaderTest, DirectoryWithTokenizer) {
   auto m = Gpt2Checkpoint::Load(kFixture);
   ASSERT_TRUE(m.ok()) << m.status();

@@ -24,6 +24,9 @@ Kinds written under tests/golden/hf_tokenizers/:
   spm_metaspace  the same model with legacy=False: Metaspace pre-tokenizer
   spm_split   the same vocabulary with Metaspace (always, split) and the
               Metaspace decoder
+  gpt2_openai GPT-2's own vocabulary (third_party/gpt2_vocab, fetched by
+              tools/fetch_gpt2_vocab.py; not committed): cases.json only,
+              from transformers' (slow) GPT2Tokenizer
   edge        a hand-written vocabulary: ignore_merges reaching a token merges
               cannot, an unknown-token fallback with fuse_unk, Split with
               behavior Removed
@@ -37,7 +40,7 @@ import tempfile
 import sentencepiece as spm
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,
                         pre_tokenizers, processors, trainers)
-from transformers import GPT2TokenizerFast, LlamaTokenizerFast
+from transformers import GPT2Tokenizer, GPT2TokenizerFast, LlamaTokenizerFast
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "hf_tokenizers")
@@ -193,6 +196,38 @@ def gpt2():
                 ["The quick brown fox<|endoftext|>jumps over", "<|endoftext|>"], seed=3)
 
 
+def gpt2_openai(seed=4):
+    """GPT-2's real vocabulary through transformers' slow GPT2Tokenizer (its
+    own byte-level BPE in Python, independent of the tokenizers library)."""
+    src = os.path.join(HERE, "..", "..", "third_party", "gpt2_vocab")
+    tok = GPT2Tokenizer(os.path.join(src, "vocab.json"), os.path.join(src, "merges.txt"))
+    d = fresh("gpt2_openai")
+
+    def decode(ids):
+        return tok.decode(ids, clean_up_tokenization_spaces=False)
+    texts = CASES + ["The quick brown fox<|endoftext|>jumps over", "<|endoftext|>",
+                     "Flover fuses every in-flight sequence into one forward pass."]
+    encode = [{"text": t, "ids": tok.encode(t), "decoded": decode(tok.encode(t))} for t in texts]
+    rng = random.Random(seed)
+    decodes = []
+    for _ in range(40):
+        ids = [rng.randrange(len(tok)) for _ in range(rng.randrange(1, 12))]
+        decodes.append({"ids": ids, "decoded": decode(ids)})
+    continuations = []
+    for t in texts:
+        ids = tok.encode(t)
+        if len(ids) < 3:
+            continue
+        cut = len(ids) // 2
+        head, whole = decode(ids[:cut]), decode(ids)
+        if "\ufffd" in head or "\ufffd" in whole or not whole.startswith(head):
+            continue
+        continuations.append({"prompt_ids": ids[:cut], "ids": ids[cut:], "text": whole[len(head):]})
+    with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
+        json.dump({"encode": encode, "decode": decodes, "continue": continuations}, f,
+                  ensure_ascii=False, indent=0)
+
+
 def sentencepiece_kinds():
     tmp = tempfile.mkdtemp()
     prefix = os.path.join(tmp, "spm")
@@ -251,6 +286,7 @@ def main():
     byte_level("llama3", LLAMA3_PATTERN, ignore_merges=True, seed=1)
     byte_level("qwen", QWEN_PATTERN, ignore_merges=False, seed=2)
     gpt2()
+    gpt2_openai()
     sentencepiece_kinds()
     edge()
 
