@@ -110,7 +110,7 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
             for (int p = 0; p < n; ++p) {
               double dot = 0;
               for (int dd = 0; dd < D; ++dd) dot += qkv[r * W + qh * D + dd] * key(p, dd);
-              w[p] = dot / std::sqrt(double{D});
+              w[p] = dot / std::sqrt(static_cast<double>(D));
               mx = std::max(mx, w[p]);
             }
             for (double& x : w) sum += (x = std::exp(x - mx));
