@@ -1,13 +1,15 @@
 // flover_loadgen: the bundled Poisson load client. Requests are sent
-// open-loop (exponential gaps at --rate; a slow server never slows the
-// arrival clock, only --max_concurrency can hold a request back) over gRPC's
-// callback API, and the report gives, like vLLM's benchmark_serving and
-// genai-perf: completed/failed by status, duration, request throughput,
-// output tokens/s, TTFT, TPOT, inter-token latency and end-to-end latency
-// (mean, p50, p90, p99).
+// open-loop (exponential gaps at --rate, or gamma gaps with --burstiness; a
+// slow server never slows the arrival clock, only --max_concurrency can hold
+// a request back) over gRPC's callback API, and the report gives, like
+// vLLM's benchmark_serving and genai-perf: completed/failed by status,
+// duration, request throughput, output tokens/s, TTFT, TPOT, inter-token
+// latency and end-to-end latency (mean, p50, p90, p99), and with --slo_*
+// the goodput: completed requests per second that met every objective.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -28,12 +30,19 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "clients/load_plan.h"
 #include "clients/status_names.h"
 #include "util/json.h"
 #include "proto/flover.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (loopback in tests)");
 ABSL_FLAG(std::string, rate, "4", "Requests per second (Poisson), or inf for all at once");
+ABSL_FLAG(double, burstiness, 1.0,
+          "Shape of the gamma-distributed gaps (mean 1/rate): 1 = Poisson, < 1 burstier, > 1 "
+          "more even");
+ABSL_FLAG(double, slo_ttft_ms, 0, "Goodput: time to first token objective (0 = none)");
+ABSL_FLAG(double, slo_tpot_ms, 0, "Goodput: time per output token objective (0 = none)");
+ABSL_FLAG(double, slo_e2e_ms, 0, "Goodput: end-to-end latency objective (0 = none)");
 ABSL_FLAG(int, num_requests, 32, "Requests to send");
 ABSL_FLAG(double, duration, 0, "If > 0: send for this many seconds instead (at most 100000 requests)");
 ABSL_FLAG(std::string, prompt_len, "8", "Prompt tokens: N or uniform:A:B");
@@ -207,6 +216,10 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
   if (!burst && (!absl::SimpleAtod(rate_flag, &rate) || !(rate > 0))) {
     return absl::InvalidArgumentError("--rate must be a positive number or inf");
   }
+  const double burstiness = absl::GetFlag(FLAGS_burstiness);
+  if (!(burstiness > 0) || std::isinf(burstiness)) {
+    return absl::InvalidArgumentError("--burstiness must be a positive number (1 = Poisson)");
+  }
   int n = absl::GetFlag(FLAGS_num_requests);
   const double duration = absl::GetFlag(FLAGS_duration);
   if (duration > 0) n = burst ? absl::GetFlag(FLAGS_num_requests) : std::min(100000, int(duration * rate * 2) + 16);
@@ -236,13 +249,11 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
     if (dataset.empty()) return absl::InvalidArgumentError("--dataset has no prompts");
   }
 
-  std::exponential_distribution<double> gap(burst ? 1.0 : rate);
+  Arrivals arrivals(burst ? 0 : rate, burstiness);
   std::vector<Planned> plan(n);
-  double t = 0;
   for (int i = 0; i < n; ++i) {
     Planned& p = plan[i];
-    if (!burst && i > 0) t += gap(rng);
-    p.offset_s = t;
+    p.offset_s = arrivals.Next(rng);
     int max_new = std::uniform_int_distribution<int>(output_len->lo, output_len->hi)(rng);
     if (!dataset.empty()) {
       const auto& fields = dataset[i % dataset.size()].second.fields();
@@ -333,6 +344,9 @@ int Run() {
   // Report.
   std::map<std::string, int> by_status;
   Stats ttft, tpot, itl, e2e;
+  const Slo slo{absl::GetFlag(FLAGS_slo_ttft_ms) / 1e3, absl::GetFlag(FLAGS_slo_tpot_ms) / 1e3,
+                absl::GetFlag(FLAGS_slo_e2e_ms) / 1e3};
+  int met_slo = 0;
   int64_t output_tokens = 0;
   double first_sent = 1e300, last_end = 0;
   for (int i = 0; i < sent; ++i) {
@@ -344,6 +358,10 @@ int Run() {
     output_tokens += o.output_ids.size();
     e2e.Add(o.end_s - o.sent_s);
     if (o.first_s >= 0) ttft.Add(o.first_s - o.sent_s);
+    if (o.first_s >= 0 && MeetsSlo(slo, o.first_s - o.sent_s, o.end_s - o.sent_s,
+                                   static_cast<int>(o.output_ids.size()))) {
+      ++met_slo;
+    }
     if (o.output_ids.size() > 1) tpot.Add((o.end_s - o.first_s) / (o.output_ids.size() - 1));
     for (size_t k = 1; k < o.token_times.size(); ++k) {
       if (o.token_times[k] > o.token_times[k - 1]) itl.Add(o.token_times[k] - o.token_times[k - 1]);
@@ -364,6 +382,15 @@ int Run() {
   PrintStatsLine("TPOT", "ms", tpot, 1e3);
   PrintStatsLine("inter-token latency", "ms", itl, 1e3);
   PrintStatsLine("end-to-end latency", "s", e2e, 1);
+  const double goodput = dur > 0 ? met_slo / dur : 0;
+  if (slo.any()) {
+    std::vector<std::string> objectives;
+    if (slo.ttft_s > 0) objectives.push_back(absl::StrFormat("TTFT <= %g ms", slo.ttft_s * 1e3));
+    if (slo.tpot_s > 0) objectives.push_back(absl::StrFormat("TPOT <= %g ms", slo.tpot_s * 1e3));
+    if (slo.e2e_s > 0) objectives.push_back(absl::StrFormat("e2e <= %g ms", slo.e2e_s * 1e3));
+    std::printf("goodput %.2f req/s: %d of %d requests met %s\n", goodput, met_slo, sent,
+                absl::StrJoin(objectives, ", ").c_str());
+  }
 
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::ofstream out(absl::GetFlag(FLAGS_json));
@@ -373,11 +400,12 @@ int Run() {
         "{\"target\": %s, \"rate\": %s, \"sent\": %d, \"completed\": %d, \"failed\": %d, "
         "\"by_status\": {%s}, \"duration_s\": %.6f, \"request_throughput\": %.6f, "
         "\"output_tokens\": %ld, \"output_tokens_per_s\": %.6f, \"ttft_ms\": %s, \"tpot_ms\": %s, "
-        "\"itl_ms\": %s, \"e2e_s\": %s}\n",
+        "\"itl_ms\": %s, \"e2e_s\": %s, \"burstiness\": %g, \"slo_met\": %d, \"goodput\": %.6f}\n",
         JsonQuote(absl::GetFlag(FLAGS_target)), JsonQuote(absl::GetFlag(FLAGS_rate)), sent, ok,
         sent - ok, absl::StrJoin(codes, ", "), dur, dur > 0 ? ok / dur : 0, long(output_tokens),
         dur > 0 ? output_tokens / dur : 0, StatsJson(ttft, 1e3), StatsJson(tpot, 1e3),
-        StatsJson(itl, 1e3), StatsJson(e2e, 1));
+        StatsJson(itl, 1e3), StatsJson(e2e, 1), absl::GetFlag(FLAGS_burstiness), met_slo,
+        goodput);
   }
   if (!absl::GetFlag(FLAGS_dump_outputs).empty()) {
     std::ofstream out(absl::GetFlag(FLAGS_dump_outputs));

@@ -510,6 +510,41 @@ TEST_F(ServerTest, Bf16LinearLayersAndKvCacheKeepRequestsIndependent) {
   }
 }
 
+TEST_F(ServerTest, LoadClientReportsGoodputAgainstItsObjectives) {
+  Start({"--max_seq_len=64", "--max_batch=8", "--threads=2"});
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  // Report fields of one bursty run with the given objectives.
+  auto run = [&](const std::string& slo) {
+    const std::string json = dir + "/goodput.json";
+    std::remove(json.c_str());
+    const int code = testing::RunCommand(
+        {g_loadgen, "--target=" + server_->address(), "--rate=50", "--burstiness=0.5",
+         "--num_requests=12", "--prompt_len=4", "--output_len=6", "--ignore_eos",
+         "--progress=false", "--json=" + json, slo});
+    EXPECT_EQ(code, 0);
+    auto report = ParseJsonObject(testing::ReadFileOrEmpty(json), json);
+    EXPECT_TRUE(report.ok()) << report.status();
+    return report.ok() ? *report : google::protobuf::Struct();
+  };
+  // An hour for the first token: every request meets it.
+  auto loose = run("--slo_ttft_ms=3600000");
+  EXPECT_EQ(loose.fields().at("completed").number_value(), 12);
+  EXPECT_EQ(loose.fields().at("slo_met").number_value(), 12);
+  EXPECT_EQ(loose.fields().at("burstiness").number_value(), 0.5);
+  EXPECT_NEAR(loose.fields().at("goodput").number_value(),
+              loose.fields().at("request_throughput").number_value(), 1e-9);
+  // A microsecond end to end: none can.
+  auto tight = run("--slo_e2e_ms=0.001");
+  EXPECT_EQ(tight.fields().at("completed").number_value(), 12);
+  EXPECT_EQ(tight.fields().at("slo_met").number_value(), 0);
+  EXPECT_EQ(tight.fields().at("goodput").number_value(), 0);
+  // A burstiness that is no gamma shape is refused before anything is sent.
+  EXPECT_EQ(testing::RunCommand({g_loadgen, "--target=" + server_->address(), "--burstiness=0",
+                                 "--progress=false"}),
+            2);
+  EXPECT_EQ(Stats().requests_submitted(), 24u);
+}
+
 TEST_F(ServerTest, ThousandConcurrentStreams) {
   Start({"--max_seq_len=64", "--max_batch=64", "--max_queue=2000", "--threads=2"});
   const int code = testing::RunCommand(
