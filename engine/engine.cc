@@ -178,6 +178,11 @@ EngineStats Engine::Stats() const {
   return stats_;
 }
 
+bool Engine::Accepting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepting_;
+}
+
 absl::Status Engine::FatalError() const {
   std::lock_guard<std::mutex> lock(mu_);
   return fatal_;

@@ -83,6 +83,9 @@ class Engine {
   EngineMetrics& metrics() { return metrics_; }
   const EngineMetrics& metrics() const { return metrics_; }
 
+  // False once Shutdown has begun (requests are then refused).
+  bool Accepting() const;
+
   // OK, or the error that stopped the engine for good (a device fault, a
   // failed collective between tensor-parallel ranks): it then refuses every
   // request.

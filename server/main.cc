@@ -30,7 +30,10 @@
 #include "kernels/backend_flags.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "server/flover_service.h"
-#include "server/metrics_http.h"
+#include <httplib.h>
+
+#include "server/http_server.h"
+#include "server/openai_api.h"
 #include "server/server_options.h"
 
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
@@ -49,6 +52,11 @@ ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on at /metrics (empty = off; port 0 picks a "
           "free port)");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT to serve the OpenAI-compatible HTTP API on (/v1/completions, /v1/models, "
+          "/health; empty = off; port 0 picks a free port)");
+ABSL_FLAG(int, http_threads, 64,
+          "HTTP worker threads: each in-flight HTTP request holds one (gRPC has no such limit)");
 ABSL_FLAG(double, drain_timeout_s, 30, "On SIGTERM/SIGINT, how long in-flight requests may run");
 
 namespace flover::server {
@@ -81,10 +89,16 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
+  o.http_threads = absl::GetFlag(FLAGS_http_threads);
+  // Checked before a model is loaded; binding happens once the engine runs.
   if (!o.metrics_listen.empty()) {
-    // Checked before a model is loaded; binding happens once the engine runs.
     if (auto hp = ParseHostPort("--metrics_listen", o.metrics_listen); !hp.ok()) return hp.status();
   }
+  if (!o.http_listen.empty()) {
+    if (auto hp = ParseHostPort("--http_listen", o.http_listen); !hp.ok()) return hp.status();
+  }
+  if (o.http_threads < 1) return absl::InvalidArgumentError("--http_threads must be >= 1");
   return o;
 }
 
@@ -166,22 +180,40 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  std::unique_ptr<MetricsHttpServer> metrics;
+  std::unique_ptr<HttpServer> metrics, http_api;
   if (!options.metrics_listen.empty()) {
-    auto started = MetricsHttpServer::Start(
-        options.metrics_listen,
-        [&engine = **engine, &description] { return RenderMetrics(engine, description); });
+    auto started = HttpServer::Start(
+        "--metrics_listen", options.metrics_listen, /*threads=*/2,
+        [&engine = **engine, &description](httplib::Server& http) {
+          AddMetricsRoute(http, [&] { return RenderMetrics(engine, description); });
+        });
     if (!started.ok()) {
       server->Shutdown(std::chrono::system_clock::now());
       return started.status();
     }
     metrics = std::move(*started);
   }
+  if (!options.http_listen.empty()) {
+    auto started = HttpServer::Start(
+        "--http_listen", options.http_listen, options.http_threads,
+        [&engine = **engine, &tokenizer, &options](httplib::Server& http) {
+          AddOpenAiRoutes(http, engine, tokenizer.get(), options.model);
+        });
+    if (!started.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return started.status();
+    }
+    http_api = std::move(*started);
+  }
   std::printf("listening on %s:%d\n", host.c_str(), port);
   if (metrics != nullptr) {
     const std::string metrics_host =
         options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
     std::printf("metrics on http://%s:%d/metrics\n", metrics_host.c_str(), metrics->port());
+  }
+  if (http_api != nullptr) {
+    const std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));
+    std::printf("openai api on http://%s:%d/v1\n", http_host.c_str(), http_api->port());
   }
   const EngineStats stats = (*engine)->Stats();
   std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "

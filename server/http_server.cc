@@ -1,6 +1,8 @@
-#include "server/metrics_http.h"
+#include "server/http_server.h"
 
 #include <httplib.h>
+
+#include <algorithm>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -47,28 +49,34 @@ absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& fla
   return std::make_pair(host, port);
 }
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& address, std::function<std::string()> render) {
-  auto host_port = ParseHostPort("--metrics_listen", address);
-  if (!host_port.ok()) return host_port.status();
-  const std::string host = host_port->first;
-  int port = host_port->second;
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
-  server->http_ = std::make_unique<httplib::Server>();
-  httplib::Server& http = *server->http_;
-  http.set_read_timeout(5, 0);
-  http.set_write_timeout(5, 0);
+void AddMetricsRoute(httplib::Server& http, std::function<std::string()> render) {
   http.Get("/metrics", [render = std::move(render)](const httplib::Request&,
                                                     httplib::Response& res) {
     res.set_content(render(), std::string(prometheus::kContentType).c_str());
   });
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::string& flag, const std::string& address, int threads,
+    const std::function<void(httplib::Server&)>& add_routes) {
+  auto host_port = ParseHostPort(flag, address);
+  if (!host_port.ok()) return host_port.status();
+  const std::string host = host_port->first;
+  int port = host_port->second;
+  std::unique_ptr<HttpServer> server(new HttpServer());
+  server->http_ = std::make_unique<httplib::Server>();
+  httplib::Server& http = *server->http_;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(std::max(1, threads)); };
+  http.set_read_timeout(5, 0);
+  http.set_write_timeout(5, 0);
+  add_routes(http);
   if (port == 0) {
     port = http.bind_to_any_port(host);
   } else if (!http.bind_to_port(host, port)) {
     port = -1;
   }
   if (port <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, " for metrics"));
+    return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", address));
   }
   server->port_ = port;
   server->thread_ = std::thread([&http] { http.listen_after_bind(); });
@@ -76,12 +84,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   const absl::Time until = absl::Now() + absl::Seconds(10);
   while (!http.is_running() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
   if (!http.is_running()) {
-    return absl::UnavailableError(absl::StrCat("the metrics server on ", address, " did not start"));
+    return absl::UnavailableError(absl::StrCat(flag, ": the server on ", address, " did not start"));
   }
   return server;
 }
 
-MetricsHttpServer::~MetricsHttpServer() {
+HttpServer::~HttpServer() {
   if (http_ != nullptr) http_->stop();
   if (thread_.joinable()) thread_.join();
 }

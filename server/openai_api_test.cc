@@ -1,0 +1,126 @@
+// The OpenAI request parser and error shape, alone; the API end to end (the
+// real server, the `openai` package, curl) is tests/python/openai_test.py.
+#include "server/openai_api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/status_util.h"
+
+namespace flover::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kModel[] = "builtin:tiny";
+
+std::string ErrorOf(const std::string& body) {
+  auto r = ParseCompletionRequest(body, kModel);
+  EXPECT_FALSE(r.ok()) << body;
+  return r.ok() ? "" : std::string(r.status().message());
+}
+
+TEST(OpenAiApiTest, ParsesEveryField) {
+  auto r = ParseCompletionRequest(
+      R"({"model": "builtin:tiny", "prompt": "Hello", "max_tokens": 7, "temperature": 0.5,
+          "top_p": 0.9, "top_k": 5, "seed": 42, "stop": ["a", "bc"], "logprobs": 1,
+          "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": true,
+          "repetition_penalty": 1.1, "n": 1, "best_of": 1, "frequency_penalty": 0,
+          "presence_penalty": 0, "logit_bias": {}, "suffix": "", "user": "someone"})",
+      kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::GenerateRequest& g = r->request;
+  EXPECT_EQ(g.text(), "Hello");
+  EXPECT_EQ(g.stopping().max_new_tokens(), 7u);
+  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);
+  EXPECT_EQ(g.sampling().top_k(), 5);
+  EXPECT_EQ(g.sampling().seed(), 42u);
+  EXPECT_FLOAT_EQ(g.sampling().repetition_penalty(), 1.1f);
+  EXPECT_THAT(g.stopping().stop_strings(), ::testing::ElementsAre("a", "bc"));
+  EXPECT_TRUE(g.stopping().ignore_eos());
+  EXPECT_TRUE(g.return_logprobs());
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_FALSE(r->echo);
+}
+
+TEST(OpenAiApiTest, DefaultsAreLeftToTheSharedConversion) {
+  auto r = ParseCompletionRequest(R"({"prompt": "x"})", kModel);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->request.stopping().has_max_new_tokens());  // 16, as on gRPC
+  EXPECT_FALSE(r->request.sampling().has_temperature());
+  EXPECT_FALSE(r->request.sampling().has_seed());
+  EXPECT_FALSE(r->request.return_logprobs());
+  EXPECT_FALSE(r->stream);
+}
+
+TEST(OpenAiApiTest, PromptForms) {
+  for (const char* body : {R"({"prompt": [5, 6, 7]})", R"({"prompt": [[5, 6, 7]]})"}) {
+    auto r = ParseCompletionRequest(body, kModel);
+    ASSERT_TRUE(r.ok()) << body << ": " << r.status();
+    EXPECT_THAT(r->request.token_ids().ids(), ::testing::ElementsAre(5, 6, 7)) << body;
+  }
+  auto one = ParseCompletionRequest(R"({"prompt": ["only one"]})", kModel);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->request.text(), "only one");
+  auto stop = ParseCompletionRequest(R"({"prompt": "x", "stop": "end"})", kModel);
+  ASSERT_TRUE(stop.ok());
+  EXPECT_THAT(stop->request.stopping().stop_strings(), ::testing::ElementsAre("end"));
+  auto no_limit = ParseCompletionRequest(R"({"prompt": "x", "top_k": -1})", kModel);
+  ASSERT_TRUE(no_limit.ok());
+  EXPECT_EQ(no_limit->request.sampling().top_k(), 0);
+}
+
+TEST(OpenAiApiTest, RefusalsNameTheField) {
+  EXPECT_THAT(ErrorOf("{"), HasSubstr("request body"));
+  EXPECT_THAT(ErrorOf("{}"), HasSubstr("prompt: is required"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": []})"), HasSubstr("prompt: is empty"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": 3})"), HasSubstr("prompt: must be a string or a list"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": ["a", "b"]})"), HasSubstr("several prompts"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": [1, -2]})"), HasSubstr("prompt: token ids must be"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": [1.5]})"), HasSubstr("prompt: token ids must be"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "n": 2})"), HasSubstr("n: only 1 is supported, got 2"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "best_of": 3})"), HasSubstr("best_of: only 1"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "presence_penalty": 0.5})"),
+              HasSubstr("presence_penalty: is not supported"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logit_bias": {"5": 1}})"),
+              HasSubstr("logit_bias: is not supported"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "suffix": "s"})"), HasSubstr("suffix: is not supported"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logprobs": 5})"),
+              HasSubstr("logprobs: at most 1 is supported"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "max_tokens": "ten"})"), HasSubstr("max_tokens: must be"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "temperature": "hot"})"),
+              HasSubstr("temperature: must be a number"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "stream": "yes"})"),
+              HasSubstr("stream: must be true or false"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "stop": [1]})"), HasSubstr("stop: must be a string"));
+  auto wrong_model = ParseCompletionRequest(R"({"model": "gpt-4", "prompt": "x"})", kModel);
+  EXPECT_EQ(wrong_model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(wrong_model.status().message()),
+              HasSubstr("\"gpt-4\" is not served here (this server serves \"builtin:tiny\")"));
+}
+
+TEST(OpenAiApiTest, ErrorsTakeOpenAisShapeAndTheApisFieldNames) {
+  const absl::Status engine_error = absl::InvalidArgumentError(
+      "max_new_tokens: prompt (5 tokens) + max_new_tokens (9) exceeds max_seq_len (8)");
+  EXPECT_EQ(HttpStatusOf(engine_error), 400);
+  EXPECT_EQ(OpenAiErrorBody(engine_error),
+            "{\"error\": {\"message\": \"max_tokens: prompt (5 tokens) + max_tokens (9) exceeds "
+            "max_seq_len (8)\", \"type\": \"invalid_request_error\", \"param\": \"max_tokens\", "
+            "\"code\": \"invalid_argument\"}}");
+  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("text: the model has no tokenizer")),
+              HasSubstr("\"message\": \"prompt: the model has no tokenizer\""));
+  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("stop_strings: must not be empty")),
+              HasSubstr("\"param\": \"stop\""));
+  EXPECT_THAT(OpenAiErrorBody(absl::ResourceExhaustedError("the queue is full")),
+              HasSubstr("\"type\": \"rate_limit_error\", \"param\": null"));
+  EXPECT_EQ(HttpStatusOf(absl::ResourceExhaustedError("")), 429);
+  EXPECT_EQ(HttpStatusOf(absl::UnavailableError("")), 503);
+  EXPECT_EQ(HttpStatusOf(absl::UnauthenticatedError("")), 401);
+  EXPECT_EQ(HttpStatusOf(absl::NotFoundError("")), 404);
+  EXPECT_EQ(HttpStatusOf(absl::InternalError("")), 500);
+}
+
+}  // namespace
+}  // namespace flover::server

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""The OpenAI-compatible HTTP API of the real flover_server on loopback,
+driven by the official `openai` Python package (and curl and a raw socket):
+completions streamed and not, text and token prompts, stop strings, logprobs,
+echo, every error status in OpenAI's shape, /health while draining, a client
+that leaves mid-stream freeing its slot — and the same outputs as the same
+request through gRPC."""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.getcwd(), "clients", "python"))
+import grpc  # noqa: E402
+import openai  # noqa: E402
+
+from flover_client import FloverClient  # noqa: E402
+
+SERVER = None
+TEXT_MODEL = "tests/golden/tiny_f32"  # GPT-2 fixture with a tokenizer, 40 positions
+
+
+class Server:
+    def __init__(self, *flags):
+        self.proc = subprocess.Popen([SERVER, "--listen=127.0.0.1:0", "--http_listen=127.0.0.1:0",
+                                      *flags], stdout=subprocess.PIPE, text=True)
+        grpc_line = self.proc.stdout.readline().strip()
+        http_line = self.proc.stdout.readline().strip()
+        assert grpc_line.startswith("listening on "), grpc_line
+        assert http_line.startswith("openai api on "), http_line
+        self.grpc = grpc_line[len("listening on "):]
+        self.base_url = http_line[len("openai api on "):]
+        self.hostport = self.base_url[len("http://"):-len("/v1")]
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        self.openai = openai.OpenAI(base_url=self.base_url, api_key="unused", max_retries=0)
+        self.client = FloverClient(self.grpc)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+    def grpc_generate(self, **kw):
+        msgs = list(self.client.generate(**kw))
+        ids = [t for m in msgs for t in m.token_ids]
+        text = "".join(m.text for m in msgs)
+        logprobs = [lp for m in msgs for lp in m.logprobs]
+        return ids, text, logprobs, msgs[-1]
+
+    def stats(self):
+        return self.client.stats()
+
+
+def eventually(condition, timeout_s=60):
+    """Polls `condition` until it holds; bounded so a broken server fails."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class OpenAiApiTest(unittest.TestCase):
+    def test_completions_equal_grpc_streamed_and_not(self):
+        s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=2")
+        try:
+            self.assertEqual([m.id for m in s.openai.models.list().data], [TEXT_MODEL])
+
+            # Greedy, text prompt: the same tokens and text as gRPC.
+            r = s.openai.completions.create(model=TEXT_MODEL, prompt="The quick brown fox",
+                                            max_tokens=12, temperature=0,
+                                            extra_body={"ignore_eos": True})
+            ids, text, _, last = s.grpc_generate(prompt="The quick brown fox", max_new_tokens=12,
+                                                 temperature=0, ignore_eos=True)
+            choice = r.choices[0]
+            self.assertEqual(choice.text, text)
+            self.assertEqual(choice.model_extra["token_ids"], ids)
+            self.assertEqual(choice.finish_reason, "length")
+            self.assertEqual(r.usage.completion_tokens, 12)
+            self.assertEqual(r.usage.prompt_tokens, last.usage.prompt_tokens)
+            self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + 12)
+            self.assertTrue(r.id.startswith("cmpl-"))
+            self.assertEqual(r.model, TEXT_MODEL)
+
+            # Streamed: the chunks add up to the same text, then usage.
+            chunks = list(s.openai.completions.create(
+                model=TEXT_MODEL, prompt="The quick brown fox", max_tokens=12, temperature=0,
+                stream=True, stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True}))
+            with_choices = [c for c in chunks if c.choices]
+            self.assertGreater(len(with_choices), 1)
+            self.assertEqual("".join(c.choices[0].text for c in with_choices), text)
+            self.assertEqual([c.choices[0].finish_reason for c in with_choices][-1], "length")
+            self.assertTrue(all(c.choices[0].finish_reason is None for c in with_choices[:-1]))
+            self.assertEqual(sum(len(c.choices[0].model_extra["token_ids"]) for c in with_choices), 12)
+            self.assertEqual(chunks[-1].usage.completion_tokens, 12)
+
+            # Token prompt, seeded sampling: equal to gRPC with the same seed.
+            r = s.openai.completions.create(model=TEXT_MODEL, prompt=[5, 6, 7], max_tokens=10,
+                                            temperature=1.0, seed=7, extra_body={"ignore_eos": True})
+            ids, text, _, _ = s.grpc_generate(token_ids=[5, 6, 7], max_new_tokens=10,
+                                              temperature=1.0, seed=7, ignore_eos=True)
+            self.assertEqual(r.choices[0].model_extra["token_ids"], ids)
+            self.assertEqual(r.choices[0].text, text)
+
+            # A stop string taken from the greedy text cuts it there.
+            full = s.openai.completions.create(model=TEXT_MODEL, prompt="Hello", max_tokens=20,
+                                               temperature=0, extra_body={"ignore_eos": True})
+            full_text = full.choices[0].text
+            stop = full_text[len(full_text) // 2:len(full_text) // 2 + 3]
+            self.assertTrue(stop.strip(), full_text)
+            cut = s.openai.completions.create(model=TEXT_MODEL, prompt="Hello", max_tokens=20,
+                                              temperature=0, stop=[stop],
+                                              extra_body={"ignore_eos": True})
+            self.assertEqual(cut.choices[0].text, full_text[:full_text.index(stop)])
+            self.assertEqual(cut.choices[0].finish_reason, "stop")
+
+            # Log-probabilities of the sampled tokens, as gRPC returns them.
+            r = s.openai.completions.create(model=TEXT_MODEL, prompt="Hello", max_tokens=6,
+                                            temperature=0, logprobs=1,
+                                            extra_body={"ignore_eos": True})
+            _, _, grpc_lps, _ = s.grpc_generate(prompt="Hello", max_new_tokens=6, temperature=0,
+                                                ignore_eos=True, return_logprobs=True)
+            lp = r.choices[0].logprobs
+            self.assertEqual(len(lp.tokens), 6)
+            for a, b in zip(lp.token_logprobs, grpc_lps):
+                self.assertAlmostEqual(a, b, places=5)
+            self.assertEqual(len(lp.top_logprobs), 6)
+
+            # echo puts the prompt's text first.
+            r = s.openai.completions.create(model=TEXT_MODEL, prompt="Hello world", max_tokens=4,
+                                            temperature=0, echo=True, extra_body={"ignore_eos": True})
+            self.assertTrue(r.choices[0].text.startswith("Hello world"), r.choices[0].text)
+
+            # curl, streamed: server-sent events ending in [DONE].
+            out = subprocess.run(
+                ["curl", "-sS", "-N", f"{s.base_url}/completions", "-H",
+                 "Content-Type: application/json", "-d",
+                 json.dumps({"prompt": "Hello", "max_tokens": 5, "stream": True,
+                             "temperature": 0, "ignore_eos": True})],
+                capture_output=True, text=True, timeout=60, check=True).stdout
+            events = [e for e in out.split("\n\n") if e]
+            self.assertEqual(events[-1], "data: [DONE]")
+            self.assertTrue(all(e.startswith("data: ") for e in events), out)
+            self.assertEqual(
+                sum(len(json.loads(e[6:])["choices"][0]["token_ids"]) for e in events[:-1]), 5)
+        finally:
+            s.close()
+
+    def test_errors_take_openais_shape(self):
+        s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=2")
+        try:
+            cases = [
+                (dict(prompt="x", n=2), openai.BadRequestError, "n: only 1 is supported", "n"),
+                (dict(prompt="x", max_tokens=100), openai.BadRequestError,
+                 "exceeds max_seq_len (40)", "max_tokens"),
+                (dict(prompt=[1, 99999]), openai.BadRequestError, "outside the vocabulary",
+                 "prompt"),
+                (dict(prompt="x", logprobs=3), openai.BadRequestError,
+                 "logprobs: at most 1", "logprobs"),
+                (dict(prompt="x", top_p=0.0), openai.BadRequestError, "top_p", None),
+            ]
+            for kw, error, says, param in cases:
+                with self.assertRaises(error) as err:
+                    s.openai.completions.create(model=TEXT_MODEL, **kw)
+                self.assertEqual(err.exception.status_code, 400, kw)
+                self.assertIn(says, err.exception.body["message"], kw)
+                self.assertEqual(err.exception.body["type"], "invalid_request_error", kw)
+                if param is not None:
+                    self.assertEqual(err.exception.body["param"], param, kw)
+            with self.assertRaises(openai.NotFoundError) as err:
+                s.openai.completions.create(model="gpt-4", prompt="x")
+            self.assertIn("is not served here", err.exception.body["message"])
+            # Every refusal was counted, nothing was queued.
+            self.assertEqual(s.stats().requests_submitted, 0)
+        finally:
+            s.close()
+
+        # A full queue is 429.
+        s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--max_queue=0", "--threads=1")
+        try:
+            with self.assertRaises(openai.RateLimitError) as err:
+                s.openai.completions.create(model=TEXT_MODEL, prompt="x")
+            self.assertEqual(err.exception.status_code, 429)
+            self.assertIn("queue is full", err.exception.body["message"])
+        finally:
+            s.close()
+
+    def test_draining_answers_503_and_disconnect_frees_the_slot(self):
+        # GPT-2-small shapes with GPT-2's vocabulary: a 400-token request runs
+        # for seconds, so the client can leave mid-stream.
+        s = Server("--model=builtin:gpt2-small", "--max_seq_len=512", "--max_batch=2",
+                   "--threads=2", "--drain_timeout_s=60")
+        try:
+            conn = http.client.HTTPConnection(s.hostport, timeout=60)
+            conn.request("POST", "/v1/completions", json.dumps(
+                {"prompt": "Once upon a time", "max_tokens": 400, "stream": True,
+                 "ignore_eos": True}), {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            self.assertEqual(resp.getheader("Content-Type"), "text/event-stream")
+            self.assertTrue(resp.readline().startswith(b"data: "))  # tokens are flowing
+            self.assertEqual(s.stats().active_sequences, 1)
+            conn.sock.shutdown(2)
+            conn.close()
+            self.assertTrue(eventually(lambda: s.stats().active_sequences == 0),
+                            "the slot was never freed")
+            stats = s.stats()
+            self.assertEqual(stats.requests_finished["cancelled"], 1)
+            self.assertLess(stats.tokens_generated, 400)
+
+            # Drain: /health turns 503 and new completions are refused with 503
+            # while an in-flight one finishes.
+            health = http.client.HTTPConnection(s.hostport, timeout=10)
+            health.request("GET", "/health")
+            self.assertEqual(health.getresponse().status, 200)
+            results = {}
+            long_call = threading.Thread(target=lambda: results.update(r=s.openai.completions.create(
+                model="builtin:gpt2-small", prompt="Once", max_tokens=120, temperature=0,
+                extra_body={"ignore_eos": True})))
+            long_call.start()
+            self.assertTrue(eventually(lambda: s.stats().active_sequences == 1))
+            s.proc.send_signal(signal.SIGTERM)
+
+            def health_status():
+                h = http.client.HTTPConnection(s.hostport, timeout=10)
+                h.request("GET", "/health")
+                return h.getresponse().status
+            self.assertTrue(eventually(lambda: health_status() == 503))
+            with self.assertRaises(openai.InternalServerError) as err:
+                s.openai.completions.create(model="builtin:gpt2-small", prompt="late", max_tokens=2)
+            self.assertEqual(err.exception.status_code, 503)
+            long_call.join(timeout=120)
+            self.assertEqual(results["r"].usage.completion_tokens, 120)
+            self.assertEqual(s.proc.wait(timeout=60), 0)
+        finally:
+            s.close()
+
+
+if __name__ == "__main__":
+    SERVER = sys.argv.pop(1)
+    unittest.main()
