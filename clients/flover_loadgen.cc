@@ -7,6 +7,7 @@
 // latency and end-to-end latency (mean, p50, p90, p99), and with --slo_*
 // the goodput: completed requests per second that met every objective.
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,6 +58,9 @@ ABSL_FLAG(double, timeout_s, 0, "Per-request deadline (0 = none)");
 ABSL_FLAG(std::string, json, "", "Write the report as JSON here");
 ABSL_FLAG(std::string, dump_outputs, "", "Write one JSON line per request here");
 ABSL_FLAG(bool, progress, true, "Print a progress line on stderr");
+ABSL_FLAG(bool, http, false,
+          "Drive the OpenAI-compatible HTTP API at --target (flover_server --http_listen) with "
+          "streamed /v1/completions instead of gRPC: the same workload, one thread per request");
 
 namespace flover::clients {
 namespace {
@@ -204,6 +208,132 @@ class Call : public grpc::ClientReadReactor<v1::GenerateResponse> {
   InFlight* in_flight_;
 };
 
+// The report's status for an HTTP status (as the server maps them).
+grpc::StatusCode CodeOfHttp(int status) {
+  switch (status) {
+    case 200: return grpc::StatusCode::OK;
+    case 400: return grpc::StatusCode::INVALID_ARGUMENT;
+    case 404: return grpc::StatusCode::NOT_FOUND;
+    case 429: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 499: return grpc::StatusCode::CANCELLED;
+    case 503: return grpc::StatusCode::UNAVAILABLE;
+    case 504: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
+
+// The streamed /v1/completions body for a planned request.
+std::string CompletionBody(const v1::GenerateRequest& r) {
+  const std::string prompt =
+      r.has_token_ids() ? absl::StrCat("[", absl::StrJoin(r.token_ids().ids(), ", "), "]")
+                        : JsonQuote(r.text());
+  return absl::StrFormat(
+      "{\"prompt\": %s, \"max_tokens\": %d, \"temperature\": %.9g, \"top_k\": %d, \"seed\": %d, "
+      "\"ignore_eos\": %s, \"stream\": true}",
+      prompt, r.stopping().max_new_tokens(), r.sampling().temperature(), r.sampling().top_k(),
+      static_cast<int64_t>(r.sampling().seed()), r.stopping().ignore_eos() ? "true" : "false");
+}
+
+// One streamed completion over HTTP, on its own thread: each server-sent
+// event's token_ids are recorded as a gRPC message's would be.
+void HttpCall(const std::string& target, const v1::GenerateRequest& request, Outcome* out,
+              Clock::time_point t0, InFlight* in_flight, double timeout_s) {
+  auto now = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  httplib::Client client("http://" + target);
+  client.set_read_timeout(timeout_s > 0 ? static_cast<time_t>(std::ceil(timeout_s)) : 3600, 0);
+  client.set_connection_timeout(10, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = CompletionBody(request);
+  req.set_header("Content-Type", "application/json");
+  int status = 0;
+  std::string buffer, error_body;
+  req.response_handler = [&](const httplib::Response& r) {
+    status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (status != 200) {
+      error_body.append(data, n);
+      return true;
+    }
+    buffer.append(data, n);
+    size_t end;
+    while ((end = buffer.find("\n\n")) != std::string::npos) {
+      const std::string event = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+      auto json = ParseJsonObject(event.substr(6), "event");
+      if (!json.ok()) continue;
+      const auto& f = json->fields();
+      if (auto e = f.find("error"); e != f.end()) {  // the request failed mid-stream
+        const auto& ef = e->second.struct_value().fields();
+        out->code = grpc::StatusCode::INTERNAL;
+        if (auto m = ef.find("message"); m != ef.end()) out->message = m->second.string_value();
+        continue;
+      }
+      auto choices = f.find("choices");
+      if (choices == f.end() || choices->second.list_value().values_size() == 0) continue;
+      const auto& c = choices->second.list_value().values(0).struct_value().fields();
+      const double t = now();
+      if (auto ids = c.find("token_ids"); ids != c.end()) {
+        for (const auto& v : ids->second.list_value().values()) {
+          if (out->first_s < 0) out->first_s = t;
+          out->output_ids.push_back(static_cast<uint32_t>(v.number_value()));
+          out->token_times.push_back(t);
+        }
+      }
+      if (auto r = c.find("finish_reason"); r != c.end() && r->second.has_string_value()) {
+        out->finish_reason = r->second.string_value();
+      }
+    }
+    return true;
+  };
+  out->sent_s = now();
+  const httplib::Result res = client.send(req);
+  out->end_s = now();
+  if (!res) {
+    out->code = grpc::StatusCode::UNAVAILABLE;
+    out->message = httplib::to_string(res.error());
+  } else if (status != 200) {
+    out->code = CodeOfHttp(status);
+    out->message = error_body;
+  }
+  in_flight->End();
+}
+
+// The vocabulary random prompts are drawn from: GetModelInfo over gRPC,
+// /v1/models' vocab_size over HTTP.
+absl::StatusOr<int> VocabSize(v1::Flover::Stub* stub) {
+  if (absl::GetFlag(FLAGS_http)) {
+    httplib::Client client("http://" + absl::GetFlag(FLAGS_target));
+    client.set_connection_timeout(10, 0);
+    auto res = client.Get("/v1/models");
+    if (!res || res->status != 200) {
+      return absl::UnavailableError(
+          absl::StrCat("GET /v1/models on ", absl::GetFlag(FLAGS_target), " failed"));
+    }
+    auto json = ParseJsonObject(res->body, "/v1/models");
+    if (!json.ok()) return json.status();
+    auto data = json->fields().find("data");
+    if (data == json->fields().end() || data->second.list_value().values_size() == 0) {
+      return absl::UnavailableError("/v1/models lists no model");
+    }
+    return JsonIntField(data->second.list_value().values(0).struct_value(), "vocab_size", 1,
+                        1 << 30, "/v1/models");
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ModelInfo info;
+  grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat("GetModelInfo: ", StatusCodeName(st.error_code()),
+                                               ": ", st.error_message()));
+  }
+  return static_cast<int>(info.vocab_size());
+}
+
 absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   auto prompt_len = ParseLengths("prompt_len", absl::GetFlag(FLAGS_prompt_len));
@@ -224,14 +354,9 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
   const double duration = absl::GetFlag(FLAGS_duration);
   if (duration > 0) n = burst ? absl::GetFlag(FLAGS_num_requests) : std::min(100000, int(duration * rate * 2) + 16);
 
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::ModelInfo info;
-  grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
-  if (!st.ok()) {
-    return absl::UnavailableError(absl::StrCat("GetModelInfo: ", StatusCodeName(st.error_code()),
-                                               ": ", st.error_message()));
-  }
+  auto vocab = VocabSize(stub);
+  if (!vocab.ok()) return vocab.status();
+  const int vocab_size = *vocab;
 
   std::vector<std::pair<std::string, google::protobuf::Struct>> dataset;
   if (!absl::GetFlag(FLAGS_dataset).empty()) {
@@ -262,7 +387,7 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
         p.request.set_text(p.prompt_text);
       } else if (auto ids = fields.find("prompt_ids"); ids != fields.end()) {
         for (const auto& v : ids->second.list_value().values()) {
-          auto id = JsonToInt(v, "prompt_ids", 0, info.vocab_size() - 1);
+          auto id = JsonToInt(v, "prompt_ids", 0, vocab_size - 1);
           if (!id.ok()) return id.status();
           p.prompt_ids.push_back(static_cast<uint32_t>(*id));
         }
@@ -277,7 +402,7 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
     } else {
       const int len = std::uniform_int_distribution<int>(prompt_len->lo, prompt_len->hi)(rng);
       for (int k = 0; k < len; ++k) {
-        p.prompt_ids.push_back(std::uniform_int_distribution<uint32_t>(0, info.vocab_size() - 1)(rng));
+        p.prompt_ids.push_back(std::uniform_int_distribution<uint32_t>(0, vocab_size - 1)(rng));
       }
     }
     for (uint32_t id : p.prompt_ids) p.request.mutable_token_ids()->add_ids(id);
@@ -328,6 +453,7 @@ int Run() {
     }
     if (absl::GetFlag(FLAGS_progress)) std::fprintf(stderr, "\n");
   });
+  std::vector<std::thread> http_threads;
   int sent = 0;
   for (; sent < n; ++sent) {
     const Planned& p = (*plan)[sent];
@@ -335,9 +461,15 @@ int Run() {
     std::this_thread::sleep_until(t0 + std::chrono::microseconds(int64_t(p.offset_s * 1e6)));
     if (max_conc > 0) in_flight.WaitBelow(max_conc);
     in_flight.Begin();
-    new Call(stub.get(), p.request, &outcomes[sent], t0, &in_flight, absl::GetFlag(FLAGS_timeout_s));
+    if (absl::GetFlag(FLAGS_http)) {
+      http_threads.emplace_back(HttpCall, absl::GetFlag(FLAGS_target), std::cref(p.request),
+                                &outcomes[sent], t0, &in_flight, absl::GetFlag(FLAGS_timeout_s));
+    } else {
+      new Call(stub.get(), p.request, &outcomes[sent], t0, &in_flight, absl::GetFlag(FLAGS_timeout_s));
+    }
   }
   in_flight.WaitAll(sent);
+  for (std::thread& t : http_threads) t.join();
   sending = false;
   progress.join();
 
@@ -415,12 +547,13 @@ int Run() {
       out << absl::StrFormat(
           "{\"index\": %d, \"request_id\": %s, \"prompt_ids\": [%s], \"prompt_text\": %s, "
           "\"output_ids\": [%s], \"status\": \"%s\", \"finish_reason\": %s, \"seed\": %d, "
-          "\"temperature\": %g, \"top_k\": %d, \"max_new_tokens\": %d, \"ignore_eos\": %s}\n",
+          "\"temperature\": %g, \"top_k\": %d, \"max_new_tokens\": %d, \"ignore_eos\": %s%s}\n",
           i, JsonQuote(p.request.request_id()), absl::StrJoin(p.prompt_ids, ", "),
           JsonQuote(p.prompt_text), absl::StrJoin(o.output_ids, ", "), StatusCodeName(o.code),
           JsonQuote(o.finish_reason), p.request.sampling().seed(), p.request.sampling().temperature(),
           p.request.sampling().top_k(), p.request.stopping().max_new_tokens(),
-          p.request.stopping().ignore_eos() ? "true" : "false");
+          p.request.stopping().ignore_eos() ? "true" : "false",
+          o.code == grpc::StatusCode::OK ? "" : absl::StrCat(", \"message\": ", JsonQuote(o.message)));
     }
   }
   return ok == sent ? 0 : 1;

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
@@ -69,6 +71,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   http.new_task_queue = [threads] { return new httplib::ThreadPool(std::max(1, threads)); };
   http.set_read_timeout(5, 0);
   http.set_write_timeout(5, 0);
+  // Debian's library listens with a backlog of 5: a burst of connections
+  // overflows it and some fail. Keep the listening socket, and listen again
+  // with the system's maximum once it is bound (Linux raises the backlog).
+  int listen_fd = -1;
+  http.set_socket_options([&listen_fd](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   add_routes(http);
   if (port == 0) {
     port = http.bind_to_any_port(host);
@@ -76,6 +86,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     port = -1;
   }
   if (port <= 0) {
+    return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", address));
+  }
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0) {
     return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", address));
   }
   server->port_ = port;

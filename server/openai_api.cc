@@ -459,7 +459,8 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
         absl::StrCat("{\"object\": \"list\", \"data\": [{\"id\": ", JsonQuote(model_name),
                      ", \"object\": \"model\", \"created\": ", started,
                      ", \"owned_by\": \"flover\", \"max_model_len\": ",
-                     engine.options().max_seq_len, "}]}"),
+                     engine.options().max_seq_len, ", \"vocab_size\": ",
+                     engine.model().info().vocab_size, "}]}"),
         "application/json");
   });
   http.Post("/v1/completions", [&engine, tokenizer, model_name](const httplib::Request& req,

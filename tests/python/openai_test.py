@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -22,6 +23,7 @@ import openai  # noqa: E402
 from flover_client import FloverClient  # noqa: E402
 
 SERVER = None
+LOADGEN = None
 TEXT_MODEL = "tests/golden/tiny_f32"  # GPT-2 fixture with a tokenizer, 40 positions
 
 
@@ -154,6 +156,39 @@ class OpenAiApiTest(unittest.TestCase):
         finally:
             s.close()
 
+    def test_load_client_over_http_gets_what_it_gets_over_grpc(self):
+        # The same seeded plan (sampled, random prompts) through both front
+        # ends of one server: every request's output ids are the same.
+        s = Server("--model=builtin:tiny", "--max_seq_len=64", "--threads=2")
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                dumps = {}
+                for name, target, extra in (("http", s.hostport, ["--http"]),
+                                            ("grpc", s.grpc, [])):
+                    dumps[name] = os.path.join(d, name + ".jsonl")
+                    out = subprocess.run(
+                        [LOADGEN, f"--target={target}", "--rate=200", "--num_requests=24",
+                         "--prompt_len=uniform:1:16", "--output_len=uniform:1:24", "--seed=5",
+                         "--temperature=1", "--ignore_eos", "--progress=false",
+                         f"--dump_outputs={dumps[name]}", *extra],
+                        capture_output=True, text=True, timeout=120)
+                    self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+                    self.assertIn("completed 24, failed 0", out.stdout)
+                with open(dumps["http"]) as h, open(dumps["grpc"]) as g:
+                    http_lines, grpc_lines = h.read().splitlines(), g.read().splitlines()
+                self.assertEqual(len(http_lines), 24)
+                self.assertEqual(http_lines, grpc_lines)
+                self.assertTrue(all(json.loads(x)["output_ids"] for x in http_lines))
+            # A burst of 64 connections at once: every one is served (the
+            # library's default listen backlog of 5 used to drop some).
+            out = subprocess.run(
+                [LOADGEN, f"--target={s.hostport}", "--http", "--rate=inf", "--num_requests=64",
+                 "--prompt_len=4", "--output_len=4", "--progress=false"],
+                capture_output=True, text=True, timeout=120)
+            self.assertIn("completed 64, failed 0", out.stdout, out.stdout + out.stderr)
+        finally:
+            s.close()
+
     def test_errors_take_openais_shape(self):
         s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=2")
         try:
@@ -246,4 +281,5 @@ class OpenAiApiTest(unittest.TestCase):
 
 if __name__ == "__main__":
     SERVER = sys.argv.pop(1)
+    LOADGEN = sys.argv.pop(1)
     unittest.main()
