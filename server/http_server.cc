@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   if (port <= 0) {
     return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", address));
   }
+  http.set_socket_options(httplib::default_socket_options);  // drops the reference to listen_fd
   if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0) {
     return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", address));
   }
