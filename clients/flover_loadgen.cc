@@ -36,7 +36,12 @@
 #include "util/json.h"
 #include "proto/flover.grpc.pb.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address (loopback in tests)");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "Server address, or several (HOST:PORT,HOST:PORT) to spread requests over them with "
+          "gRPC's round_robin balancing");
+ABSL_FLAG(int, retries, 0,
+          "gRPC: retry a request refused with UNAVAILABLE before any token (a draining or "
+          "restarting replica) up to this many times");
 ABSL_FLAG(std::string, rate, "4", "Requests per second (Poisson), or inf for all at once");
 ABSL_FLAG(double, burstiness, 1.0,
           "Shape of the gamma-distributed gaps (mean 1/rate): 1 = Poisson, < 1 burstier, > 1 "
@@ -303,6 +308,26 @@ void HttpCall(const std::string& target, const v1::GenerateRequest& request, Out
   in_flight->End();
 }
 
+// A channel to one target, or round_robin over several ("A,B,...": IPv4
+// HOST:PORT each, resolved once); with retries > 0, gRPC retries a call that
+// failed with UNAVAILABLE before it committed (no message received).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int retries) {
+  grpc::ChannelArguments args;
+  std::string uri = target;
+  if (target.find(',') != std::string::npos) {
+    uri = "ipv4:" + target;
+    args.SetLoadBalancingPolicyName("round_robin");
+  }
+  if (retries > 0) {
+    args.SetServiceConfigJSON(absl::StrFormat(
+        R"({"methodConfig": [{"name": [{"service": "flover.v1.Flover"}], "retryPolicy": {)"
+        R"("maxAttempts": %d, "initialBackoff": "0.05s", "maxBackoff": "1s", )"
+        R"("backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})",
+        std::min(retries + 1, 5)));
+  }
+  return grpc::CreateCustomChannel(uri, grpc::InsecureChannelCredentials(), args);
+}
+
 // The vocabulary random prompts are drawn from: GetModelInfo over gRPC,
 // /v1/models' vocab_size over HTTP.
 absl::StatusOr<int> VocabSize(v1::Flover::Stub* stub) {
@@ -428,7 +453,7 @@ std::string StatsJson(const Stats& s, double scale) {
 }
 
 int Run() {
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel = MakeChannel(absl::GetFlag(FLAGS_target), absl::GetFlag(FLAGS_retries));
   auto stub = v1::Flover::NewStub(channel);
   auto plan = Plan(stub.get());
   if (!plan.ok()) {
