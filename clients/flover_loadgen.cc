@@ -8,6 +8,8 @@
 // the goodput: completed requests per second that met every objective.
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "clients/load_plan.h"
 #include "clients/status_names.h"
+#include "util/runfiles.h"
 #include "util/json.h"
 #include "proto/flover.grpc.pb.h"
 
@@ -63,6 +66,9 @@ ABSL_FLAG(double, timeout_s, 0, "Per-request deadline (0 = none)");
 ABSL_FLAG(std::string, json, "", "Write the report as JSON here");
 ABSL_FLAG(std::string, dump_outputs, "", "Write one JSON line per request here");
 ABSL_FLAG(bool, progress, true, "Print a progress line on stderr");
+ABSL_FLAG(std::string, plot, "",
+          "Draw per-request latency over the run and the latency CDFs into this PNG (with "
+          "clients/plot_loadgen.py and matplotlib; the timings go to FILE.json beside it)");
 ABSL_FLAG(bool, http, false,
           "Drive the OpenAI-compatible HTTP API at --target (flover_server --http_listen) with "
           "streamed /v1/completions instead of gRPC: the same workload, one thread per request");
@@ -442,6 +448,60 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
   return plan;
 }
 
+// Writes the run's per-request timings to `png`.json and draws `png` with
+// plot_loadgen.py (found beside the binary, in its runfiles, or at
+// $FLOVER_PLOT_SCRIPT; run by $FLOVER_PYTHON, default python3).
+absl::Status Plot(const std::string& png, const std::vector<Outcome>& outcomes, int sent,
+                  const std::string& title) {
+  const std::string json = png + ".json";
+  {
+    std::ofstream out(json);
+    if (!out) return absl::NotFoundError(absl::StrCat("--plot: cannot write ", json));
+    out << "{\"title\": " << JsonQuote(title) << ", \"requests\": [\n";
+    for (int i = 0; i < sent; ++i) {
+      const Outcome& o = outcomes[i];
+      const bool ok = o.code == grpc::StatusCode::OK;
+      std::vector<std::string> gaps;
+      for (size_t k = 1; k < o.token_times.size(); ++k) {
+        if (o.token_times[k] > o.token_times[k - 1]) {
+          gaps.push_back(absl::StrFormat("%.6f", o.token_times[k] - o.token_times[k - 1]));
+        }
+      }
+      const std::string ttft =
+          o.first_s >= 0 ? absl::StrFormat("%.6f", o.first_s - o.sent_s) : std::string("null");
+      const std::string tpot =
+          o.output_ids.size() > 1
+              ? absl::StrFormat("%.6f", (o.end_s - o.first_s) / (o.output_ids.size() - 1))
+              : std::string("null");
+      out << absl::StrFormat(
+          "%s{\"sent_s\": %.6f, \"ttft_s\": %s, \"e2e_s\": %.6f, \"tpot_s\": %s, \"ok\": %s, "
+          "\"gaps_s\": [%s]}\n",
+          i > 0 ? "," : "", o.sent_s, ttft, o.end_s - o.sent_s, tpot, ok ? "true" : "false",
+          absl::StrJoin(gaps, ", "));
+    }
+    out << "]}\n";
+  }
+  const std::string script =
+      FindRunfile("FLOVER_PLOT_SCRIPT", "plot_loadgen.py", "clients/plot_loadgen.py");
+  if (script.empty()) return absl::NotFoundError("--plot: plot_loadgen.py was not found");
+  const char* env_python = std::getenv("FLOVER_PYTHON");
+  const std::string python = env_python != nullptr && *env_python ? env_python : "python3";
+  std::vector<std::string> args = {python, script, json, png};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    return absl::NotFoundError(absl::StrCat("--plot: cannot run ", python));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("--plot: ", python, " ", script, " failed"));
+  }
+  return absl::OkStatus();
+}
+
 void PrintStatsLine(const char* name, const char* unit, const Stats& s, double scale) {
   std::printf("%-22s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f  %s\n", name, s.Mean() * scale,
               s.Pct(50) * scale, s.Pct(90) * scale, s.Pct(99) * scale, unit);
@@ -579,6 +639,16 @@ int Run() {
           p.request.sampling().top_k(), p.request.stopping().max_new_tokens(),
           p.request.stopping().ignore_eos() ? "true" : "false",
           o.code == grpc::StatusCode::OK ? "" : absl::StrCat(", \"message\": ", JsonQuote(o.message)));
+    }
+  }
+  if (!absl::GetFlag(FLAGS_plot).empty()) {
+    const std::string title = absl::StrFormat(
+        "%s: %d requests at %s req/s (burstiness %g), %d completed",
+        absl::GetFlag(FLAGS_http) ? "HTTP" : "gRPC", sent, absl::GetFlag(FLAGS_rate),
+        absl::GetFlag(FLAGS_burstiness), ok);
+    if (absl::Status st = Plot(absl::GetFlag(FLAGS_plot), outcomes, sent, title); !st.ok()) {
+      std::fprintf(stderr, "flover_loadgen: %s\n", std::string(st.message()).c_str());
+      return 3;
     }
   }
   return ok == sent ? 0 : 1;

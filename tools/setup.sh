@@ -32,13 +32,15 @@ fi
 # checked against OpenAI's SHA-256), into third_party/gpt2_vocab/.
 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_gpt2_vocab.py"
 
-# The official `openai` client for the HTTP API's test, in a virtual
-# environment inside the clone (.venv-test, git-ignored) that also sees
-# Debian's grpcio and protobuf.
+# From PyPI, in a virtual environment inside the clone (.venv-test,
+# git-ignored) that also sees Debian's grpcio and protobuf: the official
+# `openai` client for the HTTP API's test, and matplotlib for
+# `flover_loadgen --plot`.
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if ! "$root/.venv-test/bin/python" -c "import openai" 2>/dev/null; then
+if ! "$root/.venv-test/bin/python" -c "import openai, matplotlib" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages "$root/.venv-test"
-  "$root/.venv-test/bin/pip" install --quiet --disable-pip-version-check "openai==3.54.0"
+  "$root/.venv-test/bin/pip" install --quiet --disable-pip-version-check \
+    "openai==3.54.0" "matplotlib==3.11.2"
 fi
 
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then

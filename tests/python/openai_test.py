@@ -179,6 +179,32 @@ class OpenAiApiTest(unittest.TestCase):
                 self.assertEqual(len(http_lines), 24)
                 self.assertEqual(http_lines, grpc_lines)
                 self.assertTrue(all(json.loads(x)["output_ids"] for x in http_lines))
+            # --plot: the timings file and a PNG drawn by matplotlib (this
+            # interpreter's); where matplotlib cannot be imported, a clear error.
+            with tempfile.TemporaryDirectory() as d:
+                png = os.path.join(d, "run.png")
+                plot = [LOADGEN, f"--target={s.grpc}", "--rate=100", "--num_requests=10",
+                        "--output_len=uniform:1:8", "--progress=false", f"--plot={png}"]
+                out = subprocess.run(plot, capture_output=True, text=True, timeout=120,
+                                     env=dict(os.environ, FLOVER_PYTHON=sys.executable))
+                self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+                with open(png, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+                with open(png + ".json") as f:
+                    timings = json.load(f)["requests"]
+                self.assertEqual(len(timings), 10)
+                for t in timings:
+                    self.assertTrue(t["ok"])
+                    self.assertLessEqual(t["ttft_s"], t["e2e_s"])
+                broken = os.path.join(d, "broken", "matplotlib")
+                os.makedirs(broken)
+                with open(os.path.join(broken, "__init__.py"), "w") as f:
+                    f.write("raise ImportError('planted')\n")
+                out = subprocess.run(plot, capture_output=True, text=True, timeout=120,
+                                     env=dict(os.environ, FLOVER_PYTHON=sys.executable,
+                                              PYTHONPATH=os.path.dirname(broken)))
+                self.assertEqual(out.returncode, 3, out.stdout + out.stderr)
+                self.assertIn("matplotlib is missing", out.stderr)
             # A burst of 64 connections at once: every one is served (the
             # library's default listen backlog of 5 used to drop some).
             out = subprocess.run(
