@@ -14,6 +14,7 @@ PACKAGES=(
   # tests and tools
   python3 python3-grpcio python3-protobuf python3-pip python3-venv curl
   prometheus  # promtool and a Prometheus server for the metrics test
+  nginx       # the load balancer in the replicas test
 )
 
 missing=()
