@@ -128,6 +128,18 @@ class ReplicasTest(unittest.TestCase):
                 self.assertEqual(code, 0, out)
                 with open(f"{d}/rr.jsonl") as f, open(f"{d}/one.jsonl") as g:
                     self.assertEqual(f.read(), g.read())
+                if not through_nginx:
+                    # The Python client balances the same way over a list.
+                    # (round_robin picks among connected replicas, so the
+                    # first calls may all go to whichever connected first.)
+                    before = [FloverClient(x).stats().requests_submitted for x in (a_addr, b_addr)]
+                    client = FloverClient([a_addr, b_addr])
+                    for _ in range(10):
+                        list(client.generate(token_ids=[1, 2], max_new_tokens=2))
+                    after = [FloverClient(x).stats().requests_submitted for x in (a_addr, b_addr)]
+                    calls = [x - y for x, y in zip(after, before)]
+                    self.assertEqual(sum(calls), 10)
+                    self.assertGreater(min(calls), 0, calls)
                 if nginx is not None:
                     nginx.close()
         finally:

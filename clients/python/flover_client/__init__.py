@@ -5,6 +5,9 @@
     for piece in client.generate(token_ids=[464, 2068], max_new_tokens=8, temperature=0):
         print(piece.token_ids, piece.text)
 
+Several replicas: FloverClient(["10.0.0.1:50051", "10.0.0.2:50051"]) spreads
+calls over them with gRPC's round_robin policy (IPv4 HOST:PORT each).
+
 `generate` yields GenerateResponse messages; the last one has finish_reason
 and usage. Errors raise grpc.RpcError with the server's status code and a
 message naming the bad field. The raw stubs are flover_pb2 / flover_pb2_grpc.
@@ -18,6 +21,9 @@ __all__ = ["FloverClient", "flover_pb2", "flover_pb2_grpc"]
 
 class FloverClient:
     def __init__(self, target="127.0.0.1:50051", channel=None):
+        if channel is None and not isinstance(target, str):
+            channel = grpc.insecure_channel("ipv4:" + ",".join(target),
+                                            options=[("grpc.lb_policy_name", "round_robin")])
         self.channel = channel or grpc.insecure_channel(target)
         self.stub = flover_pb2_grpc.FloverStub(self.channel)
 
