@@ -6,8 +6,9 @@
 //   tools/bazelw build //benchmarks:load_benchmark
 //   python3 benchmarks/write_checkpoint.py --shape=llama-1b --dtype=bf16 --out=/tmp/llama1b
 //   .bazel-root/bin/benchmarks/load_benchmark --model=/tmp/llama1b --dtype=bf16
-//   mpirun --allow-run-as-root --oversubscribe -np 2 \
+//   mpirun --allow-run-as-root --oversubscribe -np 2
 //       .bazel-root/bin/benchmarks/load_benchmark --model=/tmp/llama1b --dtype=bf16 --tp=2
+//   (one command line)
 #include <sys/resource.h>
 
 #include <chrono>

@@ -416,9 +416,8 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
     sampled_[k] = s.sampler.Sample(logits.subspan(size_t(rows[k]) * V, V), s.tokens,
                                    s.request.return_logprobs ? &logprobs_[k] : nullptr);
   }
-  for (int k = 0; k < n; ++k) {
-    Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], now);
-  }
+  // The step is counted before any sink hears of its tokens, so a client
+  // that saw its request finish never reads counts without its last step.
   metrics_.steps.Increment();
   metrics_.step_rows.Observe(step_.batch.num_rows());
   metrics_.step_prompt_tokens.Observe(static_cast<double>(prompt_rows));
@@ -427,15 +426,20 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   metrics_.padding_rows.Add(static_cast<double>(plan.padding_slots.size()));
   metrics_.shuffle_moves.Add(static_cast<double>(plan.moves.size()));
   metrics_.shuffle_bytes.Add(static_cast<double>(moved_bytes));
-
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.steps;
+    stats_.prompt_tokens += prompt_rows;
+    stats_.generated_tokens += n;
+    stats_.padding_rows += plan.padding_slots.size();
+    stats_.shuffle_moves += plan.moves.size();
+    stats_.shuffle_bytes += moved_bytes;
+  }
+  for (int k = 0; k < n; ++k) {
+    Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], now);
+  }
   EraseFinished(active_);
   std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.steps;
-  stats_.prompt_tokens += prompt_rows;
-  stats_.generated_tokens += n;
-  stats_.padding_rows += plan.padding_slots.size();
-  stats_.shuffle_moves += plan.moves.size();
-  stats_.shuffle_bytes += moved_bytes;
   cv_.notify_all();
 }
 
