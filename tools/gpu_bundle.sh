@@ -43,7 +43,7 @@ host_provided='^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia|libnv
 # (ldd on the originals: tests link Bazel's per-library .so files through a
 # RUNPATH relative to where they were built.)
 for f in "${originals[@]}"; do
-  if ldd "$f" | grep -q "not found"; then
+  if grep -q "not found" <<< "$(ldd "$f")"; then
     echo "$f: $(ldd "$f" | grep "not found")" >&2
     exit 1
   fi
@@ -68,7 +68,7 @@ paths="$here/lib"
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$dir" ] && paths="$paths:$dir"
 done
-if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
+if ! grep -q 'libcublasLt.so.13' <<< "$(ldconfig -p 2>/dev/null)"; then
   for lib in $(find / -xdev -name 'libcublasLt.so.13' -o -name 'libcudart.so.13' 2>/dev/null | head -4); do
     paths="$paths:$(dirname "$lib")"
   done

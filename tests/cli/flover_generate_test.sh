@@ -43,7 +43,7 @@ expect_error() {
   err=$("$GEN" "$@" 2>&1 >/dev/null) || rc=$?
   [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
   [ "$(echo "$err" | wc -l)" -eq 1 ] || fail "multi-line error for $*: $err"
-  echo "$err" | grep -q -- "$pattern" || fail "error for $* was '$err', wanted '$pattern'"
+  grep -q -- "$pattern" <<< "$err" || fail "error for $* was '$err', wanted '$pattern'"
 }
 expect_error "unknown built-in model" --model=builtin:nope --prompt_ids=1
 expect_error "has no tokenizer" --model=builtin:tiny --prompt=hi

@@ -29,20 +29,20 @@ for d in /usr/local/cuda*; do
   hidden=$((hidden + 1))
 done
 echo "hid $hidden CUDA trees"
-if ldconfig -p | grep -q "libcudart"; then
+if grep -q "libcudart" <<< "$(ldconfig -p)"; then
   for lib in $(ldconfig -p | sed -n "s/.*libcudart.* => //p"); do
     [ ! -e "$lib" ] || fail "libcudart is still reachable at $lib"
   done
 fi
 
 out=$("$GEN" --model=builtin:tiny --prompt_ids=1,2,3 --max_new_tokens=4 --temperature=0 --ignore_eos)
-echo "$out" | grep -q "\"token_ids\": \[" || fail "flover_generate on the CPU printed: $out"
+grep -q "\"token_ids\": \[" <<< "$out" || fail "flover_generate on the CPU printed: $out"
 
 rc=0
 err=$("$GEN" --model=builtin:tiny --prompt_ids=1 --device=cuda 2>&1 >/dev/null) || rc=$?
 [ "$rc" -ne 0 ] || fail "--device=cuda succeeded without CUDA"
 [ "$(echo "$err" | wc -l)" -eq 1 ] || fail "--device=cuda: not one line: $err"
-echo "$err" | grep -q -e "--device=cuda: " || fail "--device=cuda error does not name the flag: $err"
+grep -q -e "--device=cuda: " <<< "$err" || fail "--device=cuda error does not name the flag: $err"
 echo "--device=cuda without CUDA: $err"
 
 log="$TEST_TMPDIR/server.log"
@@ -59,7 +59,7 @@ addr=$(sed -n "s/^listening on //p" "$log" | head -1)
 [ -n "$addr" ] || fail "the server never listened: $(cat "$log")"
 grep -q "^device cpu: " "$log" || fail "no device line: $(cat "$log")"
 reply=$("$CLIENT" --target="$addr" --prompt_ids=1,2,3 --max_new_tokens=5 --temperature=0 --ignore_eos --json)
-echo "$reply" | grep -q "length" || fail "the request did not finish by length: $reply"
+grep -q "length" <<< "$reply" || fail "the request did not finish by length: $reply"
 kill -TERM $pid
 wait $pid || fail "the server did not exit cleanly: $(cat "$log")"
 echo "the CPU server served without CUDA: $reply"

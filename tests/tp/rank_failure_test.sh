@@ -28,7 +28,7 @@ sleep 1.5
 
 rank1=""
 for p in $(pgrep -f -- "$marker"); do
-  if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then rank1=$p; fi
+  if grep -qx "OMPI_COMM_WORLD_RANK=1" <<< "$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null)"; then rank1=$p; fi
 done
 [ -n "$rank1" ] || fail "could not find rank 1"
 kill -9 "$rank1"

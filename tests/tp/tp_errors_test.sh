@@ -14,7 +14,7 @@ expect_failure() {
   out=$(timeout 120 "$@" 2>&1) || rc=$?
   [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
   [ "$rc" -ne 124 ] || fail "timed out (a hang) for: $*"
-  echo "$out" | grep -q -- "$pattern" || fail "no '$pattern' in the output of $*: $out"
+  grep -q -- "$pattern" <<< "$out" || fail "no '$pattern' in the output of $*: $out"
   echo "ok (exit $rc): $pattern"
 }
 
