@@ -29,6 +29,7 @@ ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1 = server picks)");
 ABSL_FLAG(bool, ignore_eos, false, "Do not stop at end-of-text");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings (comma-separated)");
 ABSL_FLAG(double, timeout_s, 0, "Deadline in seconds (0 = none)");
+ABSL_FLAG(std::string, api_key, "", "Sent as 'authorization: Bearer KEY'");
 ABSL_FLAG(bool, json, false, "Print one JSON object at the end instead of streaming");
 
 int main(int argc, char** argv) {
@@ -57,6 +58,9 @@ int main(int argc, char** argv) {
   auto stub = flover::v1::Flover::NewStub(
       grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
+  if (!absl::GetFlag(FLAGS_api_key).empty()) {
+    ctx.AddMetadata("authorization", "Bearer " + absl::GetFlag(FLAGS_api_key));
+  }
   if (absl::GetFlag(FLAGS_timeout_s) > 0) {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(int64_t(absl::GetFlag(FLAGS_timeout_s) * 1000)));

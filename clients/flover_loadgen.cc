@@ -42,6 +42,7 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "Server address, or several (HOST:PORT,HOST:PORT) to spread requests over them with "
           "gRPC's round_robin balancing");
+ABSL_FLAG(std::string, api_key, "", "Sent as 'authorization: Bearer KEY' (gRPC and HTTP)");
 ABSL_FLAG(int, retries, 0,
           "gRPC: retry a request refused with UNAVAILABLE before any token (a draining or "
           "restarting replica) up to this many times");
@@ -180,6 +181,9 @@ class Call : public grpc::ClientReadReactor<v1::GenerateResponse> {
       ctx_.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(int64_t(timeout_s * 1e6)));
     }
+    if (!absl::GetFlag(FLAGS_api_key).empty()) {
+      ctx_.AddMetadata("authorization", "Bearer " + absl::GetFlag(FLAGS_api_key));
+    }
     out_->sent_s = Now();
     stub->async()->Generate(&ctx_, &request, this);
     StartRead(&resp_);
@@ -258,6 +262,9 @@ void HttpCall(const std::string& target, const v1::GenerateRequest& request, Out
   req.path = "/v1/completions";
   req.body = CompletionBody(request);
   req.set_header("Content-Type", "application/json");
+  if (!absl::GetFlag(FLAGS_api_key).empty()) {
+    req.set_header("Authorization", "Bearer " + absl::GetFlag(FLAGS_api_key));
+  }
   int status = 0;
   std::string buffer, error_body;
   req.response_handler = [&](const httplib::Response& r) {
@@ -340,7 +347,11 @@ absl::StatusOr<int> VocabSize(v1::Flover::Stub* stub) {
   if (absl::GetFlag(FLAGS_http)) {
     httplib::Client client("http://" + absl::GetFlag(FLAGS_target));
     client.set_connection_timeout(10, 0);
-    auto res = client.Get("/v1/models");
+    httplib::Headers headers;
+    if (!absl::GetFlag(FLAGS_api_key).empty()) {
+      headers.emplace("Authorization", "Bearer " + absl::GetFlag(FLAGS_api_key));
+    }
+    auto res = client.Get("/v1/models", headers);
     if (!res || res->status != 200) {
       return absl::UnavailableError(
           absl::StrCat("GET /v1/models on ", absl::GetFlag(FLAGS_target), " failed"));
@@ -355,6 +366,9 @@ absl::StatusOr<int> VocabSize(v1::Flover::Stub* stub) {
                         1 << 30, "/v1/models");
   }
   grpc::ClientContext ctx;
+  if (!absl::GetFlag(FLAGS_api_key).empty()) {
+    ctx.AddMetadata("authorization", "Bearer " + absl::GetFlag(FLAGS_api_key));
+  }
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ModelInfo info;
   grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);

@@ -56,12 +56,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
  public:
   // The reactor is owned by a shared_ptr held by itself until OnDone and by
   // the engine's sink until the request finishes, whichever is later.
-  static GenerateReactor* Start(Engine& engine, const Tokenizer* tokenizer,
+  static GenerateReactor* Start(Engine& engine, const Tokenizer* tokenizer, const ApiKeys* keys,
                                 grpc::CallbackServerContext* context,
                                 const v1::GenerateRequest& request) {
     auto reactor = std::shared_ptr<GenerateReactor>(new GenerateReactor(engine));
     reactor->self_ = reactor;
-    reactor->Submit(tokenizer, context, request);
+    reactor->Submit(tokenizer, keys, context, request);
     return reactor.get();
   }
 
@@ -107,11 +107,16 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   explicit GenerateReactor(Engine& engine) : engine_(engine) {}
 
-  void Submit(const Tokenizer* tokenizer, grpc::CallbackServerContext* context,
-              const v1::GenerateRequest& request) {
+  void Submit(const Tokenizer* tokenizer, const ApiKeys* keys,
+              grpc::CallbackServerContext* context, const v1::GenerateRequest& request) {
     // Held across engine_.Submit so the engine's first callbacks wait until
     // the id is known.
     std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status st = Authenticate(keys, *context); !st.ok()) {
+      engine_.metrics().CountError(st.code());
+      Finish(ToGrpcStatus(st));
+      return;
+    }
     request_id_ = request.request_id();
     with_logprobs_ = request.return_logprobs();
     auto converted = ToEngineRequest(request, tokenizer, engine_.model().info().vocab_size,
@@ -194,17 +199,31 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
 }  // namespace
 
-FloverService::FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model)
-    : engine_(engine), tokenizer_(tokenizer), model_(std::move(model)) {}
+FloverService::FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model,
+                             const ApiKeys* keys)
+    : engine_(engine), tokenizer_(tokenizer), model_(std::move(model)), keys_(keys) {}
+
+absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext& context) {
+  if (keys == nullptr) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  return keys->Check(it == metadata.end() ? absl::string_view()
+                                          : absl::string_view(it->second.data(), it->second.size()));
+}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* FloverService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  return GenerateReactor::Start(engine_, tokenizer_, context, *request);
+  return GenerateReactor::Start(engine_, tokenizer_, keys_, context, *request);
 }
 
 grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContext* context,
                                                       const v1::GetModelInfoRequest*,
                                                       v1::ModelInfo* info) {
+  if (absl::Status st = Authenticate(keys_, *context); !st.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   const ModelInfo& c = engine_.model().info();
   const EngineOptions& o = engine_.options();
   info->set_model(model_.spec);
@@ -236,6 +255,11 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* FloverService::GetStats(grpc::CallbackServerContext* context,
                                                   const v1::GetStatsRequest*, v1::Stats* out) {
+  if (absl::Status st = Authenticate(keys_, *context); !st.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(st));
+    return reactor;
+  }
   const EngineStats s = engine_.Stats();
   out->set_queue_length(s.queued);
   out->set_active_sequences(s.active);

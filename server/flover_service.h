@@ -8,6 +8,7 @@
 
 #include "tokenizer/tokenizer.h"
 #include "engine/engine.h"
+#include "server/api_keys.h"
 #include "proto/flover.grpc.pb.h"
 
 namespace flover::server {
@@ -25,8 +26,10 @@ struct ModelDescription {
 
 class FloverService final : public v1::Flover::CallbackService {
  public:
-  // `engine` and `tokenizer` (may be null) must outlive the service.
-  FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model);
+  // `engine`, `tokenizer` and `keys` (both may be null) must outlive the
+  // service. With keys, every call needs `authorization: Bearer KEY`.
+  FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model,
+                const ApiKeys* keys = nullptr);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -41,7 +44,11 @@ class FloverService final : public v1::Flover::CallbackService {
   Engine& engine_;
   const Tokenizer* tokenizer_;
   const ModelDescription model_;
+  const ApiKeys* keys_;
 };
+
+// OK without keys; else whether the call's `authorization` metadata holds one.
+absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext& context);
 
 }  // namespace flover::server
 

@@ -32,6 +32,7 @@
 #include "server/flover_service.h"
 #include <httplib.h>
 
+#include "server/api_keys.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/server_options.h"
@@ -57,6 +58,9 @@ ABSL_FLAG(std::string, http_listen, "",
           "/health; empty = off; port 0 picks a free port)");
 ABSL_FLAG(int, http_threads, 64,
           "HTTP worker threads: each in-flight HTTP request holds one (gRPC has no such limit)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "File of API keys, one per line: every call (gRPC and /v1/* over HTTP; not health, "
+          "reflection or metrics) needs 'authorization: Bearer KEY'. Re-read on SIGHUP");
 ABSL_FLAG(double, drain_timeout_s, 30, "On SIGTERM/SIGINT, how long in-flight requests may run");
 
 namespace flover::server {
@@ -88,6 +92,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
   o.http_threads = absl::GetFlag(FLAGS_http_threads);
@@ -111,11 +116,24 @@ int DefaultThreads(int tp) {
   return std::max(1, cores / ranks_here);
 }
 
-// Waits for SIGTERM/SIGINT, or for the engine to fail for good.
-absl::Status WaitForStop(const sigset_t& signals, const Engine& engine) {
+// Waits for SIGTERM/SIGINT, or for the engine to fail for good; SIGHUP
+// re-reads the API keys.
+absl::Status WaitForStop(const sigset_t& signals, const Engine& engine, ApiKeys* keys) {
   while (true) {
     timespec tick{0, 200 * 1000 * 1000};
     const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGHUP) {
+      if (keys != nullptr) {
+        const absl::Status st = keys->Reload();
+        if (st.ok()) {
+          std::fprintf(stderr, "flover_server: SIGHUP: %zu API keys loaded\n", keys->size());
+        } else {
+          std::fprintf(stderr, "flover_server: SIGHUP: kept the old API keys: %s\n",
+                       std::string(st.message()).c_str());
+        }
+      }
+      continue;
+    }
     if (sig > 0) {
       std::fprintf(stderr, "flover_server: signal %d, draining\n", sig);
       return absl::OkStatus();
@@ -127,6 +145,12 @@ absl::Status WaitForStop(const sigset_t& signals, const Engine& engine) {
 absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator* comm) {
   const int tp = comm ? comm->world().tp_size : 1;
   const bool leader = comm == nullptr || comm->world().is_leader();
+  std::unique_ptr<ApiKeys> keys;  // read before the model, so a bad file fails fast
+  if (leader && !options.api_key_file.empty()) {
+    auto loaded_keys = ApiKeys::Load(options.api_key_file);
+    if (!loaded_keys.ok()) return loaded_keys.status();
+    keys = std::move(*loaded_keys);
+  }
   kernels::SetCpuThreads(options.threads > 0 ? options.threads : DefaultThreads(tp));
   // The device first: a missing GPU is reported before a model is loaded.
   auto backend = kernels::CreateBackend(options.backend);
@@ -168,7 +192,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   description.device = options.backend.device;
   description.device_name = device.name;
   description.device_memory_bytes = device.total_bytes;
-  FloverService service(**engine, tokenizer.get(), description);
+  FloverService service(**engine, tokenizer.get(), description, keys.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -196,8 +220,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (!options.http_listen.empty()) {
     auto started = HttpServer::Start(
         "--http_listen", options.http_listen, options.http_threads,
-        [&engine = **engine, &tokenizer, &options](httplib::Server& http) {
-          AddOpenAiRoutes(http, engine, tokenizer.get(), options.model);
+        [&engine = **engine, &tokenizer, &options, &keys](httplib::Server& http) {
+          AddOpenAiRoutes(http, engine, tokenizer.get(), options.model, keys.get());
         });
     if (!started.ok()) {
       server->Shutdown(std::chrono::system_clock::now());
@@ -241,7 +265,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
               absl::ToDoubleMilliseconds(create_time));
   std::fflush(stdout);
 
-  const absl::Status stop = WaitForStop(signals, **engine);
+  const absl::Status stop = WaitForStop(signals, **engine, keys.get());
   server->GetHealthCheckService()->SetServingStatus(false);
   if (!stop.ok()) {
     // The ranks are out of step: nothing can be served; end now.
@@ -266,6 +290,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   absl::ParseCommandLine(argc, argv);

@@ -445,7 +445,16 @@ std::string OpenAiErrorBody(const absl::Status& status) {
 }
 
 void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tokenizer,
-                     std::string model_name) {
+                     std::string model_name, const ApiKeys* keys) {
+  // With keys, a request without a valid one is answered 401 (and counted).
+  auto authorized = [&engine, keys](const httplib::Request& req, httplib::Response& res) {
+    if (keys == nullptr) return true;
+    absl::Status st = keys->Check(req.get_header_value("Authorization"));
+    if (st.ok()) return true;
+    engine.metrics().CountError(st.code());
+    Fail(res, st);
+    return false;
+  };
   const int64_t started = absl::ToUnixSeconds(absl::Now());
   http.Get("/health", [&engine](const httplib::Request&, httplib::Response& res) {
     const bool ok = engine.Accepting() && engine.FatalError().ok();
@@ -453,8 +462,9 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
     res.set_content(ok ? "{\"status\": \"ok\"}" : "{\"status\": \"unavailable\"}",
                     "application/json");
   });
-  http.Get("/v1/models", [&engine, model_name, started](const httplib::Request&,
-                                                        httplib::Response& res) {
+  http.Get("/v1/models", [&engine, model_name, started, authorized](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    if (!authorized(req, res)) return;
     res.set_content(
         absl::StrCat("{\"object\": \"list\", \"data\": [{\"id\": ", JsonQuote(model_name),
                      ", \"object\": \"model\", \"created\": ", started,
@@ -463,8 +473,9 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
                      engine.model().info().vocab_size, "}]}"),
         "application/json");
   });
-  http.Post("/v1/completions", [&engine, tokenizer, model_name](const httplib::Request& req,
-                                                                httplib::Response& res) {
+  http.Post("/v1/completions", [&engine, tokenizer, model_name, authorized](
+                                   const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
     auto parsed = ParseCompletionRequest(req.body, model_name);
     if (!parsed.ok()) {
       engine.metrics().CountError(parsed.status().code());

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/engine.h"
+#include "server/api_keys.h"
 #include "proto/flover.pb.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,9 +45,10 @@ std::string OpenAiErrorBody(const absl::Status& status);
 
 // Registers the routes on `http`. `engine` and `tokenizer` (may be null)
 // must outlive the server. /health answers 503 once the engine refuses
-// requests (draining, or failed for good).
+// requests (draining, or failed for good); it stays open, while with `keys`
+// (may be null) /v1/* need `Authorization: Bearer KEY` (401 otherwise).
 void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tokenizer,
-                     std::string model_name);
+                     std::string model_name, const ApiKeys* keys = nullptr);
 
 }  // namespace flover::server
 

@@ -19,6 +19,7 @@ struct ServerOptions {
   kernels::BackendOptions backend;           // --device, --dtype (linear layers), --kv_dtype
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
   absl::Duration drain_timeout = absl::Seconds(30);
+  std::string api_key_file;                  // keys, one per line; empty = no authentication
   std::string metrics_listen;                // HOST:PORT for /metrics; empty = off
   std::string http_listen;                   // HOST:PORT for the OpenAI API; empty = off
   int http_threads = 64;                     // HTTP requests served at once

@@ -20,7 +20,9 @@ __all__ = ["FloverClient", "flover_pb2", "flover_pb2_grpc"]
 
 
 class FloverClient:
-    def __init__(self, target="127.0.0.1:50051", channel=None):
+    def __init__(self, target="127.0.0.1:50051", channel=None, api_key=None):
+        # Sent as `authorization: Bearer KEY` with every call (--api_key_file).
+        self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         if channel is None and not isinstance(target, str):
             channel = grpc.insecure_channel("ipv4:" + ",".join(target),
                                             options=[("grpc.lb_policy_name", "round_robin")])
@@ -46,10 +48,12 @@ class FloverClient:
         req.stopping.stop_strings.extend(stop)
         req.stopping.stop_token_ids.extend(stop_token_ids)
         req.stopping.ignore_eos = ignore_eos
-        return self.stub.Generate(req, timeout=timeout)
+        return self.stub.Generate(req, timeout=timeout, metadata=self.metadata)
 
     def model_info(self, timeout=10):
-        return self.stub.GetModelInfo(flover_pb2.GetModelInfoRequest(), timeout=timeout)
+        return self.stub.GetModelInfo(flover_pb2.GetModelInfoRequest(), timeout=timeout,
+                                      metadata=self.metadata)
 
     def stats(self, timeout=10):
-        return self.stub.GetStats(flover_pb2.GetStatsRequest(), timeout=timeout)
+        return self.stub.GetStats(flover_pb2.GetStatsRequest(), timeout=timeout,
+                                  metadata=self.metadata)
