@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "util/json.h"
+#include "clients/client_tls.h"
 #include "clients/status_names.h"
 #include "proto/flover.grpc.pb.h"
 
@@ -55,8 +56,15 @@ int main(int argc, char** argv) {
   req.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   for (const std::string& s : absl::GetFlag(FLAGS_stop)) req.mutable_stopping()->add_stop_strings(s);
 
-  auto stub = flover::v1::Flover::NewStub(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials()));
+  auto tls = flover::clients::ClientTlsFromFlags();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      tls.ok() ? flover::clients::ChannelCredentials(*tls)
+               : absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>(tls.status());
+  if (!creds.ok()) {
+    std::fprintf(stderr, "flover_client: %s\n", std::string(creds.status().message()).c_str());
+    return 2;
+  }
+  auto stub = flover::v1::Flover::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_target), *creds));
   grpc::ClientContext ctx;
   if (!absl::GetFlag(FLAGS_api_key).empty()) {
     ctx.AddMetadata("authorization", "Bearer " + absl::GetFlag(FLAGS_api_key));

@@ -33,6 +33,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "clients/client_tls.h"
 #include "clients/load_plan.h"
 #include "clients/status_names.h"
 #include "util/runfiles.h"
@@ -78,6 +79,22 @@ namespace flover::clients {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+ClientTls g_tls;  // from the flags, for HTTPS clients too
+
+// An HTTP(S) client for the target: HTTPS with --tls_ca (and the client
+// certificate when given).
+std::unique_ptr<httplib::Client> HttpClient(const std::string& target) {
+  std::unique_ptr<httplib::Client> client;
+  if (!g_tls.enabled()) {
+    client = std::make_unique<httplib::Client>("http://" + target);
+  } else {
+    client = std::make_unique<httplib::Client>("https://" + target, g_tls.cert, g_tls.key);
+    client->set_ca_cert_path(g_tls.ca);
+    client->enable_server_certificate_verification(true);
+  }
+  return client;
+}
 
 struct Lengths {
   int lo = 0, hi = 0;
@@ -254,7 +271,8 @@ std::string CompletionBody(const v1::GenerateRequest& r) {
 void HttpCall(const std::string& target, const v1::GenerateRequest& request, Outcome* out,
               Clock::time_point t0, InFlight* in_flight, double timeout_s) {
   auto now = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  httplib::Client client("http://" + target);
+  std::unique_ptr<httplib::Client> http = HttpClient(target);
+  httplib::Client& client = *http;
   client.set_read_timeout(timeout_s > 0 ? static_cast<time_t>(std::ceil(timeout_s)) : 3600, 0);
   client.set_connection_timeout(10, 0);
   httplib::Request req;
@@ -324,7 +342,8 @@ void HttpCall(const std::string& target, const v1::GenerateRequest& request, Out
 // A channel to one target, or round_robin over several ("A,B,...": IPv4
 // HOST:PORT each, resolved once); with retries > 0, gRPC retries a call that
 // failed with UNAVAILABLE before it committed (no message received).
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int retries) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int retries,
+                                          std::shared_ptr<grpc::ChannelCredentials> creds) {
   grpc::ChannelArguments args;
   std::string uri = target;
   if (target.find(',') != std::string::npos) {
@@ -338,14 +357,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int retrie
         R"("backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})",
         std::min(retries + 1, 5)));
   }
-  return grpc::CreateCustomChannel(uri, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(uri, creds, args);
 }
 
 // The vocabulary random prompts are drawn from: GetModelInfo over gRPC,
 // /v1/models' vocab_size over HTTP.
 absl::StatusOr<int> VocabSize(v1::Flover::Stub* stub) {
   if (absl::GetFlag(FLAGS_http)) {
-    httplib::Client client("http://" + absl::GetFlag(FLAGS_target));
+    std::unique_ptr<httplib::Client> http = HttpClient(absl::GetFlag(FLAGS_target));
+    httplib::Client& client = *http;
     client.set_connection_timeout(10, 0);
     httplib::Headers headers;
     if (!absl::GetFlag(FLAGS_api_key).empty()) {
@@ -527,7 +547,16 @@ std::string StatsJson(const Stats& s, double scale) {
 }
 
 int Run() {
-  auto channel = MakeChannel(absl::GetFlag(FLAGS_target), absl::GetFlag(FLAGS_retries));
+  auto tls = ClientTlsFromFlags();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      tls.ok() ? ChannelCredentials(*tls)
+               : absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>(tls.status());
+  if (!creds.ok()) {
+    std::fprintf(stderr, "flover_loadgen: %s\n", std::string(creds.status().message()).c_str());
+    return 2;
+  }
+  g_tls = *tls;
+  auto channel = MakeChannel(absl::GetFlag(FLAGS_target), absl::GetFlag(FLAGS_retries), *creds);
   auto stub = v1::Flover::NewStub(channel);
   auto plan = Plan(stub.get());
   if (!plan.ok()) {

@@ -60,13 +60,24 @@ void AddMetricsRoute(httplib::Server& http, std::function<std::string()> render)
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& flag, const std::string& address, int threads,
-    const std::function<void(httplib::Server&)>& add_routes) {
+    const std::function<void(httplib::Server&)>& add_routes, const TlsFiles& tls) {
   auto host_port = ParseHostPort(flag, address);
   if (!host_port.ok()) return host_port.status();
   const std::string host = host_port->first;
   int port = host_port->second;
   std::unique_ptr<HttpServer> server(new HttpServer());
-  server->http_ = std::make_unique<httplib::Server>();
+  if (tls.enabled()) {
+    auto https = std::make_unique<httplib::SSLServer>(
+        tls.cert.c_str(), tls.key.c_str(), tls.client_ca.empty() ? nullptr : tls.client_ca.c_str());
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": cannot use --tls_cert/--tls_key", tls.client_ca.empty() ? "" : "/--tls_client_ca",
+          " (", tls.cert, ", ", tls.key, "): not a matching PEM certificate and key"));
+    }
+    server->http_ = std::move(https);
+  } else {
+    server->http_ = std::make_unique<httplib::Server>();
+  }
   httplib::Server& http = *server->http_;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(std::max(1, threads)); };
   http.set_read_timeout(5, 0);

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
 #include "server/flover_service.h"
+#include "server/server_options.h"
 
 namespace httplib {
 class Server;
@@ -37,9 +38,11 @@ class HttpServer {
   // errors), lets `add_routes` register handlers, and serves on `threads`
   // worker threads (each request holds one while it runs, a streamed
   // completion included). Unavailable if it cannot listen there.
+  // With `tls` enabled it serves HTTPS (and with tls.client_ca requires
+  // client certificates signed by it).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& flag, const std::string& address, int threads,
-      const std::function<void(httplib::Server&)>& add_routes);
+      const std::function<void(httplib::Server&)>& add_routes, const TlsFiles& tls = {});
   ~HttpServer();  // stops serving
 
   int port() const { return port_; }

@@ -10,6 +10,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -36,6 +38,7 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/server_options.h"
+#include "util/file_util.h"
 
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 picks a free port");
@@ -58,6 +61,11 @@ ABSL_FLAG(std::string, http_listen, "",
           "/health; empty = off; port 0 picks a free port)");
 ABSL_FLAG(int, http_threads, 64,
           "HTTP worker threads: each in-flight HTTP request holds one (gRPC has no such limit)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) for TLS on the gRPC and HTTP ports; with --tls_key");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA: require client certificates it signed (mutual TLS); needs --tls_cert");
 ABSL_FLAG(std::string, api_key_file, "",
           "File of API keys, one per line: every call (gRPC and /v1/* over HTTP; not health, "
           "reflection or metrics) needs 'authorization: Bearer KEY'. Re-read on SIGHUP");
@@ -65,6 +73,43 @@ ABSL_FLAG(double, drain_timeout_s, 30, "On SIGTERM/SIGINT, how long in-flight re
 
 namespace flover::server {
 namespace {
+
+// Whether the TLS files load and the key matches the certificate, before
+// anything else starts (gRPC's own error would only say it cannot listen).
+absl::Status CheckTlsFiles(const TlsFiles& tls) {
+  if (!tls.enabled()) return absl::OkStatus();
+  // Each file alone first, so the error names the one that is wrong.
+  X509* cert = nullptr;
+  EVP_PKEY* key = nullptr;
+  if (FILE* f = std::fopen(tls.cert.c_str(), "r")) {
+    cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+  }
+  if (FILE* f = std::fopen(tls.key.c_str(), "r")) {
+    key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+  }
+  std::string error;
+  if (cert == nullptr) {
+    error = absl::StrCat("--tls_cert: ", tls.cert, " is not a readable PEM certificate");
+  } else if (key == nullptr) {
+    error = absl::StrCat("--tls_key: ", tls.key, " is not a readable PEM private key");
+  } else if (X509_check_private_key(cert, key) != 1) {
+    error = absl::StrCat("--tls_key: ", tls.key, " is not the key of --tls_cert ", tls.cert,
+                         " (not a matching PEM certificate and key)");
+  } else if (!tls.client_ca.empty()) {
+    X509* ca = nullptr;
+    if (FILE* f = std::fopen(tls.client_ca.c_str(), "r")) {
+      ca = PEM_read_X509(f, nullptr, nullptr, nullptr);
+      std::fclose(f);
+    }
+    if (ca == nullptr) error = absl::StrCat("--tls_client_ca: ", tls.client_ca, " is not a readable PEM CA");
+    X509_free(ca);
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return error.empty() ? absl::OkStatus() : absl::InvalidArgumentError(error);
+}
 
 absl::StatusOr<ServerOptions> OptionsFromFlags() {
   ServerOptions o;
@@ -93,6 +138,15 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  o.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+           absl::GetFlag(FLAGS_tls_client_ca)};
+  if (o.tls.cert.empty() != o.tls.key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!o.tls.client_ca.empty() && o.tls.cert.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  if (absl::Status st = CheckTlsFiles(o.tls); !st.ok()) return st;
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
   o.http_threads = absl::GetFlag(FLAGS_http_threads);
@@ -105,6 +159,31 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   }
   if (o.http_threads < 1) return absl::InvalidArgumentError("--http_threads must be >= 1");
   return o;
+}
+
+// Plaintext, or TLS from the PEM files (requiring client certificates when
+// a client CA is given). Errors name the flag and the file.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  auto read = [](const char* flag, const std::string& path) -> absl::StatusOr<std::string> {
+    auto text = ReadFile(path);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
+    return text;
+  };
+  auto cert = read("--tls_cert", tls.cert);
+  if (!cert.ok()) return cert.status();
+  auto key = read("--tls_key", tls.key);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options(
+      tls.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!tls.client_ca.empty()) {
+    auto ca = read("--tls_client_ca", tls.client_ca);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+  }
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(options);
 }
 
 // OpenMP threads per rank: all cores for one rank, else the cores shared by
@@ -197,7 +276,9 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  auto credentials = ServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(options.listen, *credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -210,7 +291,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
         "--metrics_listen", options.metrics_listen, /*threads=*/2,
         [&engine = **engine, &description](httplib::Server& http) {
           AddMetricsRoute(http, [&] { return RenderMetrics(engine, description); });
-        });
+        },
+        options.tls);
     if (!started.ok()) {
       server->Shutdown(std::chrono::system_clock::now());
       return started.status();
@@ -222,7 +304,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
         "--http_listen", options.http_listen, options.http_threads,
         [&engine = **engine, &tokenizer, &options, &keys](httplib::Server& http) {
           AddOpenAiRoutes(http, engine, tokenizer.get(), options.model, keys.get());
-        });
+        },
+        options.tls);
     if (!started.ok()) {
       server->Shutdown(std::chrono::system_clock::now());
       return started.status();
@@ -233,11 +316,13 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (metrics != nullptr) {
     const std::string metrics_host =
         options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
-    std::printf("metrics on http://%s:%d/metrics\n", metrics_host.c_str(), metrics->port());
+    std::printf("metrics on %s://%s:%d/metrics\n", options.tls.enabled() ? "https" : "http",
+                metrics_host.c_str(), metrics->port());
   }
   if (http_api != nullptr) {
     const std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));
-    std::printf("openai api on http://%s:%d/v1\n", http_host.c_str(), http_api->port());
+    std::printf("openai api on %s://%s:%d/v1\n", options.tls.enabled() ? "https" : "http",
+                http_host.c_str(), http_api->port());
   }
   const EngineStats stats = (*engine)->Stats();
   std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "

@@ -11,6 +11,12 @@
 
 namespace flover::server {
 
+// PEM files; cert and key together, client_ca (mutual TLS) only with them.
+struct TlsFiles {
+  std::string cert, key, client_ca;
+  bool enabled() const { return !cert.empty(); }
+};
+
 struct ServerOptions {
   std::string model = "builtin:gpt2-small";  // directory or builtin:NAME
   std::string listen = "127.0.0.1:50051";    // port 0 picks a free port
@@ -19,6 +25,7 @@ struct ServerOptions {
   kernels::BackendOptions backend;           // --device, --dtype (linear layers), --kv_dtype
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
   absl::Duration drain_timeout = absl::Seconds(30);
+  TlsFiles tls;                              // for the gRPC and HTTP ports; off when empty
   std::string api_key_file;                  // keys, one per line; empty = no authentication
   std::string metrics_listen;                // HOST:PORT for /metrics; empty = off
   std::string http_listen;                   // HOST:PORT for the OpenAI API; empty = off

@@ -15,6 +15,7 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-pip python3-venv curl
   prometheus  # promtool and a Prometheus server for the metrics test
   nginx       # the load balancer in the replicas test
+  openssl     # certificates made by the TLS test
 )
 
 missing=()

@@ -20,13 +20,29 @@ __all__ = ["FloverClient", "flover_pb2", "flover_pb2_grpc"]
 
 
 class FloverClient:
-    def __init__(self, target="127.0.0.1:50051", channel=None, api_key=None):
-        # Sent as `authorization: Bearer KEY` with every call (--api_key_file).
+    def __init__(self, target="127.0.0.1:50051", channel=None, api_key=None, tls_ca=None,
+                 tls_cert=None, tls_key=None):
+        """`target`: HOST:PORT, or a list of them (round_robin over replicas).
+        `api_key` is sent as `authorization: Bearer KEY` with every call.
+        `tls_ca` (a PEM file) connects with TLS; `tls_cert`/`tls_key` add a
+        client certificate for servers that require one."""
         self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
-        if channel is None and not isinstance(target, str):
-            channel = grpc.insecure_channel("ipv4:" + ",".join(target),
-                                            options=[("grpc.lb_policy_name", "round_robin")])
-        self.channel = channel or grpc.insecure_channel(target)
+        if channel is None:
+            options = []
+            if not isinstance(target, str):
+                target = "ipv4:" + ",".join(target)
+                options.append(("grpc.lb_policy_name", "round_robin"))
+            if tls_ca is None:
+                channel = grpc.insecure_channel(target, options=options)
+            else:
+                def read(path):
+                    if path is None:
+                        return None
+                    with open(path, "rb") as f:
+                        return f.read()
+                creds = grpc.ssl_channel_credentials(read(tls_ca), read(tls_key), read(tls_cert))
+                channel = grpc.secure_channel(target, creds, options=options)
+        self.channel = channel
         self.stub = flover_pb2_grpc.FloverStub(self.channel)
 
     def generate(self, prompt=None, token_ids=None, max_new_tokens=16, temperature=1.0,
