@@ -129,6 +129,15 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   if (!GetParam().shuffle) {
     EXPECT_EQ(stats.shuffle_moves, 0);
   }
+  // A step samples at most one token per sequence in it, so fewer steps than
+  // tokens means some steps carried several sequences: the batching under
+  // test happened (sequential must never batch).
+  if (GetParam().policy == SchedulerPolicy::kSequential) {
+    EXPECT_GE(stats.steps, stats.generated_tokens);
+  } else {
+    EXPECT_LT(stats.steps, stats.generated_tokens)
+        << "no step fused two sequences: the arrivals never overlapped";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
