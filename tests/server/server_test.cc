@@ -244,8 +244,15 @@ TEST_F(ServerTest, SigtermDrainsInFlightRefusesNewAndExitsZero) {
   ASSERT_TRUE(reader->Read(&resp));
   int tokens = resp.token_ids_size();
   server_->Signal(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const auto [late, late_ids] = Generate(Ids({3}, 4));
+  // Requests sent until the server has taken the signal still run; once it
+  // has, they are refused. Waits for that condition (bounded), not a time.
+  grpc::Status late;
+  for (int i = 0; i < 1000; ++i) {
+    late = Generate(Ids({3}, 4)).first;
+    if (late.error_code() == grpc::StatusCode::UNAVAILABLE) break;
+    ASSERT_TRUE(late.ok()) << late.error_message();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE) << late.error_message();
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   while (reader->Read(&resp)) {
