@@ -152,8 +152,9 @@ TEST(SafetensorsTest, OpenMissingFileNamesIt) {
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("/nonexistent/model.safetensors"));
 }
 
-// Every prefix of a valid file, and every single-byte corruption of its
-// header, is either rejected with an error or parsed into in-bounds tensors.
+// Every prefix of a valid file, and every header byte set to each of seven
+// hostile values, is either rejected with an error or parsed into in-bounds
+// tensors.
 TEST(SafetensorsTest, CorruptionsNeverReadOutOfBounds) {
   const std::string header =
       "{" + Entry("a", "F32", "[2,2]", 0, 16) + "," + Entry("b", "BF16", "[4]", 16, 24) + "}";
