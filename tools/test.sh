@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine and runs every test (`bazel test //...`), then prints
-# one "N passed, N failed" line.
+# one "N passed, N failed" line (test targets), and a line counting the test
+# cases that skipped (e.g. every CUDA case where no GPU is visible) by suite,
+# so a skip is never read as a pass.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -12,4 +14,15 @@ passed=$(grep -cE '^//\S+\s+(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//\S+\s+.*(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
 rm -f "$log"
 echo "${passed} passed, ${failed} failed"
-exit "$rc"
+# GoogleTest prints "[  SKIPPED ] Suite.Test" for each skipped case (twice:
+# as it runs and in the summary); Python's unittest "OK (skipped=N)".
+testlogs=$(tools/bazelw info bazel-testlogs 2>/dev/null)
+if [ -d "$testlogs" ]; then
+  cases=$(grep -rhoE '^\[  SKIPPED \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' "$testlogs" --include=test.log |
+          sed 's/^\[  SKIPPED \] //' | sort -u)
+  gtest=$(grep -c . <<< "$cases")
+  by_suite=$(sed 's/\..*//' <<< "$cases" | grep . | sort | uniq -c |
+             awk '{printf "%s%s %d", (NR > 1 ? ", " : ""), $2, $1}')
+  py=$(grep -rhoE 'skipped=[0-9]+' "$testlogs" --include=test.log | awk -F= '{n += $2} END {print n + 0}')
+  echo "skipped test cases: $((gtest + py)) (GoogleTest ${gtest}: ${by_suite:-none}; Python ${py})"
+fi
