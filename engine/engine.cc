@@ -156,7 +156,6 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
   incoming_.push_back(std::move(seq));
   live_ids_.insert(id);
   ++stats_.queued;
-  ++stats_.submitted;
   metrics_.submitted.Increment();
   PublishOccupancyLocked();
   cv_.notify_all();
@@ -174,8 +173,22 @@ absl::Status Engine::Cancel(RequestId id) {
 }
 
 EngineStats Engine::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;  // occupancy
+  }
+  // The running totals are the metrics' counters (exact integers in a double).
+  auto count = [](const prometheus::Counter& c) { return static_cast<int64_t>(c.Value()); };
+  s.submitted = count(metrics_.submitted);
+  s.steps = count(metrics_.steps);
+  s.prompt_tokens = count(metrics_.prompt_tokens);
+  s.generated_tokens = count(metrics_.generated_tokens);
+  s.padding_rows = count(metrics_.padding_rows);
+  s.shuffle_moves = count(metrics_.shuffle_moves);
+  s.shuffle_bytes = count(metrics_.shuffle_bytes);
+  for (int r = 0; r < kNumFinishReasons; ++r) s.finished[r] = count(metrics_.finished[r]);
+  return s;
 }
 
 bool Engine::Accepting() const {
@@ -225,6 +238,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   ev.text = ReleaseText(seq, /*all=*/true);
   ev.error = std::move(error);
   const absl::Time now = absl::Now();
+  // Counted before the sink hears of it, as the stats below are.
   metrics_.finished[static_cast<int>(reason)].Increment();
   metrics_.e2e_latency.Observe(absl::ToDoubleSeconds(now - seq.arrival));
   if (seq.generated >= 2) {
@@ -240,7 +254,6 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
     // Counted before the sink hears of it, so a client that saw its request
     // finish never reads stats that still hold it.
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.finished[static_cast<int>(reason)];
     live_ids_.erase(seq.id);
     if (seq.slot < 0) {
       --stats_.queued;
@@ -426,15 +439,6 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   metrics_.padding_rows.Add(static_cast<double>(plan.padding_slots.size()));
   metrics_.shuffle_moves.Add(static_cast<double>(plan.moves.size()));
   metrics_.shuffle_bytes.Add(static_cast<double>(moved_bytes));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.steps;
-    stats_.prompt_tokens += prompt_rows;
-    stats_.generated_tokens += n;
-    stats_.padding_rows += plan.padding_slots.size();
-    stats_.shuffle_moves += plan.moves.size();
-    stats_.shuffle_bytes += moved_bytes;
-  }
   for (int k = 0; k < n; ++k) {
     Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], now);
   }

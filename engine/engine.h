@@ -148,7 +148,7 @@ class Engine {
   bool stop_ = false;                              // guarded by mu_
   absl::Status fatal_;                             // guarded by mu_
   RequestId next_id_ = 1;                          // guarded by mu_
-  EngineStats stats_;                              // guarded by mu_
+  EngineStats stats_;  // guarded by mu_; occupancy only (totals: metrics_)
   EngineMetrics metrics_;                          // lock-free
 
   // Loop-thread state.
