@@ -42,4 +42,12 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(con
   return grpc::SslCredentials(options);
 }
 
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags(
+    ClientTls* tls) {
+  auto flags = ClientTlsFromFlags();
+  if (!flags.ok()) return flags.status();
+  if (tls != nullptr) *tls = *flags;
+  return ChannelCredentials(*flags);
+}
+
 }  // namespace flover::clients

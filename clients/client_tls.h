@@ -27,6 +27,11 @@ absl::StatusOr<ClientTls> ClientTlsFromFlags();
 // Plaintext credentials, or TLS ones from the files (errors name the file).
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const ClientTls& tls);
 
+// ChannelCredentials(ClientTlsFromFlags()); the flags' values go to *tls
+// when not null (for HTTPS clients).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags(
+    ClientTls* tls = nullptr);
+
 }  // namespace flover::clients
 
 #endif  // FLOVER_CLIENTS_CLIENT_TLS_H_

@@ -56,10 +56,7 @@ int main(int argc, char** argv) {
   req.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   for (const std::string& s : absl::GetFlag(FLAGS_stop)) req.mutable_stopping()->add_stop_strings(s);
 
-  auto tls = flover::clients::ClientTlsFromFlags();
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
-      tls.ok() ? flover::clients::ChannelCredentials(*tls)
-               : absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>(tls.status());
+  auto creds = flover::clients::ChannelCredentialsFromFlags();
   if (!creds.ok()) {
     std::fprintf(stderr, "flover_client: %s\n", std::string(creds.status().message()).c_str());
     return 2;

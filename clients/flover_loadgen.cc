@@ -547,15 +547,11 @@ std::string StatsJson(const Stats& s, double scale) {
 }
 
 int Run() {
-  auto tls = ClientTlsFromFlags();
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
-      tls.ok() ? ChannelCredentials(*tls)
-               : absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>(tls.status());
+  auto creds = ChannelCredentialsFromFlags(&g_tls);
   if (!creds.ok()) {
     std::fprintf(stderr, "flover_loadgen: %s\n", std::string(creds.status().message()).c_str());
     return 2;
   }
-  g_tls = *tls;
   auto channel = MakeChannel(absl::GetFlag(FLAGS_target), absl::GetFlag(FLAGS_retries), *creds);
   auto stub = v1::Flover::NewStub(channel);
   auto plan = Plan(stub.get());
