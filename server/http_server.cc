@@ -104,6 +104,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     return absl::UnavailableError(absl::StrCat(flag, ": cannot listen on ", address));
   }
   server->port_ = port;
+  server->url_ = absl::StrCat(tls.enabled() ? "https" : "http", "://",
+                              address.substr(0, address.rfind(':')), ":", port);
   server->thread_ = std::thread([&http] { http.listen_after_bind(); });
   // stop() only ends a server that has started running.
   const absl::Time until = absl::Now() + absl::Seconds(10);

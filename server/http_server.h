@@ -46,6 +46,8 @@ class HttpServer {
   ~HttpServer();  // stops serving
 
   int port() const { return port_; }
+  // http(s)://HOST:PORT as given, with the port bound.
+  const std::string& url() const { return url_; }
 
  private:
   HttpServer() = default;
@@ -53,6 +55,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
   int port_ = 0;
+  std::string url_;
 };
 
 }  // namespace flover::server

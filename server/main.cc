@@ -15,6 +15,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -285,45 +286,38 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  // The HTTP front ends, each on its own port when its flag is given.
+  auto start_http = [&](const char* flag, const std::string& address, int threads,
+                        std::function<void(httplib::Server&)> routes,
+                        std::unique_ptr<HttpServer>* out) -> absl::Status {
+    if (address.empty()) return absl::OkStatus();
+    auto started = HttpServer::Start(flag, address, threads, routes, options.tls);
+    if (!started.ok()) return started.status();
+    *out = std::move(*started);
+    return absl::OkStatus();
+  };
   std::unique_ptr<HttpServer> metrics, http_api;
-  if (!options.metrics_listen.empty()) {
-    auto started = HttpServer::Start(
-        "--metrics_listen", options.metrics_listen, /*threads=*/2,
-        [&engine = **engine, &description](httplib::Server& http) {
-          AddMetricsRoute(http, [&] { return RenderMetrics(engine, description); });
-        },
-        options.tls);
-    if (!started.ok()) {
-      server->Shutdown(std::chrono::system_clock::now());
-      return started.status();
-    }
-    metrics = std::move(*started);
-  }
-  if (!options.http_listen.empty()) {
-    auto started = HttpServer::Start(
+  absl::Status http_started = start_http(
+      "--metrics_listen", options.metrics_listen, /*threads=*/2,
+      [&engine = **engine, &description](httplib::Server& http) {
+        AddMetricsRoute(http, [&] { return RenderMetrics(engine, description); });
+      },
+      &metrics);
+  if (http_started.ok()) {
+    http_started = start_http(
         "--http_listen", options.http_listen, options.http_threads,
         [&engine = **engine, &tokenizer, &options, &keys](httplib::Server& http) {
           AddOpenAiRoutes(http, engine, tokenizer.get(), options.model, keys.get());
         },
-        options.tls);
-    if (!started.ok()) {
-      server->Shutdown(std::chrono::system_clock::now());
-      return started.status();
-    }
-    http_api = std::move(*started);
+        &http_api);
+  }
+  if (!http_started.ok()) {
+    server->Shutdown(std::chrono::system_clock::now());
+    return http_started;
   }
   std::printf("listening on %s:%d\n", host.c_str(), port);
-  if (metrics != nullptr) {
-    const std::string metrics_host =
-        options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
-    std::printf("metrics on %s://%s:%d/metrics\n", options.tls.enabled() ? "https" : "http",
-                metrics_host.c_str(), metrics->port());
-  }
-  if (http_api != nullptr) {
-    const std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));
-    std::printf("openai api on %s://%s:%d/v1\n", options.tls.enabled() ? "https" : "http",
-                http_host.c_str(), http_api->port());
-  }
+  if (metrics != nullptr) std::printf("metrics on %s/metrics\n", metrics->url().c_str());
+  if (http_api != nullptr) std::printf("openai api on %s/v1\n", http_api->url().c_str());
   const EngineStats stats = (*engine)->Stats();
   std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "
               "weights (linear layers in %s), %s\n",
