@@ -26,16 +26,14 @@ absl::StatusOr<ClientTls> ClientTlsFromFlags() {
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const ClientTls& tls) {
   if (!tls.enabled()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
-  auto ca = ReadFile(tls.ca);
-  if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls_ca: ", ca.status().message()));
+  auto ca = ReadFlagFile("--tls_ca", tls.ca);
+  if (!ca.ok()) return ca.status();
   options.pem_root_certs = *ca;
   if (!tls.cert.empty()) {
-    auto cert = ReadFile(tls.cert);
-    if (!cert.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--tls_cert: ", cert.status().message()));
-    }
-    auto key = ReadFile(tls.key);
-    if (!key.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls_key: ", key.status().message()));
+    auto cert = ReadFlagFile("--tls_cert", tls.cert);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFlagFile("--tls_key", tls.key);
+    if (!key.ok()) return key.status();
     options.pem_cert_chain = *cert;
     options.pem_private_key = *key;
   }

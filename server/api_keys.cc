@@ -21,10 +21,8 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 }
 
 absl::StatusOr<std::vector<std::string>> ApiKeys::Read(const std::string& path) {
-  auto text = ReadFile(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--api_key_file: ", text.status().message()));
-  }
+  auto text = ReadFlagFile("--api_key_file", path);
+  if (!text.ok()) return text.status();
   std::vector<std::string> keys;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     line = absl::StripAsciiWhitespace(line);

@@ -166,20 +166,15 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
 // a client CA is given). Errors name the flag and the file.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
-  auto read = [](const char* flag, const std::string& path) -> absl::StatusOr<std::string> {
-    auto text = ReadFile(path);
-    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
-    return text;
-  };
-  auto cert = read("--tls_cert", tls.cert);
+  auto cert = ReadFlagFile("--tls_cert", tls.cert);
   if (!cert.ok()) return cert.status();
-  auto key = read("--tls_key", tls.key);
+  auto key = ReadFlagFile("--tls_key", tls.key);
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions options(
       tls.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                             : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   if (!tls.client_ca.empty()) {
-    auto ca = read("--tls_client_ca", tls.client_ca);
+    auto ca = ReadFlagFile("--tls_client_ca", tls.client_ca);
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
   }

@@ -18,6 +18,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return std::move(ss).str();
 }
 
+absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag, const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
+  return text;
+}
+
 bool FileExists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
