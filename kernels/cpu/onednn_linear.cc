@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -35,13 +36,33 @@ class CpuWeight final : public Weight {
   memory packed_;
 };
 
+// On CPUs with AMX (Sapphire Rapids and later Xeons), oneDNN runs bf16
+// matmuls of some row counts on AMX tiles and others on AVX-512 BF16, and the
+// two sum in different orders: a row's result then depends on M (seen on the
+// Xeon of our GPU host: one golden test ran 70 matmuls on AMX and 272 on
+// AVX-512, and chunked prefill stopped matching one prefill bitwise). Capping
+// oneDNN at AVX-512 BF16 keeps one kernel family for every M; f32 never uses
+// AMX, and CPUs without it are unaffected. It must happen before oneDNN
+// first looks at the CPU; where that is too late (ONEDNN_MAX_CPU_ISA set,
+// say) oneDNN keeps what it has.
+void KeepOneKernelFamily() {
+  static std::once_flag once;
+  std::call_once(once, [] { dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16); });
+}
+
+MatmulDtype AfterKeepingOneKernelFamily(MatmulDtype dtype) {
+  KeepOneKernelFamily();
+  return dtype;
+}
+
 }  // namespace
 
 OneDnnLinear::OneDnnLinear(MatmulDtype dtype)
-    : dtype_(dtype), weight_type_(TypeOf(dtype)), engine_(dnnl::engine::kind::cpu, 0),
-      stream_(engine_) {}
+    : dtype_(AfterKeepingOneKernelFamily(dtype)), weight_type_(TypeOf(dtype)),
+      engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
 absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
+  KeepOneKernelFamily();
   if (dtype == MatmulDtype::kF16) {
     return absl::FailedPreconditionError(
         "the CPU backend runs f32 and bf16 linear layers; f16 is for --device=cuda");
