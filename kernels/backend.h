@@ -19,6 +19,7 @@
 #define FLOVER_KERNELS_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,7 +33,7 @@ namespace flover::kernels {
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 1;
+inline constexpr int kBackendAbiVersion = 2;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -41,7 +42,11 @@ struct SeqTable {
   int num_seqs = 0;
   Tensor device;                  // i32 [num_seqs, 4]: the same rows
   int num_rows = 0;               // T: sum of len
-  int max_context = 0;            // max over sequences of pos + len
+  // At least the max over sequences of pos + len (and at most the KV
+  // cache's positions): what the launches are sized for. Every row still
+  // reads only its own positions, so a larger bound (a recorded step claims
+  // the whole cache) costs idle work, never a different result.
+  int max_context = 0;
 };
 
 // How a stored weight matrix is laid out in host memory.
@@ -108,6 +113,8 @@ struct BackendOptions {
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (the Nth GPU of this host)
   MatmulDtype matmul = MatmulDtype::kF32;
   KvDtype kv = KvDtype::kF32;
+  // Replay recorded steps (CUDA graphs) where the backend can (--cuda_graphs).
+  bool record_steps = true;
 };
 
 // A device's own peak figures, measured on demand, for benchmarks to print
@@ -157,6 +164,30 @@ class Backend : public Allocator {
   virtual void* stream() { return nullptr; }
   // The device's peak figures, where the backend can measure them (CUDA).
   virtual Roofline* roofline() { return nullptr; }
+  // Host memory that Download fills fastest (page-locked on CUDA), or null
+  // where plain memory serves as well (the default). Freed by FreeStaging.
+  virtual void* AllocateStaging(size_t bytes) { return nullptr; }
+  virtual void FreeStaging(void* host) {}
+
+  // ---- Recorded steps -----------------------------------------------------
+  // Runs `enqueue`, which only enqueues ops of this backend. A backend that
+  // can record work (CUDA graphs) records what `enqueue` enqueues the second
+  // time it meets `key` (the first call runs plainly, so work space is grown
+  // and algorithms chosen outside a recording) and from then on replays the
+  // recording instead of calling `enqueue`. The caller promises that every
+  // call with one key enqueues the same ops, on the same memory, with the
+  // same host-side arguments: only the contents of device memory may
+  // differ. Where a recording cannot be made, `enqueue` runs plainly.
+  virtual absl::Status RunRecorded(const std::string& key,
+                                   const std::function<absl::Status()>& enqueue) {
+    return enqueue();
+  }
+  // Drops every recording: callers call it before freeing memory that a key
+  // of theirs refers to (the backend drops them itself when its own work
+  // space moves).
+  virtual void ForgetRecorded() {}
+  // Steps replayed from recordings so far (0 where nothing is recorded).
+  virtual int64_t replays() const { return 0; }
 
   // ---- Weights ------------------------------------------------------------
   // Prepares w: [K, N] or [N, K] per `layout` (host float32, copied; w may be

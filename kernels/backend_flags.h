@@ -1,4 +1,4 @@
-// The --device, --dtype and --kv_dtype flags, defined once for every binary
+// The --device, --dtype, --kv_dtype and --cuda_graphs flags, defined once for every binary
 // that creates a backend (server, flover_generate, benchmarks).
 #ifndef FLOVER_KERNELS_BACKEND_FLAGS_H_
 #define FLOVER_KERNELS_BACKEND_FLAGS_H_
@@ -8,7 +8,7 @@
 
 namespace flover::kernels {
 
-// The three flags, parsed and checked by name (ValidateDevice,
+// The flags, parsed and checked by name (ValidateDevice,
 // ParseMatmulDtype, ParseKvDtype); an error names the flag. Whether the
 // device runs the dtypes is CreateBackend's to say.
 absl::StatusOr<BackendOptions> BackendOptionsFromFlags();

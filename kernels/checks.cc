@@ -53,8 +53,12 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
     }
     max_context = std::max(max_context, s.pos + s.len);
   }
-  if (max_context != seqs.max_context) {
+  if (max_context > seqs.max_context) {
     return bad("max_context is ", seqs.max_context, " but the sequences reach ", max_context);
+  }
+  if (kv != nullptr && seqs.max_context > kv->max_seq) {
+    return bad("max_context is ", seqs.max_context, ", above the KV cache's ", kv->max_seq,
+               " positions");
   }
   return absl::OkStatus();
 }

@@ -82,7 +82,10 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
   // Grow to at least what was there, so alternating shapes never reallocate.
   rows = std::max(rows, rows_);
   logit_rows = std::max(logit_rows, logit_rows_);
-  // Free the old buffers first: a device may not hold both.
+  // Free the old buffers first: a device may not hold both. Recordings
+  // that name them go first.
+  backend_.ForgetRecorded();
+  ++generation_;
   buffers_.clear();
   step_.Reset();
   partial_.Reset();
@@ -128,6 +131,21 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
               kernels::SeqTable{b.seqs.data(), S, all.View(2 * int64_t{T}, S, 4), T, max_context}};
 }
 
+absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,
+                                    const std::function<absl::Status()>& ops) {
+  const kernels::SeqTable& seqs = step->seqs;
+  if (tp_size_ > 1 || seqs.num_rows != seqs.num_seqs || seqs.num_rows > kMaxRecordedRows) {
+    return ops();  // collectives between ops, or a prompt's rows: plainly
+  }
+  step->seqs.max_context = cache.shape().max_seq;
+  const kernels::KvLayer layer0 = cache.layer(0);
+  const std::string key = absl::StrCat(
+      "runtime ", reinterpret_cast<uintptr_t>(this), " generation ", generation_, " cache ",
+      reinterpret_cast<uintptr_t>(layer0.k), " ", cache.shape().slots, "x", cache.shape().max_seq,
+      " rows ", seqs.num_rows, " variant ", variant);
+  return backend_.RunRecorded(key, ops);
+}
+
 absl::Status ForwardRuntime::RowSplitResidual(const Tensor& rows, const kernels::Weight& w,
                                               const Tensor* bias, const Tensor& x) {
   if (tp_size_ == 1) return backend_.Linear(rows, w, bias, row_split_epilogue(), x);
@@ -157,9 +175,25 @@ absl::StatusOr<absl::Span<float>> ForwardRuntime::Finish(const absl::Status& run
     if (void* host = backend_.HostAddress(local); host != nullptr) {
       return absl::MakeSpan(static_cast<float*>(host), local.elements());
     }
-    logits_host_.resize(local.elements());
-    FLOVER_RETURN_IF_ERROR(backend_.Download(local, logits_host_.data()));
-    return absl::MakeSpan(logits_host_);
+    const size_t n = static_cast<size_t>(local.elements());
+    if (n > staging_floats_) {
+      staging_.reset();
+      staging_floats_ = 0;
+      // Room for every logit row Reserve allowed, so this happens once.
+      const size_t want = std::max(n, static_cast<size_t>(logit_rows_) * local.cols);
+      if (void* p = backend_.AllocateStaging(want * sizeof(float)); p != nullptr) {
+        staging_ = std::unique_ptr<float[], StagingFree>(static_cast<float*>(p),
+                                                         StagingFree{&backend_});
+        staging_floats_ = want;
+      }
+    }
+    float* host = staging_floats_ >= n ? staging_.get() : nullptr;
+    if (host == nullptr) {
+      logits_host_.resize(n);
+      host = logits_host_.data();
+    }
+    FLOVER_RETURN_IF_ERROR(backend_.Download(local, host));
+    return absl::MakeSpan(host, n);
   }
   // Each rank scores its vocabulary range; rank 0 stitches the columns.
   FLOVER_RETURN_IF_ERROR(collectives_->GatherToLeader(local, &gathered_));

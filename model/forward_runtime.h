@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,18 @@ class ForwardRuntime {
   // The step's one upload. Call Reserve(T, ...) first.
   absl::StatusOr<Step> UploadStep(const ForwardBatch& batch);
 
+  // Decode steps of up to this many sequences are recorded and replayed.
+  static constexpr int kMaxRecordedRows = 512;
+  // Runs `ops` (the step's ops after UploadStep, ending with the logits).
+  // A decode step (one row per sequence, at most kMaxRecordedRows) on one
+  // rank runs through the backend's recordings (CUDA graphs), keyed by all
+  // that its launches depend on: this runtime's buffers, the cache, the row
+  // count and `variant` (which logits). Its sequence table then claims the
+  // cache's whole context (step->seqs.max_context), so the launches do not
+  // depend on the batch's lengths; each row still reads only its own.
+  absl::Status RunOps(Step* step, const KvCache& cache, int variant,
+                      const std::function<absl::Status()>& ops);
+
   // The epilogue a row-split layer's GEMM runs with: the fused residual on
   // one rank; a plain product (summed over ranks, then added) otherwise.
   kernels::Epilogue row_split_epilogue() const {
@@ -95,7 +108,17 @@ class ForwardRuntime {
   kernels::Buffer step_;     // i32 [1, 6 * rows]: tokens, positions, sequences
   kernels::Buffer partial_;  // f32 [rows, hidden] (tp > 1): a row-split GEMM's part
   std::vector<int32_t> step_host_;
-  std::vector<float> logits_host_;  // when the backend's memory is not host memory
+  int64_t generation_ = 0;  // bumped whenever the buffers move (recording keys name them)
+  // Where logits come back to when the backend's memory is not host memory:
+  // the backend's staging memory (page-locked on CUDA) when it has some,
+  // else logits_host_.
+  struct StagingFree {
+    kernels::Backend* backend;
+    void operator()(float* p) const { backend->FreeStaging(p); }
+  };
+  std::unique_ptr<float[], StagingFree> staging_{nullptr, StagingFree{nullptr}};
+  size_t staging_floats_ = 0;
+  std::vector<float> logits_host_;
   std::vector<float> gathered_;     // tp > 1: every rank's logits, rank after rank
 };
 

@@ -37,11 +37,12 @@ T ValueOrDie(absl::StatusOr<T> v, const char* what) {
 inline std::unique_ptr<kernels::Backend> BackendForTest(
     const std::string& device, std::string* skip,
     kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
-    kernels::KvDtype kv = kernels::KvDtype::kF32) {
+    kernels::KvDtype kv = kernels::KvDtype::kF32, bool record_steps = true) {
   kernels::BackendOptions options;
   options.device = device;
   options.matmul = matmul;
   options.kv = kv;
+  options.record_steps = record_steps;
   auto backend = kernels::CreateBackend(options);
   if (backend.ok()) return std::move(*backend);
   const absl::StatusCode code = backend.status().code();

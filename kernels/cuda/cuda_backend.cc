@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
         props.name, cc));
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend(ordinal, options.matmul, options.kv));
+  b->record_steps_ = options.record_steps;
   b->device_name_ = absl::StrFormat("%s (sm_%d, GPU %d)", props.name, cc, ordinal);
   FLOVER_RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -88,6 +89,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
 CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  ForgetRecorded();
   gemm_.reset();
   for (void* s : scratch_) cudaFree(s);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -160,8 +162,70 @@ absl::Status CudaBackend::Synchronize() {
   return CudaStatus(cudaGetLastError(), "a launch");
 }
 
+void* CudaBackend::AllocateStaging(size_t bytes) {
+  void* host = nullptr;
+  if (!Activate().ok() || cudaHostAlloc(&host, std::max<size_t>(bytes, 1), cudaHostAllocDefault) !=
+                              cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;  // the caller falls back to plain memory
+  }
+  return host;
+}
+
+void CudaBackend::FreeStaging(void* host) {
+  if (host != nullptr) cudaFreeHost(host);
+}
+
+absl::Status CudaBackend::RunRecorded(const std::string& key,
+                                      const std::function<absl::Status()>& enqueue) {
+  if (!record_steps_ || capturing_) return enqueue();
+  FLOVER_RETURN_IF_ERROR(Activate());
+  if (auto it = recordings_.find(key); it != recordings_.end()) {
+    if (it->second == nullptr) return enqueue();  // a key that cannot be recorded
+    ++replays_;
+    return CudaStatus(cudaGraphLaunch(it->second, stream_), "replaying a recorded step");
+  }
+  if (met_once_.insert(key).second) return enqueue();  // first meeting: plainly
+  if (recordings_.size() >= kMaxRecordings) ForgetRecorded();
+
+  FLOVER_RETURN_IF_ERROR(CudaStatus(
+      cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a recording"));
+  capturing_ = true;
+  const absl::Status enqueued = enqueue();
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t made = ended;
+  if (enqueued.ok() && ended == cudaSuccess) made = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!enqueued.ok() || made != cudaSuccess) {
+    // Nothing ran while recording: run the step plainly instead, and do not
+    // try this key again (it would fail the same way).
+    cudaGetLastError();
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    recordings_.emplace(key, nullptr);
+    return enqueue();
+  }
+  recordings_.emplace(key, exec);
+  ++replays_;
+  return CudaStatus(cudaGraphLaunch(exec, stream_), "replaying a recorded step");
+}
+
+void CudaBackend::ForgetRecorded() {
+  for (auto& [key, exec] : recordings_) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+  recordings_.clear();
+  met_once_.clear();
+}
+
 absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes) {
   if (bytes <= scratch_bytes_[slot]) return scratch_[slot];
+  if (capturing_) {  // freeing waits for the device, which a recording cannot hold
+    return absl::FailedPreconditionError("work space would grow while recording a step");
+  }
+  ForgetRecorded();  // recordings name the old space
   // Freeing waits for the device, so what still reads the old space is done.
   cudaFree(scratch_[slot]);
   scratch_[slot] = nullptr;

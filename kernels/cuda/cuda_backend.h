@@ -9,7 +9,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -41,6 +44,12 @@ class CudaBackend final : public Backend, private Roofline {
   absl::Status Synchronize() override;
   void* stream() override { return stream_; }
   kernels::Roofline* roofline() override { return this; }
+  void* AllocateStaging(size_t bytes) override;
+  void FreeStaging(void* host) override;
+  absl::Status RunRecorded(const std::string& key,
+                           const std::function<absl::Status()>& enqueue) override;
+  void ForgetRecorded() override;
+  int64_t replays() const override { return replays_; }
 
   absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(const float* w, int K, int N,
                                                         WeightLayout layout) override;
@@ -83,6 +92,16 @@ class CudaBackend final : public Backend, private Roofline {
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<LtGemm> gemm_;
+  // CUDA graphs by RunRecorded key (null: the key could not be recorded
+  // and runs plainly); keys met once and not yet recorded.
+  // Bounded: past kMaxRecordings every recording is dropped and they are
+  // made again as keys come back.
+  static constexpr size_t kMaxRecordings = 1024;
+  bool record_steps_ = true;
+  bool capturing_ = false;
+  int64_t replays_ = 0;
+  std::map<std::string, cudaGraphExec_t> recordings_;
+  std::set<std::string> met_once_;
   static constexpr int kScratchSlots = 3;
   void* scratch_[kScratchSlots] = {};
   size_t scratch_bytes_[kScratchSlots] = {};

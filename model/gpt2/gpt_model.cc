@@ -159,38 +159,42 @@ absl::Status GptModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor whic
   FLOVER_RETURN_IF_ERROR(runtime_.Reserve(T, R));
   auto step = runtime_.UploadStep(b);
   if (!step.ok()) return step.status();
-  const kernels::SeqTable& seqs = step->seqs;
-  auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
-  const Tensor x = buf(kX, T), h = buf(kH, T), qkv = buf(kQkv, T), attn = buf(kAttn, T),
-               fc = buf(kFc, T);
-
-  // x: [T, C] is the residual stream, replicated on every rank.
-  FLOVER_RETURN_IF_ERROR(
-      backend_.Embed(step->tokens, step->positions, wte_, shard_.vocab_begin, OrNull(wpe_), x));
-  FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
-  const float eps = config_.layer_norm_epsilon;
-  for (int l = 0; l < config_.n_layer; ++l) {
-    const LayerParams& p = layers_[l];
-    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, p.ln_1_g, p.ln_1_b, eps, h));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.attn, OrNull(p.attn_b), Epilogue::kBias, qkv));
-    FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));
-    FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.attn_proj, OrNull(p.attn_proj_b), x));
-    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, p.ln_2_g, p.ln_2_b, eps, h));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.fc, OrNull(p.fc_b), Epilogue::kBiasGelu, fc));
-    FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(fc, *p.mlp_proj, OrNull(p.mlp_proj_b), x));
-  }
-
-  // Final layernorm and LM head only on the rows whose logits are wanted.
-  Tensor rows = x;
-  if (which == LogitsFor::kLastRowOfEachSequence) {
-    rows = buf(kLast, S);
-    FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, seqs, rows));
-  }
-  const Tensor hr = buf(kH, R);
-  FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(rows, ln_f_g_, ln_f_b_, eps, hr));
-  FLOVER_RETURN_IF_ERROR(backend_.Linear(hr, *lm_head_, nullptr, Epilogue::kBias, buf(kLogits, R)));
   *R_out = R;
-  return absl::OkStatus();
+  // Everything after the upload: replayed from a recording for decode steps
+  // where the backend records (ForwardRuntime::RunOps).
+  return runtime_.RunOps(&*step, cache, static_cast<int>(which), [&]() -> absl::Status {
+    const kernels::SeqTable& seqs = step->seqs;
+    auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
+    const Tensor x = buf(kX, T), h = buf(kH, T), qkv = buf(kQkv, T), attn = buf(kAttn, T),
+                 fc = buf(kFc, T);
+
+    // x: [T, C] is the residual stream, replicated on every rank.
+    FLOVER_RETURN_IF_ERROR(
+        backend_.Embed(step->tokens, step->positions, wte_, shard_.vocab_begin, OrNull(wpe_), x));
+    FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
+    const float eps = config_.layer_norm_epsilon;
+    for (int l = 0; l < config_.n_layer; ++l) {
+      const LayerParams& p = layers_[l];
+      FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, p.ln_1_g, p.ln_1_b, eps, h));
+      FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.attn, OrNull(p.attn_b), Epilogue::kBias, qkv));
+      FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));
+      FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.attn_proj, OrNull(p.attn_proj_b), x));
+      FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, p.ln_2_g, p.ln_2_b, eps, h));
+      FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.fc, OrNull(p.fc_b), Epilogue::kBiasGelu, fc));
+      FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(fc, *p.mlp_proj, OrNull(p.mlp_proj_b), x));
+    }
+
+    // Final layernorm and LM head only on the rows whose logits are wanted.
+    Tensor rows = x;
+    if (which == LogitsFor::kLastRowOfEachSequence) {
+      rows = buf(kLast, S);
+      FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, seqs, rows));
+    }
+    const Tensor hr = buf(kH, R);
+    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(rows, ln_f_g_, ln_f_b_, eps, hr));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(hr, *lm_head_, nullptr, Epilogue::kBias, buf(kLogits, R)));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<absl::Span<float>> GptModel::Forward(const ForwardBatch& b, KvCache& cache,

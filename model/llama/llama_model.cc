@@ -139,40 +139,44 @@ absl::Status LlamaModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor wh
   FLOVER_RETURN_IF_ERROR(runtime_.Reserve(T, R));
   auto step = runtime_.UploadStep(b);
   if (!step.ok()) return step.status();
-  const kernels::SeqTable& seqs = step->seqs;
-  auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
-  const Tensor x = buf(kX, T), h = buf(kH, T), qkv = buf(kQkv, T), attn = buf(kAttn, T),
-               gate_up = buf(kGateUp, T), mlp = buf(kMlp, T);
-
-  FLOVER_RETURN_IF_ERROR(
-      backend_.Embed(step->tokens, step->positions, embed_, shard_.vocab_begin, nullptr, x));
-  FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
-  const float eps = config_.rms_norm_eps;
-  for (int l = 0; l < config_.n_layer; ++l) {
-    const LayerParams& p = layers_[l];
-    FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.attn_norm, eps, h));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.qkv, nullptr, Epilogue::kBias, qkv));
-    FLOVER_RETURN_IF_ERROR(
-        backend_.Rope(qkv, step->positions, inv_freq_, shard_.q_heads, shard_.kv_heads));
-    FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));
-    FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.o, nullptr, x));
-    FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.mlp_norm, eps, h));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.gate_up, nullptr, Epilogue::kBias, gate_up));
-    FLOVER_RETURN_IF_ERROR(backend_.SiluMul(gate_up, mlp));
-    FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(mlp, *p.down, nullptr, x));
-  }
-
-  // Final norm and LM head only on the rows whose logits are wanted.
-  Tensor rows = x;
-  if (which == LogitsFor::kLastRowOfEachSequence) {
-    rows = buf(kLast, S);
-    FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, seqs, rows));
-  }
-  const Tensor hr = buf(kH, R);
-  FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(rows, norm_, eps, hr));
-  FLOVER_RETURN_IF_ERROR(backend_.Linear(hr, *lm_head_, nullptr, Epilogue::kBias, buf(kLogits, R)));
   *R_out = R;
-  return absl::OkStatus();
+  // Everything after the upload: replayed from a recording for decode steps
+  // where the backend records (ForwardRuntime::RunOps).
+  return runtime_.RunOps(&*step, cache, static_cast<int>(which), [&]() -> absl::Status {
+    const kernels::SeqTable& seqs = step->seqs;
+    auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
+    const Tensor x = buf(kX, T), h = buf(kH, T), qkv = buf(kQkv, T), attn = buf(kAttn, T),
+                 gate_up = buf(kGateUp, T), mlp = buf(kMlp, T);
+
+    FLOVER_RETURN_IF_ERROR(
+        backend_.Embed(step->tokens, step->positions, embed_, shard_.vocab_begin, nullptr, x));
+    FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
+    const float eps = config_.rms_norm_eps;
+    for (int l = 0; l < config_.n_layer; ++l) {
+      const LayerParams& p = layers_[l];
+      FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.attn_norm, eps, h));
+      FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.qkv, nullptr, Epilogue::kBias, qkv));
+      FLOVER_RETURN_IF_ERROR(
+          backend_.Rope(qkv, step->positions, inv_freq_, shard_.q_heads, shard_.kv_heads));
+      FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));
+      FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.o, nullptr, x));
+      FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.mlp_norm, eps, h));
+      FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.gate_up, nullptr, Epilogue::kBias, gate_up));
+      FLOVER_RETURN_IF_ERROR(backend_.SiluMul(gate_up, mlp));
+      FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(mlp, *p.down, nullptr, x));
+    }
+
+    // Final norm and LM head only on the rows whose logits are wanted.
+    Tensor rows = x;
+    if (which == LogitsFor::kLastRowOfEachSequence) {
+      rows = buf(kLast, S);
+      FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, seqs, rows));
+    }
+    const Tensor hr = buf(kH, R);
+    FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(rows, norm_, eps, hr));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(hr, *lm_head_, nullptr, Epilogue::kBias, buf(kLogits, R)));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<absl::Span<float>> LlamaModel::Forward(const ForwardBatch& b, KvCache& cache,
