@@ -19,7 +19,8 @@ out="$(realpath -m "${1:-$root/.gpu-bundle}")"
 cd "$root"
 
 TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_golden_test
-       //model/llama:llama_golden_test //model:kv_shuffle_test //engine:engine_invariance_test)
+       //model/llama:llama_golden_test //model:kv_shuffle_test //model:recorded_steps_test
+       //engine:engine_invariance_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
           //engine:flover_generate //clients:flover_client //clients:flover_loadgen)
 tools/bazelw build "${TESTS[@]}" "${BINARIES[@]}" //kernels/cuda:libflover_cuda.so >&2
@@ -89,10 +90,15 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 logs="$(realpath -m "${1:-$here/logs}")"
 mkdir -p "$logs"
 status=0
-run() {  # name, then the command; keeps going after a failure
+run() {  # name, then the command; keeps going after a failure or a hang
   local name="$1"; shift
   echo "== $name: $*"
-  if "$@" > "$logs/$name.log" 2>&1; then echo "   ok"; else echo "   FAILED (rc $?)"; status=1; fi
+  local start=$SECONDS
+  if timeout "${FLOVER_STEP_TIMEOUT:-300}" "$@" > "$logs/$name.log" 2>&1; then
+    echo "   ok ($((SECONDS - start)) s)"
+  else
+    echo "   FAILED (rc $?, $((SECONDS - start)) s)"; status=1
+  fi
   tail -n 5 "$logs/$name.log" | sed 's/^/   /'
 }
 nvidia-smi > "$logs/nvidia-smi.log" 2>&1 || true
@@ -105,9 +111,12 @@ run kv_ops "$here/run.sh" kv_ops_test
 run golden "$here/run.sh" gpt_model_golden_test
 run llama_golden "$here/run.sh" llama_golden_test
 run kv_shuffle "$here/run.sh" kv_shuffle_test
-run invariance "$here/run.sh" engine_invariance_test --gtest_filter='*cuda*'
+run recorded_steps "$here/run.sh" recorded_steps_test
+run invariance "$here/run.sh" engine_invariance_test
 run bench_bf16 "$here/run.sh" model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
   --prefill_lengths=512 --decode_batches=1,8,32,256 --repeats=10
+run bench_bf16_no_graphs "$here/run.sh" model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
+  --cuda_graphs=false --prefill_lengths=512 --decode_batches=1,8,32,256 --repeats=10
 run bench_f32 "$here/run.sh" model_benchmark --device=cuda --dtype=f32 \
   --prefill_lengths=512 --decode_batches=1,8,32,256 --repeats=10
 # A server on the GPU, one request through the real client.
@@ -128,6 +137,9 @@ else
   echo "== serve: the server did not start"; cat "$logs/server.log"; status=1
 fi
 head -n 4 "$logs/server.log"
+# Temporal fusion against the other schedulers on the GPU (Poisson arrivals).
+run fusion "$here/run.sh" fusion_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
+  --gaps_ms="${FLOVER_FUSION_GAPS:-0,20,200}" --output_len=uniform:16:256
 exit $status
 EOF
 chmod +x "$stage/run.sh" "$stage/run_gpu_checks.sh"
