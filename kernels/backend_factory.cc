@@ -19,16 +19,17 @@ constexpr char kCudaModule[] = "libflover_cuda.so";
 
 using AbiVersionFn = decltype(&flover_backend_abi_version);
 using CreateFn = decltype(&flover_create_backend);
+using CreateCollectivesFn = decltype(&flover_create_device_collectives);
 
-// The loaded module's entry point, loaded once per process and never
-// unloaded (the backends it creates run its code).
-absl::StatusOr<CreateFn> LoadCudaModule() {
+// The loaded module, loaded once per process and never unloaded (the
+// backends it creates run its code).
+absl::StatusOr<void*> LoadCudaModule() {
   static std::mutex mu;
-  static CreateFn create = nullptr;
+  static void* module = nullptr;
   static absl::Status error;
   std::lock_guard<std::mutex> lock(mu);
-  if (create != nullptr || !error.ok()) {
-    if (create != nullptr) return create;
+  if (module != nullptr || !error.ok()) {
+    if (module != nullptr) return module;
     return error;
   }
   const std::string path = FindRunfile("FLOVER_CUDA_MODULE", kCudaModule,
@@ -49,8 +50,7 @@ absl::StatusOr<CreateFn> LoadCudaModule() {
     return error;
   }
   auto version = reinterpret_cast<AbiVersionFn>(dlsym(handle, "flover_backend_abi_version"));
-  auto fn = reinterpret_cast<CreateFn>(dlsym(handle, "flover_create_backend"));
-  if (version == nullptr || fn == nullptr) {
+  if (version == nullptr || dlsym(handle, "flover_create_backend") == nullptr) {
     error = absl::FailedPreconditionError(
         absl::StrCat("--device=cuda: ", path, " is not a Flover backend module"));
     return error;
@@ -61,8 +61,8 @@ absl::StatusOr<CreateFn> LoadCudaModule() {
         kBackendAbiVersion, " (rebuild both from the same tree)"));
     return error;
   }
-  create = fn;
-  return create;
+  module = handle;
+  return module;
 }
 
 }  // namespace
@@ -100,12 +100,32 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     if (!cpu.ok()) return cpu.status();
     return std::unique_ptr<Backend>(std::move(*cpu));
   }
-  auto create = LoadCudaModule();
-  if (!create.ok()) return create.status();
+  auto module = LoadCudaModule();
+  if (!module.ok()) return module.status();
+  auto create = reinterpret_cast<CreateFn>(dlsym(*module, "flover_create_backend"));
   absl::Status error = absl::UnknownError("the CUDA backend module gave no reason");
-  Backend* backend = (*create)(&options, &error);
+  Backend* backend = create(&options, &error);
   if (backend == nullptr) return error;
   return std::unique_ptr<Backend>(backend);
+}
+
+absl::StatusOr<std::unique_ptr<Collectives>> CreateDeviceCollectives(ControlChannel& control,
+                                                                    Backend& backend) {
+  if (backend.name() != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device collectives need a GPU backend; the ", std::string(backend.name()), " backend uses MPI's"));
+  }
+  auto module = LoadCudaModule();  // loaded already: it made `backend`
+  if (!module.ok()) return module.status();
+  auto create = reinterpret_cast<CreateCollectivesFn>(
+      dlsym(*module, "flover_create_device_collectives"));
+  if (create == nullptr) {
+    return absl::FailedPreconditionError("the CUDA backend module has no device collectives");
+  }
+  absl::Status error = absl::UnknownError("the CUDA backend module gave no reason");
+  Collectives* c = create(&control, &backend, &error);
+  if (c == nullptr) return error;
+  return std::unique_ptr<Collectives>(c);
 }
 
 }  // namespace flover::kernels

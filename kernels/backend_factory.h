@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dist/communicator.h"
 #include "kernels/backend.h"
 #include "kernels/backend_module.h"
 
@@ -29,6 +30,14 @@ absl::Status ValidateDevice(absl::string_view device);
 // The backend for options.device. Errors are one line a user can act on:
 // an unsupported dtype, a missing CUDA module, runtime or driver, no GPU.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+// Collectives between the ranks of control's world that run on `backend`'s
+// device (NCCL on the CUDA module's stream); the control channel carries
+// their bootstrap (NCCL's unique id). Collective: every rank calls it.
+// InvalidArgument for a backend without device collectives (the CPU's are
+// MPI's own).
+absl::StatusOr<std::unique_ptr<Collectives>> CreateDeviceCollectives(ControlChannel& control,
+                                                                    Backend& backend);
 
 // CreateBackend looks for libflover_cuda.so at $FLOVER_CUDA_MODULE, beside
 // the executable, then in the executable's (or the test's) Bazel runfiles.

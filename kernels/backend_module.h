@@ -9,6 +9,11 @@
 #include "absl/status/status.h"
 #include "kernels/backend.h"
 
+namespace flover {
+class ControlChannel;
+class Collectives;
+}  // namespace flover
+
 extern "C" {
 // kBackendAbiVersion of the headers the module was built with.
 int flover_backend_abi_version();
@@ -16,6 +21,12 @@ int flover_backend_abi_version();
 // *error set to a one-line reason.
 flover::kernels::Backend* flover_create_backend(const flover::kernels::BackendOptions* options,
                                                 absl::Status* error);
+// Device collectives (NCCL) between the ranks of `control`'s world on
+// `backend` (one of this module's), or null with *error set. Collective:
+// every rank calls it. The caller owns the result.
+flover::Collectives* flover_create_device_collectives(flover::ControlChannel* control,
+                                                      flover::kernels::Backend* backend,
+                                                      absl::Status* error);
 }
 
 #endif  // FLOVER_KERNELS_BACKEND_MODULE_H_

@@ -122,10 +122,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   auto backend = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
   if (!backend.ok()) return backend.status();
   o.backend = *backend;
-  if (o.tp > 1 && o.backend.device != "cpu") {
-    return absl::UnimplementedError(
-        "--tp > 1 runs on --device=cpu only: tensor parallelism across GPUs needs the NCCL "
-        "communicator, which is not built yet");
+  if (o.tp > 1 && o.backend.device != "cpu" && o.backend.device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=", o.backend.device, " with --tp > 1: each rank takes the GPU of its "
+        "node-local rank; use --device=cuda"));
   }
   auto policy = ParseSchedulerPolicy(absl::GetFlag(FLAGS_scheduler));
   if (!policy.ok()) return policy.status();
@@ -227,9 +227,31 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     keys = std::move(*loaded_keys);
   }
   kernels::SetCpuThreads(options.threads > 0 ? options.threads : DefaultThreads(tp));
+  // With tensor parallelism on GPUs, rank r of a node takes its GPU r.
+  const bool gpu_tp = tp > 1 && options.backend.device == "cuda";
+  const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (gpu_tp) options.backend.device = absl::StrCat("cuda:", local_rank ? local_rank : "0");
   // The device first: a missing GPU is reported before a model is loaded.
   auto backend = kernels::CreateBackend(options.backend);
-  if (!backend.ok()) return backend.status();
+  if (!backend.ok()) {
+    if (gpu_tp) {
+      return absl::Status(backend.status().code(),
+                          absl::StrCat("--tp=", tp, " on GPUs: this rank (node-local rank ",
+                                       local_rank ? local_rank : "0",
+                                       ") has no GPU of its own: ", backend.status().message()));
+    }
+    return backend.status();
+  }
+  // Activations are all-reduced on the GPUs (NCCL); the step plan still
+  // travels over MPI.
+  std::unique_ptr<Collectives> device_collectives;
+  if (gpu_tp) {
+    auto c = kernels::CreateDeviceCollectives(*comm, **backend);
+    if (!c.ok()) return c.status();
+    device_collectives = std::move(*c);
+  }
+  Collectives* collectives = device_collectives ? device_collectives.get()
+                                                : static_cast<Collectives*>(comm);
   auto loaded = LoadModel(options.model);
   if (!loaded.ok()) return loaded.status();
   const ModelInfo config = (*loaded)->info();
@@ -241,7 +263,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (tp > 1) {
     if (absl::Status st = (*loaded)->CheckTensorParallel(tp); !st.ok()) return st;
   }
-  auto model = (*loaded)->Instantiate(**backend, comm);  // this rank's shard with tp > 1
+  auto model = (*loaded)->Instantiate(**backend, collectives);  // this rank's shard with tp > 1
   if (!model.ok()) return model.status();
   loaded->reset();
 

@@ -20,7 +20,7 @@ cd "$root"
 
 TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_golden_test
        //model/llama:llama_golden_test //model:kv_shuffle_test //model:recorded_steps_test
-       //engine:engine_invariance_test)
+       //engine:engine_invariance_test //dist:device_collectives_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
           //engine:flover_generate //clients:flover_client //clients:flover_loadgen)
 tools/bazelw build "${TESTS[@]}" "${BINARIES[@]}" //kernels/cuda:libflover_cuda.so >&2
@@ -69,11 +69,18 @@ paths="$here/lib"
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$dir" ] && paths="$paths:$dir"
 done
-if ! grep -q 'libcublasLt.so.13' <<< "$(ldconfig -p 2>/dev/null)"; then
-  for lib in $(find / -xdev -name 'libcublasLt.so.13' -o -name 'libcudart.so.13' 2>/dev/null | head -4); do
-    paths="$paths:$(dirname "$lib")"
-  done
-fi
+# NCCL from Python's nvidia wheel first where there is one: a system NCCL
+# may need a newer C library than the bundled one (Ubuntu 24.04's needs
+# glibc 2.38). The CUDA module opens NCCL only for tensor parallelism.
+wheel_nccl="$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)"
+[ -n "$wheel_nccl" ] && [ -e "$wheel_nccl/lib/libnccl.so.2" ] && paths="$paths:$wheel_nccl/lib"
+cache="$(ldconfig -p 2>/dev/null)"
+for want in libcublasLt.so.13 libcudart.so.13; do
+  grep -q "$want" <<< "$cache" && continue
+  [ -e "/usr/local/cuda/lib64/$want" ] && continue
+  lib="$(find / -xdev -name "$want" 2>/dev/null | head -1)"
+  [ -n "$lib" ] && paths="$paths:$(dirname "$lib")"
+done
 export FLOVER_CUDA_MODULE="$here/lib/libflover_cuda.so"
 cd "$here"  # tests read tests/golden relative to here
 exec "$here/lib/ld-linux-x86-64.so.2" --library-path "$paths" "$here/bin/$name" "$@"
@@ -112,6 +119,7 @@ run golden "$here/run.sh" gpt_model_golden_test
 run llama_golden "$here/run.sh" llama_golden_test
 run kv_shuffle "$here/run.sh" kv_shuffle_test
 run recorded_steps "$here/run.sh" recorded_steps_test
+run nccl "$here/run.sh" device_collectives_test
 run invariance "$here/run.sh" engine_invariance_test
 run bench_bf16 "$here/run.sh" model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
   --prefill_lengths=512 --decode_batches=1,8,32,256 --repeats=10

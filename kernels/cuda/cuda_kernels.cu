@@ -307,6 +307,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int p = p0 + j;
     const KT* k = k_head + kv.Key(0, p);
     float acc = 0.0f;
+    // Unrolled so that eight loads are in flight before the first sum
+    // needs one (the sums still run in order of d: the same result).
+#pragma unroll 8
     for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kKeyBlock]), acc);
     weights[j] = acc;
     local_max = fmaxf(local_max, acc);
@@ -332,6 +335,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
   const KT* v_head = values + base;
+#pragma unroll 4
   for (int j = warp; j < len; j += kAttentionWarps) {
     const float w = weights[j];
     const KT* v = v_head + kv.Value(0, p0 + j);

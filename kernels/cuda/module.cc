@@ -4,6 +4,7 @@
 #include "kernels/backend.h"
 #include "kernels/backend_module.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/nccl_collectives.h"
 
 extern "C" int flover_backend_abi_version() { return flover::kernels::kBackendAbiVersion; }
 
@@ -15,4 +16,15 @@ extern "C" flover::kernels::Backend* flover_create_backend(
     return nullptr;
   }
   return backend->release();
+}
+
+extern "C" flover::Collectives* flover_create_device_collectives(flover::ControlChannel* control,
+                                                                 flover::kernels::Backend* backend,
+                                                                 absl::Status* error) {
+  auto c = flover::kernels::cuda::NcclCollectives::Create(*control, *backend);
+  if (!c.ok()) {
+    *error = c.status();
+    return nullptr;
+  }
+  return c->release();
 }

@@ -449,11 +449,11 @@ TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
 }
 
 // Device flags that cannot run stop the server at start: an unknown device,
-// f16 on the CPU, tensor parallelism on CUDA (no NCCL communicator yet) and,
-// on a host without a GPU, --device=cuda.
+// f16 on the CPU, one named GPU for several tensor-parallel ranks and, on a
+// host without a GPU, --device=cuda.
 TEST_F(ServerTest, DevicesThatCannotRunStopTheServer) {
   std::vector<std::vector<std::string>> bad = {
-      {"--device=tpu"}, {"--dtype=f16"}, {"--device=cuda", "--tp=2"}};
+      {"--device=tpu"}, {"--dtype=f16"}, {"--device=cuda:0", "--tp=2"}};
   kernels::BackendOptions cuda;
   cuda.device = "cuda";
   if (!kernels::CreateBackend(cuda).ok()) bad.push_back({"--device=cuda"});
