@@ -271,7 +271,12 @@ __global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_se
 // finished here (normalized weights, then the weighted sum, as the CPU
 // does); a longer one leaves per-chunk (output, max, sum) in `work` for
 // AttentionMergeKernel.
-template <typename KT, typename OutT>
+//
+// kFixedD > 0 compiles for that head dim (GPT-2's and Llama-1B's 64): the
+// score loop unrolls completely, so all of a position's key loads are in
+// flight at once instead of eight at a time; 0 reads it from kv. The sums
+// run in the same order either way.
+template <typename KT, typename OutT, int kFixedD>
 __global__ void __launch_bounds__(kAttentionThreads)
     AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, int kv_heads,
                     KvView kv, const KT* keys, const KT* values, OutT* out, float* work,
@@ -289,7 +294,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   if (chunk >= chunks) return;  // the whole block: this row's context is shorter
   const int p0 = chunk * kAttentionChunk;
   const int len = min(n - p0, kAttentionChunk);
-  const int D = kv.head_dim;
+  const int D = kFixedD > 0 ? kFixedD : kv.head_dim;
   const int64_t HD = static_cast<int64_t>(H) * D;  // a row of out; Q's part of a row of qkv
   const int64_t row_stride = HD + 2 * static_cast<int64_t>(kv_heads) * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -307,10 +312,15 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int p = p0 + j;
     const KT* k = k_head + kv.Key(0, p);
     float acc = 0.0f;
-    // Unrolled so that eight loads are in flight before the first sum
-    // needs one (the sums still run in order of d: the same result).
+    // Unrolled so that loads are in flight before the first sum needs one
+    // (the sums still run in order of d: the same result).
+    if constexpr (kFixedD > 0) {
+#pragma unroll
+      for (int d = 0; d < kFixedD; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kKeyBlock]), acc);
+    } else {
 #pragma unroll 8
-    for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kKeyBlock]), acc);
+      for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kKeyBlock]), acc);
+    }
     weights[j] = acc;
     local_max = fmaxf(local_max, acc);
   }
@@ -335,7 +345,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
   const KT* v_head = values + base;
-#pragma unroll 4
+#pragma unroll 8
   for (int j = warp; j < len; j += kAttentionWarps) {
     const float w = weights[j];
     const KT* v = v_head + kv.Value(0, p0 + j);
@@ -402,9 +412,16 @@ cudaError_t Attend(const float* qkv, const int32_t* seqs, int num_seqs, int T, i
                    int q_heads, const KvLayer& kv, void* out, float* work, cudaStream_t stream) {
   const int chunks = (max_context + kAttentionChunk - 1) / kAttentionChunk;
   const KvView view = ViewOf(kv);
-  AttentionKernel<KT, OutT><<<dim3(T, q_heads, chunks), kAttentionThreads, 0, stream>>>(
-      qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-      static_cast<const KT*>(kv.v), static_cast<OutT*>(out), work, chunks);
+  const dim3 grid(T, q_heads, chunks);
+  if (kv.head_dim == 64) {
+    AttentionKernel<KT, OutT, 64><<<grid, kAttentionThreads, 0, stream>>>(
+        qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
+        static_cast<const KT*>(kv.v), static_cast<OutT*>(out), work, chunks);
+  } else {
+    AttentionKernel<KT, OutT, 0><<<grid, kAttentionThreads, 0, stream>>>(
+        qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
+        static_cast<const KT*>(kv.v), static_cast<OutT*>(out), work, chunks);
+  }
   if (chunks > 1) {
     AttentionMergeKernel<OutT><<<dim3(T, q_heads), kv.head_dim, 0, stream>>>(
         seqs, num_seqs, q_heads, kv.head_dim, work, chunks, static_cast<OutT*>(out));
