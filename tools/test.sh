@@ -26,3 +26,4 @@ if [ -d "$testlogs" ]; then
   py=$(grep -rhoE 'skipped=[0-9]+' "$testlogs" --include=test.log | awk -F= '{n += $2} END {print n + 0}')
   echo "skipped test cases: $((gtest + py)) (GoogleTest ${gtest}: ${by_suite:-none}; Python ${py})"
 fi
+exit "$rc"
