@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs tests under a sanitizer, built in its own output directory:
+#
+#   tools/sanitize.sh asan [TARGETS...]   AddressSanitizer + UndefinedBehaviorSanitizer
+#   tools/sanitize.sh tsan [TARGETS...]   ThreadSanitizer
+#
+# TARGETS default to //... (every test: C++ units, the servers the Python and
+# shell tests start, the MPI ranks). A finding aborts the process it is in,
+# so the test that started it fails with the report in its log. Suppressions
+# (tools/sanitizers/*.supp) name third-party code only, each with a reason.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+kind="${1:?usage: tools/sanitize.sh asan|tsan [TARGETS...]}"
+shift
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(//...)
+# ASan: allocator_may_return_null so that an impossible allocation is the
+# error our code reports (as with the real allocator) rather than an abort;
+# fast_unwind_on_malloc=0 so that leak reports from libraries built without
+# frame pointers (OpenMPI, gRPC) carry whole stacks the suppressions can match.
+case "$kind" in
+  asan) env=(--test_env="ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:fast_unwind_on_malloc=0:strict_string_checks=1:check_initialization_order=1"
+             --test_env="UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
+             --test_env="LSAN_OPTIONS=suppressions=$root/tools/sanitizers/lsan.supp:print_suppressions=0") ;;
+  tsan) env=(--test_env="TSAN_OPTIONS=suppressions=$root/tools/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1") ;;
+  *) echo "tools/sanitize.sh: asan or tsan, not '$kind'" >&2; exit 2 ;;
+esac
+# Its own Bazel server, output base and result links (.bazel-root/asan-bin,
+# .bazel-root/asan-testlogs, inside the clone), so a sanitizer
+# run neither waits for nor evicts the normal build. Sanitized code runs
+# several times slower: every test gets the long timeout.
+exec bazel --output_user_root="$root/.bazel-root" --output_base="$root/.bazel-root/$kind-base" \
+    test --config="$kind" --symlink_prefix=".bazel-root/$kind-" "${env[@]}" --test_timeout=900 \
+    --test_output=errors "${targets[@]}"
