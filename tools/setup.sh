@@ -16,6 +16,7 @@ PACKAGES=(
   prometheus  # promtool and a Prometheus server for the metrics test
   nginx       # the load balancer in the replicas test
   openssl     # certificates made by the TLS test
+  clang       # libFuzzer builds (tools/fuzz.sh)
 )
 
 missing=()

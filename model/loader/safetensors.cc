@@ -177,7 +177,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseStorage(
   SafetensorsFile file;
   file.name_ = name;
   file.data_start_ = data_start;
-  for (const auto& [key, value] : header->fields()) {
+  for (const auto& field : header->fields()) {
+    const std::string& key = field.first;  // (a lambda may not capture a structured binding in C++17)
+    const google::protobuf::Value& value = field.second;
     if (key == "__metadata__") continue;
     auto terr = [&](auto&&... parts) { return err("tensor '", key, "': ", parts...); };
     if (value.kind_case() != google::protobuf::Value::kStructValue) {
