@@ -146,6 +146,20 @@ TEST(SafetensorsTest, MissingTensorAndWrongShape) {
               HasSubstr("'w' has shape [2, 2] but the config requires [4]"));
 }
 
+// A tensor with no elements ([5, 0]) reads as nothing, whole or by region
+// (the fuzzer's first find: the read copied zero bytes from a null pointer,
+// undefined behaviour; fuzz/corpus/safetensors/crash-empty-rows-null-memcpy).
+TEST(SafetensorsTest, EmptyTensorReadsAsNothing) {
+  auto f = SafetensorsFile::Parse(MakeFile("{" + Entry("e", "F32", "[5,0]", 0, 0) + "}", 0), "m.st");
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto all = f->ReadFloat("e", {5, 0});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->empty());
+  auto rows = f->ReadFloatRegion("e", {5, 0}, TensorRegion{1, 3, 0, 0});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(rows->empty());
+}
+
 TEST(SafetensorsTest, OpenMissingFileNamesIt) {
   auto f = SafetensorsFile::Open("/nonexistent/model.safetensors");
   EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
