@@ -109,6 +109,14 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
     if (!partial.ok()) return partial.status();
     partial_ = std::move(*partial);
   }
+  // Where one rank's logits come back to: the backend's staging memory
+  // (page-locked on CUDA), sized here with the buffers rather than on a
+  // step; null where the backend has none (logits_host_ serves then).
+  staging_.reset();
+  if (tp_size_ == 1) {
+    void* p = backend_.AllocateStaging(size_t(logit_rows) * vocab_size_ * sizeof(float));
+    staging_ = std::unique_ptr<float[], StagingFree>(static_cast<float*>(p), StagingFree{&backend_});
+  }
   rows_ = rows;
   logit_rows_ = logit_rows;
   return absl::OkStatus();
@@ -175,19 +183,8 @@ absl::StatusOr<absl::Span<float>> ForwardRuntime::Finish(const absl::Status& run
     if (void* host = backend_.HostAddress(local); host != nullptr) {
       return absl::MakeSpan(static_cast<float*>(host), local.elements());
     }
-    const size_t n = static_cast<size_t>(local.elements());
-    if (n > staging_floats_) {
-      staging_.reset();
-      staging_floats_ = 0;
-      // Room for every logit row Reserve allowed, so this happens once.
-      const size_t want = std::max(n, static_cast<size_t>(logit_rows_) * local.cols);
-      if (void* p = backend_.AllocateStaging(want * sizeof(float)); p != nullptr) {
-        staging_ = std::unique_ptr<float[], StagingFree>(static_cast<float*>(p),
-                                                         StagingFree{&backend_});
-        staging_floats_ = want;
-      }
-    }
-    float* host = staging_floats_ >= n ? staging_.get() : nullptr;
+    const size_t n = static_cast<size_t>(local.elements());  // R <= logit_rows_ (Reserve)
+    float* host = staging_.get();
     if (host == nullptr) {
       logits_host_.resize(n);
       host = logits_host_.data();

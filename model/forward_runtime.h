@@ -109,15 +109,14 @@ class ForwardRuntime {
   kernels::Buffer partial_;  // f32 [rows, hidden] (tp > 1): a row-split GEMM's part
   std::vector<int32_t> step_host_;
   int64_t generation_ = 0;  // bumped whenever the buffers move (recording keys name them)
-  // Where logits come back to when the backend's memory is not host memory:
-  // the backend's staging memory (page-locked on CUDA) when it has some,
-  // else logits_host_.
+  // Where logits come back to when the backend's memory is not host memory
+  // (one rank): the backend's staging memory for logit_rows_ x vocabulary
+  // (page-locked on CUDA) when it has some, else logits_host_.
   struct StagingFree {
     kernels::Backend* backend;
     void operator()(float* p) const { backend->FreeStaging(p); }
   };
   std::unique_ptr<float[], StagingFree> staging_{nullptr, StagingFree{nullptr}};
-  size_t staging_floats_ = 0;
   std::vector<float> logits_host_;
   std::vector<float> gathered_;     // tp > 1: every rank's logits, rank after rank
 };
