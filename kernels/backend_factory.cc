@@ -65,6 +65,18 @@ absl::StatusOr<void*> LoadCudaModule() {
   return module;
 }
 
+// The module's entry point `name` (the module loaded first).
+template <typename Fn>
+absl::StatusOr<Fn> ModuleEntry(const char* name) {
+  auto module = LoadCudaModule();
+  if (!module.ok()) return module.status();
+  void* fn = dlsym(*module, name);
+  if (fn == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("the CUDA backend module has no ", name));
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
 }  // namespace
 
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
@@ -100,11 +112,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     if (!cpu.ok()) return cpu.status();
     return std::unique_ptr<Backend>(std::move(*cpu));
   }
-  auto module = LoadCudaModule();
-  if (!module.ok()) return module.status();
-  auto create = reinterpret_cast<CreateFn>(dlsym(*module, "flover_create_backend"));
+  auto create = ModuleEntry<CreateFn>("flover_create_backend");
+  if (!create.ok()) return create.status();
   absl::Status error = absl::UnknownError("the CUDA backend module gave no reason");
-  Backend* backend = create(&options, &error);
+  Backend* backend = (*create)(&options, &error);
   if (backend == nullptr) return error;
   return std::unique_ptr<Backend>(backend);
 }
@@ -115,15 +126,10 @@ absl::StatusOr<std::unique_ptr<Collectives>> CreateDeviceCollectives(ControlChan
     return absl::InvalidArgumentError(absl::StrCat(
         "device collectives need a GPU backend; the ", std::string(backend.name()), " backend uses MPI's"));
   }
-  auto module = LoadCudaModule();  // loaded already: it made `backend`
-  if (!module.ok()) return module.status();
-  auto create = reinterpret_cast<CreateCollectivesFn>(
-      dlsym(*module, "flover_create_device_collectives"));
-  if (create == nullptr) {
-    return absl::FailedPreconditionError("the CUDA backend module has no device collectives");
-  }
+  auto create = ModuleEntry<CreateCollectivesFn>("flover_create_device_collectives");
+  if (!create.ok()) return create.status();
   absl::Status error = absl::UnknownError("the CUDA backend module gave no reason");
-  Collectives* c = create(&control, &backend, &error);
+  Collectives* c = (*create)(&control, &backend, &error);
   if (c == nullptr) return error;
   return std::unique_ptr<Collectives>(c);
 }
