@@ -151,7 +151,7 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
         "the queue is full (", options_.max_queue, " requests waiting); retry later"));
   }
   const RequestId id = next_id_++;
-  auto seq = std::make_unique<Sequence>(id, std::move(request), std::move(sink), absl::Now());
+  auto seq = std::make_unique<Sequence>(id, std::move(request), std::move(sink), Now());
   if (tokenizer_ != nullptr) seq->text_stream = tokenizer_->NewTextStream();
   incoming_.push_back(std::move(seq));
   live_ids_.insert(id);
@@ -237,7 +237,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   }
   ev.text = ReleaseText(seq, /*all=*/true);
   ev.error = std::move(error);
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   // Counted before the sink hears of it, as the stats below are.
   metrics_.finished[static_cast<int>(reason)].Increment();
   metrics_.e2e_latency.Observe(absl::ToDoubleSeconds(now - seq.arrival));
@@ -350,7 +350,7 @@ absl::Time Engine::NextWakeup() const {
 }
 
 bool Engine::Plan(StepPlan* plan) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   std::vector<QueuedRequest> queued;
   queued.reserve(queue_.size());
   for (const auto& s : queue_) {
@@ -450,7 +450,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
 bool Engine::Step() {
   StepPlan plan;
   if (!Plan(&plan)) return false;
-  const absl::Time start = absl::Now();
+  const absl::Time start = Now();
   if (tensor_parallel()) {
     if (absl::Status st = BroadcastStep(*channel_, step_); !st.ok()) {
       Fail(st);
@@ -459,7 +459,7 @@ bool Engine::Step() {
   }
   auto logits = executor_->Run(step_);
   if (logits.ok()) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = Now();
     metrics_.step_seconds.Observe(absl::ToDoubleSeconds(now - start));
     ProcessOutputs(plan, *logits, now);
   } else if (logits.status().code() == absl::StatusCode::kInvalidArgument) {
@@ -490,7 +490,7 @@ void Engine::Loop() {
       cancels.swap(cancels_);
       stopping = stop_;
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = Now();
     auto expire = [&](Sequence& s) {
       if (stopping || cancels.contains(s.id)) {
         Finish(s, FinishReason::kCancelled);
@@ -514,7 +514,7 @@ void Engine::Loop() {
           if (queue_.empty() && active_.empty()) continue;  // the wait above handles it
           cv_.wait(lock);
         } else {
-          cv_.wait_for(lock, absl::ToChronoNanoseconds(std::max(wake - absl::Now(), absl::ZeroDuration())));
+          cv_.wait_for(lock, absl::ToChronoNanoseconds(std::max(wake - Now(), absl::ZeroDuration())));
         }
       }
     }

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -35,6 +36,12 @@ struct EngineOptions {
   int max_seq_len = 1024;       // KV positions per slot (<= model positions)
   int max_queue = 1024;         // waiting requests; more are refused at once
   int max_new_tokens_limit = 4096;
+  // The time arrivals, deadlines, batching windows and latency metrics are
+  // measured in; null = absl::Now. Tests inject a manual clock so that a
+  // deadline fires at a step of their choosing, not after a guessed time.
+  // Moving an injected clock does not wake an idle engine: the next
+  // request, cancel or step does. Shutdown's drain timeout is always real time.
+  std::function<absl::Time()> clock;
 };
 
 struct EngineStats {
@@ -118,6 +125,7 @@ class Engine {
   // step_ (moves and the ragged batch). Returns false when there is nothing
   // to run.
   bool Plan(StepPlan* plan);
+  absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }
   // Applies a step's results: slots after the moves, computed tokens, one
   // sampled token for each sequence whose prompt is done, finishes, stats.
   // `now` is when the step's logits were ready.

@@ -5,11 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 #include "engine/generate.h"
 #include "model/model_loader.h"
 #include "engine/testing/collecting_sink.h"
+#include "engine/testing/manual_clock.h"
 #include "tokenizer/unicode.h"
 #include "engine/testing/backends.h"
 
@@ -57,6 +61,7 @@ class EngineTest : public ::testing::Test {
     return std::string(id.status().message());
   }
 
+  testing::ManualClock clock_;  // outlives the engine, which may read it
   std::unique_ptr<kernels::Backend> backend_ = testing::CpuBackend();
   std::unique_ptr<LoadedModel> loaded_;
   std::unique_ptr<CausalLm> model_;
@@ -65,20 +70,28 @@ class EngineTest : public ::testing::Test {
 
 TEST_F(EngineTest, CancelWhileQueuedAndWhileRunning) {
   Start("builtin:tiny", Options(SchedulerPolicy::kSequential));
-  auto [a, sink_a] = Submit(Greedy({1, 2, 3}, 480));
+  // a is cancelled as its 5th token arrives: the engine must stop it before
+  // the next step, on any machine.
+  auto sink_a = std::make_shared<CollectingSink>();
+  std::atomic<RequestId> a{0};
+  sink_a->AtToken(5, [&] {
+    while (a.load() == 0) std::this_thread::yield();  // Submit has returned
+    ASSERT_TRUE(engine_->Cancel(a.load()).ok());
+  });
+  auto id = engine_->Submit(Greedy({1, 2, 3}, 480), sink_a);
+  ASSERT_TRUE(id.ok()) << id.status();
+  a.store(*id);
   auto [b, sink_b] = Submit(Greedy({4, 5}, 10));
-  ASSERT_TRUE(engine_->Cancel(b).ok());  // b waits behind a
+  ASSERT_TRUE(engine_->Cancel(b).ok());  // b waits behind a (sequential)
   ASSERT_TRUE(sink_b->Wait());
   EXPECT_EQ(sink_b->finish().reason, FinishReason::kCancelled);
   EXPECT_TRUE(sink_b->tokens().empty());
 
-  while (sink_a->tokens().size() < 5) absl::SleepFor(absl::Milliseconds(1));
-  ASSERT_TRUE(engine_->Cancel(a).ok());
   ASSERT_TRUE(sink_a->Wait());
   EXPECT_EQ(sink_a->finish().reason, FinishReason::kCancelled);
-  EXPECT_LT(sink_a->tokens().size(), 480u);
+  EXPECT_EQ(sink_a->tokens().size(), 5u);
   EXPECT_EQ(sink_a->finishes(), 1);
-  EXPECT_EQ(engine_->Cancel(a).code(), absl::StatusCode::kNotFound);  // already finished
+  EXPECT_EQ(engine_->Cancel(*id).code(), absl::StatusCode::kNotFound);  // already finished
   const EngineStats s = engine_->Stats();
   EXPECT_EQ(s.finished[static_cast<int>(FinishReason::kCancelled)], 2);
   EXPECT_EQ(s.active, 0);
@@ -86,23 +99,46 @@ TEST_F(EngineTest, CancelWhileQueuedAndWhileRunning) {
 }
 
 TEST_F(EngineTest, DeadlineWhileQueuedAndWhileRunning) {
-  Start("builtin:tiny", Options(SchedulerPolicy::kSequential));
-  auto [a, sink_a] = Submit(Greedy({1, 2, 3}, 480));
+  // Time is a manual clock that moves only at chosen tokens, so both
+  // deadlines fire by construction, whatever the machine's speed.
+  testing::ManualClock& clock = clock_;
+  EngineOptions o = Options(SchedulerPolicy::kSequential);
+  o.clock = clock.AsFunction();
+  Start("builtin:tiny", o);
+  // b waits behind a; time passes b's deadline as a's 3rd token arrives
+  // (once b is queued).
+  auto sink_a = std::make_shared<CollectingSink>();
+  auto sink_b = std::make_shared<CollectingSink>();
+  std::atomic<bool> b_queued{false};
+  sink_a->AtToken(3, [&] {
+    while (!b_queued.load()) std::this_thread::yield();
+    EXPECT_EQ(sink_b->finishes(), 0) << "b expired before its deadline";
+    clock.Advance(absl::Seconds(2));
+  });
+  auto a = engine_->Submit(Greedy({1, 2, 3}, 480), sink_a);
+  ASSERT_TRUE(a.ok()) << a.status();
   Request queued = Greedy({4}, 10);
-  queued.deadline = absl::Now() + absl::Milliseconds(2);
-  auto [b, sink_b] = Submit(queued);
+  queued.deadline = clock.Now() + absl::Seconds(1);
+  ASSERT_TRUE(engine_->Submit(queued, sink_b).ok());
+  b_queued.store(true);
   ASSERT_TRUE(sink_b->Wait());
   EXPECT_EQ(sink_b->finish().reason, FinishReason::kDeadline);
   EXPECT_TRUE(sink_b->tokens().empty());
-  ASSERT_TRUE(engine_->Cancel(a).ok());
+  EXPECT_GE(sink_a->tokens().size(), 3u);
+  ASSERT_TRUE(engine_->Cancel(*a).ok());
   ASSERT_TRUE(sink_a->Wait());
+  EXPECT_EQ(sink_a->finish().reason, FinishReason::kCancelled);  // no deadline of its own
 
   Request running = Greedy({7, 8}, 480);
-  running.deadline = absl::Now() + absl::Milliseconds(20);
-  auto [c, sink_c] = Submit(running);
+  running.deadline = clock.Now() + absl::Seconds(1);
+  auto sink_c = std::make_shared<CollectingSink>();
+  sink_c->AtToken(6, [&] { clock.Advance(absl::Seconds(2)); });
+  ASSERT_TRUE(engine_->Submit(running, sink_c).ok());
   ASSERT_TRUE(sink_c->Wait());
   EXPECT_EQ(sink_c->finish().reason, FinishReason::kDeadline);
-  EXPECT_LT(sink_c->tokens().size(), 480u);
+  EXPECT_EQ(sink_c->tokens().size(), 6u);  // stopped before the step after the deadline
+  const EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.finished[static_cast<int>(FinishReason::kDeadline)], 2);
 }
 
 TEST_F(EngineTest, FullQueueIsRefusedAtOnce) {
@@ -212,34 +248,40 @@ TEST_F(EngineTest, StopStringsAndStopTokensAndText) {
 
 TEST_F(EngineTest, EosStopsUnlessIgnoredAndLogprobsAreReturned) {
   Start("builtin:tiny", Options());
-  // Find a prompt whose greedy continuation hits EOS (id 511) quickly by
-  // making EOS the prompt's own repeated token is not guaranteed; instead
-  // check the rule on whatever the model does: with ignore_eos the output
-  // is always max_new_tokens long, and without it, it stops at the first EOS.
+  const int eos = loaded_->info().eos_token_ids.at(0);
+  // Looks (deterministically: fixed weights and seeds) for a sampling seed
+  // whose 40 tokens, with EOS ignored, contain EOS before the last one; a
+  // hot temperature makes that likely within a few dozen seeds. Then the
+  // same request without ignore_eos must stop right after the first EOS.
   Request r = Greedy({5, 6, 7}, 40, /*ignore_eos=*/true);
   r.return_logprobs = true;
-  r.sampling.temperature = 1.0;
-  r.sampling.seed = 3;
-  auto [a, sink] = Submit(r);
-  ASSERT_TRUE(sink->Wait());
-  EXPECT_EQ(sink->tokens().size(), 40u);
-  for (float lp : sink->logprobs()) {
-    EXPECT_LE(lp, 0.0f);
-    EXPECT_TRUE(std::isfinite(lp));
+  r.sampling.temperature = 8.0;
+  std::vector<int32_t> ignored;
+  std::vector<int32_t>::iterator first;
+  bool found = false;
+  for (int64_t seed = 0; seed < 400 && !found; ++seed) {
+    r.sampling.seed = seed;
+    auto [a, sink] = Submit(r);
+    ASSERT_TRUE(sink->Wait());
+    ignored = sink->tokens();
+    ASSERT_EQ(ignored.size(), 40u);  // EOS ignored: always max_new_tokens
+    EXPECT_EQ(sink->finish().reason, FinishReason::kLength);
+    for (float lp : sink->logprobs()) {
+      EXPECT_LE(lp, 0.0f);
+      EXPECT_TRUE(std::isfinite(lp));
+    }
+    first = std::find(ignored.begin(), ignored.end() - 1, eos);
+    found = first != ignored.end() - 1;
   }
-  const std::vector<int32_t> with_eos = sink->tokens();
+  ASSERT_TRUE(found) << "no seed in 400 sampled EOS (id " << eos << ") within 39 tokens";
+
   r.stop.ignore_eos = false;
   auto [b, sink_b] = Submit(r);
   ASSERT_TRUE(sink_b->Wait());
-  const int eos = loaded_->info().eos_token_ids.at(0);
-  const auto first = std::find(with_eos.begin(), with_eos.end(), eos);
-  if (first == with_eos.end()) {
-    EXPECT_EQ(sink_b->tokens(), with_eos);
-    EXPECT_EQ(sink_b->finish().reason, FinishReason::kLength);
-  } else {
-    EXPECT_EQ(sink_b->tokens(), std::vector<int32_t>(with_eos.begin(), first + 1));
-    EXPECT_EQ(sink_b->finish().reason, FinishReason::kEos);
-  }
+  EXPECT_EQ(sink_b->tokens(), std::vector<int32_t>(ignored.begin(), first + 1));
+  EXPECT_EQ(sink_b->finish().reason, FinishReason::kEos);
+  EXPECT_LT(sink_b->tokens().size(), 40u);
+  EXPECT_EQ(sink_b->finish().usage.generated_tokens, static_cast<int>(sink_b->tokens().size()));
 }
 
 TEST_F(EngineTest, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {

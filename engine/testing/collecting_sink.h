@@ -3,6 +3,7 @@
 #define FLOVER_ENGINE_TESTING_COLLECTING_SINK_H_
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -16,10 +17,23 @@ namespace flover::testing {
 class CollectingSink : public TokenSink {
  public:
   void OnToken(RequestId, const TokenEvent& e) override {
+    std::function<void()> action;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tokens_.push_back(e.token);
+      text_ += e.text;
+      logprobs_.push_back(e.logprob);
+      if (tokens_.size() == at_token_) action = std::move(at_action_);
+    }
+    if (action) action();
+  }
+  // Runs `action` on the engine's thread as the `n`-th token arrives, before
+  // the engine plans its next step: a test cancels a request or moves a
+  // clock at a step of its choosing, by construction rather than by timing.
+  void AtToken(size_t n, std::function<void()> action) {
     std::lock_guard<std::mutex> lock(mu_);
-    tokens_.push_back(e.token);
-    text_ += e.text;
-    logprobs_.push_back(e.logprob);
+    at_token_ = n;
+    at_action_ = std::move(action);
   }
   void OnFinish(RequestId, const FinishEvent& e) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -47,6 +61,8 @@ class CollectingSink : public TokenSink {
   std::string text_;
   int finishes_ = 0;
   std::optional<FinishEvent> finish_;
+  size_t at_token_ = 0;
+  std::function<void()> at_action_;
 };
 
 }  // namespace flover::testing

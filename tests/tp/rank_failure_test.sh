@@ -11,20 +11,32 @@ marker="--max_queue=4321"  # finds this test's ranks and nobody else's
 
 mpirun --allow-run-as-root --oversubscribe -np 2 "$server" --tp=2 --threads=1 \
   --model=builtin:gpt2-small --max_seq_len=128 --max_batch=8 "$marker" \
-  --listen=127.0.0.1:0 > "$work/server.out" 2> "$work/server.err" &
+  --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 > "$work/server.out" 2> "$work/server.err" &
 job=$!
 for _ in $(seq 1 300); do
-  grep -q "^listening on" "$work/server.out" && break
+  grep -q "^metrics on" "$work/server.out" && break
   kill -0 $job 2>/dev/null || fail "server job exited early: $(cat "$work/server.err")"
   sleep 0.1
 done
 target=$(sed -n 's/^listening on //p' "$work/server.out")
-[ -n "$target" ] || fail "server did not start"
+metrics=$(sed -n 's/^metrics on //p' "$work/server.out")
+[ -n "$target" ] && [ -n "$metrics" ] || fail "server did not start"
+metric() { curl -s "$metrics" | awk -v m="$1" '$1 == m {print int($2)}'; }
 
 "$loadgen" --target="$target" --rate=20 --num_requests=60 --prompt_len=8 --output_len=64 \
   --ignore_eos --progress=false > "$work/loadgen.out" 2>&1 &
 client=$!
-sleep 1.5
+# The rank dies while the load is in flight: waits (bounded) until both ranks
+# have run fused steps with sequences in them, not for a guessed time.
+in_flight=""
+for _ in $(seq 1 600); do
+  running=$(metric flover_requests_running) tokens=$(metric flover_generated_tokens_total)
+  if [ "${running:-0}" -ge 2 ] && [ "${tokens:-0}" -gt 0 ]; then in_flight=1; break; fi
+  kill -0 $client 2>/dev/null || fail "load ended before a rank was killed: $(cat "$work/loadgen.out")"
+  sleep 0.1
+done
+[ -n "$in_flight" ] || fail "no load in flight after 60 s"
+echo "killing rank 1 with $running requests running, $tokens tokens generated"
 
 rank1=""
 for p in $(pgrep -f -- "$marker"); do
