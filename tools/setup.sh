@@ -17,6 +17,7 @@ PACKAGES=(
   nginx       # the load balancer in the replicas test
   openssl     # certificates made by the TLS test
   clang       # libFuzzer builds (tools/fuzz.sh)
+  iproute2    # network namespaces and veth links in tests/multinode
 )
 
 missing=()

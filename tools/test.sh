@@ -15,7 +15,8 @@ failed=$(grep -cE '^//\S+\s+.*(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log"
 rm -f "$log"
 echo "${passed} passed, ${failed} failed"
 # GoogleTest prints "[  SKIPPED ] Suite.Test" for each skipped case (twice:
-# as it runs and in the summary); Python's unittest "OK (skipped=N)".
+# as it runs and in the summary), and the shell tests print the same line
+# for a part they skip; Python's unittest "OK (skipped=N)".
 testlogs=$(tools/bazelw info bazel-testlogs 2>/dev/null)
 if [ -d "$testlogs" ]; then
   cases=$(grep -rhoE '^\[  SKIPPED \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' "$testlogs" --include=test.log |

@@ -16,7 +16,7 @@ done
 echo "no binary links a CUDA library"
 
 if ! unshare --mount --propagation private true 2>/dev/null; then
-  echo "SKIPPED the namespace part: cannot create a mount namespace here (needs root)"
+  echo "[  SKIPPED ] cpu_without_cuda_test.namespace_part (cannot create a mount namespace here: needs root)"
   exit 0
 fi
 export SERVER GEN CLIENT

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Multi-node for real, on one machine: two "hosts" are Linux network
+# namespaces (each with its own host name, through a UTS namespace) joined by
+# a veth pair, with private addresses that exist only inside them. mpirun
+# runs in host A and starts rank 1 in host B through an rsh agent that enters
+# B's namespaces (tests/multinode/netns_rsh_agent.sh); the ranks talk TCP only (the
+# shared-memory transport is off), over the veth, named by
+# btl_tcp_if_include / oob_tcp_if_include. --bind-to none: Open MPI takes
+# the two "hosts" for two machines and would pin both ranks to core 0 of
+# this one (steps ~10x slower as they time-share it). TCP keepalives on
+# Open MPI's own connections (oob_tcp_keepalive_*) are what notice a dead
+# link when nothing is being sent.
+#
+#   1. tp=2 across the two hosts gives transformers' greedy tokens through
+#      gRPC (a client in host A), and the ranks' traffic crossed the veth.
+#   2. With a 5 ms netem delay on the link the tokens stay equal; prints the
+#      step time with and without it. (Skipped, printed, where the kernel
+#      has no sch_netem.)
+#   3. The link is cut (ip link set down) under load: the job ends within a
+#      bounded time, clients see UNAVAILABLE, no process is left in either
+#      host.
+#
+# Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); skips, printed, without.
+# Namespaces and processes are removed on exit, whatever happens.
+#
+#   netns_test.sh SERVER CLIENT LOADGEN AGENT MODEL_DIR
+set -uo pipefail
+server="$(realpath "$1")" client="$(realpath "$2")" loadgen="$(realpath "$3")"
+agent="$(realpath "$4")" model="$(realpath "$5")"
+work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns.XXXXXX")"
+tag="flv$$"                       # namespace and host names: ${tag}a, ${tag}b
+ns_a="${tag}a" ns_b="${tag}b" dev=flvnet0
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "[  SKIPPED ] netns_test.$1 ($2)"; }
+
+cleanup() {
+  for ns in "$ns_a" "$ns_b"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+  done
+  ip netns del "$ns_a" 2>/dev/null
+  ip netns del "$ns_b" 2>/dev/null
+  true
+}
+trap cleanup EXIT
+
+for tool in ip unshare mpirun curl python3; do
+  command -v "$tool" > /dev/null || { skip all "$tool is not installed"; exit 0; }
+done
+if ! ip netns add "$ns_a" 2> "$work/err"; then
+  skip all "cannot create a network namespace here: $(cat "$work/err")"
+  exit 0
+fi
+if ! unshare --uts true 2> "$work/err"; then
+  skip all "cannot create a UTS namespace here: $(cat "$work/err")"
+  exit 0
+fi
+ip netns add "$ns_b" || fail "second namespace"
+ip link add "${tag}x" type veth peer name "${tag}y" || fail "veth pair"
+ip link set "${tag}x" netns "$ns_a" && ip link set "${tag}y" netns "$ns_b" || fail "moving the veth ends"
+ip -n "$ns_a" link set "${tag}x" name "$dev" && ip -n "$ns_b" link set "${tag}y" name "$dev" || fail "rename"
+ip -n "$ns_a" addr add 10.211.0.1/24 dev "$dev" && ip -n "$ns_b" addr add 10.211.0.2/24 dev "$dev" || fail "addresses"
+for ns in "$ns_a" "$ns_b"; do
+  ip -n "$ns" link set lo up && ip -n "$ns" link set "$dev" up || fail "links up in $ns"
+done
+echo "hosts: $ns_a (10.211.0.1) and $ns_b (10.211.0.2), joined by $dev"
+
+in_a() { ip netns exec "$ns_a" "$@"; }
+rx_bytes() { ip netns exec "$1" cat "/sys/class/net/$dev/statistics/rx_bytes"; }
+
+# Starts the tp=2 job (rank 0 in A, rank 1 in B); sets $job, $target, $metrics.
+start_job() {
+  local out="$work/server.$1"
+  in_a unshare --uts sh -c "hostname $ns_a && exec mpirun \
+      --allow-run-as-root --oversubscribe --bind-to none --host $ns_a,$ns_b -np 2 \
+      -mca plm_rsh_agent '$agent' -x OMP_NUM_THREADS=1 \
+      -mca btl tcp,self -mca btl_tcp_if_include $dev -mca oob_tcp_if_include $dev \
+      -mca oob_tcp_keepalive_time 1 -mca oob_tcp_keepalive_intvl 1 -mca oob_tcp_keepalive_probes 3 \
+      '$server' --tp=2 --threads=1 --model='$model' --max_batch=16 \
+      --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0" > "$out.out" 2> "$out.err" &
+  job=$!
+  for _ in $(seq 1 600); do
+    grep -q "^metrics on" "$out.out" && break
+    kill -0 $job 2> /dev/null || fail "job exited early: $(cat "$out.err")"
+    sleep 0.1
+  done
+  target=$(sed -n 's/^listening on //p' "$out.out")
+  metrics=$(sed -n 's/^metrics on //p' "$out.out")
+  [ -n "$target" ] && [ -n "$metrics" ] || fail "server did not start: $(cat "$out.err")"
+}
+metric() { in_a curl -s "$metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+stop_job() {  # SIGTERM to rank 0 (the server in host A): it drains, then every rank exits 0
+  local rank0=""
+  for p in $(ip netns pids "$ns_a"); do
+    [ "$(readlink "/proc/$p/exe")" = "$server" ] && rank0=$p
+  done
+  [ -n "$rank0" ] || fail "rank 0 not found in $ns_a"
+  kill -TERM "$rank0"
+  wait $job
+}
+
+# transformers' greedy continuation of the golden prompt, through gRPC.
+golden_prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['greedy_prompt'])))" "$model/golden.json")
+golden_output=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['greedy_output'])" "$model/golden.json")
+golden_len=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['greedy_output']))" "$model/golden.json")
+greedy() {
+  in_a "$client" --target="$target" --prompt_ids="$golden_prompt" --max_new_tokens="$golden_len" \
+    --temperature=0 --ignore_eos --json | python3 -c "import json,sys; print(json.load(sys.stdin)['token_ids'])"
+}
+step_ms() {  # mean step time so far, ms
+  python3 -c "import sys; s, n = float(sys.argv[1]), float(sys.argv[2]); print(f'{1000 * s / n:.2f}')" \
+    "$(metric flover_step_duration_seconds_sum)" "$(metric flover_step_duration_seconds_count)"
+}
+
+# 1. Golden tokens across the two hosts.
+start_job golden
+rx_before=$(rx_bytes "$ns_b")
+tokens=$(greedy)
+[ "$tokens" = "$golden_output" ] || fail "tp=2 across hosts: $tokens, transformers: $golden_output"
+rx=$(( $(rx_bytes "$ns_b") - rx_before ))
+[ "$rx" -gt 10000 ] || fail "host B received only $rx bytes over $dev while rank 1 worked"
+echo "PASS golden: tp=2 across two hosts = transformers' $golden_len greedy tokens; host B received $rx bytes over $dev"
+# A few more to time the step (the first ran plain and compiled nothing new).
+for _ in 1 2 3; do greedy > /dev/null; done
+plain_ms=$(step_ms)
+
+# 2. A 5 ms delay on the link (each way): same tokens, slower steps. The
+# step times printed are only a rough figure: the ranks busy-poll, so on a
+# 2-core machine anything else running (Bazel, a fuzzer) changes them 10x.
+if in_a tc qdisc add dev "$dev" root netem delay 5ms 2> "$work/err"; then
+  ip netns exec "$ns_b" tc qdisc add dev "$dev" root netem delay 5ms || fail "netem in $ns_b"
+  s0=$(metric flover_step_duration_seconds_sum) n0=$(metric flover_step_duration_seconds_count)
+  for _ in 1 2 3; do
+    tokens=$(greedy)
+    [ "$tokens" = "$golden_output" ] || fail "with a 5 ms delay: $tokens, transformers: $golden_output"
+  done
+  delayed_ms=$(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{1000 * (a[2] - a[0]) / (a[3] - a[1]):.2f}')" \
+    "$s0" "$n0" "$(metric flover_step_duration_seconds_sum)" "$(metric flover_step_duration_seconds_count)")
+  echo "PASS delay: 5 ms each way keeps the tokens; mean step $plain_ms ms -> $delayed_ms ms"
+  in_a tc qdisc del dev "$dev" root; ip netns exec "$ns_b" tc qdisc del dev "$dev" root
+else
+  skip delay_5ms "no netem qdisc in this kernel: $(tr -d '\n' < "$work/err"); mean step without delay $plain_ms ms"
+fi
+stop_job
+code=$?
+[ "$code" -eq 0 ] || fail "the job exited $code after SIGTERM (expected a clean drain)"
+
+# 3. Cut the link under load.
+start_job cut
+in_a "$loadgen" --target="$target" --rate=50 --num_requests=400 --prompt_len=8 --output_len=64 \
+  --ignore_eos --progress=false > "$work/loadgen.out" 2>&1 &
+client=$!
+in_flight=""
+for _ in $(seq 1 600); do  # waits for load in flight, not for a guessed time
+  running=$(metric flover_requests_running) generated=$(metric flover_generated_tokens_total)
+  if [ "${running%.*}" -ge 2 ] 2> /dev/null && [ "${generated%.*}" -gt 0 ]; then in_flight=1; break; fi
+  kill -0 $client 2> /dev/null || fail "load ended before the cut: $(cat "$work/loadgen.out")"
+  sleep 0.1
+done
+[ -n "$in_flight" ] || fail "no load in flight after 60 s"
+in_a ip link set "$dev" down
+cut=$(date +%s.%N)
+echo "cut the link with $running requests running, $generated tokens generated"
+code=""
+for _ in $(seq 1 600); do  # at most 60 s
+  if ! kill -0 $job 2> /dev/null; then wait $job; code=$?; break; fi
+  sleep 0.1
+done
+[ -n "$code" ] || fail "the job still runs 60 s after the link was cut"
+ended=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$cut" "$(date +%s.%N)")
+[ "$code" -ne 0 ] || fail "the job exited 0 after losing its link"
+wait $client
+[ $? -ne 0 ] || fail "every request succeeded although the link was cut"
+grep -q "UNAVAILABLE" "$work/loadgen.out" || fail "clients did not see UNAVAILABLE: $(cat "$work/loadgen.out")"
+left=""
+for _ in $(seq 1 300); do  # rank 1's daemon notices the lost link by keepalive
+  left="$(ip netns pids "$ns_a") $(ip netns pids "$ns_b")"
+  [ -z "${left// /}" ] && break
+  sleep 0.1
+done
+[ -z "${left// /}" ] || fail "processes left after the job ended: $(ps -o pid,args -p ${left// /,} 2>/dev/null)"
+echo "PASS link cut: the job ended (exit $code) ${ended} s after the cut; clients: $(grep -oE 'completed [0-9]+, failed [0-9]+ \(.*\)' "$work/loadgen.out"); no process left"
+echo "netns_test: all checks passed"
