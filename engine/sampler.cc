@@ -70,7 +70,10 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     }
   }
 
-  if (params_.temperature == 0.0f) {
+  // A temperature so small that its inverse overflows (below ~3e-39) is
+  // greedy: scaling by an infinite 1/t would make 0 * inf = NaN of the top
+  // logit and sample garbage.
+  if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
     const int32_t best = static_cast<int32_t>(
         std::max_element(logits.begin(), logits.end()) - logits.begin());
     if (logprob != nullptr) {

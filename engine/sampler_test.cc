@@ -42,6 +42,24 @@ TEST(SamplerTest, GreedyIsArgmaxWithLogprob) {
   EXPECT_NEAR(lp, 2.0 - std::log(z), 1e-6);
 }
 
+TEST(SamplerTest, TinyOrHugeTemperaturesAreWellDefined) {
+  // Found by the abuse test: a denormal temperature (1/t overflows to inf)
+  // made the top logit's probability 0 * inf = NaN and sampled the last id.
+  for (float t : {1e-45f, 1e-40f, 1e-30f}) {
+    for (int top_k : {0, 3}) {
+      Sampler s(Params(t, top_k));
+      auto l = Logits();
+      float lp = 1;
+      EXPECT_EQ(s.Sample(absl::MakeSpan(l), {}, &lp), 1) << "t=" << t << " top_k=" << top_k;
+      EXPECT_TRUE(std::isfinite(lp)) << lp;
+      EXPECT_LE(lp, 0.0f);
+    }
+  }
+  // The largest float: every token nearly equally likely, all of them drawn.
+  const auto h = Histogram(Params(3.4e38f), 6000);
+  EXPECT_EQ(h.size(), Logits().size());
+}
+
 TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferent) {
   auto run = [](uint64_t seed) {
     Sampler s(Params(1.0f, 0, 1.0f, seed));
