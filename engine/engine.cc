@@ -114,6 +114,9 @@ absl::Status Engine::Validate(const Request& r) const {
                stop.max_new_tokens, ") exceeds max_seq_len (", options_.max_seq_len, ")");
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
+  if (stop.stop_token_ids.size() > kMaxStopTokenIds) {
+    return bad("stop_token_ids: at most ", kMaxStopTokenIds, " ids, got ", stop.stop_token_ids.size());
+  }
   for (int32_t t : stop.stop_token_ids) {
     if (t < 0 || t >= config.vocab_size) {
       return bad("stop_token_ids: ", t, " is outside the vocabulary (", config.vocab_size, ")");
@@ -122,8 +125,14 @@ absl::Status Engine::Validate(const Request& r) const {
   if (!stop.stop_strings.empty() && tokenizer_ == nullptr) {
     return bad("stop_strings: the model has no tokenizer");
   }
+  if (stop.stop_strings.size() > kMaxStopStrings) {
+    return bad("stop_strings: at most ", kMaxStopStrings, " strings, got ", stop.stop_strings.size());
+  }
   for (const std::string& s : stop.stop_strings) {
     if (s.empty()) return bad("stop_strings: must not contain an empty string");
+    if (s.size() > kMaxStopStringBytes) {
+      return bad("stop_strings: each at most ", kMaxStopStringBytes, " bytes, got one of ", s.size());
+    }
   }
   return absl::OkStatus();
 }

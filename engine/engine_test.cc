@@ -176,7 +176,25 @@ TEST_F(EngineTest, InvalidRequestsNameTheField) {
   r = Greedy({1}, 4);
   r.stop.stop_token_ids = {9999};
   EXPECT_THAT(SubmitError(r), HasSubstr("stop_token_ids"));
+  r.stop.stop_token_ids.assign(kMaxStopTokenIds + 1, 3);
+  EXPECT_THAT(SubmitError(r), HasSubstr("stop_token_ids: at most 1024 ids, got 1025"));
   EXPECT_EQ(engine_->Stats().submitted, 0);
+}
+
+TEST_F(EngineTest, StopStringLimits) {
+  EngineOptions o = Options();
+  o.max_seq_len = 40;
+  Start("tests/golden/tiny_f32", o);
+  Request r = Greedy({1}, 4);
+  r.stop.stop_strings.assign(kMaxStopStrings, "ab");
+  r.stop.stop_strings.push_back(std::string(kMaxStopStringBytes, 'x'));
+  EXPECT_THAT(SubmitError(r), HasSubstr("stop_strings: at most 64 strings, got 65"));
+  r.stop.stop_strings.erase(r.stop.stop_strings.begin());
+  auto [ok, sink] = Submit(r);  // 64 strings, the longest allowed among them
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->finish().reason, FinishReason::kLength);
+  r.stop.stop_strings.back().push_back('x');
+  EXPECT_THAT(SubmitError(r), HasSubstr("stop_strings: each at most 1024 bytes, got one of 1025"));
 }
 
 TEST_F(EngineTest, StopStringsAndStopTokensAndText) {

@@ -14,6 +14,12 @@
 
 namespace flover {
 
+// Bounds on what one request may ask the engine to check at every step
+// (each generated token is compared with every stop id and string).
+inline constexpr int kMaxStopTokenIds = 1024;
+inline constexpr int kMaxStopStrings = 64;
+inline constexpr int kMaxStopStringBytes = 1024;
+
 struct StopConditions {
   int max_new_tokens = 16;
   std::vector<int32_t> stop_token_ids;   // stop after emitting one of these

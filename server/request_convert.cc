@@ -8,6 +8,12 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
                                         const Tokenizer* tokenizer, int vocab_size,
                                         uint64_t random_seed) {
   Request r;
+  // Echoed in every response message: a long one would be sent back once
+  // per streamed message.
+  if (in.request_id().size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("request_id: at most ", kMaxRequestIdBytes,
+                                                   " bytes, got ", in.request_id().size()));
+  }
   switch (in.prompt_case()) {
     case v1::GenerateRequest::kText: {
       if (tokenizer == nullptr) {

@@ -13,6 +13,7 @@
 namespace flover::server {
 
 constexpr int kDefaultMaxNewTokens = 16;
+constexpr size_t kMaxRequestIdBytes = 256;
 
 // `random_seed` is used when the request sets no seed.
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& request,

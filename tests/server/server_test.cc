@@ -147,6 +147,9 @@ TEST_F(ServerTest, InvalidArgumentsNameTheField) {
   r = Ids({1}, 4);
   r.mutable_stopping()->add_stop_strings("x");
   ExpectError(r, INVALID, "stop_strings");
+  r = Ids({1}, 4);
+  r.set_request_id(std::string(257, 'r'));  // echoed in every message: bounded
+  ExpectError(r, INVALID, "request_id: at most 256 bytes, got 257");
   EXPECT_EQ(Stats().requests_submitted(), 0u);
 }
 
