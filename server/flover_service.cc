@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits for messages
 #include "server/request_convert.h"
 #include "server/status_util.h"
 
@@ -51,14 +52,14 @@ absl::Time ToAbslTime(std::chrono::system_clock::time_point t) {
 // threads) meet under `mu_`: tokens that arrive while a write is in flight
 // are merged into the next message, so a slow client costs one buffered
 // message, never a blocked engine.
-class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                               public std::enable_shared_from_this<GenerateReactor> {
  public:
   // The reactor is owned by a shared_ptr held by itself until OnDone and by
   // the engine's sink until the request finishes, whichever is later.
   static GenerateReactor* Start(Engine& engine, const Tokenizer* tokenizer, const ApiKeys* keys,
                                 grpc::CallbackServerContext* context,
-                                const v1::GenerateRequest& request) {
+                                const grpc::ByteBuffer& request) {
     auto reactor = std::shared_ptr<GenerateReactor>(new GenerateReactor(engine));
     reactor->self_ = reactor;
     reactor->Submit(tokenizer, keys, context, request);
@@ -108,11 +109,20 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   explicit GenerateReactor(Engine& engine) : engine_(engine) {}
 
   void Submit(const Tokenizer* tokenizer, const ApiKeys* keys,
-              grpc::CallbackServerContext* context, const v1::GenerateRequest& request) {
+              grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw) {
     // Held across engine_.Submit so the engine's first callbacks wait until
     // the id is known.
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Authenticate(keys, *context); !st.ok()) {
+      engine_.metrics().CountError(st.code());
+      Finish(ToGrpcStatus(st));
+      return;
+    }
+    v1::GenerateRequest request;
+    grpc::ByteBuffer bytes = raw;  // Deserialize consumes it; the copy shares the slices
+    if (!grpc::SerializationTraits<v1::GenerateRequest>::Deserialize(&bytes, &request).ok()) {
+      const absl::Status st = absl::InvalidArgumentError(
+          "request: not a valid flover.v1.GenerateRequest message (protobuf parse failed)");
       engine_.metrics().CountError(st.code());
       Finish(ToGrpcStatus(st));
       return;
@@ -168,9 +178,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     if (writing_ || done_ || ended_) return;
     if (has_pending_ && !broken_) {
       pending_.set_request_id(request_id_);
-      in_flight_.Swap(&pending_);
+      bool own = false;
+      in_flight_.Clear();  // the previous write is done; Serialize needs an empty buffer
+      const grpc::Status st =
+          grpc::SerializationTraits<v1::GenerateResponse>::Serialize(pending_, &in_flight_, &own);
       pending_.Clear();
       has_pending_ = false;
+      if (!st.ok()) {  // not expected: a message the server built itself
+        ended_ = true;
+        Finish(st);
+        return;
+      }
       writing_ = true;
       StartWrite(&in_flight_);
       return;
@@ -187,7 +205,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   RequestId id_ = 0;
   std::string request_id_;
   bool with_logprobs_ = false;
-  v1::GenerateResponse pending_, in_flight_;
+  v1::GenerateResponse pending_;
+  grpc::ByteBuffer in_flight_;  // the message being written, serialized
   bool has_pending_ = false;
   bool writing_ = false;
   bool broken_ = false;    // a write failed: the client is gone
@@ -211,8 +230,8 @@ absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext
                                           : absl::string_view(it->second.data(), it->second.size()));
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* FloverService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* FloverService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return GenerateReactor::Start(engine_, tokenizer_, keys_, context, *request);
 }
 

@@ -24,15 +24,20 @@ struct ModelDescription {
   int64_t device_memory_bytes = 0;   // a GPU's memory; 0 on the CPU
 };
 
-class FloverService final : public v1::Flover::CallbackService {
+// Generate is registered raw (bytes in, bytes out) so that a request that
+// is not a valid GenerateRequest gets INVALID_ARGUMENT naming the problem;
+// gRPC's own parse failure answers a bare UNIMPLEMENTED.
+class FloverService final
+    : public v1::Flover::WithRawCallbackMethod_Generate<v1::Flover::CallbackService> {
  public:
   // `engine`, `tokenizer` and `keys` (both may be null) must outlive the
   // service. With keys, every call needs `authorization: Bearer KEY`.
   FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model,
                 const ApiKeys* keys = nullptr);
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  // `request`: a serialized v1::GenerateRequest; writes v1::GenerateResponse.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request,
                                          v1::ModelInfo* response) override;
