@@ -1,0 +1,408 @@
+#!/usr/bin/env python3
+"""Abuse under load on the real flover_server, on loopback, bounded in count
+and time: 10,000 concurrent streams, clients that stop reading, oversized
+and malformed messages, every numeric field at and beyond its limits, and a
+cancel storm. After each, the server is up and serves a known greedy request
+as it did alone, and its GetStats accounts for every request it accepted:
+each ended exactly once (submitted = the sum of finished by reason, nothing
+queued or running), and the finishes match what the clients saw.
+
+    abuse_test.py SERVER"""
+import asyncio
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.getcwd(), "clients", "python"))
+import grpc  # noqa: E402
+from flover_client import flover_pb2 as pb, flover_pb2_grpc as pb_grpc  # noqa: E402
+
+SERVER = None
+MODEL = "builtin:tiny"  # 512 positions, vocabulary 512, no tokenizer
+TEXT_MODEL = "tests/golden/tiny_f32"  # with a tokenizer, 40 positions
+OK_REASONS = ("length", "stop", "eos")
+
+
+def request(ids=(1, 2), max_new=4, temperature=0.0, **stopping):
+    return pb.GenerateRequest(token_ids=pb.TokenIds(ids=list(ids)),
+                              sampling=pb.Sampling(temperature=temperature),
+                              stopping=pb.Stopping(max_new_tokens=max_new, ignore_eos=True,
+                                                   **stopping))
+
+
+def proc_status(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+class Server:
+    """flover_server on 127.0.0.1:0; its stderr is kept for failure messages."""
+
+    def __init__(self, *args, model=MODEL):
+        self.proc = subprocess.Popen([SERVER, f"--model={model}", "--listen=127.0.0.1:0",
+                                      "--threads=1", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"server did not start: {line} {self.proc.stderr.read()}")
+        self.address = line[len("listening on "):]
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        self.stderr = []
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+        self.channel = grpc.insecure_channel(self.address)
+        self.stub = pb_grpc.FloverStub(self.channel)
+
+    def stats(self):
+        return self.stub.GetStats(pb.GetStatsRequest(), timeout=30)
+
+    def greedy(self, ids=(7, 8, 9), max_new=24):
+        return [t for m in self.stub.Generate(request(ids, max_new), timeout=300) for t in m.token_ids]
+
+    def rss_kib(self):
+        return proc_status(self.proc.pid, "VmRSS")
+
+    def stop(self):
+        self.channel.close()
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=120)
+
+
+class AbuseTest(unittest.TestCase):
+    def quiet_stats(self, server):
+        """GetStats once nothing is queued or running (a cancel the client saw
+        at once may still be on its way through the engine); bounded."""
+        deadline = time.monotonic() + 60
+        while True:
+            s = server.stats()
+            if s.queue_length == 0 and s.active_sequences == 0:
+                return s
+            self.assertLess(time.monotonic(), deadline, f"requests still in flight: {s}")
+            time.sleep(0.05)
+
+    def check_accounting(self, server, client_ok):
+        """Every accepted request ended exactly once; the successful finishes
+        are exactly the calls the clients saw end OK."""
+        s = self.quiet_stats(server)
+        finished = dict(s.requests_finished)
+        self.assertEqual(sum(finished.values()), s.requests_submitted, finished)
+        self.assertEqual(sum(finished.get(r, 0) for r in OK_REASONS), client_ok, finished)
+        return s, finished
+
+    def check_still_serves(self, server, reference):
+        self.assertIsNone(server.proc.poll(), "".join(server.stderr))
+        self.assertEqual(server.greedy(), reference)
+
+    def test_ten_thousand_concurrent_streams(self):
+        n, channels = 10_000, 10
+        server = Server("--max_queue=10000", "--max_batch=64")
+        try:
+            reference = server.greedy()
+            peak = [0]
+            polling = threading.Event()
+
+            def poll():  # the server's own view of how many it holds at once
+                while not polling.is_set():
+                    s = server.stats()
+                    peak[0] = max(peak[0], s.queue_length + s.active_sequences)
+
+            poller = threading.Thread(target=poll)
+            poller.start()
+            open_now, open_peak = [0], [0]
+
+            async def flood():
+                chans = [grpc.aio.insecure_channel(server.address) for _ in range(channels)]
+                stubs = [pb_grpc.FloverStub(c) for c in chans]
+
+                async def one(i):
+                    open_now[0] += 1
+                    open_peak[0] = max(open_peak[0], open_now[0])
+                    tokens, finishes = [], 0
+                    try:
+                        async for m in stubs[i % channels].Generate(request((1 + i % 50, 2), 8),
+                                                                    timeout=600):
+                            tokens.extend(m.token_ids)
+                            finishes += m.finish_reason != pb.FINISH_REASON_UNSPECIFIED
+                        code = grpc.StatusCode.OK
+                    except grpc.aio.AioRpcError as e:
+                        code = e.code()
+                    open_now[0] -= 1
+                    return i, code, tokens, finishes
+
+                out = await asyncio.gather(*(one(i) for i in range(n)))
+                for c in chans:
+                    await c.close()
+                return out
+
+            start = time.monotonic()
+            results = asyncio.run(flood())
+            took = time.monotonic() - start
+            polling.set()
+            poller.join()
+            self.assertEqual(open_peak[0], n)  # all were open at once on the client side
+            codes = {}
+            for _, code, _, _ in results:
+                codes[code] = codes.get(code, 0) + 1
+            self.assertEqual(codes, {grpc.StatusCode.OK: n})
+            by_prompt = {}
+            for i, _, tokens, finishes in results:
+                self.assertEqual(finishes, 1, i)
+                self.assertEqual(len(tokens), 8, i)
+                by_prompt.setdefault(i % 50, set()).add(tuple(tokens))
+            # Greedy and batch-invariant: one output per prompt, however fused.
+            self.assertTrue(all(len(v) == 1 for v in by_prompt.values()), by_prompt)
+            s, finished = self.check_accounting(server, n + 1)
+            print(f"10,000 streams on {channels} connections: {took:.1f} s, the server held up to "
+                  f"{peak[0]} at once (queued + running), {s.steps} steps; finished {finished}")
+            self.check_still_serves(server, reference)
+            self.assertEqual(server.stop(), 0)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
+
+    def test_clients_that_stop_reading(self):
+        # Each slow client's HTTP/2 window is ~1 KiB and it never reads, so
+        # the server's writes stall; the engine must finish their requests
+        # anyway (tokens wait in one coalesced message per stream), and
+        # normal clients must be served meanwhile.
+        new = 400
+        # Slots for every stream: the normal requests are fused with the
+        # unread ones at once rather than queued behind them.
+        server = Server("--max_batch=256")
+        try:
+            reference = server.greedy()
+            options = [("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)]
+            channels, slow, served = [], [], [1]
+
+            def open_unread(count):
+                channels.append(grpc.insecure_channel(server.address, options=options))
+                stub = pb_grpc.FloverStub(channels[-1])
+                slow.extend(stub.Generate(request((3 + i % 20, 4), new), timeout=600)
+                            for i in range(count))
+                # Served while the slow ones sit unread.
+                for _ in range(10):
+                    self.assertEqual(server.greedy(), reference)
+                served[0] += 10
+                # The engine finishes every slow request though nobody reads them.
+                deadline = time.monotonic() + 120
+                while server.stats().requests_finished.get("length", 0) < len(slow) + served[0]:
+                    self.assertLess(time.monotonic(), deadline, server.stats())
+                    time.sleep(0.05)
+                s = server.stats()
+                self.assertEqual((s.queue_length, s.active_sequences), (0, 0))
+                return server.rss_kib()
+
+            # The first 200 also warm the server up (gRPC's threads, arenas,
+            # the engine's buffers for 200-row steps); the next 200, run the
+            # same way while the first stay unread, show what one more
+            # unread stream costs.
+            warm = open_unread(200)
+            per_stream_kib = (open_unread(200) - warm) / 200
+            # 400 token ids wait in one pending message (~2 KB) plus gRPC's
+            # per-stream state; measured ~22 KiB. A per-token message queue
+            # or a thread per stream would cost far more.
+            self.assertLess(per_stream_kib, 64, f"{per_stream_kib:.1f} KiB per unread stream")
+            # Now read them: every token arrives, once, with one finish.
+            for i, call in enumerate(slow):
+                msgs = list(call)
+                tokens = [t for m in msgs for t in m.token_ids]
+                self.assertEqual(len(tokens), new, i)
+                self.assertEqual(sum(m.finish_reason != 0 for m in msgs), 1, i)
+                self.assertEqual(msgs[-1].finish_reason, pb.LENGTH)
+            for c in channels:
+                c.close()
+            print(f"{len(slow)} unread streams of {new} tokens: the engine finished them all and "
+                  f"served {served[0] - 1} other requests meanwhile; {per_stream_kib:.1f} KiB of "
+                  f"server RSS per unread stream")
+            self.check_accounting(server, len(slow) + served[0])
+            self.check_still_serves(server, reference)
+            self.assertEqual(server.stop(), 0)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
+
+    def test_oversized_malformed_and_out_of_range_requests(self):
+        server = Server()
+        text_server = Server(model=TEXT_MODEL)
+        try:
+            reference = server.greedy()
+            rss_before = server.rss_kib()
+            raw = server.channel.unary_stream("/flover.v1.Flover/Generate",
+                                              request_serializer=lambda b: b,
+                                              response_deserializer=pb.GenerateResponse.FromString)
+            INVALID, EXHAUSTED = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
+            refused = 0
+
+            def expect(call, code, text):
+                nonlocal refused
+                with self.assertRaises(grpc.RpcError) as err:
+                    list(call())
+                self.assertEqual(err.exception.code(), code, err.exception.details())
+                self.assertIn(text, err.exception.details())
+                refused += 1
+
+            def with_sampling(**kw):
+                r = request()
+                for k, v in kw.items():
+                    setattr(r.sampling, k, v)
+                return r
+
+            gen = lambda r: (lambda: server.stub.Generate(r, timeout=60))  # noqa: E731
+            # Messages: over gRPC's 4 MiB limit; lengths that claim 2 GiB; garbage.
+            expect(gen(request([1] * 5_000_000)), EXHAUSTED, "larger than max")
+            expect(lambda: raw(b"\x12\xff\xff\xff\xff\x07\x08\x01", timeout=60), INVALID,
+                   "not a valid flover.v1.GenerateRequest")
+            expect(lambda: raw(b"\x0a\xff\xff\xff\xff\x07abc", timeout=60), INVALID,
+                   "not a valid flover.v1.GenerateRequest")
+            expect(lambda: raw(random.Random(1).randbytes(4096), timeout=60), INVALID,
+                   "not a valid flover.v1.GenerateRequest")
+            expect(lambda: raw(b"", timeout=60), INVALID, "prompt: is empty")
+            # Prompts and lists past their limits.
+            expect(gen(request([1] * 1_000_000)), INVALID, "exceeds max_seq_len (512)")
+            expect(gen(request([1, 512])), INVALID, "outside the vocabulary (512)")
+            expect(gen(request([1, 2**32 - 1])), INVALID, "outside the vocabulary (512)")
+            expect(gen(request(stop_token_ids=[1] * 100_000)), INVALID, "at most 1024 ids")
+            expect(gen(request(stop_token_ids=[2**32 - 1])), INVALID, "stop_token_ids")
+            r = request()
+            r.request_id = "r" * 1_000_000
+            expect(gen(r), INVALID, "request_id: at most 256 bytes")
+            # Every numeric field at and past its limits.
+            for v in (0, -1, -2**31, 2**31 - 1, 4097):
+                expect(gen(request(max_new=v)), INVALID, "max_new_tokens: must be in [1, 4096]")
+            expect(gen(request(max_new=4096)), INVALID, "exceeds max_seq_len")
+            for v in (-1.0, math.nan, math.inf, -math.inf):
+                expect(gen(with_sampling(temperature=v)), INVALID, "temperature")
+            for v in (-1, -2**31):
+                expect(gen(with_sampling(top_k=v)), INVALID, "top_k")
+            for v in (0.0, -0.5, 1.5, math.nan, math.inf):
+                expect(gen(with_sampling(top_p=v)), INVALID, "top_p")
+            for v in (0.0, -1.0, math.nan, math.inf):
+                expect(gen(with_sampling(repetition_penalty=v)), INVALID, "repetition_penalty")
+            # The largest and smallest values that are valid run, each to one finish.
+            accepted = [request(max_new=510), request([511] * 500, max_new=12),
+                        with_sampling(temperature=3.4e38), with_sampling(temperature=1e-45),
+                        with_sampling(top_k=2**31 - 1), with_sampling(top_p=1e-45),
+                        with_sampling(repetition_penalty=3.4e38), with_sampling(seed=2**64 - 1),
+                        request(stop_token_ids=[511] * 1024)]
+            for r in accepted:
+                msgs = list(server.stub.Generate(r, timeout=60))
+                self.assertEqual(sum(m.finish_reason != 0 for m in msgs), 1, r.sampling)
+                self.assertEqual(msgs[-1].usage.generated_tokens,
+                                 sum(len(m.token_ids) for m in msgs))
+            # A denormal temperature is greedy (it sampled garbage before).
+            tiny_t = with_sampling(temperature=1e-45)
+            tiny_t.token_ids.ids[:] = [7, 8, 9]
+            tiny_t.stopping.max_new_tokens = 24
+            self.assertEqual([t for m in server.stub.Generate(tiny_t, timeout=60)
+                              for t in m.token_ids], reference)
+            # Text: a 3 MB prompt and stop strings past their limits.
+            text = lambda r: (lambda: text_server.stub.Generate(r, timeout=120))  # noqa: E731
+            big = pb.GenerateRequest(text="hello world " * 250_000,
+                                     stopping=pb.Stopping(max_new_tokens=2))
+            expect(text(big), INVALID, "exceeds max_seq_len (40)")
+            r = pb.GenerateRequest(text="hello", stopping=pb.Stopping(max_new_tokens=2))
+            r.stopping.stop_strings.extend(["ab"] * 65)
+            expect(text(r), INVALID, "at most 64 strings")
+            r = pb.GenerateRequest(text="hello", stopping=pb.Stopping(max_new_tokens=2))
+            r.stopping.stop_strings.append("x" * 1_000_000)
+            expect(text(r), INVALID, "each at most 1024 bytes")
+            # Nothing of a claimed size was allocated; everything refused was
+            # refused before the engine took it.
+            grown_mib = (server.rss_kib() - rss_before) / 1024
+            self.assertLess(grown_mib, 64, f"RSS grew {grown_mib:.0f} MiB")
+            s, finished = self.check_accounting(server, 1 + len(accepted) + 1)
+            self.assertEqual(s.requests_submitted, 1 + len(accepted) + 1)
+            print(f"{refused} bad requests refused with the expected code and message; "
+                  f"{len(accepted)} at the limits served; RSS grew {grown_mib:.1f} MiB")
+            self.check_still_serves(server, reference)
+            self.assertIsNone(text_server.proc.poll(), "".join(text_server.stderr))
+            self.assertEqual(server.stop(), 0)
+            self.assertEqual(text_server.stop(), 0)
+        finally:
+            for s in (server, text_server):
+                if s.proc.poll() is None:
+                    s.proc.kill()
+
+    def test_cancel_storm(self):
+        n = 3000
+        server = Server("--max_batch=32", "--max_queue=5000")
+        try:
+            reference = server.greedy()
+            fds_before = len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+            rng = random.Random(5)
+            plans = [rng.choice(["cancel_now", "cancel_later", "deadline", "finish"])
+                     for _ in range(n)]
+
+            async def storm():
+                chans = [grpc.aio.insecure_channel(server.address) for _ in range(4)]
+                stubs = [pb_grpc.FloverStub(c) for c in chans]
+
+                async def one(i):
+                    plan, stub = plans[i], stubs[i % 4]
+                    timeout = rng.uniform(0.001, 0.05) if plan == "deadline" else 600
+                    call = stub.Generate(request((1 + i % 30, 5), 64), timeout=timeout)
+                    if plan == "cancel_now":
+                        call.cancel()
+                    elif plan == "cancel_later":
+                        await asyncio.sleep(rng.uniform(0, 0.05))
+                        call.cancel()
+                    finishes, tokens = 0, 0
+                    try:
+                        async for m in call:
+                            tokens += len(m.token_ids)
+                            finishes += m.finish_reason != 0
+                        code = await call.code()
+                    except asyncio.CancelledError:
+                        code = grpc.StatusCode.CANCELLED
+                    except grpc.aio.AioRpcError as e:
+                        code = e.code()
+                    return plan, code, tokens, finishes
+
+                out = await asyncio.gather(*(one(i) for i in range(n)))
+                for c in chans:
+                    await c.close()
+                return out
+
+            results = asyncio.run(storm())
+            codes = {}
+            ok = 0
+            for plan, code, tokens, finishes in results:
+                codes[(plan, code.name)] = codes.get((plan, code.name), 0) + 1
+                if code == grpc.StatusCode.OK:
+                    ok += 1
+                    self.assertEqual((tokens, finishes), (64, 1), plan)
+                if plan == "finish":
+                    self.assertEqual(code, grpc.StatusCode.OK)
+            s = self.quiet_stats(server)
+            finished = dict(s.requests_finished)
+            fds_after = len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+            print(f"cancel storm of {n}: the clients saw {sorted(codes.items())}; the server "
+                  f"took {s.requests_submitted}, finished {finished}; fds {fds_before} -> {fds_after}")
+            # Every request the engine took ended exactly once.
+            self.assertEqual(sum(finished.values()), s.requests_submitted, finished)
+            # Each call the clients saw end OK finished in the engine; a call
+            # cancelled (or expired) just as the engine finished it is counted
+            # as finished there and cancelled here, never both nor neither.
+            engine_ok = sum(finished.get(r, 0) for r in OK_REASONS)
+            self.assertGreaterEqual(engine_ok, ok + 1)
+            self.assertLessEqual(engine_ok + finished.get("cancelled", 0) +
+                                 finished.get("deadline", 0), n + 1)
+            self.assertLessEqual(fds_after, fds_before + 8)  # no connection or pipe kept
+            self.check_still_serves(server, reference)
+            self.assertEqual(server.stop(), 0)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
+
+
+if __name__ == "__main__":
+    SERVER = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
