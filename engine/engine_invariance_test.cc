@@ -1,5 +1,6 @@
 // The engine's central promise: a request's tokens depend only on its own
-// prompt, parameters and seed. For seeded Poisson arrival schedules with
+// prompt, parameters and seed. For seeded Poisson arrival schedules (spaced
+// in engine steps, not wall time) with
 // prompts of 1 to 200 tokens, every request's output under fusion (shuffle on
 // and off), dynamic, static and sequential scheduling equals its output run
 // alone, for greedy and for seeded sampling; with f32 and with bf16 linear
@@ -24,7 +25,9 @@ namespace {
 
 struct Workload {
   std::vector<Request> requests;
-  std::vector<absl::Duration> gaps;  // before each submission
+  // Before each submission, in engine steps: Poisson arrivals measured on
+  // the engine's own clock, so requests overlap the same way on any machine.
+  std::vector<int> gap_steps;
   std::vector<std::vector<int32_t>> alone;
 };
 
@@ -32,7 +35,7 @@ Workload MakeWorkload(uint32_t seed, CausalLm& reference) {
   std::mt19937 rng(seed);
   const int V = reference.info().vocab_size;
   Workload w;
-  std::exponential_distribution<double> gap_ms(1.0 / 3.0);  // mean 3 ms
+  std::exponential_distribution<double> gap(1.0 / 3.0);  // mean 3 steps
   for (int i = 0; i < 20; ++i) {
     Request r;
     const int prompt_len = std::uniform_int_distribution<int>(1, 200)(rng);
@@ -48,7 +51,7 @@ Workload MakeWorkload(uint32_t seed, CausalLm& reference) {
       r.sampling.temperature = 0.0f;
     }
     w.requests.push_back(r);
-    w.gaps.push_back(absl::Microseconds(static_cast<int64_t>(gap_ms(rng) * 1000)));
+    w.gap_steps.push_back(static_cast<int>(gap(rng)));
     GenerateOptions g;
     g.max_new_tokens = r.stop.max_new_tokens;
     g.ignore_eos = r.stop.ignore_eos;
@@ -102,7 +105,16 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
     const Workload w = MakeWorkload(seed, *reference);
     std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
     for (size_t i = 0; i < w.requests.size(); ++i) {
-      absl::SleepFor(w.gaps[i]);  // Poisson arrivals
+      // Request i arrives once the engine has run gap_steps[i] steps since
+      // the last arrival — or at once if it has nothing left to run (a
+      // dynamic or static batch still gathering counts as something: it
+      // flushes after its delay).
+      const int64_t until = (*engine)->Stats().steps + w.gap_steps[i];
+      while (true) {
+        const EngineStats s = (*engine)->Stats();
+        if (s.steps >= until || (s.active == 0 && s.queued == 0)) break;
+        absl::SleepFor(absl::Microseconds(50));  // a poll, not a guessed wait
+      }
       sinks.push_back(std::make_shared<testing::CollectingSink>());
       ASSERT_TRUE((*engine)->Submit(w.requests[i], sinks.back()).ok());
     }
