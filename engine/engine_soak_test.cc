@@ -132,7 +132,7 @@ TEST(EngineSoakTest, ThousandsOfRequestsWithCancelsLeakNothing) {
   EXPECT_LT(heap_after_soak - heap_after_warmup, 24 << 10)
       << "live heap grew from " << heap_after_warmup << " to " << heap_after_soak;
   EXPECT_GT(heap_after_warmup, 0) << "the counting operator new is not in use";
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(FLOVER_TSAN)
   // A sanitizer keeps freed memory in quarantine (ASan: up to 256 MiB) and
   // shadow memory of its own, so RSS says nothing about leaks here; the
   // live-heap bound above still holds.

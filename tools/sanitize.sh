@@ -27,7 +27,7 @@ case "$kind" in
   # TSan cannot see a region's fork and join and reports every region as
   # a race; with one thread per region there is nothing to misreport, and
   # the engine's, gRPC's and the servers' own threads are all still checked.
-  tsan) env=(--test_env="TSAN_OPTIONS=suppressions=$root/tools/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
+  tsan) env=(--test_env="TSAN_OPTIONS=suppressions=$root/tools/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1"
              --test_env=OMP_THREAD_LIMIT=1) ;;
   *) echo "tools/sanitize.sh: asan or tsan, not '$kind'" >&2; exit 2 ;;
 esac
