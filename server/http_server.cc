@@ -82,6 +82,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   http.new_task_queue = [threads] { return new httplib::ThreadPool(std::max(1, threads)); };
   http.set_read_timeout(5, 0);
   http.set_write_timeout(5, 0);
+  // The library's default accepts a body of any size into memory; cap it
+  // as gRPC caps its messages. A larger Content-Length is answered 413
+  // before the body is read.
+  http.set_payload_max_length(kMaxHttpBodyBytes);
   // Debian's library listens with a backlog of 5: a burst of connections
   // overflows it and some fail. Keep the listening socket, and listen again
   // with the system's maximum once it is bound (Linux raises the backlog).

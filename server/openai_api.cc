@@ -20,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "server/request_convert.h"
+#include "server/server_options.h"
 #include "server/status_util.h"
 #include "util/json.h"
 
@@ -455,6 +456,15 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
     Fail(res, st);
     return false;
   };
+  // A body over the port's limit is refused (413) before it is read; the
+  // answer takes OpenAI's error shape like every other.
+  http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.status == 413 && res.body.empty()) {
+      res.set_content(OpenAiErrorBody(absl::InvalidArgumentError(absl::StrCat(
+                          "request body: larger than the limit of ", kMaxHttpBodyBytes, " bytes"))),
+                      "application/json");
+    }
+  });
   const int64_t started = absl::ToUnixSeconds(absl::Now());
   http.Get("/health", [&engine](const httplib::Request&, httplib::Response& res) {
     const bool ok = engine.Accepting() && engine.FatalError().ok();

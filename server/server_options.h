@@ -11,6 +11,9 @@
 
 namespace flover::server {
 
+// The largest request body the HTTP ports read (gRPC's message limit).
+inline constexpr size_t kMaxHttpBodyBytes = 4 << 20;
+
 // PEM files; cert and key together, client_ca (mutual TLS) only with them.
 struct TlsFiles {
   std::string cert, key, client_ca;

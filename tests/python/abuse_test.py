@@ -9,10 +9,12 @@ queued or running), and the finishes match what the clients saw.
 
     abuse_test.py SERVER"""
 import asyncio
+import json
 import math
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -55,6 +57,11 @@ class Server:
         if not line.startswith("listening on "):
             raise RuntimeError(f"server did not start: {line} {self.proc.stderr.read()}")
         self.address = line[len("listening on "):]
+        self.http = None  # (host, port) of the OpenAI port, with --http_listen
+        if any(a.startswith("--http_listen") for a in args):
+            url = self.proc.stdout.readline().strip()[len("openai api on http://"):]
+            host, port = url[:-len("/v1")].rsplit(":", 1)
+            self.http = (host, int(port))
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
         self.stderr = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
@@ -330,6 +337,53 @@ class AbuseTest(unittest.TestCase):
             for s in (server, text_server):
                 if s.proc.poll() is None:
                     s.proc.kill()
+
+    def test_http_port_oversized_and_malformed_bodies(self):
+        server = Server("--http_listen=127.0.0.1:0")
+        base = server.http
+        try:
+            reference = server.greedy()
+            rss_before = server.rss_kib()
+
+            def post(body, headers=None, claim=None):
+                """Raw HTTP/1.1 POST; `claim` overrides Content-Length."""
+                with socket.create_connection(base, timeout=30) as c:
+                    length = len(body) if claim is None else claim
+                    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                            f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
+                            "Connection: close\r\n\r\n").encode()
+                    try:
+                        c.sendall(head + body)
+                    except OSError:
+                        pass  # the server may answer and close before reading it all
+                    data = b""
+                    while chunk := c.recv(65536):
+                        data += chunk
+                status = int(data.split(b" ", 2)[1])
+                return status, json.loads(data.split(b"\r\n\r\n", 1)[1] or b"{}")
+
+            status, body = post(b"{\"prompt\": \"" + b"a" * (5 << 20) + b"\"}")
+            self.assertEqual(status, 413)
+            self.assertIn("larger than the limit of 4194304 bytes", body["error"]["message"])
+            # A length that claims 2 GB with 5 bytes sent: refused at once.
+            status, body = post(b"{\"a\":", claim=2_000_000_000)
+            self.assertEqual(status, 413)
+            status, body = post(b"{\"model\": \"x\", \"prompt\": [1, 2], \"max_tokens\": 2")
+            self.assertEqual(status, 400)
+            self.assertIn("not a valid JSON object", body["error"]["message"])
+            for bad, field in ((b"-1", "max_tokens"), (b"1e30", "max_tokens"), (b"\"2\"", "max_tokens")):
+                status, body = post(b"{\"model\": \"builtin:tiny\", \"prompt\": [1, 2], \"max_tokens\": " + bad + b"}")
+                self.assertEqual(status, 400, body)
+                self.assertIn(field, body["error"]["message"])
+            grown_mib = (server.rss_kib() - rss_before) / 1024
+            self.assertLess(grown_mib, 64, f"RSS grew {grown_mib:.0f} MiB")
+            print(f"HTTP: a 5 MB body and a 2 GB claim refused with 413 before reading; "
+                  f"malformed JSON and bad numbers 400; RSS grew {grown_mib:.1f} MiB")
+            self.check_still_serves(server, reference)
+            self.assertEqual(server.stop(), 0)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
 
     def test_cancel_storm(self):
         n = 3000
