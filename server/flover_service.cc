@@ -186,6 +186,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       has_pending_ = false;
       if (!st.ok()) {  // not expected: a message the server built itself
         ended_ = true;
+        if (!finished_ && id_ != 0) (void)engine_.Cancel(id_);  // nobody can receive the rest
         Finish(st);
         return;
       }
