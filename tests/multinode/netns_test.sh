@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Multi-node for real, on one machine: two "hosts" are Linux network
-# namespaces (each with its own host name, through a UTS namespace) joined by
-# a veth pair, with private addresses that exist only inside them. mpirun
-# runs in host A and starts rank 1 in host B through an rsh agent that enters
-# B's namespaces (tests/multinode/netns_rsh_agent.sh); the ranks talk TCP only (the
-# shared-memory transport is off), over the veth, named by
+# Multi-node for real, on one machine: three "hosts" are Linux network
+# namespaces (each with its own host name, through a UTS namespace), each
+# joined by a veth pair to a bridge in a fourth namespace (the switch), with
+# private addresses that exist only inside them. mpirun runs in host A and
+# starts the other ranks in B and C through an rsh agent that enters their
+# namespaces (tests/multinode/netns_rsh_agent.sh); the ranks talk TCP only
+# (the shared-memory transport is off), over the veth, named by
 # btl_tcp_if_include / oob_tcp_if_include. --bind-to none: Open MPI takes
 # the two "hosts" for two machines and would pin both ranks to core 0 of
 # this one (steps ~10x slower as they time-share it). TCP keepalives on
 # Open MPI's own connections (oob_tcp_keepalive_*) are what notice a dead
 # link when nothing is being sent.
 #
-#   1. tp=2 across the two hosts gives transformers' greedy tokens through
-#      gRPC (a client in host A), and the ranks' traffic crossed the veth.
+#   1. tp=2 across two hosts (Llama, GQA) and tp=3 across three (GPT-2, 3
+#      heads) give transformers' greedy tokens through gRPC (a client in
+#      host A), and the ranks' traffic crossed the veths.
 #   2. With a 5 ms netem delay on the link the tokens stay equal; prints the
 #      step time with and without it. (Skipped, printed, where the kernel
 #      has no sch_netem.)
@@ -23,23 +25,23 @@
 # Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); skips, printed, without.
 # Namespaces and processes are removed on exit, whatever happens.
 #
-#   netns_test.sh SERVER CLIENT LOADGEN AGENT MODEL_DIR
+#   netns_test.sh SERVER CLIENT LOADGEN AGENT LLAMA_DIR GPT2_DIR
 set -uo pipefail
 server="$(realpath "$1")" client="$(realpath "$2")" loadgen="$(realpath "$3")"
-agent="$(realpath "$4")" model="$(realpath "$5")"
+agent="$(realpath "$4")" llama="$(realpath "$5")" gpt2="$(realpath "$6")"
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns.XXXXXX")"
-tag="flv$$"                       # namespace and host names: ${tag}a, ${tag}b
-ns_a="${tag}a" ns_b="${tag}b" dev=flvnet0
+tag="flv$$"                       # namespace and host names: ${tag}a, ${tag}b, ${tag}c
+ns_a="${tag}a" ns_b="${tag}b" ns_c="${tag}c" ns_sw="${tag}s" dev=flvnet0
+hosts=("$ns_a" "$ns_b" "$ns_c")
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "[  SKIPPED ] netns_test.$1 ($2)"; }
 
 cleanup() {
-  for ns in "$ns_a" "$ns_b"; do
+  for ns in "${hosts[@]}" "$ns_sw"; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
   done
-  ip netns del "$ns_a" 2>/dev/null
-  ip netns del "$ns_b" 2>/dev/null
   true
 }
 trap cleanup EXIT
@@ -55,28 +57,33 @@ if ! unshare --uts true 2> "$work/err"; then
   skip all "cannot create a UTS namespace here: $(cat "$work/err")"
   exit 0
 fi
-ip netns add "$ns_b" || fail "second namespace"
-ip link add "${tag}x" type veth peer name "${tag}y" || fail "veth pair"
-ip link set "${tag}x" netns "$ns_a" && ip link set "${tag}y" netns "$ns_b" || fail "moving the veth ends"
-ip -n "$ns_a" link set "${tag}x" name "$dev" && ip -n "$ns_b" link set "${tag}y" name "$dev" || fail "rename"
-ip -n "$ns_a" addr add 10.211.0.1/24 dev "$dev" && ip -n "$ns_b" addr add 10.211.0.2/24 dev "$dev" || fail "addresses"
-for ns in "$ns_a" "$ns_b"; do
+ip netns add "$ns_sw" || fail "switch namespace"
+ip -n "$ns_sw" link add br0 type bridge && ip -n "$ns_sw" link set br0 up || fail "bridge"
+for i in 0 1 2; do
+  ns="${hosts[$i]}"
+  [ "$i" -eq 0 ] || ip netns add "$ns" || fail "namespace $ns"
+  ip link add "${tag}h$i" type veth peer name "${tag}p$i" || fail "veth pair $i"
+  ip link set "${tag}h$i" netns "$ns" && ip link set "${tag}p$i" netns "$ns_sw" || fail "moving veth $i"
+  ip -n "$ns" link set "${tag}h$i" name "$dev" || fail "rename in $ns"
+  ip -n "$ns" addr add "10.211.0.$((i + 1))/24" dev "$dev" || fail "address in $ns"
   ip -n "$ns" link set lo up && ip -n "$ns" link set "$dev" up || fail "links up in $ns"
+  ip -n "$ns_sw" link set "${tag}p$i" master br0 && ip -n "$ns_sw" link set "${tag}p$i" up || fail "switch port $i"
 done
-echo "hosts: $ns_a (10.211.0.1) and $ns_b (10.211.0.2), joined by $dev"
+echo "hosts: $ns_a (10.211.0.1), $ns_b (10.211.0.2), $ns_c (10.211.0.3) on a bridge in $ns_sw"
 
 in_a() { ip netns exec "$ns_a" "$@"; }
 rx_bytes() { ip netns exec "$1" cat "/sys/class/net/$dev/statistics/rx_bytes"; }
 
-# Starts the tp=2 job (rank 0 in A, rank 1 in B); sets $job, $target, $metrics.
+# start_job NAME TP MODEL: rank r on host r (A, B, C); sets $job, $target, $metrics.
 start_job() {
-  local out="$work/server.$1"
+  local out="$work/server.$1" np="$2" model="$3"
+  local on; on=$(IFS=,; echo "${hosts[*]:0:$np}")
   in_a unshare --uts sh -c "hostname $ns_a && exec mpirun \
-      --allow-run-as-root --oversubscribe --bind-to none --host $ns_a,$ns_b -np 2 \
+      --allow-run-as-root --oversubscribe --bind-to none --host $on -np $np \
       -mca plm_rsh_agent '$agent' -x OMP_NUM_THREADS=1 \
       -mca btl tcp,self -mca btl_tcp_if_include $dev -mca oob_tcp_if_include $dev \
       -mca oob_tcp_keepalive_time 1 -mca oob_tcp_keepalive_intvl 1 -mca oob_tcp_keepalive_probes 3 \
-      '$server' --tp=2 --threads=1 --model='$model' --max_batch=16 \
+      '$server' --tp=$np --threads=1 --model='$model' --max_batch=16 \
       --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0" > "$out.out" 2> "$out.err" &
   job=$!
   for _ in $(seq 1 600); do
@@ -99,12 +106,12 @@ stop_job() {  # SIGTERM to rank 0 (the server in host A): it drains, then every 
   wait $job
 }
 
-# transformers' greedy continuation of the golden prompt, through gRPC.
-golden_prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['greedy_prompt'])))" "$model/golden.json")
-golden_output=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['greedy_output'])" "$model/golden.json")
-golden_len=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['greedy_output']))" "$model/golden.json")
-greedy() {
-  in_a "$client" --target="$target" --prompt_ids="$golden_prompt" --max_new_tokens="$golden_len" \
+# transformers' greedy continuation of MODEL's golden prompt, through gRPC.
+golden() {  # golden MODEL FIELD
+  python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['greedy_prompt' if sys.argv[2] == 'prompt' else 'greedy_output']; print(','.join(map(str, g)) if sys.argv[2] == 'prompt' else (len(g) if sys.argv[2] == 'len' else g))" "$1/golden.json" "$2"
+}
+greedy() {  # greedy MODEL
+  in_a "$client" --target="$target" --prompt_ids="$(golden "$1" prompt)" --max_new_tokens="$(golden "$1" len)" \
     --temperature=0 --ignore_eos --json | python3 -c "import json,sys; print(json.load(sys.stdin)['token_ids'])"
 }
 step_ms() {  # mean step time so far, ms
@@ -112,16 +119,29 @@ step_ms() {  # mean step time so far, ms
     "$(metric flover_step_duration_seconds_sum)" "$(metric flover_step_duration_seconds_count)"
 }
 
-# 1. Golden tokens across the two hosts.
-start_job golden
+# 1. Golden tokens across the hosts: GPT-2 over three, then Llama over two
+# (kept running for the delay case).
+start_job gpt2 3 "$gpt2"
+rx_before=$(rx_bytes "$ns_c")
+tokens=$(greedy "$gpt2")
+[ "$tokens" = "$(golden "$gpt2" output)" ] || fail "tp=3 across hosts: $tokens, transformers: $(golden "$gpt2" output)"
+rx=$(( $(rx_bytes "$ns_c") - rx_before ))
+[ "$rx" -gt 10000 ] || fail "host C received only $rx bytes over $dev while rank 2 worked"
+echo "PASS golden tp=3: GPT-2 across three hosts = transformers' $(golden "$gpt2" len) greedy tokens; host C received $rx bytes"
+stop_job
+code=$?
+[ "$code" -eq 0 ] || fail "the tp=3 job exited $code after SIGTERM (expected a clean drain)"
+
+start_job golden 2 "$llama"
 rx_before=$(rx_bytes "$ns_b")
-tokens=$(greedy)
+tokens=$(greedy "$llama")
+golden_output=$(golden "$llama" output)
 [ "$tokens" = "$golden_output" ] || fail "tp=2 across hosts: $tokens, transformers: $golden_output"
 rx=$(( $(rx_bytes "$ns_b") - rx_before ))
 [ "$rx" -gt 10000 ] || fail "host B received only $rx bytes over $dev while rank 1 worked"
-echo "PASS golden: tp=2 across two hosts = transformers' $golden_len greedy tokens; host B received $rx bytes over $dev"
+echo "PASS golden tp=2: Llama across two hosts = transformers' $(golden "$llama" len) greedy tokens; host B received $rx bytes"
 # A few more to time the step (the first ran plain and compiled nothing new).
-for _ in 1 2 3; do greedy > /dev/null; done
+for _ in 1 2 3; do greedy "$llama" > /dev/null; done
 plain_ms=$(step_ms)
 
 # 2. A 5 ms delay on the link (each way): same tokens, slower steps. The
@@ -131,7 +151,7 @@ if in_a tc qdisc add dev "$dev" root netem delay 5ms 2> "$work/err"; then
   ip netns exec "$ns_b" tc qdisc add dev "$dev" root netem delay 5ms || fail "netem in $ns_b"
   s0=$(metric flover_step_duration_seconds_sum) n0=$(metric flover_step_duration_seconds_count)
   for _ in 1 2 3; do
-    tokens=$(greedy)
+    tokens=$(greedy "$llama")
     [ "$tokens" = "$golden_output" ] || fail "with a 5 ms delay: $tokens, transformers: $golden_output"
   done
   delayed_ms=$(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{1000 * (a[2] - a[0]) / (a[3] - a[1]):.2f}')" \
@@ -146,7 +166,7 @@ code=$?
 [ "$code" -eq 0 ] || fail "the job exited $code after SIGTERM (expected a clean drain)"
 
 # 3. Cut the link under load.
-start_job cut
+start_job cut 2 "$llama"
 in_a "$loadgen" --target="$target" --rate=50 --num_requests=400 --prompt_len=8 --output_len=64 \
   --ignore_eos --progress=false > "$work/loadgen.out" 2>&1 &
 client=$!
@@ -174,7 +194,7 @@ wait $client
 grep -q "UNAVAILABLE" "$work/loadgen.out" || fail "clients did not see UNAVAILABLE: $(cat "$work/loadgen.out")"
 left=""
 for _ in $(seq 1 300); do  # rank 1's daemon notices the lost link by keepalive
-  left="$(ip netns pids "$ns_a") $(ip netns pids "$ns_b")"
+  left="$(ip netns pids "$ns_a") $(ip netns pids "$ns_b") $(ip netns pids "$ns_c")"
   [ -z "${left// /}" ] && break
   sleep 0.1
 done
