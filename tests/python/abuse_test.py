@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Abuse under load on the real flover_server, on loopback, bounded in count
 and time: 10,000 concurrent streams, clients that stop reading, oversized
-and malformed messages, every numeric field at and beyond its limits, and a
-cancel storm. After each, the server is up and serves a known greedy request
+and malformed messages (gRPC, and bodies on the OpenAI HTTP port), every
+numeric field at and beyond its limits, and a cancel storm. After each, the server is up and serves a known greedy request
 as it did alone, and its GetStats accounts for every request it accepted:
 each ended exactly once (submitted = the sum of finished by reason, nothing
 queued or running), and the finishes match what the clients saw.
@@ -345,7 +345,7 @@ class AbuseTest(unittest.TestCase):
             reference = server.greedy()
             rss_before = server.rss_kib()
 
-            def post(body, headers=None, claim=None):
+            def post(body, claim=None):
                 """Raw HTTP/1.1 POST; `claim` overrides Content-Length."""
                 with socket.create_connection(base, timeout=30) as c:
                     length = len(body) if claim is None else claim
