@@ -131,10 +131,9 @@ def main():
     done.set()
     th.join()
 
-    stub = pb_grpc.FloverStub(grpc.insecure_channel(address))
     deadline = time.monotonic() + 60
     while True:
-        st = stub.GetStats(pb.GetStatsRequest(), timeout=30)
+        st = stats_stub.GetStats(pb.GetStatsRequest(), timeout=30)
         if (st.queue_length, st.active_sequences) == (0, 0) or time.monotonic() > deadline:
             break
         time.sleep(0.1)

@@ -107,8 +107,18 @@ stop_job() {  # SIGTERM to rank 0 (the server in host A): it drains, then every 
 }
 
 # transformers' greedy continuation of MODEL's golden prompt, through gRPC.
-golden() {  # golden MODEL FIELD
-  python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['greedy_prompt' if sys.argv[2] == 'prompt' else 'greedy_output']; print(','.join(map(str, g)) if sys.argv[2] == 'prompt' else (len(g) if sys.argv[2] == 'len' else g))" "$1/golden.json" "$2"
+golden() {  # golden MODEL prompt|output|len: "1,2,3", "[4, 5]" (as the client's check prints it), 2
+  python3 - "$1/golden.json" "$2" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+what = sys.argv[2]
+if what == "prompt":
+    print(",".join(map(str, g["greedy_prompt"])))
+elif what == "output":
+    print(g["greedy_output"])
+else:
+    print(len(g["greedy_output"]))
+PY
 }
 greedy() {  # greedy MODEL
   in_a "$client" --target="$target" --prompt_ids="$(golden "$1" prompt)" --max_new_tokens="$(golden "$1" len)" \

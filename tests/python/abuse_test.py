@@ -82,6 +82,14 @@ class Server:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=120)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):  # a test that failed before stop() leaves no server behind
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
 
 class AbuseTest(unittest.TestCase):
     def quiet_stats(self, server):
@@ -110,8 +118,7 @@ class AbuseTest(unittest.TestCase):
 
     def test_ten_thousand_concurrent_streams(self):
         n, channels = 10_000, 10
-        server = Server("--max_queue=10000", "--max_batch=64")
-        try:
+        with Server("--max_queue=10000", "--max_batch=64") as server:
             reference = server.greedy()
             peak = [0]
             polling = threading.Event()
@@ -171,9 +178,6 @@ class AbuseTest(unittest.TestCase):
                   f"{peak[0]} at once (queued + running), {s.steps} steps; finished {finished}")
             self.check_still_serves(server, reference)
             self.assertEqual(server.stop(), 0)
-        finally:
-            if server.proc.poll() is None:
-                server.proc.kill()
 
     def test_clients_that_stop_reading(self):
         # Each slow client's HTTP/2 window is ~1 KiB and it never reads, so
@@ -183,8 +187,7 @@ class AbuseTest(unittest.TestCase):
         new = 400
         # Slots for every stream: the normal requests are fused with the
         # unread ones at once rather than queued behind them.
-        server = Server("--max_batch=256")
-        try:
+        with Server("--max_batch=256") as server:
             reference = server.greedy()
             options = [("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)]
             channels, slow, served = [], [], [1]
@@ -232,14 +235,9 @@ class AbuseTest(unittest.TestCase):
             self.check_accounting(server, len(slow) + served[0])
             self.check_still_serves(server, reference)
             self.assertEqual(server.stop(), 0)
-        finally:
-            if server.proc.poll() is None:
-                server.proc.kill()
 
     def test_oversized_malformed_and_out_of_range_requests(self):
-        server = Server()
-        text_server = Server(model=TEXT_MODEL)
-        try:
+        with Server() as server, Server(model=TEXT_MODEL) as text_server:
             reference = server.greedy()
             rss_before = server.rss_kib()
             raw = server.channel.unary_stream("/flover.v1.Flover/Generate",
@@ -333,15 +331,10 @@ class AbuseTest(unittest.TestCase):
             self.assertIsNone(text_server.proc.poll(), "".join(text_server.stderr))
             self.assertEqual(server.stop(), 0)
             self.assertEqual(text_server.stop(), 0)
-        finally:
-            for s in (server, text_server):
-                if s.proc.poll() is None:
-                    s.proc.kill()
 
     def test_http_port_oversized_and_malformed_bodies(self):
-        server = Server("--http_listen=127.0.0.1:0")
-        base = server.http
-        try:
+        with Server("--http_listen=127.0.0.1:0") as server:
+            base = server.http
             reference = server.greedy()
             rss_before = server.rss_kib()
 
@@ -381,14 +374,10 @@ class AbuseTest(unittest.TestCase):
                   f"malformed JSON and bad numbers 400; RSS grew {grown_mib:.1f} MiB")
             self.check_still_serves(server, reference)
             self.assertEqual(server.stop(), 0)
-        finally:
-            if server.proc.poll() is None:
-                server.proc.kill()
 
     def test_cancel_storm(self):
         n = 3000
-        server = Server("--max_batch=32", "--max_queue=5000")
-        try:
+        with Server("--max_batch=32", "--max_queue=5000") as server:
             reference = server.greedy()
             fds_before = len(os.listdir(f"/proc/{server.proc.pid}/fd"))
             rng = random.Random(5)
@@ -452,9 +441,6 @@ class AbuseTest(unittest.TestCase):
             self.assertLessEqual(fds_after, fds_before + 8)  # no connection or pipe kept
             self.check_still_serves(server, reference)
             self.assertEqual(server.stop(), 0)
-        finally:
-            if server.proc.poll() is None:
-                server.proc.kill()
 
 
 if __name__ == "__main__":
