@@ -182,6 +182,84 @@ TEST_P(OneDnnLinearDtypeTest, RowDoesNotDependOnOtherRows) {
   }
 }
 
+// The panel kernels (calls of 1 to kPanelMaxRows rows) against oneDNN (more
+// rows): at K where oneDNN sums in chunks (768 -> 512 + 256, 3072 -> 3 x
+// 1024, 1100 -> 512 + 512 + 76) and where it does not (96), every epilogue,
+// a row's output is bitwise the same at every row count, and right.
+TEST_P(OneDnnLinearDtypeTest, FewRowsMatchManyRowsBitwise) {
+  SKIP_UNLESS_SUPPORTED(GetParam());
+  const bool bf16 = GetParam() == MatmulDtype::kBF16;
+  OneDnnLinear linear(GetParam());
+  struct Case {
+    int K, N;
+    bool has_bias;
+    Epilogue epilogue;
+  };
+  const Case cases[] = {{768, 200, true, Epilogue::kBias},      {768, 130, true, Epilogue::kBiasGelu},
+                        {3072, 96, true, Epilogue::kBiasResidual}, {1100, 70, false, Epilogue::kBias},
+                        {2048, 64, false, Epilogue::kBiasResidual}, {96, 33, true, Epilogue::kBiasGelu}};
+  for (const Case& c : cases) {
+    // Two weights of the shape; PrepareRows sees only the first, as in a model.
+    for (int copy = 0; copy < 2; ++copy) {
+      SCOPED_TRACE(::testing::Message() << "K=" << c.K << " N=" << c.N << " epilogue "
+                                        << static_cast<int>(c.epilogue) << " weight " << copy);
+      const auto w = Random(size_t(c.K) * c.N, 40 + copy, 0.05f), b = Random(c.N, 41);
+      const auto row = Random(c.K, 42), residual_row = Random(c.N, 43);
+      const float* bias = c.has_bias ? b.data() : nullptr;
+      auto weight = linear.Prepare(w.data(), c.K, c.N, WeightLayout::kInOut);
+      if (copy == 0) linear.PrepareRows(*weight, 64, c.has_bias, c.epilogue);
+      std::vector<float> alone = residual_row;
+      linear.Run(row.data(), 1, *weight, bias, c.epilogue, alone.data());
+      std::vector<double> want = NaiveLinear(bf16 ? RoundedToBf16(row) : row, 1, c.K,
+                                             bf16 ? RoundedToBf16(w) : w, c.N, bias,
+                                             WeightLayout::kInOut);
+      for (int n = 0; n < c.N; ++n) {
+        if (c.epilogue == Epilogue::kBiasGelu) want[n] = GeluRef(want[n]);
+        if (c.epilogue == Epilogue::kBiasResidual) want[n] += residual_row[n];
+      }
+      EXPECT_LT(RelErr(alone, want), 1e-5);
+      for (int M : {2, 3, 4, 5, 17, 33, 64}) {
+        auto x = Random(size_t(M) * c.K, 44 + M);
+        std::copy(row.begin(), row.end(), x.begin() + size_t(M / 2) * c.K);
+        std::vector<float> out = Random(size_t(M) * c.N, 45);
+        std::copy(residual_row.begin(), residual_row.end(), out.begin() + size_t(M / 2) * c.N);
+        linear.Run(x.data(), M, *weight, bias, c.epilogue, out.data());
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), out.begin() + size_t(M / 2) * c.N))
+            << "M=" << M << (linear.RunsOnPanels(*weight, M, c.has_bias, c.epilogue)
+                                 ? " (panels)" : " (oneDNN)");
+      }
+    }
+  }
+}
+
+// The panel path is taken where it can be, and only for what was checked.
+TEST_P(OneDnnLinearDtypeTest, PanelsRunWhereTheCpuHasThem) {
+  SKIP_UNLESS_SUPPORTED(GetParam());
+  const bool bf16 = GetParam() == MatmulDtype::kBF16;
+  if (!PanelKernelsRun(bf16)) {
+    GTEST_SKIP() << "this CPU lacks AVX-512" << (bf16 ? " BF16" : "")
+                 << ": every row count runs on oneDNN";
+  }
+  OneDnnLinear linear(GetParam());
+  const int K = 768, N = 150;
+  const auto w = Random(size_t(K) * N, 50, 0.05f);
+  auto weight = linear.Prepare(w.data(), K, N, WeightLayout::kOutIn);
+  // Prepare checks the plain matmul; an epilogue waits for PrepareRows.
+  EXPECT_TRUE(linear.RunsOnPanels(*weight, 1, false, Epilogue::kBias));
+  EXPECT_FALSE(linear.RunsOnPanels(*weight, 1, true, Epilogue::kBiasGelu));
+  linear.PrepareRows(*weight, 8, true, Epilogue::kBiasGelu);
+  for (int M = 1; M <= kPanelMaxRows; ++M) {
+    EXPECT_TRUE(linear.RunsOnPanels(*weight, M, true, Epilogue::kBiasGelu)) << M;
+  }
+  EXPECT_FALSE(linear.RunsOnPanels(*weight, kPanelMaxRows + 1, true, Epilogue::kBiasGelu));
+  EXPECT_FALSE(linear.RunsOnPanels(*weight, 1, true, Epilogue::kBiasResidual));
+  // What was checked holds for the shape: another weight of it needs no check.
+  const auto w2 = Random(size_t(K) * N, 51, 0.05f);
+  auto weight2 = linear.Prepare(w2.data(), K, N, WeightLayout::kOutIn);
+  EXPECT_TRUE(linear.RunsOnPanels(*weight2, 1, true, Epilogue::kBiasGelu));
+  EXPECT_FALSE(linear.RunsOnPanels(*weight2, 1, true, Epilogue::kBiasResidual));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, OneDnnLinearDtypeTest,
                          ::testing::Values(MatmulDtype::kF32, MatmulDtype::kBF16));
 

@@ -1,10 +1,13 @@
 #include "kernels/cpu/onednn_linear.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/vec_math.h"
@@ -31,10 +34,34 @@ class CpuWeight final : public Weight {
   int n() const override { return n_; }
   const memory& packed() const { return packed_; }
 
+  // This weight as panels, set at Prepare where its shape has a K chunking
+  // under which the panel kernels match oneDNN.
+  std::optional<PanelView> panels;
+
  private:
   int k_, n_;
   memory packed_;
 };
+
+unsigned EpilogueBit(bool has_bias, Epilogue epilogue) {
+  return 1u << (2 * static_cast<int>(epilogue) + (has_bias ? 1 : 0));
+}
+
+// oneDNN 2.6's brgemm matmul sums K in blocks of this many (measured: 768 ->
+// 512, 3072 -> 1024); tried first, then the other candidates.
+int OneDnnKChunk(int K) { return K <= 512 ? K : (K < 2048 ? 512 : 1024); }
+
+// Made-up inputs for the bitwise comparison: values in [-1, 1) from a fixed
+// generator (every bit of the comparison reproducible).
+std::vector<float> ProbeValues(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& f : v) {
+    s = s * 1664525u + 1013904223u;
+    f = static_cast<float>(s >> 8) / float(1u << 23) - 1.0f;
+  }
+  return v;
+}
 
 // On CPUs with AMX (Sapphire Rapids and later Xeons), oneDNN runs bf16
 // matmuls of some row counts on AMX tiles and others on AVX-512 BF16, and the
@@ -96,12 +123,106 @@ std::unique_ptr<Weight> OneDnnLinear::Prepare(const float* w, int K, int N,
   memory packed(probe.weights_desc(), engine_);
   dnnl::reorder(src, packed).execute(stream_, src, packed);
   stream_.wait();
-  return std::make_unique<CpuWeight>(K, N, std::move(packed));
+  auto weight = std::make_unique<CpuWeight>(K, N, std::move(packed));
+  weight->panels = FindPanels(*weight);
+  return weight;
 }
 
-dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weights) {
-  auto it = primitives_.find(key);
-  if (it != primitives_.end()) return it->second;
+std::optional<PanelView> OneDnnLinear::FindPanels(const Weight& weight) {
+  const auto& w = static_cast<const CpuWeight&>(weight);
+  const bool bf16 = dtype_ == MatmulDtype::kBF16;
+  const int K = w.k(), N = w.n();
+  if (!PanelKernelsRun(bf16) || (bf16 && K % 2 != 0)) return std::nullopt;
+  // The layout must be exactly the one the kernels read (BA16a64b or
+  // BA16a64b2a, panels one after another).
+  const dnnl_memory_desc_t& d = w.packed().get_desc().data;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  const int pairs = bf16 ? 2 : 1;
+  const bool layout_ok =
+      d.format_kind == dnnl_blocked && d.ndims == 2 && b.inner_nblks == (bf16 ? 3 : 2) &&
+      b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 && b.inner_blks[1] == kPanelColumns &&
+      b.inner_idxs[1] == 1 && (!bf16 || (b.inner_blks[2] == 2 && b.inner_idxs[2] == 0)) &&
+      d.padded_dims[1] % kPanelColumns == 0 && b.strides[0] == 16 * pairs * kPanelColumns &&
+      b.strides[1] == d.padded_dims[0] * kPanelColumns;
+  if (!layout_ok) return std::nullopt;
+  PanelView view;
+  view.data = w.packed().get_data_handle();
+  view.bf16 = bf16;
+  view.k = K;
+  view.n = N;
+  view.k_padded = static_cast<int>(d.padded_dims[0]);
+  // The summation order belongs to oneDNN's kernel for the shape, not to the
+  // values: found with the first weight of a shape, kept for the others.
+  auto [it, first] = panel_shapes_.try_emplace({K, N});
+  PanelShape& shape = it->second;
+  if (first) {
+    std::vector<int> tried;
+    for (int chunk : {OneDnnKChunk(K), K, 512, 1024, 256, 2048}) {
+      chunk = std::min(chunk, K);
+      if (std::find(tried.begin(), tried.end(), chunk) != tried.end() || chunk % pairs != 0) continue;
+      tried.push_back(chunk);
+      view.k_chunk = chunk;
+      if (PanelsMatch(w, view, false, Epilogue::kBias)) {
+        shape = PanelShape{chunk, EpilogueBit(false, Epilogue::kBias)};
+        break;
+      }
+    }
+  }
+  if (shape.k_chunk == 0) return std::nullopt;
+  view.k_chunk = shape.k_chunk;
+  return view;
+}
+
+bool OneDnnLinear::PanelsMatch(const Weight& w, const PanelView& view, bool has_bias,
+                               Epilogue epilogue) {
+  constexpr int kRows = kPanelMaxRows + 1;
+  const int K = w.k(), N = w.n();
+  const std::vector<float> x = ProbeValues(size_t(kRows) * K, 1);
+  const std::vector<float> bias = ProbeValues(N, 2);
+  std::vector<float> want = ProbeValues(size_t(kRows) * N, 3);  // the residual, when added
+  std::vector<float> got = want;
+  const float* b = has_bias ? bias.data() : nullptr;
+  dnnl::matmul mm = MakePrimitive(Key{kRows, K, N, has_bias, epilogue},
+                                  static_cast<const CpuWeight&>(w).packed().get_desc());
+  RunOneDnn(mm, x.data(), kRows, w, b, epilogue, want.data());
+  // Both kernel shapes the rows can take: kPanelMaxRows rows, then one.
+  RunPanels(view, x.data(), kPanelMaxRows, b, epilogue, got.data());
+  RunPanels(view, x.data() + size_t(kPanelMaxRows) * K, 1, b, epilogue,
+            got.data() + size_t(kPanelMaxRows) * N);
+  return std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
+}
+
+bool OneDnnLinear::RunsOnPanels(const Weight& weight, int M, bool has_bias,
+                                Epilogue epilogue) const {
+  const auto& w = static_cast<const CpuWeight&>(weight);
+  if (M < 1 || M > kPanelMaxRows || !w.panels) return false;
+  const auto it = panel_shapes_.find({w.k(), w.n()});
+  return it != panel_shapes_.end() && (it->second.epilogues & EpilogueBit(has_bias, epilogue)) != 0;
+}
+
+dnnl::eltwise_forward& OneDnnLinear::Gelu(int M, int N) {
+  auto it = gelu_.find({M, N});
+  if (it != gelu_.end()) return it->second;
+  const memory::desc md({M, N}, kF32, Tag::ab);
+  const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                         dnnl::algorithm::eltwise_gelu_tanh, md, 0.0f, 0.0f);
+  return gelu_.emplace(std::make_pair(M, N),
+                       dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(desc, engine_)))
+      .first->second;
+}
+
+void OneDnnLinear::RunPanels(const PanelView& view, const float* x, int M, const float* bias,
+                             Epilogue epilogue, float* out) {
+  const void* src = view.bf16 ? static_cast<const void*>(RoundRows(x, M, M, view.k)) : x;
+  PanelMatmul(view, src, M, bias, epilogue == Epilogue::kBiasResidual, out);
+  if (epilogue == Epilogue::kBiasGelu) {
+    memory rows({{M, view.n}, kF32, Tag::ab}, engine_, out);
+    Gelu(M, view.n).execute(stream_, {{DNNL_ARG_SRC, rows}, {DNNL_ARG_DST, rows}});
+    stream_.wait();
+  }
+}
+
+dnnl::matmul OneDnnLinear::MakePrimitive(const Key& key, const memory::desc& weights) {
   const auto [M, K, N, has_bias, epilogue] = key;
   dnnl::post_ops ops;
   if (epilogue == Epilogue::kBiasGelu) {
@@ -114,27 +235,47 @@ dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weight
   const memory::desc src({M, K}, weight_type_, Tag::ab), dst({M, N}, kF32, Tag::ab);
   const auto desc = has_bias ? dnnl::matmul::desc(src, weights, memory::desc({1, N}, kF32, Tag::ab), dst)
                              : dnnl::matmul::desc(src, weights, dst);
-  return primitives_.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine_)))
-      .first->second;
+  return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine_));
+}
+
+dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weights) {
+  auto it = primitives_.find(key);
+  if (it != primitives_.end()) return it->second;
+  return primitives_.emplace(key, MakePrimitive(key, weights)).first->second;
 }
 
 void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float* bias,
                        Epilogue epilogue, float* out) {
   const auto& w = static_cast<const CpuWeight&>(weight);
+  if (RunsOnPanels(w, M, bias != nullptr, epilogue)) {
+    RunPanels(*w.panels, x, M, bias, epilogue, out);
+    return;
+  }
+  const Key key{RowBucket(M), w.k(), w.n(), bias != nullptr, epilogue};
+  RunOneDnn(Primitive(key, w.packed().get_desc()), x, M, w, bias, epilogue, out);
+}
+
+const uint16_t* OneDnnLinear::RoundRows(const float* x, int M, int rows, int K) {
+  ReserveScratch(rows, K, 0);
+  uint16_t* b = src_bf16_.data();
+  const int64_t n = int64_t{M} * K;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) b[i] = ToBf16(x[i]);
+  std::memset(b + n, 0, size_t(rows - M) * K * sizeof(uint16_t));
+  return b;
+}
+
+void OneDnnLinear::RunOneDnn(dnnl::matmul& mm, const float* x, int M, const Weight& weight,
+                             const float* bias, Epilogue epilogue, float* out) {
+  const auto& w = static_cast<const CpuWeight&>(weight);
   const int K = w.k(), N = w.n();
   const int rows = RowBucket(M);
-  dnnl::matmul& mm = Primitive(Key{rows, K, N, bias != nullptr, epilogue}, w.packed().get_desc());
   // Padded rows are zeros (never stale values that could be denormal);
   // each real row computes exactly as it would at any other row count.
   void* src_rows = const_cast<float*>(x);
   if (dtype_ == MatmulDtype::kBF16) {
     ReserveScratch(rows, K, N);
-    uint16_t* b = src_bf16_.data();
-    const int64_t n = int64_t{M} * K;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) b[i] = ToBf16(x[i]);
-    std::memset(b + n, 0, size_t(rows - M) * K * sizeof(uint16_t));
-    src_rows = b;
+    src_rows = const_cast<uint16_t*>(RoundRows(x, M, rows, K));
   } else if (rows != M) {
     ReserveScratch(rows, K, N);
     std::memcpy(src_scratch_.data(), x, size_t(M) * K * sizeof(float));
@@ -189,6 +330,15 @@ void OneDnnLinear::PrepareRows(const Weight& weight, int max_rows, bool has_bias
     Primitive(Key{largest, w.k(), w.n(), has_bias, epilogue}, w.packed().get_desc());
   }
   ReserveScratch(largest, w.k(), w.n());
+  const unsigned bit = EpilogueBit(has_bias, epilogue);
+  if (!w.panels) return;
+  PanelShape& shape = panel_shapes_.at({w.k(), w.n()});
+  if ((shape.epilogues & bit) == 0 && PanelsMatch(w, *w.panels, has_bias, epilogue)) {
+    shape.epilogues |= bit;
+    if (epilogue == Epilogue::kBiasGelu) {
+      for (int M = 1; M <= kPanelMaxRows; ++M) Gelu(M, w.n());
+    }
+  }
 }
 
 }  // namespace flover::kernels

@@ -1,0 +1,51 @@
+// Matmuls of one to three rows (decode at low load), read straight from the
+// weights oneDNN packed, summing in oneDNN's order so a row's result is
+// bitwise what oneDNN gives it at any other row count.
+//
+// oneDNN's matmul for few rows streams weights at ~75% of this machine's read
+// bandwidth; at one row a decode step is nothing but that stream. These
+// kernels walk each 64-column panel of the packed weights front to back (one
+// sequential read per thread) and reach the bandwidth of a plain read loop.
+//
+// Batch invariance is kept by construction and checked, never assumed: each
+// output lane sums x[k] * w[k] one k at a time with one fused multiply-add
+// (f32) or one bf16 pair-dot (bf16) per step, in partial sums over `k_chunk`
+// consecutive k that are then added in order, the bias added last and the
+// residual after it: what oneDNN 2.6's brgemm matmul does. OneDnnLinear
+// compares the two bitwise on every weight before it uses these kernels for
+// it (so another oneDNN version or CPU that sums differently just keeps
+// oneDNN for every row count).
+#ifndef FLOVER_KERNELS_CPU_PANEL_MATMUL_H_
+#define FLOVER_KERNELS_CPU_PANEL_MATMUL_H_
+
+namespace flover::kernels {
+
+// oneDNN's packed layout for a [K, N] weight (f32 `BA16a64b`, bf16
+// `BA16a64b2a`): N is cut into panels of 64 columns, one after another, each
+// holding every (padded) k: f32 as [k_padded][64], bf16 as
+// [k_padded / 2][64][2] (the pairs a bf16 dot product takes).
+struct PanelView {
+  const void* data = nullptr;
+  bool bf16 = false;
+  int k = 0;
+  int n = 0;
+  int k_padded = 0;
+  int k_chunk = 0;  // sums run over this many consecutive k, then add up
+};
+
+inline constexpr int kPanelColumns = 64;
+inline constexpr int kPanelMaxRows = 3;
+
+// Whether this CPU runs the kernels: AVX-512F, and AVX512_BF16 for bf16.
+bool PanelKernelsRun(bool bf16);
+
+// out[m, :] = x[m, :] @ W + bias (bias may be null), or out[m, :] += that
+// when `accumulate`, for m < M, 1 <= M <= kPanelMaxRows; x holds M rows of K
+// f32 values, or of K bf16 values when w.bf16. Panels are split evenly over
+// the OpenMP threads. Callers check PanelKernelsRun first.
+void PanelMatmul(const PanelView& w, const void* x, int M, const float* bias, bool accumulate,
+                 float* out);
+
+}  // namespace flover::kernels
+
+#endif  // FLOVER_KERNELS_CPU_PANEL_MATMUL_H_
