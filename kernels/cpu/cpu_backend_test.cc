@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/weight_arena.h"
 #include "kernels/testing/numerics.h"
 
 namespace flover::kernels {
@@ -262,6 +263,39 @@ TEST_P(OneDnnLinearDtypeTest, PanelsRunWhereTheCpuHasThem) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, OneDnnLinearDtypeTest,
                          ::testing::Values(MatmulDtype::kF32, MatmulDtype::kBF16));
+
+// Blocks are aligned, disjoint, and outlive the arena while their owners do;
+// a large block has huge-page-aligned memory of its own.
+TEST(WeightArenaTest, BlocksAreAlignedDisjointAndOwned) {
+  std::vector<WeightArena::Block> blocks;
+  {
+    WeightArena arena;
+    for (size_t bytes : {size_t{1}, size_t{100}, size_t{4096}, size_t{3} << 20, size_t{7},
+                         WeightArena::kChunk / 2 + 1, size_t{15} << 20, size_t{15} << 20}) {
+      blocks.push_back(arena.Allocate(bytes));
+      ASSERT_NE(blocks.back().data, nullptr) << bytes;
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(blocks.back().data) % WeightArena::kAlign, 0u);
+      std::memset(blocks.back().data, static_cast<int>(blocks.size()), bytes);
+    }
+    // The large one: its own chunk, huge-page aligned.
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[5].data) % WeightArena::kHugePage, 0u);
+    EXPECT_NE(blocks[5].owner.get(), blocks[4].owner.get());
+    // Small ones share a chunk: the same owner, one after another.
+    EXPECT_EQ(blocks[0].owner.get(), blocks[1].owner.get());
+    EXPECT_EQ(static_cast<char*>(blocks[1].data) - static_cast<char*>(blocks[0].data),
+              static_cast<ptrdiff_t>(WeightArena::kAlign));
+    // A request that does not fit what is left starts a new chunk.
+    EXPECT_NE(blocks[7].owner.get(), blocks[6].owner.get());
+  }
+  // The arena is gone; every block still holds what was written into it.
+  const size_t sizes[] = {1, 100, 4096, size_t{3} << 20, 7, WeightArena::kChunk / 2 + 1,
+                          size_t{15} << 20, size_t{15} << 20};
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto* p = static_cast<const unsigned char*>(blocks[i].data);
+    EXPECT_EQ(p[0], i + 1);
+    EXPECT_EQ(p[sizes[i] - 1], i + 1);
+  }
+}
 
 TEST(CpuBackendTest, RefusesWhatItCannotRunFast) {
   auto f16 = CpuBackend::Create(MatmulDtype::kF16);

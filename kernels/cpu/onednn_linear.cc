@@ -29,7 +29,8 @@ constexpr int kLayoutProbeRows = 32;
 
 class CpuWeight final : public Weight {
  public:
-  CpuWeight(int K, int N, memory packed) : k_(K), n_(N), packed_(std::move(packed)) {}
+  CpuWeight(int K, int N, memory packed, std::shared_ptr<void> storage)
+      : k_(K), n_(N), packed_(std::move(packed)), storage_(std::move(storage)) {}
   int k() const override { return k_; }
   int n() const override { return n_; }
   const memory& packed() const { return packed_; }
@@ -41,6 +42,7 @@ class CpuWeight final : public Weight {
  private:
   int k_, n_;
   memory packed_;
+  std::shared_ptr<void> storage_;  // packed_'s bytes (a WeightArena block)
 };
 
 unsigned EpilogueBit(bool has_bias, Epilogue epilogue) {
@@ -120,10 +122,12 @@ std::unique_ptr<Weight> OneDnnLinear::Prepare(const float* w, int K, int N,
                          memory::desc({kLayoutProbeRows, N}, kF32, Tag::ab)),
       engine_);
   memory src(user, engine_, const_cast<float*>(w));  // the reorder rounds to bf16
-  memory packed(probe.weights_desc(), engine_);
+  WeightArena::Block block = arena_.Allocate(probe.weights_desc().get_size());
+  memory packed = block.data != nullptr ? memory(probe.weights_desc(), engine_, block.data)
+                                        : memory(probe.weights_desc(), engine_);
   dnnl::reorder(src, packed).execute(stream_, src, packed);
   stream_.wait();
-  auto weight = std::make_unique<CpuWeight>(K, N, std::move(packed));
+  auto weight = std::make_unique<CpuWeight>(K, N, std::move(packed), std::move(block.owner));
   weight->panels = FindPanels(*weight);
   return weight;
 }

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/panel_matmul.h"
+#include "kernels/cpu/weight_arena.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace flover::kernels {
@@ -87,6 +88,7 @@ class OneDnnLinear {
   dnnl::eltwise_forward& Gelu(int M, int N);
 
   MatmulDtype dtype_;
+  WeightArena arena_;  // the packed weights' memory (huge pages)
   dnnl::memory::data_type weight_type_;  // and the inputs' type
   dnnl::engine engine_;
   dnnl::stream stream_;
