@@ -251,6 +251,21 @@ int Run() {
     if (!p.ok()) return 1;
     profiled = std::move(*p);
   }
+  // As the engine does at start (StepExecutor::Create): kernels compiled and
+  // checked, buffers sized, for the largest step measured.
+  int max_rows = 1, max_logit_rows = 1;
+  for (int len : IntList(absl::GetFlag(FLAGS_prefill_lengths))) max_rows = std::max(max_rows, len);
+  for (int batch : IntList(absl::GetFlag(FLAGS_decode_batches))) {
+    max_rows = std::max(max_rows, batch);
+    max_logit_rows = std::max(max_logit_rows, batch);
+  }
+  for (CausalLm* m : {&gpt, profiled.get()}) {
+    if (m == nullptr) continue;
+    if (absl::Status st = m->PrepareForBatches(max_rows, max_logit_rows); !st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+  }
   const double flop_per_token = 2.0 * cfg.matmul_parameters;
   std::printf("%s (%s) on %s (%s), %s weights, linear layers in %s, KV cache in %s, "
               "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",

@@ -81,12 +81,16 @@ class ProfilingBackend final : public kernels::Backend {
   absl::Status Linear(const kernels::Tensor& x, const kernels::Weight& w,
                       const kernels::Tensor* bias, kernels::Epilogue epilogue,
                       const kernels::Tensor& out) override {
+    // GPT-2's layers by name; any other shape as "linear KxN" (Llama's
+    // qkv, o, gate_up and down each have one), and a vocabulary-wide
+    // output is the LM head.
     const int K = w.k(), N = w.n();
-    const char* op = N == 3 * K                                 ? "linear qkv"
-                     : epilogue == kernels::Epilogue::kBiasGelu ? "linear fc+gelu"
-                     : K > N                                    ? "linear mlp_proj"
-                     : N == K                                   ? "linear attn_proj"
-                                                                : "lm_head";
+    const std::string op = N == 3 * K                                 ? "linear qkv"
+                           : epilogue == kernels::Epilogue::kBiasGelu ? "linear fc+gelu"
+                           : N >= 8 * K                               ? "lm_head"
+                           : K == 4 * N                               ? "linear mlp_proj"
+                           : N == K && K <= 1024                      ? "linear attn_proj"
+                                                                      : "linear " + std::to_string(K) + "x" + std::to_string(N);
     return Timed(op, [&] { return inner_.Linear(x, w, bias, epilogue, out); });
   }
   absl::Status Attention(const kernels::Tensor& qkv, const kernels::SeqTable& seqs,
@@ -103,7 +107,7 @@ class ProfilingBackend final : public kernels::Backend {
 
  private:
   template <typename F>
-  absl::Status Timed(const char* op, F&& f) {
+  absl::Status Timed(const std::string& op, F&& f) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status st = f();
     if (st.ok()) st = inner_.Synchronize();

@@ -84,6 +84,11 @@ int Run() {
     return 1;
   }
   CausalLm& model = **created;
+  // As the engine does at start: the largest step here is a 128-token prompt.
+  if (absl::Status st = model.PrepareForBatches(128, 32); !st.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+    return 1;
+  }
   const int repeats = absl::GetFlag(FLAGS_repeats), steps = absl::GetFlag(FLAGS_steps);
   const int context = 128;
   if (leader) {

@@ -251,7 +251,7 @@ dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weight
 void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float* bias,
                        Epilogue epilogue, float* out) {
   const auto& w = static_cast<const CpuWeight&>(weight);
-  if (RunsOnPanels(w, M, bias != nullptr, epilogue)) {
+  if (panels_enabled_ && RunsOnPanels(w, M, bias != nullptr, epilogue)) {
     RunPanels(*w.panels, x, M, bias, epilogue, out);
     return;
   }

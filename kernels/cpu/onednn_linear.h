@@ -66,6 +66,8 @@ class OneDnnLinear {
   // for the weight's shape at Prepare and the epilogue's at PrepareRows
   // passed; a model calls PrepareRows for one weight of each shape).
   bool RunsOnPanels(const Weight& w, int M, bool has_bias, Epilogue epilogue) const;
+  // Off: every call runs on oneDNN (for benchmarks comparing the two).
+  void set_panels_enabled(bool on) { panels_enabled_ = on; }
 
  private:
   // (bucket rows, K, N, has_bias, epilogue)
@@ -88,6 +90,7 @@ class OneDnnLinear {
   dnnl::eltwise_forward& Gelu(int M, int N);
 
   MatmulDtype dtype_;
+  bool panels_enabled_ = true;
   WeightArena arena_;  // the packed weights' memory (huge pages)
   dnnl::memory::data_type weight_type_;  // and the inputs' type
   dnnl::engine engine_;
