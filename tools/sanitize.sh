@@ -36,5 +36,6 @@ esac
 # run neither waits for nor evicts the normal build. Sanitized code runs
 # several times slower: every test gets the long timeout.
 exec bazel --output_user_root="$root/.bazel-root" --output_base="$root/.bazel-root/$kind-base" \
-    test --config="$kind" --symlink_prefix=".bazel-root/$kind-" "${env[@]}" --test_timeout=900 \
+    test --config="$kind" --symlink_prefix=".bazel-root/$kind-" "${env[@]}" \
+    --test_env=FLOVER_SANITIZER="$kind" --test_timeout=900 \
     --test_output=errors "${targets[@]}"

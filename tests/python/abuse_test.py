@@ -28,6 +28,11 @@ from flover_client import flover_pb2 as pb, flover_pb2_grpc as pb_grpc  # noqa: 
 SERVER = None
 MODEL = "builtin:tiny"  # 512 positions, vocabulary 512, no tokenizer
 TEXT_MODEL = "tests/golden/tiny_f32"  # with a tokenizer, 40 positions
+# Set by tools/sanitize.sh. Under AddressSanitizer the server's RSS is mostly
+# the allocator's quarantine and shadow memory, not what the server holds
+# (489 KiB "per unread stream" against ~22 in a normal build), so the memory
+# bounds are asserted in normal builds only; every other check still runs.
+SANITIZER = os.environ.get("FLOVER_SANITIZER", "")
 OK_REASONS = ("length", "stop", "eos")
 
 
@@ -219,7 +224,8 @@ class AbuseTest(unittest.TestCase):
             # 400 token ids wait in one pending message (~2 KB) plus gRPC's
             # per-stream state; measured ~22 KiB. A per-token message queue
             # or a thread per stream would cost far more.
-            self.assertLess(per_stream_kib, 64, f"{per_stream_kib:.1f} KiB per unread stream")
+            if not SANITIZER:
+                self.assertLess(per_stream_kib, 64, f"{per_stream_kib:.1f} KiB per unread stream")
             # Now read them: every token arrives, once, with one finish.
             for i, call in enumerate(slow):
                 msgs = list(call)
@@ -231,7 +237,8 @@ class AbuseTest(unittest.TestCase):
                 c.close()
             print(f"{len(slow)} unread streams of {new} tokens: the engine finished them all and "
                   f"served {served[0] - 1} other requests meanwhile; {per_stream_kib:.1f} KiB of "
-                  f"server RSS per unread stream")
+                  f"server RSS per unread stream"
+                  + (f" (not bounded under {SANITIZER})" if SANITIZER else ""))
             self.check_accounting(server, len(slow) + served[0])
             self.check_still_serves(server, reference)
             self.assertEqual(server.stop(), 0)
@@ -322,7 +329,8 @@ class AbuseTest(unittest.TestCase):
             # Nothing of a claimed size was allocated; everything refused was
             # refused before the engine took it.
             grown_mib = (server.rss_kib() - rss_before) / 1024
-            self.assertLess(grown_mib, 64, f"RSS grew {grown_mib:.0f} MiB")
+            if not SANITIZER:
+                self.assertLess(grown_mib, 64, f"RSS grew {grown_mib:.0f} MiB")
             s, finished = self.check_accounting(server, 1 + len(accepted) + 1)
             self.assertEqual(s.requests_submitted, 1 + len(accepted) + 1)
             print(f"{refused} bad requests refused with the expected code and message; "
@@ -369,7 +377,8 @@ class AbuseTest(unittest.TestCase):
                 self.assertEqual(status, 400, body)
                 self.assertIn(field, body["error"]["message"])
             grown_mib = (server.rss_kib() - rss_before) / 1024
-            self.assertLess(grown_mib, 64, f"RSS grew {grown_mib:.0f} MiB")
+            if not SANITIZER:
+                self.assertLess(grown_mib, 64, f"RSS grew {grown_mib:.0f} MiB")
             print(f"HTTP: a 5 MB body and a 2 GB claim refused with 413 before reading; "
                   f"malformed JSON and bad numbers 400; RSS grew {grown_mib:.1f} MiB")
             self.check_still_serves(server, reference)
