@@ -9,7 +9,9 @@
 #include <cstring>
 
 // The rest of the tree is built for x86-64-v3 (AVX2); these functions alone
-// use AVX-512, and only run where PanelKernelsRun says the CPU has it.
+// use AVX-512, and only run where PanelKernelsRun says the CPU has it. The
+// templates shared by both element types carry the bf16 target; their f32
+// instances emit no bf16 instruction, so they run on AVX-512F alone.
 #define FLOVER_AVX512 __attribute__((target("avx512f")))
 #define FLOVER_AVX512_BF16 __attribute__((target("avx512f,avx512bf16")))
 
