@@ -23,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "benchmarks/parallel_sum.h"
 #include "benchmarks/profiling_backend.h"
 #include "model/causal_lm.h"
 #include "model/model_loader.h"
@@ -83,27 +84,13 @@ double Bf16LinearGflops(int M, int N, int K, int repeats) {
   return 2.0 * M * N * K * inner / s / 1e9;
 }
 
-// Read bandwidth: a parallel sum over a buffer far larger than the caches,
-// with 64 independent accumulators so the adds never wait on each other.
+// Read bandwidth: a parallel sum (parallel_sum.h) over a buffer far larger
+// than the caches.
 double ReadBandwidthGBs(int repeats) {
-  constexpr int kLanes = 64;
   const size_t n = size_t(1) << 28;  // 1 GiB of floats
   std::vector<float> buf(n, 1.0f);
   volatile float sink = 0;
-  const double s = MedianSeconds(repeats, [&] {
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      float acc[kLanes] = {};
-#pragma omp for schedule(static)
-      for (size_t i = 0; i < n; i += kLanes) {
-#pragma omp simd
-        for (int j = 0; j < kLanes; ++j) acc[j] += buf[i + j];
-      }
-      for (float a : acc) total += a;
-    }
-    sink = total;
-  });
+  const double s = MedianSeconds(repeats, [&] { sink = ParallelSum(buf.data(), n); });
   (void)sink;
   return n * sizeof(float) / s / 1e9;
 }

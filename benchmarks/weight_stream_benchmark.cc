@@ -19,6 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "benchmarks/parallel_sum.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "kernels/cpu/weight_arena.h"
@@ -111,20 +112,8 @@ int Main() {
   volatile float sink = 0;
   auto plain_pass = [&] {
     for (size_t i = 0; i < shapes.size(); ++i) {
-      const float* p = static_cast<const float*>(plain[i].data);
       const size_t n = size_t(shapes[i].K) * shapes[i].N * (bf16 ? 2 : 4) / sizeof(float);
-      float total = 0;
-#pragma omp parallel reduction(+ : total)
-      {
-        float acc[64] = {};
-#pragma omp for schedule(static)
-        for (size_t j = 0; j < n / 64 * 64; j += 64) {
-#pragma omp simd
-          for (int l = 0; l < 64; ++l) acc[l] += p[j + l];
-        }
-        for (float a : acc) total += a;
-      }
-      sink = total;
+      sink = ParallelSum(static_cast<const float*>(plain[i].data), n);
     }
   };
   pass(false);  // first touches, primitive compiles

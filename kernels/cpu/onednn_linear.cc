@@ -277,11 +277,10 @@ void OneDnnLinear::RunOneDnn(dnnl::matmul& mm, const float* x, int M, const Weig
   // Padded rows are zeros (never stale values that could be denormal);
   // each real row computes exactly as it would at any other row count.
   void* src_rows = const_cast<float*>(x);
+  if (rows != M) ReserveScratch(rows, K, N);
   if (dtype_ == MatmulDtype::kBF16) {
-    ReserveScratch(rows, K, N);
-    src_rows = const_cast<uint16_t*>(RoundRows(x, M, rows, K));
+    src_rows = const_cast<uint16_t*>(RoundRows(x, M, rows, K));  // reserves its own input
   } else if (rows != M) {
-    ReserveScratch(rows, K, N);
     std::memcpy(src_scratch_.data(), x, size_t(M) * K * sizeof(float));
     std::memset(src_scratch_.data() + size_t(M) * K, 0, size_t(rows - M) * K * sizeof(float));
     src_rows = src_scratch_.data();
