@@ -33,7 +33,7 @@ namespace flover::kernels {
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 2;
+inline constexpr int kBackendAbiVersion = 3;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -58,11 +58,14 @@ enum class WeightLayout {
 // The precision Linear multiplies in. Biases, the residual stream and every
 // other op stay float32; with kBF16 / kF16 the weights are stored and the
 // inputs rounded (to nearest even) to that type, and products are summed in
-// float32. The CPU backend runs f32 and bf16; CUDA all three.
+// float32. kInt8 (CPU only, kernels/cpu/int8_linear.h) stores weights as int8
+// with a scale per output column and quantizes the inputs per row, summing in
+// int32. The CPU backend runs f32, bf16 and int8; CUDA f32, bf16 and f16.
 enum class MatmulDtype {
   kF32,
   kBF16,
   kF16,
+  kInt8,
 };
 
 inline const char* MatmulDtypeName(MatmulDtype dtype) {
@@ -70,6 +73,7 @@ inline const char* MatmulDtypeName(MatmulDtype dtype) {
     case MatmulDtype::kF32: return "f32";
     case MatmulDtype::kBF16: return "bf16";
     case MatmulDtype::kF16: return "f16";
+    case MatmulDtype::kInt8: return "int8";
   }
   return "?";
 }
@@ -79,6 +83,7 @@ inline DType ToDType(MatmulDtype dtype) {
     case MatmulDtype::kF32: return DType::kF32;
     case MatmulDtype::kBF16: return DType::kBF16;
     case MatmulDtype::kF16: return DType::kF16;
+    case MatmulDtype::kInt8: return DType::kF32;  // int8 inputs are quantized inside Linear
   }
   return DType::kF32;
 }

@@ -17,7 +17,7 @@
 
 namespace flover::kernels {
 
-// "f32", "bf16" or "f16" (a --dtype flag's value); InvalidArgument otherwise.
+// "f32", "bf16", "f16" or "int8" (a --dtype flag's value); InvalidArgument otherwise.
 // Whether a device runs it is its backend's to say.
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name);
 

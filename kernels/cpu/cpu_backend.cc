@@ -208,13 +208,21 @@ int CpuThreads() { return omp_get_max_threads(); }
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype,
                                                                KvDtype kv_dtype) {
-  if (absl::Status st = OneDnnLinear::CheckSupported(dtype); !st.ok()) {
+  const absl::Status supported = dtype == MatmulDtype::kInt8
+                                     ? Int8Linear::CheckSupported()
+                                     : OneDnnLinear::CheckSupported(dtype);
+  if (absl::Status st = supported; !st.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
   }
   KeepTeamsWhole();
   return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_dtype));
 }
+
+CpuBackend::CpuBackend(MatmulDtype dtype, KvDtype kv_dtype)
+    : linear_(dtype == MatmulDtype::kInt8 ? MatmulDtype::kF32 : dtype),
+      int8_(dtype == MatmulDtype::kInt8 ? std::make_unique<Int8Linear>() : nullptr),
+      kv_dtype_(kv_dtype) {}
 
 DeviceInfo CpuBackend::Device() const {
   DeviceInfo info;
@@ -265,12 +273,17 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(const float* w
   if (w == nullptr || K < 1 || N < 1) {
     return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
   }
+  if (int8_ != nullptr) return int8_->Prepare(w, K, N, layout);
   return linear_.Prepare(w, K, N, layout);
 }
 
 absl::Status CpuBackend::PrepareLinear(const Weight& w, int max_rows, bool has_bias,
                                        Epilogue epilogue) {
-  linear_.PrepareRows(w, max_rows, has_bias, epilogue);
+  if (int8_ != nullptr) {
+    int8_->PrepareRows(w, max_rows);
+  } else {
+    linear_.PrepareRows(w, max_rows, has_bias, epilogue);
+  }
   return absl::OkStatus();
 }
 
@@ -418,8 +431,12 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* 
   // Inputs and outputs stay f32 here: bf16 inputs are rounded inside.
   FLOVER_RETURN_IF_ERROR(CheckLinearArgs(x, w, bias, epilogue, out, DType::kF32, DType::kF32));
   if (x.rows == 0) return absl::OkStatus();
-  linear_.Run(x.as<float>(), static_cast<int>(x.rows), w, bias != nullptr ? bias->as<float>() : nullptr,
-              epilogue, out.as<float>());
+  const float* b = bias != nullptr ? bias->as<float>() : nullptr;
+  if (int8_ != nullptr) {
+    int8_->Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
+  } else {
+    linear_.Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
+  }
   return absl::OkStatus();
 }
 

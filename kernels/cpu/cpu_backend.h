@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/onednn_linear.h"
 
 namespace flover::kernels {
@@ -17,14 +18,17 @@ namespace flover::kernels {
 class CpuBackend final : public Backend {
  public:
   // Refuses (FailedPrecondition, naming the reason) a matmul dtype this CPU
-  // has no optimized kernel for: bf16 needs AVX-512, f16 runs on CUDA only.
+  // has no optimized kernel for: bf16 needs AVX-512, int8 AVX-512 VNNI, f16
+  // runs on CUDA only.
   // A bf16 KV cache runs anywhere (our own kernels).
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
       MatmulDtype dtype = MatmulDtype::kF32, KvDtype kv_dtype = KvDtype::kF32);
 
   std::string_view name() const override { return "cpu"; }
   DeviceInfo Device() const override;
-  MatmulDtype matmul_dtype() const override { return linear_.dtype(); }
+  MatmulDtype matmul_dtype() const override {
+    return int8_ != nullptr ? MatmulDtype::kInt8 : linear_.dtype();
+  }
   KvDtype kv_dtype() const override { return kv_dtype_; }
 
   absl::StatusOr<Buffer> Allocate(DType dtype, int64_t rows, int64_t cols) override;
@@ -57,9 +61,10 @@ class CpuBackend final : public Backend {
   absl::Status MoveKvSlot(const KvLayer& kv, int from, int to, int len) override;
 
  private:
-  CpuBackend(MatmulDtype dtype, KvDtype kv_dtype) : linear_(dtype), kv_dtype_(kv_dtype) {}
+  CpuBackend(MatmulDtype dtype, KvDtype kv_dtype);
 
-  OneDnnLinear linear_;
+  OneDnnLinear linear_;                // f32 and bf16 (f32 when int8_ is set)
+  std::unique_ptr<Int8Linear> int8_;  // --dtype=int8
   KvDtype kv_dtype_;
 };
 

@@ -94,7 +94,7 @@ absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
   KeepOneKernelFamily();
   if (dtype == MatmulDtype::kF16) {
     return absl::FailedPreconditionError(
-        "the CPU backend runs f32 and bf16 linear layers; f16 is for --device=cuda");
+        "the CPU backend runs f32, bf16 and int8 linear layers; f16 is for --device=cuda");
   }
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const memory::data_type t = TypeOf(dtype);

@@ -114,7 +114,62 @@ void Panels(const PanelView& w, const void* x, const float* bias, bool accumulat
   }
 }
 
+// int8: per group of four k, four 64-byte loads (16 columns x 4 k each) and
+// one VNNI dot product per register and row.
+template <int M>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void Int8Panels(
+    const Int8PanelView& w, const uint8_t* x, int x_stride, int p0, int p1, int32_t* out) {
+  const int groups = (w.k + 3) / 4;
+  for (int p = p0; p < p1; ++p) {
+    const int8_t* panel = w.data + size_t(p) * w.k_padded * kPanelColumns;
+    __m512i sum[M][kVectors];
+    for (int m = 0; m < M; ++m) {
+      for (int i = 0; i < kVectors; ++i) sum[m][i] = _mm512_setzero_si512();
+    }
+    for (int g = 0; g < groups; ++g) {
+      const int8_t* wg = panel + size_t(g) * 4 * kPanelColumns;
+      __m512i wv[kVectors];
+      for (int i = 0; i < kVectors; ++i) wv[i] = _mm512_loadu_si512(wg + 64 * i);
+      for (int m = 0; m < M; ++m) {
+        int32_t quad;
+        std::memcpy(&quad, x + size_t(m) * x_stride + 4 * g, sizeof(quad));
+        const __m512i xb = _mm512_set1_epi32(quad);
+        for (int i = 0; i < kVectors; ++i) sum[m][i] = _mm512_dpbusd_epi32(sum[m][i], xb, wv[i]);
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      for (int i = 0; i < kVectors; ++i) {
+        const int n = p * kPanelColumns + 16 * i;
+        if (n >= w.n) break;
+        const __mmask16 mask =
+            w.n - n >= 16 ? __mmask16(0xffff) : __mmask16((1u << (w.n - n)) - 1);
+        _mm512_mask_storeu_epi32(out + size_t(m) * w.n + n, mask, sum[m][i]);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool Int8PanelKernelsRun() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+void PanelMatmulInt8(const Int8PanelView& w, const uint8_t* x, int x_stride, int M,
+                     int32_t* out) {
+  const int panels = (w.n + kPanelColumns - 1) / kPanelColumns;
+#pragma omp parallel if (panels > 1)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int p0 = int(int64_t{panels} * t / T), p1 = int(int64_t{panels} * (t + 1) / T);
+    switch (M) {
+      case 1: Int8Panels<1>(w, x, x_stride, p0, p1, out); break;
+      case 2: Int8Panels<2>(w, x, x_stride, p0, p1, out); break;
+      default: Int8Panels<3>(w, x, x_stride, p0, p1, out); break;
+    }
+  }
+}
 
 bool PanelKernelsRun(bool bf16) {
   return __builtin_cpu_supports("avx512f") && (!bf16 || __builtin_cpu_supports("avx512bf16"));

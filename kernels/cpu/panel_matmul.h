@@ -18,6 +18,8 @@
 #ifndef FLOVER_KERNELS_CPU_PANEL_MATMUL_H_
 #define FLOVER_KERNELS_CPU_PANEL_MATMUL_H_
 
+#include <cstdint>
+
 namespace flover::kernels {
 
 // oneDNN's packed layout for a [K, N] weight (f32 `BA16a64b`, bf16
@@ -45,6 +47,25 @@ bool PanelKernelsRun(bool bf16);
 // the OpenMP threads. Callers check PanelKernelsRun first.
 void PanelMatmul(const PanelView& w, const void* x, int M, const float* bias, bool accumulate,
                  float* out);
+
+// int8 (int8_linear.h): oneDNN's packed s8 layout `BA16a64b4a` for a [K, N]
+// weight is, per 64-column panel, [k_padded / 4][64][4]: four k of a column
+// side by side, the operand of one VNNI u8 x s8 dot product. Integer sums are
+// exact, so any order gives the same result: no chunking to match.
+struct Int8PanelView {
+  const int8_t* data = nullptr;
+  int k = 0;
+  int n = 0;
+  int k_padded = 0;
+};
+
+// Whether this CPU runs PanelMatmulInt8: AVX-512 with VNNI.
+bool Int8PanelKernelsRun();
+
+// out[m, n] = sum over k < K of x[m, k] * W[k, n] in int32, for m < M <= kPanelMaxRows;
+// row m of x starts at x + m * x_stride (x_stride >= K rounded up to 4, the
+// bytes past K read but multiplied by zero weights).
+void PanelMatmulInt8(const Int8PanelView& w, const uint8_t* x, int x_stride, int M, int32_t* out);
 
 }  // namespace flover::kernels
 
