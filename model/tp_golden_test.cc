@@ -97,6 +97,87 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(kernels::MatmulDtype::kF32, kernels::MatmulDtype::kBF16),
                        ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16)));
 
+// int8 under tensor parallelism. Each rank quantizes the weights it holds:
+// column-split layers (qkv, fc, gate/up, the head) keep tp=1's columns with
+// their scales, and their rows see all of K, so they compute what tp=1 does;
+// row-split layers (attention out, MLP down) hold half of K, so each rank's
+// columns get scales over its half, and its input rows scales over theirs. That
+// is a different quantization of the same model, not a rounding of tp=1's, so
+// tp=2 is held to F32 within int8's bound (as tp=1 int8 is), its distance from
+// tp=1 int8 is reported, and greedy agreement with it is reported.
+class TensorParallelInt8Test : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    std::string skip;
+    tp_backend_ = testing::BackendForTest("cpu", &skip, kernels::MatmulDtype::kInt8);
+    if (tp_backend_ == nullptr) GTEST_SKIP() << skip;  // the same on every rank
+    one_backend_ = testing::CpuBackend(kernels::MatmulDtype::kInt8);
+    f32_backend_ = testing::CpuBackend();
+    auto m = LoadModel(GetParam());
+    ASSERT_TRUE(m.ok()) << m.status();
+    loaded_ = std::move(*m);
+    tp_ = testing::ModelOn(*tp_backend_, *loaded_, g_comm);
+    one_ = testing::ModelOn(*one_backend_, *loaded_);
+    f32_ = testing::ModelOn(*f32_backend_, *loaded_);
+  }
+
+  std::unique_ptr<LoadedModel> loaded_;
+  std::unique_ptr<kernels::Backend> tp_backend_, one_backend_, f32_backend_;
+  std::unique_ptr<CausalLm> tp_, one_, f32_;
+};
+
+TEST_P(TensorParallelInt8Test, StaysAsCloseToF32AsOneRank) {
+  const int V = loaded_->info().vocab_size, P = std::min(loaded_->info().max_positions, 512);
+  double tp_worst = 0, one_worst = 0, tp_vs_one = 0;
+  for (int len : {1, 7, P - 2}) {
+    std::vector<int32_t> prompt(len);
+    for (int i = 0; i < len; ++i) prompt[i] = (i * 37 + 11) % V;
+    ForwardBatch b;
+    b.AddSequence(0, 0, prompt);
+    std::vector<float> tp, one, f32;
+    auto tp_cache = testing::CacheFor(*tp_, 1, P);
+    ASSERT_TRUE(tp_->Forward(b, *tp_cache, LogitsFor::kEveryRow, &tp).ok());
+    if (!g_comm->world().is_leader()) continue;
+    auto one_cache = testing::CacheFor(*one_, 1, P);
+    auto f32_cache = testing::CacheFor(*f32_, 1, P);
+    ASSERT_TRUE(one_->Forward(b, *one_cache, LogitsFor::kEveryRow, &one).ok());
+    ASSERT_TRUE(f32_->Forward(b, *f32_cache, LogitsFor::kEveryRow, &f32).ok());
+    for (int row = 0; row < len; ++row) {
+      const size_t at = size_t(row) * V;
+      tp_worst = std::max(tp_worst, ScaledError(&tp[at], &f32[at], V));
+      one_worst = std::max(one_worst, ScaledError(&one[at], &f32[at], V));
+      tp_vs_one = std::max(tp_vs_one, ScaledError(&tp[at], &one[at], V));
+    }
+  }
+  if (!g_comm->world().is_leader()) return;
+  EXPECT_GT(one_worst, 1e-4) << "no int8 rounding visible";
+  EXPECT_LT(tp_worst, 1.5 * one_worst) << "tp=2 int8 further from F32 than tp=1 int8";
+  std::printf("%s int8: worst scaled logit error vs F32 %.2e at tp=2, %.2e at tp=1; tp=2 vs "
+              "tp=1 %.2e\n", GetParam(), tp_worst, one_worst, tp_vs_one);
+}
+
+TEST_P(TensorParallelInt8Test, GreedyAgreementIsReported) {
+  GenerateOptions g;
+  g.max_new_tokens = 32;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0;
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2};
+  auto tp_out = GenerateAlone(*tp_, prompt, g, g_comm);
+  ASSERT_TRUE(tp_out.ok()) << tp_out.status();
+  if (!g_comm->world().is_leader()) return;
+  auto one_out = GenerateAlone(*one_, prompt, g);
+  ASSERT_TRUE(one_out.ok());
+  size_t agree = 0;
+  while (agree < tp_out->size() && (*tp_out)[agree] == (*one_out)[agree]) ++agree;
+  EXPECT_GE(agree, 1u);
+  std::printf("%s int8: greedy tokens of tp=2 agreeing with tp=1: %zu of %zu\n", GetParam(),
+              agree, tp_out->size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallelInt8Test,
+                         ::testing::Values("tests/golden/tiny_bf16_prefix", "builtin:tiny",
+                                           "tests/golden/llama_gqa", "builtin:llama-tiny"));
+
 // Against transformers directly, on fixtures with odd vocabularies.
 class TensorParallelGoldenTest : public ::testing::TestWithParam<const char*> {};
 

@@ -42,6 +42,24 @@ struct Golden {
   std::string stored_dtype;
 };
 
+// PREFIX.<i> from a safetensors file: [len, V] f32 logits for each prompt;
+// failures are test failures.
+inline std::vector<std::vector<float>> LoadPromptLogits(
+    const std::string& path, const std::string& prefix,
+    const std::vector<std::vector<int32_t>>& prompts, int vocab) {
+  std::vector<std::vector<float>> out;
+  auto file = SafetensorsFile::Open(path);
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto l = file->ReadFloat(prefix + "." + std::to_string(i),
+                             {int64_t(prompts[i].size()), int64_t(vocab)});
+    EXPECT_TRUE(l.ok()) << l.status();
+    out.push_back(l.ok() ? *l : std::vector<float>());
+  }
+  return out;
+}
+
 // Reads DIR/golden.json and DIR/golden_logits.safetensors; failures are
 // test failures.
 inline Golden LoadGolden(const std::string& dir, int vocab) {
@@ -54,15 +72,7 @@ inline Golden LoadGolden(const std::string& dir, int vocab) {
   g.greedy_prompt = JsonIds(f.at("greedy_prompt"));
   g.greedy_output = JsonIds(f.at("greedy_output"));
   g.stored_dtype = f.at("stored_dtype").string_value();
-  auto file = SafetensorsFile::Open(dir + "/golden_logits.safetensors");
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return g;
-  for (size_t i = 0; i < g.prompts.size(); ++i) {
-    auto l = file->ReadFloat("logits." + std::to_string(i),
-                             {int64_t(g.prompts[i].size()), int64_t(vocab)});
-    EXPECT_TRUE(l.ok()) << l.status();
-    g.logits.push_back(l.ok() ? *l : std::vector<float>());
-  }
+  g.logits = LoadPromptLogits(dir + "/golden_logits.safetensors", "logits", g.prompts, vocab);
   return g;
 }
 

@@ -36,22 +36,19 @@ struct Case {
   double tolerance;  // scaled logit error vs the reference
 };
 
-// Transformers' emulation of a bf16 option ("bf16" or "bf16kv") for every
-// golden prompt, or empty for f32 (and f16, which has none).
+// Transformers' emulation of a reduced option for every golden prompt: bf16
+// ("bf16" or "bf16kv"), int8 with an f32 KV cache (make_int8_golden.py); or
+// empty for f32, f16 and int8 with a bf16 KV cache, which have none.
 std::vector<std::vector<float>> Emulation(const std::string& dir, const Case& c, int vocab,
                                           const testing::Golden& golden) {
+  if (c.matmul == kernels::MatmulDtype::kInt8 && c.kv == kernels::KvDtype::kF32) {
+    return testing::LoadPromptLogits(dir + "/golden_int8.safetensors", "logits_int8",
+                                     golden.prompts, vocab);
+  }
   if (c.matmul != kernels::MatmulDtype::kBF16) return {};
   const std::string kind = c.kv == kernels::KvDtype::kBF16 ? "bf16kv" : "bf16";
-  auto file = SafetensorsFile::Open(dir + "/golden_logits.safetensors");
-  EXPECT_TRUE(file.ok()) << file.status();
-  std::vector<std::vector<float>> out;
-  for (size_t i = 0; file.ok() && i < golden.prompts.size(); ++i) {
-    auto l = file->ReadFloat("logits_" + kind + "." + std::to_string(i),
-                             {int64_t(golden.prompts[i].size()), int64_t(vocab)});
-    EXPECT_TRUE(l.ok()) << l.status();
-    out.push_back(l.ok() ? *l : std::vector<float>());
-  }
-  return out;
+  return testing::LoadPromptLogits(dir + "/golden_logits.safetensors", "logits_" + kind,
+                                   golden.prompts, vocab);
 }
 
 class LlamaGoldenTest
@@ -117,7 +114,7 @@ TEST_P(LlamaGoldenTest, LogitsAtEveryPositionMatchTransformers) {
     }
   }
   if (c.matmul != kernels::MatmulDtype::kF32) {
-    EXPECT_GT(worst, 1e-4) << "no 16-bit rounding visible: is that path in use?";
+    EXPECT_GT(worst, 1e-4) << "no rounding visible: is the reduced-precision path in use?";
   }
   if (!emulation.empty()) {
     EXPECT_LT(worst, 1.5 * emulation_worst) << "further from F32 than transformers' emulation";
@@ -128,17 +125,30 @@ TEST_P(LlamaGoldenTest, LogitsAtEveryPositionMatchTransformers) {
               std::get<1>(GetParam()), worst, emulation_worst, worst_vs_emulation);
 }
 
+// F32 picks transformers' tokens; a reduced dtype may pick another where two
+// logits are close, so for those the agreeing run is reported and the first
+// token held to agree.
 TEST_P(LlamaGoldenTest, GreedyContinuationMatchesTransformers) {
-  if (std::get<0>(GetParam()).matmul != kernels::MatmulDtype::kF32) {
-    GTEST_SKIP() << "16-bit weights may pick other tokens than transformers' F32";
-  }
+  const Case& c = std::get<0>(GetParam());
   GenerateOptions options;
   options.max_new_tokens = 32;
   options.sampling.temperature = 0;
   options.ignore_eos = true;
   auto out = GenerateAlone(*model_, golden_.greedy_prompt, options);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(*out, golden_.greedy_output);
+  if (c.matmul == kernels::MatmulDtype::kF32) {
+    EXPECT_EQ(*out, golden_.greedy_output);
+    return;
+  }
+  size_t agree = 0;
+  while (agree < out->size() && agree < golden_.greedy_output.size() &&
+         (*out)[agree] == golden_.greedy_output[agree]) {
+    ++agree;
+  }
+  EXPECT_GE(agree, 1u);
+  std::printf("%s %s/%s on %s: greedy tokens agreeing with transformers' F32: %zu of %zu\n",
+              c.fixture, kernels::MatmulDtypeName(c.matmul), kernels::KvDtypeName(c.kv),
+              std::get<1>(GetParam()), agree, golden_.greedy_output.size());
 }
 
 // Rotary embeddings at each row's own position, and batch-invariant kernels:
@@ -169,7 +179,11 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
 
 // F32 vs transformers' F32; bf16 vs transformers' emulation of the same
 // rounding; f16 (no emulation) vs F32, as the GPT-2 16-bit tests.
-constexpr double kF32 = 1e-4, kVsEmulation = 1e-2, k16Bit = 3e-2;
+// int8 vs F32: these fixtures' weights (std 0.2) make them 3-6x more
+// sensitive than GPT-2's; transformers' own emulation of our int8 is 0.16
+// from F32 on both, and of llama.cpp's Q8_0 (blocks of 32) 0.12 and 0.20
+// (make_int8_golden.py; docs/architecture.md).
+constexpr double kF32 = 1e-4, kVsEmulation = 1e-2, k16Bit = 3e-2, kInt8 = 0.3;
 
 INSTANTIATE_TEST_SUITE_P(
     FixturesDtypesDevices, LlamaGoldenTest,
@@ -182,7 +196,13 @@ INSTANTIATE_TEST_SUITE_P(
                  kVsEmulation},
             Case{"llama_gqa", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
             // f16 runs on CUDA only; the CPU case skips with the reason.
-            Case{"llama_gqa", kernels::MatmulDtype::kF16, kernels::KvDtype::kF32, k16Bit}),
+            Case{"llama_gqa", kernels::MatmulDtype::kF16, kernels::KvDtype::kF32, k16Bit},
+            // int8 on the CPU only (the CUDA cases skip): vs its emulation,
+            // and with a bf16 KV cache (no emulation) vs F32.
+            Case{"llama_gqa", kernels::MatmulDtype::kInt8, kernels::KvDtype::kF32, kVsEmulation},
+            Case{"llama_tied_sharded", kernels::MatmulDtype::kInt8, kernels::KvDtype::kF32,
+                 kVsEmulation},
+            Case{"llama_gqa", kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, kInt8}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);
