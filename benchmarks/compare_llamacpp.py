@@ -6,7 +6,7 @@ roofline model_benchmark measured in the same runs.
 
     tools/bazelw build //benchmarks:model_benchmark
     python3 benchmarks/compare_llamacpp.py --llama_bin=$L --f32=$M/f32.gguf --bf16=$M/bf16.gguf \\
-        [--model=builtin:gpt2-small] [--rounds=3] [--threads=2]
+        [--q8_0=$M/q8_0.gguf] [--model=builtin:gpt2-small] [--rounds=3] [--threads=2]
 
 `$L` is llama.cpp's build/bin (built outside this repository, see
 ../shared/peers/README.md or benchmarks/README); the GGUF files hold random
@@ -16,7 +16,9 @@ benchmarks/make_llama_gguf.py for TinyLlama). Workloads: prefill 512
 (llama-bench -n 32 -d 128), aggregate decode of 32 sequences with 128-token
 prompts (llama-batched-bench S_TG). BF16 runs keep both KV caches in bf16;
 F32 runs keep Flover's in f32 and llama.cpp's in its default f16
-(llama-bench refuses -ctk f32)."""
+(llama-bench refuses -ctk f32). Each of --f32, --bf16 and --q8_0 that is
+given runs a row group; --q8_0 (llama-quantize's Q8_0 of the F32 file) sets
+Flover's --dtype=int8 beside it, both KV caches in 16 bits (bf16 / f16)."""
 import argparse
 import json
 import os
@@ -36,10 +38,15 @@ def run(cmd):
     return out.stdout
 
 
+# Flover's --dtype and --kv_dtype for each row group.
+FLOVER_DTYPES = {"f32": ("f32", "f32"), "bf16": ("bf16", "bf16"), "int8": ("int8", "bf16")}
+
+
 def flover(args, dtype):
+    matmul, kv = FLOVER_DTYPES[dtype]
     out = run([os.path.join(ROOT, ".bazel-root/bin/benchmarks/model_benchmark"),
                f"--model={args.model}", f"--threads={args.threads}", "--repeats=3",
-               f"--dtype={dtype}", f"--kv_dtype={dtype}", "--prefill_lengths=512",
+               f"--dtype={matmul}", f"--kv_dtype={kv}", "--prefill_lengths=512",
                "--decode_batches=1,32"])
     figures = {}
     for line in out.splitlines():
@@ -61,7 +68,7 @@ def flover(args, dtype):
 
 
 def llamacpp(args, dtype):
-    gguf = args.f32 if dtype == "f32" else args.bf16
+    gguf = {"f32": args.f32, "bf16": args.bf16, "int8": args.q8_0}[dtype]
     kv = []  # llama.cpp's default KV cache (f16): its faster setting here (bf16 KV halves its prefill)
     bench = os.path.join(args.llama_bin, "llama-bench")
     figures = {}
@@ -84,16 +91,20 @@ def llamacpp(args, dtype):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama_bin", required=True)
-    ap.add_argument("--f32", required=True)
-    ap.add_argument("--bf16", required=True)
+    ap.add_argument("--f32")
+    ap.add_argument("--bf16")
+    ap.add_argument("--q8_0", help="a Q8_0 GGUF: compared with Flover's --dtype=int8")
     ap.add_argument("--model", default="builtin:gpt2-small")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    dtypes = [d for d, path in (("f32", args.f32), ("bf16", args.bf16), ("int8", args.q8_0)) if path]
+    if not dtypes:
+        sys.exit("give at least one of --f32, --bf16 and --q8_0")
     got = {}  # (program, dtype, workload) -> [figures]
     roofs = {}  # (dtype, name) -> [values]
     for r in range(args.rounds):
-        for dtype in ("f32", "bf16"):
+        for dtype in dtypes:
             f, roof = flover(args, dtype)
             for k, v in f.items():
                 got.setdefault(("flover", dtype, k), []).append(v)
@@ -106,11 +117,12 @@ def main():
     print(f"{args.model}, {args.threads} threads, medians of {args.rounds} rounds (tokens/s)\n")
     print("| dtype | workload | Flover | llama.cpp | Flover / llama.cpp |")
     print("|---|---|---:|---:|---:|")
-    for dtype in ("f32", "bf16"):
+    for dtype in dtypes:
         for w in WORKLOADS:
             a, b = got.get(("flover", dtype, w)), got.get(("llama.cpp", dtype, w))
             if a and b:
-                print(f"| {dtype} | {w} | {med(a):.1f} | {med(b):.1f} | {med(a) / med(b):.2f}x |")
+                label = "int8 / Q8_0" if dtype == "int8" else dtype
+                print(f"| {label} | {w} | {med(a):.1f} | {med(b):.1f} | {med(a) / med(b):.2f}x |")
     print("\nRoofline (model_benchmark, same runs, medians):\n")
     for (dtype, name), v in sorted(roofs.items()):
         print(f"- {dtype}: {name} {med(v):g}")

@@ -22,6 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "benchmarks/parallel_sum.h"
 #include "benchmarks/profiling_backend.h"
@@ -69,16 +70,21 @@ double SgemmGflops(int M, int N, int K, int repeats) {
   return 2.0 * M * N * K * inner / s / 1e9;
 }
 
-// GFLOP/s of the model's own bf16 linear path (OneDnnLinear over packed
-// bfloat16 weights) at [M,K]x[K,N].
-double Bf16LinearGflops(int M, int N, int K, int repeats) {
-  kernels::OneDnnLinear linear(kernels::MatmulDtype::kBF16);
-  std::vector<float> w(size_t(K) * N, 0.02f), x(size_t(M) * K, 0.01f), out(size_t(M) * N);
-  auto weight = linear.Prepare(w.data(), K, N, kernels::WeightLayout::kInOut);
+// GFLOP/s (GOP/s for int8) of the CPU backend's own Linear in `dtype` (packed
+// bf16 weights, or int8 with the inputs quantized per call) at [M,K]x[K,N].
+double CpuLinearGflops(kernels::MatmulDtype dtype, int M, int N, int K, int repeats) {
+  auto backend = kernels::CpuBackend::Create(dtype);
+  if (!backend.ok()) return 0;
+  std::vector<float> w(size_t(K) * N, 0.02f), x(size_t(M) * K, 0.01f);
+  auto weight = (*backend)->PrepareWeight(w.data(), K, N, kernels::WeightLayout::kInOut);
+  auto in = (*backend)->Allocate(kernels::DType::kF32, M, K);
+  auto out = (*backend)->Allocate(kernels::DType::kF32, M, N);
+  if (!weight.ok() || !in.ok() || !out.ok()) return 0;
+  (void)(*backend)->Upload(x.data(), *in);
   const int inner = std::max(1, 256 / M);
   const double s = MedianSeconds(repeats, [&] {
     for (int i = 0; i < inner; ++i) {
-      linear.Run(x.data(), M, *weight, nullptr, kernels::Epilogue::kBias, out.data());
+      (void)(*backend)->Linear(*in, **weight, nullptr, kernels::Epilogue::kBias, *out);
     }
   });
   return 2.0 * M * N * K * inner / s / 1e9;
@@ -123,7 +129,7 @@ std::vector<int> IntList(const std::string& flag) {
   return out;
 }
 
-// The CPU's roofline: oneDNN sgemm (or our bf16 linear) and read bandwidth.
+// The CPU's roofline: oneDNN sgemm (and our bf16 or int8 linear) and read bandwidth.
 void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repeats,
                       double flop_per_token) {
   // The QKV GEMM's shape: [M, C] x [C, 3C].
@@ -132,23 +138,25 @@ void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repe
   for (int M : {1, 8, 32, 64, 128, 512}) {
     std::printf("| M=%d | %.0f |\n", M, SgemmGflops(M, N, K, repeats));
   }
-  const bool bf16 = dtype == kernels::MatmulDtype::kBF16;
-  if (bf16) {
-    std::printf("\n| bf16 linear [M,%d]x[%d,%d] | GFLOP/s |\n|---|---:|\n", K, K, N);
+  const bool f32 = dtype == kernels::MatmulDtype::kF32;
+  const char* name = kernels::MatmulDtypeName(dtype);
+  if (!f32) {
+    std::printf("\n| %s linear [M,%d]x[%d,%d] | GFLOP/s |\n|---|---:|\n", name, K, K, N);
     for (int M : {1, 8, 32, 64, 128, 512}) {
-      std::printf("| M=%d | %.0f |\n", M, Bf16LinearGflops(M, N, K, repeats));
+      std::printf("| M=%d | %.0f |\n", M, CpuLinearGflops(dtype, M, N, K, repeats));
     }
   }
-  const double peak = bf16 ? Bf16LinearGflops(128, N, K, repeats) : SgemmGflops(128, N, K, repeats);
+  const double peak = f32 ? SgemmGflops(128, N, K, repeats) : CpuLinearGflops(dtype, 128, N, K, repeats);
   const double bw = ReadBandwidthGBs(repeats);
-  // The GEMM weights in the linear layers' type (wpe is never streamed whole).
-  const double weight_bytes = (bf16 ? 2.0 : 4.0) *
+  // The GEMM weights in the linear layers' type (wpe is never streamed
+  // whole); int8's scales (4 bytes per column) are left out.
+  const double weight_bytes = (f32 ? 4.0 : dtype == kernels::MatmulDtype::kInt8 ? 1.0 : 2.0) *
                               cfg.matmul_parameters;
   std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
               "(%.0f MB of %s weights per step)\n", bw, bw * 1e9 / weight_bytes, weight_bytes / 1e6,
               kernels::MatmulDtypeName(dtype));
   std::printf("%s peak (M=128): %.0f GFLOP/s -> compute bound %.0f tokens/s\n",
-              bf16 ? "bf16 linear" : "sgemm", peak, peak * 1e9 / flop_per_token);
+              f32 ? "sgemm" : absl::StrCat(name, " linear").c_str(), peak, peak * 1e9 / flop_per_token);
 }
 
 // TFLOP/s of the backend's own Linear at [M,K]x[K,N] (what the model runs).
