@@ -1,5 +1,7 @@
 // Scalar math written so that GCC vectorizes loops that call it (no libm
 // calls): exp and the GPT-2 `gelu_new` activation, accurate to a few ulp.
+// GCC if-converts the clamps, and so vectorizes such loops, only under
+// -fno-trapping-math (kernels/cpu/BUILD.bazel sets it where these run hot).
 #ifndef FLOVER_KERNELS_CPU_VEC_MATH_H_
 #define FLOVER_KERNELS_CPU_VEC_MATH_H_
 
