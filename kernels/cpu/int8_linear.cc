@@ -119,8 +119,18 @@ absl::Status Int8Linear::CheckSupported() {
 }
 
 float Int8Linear::QuantizeRow(const float* x, int K, int8_t* q) {
-  float amax = 0.0f;
-  for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[k]));
+  // max |x| taken over the bit patterns with the sign cleared: for
+  // non-negative floats their order is the values' order, and an integer
+  // max vectorizes where a float one (NaN rules) does not. A NaN input
+  // gives a NaN scale, so NaN results, as f32 would.
+  uint32_t top = 0;
+  for (int k = 0; k < K; ++k) {
+    uint32_t bits;
+    std::memcpy(&bits, x + k, sizeof(bits));
+    top = std::max(top, bits & 0x7fffffffu);
+  }
+  float amax;
+  std::memcpy(&amax, &top, sizeof(amax));
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   for (int k = 0; k < K; ++k) {
     const float r = std::nearbyint(x[k] * inv);
@@ -138,13 +148,18 @@ absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(const float* w, int 
   auto weight = std::make_unique<Int8Weight>();
   weight->k_ = K;
   weight->n_ = N;
-  const auto at = [&](int k, int n) {
-    return layout == WeightLayout::kInOut ? w[size_t(k) * N + n] : w[size_t(n) * K + k];
-  };
-  // Per column: scale = max |w| / 127, q = round(w / scale) (to nearest even).
+  // Per column: scale = max |w| / 127, q = round(w * 127 / max |w|) (to
+  // nearest even). q keeps w's layout, and both are walked in memory order.
+  const bool out_in = layout == WeightLayout::kOutIn;
+  const int outer = out_in ? N : K, inner = out_in ? K : N;
+  const auto column = [&](int o, int i) { return out_in ? o : i; };
   std::vector<float> amax(N, 0.0f);
-  for (int k = 0; k < K; ++k) {
-    for (int n = 0; n < N; ++n) amax[n] = std::max(amax[n], std::fabs(at(k, n)));
+  for (int o = 0; o < outer; ++o) {
+    const float* row = w + size_t(o) * inner;
+    for (int i = 0; i < inner; ++i) {
+      float& m = amax[column(o, i)];
+      m = std::max(m, std::fabs(row[i]));
+    }
   }
   std::vector<float> inv(N);
   weight->scale.resize(N);
@@ -154,12 +169,14 @@ absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(const float* w, int 
   }
   std::vector<int8_t> q(size_t(K) * N);
   std::vector<int32_t> colsum(N, 0);
-  for (int k = 0; k < K; ++k) {
-    for (int n = 0; n < N; ++n) {
-      const float r = std::nearbyint(at(k, n) * inv[n]);
-      const int8_t v = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, r)));
-      q[size_t(k) * N + n] = v;
-      colsum[n] += v;
+  for (int o = 0; o < outer; ++o) {
+    const float* row = w + size_t(o) * inner;
+    int8_t* q_row = q.data() + size_t(o) * inner;
+    for (int i = 0; i < inner; ++i) {
+      const int n = column(o, i);
+      const float r = std::nearbyint(row[i] * inv[n]);
+      q_row[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, r)));
+      colsum[n] += q_row[i];
     }
   }
   weight->offset.resize(N);
@@ -167,7 +184,7 @@ absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(const float* w, int 
 
   const auto probe = MatmulDesc(engine_, kLayoutProbeRows, K, N, XStride(K),
                                 memory::desc({K, N}, memory::data_type::s8, Tag::any));
-  memory src({{K, N}, memory::data_type::s8, Tag::ab}, engine_, q.data());
+  memory src({{K, N}, memory::data_type::s8, out_in ? Tag::ba : Tag::ab}, engine_, q.data());
   WeightArena::Block block = arena_.Allocate(probe.weights_desc().get_size());
   if (block.data == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
