@@ -20,13 +20,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "dist/communicator.h"
+#include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/causal_lm.h"
 #include "model/model_loader.h"
 
 ABSL_FLAG(std::string, model, "builtin:llama-tiny", "Model directory or builtin:NAME");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks (> 1 under mpirun -np TP)");
-ABSL_FLAG(std::string, dtype, "f32", "Linear layers' dtype on the backend: f32 or bf16");
+ABSL_FLAG(std::string, dtype, "f32", "Linear layers' dtype on the backend: f32, bf16 or int8");
 
 namespace flover {
 namespace {
@@ -61,9 +62,9 @@ int Run() {
     comm = std::make_unique<LocalCommunicator>();
   }
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype != "f32" && dtype != "bf16") return Fail(absl::InvalidArgumentError("--dtype: f32 or bf16"));
-  auto backend = kernels::CpuBackend::Create(dtype == "bf16" ? kernels::MatmulDtype::kBF16
-                                                             : kernels::MatmulDtype::kF32);
+  auto matmul = kernels::ParseMatmulDtype(dtype);
+  if (!matmul.ok()) return Fail(matmul.status());
+  auto backend = kernels::CpuBackend::Create(*matmul);
   if (!backend.ok()) return Fail(backend.status());
   const auto [rss0, hwm0] = RssMiB();
   const auto t0 = Clock::now();
