@@ -23,6 +23,15 @@ using testing::ScaledError;
 
 Communicator* g_comm = nullptr;
 
+// 32 greedy tokens, EOS ignored.
+GenerateOptions Greedy32() {
+  GenerateOptions g;
+  g.max_new_tokens = 32;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0;
+  return g;
+}
+
 class TensorParallelTest
     : public ::testing::TestWithParam<
           std::tuple<const char*, kernels::MatmulDtype, kernels::KvDtype>> {
@@ -77,10 +86,7 @@ TEST_P(TensorParallelTest, LogitsMatchOneRankAtEveryPosition) {
 }
 
 TEST_P(TensorParallelTest, GreedyOutputsEqualOneRank) {
-  GenerateOptions g;
-  g.max_new_tokens = 32;
-  g.ignore_eos = true;
-  g.sampling.temperature = 0;
+  const GenerateOptions g = Greedy32();
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2};
   auto tp_out = GenerateAlone(*tp_, prompt, g, g_comm);
   ASSERT_TRUE(tp_out.ok()) << tp_out.status();
@@ -157,18 +163,14 @@ TEST_P(TensorParallelInt8Test, StaysAsCloseToF32AsOneRank) {
 }
 
 TEST_P(TensorParallelInt8Test, GreedyAgreementIsReported) {
-  GenerateOptions g;
-  g.max_new_tokens = 32;
-  g.ignore_eos = true;
-  g.sampling.temperature = 0;
+  const GenerateOptions g = Greedy32();
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2};
   auto tp_out = GenerateAlone(*tp_, prompt, g, g_comm);
   ASSERT_TRUE(tp_out.ok()) << tp_out.status();
   if (!g_comm->world().is_leader()) return;
   auto one_out = GenerateAlone(*one_, prompt, g);
   ASSERT_TRUE(one_out.ok());
-  size_t agree = 0;
-  while (agree < tp_out->size() && (*tp_out)[agree] == (*one_out)[agree]) ++agree;
+  const size_t agree = testing::AgreeingPrefix(*tp_out, *one_out);
   EXPECT_GE(agree, 1u);
   std::printf("%s int8: greedy tokens of tp=2 agreeing with tp=1: %zu of %zu\n", GetParam(),
               agree, tp_out->size());
@@ -206,10 +208,7 @@ TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
       EXPECT_LT(ScaledError(&logits[row * V], &want[row * V], V), 1e-4) << dir;
     }
   }
-  GenerateOptions g;
-  g.max_new_tokens = 32;
-  g.ignore_eos = true;
-  g.sampling.temperature = 0;
+  const GenerateOptions g = Greedy32();
   auto out = GenerateAlone(tp, golden.greedy_prompt, g, g_comm);
   ASSERT_TRUE(out.ok());
   if (g_comm->world().is_leader()) {

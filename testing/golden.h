@@ -34,6 +34,14 @@ inline std::vector<int32_t> JsonIds(const google::protobuf::Value& list) {
   return ids;
 }
 
+// How many leading tokens of `a` and `b` agree (greedy continuations of a
+// reduced dtype against F32's, say).
+inline size_t AgreeingPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 // What tests/golden/make_golden.py wrote for one fixture model.
 struct Golden {
   std::vector<std::vector<int32_t>> prompts;

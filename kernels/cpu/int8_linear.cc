@@ -51,17 +51,6 @@ dnnl::matmul::primitive_desc MatmulDesc(const dnnl::engine& engine, int rows, in
       engine);
 }
 
-// Values in [-1, 1) from a fixed generator, for the panel check.
-std::vector<float> ProbeValues(size_t n, uint32_t seed) {
-  std::vector<float> v(n);
-  uint32_t s = seed * 2654435761u + 1;
-  for (float& f : v) {
-    s = s * 1664525u + 1013904223u;
-    f = static_cast<float>(s >> 8) / float(1u << 23) - 1.0f;
-  }
-  return v;
-}
-
 // out[n] (= or +=) epilogue(float(acc[n] - offset[n]) * (row_scale * scale[n]) + bias[n]).
 template <Epilogue kEp, bool kBias>
 void DequantizeRow(const int32_t* acc, const int32_t* offset, const float* scale, float row_scale,
@@ -223,7 +212,7 @@ bool Int8Linear::PanelsMatch(const Weight& weight, const Int8PanelView& view) {
   const auto& w = static_cast<const Int8Weight&>(weight);
   constexpr int kRows = kPanelMaxRows + 1;
   const int K = w.k(), N = w.n();
-  const std::vector<float> x = ProbeValues(size_t(kRows) * K, 1);
+  const std::vector<float> x = PanelProbeValues(size_t(kRows) * K, 1);
   QuantizeRows(x.data(), kRows, kRows, K);
   std::vector<int32_t> want(size_t(kRows) * N), got(size_t(kRows) * N);
   memory src(SourceDesc(kRows, K, XStride(K)), engine_, xq_.data());

@@ -53,18 +53,6 @@ unsigned EpilogueBit(bool has_bias, Epilogue epilogue) {
 // 512, 3072 -> 1024); tried first, then the other candidates.
 int OneDnnKChunk(int K) { return K <= 512 ? K : (K < 2048 ? 512 : 1024); }
 
-// Made-up inputs for the bitwise comparison: values in [-1, 1) from a fixed
-// generator (every bit of the comparison reproducible).
-std::vector<float> ProbeValues(size_t n, uint32_t seed) {
-  std::vector<float> v(n);
-  uint32_t s = seed * 2654435761u + 1;
-  for (float& f : v) {
-    s = s * 1664525u + 1013904223u;
-    f = static_cast<float>(s >> 8) / float(1u << 23) - 1.0f;
-  }
-  return v;
-}
-
 // On CPUs with AMX (Sapphire Rapids and later Xeons), oneDNN runs bf16
 // matmuls of some row counts on AMX tiles and others on AVX-512 BF16, and the
 // two sum in different orders: a row's result then depends on M (seen on the
@@ -181,9 +169,9 @@ bool OneDnnLinear::PanelsMatch(const Weight& w, const PanelView& view, bool has_
                                Epilogue epilogue) {
   constexpr int kRows = kPanelMaxRows + 1;
   const int K = w.k(), N = w.n();
-  const std::vector<float> x = ProbeValues(size_t(kRows) * K, 1);
-  const std::vector<float> bias = ProbeValues(N, 2);
-  std::vector<float> want = ProbeValues(size_t(kRows) * N, 3);  // the residual, when added
+  const std::vector<float> x = PanelProbeValues(size_t(kRows) * K, 1);
+  const std::vector<float> bias = PanelProbeValues(N, 2);
+  std::vector<float> want = PanelProbeValues(size_t(kRows) * N, 3);  // the residual, when added
   std::vector<float> got = want;
   const float* b = has_bias ? bias.data() : nullptr;
   dnnl::matmul mm = MakePrimitive(Key{kRows, K, N, has_bias, epilogue},

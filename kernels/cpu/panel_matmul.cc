@@ -151,6 +151,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void Int8Panels(
 
 }  // namespace
 
+std::vector<float> PanelProbeValues(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& f : v) {
+    s = s * 1664525u + 1013904223u;
+    f = static_cast<float>(s >> 8) / float(1u << 23) - 1.0f;
+  }
+  return v;
+}
+
 bool Int8PanelKernelsRun() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vnni");

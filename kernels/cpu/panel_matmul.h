@@ -18,7 +18,9 @@
 #ifndef FLOVER_KERNELS_CPU_PANEL_MATMUL_H_
 #define FLOVER_KERNELS_CPU_PANEL_MATMUL_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace flover::kernels {
 
@@ -37,6 +39,10 @@ struct PanelView {
 
 inline constexpr int kPanelColumns = 64;
 inline constexpr int kPanelMaxRows = 3;
+
+// Made-up inputs for comparing the panel kernels with oneDNN before use:
+// values in [-1, 1) from a fixed generator (every bit reproducible).
+std::vector<float> PanelProbeValues(size_t n, uint32_t seed);
 
 // Whether this CPU runs the kernels: AVX-512F, and AVX512_BF16 for bf16.
 bool PanelKernelsRun(bool bf16);

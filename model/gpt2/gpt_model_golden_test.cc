@@ -281,11 +281,7 @@ TEST_P(GoldenReducedTest, GreedyAgreementWithTransformersIsReported) {
   options.ignore_eos = true;
   auto out = GenerateAlone(*gpt_, golden_.greedy_prompt, options);
   ASSERT_TRUE(out.ok()) << out.status();
-  size_t agree = 0;
-  while (agree < out->size() && agree < golden_.greedy_output.size() &&
-         (*out)[agree] == golden_.greedy_output[agree]) {
-    ++agree;
-  }
+  const size_t agree = testing::AgreeingPrefix(*out, golden_.greedy_output);
   EXPECT_GE(agree, 1u);
   std::printf("%s %s on %s: greedy tokens agreeing with transformers' F32: %zu of %zu\n",
               fixture(), std::get<1>(GetParam()).name, std::get<2>(GetParam()), agree,

@@ -140,11 +140,7 @@ TEST_P(LlamaGoldenTest, GreedyContinuationMatchesTransformers) {
     EXPECT_EQ(*out, golden_.greedy_output);
     return;
   }
-  size_t agree = 0;
-  while (agree < out->size() && agree < golden_.greedy_output.size() &&
-         (*out)[agree] == golden_.greedy_output[agree]) {
-    ++agree;
-  }
+  const size_t agree = testing::AgreeingPrefix(*out, golden_.greedy_output);
   EXPECT_GE(agree, 1u);
   std::printf("%s %s/%s on %s: greedy tokens agreeing with transformers' F32: %zu of %zu\n",
               c.fixture, kernels::MatmulDtypeName(c.matmul), kernels::KvDtypeName(c.kv),

@@ -28,35 +28,29 @@ b=$("$GEN" --model=$FIXTURE --prompt="Hello world" --max_new_tokens=8 --temperat
 c=$("$GEN" --model=builtin:tiny --prompt_ids=1,2,3 --max_new_tokens=4 --temperature=0 --ignore_eos)
 [ "$(echo "$c" | json "sorted(d)")" = "['token_ids']" ] || fail "builtin keys: $c"
 
-# --dtype=bf16 runs the linear layers in bfloat16 and --kv_dtype=bf16 keeps
-# the KV cache in it: still the contract, and seeded sampling is still
-# repeatable. The project's one bf16 skip policy, as in the C++ tests: a CPU
-# without fast bf16 refuses --dtype=bf16 by name, and only that refusal
-# skips (printed); any other failure fails.
-bf16=(--model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=8 --temperature=0.9 --seed=3 --ignore_eos --dtype=bf16 --kv_dtype=bf16)
-err="$(mktemp -p "${TEST_TMPDIR:-/tmp}")"
-if d1=$("$GEN" "${bf16[@]}" 2> "$err"); then
-  d2=$("$GEN" "${bf16[@]}")
-  [ "$d1" = "$d2" ] || fail "bf16: same seed gave $d1 then $d2"
-  [ "$(echo "$d1" | json "len(d['token_ids'])")" = 8 ] || fail "bf16: expected 8 tokens: $d1"
-elif grep -q "has no optimized bf16 matmul" "$err"; then
-  echo "[  SKIPPED ] flover_generate_test.bf16_checks ($(head -c 300 "$err" | tr '\n' ' '))"
-else
-  fail "bf16: $(cat "$err")"
-fi
-
-# --dtype=int8 (weights and inputs quantized, int32 sums): the same contract;
-# a CPU without AVX-512 VNNI refuses it by name, and only that refusal skips.
-int8=(--model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=8 --temperature=0.9 --seed=3 --ignore_eos --dtype=int8)
-if d1=$("$GEN" "${int8[@]}" 2> "$err"); then
-  d2=$("$GEN" "${int8[@]}")
-  [ "$d1" = "$d2" ] || fail "int8: same seed gave $d1 then $d2"
-  [ "$(echo "$d1" | json "len(d['token_ids'])")" = 8 ] || fail "int8: expected 8 tokens: $d1"
-elif grep -q "int8 needs" "$err"; then
-  echo "[  SKIPPED ] flover_generate_test.int8_checks ($(head -c 300 "$err" | tr '\n' ' '))"
-else
-  fail "int8: $(cat "$err")"
-fi
+# A reduced-precision option keeps the contract, and seeded sampling stays
+# repeatable. The project's one skip policy for them, as in the C++ tests: a
+# CPU without the instructions refuses the option by name (REFUSAL), and
+# only that refusal skips (printed); any other failure fails.
+#   check_reduced NAME REFUSAL FLAGS...
+check_reduced() {
+  local name="$1" refusal="$2"; shift 2
+  local args=(--model=$FIXTURE --prompt_ids="$prompt" --max_new_tokens=8 --temperature=0.9 --seed=3 --ignore_eos "$@")
+  local err d1 d2
+  err="$(mktemp -p "${TEST_TMPDIR:-/tmp}")"
+  if d1=$("$GEN" "${args[@]}" 2> "$err"); then
+    d2=$("$GEN" "${args[@]}")
+    [ "$d1" = "$d2" ] || fail "$name: same seed gave $d1 then $d2"
+    [ "$(echo "$d1" | json "len(d['token_ids'])")" = 8 ] || fail "$name: expected 8 tokens: $d1"
+  elif grep -q "$refusal" "$err"; then
+    echo "[  SKIPPED ] flover_generate_test.${name}_checks ($(head -c 300 "$err" | tr '\n' ' '))"
+  else
+    fail "$name: $(cat "$err")"
+  fi
+}
+# bf16 linear layers and KV cache; int8 weights and inputs with int32 sums.
+check_reduced bf16 "has no optimized bf16 matmul" --dtype=bf16 --kv_dtype=bf16
+check_reduced int8 "int8 needs" --dtype=int8
 
 # Errors: non-zero exit, one line on stderr naming the problem.
 expect_error() {
