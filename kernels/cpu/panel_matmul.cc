@@ -149,6 +149,19 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void Int8Panels(
   }
 }
 
+// Splits the panels of N columns over the OpenMP threads, each taking one
+// contiguous run (one sequential stream of weights), and calls run(p0, p1)
+// on each.
+template <class Run>
+void ForEachThreadsPanels(int N, const Run& run) {
+  const int panels = (N + kPanelColumns - 1) / kPanelColumns;
+#pragma omp parallel if (panels > 1)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    run(int(int64_t{panels} * t / T), int(int64_t{panels} * (t + 1) / T));
+  }
+}
+
 }  // namespace
 
 std::vector<float> PanelProbeValues(size_t n, uint32_t seed) {
@@ -168,17 +181,13 @@ bool Int8PanelKernelsRun() {
 
 void PanelMatmulInt8(const Int8PanelView& w, const uint8_t* x, int x_stride, int M,
                      int32_t* out) {
-  const int panels = (w.n + kPanelColumns - 1) / kPanelColumns;
-#pragma omp parallel if (panels > 1)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int p0 = int(int64_t{panels} * t / T), p1 = int(int64_t{panels} * (t + 1) / T);
+  ForEachThreadsPanels(w.n, [&](int p0, int p1) {
     switch (M) {
       case 1: Int8Panels<1>(w, x, x_stride, p0, p1, out); break;
       case 2: Int8Panels<2>(w, x, x_stride, p0, p1, out); break;
       default: Int8Panels<3>(w, x, x_stride, p0, p1, out); break;
     }
-  }
+  });
 }
 
 bool PanelKernelsRun(bool bf16) {
@@ -187,18 +196,13 @@ bool PanelKernelsRun(bool bf16) {
 
 void PanelMatmul(const PanelView& w, const void* x, int M, const float* bias, bool accumulate,
                  float* out) {
-  const int panels = (w.n + kPanelColumns - 1) / kPanelColumns;
-  // Each thread takes one contiguous run of panels: one sequential stream.
-#pragma omp parallel if (panels > 1)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int p0 = int(int64_t{panels} * t / T), p1 = int(int64_t{panels} * (t + 1) / T);
+  ForEachThreadsPanels(w.n, [&](int p0, int p1) {
     switch (M) {
       case 1: Panels<1>(w, x, bias, accumulate, p0, p1, out); break;
       case 2: Panels<2>(w, x, bias, accumulate, p0, p1, out); break;
       default: Panels<3>(w, x, bias, accumulate, p0, p1, out); break;
     }
-  }
+  });
 }
 
 }  // namespace flover::kernels
