@@ -12,6 +12,9 @@ tools/bazelw test //... --test_summary=short "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//\S+\s+(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//\S+\s+.*(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
+# This run's targets (//pkg:name), so that logs left by targets since moved
+# or deleted are not counted.
+targets=$(grep -oE '^//[^ ]+' "$log" | sort -u)
 rm -f "$log"
 echo "${passed} passed, ${failed} failed"
 # GoogleTest prints "[  SKIPPED ] Suite.Test" for each skipped case (twice:
@@ -19,12 +22,18 @@ echo "${passed} passed, ${failed} failed"
 # for a part they skip; Python's unittest "OK (skipped=N)".
 testlogs=$(tools/bazelw info bazel-testlogs 2>/dev/null)
 if [ -d "$testlogs" ]; then
-  cases=$(grep -rhoE '^\[  SKIPPED \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' "$testlogs" --include=test.log |
+  logs=()
+  for t in $targets; do  # the target's test.log, or its shards'
+    dir="$testlogs/$(sed 's|^//||; s|:|/|' <<< "$t")"
+    [ -d "$dir" ] && while IFS= read -r f; do logs+=("$f"); done < <(find "$dir" -name test.log)
+  done
+  [ ${#logs[@]} -gt 0 ] || logs=(/dev/null)
+  cases=$(grep -hoE '^\[  SKIPPED \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' "${logs[@]}" |
           sed 's/^\[  SKIPPED \] //' | sort -u)
   gtest=$(grep -c . <<< "$cases")
   by_suite=$(sed 's/\..*//' <<< "$cases" | grep . | sort | uniq -c |
              awk '{printf "%s%s %d", (NR > 1 ? ", " : ""), $2, $1}')
-  py=$(grep -rhoE 'skipped=[0-9]+' "$testlogs" --include=test.log | awk -F= '{n += $2} END {print n + 0}')
+  py=$(grep -hoE 'skipped=[0-9]+' "${logs[@]}" | awk -F= '{n += $2} END {print n + 0}')
   echo "skipped test cases: $((gtest + py)) (GoogleTest ${gtest}: ${by_suite:-none}; Python ${py})"
 fi
 exit "$rc"
