@@ -67,9 +67,27 @@ void DequantizeRow(const int32_t* acc, const int32_t* offset, const float* scale
   }
 }
 
-template <Epilogue kEp, bool kBias>
+using DequantizeRowFn = void (*)(const int32_t*, const int32_t*, const float*, float,
+                                 const float*, int, int, float*);
+
+DequantizeRowFn DequantizerFor(Epilogue epilogue, bool has_bias) {
+  switch (epilogue) {
+    case Epilogue::kBiasGelu:
+      return has_bias ? &DequantizeRow<Epilogue::kBiasGelu, true>
+                      : &DequantizeRow<Epilogue::kBiasGelu, false>;
+    case Epilogue::kBiasResidual:
+      return has_bias ? &DequantizeRow<Epilogue::kBiasResidual, true>
+                      : &DequantizeRow<Epilogue::kBiasResidual, false>;
+    case Epilogue::kBias:
+      break;
+  }
+  return has_bias ? &DequantizeRow<Epilogue::kBias, true> : &DequantizeRow<Epilogue::kBias, false>;
+}
+
+// Every row's int32 sums through the epilogue, in column blocks over the threads.
 void Dequantize(const int32_t* acc, const Int8Weight& w, const float* row_scale, int M,
-                const float* bias, float* out) {
+                const float* bias, Epilogue epilogue, float* out) {
+  const DequantizeRowFn row_fn = DequantizerFor(epilogue, bias != nullptr);
   const int N = w.n();
   const int blocks = (N + kColumnBlock - 1) / kColumnBlock;
   const int64_t units = int64_t{M} * blocks;
@@ -77,16 +95,15 @@ void Dequantize(const int32_t* acc, const Int8Weight& w, const float* row_scale,
   for (int64_t u = 0; u < units; ++u) {
     const int m = static_cast<int>(u / blocks);
     const int n0 = static_cast<int>(u % blocks) * kColumnBlock;
-    DequantizeRow<kEp, kBias>(acc + size_t(m) * N, w.offset.data(), w.scale.data(), row_scale[m],
-                              bias, n0, std::min(N, n0 + kColumnBlock), out + size_t(m) * N);
+    row_fn(acc + size_t(m) * N, w.offset.data(), w.scale.data(), row_scale[m], bias, n0,
+           std::min(N, n0 + kColumnBlock), out + size_t(m) * N);
   }
 }
 
 }  // namespace
 
 Int8Linear::Int8Linear() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
-  // The same ISA cap as the other dtypes (one kernel family for every M).
-  (void)OneDnnLinear::CheckSupported(MatmulDtype::kF32);
+  OneDnnLinear::KeepOneKernelFamily();
 }
 
 absl::Status Int8Linear::CheckSupported() {
@@ -185,20 +202,14 @@ absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(const float* w, int 
   stream_.wait();
 
   // The panel kernel reads BA16a64b4a: 64-column panels of [k_padded / 4][64][4].
-  const dnnl_memory_desc_t& d = weight->packed.get_desc().data;
-  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
-  const bool layout_ok =
-      Int8PanelKernelsRun() && d.format_kind == dnnl_blocked && d.ndims == 2 &&
-      d.extra.flags == 0 && b.inner_nblks == 3 && b.inner_blks[0] == 16 &&
-      b.inner_idxs[0] == 0 && b.inner_blks[1] == kPanelColumns && b.inner_idxs[1] == 1 &&
-      b.inner_blks[2] == 4 && b.inner_idxs[2] == 0 && d.padded_dims[1] % kPanelColumns == 0 &&
-      b.strides[0] == 64 * kPanelColumns && b.strides[1] == d.padded_dims[0] * kPanelColumns;
-  if (layout_ok) {
+  const std::optional<int> k_padded =
+      Int8PanelKernelsRun() ? OneDnnLinear::PanelKPadded(weight->packed, 4) : std::nullopt;
+  if (k_padded) {
     Int8PanelView view;
     view.data = static_cast<const int8_t*>(weight->packed.get_data_handle());
     view.k = K;
     view.n = N;
-    view.k_padded = static_cast<int>(d.padded_dims[0]);
+    view.k_padded = *k_padded;
     // Integer sums leave nothing to match but the layout; checked once per shape.
     if (panel_shapes_.count({K, N}) != 0 || PanelsMatch(*weight, view)) {
       panel_shapes_.insert({K, N});
@@ -293,23 +304,7 @@ void Int8Linear::Run(const float* x, int M, const Weight& weight, const float* b
         .execute(stream_, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w.packed}, {DNNL_ARG_DST, dst}});
     stream_.wait();
   }
-  const float* rs = row_scale_.data();
-  const int32_t* acc = acc_.data();
-  const bool b = bias != nullptr;
-  switch (epilogue) {
-    case Epilogue::kBias:
-      b ? Dequantize<Epilogue::kBias, true>(acc, w, rs, M, bias, out)
-        : Dequantize<Epilogue::kBias, false>(acc, w, rs, M, bias, out);
-      break;
-    case Epilogue::kBiasGelu:
-      b ? Dequantize<Epilogue::kBiasGelu, true>(acc, w, rs, M, bias, out)
-        : Dequantize<Epilogue::kBiasGelu, false>(acc, w, rs, M, bias, out);
-      break;
-    case Epilogue::kBiasResidual:
-      b ? Dequantize<Epilogue::kBiasResidual, true>(acc, w, rs, M, bias, out)
-        : Dequantize<Epilogue::kBiasResidual, false>(acc, w, rs, M, bias, out);
-      break;
-  }
+  Dequantize(acc_.data(), w, row_scale_.data(), M, bias, epilogue, out);
 }
 
 void Int8Linear::PrepareRows(const Weight& weight, int max_rows) {

@@ -53,6 +53,13 @@ unsigned EpilogueBit(bool has_bias, Epilogue epilogue) {
 // 512, 3072 -> 1024); tried first, then the other candidates.
 int OneDnnKChunk(int K) { return K <= 512 ? K : (K < 2048 ? 512 : 1024); }
 
+MatmulDtype AfterKeepingOneKernelFamily(MatmulDtype dtype) {
+  OneDnnLinear::KeepOneKernelFamily();
+  return dtype;
+}
+
+}  // namespace
+
 // On CPUs with AMX (Sapphire Rapids and later Xeons), oneDNN runs bf16
 // matmuls of some row counts on AMX tiles and others on AVX-512 BF16, and the
 // two sum in different orders: a row's result then depends on M (seen on the
@@ -62,17 +69,25 @@ int OneDnnKChunk(int K) { return K <= 512 ? K : (K < 2048 ? 512 : 1024); }
 // AMX, and CPUs without it are unaffected. It must happen before oneDNN
 // first looks at the CPU; where that is too late (ONEDNN_MAX_CPU_ISA set,
 // say) oneDNN keeps what it has.
-void KeepOneKernelFamily() {
+void OneDnnLinear::KeepOneKernelFamily() {
   static std::once_flag once;
   std::call_once(once, [] { dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16); });
 }
 
-MatmulDtype AfterKeepingOneKernelFamily(MatmulDtype dtype) {
-  KeepOneKernelFamily();
-  return dtype;
+std::optional<int> OneDnnLinear::PanelKPadded(const dnnl::memory& packed, int k_group) {
+  const dnnl_memory_desc_t& d = packed.get_desc().data;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  const bool grouped = k_group > 1;
+  const bool ok =
+      d.format_kind == dnnl_blocked && d.ndims == 2 && d.extra.flags == 0 &&
+      b.inner_nblks == (grouped ? 3 : 2) && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 &&
+      b.inner_blks[1] == kPanelColumns && b.inner_idxs[1] == 1 &&
+      (!grouped || (b.inner_blks[2] == k_group && b.inner_idxs[2] == 0)) &&
+      d.padded_dims[1] % kPanelColumns == 0 && b.strides[0] == 16 * k_group * kPanelColumns &&
+      b.strides[1] == d.padded_dims[0] * kPanelColumns;
+  if (!ok) return std::nullopt;
+  return static_cast<int>(d.padded_dims[0]);
 }
-
-}  // namespace
 
 OneDnnLinear::OneDnnLinear(MatmulDtype dtype)
     : dtype_(AfterKeepingOneKernelFamily(dtype)), weight_type_(TypeOf(dtype)),
@@ -127,22 +142,15 @@ std::optional<PanelView> OneDnnLinear::FindPanels(const Weight& weight) {
   if (!PanelKernelsRun(bf16) || (bf16 && K % 2 != 0)) return std::nullopt;
   // The layout must be exactly the one the kernels read (BA16a64b or
   // BA16a64b2a, panels one after another).
-  const dnnl_memory_desc_t& d = w.packed().get_desc().data;
-  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
   const int pairs = bf16 ? 2 : 1;
-  const bool layout_ok =
-      d.format_kind == dnnl_blocked && d.ndims == 2 && b.inner_nblks == (bf16 ? 3 : 2) &&
-      b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 && b.inner_blks[1] == kPanelColumns &&
-      b.inner_idxs[1] == 1 && (!bf16 || (b.inner_blks[2] == 2 && b.inner_idxs[2] == 0)) &&
-      d.padded_dims[1] % kPanelColumns == 0 && b.strides[0] == 16 * pairs * kPanelColumns &&
-      b.strides[1] == d.padded_dims[0] * kPanelColumns;
-  if (!layout_ok) return std::nullopt;
+  const std::optional<int> k_padded = PanelKPadded(w.packed(), pairs);
+  if (!k_padded) return std::nullopt;
   PanelView view;
   view.data = w.packed().get_data_handle();
   view.bf16 = bf16;
   view.k = K;
   view.n = N;
-  view.k_padded = static_cast<int>(d.padded_dims[0]);
+  view.k_padded = *k_padded;
   // The summation order belongs to oneDNN's kernel for the shape, not to the
   // values: found with the first weight of a shape, kept for the others.
   auto [it, first] = panel_shapes_.try_emplace({K, N});
