@@ -70,24 +70,36 @@ double SgemmGflops(int M, int N, int K, int repeats) {
   return 2.0 * M * N * K * inner / s / 1e9;
 }
 
+// TFLOP/s of the backend's own Linear at [M,K]x[K,N] (what the model runs),
+// timing `inner` calls per repetition. f32 inputs are 0.01 (int8 quantizes
+// them per call, so they should not all be zero); a 16-bit input's bits are
+// zeros (the timing ignores values).
+double LinearTflops(kernels::Backend& backend, int M, int N, int K, int repeats, int inner) {
+  std::vector<float> w(size_t(K) * N, 0.02f), x(size_t(M) * K, 0.01f);
+  auto weight = backend.PrepareWeight(w.data(), K, N, kernels::WeightLayout::kInOut);
+  auto in = backend.Allocate(backend.activation_dtype(), M, K);
+  auto out = backend.Allocate(kernels::DType::kF32, M, N);
+  if (!weight.ok() || !in.ok() || !out.ok()) return 0;
+  if (backend.activation_dtype() == kernels::DType::kF32) {
+    (void)backend.Upload(x.data(), *in);
+  } else {
+    const std::vector<uint16_t> zeros(size_t(M) * K, 0);
+    (void)backend.Upload(zeros.data(), *in);
+  }
+  const double s = MedianSeconds(repeats, [&] {
+    for (int i = 0; i < inner; ++i) (void)backend.Linear(*in, **weight, nullptr, kernels::Epilogue::kBias, *out);
+    (void)backend.Synchronize();
+  });
+  return 2.0 * M * N * K * inner / s / 1e12;
+}
+
 // GFLOP/s (GOP/s for int8) of the CPU backend's own Linear in `dtype` (packed
 // bf16 weights, or int8 with the inputs quantized per call) at [M,K]x[K,N].
 double CpuLinearGflops(kernels::MatmulDtype dtype, int M, int N, int K, int repeats) {
   auto backend = kernels::CpuBackend::Create(dtype);
   if (!backend.ok()) return 0;
-  std::vector<float> w(size_t(K) * N, 0.02f), x(size_t(M) * K, 0.01f);
-  auto weight = (*backend)->PrepareWeight(w.data(), K, N, kernels::WeightLayout::kInOut);
-  auto in = (*backend)->Allocate(kernels::DType::kF32, M, K);
-  auto out = (*backend)->Allocate(kernels::DType::kF32, M, N);
-  if (!weight.ok() || !in.ok() || !out.ok()) return 0;
-  (void)(*backend)->Upload(x.data(), *in);
-  const int inner = std::max(1, 256 / M);
-  const double s = MedianSeconds(repeats, [&] {
-    for (int i = 0; i < inner; ++i) {
-      (void)(*backend)->Linear(*in, **weight, nullptr, kernels::Epilogue::kBias, *out);
-    }
-  });
-  return 2.0 * M * N * K * inner / s / 1e9;
+  // Enough calls per timing to stay well above timer noise.
+  return 1e3 * LinearTflops(**backend, M, N, K, repeats, std::max(1, 256 / M));
 }
 
 // Read bandwidth: a parallel sum (parallel_sum.h) over a buffer far larger
@@ -159,23 +171,6 @@ void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repe
               f32 ? "sgemm" : absl::StrCat(name, " linear").c_str(), peak, peak * 1e9 / flop_per_token);
 }
 
-// TFLOP/s of the backend's own Linear at [M,K]x[K,N] (what the model runs).
-double LinearTflops(kernels::Backend& backend, int M, int N, int K, int repeats) {
-  std::vector<float> w(size_t(K) * N, 0.02f), x(size_t(M) * K, 0.01f);
-  auto weight = backend.PrepareWeight(w.data(), K, N, kernels::WeightLayout::kInOut);
-  auto in = backend.Allocate(backend.activation_dtype(), M, K);
-  auto out = backend.Allocate(kernels::DType::kF32, M, N);
-  if (!weight.ok() || !in.ok() || !out.ok()) return 0;
-  std::vector<uint16_t> zeros(size_t(M) * K * 2, 0);  // any bits: the timing ignores values
-  (void)backend.Upload(zeros.data(), *in);
-  const int inner = 20;
-  const double s = MedianSeconds(repeats, [&] {
-    for (int i = 0; i < inner; ++i) (void)backend.Linear(*in, **weight, nullptr, kernels::Epilogue::kBias, *out);
-    (void)backend.Synchronize();
-  });
-  return 2.0 * M * N * K * inner / s / 1e12;
-}
-
 // A GPU's roofline: the vendor GEMM with its own algorithm choice, our
 // batch-invariant Linear at the same shapes, and copy bandwidth.
 void PrintDeviceRoofline(kernels::Backend& backend, const ModelInfo& cfg, int repeats,
@@ -190,7 +185,7 @@ void PrintDeviceRoofline(kernels::Backend& backend, const ModelInfo& cfg, int re
   double peak = 0;
   for (int M : {1, 8, 32, 256, 512, 4096}) {
     auto lib = roof->GemmTflops(M, N, K, dtype);
-    const double ours = LinearTflops(backend, M, N, K, repeats);
+    const double ours = LinearTflops(backend, M, N, K, repeats, 20);
     if (lib.ok()) peak = std::max(peak, *lib);
     std::printf("| M=%d | %s | %.2f |\n", M, lib.ok() ? absl::StrFormat("%.2f", *lib).c_str() : "n/a",
                 ours);
