@@ -15,9 +15,11 @@
 #   1. tp=2 across two hosts (Llama, GQA) and tp=3 across three (GPT-2, 3
 #      heads) give transformers' greedy tokens through gRPC (a client in
 #      host A), and the ranks' traffic crossed the veths.
-#   2. With a 5 ms netem delay on the link the tokens stay equal; prints the
-#      step time with and without it. (Skipped, printed, where the kernel
-#      has no sch_netem.)
+#   2. With a 5 ms delay each way on the link the tokens stay equal, and the
+#      delay was in the path (steps of at least one round trip); prints the
+#      step time with and without it. `tc netem` where the kernel has
+#      sch_netem, else a user-space delay line over TAP devices
+#      (delay_line.py); skipped, printed, where neither can be made.
 #   3. The link is cut (ip link set down) under load: the job ends within a
 #      bounded time, clients see UNAVAILABLE, no process is left in either
 #      host.
@@ -25,10 +27,11 @@
 # Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); skips, printed, without.
 # Namespaces and processes are removed on exit, whatever happens.
 #
-#   netns_test.sh SERVER CLIENT LOADGEN AGENT LLAMA_DIR GPT2_DIR
+#   netns_test.sh SERVER CLIENT LOADGEN AGENT LLAMA_DIR GPT2_DIR DELAY_LINE
 set -uo pipefail
 server="$(realpath "$1")" client="$(realpath "$2")" loadgen="$(realpath "$3")"
 agent="$(realpath "$4")" llama="$(realpath "$5")" gpt2="$(realpath "$6")"
+delay_line="$(realpath "$7")"
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns.XXXXXX")"
 tag="flv$$"                       # namespace and host names: ${tag}a, ${tag}b, ${tag}c
 ns_a="${tag}a" ns_b="${tag}b" ns_c="${tag}c" ns_sw="${tag}s" dev=flvnet0
@@ -154,11 +157,42 @@ echo "PASS golden tp=2: Llama across two hosts = transformers' $(golden "$llama"
 for _ in 1 2 3; do greedy "$llama" > /dev/null; done
 plain_ms=$(step_ms)
 
-# 2. A 5 ms delay on the link (each way): same tokens, slower steps. The
-# step times printed are only a rough figure: the ranks busy-poll, so on a
-# 2-core machine anything else running (Bazel, a fuzzer) changes them 10x.
+# 2. A 5 ms delay on the link between hosts A and B, each way: same tokens,
+# slower steps. With sch_netem, `tc netem` on both ends; without it, the
+# frames between B and the switch go through a user-space delay line
+# (delay_line.py: B's switch port moves onto a second bridge whose only way
+# to the first is a pair of TAP devices the delay line forwards between).
+# Every step needs a round trip between the ranks (rank 0 sends the step,
+# rank 1's partial sums come back), so a delay really in the path makes the
+# mean step at least 10 ms on any machine; beyond that the step times are
+# only a rough figure: the ranks busy-poll, so on a 2-core machine anything
+# else running (Bazel, a fuzzer) changes them 10x.
+delay_kind="" delay_rx=""
 if in_a tc qdisc add dev "$dev" root netem delay 5ms 2> "$work/err"; then
   ip netns exec "$ns_b" tc qdisc add dev "$dev" root netem delay 5ms || fail "netem in $ns_b"
+  delay_kind="tc netem"
+elif [ -c /dev/net/tun ]; then
+  netem_err=$(tr -d '\n' < "$work/err")
+  ip -n "$ns_sw" link add br1 type bridge && ip -n "$ns_sw" link set br1 up || fail "second bridge"
+  ip netns exec "$ns_sw" python3 "$delay_line" --delay_ms=5 "${tag}da" "${tag}db" \
+    > "$work/delay.out" 2> "$work/delay.err" &
+  delay_pid=$!
+  for _ in $(seq 1 100); do
+    grep -q "^ready" "$work/delay.out" && break
+    kill -0 $delay_pid 2> /dev/null || fail "delay line exited: $(cat "$work/delay.err")"
+    sleep 0.1
+  done
+  grep -q "^ready" "$work/delay.out" || fail "delay line not ready after 10 s"
+  ip -n "$ns_sw" link set "${tag}da" master br0 && ip -n "$ns_sw" link set "${tag}da" up &&
+    ip -n "$ns_sw" link set "${tag}db" master br1 && ip -n "$ns_sw" link set "${tag}db" up &&
+    ip -n "$ns_sw" link set "${tag}p1" nomaster && ip -n "$ns_sw" link set "${tag}p1" master br1 ||
+    fail "wiring host B through the delay line"
+  delay_rx=$(ip netns exec "$ns_sw" cat "/sys/class/net/${tag}db/statistics/rx_bytes")
+  delay_kind="a user-space delay line (no sch_netem here: $netem_err)"
+else
+  skip delay_5ms "no netem qdisc in this kernel ($(tr -d '\n' < "$work/err")) and no /dev/net/tun for a delay line; mean step without delay $plain_ms ms"
+fi
+if [ -n "$delay_kind" ]; then
   s0=$(metric flover_step_duration_seconds_sum) n0=$(metric flover_step_duration_seconds_count)
   for _ in 1 2 3; do
     tokens=$(greedy "$llama")
@@ -166,10 +200,21 @@ if in_a tc qdisc add dev "$dev" root netem delay 5ms 2> "$work/err"; then
   done
   delayed_ms=$(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{1000 * (a[2] - a[0]) / (a[3] - a[1]):.2f}')" \
     "$s0" "$n0" "$(metric flover_step_duration_seconds_sum)" "$(metric flover_step_duration_seconds_count)")
-  echo "PASS delay: 5 ms each way keeps the tokens; mean step $plain_ms ms -> $delayed_ms ms"
-  in_a tc qdisc del dev "$dev" root; ip netns exec "$ns_b" tc qdisc del dev "$dev" root
-else
-  skip delay_5ms "no netem qdisc in this kernel: $(tr -d '\n' < "$work/err"); mean step without delay $plain_ms ms"
+  python3 -c "import sys; sys.exit(float(sys.argv[1]) < 10)" "$delayed_ms" ||
+    fail "mean step $delayed_ms ms with a 5 ms delay each way (a step's round trip alone takes 10 ms): the delay was not in the path"
+  if [ -n "$delay_rx" ]; then
+    delay_rx=$(( $(ip netns exec "$ns_sw" cat "/sys/class/net/${tag}db/statistics/rx_bytes") - delay_rx ))
+    [ "$delay_rx" -gt 10000 ] || fail "only $delay_rx bytes crossed the delay line towards host B"
+    # Back onto the one bridge, the delay line gone.
+    ip -n "$ns_sw" link set "${tag}p1" nomaster && ip -n "$ns_sw" link set "${tag}p1" master br0 ||
+      fail "unwiring the delay line"
+    kill $delay_pid; wait $delay_pid 2> /dev/null
+    ip -n "$ns_sw" link del br1
+    delay_kind="$delay_kind; $delay_rx bytes crossed it towards host B"
+  else
+    in_a tc qdisc del dev "$dev" root; ip netns exec "$ns_b" tc qdisc del dev "$dev" root
+  fi
+  echo "PASS delay: 5 ms each way keeps the tokens; mean step $plain_ms ms -> $delayed_ms ms; by $delay_kind"
 fi
 stop_job
 code=$?
