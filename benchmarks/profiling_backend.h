@@ -44,7 +44,7 @@ class ProfilingBackend final : public kernels::Backend {
   void* stream() override { return inner_.stream(); }
 
   absl::StatusOr<std::unique_ptr<kernels::Weight>> PrepareWeight(
-      const float* w, int K, int N, kernels::WeightLayout layout) override {
+      kernels::HostValues w, int K, int N, kernels::WeightLayout layout) override {
     return inner_.PrepareWeight(w, K, N, layout);
   }
   absl::Status PrepareLinear(const kernels::Weight& w, int max_rows, bool has_bias,

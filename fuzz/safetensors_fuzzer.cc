@@ -1,6 +1,7 @@
 // Arbitrary bytes as a .safetensors file: the parser must refuse what is
 // malformed with a status, and every tensor it accepts must be readable
-// whole and by region without reading outside the file.
+// whole and by region, as float32 and in its stored dtype, without reading
+// outside the file.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,8 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     region.row_begin = region.rows() / 2;
     region.col_end = region.col_begin + (region.cols() + 1) / 2;
     (void)file->ReadFloatRegion(name, info.shape, region);
+    (void)file->ReadRegion(name, info.shape, region);  // the stored dtype
     region.row_end += 1;  // one row past the end: an error, not a read
     (void)file->ReadFloatRegion(name, info.shape, region);
+    (void)file->ReadRegion(name, info.shape, region);
   }
   return 0;
 }

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/host_values.h"
 #include "kernels/kv_layer.h"
 #include "kernels/tensor.h"
 
@@ -33,7 +34,7 @@ namespace flover::kernels {
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 3;
+inline constexpr int kBackendAbiVersion = 4;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -195,9 +196,12 @@ class Backend : public Allocator {
   virtual int64_t replays() const { return 0; }
 
   // ---- Weights ------------------------------------------------------------
-  // Prepares w: [K, N] or [N, K] per `layout` (host float32, copied; w may be
-  // freed after), in the matmul dtype.
-  virtual absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(const float* w, int K, int N,
+  // Prepares w: [K, N] or [N, K] per `layout`, host values in the dtype
+  // the checkpoint stored them in (f32, bf16 or f16; copied, w may be freed
+  // after), in the matmul dtype. The result is the same as for w widened to
+  // float32 first; a backend that keeps the stored dtype (bf16 weights for
+  // bf16 matmuls) takes them as they are. InvalidArgument for another dtype.
+  virtual absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(HostValues w, int K, int N,
                                                                 WeightLayout layout) = 0;
   // Builds now what Linear on w (with or without a bias, with `epilogue`)
   // would otherwise build on first use for any M <= max_rows: compiled

@@ -344,6 +344,67 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param)) + "_" + MatmulDtypeName(std::get<1>(info.param));
     });
 
+// Weights handed over in the dtype a checkpoint stores them in (bf16 or f16
+// bits) prepare to the same weight as their float32 values: every Linear
+// output bitwise equal, for every matmul dtype and layout. (The CPU packs
+// bf16 values for a bf16 matmul as they are and widens the rest; CUDA
+// widens on the host.) Another dtype is refused, naming it.
+class StoredWeightTest : public ::testing::TestWithParam<std::tuple<const char*, MatmulDtype>> {};
+
+TEST_P(StoredWeightTest, StoredDtypePreparesAsItsFloatValues) {
+  const auto [device, dtype] = GetParam();
+  std::string skip;
+  auto d = MakeDev(device, dtype, KvDtype::kF32, &skip);
+  if (d == nullptr) GTEST_SKIP() << device << ": " << skip;
+  const int K = 96, N = 130;
+  const std::vector<float> b = Random(N, 31);
+  const Tensor bt = d->Up(b, 1, N);
+  for (DType stored : {DType::kBF16, DType::kF16}) {
+    // Values the stored dtype holds exactly, as its bits and as floats
+    // (widened by the harness's own conversions).
+    const std::vector<float> w = RoundedTo(Random(K * N, 32, 0.3f), stored);
+    std::vector<uint16_t> bits(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      bits[i] = stored == DType::kBF16 ? ToBf16(w[i]) : testing::HalfBits(w[i]);
+      const float back =
+          stored == DType::kBF16 ? Bf16ToFloat(bits[i]) : testing::HalfToFloat(bits[i]);
+      ASSERT_EQ(back, w[i]) << "test data not exact in " << DTypeName(stored);
+    }
+    for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+      auto from_bits = (*d)->PrepareWeight(HostValues(bits.data(), stored), K, N, layout);
+      auto from_floats = (*d)->PrepareWeight(w.data(), K, N, layout);
+      ASSERT_TRUE(from_bits.ok()) << from_bits.status();
+      ASSERT_TRUE(from_floats.ok()) << from_floats.status();
+      for (int M : {1, 3, 33}) {
+        const Tensor x = d->Up(Random(M * K, 33 + M, 2.0f), M, K);
+        for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGelu}) {
+          const Tensor a = d->New(DType::kF32, M, N), c = d->New(DType::kF32, M, N);
+          ASSERT_TRUE((*d)->Linear(x, **from_bits, &bt, e, a).ok());
+          ASSERT_TRUE((*d)->Linear(x, **from_floats, &bt, e, c).ok());
+          EXPECT_EQ(d->Down(a), d->Down(c))
+              << device << " " << MatmulDtypeName(dtype) << " from " << DTypeName(stored)
+              << " M=" << M << (layout == WeightLayout::kInOut ? " inout" : " outin");
+        }
+      }
+    }
+  }
+  const std::vector<int32_t> ints(K * N, 1);
+  auto refused = (*d)->PrepareWeight(HostValues(ints.data(), DType::kI32), K, N,
+                                     WeightLayout::kInOut);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("i32"), std::string::npos) << refused.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DevicesDtypes, StoredWeightTest,
+    ::testing::Combine(::testing::Values("cpu", "cuda"),
+                       ::testing::Values(MatmulDtype::kF32, MatmulDtype::kBF16, MatmulDtype::kF16,
+                                         MatmulDtype::kInt8)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param)) + "_" + MatmulDtypeName(std::get<1>(info.param));
+    });
+
 // Memory: round trips are exact, an impossible allocation is refused with
 // the size, a wrongly shaped argument is refused naming the op and tensor.
 TEST_P(OpsTest, MemoryAndArgumentErrors) {

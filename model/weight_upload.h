@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "model/loader/safetensors.h"
 
 namespace flover {
 
@@ -18,11 +19,20 @@ namespace flover {
 absl::StatusOr<kernels::Buffer> UploadF32(kernels::Backend& backend, const std::vector<float>& host,
                                           int64_t rows, int64_t cols);
 
-// `host` ([K, N] or [N, K] per `layout`) prepared as a GEMM weight.
+// `size` host values ([K, N] or [N, K] per `layout`, in their stored dtype)
+// prepared as a GEMM weight.
 absl::StatusOr<std::unique_ptr<kernels::Weight>> PrepareMatrix(kernels::Backend& backend,
-                                                               const std::vector<float>& host,
-                                                               int K, int N,
+                                                               kernels::HostValues host,
+                                                               int64_t size, int K, int N,
                                                                kernels::WeightLayout layout);
+
+// The same into *out, then the host values freed: a model put on a backend
+// part by part holds on the host only what is not there yet.
+absl::Status UploadF32Releasing(kernels::Backend& backend, std::vector<float>& host, int64_t rows,
+                                int64_t cols, kernels::Buffer* out);
+absl::Status PrepareMatrixReleasing(kernels::Backend& backend, StoredValues& host, int K, int N,
+                                    kernels::WeightLayout layout,
+                                    std::unique_ptr<kernels::Weight>* out);
 
 // The buffer as an op argument: null when empty (no bias).
 inline const kernels::Tensor* OrNull(const kernels::Buffer& b) {

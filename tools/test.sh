@@ -23,9 +23,15 @@ echo "${passed} passed, ${failed} failed"
 testlogs=$(tools/bazelw info bazel-testlogs 2>/dev/null)
 if [ -d "$testlogs" ]; then
   logs=()
-  for t in $targets; do  # the target's test.log, or its shards'
+  # The target's test.log, or its shards' where it has no log of its own
+  # (run_N_of_M folders left by an earlier --runs_per_test are not this run).
+  for t in $targets; do
     dir="$testlogs/$(sed 's|^//||; s|:|/|' <<< "$t")"
-    [ -d "$dir" ] && while IFS= read -r f; do logs+=("$f"); done < <(find "$dir" -name test.log)
+    if [ -f "$dir/test.log" ]; then
+      logs+=("$dir/test.log")
+    elif [ -d "$dir" ]; then
+      while IFS= read -r f; do logs+=("$f"); done < <(find "$dir" -path '*shard_*' -name test.log)
+    fi
   done
   [ ${#logs[@]} -gt 0 ] || logs=(/dev/null)
   cases=$(grep -hoE '^\[  SKIPPED \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' "${logs[@]}" |

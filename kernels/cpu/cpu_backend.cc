@@ -268,12 +268,25 @@ absl::Status CpuBackend::Download(const Tensor& src, void* host) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(const float* w, int K, int N,
+absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, int K, int N,
                                                                   WeightLayout layout) {
-  if (w == nullptr || K < 1 || N < 1) {
+  if (w.data == nullptr || K < 1 || N < 1) {
     return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
   }
-  if (int8_ != nullptr) return int8_->Prepare(w, K, N, layout);
+  if (!w.is_float()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(w.dtype)));
+  }
+  // Stored bf16 goes to a bf16 linear as it is; every other pairing is
+  // widened to float32 here (exactly), one matrix at a time.
+  std::vector<float> wide;
+  const bool as_stored = w.dtype == DType::kF32 ||
+                         (w.dtype == DType::kBF16 && matmul_dtype() == MatmulDtype::kBF16);
+  if (!as_stored) {
+    wide = WidenToF32(w, int64_t{K} * N);
+    w = HostValues(wide.data());
+  }
+  if (int8_ != nullptr) return int8_->Prepare(static_cast<const float*>(w.data), K, N, layout);
   return linear_.Prepare(w, K, N, layout);
 }
 

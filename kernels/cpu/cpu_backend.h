@@ -38,7 +38,7 @@ class CpuBackend final : public Backend {
   void* HostAddress(const Tensor& t) override { return t.data; }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
-  absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(const float* w, int K, int N,
+  absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(HostValues w, int K, int N,
                                                         WeightLayout layout) override;
   absl::Status PrepareLinear(const Weight& w, int max_rows, bool has_bias,
                              Epilogue epilogue) override;

@@ -116,15 +116,17 @@ absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
   return absl::OkStatus();
 }
 
-std::unique_ptr<Weight> OneDnnLinear::Prepare(const float* w, int K, int N,
-                                              WeightLayout layout) {
-  const memory::desc user({K, N}, kF32, layout == WeightLayout::kInOut ? Tag::ab : Tag::ba);
+std::unique_ptr<Weight> OneDnnLinear::Prepare(HostValues w, int K, int N, WeightLayout layout) {
+  // bf16 values for a bf16 linear are packed as they are; f32 ones are
+  // rounded to bf16 by the reorder.
+  const memory::data_type stored = w.dtype == DType::kBF16 ? memory::data_type::bf16 : kF32;
+  const memory::desc user({K, N}, stored, layout == WeightLayout::kInOut ? Tag::ab : Tag::ba);
   const dnnl::matmul::primitive_desc probe(
       dnnl::matmul::desc(memory::desc({kLayoutProbeRows, K}, weight_type_, Tag::ab),
                          memory::desc({K, N}, weight_type_, Tag::any),
                          memory::desc({kLayoutProbeRows, N}, kF32, Tag::ab)),
       engine_);
-  memory src(user, engine_, const_cast<float*>(w));  // the reorder rounds to bf16
+  memory src(user, engine_, const_cast<void*>(w.data));
   WeightArena::Block block = arena_.Allocate(probe.weights_desc().get_size());
   memory packed = block.data != nullptr ? memory(probe.weights_desc(), engine_, block.data)
                                         : memory(probe.weights_desc(), engine_);

@@ -48,7 +48,9 @@ class OneDnnLinear {
   static absl::Status CheckSupported(MatmulDtype dtype);
   MatmulDtype dtype() const { return dtype_; }
 
-  std::unique_ptr<Weight> Prepare(const float* w, int K, int N, WeightLayout layout);
+  // `w` must be f32, or bf16 when this is a bf16 linear (the CPU backend
+  // widens other stored dtypes first).
+  std::unique_ptr<Weight> Prepare(HostValues w, int K, int N, WeightLayout layout);
   void Run(const float* x, int M, const Weight& w, const float* bias, Epilogue epilogue,
            float* out);
   // Compiles the primitives and sizes the scratch for every M <= max_rows.

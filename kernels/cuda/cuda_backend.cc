@@ -244,12 +244,20 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes) {
   return scratch_[slot];
 }
 
-absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareWeight(const float* w, int K, int N,
-                                                                   WeightLayout layout) {
-  if (w == nullptr || K < 1 || N < 1) {
+absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareWeight(HostValues stored, int K,
+                                                                   int N, WeightLayout layout) {
+  if (stored.data == nullptr || K < 1 || N < 1) {
     return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
   }
+  if (!stored.is_float()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(stored.dtype)));
+  }
   FLOVER_RETURN_IF_ERROR(Activate());
+  // Widened on the host (exactly), one matrix at a time.
+  std::vector<float> wide;
+  if (stored.dtype != DType::kF32) wide = WidenToF32(stored, int64_t{K} * N);
+  const float* w = stored.dtype == DType::kF32 ? static_cast<const float*>(stored.data) : wide.data();
   // Stored [N, K]: one row per output ("TN" GEMMs, the layout every
   // cuBLASLt tensor-core kernel takes). Transposed here, rounded on the GPU.
   std::vector<float> rows(size_t(N) * K);

@@ -51,7 +51,7 @@ class CudaBackend final : public Backend, private Roofline {
   void ForgetRecorded() override;
   int64_t replays() const override { return replays_; }
 
-  absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(const float* w, int K, int N,
+  absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(HostValues w, int K, int N,
                                                         WeightLayout layout) override;
   absl::Status PrepareLinear(const Weight& w, int max_rows, bool has_bias,
                              Epilogue epilogue) override;

@@ -70,19 +70,11 @@ absl::Status GptModel::Upload(GptWeights& w) {
   // Each host tensor is released once it is on the backend, so the host
   // copy shrinks as the backend's grows.
   auto upload = [&](std::vector<float>& host, int64_t rows, int64_t cols, Buffer* out) {
-    auto b = UploadF32(backend_, host, rows, cols);
-    if (!b.ok()) return b.status();
-    *out = std::move(*b);
-    std::vector<float>().swap(host);
-    return absl::OkStatus();
+    return UploadF32Releasing(backend_, host, rows, cols, out);
   };
-  auto prepare = [&](std::vector<float>& host, int K, int N, WeightLayout layout,
-                     std::unique_ptr<kernels::Weight>* out, bool release = true) {
-    auto p = PrepareMatrix(backend_, host, K, N, layout);
-    if (!p.ok()) return p.status();
-    *out = std::move(*p);
-    if (release) std::vector<float>().swap(host);
-    return absl::OkStatus();
+  auto prepare = [&](StoredValues& host, int K, int N, WeightLayout layout,
+                     std::unique_ptr<kernels::Weight>* out) {
+    return PrepareMatrixReleasing(backend_, host, K, N, layout, out);
   };
   for (LayerWeights& l : w.layers) {
     LayerParams p;
@@ -112,9 +104,14 @@ absl::Status GptModel::Upload(GptWeights& w) {
   if (static_cast<int64_t>(w.wte.size()) != int64_t{VL} * C) {
     return absl::InternalError("wte does not hold this rank's vocabulary rows");
   }
-  const bool tied = w.lm_head.empty();
-  FLOVER_RETURN_IF_ERROR(prepare(tied ? w.wte : w.lm_head, C, VL, WeightLayout::kOutIn, &lm_head_,
-                                 /*release=*/!tied));
+  if (w.lm_head.empty()) {
+    auto head = PrepareMatrix(backend_, w.wte.data(), static_cast<int64_t>(w.wte.size()), C, VL,
+                              WeightLayout::kOutIn);
+    if (!head.ok()) return head.status();
+    lm_head_ = std::move(*head);
+  } else {
+    FLOVER_RETURN_IF_ERROR(prepare(w.lm_head, C, VL, WeightLayout::kOutIn, &lm_head_));
+  }
   FLOVER_RETURN_IF_ERROR(upload(w.wte, VL, C, &wte_));
   if (shard_.adds_replicated_bias) {
     FLOVER_RETURN_IF_ERROR(upload(w.wpe, config_.n_positions, C, &wpe_));

@@ -14,7 +14,7 @@ namespace {
 // where it goes in `w`.
 void ForEachParam(const WeightSource& source, const GptConfig& c, const ShardSpec& spec,
                   const WeightPart& part, GptWeights& w,
-                  const std::function<void(const WeightRecipe&, std::vector<float>*)>& visit) {
+                  const std::function<void(const WeightRecipe&, ParamDest)>& visit) {
   const ShardShape sh = ShapeOf(c, spec);
   const int64_t C = c.n_embd, D = c.head_dim(), F = c.n_inner, V = c.vocab_size,
                 P = c.n_positions;
@@ -68,14 +68,8 @@ absl::StatusOr<GptWeights> LoadGptWeights(const WeightSource& source, const GptC
   if (absl::Status st = CheckWeightPart(part, config.n_layer); !st.ok()) return st;
   GptWeights w;
   absl::Status st;
-  ForEachParam(source, config, spec, part, w, [&](const WeightRecipe& r, std::vector<float>* out) {
-    if (!st.ok()) return;
-    auto v = ReadRecipe(source, r);
-    if (!v.ok()) {
-      st = v.status();
-      return;
-    }
-    *out = std::move(*v);
+  ForEachParam(source, config, spec, part, w, [&](const WeightRecipe& r, ParamDest out) {
+    if (st.ok()) st = ReadInto(source, r, out);
   });
   if (!st.ok()) return st;
   return w;
@@ -85,7 +79,7 @@ absl::Status CheckGptWeights(const WeightSource& source, const GptConfig& config
   absl::Status st;
   GptWeights unused;
   ForEachParam(source, config, ShardSpec{1, 0}, WeightPart{}, unused,
-               [&](const WeightRecipe& r, std::vector<float>*) {
+               [&](const WeightRecipe& r, ParamDest) {
                  for (const WeightBlock& b : r.blocks) {
                    if (st.ok()) st = source.Read(b.tensor, b.shape, TensorRegion{}).status();
                  }

@@ -1,5 +1,7 @@
-// One tensor-parallel rank's GPT-2 weights in float32, in the layout the
-// forward pass uses (Conv1D weights [in, out], as Hugging Face stores them),
+// One tensor-parallel rank's GPT-2 weights, in the layout the forward pass
+// uses (Conv1D weights [in, out], as Hugging Face stores them): layernorms,
+// biases and embeddings in float32, the GEMM weights in the dtype the
+// checkpoint stores them in (a backend prepares them from that),
 // read from a WeightSource (a checkpoint, or generated values for the
 // built-ins) through the family's recipe table: only this rank's regions of
 // each tensor are read.
@@ -19,11 +21,15 @@ namespace flover {
 
 struct LayerWeights {
   std::vector<float> ln_1_g, ln_1_b;                // [C]
-  std::vector<float> attn_w, attn_b;                // [C, 3C], [3C]
-  std::vector<float> attn_proj_w, attn_proj_b;      // [C, C], [C]
+  StoredValues attn_w;                              // [C, 3C]
+  std::vector<float> attn_b;                        // [3C]
+  StoredValues attn_proj_w;                         // [C, C]
+  std::vector<float> attn_proj_b;                   // [C]
   std::vector<float> ln_2_g, ln_2_b;                // [C]
-  std::vector<float> fc_w, fc_b;                    // [C, F], [F]
-  std::vector<float> mlp_proj_w, mlp_proj_b;        // [F, C], [C]
+  StoredValues fc_w;                                // [C, F]
+  std::vector<float> fc_b;                          // [F]
+  StoredValues mlp_proj_w;                          // [F, C]
+  std::vector<float> mlp_proj_b;                    // [C]
 };
 
 struct GptWeights {
@@ -31,11 +37,7 @@ struct GptWeights {
   std::vector<float> wpe;             // [P, C]
   std::vector<LayerWeights> layers;   // [n_layer]
   std::vector<float> ln_f_g, ln_f_b;  // [C]
-  std::vector<float> lm_head;         // [V, C]; empty when tied to wte
-
-  const float* lm_head_data() const {
-    return lm_head.empty() ? wte.data() : lm_head.data();
-  }
+  StoredValues lm_head;               // [V, C]; empty when tied to wte
 };
 
 // Reads this rank's weights (with or without the "transformer." prefix;

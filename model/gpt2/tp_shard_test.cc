@@ -34,21 +34,21 @@ TEST(TpShardTest, ShardsHaveTheLocalShapes) {
   ASSERT_TRUE(shard.ok() && whole.ok());
   const GptWeights& s = *shard;
   EXPECT_EQ(s.wte.size(), 256u * 64);
-  EXPECT_EQ(s.layers[0].attn_w.size(), 64u * 3 * 32);
+  EXPECT_EQ(s.layers[0].attn_w.f32.size(), 64u * 3 * 32);
   EXPECT_EQ(s.layers[0].attn_b.size(), 3u * 32);
-  EXPECT_EQ(s.layers[0].attn_proj_w.size(), 32u * 64);
-  EXPECT_EQ(s.layers[0].fc_w.size(), 64u * 128);
-  EXPECT_EQ(s.layers[0].mlp_proj_w.size(), 128u * 64);
+  EXPECT_EQ(s.layers[0].attn_proj_w.f32.size(), 32u * 64);
+  EXPECT_EQ(s.layers[0].fc_w.f32.size(), 64u * 128);
+  EXPECT_EQ(s.layers[0].mlp_proj_w.f32.size(), 128u * 64);
   // Rank 1's Q columns are the full matrix's columns [32, 64), K's [96, 128).
-  const auto& full = whole->layers[0].attn_w;
-  EXPECT_EQ(s.layers[0].attn_w[0], full[32]);
-  EXPECT_EQ(s.layers[0].attn_w[32], full[64 + 32]);
-  EXPECT_EQ(s.layers[0].attn_w[64], full[128 + 32]);
-  EXPECT_EQ(s.layers[0].attn_w[96], full[192 + 32]);  // row 1 starts after 96 columns
+  const auto& full = whole->layers[0].attn_w.f32;
+  EXPECT_EQ(s.layers[0].attn_w.f32[0], full[32]);
+  EXPECT_EQ(s.layers[0].attn_w.f32[32], full[64 + 32]);
+  EXPECT_EQ(s.layers[0].attn_w.f32[64], full[128 + 32]);
+  EXPECT_EQ(s.layers[0].attn_w.f32[96], full[192 + 32]);  // row 1 starts after 96 columns
   // Rank 1's c_fc columns are [128, 256); its c_proj rows [128, 256).
-  EXPECT_EQ(s.layers[0].fc_w[0], whole->layers[0].fc_w[128]);
-  EXPECT_EQ(s.layers[0].fc_w[128], whole->layers[0].fc_w[256 + 128]);
-  EXPECT_EQ(s.layers[0].mlp_proj_w[0], whole->layers[0].mlp_proj_w[128 * 64]);
+  EXPECT_EQ(s.layers[0].fc_w.f32[0], whole->layers[0].fc_w.f32[128]);
+  EXPECT_EQ(s.layers[0].fc_w.f32[128], whole->layers[0].fc_w.f32[256 + 128]);
+  EXPECT_EQ(s.layers[0].mlp_proj_w.f32[0], whole->layers[0].mlp_proj_w.f32[128 * 64]);
   // Row-split biases and positions are added once: rank 1 holds zeros and
   // reads no wpe.
   ASSERT_EQ(s.layers[0].attn_proj_b.size(), 64u);

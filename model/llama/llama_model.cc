@@ -69,21 +69,13 @@ absl::Status LlamaModel::Upload(LlamaWeights& w) {
   // Each host tensor is released once it is on the backend, so the host
   // copy shrinks as the backend's grows.
   auto upload = [&](std::vector<float>& host, int64_t rows, int64_t cols, kernels::Buffer* out) {
-    auto b = UploadF32(backend_, host, rows, cols);
-    if (!b.ok()) return b.status();
-    if (b->empty()) return absl::InternalError("a Llama norm has no weights");
-    *out = std::move(*b);
-    std::vector<float>().swap(host);
+    FLOVER_RETURN_IF_ERROR(UploadF32Releasing(backend_, host, rows, cols, out));
+    if (out->empty()) return absl::InternalError("a Llama norm has no weights");
     return absl::OkStatus();
   };
   // nn.Linear weights are [out, in]: K = in, N = out.
-  auto prepare = [&](std::vector<float>& host, int K, int N, std::unique_ptr<kernels::Weight>* out,
-                     bool release = true) {
-    auto p = PrepareMatrix(backend_, host, K, N, WeightLayout::kOutIn);
-    if (!p.ok()) return p.status();
-    *out = std::move(*p);
-    if (release) std::vector<float>().swap(host);
-    return absl::OkStatus();
+  auto prepare = [&](StoredValues& host, int K, int N, std::unique_ptr<kernels::Weight>* out) {
+    return PrepareMatrixReleasing(backend_, host, K, N, WeightLayout::kOutIn, out);
   };
   for (LlamaLayerWeights& l : w.layers) {
     LayerParams p;
@@ -99,8 +91,15 @@ absl::Status LlamaModel::Upload(LlamaWeights& w) {
   if (static_cast<int>(layers_.size()) != config_.n_layer) {
     return absl::InternalError("the globals must come after every layer");
   }
-  const bool tied = w.lm_head.empty();
-  FLOVER_RETURN_IF_ERROR(prepare(tied ? w.embed : w.lm_head, C, VL, &lm_head_, /*release=*/!tied));
+  // Tied: the embedding's rows serve as the head too (and stay the table).
+  if (w.lm_head.empty()) {
+    auto head = PrepareMatrix(backend_, w.embed.data(), static_cast<int64_t>(w.embed.size()), C,
+                              VL, WeightLayout::kOutIn);
+    if (!head.ok()) return head.status();
+    lm_head_ = std::move(*head);
+  } else {
+    FLOVER_RETURN_IF_ERROR(prepare(w.lm_head, C, VL, &lm_head_));
+  }
   FLOVER_RETURN_IF_ERROR(upload(w.embed, VL, C, &embed_));
   FLOVER_RETURN_IF_ERROR(upload(w.norm, 1, C, &norm_));
   std::vector<float> inv_freq = RopeInvFreq(config_);

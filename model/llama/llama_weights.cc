@@ -14,14 +14,14 @@ namespace {
 // where it goes in `w` (null: validation only).
 void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart& part,
                   LlamaWeights* w,
-                  const std::function<void(const WeightRecipe&, std::vector<float>*)>& visit) {
+                  const std::function<void(const WeightRecipe&, ParamDest)>& visit) {
   const LlamaShard sh = LlamaShapeOf(c, spec);
   const int64_t C = c.hidden, D = c.head_dim, F = c.intermediate, V = c.vocab_size,
                 Q = c.q_dim(), KV = c.kv_dim();
   const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
   const int64_t k0 = sh.kv_head_begin * D, k1 = k0 + sh.kv_heads * D;
   const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
-  auto dst = [&](std::vector<float>* p) { return w != nullptr ? p : nullptr; };
+  auto dst = [&](auto* p) { return w != nullptr ? ParamDest(p) : ParamDest(); };
   LlamaWeights unused;
   LlamaWeights& out = w != nullptr ? *w : unused;
   const int first = part.layer_begin, last = part.layer_end < 0 ? c.n_layer : part.layer_end;
@@ -60,14 +60,8 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const WeightSource& source, const 
   if (absl::Status st = CheckWeightPart(part, config.n_layer); !st.ok()) return st;
   LlamaWeights w;
   absl::Status st;
-  ForEachParam(config, spec, part, &w, [&](const WeightRecipe& r, std::vector<float>* out) {
-    if (!st.ok()) return;
-    auto v = ReadRecipe(source, r);
-    if (!v.ok()) {
-      st = v.status();
-      return;
-    }
-    *out = std::move(*v);
+  ForEachParam(config, spec, part, &w, [&](const WeightRecipe& r, ParamDest out) {
+    if (st.ok()) st = ReadInto(source, r, out);
   });
   if (!st.ok()) return st;
   return w;
@@ -75,7 +69,7 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const WeightSource& source, const 
 
 absl::Status CheckLlamaWeights(const WeightSource& source, const LlamaConfig& config) {
   absl::Status st;
-  ForEachParam(config, ShardSpec{1, 0}, WeightPart{}, nullptr, [&](const WeightRecipe& r, std::vector<float>*) {
+  ForEachParam(config, ShardSpec{1, 0}, WeightPart{}, nullptr, [&](const WeightRecipe& r, ParamDest) {
     for (const WeightBlock& b : r.blocks) {
       if (st.ok()) st = source.Read(b.tensor, b.shape, TensorRegion{}).status();
     }

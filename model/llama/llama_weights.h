@@ -1,5 +1,7 @@
-// One tensor-parallel rank's Llama weights in float32, as the forward pass
-// uses them: nn.Linear matrices [out, in] as Hugging Face saves them, with
+// One tensor-parallel rank's Llama weights as the forward pass uses them:
+// norms and the embedding in float32, the GEMM weights in the dtype the
+// checkpoint stores them in (a backend prepares them from that); nn.Linear
+// matrices [out, in] as Hugging Face saves them, with
 // q/k/v fused into one [(Hq + 2 Hkv) * D, C] matrix and gate/up into one
 // [2F, C], so each is one GEMM. Read from a WeightSource (a checkpoint, or
 // generated values for the built-ins) through the family's recipe table:
@@ -20,18 +22,18 @@ namespace flover {
 
 struct LlamaLayerWeights {
   std::vector<float> attn_norm;  // [C]
-  std::vector<float> qkv;        // [(Hq + 2 Hkv) * D, C] for this rank's heads: q, k, v rows
-  std::vector<float> o;          // [C, Hq * D], this rank's columns
+  StoredValues qkv;              // [(Hq + 2 Hkv) * D, C] for this rank's heads: q, k, v rows
+  StoredValues o;                // [C, Hq * D], this rank's columns
   std::vector<float> mlp_norm;   // [C]
-  std::vector<float> gate_up;    // [2F, C]: this rank's gate_proj rows, then up_proj rows
-  std::vector<float> down;       // [C, F], this rank's columns
+  StoredValues gate_up;          // [2F, C]: this rank's gate_proj rows, then up_proj rows
+  StoredValues down;             // [C, F], this rank's columns
 };
 
 struct LlamaWeights {
   std::vector<float> embed;               // [V, C], this rank's vocabulary rows
   std::vector<LlamaLayerWeights> layers;  // [n_layer]
   std::vector<float> norm;                // [C]
-  std::vector<float> lm_head;             // [V, C] rows; empty when tied to embed
+  StoredValues lm_head;                   // [V, C] rows; empty when tied to embed
 };
 
 // Reads this rank's weights ("model.embed_tokens", "model.layers.N.*",

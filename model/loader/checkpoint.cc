@@ -66,23 +66,35 @@ const TensorInfo* Checkpoint::Find(absl::string_view tensor) const {
   return it == file_of_.end() ? nullptr : files_[it->second].Find(tensor);
 }
 
-absl::StatusOr<std::vector<float>> Checkpoint::ReadFloat(
-    absl::string_view tensor, const std::vector<int64_t>& expected_shape) const {
+absl::StatusOr<const SafetensorsFile*> Checkpoint::FileOf(absl::string_view tensor) const {
   auto it = file_of_.find(tensor);
   if (it == file_of_.end()) {
     return absl::NotFoundError(absl::StrCat(name_, ": no tensor '", tensor, "'"));
   }
-  return files_[it->second].ReadFloat(tensor, expected_shape);
+  return &files_[it->second];
+}
+
+absl::StatusOr<std::vector<float>> Checkpoint::ReadFloat(
+    absl::string_view tensor, const std::vector<int64_t>& expected_shape) const {
+  auto file = FileOf(tensor);
+  if (!file.ok()) return file.status();
+  return (*file)->ReadFloat(tensor, expected_shape);
 }
 
 absl::StatusOr<std::vector<float>> Checkpoint::ReadFloatRegion(
     absl::string_view tensor, const std::vector<int64_t>& expected_shape,
     const TensorRegion& region) const {
-  auto it = file_of_.find(tensor);
-  if (it == file_of_.end()) {
-    return absl::NotFoundError(absl::StrCat(name_, ": no tensor '", tensor, "'"));
-  }
-  return files_[it->second].ReadFloatRegion(tensor, expected_shape, region);
+  auto file = FileOf(tensor);
+  if (!file.ok()) return file.status();
+  return (*file)->ReadFloatRegion(tensor, expected_shape, region);
+}
+
+absl::StatusOr<StoredValues> Checkpoint::ReadRegion(absl::string_view tensor,
+                                                    const std::vector<int64_t>& expected_shape,
+                                                    const TensorRegion& region) const {
+  auto file = FileOf(tensor);
+  if (!file.ok()) return file.status();
+  return (*file)->ReadRegion(tensor, expected_shape, region);
 }
 
 }  // namespace flover

@@ -29,10 +29,16 @@ class Checkpoint {
   absl::StatusOr<std::vector<float>> ReadFloatRegion(absl::string_view tensor,
                                                      const std::vector<int64_t>& expected_shape,
                                                      const TensorRegion& region) const;
+  // As SafetensorsFile::ReadRegion (the stored dtype).
+  absl::StatusOr<StoredValues> ReadRegion(absl::string_view tensor,
+                                          const std::vector<int64_t>& expected_shape,
+                                          const TensorRegion& region) const;
   int num_files() const { return static_cast<int>(files_.size()); }
   const std::string& name() const { return name_; }
 
  private:
+  // The shard that holds `tensor`; NotFound naming both when none does.
+  absl::StatusOr<const SafetensorsFile*> FileOf(absl::string_view tensor) const;
   std::string name_;  // the directory
   std::vector<SafetensorsFile> files_;
   std::map<std::string, int, std::less<>> file_of_;  // tensor -> index in files_

@@ -56,37 +56,6 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {  // inf / nan
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {  // normal
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {  // zero
-    bits = sign;
-  } else {  // subnormal: normalize
-    exp = 113;
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float BFloat16ToFloat(uint16_t b) {
-  const uint32_t bits = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 TensorRegion TensorInfo::All() const {
   const int64_t rows = shape.size() >= 2 ? shape[0] : 1;
   return TensorRegion{0, rows, 0, rows == 0 ? 0 : numel() / rows};
@@ -268,7 +237,7 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloat(
   return ReadFloatRegion(tensor, expected_shape, info != nullptr ? info->All() : TensorRegion{});
 }
 
-absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloatRegion(
+absl::StatusOr<SafetensorsFile::RegionSpan> SafetensorsFile::Locate(
     absl::string_view tensor, const std::vector<int64_t>& expected_shape,
     const TensorRegion& region) const {
   const TensorInfo* info = Find(tensor);
@@ -298,17 +267,35 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloatRegion(
           absl::StrCat(name_, ": tensor '", tensor, "' has dtype ", DTypeName(info->dtype),
                        "; weights must be F32, F16 or BF16"));
   }
-  const int64_t cols = all.cols(), n = region.cols();
+  const int64_t cols = all.cols();
   const int64_t base = data_start_ + info->begin;
-  const char* data = storage_->bytes().data() + base;
+  RegionSpan span{info->dtype, elem, storage_->bytes().data() + base, cols * elem,
+                  region.col_begin * elem, 0, 0};
+  if (region.numel() > 0) {
+    span.first_byte = base + (region.row_begin * cols + region.col_begin) * elem;
+    span.end_byte = base + ((region.row_end - 1) * cols + region.col_end) * elem;
+  }
+  return span;
+}
+
+void SafetensorsFile::Release(const RegionSpan& span) const {
+  if (span.end_byte > span.first_byte) storage_->Release(span.first_byte, span.end_byte);
+}
+
+absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloatRegion(
+    absl::string_view tensor, const std::vector<int64_t>& expected_shape,
+    const TensorRegion& region) const {
+  auto span = Locate(tensor, expected_shape, region);
+  if (!span.ok()) return span.status();
+  const int64_t n = region.cols();
   std::vector<float> out(region.numel());
   // Nothing to read (a [5, 0] tensor, say): and no memcpy from or to the
   // null data of an empty vector (found by the fuzzer, under UBSan).
   if (region.numel() == 0) return out;
   for (int64_t r = region.row_begin; r < region.row_end; ++r) {
-    const char* p = data + (r * cols + region.col_begin) * elem;
+    const char* p = span->data + r * span->row_bytes + span->col_offset;
     float* o = out.data() + (r - region.row_begin) * n;
-    switch (info->dtype) {
+    switch (span->dtype) {
       case DType::kF32:
         std::memcpy(o, p, n * sizeof(float));
         break;
@@ -320,9 +307,35 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloatRegion(
         break;
     }
   }
-  storage_->Release(base + (region.row_begin * cols + region.col_begin) * elem,
-                    base + ((region.row_end - 1) * cols + region.col_end) * elem);
+  Release(*span);
   return out;
+}
+
+absl::StatusOr<StoredValues> SafetensorsFile::ReadRegion(absl::string_view tensor,
+                                                         const std::vector<int64_t>& expected_shape,
+                                                         const TensorRegion& region) const {
+  auto span = Locate(tensor, expected_shape, region);
+  if (!span.ok()) return span.status();
+  StoredValues v;
+  v.dtype = span->dtype == DType::kF32   ? kernels::DType::kF32
+            : span->dtype == DType::kF16 ? kernels::DType::kF16
+                                         : kernels::DType::kBF16;
+  const int64_t n = region.cols();
+  char* out;
+  if (v.dtype == kernels::DType::kF32) {
+    v.f32.resize(region.numel());
+    out = reinterpret_cast<char*>(v.f32.data());
+  } else {
+    v.bits.resize(region.numel());
+    out = reinterpret_cast<char*>(v.bits.data());
+  }
+  if (region.numel() == 0) return v;
+  for (int64_t r = region.row_begin; r < region.row_end; ++r) {
+    std::memcpy(out + (r - region.row_begin) * n * span->elem,
+                span->data + r * span->row_bytes + span->col_offset, n * span->elem);
+  }
+  Release(*span);
+  return v;
 }
 
 }  // namespace flover

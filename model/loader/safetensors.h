@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/host_values.h"
 
 namespace flover {
 
@@ -47,6 +48,30 @@ struct TensorInfo {
   TensorRegion All() const;
 };
 
+// A float tensor's values (or a region's) as the file stores them: float32,
+// or the 16-bit patterns of F16 / BF16, in their dtype until whoever uses
+// them (a backend preparing a weight) widens or packs them.
+struct StoredValues {
+  kernels::DType dtype = kernels::DType::kF32;  // kF32, kF16 or kBF16
+  std::vector<float> f32;                       // when kF32
+  std::vector<uint16_t> bits;                   // when kF16 or kBF16
+
+  int64_t size() const {
+    return static_cast<int64_t>(dtype == kernels::DType::kF32 ? f32.size() : bits.size());
+  }
+  bool empty() const { return size() == 0; }
+  kernels::HostValues view() const {
+    return dtype == kernels::DType::kF32 ? kernels::HostValues(f32.data())
+                                         : kernels::HostValues(bits.data(), dtype);
+  }
+  std::vector<float> ToFloat() const { return kernels::WidenToF32(view(), size()); }
+  // Frees the values (after they were handed to a backend).
+  void Release() {
+    std::vector<float>().swap(f32);
+    std::vector<uint16_t>().swap(bits);
+  }
+};
+
 class SafetensorsFile {
  public:
   // Maps the file and validates its header and offsets.
@@ -67,6 +92,11 @@ class SafetensorsFile {
   absl::StatusOr<std::vector<float>> ReadFloatRegion(absl::string_view tensor,
                                                      const std::vector<int64_t>& expected_shape,
                                                      const TensorRegion& region) const;
+  // The region's values in the stored dtype (F32, F16 or BF16; others are
+  // refused as ReadFloat refuses them).
+  absl::StatusOr<StoredValues> ReadRegion(absl::string_view tensor,
+                                          const std::vector<int64_t>& expected_shape,
+                                          const TensorRegion& region) const;
 
   // The file's bytes: owned (Parse) or mapped (Open).
   class Storage;
@@ -75,6 +105,22 @@ class SafetensorsFile {
   SafetensorsFile() = default;
   static absl::StatusOr<SafetensorsFile> ParseStorage(std::shared_ptr<const Storage> storage,
                                                       std::string name);
+  // Where a checked region's rows are: row r of the tensor starts at
+  // data + r * row_bytes; region rows start col_offset bytes into theirs.
+  struct RegionSpan {
+    DType dtype;
+    int elem;  // bytes per value
+    const char* data;
+    int64_t row_bytes, col_offset;
+    int64_t first_byte, end_byte;  // the span, from the file's data section start
+  };
+  // Checks the tensor (present, `expected_shape`, a float dtype) and that
+  // `region` lies within it.
+  absl::StatusOr<RegionSpan> Locate(absl::string_view tensor,
+                                    const std::vector<int64_t>& expected_shape,
+                                    const TensorRegion& region) const;
+  // Drops the span's pages from this process's resident set.
+  void Release(const RegionSpan& span) const;
 
   std::shared_ptr<const Storage> storage_;
   std::string name_;
@@ -83,8 +129,8 @@ class SafetensorsFile {
 };
 
 // Half-precision conversions, exact (every F16/BF16 value is a float32).
-float HalfToFloat(uint16_t h);
-float BFloat16ToFloat(uint16_t b);
+using kernels::BFloat16ToFloat;
+using kernels::HalfToFloat;
 
 }  // namespace flover
 

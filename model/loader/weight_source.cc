@@ -1,5 +1,6 @@
 #include "model/loader/weight_source.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,32 @@ absl::StatusOr<std::vector<float>> CheckpointSource::Read(absl::string_view tens
                                                           const std::vector<int64_t>& shape,
                                                           const TensorRegion& region) const {
   return checkpoint_.ReadFloatRegion(Resolve(tensor), shape, region);
+}
+
+absl::StatusOr<StoredValues> CheckpointSource::ReadStored(absl::string_view tensor,
+                                                         const std::vector<int64_t>& shape,
+                                                         const TensorRegion& region) const {
+  return checkpoint_.ReadRegion(Resolve(tensor), shape, region);
+}
+
+kernels::DType CheckpointSource::StoredDtypeOf(absl::string_view tensor) const {
+  const TensorInfo* info = checkpoint_.Find(Resolve(tensor));
+  if (info == nullptr) return kernels::DType::kF32;
+  switch (info->dtype) {
+    case DType::kF16: return kernels::DType::kF16;
+    case DType::kBF16: return kernels::DType::kBF16;
+    default: return kernels::DType::kF32;
+  }
+}
+
+absl::StatusOr<StoredValues> WeightSource::ReadStored(absl::string_view tensor,
+                                                      const std::vector<int64_t>& shape,
+                                                      const TensorRegion& region) const {
+  auto values = Read(tensor, shape, region);
+  if (!values.ok()) return values.status();
+  StoredValues v;
+  v.f32 = std::move(*values);
+  return v;
 }
 
 absl::StatusOr<std::vector<float>> GeneratedSource::Read(absl::string_view tensor,
@@ -108,13 +135,13 @@ WeightRecipe Stack(WeightRecipe::Axis axis, std::vector<WeightRecipe> parts) {
   return out;
 }
 
-absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
-                                              const WeightRecipe& recipe) {
-  if (recipe.blocks.empty()) return std::vector<float>(recipe.zeros, 0.0f);
-  if (recipe.blocks.size() == 1) {
-    const WeightBlock& b = recipe.blocks[0];
-    return source.Read(b.tensor, b.shape, b.region);
-  }
+namespace {
+
+// The recipe's blocks, read one at a time by `read` (block -> StatusOr of
+// its values as a vector<T>), stacked or placed side by side.
+template <typename T, typename Read>
+absl::StatusOr<std::vector<T>> Assemble(const WeightRecipe& recipe, const Read& read) {
+  if (recipe.blocks.size() == 1) return read(recipe.blocks[0]);
   int64_t total = 0, rows = -1, cols = 0;
   for (const WeightBlock& b : recipe.blocks) {
     total += b.region.numel();
@@ -127,10 +154,10 @@ absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
       cols += b.region.cols();
     }
   }
-  std::vector<float> out(total);
+  std::vector<T> out(total);
   int64_t at = 0;  // kRows: values written; kCols: columns placed
   for (const WeightBlock& b : recipe.blocks) {
-    auto part = source.Read(b.tensor, b.shape, b.region);
+    absl::StatusOr<std::vector<T>> part = read(b);
     if (!part.ok()) return part.status();
     if (recipe.axis == WeightRecipe::kRows) {
       std::copy(part->begin(), part->end(), out.begin() + at);
@@ -144,6 +171,64 @@ absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
     }
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
+                                              const WeightRecipe& recipe) {
+  if (recipe.blocks.empty()) return std::vector<float>(recipe.zeros, 0.0f);
+  return Assemble<float>(recipe, [&](const WeightBlock& b) {
+    return source.Read(b.tensor, b.shape, b.region);
+  });
+}
+
+absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
+                                              const WeightRecipe& recipe) {
+  kernels::DType dtype = kernels::DType::kF32;
+  for (size_t i = 0; i < recipe.blocks.size(); ++i) {
+    const kernels::DType d = source.StoredDtypeOf(recipe.blocks[i].tensor);
+    if (i > 0 && d != dtype) {
+      dtype = kernels::DType::kF32;  // a mix: float32 holds them all
+      break;
+    }
+    dtype = d;
+  }
+  StoredValues out;
+  if (dtype == kernels::DType::kF32) {
+    auto values = ReadRecipe(source, recipe);
+    if (!values.ok()) return values.status();
+    out.f32 = std::move(*values);
+    return out;
+  }
+  auto bits = Assemble<uint16_t>(
+      recipe, [&](const WeightBlock& b) -> absl::StatusOr<std::vector<uint16_t>> {
+        auto v = source.ReadStored(b.tensor, b.shape, b.region);
+        if (!v.ok()) return v.status();
+        if (v->dtype != dtype) {
+          return absl::InternalError(absl::StrCat("'", b.tensor, "' was read as ",
+                                                  kernels::DTypeName(v->dtype), ", not ",
+                                                  kernels::DTypeName(dtype)));
+        }
+        return std::move(v->bits);
+      });
+  if (!bits.ok()) return bits.status();
+  out.dtype = dtype;
+  out.bits = std::move(*bits);
+  return out;
+}
+
+absl::Status ReadInto(const WeightSource& source, const WeightRecipe& recipe, ParamDest dest) {
+  if (dest.f32 != nullptr) {
+    auto v = ReadRecipe(source, recipe);
+    if (!v.ok()) return v.status();
+    *dest.f32 = std::move(*v);
+  } else if (dest.stored != nullptr) {
+    auto v = ReadRecipeStored(source, recipe);
+    if (!v.ok()) return v.status();
+    *dest.stored = std::move(*v);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckWeightPart(const WeightPart& part, int n_layer) {

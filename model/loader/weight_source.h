@@ -29,6 +29,15 @@ class WeightSource {
   virtual absl::StatusOr<std::vector<float>> Read(absl::string_view tensor,
                                                   const std::vector<int64_t>& shape,
                                                   const TensorRegion& region) const = 0;
+  // The same region in the dtype it is stored in (float32 unless the source
+  // keeps F16 or BF16 values: a checkpoint).
+  virtual absl::StatusOr<StoredValues> ReadStored(absl::string_view tensor,
+                                                  const std::vector<int64_t>& shape,
+                                                  const TensorRegion& region) const;
+  // The dtype ReadStored gives for `tensor` (kF32 for an unknown one).
+  virtual kernels::DType StoredDtypeOf(absl::string_view tensor) const {
+    return kernels::DType::kF32;
+  }
   // The weights' dtype where they are stored ("F32", "F16", "BF16").
   virtual std::string stored_dtype() const = 0;
 };
@@ -45,6 +54,10 @@ class CheckpointSource final : public WeightSource {
   absl::StatusOr<std::vector<float>> Read(absl::string_view tensor,
                                           const std::vector<int64_t>& shape,
                                           const TensorRegion& region) const override;
+  absl::StatusOr<StoredValues> ReadStored(absl::string_view tensor,
+                                          const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override;
+  kernels::DType StoredDtypeOf(absl::string_view tensor) const override;
   std::string stored_dtype() const override { return stored_dtype_; }
 
  private:
@@ -100,6 +113,22 @@ WeightRecipe Stack(WeightRecipe::Axis axis, std::vector<WeightRecipe> parts);
 
 absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
                                               const WeightRecipe& recipe);
+// The same in the stored dtype when every block has the same one (float32
+// when they differ, or for zeros): a GEMM weight the backend takes as it is.
+absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
+                                              const WeightRecipe& recipe);
+
+// Where a recipe's values go: float32 (norms, biases, embeddings: ops take
+// them so) or the stored dtype (GEMM weights, which a backend prepares).
+struct ParamDest {
+  std::vector<float>* f32 = nullptr;
+  StoredValues* stored = nullptr;
+  ParamDest() = default;
+  ParamDest(std::vector<float>* to) : f32(to) {}   // NOLINT: implicit on purpose
+  ParamDest(StoredValues* to) : stored(to) {}      // NOLINT
+};
+// Reads `recipe` into `dest` (nothing when dest is empty).
+absl::Status ReadInto(const WeightSource& source, const WeightRecipe& recipe, ParamDest dest);
 
 // Which part of a model's weights to read: layers [layer_begin, layer_end)
 // and, with `globals`, the parameters outside the layers (embeddings, final

@@ -105,6 +105,70 @@ TEST(WeightSourceTest, CheckpointRegionsAreSlicesOfTheWholeTensor) {
   std::filesystem::remove_all(tmpl);
 }
 
+// GEMM weights are read in the file's dtype: the same values as the float32
+// read, as the file's own bits; a recipe keeps the dtype when its blocks
+// share it and is float32 when they mix.
+TEST(WeightSourceTest, StoredReadsKeepTheFileDtype) {
+  char tmpl[] = "/tmp/flover_ws_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const int64_t R = 37, C = 53;
+  WriteFile(tmpl, R, C);
+  auto ckpt = Checkpoint::Open(tmpl);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  CheckpointSource source(std::move(*ckpt), "transformer.", "F32");
+  const std::pair<const char*, kernels::DType> kinds[] = {
+      {"F32", kernels::DType::kF32}, {"BF16", kernels::DType::kBF16}, {"F16", kernels::DType::kF16}};
+  for (const auto& [name, dtype] : kinds) {
+    EXPECT_EQ(source.StoredDtypeOf(name), dtype) << name;
+    for (TensorRegion g : {TensorRegion{0, R, 0, C}, TensorRegion{3, 20, 0, C},
+                           TensorRegion{0, R, 7, 31}, TensorRegion{5, 5, 0, 0}}) {
+      auto stored = source.ReadStored(name, {R, C}, g);
+      ASSERT_TRUE(stored.ok()) << stored.status();
+      EXPECT_EQ(stored->dtype, dtype) << name;
+      EXPECT_EQ(stored->size(), g.numel());
+      auto floats = source.Read(name, {R, C}, g);
+      ASSERT_TRUE(floats.ok());
+      EXPECT_EQ(stored->ToFloat(), *floats) << name;
+      if (dtype == kernels::DType::kBF16) {  // the file's bits: the float's top half
+        for (int64_t i = 0; i < g.numel(); ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, &(*floats)[i], 4);
+          ASSERT_EQ(stored->bits[i], bits >> 16) << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(source.StoredDtypeOf("nothing"), kernels::DType::kF32);
+  auto outside = source.ReadStored("BF16", {R, C}, TensorRegion{0, R + 1, 0, C});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_THAT(std::string(outside.status().message()), HasSubstr("is outside [37, 53]"));
+  auto shape = source.ReadStored("F16", {C, R}, TensorRegion{});
+  ASSERT_FALSE(shape.ok());
+  EXPECT_THAT(std::string(shape.status().message()), HasSubstr("has shape [37, 53]"));
+
+  // Recipes: one dtype kept (rows and columns), a mix widened, zeros float32.
+  for (const WeightRecipe& r :
+       {Stack(WeightRecipe::kRows, {RowSlice("BF16", {R, C}, 1, 4), RowSlice("BF16", {R, C}, 30, 37)}),
+        Stack(WeightRecipe::kCols, {ColSlice("F16", {R, C}, 0, 5), ColSlice("F16", {R, C}, 40, 53)}),
+        Whole("BF16", {R, C})}) {
+    auto stored = ReadRecipeStored(source, r);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_EQ(stored->dtype, source.StoredDtypeOf(r.blocks[0].tensor));
+    EXPECT_EQ(stored->ToFloat(), *ReadRecipe(source, r));
+  }
+  const WeightRecipe mixed =
+      Stack(WeightRecipe::kRows, {RowSlice("BF16", {R, C}, 0, 2), RowSlice("F16", {R, C}, 2, 4)});
+  auto widened = ReadRecipeStored(source, mixed);
+  ASSERT_TRUE(widened.ok()) << widened.status();
+  EXPECT_EQ(widened->dtype, kernels::DType::kF32);
+  EXPECT_EQ(widened->f32, *ReadRecipe(source, mixed));
+  auto zeros = ReadRecipeStored(source, Zeros(6));
+  ASSERT_TRUE(zeros.ok());
+  EXPECT_EQ(zeros->dtype, kernels::DType::kF32);
+  EXPECT_EQ(zeros->f32, std::vector<float>(6, 0.0f));
+  std::filesystem::remove_all(tmpl);
+}
+
 TEST(WeightSourceTest, GeneratedValuesDoNotDependOnTheRegionRead) {
   GeneratedSource source(7, [](absl::string_view name) {
     using Fill = GeneratedSource::Fill;
