@@ -346,9 +346,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Weights handed over in the dtype a checkpoint stores them in (bf16 or f16
 // bits) prepare to the same weight as their float32 values: every Linear
-// output bitwise equal, for every matmul dtype and layout. (The CPU packs
-// bf16 values for a bf16 matmul as they are and widens the rest; CUDA
-// widens on the host.) Another dtype is refused, naming it.
+// output bitwise equal, for every matmul dtype and layout. (The CPU's
+// oneDNN reorder takes bf16 values as they are for f32 and bf16 matmuls;
+// f16 values, and int8's, are widened first; CUDA widens on the host.)
+// Another dtype is refused, naming it.
 class StoredWeightTest : public ::testing::TestWithParam<std::tuple<const char*, MatmulDtype>> {};
 
 TEST_P(StoredWeightTest, StoredDtypePreparesAsItsFloatValues) {

@@ -1,5 +1,7 @@
 #include "model/weight_upload.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
 
@@ -27,6 +29,32 @@ absl::StatusOr<std::unique_ptr<kernels::Weight>> PrepareMatrix(kernels::Backend&
                                             "]"));
   }
   return backend.PrepareWeight(host, K, N, layout);
+}
+
+absl::StatusOr<kernels::Buffer> UploadRowsF32(kernels::Backend& backend, const WeightSource& source,
+                                              const WeightRecipe& recipe, int64_t cols,
+                                              int64_t chunk_rows) {
+  if (recipe.blocks.size() != 1 || recipe.axis != WeightRecipe::kRows || chunk_rows < 1) {
+    return absl::InternalError("UploadRowsF32 takes the rows of one tensor");
+  }
+  const WeightBlock& block = recipe.blocks[0];
+  const TensorRegion& all = block.region;
+  if (all.cols() != cols || all.rows() < 1) {
+    return absl::InternalError(absl::StrCat("rows of '", block.tensor, "' are ", all.cols(),
+                                            " wide, not ", cols));
+  }
+  auto buf = backend.Allocate(kernels::DType::kF32, all.rows(), cols);
+  if (!buf.ok()) return buf.status();
+  for (int64_t r = 0; r < all.rows(); r += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, all.rows() - r);
+    TensorRegion part = all;
+    part.row_begin = all.row_begin + r;
+    part.row_end = part.row_begin + n;
+    auto rows = source.Read(block.tensor, block.shape, part);
+    if (!rows.ok()) return rows.status();
+    FLOVER_RETURN_IF_ERROR(backend.Upload(rows->data(), buf->tensor().Rows(r, n)));
+  }
+  return buf;
 }
 
 absl::Status UploadF32Releasing(kernels::Backend& backend, std::vector<float>& host, int64_t rows,

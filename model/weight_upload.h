@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "model/loader/safetensors.h"
+#include "model/loader/weight_source.h"
 
 namespace flover {
 
@@ -33,6 +34,14 @@ absl::Status UploadF32Releasing(kernels::Backend& backend, std::vector<float>& h
 absl::Status PrepareMatrixReleasing(kernels::Backend& backend, StoredValues& host, int K, int N,
                                     kernels::WeightLayout layout,
                                     std::unique_ptr<kernels::Weight>* out);
+
+// A one-block row recipe (an embedding's vocabulary rows) as an f32
+// [rows, cols] buffer, read and uploaded `chunk_rows` rows at a time: the
+// host holds one block of rows, never a whole float32 copy beside the
+// backend's.
+absl::StatusOr<kernels::Buffer> UploadRowsF32(kernels::Backend& backend, const WeightSource& source,
+                                              const WeightRecipe& recipe, int64_t cols,
+                                              int64_t chunk_rows = 2048);
 
 // The buffer as an op argument: null when empty (no bias).
 inline const kernels::Tensor* OrNull(const kernels::Buffer& b) {

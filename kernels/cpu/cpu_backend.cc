@@ -277,11 +277,12 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, 
     return absl::InvalidArgumentError(
         absl::StrCat("PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(w.dtype)));
   }
-  // Stored bf16 goes to a bf16 linear as it is; every other pairing is
-  // widened to float32 here (exactly), one matrix at a time.
+  // oneDNN's reorder takes f32 and bf16 values as they are (into f32 or
+  // bf16 weights); f16 ones, and anything for int8, are widened to float32
+  // here (exactly), one matrix at a time.
   std::vector<float> wide;
-  const bool as_stored = w.dtype == DType::kF32 ||
-                         (w.dtype == DType::kBF16 && matmul_dtype() == MatmulDtype::kBF16);
+  const bool as_stored =
+      w.dtype == DType::kF32 || (w.dtype == DType::kBF16 && int8_ == nullptr);
   if (!as_stored) {
     wide = WidenToF32(w, int64_t{K} * N);
     w = HostValues(wide.data());

@@ -117,8 +117,8 @@ absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
 }
 
 std::unique_ptr<Weight> OneDnnLinear::Prepare(HostValues w, int K, int N, WeightLayout layout) {
-  // bf16 values for a bf16 linear are packed as they are; f32 ones are
-  // rounded to bf16 by the reorder.
+  // The reorder packs f32 or bf16 values into this linear's type: exactly,
+  // but for f32 into bf16, which it rounds to nearest even.
   const memory::data_type stored = w.dtype == DType::kBF16 ? memory::data_type::bf16 : kF32;
   const memory::desc user({K, N}, stored, layout == WeightLayout::kInOut ? Tag::ab : Tag::ba);
   const dnnl::matmul::primitive_desc probe(

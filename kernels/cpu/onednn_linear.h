@@ -48,8 +48,7 @@ class OneDnnLinear {
   static absl::Status CheckSupported(MatmulDtype dtype);
   MatmulDtype dtype() const { return dtype_; }
 
-  // `w` must be f32, or bf16 when this is a bf16 linear (the CPU backend
-  // widens other stored dtypes first).
+  // `w`: f32 or bf16 values (the CPU backend widens f16 first).
   std::unique_ptr<Weight> Prepare(HostValues w, int K, int N, WeightLayout layout);
   void Run(const float* x, int M, const Weight& w, const float* bias, Epilogue epilogue,
            float* out);

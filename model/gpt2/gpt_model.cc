@@ -50,16 +50,17 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   const ShardSpec spec = SpecOf(collectives);
   std::unique_ptr<GptModel> model(new GptModel(config, backend, collectives));
   for (int l = 0; l <= config.n_layer; ++l) {
-    // Layer by layer, then the embeddings, final layernorm and head.
-    const WeightPart part = l < config.n_layer ? WeightPart{l, l + 1, false} : WeightPart{0, 0, true};
+    // Layer by layer, then wpe, the final layernorm, the head and wte.
+    const bool globals = l == config.n_layer;
+    const WeightPart part = globals ? WeightPart{0, 0, true, false} : WeightPart{l, l + 1, false};
     auto weights = LoadGptWeights(source, config, spec, part);
     if (!weights.ok()) return weights.status();
-    FLOVER_RETURN_IF_ERROR(model->Upload(*weights));
+    FLOVER_RETURN_IF_ERROR(model->Upload(*weights, source, globals));
   }
   return model;
 }
 
-absl::Status GptModel::Upload(GptWeights& w) {
+absl::Status GptModel::Upload(GptWeights& w, const WeightSource& source, bool globals) {
   using kernels::WeightLayout;
   const int C = config_.n_embd, CL = shard_.heads * config_.head_dim(), FL = shard_.inner;
   const int VL = shard_.vocab_end - shard_.vocab_begin;
@@ -95,24 +96,24 @@ absl::Status GptModel::Upload(GptWeights& w) {
     }
     layers_.push_back(std::move(p));
   }
-  if (w.wte.empty()) return absl::OkStatus();  // a part without the globals
+  if (!globals) return absl::OkStatus();
   if (static_cast<int>(layers_.size()) != config_.n_layer) {
     return absl::InternalError("the globals must come after every layer");
   }
   // The LM head is [V_local, C]: lm_head when untied, else wte itself (this
-  // rank's vocabulary rows), which also stays as the embedding table.
-  if (static_cast<int64_t>(w.wte.size()) != int64_t{VL} * C) {
-    return absl::InternalError("wte does not hold this rank's vocabulary rows");
-  }
+  // rank's vocabulary rows, as stored), which also stays as the embedding
+  // table (float32, put on the backend a block of rows at a time).
+  const WeightRecipe wte = GptEmbeddingRecipe(config_, spec_);
   if (w.lm_head.empty()) {
-    auto head = PrepareMatrix(backend_, w.wte.data(), static_cast<int64_t>(w.wte.size()), C, VL,
-                              WeightLayout::kOutIn);
-    if (!head.ok()) return head.status();
-    lm_head_ = std::move(*head);
+    auto rows = ReadRecipeStored(source, wte);
+    if (!rows.ok()) return rows.status();
+    FLOVER_RETURN_IF_ERROR(prepare(*rows, C, VL, WeightLayout::kOutIn, &lm_head_));
   } else {
     FLOVER_RETURN_IF_ERROR(prepare(w.lm_head, C, VL, WeightLayout::kOutIn, &lm_head_));
   }
-  FLOVER_RETURN_IF_ERROR(upload(w.wte, VL, C, &wte_));
+  auto table = UploadRowsF32(backend_, source, wte, C);
+  if (!table.ok()) return table.status();
+  wte_ = std::move(*table);
   if (shard_.adds_replicated_bias) {
     FLOVER_RETURN_IF_ERROR(upload(w.wpe, config_.n_positions, C, &wpe_));
   }

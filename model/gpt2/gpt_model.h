@@ -71,9 +71,10 @@ class GptModel final : public CausalLm {
   };
 
   GptModel(const GptConfig& config, kernels::Backend& backend, Collectives* collectives);
-  // Puts a part of the weights (its layers, then its globals if it has
-  // them) on the backend.
-  absl::Status Upload(GptWeights& part);
+  // Puts a part of the weights (its layers, then, with `globals`, wpe, the
+  // final layernorm, the head, and wte read from `source` a block of rows
+  // at a time) on the backend, releasing each host tensor as it goes.
+  absl::Status Upload(GptWeights& part, const WeightSource& source, bool globals);
   // Runs the layers and the LM head; leaves this rank's logits in the first
   // R rows of buffer kLogits.
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);

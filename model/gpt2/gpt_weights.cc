@@ -49,7 +49,7 @@ void ForEachParam(const WeightSource& source, const GptConfig& c, const ShardSpe
     visit(replicated_bias(h + "mlp.c_proj.bias"), &l.mlp_proj_b);
   }
   if (!part.globals) return;
-  visit(RowSlice("wte.weight", {V, C}, sh.vocab_begin, sh.vocab_end), &w.wte);
+  if (part.embedding) visit(GptEmbeddingRecipe(c, spec), &w.wte);
   // Positions are embedded once, by rank 0.
   visit(sh.adds_replicated_bias ? Whole("wpe.weight", {P, C}) : Zeros(0), &w.wpe);
   visit(Whole("ln_f.weight", {C}), &w.ln_f_g);
@@ -61,6 +61,11 @@ void ForEachParam(const WeightSource& source, const GptConfig& c, const ShardSpe
 }
 
 }  // namespace
+
+WeightRecipe GptEmbeddingRecipe(const GptConfig& c, const ShardSpec& spec) {
+  const ShardShape sh = ShapeOf(c, spec);
+  return RowSlice("wte.weight", {c.vocab_size, c.n_embd}, sh.vocab_begin, sh.vocab_end);
+}
 
 absl::StatusOr<GptWeights> LoadGptWeights(const WeightSource& source, const GptConfig& config,
                                           const ShardSpec& spec, WeightPart part) {

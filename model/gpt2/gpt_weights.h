@@ -50,6 +50,9 @@ struct GptWeights {
 absl::StatusOr<GptWeights> LoadGptWeights(const WeightSource& source, const GptConfig& config,
                                           const ShardSpec& spec, WeightPart part = {});
 
+// This rank's rows of wte (also the head's when it is tied).
+WeightRecipe GptEmbeddingRecipe(const GptConfig& config, const ShardSpec& spec);
+
 // Checks every tensor's presence, shape and dtype, reading no data.
 absl::Status CheckGptWeights(const WeightSource& source, const GptConfig& config);
 

@@ -49,16 +49,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig
   FLOVER_RETURN_IF_ERROR(ValidateLlamaShard(config, spec));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, backend, collectives));
   for (int l = 0; l <= config.n_layer; ++l) {
-    // Layer by layer, then the embedding, final norm and head.
-    const WeightPart part = l < config.n_layer ? WeightPart{l, l + 1, false} : WeightPart{0, 0, true};
+    // Layer by layer, then the final norm, head and embedding.
+    const bool globals = l == config.n_layer;
+    const WeightPart part = globals ? WeightPart{0, 0, true, false} : WeightPart{l, l + 1, false};
     auto weights = LoadLlamaWeights(source, config, spec, part);
     if (!weights.ok()) return weights.status();
-    FLOVER_RETURN_IF_ERROR(model->Upload(*weights));
+    FLOVER_RETURN_IF_ERROR(model->Upload(*weights, source, globals));
   }
   return model;
 }
 
-absl::Status LlamaModel::Upload(LlamaWeights& w) {
+absl::Status LlamaModel::Upload(LlamaWeights& w, const WeightSource& source, bool globals) {
   const int C = config_.hidden, D = config_.head_dim, QL = shard_.q_heads * D,
             W = (shard_.q_heads + 2 * shard_.kv_heads) * D, FL = shard_.inner,
             VL = shard_.vocab_end - shard_.vocab_begin;
@@ -87,20 +88,21 @@ absl::Status LlamaModel::Upload(LlamaWeights& w) {
     FLOVER_RETURN_IF_ERROR(prepare(l.down, FL, C, &p.down));
     layers_.push_back(std::move(p));
   }
-  if (w.embed.empty()) return absl::OkStatus();  // a part without the globals
+  if (!globals) return absl::OkStatus();
   if (static_cast<int>(layers_.size()) != config_.n_layer) {
     return absl::InternalError("the globals must come after every layer");
   }
-  // Tied: the embedding's rows serve as the head too (and stay the table).
-  if (w.lm_head.empty()) {
-    auto head = PrepareMatrix(backend_, w.embed.data(), static_cast<int64_t>(w.embed.size()), C,
-                              VL, WeightLayout::kOutIn);
-    if (!head.ok()) return head.status();
-    lm_head_ = std::move(*head);
+  const WeightRecipe embed = LlamaEmbeddingRecipe(config_, spec_);
+  if (w.lm_head.empty()) {  // tied: the embedding's rows, as stored, are the head too
+    auto rows = ReadRecipeStored(source, embed);
+    if (!rows.ok()) return rows.status();
+    FLOVER_RETURN_IF_ERROR(prepare(*rows, C, VL, &lm_head_));
   } else {
     FLOVER_RETURN_IF_ERROR(prepare(w.lm_head, C, VL, &lm_head_));
   }
-  FLOVER_RETURN_IF_ERROR(upload(w.embed, VL, C, &embed_));
+  auto table = UploadRowsF32(backend_, source, embed, C);
+  if (!table.ok()) return table.status();
+  embed_ = std::move(*table);
   FLOVER_RETURN_IF_ERROR(upload(w.norm, 1, C, &norm_));
   std::vector<float> inv_freq = RopeInvFreq(config_);
   FLOVER_RETURN_IF_ERROR(upload(inv_freq, 1, D / 2, &inv_freq_));

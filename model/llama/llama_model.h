@@ -55,9 +55,10 @@ class LlamaModel final : public CausalLm {
   };
 
   LlamaModel(const LlamaConfig& config, kernels::Backend& backend, Collectives* collectives);
-  // Puts a part of the weights (its layers, then its globals if it has
-  // them) on the backend, releasing each host tensor as it goes.
-  absl::Status Upload(LlamaWeights& part);
+  // Puts a part of the weights (its layers, then, with `globals`, the
+  // final norm and head, and the embedding read from `source` a block of
+  // rows at a time) on the backend, releasing each host tensor as it goes.
+  absl::Status Upload(LlamaWeights& part, const WeightSource& source, bool globals);
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
 
   LlamaConfig config_;

@@ -27,8 +27,7 @@ void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart&
   const int first = part.layer_begin, last = part.layer_end < 0 ? c.n_layer : part.layer_end;
   out.layers.resize(std::max(0, last - first));
   if (part.globals) {
-    visit(RowSlice("model.embed_tokens.weight", {V, C}, sh.vocab_begin, sh.vocab_end),
-          dst(&out.embed));
+    if (part.embedding) visit(LlamaEmbeddingRecipe(c, spec), dst(&out.embed));
     visit(Whole("model.norm.weight", {C}), dst(&out.norm));
     if (!c.tie_word_embeddings) {
       visit(RowSlice("lm_head.weight", {V, C}, sh.vocab_begin, sh.vocab_end), dst(&out.lm_head));
@@ -53,6 +52,12 @@ void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart&
 }
 
 }  // namespace
+
+WeightRecipe LlamaEmbeddingRecipe(const LlamaConfig& c, const ShardSpec& spec) {
+  const LlamaShard sh = LlamaShapeOf(c, spec);
+  return RowSlice("model.embed_tokens.weight", {c.vocab_size, c.hidden}, sh.vocab_begin,
+                  sh.vocab_end);
+}
 
 absl::StatusOr<LlamaWeights> LoadLlamaWeights(const WeightSource& source, const LlamaConfig& config,
                                               const ShardSpec& spec, WeightPart part) {

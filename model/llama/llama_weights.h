@@ -44,6 +44,9 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const WeightSource& source,
                                               const LlamaConfig& config, const ShardSpec& spec,
                                               WeightPart part = {});
 
+// This rank's rows of the embedding (also the head's when it is tied).
+WeightRecipe LlamaEmbeddingRecipe(const LlamaConfig& config, const ShardSpec& spec);
+
 // Checks that every tensor the model needs is in `source` with the shape the
 // config requires and a float dtype, reading no data.
 absl::Status CheckLlamaWeights(const WeightSource& source, const LlamaConfig& config);

@@ -137,6 +137,9 @@ absl::Status ReadInto(const WeightSource& source, const WeightRecipe& recipe, Pa
 struct WeightPart {
   int layer_begin = 0, layer_end = -1;  // -1: through the last layer
   bool globals = true;
+  // With `globals`: the embedding too. Models put it on their backend a
+  // block of rows at a time themselves (UploadRowsF32), so leave it out.
+  bool embedding = true;
 };
 
 // InvalidArgument unless `part` lies within `n_layer` layers.
