@@ -189,19 +189,9 @@ constexpr size_t kAlignment = 64;
 
 }  // namespace
 
-// oneDNN splits a matmul's work for omp_get_max_threads() threads and runs
-// it in one parallel region; a team that gets fewer threads than that leaves
-// parts of the output unwritten (found running the tests with
-// OMP_THREAD_LIMIT=1: wrong Linear results). Teams are kept at the size
-// asked for: no dynamic adjustment, and never more threads than the limit.
-static void KeepTeamsWhole() {
-  omp_set_dynamic(0);
-  if (omp_get_max_threads() > omp_get_thread_limit()) omp_set_num_threads(omp_get_thread_limit());
-}
-
 void SetCpuThreads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
-  KeepTeamsWhole();
+  KeepOpenMpTeamsWhole();
 }
 
 int CpuThreads() { return omp_get_max_threads(); }
@@ -215,7 +205,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
   }
-  KeepTeamsWhole();
+  KeepOpenMpTeamsWhole();
   return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_dtype));
 }
 

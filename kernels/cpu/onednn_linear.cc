@@ -117,6 +117,7 @@ absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
 }
 
 std::unique_ptr<Weight> OneDnnLinear::Prepare(HostValues w, int K, int N, WeightLayout layout) {
+  KeepOpenMpTeamsWhole();
   // The reorder packs f32 or bf16 values into this linear's type: exactly,
   // but for f32 into bf16, which it rounds to nearest even.
   const memory::data_type stored = w.dtype == DType::kBF16 ? memory::data_type::bf16 : kF32;
@@ -248,6 +249,7 @@ dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weight
 
 void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float* bias,
                        Epilogue epilogue, float* out) {
+  KeepOpenMpTeamsWhole();
   const auto& w = static_cast<const CpuWeight&>(weight);
   if (panels_enabled_ && RunsOnPanels(w, M, bias != nullptr, epilogue)) {
     RunPanels(*w.panels, x, M, bias, epilogue, out);
@@ -324,6 +326,7 @@ void OneDnnLinear::ReserveScratch(int rows, int K, int N) {
 
 void OneDnnLinear::PrepareRows(const Weight& weight, int max_rows, bool has_bias,
                                Epilogue epilogue) {
+  KeepOpenMpTeamsWhole();
   const auto& w = static_cast<const CpuWeight&>(weight);
   int largest = 0;
   for (int M = 1; M <= max_rows; M = RowBucket(M) + 1) {
