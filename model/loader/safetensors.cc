@@ -317,9 +317,7 @@ absl::StatusOr<StoredValues> SafetensorsFile::ReadRegion(absl::string_view tenso
   auto span = Locate(tensor, expected_shape, region);
   if (!span.ok()) return span.status();
   StoredValues v;
-  v.dtype = span->dtype == DType::kF32   ? kernels::DType::kF32
-            : span->dtype == DType::kF16 ? kernels::DType::kF16
-                                         : kernels::DType::kBF16;
+  v.dtype = BackendDtype(span->dtype);
   const int64_t n = region.cols();
   char* out;
   if (v.dtype == kernels::DType::kF32) {

@@ -48,6 +48,15 @@ struct TensorInfo {
   TensorRegion All() const;
 };
 
+// The dtype a backend knows a file's float dtype as: F16 and BF16 as
+// themselves, anything else as kF32 (F32 itself; other dtypes are refused
+// by the reads).
+inline kernels::DType BackendDtype(DType dtype) {
+  return dtype == DType::kF16    ? kernels::DType::kF16
+         : dtype == DType::kBF16 ? kernels::DType::kBF16
+                                 : kernels::DType::kF32;
+}
+
 // A float tensor's values (or a region's) as the file stores them: float32,
 // or the 16-bit patterns of F16 / BF16, in their dtype until whoever uses
 // them (a backend preparing a weight) widens or packs them.

@@ -52,12 +52,7 @@ absl::StatusOr<StoredValues> CheckpointSource::ReadStored(absl::string_view tens
 
 kernels::DType CheckpointSource::StoredDtypeOf(absl::string_view tensor) const {
   const TensorInfo* info = checkpoint_.Find(Resolve(tensor));
-  if (info == nullptr) return kernels::DType::kF32;
-  switch (info->dtype) {
-    case DType::kF16: return kernels::DType::kF16;
-    case DType::kBF16: return kernels::DType::kBF16;
-    default: return kernels::DType::kF32;
-  }
+  return info == nullptr ? kernels::DType::kF32 : BackendDtype(info->dtype);
 }
 
 absl::StatusOr<StoredValues> WeightSource::ReadStored(absl::string_view tensor,
