@@ -27,8 +27,22 @@ case "$kind" in
   # TSan cannot see a region's fork and join and reports every region as
   # a race; with one thread per region there is nothing to misreport, and
   # the engine's, gRPC's and the servers' own threads are all still checked.
-  tsan) env=(--test_env="TSAN_OPTIONS=suppressions=$root/tools/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1"
-             --test_env=OMP_THREAD_LIMIT=1) ;;
+  # With tools/tsan_grpc.sh's instrumented gRPC and Abseil built, our
+  # binaries load them instead of Debian's (same sonames, found first by an
+  # RPATH, which also serves their dependencies' lookups); other programs
+  # (Python's grpcio, which links Debian's libgrpc) are left alone.
+  tsan) supp="$root/.bazel-root/tsan.supp"
+        mkdir -p "$root/.bazel-root"
+        cp "$root/tools/sanitizers/tsan.supp" "$supp"
+        env=(--test_env=OMP_THREAD_LIMIT=1)
+        if [ -d "$root/.bazel-root/tsan-grpc/lib" ]; then
+          env+=(--linkopt="-Wl,--disable-new-dtags,-rpath,$root/.bazel-root/tsan-grpc/lib")
+          echo "tools/sanitize.sh: gRPC and Abseil instrumented too (.bazel-root/tsan-grpc/lib)"
+        else
+          cat "$root/tools/sanitizers/tsan_debian_grpc.supp" >> "$supp"
+          echo "tools/sanitize.sh: Debian's gRPC, not instrumented (tools/tsan_grpc.sh builds one)"
+        fi
+        env+=(--test_env="TSAN_OPTIONS=suppressions=$supp:halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1") ;;
   *) echo "tools/sanitize.sh: asan or tsan, not '$kind'" >&2; exit 2 ;;
 esac
 # Its own Bazel server, output base and result links (.bazel-root/asan-bin,

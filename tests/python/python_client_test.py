@@ -49,9 +49,11 @@ class PythonClientTest(unittest.TestCase):
 
     def test_generate_errors_health_reflection_and_drain(self):
         # GPT-2-small shapes: the drain below lasts long enough (~0.5 s) to
-        # watch health change while a request is still running.
+        # watch health change while a request is still running. The drain
+        # timeout is only an upper bound (the default 30 s cut the request
+        # under ThreadSanitizer).
         proc, address = start_server("--model=builtin:gpt2-small", "--max_seq_len=128",
-                                     "--max_batch=2", "--threads=2")
+                                     "--max_batch=2", "--threads=2", "--drain_timeout_s=600")
         try:
             client = FloverClient(address)
             info = client.model_info()
@@ -90,7 +92,7 @@ class PythonClientTest(unittest.TestCase):
             rest = list(stream)
             self.assertEqual(len(first.token_ids) + sum(len(m.token_ids) for m in rest), 40)
             self.assertEqual(rest[-1].finish_reason, flover_pb2.LENGTH)
-            self.assertEqual(proc.wait(timeout=60), 0)
+            self.assertEqual(proc.wait(timeout=600), 0)
         finally:
             if proc.poll() is None:
                 proc.kill()
