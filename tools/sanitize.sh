@@ -19,7 +19,7 @@ targets=("$@")
 # fast_unwind_on_malloc=0 so that leak reports from libraries built without
 # frame pointers (OpenMPI, gRPC) carry whole stacks the suppressions can match.
 case "$kind" in
-  asan) env=(--test_env="ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:fast_unwind_on_malloc=0:strict_string_checks=1:check_initialization_order=1"
+  asan) opts=(--test_env="ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:fast_unwind_on_malloc=0:strict_string_checks=1:check_initialization_order=1"
              --test_env="UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
              --test_env="LSAN_OPTIONS=suppressions=$root/tools/sanitizers/lsan.supp:print_suppressions=0") ;;
   # TSan: OMP_THREAD_LIMIT=1 runs every OpenMP region (ours and oneDNN's)
@@ -34,15 +34,15 @@ case "$kind" in
   tsan) supp="$root/.bazel-root/tsan.supp"
         mkdir -p "$root/.bazel-root"
         cp "$root/tools/sanitizers/tsan.supp" "$supp"
-        env=(--test_env=OMP_THREAD_LIMIT=1)
+        opts=(--test_env=OMP_THREAD_LIMIT=1)
         if [ -d "$root/.bazel-root/tsan-grpc/lib" ]; then
-          env+=(--linkopt="-Wl,--disable-new-dtags,-rpath,$root/.bazel-root/tsan-grpc/lib")
+          opts+=(--linkopt="-Wl,--disable-new-dtags,-rpath,$root/.bazel-root/tsan-grpc/lib")
           echo "tools/sanitize.sh: gRPC and Abseil instrumented too (.bazel-root/tsan-grpc/lib)"
         else
           cat "$root/tools/sanitizers/tsan_debian_grpc.supp" >> "$supp"
           echo "tools/sanitize.sh: Debian's gRPC, not instrumented (tools/tsan_grpc.sh builds one)"
         fi
-        env+=(--test_env="TSAN_OPTIONS=suppressions=$supp:halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1") ;;
+        opts+=(--test_env="TSAN_OPTIONS=suppressions=$supp:halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1") ;;
   *) echo "tools/sanitize.sh: asan or tsan, not '$kind'" >&2; exit 2 ;;
 esac
 # Its own Bazel server, output base and result links (.bazel-root/asan-bin,
@@ -50,6 +50,6 @@ esac
 # run neither waits for nor evicts the normal build. Sanitized code runs
 # several times slower: every test gets the long timeout.
 exec bazel --output_user_root="$root/.bazel-root" --output_base="$root/.bazel-root/$kind-base" \
-    test --config="$kind" --symlink_prefix=".bazel-root/$kind-" "${env[@]}" \
+    test --config="$kind" --symlink_prefix=".bazel-root/$kind-" "${opts[@]}" \
     --test_env=FLOVER_SANITIZER="$kind" --test_timeout=900 \
     --test_output=errors "${targets[@]}"
