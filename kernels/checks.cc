@@ -172,4 +172,15 @@ absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, cons
   return CheckTensor("GatherLastRows", "out", out, seqs.num_seqs, x.cols, {DType::kF32});
 }
 
+absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N) {
+  if (w.data == nullptr || K < 1 || N < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
+  }
+  if (!w.is_float()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(w.dtype)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace flover::kernels

@@ -27,6 +27,9 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
 // OK when [0, len) fits a slot and both slots exist.
 absl::Status CheckKvMove(const KvLayer& kv, int from, int to, int len);
 
+// PrepareWeight's: values, a float dtype (f32, bf16, f16), K and N >= 1.
+absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N);
+
 // Each op's arguments as backend.h states them; `act` is the backend's
 // activation dtype (outputs that feed Linear may also take it).
 absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,

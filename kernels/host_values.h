@@ -37,7 +37,7 @@ inline float HalfToFloat(uint16_t h) {
 }
 
 // bfloat16 bits as float32 (exact).
-inline float BFloat16ToFloat(uint16_t b) {
+inline float Bf16ToFloat(uint16_t b) {
   const uint32_t bits = uint32_t{b} << 16;
   float f;
   std::memcpy(&f, &bits, 4);
@@ -66,7 +66,7 @@ inline std::vector<float> WidenToF32(const HostValues& v, int64_t n) {
   }
   const uint16_t* bits = static_cast<const uint16_t*>(v.data);
   if (v.dtype == DType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(bits[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(bits[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(bits[i]);
   }

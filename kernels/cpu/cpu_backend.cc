@@ -205,7 +205,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
   }
-  KeepOpenMpTeamsWhole();
+  KeepOpenMpTeamsWhole();  // so CpuThreads() reports the team size Linear will use
   return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_dtype));
 }
 
@@ -260,13 +260,7 @@ absl::Status CpuBackend::Download(const Tensor& src, void* host) {
 
 absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, int K, int N,
                                                                   WeightLayout layout) {
-  if (w.data == nullptr || K < 1 || N < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
-  }
-  if (!w.is_float()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(w.dtype)));
-  }
+  FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(w, K, N));
   // oneDNN's reorder takes f32 and bf16 values as they are (into f32 or
   // bf16 weights); f16 ones, and anything for int8, are widened to float32
   // here (exactly), one matrix at a time.

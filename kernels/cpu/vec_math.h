@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/host_values.h"  // Bf16ToFloat
+
 namespace flover::kernels {
 
 // float32 -> bfloat16 bits, rounded to nearest even (NaN stays NaN); a
@@ -19,14 +21,6 @@ inline uint16_t ToBf16(float f) {
   const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>(nan ? (u >> 16) | 0x40u : rounded);
-}
-
-// bfloat16 bits -> float32 (exact).
-inline float Bf16ToFloat(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
 }
 
 // e^x for x in [-87, 88] (inputs outside are clamped): Cody-Waite range

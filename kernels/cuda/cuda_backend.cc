@@ -246,13 +246,7 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes) {
 
 absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareWeight(HostValues stored, int K,
                                                                    int N, WeightLayout layout) {
-  if (stored.data == nullptr || K < 1 || N < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
-  }
-  if (!stored.is_float()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(stored.dtype)));
-  }
+  FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(stored, K, N));
   FLOVER_RETURN_IF_ERROR(Activate());
   // Widened on the host (exactly), one matrix at a time.
   std::vector<float> wide;

@@ -303,7 +303,7 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloatRegion(
         for (int64_t i = 0; i < n; ++i) o[i] = HalfToFloat(LoadU16(p + 2 * i));
         break;
       default:
-        for (int64_t i = 0; i < n; ++i) o[i] = BFloat16ToFloat(LoadU16(p + 2 * i));
+        for (int64_t i = 0; i < n; ++i) o[i] = Bf16ToFloat(LoadU16(p + 2 * i));
         break;
     }
   }

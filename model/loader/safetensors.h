@@ -138,7 +138,7 @@ class SafetensorsFile {
 };
 
 // Half-precision conversions, exact (every F16/BF16 value is a float32).
-using kernels::BFloat16ToFloat;
+using kernels::Bf16ToFloat;
 using kernels::HalfToFloat;
 
 }  // namespace flover
