@@ -9,10 +9,12 @@ queued or running), and the finishes match what the clients saw.
 
     abuse_test.py SERVER"""
 import asyncio
+import faulthandler
 import json
 import math
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +36,31 @@ TEXT_MODEL = "tests/golden/tiny_f32"  # with a tokenizer, 40 positions
 # bounds are asserted in normal builds only; every other check still runs.
 SANITIZER = os.environ.get("FLOVER_SANITIZER", "")
 OK_REASONS = ("length", "stop", "eos")
+LIVE = []  # the servers now running, for report_and_exit
+
+
+def report_and_exit(signum, frame):
+    """Bazel ends a test that runs past its timeout with SIGTERM: say where
+    every thread of this process and of each live server was, and what the
+    server last logged, so that a hang names itself."""
+    sys.stdout.flush()
+    print(f"\n--- signal {signum}: the test's threads ---", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(all_threads=True)
+    for server in list(LIVE):
+        pid = server.proc.pid
+        print(f"--- flover_server {pid}: last stderr lines ---\n" + "".join(server.stderr[-20:]),
+              file=sys.stderr, flush=True)
+        try:
+            with grpc.insecure_channel(server.address) as channel:
+                stats = pb_grpc.FloverStub(channel).GetStats(pb.GetStatsRequest(), timeout=5)
+            print(f"--- its GetStats ---\n{stats}", file=sys.stderr, flush=True)
+        except grpc.RpcError as e:
+            print(f"--- its GetStats failed: {e.code()} ---", file=sys.stderr, flush=True)
+        if shutil.which("gdb"):
+            subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                           stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=10, check=False)
+        server.proc.kill()
+    os._exit(128 + signum)
 
 
 def request(ids=(1, 2), max_new=4, temperature=0.0, **stopping):
@@ -72,6 +99,7 @@ class Server:
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         self.channel = grpc.insecure_channel(self.address)
         self.stub = pb_grpc.FloverStub(self.channel)
+        LIVE.append(self)
 
     def stats(self):
         return self.stub.GetStats(pb.GetStatsRequest(), timeout=30)
@@ -91,6 +119,7 @@ class Server:
         return self
 
     def __exit__(self, *exc):  # a test that failed before stop() leaves no server behind
+        LIVE.remove(self)
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -126,20 +155,22 @@ class AbuseTest(unittest.TestCase):
         with Server("--max_queue=10000", "--max_batch=64") as server:
             reference = server.greedy()
             peak = [0]
-            polling = threading.Event()
-
-            def poll():  # the server's own view of how many it holds at once
-                while not polling.is_set():
-                    s = server.stats()
-                    peak[0] = max(peak[0], s.queue_length + s.active_sequences)
-
-            poller = threading.Thread(target=poll)
-            poller.start()
             open_now, open_peak = [0], [0]
 
             async def flood():
                 chans = [grpc.aio.insecure_channel(server.address) for _ in range(channels)]
                 stubs = [pb_grpc.FloverStub(c) for c in chans]
+                flood_done = asyncio.Event()
+
+                # The server's own view of how many it holds at once, sampled
+                # on this event loop (a synchronous stub on another thread
+                # beside grpc.aio's poller is a mix grpc's Python stack does
+                # not promise to keep live).
+                async def poll():
+                    while not flood_done.is_set():
+                        s = await stubs[0].GetStats(pb.GetStatsRequest(), timeout=30)
+                        peak[0] = max(peak[0], s.queue_length + s.active_sequences)
+                        await asyncio.sleep(0.01)
 
                 async def one(i):
                     open_now[0] += 1
@@ -156,7 +187,10 @@ class AbuseTest(unittest.TestCase):
                     open_now[0] -= 1
                     return i, code, tokens, finishes
 
+                poller = asyncio.ensure_future(poll())
                 out = await asyncio.gather(*(one(i) for i in range(n)))
+                flood_done.set()
+                await poller
                 for c in chans:
                     await c.close()
                 return out
@@ -164,8 +198,6 @@ class AbuseTest(unittest.TestCase):
             start = time.monotonic()
             results = asyncio.run(flood())
             took = time.monotonic() - start
-            polling.set()
-            poller.join()
             self.assertEqual(open_peak[0], n)  # all were open at once on the client side
             codes = {}
             for _, code, _, _ in results:
@@ -454,4 +486,6 @@ class AbuseTest(unittest.TestCase):
 
 if __name__ == "__main__":
     SERVER = os.path.abspath(sys.argv.pop(1))
+    sys.stdout.reconfigure(line_buffering=True)  # each figure lands in the log as it is found
+    signal.signal(signal.SIGTERM, report_and_exit)
     unittest.main(verbosity=2)
