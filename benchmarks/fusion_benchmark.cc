@@ -24,7 +24,7 @@
 #include "model/model_loader.h"
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_threads.h"
 
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model");
 ABSL_FLAG(int, threads, 2, "CPU threads");

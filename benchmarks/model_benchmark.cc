@@ -31,6 +31,7 @@
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "oneapi/dnnl/dnnl.h"
 
 ABSL_FLAG(int, threads, 2, "OpenMP threads (oneDNN and kernels)");

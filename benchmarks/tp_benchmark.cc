@@ -18,6 +18,7 @@
 #include "model/causal_lm.h"
 #include "model/model_loader.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_threads.h"
 
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks (> 1 under mpirun -np TP)");
 ABSL_FLAG(int, threads, 2, "OpenMP threads per rank");

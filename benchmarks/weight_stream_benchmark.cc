@@ -21,7 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "benchmarks/parallel_sum.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "kernels/cpu/weight_arena.h"

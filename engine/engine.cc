@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/tp_worker.h"
+#include "kernels/cpu/cpu_threads.h"
 
 namespace flover {
 namespace {
@@ -432,6 +433,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   const int n = static_cast<int>(rows.size());
   sampled_.resize(n);
   logprobs_.resize(n);
+  kernels::UseCpuThreadsHere();  // --threads, on this thread too
 #pragma omp parallel for schedule(dynamic) if (n > 1)
   for (int k = 0; k < n; ++k) {
     Sequence& s = *by_id_[plan.seqs[rows[k]].id];

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "engine/testing/manual_clock.h"
 #include "tokenizer/unicode.h"
 #include "engine/testing/backends.h"
+#include "kernels/cpu/cpu_threads.h"
 
 namespace flover {
 namespace {
@@ -67,6 +69,25 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<CausalLm> model_;
   std::unique_ptr<Engine> engine_;
 };
+
+// The thread count set on the main thread (the server's --threads) reaches
+// the engine's own thread, where the steps run: OpenMP keeps the count per
+// thread, and a new thread starts with OpenMP's default, every core (found:
+// a server started with --threads=1 stepped on two threads here).
+TEST_F(EngineTest, ThreadCountReachesTheEngineThread) {
+  int fresh = 0;  // what a thread nobody configured gets
+  std::thread([&] { fresh = omp_get_max_threads(); }).join();
+  const int want = fresh == 1 ? 2 : 1;  // differs from the default on any machine
+  kernels::SetCpuThreads(want);
+  Start("builtin:tiny", Options());
+  auto sink = std::make_shared<CollectingSink>();
+  int on_engine_thread = 0;
+  sink->AtToken(2, [&] { on_engine_thread = omp_get_max_threads(); });
+  ASSERT_TRUE(engine_->Submit(Greedy({1, 2, 3}, 3), sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  kernels::SetCpuThreads(fresh);  // the next test's threads as they were
+  EXPECT_EQ(on_engine_thread, want);
+}
 
 TEST_F(EngineTest, CancelWhileQueuedAndWhileRunning) {
   Start("builtin:tiny", Options(SchedulerPolicy::kSequential));

@@ -17,7 +17,7 @@
 #include "model/model_loader.h"
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_threads.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (needs a model with a tokenizer)");

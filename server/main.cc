@@ -31,7 +31,7 @@
 #include "engine/tp_worker.h"
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "server/flover_service.h"
 #include <httplib.h>
 

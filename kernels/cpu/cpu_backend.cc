@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "util/status_macros.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -128,6 +129,7 @@ void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const Kv
   T* const values = static_cast<T*>(kv.v);
 
   // 1. Append this step's keys and values to each sequence's slot.
+  UseCpuThreadsHere();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int s = 0; s < num_seqs; ++s) {
     for (int h = 0; h < H; ++h) {
@@ -189,13 +191,6 @@ constexpr size_t kAlignment = 64;
 
 }  // namespace
 
-void SetCpuThreads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
-  KeepOpenMpTeamsWhole();
-}
-
-int CpuThreads() { return omp_get_max_threads(); }
-
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype,
                                                                KvDtype kv_dtype) {
   const absl::Status supported = dtype == MatmulDtype::kInt8
@@ -205,7 +200,6 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
   }
-  KeepOpenMpTeamsWhole();  // so CpuThreads() reports the team size Linear will use
   return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_dtype));
 }
 
@@ -303,6 +297,7 @@ absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
       return absl::InvalidArgumentError(absl::StrCat("Embed: position ", pos[t], " outside [0, ", P, ")"));
     }
   }
+  UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     float* o = o_all + t * C;
@@ -325,6 +320,7 @@ absl::Status CpuBackend::Add(const Tensor& x, const Tensor& out) {
   const float* a = x.as<float>();
   float* o = out.as<float>();
   const int64_t n = out.elements();
+  UseCpuThreadsHere();
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) o[i] += a[i];
   return absl::OkStatus();
@@ -338,6 +334,7 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
   const float* g = gamma.as<float>();
   const float* b = beta.as<float>();
   float* os = out.as<float>();
+  UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 8)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = xs + t * C;
@@ -363,6 +360,7 @@ absl::Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps
   const float* xs = x.as<float>();
   const float* g = gamma.as<float>();
   float* os = out.as<float>();
+  UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 8)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = xs + t * C;
@@ -386,6 +384,7 @@ absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const 
   const float* freq = inv_freq.as<float>();
   const int32_t* pos = positions.as<int32_t>();
   float* rows = qkv.as<float>();
+  UseCpuThreadsHere();
 #pragma omp parallel
   {
     std::vector<float> cs(half), sn(half);
@@ -414,6 +413,7 @@ absl::Status CpuBackend::SiluMul(const Tensor& gate_up, const Tensor& out) {
   const int64_t T = out.rows, F = out.cols;
   const float* in = gate_up.as<float>();
   float* o = out.as<float>();
+  UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 8)
   for (int64_t t = 0; t < T; ++t) {
     const float* g = in + t * 2 * F;

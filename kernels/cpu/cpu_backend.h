@@ -68,10 +68,6 @@ class CpuBackend final : public Backend {
   KvDtype kv_dtype_;
 };
 
-// Sets the OpenMP thread count used by CpuBackend and oneDNN (0 keeps the default).
-void SetCpuThreads(int threads);
-int CpuThreads();
-
 }  // namespace flover::kernels
 
 #endif  // FLOVER_KERNELS_CPU_CPU_BACKEND_H_

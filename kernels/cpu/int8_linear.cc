@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -147,7 +148,7 @@ float Int8Linear::QuantizeRow(const float* x, int K, int8_t* q) {
 
 absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(const float* w, int K, int N,
                                                             WeightLayout layout) {
-  KeepOpenMpTeamsWhole();
+  UseCpuThreadsHere();
   if (K > kMaxK) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dtype=int8: a weight with ", K, " inputs; int8 sums are exact up to ", kMaxK));
@@ -288,7 +289,7 @@ dnnl::matmul& Int8Linear::Primitive(int rows, int K, int N, const memory::desc& 
 
 void Int8Linear::Run(const float* x, int M, const Weight& weight, const float* bias,
                      Epilogue epilogue, float* out) {
-  KeepOpenMpTeamsWhole();
+  UseCpuThreadsHere();
   const auto& w = static_cast<const Int8Weight&>(weight);
   const int K = w.k(), N = w.n();
   const bool panels = RunsOnPanels(w, M);
@@ -310,7 +311,7 @@ void Int8Linear::Run(const float* x, int M, const Weight& weight, const float* b
 }
 
 void Int8Linear::PrepareRows(const Weight& weight, int max_rows) {
-  KeepOpenMpTeamsWhole();
+  UseCpuThreadsHere();
   const auto& w = static_cast<const Int8Weight&>(weight);
   int largest = 0;
   for (int M = 1; M <= max_rows; M = OneDnnLinear::RowBucket(M) + 1) {

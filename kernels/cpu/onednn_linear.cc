@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace flover::kernels {
@@ -117,7 +118,7 @@ absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
 }
 
 std::unique_ptr<Weight> OneDnnLinear::Prepare(HostValues w, int K, int N, WeightLayout layout) {
-  KeepOpenMpTeamsWhole();
+  UseCpuThreadsHere();
   // The reorder packs f32 or bf16 values into this linear's type: exactly,
   // but for f32 into bf16, which it rounds to nearest even.
   const memory::data_type stored = w.dtype == DType::kBF16 ? memory::data_type::bf16 : kF32;
@@ -249,7 +250,7 @@ dnnl::matmul& OneDnnLinear::Primitive(const Key& key, const memory::desc& weight
 
 void OneDnnLinear::Run(const float* x, int M, const Weight& weight, const float* bias,
                        Epilogue epilogue, float* out) {
-  KeepOpenMpTeamsWhole();
+  UseCpuThreadsHere();
   const auto& w = static_cast<const CpuWeight&>(weight);
   if (panels_enabled_ && RunsOnPanels(w, M, bias != nullptr, epilogue)) {
     RunPanels(*w.panels, x, M, bias, epilogue, out);
@@ -326,7 +327,7 @@ void OneDnnLinear::ReserveScratch(int rows, int K, int N) {
 
 void OneDnnLinear::PrepareRows(const Weight& weight, int max_rows, bool has_bias,
                                Epilogue epilogue) {
-  KeepOpenMpTeamsWhole();
+  UseCpuThreadsHere();
   const auto& w = static_cast<const CpuWeight&>(weight);
   int largest = 0;
   for (int M = 1; M <= max_rows; M = RowBucket(M) + 1) {

@@ -164,11 +164,6 @@ void ForEachThreadsPanels(int N, const Run& run) {
 
 }  // namespace
 
-void KeepOpenMpTeamsWhole() {
-  if (omp_get_dynamic()) omp_set_dynamic(0);
-  if (omp_get_max_threads() > omp_get_thread_limit()) omp_set_num_threads(omp_get_thread_limit());
-}
-
 std::vector<float> PanelProbeValues(size_t n, uint32_t seed) {
   std::vector<float> v(n);
   uint32_t s = seed * 2654435761u + 1;

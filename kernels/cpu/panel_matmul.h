@@ -44,16 +44,6 @@ inline constexpr int kPanelMaxRows = 3;
 // values in [-1, 1) from a fixed generator (every bit reproducible).
 std::vector<float> PanelProbeValues(size_t n, uint32_t seed);
 
-// oneDNN splits a matmul's work for omp_get_max_threads() threads when it
-// makes a primitive, and runs it in one parallel region; a team that gets
-// fewer threads leaves parts of the output unwritten (found running the
-// tests with OMP_THREAD_LIMIT=1: wrong f32 results, then int8's). Keeps the
-// calling thread's teams at the size asked for: no dynamic adjustment, and
-// never more threads than the limit. OpenMP's settings belong to the thread
-// that makes them, so every entry point that makes or runs a primitive
-// calls this first (a few nanoseconds).
-void KeepOpenMpTeamsWhole();
-
 // Whether this CPU runs the kernels: AVX-512F, and AVX512_BF16 for bf16.
 bool PanelKernelsRun(bool bf16);
 

@@ -94,9 +94,12 @@ class Server:
             url = self.proc.stdout.readline().strip()[len("openai api on http://"):]
             host, port = url[:-len("/v1")].rsplit(":", 1)
             self.http = (host, int(port))
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
         self.stderr = []
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+        self.readers = [threading.Thread(target=self.proc.stdout.read, daemon=True),
+                        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr),
+                                         daemon=True)]
+        for reader in self.readers:
+            reader.start()
         self.channel = grpc.insecure_channel(self.address)
         self.stub = pb_grpc.FloverStub(self.channel)
         LIVE.append(self)
@@ -123,6 +126,10 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        for reader in self.readers:  # at the pipes' end now that the server is gone
+            reader.join(60)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
 
 
 class AbuseTest(unittest.TestCase):
