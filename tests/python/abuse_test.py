@@ -7,7 +7,7 @@ as it did alone, and its GetStats accounts for every request it accepted:
 each ended exactly once (submitted = the sum of finished by reason, nothing
 queued or running), and the finishes match what the clients saw.
 
-    abuse_test.py SERVER"""
+    abuse_test.py SERVER [AbuseTest.test_CASE ...]   (Bazel: a target per case)"""
 import asyncio
 import faulthandler
 import json
@@ -57,8 +57,12 @@ def report_and_exit(signum, frame):
         except grpc.RpcError as e:
             print(f"--- its GetStats failed: {e.code()} ---", file=sys.stderr, flush=True)
         if shutil.which("gdb"):
-            subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
-                           stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=10, check=False)
+            try:
+                subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                               stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=10,
+                               check=False)
+            except subprocess.TimeoutExpired:
+                print("--- gdb took over 10 s ---", file=sys.stderr, flush=True)
         server.proc.kill()
     os._exit(128 + signum)
 
