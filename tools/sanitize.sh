@@ -40,7 +40,10 @@ case "$kind" in
           echo "tools/sanitize.sh: gRPC and Abseil instrumented too (.bazel-root/tsan-grpc/lib)"
         else
           cat "$root/tools/sanitizers/tsan_debian_grpc.supp" >> "$supp"
-          echo "tools/sanitize.sh: Debian's gRPC, not instrumented (tools/tsan_grpc.sh builds one)"
+          echo "tools/sanitize.sh: Debian's gRPC, not instrumented (tools/tsan_grpc.sh builds one):" \
+            "TSan cannot see its hand-offs between threads, so tests that start servers or" \
+            "clients report races on memory handed over through it; only tests without gRPC" \
+            "are meaningful this way" >&2
         fi
         opts+=(--test_env="TSAN_OPTIONS=suppressions=$supp:halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1") ;;
   *) echo "tools/sanitize.sh: asan or tsan, not '$kind'" >&2; exit 2 ;;
