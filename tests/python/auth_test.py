@@ -2,6 +2,7 @@
 """API keys on the real flover_server: gRPC calls and /v1/* over HTTP need
 `authorization: Bearer KEY` from --api_key_file (UNAUTHENTICATED / 401
 otherwise), health stays open, and SIGHUP swaps the keys."""
+import faulthandler
 import os
 import signal
 import subprocess
@@ -113,4 +114,6 @@ class AuthTest(unittest.TestCase):
 if __name__ == "__main__":
     SERVER = sys.argv.pop(1)
     CLIENT = sys.argv.pop(1)
+    # Bazel ends a test past its timeout with SIGTERM: print where each thread was.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     unittest.main()

@@ -3,9 +3,11 @@
 histograms move exactly as the requests that ran say they must, Prometheus'
 own `promtool check metrics` accepts the exposition, and a real Prometheus
 server scrapes it and answers a rate query."""
+import faulthandler
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -240,4 +242,6 @@ class MetricsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     SERVER = sys.argv.pop(1)
+    # Bazel ends a test past its timeout with SIGTERM: print where each thread was.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     unittest.main()

@@ -5,6 +5,7 @@ completions streamed and not, text and token prompts, stop strings, logprobs,
 echo, every error status in OpenAI's shape, /health while draining, a client
 that leaves mid-stream freeing its slot — and the same outputs as the same
 request through gRPC."""
+import faulthandler
 import http.client
 import json
 import os
@@ -310,4 +311,6 @@ class OpenAiApiTest(unittest.TestCase):
 if __name__ == "__main__":
     SERVER = sys.argv.pop(1)
     LOADGEN = sys.argv.pop(1)
+    # Bazel ends a test past its timeout with SIGTERM: print where each thread was.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     unittest.main()

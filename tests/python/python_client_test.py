@@ -3,6 +3,7 @@
 the standard grpc.health.v1 and reflection services (spoken as raw protobuf
 bytes: Debian ships no Python modules for them), and the committed stubs
 being up to date with proto/flover.proto."""
+import faulthandler
 import filecmp
 import os
 import signal
@@ -100,4 +101,6 @@ class PythonClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     SERVER = sys.argv.pop(1)
+    # Bazel ends a test past its timeout with SIGTERM: print where each thread was.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     unittest.main()

@@ -4,6 +4,7 @@ client-side round_robin, and behind a real nginx (grpc_pass) on loopback.
 The load client's Poisson load is spread over both, each output equals the
 one a single server gives the same request, and with retries a draining
 replica (SIGTERM) costs no request."""
+import faulthandler
 import json
 import os
 import signal
@@ -203,4 +204,6 @@ class ReplicasTest(unittest.TestCase):
 if __name__ == "__main__":
     SERVER = sys.argv.pop(1)
     LOADGEN = sys.argv.pop(1)
+    # Bazel ends a test past its timeout with SIGTERM: print where each thread was.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     unittest.main()

@@ -4,7 +4,9 @@ made by openssl at test time: the right CA streams tokens (Python client,
 flover_client, flover_loadgen over gRPC and HTTPS, curl), while a plaintext
 client, a wrong CA, and — with --tls_client_ca — a client without a
 certificate all fail."""
+import faulthandler
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -153,4 +155,6 @@ class TlsTest(unittest.TestCase):
 if __name__ == "__main__":
     SERVER, CLIENT, LOADGEN = sys.argv[1:4]
     del sys.argv[1:4]
+    # Bazel ends a test past its timeout with SIGTERM: print where each thread was.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     unittest.main()
