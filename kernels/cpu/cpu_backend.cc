@@ -255,17 +255,16 @@ absl::Status CpuBackend::Download(const Tensor& src, void* host) {
 absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, int K, int N,
                                                                   WeightLayout layout) {
   FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(w, K, N));
-  // oneDNN's reorder takes f32 and bf16 values as they are (into f32 or
-  // bf16 weights); f16 ones, and anything for int8, are widened to float32
-  // here (exactly), one matrix at a time.
+  // int8 quantizes the values where they are, whatever their dtype. oneDNN's
+  // reorder takes f32 and bf16 values as they are (into f32 or bf16
+  // weights); f16 ones are widened to float32 here (exactly), one matrix at
+  // a time.
+  if (int8_ != nullptr) return int8_->Prepare(w, K, N, layout);
   std::vector<float> wide;
-  const bool as_stored =
-      w.dtype == DType::kF32 || (w.dtype == DType::kBF16 && int8_ == nullptr);
-  if (!as_stored) {
+  if (w.dtype == DType::kF16) {
     wide = WidenToF32(w, int64_t{K} * N);
     w = HostValues(wide.data());
   }
-  if (int8_ != nullptr) return int8_->Prepare(static_cast<const float*>(w.data), K, N, layout);
   return linear_.Prepare(w, K, N, layout);
 }
 

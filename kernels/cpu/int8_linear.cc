@@ -146,7 +146,47 @@ float Int8Linear::QuantizeRow(const float* x, int K, int8_t* q) {
   return amax / 127.0f;
 }
 
-absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(const float* w, int K, int N,
+namespace {
+
+// Per output column: scale = max |w| / 127, q = round(w * 127 / max |w|) (to
+// nearest even). q keeps w's layout, and both are walked in memory order;
+// `value(i)` reads element i as float (exactly, whatever the stored dtype).
+template <typename Value>
+void QuantizePerColumn(Value value, int K, int N, bool out_in, std::vector<float>& scale,
+                       std::vector<int8_t>& q, std::vector<int32_t>& colsum) {
+  const int outer = out_in ? N : K, inner = out_in ? K : N;
+  const auto column = [&](int o, int i) { return out_in ? o : i; };
+  std::vector<float> amax(N, 0.0f);
+  for (int o = 0; o < outer; ++o) {
+    const size_t row = size_t(o) * inner;
+    for (int i = 0; i < inner; ++i) {
+      float& m = amax[column(o, i)];
+      m = std::max(m, std::fabs(value(row + i)));
+    }
+  }
+  std::vector<float> inv(N);
+  scale.resize(N);
+  for (int n = 0; n < N; ++n) {
+    scale[n] = amax[n] / 127.0f;
+    inv[n] = amax[n] > 0.0f ? 127.0f / amax[n] : 0.0f;
+  }
+  q.assign(size_t(K) * N, 0);
+  colsum.assign(N, 0);
+  for (int o = 0; o < outer; ++o) {
+    const size_t row = size_t(o) * inner;
+    int8_t* q_row = q.data() + row;
+    for (int i = 0; i < inner; ++i) {
+      const int n = column(o, i);
+      const float r = std::nearbyint(value(row + i) * inv[n]);
+      q_row[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, r)));
+      colsum[n] += q_row[i];
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(HostValues w, int K, int N,
                                                             WeightLayout layout) {
   UseCpuThreadsHere();
   if (K > kMaxK) {
@@ -156,36 +196,27 @@ absl::StatusOr<std::unique_ptr<Weight>> Int8Linear::Prepare(const float* w, int 
   auto weight = std::make_unique<Int8Weight>();
   weight->k_ = K;
   weight->n_ = N;
-  // Per column: scale = max |w| / 127, q = round(w * 127 / max |w|) (to
-  // nearest even). q keeps w's layout, and both are walked in memory order.
   const bool out_in = layout == WeightLayout::kOutIn;
-  const int outer = out_in ? N : K, inner = out_in ? K : N;
-  const auto column = [&](int o, int i) { return out_in ? o : i; };
-  std::vector<float> amax(N, 0.0f);
-  for (int o = 0; o < outer; ++o) {
-    const float* row = w + size_t(o) * inner;
-    for (int i = 0; i < inner; ++i) {
-      float& m = amax[column(o, i)];
-      m = std::max(m, std::fabs(row[i]));
+  std::vector<int8_t> q;
+  std::vector<int32_t> colsum;
+  const auto* bits = static_cast<const uint16_t*>(w.data);
+  switch (w.dtype) {
+    case DType::kF32: {
+      const auto* f = static_cast<const float*>(w.data);
+      QuantizePerColumn([f](size_t i) { return f[i]; }, K, N, out_in, weight->scale, q, colsum);
+      break;
     }
-  }
-  std::vector<float> inv(N);
-  weight->scale.resize(N);
-  for (int n = 0; n < N; ++n) {
-    weight->scale[n] = amax[n] / 127.0f;
-    inv[n] = amax[n] > 0.0f ? 127.0f / amax[n] : 0.0f;
-  }
-  std::vector<int8_t> q(size_t(K) * N);
-  std::vector<int32_t> colsum(N, 0);
-  for (int o = 0; o < outer; ++o) {
-    const float* row = w + size_t(o) * inner;
-    int8_t* q_row = q.data() + size_t(o) * inner;
-    for (int i = 0; i < inner; ++i) {
-      const int n = column(o, i);
-      const float r = std::nearbyint(row[i] * inv[n]);
-      q_row[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, r)));
-      colsum[n] += q_row[i];
-    }
+    case DType::kBF16:
+      QuantizePerColumn([bits](size_t i) { return Bf16ToFloat(bits[i]); }, K, N, out_in,
+                        weight->scale, q, colsum);
+      break;
+    case DType::kF16:
+      QuantizePerColumn([bits](size_t i) { return HalfToFloat(bits[i]); }, K, N, out_in,
+                        weight->scale, q, colsum);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dtype=int8: weights in ", DTypeName(w.dtype), "; f32, bf16 or f16 are quantized"));
   }
   weight->offset.resize(N);
   for (int n = 0; n < N; ++n) weight->offset[n] = 128 * colsum[n];

@@ -52,9 +52,10 @@ class Int8Linear {
   // The largest K whose int32 sums cannot overflow.
   static constexpr int kMaxK = 65536;
 
-  // Quantizes w ([K, N] or [N, K] f32, copied) per output column and packs
-  // it. InvalidArgument for K > kMaxK.
-  absl::StatusOr<std::unique_ptr<Weight>> Prepare(const float* w, int K, int N,
+  // Quantizes w ([K, N] or [N, K]; f32, bf16 or f16 values as a file
+  // stores them, read in place: no float32 copy) per output column and
+  // packs it. InvalidArgument for K > kMaxK or another dtype.
+  absl::StatusOr<std::unique_ptr<Weight>> Prepare(HostValues w, int K, int N,
                                                   WeightLayout layout);
   void Run(const float* x, int M, const Weight& w, const float* bias, Epilogue epilogue,
            float* out);
