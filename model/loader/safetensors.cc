@@ -1,17 +1,12 @@
 #include "model/loader/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "util/json.h"
+#include "util/mapped_file.h"
 
 namespace flover {
 namespace {
@@ -61,66 +56,18 @@ TensorRegion TensorInfo::All() const {
   return TensorRegion{0, rows, 0, rows == 0 ? 0 : numel() / rows};
 }
 
-class SafetensorsFile::Storage {
- public:
-  explicit Storage(std::string bytes) : owned_(std::move(bytes)), view_(owned_) {}
-  Storage(void* map, size_t size) : map_(map), view_(static_cast<const char*>(map), size) {}
-  ~Storage() {
-    if (map_ != nullptr) ::munmap(map_, view_.size());
-  }
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
-
-  absl::string_view bytes() const { return view_; }
-  // Gives back the pages under [begin, end) (mapped files only): they are
-  // read again from the page cache if touched later.
-  void Release(int64_t begin, int64_t end) const {
-    if (map_ == nullptr || end <= begin) return;
-    static const int64_t page = ::sysconf(_SC_PAGESIZE);
-    const int64_t first = begin / page * page, last = (end + page - 1) / page * page;
-    ::madvise(static_cast<char*>(map_) + first,
-              std::min<int64_t>(last, static_cast<int64_t>(view_.size())) - first, MADV_DONTNEED);
-  }
-
- private:
-  std::string owned_;
-  void* map_ = nullptr;
-  absl::string_view view_;
-};
-
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open file (", std::strerror(errno), ")"));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  std::shared_ptr<const Storage> storage;
-  if (st.st_size == 0) {
-    storage = std::make_shared<const Storage>(std::string());
-  } else {
-    void* map = ::mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      return absl::ResourceExhaustedError(
-          absl::StrCat(path, ": cannot map the file (", std::strerror(e), ")"));
-    }
-    storage = std::make_shared<const Storage>(map, static_cast<size_t>(st.st_size));
-  }
-  ::close(fd);  // the mapping keeps the file
-  return ParseStorage(std::move(storage), path);
+  auto file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  return ParseStorage(std::move(*file), path);
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, std::string name) {
-  return ParseStorage(std::make_shared<const Storage>(std::move(bytes)), std::move(name));
+  return ParseStorage(MappedFile::FromBytes(std::move(bytes)), std::move(name));
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::ParseStorage(
-    std::shared_ptr<const Storage> storage, std::string name) {
+    std::shared_ptr<const MappedFile> storage, std::string name) {
   const absl::string_view bytes = storage->bytes();
   auto err = [&name](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", parts...));

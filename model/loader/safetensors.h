@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/host_values.h"
+#include "util/mapped_file.h"
 
 namespace flover {
 
@@ -107,12 +108,9 @@ class SafetensorsFile {
                                           const std::vector<int64_t>& expected_shape,
                                           const TensorRegion& region) const;
 
-  // The file's bytes: owned (Parse) or mapped (Open).
-  class Storage;
-
  private:
   SafetensorsFile() = default;
-  static absl::StatusOr<SafetensorsFile> ParseStorage(std::shared_ptr<const Storage> storage,
+  static absl::StatusOr<SafetensorsFile> ParseStorage(std::shared_ptr<const MappedFile> storage,
                                                       std::string name);
   // Where a checked region's rows are: row r of the tensor starts at
   // data + r * row_bytes; region rows start col_offset bytes into theirs.
@@ -131,7 +129,7 @@ class SafetensorsFile {
   // Drops the span's pages from this process's resident set.
   void Release(const RegionSpan& span) const;
 
-  std::shared_ptr<const Storage> storage_;
+  std::shared_ptr<const MappedFile> storage_;  // owned (Parse) or mapped (Open)
   std::string name_;
   int64_t data_start_ = 0;
   std::map<std::string, TensorInfo> tensors_;
