@@ -14,7 +14,8 @@ namespace {
 
 // Property sets a class may hold.
 constexpr uint32_t kPropLetter = 1, kPropNumber = 2, kPropSpace = 4, kPropNotLetter = 8,
-                   kPropNotNumber = 16, kPropNotSpace = 32;
+                   kPropNotNumber = 16, kPropNotSpace = 32, kPropPunctuation = 64,
+                   kPropNotPunctuation = 128;
 
 // The longest quantifier range allowed on a group (each iteration of a group
 // is one level of recursion while matching).
@@ -31,7 +32,9 @@ char32_t Fold(char32_t c) {
 bool HasProps(uint32_t props, char32_t c) {
   return ((props & kPropLetter) && IsLetter(c)) || ((props & kPropNumber) && IsNumber(c)) ||
          ((props & kPropSpace) && IsSpace(c)) || ((props & kPropNotLetter) && !IsLetter(c)) ||
-         ((props & kPropNotNumber) && !IsNumber(c)) || ((props & kPropNotSpace) && !IsSpace(c));
+         ((props & kPropNotNumber) && !IsNumber(c)) || ((props & kPropNotSpace) && !IsSpace(c)) ||
+         ((props & kPropPunctuation) && IsPunctuation(c)) ||
+         ((props & kPropNotPunctuation) && !IsPunctuation(c));
 }
 
 }  // namespace
@@ -250,6 +253,7 @@ class SplitRegex::Parser {
         const bool neg = e == 'P';
         if (name == "L") return prop(neg ? kPropNotLetter : kPropLetter);
         if (name == "N") return prop(neg ? kPropNotNumber : kPropNumber);
+        if (name == "P") return prop(neg ? kPropNotPunctuation : kPropPunctuation);
         return Error(absl::StrCat("Unicode property \\p{", name, "} is not supported"));
       }
       case 'x':

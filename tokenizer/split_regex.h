@@ -5,8 +5,8 @@
 // alternation, greedy quantifiers, lookahead.
 //
 // Supported: literals and escapes (\r \n \t \f \v \x{..} \uXXXX, escaped
-// punctuation), ".", classes [...] / [^...] with ranges, \p{L} \p{N} \s and
-// their negations \P{L} \P{N} \S (inside and outside classes), groups (...)
+// punctuation), ".", classes [...] / [^...] with ranges, \p{L} \p{N} \p{P} \s
+// and their negations \P{L} \P{N} \P{P} \S (inside and outside classes), groups (...)
 // (?:...) (?i:...), lookahead (?=...) (?!...), alternation, and the greedy
 // quantifiers ? * + {n} {n,} {n,m}. A quantifier on a group is limited to
 // {0,1} ... {n,m} with m <= 16. Case-insensitive matching folds ASCII letters

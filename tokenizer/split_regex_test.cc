@@ -79,6 +79,11 @@ TEST(SplitRegexTest, ClassesQuantifiersAndGroups) {
   EXPECT_THAT(Split("\\x{41}|\\u0042", "xAyB"), ElementsAre("x", "A", "y", "B"));
   EXPECT_THAT(Split("[\\p{N}x]+", "a1x2b"), ElementsAre("a", "1x2", "b"));
   EXPECT_THAT(Split("\\P{L}+", "ab12cd"), ElementsAre("ab", "12", "cd"));
+  // \p{P}: punctuation as the regex module classes it (guillemets, the
+  // ideographic full stop; not $ + < = > ^ | ~, which are symbols).
+  EXPECT_THAT(Split("\\p{P}+", "a,b.\u00ab\u3002$"), ElementsAre("a", ",", "b", ".\u00ab\u3002", "$"));
+  EXPECT_THAT(Split("[\\p{P}\\$\\+<=>\\^~\\|]+", "x+=!y"), ElementsAre("x", "+=!", "y"));
+  EXPECT_THAT(Split("\\P{P}+", "ab,cd"), ElementsAre("ab", ",", "cd"));
   EXPECT_THAT(Split("a{,2}b", "aaab"), ElementsAre("a", "aab"));
   EXPECT_THAT(Split("x{y", "ax{yb"), ElementsAre("a", "x{y", "b"));  // not a quantifier
   EXPECT_THAT(Split("x{2", "x{2x"), ElementsAre("x{2", "x"));

@@ -1,5 +1,5 @@
-// UTF-8 decoding and the Unicode character classes used by the GPT-2
-// pre-tokenizer (letters, numbers, white space as Python's `regex` defines them).
+// UTF-8 decoding and the Unicode character classes pre-tokenizer patterns use
+// (letters, numbers, punctuation, white space as Python's `regex` defines them).
 #ifndef FLOVER_TOKENIZER_UNICODE_H_
 #define FLOVER_TOKENIZER_UNICODE_H_
 
@@ -39,6 +39,7 @@ void AppendUtf8(char32_t cp, std::string* out);
 bool IsLetter(char32_t cp);   // \p{L}
 bool IsNumber(char32_t cp);   // \p{N}
 bool IsSpace(char32_t cp);    // \s
+bool IsPunctuation(char32_t cp);  // \p{P}
 
 }  // namespace flover
 
