@@ -17,17 +17,27 @@
 
 namespace flover {
 
+// The chat template a model ships (Jinja source, rendered as transformers'
+// apply_chat_template renders it) and the special tokens it may name.
+struct ChatTemplateInfo {
+  std::string text;    // empty: the model has none
+  std::string source;  // where it came from, for errors and logs
+  std::string bos_token, eos_token;  // as text ("" when the model has none)
+};
+
 class LoadedModel {
  public:
   virtual ~LoadedModel() = default;
 
   const std::string& spec() const { return spec_; }  // what was asked for
-  // The weights' dtype on disk: "F32", "F16" or "BF16" ("F32" for built-ins).
+  // The weights' dtype on disk: "F32", "F16" or "BF16" ("F32" for built-ins),
+  // or a GGUF file's block type ("Q4_K").
   const std::string& stored_dtype() const { return stored_dtype_; }
   const ModelInfo& info() const { return info_; }
   // The model's tokenizer, or null (token ids only). Shared, so it can
   // outlive this object once the weights are on a backend.
   const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
+  const ChatTemplateInfo& chat_template() const { return chat_template_; }
 
   // OK when the model splits `tp` ways for tensor parallelism, else
   // InvalidArgument naming what does not divide.
@@ -44,6 +54,7 @@ class LoadedModel {
   std::string stored_dtype_ = "F32";
   ModelInfo info_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  ChatTemplateInfo chat_template_;
 };
 
 }  // namespace flover

@@ -1,5 +1,7 @@
 #include "model/model_loader.h"
 
+#include <fstream>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/gpt2/gpt2_checkpoint.h"
@@ -11,6 +13,16 @@ namespace flover {
 namespace {
 
 constexpr absl::string_view kBuiltinPrefix = "builtin:";
+
+// The first `n` bytes of a file (fewer if it is shorter).
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
+  std::string bytes(n, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(n));
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  return bytes;
+}
 
 // config.json's model_type, or "gpt2" when it has none (older GPT-2
 // checkpoints); errors name the file.
@@ -47,7 +59,20 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
         "unknown built-in model \"", name,
         "\" (available: builtin:tiny, builtin:gpt2-small, builtin:llama-tiny, builtin:llama-1b)"));
   }
-  const std::string dir(spec);
+  const std::string path(spec);
+  if (FileExists(path)) {  // a file: GGUF, whatever its name
+    auto magic = ReadFilePrefix(path, 4);
+    if (!magic.ok()) return magic.status();
+    if (*magic != "GGUF") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " is a file but not a GGUF file; --model takes a .gguf file or a Hugging Face "
+                "model directory"));
+    }
+    auto gguf = LlamaCheckpoint::LoadGguf(path);
+    if (!gguf.ok()) return gguf.status();
+    return std::unique_ptr<LoadedModel>(std::move(*gguf));
+  }
+  const std::string& dir = path;
   auto type = ModelType(dir);
   if (!type.ok()) return type.status();
   if (*type == "gpt2") {

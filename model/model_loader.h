@@ -1,5 +1,6 @@
-// Resolves a model spec — "builtin:NAME" or a Hugging Face directory — to the
-// family that reads it (config.json's model_type), and loads it.
+// Resolves a model spec — "builtin:NAME", a GGUF file or a Hugging Face
+// directory — to the family that reads it (GGUF's general.architecture,
+// config.json's model_type), and loads it.
 #ifndef FLOVER_MODEL_MODEL_LOADER_H_
 #define FLOVER_MODEL_MODEL_LOADER_H_
 
@@ -20,8 +21,10 @@ namespace flover {
 //                       MLP 128, vocab 512, 512 positions
 //   builtin:llama-1b    TinyLlama-1.1B shapes: 22 layers, 2048 wide, 32 heads
 //                       (4 KV), MLP 5632, vocab 32000, 2048 positions
-// A directory's config.json names its family (model_type); one Flover does
-// not serve is refused with a message naming it. Every file is untrusted.
+// A file must be GGUF (its first bytes say so, whatever its name); a
+// directory's config.json names its family (model_type). A family Flover
+// does not serve is refused with a message naming it. Every file is
+// untrusted.
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec);
 
 }  // namespace flover

@@ -266,6 +266,15 @@ absl::StatusOr<std::vector<HfTokenizer::PreTokenizerStep>> ParsePreTokenizer(con
         return r.Error("pre_tokenizer Split", absl::StrCat("unknown behavior \"", *behavior, "\""));
       }
       step.invert = JsonBoolField(*p, "invert", false);
+    } else if (type == "Digits") {
+      // Each digit (individual_digits) or each run of digits split out,
+      // isolated: Rust's char::is_numeric is \p{N}.
+      step.kind = Step::kSplit;
+      const bool individual = JsonBoolField(*p, "individual_digits", false);
+      auto re = SplitRegex::Compile(individual ? R"(\p{N})" : R"(\p{N}+)");
+      if (!re.ok()) return re.status();
+      step.regex = std::make_shared<const SplitRegex>(std::move(*re));
+      step.behavior = Step::kIsolated;
     } else if (type == "Metaspace") {
       step.kind = Step::kMetaspace;
       auto rep = ParseReplacement(r, *p, "pre_tokenizer Metaspace");

@@ -10,7 +10,8 @@
 //   normalizer      Prepend, Replace (string pattern), Sequence
 //   pre_tokenizer   ByteLevel (with or without GPT-2's regex), Split (regex or
 //                   string; Isolated, Removed, MergedWithPrevious,
-//                   MergedWithNext, Contiguous; invert), Metaspace, Sequence
+//                   MergedWithNext, Contiguous; invert), Digits, Metaspace,
+//                   Sequence
 //   model           BPE: merges as "a b" strings or pairs, byte_fallback,
 //                   unk_token with fuse_unk, ignore_merges
 //   post_processor  TemplateProcessing (its single template), ByteLevel,
@@ -43,6 +44,8 @@
 
 namespace flover {
 
+struct GgufVocab;
+
 class HfTokenizer final : public Tokenizer {
  public:
   // `what` names the source in errors (usually the file's path).
@@ -56,6 +59,9 @@ class HfTokenizer final : public Tokenizer {
       absl::string_view vocab_json, absl::string_view merges_txt, absl::string_view what);
   static absl::StatusOr<std::unique_ptr<HfTokenizer>> LoadGpt2Files(
       const std::string& vocab_path, const std::string& merges_path);
+  // A GGUF file's tokenizer, tokenizing as llama.cpp does (gguf_vocab.h).
+  static absl::StatusOr<std::unique_ptr<HfTokenizer>> FromGgufVocab(const GgufVocab& vocab,
+                                                                    absl::string_view what);
 
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const override;
   std::string DecodeBytes(absl::Span<const int32_t> ids) const override;

@@ -2,7 +2,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/llama/llama_gguf.h"
 #include "model/llama/llama_model.h"
+#include "model/loader/gguf_tokenizer.h"
 #include "model/llama/llama_shard.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
@@ -88,9 +90,40 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   return m;
 }
 
+absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadGguf(const std::string& path) {
+  auto opened = GgufFile::Open(path);
+  if (!opened.ok()) return opened.status();
+  auto file = std::make_shared<const GgufFile>(std::move(*opened));
+  std::unique_ptr<LlamaCheckpoint> m(new LlamaCheckpoint());
+  m->spec_ = path;
+  auto config = LlamaConfigFromGguf(*file);
+  if (!config.ok()) return config.status();
+  m->config_ = std::move(*config);
+  auto text = ReadGgufText(*file, m->config_.vocab_size);
+  if (!text.ok()) return text.status();
+  m->config_.eos_token_ids = text->eos_ids;
+  m->config_.bos_token_id = text->bos_id;
+  m->stored_dtype_ = GgufStoredType(*file);
+  m->source_ = GgufLlamaSource(file, m->config_);
+  // Every tensor there, with its shape, now; the data when a rank needs it.
+  FLOVER_RETURN_IF_ERROR(CheckLlamaWeights(*m->source_, m->config_));
+  m->tokenizer_ = text->tokenizer;
+  m->chat_template_.text = text->chat_template;
+  m->chat_template_.source = path + ": tokenizer.chat_template";
+  if (text->tokenizer != nullptr) {
+    if (text->bos_id >= 0) m->chat_template_.bos_token = text->tokenizer->Decode({text->bos_id});
+    if (!text->eos_ids.empty()) {
+      m->chat_template_.eos_token = text->tokenizer->Decode({text->eos_ids[0]});
+    }
+  }
+  m->info_ = InfoOf(m->config_);
+  return m;
+}
+
 absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Load(absl::string_view spec) {
   constexpr absl::string_view kBuiltin = "builtin:";
   if (absl::StartsWith(spec, kBuiltin)) return Builtin(spec.substr(kBuiltin.size()));
+  if (absl::EndsWith(spec, ".gguf")) return LoadGguf(std::string(spec));
   return LoadDirectory(std::string(spec));
 }
 

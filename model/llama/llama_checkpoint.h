@@ -1,6 +1,6 @@
 // Llama as read from a Hugging Face LlamaForCausalLM directory (config.json,
 // model.safetensors or shards with model.safetensors.index.json, the
-// tokenizer files) or generated for the built-ins. Loading checks every
+// tokenizer files), from a GGUF file, or generated for the built-ins. Loading checks every
 // tensor's presence and shape but reads no weights: Instantiate reads this
 // rank's regions of them (from the mapped files) and puts them on a backend.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_
@@ -20,10 +20,13 @@ namespace flover {
 class LlamaCheckpoint final : public LoadedModel {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LoadDirectory(const std::string& dir);
+  // A GGUF file of architecture llama (llama_gguf.h): its tokenizer, stop
+  // ids and chat template from the file's metadata.
+  static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LoadGguf(const std::string& path);
   // "llama-tiny" (tests) or "llama-1b" (TinyLlama-1.1B shapes): seeded
   // random weights; NotFound for another name.
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Builtin(absl::string_view name);
-  // "builtin:NAME" or a directory.
+  // "builtin:NAME", a .gguf file or a directory.
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Load(absl::string_view spec);
 
   const LlamaConfig& config() const { return config_; }

@@ -92,6 +92,14 @@ absl::Status LlamaConfig::Validate() const {
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) return bad("eos_token_id ", id, " is outside the vocabulary");
   }
+  if (!rope_freq_factors.empty()) {
+    if (static_cast<int>(rope_freq_factors.size()) != head_dim / 2) {
+      return bad(rope_freq_factors.size(), " rope frequency factors for a head dimension of ", head_dim);
+    }
+    for (float f : rope_freq_factors) {
+      if (!(f > 0 && f < 1e30f)) return bad("rope frequency factor ", f, " is not a positive number");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -199,6 +207,7 @@ std::vector<float> RopeInvFreq(const LlamaConfig& c) {
         f = static_cast<float>((1 - smooth) * f / r.factor + smooth * f);
       }
     }
+    if (!c.rope_freq_factors.empty()) f = f / c.rope_freq_factors[i];
     inv[i] = f;
   }
   return inv;

@@ -36,6 +36,9 @@ struct LlamaConfig {
   float rms_norm_eps = 1e-6f;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Per-frequency divisors of the rotary frequencies (head_dim / 2 of them,
+  // or none): how GGUF files carry llama3 scaling (rope_freqs.weight).
+  std::vector<float> rope_freq_factors;
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;  // may be empty
   int32_t bos_token_id = -1;
@@ -56,7 +59,8 @@ ModelInfo InfoOf(const LlamaConfig& config);
 // inv_freq[i] for i < head_dim / 2: 1 / theta^(2i / head_dim), with the
 // config's rope scaling applied as Hugging Face's transformers applies it
 // (linear: divided by the factor; llama3: low frequencies divided by the
-// factor, high ones kept, the band between interpolated).
+// factor, high ones kept, the band between interpolated), and divided by
+// rope_freq_factors[i] where the config has them, as llama.cpp does.
 std::vector<float> RopeInvFreq(const LlamaConfig& config);
 
 }  // namespace flover

@@ -1,0 +1,306 @@
+#include "model/llama/llama_gguf.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace flover {
+namespace {
+
+// transformers' name -> llama.cpp's, for one layer's tensors (after
+// "model.layers.N.") and the others.
+constexpr std::pair<const char*, const char*> kLayerNames[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+constexpr std::pair<const char*, const char*> kGlobalNames[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+
+// The GGUF name of a transformers tensor name, or "" for none.
+std::string GgufName(absl::string_view hf) {
+  for (const auto& [from, to] : kGlobalNames) {
+    if (hf == from) return to;
+  }
+  constexpr absl::string_view kLayers = "model.layers.";
+  if (!absl::ConsumePrefix(&hf, kLayers)) return "";
+  const size_t dot = hf.find('.');
+  int layer = 0;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(hf.substr(0, dot), &layer)) return "";
+  const absl::string_view rest = hf.substr(dot + 1);
+  for (const auto& [from, to] : kLayerNames) {
+    if (rest == from) return absl::StrCat("blk.", layer, ".", to);
+  }
+  return "";
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+class GgufSource final : public WeightSource {
+ public:
+  GgufSource(std::shared_ptr<const GgufFile> file, const LlamaConfig& config)
+      : file_(std::move(file)) {
+    // llama.cpp permutes Q by query heads and K by key/value heads.
+    for (int l = 0; l < config.n_layer; ++l) {
+      for (const char* kind : {"weight", "bias"}) {
+        heads_[absl::StrCat("blk.", l, ".attn_q.", kind)] = config.n_head;
+        heads_[absl::StrCat("blk.", l, ".attn_k.", kind)] = config.n_kv_head;
+      }
+    }
+  }
+
+  bool Has(absl::string_view tensor) const override { return Find(tensor) != nullptr; }
+
+  absl::StatusOr<std::vector<float>> Read(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override {
+    std::vector<float> out;
+    auto st = Gather<float>(tensor, shape, region, &out,
+                            [&](const GgufTensor& t, int64_t r0, int64_t r1) {
+                              return file_->ReadRows(t, r0, r1);
+                            });
+    if (!st.ok()) return st;
+    return out;
+  }
+
+  absl::StatusOr<StoredValues> ReadStored(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override {
+    StoredValues v;
+    v.dtype = StoredDtypeOf(tensor);
+    if (v.dtype == kernels::DType::kF32) {
+      auto values = Read(tensor, shape, region);
+      if (!values.ok()) return values.status();
+      v.f32 = std::move(*values);
+      return v;
+    }
+    // F16 / BF16: the 16-bit values as stored.
+    auto st = Gather<uint16_t>(
+        tensor, shape, region, &v.bits,
+        [&](const GgufTensor& t, int64_t r0, int64_t r1) -> absl::StatusOr<std::vector<uint16_t>> {
+          auto bytes = file_->RowBytes(t, r0, r1);
+          if (!bytes.ok()) return bytes.status();
+          std::vector<uint16_t> bits(bytes->size() / 2);
+          std::memcpy(bits.data(), bytes->data(), bytes->size());
+          file_->ReleaseRows(t, r0, r1);
+          return bits;
+        });
+    if (!st.ok()) return st;
+    return v;
+  }
+
+  kernels::DType StoredDtypeOf(absl::string_view tensor) const override {
+    const GgufTensor* t = Find(tensor);
+    if (t == nullptr) return kernels::DType::kF32;
+    if (t->type->id == static_cast<uint32_t>(GgmlType::kF16)) return kernels::DType::kF16;
+    if (t->type->id == static_cast<uint32_t>(GgmlType::kBF16)) return kernels::DType::kBF16;
+    return kernels::DType::kF32;  // quantized types are dequantized to float32
+  }
+
+  std::string stored_dtype() const override { return GgufStoredType(*file_); }
+
+ private:
+  const GgufTensor* Find(absl::string_view hf) const {
+    const std::string name = GgufName(hf);
+    return name.empty() ? nullptr : file_->FindTensor(name);
+  }
+
+  // `region` of tensor `hf` (whose shape must be `shape`) into `out`, its
+  // file rows read a run at a time by `read` (rows [r0, r1) -> values), the
+  // rows of a permuted tensor put back in transformers' order.
+  template <typename T, typename ReadRows>
+  absl::Status Gather(absl::string_view hf, const std::vector<int64_t>& shape,
+                      const TensorRegion& region, std::vector<T>* out, const ReadRows& read) const {
+    const std::string name = GgufName(hf);
+    const GgufTensor* t = name.empty() ? nullptr : file_->FindTensor(name);
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat(file_->name(), ": no tensor '",
+                                              name.empty() ? std::string(hf) : name, "' (", hf, ")"));
+    }
+    if (t->shape() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file_->name(), ": tensor '", name, "' has shape ", ShapeString(t->shape()),
+          "; the model's hyper-parameters need ", ShapeString(shape)));
+    }
+    const int64_t rows = t->rows(), cols = t->cols();
+    if (region.row_begin < 0 || region.row_end > rows || region.row_begin > region.row_end ||
+        region.col_begin < 0 || region.col_end > cols || region.col_begin > region.col_end) {
+      return absl::OutOfRangeError(absl::StrCat(file_->name(), ": tensor '", name,
+                                                "': region outside the tensor"));
+    }
+    out->clear();
+    if (region.numel() == 0) return absl::OkStatus();
+    out->reserve(region.numel());
+    auto it = heads_.find(name);
+    if (it == heads_.end()) {  // the file's layout is transformers'
+      auto values = read(*t, region.row_begin, region.row_end);
+      if (!values.ok()) return values.status();
+      for (int64_t r = 0; r < region.rows(); ++r) {
+        const T* row = values->data() + r * cols;
+        out->insert(out->end(), row + region.col_begin, row + region.col_end);
+      }
+      return absl::OkStatus();
+    }
+    // Within each head, transformers' index j * D/2 + i is llama.cpp's
+    // 2 i + j: rows of a matrix, elements of a bias.
+    const int64_t D = (t->ne.size() == 1 ? cols : rows) / it->second;
+    auto unpermute = [D](int64_t k) {
+      const int64_t head = k / D, j = (k % D) / (D / 2), i = k % (D / 2);
+      return head * D + 2 * i + j;
+    };
+    if (t->ne.size() == 1) {
+      auto values = read(*t, 0, 1);
+      if (!values.ok()) return values.status();
+      for (int64_t c = region.col_begin; c < region.col_end; ++c) out->push_back((*values)[unpermute(c)]);
+      return absl::OkStatus();
+    }
+    // A head's rows are read whole, then picked.
+    for (int64_t b0 = region.row_begin / D * D; b0 < region.row_end; b0 += D) {
+      auto values = read(*t, b0, b0 + D);
+      if (!values.ok()) return values.status();
+      for (int64_t r = std::max(b0, region.row_begin); r < std::min(b0 + D, region.row_end); ++r) {
+        const T* row = values->data() + (unpermute(r) - b0) * cols;
+        out->insert(out->end(), row + region.col_begin, row + region.col_end);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<const GgufFile> file_;
+  std::map<std::string, int, std::less<>> heads_;  // permuted tensors: their heads
+};
+
+}  // namespace
+
+std::string GgufStoredType(const GgufFile& file) {
+  std::map<std::string, int> count;
+  for (const GgufTensor& t : file.tensors()) {
+    if (t.ne.size() >= 2) ++count[t.type->name];
+  }
+  std::string best = "F32";
+  int most = 0;
+  for (const auto& [name, n] : count) {
+    if (n > most) best = name, most = n;
+  }
+  return best;
+}
+
+std::unique_ptr<WeightSource> GgufLlamaSource(std::shared_ptr<const GgufFile> file,
+                                              const LlamaConfig& config) {
+  return std::make_unique<GgufSource>(std::move(file), config);
+}
+
+absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
+  auto refuse = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", parts...));
+  };
+  auto arch = f.GetString("general.architecture");
+  if (!arch.ok()) return arch.status();
+  if (*arch != "llama") {
+    return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads llama)");
+  }
+  const std::string a = *arch + ".";
+  LlamaConfig c;
+  auto get_int = [&](const std::string& key, int* out, bool required, int64_t max) -> absl::Status {
+    auto v = f.GetInt(a + key);
+    if (absl::IsNotFound(v.status()) && !required) return absl::OkStatus();
+    if (!v.ok()) return v.status();
+    if (*v < 1 || *v > max) return refuse(a, key, " ", *v, " is out of range");
+    *out = static_cast<int>(*v);
+    return absl::OkStatus();
+  };
+  for (auto [key, out] : {std::pair{"block_count", &c.n_layer},
+                          std::pair{"embedding_length", &c.hidden},
+                          std::pair{"feed_forward_length", &c.intermediate},
+                          std::pair{"attention.head_count", &c.n_head},
+                          std::pair{"context_length", &c.max_positions}}) {
+    if (auto st = get_int(key, out, true, int64_t{1} << 24); !st.ok()) {
+      if (const GgufValue* v = f.Find(a + key); v != nullptr && v->type == GgufType::kArray) {
+        return refuse(a, key, " differs per layer, which Flover does not run");
+      }
+      return st;
+    }
+  }
+  c.n_kv_head = c.n_head;
+  if (auto st = get_int("attention.head_count_kv", &c.n_kv_head, false, 1 << 17); !st.ok()) return st;
+  c.head_dim = c.n_head > 0 && c.hidden % c.n_head == 0 ? c.hidden / c.n_head : 0;
+  if (auto st = get_int("attention.key_length", &c.head_dim, false, 1024); !st.ok()) return st;
+  int value_length = c.head_dim;
+  if (auto st = get_int("attention.value_length", &value_length, false, 1024); !st.ok()) return st;
+  if (value_length != c.head_dim) {
+    return refuse(a, "attention.value_length ", value_length, " differs from key_length ", c.head_dim);
+  }
+  int rotary = c.head_dim;
+  if (auto st = get_int("rope.dimension_count", &rotary, false, 1024); !st.ok()) return st;
+  if (rotary != c.head_dim) {
+    return refuse(a, "rope.dimension_count ", rotary, " is less than the head dimension ", c.head_dim,
+                  " (partial rotary embeddings are not supported)");
+  }
+  if (auto experts = f.GetInt(a + "expert_count"); experts.ok() && *experts > 0) {
+    return refuse(a, "expert_count ", *experts, ": mixture-of-experts models are not supported");
+  }
+  if (auto eps = f.GetFloat(a + "attention.layer_norm_rms_epsilon"); eps.ok()) {
+    c.rms_norm_eps = static_cast<float>(*eps);
+  } else if (!absl::IsNotFound(eps.status())) {
+    return eps.status();
+  }
+  if (auto base = f.GetFloat(a + "rope.freq_base"); base.ok()) {
+    c.rope_theta = *base;
+  } else if (!absl::IsNotFound(base.status())) {
+    return base.status();
+  }
+  // Rope scaling: rope.scaling.type (none, linear; yarn refused), or the
+  // older rope.scale_linear; llama3's as factors in rope_freqs.weight.
+  std::string scaling = "none";
+  if (auto type = f.GetString(a + "rope.scaling.type"); type.ok()) {
+    scaling = *type;
+  } else if (!absl::IsNotFound(type.status())) {
+    return type.status();
+  }
+  double factor = 1.0;
+  if (auto v = f.GetFloat(a + "rope.scaling.factor"); v.ok()) factor = *v;
+  if (auto v = f.GetFloat(a + "rope.scale_linear"); v.ok()) scaling = "linear", factor = *v;
+  if (scaling == "linear" && factor != 1.0) {
+    if (!(factor >= 1.0)) return refuse(a, "rope.scaling.factor must be >= 1, got ", factor);
+    c.rope_scaling.type = RopeScaling::Type::kLinear;
+    c.rope_scaling.factor = factor;
+  } else if (scaling != "none" && scaling != "linear") {
+    return refuse(a, "rope.scaling.type \"", scaling, "\" is not supported (none, linear)");
+  }
+  if (const GgufTensor* freqs = f.FindTensor("rope_freqs.weight")) {
+    if (freqs->ne != std::vector<int64_t>{c.head_dim / 2}) {
+      return refuse("rope_freqs.weight has ", freqs->ne[0], " factors for a head dimension of ",
+                    c.head_dim);
+    }
+    auto values = f.ReadRows(*freqs, 0, 1);
+    if (!values.ok()) return values.status();
+    c.rope_freq_factors = std::move(*values);
+  }
+  const GgufTensor* embed = f.FindTensor("token_embd.weight");
+  if (embed == nullptr) return refuse("no tensor 'token_embd.weight'");
+  if (embed->ne.size() != 2) return refuse("token_embd.weight is not a matrix");
+  c.vocab_size = static_cast<int>(std::min<int64_t>(embed->ne[1], INT32_MAX));
+  c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (auto st = c.Validate(); !st.ok()) return refuse(st.message());
+  return c;
+}
+
+}  // namespace flover
