@@ -1,13 +1,16 @@
 // Llama forward numerics against Hugging Face transformers 4.44.2
 // (tests/golden/make_llama_golden.py): logits at every prompt position,
 // 32-step greedy continuations, and chunked prefill and decode equal to one
-// prefill bit for bit. The bf16 options are held to transformers' own
+// prefill bit for bit; for safetensors directories and GGUF files. The bf16 options are held to transformers' own
 // emulation of the same rounding, and must be at least as close to F32 as
 // that emulation is (these random fixtures, with weights of std 0.2, are
 // 3-6x more sensitive to rounding than the GPT-2 ones). Fixtures: grouped-query attention with llama3 rope
 // scaling and rope_theta 500000, an untied head and vocabulary 301 (F32, one
 // file); a tied head, linear rope scaling, vocabulary 211, BF16 in three
-// shards. On the CPU, and on a GPU when there is one (skipped otherwise).
+// shards. GGUF (make_gguf_golden.py): llama.cpp's Q4_K_M of an untied model
+// over a SentencePiece vocabulary; a tied model with llama3 factors in
+// rope_freqs.weight and each matrix in another block type. On the CPU, and
+// on a GPU when there is one (skipped otherwise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "engine/generate.h"
 #include "engine/testing/backends.h"
 #include "model/llama/llama_checkpoint.h"
@@ -59,7 +63,9 @@ class LlamaGoldenTest
     backend_ = testing::BackendForTest(std::get<1>(GetParam()), &skip_, c.matmul, c.kv);
     if (backend_ == nullptr) GTEST_SKIP() << skip_;
     dir_ = std::string("tests/golden/") + c.fixture;
-    auto m = LlamaCheckpoint::Load(dir_);
+    // A GGUF fixture is DIR/model.gguf beside its golden files.
+    spec_ = absl::StartsWith(c.fixture, "gguf_") ? dir_ + "/model.gguf" : dir_;
+    auto m = LlamaCheckpoint::Load(spec_);
     ASSERT_TRUE(m.ok()) << m.status();
     ckpt_ = std::move(*m);
     model_ = testing::ModelOn(*backend_, *ckpt_);
@@ -82,7 +88,7 @@ class LlamaGoldenTest
     return all;
   }
 
-  std::string skip_, dir_;
+  std::string skip_, dir_, spec_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<LlamaCheckpoint> ckpt_;
   std::unique_ptr<CausalLm> model_;
@@ -157,18 +163,38 @@ TEST_P(LlamaGoldenTest, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
 }
 
 TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
+  struct Expected {
+    const char* fixture;
+    const char* stored_dtype;
+    int kv_heads;
+    bool tied;
+    std::vector<int32_t> eos;
+  };
+  const std::string fixture = std::get<0>(GetParam()).fixture;
+  const Expected all[] = {
+      {"llama_gqa", "F32", 2, false, {2}},
+      {"llama_tied_sharded", "BF16", 3, true, {2}},
+      // Q4_K_M: mostly Q4_K, some Q6_K (the metadata's file type aside).
+      {"gguf_spm_q4km", "Q4_K", 2, false, {2}},
+      // eos_token_id (<|end_of_text|>) and eot_token_id (<|eot_id|>).
+      {"gguf_bpe_mixed", "Q8_0", 2, true, {901, 902}},
+  };
+  const Expected* e = nullptr;
+  for (const Expected& x : all) {
+    if (fixture == x.fixture) e = &x;
+  }
+  ASSERT_NE(e, nullptr) << fixture;
   const ModelInfo& info = ckpt_->info();
   EXPECT_EQ(info.architecture, "llama");
-  EXPECT_EQ(info.eos_token_ids, std::vector<int32_t>{2});
-  const bool sharded = std::string(std::get<0>(GetParam()).fixture) == "llama_tied_sharded";
-  EXPECT_EQ(ckpt_->stored_dtype(), sharded ? "BF16" : "F32");
-  EXPECT_EQ(info.n_kv_head, sharded ? 3 : 2);
-  EXPECT_EQ(ckpt_->config().tie_word_embeddings, sharded);
+  EXPECT_EQ(info.eos_token_ids, e->eos);
+  EXPECT_EQ(ckpt_->stored_dtype(), e->stored_dtype);
+  EXPECT_EQ(info.n_kv_head, e->kv_heads);
+  EXPECT_EQ(ckpt_->config().tie_word_embeddings, e->tied);
   auto rank = LoadLlamaWeights(ckpt_->source(), ckpt_->config(), ShardSpec{1, 0});
   ASSERT_TRUE(rank.ok()) << rank.status();
-  EXPECT_EQ(rank->lm_head.empty(), sharded);  // tied: the embedding serves as the head
-  // The generic loader picks the family from config.json.
-  auto generic = LoadModel(dir_);
+  EXPECT_EQ(rank->lm_head.empty(), e->tied);  // tied: the embedding serves as the head
+  // The generic loader picks the family from config.json, or the GGUF file.
+  auto generic = LoadModel(spec_);
   ASSERT_TRUE(generic.ok()) << generic.status();
   EXPECT_EQ((*generic)->info().architecture, "llama");
 }
@@ -198,7 +224,14 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"llama_gqa", kernels::MatmulDtype::kInt8, kernels::KvDtype::kF32, kVsEmulation},
             Case{"llama_tied_sharded", kernels::MatmulDtype::kInt8, kernels::KvDtype::kF32,
                  kVsEmulation},
-            Case{"llama_gqa", kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, kInt8}),
+            Case{"llama_gqa", kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, kInt8},
+            // GGUF files (make_gguf_golden.py): transformers on the weights
+            // the blocks hold, dequantized by gguf-py.
+            Case{"gguf_spm_q4km", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_bpe_mixed", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_spm_q4km", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            Case{"gguf_bpe_mixed", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32,
+                 kVsEmulation}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);
