@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Writes tests/golden/chat_templates/cases.json: chat templates rendered by
+transformers 4.44.2's own apply_chat_template machinery (its
+_compile_jinja_template: jinja2's ImmutableSandboxedEnvironment with
+trim_blocks and lstrip_blocks, tojson as json.dumps(ensure_ascii=False),
+raise_exception), the oracle Flover's template interpreter must match byte
+for byte.
+
+Templates: SmolLM2-135M-Instruct's (from its GGUF file, as shipped), and ones
+written here in the shapes of the families people serve — Llama 3 (header
+tokens, trimmed content), Llama 2 / Mistral ([INST], <<SYS>>, alternation
+checked with raise_exception), Qwen2.5 (a default system prompt, tools and
+tool calls through tojson), Gemma (no system role: raise_exception; "model"
+for assistant), Phi-3 — and a "kitchen sink" that uses every construct the
+interpreter claims (macros, namespace, filters, tests, string methods,
+slices, loop attributes, whitespace control of every kind, raw, filter and
+set blocks). The kitchen sink's break/continue need jinja2's loopcontrols
+extension, which transformers 4.44 does not load: that one case renders in
+the same environment with the extension added (as newer transformers do).
+
+Each case: template name, the variables (messages, add_generation_prompt,
+bos_token, eos_token, tools, documents — transformers passes tools and
+documents as None when there are none), and the output, or the error
+raise_exception raised.
+
+    python3 tests/golden/make_chat_template_golden.py  (transformers 4.44.2, jinja2, gguf)
+"""
+import json
+import os
+
+import gguf
+import jinja2
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SMOLLM2 = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+LLAMA3 = """{{- bos_token }}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] | trim %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = '' %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{%- if system_message %}
+    {{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message + '<|eot_id|>' }}
+{%- endif %}
+{%- for message in loop_messages %}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+{%- endif %}
+"""
+
+INST = """{% if messages[0]['role'] == 'system' %}
+{% set loop_messages = messages[1:] %}
+{% set system_message = messages[0]['content'] %}
+{% else %}
+{% set loop_messages = messages %}
+{% set system_message = false %}
+{% endif %}
+{% for message in loop_messages %}
+    {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+    {% endif %}
+    {% if loop.index0 == 0 and system_message != false %}
+        {% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}
+    {% else %}
+        {% set content = message['content'] %}
+    {% endif %}
+    {% if message['role'] == 'user' %}
+        {{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}
+    {% elif message['role'] == 'assistant' %}
+        {{ ' ' + content.strip() + ' ' + eos_token }}
+    {% endif %}
+{% endfor %}
+"""
+
+QWEN = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\nYou may call functions. Their signatures are in <tools></tools>:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+GEMMA = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+         "supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != "
+         "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/"
+         "user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' "
+         "%}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + "
+         "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+         "{{'<start_of_turn>model\\n'}}{% endif %}")
+
+PHI3 = ("{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + "
+        "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + "
+        "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + "
+        "message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+        "{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
+
+KITCHEN_SINK = """{#- every construct the interpreter claims -#}
+{% macro turn(role, text, sep='\\n', upper=false) -%}
+<{{ role | upper if upper else role }}>{{ sep }}{{ text }}
+{%- endmacro %}
+{% set ns = namespace(count=0, roles=[], last=none) %}
+{% for m in messages if m.role != 'tool' %}
+  {% set ns.count = ns.count + 1 %}
+  {% set ns.roles = ns.roles + [m.role] %}
+  {% set ns.last = m %}
+  [{{ loop.index }}/{{ loop.length }} {{ loop.index0 }} {{ loop.revindex }} {{ loop.revindex0 }} {{ loop.first }} {{ loop.last }} {{ loop.cycle('odd', 'even') }}]
+  {{ turn(m.role, m.content | trim, upper=loop.first) }}
+  {%+ if m.content is string and m.content.startswith('Hi') %}greeting{% endif +%}
+  {% if 'name' in m %}name={{ m.name }}{% elif m.get('name', 'anon') == 'anon' %}anon{% endif %}
+{% else %}
+no messages
+{% endfor %}
+count={{ ns.count }} roles={{ ns.roles | join(',') }} unique={{ ns.roles | unique | list }} last={{ ns.last.role if ns.last else 'none' }}
+{{ messages | length }} {{ messages | map(attribute='role') | list }} {{ messages | selectattr('role', 'equalto', 'user') | list | length }} {{ messages | rejectattr('role', 'eq', 'user') | map(attribute='role') | join('+') }}
+{{ (messages | first).role }} {{ (messages | last)['role'] }} {{ messages[-1:] | length }} {{ messages[::2] | length }} {{ messages[1:3] | length }}
+{{- ' x ' }}{{ 'abc'[::-1] }} {{ 'Hello World'[6:] }} {{ 'a,b,,c'.split(',') }} {{ '  a  b '.split() }} {{ 'x-y-z'.split('-', 1) }}
+{{ '  pad  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ '  l'.lstrip() }}|{{ 'r  '.rstrip() }}|{{ 'hello'.replace('l', 'L') }}|{{ 'hello'.replace('l', 'L', 1) }}
+{{ 'Title me' | title }} {{ 'shout' | upper }} {{ 'QUIET' | lower }} {{ 'cap it' | capitalize }} {{ 'mIxEd cAsE'.title() }} {{ 'abc'.upper() }}
+{{ 'hello world'.find('o') }} {{ 'banana'.count('a') }} {{ '-'.join(['a', 'b']) }} {{ 'ab'.endswith('b') }} {{ 'ab'.startswith(('x', 'a')) }}
+{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1.5 + 1 }} {{ 3 * 'ab' }} {{ [1] * 2 }} {{ 10 - 2.5 }} {{ -(3) }} {{ 0.1 + 0.2 }} {{ 1e-5 }} {{ 1e20 }} {{ 1.0 }}
+{{ none }} {{ true }} {{ false }} {{ [1, 'two', none, 3.5, {'k': (1, 2)}] }} {{ {'a': 'it\\'s', 'b': "q\\"uote"} }} {{ ('solo',) }}
+{{ 1 < 2 < 3 }} {{ 3 > 2 == 2 }} {{ 'b' > 'a' }} {{ [1, 2] < [1, 3] }} {{ 1 == 1.0 }} {{ 'a' != 'b' }} {{ 2 in [1, 2] }} {{ 'z' not in 'abc' }} {{ 'k' in {'k': 1} }}
+{{ undefined_var is defined }} {{ undefined_var is undefined }} {{ none is none }} {{ 1 is number }} {{ 1.5 is float }} {{ 2 is integer }} {{ true is boolean }} {{ {} is mapping }} {{ [] is sequence }} {{ 'x' is iterable }} {{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ 2 is ge 2 }} {{ 'a' is lower }} {{ 'A' is upper }} {{ 1 is in [1] }} {{ none is sameas none }}
+{{ undefined_var | default('dflt') }} {{ '' | default('empty', true) }} {{ none | default('kept') }} {{ undefined_var | d('d') }} {{ undefined_var | length }}
+{{ [3, 1, 2] | sort }} {{ [3, 1, 2] | sort(reverse=true) }} {{ ['b', 'A', 'c'] | sort }} {{ [1, 2, 3] | reverse | list }} {{ 'abc' | reverse }} {{ ['a', 'A', 'b'] | unique | list }}
+{{ [1, 0, 2, none] | select | list }} {{ [1, 2, 3, 4] | reject('odd') | list }} {{ [1, 2, 3] | map('string') | join }} {{ ['1', '2'] | map('int') | sum if false else 'nosum' }}
+{{ '42' | int }} {{ '4.7' | int }} {{ 'x' | int(7) }} {{ '2.5' | float }} {{ 3 | float }} {{ -3 | abs }} {{ 2.567 | round(2) }} {{ 2.5 | round }} {{ 2.1 | round(method='ceil') }} {{ 5 | string }} {{ [1] | string }}
+{{ {'b': 1, 'a': [1, 2.0, none, true, 'é"\\\\']} | tojson }} {{ {'x': {'y': []}} | tojson(indent=2) }} {{ [1, 2] | tojson(separators=(',', ':')) }} {{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}
+{% for k, v in {'one': 1, 'two': 2}.items() %}{{ k }}={{ v }};{% endfor %} {% for k in {'p': 1, 'q': 2} %}{{ k }}{% endfor %} {% for c in 'héllo' %}{{ c }}.{% endfor %} {% for i in range(3) %}{{ i }}{% endfor %} {% for i in range(1, 10, 4) %}{{ i }}{% endfor %}
+{{ {'a': 1}.keys() | list }} {{ {'a': 1}.values() | list }} {{ {'a': 1} | items | list }} {{ dict(x=1, y='z') }}
+{%- if false %}
+never
+{%- elif messages | length > 100 %}
+never either
+{%- else %}
+ else-branch
+{%- endif %}
+{% set block %}inside a {{ 'set' }} block{% endset %}{{ block | upper }}
+{% filter upper %}filtered {{ 'text' }}{% endfilter %}
+{% raw %}{{ not rendered }} {% if %}{% endraw %}
+{{ 'indent me\\nsecond line' | indent(2) }}|{{ 'a\\n\\nb' | indent(2, true, true) }}
+    {% if true %}lstripped{% endif %}
+    {{- ' var-stripped ' -}}
+    {%+ if true %}kept indent{% endif %}
+{# a comment #}
+line after comment
+{{ 'nested ' ~ ('a' if true else 'b') ~ (none if false) ~ 1 ~ [2] }}
+{{ (1, 2)[1] }} {{ [[1, 2], [3]][0][1] }} {{ messages[0].content[:5] }} {{ 'x'.0 if false else 'dot-int skipped' }}
+{% if add_generation_prompt %}<assistant>{% endif %}
+"""
+
+LOOPCONTROLS = """{% for i in range(10) %}{% if i is odd %}{% continue %}{% endif %}{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}
+{% for m in messages %}{% if m.role == 'assistant' %}{% break %}{% endif %}{{ m.role }} {% endfor %}"""
+
+
+def transformers_env(loopcontrols=False):
+    """transformers 4.44.2's compile of a template, optionally with
+    jinja2's loopcontrols extension added."""
+    compile_ = PreTrainedTokenizerBase._compile_jinja_template.__wrapped__
+    if not loopcontrols:
+        return lambda source: compile_(None, source)
+
+    def with_loops(source):
+        template = compile_(None, "x")
+        env = template.environment.overlay(extensions=[jinja2.ext.loopcontrols])
+        return env.from_string(source)
+    return with_loops
+
+
+SYSTEM = {"role": "system", "content": "You are terse."}
+USER = {"role": "user", "content": "Hi there! What's 2+2?"}
+ASSISTANT = {"role": "assistant", "content": "  4.  \n"}
+USER2 = {"role": "user", "content": "Thanks — and in French?  \n\n"}
+UNICODE = {"role": "user", "content": "caf\u00e9 \u65e5\u672c\u8a9e \U0001f999 \"quotes\" 'single' \\back\\ {{ not a tag }}"}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": {"type": "object", "properties": {
+                                               "city": {"type": "string"}, "days": {"type": "integer"}},
+                                               "required": ["city"]}}}]
+TOOL_CALL = {"role": "assistant", "content": "",
+             "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                                                              "arguments": {"city": "Paris", "days": 2,
+                                                                            "celsius": True, "ratio": 1.5}}}]}
+TOOL_RESULT = {"role": "tool", "name": "get_weather", "content": "{\"temp\": 21}"}
+
+CONVERSATIONS = {
+    "system_user": [SYSTEM, USER],
+    "user_only": [USER],
+    "multi_turn": [USER, ASSISTANT, USER2],
+    "system_multi_turn": [SYSTEM, USER, ASSISTANT, USER2],
+    "unicode": [UNICODE],
+    "tools": [SYSTEM, USER, TOOL_CALL, TOOL_RESULT, TOOL_RESULT],
+    "named": [dict(USER, name="ada"), ASSISTANT],
+    "bad_alternation": [USER, USER2],
+    "empty": [],
+}
+
+
+def main():
+    templates = {"llama3": LLAMA3, "inst": INST, "qwen2.5": QWEN, "gemma": GEMMA, "phi3": PHI3,
+                 "kitchen_sink": KITCHEN_SINK, "loopcontrols": LOOPCONTROLS}
+    if os.path.exists(SMOLLM2):
+        r = gguf.GGUFReader(SMOLLM2)
+        templates["smollm2"] = r.fields["tokenizer.chat_template"].contents()
+    else:
+        raise SystemExit(f"run tools/setup.sh first: {SMOLLM2} holds SmolLM2's template")
+    cases = []
+    for name, source in templates.items():
+        compile_ = transformers_env(loopcontrols=name == "loopcontrols")
+        template = compile_(source)
+        for conv_name, messages in CONVERSATIONS.items():
+            if conv_name == "empty" and name not in ("kitchen_sink", "phi3", "loopcontrols"):
+                continue  # the family templates index messages[0]
+            for agp in (True, False):
+                variables = {"messages": messages, "add_generation_prompt": agp,
+                             "bos_token": "<s>", "eos_token": "</s>",
+                             "tools": TOOLS if conv_name == "tools" else None, "documents": None}
+                case = {"template": name, "conversation": conv_name, "variables": variables}
+                try:
+                    case["output"] = template.render(**variables)
+                except jinja2.exceptions.TemplateError as e:
+                    case["error"] = str(e)
+                cases.append(case)
+    out = os.path.join(HERE, "chat_templates")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "templates.json"), "w") as f:
+        json.dump(templates, f, indent=1, ensure_ascii=False)
+    with open(os.path.join(out, "cases.json"), "w") as f:
+        json.dump(cases, f, indent=1, ensure_ascii=False)
+    print(len(cases), "cases,", sum("error" in c for c in cases), "of them errors")
+
+
+if __name__ == "__main__":
+    main()
