@@ -12,18 +12,11 @@
 #include "dist/communicator.h"
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
+#include "model/loader/chat_template_info.h"
 #include "model/model_info.h"
 #include "tokenizer/tokenizer.h"
 
 namespace flover {
-
-// The chat template a model ships (Jinja source, rendered as transformers'
-// apply_chat_template renders it) and the special tokens it may name.
-struct ChatTemplateInfo {
-  std::string text;    // empty: the model has none
-  std::string source;  // where it came from, for errors and logs
-  std::string bos_token, eos_token;  // as text ("" when the model has none)
-};
 
 class LoadedModel {
  public:

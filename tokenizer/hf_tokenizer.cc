@@ -1020,10 +1020,12 @@ void HfTokenizer::Bpe(absl::string_view word, std::vector<int32_t>* ids) const {
   for (int i = 0; i >= 0; i = syms[i].next) ids->push_back(syms[i].id);
 }
 
-absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(absl::string_view text) const {
+absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(absl::string_view text,
+                                                        bool add_special_tokens) const {
   auto valid = DecodeUtf8(text);
   if (!valid.ok()) return valid.status();
-  std::vector<int32_t> ids = template_before_;
+  std::vector<int32_t> ids;
+  if (add_special_tokens) ids = template_before_;
   std::vector<std::pair<Piece, int32_t>> raw_parts;
   SplitAddedTokens({std::string(text), true}, /*normalized_pass=*/false, &raw_parts);
   for (auto& [part, id] : raw_parts) {
@@ -1043,8 +1045,15 @@ absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(absl::string_view text)
       for (const Piece& w : pieces) Bpe(w.text, &ids);
     }
   }
-  ids.insert(ids.end(), template_after_.begin(), template_after_.end());
+  if (add_special_tokens) ids.insert(ids.end(), template_after_.begin(), template_after_.end());
   return ids;
+}
+
+bool HfTokenizer::IsSpecial(int32_t id) const {
+  for (const AddedToken& a : added_) {
+    if (a.id == id) return a.special;
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------- decoding

@@ -63,7 +63,11 @@ class HfTokenizer final : public Tokenizer {
   static absl::StatusOr<std::unique_ptr<HfTokenizer>> FromGgufVocab(const GgufVocab& vocab,
                                                                     absl::string_view what);
 
-  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const override;
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
+                                              bool add_special_tokens) const override;
+  // Added tokens marked special (GGUF: control and unknown tokens).
+  bool IsSpecial(int32_t id) const override;
   std::string DecodeBytes(absl::Span<const int32_t> ids) const override;
   std::string Decode(absl::Span<const int32_t> ids) const override;
   // Each token's bytes (DecodeBytes), except that a run of byte-fallback
@@ -72,6 +76,16 @@ class HfTokenizer final : public Tokenizer {
   std::unique_ptr<TextStream> NewTextStream() const override;
   // One more than the largest id of the vocabulary and the added tokens.
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }
+
+  // Replaces the post-processor with `bos` before and `eos` after the text
+  // (-1: none), as transformers' Llama-style tokenizers rebuild it from
+  // add_bos_token / add_eos_token.
+  void SetSpecialTokensAround(int32_t bos, int32_t eos) {
+    template_before_.clear();
+    template_after_.clear();
+    if (bos >= 0) template_before_.push_back(bos);
+    if (eos >= 0) template_after_.push_back(eos);
+  }
 
   // The id of a token (added tokens first, then the model's vocabulary), or
   // -1 when there is none.

@@ -20,8 +20,19 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Text must be valid UTF-8 (InvalidArgument otherwise).
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const = 0;
+  // Text must be valid UTF-8 (InvalidArgument otherwise). With
+  // add_special_tokens the tokens the model's tokenizer puts around any
+  // text (a BOS, say) are added, as the reference library's encode does by
+  // default; without, only the text's own tokens (as transformers tokenizes
+  // a rendered chat template, which names its special tokens itself).
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
+                                                      bool add_special_tokens) const = 0;
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const {
+    return Encode(text, /*add_special_tokens=*/true);
+  }
+  // Whether `id` is a special token (a control token such as <|im_end|>):
+  // matched whole in text, not part of what a model writes as text.
+  virtual bool IsSpecial(int32_t id) const = 0;
   // The raw bytes the tokens add to a text that came before them, as a
   // server streams them (may end inside a UTF-8 character). Ids must be <
   // vocab_size().

@@ -32,7 +32,7 @@ absl::StatusOr<std::shared_ptr<const HfTokenizer>> BuiltinGpt2Vocabulary(int voc
     if (vocab.empty()) return std::shared_ptr<const HfTokenizer>();
     dir = vocab.substr(0, vocab.rfind('/'));
   }
-  return LoadDirectoryTokenizer(dir, vocab_size);
+  return LoadDirectoryTokenizer(dir, vocab_size, "gpt2");
 }
 
 }  // namespace
@@ -98,12 +98,15 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::LoadDirectory(
   // Every tensor there, with its shape, now; the data when a rank needs it.
   if (absl::Status st = CheckGptWeights(*m->source_, m->config_); !st.ok()) return st;
 
-  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size);
+  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, "gpt2");
   if (!tokenizer.ok()) return tokenizer.status();
   if (*tokenizer != nullptr && m->config_.eos_token_id < 0) {
     m->config_.eos_token_id = (*tokenizer)->TokenId("<|endoftext|>");
   }
   m->tokenizer_ = std::move(*tokenizer);
+  auto chat = LoadDirectoryChatTemplate(dir);
+  if (!chat.ok()) return chat.status();
+  m->chat_template_ = std::move(*chat);
   m->Describe();
   return m;
 }

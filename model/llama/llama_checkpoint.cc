@@ -80,12 +80,15 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "", stored);
   // Every tensor there, with its shape, now; the data when a rank needs it.
   FLOVER_RETURN_IF_ERROR(CheckLlamaWeights(*m->source_, m->config_));
-  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size);
+  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, "llama");
   if (!tokenizer.ok()) return tokenizer.status();
   auto eos = ResolveEosIds(dir, m->config_.eos_token_ids, tokenizer->get(), m->config_.vocab_size);
   if (!eos.ok()) return eos.status();
   m->config_.eos_token_ids = std::move(*eos);
   m->tokenizer_ = std::move(*tokenizer);
+  auto chat = LoadDirectoryChatTemplate(dir);
+  if (!chat.ok()) return chat.status();
+  m->chat_template_ = std::move(*chat);
   m->info_ = InfoOf(m->config_);
   return m;
 }
