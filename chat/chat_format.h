@@ -1,0 +1,65 @@
+// A model's chat template applied to a conversation, as transformers'
+// apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+// does: the template renders the messages (with bos_token, eos_token, and
+// tools and documents as None), and the text is tokenized without the
+// tokenizer's own special tokens, which the template names itself.
+//
+// It also finds the token that ends an assistant turn in this template, by
+// rendering one exchange and reading what follows the reply (ChatML's
+// <|im_end|>, Llama 3's <|eot_id|>, Mistral's </s>, Gemma's <end_of_turn>,
+// Phi-3's <|end|>): generation stops there as at EOS, and the reply leaves
+// it out.
+#ifndef FLOVER_CHAT_CHAT_FORMAT_H_
+#define FLOVER_CHAT_CHAT_FORMAT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "chat/jinja.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flover {
+
+struct ChatMessage {
+  std::string role;  // system, user or assistant
+  std::string content;
+};
+
+class ChatFormat {
+ public:
+  // `source` names the template in errors ("model.gguf:
+  // tokenizer.chat_template"). InvalidArgument when it does not parse.
+  static absl::StatusOr<std::unique_ptr<ChatFormat>> Create(
+      const std::string& template_text, const std::string& source, const std::string& bos_token,
+      const std::string& eos_token, std::shared_ptr<const Tokenizer> tokenizer);
+
+  // The prompt text, the assistant's turn opened; a template's
+  // raise_exception (roles that must alternate, say) is InvalidArgument with
+  // its message.
+  absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages) const;
+  // Render, then the text's token ids.
+  absl::StatusOr<std::vector<int32_t>> Tokenize(absl::Span<const ChatMessage> messages) const;
+
+  // The tokens that end an assistant turn (none when the template ends a
+  // turn with plain text).
+  const std::vector<int32_t>& end_of_turn_ids() const { return end_of_turn_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  ChatFormat() = default;
+  absl::StatusOr<std::string> RenderWith(absl::Span<const ChatMessage> messages,
+                                         bool add_generation_prompt) const;
+
+  jinja::Template template_;
+  std::string source_, bos_token_, eos_token_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::vector<int32_t> end_of_turn_;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_CHAT_CHAT_FORMAT_H_
