@@ -115,12 +115,23 @@ absl::Status Engine::Validate(const Request& r) const {
                stop.max_new_tokens, ") exceeds max_seq_len (", options_.max_seq_len, ")");
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
+    return bad("top_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs);
+  }
   if (stop.stop_token_ids.size() > kMaxStopTokenIds) {
     return bad("stop_token_ids: at most ", kMaxStopTokenIds, " ids, got ", stop.stop_token_ids.size());
   }
   for (int32_t t : stop.stop_token_ids) {
     if (t < 0 || t >= config.vocab_size) {
       return bad("stop_token_ids: ", t, " is outside the vocabulary (", config.vocab_size, ")");
+    }
+  }
+  if (stop.end_of_turn_ids.size() > kMaxStopTokenIds) {
+    return bad("end_of_turn_ids: at most ", kMaxStopTokenIds, " ids");
+  }
+  for (int32_t t : stop.end_of_turn_ids) {
+    if (t < 0 || t >= config.vocab_size) {
+      return bad("end_of_turn_ids: ", t, " is outside the vocabulary (", config.vocab_size, ")");
     }
   }
   if (!stop.stop_strings.empty() && tokenizer_ == nullptr) {
@@ -315,7 +326,8 @@ std::string Engine::ReleaseText(Sequence& seq, bool all) {
   return out;
 }
 
-void Engine::Emit(Sequence& seq, int32_t token, float logprob, absl::Time now) {
+void Engine::Emit(Sequence& seq, int32_t token, float logprob,
+                  std::vector<std::pair<int32_t, float>> top, absl::Time now) {
   seq.tokens.push_back(token);
   ++seq.generated;
   if (seq.generated == 1) {
@@ -329,9 +341,13 @@ void Engine::Emit(Sequence& seq, int32_t token, float logprob, absl::Time now) {
   TokenEvent ev;
   ev.token = token;
   ev.logprob = logprob;
+  ev.top_logprobs = std::move(top);
 
   std::optional<FinishReason> reason;
-  const bool eos = !stop.ignore_eos && model_.info().IsEos(token);
+  const bool eos = !stop.ignore_eos && (model_.info().IsEos(token) ||
+                                        std::find(stop.end_of_turn_ids.begin(),
+                                                  stop.end_of_turn_ids.end(),
+                                                  token) != stop.end_of_turn_ids.end());
   if (eos) {
     reason = FinishReason::kEos;
   } else if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), token) !=
@@ -433,12 +449,15 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   const int n = static_cast<int>(rows.size());
   sampled_.resize(n);
   logprobs_.resize(n);
+  top_logprobs_.resize(n);
   kernels::UseCpuThreadsHere();  // --threads, on this thread too
 #pragma omp parallel for schedule(dynamic) if (n > 1)
   for (int k = 0; k < n; ++k) {
     Sequence& s = *by_id_[plan.seqs[rows[k]].id];
+    const bool lp = s.request.return_logprobs;
     sampled_[k] = s.sampler.Sample(logits.subspan(size_t(rows[k]) * V, V), s.tokens,
-                                   s.request.return_logprobs ? &logprobs_[k] : nullptr);
+                                   lp ? &logprobs_[k] : nullptr, lp ? s.request.top_logprobs : 0,
+                                   &top_logprobs_[k]);
   }
   // The step is counted before any sink hears of its tokens, so a client
   // that saw its request finish never reads counts without its last step.
@@ -451,7 +470,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   metrics_.shuffle_moves.Add(static_cast<double>(plan.moves.size()));
   metrics_.shuffle_bytes.Add(static_cast<double>(moved_bytes));
   for (int k = 0; k < n; ++k) {
-    Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], now);
+    Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], std::move(top_logprobs_[k]), now);
   }
   EraseFinished(active_);
   std::lock_guard<std::mutex> lock(mu_);

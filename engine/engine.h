@@ -132,7 +132,8 @@ class Engine {
   void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now);
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
   // Appends a sampled token, emits it, and decides whether the sequence stops.
-  void Emit(Sequence& seq, int32_t token, float logprob, absl::Time now);
+  void Emit(Sequence& seq, int32_t token, float logprob,
+            std::vector<std::pair<int32_t, float>> top, absl::Time now);
   // Appends generated text, cut at the first stop string (true when one was
   // found).
   bool AppendText(Sequence& seq, const std::string& piece);
@@ -166,6 +167,7 @@ class Engine {
   StepInput step_;
   std::vector<int32_t> sampled_;  // this step's tokens, before they are emitted
   std::vector<float> logprobs_;
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs_;
   std::thread thread_;
 };
 

@@ -283,6 +283,23 @@ TEST_F(EngineTest, StopStringsAndStopTokensAndText) {
   EXPECT_EQ(sink_c->finish().reason, FinishReason::kStop);
   const auto cut = std::find(alone->begin(), alone->end(), stop_token) + 1;
   EXPECT_EQ(sink_c->tokens(), std::vector<int32_t>(alone->begin(), cut));
+
+  // An end-of-turn id (a chat template's): generation ends with it as at
+  // EOS, and its text is not part of the reply.
+  r.stop.stop_token_ids.clear();
+  r.stop.ignore_eos = false;
+  r.stop.end_of_turn_ids = {stop_token};
+  auto [d, sink_d] = Submit(r);
+  ASSERT_TRUE(sink_d->Wait());
+  EXPECT_EQ(sink_d->finish().reason, FinishReason::kEos);
+  EXPECT_EQ(sink_d->tokens(), std::vector<int32_t>(alone->begin(), cut));
+  const std::vector<int32_t> before_it(alone->begin(), cut - 1);
+  EXPECT_EQ(sink_d->text(), SanitizeUtf8(tok.DecodeBytes(before_it)));
+  // With ignore_eos it is ignored like EOS.
+  r.stop.ignore_eos = true;
+  auto [e, sink_e] = Submit(r);
+  ASSERT_TRUE(sink_e->Wait());
+  EXPECT_EQ(sink_e->finish().reason, FinishReason::kLength);
 }
 
 TEST_F(EngineTest, EosStopsUnlessIgnoredAndLogprobsAreReturned) {
@@ -321,6 +338,28 @@ TEST_F(EngineTest, EosStopsUnlessIgnoredAndLogprobsAreReturned) {
   EXPECT_EQ(sink_b->finish().reason, FinishReason::kEos);
   EXPECT_LT(sink_b->tokens().size(), 40u);
   EXPECT_EQ(sink_b->finish().usage.generated_tokens, static_cast<int>(sink_b->tokens().size()));
+}
+
+// top_logprobs alternatives come with each token, the sampled one among
+// them with its own log-probability (greedy: first); 21 is refused by name.
+TEST_F(EngineTest, TopLogprobsComeWithEachToken) {
+  Start("builtin:tiny", Options());
+  Request r = Greedy({5, 6, 7}, 12);
+  r.return_logprobs = true;
+  r.top_logprobs = 4;
+  auto [a, sink] = Submit(r);
+  ASSERT_TRUE(sink->Wait());
+  const auto tops = sink->top_logprobs();
+  ASSERT_EQ(tops.size(), 12u);
+  for (size_t i = 0; i < tops.size(); ++i) {
+    ASSERT_EQ(tops[i].size(), 4u);
+    EXPECT_EQ(tops[i][0].first, sink->tokens()[i]);
+    EXPECT_FLOAT_EQ(tops[i][0].second, sink->logprobs()[i]);
+    for (size_t j = 1; j < 4; ++j) EXPECT_LE(tops[i][j].second, tops[i][j - 1].second);
+  }
+  r.top_logprobs = kMaxTopLogprobs + 1;
+  auto refused = engine_->Submit(r, std::make_shared<testing::CollectingSink>());
+  EXPECT_THAT(refused.status().message(), HasSubstr("top_logprobs: must be in [0, 20], got 21"));
 }
 
 TEST_F(EngineTest, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {

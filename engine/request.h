@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,7 +26,13 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;   // stop after emitting one of these
   std::vector<std::string> stop_strings; // stop when the text contains one
   bool ignore_eos = false;
+  // More ids that end the sequence as the model's EOS does (finish reason
+  // EOS, no text, and not with ignore_eos): a chat template's end of turn.
+  std::vector<int32_t> end_of_turn_ids;
 };
+
+// The most alternatives a request may ask for per token.
+inline constexpr int kMaxTopLogprobs = 20;
 
 struct Request {
   std::vector<int32_t> prompt;
@@ -33,6 +40,9 @@ struct Request {
   StopConditions stop;
   absl::Time deadline = absl::InfiniteFuture();
   bool return_logprobs = false;
+  // With return_logprobs: this many most likely tokens of each step's
+  // distribution too (0 to kMaxTopLogprobs).
+  int top_logprobs = 0;
 };
 
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError };
@@ -45,6 +55,9 @@ struct TokenEvent {
   // character or a possible stop string is incomplete, and for EOS).
   std::string text;
   float logprob = 0.0f;  // set when the request asked for logprobs
+  // The request's top_logprobs most likely tokens of the distribution the
+  // token was drawn from, most likely first, with their log-probabilities.
+  std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
 struct Usage {

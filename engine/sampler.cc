@@ -16,6 +16,37 @@ using kernels::ExpF;
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
+// The `n` tokens of `support` (all of [0, V) when empty) with the highest
+// logits, ties to the lower id, most likely first, with `log_prob`'s value.
+template <typename LogProb>
+void TopOf(absl::Span<const float> logits, absl::Span<const int32_t> support, int n,
+           const LogProb& log_prob, std::vector<std::pair<int32_t, float>>* out) {
+  out->clear();
+  if (n <= 0) return;
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  // A heap of the best n so far, its worst on top.
+  std::vector<int32_t> heap;
+  auto consider = [&](int32_t i) {
+    if (static_cast<int>(heap.size()) < n) {
+      heap.push_back(i);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(i, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = i;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  };
+  if (support.empty()) {
+    for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) consider(i);
+  } else {
+    for (int32_t i : support) consider(i);
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  for (int32_t i : heap) out->emplace_back(i, log_prob(i));
+}
+
 }  // namespace
 
 absl::Status ValidateSamplingParams(const SamplingParams& p) {
@@ -56,7 +87,8 @@ uint64_t Rng::Next() {
 double Rng::NextDouble() { return (Next() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
-                        float* logprob) {
+                        float* logprob, int n_top, std::vector<std::pair<int32_t, float>>* top) {
+  if (top == nullptr) n_top = 0;
   const int V = static_cast<int>(logits.size());
   if (params_.repetition_penalty != 1.0f) {
     // Each distinct token is penalized once; applying to an already
@@ -76,10 +108,16 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
   if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
     const int32_t best = static_cast<int32_t>(
         std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (logprob != nullptr) {
+    if (logprob != nullptr || n_top > 0) {
       double sum = 0;
       for (float l : logits) sum += std::exp(double{l} - logits[best]);
-      *logprob = static_cast<float>(-std::log(sum));
+      const double log_sum = std::log(sum);
+      if (logprob != nullptr) *logprob = static_cast<float>(-log_sum);
+      if (n_top > 0) {
+        TopOf(logits, {}, n_top, [&](int32_t i) {
+          return static_cast<float>(double{logits[i]} - logits[best] - log_sum);
+        }, top);
+      }
     }
     return best;
   }
@@ -129,6 +167,7 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
       }
     }
     if (logprob != nullptr) *logprob = std::log(probs_[pick] / sum);
+    if (n_top > 0) TopOf(logits, {}, n_top, [&](int32_t i) { return std::log(probs_[i] / sum); }, top);
     return pick;
   }
 
@@ -194,6 +233,10 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     }
   }
   if (logprob != nullptr) *logprob = static_cast<float>(std::log(prob(candidates_[pick]) / mass_all));
+  if (n_top > 0) {
+    TopOf(logits, candidates_, n_top,
+          [&](int32_t i) { return static_cast<float>(std::log(prob(i) / mass_all)); }, top);
+  }
   return candidates_[pick];
 }
 

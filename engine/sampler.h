@@ -5,6 +5,7 @@
 #define FLOVER_ENGINE_SAMPLER_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,9 +43,13 @@ class Sampler {
   // Picks the next token. logits: [V], modified in place. `history` holds the
   // tokens the repetition penalty applies to (prompt and output so far).
   // `logprob`, when not null, receives the log-probability of the chosen token
-  // under the distribution it was drawn from (the raw softmax when greedy).
+  // under the distribution it was drawn from (the raw softmax when greedy);
+  // `top`, when not null, the `n_top` most likely tokens of that distribution
+  // and their log-probabilities, most likely first (ties to the lower id;
+  // fewer when top-k / top-p leave fewer). Neither costs anything unasked.
   int32_t Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
-                 float* logprob = nullptr);
+                 float* logprob = nullptr, int n_top = 0,
+                 std::vector<std::pair<int32_t, float>>* top = nullptr);
 
  private:
   SamplingParams params_;

@@ -42,6 +42,44 @@ TEST(SamplerTest, GreedyIsArgmaxWithLogprob) {
   EXPECT_NEAR(lp, 2.0 - std::log(z), 1e-6);
 }
 
+// The alternatives come from the distribution the token was drawn from:
+// most likely first, the drawn token's log-probability among them when it
+// is in the top n, and all of a support summing to 1.
+TEST(SamplerTest, TopLogprobsAreTheDrawingDistributions) {
+  struct Path {
+    SamplingParams params;
+    size_t support;  // tokens the distribution gives any mass
+  };
+  for (const Path& p : {Path{Params(0), 6}, Path{Params(0.7f), 6}, Path{Params(1.3f, 3), 3},
+                        Path{Params(1.0f, 0, 0.5f), 2}}) {
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      SamplingParams params = p.params;
+      params.seed = seed;
+      Sampler s(params);
+      auto l = Logits();
+      float lp = 0;
+      std::vector<std::pair<int32_t, float>> top;
+      const int32_t pick = s.Sample(absl::MakeSpan(l), {}, &lp, 10, &top);
+      ASSERT_EQ(top.size(), p.support) << "t=" << params.temperature;
+      double mass = 0;
+      for (size_t i = 0; i < top.size(); ++i) {
+        mass += std::exp(top[i].second);
+        if (i > 0) EXPECT_GE(top[i - 1].second, top[i].second);
+        if (top[i].first == pick) EXPECT_FLOAT_EQ(top[i].second, lp);
+      }
+      EXPECT_NEAR(mass, 1.0, 1e-5);
+      EXPECT_EQ(top[0].first, 1);  // the largest logit
+      // Two alternatives only: the two most likely.
+      auto l2 = Logits();
+      Sampler again(params);
+      again.Sample(absl::MakeSpan(l2), {}, nullptr, 2, &top);
+      ASSERT_EQ(top.size(), 2u);
+      EXPECT_EQ(top[0].first, 1);
+      EXPECT_EQ(top[1].first, 3);
+    }
+  }
+}
+
 TEST(SamplerTest, TinyOrHugeTemperaturesAreWellDefined) {
   // Found by the abuse test: a denormal temperature (1/t overflows to inf)
   // made the top logit's probability 0 * inf = NaN and sampled the last id.

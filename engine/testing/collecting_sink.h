@@ -23,6 +23,7 @@ class CollectingSink : public TokenSink {
       tokens_.push_back(e.token);
       text_ += e.text;
       logprobs_.push_back(e.logprob);
+      top_logprobs_.push_back(e.top_logprobs);
       if (tokens_.size() == at_token_) action = std::move(at_action_);
     }
     if (action) action();
@@ -50,6 +51,10 @@ class CollectingSink : public TokenSink {
   std::vector<int32_t> tokens() const { std::lock_guard<std::mutex> l(mu_); return tokens_; }
   std::string text() const { std::lock_guard<std::mutex> l(mu_); return text_; }
   std::vector<float> logprobs() const { std::lock_guard<std::mutex> l(mu_); return logprobs_; }
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return top_logprobs_;
+  }
   FinishEvent finish() const { std::lock_guard<std::mutex> l(mu_); return *finish_; }
   int finishes() const { std::lock_guard<std::mutex> l(mu_); return finishes_; }
 
@@ -58,6 +63,7 @@ class CollectingSink : public TokenSink {
   std::condition_variable cv_;
   std::vector<int32_t> tokens_;
   std::vector<float> logprobs_;
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs_;
   std::string text_;
   int finishes_ = 0;
   std::optional<FinishEvent> finish_;
