@@ -164,6 +164,9 @@ def main():
                     'stop_strings: ["\\n"] } request_id: "r1" return_logprobs: true',
         "limits": "token_ids { ids: [50256, 0] } sampling { top_k: -1 top_p: 0 } "
                   "stopping { max_new_tokens: -5 }",
+        "messages": 'messages { messages { role: "system" content: " Be kind. " } '
+                    'messages { role: "user" content: "Hi<|endoftext|>there" } '
+                    'messages { role: "tool" content: "x" } } return_logprobs: true top_logprobs: 3',
     }
     proto = os.path.join(ROOT, "proto/flover.proto")
     for name, text in requests.items():

@@ -57,12 +57,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
  public:
   // The reactor is owned by a shared_ptr held by itself until OnDone and by
   // the engine's sink until the request finishes, whichever is later.
-  static GenerateReactor* Start(Engine& engine, const Tokenizer* tokenizer, const ApiKeys* keys,
-                                grpc::CallbackServerContext* context,
+  static GenerateReactor* Start(Engine& engine, const Tokenizer* tokenizer, const ChatSupport* chat,
+                                const ApiKeys* keys, grpc::CallbackServerContext* context,
                                 const grpc::ByteBuffer& request) {
     auto reactor = std::shared_ptr<GenerateReactor>(new GenerateReactor(engine));
     reactor->self_ = reactor;
-    reactor->Submit(tokenizer, keys, context, request);
+    reactor->Submit(tokenizer, chat, keys, context, request);
     return reactor.get();
   }
 
@@ -108,7 +108,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   explicit GenerateReactor(Engine& engine) : engine_(engine) {}
 
-  void Submit(const Tokenizer* tokenizer, const ApiKeys* keys,
+  void Submit(const Tokenizer* tokenizer, const ChatSupport* chat, const ApiKeys* keys,
               grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw) {
     // Held across engine_.Submit so the engine's first callbacks wait until
     // the id is known.
@@ -129,7 +129,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     }
     request_id_ = request.request_id();
     with_logprobs_ = request.return_logprobs();
-    auto converted = ToEngineRequest(request, tokenizer, engine_.model().info().vocab_size,
+    auto converted = ToEngineRequest(request, tokenizer, chat, engine_.model().info().vocab_size,
                                      std::random_device{}() * 0x9e3779b97f4a7c15ull);
     if (!converted.ok()) {
       engine_.metrics().CountError(converted.status().code());  // the engine never saw it
@@ -153,6 +153,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     pending_.add_token_ids(static_cast<uint32_t>(e.token));
     pending_.mutable_text()->append(e.text);
     if (with_logprobs_) pending_.add_logprobs(e.logprob);
+    if (!e.top_logprobs.empty()) {
+      v1::TopLogprobs* top = pending_.add_top_logprobs();
+      for (const auto& [id, lp] : e.top_logprobs) {
+        top->add_token_ids(static_cast<uint32_t>(id));
+        top->add_logprobs(lp);
+      }
+    }
     has_pending_ = true;
     WriteLocked();
   }
@@ -219,9 +226,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
 }  // namespace
 
-FloverService::FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model,
-                             const ApiKeys* keys)
-    : engine_(engine), tokenizer_(tokenizer), model_(std::move(model)), keys_(keys) {}
+FloverService::FloverService(Engine& engine, const Tokenizer* tokenizer, const ChatSupport* chat,
+                             ModelDescription model, const ApiKeys* keys)
+    : engine_(engine), tokenizer_(tokenizer), chat_(chat), model_(std::move(model)), keys_(keys) {}
 
 absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext& context) {
   if (keys == nullptr) return absl::OkStatus();
@@ -233,7 +240,7 @@ absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* FloverService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return GenerateReactor::Start(engine_, tokenizer_, keys_, context, *request);
+  return GenerateReactor::Start(engine_, tokenizer_, chat_, keys_, context, *request);
 }
 
 grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContext* context,
@@ -262,6 +269,7 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   info->set_device_name(model_.device_name);
   info->set_device_memory_bytes(model_.device_memory_bytes);
   info->set_has_tokenizer(tokenizer_ != nullptr);
+  info->set_has_chat_template(chat_ != nullptr && chat_->format != nullptr);
   info->set_max_seq_len(o.max_seq_len);
   info->set_max_batch(o.scheduler.max_batch);
   info->set_scheduler(std::string(SchedulerPolicyName(o.scheduler.policy)));

@@ -9,6 +9,7 @@
 #include "tokenizer/tokenizer.h"
 #include "engine/engine.h"
 #include "server/api_keys.h"
+#include "server/request_convert.h"
 #include "proto/flover.grpc.pb.h"
 
 namespace flover::server {
@@ -30,10 +31,11 @@ struct ModelDescription {
 class FloverService final
     : public v1::Flover::WithRawCallbackMethod_Generate<v1::Flover::CallbackService> {
  public:
-  // `engine`, `tokenizer` and `keys` (both may be null) must outlive the
-  // service. With keys, every call needs `authorization: Bearer KEY`.
-  FloverService(Engine& engine, const Tokenizer* tokenizer, ModelDescription model,
-                const ApiKeys* keys = nullptr);
+  // `engine`, `tokenizer`, `chat` and `keys` (all but the engine may be
+  // null) must outlive the service. With keys, every call needs
+  // `authorization: Bearer KEY`.
+  FloverService(Engine& engine, const Tokenizer* tokenizer, const ChatSupport* chat,
+                ModelDescription model, const ApiKeys* keys = nullptr);
 
   // `request`: a serialized v1::GenerateRequest; writes v1::GenerateResponse.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
@@ -48,6 +50,7 @@ class FloverService final
  private:
   Engine& engine_;
   const Tokenizer* tokenizer_;
+  const ChatSupport* chat_;
   const ModelDescription model_;
   const ApiKeys* keys_;
 };

@@ -22,6 +22,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "dist/communicator.h"
@@ -38,10 +39,19 @@
 #include "server/api_keys.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
+#include "server/request_convert.h"
 #include "server/server_options.h"
 #include "util/file_util.h"
+#include "util/runfiles.h"
 
-ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
+ABSL_FLAG(std::string, model, "",
+          "A GGUF file, a Hugging Face model directory, or builtin:NAME; empty: SmolLM2-135M-Instruct "
+          "(models/, fetched by tools/setup.sh)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "The model's id in the OpenAI API (what clients send as `model`; /v1/models lists it); "
+          "empty: the GGUF file's name, else --model");
+ABSL_FLAG(std::string, chat_template, "",
+          "A Jinja chat template file to use instead of the model's own");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 picks a free port");
 ABSL_FLAG(int, threads, 0,
           "CPU threads for the model per rank (0 = the cores divided by the ranks on this node)");
@@ -112,9 +122,78 @@ absl::Status CheckTlsFiles(const TlsFiles& tls) {
   return error.empty() ? absl::OkStatus() : absl::InvalidArgumentError(error);
 }
 
+// Where tools/setup.sh puts the default model: models/ in the clone, which
+// a binary built there finds in its Bazel runfiles (or, run from the
+// clone's root, under the current directory).
+constexpr char kDefaultModelFile[] = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+absl::StatusOr<std::string> DefaultModel() {
+  std::string path = FindRunfile("", "", kDefaultModelFile);
+  if (path.empty() && FileExists(kDefaultModelFile)) path = kDefaultModelFile;
+  if (path.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no --model given, and the default model (SmolLM2-135M-Instruct, ", kDefaultModelFile,
+        ") is not here: run tools/setup.sh to fetch it, or pass --model=PATH.gguf, a Hugging Face "
+        "model directory or builtin:NAME"));
+  }
+  return path;
+}
+
+// The model's id in the OpenAI API: the flag, or a GGUF file's name without
+// its extension, or --model as given.
+std::string ServedName(const std::string& flag, const std::string& model, bool default_model) {
+  if (!flag.empty()) return flag;
+  if (default_model) return "SmolLM2-135M-Instruct";
+  if (absl::EndsWith(model, ".gguf")) {
+    const size_t slash = model.rfind('/');
+    const std::string base = slash == std::string::npos ? model : model.substr(slash + 1);
+    return base.substr(0, base.size() - 5);
+  }
+  return model;
+}
+
+// How `messages` are served: the model's chat template (or --chat_template's),
+// or why not. A --chat_template that does not parse stops the server; a
+// model's own that does not is reported and chat is refused with the reason.
+absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
+                                                             ChatTemplateInfo info,
+                                                             std::shared_ptr<const Tokenizer> tokenizer) {
+  auto chat = std::make_unique<ChatSupport>();
+  if (!flag.empty()) {
+    auto text = ReadFlagFile("--chat_template", flag);
+    if (!text.ok()) return text.status();
+    info.text = std::move(*text);
+    info.source = flag;
+  }
+  if (info.text.empty()) return chat;  // refused: no template
+  if (tokenizer == nullptr) {
+    chat->unavailable = absl::FailedPreconditionError(
+        "messages: the model has no tokenizer, so its chat template cannot be used");
+    return chat;
+  }
+  auto format = ChatFormat::Create(info.text, info.source, info.bos_token, info.eos_token, tokenizer);
+  if (!format.ok()) {
+    if (!flag.empty()) return absl::InvalidArgumentError(absl::StrCat("--chat_template: ", format.status().message()));
+    chat->unavailable = absl::FailedPreconditionError(absl::StrCat(
+        "messages: the model's chat template is not usable here (", format.status().message(),
+        "); start the server with --chat_template=FILE"));
+    return chat;
+  }
+  chat->format = std::move(*format);
+  return chat;
+}
+
 absl::StatusOr<ServerOptions> OptionsFromFlags() {
   ServerOptions o;
   o.model = absl::GetFlag(FLAGS_model);
+  if (o.model.empty()) {
+    auto path = DefaultModel();
+    if (!path.ok()) return path.status();
+    o.model = *path;
+    o.default_model = true;
+  }
+  o.served_model_name = ServedName(absl::GetFlag(FLAGS_served_model_name), o.model, o.default_model);
+  o.chat_template = absl::GetFlag(FLAGS_chat_template);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
@@ -259,6 +338,12 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   // The tokenizer outlives the loaded checkpoint, which goes once this
   // rank's weights are on the backend.
   const std::shared_ptr<const Tokenizer> tokenizer = (*loaded)->tokenizer();
+  std::unique_ptr<ChatSupport> chat;
+  if (leader) {
+    auto made = MakeChatSupport(options.chat_template, (*loaded)->chat_template(), tokenizer);
+    if (!made.ok()) return made.status();
+    chat = std::move(*made);
+  }
   if (options.engine.max_seq_len == 0) options.engine.max_seq_len = config.max_positions;
   if (tp > 1) {
     if (absl::Status st = (*loaded)->CheckTensorParallel(tp); !st.ok()) return st;
@@ -289,7 +374,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   description.device = options.backend.device;
   description.device_name = device.name;
   description.device_memory_bytes = device.total_bytes;
-  FloverService service(**engine, tokenizer.get(), description, keys.get());
+  FloverService service(**engine, tokenizer.get(), chat.get(), description, keys.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -323,8 +408,9 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (http_started.ok()) {
     http_started = start_http(
         "--http_listen", options.http_listen, options.http_threads,
-        [&engine = **engine, &tokenizer, &options, &keys](httplib::Server& http) {
-          AddOpenAiRoutes(http, engine, tokenizer.get(), options.model, keys.get());
+        [&engine = **engine, &tokenizer, &chat, &options, &keys](httplib::Server& http) {
+          AddOpenAiRoutes(http, engine, tokenizer.get(), chat.get(), options.served_model_name,
+                          keys.get());
         },
         &http_api);
   }
@@ -343,6 +429,16 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
               stored_dtype.c_str(),
               kernels::MatmulDtypeName(options.backend.matmul),
               tokenizer ? "tokenizer" : "no tokenizer (token ids only)");
+  if (chat->format != nullptr) {
+    const std::vector<int32_t>& end = chat->format->end_of_turn_ids();
+    std::printf("chat template: %s; a turn ends at %s; served as \"%s\"\n",
+                chat->format->source().c_str(),
+                end.empty() ? "the model's EOS" : tokenizer->Decode(end).c_str(),
+                options.served_model_name.c_str());
+  } else {
+    std::printf("chat template: none usable (messages are refused: %s); served as \"%s\"\n",
+                std::string(chat->unavailable.message()).c_str(), options.served_model_name.c_str());
+  }
   if (device.total_bytes > 0) {
     std::printf("device %s: %s, %.1f GiB (%.1f GiB free after loading)\n",
                 options.backend.device.c_str(), device.name.c_str(), device.total_bytes / 1073741824.0,

@@ -4,9 +4,43 @@
 
 namespace flover::server {
 
+namespace {
+
+constexpr int kMaxMessages = 4096;
+
+absl::Status Messages(const v1::Messages& in, const ChatSupport* support, Request* r) {
+  if (support == nullptr || support->format == nullptr) {
+    return support != nullptr ? support->unavailable : ChatSupport().unavailable;
+  }
+  const ChatFormat* chat = support->format.get();
+  if (in.messages_size() == 0) return absl::InvalidArgumentError("messages: is empty");
+  if (in.messages_size() > kMaxMessages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messages: at most ", kMaxMessages, ", got ", in.messages_size()));
+  }
+  std::vector<ChatMessage> messages;
+  for (int i = 0; i < in.messages_size(); ++i) {
+    const v1::ChatMessage& m = in.messages(i);
+    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: '", m.role(),
+                                                     "' is not supported (system, user, assistant)"));
+    }
+    messages.push_back({m.role(), m.content()});
+  }
+  auto ids = chat->Tokenize(messages);
+  // A template's own error (roles that must alternate, say), or past a
+  // rendering limit: the request's to fix either way.
+  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("messages: ", ids.status().message()));
+  r->prompt = std::move(*ids);
+  r->stop.end_of_turn_ids = chat->end_of_turn_ids();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
-                                        const Tokenizer* tokenizer, int vocab_size,
-                                        uint64_t random_seed) {
+                                        const Tokenizer* tokenizer, const ChatSupport* chat,
+                                        int vocab_size, uint64_t random_seed) {
   Request r;
   // Echoed in every response message: a long one would be sent back once
   // per streamed message.
@@ -36,6 +70,9 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
         r.prompt.push_back(static_cast<int32_t>(id));
       }
       break;
+    case v1::GenerateRequest::kMessages:
+      if (absl::Status st = Messages(in.messages(), chat, &r); !st.ok()) return st;
+      break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
       break;
   }
@@ -60,6 +97,14 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
   r.stop.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
   r.stop.ignore_eos = stop.ignore_eos();
   r.return_logprobs = in.return_logprobs();
+  if (in.top_logprobs() > 0 && !in.return_logprobs()) {
+    return absl::InvalidArgumentError("top_logprobs: needs return_logprobs");
+  }
+  if (in.top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs: at most ", kMaxTopLogprobs, ", got ", in.top_logprobs()));
+  }
+  r.top_logprobs = static_cast<int>(in.top_logprobs());
   return r;
 }
 

@@ -1,6 +1,6 @@
 // The OpenAI request parser and error shape, alone; the API end to end (the
 // real server, the `openai` package, curl) is tests/python/openai_test.py.
-#include "server/openai_api.h"
+#include "server/openai_request.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -87,8 +87,8 @@ TEST(OpenAiApiTest, RefusalsNameTheField) {
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logit_bias": {"5": 1}})"),
               HasSubstr("logit_bias: is not supported"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "suffix": "s"})"), HasSubstr("suffix: is not supported"));
-  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logprobs": 5})"),
-              HasSubstr("logprobs: at most 1 is supported"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logprobs": 6})"),
+              HasSubstr("logprobs: at most 5 is supported, got 6"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "max_tokens": "ten"})"), HasSubstr("max_tokens: must be"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "temperature": "hot"})"),
               HasSubstr("temperature: must be a number"));
@@ -99,6 +99,61 @@ TEST(OpenAiApiTest, RefusalsNameTheField) {
   EXPECT_EQ(wrong_model.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(wrong_model.status().message()),
               HasSubstr("\"gpt-4\" is not served here (this server serves \"builtin:tiny\")"));
+}
+
+TEST(OpenAiApiTest, ChatMessagesAndTheirFields) {
+  auto r = ParseChatRequest(
+      R"({"model": "builtin:tiny", "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
+            {"role": "assistant", "content": "Hello", "name": "bot"}],
+          "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 3, "temperature": 0,
+          "stream": true, "stream_options": {"include_usage": true}, "tools": [],
+          "response_format": {"type": "text"}, "seed": 5})",
+      kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::Messages& m = r->request.messages();
+  ASSERT_EQ(m.messages_size(), 3);
+  EXPECT_EQ(m.messages(1).role(), "user");
+  EXPECT_EQ(m.messages(1).content(), "Hi\nthere");  // text parts, joined
+  EXPECT_EQ(r->request.stopping().max_new_tokens(), 9);
+  EXPECT_TRUE(r->request.return_logprobs());
+  EXPECT_EQ(r->request.top_logprobs(), 3u);
+  EXPECT_TRUE(r->stream && r->include_usage);
+  // max_tokens, the older name, works too.
+  auto old = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})", kModel);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->request.stopping().max_new_tokens(), 4);
+}
+
+TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
+  auto error = [](const std::string& body) {
+    auto r = ParseChatRequest(body, kModel);
+    EXPECT_FALSE(r.ok()) << body;
+    return r.ok() ? std::string() : std::string(r.status().message());
+  };
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_THAT(error("{}"), HasSubstr("messages: is required"));
+  EXPECT_THAT(error(R"({"messages": []})"), HasSubstr("messages: is empty"));
+  EXPECT_THAT(error(R"({"messages": [{"content": "x"}]})"), HasSubstr("messages[0].role: must be a string"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user"}]})"), HasSubstr("messages[0].content: is required"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})"),
+              HasSubstr("messages[0].content[0].type: 'image_url' is not supported (text only)"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{}]}]})"),
+              HasSubstr("messages[0].tool_calls: tool calls are not supported"));
+  EXPECT_THAT(error("{" + user + R"(, "n": 2})"), HasSubstr("n: only 1 is supported, got 2"));
+  EXPECT_THAT(error("{" + user + R"(, "tools": [{"type": "function"}]})"), HasSubstr("tools: is not supported"));
+  EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "json_object"}})"),
+              HasSubstr("response_format: only {\"type\": \"text\"} is supported"));
+  EXPECT_THAT(error("{" + user + R"(, "top_logprobs": 2})"), HasSubstr("top_logprobs: needs logprobs: true"));
+  EXPECT_THAT(error("{" + user + R"(, "logprobs": true, "top_logprobs": 21})"),
+              HasSubstr("top_logprobs: at most 20, got 21"));
+  EXPECT_THAT(error("{" + user + R"(, "logprobs": 1})"), HasSubstr("logprobs: must be true or false"));
+  auto wrong_model = ParseChatRequest("{" + user + R"(, "model": "gpt-4o"})", kModel);
+  EXPECT_EQ(wrong_model.status().code(), absl::StatusCode::kNotFound);
+  // Errors on a message name its place as the error's param.
+  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("messages[2].role: 'tool' is not supported")),
+              HasSubstr("\"param\": \"messages[2].role\""));
 }
 
 TEST(OpenAiApiTest, ErrorsTakeOpenAisShapeAndTheApisFieldNames) {

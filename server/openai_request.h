@@ -1,0 +1,56 @@
+// OpenAI request bodies (/v1/completions, /v1/chat/completions) parsed into
+// the gRPC API's GenerateRequest, so both front ends accept and refuse the
+// same things through one conversion (request_convert). Fields the server
+// cannot do as asked are refused naming the field (as the API spells it);
+// an OpenAI-shaped error body comes from OpenAiErrorBody.
+#ifndef FLOVER_SERVER_OPENAI_REQUEST_H_
+#define FLOVER_SERVER_OPENAI_REQUEST_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/flover.pb.h"
+
+namespace flover::server {
+
+// A parsed body.
+struct OpenAiRequest {
+  v1::GenerateRequest request;  // text / token_ids (completions) or messages (chat)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions only
+};
+
+// The most alternatives each endpoint returns per token (OpenAI's limits).
+inline constexpr int kMaxCompletionLogprobs = 5;
+inline constexpr int kMaxChatTopLogprobs = 20;
+
+// /v1/completions: prompt (a string, token ids, or a list of one of
+// either), max_tokens, logprobs (0-5: the sampled token's and that many
+// alternatives), echo, suffix "" only, and the shared fields below.
+// `served_model` is the only model accepted (NotFound otherwise).
+absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
+                                                     absl::string_view served_model);
+
+// /v1/chat/completions: messages (role and content: a string, or a list of
+// text parts joined with newlines; any other part, and tools or a
+// response_format other than text, refused by name), max_tokens or
+// max_completion_tokens, logprobs (true / false) with top_logprobs (0-20),
+// and the shared fields: model, temperature, top_p, top_k, seed, stop,
+// n / best_of 1 only, penalties 0 only, logit_bias empty only, stream,
+// stream_options.include_usage, and the extensions ignore_eos and
+// repetition_penalty.
+absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body,
+                                               absl::string_view served_model);
+
+// OpenAI's error body for `status` (not OK), its HTTP status from
+// status_util; the engine's field names become the API's (max_new_tokens ->
+// max_tokens, stop_strings -> stop, text/token_ids -> prompt), and "param"
+// is the field the message starts with.
+std::string OpenAiErrorBody(const absl::Status& status);
+
+}  // namespace flover::server
+
+#endif  // FLOVER_SERVER_OPENAI_REQUEST_H_
