@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -145,8 +146,15 @@ class Answer {
     for (const TokenEvent& t : tokens) {
       strings.push_back(JsonQuote(TokenString(t.token)));
       lps.push_back(Number(t.logprob));
-      std::vector<std::string> top;
-      for (const auto& [id, lp] : t.top_logprobs) top.push_back(absl::StrCat(JsonQuote(TokenString(id)), ": ", Number(lp)));
+      // An object: of alternatives that print alike (partial characters, say)
+      // the most likely is kept, so no key repeats.
+      std::vector<std::string> top, seen;
+      for (const auto& [id, lp] : t.top_logprobs) {
+        const std::string key = JsonQuote(TokenString(id));
+        if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+        seen.push_back(key);
+        top.push_back(absl::StrCat(key, ": ", Number(lp)));
+      }
       tops.push_back(absl::StrCat("{", absl::StrJoin(top, ", "), "}"));
     }
     return absl::StrCat("{\"tokens\": [", absl::StrJoin(strings, ", "), "], \"token_logprobs\": [",

@@ -4,7 +4,10 @@ driven by the official `openai` Python package (and curl and a raw socket):
 completions streamed and not, text and token prompts, stop strings, logprobs,
 echo, every error status in OpenAI's shape, /health while draining, a client
 that leaves mid-stream freeing its slot — and the same outputs as the same
-request through gRPC."""
+request through gRPC. Chat completions on the real SmolLM2-135M-Instruct
+GGUF file (tools/setup.sh fetches it): plain and streamed, greedy and
+seeded, text parts, logprobs with alternatives, each refusal by name, and
+the same conversation through gRPC's messages."""
 import faulthandler
 import http.client
 import json
@@ -26,6 +29,7 @@ from flover_client import FloverClient  # noqa: E402
 SERVER = None
 LOADGEN = None
 TEXT_MODEL = "tests/golden/tiny_f32"  # GPT-2 fixture with a tokenizer, 40 positions
+CHAT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"  # ChatML template, <|im_end|> ends a turn
 
 
 class Server:
@@ -136,6 +140,17 @@ class OpenAiApiTest(unittest.TestCase):
             for a, b in zip(lp.token_logprobs, grpc_lps):
                 self.assertAlmostEqual(a, b, places=5)
             self.assertEqual(len(lp.top_logprobs), 6)
+            # logprobs=3: up to three alternatives per token (alternatives that
+            # print alike keep the likeliest), the greedy token the likeliest.
+            r = s.openai.completions.create(model=TEXT_MODEL, prompt="Hello", max_tokens=4,
+                                            temperature=0, logprobs=3,
+                                            extra_body={"ignore_eos": True})
+            lp = r.choices[0].logprobs
+            for token, token_lp, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+                self.assertIn(len(top), (2, 3))
+                best = max(top, key=top.get)
+                self.assertEqual(best, token)
+                self.assertAlmostEqual(top[best], token_lp, places=5)
 
             # echo puts the prompt's text first.
             r = s.openai.completions.create(model=TEXT_MODEL, prompt="Hello world", max_tokens=4,
@@ -225,8 +240,8 @@ class OpenAiApiTest(unittest.TestCase):
                  "exceeds max_seq_len (40)", "max_tokens"),
                 (dict(prompt=[1, 99999]), openai.BadRequestError, "outside the vocabulary",
                  "prompt"),
-                (dict(prompt="x", logprobs=3), openai.BadRequestError,
-                 "logprobs: at most 1", "logprobs"),
+                (dict(prompt="x", logprobs=6), openai.BadRequestError,
+                 "logprobs: at most 5", "logprobs"),
                 (dict(prompt="x", top_p=0.0), openai.BadRequestError, "top_p", None),
             ]
             for kw, error, says, param in cases:
@@ -306,6 +321,153 @@ class OpenAiApiTest(unittest.TestCase):
             self.assertEqual(s.proc.wait(timeout=60), 0)
         finally:
             s.close()
+
+
+class ChatTest(unittest.TestCase):
+    QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def test_chat_plain_and_streamed_equal_grpc(self):
+        s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=512",
+                   "--max_batch=4", "--threads=2")
+        try:
+            self.assertEqual([m.id for m in s.openai.models.list().data], ["smollm2"])
+            self.assertTrue(s.client.model_info().has_chat_template)
+
+            # Greedy: a real answer, ended by the template's <|im_end|>.
+            r = s.openai.chat.completions.create(model="smollm2", messages=self.QUESTION,
+                                                 max_tokens=40, temperature=0)
+            choice = r.choices[0]
+            self.assertEqual(choice.message.role, "assistant")
+            self.assertEqual(choice.message.content, "The capital of France is Paris.")
+            self.assertEqual(choice.finish_reason, "stop")
+            self.assertTrue(r.id.startswith("chatcmpl-"))
+            self.assertEqual(r.object, "chat.completion")
+            self.assertEqual(r.model, "smollm2")
+            # The template's default system prompt is part of the prompt.
+            self.assertEqual(r.usage.prompt_tokens, 37)
+            ids = choice.model_extra["token_ids"]
+            self.assertEqual(ids[-1], 2)  # <|im_end|>, left out of the text
+            self.assertEqual(r.usage.completion_tokens, len(ids))
+
+            # The same conversation over gRPC: same tokens and text.
+            g_ids, g_text, _, last = s.grpc_generate(messages=self.QUESTION, max_new_tokens=40,
+                                                     temperature=0)
+            self.assertEqual(g_ids, ids)
+            self.assertEqual(g_text, choice.message.content)
+            self.assertEqual(last.finish_reason, 3)  # EOS (flover.v1.EOS)
+
+            # Streamed: a role chunk, deltas that add up, a finish chunk, usage.
+            chunks = list(s.openai.chat.completions.create(
+                model="smollm2", messages=self.QUESTION, max_tokens=40, temperature=0,
+                stream=True, stream_options={"include_usage": True}))
+            self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+            self.assertTrue(all(c.object == "chat.completion.chunk" for c in chunks))
+            with_choices = [c for c in chunks if c.choices]
+            self.assertEqual("".join(c.choices[0].delta.content or "" for c in with_choices),
+                             choice.message.content)
+            self.assertEqual(with_choices[-1].choices[0].finish_reason, "stop")
+            self.assertTrue(all(c.choices[0].finish_reason is None for c in with_choices[:-1]))
+            self.assertEqual(chunks[-1].usage.completion_tokens, len(ids))
+            self.assertEqual(chunks[-1].choices, [])
+
+            # A length cut; content as text parts; max_completion_tokens.
+            r = s.openai.chat.completions.create(
+                model="smollm2", max_completion_tokens=3, temperature=0,
+                messages=[{"role": "user", "content": [{"type": "text", "text": "What is the capital"},
+                                                      {"type": "text", "text": "of France?"}]}])
+            self.assertEqual(r.choices[0].finish_reason, "length")
+            self.assertEqual(r.usage.completion_tokens, 3)
+
+            # A system message replaces the template's default one.
+            r = s.openai.chat.completions.create(
+                model="smollm2", max_tokens=12, temperature=0,
+                messages=[{"role": "system", "content": "Answer in one word."}] + self.QUESTION)
+            self.assertLess(r.usage.prompt_tokens, 37)
+
+            # Seeded sampling repeats itself, and equals gRPC with that seed.
+            def sampled():
+                return s.openai.chat.completions.create(
+                    model="smollm2", messages=self.QUESTION, max_tokens=16, temperature=0.9,
+                    seed=11).choices[0].model_extra["token_ids"]
+            first = sampled()
+            self.assertEqual(sampled(), first)
+            g_ids, _, _, _ = s.grpc_generate(messages=self.QUESTION, max_new_tokens=16,
+                                             temperature=0.9, seed=11)
+            self.assertEqual(g_ids, first)
+
+            # Log-probabilities with alternatives, from the drawing distribution.
+            r = s.openai.chat.completions.create(model="smollm2", messages=self.QUESTION,
+                                                 max_tokens=8, temperature=0, logprobs=True,
+                                                 top_logprobs=3)
+            content = r.choices[0].logprobs.content
+            self.assertEqual(len(content), r.usage.completion_tokens)
+            self.assertEqual(content[0].token, "The")
+            for entry in content:
+                self.assertEqual(len(entry.top_logprobs), 3)
+                self.assertEqual(entry.top_logprobs[0].token, entry.token)  # greedy: the top one
+                self.assertAlmostEqual(entry.top_logprobs[0].logprob, entry.logprob, places=5)
+                self.assertGreaterEqual(entry.top_logprobs[1].logprob, entry.top_logprobs[2].logprob)
+                self.assertEqual(bytes(entry.bytes).decode("utf-8", "replace"), entry.token)
+        finally:
+            s.close()
+
+    def test_chat_refusals_name_the_field(self):
+        s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=256", "--threads=2")
+        name = "SmolLM2-135M-Instruct.Q4_1"  # the file's name, without --served_model_name
+        try:
+            cases = [
+                (dict(messages=[{"role": "tool", "content": "x"}]), "is not supported (system, user, "
+                 "assistant)", "messages[0].role"),
+                (dict(messages=[{"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": "http://x"}}]}]),
+                 "'image_url' is not supported (text only)", "messages[0].content[0].type"),
+                (dict(messages=self.QUESTION, n=2), "n: only 1 is supported", "n"),
+                (dict(messages=self.QUESTION, top_logprobs=2), "needs logprobs: true", "top_logprobs"),
+                (dict(messages=self.QUESTION, max_tokens=300), "exceeds max_seq_len (256)", "max_tokens"),
+                (dict(messages=self.QUESTION, tools=[{"type": "function", "function": {"name": "f"}}]),
+                 "tools: is not supported", "tools"),
+            ]
+            for kw, says, param in cases:
+                with self.assertRaises(openai.BadRequestError) as err:
+                    s.openai.chat.completions.create(model=name, **kw)
+                self.assertIn(says, err.exception.body["message"], kw)
+                self.assertEqual(err.exception.body["param"], param, kw)
+            with self.assertRaises(openai.NotFoundError):
+                s.openai.chat.completions.create(model="gpt-4o", messages=self.QUESTION)
+            # An unknown path: 404 in OpenAI's shape.
+            h = http.client.HTTPConnection(s.hostport, timeout=10)
+            h.request("POST", "/v1/embeddings", body="{}")
+            resp = h.getresponse()
+            self.assertEqual(resp.status, 404)
+            self.assertIn("no route for POST /v1/embeddings", json.loads(resp.read())["error"]["message"])
+            self.assertEqual(s.stats().requests_submitted, 0)
+        finally:
+            s.close()
+
+        # No chat template: a 400 that says so; a template's raise_exception: its message.
+        s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=1")
+        try:
+            with self.assertRaises(openai.BadRequestError) as err:
+                s.openai.chat.completions.create(model=TEXT_MODEL, messages=self.QUESTION)
+            self.assertIn("this model has no chat template", err.exception.body["message"])
+        finally:
+            s.close()
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja") as t:
+            t.write("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+                    "supported') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}")
+            t.flush()
+            s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=1",
+                       f"--chat_template={t.name}")
+            try:
+                r = s.openai.chat.completions.create(model=TEXT_MODEL, max_tokens=2, temperature=0,
+                                                     messages=[{"role": "user", "content": "Hi"}])
+                self.assertEqual(r.choices[0].finish_reason, "length")
+                with self.assertRaises(openai.BadRequestError) as err:
+                    s.openai.chat.completions.create(
+                        model=TEXT_MODEL, messages=[{"role": "system", "content": "S"}] + self.QUESTION)
+                self.assertEqual(err.exception.body["message"], "messages: System role not supported")
+            finally:
+                s.close()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@
     client = FloverClient("127.0.0.1:50051")
     for piece in client.generate(token_ids=[464, 2068], max_new_tokens=8, temperature=0):
         print(piece.token_ids, piece.text)
+    # A conversation, through the model's chat template:
+    for piece in client.generate(messages=[{"role": "user", "content": "Hi!"}], temperature=0):
+        print(piece.text, end="")
 
 Several replicas: FloverClient(["10.0.0.1:50051", "10.0.0.2:50051"]) spreads
 calls over them with gRPC's round_robin policy (IPv4 HOST:PORT each).
@@ -45,13 +48,20 @@ class FloverClient:
         self.channel = channel
         self.stub = flover_pb2_grpc.FloverStub(self.channel)
 
-    def generate(self, prompt=None, token_ids=None, max_new_tokens=16, temperature=1.0,
-                 top_k=0, top_p=1.0, repetition_penalty=1.0, seed=None, stop=(),
-                 stop_token_ids=(), ignore_eos=False, return_logprobs=False,
+    def generate(self, prompt=None, token_ids=None, messages=None, max_new_tokens=16,
+                 temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, seed=None, stop=(),
+                 stop_token_ids=(), ignore_eos=False, return_logprobs=False, top_logprobs=0,
                  request_id="", timeout=None):
-        req = flover_pb2.GenerateRequest(request_id=request_id, return_logprobs=return_logprobs)
+        """One of `prompt` (text), `token_ids`, or `messages`: a list of
+        {"role": "system" | "user" | "assistant", "content": str}, rendered
+        with the model's chat template (the reply ends at its end of turn)."""
+        req = flover_pb2.GenerateRequest(request_id=request_id, return_logprobs=return_logprobs,
+                                         top_logprobs=top_logprobs)
         if token_ids is not None:
             req.token_ids.ids.extend(token_ids)
+        elif messages is not None:
+            for m in messages:
+                req.messages.messages.add(role=m["role"], content=m["content"])
         elif prompt is not None:
             req.text = prompt
         req.sampling.temperature = temperature
