@@ -1,6 +1,8 @@
 // flover_client: sends one Generate request and prints the text (or token
 // ids) as it streams; --json prints one object at the end:
-// {"token_ids": [...], "text": "...", "finish_reason": "..."}.
+// {"token_ids": [...], "text": "...", "finish_reason": "..."}. The prompt is
+// --prompt text, --prompt_ids, or a conversation: --chat (a user message,
+// with an optional --system message), rendered by the model's chat template.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -22,6 +24,9 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (the model needs a tokenizer)");
 ABSL_FLAG(std::string, prompt_ids, "", "Prompt as comma-separated token ids");
+ABSL_FLAG(std::string, chat, "",
+          "A user message, sent as a conversation through the model's chat template");
+ABSL_FLAG(std::string, system, "", "With --chat: a system message before it");
 ABSL_FLAG(int, max_new_tokens, 16, "Tokens to generate");
 ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
 ABSL_FLAG(int, top_k, 0, "0 = no limit");
@@ -45,6 +50,16 @@ int main(int argc, char** argv) {
       }
       req.mutable_token_ids()->add_ids(id);
     }
+  } else if (!absl::GetFlag(FLAGS_chat).empty()) {
+    flover::v1::Messages* messages = req.mutable_messages();
+    if (!absl::GetFlag(FLAGS_system).empty()) {
+      flover::v1::ChatMessage* m = messages->add_messages();
+      m->set_role("system");
+      m->set_content(absl::GetFlag(FLAGS_system));
+    }
+    flover::v1::ChatMessage* m = messages->add_messages();
+    m->set_role("user");
+    m->set_content(absl::GetFlag(FLAGS_chat));
   } else {
     req.set_text(absl::GetFlag(FLAGS_prompt));
   }
@@ -71,6 +86,10 @@ int main(int argc, char** argv) {
                      std::chrono::milliseconds(int64_t(absl::GetFlag(FLAGS_timeout_s) * 1000)));
   }
   const bool json = absl::GetFlag(FLAGS_json);
+  // A text or chat prompt means the model has a tokenizer: print text only
+  // (an end-of-turn token or a character still incomplete has none). Token
+  // ids are printed for an id prompt's tokens that have no text.
+  const bool text_only = !req.has_token_ids();
   auto reader = stub->Generate(&ctx, req);
   flover::v1::GenerateResponse resp;
   std::vector<uint32_t> ids;
@@ -82,7 +101,7 @@ int main(int argc, char** argv) {
     if (!json) {
       if (!resp.text().empty()) {
         std::fputs(resp.text().c_str(), stdout);
-      } else if (resp.token_ids_size() > 0) {
+      } else if (resp.token_ids_size() > 0 && !text_only) {
         std::printf("%s ", absl::StrJoin(resp.token_ids(), " ").c_str());
       }
       std::fflush(stdout);

@@ -63,7 +63,13 @@ ABSL_FLAG(double, temperature, 1.0, "Sampling temperature (each request gets see
 ABSL_FLAG(int, top_k, 0, "top_k");
 ABSL_FLAG(int, max_concurrency, 0, "At most this many requests in flight (0 = no limit)");
 ABSL_FLAG(bool, ignore_eos, false, "Ask for exactly max_new_tokens");
-ABSL_FLAG(std::string, dataset, "", "JSONL prompts: {\"prompt\": TEXT} or {\"prompt_ids\": [...]}, optional \"max_new_tokens\"");
+ABSL_FLAG(std::string, dataset, "",
+          "JSONL prompts: {\"prompt\": TEXT}, {\"prompt_ids\": [...]} or {\"messages\": [{\"role\", "
+          "\"content\"}, ...]} (through the model's chat template), optional \"max_new_tokens\"");
+ABSL_FLAG(bool, chat, false,
+          "Send each request as a conversation to the OpenAI API's /v1/chat/completions (HTTP, "
+          "streamed) at --target: a --dataset line's prompt becomes the user's message, its "
+          "messages are sent as they are");
 ABSL_FLAG(double, timeout_s, 0, "Per-request deadline (0 = none)");
 ABSL_FLAG(std::string, json, "", "Write the report as JSON here");
 ABSL_FLAG(std::string, dump_outputs, "", "Write one JSON line per request here");
@@ -254,20 +260,35 @@ grpc::StatusCode CodeOfHttp(int status) {
   }
 }
 
-// The streamed /v1/completions body for a planned request.
-std::string CompletionBody(const v1::GenerateRequest& r) {
-  const std::string prompt =
-      r.has_token_ids() ? absl::StrCat("[", absl::StrJoin(r.token_ids().ids(), ", "), "]")
-                        : JsonQuote(r.text());
+// Whether requests go over the OpenAI HTTP API (--http, or --chat).
+bool OverHttp() { return absl::GetFlag(FLAGS_http) || absl::GetFlag(FLAGS_chat); }
+
+// The streamed body for a planned request: /v1/chat/completions' for a
+// conversation, /v1/completions' otherwise.
+std::string HttpBody(const v1::GenerateRequest& r) {
+  std::string prompt;
+  if (r.has_messages()) {
+    std::vector<std::string> messages;
+    for (const v1::ChatMessage& m : r.messages().messages()) {
+      messages.push_back(absl::StrCat("{\"role\": ", JsonQuote(m.role()), ", \"content\": ",
+                                      JsonQuote(m.content()), "}"));
+    }
+    prompt = absl::StrCat("\"messages\": [", absl::StrJoin(messages, ", "), "]");
+  } else {
+    prompt = absl::StrCat("\"prompt\": ",
+                          r.has_token_ids() ? absl::StrCat("[", absl::StrJoin(r.token_ids().ids(), ", "), "]")
+                                            : JsonQuote(r.text()));
+  }
   return absl::StrFormat(
-      "{\"prompt\": %s, \"max_tokens\": %d, \"temperature\": %.9g, \"top_k\": %d, \"seed\": %d, "
+      "{%s, \"max_tokens\": %d, \"temperature\": %.9g, \"top_k\": %d, \"seed\": %d, "
       "\"ignore_eos\": %s, \"stream\": true}",
       prompt, r.stopping().max_new_tokens(), r.sampling().temperature(), r.sampling().top_k(),
       static_cast<int64_t>(r.sampling().seed()), r.stopping().ignore_eos() ? "true" : "false");
 }
 
-// One streamed completion over HTTP, on its own thread: each server-sent
-// event's token_ids are recorded as a gRPC message's would be.
+// One streamed completion (or chat completion) over HTTP, on its own
+// thread: each server-sent event's token_ids are recorded as a gRPC
+// message's would be.
 void HttpCall(const std::string& target, const v1::GenerateRequest& request, Outcome* out,
               Clock::time_point t0, InFlight* in_flight, double timeout_s) {
   auto now = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -277,8 +298,8 @@ void HttpCall(const std::string& target, const v1::GenerateRequest& request, Out
   client.set_connection_timeout(10, 0);
   httplib::Request req;
   req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = CompletionBody(request);
+  req.path = request.has_messages() ? "/v1/chat/completions" : "/v1/completions";
+  req.body = HttpBody(request);
   req.set_header("Content-Type", "application/json");
   if (!absl::GetFlag(FLAGS_api_key).empty()) {
     req.set_header("Authorization", "Bearer " + absl::GetFlag(FLAGS_api_key));
@@ -363,7 +384,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int retrie
 // The vocabulary random prompts are drawn from: GetModelInfo over gRPC,
 // /v1/models' vocab_size over HTTP.
 absl::StatusOr<int> VocabSize(v1::Flover::Stub* stub) {
-  if (absl::GetFlag(FLAGS_http)) {
+  if (OverHttp()) {
     std::unique_ptr<httplib::Client> http = HttpClient(absl::GetFlag(FLAGS_target));
     httplib::Client& client = *http;
     client.set_connection_timeout(10, 0);
@@ -423,6 +444,10 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
   if (!vocab.ok()) return vocab.status();
   const int vocab_size = *vocab;
 
+  const bool chat = absl::GetFlag(FLAGS_chat);
+  if (chat && absl::GetFlag(FLAGS_dataset).empty()) {
+    return absl::InvalidArgumentError("--chat needs --dataset (text prompts or messages)");
+  }
   std::vector<std::pair<std::string, google::protobuf::Struct>> dataset;
   if (!absl::GetFlag(FLAGS_dataset).empty()) {
     std::ifstream in(absl::GetFlag(FLAGS_dataset));
@@ -447,9 +472,29 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
     int max_new = std::uniform_int_distribution<int>(output_len->lo, output_len->hi)(rng);
     if (!dataset.empty()) {
       const auto& fields = dataset[i % dataset.size()].second.fields();
-      if (auto it = fields.find("prompt"); it != fields.end()) {
+      if (auto m = fields.find("messages"); m != fields.end()) {
+        for (const auto& v : m->second.list_value().values()) {
+          const auto& f = v.struct_value().fields();
+          auto role = f.find("role"), content = f.find("content");
+          if (role == f.end() || content == f.end()) {
+            return absl::InvalidArgumentError("--dataset: each message needs \"role\" and \"content\"");
+          }
+          v1::ChatMessage* msg = p.request.mutable_messages()->add_messages();
+          msg->set_role(role->second.string_value());
+          msg->set_content(content->second.string_value());
+          p.prompt_text += content->second.string_value();
+        }
+      } else if (auto it = fields.find("prompt"); it != fields.end()) {
         p.prompt_text = it->second.string_value();
-        p.request.set_text(p.prompt_text);
+        if (chat) {
+          v1::ChatMessage* msg = p.request.mutable_messages()->add_messages();
+          msg->set_role("user");
+          msg->set_content(p.prompt_text);
+        } else {
+          p.request.set_text(p.prompt_text);
+        }
+      } else if (chat) {
+        return absl::InvalidArgumentError("--chat: --dataset lines need \"prompt\" or \"messages\"");
       } else if (auto ids = fields.find("prompt_ids"); ids != fields.end()) {
         for (const auto& v : ids->second.list_value().values()) {
           auto id = JsonToInt(v, "prompt_ids", 0, vocab_size - 1);
@@ -457,7 +502,8 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
           p.prompt_ids.push_back(static_cast<uint32_t>(*id));
         }
       } else {
-        return absl::InvalidArgumentError("--dataset lines need \"prompt\" or \"prompt_ids\"");
+        return absl::InvalidArgumentError(
+            "--dataset lines need \"prompt\", \"prompt_ids\" or \"messages\"");
       }
       if (auto m = fields.find("max_new_tokens"); m != fields.end()) {
         auto v = JsonToInt(m->second, "max_new_tokens", 1, 1 << 20);
@@ -585,7 +631,7 @@ int Run() {
     std::this_thread::sleep_until(t0 + std::chrono::microseconds(int64_t(p.offset_s * 1e6)));
     if (max_conc > 0) in_flight.WaitBelow(max_conc);
     in_flight.Begin();
-    if (absl::GetFlag(FLAGS_http)) {
+    if (OverHttp()) {
       http_threads.emplace_back(HttpCall, absl::GetFlag(FLAGS_target), std::cref(p.request),
                                 &outcomes[sent], t0, &in_flight, absl::GetFlag(FLAGS_timeout_s));
     } else {
@@ -683,7 +729,7 @@ int Run() {
   if (!absl::GetFlag(FLAGS_plot).empty()) {
     const std::string title = absl::StrFormat(
         "%s: %d requests at %s req/s (burstiness %g), %d completed",
-        absl::GetFlag(FLAGS_http) ? "HTTP" : "gRPC", sent, absl::GetFlag(FLAGS_rate),
+        absl::GetFlag(FLAGS_chat) ? "HTTP chat" : OverHttp() ? "HTTP" : "gRPC", sent, absl::GetFlag(FLAGS_rate),
         absl::GetFlag(FLAGS_burstiness), ok);
     if (absl::Status st = Plot(absl::GetFlag(FLAGS_plot), outcomes, sent, title); !st.ok()) {
       std::fprintf(stderr, "flover_loadgen: %s\n", std::string(st.message()).c_str());

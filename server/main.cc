@@ -424,7 +424,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   const EngineStats stats = (*engine)->Stats();
   std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "
               "weights (linear layers in %s), %s\n",
-              options.model.c_str(), config.architecture.c_str(), config.n_layer, config.n_head,
+              options.default_model ? "SmolLM2-135M-Instruct (the default)" : options.model.c_str(),
+              config.architecture.c_str(), config.n_layer, config.n_head,
               config.n_kv_head, config.hidden, config.vocab_size, config.max_positions,
               stored_dtype.c_str(),
               kernels::MatmulDtypeName(options.backend.matmul),
@@ -432,7 +433,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (chat->format != nullptr) {
     const std::vector<int32_t>& end = chat->format->end_of_turn_ids();
     std::printf("chat template: %s; a turn ends at %s; served as \"%s\"\n",
-                chat->format->source().c_str(),
+                options.default_model ? "the model's" : chat->format->source().c_str(),
                 end.empty() ? "the model's EOS" : tokenizer->Decode(end).c_str(),
                 options.served_model_name.c_str());
   } else {

@@ -1,33 +1,56 @@
 #!/usr/bin/env bash
-# The main job: set up, build, start flover_server on the built-in
-# GPT-2-small-shaped model (loopback, a free port; GPT-2's own vocabulary,
-# random weights, so the text is noise), send one text prompt, run the
-# bundled Poisson load client with text prompts (tools/demo_prompts.jsonl)
-# against it, print its report, and stop the server.
+# The main job: set up, build, start flover_server on its default model,
+# SmolLM2-135M-Instruct (a real instruct model, fetched by tools/setup.sh),
+# on loopback; ask it one chat question (flover_client --chat over gRPC);
+# run the bundled Poisson load client with chat requests
+# (tools/demo_chats.jsonl, streamed through the OpenAI API's
+# /v1/chat/completions); print its report; stop the server. Exits 0 when all
+# of that worked.
+#
 # Extra arguments go to the load client (e.g. --rate=8 --num_requests=64).
+# FLOVER_DEMO_BIN=DIR runs binaries already built under DIR (server/ and
+# clients/), without setup or a build: its test does.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-tools/setup.sh
-tools/bazelw build //server:flover_server //clients:flover_loadgen //clients:flover_client
-bin=.bazel-root/bin
+bin="${FLOVER_DEMO_BIN:-}"
+if [ -z "$bin" ]; then
+  tools/setup.sh
+  tools/bazelw build //server:flover_server //clients:flover_loadgen //clients:flover_client
+  bin=.bazel-root/bin
+fi
 out=$(mktemp -d)
-"$bin/server/flover_server" --model=builtin:gpt2-small --listen=127.0.0.1:0 \
-  --max_batch=32 --max_seq_len=512 > "$out/server.log" 2>&1 &
+server=""
+# On any exit: stop a server still running; a stopped one is not an error.
+cleanup() {
+  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+  fi
+  rm -rf "$out"
+}
+trap cleanup EXIT
+"$bin/server/flover_server" --listen=127.0.0.1:0 --http_listen=127.0.0.1:0 \
+  --max_batch=16 --max_seq_len=1024 > "$out/server.log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$out"' EXIT
 for _ in $(seq 1 600); do
-  grep -q "^listening on" "$out/server.log" 2>/dev/null && break
-  kill -0 $server 2>/dev/null || { cat "$out/server.log"; exit 1; }
+  grep -q "^openai api on" "$out/server.log" 2>/dev/null && break
+  kill -0 "$server" 2>/dev/null || { cat "$out/server.log"; exit 1; }
   sleep 0.1
 done
+grep -q "^openai api on" "$out/server.log" || { cat "$out/server.log"; exit 1; }
 target=$(sed -n 's/^listening on //p' "$out/server.log" | head -1)
-sed -n '2,3p' "$out/server.log"
-echo "one request (text in, text out):"
-"$bin/clients/flover_client" --target="$target" --prompt="The capital of France is" \
-  --max_new_tokens=12 --temperature=0
+http=$(sed -n 's|^openai api on http://\(.*\)/v1$|\1|p' "$out/server.log" | head -1)
+sed -n '3,6p' "$out/server.log"
 echo
-"$bin/clients/flover_loadgen" --target="$target" --rate=4 --num_requests=48 \
-  --dataset=tools/demo_prompts.jsonl --output_len=uniform:16:96 --seed=1 "$@"
-kill -TERM $server
-wait $server
+echo "one chat question (gRPC, the model's chat template):"
+echo "> What is the capital of France?"
+"$bin/clients/flover_client" --target="$target" --chat="What is the capital of France?" \
+  --max_new_tokens=48 --temperature=0
+echo
+echo
+"$bin/clients/flover_loadgen" --target="$http" --chat --dataset=tools/demo_chats.jsonl \
+  --rate=4 --num_requests=24 --output_len=uniform:32:128 --temperature=0.7 --seed=1 "$@"
+kill -TERM "$server"
+wait "$server"  # drains and exits 0; anything else fails the demo
+server=""
