@@ -80,13 +80,13 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
     if (!gpt2.ok()) return gpt2.status();
     return std::unique_ptr<LoadedModel>(std::move(*gpt2));
   }
-  if (*type == "llama") {
+  if (*type == "llama" || *type == "qwen2") {
     auto llama = LlamaCheckpoint::LoadDirectory(dir);
     if (!llama.ok()) return llama.status();
     return std::unique_ptr<LoadedModel>(std::move(*llama));
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      dir, "/config.json: model_type \"", *type, "\" is not supported (Flover serves gpt2 and llama)"));
+      dir, "/config.json: model_type \"", *type, "\" is not supported (Flover serves gpt2, llama and qwen2)"));
 }
 
 }  // namespace flover

@@ -217,7 +217,9 @@ TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
-                         ::testing::Values("tests/golden/tiny_bf16_prefix", "tests/golden/llama_gqa"));
+                         ::testing::Values("tests/golden/tiny_bf16_prefix", "tests/golden/llama_gqa",
+                                           // q/k/v biases split with their heads
+                                           "tests/golden/qwen2_tiny"));
 
 }  // namespace
 }  // namespace flover

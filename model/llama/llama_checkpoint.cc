@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "", stored);
   // Every tensor there, with its shape, now; the data when a rank needs it.
   FLOVER_RETURN_IF_ERROR(CheckLlamaWeights(*m->source_, m->config_));
-  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, "llama");
+  auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, m->config_.architecture);
   if (!tokenizer.ok()) return tokenizer.status();
   auto eos = ResolveEosIds(dir, m->config_.eos_token_ids, tokenizer->get(), m->config_.vocab_size);
   if (!eos.ok()) return eos.status();

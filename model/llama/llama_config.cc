@@ -68,7 +68,8 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
 
 int64_t LlamaConfig::num_parameters() const {
   const int64_t C = hidden, F = intermediate, V = vocab_size;
-  const int64_t per_layer = 2 * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F;
+  const int64_t per_layer = 2 * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
+                            (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
   return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + C;
 }
 
@@ -108,6 +109,15 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   if (!parsed.ok()) return parsed.status();
   const Struct& s = *parsed;
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
+  LlamaConfig c;
+  if (auto it = s.fields().find("model_type"); it != s.fields().end()) {
+    c.architecture = it->second.string_value();
+    if (c.architecture != "llama" && c.architecture != "qwen2") {
+      return refuse("model_type \"", c.architecture, "\" is not a Llama-family model (llama, qwen2)");
+    }
+  }
+  const bool qwen2 = c.architecture == "qwen2";
+  c.qkv_bias = qwen2;  // Qwen2's q, k and v projections always have biases
   if (auto it = s.fields().find("hidden_act"); it != s.fields().end() &&
       it->second.string_value() != "silu") {
     return refuse("hidden_act \"", it->second.string_value(), "\" is not supported (only silu)");
@@ -118,9 +128,11 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     auto tp = JsonIntField(s, "pretraining_tp", 1, 1, what);
     if (!tp.ok()) return refuse("only pretraining_tp 1 is supported");
   }
-  if (JsonHas(s, "sliding_window")) return refuse("sliding_window attention is not supported");
+  // Qwen2 configs carry sliding_window even where use_sliding_window is off.
+  if (qwen2 ? JsonBoolField(s, "use_sliding_window", false) : JsonHas(s, "sliding_window")) {
+    return refuse("sliding_window attention is not supported");
+  }
 
-  LlamaConfig c;
   auto read = [&](const char* key, int64_t max, int* out) -> absl::Status {
     auto v = JsonIntField(s, key, 1, max, what);
     if (!v.ok()) return v.status();
@@ -168,7 +180,7 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
 
 ModelInfo InfoOf(const LlamaConfig& c) {
   ModelInfo info;
-  info.architecture = "llama";
+  info.architecture = c.architecture;
   info.n_layer = c.n_layer;
   info.n_head = c.n_head;
   info.n_kv_head = c.n_kv_head;
@@ -179,7 +191,8 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   info.num_parameters = c.num_parameters();
   // Every weight but the embedding table and the norms is a matrix a token
   // goes through; a tied head is the embedding table once more.
-  const int64_t norms = (2 * int64_t{c.n_layer} + 1) * c.hidden;
+  const int64_t norms = (2 * int64_t{c.n_layer} + 1) * c.hidden +
+                       (c.qkv_bias ? int64_t{c.n_layer} * (c.q_dim() + 2 * c.kv_dim()) : 0);
   info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms +
                            (c.tie_word_embeddings ? int64_t{c.vocab_size} * c.hidden : 0);
   return info;

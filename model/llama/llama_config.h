@@ -1,11 +1,13 @@
 // Llama-family hyper-parameters (Llama 2/3, TinyLlama, Mistral-shaped
-// without sliding windows), parsed from a Hugging Face LlamaForCausalLM
-// config.json or given by a built-in model, checked before any memory is
-// sized from them; and the rotary frequencies they imply.
+// without sliding windows, and Qwen2 / Qwen2.5: Llama with q/k/v biases),
+// parsed from a Hugging Face config.json (model_type llama or qwen2) or
+// given by a built-in model, checked before any memory is sized from them;
+// and the rotary frequencies they imply.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +27,8 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
+  std::string architecture = "llama";  // "llama" or "qwen2"
+  bool qkv_bias = false;               // q, k and v projections have biases (Qwen2)
   int n_layer = 0;
   int hidden = 0;          // hidden_size
   int n_head = 0;          // num_attention_heads
@@ -49,8 +53,10 @@ struct LlamaConfig {
   absl::Status Validate() const;
 };
 
-// `what` names the file in errors. Refuses what Flover does not run (biases,
-// an activation other than silu, unknown rope scaling), naming it.
+// `what` names the file in errors. The family is config.json's model_type
+// (llama when absent; qwen2 has q/k/v biases). Refuses what Flover does not
+// run (other biases, an activation other than silu, unknown rope scaling,
+// sliding windows), naming it.
 absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what);
 
 // The family-independent description.

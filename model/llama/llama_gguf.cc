@@ -60,7 +60,9 @@ class GgufSource final : public WeightSource {
  public:
   GgufSource(std::shared_ptr<const GgufFile> file, const LlamaConfig& config)
       : file_(std::move(file)) {
-    // llama.cpp permutes Q by query heads and K by key/value heads.
+    // llama.cpp's converter permutes Q by query heads and K by key/value
+    // heads for its llama architecture; its qwen2 keeps transformers' rows.
+    if (config.architecture != "llama") return;
     for (int l = 0; l < config.n_layer; ++l) {
       for (const char* kind : {"weight", "bias"}) {
         heads_[absl::StrCat("blk.", l, ".attn_q.", kind)] = config.n_head;
@@ -214,11 +216,18 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   };
   auto arch = f.GetString("general.architecture");
   if (!arch.ok()) return arch.status();
-  if (*arch != "llama") {
-    return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads llama)");
+  if (*arch != "llama" && *arch != "qwen2") {
+    return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads llama and qwen2)");
   }
   const std::string a = *arch + ".";
   LlamaConfig c;
+  c.architecture = *arch;
+  // Biases on q, k and v (Qwen2's, always; a llama file's where it has them);
+  // none on the attention's output projection.
+  c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  if (f.FindTensor("blk.0.attn_output.bias") != nullptr) {
+    return refuse("attn_output.bias: a bias on the attention's output is not supported");
+  }
   auto get_int = [&](const std::string& key, int* out, bool required, int64_t max) -> absl::Status {
     auto v = f.GetInt(a + key);
     if (absl::IsNotFound(v.status()) && !required) return absl::OkStatus();

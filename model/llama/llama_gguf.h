@@ -1,11 +1,13 @@
-// Llama-family models from GGUF files, as llama.cpp's converter writes them:
+// Llama-family models (llama, qwen2) from GGUF files, as llama.cpp's
+// converter writes them:
 // hyper-parameters from the `{arch}.*` metadata keys, and the weights under
 // their Hugging Face names, so the family's recipe table, tensor-parallel
 // slicing and forward pass are the ones a safetensors directory uses.
 //
-// llama.cpp's converter reorders the rows of each head of q_proj and k_proj
-// for its own rotary kernel (interleaved pairs instead of halves); reading
-// them here puts the rows back, so the weights are transformers' again.
+// For its llama architecture, llama.cpp's converter reorders the rows of
+// each head of q_proj and k_proj for its own rotary kernel (interleaved
+// pairs instead of halves); reading them here puts the rows back, so the
+// weights are transformers' again. Its qwen2 keeps them as they are.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_GGUF_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_GGUF_H_
 
@@ -19,7 +21,8 @@
 
 namespace flover {
 
-// The config of a `llama` GGUF file: block_count, embedding_length,
+// The config of a `llama` or `qwen2` GGUF file (the keys under that name):
+// block_count, embedding_length,
 // feed_forward_length, attention.head_count(_kv), attention.key_length,
 // context_length, attention.layer_norm_rms_epsilon, rope.freq_base, rope
 // scaling (linear, or llama3 as a rope_freqs.weight tensor of factors), the

@@ -9,8 +9,9 @@
 // file); a tied head, linear rope scaling, vocabulary 211, BF16 in three
 // shards. GGUF (make_gguf_golden.py): llama.cpp's Q4_K_M of an untied model
 // over a SentencePiece vocabulary; a tied model with llama3 factors in
-// rope_freqs.weight and each matrix in another block type. On the CPU, and
-// on a GPU when there is one (skipped otherwise).
+// rope_freqs.weight and each matrix in another block type. Qwen2 (q/k/v
+// biases, tied) as a directory and as a qwen2 GGUF file. On the CPU, and on
+// a GPU when there is one (skipped otherwise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -165,6 +166,7 @@ TEST_P(LlamaGoldenTest, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
 TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
   struct Expected {
     const char* fixture;
+    const char* architecture;
     const char* stored_dtype;
     int kv_heads;
     bool tied;
@@ -172,12 +174,14 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
   };
   const std::string fixture = std::get<0>(GetParam()).fixture;
   const Expected all[] = {
-      {"llama_gqa", "F32", 2, false, {2}},
-      {"llama_tied_sharded", "BF16", 3, true, {2}},
+      {"llama_gqa", "llama", "F32", 2, false, {2}},
+      {"llama_tied_sharded", "llama", "BF16", 3, true, {2}},
       // Q4_K_M: mostly Q4_K, some Q6_K (the metadata's file type aside).
-      {"gguf_spm_q4km", "Q4_K", 2, false, {2}},
+      {"gguf_spm_q4km", "llama", "Q4_K", 2, false, {2}},
       // eos_token_id (<|end_of_text|>) and eot_token_id (<|eot_id|>).
-      {"gguf_bpe_mixed", "Q8_0", 2, true, {901, 902}},
+      {"gguf_bpe_mixed", "llama", "Q8_0", 2, true, {901, 902}},
+      {"qwen2_tiny", "qwen2", "F32", 2, true, {901}},
+      {"gguf_qwen2", "qwen2", "Q8_0", 2, true, {901, 902}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -185,7 +189,8 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
   }
   ASSERT_NE(e, nullptr) << fixture;
   const ModelInfo& info = ckpt_->info();
-  EXPECT_EQ(info.architecture, "llama");
+  EXPECT_EQ(info.architecture, e->architecture);
+  EXPECT_EQ(ckpt_->config().qkv_bias, std::string(e->architecture) == "qwen2");
   EXPECT_EQ(info.eos_token_ids, e->eos);
   EXPECT_EQ(ckpt_->stored_dtype(), e->stored_dtype);
   EXPECT_EQ(info.n_kv_head, e->kv_heads);
@@ -196,7 +201,7 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
   // The generic loader picks the family from config.json, or the GGUF file.
   auto generic = LoadModel(spec_);
   ASSERT_TRUE(generic.ok()) << generic.status();
-  EXPECT_EQ((*generic)->info().architecture, "llama");
+  EXPECT_EQ((*generic)->info().architecture, e->architecture);
 }
 
 // F32 vs transformers' F32; bf16 vs transformers' emulation of the same
@@ -231,7 +236,12 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"gguf_bpe_mixed", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gguf_spm_q4km", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             Case{"gguf_bpe_mixed", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32,
-                 kVsEmulation}),
+                 kVsEmulation},
+            // Qwen2 (q/k/v biases) as a directory and as a qwen2 GGUF file.
+            Case{"qwen2_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_qwen2", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen2_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
+            Case{"qwen2_tiny", kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, kInt8}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);

@@ -82,6 +82,9 @@ absl::Status LlamaModel::Upload(LlamaWeights& w, const WeightSource& source, boo
     LayerParams p;
     FLOVER_RETURN_IF_ERROR(upload(l.attn_norm, 1, C, &p.attn_norm));
     FLOVER_RETURN_IF_ERROR(upload(l.mlp_norm, 1, C, &p.mlp_norm));
+    if (!l.qkv_bias.empty()) {
+      FLOVER_RETURN_IF_ERROR(UploadF32Releasing(backend_, l.qkv_bias, 1, W, &p.qkv_b));
+    }
     FLOVER_RETURN_IF_ERROR(prepare(l.qkv, C, W, &p.qkv));
     FLOVER_RETURN_IF_ERROR(prepare(l.o, QL, C, &p.o));
     FLOVER_RETURN_IF_ERROR(prepare(l.gate_up, C, 2 * FL, &p.gate_up));
@@ -122,7 +125,7 @@ absl::Status LlamaModel::PrepareForBatches(int max_rows, int max_logit_rows) {
   // Every layer has the same shapes: layer 0's weights stand for all.
   const LayerParams& p = layers_[0];
   const Epilogue row_split = runtime_.row_split_epilogue();
-  FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.qkv, T, false, Epilogue::kBias));
+  FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.qkv, T, !p.qkv_b.empty(), Epilogue::kBias));
   FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.o, T, false, row_split));
   FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.gate_up, T, false, Epilogue::kBias));
   FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.down, T, false, row_split));
@@ -156,7 +159,7 @@ absl::Status LlamaModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor wh
     for (int l = 0; l < config_.n_layer; ++l) {
       const LayerParams& p = layers_[l];
       FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.attn_norm, eps, h));
-      FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.qkv, nullptr, Epilogue::kBias, qkv));
+      FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.qkv, OrNull(p.qkv_b), Epilogue::kBias, qkv));
       FLOVER_RETURN_IF_ERROR(
           backend_.Rope(qkv, step->positions, inv_freq_, shard_.q_heads, shard_.kv_heads));
       FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));

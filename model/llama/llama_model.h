@@ -41,6 +41,7 @@ class LlamaModel final : public CausalLm {
  private:
   struct LayerParams {
     kernels::Buffer attn_norm, mlp_norm;  // f32 [1, C]
+    kernels::Buffer qkv_b;                // f32 [1, (Hq + 2 Hkv)_local * D]; empty without biases
     std::unique_ptr<kernels::Weight> qkv, o, gate_up, down;
   };
   enum Activation {

@@ -43,6 +43,12 @@ void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart&
                                       RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
                                       RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
           dst(&L.qkv));
+    if (c.qkv_bias) {  // one row of the q, k and v biases side by side
+      visit(Stack(WeightRecipe::kCols, {ColSlice(p + "self_attn.q_proj.bias", {Q}, q0, q1),
+                                        ColSlice(p + "self_attn.k_proj.bias", {KV}, k0, k1),
+                                        ColSlice(p + "self_attn.v_proj.bias", {KV}, k0, k1)}),
+            dst(&L.qkv_bias));
+    }
     visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), dst(&L.o));
     visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
                                       RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
@@ -87,6 +93,7 @@ std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, ui
   return std::make_unique<GeneratedSource>(seed, [tied](absl::string_view name) {
     using Fill = GeneratedSource::Fill;
     if (name == "lm_head.weight" && tied) return Fill::kAbsent;
+    if (absl::EndsWith(name, ".bias")) return Fill::kZeros;
     return absl::EndsWith(name, "norm.weight") ? Fill::kOnes : Fill::kRandom;
   });
 }

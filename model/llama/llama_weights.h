@@ -23,6 +23,7 @@ namespace flover {
 struct LlamaLayerWeights {
   std::vector<float> attn_norm;  // [C]
   StoredValues qkv;              // [(Hq + 2 Hkv) * D, C] for this rank's heads: q, k, v rows
+  std::vector<float> qkv_bias;   // [(Hq + 2 Hkv) * D], the same rows; empty without biases
   StoredValues o;                // [C, Hq * D], this rank's columns
   std::vector<float> mlp_norm;   // [C]
   StoredValues gate_up;          // [2F, C]: this rank's gate_proj rows, then up_proj rows

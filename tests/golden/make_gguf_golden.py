@@ -39,6 +39,13 @@ gguf_spm_q4km/, gguf_bpe_mixed/ — tiny random LlamaForCausalLM models as
   tokenizer, grouped-query attention, llama3 rope scaling (as the
   rope_freqs.weight factors llama.cpp's converter writes), a tied head, and
   each matrix in a different type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16).
+qwen2_tiny/, gguf_qwen2/ — a tiny random Qwen2ForCausalLM (q/k/v biases,
+  grouped-query attention, tied head, rope_theta 1e6, hf_tokenizers/qwen's
+  tokenizer) as a Hugging Face directory (F32 safetensors) and as a qwen2
+  GGUF file (F16 and Q8_0 matrices, F32 biases, rows as transformers has
+  them: llama.cpp permutes Q and K for llama only), each with its golden
+  files; bf16 is emulated with the KV cache in f32 only (the emulation
+  patches Llama's rotary function, not Qwen2's).
 gguf_smollm2/ — the real SmolLM2 file: transformers' last-position logits for
   two chat prompts and a greedy continuation, on the dequantized weights.
 
@@ -62,7 +69,7 @@ import torch
 from gguf import GGMLQuantizationType as T
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from make_llama_golden import emulated_logits
 
@@ -332,6 +339,8 @@ def write_vocabs():
 
 # transformers' names -> llama.cpp's, per layer.
 LAYER_NAMES = {
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
     "input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
     "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
     "self_attn.o_proj.weight": "attn_output.weight",
@@ -381,10 +390,10 @@ def llama3_rope_factors(cfg):
     return np.array(out, dtype=np.float32)
 
 
-def write_model_gguf(path, cfg, state, vocab, types, extra_tensors=()):
-    """A Llama model as llama.cpp's converter writes it: Q and K permuted, each
-    tensor in types.get(gguf name, F32)."""
-    w = gguf.GGUFWriter(path, arch="llama")
+def write_model_gguf(path, cfg, state, vocab, types, extra_tensors=(), arch="llama"):
+    """A Llama-family model as llama.cpp's converter writes it: Q and K
+    permuted (llama only), each tensor in types.get(gguf name, F32)."""
+    w = gguf.GGUFWriter(path, arch=arch)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
@@ -398,9 +407,9 @@ def write_model_gguf(path, cfg, state, vocab, types, extra_tensors=()):
     add_vocab(w, vocab)
     for hf, t in state.items():
         a = t.detach().to(torch.float32).numpy()
-        if hf.endswith("q_proj.weight"):
+        if arch == "llama" and hf.endswith("q_proj.weight"):
             a = permute(a, cfg["num_attention_heads"])
-        if hf.endswith("k_proj.weight"):
+        if arch == "llama" and hf.endswith("k_proj.weight"):
             a = permute(a, cfg["num_key_value_heads"])
         name = gguf_name(hf)
         qtype = types.get(name, T.F32)
@@ -414,9 +423,9 @@ def write_model_gguf(path, cfg, state, vocab, types, extra_tensors=()):
     finish(w)
 
 
-def read_back(path, cfg):
+def read_back(path, cfg, arch="llama"):
     """The file's weights as transformers' state dict: dequantized by gguf-py,
-    Q and K put back in transformers' row order."""
+    Q and K put back in transformers' row order (llama)."""
     r = gguf.GGUFReader(path)
     by_gguf = {}
     for t in r.tensors:
@@ -428,21 +437,21 @@ def read_back(path, cfg):
     if "output.weight" in by_gguf:
         names.append("lm_head.weight")
     for l in range(cfg["num_hidden_layers"]):
-        names += [f"model.layers.{l}.{k}" for k in LAYER_NAMES]
+        names += [f"model.layers.{l}.{k}" for k in LAYER_NAMES if gguf_name(f"model.layers.{l}.{k}") in by_gguf]
     for hf in names:
         t = by_gguf[gguf_name(hf)]
-        if hf.endswith("q_proj.weight"):
+        if arch == "llama" and hf.endswith("q_proj.weight"):
             t = torch.from_numpy(unpermute(t.numpy(), cfg["num_attention_heads"]))
-        if hf.endswith("k_proj.weight"):
+        if arch == "llama" and hf.endswith("k_proj.weight"):
             t = torch.from_numpy(unpermute(t.numpy(), cfg["num_key_value_heads"]))
         state[hf] = t
     types = sorted({t.tensor_type.name for t in r.tensors})
     return state, types
 
 
-def reference_model(cfg, state):
-    config = LlamaConfig(**cfg, bos_token_id=1, eos_token_id=2)
-    model = LlamaForCausalLM(config).eval().double()
+def reference_model(cfg, state, qwen2=False):
+    config = (Qwen2Config if qwen2 else LlamaConfig)(**cfg, bos_token_id=1, eos_token_id=2)
+    model = (Qwen2ForCausalLM if qwen2 else LlamaForCausalLM)(config).eval().double()
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all("rotary" in m or (m == "lm_head.weight" and cfg["tie_word_embeddings"])
                                   for m in missing), (missing, unexpected)
@@ -451,9 +460,9 @@ def reference_model(cfg, state):
     return model
 
 
-def golden_for(out_dir, cfg, model, seed, types):
+def golden_for(out_dir, cfg, model, seed, types, kinds=(("bf16", False), ("bf16kv", True))):
     """make_llama_golden.py's files for `model` (float64 reference logits, and
-    transformers' bf16 emulations in float32)."""
+    transformers' bf16 emulations in float32: `kinds`)."""
     V, P = cfg["vocab_size"], cfg["max_position_embeddings"]
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (1, 7, 20, P - 2)]
@@ -470,7 +479,7 @@ def golden_for(out_dir, cfg, model, seed, types):
         # The emulation rounds each Linear's weight in place: a tied head would
         # round the embedding table with it, which Flover keeps in f32.
         f32.lm_head.weight = torch.nn.Parameter(f32.model.embed_tokens.weight.detach().clone())
-    for kind, kv in (("bf16", False), ("bf16kv", True)):
+    for kind, kv in kinds:
         for i, l in enumerate(emulated_logits(f32, prompts, kv)):
             logits[f"logits_{kind}.{i}"] = l
     save_file(logits, os.path.join(out_dir, "golden_logits.safetensors"))
@@ -479,13 +488,13 @@ def golden_for(out_dir, cfg, model, seed, types):
                    "greedy_output": seq[len(greedy_prompt):], "stored_dtype": "+".join(types)}, f)
 
 
-def random_state(cfg, seed):
+def random_state(cfg, seed, qwen2=False):
     torch.manual_seed(seed)
-    config = LlamaConfig(**cfg, initializer_range=0.2)
-    model = LlamaForCausalLM(config).eval()
+    config = (Qwen2Config if qwen2 else LlamaConfig)(**cfg, initializer_range=0.2)
+    model = (Qwen2ForCausalLM if qwen2 else LlamaForCausalLM)(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name.endswith(".bias"):
                 p.add_(0.3 * torch.randn_like(p))
     state = {k: v for k, v in model.state_dict().items() if "rotary" not in k}
     if cfg["tie_word_embeddings"]:
@@ -532,6 +541,41 @@ def write_models():
     golden_for(out_dir, cfg, reference_model(cfg, state), 42, types)
 
 
+def write_qwen2():
+    qwen_json = open(os.path.join(HERE, "hf_tokenizers", "qwen", "tokenizer.json")).read()
+    vocab = hf_vocab(qwen_json, "qwen2")
+    vocab["add_bos"] = False
+    # One embedding row more than the tokenizer has tokens, as checkpoints
+    # pad them (and an odd vocabulary for the tensor-parallel test's uneven split).
+    cfg = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=96, vocab_size=len(vocab["tokens"]) + 1, max_position_embeddings=48,
+               rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)
+    state = random_state(cfg, 51, qwen2=True)
+    f32_only = (("bf16", False),)
+    # The Hugging Face directory, F32.
+    out_dir = os.path.join(HERE, "qwen2_tiny")
+    os.makedirs(out_dir, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out_dir, "model.safetensors"))
+    config = Qwen2Config(**cfg, bos_token_id=vocab["bos"], eos_token_id=vocab["eos"])
+    config.to_json_file(os.path.join(out_dir, "config.json"))
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        f.write(qwen_json)
+    model = reference_model(cfg, {k: v.double() for k, v in state.items()}, qwen2=True)
+    golden_for(out_dir, cfg, model, 52, ["F32"], f32_only)
+    # The same weights as a qwen2 GGUF file: matrices F16 or Q8_0.
+    types = {"token_embd.weight": T.Q8_0}
+    for l in range(cfg["num_hidden_layers"]):
+        for i, name in enumerate(["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                  "ffn_down"]):
+            types[f"blk.{l}.{name}.weight"] = T.F16 if (i + l) % 2 == 0 else T.Q8_0
+    out_dir = os.path.join(HERE, "gguf_qwen2")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "model.gguf")
+    write_model_gguf(path, cfg, state, vocab, types, arch="qwen2")
+    back, types = read_back(path, cfg, arch="qwen2")
+    golden_for(out_dir, cfg, reference_model(cfg, back, qwen2=True), 53, types, f32_only)
+
+
 SMOLLM2_CONFIG = dict(num_hidden_layers=30, hidden_size=576, num_attention_heads=9,
                       num_key_value_heads=3, intermediate_size=1536, vocab_size=49152,
                       max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
@@ -571,6 +615,7 @@ def main():
     write_quants()
     write_vocabs()
     write_models()
+    write_qwen2()
     write_smollm2()
 
 
