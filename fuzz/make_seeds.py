@@ -109,7 +109,7 @@ def main():
 
     c = corpus("config")
     for d in ("tiny_f32", "tiny_f16_prefix", "tiny_bf16_prefix", "llama_gqa", "llama_text",
-              "llama_tied_sharded"):
+              "llama_tied_sharded", "qwen2_tiny"):
         shutil.copy(os.path.join(ROOT, "tests/golden", d, "config.json"), os.path.join(c, d + ".json"))
 
     t = corpus("tokenizer")
@@ -154,6 +154,13 @@ def main():
            "tokenizer.ggml.token_type": garray(5, [2, 3, 3, 1, 1, 1, 6]),
            "tokenizer.ggml.bos_token_id": gu32(1), "tokenizer.ggml.eos_token_id": gu32(2)}
     write(g, "llama_spm_q8_0", llama_gguf(spm, 7, ttype=8))
+
+    # Every template of the chat template golden cases, as it is.
+    ct = corpus("chat_template")
+    with open(os.path.join(ROOT, "tests/golden/chat_templates/templates.json")) as f:
+        for name, source in json.load(f).items():
+            write(ct, name.replace(".", "_"), source.encode())
+    write(ct, "content_with_tags", b"#{{ evil }} {% for %} \xc3\xa9\n{% for m in messages %}{{ m.content | upper }}{% endfor %}")
 
     r = corpus("request")
     requests = {
