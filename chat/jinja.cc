@@ -76,6 +76,10 @@ class Renderer {
       : variables_(variables), limits_(limits) {
     frames_.emplace_back();
   }
+  // Namespaces may refer to themselves; clearing them frees every cycle.
+  ~Renderer() {
+    for (const Value& ns : namespaces_) ns.ClearAttributes();
+  }
 
   absl::Status Run(const Body& body, std::string* out) {
     auto flow = Exec(body, out);
@@ -143,7 +147,10 @@ class Renderer {
       return Value::MakeCallable(name, [this](CallArgs& a) { return Range(a, limits_.max_steps); });
     }
     if (name == "namespace") {
-      return Value::MakeCallable(name, [](CallArgs& a) -> absl::StatusOr<Value> { return MakeNamespaceFrom(a); });
+      return Value::MakeCallable(name, [this](CallArgs& a) -> absl::StatusOr<Value> {
+        namespaces_.push_back(MakeNamespaceFrom(a));
+        return namespaces_.back();
+      });
     }
     if (name == "dict") {
       return Value::MakeCallable(name, [](CallArgs& a) -> absl::StatusOr<Value> {
@@ -639,6 +646,7 @@ class Renderer {
   const Dict& variables_;
   const RenderLimits& limits_;
   std::vector<Dict> frames_;  // frames_[0]: the template's top level
+  std::vector<Value> namespaces_;  // every namespace() this render made
   size_t floor_ = 0;          // the lowest frame visible besides frames_[0]
   int64_t steps_ = 0;
   int depth_ = 0;

@@ -78,6 +78,11 @@ class Value {
   const Value* Find(absl::string_view key) const;
   // Sets a namespace's attribute (the only mutation templates can make).
   void SetAttribute(const std::string& key, Value v) const;
+  // Drops a namespace's attributes: a namespace can hold itself (ns.x = ns),
+  // a cycle of references, so a render clears every namespace it made.
+  void ClearAttributes() const {
+    if (kind_ == Kind::kNamespace) dict_->clear();
+  }
 
   // Python's truth value (Undefined is false).
   bool Truthy() const;
