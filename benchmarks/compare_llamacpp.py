@@ -45,7 +45,7 @@ FLOVER_DTYPES = {"f32": ("f32", "f32"), "bf16": ("bf16", "bf16"), "int8": ("int8
 def flover(args, dtype):
     matmul, kv = FLOVER_DTYPES[dtype]
     out = run([os.path.join(ROOT, ".bazel-root/bin/benchmarks/model_benchmark"),
-               f"--model={args.model}", f"--threads={args.threads}", "--repeats=3",
+               f"--model={args.same_file or args.model}", f"--threads={args.threads}", "--repeats=3",
                f"--dtype={matmul}", f"--kv_dtype={kv}", "--prefill_lengths=512",
                "--decode_batches=1,32"])
     figures = {}
@@ -68,7 +68,7 @@ def flover(args, dtype):
 
 
 def llamacpp(args, dtype):
-    gguf = {"f32": args.f32, "bf16": args.bf16, "int8": args.q8_0}[dtype]
+    gguf = args.same_file or {"f32": args.f32, "bf16": args.bf16, "int8": args.q8_0}[dtype]
     kv = []  # llama.cpp's default KV cache (f16): its faster setting here (bf16 KV halves its prefill)
     bench = os.path.join(args.llama_bin, "llama-bench")
     figures = {}
@@ -95,12 +95,16 @@ def main():
     ap.add_argument("--bf16")
     ap.add_argument("--q8_0", help="a Q8_0 GGUF: compared with Flover's --dtype=int8")
     ap.add_argument("--model", default="builtin:gpt2-small")
+    ap.add_argument("--same_file", help="one GGUF file both programs run (Flover at each --flover_dtypes)")
+    ap.add_argument("--flover_dtypes", default="f32,bf16,int8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    if args.same_file:
+        return same_file(args)
     dtypes = [d for d, path in (("f32", args.f32), ("bf16", args.bf16), ("int8", args.q8_0)) if path]
     if not dtypes:
-        sys.exit("give at least one of --f32, --bf16 and --q8_0")
+        sys.exit("give at least one of --f32, --bf16 and --q8_0 (or --same_file)")
     got = {}  # (program, dtype, workload) -> [figures]
     roofs = {}  # (dtype, name) -> [values]
     for r in range(args.rounds):
@@ -126,6 +130,41 @@ def main():
     print("\nRoofline (model_benchmark, same runs, medians):\n")
     for (dtype, name), v in sorted(roofs.items()):
         print(f"- {dtype}: {name} {med(v):g}")
+
+
+def same_file(args):
+    """Both programs on one file: llama.cpp once per round, Flover at each dtype."""
+    dtypes = args.flover_dtypes.split(",")
+    got, roofs = {}, {}
+    for r in range(args.rounds):
+        for k, v in llamacpp(args, None).items():
+            got.setdefault(("llama.cpp", k), []).append(v)
+        for dtype in dtypes:
+            f, roof = flover(args, dtype)
+            for k, v in f.items():
+                got.setdefault((dtype, k), []).append(v)
+            for k, v in roof.items():
+                roofs.setdefault((dtype, k), []).append(v)
+        print(f"round {r + 1}: done", file=sys.stderr, flush=True)
+    med = statistics.median
+    name = os.path.basename(args.same_file)
+    print(f"{name}, {args.threads} threads, medians of {args.rounds} rounds (tokens/s); llama.cpp "
+          f"computes with the file's blocks (KV f16), Flover with the weights in its --dtype\n")
+    header = " | ".join(f"Flover {d} | ratio" for d in dtypes)
+    print(f"| workload | llama.cpp | {header} |")
+    print("|---|---:|" + "---:|---:|" * len(dtypes))
+    for w in WORKLOADS:
+        base = got.get(("llama.cpp", w))
+        if not base:
+            continue
+        cells = []
+        for d in dtypes:
+            v = got.get((d, w))
+            cells.append(f"{med(v):.1f} | {med(v) / med(base):.2f}x" if v else "- | -")
+        print(f"| {w} | {med(base):.1f} | " + " | ".join(cells) + " |")
+    print("\nRoofline (model_benchmark, same runs, medians):\n")
+    for (dtype, rname), v in sorted(roofs.items()):
+        print(f"- {dtype}: {rname} {med(v):g}")
 
 
 if __name__ == "__main__":
