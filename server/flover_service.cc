@@ -254,6 +254,7 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   const ModelInfo& c = engine_.model().info();
   const EngineOptions& o = engine_.options();
   info->set_model(model_.spec);
+  info->set_served_model_name(model_.served_name);
   info->set_architecture(c.architecture);
   info->set_n_layer(c.n_layer);
   info->set_n_head(c.n_head);

@@ -23,6 +23,7 @@ struct ModelDescription {
   std::string device = "cpu";        // --device
   std::string device_name;           // the GPU's or CPU's name
   int64_t device_memory_bytes = 0;   // a GPU's memory; 0 on the CPU
+  std::string served_name;           // --served_model_name (or its default)
 };
 
 // Generate is registered raw (bytes in, bytes out) so that a request that

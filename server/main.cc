@@ -371,6 +371,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   ModelDescription description{options.model, stored_dtype,
                                kernels::MatmulDtypeName(options.backend.matmul),
                                kernels::KvDtypeName(options.backend.kv), tp};
+  description.served_name = options.served_model_name;
   description.device = options.backend.device;
   description.device_name = device.name;
   description.device_memory_bytes = device.total_bytes;

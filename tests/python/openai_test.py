@@ -331,7 +331,9 @@ class ChatTest(unittest.TestCase):
                    "--max_batch=4", "--threads=2")
         try:
             self.assertEqual([m.id for m in s.openai.models.list().data], ["smollm2"])
-            self.assertTrue(s.client.model_info().has_chat_template)
+            info = s.client.model_info()
+            self.assertTrue(info.has_chat_template)
+            self.assertEqual(info.served_model_name, "smollm2")
 
             # Greedy: a real answer, ended by the template's <|im_end|>.
             r = s.openai.chat.completions.create(model="smollm2", messages=self.QUESTION,
@@ -415,6 +417,7 @@ class ChatTest(unittest.TestCase):
         s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=256", "--threads=2")
         name = "SmolLM2-135M-Instruct.Q4_1"  # the file's name, without --served_model_name
         try:
+            self.assertEqual(s.client.model_info().served_model_name, name)
             cases = [
                 (dict(messages=[{"role": "tool", "content": "x"}]), "is not supported (system, user, "
                  "assistant)", "messages[0].role"),
