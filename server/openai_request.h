@@ -37,7 +37,8 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
 // /v1/chat/completions: messages (role and content: a string, or a list of
 // text parts joined with newlines; any other part, and tools or a
 // response_format other than text, refused by name), max_tokens or
-// max_completion_tokens, logprobs (true / false) with top_logprobs (0-20),
+// max_completion_tokens (unset: the server lets the reply fill the
+// context), logprobs (true / false) with top_logprobs (0-20),
 // and the shared fields: model, temperature, top_p, top_k, seed, stop,
 // n / best_of 1 only, penalties 0 only, logit_bias empty only, stream,
 // stream_options.include_usage, and the extensions ignore_eos and

@@ -444,6 +444,16 @@ class ChatTest(unittest.TestCase):
             self.assertEqual(resp.status, 404)
             self.assertIn("no route for POST /v1/embeddings", json.loads(resp.read())["error"]["message"])
             self.assertEqual(s.stats().requests_submitted, 0)
+
+            # Without max_tokens a reply may fill the context (256 positions), as OpenAI's may.
+            r = s.openai.chat.completions.create(model=name, messages=self.QUESTION, temperature=0,
+                                                 extra_body={"ignore_eos": True})
+            self.assertEqual(r.choices[0].finish_reason, "length")
+            self.assertEqual(r.usage.prompt_tokens + r.usage.completion_tokens, 256)
+            with self.assertRaises(openai.BadRequestError) as err:  # a prompt that fills it already
+                s.openai.chat.completions.create(
+                    model=name, messages=[{"role": "user", "content": "Paris " * 300}])
+            self.assertIn("max_seq_len (256)", err.exception.body["message"])
         finally:
             s.close()
 
