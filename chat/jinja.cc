@@ -14,10 +14,6 @@ namespace {
 
 using K = Value::Kind;
 
-template <typename... Parts>
-absl::Status TypeError(const Parts&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
 
 // raise_exception's error travels as Aborted, so no line is put before its
 // message; Render turns it into InvalidArgument.

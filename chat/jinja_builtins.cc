@@ -19,10 +19,6 @@ namespace {
 
 using K = Value::Kind;
 
-template <typename... Parts>
-absl::Status TypeError(const Parts&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
 
 // Argument `index`, or keyword `name`, or `dflt`.
 Value Arg(const CallArgs& a, size_t index, absl::string_view name, Value dflt = Value()) {
@@ -284,6 +280,12 @@ absl::StatusOr<Value> AttributePath(const Value& v, const std::string& path) {
   return cur;
 }
 
+// `item` itself, or its attribute path when the filter was given one (a
+// string `attribute` argument).
+absl::StatusOr<Value> ItemOrAttribute(const Value& item, const Value& attribute) {
+  return attribute.is_string() ? AttributePath(item, attribute.string()) : absl::StatusOr<Value>(item);
+}
+
 // select / reject / selectattr / rejectattr.
 absl::StatusOr<Value> Select(const Value& subject, CallArgs& a, bool attr, bool keep) {
   auto items = Iterate(subject);
@@ -384,13 +386,9 @@ absl::StatusOr<Value> FilterSort(const Value& v, CallArgs& a) {
   const Value attribute = Arg(a, 2, "attribute");
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& item : *items) {
-    Value key = item;
-    if (attribute.is_string()) {
-      auto got = AttributePath(item, attribute.string());
-      if (!got.ok()) return got.status();
-      key = *got;
-    }
-    keyed.emplace_back(SortKey(key, case_sensitive), item);
+    auto key = ItemOrAttribute(item, attribute);
+    if (!key.ok()) return key.status();
+    keyed.emplace_back(SortKey(*key, case_sensitive), item);
   }
   absl::Status error;
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
@@ -427,12 +425,9 @@ absl::StatusOr<Value> FilterSum(const Value& v, CallArgs& a) {
   const Value attribute = Arg(a, 0, "attribute");
   Value total = Arg(a, 1, "start", Value(int64_t{0}));
   for (const Value& item : *items) {
-    Value x = item;
-    if (attribute.is_string()) {
-      auto got = AttributePath(item, attribute.string());
-      if (!got.ok()) return got.status();
-      x = *got;
-    }
+    auto got = ItemOrAttribute(item, attribute);
+    if (!got.ok()) return got.status();
+    const Value& x = *got;
     if (!x.is_number() && x.kind() != K::kBool) return TypeError("sum() of a '", x.TypeName(), "'");
     if (!total.is_number() && total.kind() != K::kBool) return TypeError("sum() start must be a number");
     total = total.kind() == K::kFloat || x.kind() == K::kFloat ? Value(total.number() + x.number())
@@ -448,13 +443,9 @@ absl::StatusOr<Value> MinMax(const Value& v, CallArgs& a, bool max) {
   const Value attribute = Arg(a, 1, "attribute");
   Value best, best_key;
   for (const Value& item : *items) {
-    Value key = item;
-    if (attribute.is_string()) {
-      auto got = AttributePath(item, attribute.string());
-      if (!got.ok()) return got.status();
-      key = *got;
-    }
-    key = SortKey(key, case_sensitive);
+    auto got = ItemOrAttribute(item, attribute);
+    if (!got.ok()) return got.status();
+    const Value key = SortKey(*got, case_sensitive);
     if (!best.is_undefined()) {
       auto better = max ? Less(best_key, key) : Less(key, best_key);
       if (!better.ok()) return better.status();

@@ -10,10 +10,17 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "chat/jinja_value.h"
 
 namespace flover::jinja {
+
+// A template's type or value error (InvalidArgument), its message from parts.
+template <typename... Parts>
+absl::Status TypeError(const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(parts...));
+}
 
 // The error of using Undefined: "'x' is undefined", or what made it.
 absl::Status UndefinedError(const Value& undefined);

@@ -375,6 +375,16 @@ class Parser {
     return body;
   }
 
+  // A block's body up to one of `ends` (its name in *end), then that end
+  // tag's own end ("%}").
+  absl::Status BlockBody(const std::set<std::string>& ends, Body* out, std::string* end) {
+    auto body = ParseBody(ends, end);
+    if (!body.ok()) return body.status();
+    *out = std::move(*body);
+    pos_ = 1;
+    return ExpectEnd();
+  }
+
   absl::StatusOr<Node> Statement(const std::string& word) {
     const int line = line_;
     Node n{Node::kText, line};
@@ -399,11 +409,7 @@ class Parser {
         }
         if (auto st = ExpectEnd(); !st.ok()) return st;
         if (end == "else") {
-          auto body2 = ParseBody({"endif"}, &end);
-          if (!body2.ok()) return body2.status();
-          n.else_body = std::move(*body2);
-          pos_ = 1;
-          if (auto st = ExpectEnd(); !st.ok()) return st;
+          if (auto st = BlockBody({"endif"}, &n.else_body, &end); !st.ok()) return st;
         }
         return n;
       }
@@ -426,17 +432,9 @@ class Parser {
       }
       if (PeekName("recursive")) return Error(line, "recursive loops are not supported");
       if (auto st = ExpectEnd(); !st.ok()) return st;
-      auto body = ParseBody({"else", "endfor"}, &end);
-      if (!body.ok()) return body.status();
-      n.body = std::move(*body);
-      pos_ = 1;
-      if (auto st = ExpectEnd(); !st.ok()) return st;
+      if (auto st = BlockBody({"else", "endfor"}, &n.body, &end); !st.ok()) return st;
       if (end == "else") {
-        auto body2 = ParseBody({"endfor"}, &end);
-        if (!body2.ok()) return body2.status();
-        n.else_body = std::move(*body2);
-        pos_ = 1;
-        if (auto st = ExpectEnd(); !st.ok()) return st;
+        if (auto st = BlockBody({"endfor"}, &n.else_body, &end); !st.ok()) return st;
       }
       return n;
     }
@@ -466,11 +464,7 @@ class Parser {
       if (n.targets.size() != 1 || !n.attribute.empty()) return Error(line, "expected '=' in set");
       n.kind = Node::kSetBlock;
       if (auto st = ExpectEnd(); !st.ok()) return st;
-      auto body = ParseBody({"endset"}, &end);
-      if (!body.ok()) return body.status();
-      n.body = std::move(*body);
-      pos_ = 1;
-      if (auto st = ExpectEnd(); !st.ok()) return st;
+      if (auto st = BlockBody({"endset"}, &n.body, &end); !st.ok()) return st;
       return n;
     }
     if (word == "macro") {
@@ -492,11 +486,7 @@ class Parser {
         n.params.emplace_back(*param, std::move(dflt));
       }
       if (auto st = ExpectEnd(); !st.ok()) return st;
-      auto body = ParseBody({"endmacro"}, &end);
-      if (!body.ok()) return body.status();
-      n.body = std::move(*body);
-      pos_ = 1;
-      if (auto st = ExpectEnd(); !st.ok()) return st;
+      if (auto st = BlockBody({"endmacro"}, &n.body, &end); !st.ok()) return st;
       return n;
     }
     if (word == "break" || word == "continue") {
@@ -507,11 +497,7 @@ class Parser {
     if (word == "generation") {  // transformers' assistant-mask extension
       n.kind = Node::kBody;
       if (auto st = ExpectEnd(); !st.ok()) return st;
-      auto body = ParseBody({"endgeneration"}, &end);
-      if (!body.ok()) return body.status();
-      n.body = std::move(*body);
-      pos_ = 1;
-      if (auto st = ExpectEnd(); !st.ok()) return st;
+      if (auto st = BlockBody({"endgeneration"}, &n.body, &end); !st.ok()) return st;
       return n;
     }
     if (word == "filter") {
@@ -520,11 +506,7 @@ class Parser {
       if (!filter.ok()) return filter.status();
       n.expr = std::move(*filter);
       if (auto st = ExpectEnd(); !st.ok()) return st;
-      auto body = ParseBody({"endfilter"}, &end);
-      if (!body.ok()) return body.status();
-      n.body = std::move(*body);
-      pos_ = 1;
-      if (auto st = ExpectEnd(); !st.ok()) return st;
+      if (auto st = BlockBody({"endfilter"}, &n.body, &end); !st.ok()) return st;
       return n;
     }
     return Error(line, "unknown or misplaced tag '", word, "'");
