@@ -126,13 +126,14 @@ absl::Status CheckTlsFiles(const TlsFiles& tls) {
 // a binary built there finds in its Bazel runfiles (or, run from the
 // clone's root, under the current directory).
 constexpr char kDefaultModelFile[] = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+constexpr char kDefaultModelName[] = "SmolLM2-135M-Instruct";  // its served name
 
 absl::StatusOr<std::string> DefaultModel() {
   std::string path = FindRunfile("", "", kDefaultModelFile);
   if (path.empty() && FileExists(kDefaultModelFile)) path = kDefaultModelFile;
   if (path.empty()) {
     return absl::NotFoundError(absl::StrCat(
-        "no --model given, and the default model (SmolLM2-135M-Instruct, ", kDefaultModelFile,
+        "no --model given, and the default model (", kDefaultModelName, ", ", kDefaultModelFile,
         ") is not here: run tools/setup.sh to fetch it, or pass --model=PATH.gguf, a Hugging Face "
         "model directory or builtin:NAME"));
   }
@@ -143,7 +144,7 @@ absl::StatusOr<std::string> DefaultModel() {
 // its extension, or --model as given.
 std::string ServedName(const std::string& flag, const std::string& model, bool default_model) {
   if (!flag.empty()) return flag;
-  if (default_model) return "SmolLM2-135M-Instruct";
+  if (default_model) return kDefaultModelName;
   if (absl::EndsWith(model, ".gguf")) {
     const size_t slash = model.rfind('/');
     const std::string base = slash == std::string::npos ? model : model.substr(slash + 1);
@@ -425,7 +426,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   const EngineStats stats = (*engine)->Stats();
   std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "
               "weights (linear layers in %s), %s\n",
-              options.default_model ? "SmolLM2-135M-Instruct (the default)" : options.model.c_str(),
+              options.default_model ? absl::StrCat(kDefaultModelName, " (the default)").c_str()
+                                    : options.model.c_str(),
               config.architecture.c_str(), config.n_layer, config.n_head,
               config.n_kv_head, config.hidden, config.vocab_size, config.max_positions,
               stored_dtype.c_str(),
