@@ -1,6 +1,6 @@
 // The paper's comparison on this machine: 32 requests with 8-token prompts
-// arrive as a Poisson process; each scheduler of the same engine (fusion with
-// and without KV shuffle, dynamic batching, static batching, sequential)
+// arrive as a Poisson process; each scheduler of the same engine (fusion,
+// dynamic batching, static batching, sequential)
 // serves them in-process, and we report total time, latency, TTFT and
 // throughput per arrival rate. Writes JSON; benchmarks/plot_fusion.py draws it.
 //
@@ -32,9 +32,8 @@ ABSL_FLAG(int, num_requests, 32, "Requests per run");
 ABSL_FLAG(int, prompt_len, 8, "Prompt tokens");
 ABSL_FLAG(std::string, output_len, "128", "Output tokens: N or uniform:A:B");
 ABSL_FLAG(std::string, gaps_ms, "0,50,200,1000", "Mean inter-arrival gaps in ms (0 = all at once)");
-ABSL_FLAG(std::string, schedulers, "fusion,fusion-noshuffle,dynamic,static,sequential",
-          "Schedulers to compare");
-ABSL_FLAG(int, max_batch, 32, "KV slots");
+ABSL_FLAG(std::string, schedulers, "fusion,dynamic,static,sequential", "Schedulers to compare");
+ABSL_FLAG(int, max_batch, 32, "Most sequences running at once");
 ABSL_FLAG(int, batch_delay_ms, 50, "dynamic: gather window");
 ABSL_FLAG(int, seed, 1, "Arrival and length seed");
 ABSL_FLAG(std::string, json, "", "Write results here");
@@ -98,7 +97,7 @@ struct RunResult {
   std::string scheduler;
   double gap_ms;
   double total_s, mean_s, p50_s, p99_s, ttft_mean_s, ttft_p99_s, tokens_per_s;
-  int64_t moves, padding_rows, steps;
+  int64_t preemptions, steps;
 };
 
 RunResult RunOnce(CausalLm& model, const std::string& scheduler, double gap_ms) {
@@ -106,8 +105,7 @@ RunResult RunOnce(CausalLm& model, const std::string& scheduler, double gap_ms) 
   o.scheduler.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.scheduler.batch_delay = absl::Milliseconds(absl::GetFlag(FLAGS_batch_delay_ms));
   o.scheduler.static_flush = absl::Seconds(1);
-  o.scheduler.kv_shuffle = scheduler != "fusion-noshuffle";
-  o.scheduler.policy = *ParseSchedulerPolicy(scheduler == "fusion-noshuffle" ? "fusion" : scheduler);
+  o.scheduler.policy = *ParseSchedulerPolicy(scheduler);
   const auto [lo, hi] = ParseLengths(absl::GetFlag(FLAGS_output_len));
   o.max_seq_len = std::min(model.info().max_positions, absl::GetFlag(FLAGS_prompt_len) + hi);
   auto engine = Engine::Create(model, nullptr, o);
@@ -157,8 +155,7 @@ RunResult RunOnce(CausalLm& model, const std::string& scheduler, double gap_ms) 
   res.ttft_mean_s = Mean(ttft);
   res.ttft_p99_s = Percentile(ttft, 0.99);
   res.tokens_per_s = tokens / res.total_s;
-  res.moves = stats.shuffle_moves;
-  res.padding_rows = stats.padding_rows;
+  res.preemptions = stats.preemptions;
   res.steps = stats.steps;
   return res;
 }
@@ -193,8 +190,8 @@ void Run() {
               absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_output_len).c_str(),
               absl::GetFlag(FLAGS_max_batch), (*backend)->Device().name.c_str(), kernels::CpuThreads(),
               kernels::MatmulDtypeName(dtypes->matmul), kernels::KvDtypeName(dtypes->kv));
-  std::printf("| gap ms | scheduler | total s | mean s | p50 s | p99 s | TTFT mean s | TTFT p99 s | tok/s | steps | moves | padding rows |\n");
-  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| gap ms | scheduler | total s | mean s | p50 s | p99 s | TTFT mean s | TTFT p99 s | tok/s | steps | preemptions |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   // One untimed run first: buffers, KV pages and oneDNN primitives are
   // created on first use, which would otherwise land on the first row.
   (void)RunOnce(model, "fusion", 0);
@@ -215,10 +212,9 @@ void Run() {
       std::sort(t.begin(), t.end(),
                 [](const RunResult& a, const RunResult& b) { return a.total_s < b.total_s; });
       const RunResult r = t[t.size() / 2];
-      std::printf("| %.0f | %s | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %.0f | %ld | %ld | %ld |\n",
+      std::printf("| %.0f | %s | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %.0f | %ld | %ld |\n",
                   r.gap_ms, r.scheduler.c_str(), r.total_s, r.mean_s, r.p50_s, r.p99_s,
-                  r.ttft_mean_s, r.ttft_p99_s, r.tokens_per_s, long(r.steps), long(r.moves),
-                  long(r.padding_rows));
+                  r.ttft_mean_s, r.ttft_p99_s, r.tokens_per_s, long(r.steps), long(r.preemptions));
       std::fflush(stdout);
       results.push_back(r);
     }
@@ -235,7 +231,7 @@ void Run() {
                           ", \"p50_s\": ", r.p50_s, ", \"p99_s\": ", r.p99_s,
                           ", \"ttft_mean_s\": ", r.ttft_mean_s, ", \"ttft_p99_s\": ", r.ttft_p99_s,
                           ", \"tokens_per_s\": ", r.tokens_per_s, ", \"steps\": ", r.steps,
-                          ", \"moves\": ", r.moves, ", \"padding_rows\": ", r.padding_rows, "}")
+                          ", \"preemptions\": ", r.preemptions, "}")
           << (i + 1 < results.size() ? ",\n" : "\n");
     }
     out << "]}\n";

@@ -267,17 +267,17 @@ int Run() {
 
   std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
   for (int len : IntList(absl::GetFlag(FLAGS_prefill_lengths))) {
-    auto cache = KvCache::Create(**backend, gpt.CacheShape(1, len));
+    auto cache = KvCache::Create(**backend, gpt.CacheShape(KvCacheShape::BlocksFor(len), len));
     if (!cache.ok()) return 1;
     ForwardBatch b;
-    b.AddSequence(0, 0, Tokens(len, cfg.vocab_size, 1));
+    b.AddSequence(BlockRange(0, KvCacheShape::BlocksFor(len)), 0, Tokens(len, cfg.vocab_size, 1));
     const double s = MedianSeconds(repeats, [&] {
       (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
     });
     std::printf("| prefill %d | %.0f | %.1f | %.0f |\n", len, len / s, s * 1e3,
                 len * flop_per_token / s / 1e9);
     if (profile) {  // the profiled model has a cache of its own backend
-      auto pcache = KvCache::Create(prof, profiled->CacheShape(1, len));
+      auto pcache = KvCache::Create(prof, profiled->CacheShape(KvCacheShape::BlocksFor(len), len));
       if (!pcache.ok()) return 1;
       PrintProfile("prefill", prof, [&] {
         (void)profiled->Forward(b, **pcache, LogitsFor::kLastRowOfEachSequence);
@@ -286,8 +286,14 @@ int Run() {
     std::fflush(stdout);
   }
   const int context = 128;
+  const int max_seq = context + steps + 2;
   for (int batch : IntList(absl::GetFlag(FLAGS_decode_batches))) {
-    auto cache = KvCache::Create(**backend, gpt.CacheShape(batch, context + steps + 2));
+    // Each sequence's blocks interleaved with the others', as a block pool
+    // leaves them after churn.
+    const int num_blocks = batch * KvCacheShape::BlocksFor(max_seq);
+    std::vector<std::vector<int32_t>> blocks(batch);
+    for (int s = 0; s < batch; ++s) blocks[s] = InterleavedBlocks(s, batch, max_seq);
+    auto cache = KvCache::Create(**backend, gpt.CacheShape(num_blocks, max_seq));
     if (!cache.ok()) {
       std::fprintf(stderr, "%s\n", std::string(cache.status().message()).c_str());
       return 1;
@@ -296,7 +302,7 @@ int Run() {
     auto fill = [&](CausalLm& m, KvCache& c) {
       for (int s = 0; s < batch; ++s) {
         ForwardBatch b;
-        b.AddSequence(s, 0, Tokens(context, cfg.vocab_size, s));
+        b.AddSequence(blocks[s], 0, Tokens(context, cfg.vocab_size, s));
         (void)m.Forward(b, c, LogitsFor::kLastRowOfEachSequence);
       }
     };
@@ -308,19 +314,19 @@ int Run() {
       pos = context - steps / 2;
       for (int i = 0; i < steps; ++i, ++pos) {
         ForwardBatch b;
-        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
+        for (int s = 0; s < batch; ++s) b.AddSequence(blocks[s], pos, {(pos * 31 + s) % cfg.vocab_size});
         (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
       }
     });
     std::printf("| decode batch %d (context 128) | %.0f | %.2f | %.0f |\n", batch,
                 batch * steps / sec, sec / steps * 1e3, batch * steps * flop_per_token / sec / 1e9);
     if (profile) {
-      auto pcache = KvCache::Create(prof, profiled->CacheShape(batch, context + steps + 2));
+      auto pcache = KvCache::Create(prof, profiled->CacheShape(num_blocks, max_seq));
       if (!pcache.ok()) return 1;
       fill(*profiled, **pcache);
       auto step = [&] {
         ForwardBatch b;
-        for (int s = 0; s < batch; ++s) b.AddSequence(s, context, {(context * 31 + s) % cfg.vocab_size});
+        for (int s = 0; s < batch; ++s) b.AddSequence(blocks[s], context, {(context * 31 + s) % cfg.vocab_size});
         (void)profiled->Forward(b, **pcache, LogitsFor::kLastRowOfEachSequence);
       };
       PrintProfile("decode step", prof, step);

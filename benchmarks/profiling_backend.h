@@ -101,9 +101,6 @@ class ProfilingBackend final : public kernels::Backend {
                               const kernels::Tensor& out) override {
     return Timed("gather rows", [&] { return inner_.GatherLastRows(x, seqs, out); });
   }
-  absl::Status MoveKvSlot(const kernels::KvLayer& kv, int from, int to, int len) override {
-    return Timed("kv move", [&] { return inner_.MoveKvSlot(kv, from, to, len); });
-  }
 
  private:
   template <typename F>

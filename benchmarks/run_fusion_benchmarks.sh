@@ -11,7 +11,7 @@ mkdir -p "$out"
 "$bin" --model=builtin:gpt2-small --num_requests=32 --output_len=128 --repeats=3 \
   --gaps_ms=0,50,200,1000 --json="$out/fusion_fixed128.json" | tee "$out/fusion_fixed128.md"
 "$bin" --model=builtin:gpt2-small --num_requests=32 --output_len=uniform:32:256 --repeats=3 \
-  --gaps_ms=0,200 --schedulers=fusion,fusion-noshuffle,dynamic \
+  --gaps_ms=0,200 --schedulers=fusion,dynamic \
   --json="$out/fusion_uniform.json" | tee "$out/fusion_uniform.md"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 benchmarks/plot_fusion.py "$out/fusion_fixed128.json" "$out/fusion_fixed128.png"

@@ -97,13 +97,15 @@ int Run() {
     std::printf("| batch | ms per step | tokens/s | communication ms per step |\n|---:|---:|---:|---:|\n");
   }
   for (int batch : {1, 32}) {
-    auto cache = KvCache::Create(**backend, model.CacheShape(batch, context + steps + 2));
+    const int max_seq = context + steps + 2;
+    auto cache = KvCache::Create(**backend, model.CacheShape(batch * KvCacheShape::BlocksFor(max_seq), max_seq));
     if (!cache.ok()) return 1;
+    auto blocks = [&](int s) { return InterleavedBlocks(s, batch, max_seq); };
     for (int s = 0; s < batch; ++s) {
       std::vector<int32_t> prompt(context);
       for (int i = 0; i < context; ++i) prompt[i] = (i * 7919 + s * 104729) % cfg.vocab_size;
       ForwardBatch b;
-      b.AddSequence(s, 0, prompt);
+      b.AddSequence(blocks(s), 0, prompt);
       if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence).ok()) return 1;
     }
     std::vector<double> step_s, comm_s;
@@ -113,7 +115,7 @@ int Run() {
       for (int i = 0; i < steps; ++i) {
         ForwardBatch b;
         const int pos = context - steps / 2 + i;
-        for (int s = 0; s < batch; ++s) b.AddSequence(s, pos, {(pos * 31 + s) % cfg.vocab_size});
+        for (int s = 0; s < batch; ++s) b.AddSequence(blocks(s), pos, {(pos * 31 + s) % cfg.vocab_size});
         if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence).ok()) return 1;
       }
       if (r == 0) continue;  // warm-up

@@ -43,8 +43,10 @@ struct Engine::Sequence {
   absl::Time first_token, last_token;  // set from the first generated token on
   Sampler sampler;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
-  int slot = -1;                // -1 while queued
-  int computed = 0;             // tokens whose K/V are in the slot
+  bool running = false;         // admitted (else queued, maybe after a preemption)
+  int computed = 0;             // tokens whose K/V are in `blocks`
+  std::vector<int32_t> blocks;  // its KV blocks, in order of position
+  std::vector<uint64_t> block_keys;  // prefix-cache keys of its full computed blocks
   int generated = 0;
   // With a tokenizer: the text generated so far, and how much of it was sent.
   std::unique_ptr<Tokenizer::TextStream> text_stream;
@@ -70,11 +72,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
         options.max_seq_len));
   }
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue must be >= 0");
+  if (s.block_size != KvCacheShape::kBlockSize) {
+    return absl::InvalidArgumentError(absl::StrCat("the scheduler's block size must be the KV cache's, ",
+                                                   KvCacheShape::kBlockSize));
+  }
   if (channel != nullptr && !channel->world().is_leader()) {
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
-  auto executor = StepExecutor::Create(model, s.max_batch, options.max_seq_len,
-                                       MaxRowsPerStep(s, options.max_seq_len));
+  auto executor = StepExecutor::Create(model, options.kv_cache, s.max_batch, options.max_seq_len,
+                                       MaxRowsPerStep(s, options.max_seq_len), channel);
   if (!executor.ok()) return executor.status();
   return std::unique_ptr<Engine>(
       new Engine(model, tokenizer, options, std::move(*executor), channel));
@@ -83,12 +89,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
 Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
                std::unique_ptr<StepExecutor> executor, ControlChannel* channel)
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
-      channel_(channel) {
+      channel_(channel), kv_bytes_per_block_(executor_->cache().shape().bytes_per_block()),
+      num_kv_blocks_(executor_->cache().shape().num_blocks),
+      pool_(num_kv_blocks_, options.prefix_caching) {
   const KvCacheShape& shape = executor_->cache().shape();
-  kv_bytes_per_token_ = shape.bytes_per_token();
-  stats_.slots = shape.slots;
+  stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
-  metrics_.kv_slots_total.Set(shape.slots);
+  stats_.kv_tokens_total = shape.tokens();
   metrics_.kv_bytes_total.Set(static_cast<double>(shape.bytes()));
   thread_ = std::thread([this] { Loop(); });
 }
@@ -110,9 +117,19 @@ absl::Status Engine::Validate(const Request& r) const {
     return bad("max_new_tokens: must be in [1, ", options_.max_new_tokens_limit, "], got ",
                stop.max_new_tokens);
   }
-  if (int64_t{static_cast<int64_t>(r.prompt.size())} + stop.max_new_tokens > options_.max_seq_len) {
+  const int64_t total = int64_t{static_cast<int64_t>(r.prompt.size())} + stop.max_new_tokens;
+  if (total > options_.max_seq_len) {
     return bad("max_new_tokens: prompt (", r.prompt.size(), " tokens) + max_new_tokens (",
                stop.max_new_tokens, ") exceeds max_seq_len (", options_.max_seq_len, ")");
+  }
+  if (KvCacheShape::BlocksFor(total) > num_kv_blocks_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "prompt (%d tokens) + max_new_tokens (%d) needs %d KV blocks of %d positions (%.1f MiB) "
+        "but the whole KV cache has %d (%.1f MiB): it cannot run even alone; send less, or start "
+        "the server with a larger --kv_cache_memory",
+        r.prompt.size(), stop.max_new_tokens, KvCacheShape::BlocksFor(total),
+        KvCacheShape::kBlockSize, KvCacheShape::BlocksFor(total) * kv_bytes_per_block_ / 1048576.0,
+        num_kv_blocks_, num_kv_blocks_ * kv_bytes_per_block_ / 1048576.0));
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
@@ -159,6 +176,7 @@ void Engine::PublishOccupancyLocked() {
   metrics_.waiting.Set(stats_.queued);
   metrics_.running.Set(stats_.active);
   metrics_.kv_bytes_in_use.Set(static_cast<double>(stats_.kv_bytes_in_use));
+  metrics_.kv_bytes_cached.Set(static_cast<double>(stats_.kv_bytes_cached));
 }
 
 absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSink> sink) {
@@ -205,9 +223,9 @@ EngineStats Engine::Stats() const {
   s.steps = count(metrics_.steps);
   s.prompt_tokens = count(metrics_.prompt_tokens);
   s.generated_tokens = count(metrics_.generated_tokens);
-  s.padding_rows = count(metrics_.padding_rows);
-  s.shuffle_moves = count(metrics_.shuffle_moves);
-  s.shuffle_bytes = count(metrics_.shuffle_bytes);
+  s.prefix_query_tokens = count(metrics_.prefix_query_tokens);
+  s.prefix_hit_tokens = count(metrics_.prefix_hit_tokens);
+  s.preemptions = count(metrics_.preemptions);
   for (int r = 0; r < kNumFinishReasons; ++r) s.finished[r] = count(metrics_.finished[r]);
   return s;
 }
@@ -274,14 +292,19 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   {
     // Counted before the sink hears of it, so a client that saw its request
     // finish never reads stats that still hold it.
+    if (seq.running) {
+      pool_.Release(seq.blocks);
+      seq.blocks.clear();
+    }
     std::lock_guard<std::mutex> lock(mu_);
     live_ids_.erase(seq.id);
-    if (seq.slot < 0) {
-      --stats_.queued;
-    } else {
+    if (seq.running) {
       --stats_.active;
-      stats_.kv_bytes_in_use -= seq.computed * kv_bytes_per_token_;
+    } else {
+      --stats_.queued;
     }
+    stats_.kv_bytes_in_use = pool_.used_blocks() * kv_bytes_per_block_;
+    stats_.kv_bytes_cached = pool_.cached_blocks() * kv_bytes_per_block_;
     PublishOccupancyLocked();
   }
   seq.sink->OnFinish(seq.id, ev);
@@ -375,59 +398,93 @@ absl::Time Engine::NextWakeup() const {
   return t;
 }
 
+void Engine::Preempt(RequestId id) {
+  auto it = std::find_if(active_.begin(), active_.end(), [id](const auto& s) { return s->id == id; });
+  std::unique_ptr<Sequence> seq = std::move(*it);
+  active_.erase(it);
+  pool_.Release(seq->blocks);
+  seq->blocks.clear();
+  seq->block_keys.clear();
+  seq->computed = 0;
+  seq->running = false;
+  queue_.push_front(std::move(seq));
+  metrics_.preemptions.Increment();
+  std::lock_guard<std::mutex> lock(mu_);
+  --stats_.active;
+  ++stats_.queued;
+}
+
 bool Engine::Plan(StepPlan* plan) {
   const absl::Time now = Now();
+  const SchedulerOptions& o = options_.scheduler;
+  // Only as many queued requests as could be admitted are looked up in the
+  // prefix cache.
   std::vector<QueuedRequest> queued;
+  const size_t candidates = std::min<size_t>(
+      queue_.size(), static_cast<size_t>(std::max(0, o.max_batch - static_cast<int>(active_.size()))));
   queued.reserve(queue_.size());
-  for (const auto& s : queue_) {
-    queued.push_back({s->id, static_cast<int>(s->tokens.size()), s->arrival});
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    const Sequence& s = *queue_[i];
+    const int known = static_cast<int>(s.tokens.size());
+    const KvBlockPool::Hit hit = i < candidates ? pool_.Peek(s.tokens, known - 1) : KvBlockPool::Hit{};
+    queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks});
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) {
-    active.push_back({s->id, s->slot, s->computed, static_cast<int>(s->tokens.size())});
+    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()),
+                      static_cast<int>(s->blocks.size()), pool_.Exclusive(s->blocks)});
   }
-  *plan = Schedule(queued, active, options_.scheduler, now);
-  if (plan->seqs.empty() && plan->admitted.empty() && plan->moves.empty()) return false;
+  *plan = Schedule(queued, active, pool_.free_blocks(), o, now);
+  if (plan->seqs.empty() && plan->admitted.empty() && plan->preempted.empty()) return false;
 
+  // Preempted sequences go back to the queue's front, the oldest first.
+  for (RequestId id : plan->preempted) Preempt(id);
   by_id_.clear();
   for (const auto& s : active_) by_id_[s->id] = s.get();
+  const int64_t queries = pool_.query_tokens(), hits = pool_.hit_tokens();
   for (size_t i = 0; i < plan->admitted.size(); ++i) {
-    // Admissions are a prefix of the queue, in order.
+    // Admissions are a prefix of the queue, in order. Taking the cached
+    // prefix before any block is allocated keeps eviction off it.
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
-    seq->slot = plan->admitted_slots[i];
+    seq->running = true;
+    seq->computed = pool_.Match(seq->tokens, static_cast<int>(seq->tokens.size()) - 1,
+                                &seq->blocks, &seq->block_keys);
     metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
     by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
   }
-  if (!plan->admitted.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.queued -= static_cast<int>(plan->admitted.size());
-    stats_.active += static_cast<int>(plan->admitted.size());
-    PublishOccupancyLocked();
-  }
+  metrics_.prefix_query_tokens.Add(static_cast<double>(pool_.query_tokens() - queries));
+  metrics_.prefix_hit_tokens.Add(static_cast<double>(pool_.hit_tokens() - hits));
 
-  // The plan's slots are already the post-move ones.
-  step_.moves = plan->moves;
+  // Blocks for every scheduled sequence's positions. The plan counted on
+  // them; a sequence the pool cannot serve after all (not expected) sits
+  // this step out.
+  std::vector<ScheduledSequence> runs;
   step_.batch.Clear();
   for (const ScheduledSequence& p : plan->seqs) {
-    const Sequence& s = *by_id_[p.id];
-    step_.batch.AddSequence(p.slot, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len));
+    Sequence& s = *by_id_[p.id];
+    const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.blocks.size());
+    if (p.pos != s.computed || (need > 0 && !pool_.Allocate(need, &s.blocks))) continue;
+    runs.push_back(p);
+    step_.batch.AddSequence(s.blocks, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len));
   }
-  for (int slot : plan->padding_slots) step_.batch.AddSequence(slot, 0, {0});
+  plan->seqs = std::move(runs);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.queued -= static_cast<int>(plan->admitted.size());
+  stats_.active += static_cast<int>(plan->admitted.size());
+  stats_.kv_bytes_in_use = pool_.used_blocks() * kv_bytes_per_block_;
+  stats_.kv_bytes_cached = pool_.cached_blocks() * kv_bytes_per_block_;
+  PublishOccupancyLocked();
   return true;
 }
 
 void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now) {
-  int64_t moved_bytes = 0;
-  for (const SlotMove& m : plan.moves) {
-    by_id_[m.id]->slot = m.to;
-    moved_bytes += m.len * kv_bytes_per_token_;
-  }
-  int64_t prompt_rows = 0, computed_tokens = 0;
+  int64_t prompt_rows = 0;
   // Rows whose sequence has now computed all its known tokens get a new
-  // token (the others were prompt chunks).
+  // token (the others were prompt chunks, or a preempted sequence's tokens
+  // computed again).
   std::vector<int> rows;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     Sequence& s = *by_id_[plan.seqs[i].id];
@@ -435,13 +492,8 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
     prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
     if (s.finished) continue;
     s.computed += p.len;
-    computed_tokens += p.len;
+    pool_.Register(s.tokens, s.blocks, s.computed / KvCacheShape::kBlockSize, &s.block_keys);
     if (s.computed == static_cast<int>(s.tokens.size())) rows.push_back(static_cast<int>(i));
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.kv_bytes_in_use += computed_tokens * kv_bytes_per_token_;
-    PublishOccupancyLocked();
   }
   // Each sequence samples from its own generator, so they can draw in
   // parallel; tokens are then emitted in order on this thread.
@@ -466,9 +518,6 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   metrics_.step_prompt_tokens.Observe(static_cast<double>(prompt_rows));
   metrics_.prompt_tokens.Add(static_cast<double>(prompt_rows));
   metrics_.generated_tokens.Add(n);
-  metrics_.padding_rows.Add(static_cast<double>(plan.padding_slots.size()));
-  metrics_.shuffle_moves.Add(static_cast<double>(plan.moves.size()));
-  metrics_.shuffle_bytes.Add(static_cast<double>(moved_bytes));
   for (int k = 0; k < n; ++k) {
     Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], std::move(top_logprobs_[k]), now);
   }

@@ -1,12 +1,16 @@
 // The temporal-fusion engine: accepts requests at any time from any thread,
 // and on one loop thread fuses every in-flight sequence into one forward pass
 // per token step (new prompts join the same forward as decoding sequences),
-// streams each sampled token to the request's sink, and frees a slot the
-// step its sequence finishes. The step is planned by Schedule(); the KV cache
-// is compacted (memory shuffle) as the plan says.
+// streams each sampled token to the request's sink, and gives a sequence's
+// KV blocks back the step it finishes. The step is planned by Schedule();
+// KV blocks come from a KvBlockPool sized by memory, sequences hold what
+// their positions fill, prompts reuse cached prefixes, and when blocks run
+// out the newest running sequence is preempted and later recomputed (its
+// output unchanged: every step is batch-invariant).
 #ifndef FLOVER_ENGINE_ENGINE_H_
 #define FLOVER_ENGINE_ENGINE_H_
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -24,6 +28,7 @@
 #include "dist/communicator.h"
 #include "model/causal_lm.h"
 #include "engine/engine_metrics.h"
+#include "engine/kv_blocks.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_executor.h"
@@ -33,7 +38,9 @@ namespace flover {
 
 struct EngineOptions {
   SchedulerOptions scheduler;
-  int max_seq_len = 1024;       // KV positions per slot (<= model positions)
+  int max_seq_len = 1024;       // positions one sequence may reach (<= model positions)
+  KvCacheOptions kv_cache;      // the KV cache's size
+  bool prefix_caching = true;   // reuse cached K/V of prompts' leading blocks
   int max_queue = 1024;         // waiting requests; more are refused at once
   int max_new_tokens_limit = 4096;
   // The time arrivals, deadlines, batching windows and latency metrics are
@@ -47,15 +54,17 @@ struct EngineOptions {
 struct EngineStats {
   int queued = 0;
   int active = 0;
-  int slots = 0;
-  int64_t kv_bytes_in_use = 0;  // filled positions of live sequences
+  int max_running = 0;          // --max_batch
+  int64_t kv_bytes_in_use = 0;  // blocks running sequences hold
+  int64_t kv_bytes_cached = 0;  // idle blocks kept for prefix reuse
   int64_t kv_bytes_total = 0;
+  int64_t kv_tokens_total = 0;  // the cache's capacity in positions
   int64_t steps = 0;
-  int64_t prompt_tokens = 0;      // computed by the model
+  int64_t prompt_tokens = 0;      // computed by the model (cache hits are not)
   int64_t generated_tokens = 0;
-  int64_t padding_rows = 0;       // dummy rows run for holes (kv_shuffle off)
-  int64_t shuffle_moves = 0;
-  int64_t shuffle_bytes = 0;
+  int64_t prefix_query_tokens = 0;  // prompt tokens of admitted requests
+  int64_t prefix_hit_tokens = 0;    // of those, found in the prefix cache
+  int64_t preemptions = 0;
   int64_t submitted = 0;
   std::array<int64_t, kNumFinishReasons> finished{};  // by FinishReason
 };
@@ -75,7 +84,8 @@ class Engine {
 
   // Validates and queues a request; its events go to `sink`. Errors:
   // InvalidArgument naming the field, ResourceExhausted when the queue is
-  // full, Unavailable after Shutdown began.
+  // full or the request cannot fit in the KV cache even alone, Unavailable
+  // after Shutdown began.
   absl::StatusOr<RequestId> Submit(Request request, std::shared_ptr<TokenSink> sink);
 
   // The request finishes with kCancelled at the next step (queued or running).
@@ -104,6 +114,12 @@ class Engine {
 
   const CausalLm& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
+  // The most positions one sequence can reach: max_seq_len, or the whole KV
+  // cache where that holds fewer (a longer request is refused as
+  // RESOURCE_EXHAUSTED: it could not run even alone).
+  int max_context() const {
+    return static_cast<int>(std::min<int64_t>(options_.max_seq_len, int64_t{num_kv_blocks_} * KvCacheShape::kBlockSize));
+  }
 
  private:
   struct Sequence;  // a request from submission to finish
@@ -121,13 +137,16 @@ class Engine {
   // One step: Plan, execute (broadcast first with tensor parallelism),
   // ProcessOutputs. Returns false when there was nothing to run.
   bool Step();
-  // Schedules the step, admits the queued requests it takes and fills
-  // step_ (moves and the ragged batch). Returns false when there is nothing
-  // to run.
+  // Schedules the step, preempts and admits as it says, gives the scheduled
+  // sequences their blocks and fills step_ (plan->seqs then lists what
+  // runs). Returns false when there is nothing to run.
   bool Plan(StepPlan* plan);
+  // Running -> queued (front), its blocks released, to be computed again.
+  void Preempt(RequestId id);
   absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }
-  // Applies a step's results: slots after the moves, computed tokens, one
-  // sampled token for each sequence whose prompt is done, finishes, stats.
+  // Applies a step's results: computed tokens (full blocks registered for
+  // prefix reuse), one sampled token for each sequence whose known tokens
+  // are all computed, finishes, stats.
   // `now` is when the step's logits were ready.
   void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now);
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
@@ -146,7 +165,8 @@ class Engine {
   const EngineOptions options_;
   std::unique_ptr<StepExecutor> executor_;
   ControlChannel* channel_;
-  int64_t kv_bytes_per_token_ = 0;
+  const int64_t kv_bytes_per_block_;
+  const int num_kv_blocks_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -161,8 +181,9 @@ class Engine {
   EngineMetrics metrics_;                          // lock-free
 
   // Loop-thread state.
+  KvBlockPool pool_;
   std::deque<std::unique_ptr<Sequence>> queue_;
-  std::vector<std::unique_ptr<Sequence>> active_;
+  std::vector<std::unique_ptr<Sequence>> active_;  // in admission order
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences
   StepInput step_;
   std::vector<int32_t> sampled_;  // this step's tokens, before they are emitted

@@ -1,15 +1,17 @@
 // The engine's central promise: a request's tokens depend only on its own
 // prompt, parameters and seed. For seeded Poisson arrival schedules (spaced
-// in engine steps, not wall time) with
-// prompts of 1 to 200 tokens, every request's output under fusion (shuffle on
-// and off), dynamic, static and sequential scheduling equals its output run
-// alone, for greedy and for seeded sampling; with f32 and with bf16 linear
-// layers, and with a bf16 KV cache (shuffled); for GPT-2 and Llama shapes;
-// on the CPU, and on a GPU
-// when this build has the CUDA backend and the host a GPU (skipped, with the
-// reason, otherwise).
+// in engine steps, not wall time) with prompts of 1 to 200 tokens, many of
+// them sharing a system prompt or repeating an earlier conversation (so the
+// prefix cache serves them), every request's output under fusion, dynamic,
+// static and sequential scheduling equals its output run alone, for greedy
+// and for seeded sampling; with prefix caching on and off; with a KV cache
+// so small that sequences are preempted and recomputed; with f32 and with
+// bf16 linear layers, and with a bf16 KV cache; for GPT-2 and Llama shapes;
+// on the CPU, and on a GPU when this build has the CUDA backend and the
+// host a GPU (skipped, with the reason, otherwise).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -34,12 +36,26 @@ struct Workload {
 Workload MakeWorkload(uint32_t seed, CausalLm& reference) {
   std::mt19937 rng(seed);
   const int V = reference.info().vocab_size;
+  auto token = [&] { return std::uniform_int_distribution<int>(0, V - 1)(rng); };
   Workload w;
+  std::vector<int32_t> system(70);  // two whole blocks and a part of one
+  for (int32_t& t : system) t = token();
   std::exponential_distribution<double> gap(1.0 / 3.0);  // mean 3 steps
   for (int i = 0; i < 20; ++i) {
     Request r;
-    const int prompt_len = std::uniform_int_distribution<int>(1, 200)(rng);
-    for (int t = 0; t < prompt_len; ++t) r.prompt.push_back(std::uniform_int_distribution<int>(0, V - 1)(rng));
+    // A third start with the shared system prompt; every fifth continues an
+    // earlier conversation (its prompt, its answer, a new question).
+    if (i % 5 == 4) {
+      const int earlier = std::uniform_int_distribution<int>(0, i - 2)(rng);
+      r.prompt = w.requests[earlier].prompt;
+      r.prompt.insert(r.prompt.end(), w.alone[earlier].begin(), w.alone[earlier].end());
+      r.prompt.resize(std::min<size_t>(r.prompt.size(), 180));
+    } else if (i % 3 == 0) {
+      r.prompt = system;
+    }
+    const int own = r.prompt.empty() ? std::uniform_int_distribution<int>(1, 200)(rng)
+                                     : std::uniform_int_distribution<int>(1, 20)(rng);
+    for (int t = 0; t < own; ++t) r.prompt.push_back(token());
     r.stop.max_new_tokens = std::uniform_int_distribution<int>(1, 40)(rng);
     r.stop.ignore_eos = i % 3 == 0;
     if (i % 2 == 1) {  // seeded sampling
@@ -63,10 +79,17 @@ Workload MakeWorkload(uint32_t seed, CausalLm& reference) {
   return w;
 }
 
+// How the KV cache is set up.
+enum class Kv {
+  kRoomy,     // room for every sequence; prefix caching on
+  kNoReuse,   // room for every sequence; prefix caching off
+  kTight,     // 10 blocks, a little more than the longest request needs: preemptions
+};
+
 struct PolicyCase {
   const char* name;
   SchedulerPolicy policy;
-  bool shuffle;
+  Kv kv;
   kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
   const char* device = "cpu";
@@ -92,7 +115,10 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
 
   EngineOptions options;
   options.scheduler.policy = GetParam().policy;
-  options.scheduler.kv_shuffle = GetParam().shuffle;
+  options.prefix_caching = GetParam().kv != Kv::kNoReuse;
+  if (GetParam().kv == Kv::kTight) {
+    options.kv_cache.bytes = 10 * model->CacheShape(1, 1).bytes_per_block();
+  }
   options.scheduler.max_batch = 6;
   options.scheduler.max_tokens_per_step = 64;  // long prompts get chunked
   options.scheduler.batch_delay = absl::Milliseconds(4);
@@ -135,11 +161,21 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   EXPECT_EQ(stats.queued, 0);
   EXPECT_EQ(stats.kv_bytes_in_use, 0);
   EXPECT_EQ(stats.finished[0] + stats.finished[2], 60);  // length + eos
-  if (GetParam().policy == SchedulerPolicy::kFusion && GetParam().shuffle) {
-    EXPECT_GT(stats.shuffle_moves, 0);
+  // The mechanisms under test were used: prefix hits where reuse is on
+  // (never where it is off), preemptions where memory is tight.
+  std::printf("%s: prefix cache hits %lld of %lld prompt tokens, %lld preemptions, %lld steps\n",
+              GetParam().name, static_cast<long long>(stats.prefix_hit_tokens),
+              static_cast<long long>(stats.prefix_query_tokens),
+              static_cast<long long>(stats.preemptions), static_cast<long long>(stats.steps));
+  if (GetParam().kv == Kv::kNoReuse) {
+    EXPECT_EQ(stats.prefix_query_tokens, 0);
+    EXPECT_EQ(stats.prefix_hit_tokens, 0);
+  } else {
+    EXPECT_GT(stats.prefix_hit_tokens, 0);
+    EXPECT_GT(stats.prefix_query_tokens, stats.prefix_hit_tokens);
   }
-  if (!GetParam().shuffle) {
-    EXPECT_EQ(stats.shuffle_moves, 0);
+  if (GetParam().kv == Kv::kTight && GetParam().policy != SchedulerPolicy::kSequential) {
+    EXPECT_GT(stats.preemptions, 0);
   }
   // A step samples at most one token per sequence in it, so fewer steps than
   // tokens means some steps carried several sequences: the batching under
@@ -154,64 +190,66 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, EngineInvarianceTest,
-    ::testing::Values(PolicyCase{"fusion", SchedulerPolicy::kFusion, true},
-                      PolicyCase{"fusion_noshuffle", SchedulerPolicy::kFusion, false},
-                      PolicyCase{"dynamic", SchedulerPolicy::kDynamic, true},
-                      PolicyCase{"static", SchedulerPolicy::kStatic, true},
-                      PolicyCase{"sequential", SchedulerPolicy::kSequential, true},
-                      PolicyCase{"fusion_bf16", SchedulerPolicy::kFusion, true,
+    ::testing::Values(PolicyCase{"fusion", SchedulerPolicy::kFusion, Kv::kRoomy},
+                      PolicyCase{"fusion_no_prefix_reuse", SchedulerPolicy::kFusion, Kv::kNoReuse},
+                      PolicyCase{"fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight},
+                      PolicyCase{"dynamic", SchedulerPolicy::kDynamic, Kv::kRoomy},
+                      PolicyCase{"dynamic_tight_kv", SchedulerPolicy::kDynamic, Kv::kTight},
+                      PolicyCase{"static", SchedulerPolicy::kStatic, Kv::kRoomy},
+                      PolicyCase{"sequential", SchedulerPolicy::kSequential, Kv::kRoomy},
+                      PolicyCase{"fusion_bf16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16},
-                      PolicyCase{"fusion_noshuffle_bf16", SchedulerPolicy::kFusion, false,
+                      PolicyCase{"fusion_tight_kv_bf16", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kBF16},
-                      PolicyCase{"fusion_kv_bf16", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"fusion_kv_bf16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kBF16},
                       // A Llama-shaped model: grouped-query attention, rotary
                       // embeddings at each row's position, SwiGLU.
-                      PolicyCase{"llama_fusion", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"llama_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:llama-tiny"},
-                      PolicyCase{"llama_fusion_noshuffle", SchedulerPolicy::kFusion, false,
+                      PolicyCase{"llama_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:llama-tiny"},
-                      PolicyCase{"llama_dynamic", SchedulerPolicy::kDynamic, true,
+                      PolicyCase{"llama_dynamic", SchedulerPolicy::kDynamic, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:llama-tiny"},
-                      PolicyCase{"llama_static", SchedulerPolicy::kStatic, true,
+                      PolicyCase{"llama_static", SchedulerPolicy::kStatic, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:llama-tiny"},
-                      PolicyCase{"llama_sequential", SchedulerPolicy::kSequential, true,
+                      PolicyCase{"llama_sequential", SchedulerPolicy::kSequential, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:llama-tiny"},
-                      PolicyCase{"llama_fusion_bf16", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"llama_fusion_bf16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
                                  "builtin:llama-tiny"},
                       // int8: exact integer sums, so invariant by construction.
-                      PolicyCase{"fusion_int8", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"fusion_int8", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kInt8},
-                      PolicyCase{"dynamic_int8", SchedulerPolicy::kDynamic, true,
+                      PolicyCase{"dynamic_int8", SchedulerPolicy::kDynamic, Kv::kRoomy,
                                  kernels::MatmulDtype::kInt8},
-                      PolicyCase{"llama_fusion_int8", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"llama_fusion_int8", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, "cpu",
                                  "builtin:llama-tiny"},
-                      PolicyCase{"cuda_llama_fusion", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"cuda_llama_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
                                  "builtin:llama-tiny"},
                       // The same promise on a GPU.
-                      PolicyCase{"cuda_fusion", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"cuda_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
-                      PolicyCase{"cuda_fusion_noshuffle", SchedulerPolicy::kFusion, false,
+                      PolicyCase{"cuda_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
-                      PolicyCase{"cuda_dynamic", SchedulerPolicy::kDynamic, true,
+                      PolicyCase{"cuda_dynamic", SchedulerPolicy::kDynamic, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
-                      PolicyCase{"cuda_static", SchedulerPolicy::kStatic, true,
+                      PolicyCase{"cuda_static", SchedulerPolicy::kStatic, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
-                      PolicyCase{"cuda_sequential", SchedulerPolicy::kSequential, true,
+                      PolicyCase{"cuda_sequential", SchedulerPolicy::kSequential, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cuda"},
-                      PolicyCase{"cuda_fusion_bf16", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"cuda_fusion_bf16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda"},
-                      PolicyCase{"cuda_fusion_noshuffle_bf16", SchedulerPolicy::kFusion, false,
+                      PolicyCase{"cuda_fusion_tight_kv_bf16", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda"},
-                      PolicyCase{"cuda_fusion_f16", SchedulerPolicy::kFusion, true,
+                      PolicyCase{"cuda_fusion_f16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF16, kernels::KvDtype::kF32, "cuda"}),
     [](const auto& info) { return std::string(info.param.name); });
 

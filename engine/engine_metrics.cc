@@ -75,6 +75,14 @@ void EngineMetrics::Write(prometheus::TextWriter& out) const {
   counter("flover_prompt_tokens_total", "Prompt tokens computed by the model.", prompt_tokens);
   counter("flover_generated_tokens_total", "Tokens generated (sampled) for requests.",
           generated_tokens);
+  counter("flover_prefix_cache_queries_total",
+          "Tokens of admitted requests looked up in the prefix cache.", prefix_query_tokens);
+  counter("flover_prefix_cache_hits_total",
+          "Tokens of admitted requests whose K/V the prefix cache held (not computed).",
+          prefix_hit_tokens);
+  counter("flover_preemptions_total",
+          "Running requests sent back to the queue for KV blocks (computed again when resumed).",
+          preemptions);
 
   histogram("flover_request_queue_time_seconds",
             "Time from submission to admission into the running batch.", queue_time);
@@ -89,14 +97,16 @@ void EngineMetrics::Write(prometheus::TextWriter& out) const {
             "Time from submission to the end of a request, whatever its finish reason.",
             e2e_latency);
 
-  gauge("flover_requests_running", "Requests in the running batch (each holds a KV slot).",
-        running.Value());
-  gauge("flover_requests_waiting", "Requests queued for admission.", waiting.Value());
-  gauge("flover_kv_slots_used", "KV cache slots held by running requests.", running.Value());
-  gauge("flover_kv_slots_capacity", "KV cache slots (--max_batch).", kv_slots_total.Value());
+  gauge("flover_requests_running", "Requests in the running batch.", running.Value());
+  gauge("flover_requests_waiting", "Requests queued for admission (preempted ones included).",
+        waiting.Value());
   gauge("flover_kv_cache_used_bytes",
-        "Bytes of KV cache filled by running requests (per tensor-parallel rank).",
+        "Bytes of KV cache blocks running requests hold (per tensor-parallel rank).",
         kv_bytes_in_use.Value());
+  gauge("flover_kv_cache_cached_bytes",
+        "Bytes of idle KV cache blocks kept for prefix reuse, evicted when blocks are needed (per "
+        "tensor-parallel rank).",
+        kv_bytes_cached.Value());
   gauge("flover_kv_cache_capacity_bytes", "Bytes of KV cache (per tensor-parallel rank).",
         kv_bytes_total.Value());
 
@@ -107,12 +117,6 @@ void EngineMetrics::Write(prometheus::TextWriter& out) const {
   histogram("flover_step_rows", "Token rows in one fused forward pass.", step_rows);
   histogram("flover_step_prompt_tokens", "Prompt tokens fused into one forward pass.",
             step_prompt_tokens);
-  counter("flover_padding_rows_total",
-          "Dummy rows run for holes in the KV cache (with the KV shuffle off).", padding_rows);
-  counter("flover_kv_shuffle_moves_total", "Sequences moved to compact the KV cache.",
-          shuffle_moves);
-  counter("flover_kv_shuffle_bytes_total", "KV cache bytes copied by the shuffle (per rank).",
-          shuffle_bytes);
 }
 
 }  // namespace flover

@@ -1,5 +1,6 @@
 // What the engine records for Prometheus: request outcomes and latencies,
-// tokens, queue and KV occupancy, step sizes and times, KV shuffle traffic.
+// tokens, queue and KV occupancy, step sizes and times, prefix-cache hits
+// and preemptions.
 // The engine loop writes these as it goes (lock-free instruments); a scrape
 // reads them from any thread without ever waiting on the loop.
 #ifndef FLOVER_ENGINE_ENGINE_METRICS_H_
@@ -31,6 +32,9 @@ class EngineMetrics {
   prometheus::Counter submitted;
   prometheus::Counter prompt_tokens;     // computed by the model
   prometheus::Counter generated_tokens;
+  prometheus::Counter prefix_query_tokens;  // known tokens of admitted requests
+  prometheus::Counter prefix_hit_tokens;    // of those, found in the prefix cache
+  prometheus::Counter preemptions;          // running sequences sent back to the queue
 
   // Latencies, in seconds.
   prometheus::Histogram queue_time;         // submitted -> admitted to the batch
@@ -42,8 +46,8 @@ class EngineMetrics {
   // Occupancy, as of the last change.
   prometheus::Gauge running;
   prometheus::Gauge waiting;
-  prometheus::Gauge kv_slots_total;
-  prometheus::Gauge kv_bytes_in_use;
+  prometheus::Gauge kv_bytes_in_use;  // blocks running sequences hold
+  prometheus::Gauge kv_bytes_cached;  // idle blocks kept for prefix reuse
   prometheus::Gauge kv_bytes_total;
 
   // Steps.
@@ -51,9 +55,6 @@ class EngineMetrics {
   prometheus::Histogram step_seconds;       // one fused forward pass (plus its broadcast)
   prometheus::Histogram step_rows;          // token rows in one forward pass
   prometheus::Histogram step_prompt_tokens; // prompt tokens fused into one step
-  prometheus::Counter padding_rows;
-  prometheus::Counter shuffle_moves;
-  prometheus::Counter shuffle_bytes;
 
  private:
   // Indexed by absl::StatusCode (0..16).

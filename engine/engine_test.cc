@@ -362,6 +362,73 @@ TEST_F(EngineTest, TopLogprobsComeWithEachToken) {
   EXPECT_THAT(refused.status().message(), HasSubstr("top_logprobs: must be in [0, 20], got 21"));
 }
 
+// A cache of four blocks (128 positions): a request that could not run even
+// alone is refused at once, naming its size and the cache's; one that just
+// fits runs.
+TEST_F(EngineTest, ARequestLargerThanTheWholeCacheIsRefusedWithTheSizes) {
+  EngineOptions o = Options();
+  Start("builtin:tiny", o);
+  const int64_t per_block = model_->CacheShape(1, 1).bytes_per_block();
+  engine_.reset();
+  o.kv_cache.bytes = 4 * per_block;
+  auto e = Engine::Create(*model_, nullptr, o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  engine_ = std::move(*e);
+  EXPECT_EQ(engine_->max_context(), 128);  // not max_seq_len (512)
+  auto refused = engine_->Submit(Greedy(std::vector<int32_t>(100, 3), 29),
+                                 std::make_shared<CollectingSink>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("prompt (100 tokens) + max_new_tokens (29) needs 5 KV blocks of 32 positions"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("the whole KV cache has 4"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--kv_cache_memory"));
+  auto [id, sink] = Submit(Greedy(std::vector<int32_t>(100, 3), 28));
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->tokens().size(), 28u);
+}
+
+// Finished sequences leave their whole blocks cached; the same prompt then
+// starts from them (and answers the same); a request that needs the memory
+// evicts them.
+TEST_F(EngineTest, FinishedBlocksStayCachedUntilMemoryIsNeeded) {
+  EngineOptions o = Options();
+  Start("builtin:tiny", o);
+  const int64_t per_block = model_->CacheShape(1, 1).bytes_per_block();
+  engine_.reset();
+  o.kv_cache.bytes = 4 * per_block;
+  auto e = Engine::Create(*model_, nullptr, o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  engine_ = std::move(*e);
+  std::vector<int32_t> prompt(70);
+  for (int i = 0; i < 70; ++i) prompt[i] = (i * 7 + 1) % 500;
+
+  auto first = Submit(Greedy(prompt, 10)).second;
+  ASSERT_TRUE(first->Wait());
+  EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.kv_bytes_in_use, 0);
+  EXPECT_EQ(s.kv_bytes_cached, 2 * per_block);  // 79 positions computed: 2 whole blocks
+  EXPECT_EQ(s.kv_bytes_total, 4 * per_block);
+  EXPECT_EQ(s.prefix_hit_tokens, 0);
+
+  auto again = Submit(Greedy(prompt, 10)).second;
+  ASSERT_TRUE(again->Wait());
+  EXPECT_EQ(again->tokens(), first->tokens());
+  s = engine_->Stats();
+  EXPECT_EQ(s.prefix_hit_tokens, 64);
+  EXPECT_EQ(s.prefix_query_tokens, 2 * 69);
+  EXPECT_EQ(s.prompt_tokens, 70 + 6);  // the second computed only its last 6
+
+  // 100 + 28 positions take every block: the cached ones are evicted.
+  auto big = Submit(Greedy(std::vector<int32_t>(100, 3), 28)).second;
+  ASSERT_TRUE(big->Wait());
+  EXPECT_EQ(engine_->Stats().kv_bytes_cached, 3 * per_block);  // its own 127 positions
+  auto third = Submit(Greedy(prompt, 10)).second;
+  ASSERT_TRUE(third->Wait());
+  EXPECT_EQ(third->tokens(), first->tokens());
+  EXPECT_EQ(engine_->Stats().prefix_hit_tokens, 64);  // no new hit
+  EXPECT_EQ(engine_->Stats().preemptions, 0);
+}
+
 TEST_F(EngineTest, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {
   Start("builtin:tiny", Options());
   std::vector<std::shared_ptr<CollectingSink>> sinks;

@@ -21,14 +21,16 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
         ") exceeds the model's ", info.max_positions, " positions"));
   }
   if (absl::Status st = ValidateSamplingParams(options.sampling); !st.ok()) return st;
-  auto cache = KvCache::Create(model.backend(), model.CacheShape(1, static_cast<int>(total)));
+  const int num_blocks = KvCacheShape::BlocksFor(total);
+  auto cache = KvCache::Create(model.backend(), model.CacheShape(num_blocks, static_cast<int>(total)));
   if (!cache.ok()) return cache.status();
+  const std::vector<int32_t> blocks = BlockRange(0, num_blocks);
 
   Sampler sampler(options.sampling);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   std::vector<int32_t> output;
   ForwardBatch batch;
-  batch.AddSequence(0, 0, prompt);
+  batch.AddSequence(blocks, 0, prompt);
   while (true) {
     auto logits = model.Forward(batch, **cache, LogitsFor::kLastRowOfEachSequence);
     if (!logits.ok()) return logits.status();
@@ -42,7 +44,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
     if (!options.ignore_eos && info.IsEos(token)) break;
     batch.Clear();
     const int32_t pos = static_cast<int32_t>(history.size()) - 1;
-    batch.AddSequence(0, pos, {token});
+    batch.AddSequence(blocks, pos, {token});
   }
   return output;
 }

@@ -7,10 +7,12 @@
 namespace flover {
 namespace {
 
+int BlocksFor(int positions, int block_size) { return (positions + block_size - 1) / block_size; }
+
 // How many queued requests the policy lets in this step.
 int AdmissionLimit(const std::vector<QueuedRequest>& queue, int active, int free_slots,
                    const SchedulerOptions& o, absl::Time now) {
-  if (queue.empty() || free_slots == 0) return 0;
+  if (queue.empty() || free_slots <= 0) return 0;
   const int q = static_cast<int>(queue.size());
   switch (o.policy) {
     case SchedulerPolicy::kFusion:
@@ -54,87 +56,68 @@ absl::string_view SchedulerPolicyName(SchedulerPolicy policy) {
   return "?";
 }
 
-std::vector<SlotMove> CompactionMoves(const std::vector<ActiveSequence>& active) {
-  const int n = static_cast<int>(active.size());
-  std::vector<bool> occupied(n, false);
-  std::vector<const ActiveSequence*> above;  // live slots >= n
-  for (const ActiveSequence& a : active) {
-    if (a.slot < n) {
-      occupied[a.slot] = true;
-    } else {
-      above.push_back(&a);
-    }
-  }
-  std::sort(above.begin(), above.end(),
-            [](const ActiveSequence* a, const ActiveSequence* b) { return a->slot > b->slot; });
-  std::vector<SlotMove> moves;
-  size_t next = 0;
-  for (int hole = 0; hole < n; ++hole) {
-    if (occupied[hole]) continue;
-    const ActiveSequence* a = above[next++];
-    moves.push_back({a->id, a->slot, hole, a->computed});
-  }
-  return moves;
-}
-
 StepPlan Schedule(const std::vector<QueuedRequest>& queue,
-                  const std::vector<ActiveSequence>& active, const SchedulerOptions& o,
-                  absl::Time now) {
+                  const std::vector<ActiveSequence>& active, int free_blocks,
+                  const SchedulerOptions& o, absl::Time now) {
   StepPlan plan;
-  if (o.kv_shuffle) plan.moves = CompactionMoves(active);
-
-  // Slots after this step's moves.
-  std::vector<bool> used(o.max_batch, false);
-  std::vector<ActiveSequence> live = active;
-  for (ActiveSequence& a : live) {
-    for (const SlotMove& m : plan.moves) {
-      if (m.id == a.id) a.slot = m.to;
-    }
-    used[a.slot] = true;
-  }
+  const int B = o.block_size;
+  const int n = static_cast<int>(active.size());
+  int budget = o.max_tokens_per_step;
+  int free = free_blocks;
 
   // Running sequences first: decodes take one token each, then unfinished
-  // prompts continue in chunks, oldest slot first.
-  int budget = o.max_tokens_per_step;
-  std::sort(live.begin(), live.end(), [](const ActiveSequence& a, const ActiveSequence& b) {
-    const bool da = a.known - a.computed == 1, db = b.known - b.computed == 1;
-    return da != db ? da : a.slot < b.slot;
+  // prompts continue in chunks, each group oldest first.
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](int i) {
+    return active[i].known - active[i].computed == 1;
   });
-  for (const ActiveSequence& a : live) {
-    const int want = a.known - a.computed;
-    const int len = std::min(want, budget);
-    if (len <= 0) continue;
-    plan.seqs.push_back({a.id, a.slot, a.computed, len});
+  std::vector<bool> scheduled(n, false), preempted(n, false);
+  for (int i : order) {
+    if (preempted[i]) continue;
+    const ActiveSequence& a = active[i];
+    const int want = std::min(a.known - a.computed, budget);
+    if (want <= 0) continue;
+    // Positions its blocks and the free ones leave it; while not even one,
+    // the newest sequence not yet scheduled gives its blocks back.
+    int room = (a.blocks + free) * B - a.computed;
+    while (room < 1) {
+      int victim = n - 1;
+      while (scheduled[victim] || preempted[victim]) --victim;  // i itself qualifies
+      preempted[victim] = true;
+      plan.preempted.push_back(active[victim].id);
+      free += active[victim].exclusive;
+      if (victim == i) break;
+      room = (a.blocks + free) * B - a.computed;
+    }
+    if (preempted[i]) continue;
+    const int len = std::min(want, room);
+    free -= std::max(0, BlocksFor(a.computed + len, B) - a.blocks);
+    plan.seqs.push_back({a.id, a.computed, len});
+    scheduled[i] = true;
     budget -= len;
   }
+  if (!plan.preempted.empty()) return plan;  // memory is short: nobody new
 
-  // Then new requests, as many as the policy and free slots allow. Fusion
-  // admits only while there is budget to start their prompts; a batching
-  // policy admits its whole batch at once (nobody joins it later), and
-  // prompts the budget cannot cover yet continue in the next steps.
-  const int free_slots = o.max_batch - static_cast<int>(active.size());
-  const int limit = AdmissionLimit(queue, static_cast<int>(active.size()), free_slots, o, now);
+  // Then new requests, as many as the policy, max_batch and free blocks
+  // allow, in order: one whose known tokens do not all fit in the free
+  // blocks waits, and so do those behind it. Fusion admits only while there
+  // is budget to start their prompts; a batching policy admits its whole
+  // batch at once (nobody joins it later), and prompts the budget cannot
+  // cover yet continue in the next steps.
+  const int limit = AdmissionLimit(queue, n, o.max_batch - n, o, now);
   const bool whole_batch = o.policy != SchedulerPolicy::kFusion;
   for (int i = 0; i < limit && (budget > 0 || whole_batch); ++i) {
     const QueuedRequest& q = queue[i];
-    const int slot = static_cast<int>(std::find(used.begin(), used.end(), false) - used.begin());
-    used[slot] = true;
+    const int held = q.cached / B;  // blocks it takes from the prefix cache
+    const int avail = free - q.cached_idle;
+    if (BlocksFor(q.known, B) - held > avail) break;
+    const int len = std::min(q.known - q.cached, budget);
+    free = avail - (len > 0 ? BlocksFor(q.cached + len, B) - held : 0);
     plan.admitted.push_back(q.id);
-    plan.admitted_slots.push_back(slot);
-    const int len = std::min(q.prompt_len, budget);
     if (len > 0) {
-      plan.seqs.push_back({q.id, slot, 0, len});
+      plan.seqs.push_back({q.id, q.cached, len});
       budget -= len;
-    }
-  }
-
-  if (!o.kv_shuffle) {
-    int highest = -1;
-    for (int s = 0; s < o.max_batch; ++s) {
-      if (used[s]) highest = s;
-    }
-    for (int s = 0; s < highest; ++s) {
-      if (!used[s]) plan.padding_slots.push_back(s);
     }
   }
   return plan;

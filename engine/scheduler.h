@@ -1,7 +1,8 @@
-// The step scheduler: a pure function from (queue, active sequences, options,
-// now) to the StepPlan of one token step. No model, no threads, no clock: the
-// engine supplies the state and applies the plan, and tests drive it with
-// tables of expected plans.
+// The step scheduler: a pure function from (queue, running sequences, free
+// KV blocks, options, now) to the StepPlan of one token step. No model, no
+// threads, no clock: the engine supplies the state (counts from its block
+// pool) and applies the plan, and tests drive it with tables of expected
+// plans.
 #ifndef FLOVER_ENGINE_SCHEDULER_H_
 #define FLOVER_ENGINE_SCHEDULER_H_
 
@@ -31,75 +32,76 @@ absl::string_view SchedulerPolicyName(SchedulerPolicy policy);
 
 struct SchedulerOptions {
   SchedulerPolicy policy = SchedulerPolicy::kFusion;
-  int max_batch = 32;                // KV slots = sequences in flight
+  int max_batch = 128;               // most sequences running at once
   int max_tokens_per_step = 256;     // token budget of one forward
-  bool kv_shuffle = true;            // keep live sequences in slots [0, n)
+  int block_size = 32;               // positions per KV block
   absl::Duration batch_delay = absl::Milliseconds(10);  // kDynamic
   absl::Duration static_flush = absl::Seconds(1);       // kStatic
 };
 
+// A request waiting to run: new, or preempted (its tokens then include what
+// it generated, and it resumes by computing them again).
 struct QueuedRequest {
   RequestId id = 0;
-  int prompt_len = 0;
+  int known = 0;  // tokens to compute before it samples
   absl::Time arrival;
+  int cached = 0;       // leading tokens whose K/V the prefix cache holds (whole blocks, < known)
+  int cached_idle = 0;  // blocks of those that nobody holds now (taking them uses free blocks)
 };
 
-// A sequence holding a KV slot. Tokens [0, computed) have their K/V in the
-// slot; tokens [computed, known) are known (prompt, or the last sampled token)
-// but not yet run through the model.
+// A running sequence. Tokens [0, computed) have their K/V in its `blocks`
+// KV blocks; tokens [computed, known) are known (prompt, or the last
+// sampled token) but not yet run through the model. `active` is in
+// admission order, oldest first.
 struct ActiveSequence {
   RequestId id = 0;
-  int slot = 0;
   int computed = 0;
   int known = 0;
-};
-
-struct SlotMove {
-  RequestId id = 0;
-  int from = 0;
-  int to = 0;
-  int len = 0;  // filled positions to copy
+  int blocks = 0;     // KV blocks it holds
+  int exclusive = 0;  // of those, the ones no other sequence holds
 };
 
 // One sequence's part of the forward: `len` tokens starting at `pos`, i.e.
-// its known tokens [pos, pos + len).
+// its known tokens [pos, pos + len). The engine gives it blocks up to
+// ceil((pos + len) / block_size) first.
 struct ScheduledSequence {
   RequestId id = 0;
-  int slot = 0;
   int pos = 0;
   int len = 0;
 };
 
 struct StepPlan {
-  std::vector<SlotMove> moves;            // apply before the forward, in order
-  std::vector<RequestId> admitted;        // queue -> active, in queue order
-  std::vector<int> admitted_slots;        // slot of each admitted request
-  std::vector<ScheduledSequence> seqs;    // the ragged batch
-  // With kv_shuffle off: free slots below the highest live slot. The dense
-  // batch of a slot-indexed engine computes them too (masked), so the engine
-  // runs one dummy row in each to model that cost.
-  std::vector<int> padding_slots;
+  // Running sequences whose blocks go back to the pool (newest first) so
+  // older ones can grow; they return to the front of the queue and compute
+  // their tokens again when readmitted. Applied first.
+  std::vector<RequestId> preempted;
+  std::vector<RequestId> admitted;      // queue -> running, in queue order
+  std::vector<ScheduledSequence> seqs;  // the ragged batch
   bool empty() const { return seqs.empty(); }
 };
 
-// `queue` is in arrival order; `active` in any order, with distinct slots.
-// Sequences that finished were removed from `active` by the caller.
+// `queue` is in arrival order (preempted requests first); `active` in
+// admission order. `free_blocks`: blocks the pool can hand out now (idle
+// cached ones included). Sequences that finished were removed from
+// `active` by the caller.
+//
+// Running sequences go first (decodes, then prompt chunks, each oldest
+// first), each as far as the token budget and free blocks allow; one that
+// cannot compute a single token preempts the newest running sequence not
+// yet scheduled (itself, if it is the newest). Then, in a step that
+// preempted nothing, queued requests are admitted in order while the
+// policy, max_batch, the budget and free blocks allow, from their cached
+// prefix on.
 StepPlan Schedule(const std::vector<QueuedRequest>& queue,
-                  const std::vector<ActiveSequence>& active,
+                  const std::vector<ActiveSequence>& active, int free_blocks,
                   const SchedulerOptions& options, absl::Time now);
 
-// Most rows a plan's forward can have: the token budget (no more than every
-// slot's whole sequence) plus, with kv_shuffle off, one padding row per other
-// slot. Every sequence and padding slot asks for one row of logits, so those
-// are at most max_batch.
+// Most rows a plan's forward can have: the token budget, no more than every
+// running sequence's whole context. Every sequence asks for one row of
+// logits, so those are at most max_batch.
 inline int MaxRowsPerStep(const SchedulerOptions& o, int max_seq_len) {
-  const int64_t tokens = std::min<int64_t>(o.max_tokens_per_step, int64_t{o.max_batch} * max_seq_len);
-  return static_cast<int>(tokens) + (o.kv_shuffle ? 0 : o.max_batch - 1);
+  return static_cast<int>(std::min<int64_t>(o.max_tokens_per_step, int64_t{o.max_batch} * max_seq_len));
 }
-
-// The moves that pack live slots into [0, n): each hole below n takes the
-// highest live slot at or above n, so the fewest sequences move.
-std::vector<SlotMove> CompactionMoves(const std::vector<ActiveSequence>& active);
 
 }  // namespace flover
 

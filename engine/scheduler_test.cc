@@ -11,117 +11,149 @@
 
 namespace flover {
 
-// For matchers; SlotMove itself needs no equality outside tests.
-bool operator==(const SlotMove& a, const SlotMove& b) {
-  return a.id == b.id && a.from == b.from && a.to == b.to && a.len == b.len;
-}
-
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
+constexpr int kPlenty = 1000;  // free blocks when memory is not the question
 
-SchedulerOptions Fusion(int max_batch = 4, int budget = 64, bool shuffle = true) {
+SchedulerOptions Fusion(int max_batch = 4, int budget = 64) {
   SchedulerOptions o;
   o.policy = SchedulerPolicy::kFusion;
   o.max_batch = max_batch;
   o.max_tokens_per_step = budget;
-  o.kv_shuffle = shuffle;
+  o.block_size = 32;
   return o;
 }
 
-// (id, slot, pos, len) of each scheduled sequence.
-std::vector<std::tuple<RequestId, int, int, int>> Seqs(const StepPlan& p) {
-  std::vector<std::tuple<RequestId, int, int, int>> out;
-  for (const auto& s : p.seqs) out.emplace_back(s.id, s.slot, s.pos, s.len);
-  return out;
+// A running sequence holding the blocks its computed tokens fill, none shared.
+ActiveSequence Running(RequestId id, int computed, int known) {
+  const int blocks = (computed + 31) / 32;
+  return {id, computed, known, blocks, blocks};
 }
 
-std::vector<std::tuple<RequestId, int, int, int>> Moves(const StepPlan& p) {
-  std::vector<std::tuple<RequestId, int, int, int>> out;
-  for (const auto& m : p.moves) out.emplace_back(m.id, m.from, m.to, m.len);
+// (id, pos, len) of each scheduled sequence.
+std::vector<std::tuple<RequestId, int, int>> Seqs(const StepPlan& p) {
+  std::vector<std::tuple<RequestId, int, int>> out;
+  for (const auto& s : p.seqs) out.emplace_back(s.id, s.pos, s.len);
   return out;
 }
 
 TEST(SchedulerTest, JoinsMidStreamInTheSameForwardAsDecodes) {
   // Two sequences decoding (one known token not yet computed), one arrives.
-  const std::vector<ActiveSequence> active = {{1, 0, 10, 11}, {2, 1, 5, 6}};
+  const std::vector<ActiveSequence> active = {Running(1, 10, 11), Running(2, 5, 6)};
   const std::vector<QueuedRequest> queue = {{3, 7, kT0}};
-  const StepPlan p = Schedule(queue, active, Fusion(), kT0);
+  const StepPlan p = Schedule(queue, active, kPlenty, Fusion(), kT0);
   EXPECT_THAT(p.admitted, ElementsAre(3));
-  EXPECT_THAT(p.admitted_slots, ElementsAre(2));
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 10, 1), std::make_tuple(2, 1, 5, 1),
-                                   std::make_tuple(3, 2, 0, 7)));
-  EXPECT_THAT(p.moves, IsEmpty());
+  EXPECT_THAT(p.preempted, IsEmpty());
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 10, 1), std::make_tuple(2, 5, 1),
+                                   std::make_tuple(3, 0, 7)));
 }
 
-TEST(SchedulerTest, SeveralJoinsInOneStepUpToFreeSlots) {
+TEST(SchedulerTest, MaxBatchCapsRunningSequences) {
   const std::vector<QueuedRequest> queue = {{1, 3, kT0}, {2, 4, kT0}, {3, 5, kT0}, {4, 1, kT0},
                                             {5, 2, kT0}};
-  const StepPlan p = Schedule(queue, {}, Fusion(/*max_batch=*/4), kT0);
-  EXPECT_THAT(p.admitted, ElementsAre(1, 2, 3, 4));  // 5 waits: no slot
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 0, 3), std::make_tuple(2, 1, 0, 4),
-                                   std::make_tuple(3, 2, 0, 5), std::make_tuple(4, 3, 0, 1)));
+  const StepPlan p = Schedule(queue, {}, kPlenty, Fusion(/*max_batch=*/4), kT0);
+  EXPECT_THAT(p.admitted, ElementsAre(1, 2, 3, 4));  // 5 waits: four are running
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 3), std::make_tuple(2, 0, 4),
+                                   std::make_tuple(3, 0, 5), std::make_tuple(4, 0, 1)));
+}
+
+TEST(SchedulerTest, AdmissionChecksTheBlocksThePromptNeeds) {
+  // Three free blocks: a 40-token prompt needs two, so the second one waits,
+  // and so does the one-block prompt behind it (arrival order is kept).
+  const std::vector<QueuedRequest> queue = {{1, 40, kT0}, {2, 40, kT0}, {3, 5, kT0}};
+  StepPlan p = Schedule(queue, {}, 3, Fusion(8, 256), kT0);
+  EXPECT_THAT(p.admitted, ElementsAre(1));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 40)));
+  // The whole prompt must fit, not only the chunk this step computes.
+  p = Schedule({{1, 100, kT0}}, {}, 3, Fusion(8, 16), kT0);
+  EXPECT_THAT(p.admitted, IsEmpty());
+  p = Schedule({{1, 96, kT0}}, {}, 3, Fusion(8, 16), kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 16)));
+}
+
+TEST(SchedulerTest, ACachedPrefixIsNotComputedAgain) {
+  // 64 of 70 tokens are cached in two blocks nobody holds (they count
+  // against the free blocks when taken): one more block is needed.
+  const std::vector<QueuedRequest> idle = {{1, 70, kT0, /*cached=*/64, /*cached_idle=*/2}};
+  EXPECT_THAT(Seqs(Schedule(idle, {}, 3, Fusion(), kT0)), ElementsAre(std::make_tuple(1, 64, 6)));
+  EXPECT_THAT(Schedule(idle, {}, 2, Fusion(), kT0).admitted, IsEmpty());
+  // Blocks a running sequence holds cost nothing more to share.
+  const std::vector<QueuedRequest> held = {{1, 70, kT0, 64, 0}};
+  EXPECT_THAT(Seqs(Schedule(held, {}, 1, Fusion(), kT0)), ElementsAre(std::make_tuple(1, 64, 6)));
 }
 
 TEST(SchedulerTest, PromptChunkingAcrossSteps) {
-  // Budget 32: a 70-token prompt runs as 32 + 32 + 6, while a decoding
+  // Budget 32: a 70-token prompt runs as 31 + 31 + 8, while a decoding
   // sequence keeps getting its token first every step.
   SchedulerOptions o = Fusion(4, 32);
-  std::vector<ActiveSequence> active = {{1, 0, 9, 10}};
-  StepPlan p = Schedule({{2, 70, kT0}}, active, o, kT0);
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 9, 1), std::make_tuple(2, 1, 0, 31)));
-  active = {{1, 0, 10, 11}, {2, 1, 31, 70}};
-  p = Schedule({}, active, o, kT0);
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 10, 1), std::make_tuple(2, 1, 31, 31)));
-  active = {{1, 0, 11, 12}, {2, 1, 62, 70}};
-  p = Schedule({}, active, o, kT0);
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 11, 1), std::make_tuple(2, 1, 62, 8)));
+  std::vector<ActiveSequence> active = {Running(1, 9, 10)};
+  StepPlan p = Schedule({{2, 70, kT0}}, active, kPlenty, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 9, 1), std::make_tuple(2, 0, 31)));
+  active = {Running(1, 10, 11), Running(2, 31, 70)};
+  p = Schedule({}, active, kPlenty, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 10, 1), std::make_tuple(2, 31, 31)));
+  active = {Running(1, 11, 12), Running(2, 62, 70)};
+  p = Schedule({}, active, kPlenty, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 11, 1), std::make_tuple(2, 62, 8)));
 }
 
 TEST(SchedulerTest, NoAdmissionWithoutBudgetUnderFusion) {
   SchedulerOptions o = Fusion(4, 2);
-  const std::vector<ActiveSequence> active = {{1, 0, 3, 4}, {2, 1, 3, 4}};
-  const StepPlan p = Schedule({{3, 5, kT0}}, active, o, kT0);
+  const std::vector<ActiveSequence> active = {Running(1, 3, 4), Running(2, 3, 4)};
+  const StepPlan p = Schedule({{3, 5, kT0}}, active, kPlenty, o, kT0);
   EXPECT_THAT(p.admitted, IsEmpty());
   EXPECT_EQ(p.seqs.size(), 2u);
 }
 
-TEST(SchedulerTest, ShuffleClosesHolesWithTheFewestMoves) {
-  // Finished at the first slot: the last live slot moves into it.
-  EXPECT_THAT(CompactionMoves({{2, 1, 5, 6}, {3, 2, 7, 8}, {4, 3, 9, 10}}),
-              ElementsAre(SlotMove{4, 3, 0, 9}));
-  // Finished in the middle.
-  EXPECT_THAT(CompactionMoves({{1, 0, 5, 6}, {3, 2, 7, 8}, {4, 3, 9, 10}}),
-              ElementsAre(SlotMove{4, 3, 1, 9}));
-  // Finished at the last slot: nothing moves.
-  EXPECT_THAT(CompactionMoves({{1, 0, 5, 6}, {2, 1, 7, 8}, {3, 2, 9, 10}}), IsEmpty());
-  // Several at once: live {2, 5, 6} -> holes 0 and 1 take 6 and 5; 2 stays.
-  EXPECT_THAT(CompactionMoves({{7, 2, 1, 2}, {8, 5, 3, 4}, {9, 6, 4, 5}}),
-              ElementsAre(SlotMove{9, 6, 0, 4}, SlotMove{8, 5, 1, 3}));
-  EXPECT_THAT(CompactionMoves({}), IsEmpty());
+TEST(SchedulerTest, SequencesGrowIntoFreeBlocks) {
+  // At a block boundary a decode takes a new block; inside one it does not.
+  const std::vector<ActiveSequence> active = {Running(1, 32, 33), Running(2, 40, 41)};
+  StepPlan p = Schedule({}, active, 1, Fusion(), kT0);
+  EXPECT_THAT(p.preempted, IsEmpty());
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 32, 1), std::make_tuple(2, 40, 1)));
+  // A prompt chunk shrinks to the room its blocks and the free ones leave.
+  p = Schedule({}, {Running(1, 20, 200)}, 2, Fusion(4, 256), kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 20, 76)));
 }
 
-TEST(SchedulerTest, PlanAppliesMovesBeforeSchedulingAndAdmitsAfterLiveSlots) {
-  const std::vector<ActiveSequence> active = {{1, 2, 4, 5}, {2, 3, 6, 7}};
-  const StepPlan p = Schedule({{3, 2, kT0}}, active, Fusion(), kT0);
-  EXPECT_THAT(Moves(p), ElementsAre(std::make_tuple(2, 3, 0, 6), std::make_tuple(1, 2, 1, 4)));
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 0, 6, 1), std::make_tuple(1, 1, 4, 1),
-                                   std::make_tuple(3, 2, 0, 2)));
+TEST(SchedulerTest, FullCachePreemptsTheNewestSequence) {
+  // Sequence 1 needs a block and none is free: the newest (3) gives its
+  // blocks back; 2 still has room in its own.
+  const std::vector<ActiveSequence> active = {Running(1, 32, 33), Running(2, 40, 41),
+                                              Running(3, 10, 11)};
+  const StepPlan p = Schedule({{4, 1, kT0}}, active, 0, Fusion(), kT0);
+  EXPECT_THAT(p.preempted, ElementsAre(3));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 32, 1), std::make_tuple(2, 40, 1)));
+  // Nobody is admitted in a step that preempted, even with the freed block.
+  EXPECT_THAT(p.admitted, IsEmpty());
 }
 
-TEST(SchedulerTest, ShuffleOffKeepsHolesAndReportsThemAsPadding) {
-  const std::vector<ActiveSequence> active = {{1, 2, 4, 5}, {2, 3, 6, 7}};
-  const StepPlan p = Schedule({}, active, Fusion(4, 64, /*shuffle=*/false), kT0);
-  EXPECT_THAT(p.moves, IsEmpty());
-  EXPECT_THAT(p.padding_slots, ElementsAre(0, 1));
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 2, 4, 1), std::make_tuple(2, 3, 6, 1)));
-  // A newcomer takes the lowest free slot.
-  const StepPlan q = Schedule({{3, 2, kT0}}, active, Fusion(4, 64, false), kT0);
-  EXPECT_THAT(q.admitted_slots, ElementsAre(0));
-  EXPECT_THAT(q.padding_slots, ElementsAre(1));
+TEST(SchedulerTest, TheNewestPreemptsItselfAndSharedBlocksFreeNothing) {
+  // The newest is the one that needs a block: it steps back itself.
+  StepPlan p = Schedule({}, {Running(1, 10, 11), Running(2, 64, 65)}, 0, Fusion(), kT0);
+  EXPECT_THAT(p.preempted, ElementsAre(2));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 10, 1)));
+  // Preempting a sequence frees only the blocks nobody else holds: 3 shares
+  // its only block, so 2 must go too before 1 can grow.
+  const std::vector<ActiveSequence> active = {Running(1, 32, 33), {2, 40, 41, 2, 1},
+                                              {3, 20, 21, 1, 0}};
+  p = Schedule({}, active, 0, Fusion(), kT0);
+  EXPECT_THAT(p.preempted, ElementsAre(3, 2));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 32, 1)));
+}
+
+TEST(SchedulerTest, DecodesGoBeforePromptChunksWhenMemoryIsShort) {
+  // The prompt (oldest) and a decode both need a block; one is free. The
+  // decode is served first, and the prompt, still with room in its block,
+  // takes what remains of it.
+  const std::vector<ActiveSequence> active = {Running(1, 20, 100), Running(2, 64, 65)};
+  const StepPlan p = Schedule({}, active, 1, Fusion(4, 256), kT0);
+  EXPECT_THAT(p.preempted, IsEmpty());
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 64, 1), std::make_tuple(1, 20, 12)));
 }
 
 TEST(SchedulerTest, DynamicGathersThenRunsTheBatchToCompletion) {
@@ -129,26 +161,26 @@ TEST(SchedulerTest, DynamicGathersThenRunsTheBatchToCompletion) {
   o.policy = SchedulerPolicy::kDynamic;
   o.batch_delay = absl::Milliseconds(10);
   const std::vector<QueuedRequest> two = {{1, 2, kT0}, {2, 2, kT0 + absl::Milliseconds(4)}};
-  EXPECT_TRUE(Schedule(two, {}, o, kT0 + absl::Milliseconds(5)).empty());  // still gathering
-  StepPlan p = Schedule(two, {}, o, kT0 + absl::Milliseconds(10));      // delay expired
+  EXPECT_TRUE(Schedule(two, {}, kPlenty, o, kT0 + absl::Milliseconds(5)).empty());  // gathering
+  StepPlan p = Schedule(two, {}, kPlenty, o, kT0 + absl::Milliseconds(10));      // delay expired
   EXPECT_THAT(p.admitted, ElementsAre(1, 2));
   // A full batch starts at once.
   const std::vector<QueuedRequest> four = {{1, 2, kT0}, {2, 2, kT0}, {3, 2, kT0}, {4, 2, kT0}};
-  p = Schedule(four, {}, o, kT0);
+  p = Schedule(four, {}, kPlenty, o, kT0);
   EXPECT_THAT(p.admitted, ElementsAre(1, 2, 3));
-  // Nobody joins a running batch, even with free slots.
-  p = Schedule({{5, 2, kT0}}, {{1, 0, 2, 3}}, o, kT0 + absl::Seconds(5));
+  // Nobody joins a running batch, even with room.
+  p = Schedule({{5, 2, kT0}}, {Running(1, 2, 3)}, kPlenty, o, kT0 + absl::Seconds(5));
   EXPECT_THAT(p.admitted, IsEmpty());
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 2, 1)));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 2, 1)));
 }
 
 TEST(SchedulerTest, BatchingPoliciesAdmitTheWholeBatchBeyondTheBudget) {
   SchedulerOptions o = Fusion(3, 10);
   o.policy = SchedulerPolicy::kDynamic;
   const std::vector<QueuedRequest> q = {{1, 8, kT0}, {2, 8, kT0}, {3, 8, kT0}};
-  const StepPlan p = Schedule(q, {}, o, kT0);
+  const StepPlan p = Schedule(q, {}, kPlenty, o, kT0);
   EXPECT_THAT(p.admitted, ElementsAre(1, 2, 3));
-  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 0, 8), std::make_tuple(2, 1, 0, 2)));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 8), std::make_tuple(2, 0, 2)));
 }
 
 TEST(SchedulerTest, StaticWaitsForAFullBatchOrTheFlush) {
@@ -156,57 +188,83 @@ TEST(SchedulerTest, StaticWaitsForAFullBatchOrTheFlush) {
   o.policy = SchedulerPolicy::kStatic;
   o.static_flush = absl::Seconds(1);
   const std::vector<QueuedRequest> two = {{1, 2, kT0}, {2, 2, kT0}};
-  EXPECT_TRUE(Schedule(two, {}, o, kT0 + absl::Milliseconds(500)).empty());
-  EXPECT_THAT(Schedule(two, {}, o, kT0 + absl::Seconds(1)).admitted, ElementsAre(1, 2));
+  EXPECT_TRUE(Schedule(two, {}, kPlenty, o, kT0 + absl::Milliseconds(500)).empty());
+  EXPECT_THAT(Schedule(two, {}, kPlenty, o, kT0 + absl::Seconds(1)).admitted, ElementsAre(1, 2));
   const std::vector<QueuedRequest> three = {{1, 2, kT0}, {2, 2, kT0}, {3, 2, kT0}};
-  EXPECT_THAT(Schedule(three, {}, o, kT0).admitted, ElementsAre(1, 2, 3));
+  EXPECT_THAT(Schedule(three, {}, kPlenty, o, kT0).admitted, ElementsAre(1, 2, 3));
 }
 
 TEST(SchedulerTest, SequentialRunsOneAtATime) {
   SchedulerOptions o = Fusion(4, 64);
   o.policy = SchedulerPolicy::kSequential;
   const std::vector<QueuedRequest> q = {{1, 2, kT0}, {2, 2, kT0}};
-  EXPECT_THAT(Schedule(q, {}, o, kT0).admitted, ElementsAre(1));
-  EXPECT_THAT(Schedule({{2, 2, kT0}}, {{1, 0, 2, 3}}, o, kT0).admitted, IsEmpty());
+  EXPECT_THAT(Schedule(q, {}, kPlenty, o, kT0).admitted, ElementsAre(1));
+  EXPECT_THAT(Schedule({{2, 2, kT0}}, {Running(1, 2, 3)}, kPlenty, o, kT0).admitted, IsEmpty());
 }
 
-// MaxRowsPerStep bounds every plan (the engine compiles kernels up to it):
-// random queues and slot states, every policy, shuffle on and off.
-TEST(SchedulerTest, PlansNeverExceedMaxRowsPerStep) {
+// Random states, every policy: a plan stays within MaxRowsPerStep (the
+// engine sizes a step's buffers by it) and max_batch, never hands out more
+// blocks than are free plus those its preemptions give back, and schedules
+// every running sequence that is not preempted and has room, or runs out of
+// budget.
+TEST(SchedulerTest, PlansStayWithinRowsBatchAndBlocks) {
   std::mt19937 rng(7);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  int largest = 0;
+  int largest = 0, preempting = 0;
   for (int trial = 0; trial < 4000; ++trial) {
-    SchedulerOptions o = Fusion(uniform(1, 12), uniform(1, 300), uniform(0, 1) == 1);
+    SchedulerOptions o = Fusion(uniform(1, 12), uniform(1, 300));
     o.policy = static_cast<SchedulerPolicy>(uniform(0, 3));
-    const int max_seq = uniform(2, 80);
-    std::vector<int> slots(o.max_batch);
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
+    const int max_seq = uniform(2, 200);
     std::vector<ActiveSequence> active;
     const int n_active = uniform(0, o.max_batch);
     for (int i = 0; i < n_active; ++i) {
       const int known = uniform(1, max_seq);
-      active.push_back({RequestId(100 + i), slots[i], uniform(0, known - 1), known});
+      ActiveSequence a = Running(RequestId(100 + i), uniform(0, known - 1), known);
+      a.exclusive = uniform(0, a.blocks);
+      active.push_back(a);
     }
     std::vector<QueuedRequest> queue;
     for (int i = uniform(0, 20); i > 0; --i) {
-      queue.push_back({RequestId(1000 + i), uniform(1, max_seq - 1), kT0 - absl::Seconds(5)});
+      const int known = uniform(1, max_seq - 1);
+      const int cached = uniform(0, (known - 1) / 32) * 32;
+      queue.push_back({RequestId(1000 + i), known, kT0 - absl::Seconds(5), cached,
+                       uniform(0, cached / 32)});
     }
-    const StepPlan plan = Schedule(queue, active, o, kT0);
-    int rows = static_cast<int>(plan.padding_slots.size());
+    const int free_blocks = uniform(0, 12);
+    const StepPlan plan = Schedule(queue, active, free_blocks, o, kT0);
+    int rows = 0;
     for (const ScheduledSequence& seq : plan.seqs) rows += seq.len;
     ASSERT_LE(rows, MaxRowsPerStep(o, max_seq)) << "trial " << trial;
-    ASSERT_LE(plan.seqs.size() + plan.padding_slots.size(), size_t(o.max_batch));
+    ASSERT_LE(active.size() - plan.preempted.size() + plan.admitted.size(), size_t(o.max_batch));
+    // Blocks: what the scheduled sequences take beyond what they hold.
+    int available = free_blocks, taken = 0;
+    for (RequestId id : plan.preempted) {
+      for (const ActiveSequence& a : active) available += a.id == id ? a.exclusive : 0;
+    }
+    for (const ScheduledSequence& seq : plan.seqs) {
+      int held = 0;
+      for (const ActiveSequence& a : active) held = a.id == seq.id ? a.blocks : held;
+      for (const QueuedRequest& q : queue) {
+        if (q.id == seq.id) {
+          held = q.cached / 32;
+          taken += q.cached_idle;
+        }
+      }
+      taken += std::max(0, (seq.pos + seq.len + 31) / 32 - held);
+    }
+    ASSERT_LE(taken, available) << "trial " << trial;
+    if (!plan.preempted.empty()) {
+      ++preempting;
+      ASSERT_THAT(plan.admitted, IsEmpty());
+    }
     largest = std::max(largest, rows);
   }
   EXPECT_GT(largest, 250);  // the bound was approached, not only met trivially
-  SchedulerOptions o = Fusion(32, 256, true);
+  EXPECT_GT(preempting, 100);
+  SchedulerOptions o = Fusion(32, 256);
   EXPECT_EQ(MaxRowsPerStep(o, 1024), 256);
-  o.kv_shuffle = false;
-  EXPECT_EQ(MaxRowsPerStep(o, 1024), 256 + 31);
   o.max_tokens_per_step = 100000;
-  EXPECT_EQ(MaxRowsPerStep(o, 64), 32 * 64 + 31);
+  EXPECT_EQ(MaxRowsPerStep(o, 64), 32 * 64);
 }
 
 TEST(SchedulerTest, PolicyNamesRoundTrip) {

@@ -1,23 +1,61 @@
 #include "engine/step_executor.h"
 
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "util/status_macros.h"
 
 namespace flover {
 
-absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& model, int slots,
-                                                                   int max_seq_len,
-                                                                   int max_rows) {
-  auto cache = KvCache::Create(model.backend(), model.CacheShape(slots, max_seq_len));
+absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& model,
+                                                                   const KvCacheOptions& kv,
+                                                                   int max_seqs, int max_seq_len,
+                                                                   int max_rows,
+                                                                   ControlChannel* channel) {
+  // Compile kernels and size buffers for every step size now, not mid-serving
+  // (and before the cache, which takes what memory is left on a device).
+  FLOVER_RETURN_IF_ERROR(model.PrepareForBatches(max_rows, max_seqs));
+  const KvCacheShape unit = model.CacheShape(1, max_seq_len);
+  int64_t bytes = kv.bytes;
+  if (bytes < 0) return absl::InvalidArgumentError("the KV cache's memory must be >= 0");
+  if (bytes == 0) {
+    const int64_t most = int64_t{max_seqs} * KvCacheShape::BlocksFor(max_seq_len) * unit.bytes_per_block();
+    const kernels::DeviceInfo device = model.backend().Device();
+    if (kv.device_memory_fraction <= 0 || kv.device_memory_fraction > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the device memory fraction must be in (0, 1], got ", kv.device_memory_fraction));
+    }
+    bytes = device.free_bytes > 0
+                ? static_cast<int64_t>(kv.device_memory_fraction * static_cast<double>(device.free_bytes))
+                : kDefaultCpuKvCacheBytes;
+    bytes = std::min(bytes, most);
+  }
+  int64_t blocks = std::min<int64_t>(bytes / unit.bytes_per_block(), std::numeric_limits<int32_t>::max());
+  if (blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a KV cache of %d bytes holds no block: one block (%d positions) takes %d bytes",
+        bytes, KvCacheShape::kBlockSize, unit.bytes_per_block()));
+  }
+  if (channel != nullptr && channel->world().tp_size > 1) {
+    // Rank 0 plans block ids for every rank: all take its count.
+    int64_t leader_blocks = blocks;
+    FLOVER_RETURN_IF_ERROR(channel->Broadcast(&leader_blocks, sizeof(leader_blocks), 0));
+    if (leader_blocks > blocks) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "rank %d has room for %d KV blocks but rank 0 plans with %d; set the KV cache's memory "
+          "explicitly",
+          channel->world().rank, blocks, leader_blocks));
+    }
+    blocks = leader_blocks;
+  }
+  auto cache = KvCache::Create(model.backend(), model.CacheShape(static_cast<int>(blocks), max_seq_len));
   if (!cache.ok()) return cache.status();
-  // Compile kernels and size buffers for every step size now, not mid-serving.
-  FLOVER_RETURN_IF_ERROR(model.PrepareForBatches(max_rows, slots));
   return std::unique_ptr<StepExecutor>(new StepExecutor(model, std::move(*cache)));
 }
 
 absl::StatusOr<absl::Span<float>> StepExecutor::Run(const StepInput& step) {
-  for (const SlotMove& m : step.moves) {
-    FLOVER_RETURN_IF_ERROR(model_.MoveSlot(*cache_, m.from, m.to, m.len));
-  }
   if (step.batch.seqs.empty()) return absl::Span<float>();
   return model_.Forward(step.batch, *cache_, LogitsFor::kLastRowOfEachSequence);
 }

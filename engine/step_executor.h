@@ -1,41 +1,57 @@
-// One token step as every tensor-parallel rank runs it: the plan's slot moves
-// (the memory shuffle), then one forward over the fused ragged batch. Rank 0's
-// engine and the other ranks' workers (tp_worker) set up and run steps through
-// this one class, so they cannot drift apart.
+// One token step as every tensor-parallel rank runs it: one forward over the
+// fused ragged batch, each sequence reading and writing its own KV blocks.
+// Rank 0's engine and the other ranks' workers (tp_worker) set up and run
+// steps through this one class, so they cannot drift apart.
 #ifndef FLOVER_ENGINE_STEP_EXECUTOR_H_
 #define FLOVER_ENGINE_STEP_EXECUTOR_H_
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "dist/communicator.h"
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
-#include "engine/scheduler.h"
 
 namespace flover {
 
-// What rank 0 sends every rank for one step (SlotMove ids are not sent).
+// How big the KV cache is: a budget in bytes, or (0) a default — on a
+// device that reports its free memory, that fraction of what is free once
+// the model and its work space are there; elsewhere (the CPU)
+// kDefaultCpuKvCacheBytes. A default never exceeds what `max_seqs`
+// sequences of max_seq_len positions could fill.
+struct KvCacheOptions {
+  int64_t bytes = 0;
+  double device_memory_fraction = 0.9;
+};
+inline constexpr int64_t kDefaultCpuKvCacheBytes = int64_t{4} << 30;
+
+// What rank 0 sends every rank for one step.
 struct StepInput {
-  std::vector<SlotMove> moves;  // applied first, in order
-  ForwardBatch batch;           // may have no sequences: a step of moves only
+  ForwardBatch batch;
 };
 
 class StepExecutor {
  public:
-  // Creates the KV cache (`slots` x `max_seq_len` positions, in the model's
-  // backend) and prepares the model for steps of up to `max_rows` rows, each
-  // sequence asking for one row of logits.
-  static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(CausalLm& model, int slots,
-                                                              int max_seq_len, int max_rows);
+  // Prepares the model for steps of up to `max_rows` rows and `max_seqs`
+  // sequences (each asks for one row of logits), then creates the KV cache
+  // (in the model's backend) for sequences of up to max_seq_len positions.
+  // With tensor parallelism every rank takes rank 0's block count (a rank
+  // with less room fails, naming both); `channel` may be null for one rank.
+  static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(CausalLm& model,
+                                                              const KvCacheOptions& kv,
+                                                              int max_seqs, int max_seq_len,
+                                                              int max_rows,
+                                                              ControlChannel* channel);
 
-  // Applies the moves, then runs the batch. Returns the logits of each
-  // sequence's last row, [num_seqs, V] in host memory, valid until the next
-  // Run (empty on ranks > 0 and for a step of moves only). InvalidArgument
-  // for a step that does not fit the cache or the model; any other error
-  // (a device fault, a failed collective) leaves the ranks out of step.
+  // Runs the batch. Returns the logits of each sequence's last row,
+  // [num_seqs, V] in host memory, valid until the next Run (empty on ranks
+  // > 0 and for an empty batch). InvalidArgument for a step that does not
+  // fit the cache or the model; any other error (a device fault, a failed
+  // collective) leaves the ranks out of step.
   absl::StatusOr<absl::Span<float>> Run(const StepInput& step);
 
   CausalLm& model() const { return model_; }

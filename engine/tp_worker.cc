@@ -8,15 +8,17 @@ namespace {
 
 enum Command : int32_t { kRun = 1, kStop = 2 };
 
-// Fixed-size header, then `words` int32 of payload:
-// moves (from, to, len) x n_moves, tokens x n_rows, positions x n_rows,
-// seqs (slot, pos, len, row) x n_seqs.
+// Fixed-size header, then `words` int32 of payload: tokens x n_rows,
+// positions x n_rows, seqs (blocks, pos, len, row) x n_seqs, the block
+// table x n_block_ids.
 struct Header {
   int32_t command = kStop;
-  int32_t n_moves = 0;
   int32_t n_rows = 0;
   int32_t n_seqs = 0;
-  int64_t words() const { return 3 * int64_t{n_moves} + 2 * int64_t{n_rows} + 4 * int64_t{n_seqs}; }
+  int32_t n_block_ids = 0;
+  int64_t words() const {
+    return 2 * int64_t{n_rows} + 4 * int64_t{n_seqs} + int64_t{n_block_ids};
+  }
 };
 
 // Most int32 words a step may carry: far above any real step, low enough
@@ -27,16 +29,16 @@ constexpr int64_t kMaxStepWords = int64_t{1} << 28;
 
 absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
   const ForwardBatch& batch = step.batch;
-  Header h{kRun, static_cast<int32_t>(step.moves.size()), batch.num_rows(),
-           static_cast<int32_t>(batch.seqs.size())};
+  Header h{kRun, batch.num_rows(), static_cast<int32_t>(batch.seqs.size()),
+           static_cast<int32_t>(batch.block_ids.size())};
   std::vector<int32_t> payload;
   payload.reserve(h.words());
-  for (const SlotMove& m : step.moves) payload.insert(payload.end(), {m.from, m.to, m.len});
   payload.insert(payload.end(), batch.tokens.begin(), batch.tokens.end());
   payload.insert(payload.end(), batch.positions.begin(), batch.positions.end());
   for (const kernels::SeqRows& s : batch.seqs) {
-    payload.insert(payload.end(), {s.slot, s.pos, s.len, s.row});
+    payload.insert(payload.end(), {s.blocks, s.pos, s.len, s.row});
   }
+  payload.insert(payload.end(), batch.block_ids.begin(), batch.block_ids.end());
   if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
   return channel.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
 }
@@ -53,7 +55,7 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     Header h;
     if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
     if (h.command == kStop) return absl::OkStatus();
-    if (h.command != kRun || h.n_moves < 0 || h.n_rows < 0 || h.n_seqs < 0 ||
+    if (h.command != kRun || h.n_rows < 0 || h.n_seqs < 0 || h.n_block_ids < 0 ||
         h.words() > kMaxStepWords) {
       return absl::DataLossError("malformed step from rank 0");
     }
@@ -63,8 +65,6 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
       return st;
     }
     const int32_t* p = payload.data();
-    step.moves.clear();
-    for (int i = 0; i < h.n_moves; ++i, p += 3) step.moves.push_back({0, p[0], p[1], p[2]});
     ForwardBatch& batch = step.batch;
     batch.Clear();
     batch.tokens.assign(p, p + h.n_rows);
@@ -72,6 +72,7 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     batch.positions.assign(p, p + h.n_rows);
     p += h.n_rows;
     for (int i = 0; i < h.n_seqs; ++i, p += 4) batch.seqs.push_back({p[0], p[1], p[2], p[3]});
+    batch.block_ids.assign(p, p + h.n_block_ids);
     // The executor validates the step. An invalid one (InvalidArgument) is
     // refused alike on every rank, at the same point, so the ranks stay in
     // step and rank 0 fails only that step's requests; anything else ends

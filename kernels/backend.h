@@ -34,7 +34,7 @@ namespace flover::kernels {
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 4;
+inline constexpr int kBackendAbiVersion = 5;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -43,11 +43,17 @@ struct SeqTable {
   int num_seqs = 0;
   Tensor device;                  // i32 [num_seqs, 4]: the same rows
   int num_rows = 0;               // T: sum of len
-  // At least the max over sequences of pos + len (and at most the KV
-  // cache's positions): what the launches are sized for. Every row still
-  // reads only its own positions, so a larger bound (a recorded step claims
-  // the whole cache) costs idle work, never a different result.
+  // At least the max over sequences of pos + len: what the launches are
+  // sized for. Every row still reads only its own positions, so a larger
+  // bound (a recorded step claims the longest context a sequence may have)
+  // costs idle work, never a different result.
   int max_context = 0;
+  // The block table: each sequence's KV block ids, one list after another
+  // (SeqRows::blocks is where a sequence's starts); it covers positions
+  // [0, pos + len) of each.
+  const int32_t* block_ids = nullptr;  // [num_block_ids]
+  int num_block_ids = 0;
+  Tensor block_ids_device;             // i32 [1, num_block_ids]: the same ids
 };
 
 // How a stored weight matrix is laid out in host memory.
@@ -142,7 +148,7 @@ class Backend : public Allocator {
   virtual std::string_view name() const = 0;  // "cpu" or "cuda"
   virtual DeviceInfo Device() const = 0;
   virtual MatmulDtype matmul_dtype() const = 0;
-  // The element type Attention and MoveKvSlot keep K and V in; the KV cache
+  // The element type Attention keeps K and V in; the KV cache
   // is sized from it.
   virtual KvDtype kv_dtype() const = 0;
   // The dtype callers should keep Linear's inputs in (LayerNorm, Attention
@@ -258,8 +264,9 @@ class Backend : public Allocator {
   // the Hkv = kv.heads key/value heads (Hq = Hkv without grouped-query
   // attention; else query head h reads key/value head h / (Hq / Hkv)).
   // out: [T, Hq * D], f32 or activation_dtype(). Writes each row's K and V
-  // into kv at (seq.slot, kv head, position) first, then every row attends
-  // to positions [0, its position] of its own slot.
+  // into its position's block (the sequence's block table) first, then every
+  // row attends to positions [0, its position] of its own sequence, in
+  // order of position whatever blocks hold them.
   virtual absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                  const Tensor& out) = 0;
 
@@ -267,11 +274,6 @@ class Backend : public Allocator {
   // the rows whose logits generation needs.
   virtual absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs,
                                       const Tensor& out) = 0;
-
-  // Copies positions [0, len) of every head from slot `from` to slot `to`
-  // (values exactly; keys in the whole blocks that hold them), within the
-  // backend's memory.
-  virtual absl::Status MoveKvSlot(const KvLayer& kv, int from, int to, int len) = 0;
 };
 
 }  // namespace flover::kernels

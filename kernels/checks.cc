@@ -39,6 +39,14 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
     return st;
   }
   if (kv != nullptr && (kv->k == nullptr || kv->v == nullptr)) return bad("the KV layer has no memory");
+  if (kv != nullptr) {
+    if (seqs.num_block_ids > 0 && seqs.block_ids == nullptr) return bad("the block table has no host copy");
+    if (absl::Status st = CheckTensor(op, "the block table", seqs.block_ids_device, 1,
+                                      seqs.num_block_ids, {DType::kI32});
+        !st.ok()) {
+      return st;
+    }
+  }
   int max_context = 0;
   for (int i = 0; i < seqs.num_seqs; ++i) {
     const SeqRows& s = seqs.host[i];
@@ -46,28 +54,30 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
       return bad("sequence ", i, " has rows [", s.row, ", ", int64_t{s.row} + s.len,
                  ") outside the batch's ", seqs.num_rows, " rows");
     }
-    if (kv != nullptr && (s.slot < 0 || s.slot >= kv->slots || int64_t{s.pos} + s.len > kv->max_seq)) {
-      return bad("sequence ", i, " (slot ", s.slot, ", positions [", s.pos, ", ",
-                 int64_t{s.pos} + s.len, ")) does not fit the KV cache (", kv->slots, " slots x ",
-                 kv->max_seq, " positions)");
+    if (kv != nullptr) {
+      const int64_t n = KvLayer::BlocksFor(int64_t{s.pos} + s.len);
+      if (s.blocks < 0 || s.blocks + n > seqs.num_block_ids) {
+        return bad("sequence ", i, " needs ", n, " block ids from ", s.blocks,
+                   ", outside the block table's ", seqs.num_block_ids);
+      }
     }
     max_context = std::max(max_context, s.pos + s.len);
   }
+  if (kv != nullptr) {
+    // Every id of the table in range: one pass a compiler vectorizes (this
+    // runs for every layer).
+    int32_t lo = 0, hi = 0;
+    for (int i = 0; i < seqs.num_block_ids; ++i) {
+      lo = std::min(lo, seqs.block_ids[i]);
+      hi = std::max(hi, seqs.block_ids[i]);
+    }
+    if (lo < 0 || (seqs.num_block_ids > 0 && hi >= kv->num_blocks)) {
+      return bad("the block table names KV block ", lo < 0 ? lo : hi, ", outside the cache's ",
+                 kv->num_blocks, " blocks");
+    }
+  }
   if (max_context > seqs.max_context) {
     return bad("max_context is ", seqs.max_context, " but the sequences reach ", max_context);
-  }
-  if (kv != nullptr && seqs.max_context > kv->max_seq) {
-    return bad("max_context is ", seqs.max_context, ", above the KV cache's ", kv->max_seq,
-               " positions");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckKvMove(const KvLayer& kv, int from, int to, int len) {
-  if (from < 0 || to < 0 || from >= kv.slots || to >= kv.slots || len < 0 || len > kv.max_seq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MoveKvSlot: moving ", len, " positions from slot ", from, " to slot ", to,
-        " does not fit the KV cache (", kv.slots, " slots x ", kv.max_seq, " positions)"));
   }
   return absl::OkStatus();
 }

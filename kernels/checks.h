@@ -20,12 +20,11 @@ inline constexpr int64_t kAnySize = -1;
 absl::Status CheckTensor(const char* op, const char* name, const Tensor& t, int64_t rows,
                          int64_t cols, std::initializer_list<DType> dtypes);
 
-// OK when every sequence of `seqs` has rows inside [0, num_rows), a slot of
-// `kv` and positions inside it, and `kv` has memory.
+// OK when every sequence of `seqs` has rows inside [0, num_rows) and
+// positions under max_context, and, with `kv` (which must have memory), a
+// block list inside the block table covering its positions with ids of
+// blocks of `kv`.
 absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* kv);
-
-// OK when [0, len) fits a slot and both slots exist.
-absl::Status CheckKvMove(const KvLayer& kv, int from, int to, int len);
 
 // PrepareWeight's: values, a float dtype (f32, bf16, f16), K and N >= 1.
 absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N);

@@ -1,4 +1,4 @@
-// The layout of one layer's KV arena and of a ragged batch's sequence
+// The layout of one layer's KV cache and of a ragged batch's sequence
 // table: plain data shared by every backend's host code and device kernels.
 // No absl, no CUDA: nvcc and g++ both compile it.
 #ifndef FLOVER_KERNELS_KV_LAYER_H_
@@ -9,10 +9,12 @@
 namespace flover::kernels {
 
 // One sequence's rows in a ragged token batch: rows [row, row + len) of the
-// batch are its tokens at positions [pos, pos + len), and its keys/values live
-// in KV cache slot `slot`. Laid out as four int32, as SeqTable::device holds it.
+// batch are its tokens at positions [pos, pos + len). Its keys and values
+// live in KV blocks: position p in block block_ids[blocks + p / kBlockSize]
+// of the batch's block table (SeqTable), at p % kBlockSize. Laid out as four
+// int32, as SeqTable::device holds it.
 struct SeqRows {
-  int32_t slot = 0;
+  int32_t blocks = 0;  // offset of the sequence's block list in the block table
   int32_t pos = 0;
   int32_t len = 0;
   int32_t row = 0;
@@ -30,37 +32,35 @@ enum class KvDtype {
 inline const char* KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kBF16 ? "bf16" : "f32"; }
 inline int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kBF16 ? 2 : 4; }
 
-// One layer's K and V arena in the backend's memory; a slot's data is
-// contiguous in both.
-//   v: [slots, heads, padded_seq, head_dim]
-//   k: [slots, heads, padded_seq / kKeyBlock, head_dim, kKeyBlock]
-// Keys are transposed within blocks of kKeyBlock positions: a query's scores
-// are multiply-adds over positions (vector lanes on a CPU, the threads of a
-// warp on a GPU) with no horizontal sums, and the keys of positions [0, n)
-// are ceil(n / kKeyBlock) contiguous blocks whatever max_seq is.
+// One layer's K and V in the backend's memory: `num_blocks` blocks of
+// kBlockSize positions, each holding every (local) head of those positions.
+//   k: [num_blocks, heads, head_dim, kBlockSize]
+//   v: [num_blocks, heads, kBlockSize, head_dim]
+// A sequence owns a list of blocks (any blocks, in any order: a block table),
+// so the cache holds as many sequences as their positions fill, not slots x
+// the longest context. Keys are transposed within a block: a query's scores
+// over the block's positions are multiply-adds over positions (vector lanes
+// on a CPU, the threads of a warp on a GPU) with no horizontal sums.
 struct KvLayer {
-  static constexpr int kKeyBlock = 32;
+  static constexpr int kBlockSize = 32;
 
   void* k = nullptr;  // elements of `dtype`: float, or bfloat16 bits (uint16_t)
   void* v = nullptr;
-  int32_t slots = 0;
+  int32_t num_blocks = 0;
   int32_t heads = 0;
-  int32_t max_seq = 0;  // positions per slot
   int32_t head_dim = 0;
   KvDtype dtype = KvDtype::kF32;
 
-  // Offsets below count elements of `dtype`.
+  // Offsets below count elements of `dtype`, the same in k and v.
 
-  static int64_t PaddedSeq(int64_t max_seq) {
-    return (max_seq + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  // Head `head` of block `block`: [head_dim, kBlockSize] keys, or
+  // [kBlockSize, head_dim] values.
+  int64_t head_block(int32_t block, int head) const {
+    return (int64_t{block} * heads + head) * head_dim * kBlockSize;
   }
-  int64_t padded_seq() const { return PaddedSeq(max_seq); }
-  int64_t head_stride() const { return padded_seq() * head_dim; }
-  int64_t slot_stride() const { return head_stride() * heads; }
-  // Offset of key (dim d, position p) from its head's start in k.
-  int64_t key_offset(int d, int p) const {
-    return int64_t{p / kKeyBlock} * head_dim * kKeyBlock + int64_t{d} * kKeyBlock + p % kKeyBlock;
-  }
+  static int64_t key_offset(int d, int j) { return int64_t{d} * kBlockSize + j; }
+  int64_t value_offset(int j, int d) const { return int64_t{j} * head_dim + d; }
+  static int64_t BlocksFor(int64_t positions) { return (positions + kBlockSize - 1) / kBlockSize; }
 };
 
 }  // namespace flover::kernels

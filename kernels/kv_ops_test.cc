@@ -1,6 +1,7 @@
-// The KV-cache ops of the backend contract (attention over a ragged batch,
-// slot moves) on every backend present, against naive references, the CPU
-// backend's results, and themselves (batch invariance, bitwise).
+// The KV-cache op of the backend contract (attention over a ragged batch,
+// each sequence's positions in its own list of blocks) on every backend
+// present, against naive references, the CPU backend's results, and itself
+// (batch, chunk and block-placement invariance, bitwise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,11 +47,22 @@ class KvOpsTest : public ::testing::TestWithParam<std::tuple<const char*, KvDtyp
   KvDtype kv_dtype() const { return std::get<1>(GetParam()); }
 };
 
-// Four sequences in different slots, at different positions, with 1 to 45
-// rows each: a decode row, a fresh prompt and continued chunks; with and
-// without grouped-query attention. With a bf16
-// cache the reference reads the stored (rounded) keys and values. The
-// output goes to f32 and (CUDA bf16) to the activation dtype.
+// Where key (head h, dim dd, position p) and value (h, dd, p) of a
+// sequence with these blocks are in a layer's k and v.
+int64_t KeyAt(const KvLayer& kv, const std::vector<int32_t>& blocks, int h, int dd, int p) {
+  return kv.head_block(blocks[p / KvLayer::kBlockSize], h) +
+         KvLayer::key_offset(dd, p % KvLayer::kBlockSize);
+}
+int64_t ValueAt(const KvLayer& kv, const std::vector<int32_t>& blocks, int h, int dd, int p) {
+  return kv.head_block(blocks[p / KvLayer::kBlockSize], h) + kv.value_offset(p % KvLayer::kBlockSize, dd);
+}
+
+// Four sequences with scattered blocks, at different positions, with 1 to
+// 45 rows each: a decode row, a fresh prompt and continued chunks; two of
+// them share their first block (a cached prefix both only read); with and
+// without grouped-query attention. With a bf16 cache the reference reads
+// the stored (rounded) keys and values. The output goes to f32 and (CUDA
+// bf16) to the activation dtype.
 TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   const KvDtype kvd = kv_dtype();
   Ran ran;
@@ -64,43 +76,53 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   for (const Case c : {Case{MatmulDtype::kF32, 64, 1}, Case{MatmulDtype::kBF16, 64, 1},
                        Case{MatmulDtype::kF32, 12, 1}, Case{MatmulDtype::kF32, 32, 2}}) {
     ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group](Dev& d) {
-      const int H = 3, HQ = H * group, S = 5, L = 80, HD = H * D, QD = HQ * D;
+      const int H = 3, HQ = H * group, N = 12, HD = H * D, QD = HQ * D;
       const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]
-      KvLayer kv{nullptr, nullptr, S, H, L, D, kvd};
-      const Arena k_before(kvd, S * kv.slot_stride(), 15), v_before(kvd, S * kv.slot_stride(), 16);
+      KvLayer kv{nullptr, nullptr, N, H, D, kvd};
+      const int64_t elements = int64_t{N} * kv.head_block(1, 0);
+      const Arena k_before(kvd, elements, 15), v_before(kvd, elements, 16);
       const Tensor kt = k_before.Upload(d), vt = v_before.Upload(d);
       kv.k = kt.data;
       kv.v = vt.data;
-      auto K = [&](int slot, int h, int dd, int p) {
-        return slot * kv.slot_stride() + h * kv.head_stride() + kv.key_offset(dd, p);
-      };
-      auto Vi = [&](int slot, int h, int dd, int p) {
-        return slot * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + dd;
-      };
-      const std::vector<SeqRows> seqs = {{/*slot=*/2, /*pos=*/11, /*len=*/1, /*row=*/0},
-                                         {/*slot=*/0, /*pos=*/0, /*len=*/20, /*row=*/1},
-                                         {/*slot=*/3, /*pos=*/5, /*len=*/7, /*row=*/21},
-                                         {/*slot=*/4, /*pos=*/3, /*len=*/45, /*row=*/28}};
+      // Block lists out of order; block 6 is shared (positions 0-31 of the
+      // second and fourth sequences, which both start past it); blocks 2 and
+      // 11 belong to nobody.
+      const std::vector<std::vector<int32_t>> lists = {{9}, {7}, {6, 0}, {6, 3, 10, 1}};
+      const std::vector<SeqRows> shapes = {{0, /*pos=*/11, /*len=*/1, /*row=*/0},
+                                           {0, /*pos=*/0, /*len=*/20, /*row=*/1},
+                                           {0, /*pos=*/37, /*len=*/7, /*row=*/21},
+                                           {0, /*pos=*/32, /*len=*/45, /*row=*/28}};
+      std::vector<SeqRows> seqs;
+      std::vector<int32_t> table;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        SeqRows s = shapes[i];
+        s.blocks = static_cast<int32_t>(table.size());
+        table.insert(table.end(), lists[i].begin(), lists[i].end());
+        seqs.push_back(s);
+      }
       const int T = 73;
       auto qkv = Random(T * W, 17);
       const DType act = d->activation_dtype();
       const Tensor out = d.New(act, T, QD);
-      EXPECT_TRUE(d->Attention(d.Up(qkv, T, W), d.Seqs(seqs, T), kv, out).ok());
+      EXPECT_TRUE(d->Attention(d.Up(qkv, T, W), d.Seqs(seqs, T, table), kv, out).ok());
       const std::vector<float> got = d.Down(out);
       const std::vector<float> k_after = d.Down(kt), v_after = d.Down(vt);
 
       std::vector<double> want(T * QD);
-      for (const SeqRows& s : seqs) {
+      std::vector<bool> written(elements, false);
+      for (size_t si = 0; si < seqs.size(); ++si) {
+        const SeqRows& s = seqs[si];
+        const std::vector<int32_t>& blocks = lists[si];
         for (int qh = 0; qh < HQ; ++qh) {
           const int h = qh / group;  // its key/value head
           // The key/value history: old cache content before pos, the new
           // rows (as stored) after.
           auto key = [&](int p, int dd) -> double {
-            if (p < s.pos) return k_before.values[K(s.slot, h, dd, p)];
+            if (p < s.pos) return k_before.values[KeyAt(kv, blocks, h, dd, p)];
             return k_before.Stored(qkv[(s.row + p - s.pos) * W + QD + h * D + dd]);
           };
           auto value = [&](int p, int dd) -> double {
-            if (p < s.pos) return v_before.values[Vi(s.slot, h, dd, p)];
+            if (p < s.pos) return v_before.values[ValueAt(kv, blocks, h, dd, p)];
             return v_before.Stored(qkv[(s.row + p - s.pos) * W + QD + HD + h * D + dd]);
           };
           for (int i = 0; i < s.len; ++i) {
@@ -119,19 +141,24 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
               for (int p = 0; p < n; ++p) acc += w[p] / sum * value(p, dd);
               want[r * QD + qh * D + dd] = RoundTo(static_cast<float>(acc), act);
             }
-            // The new row's K/V landed in the cache at its position.
+            // The new row's K/V landed in the block of its position.
             for (int dd = 0; dd < D; ++dd) {
-              EXPECT_EQ(k_after[K(s.slot, h, dd, s.pos + i)], key(s.pos + i, dd));
-              EXPECT_EQ(v_after[Vi(s.slot, h, dd, s.pos + i)], value(s.pos + i, dd));
+              const int64_t ki = KeyAt(kv, blocks, h, dd, s.pos + i), vi = ValueAt(kv, blocks, h, dd, s.pos + i);
+              EXPECT_EQ(k_after[ki], key(s.pos + i, dd));
+              EXPECT_EQ(v_after[vi], value(s.pos + i, dd));
+              written[ki] = true;
+              written[vi] = true;
             }
           }
         }
       }
       EXPECT_LT(RelErr(got, want), act == DType::kF32 ? 1e-5 : 8e-3);
-      // Slot 1 is not in the batch and must be untouched.
-      for (int64_t i = 1 * kv.slot_stride(); i < 2 * kv.slot_stride(); ++i) {
-        EXPECT_EQ(k_after[i], k_before.values[i]);
-        EXPECT_EQ(v_after[i], v_before.values[i]);
+      // Nothing else changed: the shared block, the blocks of nobody, the
+      // positions no row wrote.
+      for (int64_t i = 0; i < elements; ++i) {
+        if (written[i]) continue;
+        EXPECT_EQ(k_after[i], k_before.values[i]) << i;
+        EXPECT_EQ(v_after[i], v_before.values[i]) << i;
       }
       return got;
     });
@@ -139,64 +166,55 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   if (ran.none()) GTEST_SKIP() << ran.why();
 }
 
-// Values move for the filled positions only; keys move in whole blocks of
-// kKeyBlock positions, so blocks past the last filled one stay untouched.
-TEST_P(KvOpsTest, MoveKvSlotCopiesFilledPositions) {
-  const KvDtype kvd = kv_dtype();
-  RUN_OR_SKIP(device(), MatmulDtype::kF32, kvd, 0, [&](Dev& d) {
-    const int H = 2, D = 4, S = 3, L = 70, len = 6;
-    KvLayer kv{nullptr, nullptr, S, H, L, D, kvd};
-    const Arena k0(kvd, S * kv.slot_stride(), 18), v0(kvd, S * kv.slot_stride(), 19);
-    const Tensor kt = k0.Upload(d), vt = v0.Upload(d);
+// A block table that names a block outside the layer, or does not cover a
+// sequence's positions, is refused naming the problem; nothing is written.
+TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, kv_dtype(), 0, [&](Dev& d) {
+    const int H = 1, D = 8, N = 2;
+    KvLayer kv{nullptr, nullptr, N, H, D, kv_dtype()};
+    const Arena k0(kv_dtype(), int64_t{N} * kv.head_block(1, 0), 50);
+    const Tensor kt = k0.Upload(d), vt = k0.Upload(d);
     kv.k = kt.data;
     kv.v = vt.data;
-    EXPECT_TRUE(d->MoveKvSlot(kv, /*from=*/2, /*to=*/0, len).ok());
-    std::vector<float> k = d.Down(kt);
-    const std::vector<float> v = d.Down(vt);
-    for (int h = 0; h < H; ++h)
-      for (int p = 0; p < L; ++p)
-        for (int dd = 0; dd < D; ++dd) {
-          const int64_t kto = 0 * kv.slot_stride() + h * kv.head_stride() + kv.key_offset(dd, p);
-          const int64_t kfrom = 2 * kv.slot_stride() + h * kv.head_stride() + kv.key_offset(dd, p);
-          const int64_t vto = 0 * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + dd;
-          const int64_t vfrom = 2 * kv.slot_stride() + h * kv.head_stride() + int64_t{p} * D + dd;
-          if (p < len) {
-            EXPECT_EQ(k[kto], k0.values[kfrom]);
-            EXPECT_EQ(v[vto], v0.values[vfrom]);
-          } else {
-            EXPECT_EQ(v[vto], v0.values[vto]);
-            if (p >= KvLayer::kKeyBlock) {
-              EXPECT_EQ(k[kto], k0.values[kto]);
-            }
-          }
-        }
-    // The other slots are untouched.
-    for (int64_t i = kv.slot_stride(); i < 3 * kv.slot_stride(); ++i) {
-      EXPECT_EQ(k[i], k0.values[i]);
-      EXPECT_EQ(v[i], v0.values[i]);
-    }
-    // A move that does not fit is refused, naming the op.
-    const absl::Status bad = d->MoveKvSlot(kv, 0, S, 1);
-    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(bad.message().find("MoveKvSlot"), std::string::npos) << bad;
-    k.insert(k.end(), v.begin(), v.end());
-    return k;
+    const std::vector<float> qkv = Random(3 * D, 51);
+    const Tensor out = d.New(DType::kF32, 1, D);
+    const std::vector<SeqRows> seqs = {{0, /*pos=*/40, /*len=*/1, /*row=*/0}};
+    const absl::Status outside = d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {0, 2}), kv, out);
+    EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(outside.message().find("names KV block 2, outside the cache's 2 blocks"),
+              std::string::npos) << outside;
+    const absl::Status short_table = d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {1}), kv, out);
+    EXPECT_EQ(short_table.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(short_table.message().find("needs 2 block ids from 0"), std::string::npos) << short_table;
+    EXPECT_EQ(d.Down(kt), k0.values);
+    return d.Down(kt);
   });
 }
 
 // A sequence's attention output is bitwise the same alone, batched with
-// others, or with its rows split into chunks across calls; with contexts
-// long enough that a GPU splits them over positions.
-TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchOrChunking) {
+// others, with its rows split into chunks across calls, and whatever blocks
+// hold its positions; with contexts long enough that a GPU splits them over
+// positions.
+TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
   std::string skip;
   auto d = MakeDev(device(), MatmulDtype::kF32, kv_dtype(), &skip);
   if (d == nullptr) GTEST_SKIP() << device() << ": " << skip;
   for (const int len : {40, 1500}) {
-    const int H = 2, D = 64, S = 3, L = len + 8, HD = H * D;
+    const int H = 2, D = 64, HD = H * D;
+    const int per_seq = static_cast<int>(KvLayer::BlocksFor(len + 8)), N = 3 * per_seq;
     auto qkv_seq = Random(len * 3 * HD, 30);
-    auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others) {
-      KvLayer kv{nullptr, nullptr, S, H, L, D, kv_dtype()};
-      const Arena k0(kv_dtype(), S * kv.slot_stride(), 40), v0(kv_dtype(), S * kv.slot_stride(), 41);
+    // The sequence's blocks: a contiguous run, or every third block from the
+    // end backwards (none next to another).
+    std::vector<int32_t> contiguous(per_seq), scattered(per_seq);
+    for (int i = 0; i < per_seq; ++i) {
+      contiguous[i] = 2 * per_seq + i;
+      scattered[i] = N - 1 - 3 * i;
+    }
+    auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others,
+                   const std::vector<int32_t>& blocks) {
+      KvLayer kv{nullptr, nullptr, N, H, D, kv_dtype()};
+      const int64_t elements = int64_t{N} * kv.head_block(1, 0);
+      const Arena k0(kv_dtype(), elements, 40), v0(kv_dtype(), elements, 41);
       const Tensor kt = k0.Upload(*d), vt = v0.Upload(*d);
       kv.k = kt.data;
       kv.v = vt.data;
@@ -205,19 +223,22 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchOrChunking) {
       for (const auto& call : chunks_per_call) {
         for (int n : call) {
           std::vector<SeqRows> seqs;
+          std::vector<int32_t> table;
           std::vector<float> qkv;
-          if (with_others) {  // another sequence first, in slot 0
+          if (with_others) {  // another sequence first, in block 1
             seqs.push_back({0, 0, 7, 0});
+            table.push_back(1);
             auto other = Random(7 * 3 * HD, 31 + pos);
             qkv.insert(qkv.end(), other.begin(), other.end());
           }
           const int row = with_others ? 7 : 0;
-          seqs.push_back({2, pos, n, row});
+          seqs.push_back({static_cast<int32_t>(table.size()), pos, n, row});
+          table.insert(table.end(), blocks.begin(), blocks.begin() + KvLayer::BlocksFor(pos + n));
           qkv.insert(qkv.end(), qkv_seq.begin() + size_t(pos) * 3 * HD,
                      qkv_seq.begin() + size_t(pos + n) * 3 * HD);
           const int T = row + n;
           const Tensor out = d->New(DType::kF32, T, HD);
-          EXPECT_TRUE((*d)->Attention(d->Up(qkv, T, 3 * HD), d->Seqs(seqs, T), kv, out).ok());
+          EXPECT_TRUE((*d)->Attention(d->Up(qkv, T, 3 * HD), d->Seqs(seqs, T, table), kv, out).ok());
           const std::vector<float> o = d->Down(out);
           std::copy(o.begin() + size_t(row) * HD, o.end(), result.begin() + size_t(pos) * HD);
           pos += n;
@@ -225,15 +246,16 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchOrChunking) {
       }
       return result;
     };
-    const auto alone = run({{len}}, false);
-    EXPECT_EQ(alone, run({{len}}, true)) << len;
-    EXPECT_EQ(alone, run({{5, 11, len - 16}}, true)) << len;
-    EXPECT_EQ(alone, run({{3}, {len - 3}}, false)) << len;
+    const auto alone = run({{len}}, false, contiguous);
+    EXPECT_EQ(alone, run({{len}}, false, scattered)) << len;
+    EXPECT_EQ(alone, run({{len}}, true, scattered)) << len;
+    EXPECT_EQ(alone, run({{5, 11, len - 16}}, true, contiguous)) << len;
+    EXPECT_EQ(alone, run({{3}, {len - 3}}, false, scattered)) << len;
     if (len <= 64) {
-      EXPECT_EQ(alone, run({std::vector<int>(len, 1)}, true)) << len;
+      EXPECT_EQ(alone, run({std::vector<int>(len, 1)}, true, scattered)) << len;
     }
     // Decode steps at the end of a long context.
-    EXPECT_EQ(alone, run({{len - 4, 1, 1, 1, 1}}, true)) << len;
+    EXPECT_EQ(alone, run({{len - 4, 1, 1, 1, 1}}, true, scattered)) << len;
   }
 }
 

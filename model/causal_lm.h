@@ -26,15 +26,15 @@ class CausalLm {
   virtual kernels::Backend& backend() const = 0;
 
   // Shape of the KV cache this model (this rank's part of it) needs for
-  // `slots` x `max_seq`.
-  virtual KvCacheShape CacheShape(int slots, int max_seq) const = 0;
+  // `num_blocks` blocks, sequences of up to `max_seq` positions.
+  virtual KvCacheShape CacheShape(int num_blocks, int max_seq) const = 0;
 
   // Runs the batch, writing its keys/values into `cache`, and returns the
   // logits ([num_seqs, V] or [T, V] per `which`) in host memory: a view that
   // stays valid until the next Forward. Tensor-parallel ranks other than 0
-  // get an empty view. Every sequence must use a distinct slot of `cache`,
-  // have rows, and fit in both the cache and the model's positions; token
-  // ids must be in the vocabulary. Violations are InvalidArgument; a failed
+  // get an empty view. Every sequence must have rows, blocks of `cache`
+  // covering its positions (none written by another sequence of the batch),
+  // and fit the model's positions; token ids must be in the vocabulary. Violations are InvalidArgument; a failed
   // collective is Unavailable; a device fault is the backend's error.
   virtual absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
                                                     LogitsFor which) = 0;
@@ -44,9 +44,6 @@ class CausalLm {
   // algorithms, activation buffers), so such a Forward allocates nothing and
   // never pauses to compile.
   virtual absl::Status PrepareForBatches(int max_rows, int max_logit_rows) = 0;
-
-  // Copies positions [0, len) of slot `from` to slot `to` in every layer.
-  virtual absl::Status MoveSlot(KvCache& cache, int from, int to, int len) = 0;
 
   // Forward, copying the logits into `logits` (resized; cleared on ranks > 0).
   absl::Status Forward(const ForwardBatch& batch, KvCache& cache, LogitsFor which,

@@ -1,11 +1,17 @@
 #include "model/forward_batch.h"
 
+#include <algorithm>
+
 namespace flover {
 
-void ForwardBatch::AddSequence(int32_t slot, int32_t pos, absl::Span<const int32_t> new_tokens) {
-  seqs.push_back({slot, pos, static_cast<int32_t>(new_tokens.size()),
+void ForwardBatch::AddSequence(absl::Span<const int32_t> blocks, int32_t pos,
+                               absl::Span<const int32_t> new_tokens) {
+  const int64_t len = static_cast<int64_t>(new_tokens.size());
+  const size_t used = std::min<size_t>(blocks.size(), kernels::KvLayer::BlocksFor(pos + len));
+  seqs.push_back({static_cast<int32_t>(block_ids.size()), pos, static_cast<int32_t>(len),
                   static_cast<int32_t>(tokens.size())});
-  for (size_t i = 0; i < new_tokens.size(); ++i) {
+  block_ids.insert(block_ids.end(), blocks.begin(), blocks.begin() + used);
+  for (int64_t i = 0; i < len; ++i) {
     tokens.push_back(new_tokens[i]);
     positions.push_back(pos + static_cast<int32_t>(i));
   }
@@ -15,6 +21,7 @@ void ForwardBatch::Clear() {
   tokens.clear();
   positions.clear();
   seqs.clear();
+  block_ids.clear();
 }
 
 }  // namespace flover

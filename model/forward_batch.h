@@ -17,9 +17,14 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;     // [T]
   std::vector<int32_t> positions;  // [T]
   std::vector<kernels::SeqRows> seqs;
+  std::vector<int32_t> block_ids;  // the block table: each sequence's blocks in turn
 
-  // Appends `tokens` of the sequence in `slot`, the first at position `pos`.
-  void AddSequence(int32_t slot, int32_t pos, absl::Span<const int32_t> new_tokens);
+  // Appends `new_tokens` of a sequence, the first at position `pos`, whose
+  // KV blocks are `blocks` in order of position (the first
+  // ceil((pos + len) / kBlockSize) of them are kept: those its positions
+  // reach).
+  void AddSequence(absl::Span<const int32_t> blocks, int32_t pos,
+                   absl::Span<const int32_t> new_tokens);
   void Clear();
   int num_rows() const { return static_cast<int>(tokens.size()); }
 };

@@ -21,7 +21,7 @@ ForwardRuntime::ForwardRuntime(kernels::Backend& backend, Collectives* collectiv
 }
 
 absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& cache,
-                                        const KvCacheShape& expected) const {
+                                        const KvCacheShape& expected) {
   const KvCacheShape& cs = cache.shape();
   if (&cache.backend() != &backend_) {
     return absl::InvalidArgumentError("the KV cache belongs to another backend than the model");
@@ -40,17 +40,33 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
     return absl::InvalidArgumentError("batch positions and tokens differ in length");
   }
   const int limit = std::min(cs.max_seq, max_positions_);
-  std::vector<bool> slot_used(cs.slots, false);
-  int32_t next_row = 0;
-  for (const kernels::SeqRows& s : b.seqs) {
-    if (s.slot < 0 || s.slot >= cs.slots) {
+  for (int32_t id : b.block_ids) {
+    if (id < 0 || id >= cs.num_blocks) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("slot %d is outside the cache (%d slots)", s.slot, cs.slots));
+          absl::StrFormat("KV block %d is outside the cache (%d blocks)", id, cs.num_blocks));
     }
-    if (slot_used[s.slot]) {
-      return absl::InvalidArgumentError(absl::StrFormat("slot %d appears twice in one batch", s.slot));
+  }
+  // A block a step writes belongs to one sequence (others may only read
+  // blocks they share, below the positions they compute).
+  written_.assign(cs.num_blocks, false);
+  int32_t next_row = 0;
+  int64_t next_block = 0;
+  for (const kernels::SeqRows& s : b.seqs) {
+    const int64_t blocks = KvCacheShape::BlocksFor(int64_t{s.pos} + s.len);
+    if (s.blocks != next_block || s.blocks + blocks > static_cast<int64_t>(b.block_ids.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a sequence at positions [%d, %d) needs %d blocks from %d of a block table of %d",
+          s.pos, s.pos + s.len, blocks, s.blocks, b.block_ids.size()));
     }
-    slot_used[s.slot] = true;
+    next_block += blocks;
+    for (int64_t k = s.pos / KvCacheShape::kBlockSize; k < blocks; ++k) {
+      const int32_t id = b.block_ids[s.blocks + k];
+      if (written_[id]) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("KV block %d is written by two sequences of one batch", id));
+      }
+      written_[id] = true;
+    }
     if (s.len < 1 || s.row != next_row) {
       return absl::InvalidArgumentError("sequence rows must be non-empty and consecutive");
     }
@@ -67,6 +83,9 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
   }
   if (next_row != b.num_rows()) {
     return absl::InvalidArgumentError("sequences do not cover the batch rows");
+  }
+  if (next_block != static_cast<int64_t>(b.block_ids.size())) {
+    return absl::InvalidArgumentError("the block table has ids no sequence uses");
   }
   for (int32_t t : b.tokens) {
     if (t < 0 || t >= vocab_size_) {
@@ -101,7 +120,11 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
     }
     buffers_.push_back(std::move(*b));
   }
-  auto step = alloc(kernels::DType::kI32, 1, 6 * int64_t{rows});
+  // Tokens, positions and the sequence table (6 words a row at most), then
+  // the block table: every sequence (one logit row each at least) at the
+  // model's longest context.
+  auto step = alloc(kernels::DType::kI32, 1,
+                    6 * int64_t{rows} + int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
   if (!step.ok()) return step.status();
   step_ = std::move(*step);
   if (tp_size_ > 1) {
@@ -124,19 +147,27 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
 
 absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBatch& b) {
   const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
-  if (T > rows_) return absl::InternalError("UploadStep before Reserve");
+  const int64_t B = static_cast<int64_t>(b.block_ids.size());
+  if (T > rows_ || 6 * int64_t{T} + B > step_.tensor().cols) {
+    return absl::InternalError("UploadStep before Reserve");
+  }
   step_host_.clear();
   step_host_.insert(step_host_.end(), b.tokens.begin(), b.tokens.end());
   step_host_.insert(step_host_.end(), b.positions.begin(), b.positions.end());
   int max_context = 0;
   for (const kernels::SeqRows& s : b.seqs) {
-    step_host_.insert(step_host_.end(), {s.slot, s.pos, s.len, s.row});
+    step_host_.insert(step_host_.end(), {s.blocks, s.pos, s.len, s.row});
     max_context = std::max(max_context, s.pos + s.len);
   }
+  const int64_t blocks_at = static_cast<int64_t>(step_host_.size());
+  step_host_.insert(step_host_.end(), b.block_ids.begin(), b.block_ids.end());
   const Tensor all = step_.tensor().View(0, 1, static_cast<int64_t>(step_host_.size()));
   FLOVER_RETURN_IF_ERROR(backend_.Upload(step_host_.data(), all));
-  return Step{all.View(0, 1, T), all.View(T, 1, T),
-              kernels::SeqTable{b.seqs.data(), S, all.View(2 * int64_t{T}, S, 4), T, max_context}};
+  kernels::SeqTable seqs{b.seqs.data(), S, all.View(2 * int64_t{T}, S, 4), T, max_context};
+  seqs.block_ids = b.block_ids.data();
+  seqs.num_block_ids = static_cast<int>(B);
+  seqs.block_ids_device = all.View(blocks_at, 1, B);
+  return Step{all.View(0, 1, T), all.View(T, 1, T), seqs};
 }
 
 absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,
@@ -145,12 +176,12 @@ absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int varian
   if (tp_size_ > 1 || seqs.num_rows != seqs.num_seqs || seqs.num_rows > kMaxRecordedRows) {
     return ops();  // collectives between ops, or a prompt's rows: plainly
   }
-  step->seqs.max_context = cache.shape().max_seq;
+  step->seqs.max_context = std::max(step->seqs.max_context, cache.shape().max_seq);
   const kernels::KvLayer layer0 = cache.layer(0);
   const std::string key = absl::StrCat(
       "runtime ", reinterpret_cast<uintptr_t>(this), " generation ", generation_, " cache ",
-      reinterpret_cast<uintptr_t>(layer0.k), " ", cache.shape().slots, "x", cache.shape().max_seq,
-      " rows ", seqs.num_rows, " variant ", variant);
+      reinterpret_cast<uintptr_t>(layer0.k), " ", cache.shape().num_blocks, "x",
+      cache.shape().max_seq, " rows ", seqs.num_rows, " variant ", variant);
   return backend_.RunRecorded(key, ops);
 }
 
@@ -161,13 +192,6 @@ absl::Status ForwardRuntime::RowSplitResidual(const Tensor& rows, const kernels:
   FLOVER_RETURN_IF_ERROR(backend_.Linear(rows, w, bias, row_split_epilogue(), partial));
   FLOVER_RETURN_IF_ERROR(collectives_->AllReduceSum(partial));
   return backend_.Add(partial, x);
-}
-
-absl::Status ForwardRuntime::MoveSlot(KvCache& cache, int from, int to, int len) {
-  if (&cache.backend() != &backend_) {
-    return absl::InvalidArgumentError("the KV cache belongs to another backend than the model");
-  }
-  return cache.MoveSlot(from, to, len);
 }
 
 absl::Status ForwardRuntime::AllReduce(const Tensor& x) {

@@ -44,9 +44,11 @@ class ForwardRuntime {
 
   // InvalidArgument naming the problem when the batch does not fit the
   // model or the cache (`expected` is the cache shape the model needs; its
-  // slots and positions are the cache's own).
+  // blocks and positions are the cache's own): block ids outside the cache,
+  // a block table that does not cover a sequence's positions, or a block
+  // that two sequences would write.
   absl::Status CheckBatch(const ForwardBatch& batch, const KvCache& cache,
-                          const KvCacheShape& expected) const;
+                          const KvCacheShape& expected);
 
   // Makes every buffer big enough for `rows` rows and `logit_rows` rows of
   // logits (allocating only when a step is larger than any before).
@@ -68,8 +70,9 @@ class ForwardRuntime {
   // rank runs through the backend's recordings (CUDA graphs), keyed by all
   // that its launches depend on: this runtime's buffers, the cache, the row
   // count and `variant` (which logits). Its sequence table then claims the
-  // cache's whole context (step->seqs.max_context), so the launches do not
-  // depend on the batch's lengths; each row still reads only its own.
+  // longest context a sequence may have (the cache's max_seq), so the
+  // launches do not depend on the batch's lengths; each row still reads only
+  // its own.
   absl::Status RunOps(Step* step, const KvCache& cache, int variant,
                       const std::function<absl::Status()>& ops);
 
@@ -81,9 +84,6 @@ class ForwardRuntime {
   // x: [T, C] += rows @ w + bias, all-reduced over tensor-parallel ranks.
   absl::Status RowSplitResidual(const kernels::Tensor& rows, const kernels::Weight& w,
                                 const kernels::Tensor* bias, const kernels::Tensor& x);
-  // Copies positions [0, len) of slot `from` to slot `to` in every layer of
-  // a cache on this model's backend.
-  absl::Status MoveSlot(KvCache& cache, int from, int to, int len);
   // All-reduces x over tensor-parallel ranks (the embedding of a vocabulary
   // shard); nothing on one rank.
   absl::Status AllReduce(const kernels::Tensor& x);
@@ -105,7 +105,8 @@ class ForwardRuntime {
   VocabRange vocab_range_;
   int rows_ = 0, logit_rows_ = 0;
   std::vector<kernels::Buffer> buffers_;
-  kernels::Buffer step_;     // i32 [1, 6 * rows]: tokens, positions, sequences
+  kernels::Buffer step_;     // i32: tokens, positions, sequences, block table
+  std::vector<bool> written_;  // CheckBatch's scratch: blocks a step writes
   kernels::Buffer partial_;  // f32 [rows, hidden] (tp > 1): a row-split GEMM's part
   std::vector<int32_t> step_host_;
   int64_t generation_ = 0;  // bumped whenever the buffers move (recording keys name them)

@@ -1,19 +1,27 @@
 #include "model/kv_cache.h"
 
+#include <numeric>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "util/status_macros.h"
 
 namespace flover {
 
-int64_t KvCacheShape::bytes() const {
-  return int64_t{2} * layers * slots * heads * kernels::KvLayer::PaddedSeq(max_seq) * head_dim *
-         kernels::KvDtypeBytes(dtype);
+std::vector<int32_t> BlockRange(int first, int count) {
+  std::vector<int32_t> ids(count);
+  std::iota(ids.begin(), ids.end(), first);
+  return ids;
+}
+
+std::vector<int32_t> InterleavedBlocks(int seq, int seqs, int max_seq) {
+  std::vector<int32_t> ids(KvCacheShape::BlocksFor(max_seq));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = seq + static_cast<int32_t>(i) * seqs;
+  return ids;
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backend,
                                                          const KvCacheShape& s) {
-  if (s.layers < 1 || s.slots < 1 || s.heads < 1 || s.max_seq < 1 || s.head_dim < 1) {
+  if (s.layers < 1 || s.heads < 1 || s.head_dim < 1 || s.num_blocks < 1 || s.max_seq < 1) {
     return absl::InvalidArgumentError("KV cache shape must be positive in every dimension");
   }
   if (s.dtype != backend.kv_dtype()) {
@@ -25,12 +33,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
   const double mib = static_cast<double>(s.bytes()) / (1 << 20);
   if (device.free_bytes > 0 && s.bytes() > device.free_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "the KV cache (%d slots x %d positions, %s) needs %.0f MiB but %s has %.0f MiB free; "
-        "lower --max_batch or --max_seq_len",
-        s.slots, s.max_seq, kernels::KvDtypeName(s.dtype), mib, device.name,
-        static_cast<double>(device.free_bytes) / (1 << 20)));
+        "the KV cache (%d blocks of %d positions = %d tokens, %s) needs %.0f MiB but %s has %.0f "
+        "MiB free; lower --kv_cache_memory",
+        s.num_blocks, KvCacheShape::kBlockSize, s.tokens(), kernels::KvDtypeName(s.dtype), mib,
+        device.name, static_cast<double>(device.free_bytes) / (1 << 20)));
   }
-  // Elements pair up (K and V), so the arena is a whole number of either type.
+  // Elements pair up (K and V), so the cache is a whole number of either type.
   const kernels::DType elem =
       s.dtype == kernels::KvDtype::kBF16 ? kernels::DType::kBF16 : kernels::DType::kF32;
   auto data = backend.Allocate(elem, 1, s.bytes() / kernels::KvDtypeBytes(s.dtype));
@@ -43,24 +51,16 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
 }
 
 kernels::KvLayer KvCache::layer(int i) const {
-  const int64_t per_tensor = int64_t{shape_.slots} * shape_.heads *
-                             kernels::KvLayer::PaddedSeq(shape_.max_seq) * shape_.head_dim;
+  const int64_t per_tensor =
+      int64_t{shape_.num_blocks} * shape_.heads * shape_.head_dim * KvCacheShape::kBlockSize;
   char* base = static_cast<char*>(data_.tensor().data) +
                2 * per_tensor * i * kernels::KvDtypeBytes(shape_.dtype);
   return kernels::KvLayer{base,
                           base + per_tensor * kernels::KvDtypeBytes(shape_.dtype),
-                          shape_.slots,
+                          shape_.num_blocks,
                           shape_.heads,
-                          shape_.max_seq,
                           shape_.head_dim,
                           shape_.dtype};
-}
-
-absl::Status KvCache::MoveSlot(int from, int to, int len) {
-  for (int l = 0; l < shape_.layers; ++l) {
-    FLOVER_RETURN_IF_ERROR(backend_.MoveKvSlot(layer(l), from, to, len));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace flover

@@ -1,12 +1,14 @@
-// The KV cache arena: allocated once in the backend's memory, for every
-// layer the K and V of `slots` sequences x `max_seq` positions x heads x
-// head_dim, each slot's data contiguous (kernels::KvLayer describes the
-// layout).
+// The KV cache: allocated once in the backend's memory, for every layer the
+// K and V of `num_blocks` blocks of kernels::KvLayer::kBlockSize positions
+// (kernels::KvLayer describes the layout). Which sequence a block belongs
+// to is the caller's business (the engine's block pool): a forward names
+// each sequence's blocks in its ForwardBatch.
 #ifndef FLOVER_MODEL_KV_CACHE_H_
 #define FLOVER_MODEL_KV_CACHE_H_
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
@@ -14,24 +16,42 @@
 namespace flover {
 
 struct KvCacheShape {
+  static constexpr int kBlockSize = kernels::KvLayer::kBlockSize;
+
   int layers = 0;
-  int slots = 0;
   int heads = 0;  // local heads (all of them without tensor parallelism)
-  int max_seq = 0;
   int head_dim = 0;
   kernels::KvDtype dtype = kernels::KvDtype::kF32;
+  int num_blocks = 0;
+  // The most positions one sequence may reach: what a step's launches are
+  // sized for when they must not depend on the batch (recorded steps).
+  int max_seq = 0;
 
-  int64_t bytes() const;
   // K and V of one token in every layer.
   int64_t bytes_per_token() const {
     return int64_t{2} * layers * heads * head_dim * kernels::KvDtypeBytes(dtype);
   }
+  int64_t bytes_per_block() const { return bytes_per_token() * kBlockSize; }
+  int64_t bytes() const { return bytes_per_block() * num_blocks; }
+  int64_t tokens() const { return int64_t{num_blocks} * kBlockSize; }
+  static int BlocksFor(int64_t positions) {
+    return static_cast<int>(kernels::KvLayer::BlocksFor(positions));
+  }
 };
+
+// Blocks [first, first + count): a block list for callers that give each
+// sequence a fixed range (tests, a single sequence run alone).
+std::vector<int32_t> BlockRange(int first, int count);
+// Sequence `seq` of `seqs`, each of up to `max_seq` positions, in a cache
+// of seqs * BlocksFor(max_seq) blocks handed out round robin: its blocks are
+// seq, seq + seqs, seq + 2 * seqs, ... (none next to another of its own, as
+// after a pool has churned; benchmarks and tests use it).
+std::vector<int32_t> InterleavedBlocks(int seq, int seqs, int max_seq);
 
 class KvCache {
  public:
   // Fails if the shape is empty, its dtype is not the backend's, or the
-  // arena does not fit: on a device with a known amount of free memory the
+  // cache does not fit: on a device with a known amount of free memory the
   // error says how much the cache needs and how much is free.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(kernels::Backend& backend,
                                                          const KvCacheShape& shape);
@@ -40,10 +60,6 @@ class KvCache {
   kernels::Backend& backend() const { return backend_; }
   kernels::KvLayer layer(int i) const;
 
-  // Copies positions [0, len) of slot `from` to slot `to` in every layer,
-  // within the backend's memory.
-  absl::Status MoveSlot(int from, int to, int len);
-
  private:
   KvCache(kernels::Backend& backend, const KvCacheShape& shape, kernels::Buffer data)
       : backend_(backend), shape_(shape), data_(std::move(data)) {}
@@ -51,7 +67,7 @@ class KvCache {
   kernels::Backend& backend_;
   KvCacheShape shape_;
   // Left uninitialized: positions are written before they are read (and on
-  // the CPU, untouched pages of a large arena cost no memory).
+  // the CPU, untouched pages of a large cache cost no memory).
   kernels::Buffer data_;
 };
 

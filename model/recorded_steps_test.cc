@@ -50,7 +50,7 @@ TEST_P(RecordedStepsTest, ReplaysEqualPlainStepsBitwise) {
       std::vector<int32_t> tokens;
       const int n = prompt ? 3 + 2 * s : 1;
       for (int i = 0; i < n; ++i) tokens.push_back((prompt ? 17 * s + 5 * i : last[s]) % vocab);
-      batch.AddSequence(s, pos[s], tokens);
+      batch.AddSequence(InterleavedBlocks(s, 6, 96), pos[s], tokens);
     }
     std::vector<float> logits[2];
     for (int r = 0; r < 2; ++r) {

@@ -70,7 +70,7 @@ TEST_P(TensorParallelTest, LogitsMatchOneRankAtEveryPosition) {
     std::vector<int32_t> prompt(len);
     for (int i = 0; i < len; ++i) prompt[i] = (i * 37 + 11) % V;
     ForwardBatch b;
-    b.AddSequence(0, 0, prompt);
+    b.AddSequence(testing::SeqBlocks(0, P), 0, prompt);
     auto tp_cache = testing::CacheFor(*tp_, 1, P);
     auto one_cache = testing::CacheFor(*one_, 1, P);
     std::vector<float> tp_logits, one_logits;
@@ -139,7 +139,7 @@ TEST_P(TensorParallelInt8Test, StaysAsCloseToF32AsOneRank) {
     std::vector<int32_t> prompt(len);
     for (int i = 0; i < len; ++i) prompt[i] = (i * 37 + 11) % V;
     ForwardBatch b;
-    b.AddSequence(0, 0, prompt);
+    b.AddSequence(testing::SeqBlocks(0, P), 0, prompt);
     std::vector<float> tp, one, f32;
     auto tp_cache = testing::CacheFor(*tp_, 1, P);
     ASSERT_TRUE(tp_->Forward(b, *tp_cache, LogitsFor::kEveryRow, &tp).ok());
@@ -198,7 +198,7 @@ TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
   for (size_t i = 0; i < golden.prompts.size(); ++i) {
     const std::vector<int32_t>& prompt = golden.prompts[i];
     ForwardBatch b;
-    b.AddSequence(0, 0, prompt);
+    b.AddSequence(testing::SeqBlocks(0, (*m)->info().max_positions), 0, prompt);
     auto cache = testing::CacheFor(tp, 1, (*m)->info().max_positions);
     std::vector<float> logits;
     ASSERT_TRUE(tp.Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());

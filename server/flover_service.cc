@@ -274,7 +274,8 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   info->set_max_seq_len(o.max_seq_len);
   info->set_max_batch(o.scheduler.max_batch);
   info->set_scheduler(std::string(SchedulerPolicyName(o.scheduler.policy)));
-  info->set_kv_shuffle(o.scheduler.kv_shuffle);
+  info->set_prefix_caching(o.prefix_caching);
+  info->set_kv_cache_tokens(engine_.Stats().kv_tokens_total);
   info->set_eos_token_id(c.eos_token_ids.empty() ? -1 : c.eos_token_ids.front());
   for (int32_t id : c.eos_token_ids) info->add_eos_token_ids(id);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -292,15 +293,16 @@ grpc::ServerUnaryReactor* FloverService::GetStats(grpc::CallbackServerContext* c
   const EngineStats s = engine_.Stats();
   out->set_queue_length(s.queued);
   out->set_active_sequences(s.active);
-  out->set_slots(s.slots);
+  out->set_max_running(s.max_running);
   out->set_kv_bytes_in_use(s.kv_bytes_in_use);
   out->set_kv_bytes_total(s.kv_bytes_total);
+  out->set_kv_bytes_cached(s.kv_bytes_cached);
   out->set_tokens_generated(s.generated_tokens);
   out->set_prompt_tokens(s.prompt_tokens);
-  out->set_shuffle_moves(s.shuffle_moves);
-  out->set_shuffle_bytes(s.shuffle_bytes);
+  out->set_prefix_cache_query_tokens(s.prefix_query_tokens);
+  out->set_prefix_cache_hit_tokens(s.prefix_hit_tokens);
+  out->set_preemptions(s.preemptions);
   out->set_steps(s.steps);
-  out->set_padding_rows(s.padding_rows);
   out->set_requests_submitted(s.submitted);
   for (int r = 0; r < kNumFinishReasons; ++r) {
     (*out->mutable_requests_finished())[std::string(FinishReasonName(static_cast<FinishReason>(r)))] =

@@ -29,7 +29,7 @@ std::string RenderMetrics(const Engine& engine, const ModelDescription& model) {
               {"device_name", model.device_name},
               {"tp", absl::StrCat(model.tp_size)},
               {"scheduler", std::string(SchedulerPolicyName(s.policy))},
-              {"kv_shuffle", s.kv_shuffle ? "on" : "off"}},
+              {"prefix_caching", engine.options().prefix_caching ? "on" : "off"}},
              1);
   engine.metrics().Write(out);
   return out.text();

@@ -41,6 +41,7 @@
 #include "server/openai_api.h"
 #include "server/request_convert.h"
 #include "server/server_options.h"
+#include "util/byte_size.h"
 #include "util/file_util.h"
 #include "util/runfiles.h"
 
@@ -56,11 +57,22 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 p
 ABSL_FLAG(int, threads, 0,
           "CPU threads for the model per rank (0 = the cores divided by the ranks on this node)");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks; > 1 needs mpirun -np TP (rank 0 serves gRPC)");
-ABSL_FLAG(int, max_batch, 32, "KV cache slots: sequences in flight at once");
-ABSL_FLAG(int, max_seq_len, 0, "Positions per slot, prompt + output (0 = the model's maximum)");
+ABSL_FLAG(int, max_batch, 128, "Most sequences running at once (the KV cache's memory decides how many fit)");
+ABSL_FLAG(int, max_seq_len, 0,
+          "Most positions one sequence may reach, prompt + output (0 = the model's context); "
+          "nothing is reserved for it");
+ABSL_FLAG(std::string, kv_cache_memory, "",
+          "The KV cache's memory per rank, e.g. 4GiB or 512MiB (empty: on a GPU "
+          "--gpu_memory_fraction of what is free after the weights; on the CPU 4 GiB; either "
+          "at most what --max_batch sequences of --max_seq_len positions fill)");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "Without --kv_cache_memory on a GPU: the share of its free memory (after weights and "
+          "work space) the KV cache takes");
+ABSL_FLAG(bool, prefix_caching, true,
+          "Reuse the computed K/V of prompts' leading tokens (shared system prompts, earlier "
+          "turns of a chat); finished sequences' blocks stay cached until memory is needed");
 ABSL_FLAG(int, max_tokens_per_step, 256, "Token budget of one fused forward (prompts are chunked)");
 ABSL_FLAG(std::string, scheduler, "fusion", "fusion, dynamic, static or sequential");
-ABSL_FLAG(bool, kv_shuffle, true, "Compact the KV cache when sequences finish");
 ABSL_FLAG(int, batch_delay_ms, 10, "dynamic scheduler: how long to gather a batch");
 ABSL_FLAG(int, max_queue, 1024, "Waiting requests; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for");
@@ -212,7 +224,18 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.engine.scheduler.policy = *policy;
   o.engine.scheduler.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.engine.scheduler.max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step);
-  o.engine.scheduler.kv_shuffle = absl::GetFlag(FLAGS_kv_shuffle);
+  if (!absl::GetFlag(FLAGS_kv_cache_memory).empty()) {
+    auto bytes = ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));
+    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv_cache_memory: ", bytes.status().message()));
+    if (*bytes == 0) return absl::InvalidArgumentError("--kv_cache_memory must be above 0");
+    o.engine.kv_cache.bytes = *bytes;
+  }
+  o.engine.kv_cache.device_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  if (!(o.engine.kv_cache.device_memory_fraction > 0 && o.engine.kv_cache.device_memory_fraction <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu_memory_fraction must be in (0, 1], got ",
+                                                   o.engine.kv_cache.device_memory_fraction));
+  }
+  o.engine.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   o.engine.scheduler.batch_delay = absl::Milliseconds(absl::GetFlag(FLAGS_batch_delay_ms));
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
@@ -354,11 +377,12 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   loaded->reset();
 
   if (!leader) {
-    // The same set-up as Engine::Create on rank 0: the KV cache, and kernels
-    // compiled for every step size.
+    // The same set-up as Engine::Create on rank 0: kernels compiled for
+    // every step size, and the KV cache.
     const SchedulerOptions& s = options.engine.scheduler;
-    auto executor = StepExecutor::Create(**model, s.max_batch, options.engine.max_seq_len,
-                                         MaxRowsPerStep(s, options.engine.max_seq_len));
+    auto executor = StepExecutor::Create(**model, options.engine.kv_cache, s.max_batch,
+                                         options.engine.max_seq_len,
+                                         MaxRowsPerStep(s, options.engine.max_seq_len), comm);
     if (!executor.ok()) return executor.status();
     return RunTensorParallelWorker(**executor, *comm);
   }
@@ -450,12 +474,14 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   } else {
     std::printf("device %s: %s\n", options.backend.device.c_str(), device.name.c_str());
   }
-  std::printf("KV cache: %d slots x %d positions, %s = %.1f MiB per rank; tp %d; scheduler %s, "
-              "kv_shuffle %s, %d CPU threads per rank\n",
-              stats.slots, options.engine.max_seq_len, kernels::KvDtypeName(options.backend.kv),
-              stats.kv_bytes_total / 1048576.0, tp,
+  std::printf("KV cache: %s per rank = %lld tokens (blocks of %d), %s; up to %d sequences of up to "
+              "%d positions; prefix caching %s; tp %d; scheduler %s, %d CPU threads per rank\n",
+              FormatByteSize(stats.kv_bytes_total).c_str(),
+              static_cast<long long>(stats.kv_tokens_total), KvCacheShape::kBlockSize,
+              kernels::KvDtypeName(options.backend.kv), options.engine.scheduler.max_batch,
+              options.engine.max_seq_len, options.engine.prefix_caching ? "on" : "off", tp,
               std::string(SchedulerPolicyName(options.engine.scheduler.policy)).c_str(),
-              options.engine.scheduler.kv_shuffle ? "on" : "off", kernels::CpuThreads());
+              kernels::CpuThreads());
   std::printf("kernels compiled for steps of up to %d rows in %.0f ms\n",
               MaxRowsPerStep(options.engine.scheduler, options.engine.max_seq_len),
               absl::ToDoubleMilliseconds(create_time));

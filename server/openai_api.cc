@@ -231,9 +231,10 @@ void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
   const int prompt_tokens = static_cast<int>(converted->prompt.size());
   if (is_chat && !parsed.request.stopping().has_max_new_tokens()) {
     // As OpenAI's: a reply without max_tokens may fill the context (up to
-    // the server's limit); a prompt that fills it already is refused below.
-    const EngineOptions& o = engine.options();
-    converted->stop.max_new_tokens = std::max(1, std::min(o.max_new_tokens_limit, o.max_seq_len - prompt_tokens));
+    // the server's limit, and what the KV cache holds); a prompt that fills
+    // it already is refused below.
+    converted->stop.max_new_tokens = std::max(
+        1, std::min(engine.options().max_new_tokens_limit, engine.max_context() - prompt_tokens));
   }
   const std::string echo = parsed.echo ? tokenizer->Decode(converted->prompt) : "";
   auto sink = std::make_shared<CollectingSink>();

@@ -19,7 +19,7 @@ out="$(realpath -m "${1:-$root/.gpu-bundle}")"
 cd "$root"
 
 TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_golden_test
-       //model/llama:llama_golden_test //model:kv_shuffle_test //model:recorded_steps_test
+       //model/llama:llama_golden_test //model:paged_kv_test //model:recorded_steps_test
        //engine:engine_invariance_test //dist:device_collectives_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
           //engine:flover_generate //clients:flover_client //clients:flover_loadgen)
@@ -90,7 +90,7 @@ cat > "$stage/run_gpu_checks.sh" <<'EOF'
 #!/usr/bin/env bash
 # Every GPU check of the bundle, logs under $1: the device, the op tests
 # (dense and KV),
-# golden logits, KV shuffle, engine invariance, the model benchmark (bf16
+# golden logits, paged KV, engine invariance, the model benchmark (bf16
 # and f32), and a server that serves on the GPU.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -117,7 +117,7 @@ run ops "$here/run.sh" backend_ops_test
 run kv_ops "$here/run.sh" kv_ops_test
 run golden "$here/run.sh" gpt_model_golden_test
 run llama_golden "$here/run.sh" llama_golden_test
-run kv_shuffle "$here/run.sh" kv_shuffle_test
+run paged_kv "$here/run.sh" paged_kv_test
 run recorded_steps "$here/run.sh" recorded_steps_test
 run nccl "$here/run.sh" device_collectives_test
 run invariance "$here/run.sh" engine_invariance_test

@@ -9,9 +9,11 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/causal_lm.h"
+#include "model/kv_cache.h"
 #include "model/loaded_model.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
@@ -77,9 +79,19 @@ inline std::unique_ptr<CausalLm> ModelOn(kernels::Backend& backend, const Loaded
   return ValueOrDie(loaded.Instantiate(backend, collectives), "model");
 }
 
-// A KV cache for `model`, or the binary stops.
-inline std::unique_ptr<KvCache> CacheFor(const CausalLm& model, int slots, int max_seq) {
-  return ValueOrDie(KvCache::Create(model.backend(), model.CacheShape(slots, max_seq)), "KV cache");
+// A KV cache for `model` with room for `seqs` sequences of up to `max_seq`
+// positions each, or the binary stops. Sequence i's blocks are SeqBlocks(i,
+// max_seq): a contiguous range, as a test that runs sequences alone wants.
+inline std::unique_ptr<KvCache> CacheFor(const CausalLm& model, int seqs, int max_seq) {
+  return ValueOrDie(
+      KvCache::Create(model.backend(), model.CacheShape(seqs * KvCacheShape::BlocksFor(max_seq), max_seq)),
+      "KV cache");
+}
+
+// The blocks of sequence `seq` in a cache made by CacheFor(model, n, max_seq).
+inline std::vector<int32_t> SeqBlocks(int seq, int max_seq) {
+  const int per_seq = KvCacheShape::BlocksFor(max_seq);
+  return BlockRange(seq * per_seq, per_seq);
 }
 
 }  // namespace flover::testing

@@ -41,12 +41,12 @@ inline void Store(float x, float* to) { *to = x; }
 inline void Store(float x, uint16_t* to) { *to = ToBf16(x); }
 
 // Scores of one query against one block of keys: s[j] = sum_d q[d] k[d][j],
-// accumulated over d in order. The block's kKeyBlock scores stay in
+// accumulated over d in order. The block's kBlockSize scores stay in
 // registers across the d loop, so each multiply-add loads only the key.
-// block: [D, kKeyBlock]; scores: [kKeyBlock].
+// block: [D, kBlockSize]; scores: [kBlockSize].
 template <typename T>
 void ScoreBlock(const float* q, const T* block, int D, const T* next, float* scores) {
-  constexpr int kJ = KvLayer::kKeyBlock;
+  constexpr int kJ = KvLayer::kBlockSize;
   float acc[kJ] = {};
   for (int d = 0; d < D; ++d) {
     const float qd = q[d];
@@ -58,37 +58,67 @@ void ScoreBlock(const float* q, const T* block, int D, const T* next, float* sco
   std::copy(acc, acc + kJ, scores);
 }
 
-// out[0, D) = sum_j w[j] v[j], accumulated over j in order, the D outputs
-// kept in registers when D is the usual 64.
+// One (sequence, key/value head)'s blocks in a layer: where position p's key
+// and value are.
+template <typename T>
+struct HeadBlocks {
+  const T* keys;          // the layer's k
+  const T* values;        // the layer's v
+  const int32_t* blocks;  // the sequence's block list
+  const KvLayer* kv;
+  int head;
+
+  const T* key_block(int b) const { return keys + kv->head_block(blocks[b], head); }
+  const T* value_block(int b) const { return values + kv->head_block(blocks[b], head); }
+};
+
+// out[0, D) = sum_j w[j] v[j] over positions [0, n) of `h`, accumulated over
+// j in order (block after block), the D outputs kept in registers when D is
+// the usual 64 (kD; 0 reads D).
 template <int kD, typename T>
-void WeightedSum(const float* w, const T* v, int n, float* out) {
-  constexpr int kAhead = 4096 / (kD * sizeof(T));  // rows: 4 KB ahead
-  float acc[kD] = {};
-  for (int j = 0; j < n; ++j) {
-    const float wj = w[j];
-    const T* vj = v + int64_t{j} * kD;
-    if (j + kAhead < n) PrefetchRow(vj + kAhead * kD, kD);
+void WeightedSum(const float* w, const HeadBlocks<T>& h, int n, int D, float* out) {
+  constexpr int kJ = KvLayer::kBlockSize;
+  if constexpr (kD > 0) D = kD;
+  const int ahead = std::max(1, 4096 / (D * static_cast<int>(sizeof(T))));  // rows: 4 KB ahead
+  // The sums live in registers for a fixed D, else in `out` itself.
+  float fixed[kD > 0 ? kD : 1] = {};
+  float* acc = kD > 0 ? fixed : out;
+  if constexpr (kD == 0) std::fill(out, out + D, 0.0f);
+  const int nb = static_cast<int>(KvLayer::BlocksFor(n));
+  for (int b = 0; b < nb; ++b) {
+    const T* v = h.value_block(b);
+    const T* next = b + 1 < nb ? h.value_block(b + 1) : nullptr;
+    const int rows = std::min(kJ, n - b * kJ);
+    for (int j = 0; j < rows; ++j) {
+      const float wj = w[b * kJ + j];
+      const T* vj = v + int64_t{j} * D;
+      if (j + ahead < rows) {
+        PrefetchRow(vj + int64_t{ahead} * D, D);
+      } else if (next != nullptr && j + ahead - kJ < kJ) {
+        PrefetchRow(next + int64_t{j + ahead - kJ} * D, D);
+      }
 #pragma omp simd
-    for (int d = 0; d < kD; ++d) acc[d] += wj * Load(vj[d]);
+      for (int d = 0; d < D; ++d) acc[d] += wj * Load(vj[d]);
+    }
   }
-  std::copy(acc, acc + kD, out);
+  if constexpr (kD > 0) std::copy(acc, acc + D, out);
 }
 
-// One query row against positions [0, n) of one head's cache.
-// q: [D] (already scaled); keys: the head's blocked keys (KvLayer); v: [n, D];
-// scores: scratch [n rounded up to kKeyBlock]; out: [D]. Every row of every
-// batch goes through this one function, which is what makes attention
-// batch-invariant. The last block is scored whole; positions past n are
-// never read back.
+// One query row against positions [0, n) of one head's blocks.
+// q: [D] (already scaled); scores: scratch [n rounded up to kBlockSize];
+// out: [D]. Every row of every batch goes through this one function, in
+// order of position whatever blocks hold them, which is what makes
+// attention batch-invariant. The last block is scored whole; positions past
+// n are never read back.
 template <typename T>
-void AttendRow(const float* q, const T* keys, const T* v, int n, int D, float* scores,
-               float* out) {
-  constexpr int kJ = KvLayer::kKeyBlock;
-  for (int b = 0; b * kJ < n; ++b) {
+void AttendRow(const float* q, const HeadBlocks<T>& h, int n, int D, float* scores, float* out) {
+  constexpr int kJ = KvLayer::kBlockSize;
+  const int nb = static_cast<int>(KvLayer::BlocksFor(n));
+  for (int b = 0; b < nb; ++b) {
     // While scoring a block, fetch the next one, or after the last the first
     // values (as many as a block's worth of lines).
-    const T* next = (b + 1) * kJ < n ? keys + int64_t{b + 1} * D * kJ : v;
-    ScoreBlock(q, keys + int64_t{b} * D * kJ, D, next, scores + int64_t{b} * kJ);
+    const T* next = b + 1 < nb ? h.key_block(b + 1) : h.value_block(0);
+    ScoreBlock(q, h.key_block(b), D, next, scores + int64_t{b} * kJ);
   }
   float max_score = -INFINITY;
   for (int j = 0; j < n; ++j) max_score = std::max(max_score, scores[j]);
@@ -102,14 +132,9 @@ void AttendRow(const float* q, const T* keys, const T* v, int n, int D, float* s
 #pragma omp simd
   for (int j = 0; j < n; ++j) scores[j] *= inv;
   if (D == 64) {
-    WeightedSum<64>(scores, v, n, out);
-    return;
-  }
-  std::fill(out, out + D, 0.0f);
-  for (int j = 0; j < n; ++j) {
-    const T* vj = v + int64_t{j} * D;
-#pragma omp simd
-    for (int d = 0; d < D; ++d) out[d] += scores[j] * Load(vj[d]);
+    WeightedSum<64>(scores, h, n, D, out);
+  } else {
+    WeightedSum<0>(scores, h, n, D, out);
   }
 }
 
@@ -118,8 +143,11 @@ void AttendRow(const float* q, const T* keys, const T* v, int n, int D, float* s
 // q_heads / kv.heads (grouped-query attention; equal counts without it);
 // see CpuBackend::Attention.
 template <typename T>
-void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const KvLayer& kv,
-                   int q_heads, float* out) {
+void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int q_heads,
+                   float* out) {
+  constexpr int kJ = KvLayer::kBlockSize;
+  const SeqRows* seqs = table.host;
+  const int num_seqs = table.num_seqs;
   const int H = kv.heads;  // key/value heads
   const int D = kv.head_dim;
   const int group = q_heads / H;
@@ -128,20 +156,21 @@ void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const Kv
   T* const keys = static_cast<T*>(kv.k);
   T* const values = static_cast<T*>(kv.v);
 
-  // 1. Append this step's keys and values to each sequence's slot.
+  // 1. Append this step's keys and values to each position's block.
   UseCpuThreadsHere();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int s = 0; s < num_seqs; ++s) {
     for (int h = 0; h < H; ++h) {
       const SeqRows& seq = seqs[s];
-      const int64_t base = seq.slot * kv.slot_stride() + h * kv.head_stride();
+      const int32_t* blocks = table.block_ids + seq.blocks;
       for (int i = 0; i < seq.len; ++i) {
         const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
         const int pos = seq.pos + i;
+        const int64_t base = kv.head_block(blocks[pos / kJ], h);
         const float* k = row + QD + int64_t{h} * D;
         const float* v = row + QD + HD + int64_t{h} * D;
-        for (int d = 0; d < D; ++d) Store(k[d], &keys[base + kv.key_offset(d, pos)]);
-        T* v_to = values + base + int64_t{pos} * D;
+        for (int d = 0; d < D; ++d) Store(k[d], &keys[base + KvLayer::key_offset(d, pos % kJ)]);
+        T* v_to = values + base + kv.value_offset(pos % kJ, 0);
         for (int d = 0; d < D; ++d) Store(v[d], &v_to[d]);
       }
     }
@@ -164,14 +193,13 @@ void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const Kv
   const int num_tasks = static_cast<int>(tasks.size());
 #pragma omp parallel
   {
-    std::vector<float> scores(kv.padded_seq());
+    std::vector<float> scores(KvLayer::BlocksFor(table.max_context) * kJ);
     std::vector<float> q(D);
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < num_tasks; ++t) {
       const Task& task = tasks[t];
       const SeqRows& seq = seqs[task.seq];
-      const int64_t base =
-          seq.slot * kv.slot_stride() + int64_t{task.head / group} * kv.head_stride();
+      const HeadBlocks<T> head{keys, values, table.block_ids + seq.blocks, &kv, task.head / group};
       const int64_t row = int64_t{seq.row} + task.first_row;
       const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
       float* o = out + row * QD + int64_t{task.head} * D;
@@ -179,8 +207,7 @@ void AttentionOver(const float* qkv, const SeqRows* seqs, int num_seqs, const Kv
       // depends on how the batch around it was formed.
       for (int i = 0; i < task.rows; ++i) {
         for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
-        AttendRow(q.data(), keys + base, values + base, seq.pos + task.first_row + i + 1, D,
-                  scores.data(), o + i * QD);
+        AttendRow(q.data(), head, seq.pos + task.first_row + i + 1, D, scores.data(), o + i * QD);
       }
     }
   }
@@ -441,11 +468,9 @@ absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, cons
                                    const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, out, kv_dtype_, DType::kF32));
   if (kv.dtype == KvDtype::kBF16) {
-    AttentionOver<uint16_t>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, QueryHeads(qkv, kv),
-                            out.as<float>());
+    AttentionOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), out.as<float>());
   } else {
-    AttentionOver<float>(qkv.as<float>(), seqs.host, seqs.num_seqs, kv, QueryHeads(qkv, kv),
-                         out.as<float>());
+    AttentionOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), out.as<float>());
   }
   return absl::OkStatus();
 }
@@ -456,24 +481,6 @@ absl::Status CpuBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, c
   for (int s = 0; s < seqs.num_seqs; ++s) {
     const int64_t row = seqs.host[s].row + seqs.host[s].len - 1;
     std::memcpy(out.as<float>() + s * C, x.as<float>() + row * C, C * sizeof(float));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CpuBackend::MoveKvSlot(const KvLayer& kv, int from, int to, int len) {
-  FLOVER_RETURN_IF_ERROR(CheckKvMove(kv, from, to, len));
-  if (from == to || len <= 0) return absl::OkStatus();
-  const int D = kv.head_dim;
-  const size_t e = KvDtypeBytes(kv.dtype);
-  char* k = static_cast<char*>(kv.k);
-  char* v = static_cast<char*>(kv.v);
-  // Keys: the blocks holding positions [0, len), one contiguous run.
-  const int64_t key_blocks = (len + KvLayer::kKeyBlock - 1) / KvLayer::kKeyBlock;
-  for (int h = 0; h < kv.heads; ++h) {
-    const int64_t src = from * kv.slot_stride() + h * kv.head_stride();
-    const int64_t dst = to * kv.slot_stride() + h * kv.head_stride();
-    std::memcpy(k + dst * e, k + src * e, size_t(key_blocks) * D * KvLayer::kKeyBlock * e);
-    std::memcpy(v + dst * e, v + src * e, size_t(len) * D * e);
   }
   return absl::OkStatus();
 }

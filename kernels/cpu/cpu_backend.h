@@ -58,7 +58,6 @@ class CpuBackend final : public Backend {
   absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                          const Tensor& out) override;
   absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) override;
-  absl::Status MoveKvSlot(const KvLayer& kv, int from, int to, int len) override;
 
  private:
   CpuBackend(MatmulDtype dtype, KvDtype kv_dtype);

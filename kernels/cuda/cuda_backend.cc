@@ -399,8 +399,9 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
   if (seqs.num_rows == 0) return absl::OkStatus();
   FLOVER_RETURN_IF_ERROR(Activate());
   const int32_t* table = seqs.device.as<int32_t>();
+  const int32_t* block_ids = seqs.block_ids_device.as<int32_t>();
   const int q_heads = QueryHeads(qkv, kv);
-  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchKvAppend(qkv.as<float>(), table, seqs.num_seqs,
+  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchKvAppend(qkv.as<float>(), table, block_ids, seqs.num_seqs,
                                                    seqs.num_rows, q_heads, kv, stream_),
                                     "KV append"));
   float* work = nullptr;
@@ -411,7 +412,7 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
     if (!s.ok()) return s.status();
     work = static_cast<float*>(*s);
   }
-  return CudaStatus(LaunchAttention(qkv.as<float>(), table, seqs.num_seqs, seqs.num_rows,
+  return CudaStatus(LaunchAttention(qkv.as<float>(), table, block_ids, seqs.num_seqs, seqs.num_rows,
                                     seqs.max_context, q_heads, kv, out.data, out.dtype, work,
                                     stream_),
                     "Attention");
@@ -423,28 +424,6 @@ absl::Status CudaBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, 
   return CudaStatus(LaunchGatherLastRows(x.as<float>(), seqs.device.as<int32_t>(), seqs.num_seqs,
                                          static_cast<int>(x.cols), out.as<float>(), stream_),
                     "GatherLastRows");
-}
-
-absl::Status CudaBackend::MoveKvSlot(const KvLayer& kv, int from, int to, int len) {
-  FLOVER_RETURN_IF_ERROR(CheckKvMove(kv, from, to, len));
-  if (from == to || len <= 0) return absl::OkStatus();
-  FLOVER_RETURN_IF_ERROR(Activate());
-  // Device-to-device copies, one 2D copy per tensor: every head's filled
-  // positions (keys: the whole blocks holding them), heads head_stride apart.
-  const size_t e = KvDtypeBytes(kv.dtype);
-  const size_t pitch = size_t(kv.head_stride()) * e;
-  const int64_t key_blocks = (len + KvLayer::kKeyBlock - 1) / KvLayer::kKeyBlock;
-  const size_t key_bytes = size_t(key_blocks) * kv.head_dim * KvLayer::kKeyBlock * e;
-  const size_t value_bytes = size_t(len) * kv.head_dim * e;
-  char* k = static_cast<char*>(kv.k);
-  char* v = static_cast<char*>(kv.v);
-  const size_t src = size_t(from) * kv.slot_stride() * e, dst = size_t(to) * kv.slot_stride() * e;
-  FLOVER_RETURN_IF_ERROR(CudaStatus(cudaMemcpy2DAsync(k + dst, pitch, k + src, pitch, key_bytes,
-                                                      kv.heads, cudaMemcpyDeviceToDevice, stream_),
-                                    "MoveKvSlot keys"));
-  return CudaStatus(cudaMemcpy2DAsync(v + dst, pitch, v + src, pitch, value_bytes, kv.heads,
-                                      cudaMemcpyDeviceToDevice, stream_),
-                    "MoveKvSlot values");
 }
 
 absl::StatusOr<double> CudaBackend::GemmTflops(int M, int N, int K, MatmulDtype dtype) {

@@ -71,7 +71,6 @@ class CudaBackend final : public Backend, private Roofline {
   absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                          const Tensor& out) override;
   absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) override;
-  absl::Status MoveKvSlot(const KvLayer& kv, int from, int to, int len) override;
 
  private:
   CudaBackend(int ordinal, MatmulDtype matmul, KvDtype kv) : ordinal_(ordinal), matmul_(matmul), kv_(kv) {}

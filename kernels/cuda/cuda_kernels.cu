@@ -232,36 +232,39 @@ __device__ __forceinline__ int FindSeq(const int32_t* seqs, int num_seqs, int ro
   return lo;
 }
 
-// KvLayer's addressing, for device code.
+// KvLayer's addressing, for device code: position p of a sequence whose
+// block list starts at `blocks` is in block blocks[p / kBlockSize].
 struct KvView {
-  int64_t slot_stride, head_stride;
-  int head_dim;
+  const int32_t* block_ids;  // the step's block table
+  int heads, head_dim;
 
-  __device__ int64_t Head(int slot, int head) const {
-    return slot * slot_stride + head * head_stride;
+  // Start of key/value head h of the block holding position p.
+  __device__ int64_t HeadBlock(const int32_t* blocks, int p, int h) const {
+    return (static_cast<int64_t>(blocks[p / KvLayer::kBlockSize]) * heads + h) * head_dim *
+           KvLayer::kBlockSize;
   }
-  __device__ int64_t Key(int d, int pos) const {
-    return static_cast<int64_t>(pos / KvLayer::kKeyBlock) * head_dim * KvLayer::kKeyBlock +
-           d * KvLayer::kKeyBlock + pos % KvLayer::kKeyBlock;
-  }
-  __device__ int64_t Value(int d, int pos) const { return static_cast<int64_t>(pos) * head_dim + d; }
+  __device__ static int Key(int d, int p) { return d * KvLayer::kBlockSize + p % KvLayer::kBlockSize; }
+  __device__ int Value(int d, int p) const { return (p % KvLayer::kBlockSize) * head_dim + d; }
 };
 
-KvView ViewOf(const KvLayer& kv) { return KvView{kv.slot_stride(), kv.head_stride(), kv.head_dim}; }
+KvView ViewOf(const KvLayer& kv, const int32_t* block_ids) {
+  return KvView{block_ids, kv.heads, kv.head_dim};
+}
 
-// grid (T, Hkv), block D: row t's K and V of key/value head h into its
-// slot. A row of qkv is [Q (Hq * D) | K (Hkv * D) | V (Hkv * D)].
+// grid (T, Hkv), block D: row t's K and V of key/value head h into the
+// block of its position. A row of qkv is [Q (Hq * D) | K (Hkv * D) | V (Hkv * D)].
 template <typename KT>
 __global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_seqs, int q_heads,
                                int kv_heads, KvView kv, KT* keys, KT* values) {
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int s = FindSeq(seqs, num_seqs, row);
-  const int slot = seqs[s * 4], pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
+  const int32_t* blocks = kv.block_ids + seqs[s * 4];
+  const int pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
   const int D = kv.head_dim;
   const int64_t QD = static_cast<int64_t>(q_heads) * D, HD = static_cast<int64_t>(kv_heads) * D;
   const float* r = qkv + row * (QD + 2 * HD);
-  const int64_t base = kv.Head(slot, h);
-  keys[base + kv.Key(d, pos)] = FromFloat<KT>(r[QD + h * D + d]);
+  const int64_t base = kv.HeadBlock(blocks, pos, h);
+  keys[base + KvView::Key(d, pos)] = FromFloat<KT>(r[QD + h * D + d]);
   values[base + kv.Value(d, pos)] = FromFloat<KT>(r[QD + HD + h * D + d]);
 }
 
@@ -288,7 +291,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   const int row = blockIdx.x, h = blockIdx.y, chunk = blockIdx.z;
   const int s = FindSeq(seqs, num_seqs, row);
-  const int slot = seqs[s * 4], pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
+  const int32_t* blocks = kv.block_ids + seqs[s * 4];
+  const int pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
   const int n = pos + 1;
   const int chunks = (n + kAttentionChunk - 1) / kAttentionChunk;
   if (chunk >= chunks) return;  // the whole block: this row's context is shorter
@@ -305,21 +309,20 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   // Scores: a warp takes 32 consecutive positions, one key block, so each
   // dim's 32 keys are one coalesced read.
-  const int64_t base = kv.Head(slot, h / (H / kv_heads));
-  const KT* k_head = keys + base;
+  const int kv_head = h / (H / kv_heads);
   float local_max = -INFINITY;
   for (int j = tid; j < len; j += kAttentionThreads) {
     const int p = p0 + j;
-    const KT* k = k_head + kv.Key(0, p);
+    const KT* k = keys + kv.HeadBlock(blocks, p, kv_head) + KvView::Key(0, p);
     float acc = 0.0f;
     // Unrolled so that loads are in flight before the first sum needs one
     // (the sums still run in order of d: the same result).
     if constexpr (kFixedD > 0) {
 #pragma unroll
-      for (int d = 0; d < kFixedD; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kKeyBlock]), acc);
+      for (int d = 0; d < kFixedD; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kBlockSize]), acc);
     } else {
 #pragma unroll 8
-      for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kKeyBlock]), acc);
+      for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kBlockSize]), acc);
     }
     weights[j] = acc;
     local_max = fmaxf(local_max, acc);
@@ -344,11 +347,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
   float acc[kDimsPerLane];
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
-  const KT* v_head = values + base;
 #pragma unroll 8
   for (int j = warp; j < len; j += kAttentionWarps) {
     const float w = weights[j];
-    const KT* v = v_head + kv.Value(0, p0 + j);
+    const int p = p0 + j;
+    const KT* v = values + kv.HeadBlock(blocks, p, kv_head) + kv.Value(0, p);
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = lane + 32 * i;
@@ -408,10 +411,11 @@ __global__ void GatherLastRowsKernel(const float* x, const int32_t* seqs, int C,
 }
 
 template <typename KT, typename OutT>
-cudaError_t Attend(const float* qkv, const int32_t* seqs, int num_seqs, int T, int max_context,
-                   int q_heads, const KvLayer& kv, void* out, float* work, cudaStream_t stream) {
+cudaError_t Attend(const float* qkv, const int32_t* seqs, const int32_t* block_ids, int num_seqs,
+                   int T, int max_context, int q_heads, const KvLayer& kv, void* out, float* work,
+                   cudaStream_t stream) {
   const int chunks = (max_context + kAttentionChunk - 1) / kAttentionChunk;
-  const KvView view = ViewOf(kv);
+  const KvView view = ViewOf(kv, block_ids);
   const dim3 grid(T, q_heads, chunks);
   if (kv.head_dim == 64) {
     AttentionKernel<KT, OutT, 64><<<grid, kAttentionThreads, 0, stream>>>(
@@ -430,17 +434,19 @@ cudaError_t Attend(const float* qkv, const int32_t* seqs, int num_seqs, int T, i
 }
 
 template <typename KT>
-cudaError_t AttendKv(const float* qkv, const int32_t* seqs, int num_seqs, int T, int max_context,
-                     int q_heads, const KvLayer& kv, void* out, DType out_dtype, float* work,
-                     cudaStream_t stream) {
+cudaError_t AttendKv(const float* qkv, const int32_t* seqs, const int32_t* block_ids, int num_seqs,
+                     int T, int max_context, int q_heads, const KvLayer& kv, void* out,
+                     DType out_dtype, float* work, cudaStream_t stream) {
   switch (out_dtype) {
     case DType::kF32:
-      return Attend<KT, float>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, work, stream);
+      return Attend<KT, float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, out,
+                               work, stream);
     case DType::kBF16:
-      return Attend<KT, __nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, work,
-                                       stream);
+      return Attend<KT, __nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
+                                       out, work, stream);
     case DType::kF16:
-      return Attend<KT, __half>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, work, stream);
+      return Attend<KT, __half>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, out,
+                                work, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -610,17 +616,17 @@ cudaError_t LaunchGelu(const float* x, int64_t n, void* out, DType out_dtype, cu
   return cudaGetLastError();
 }
 
-cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                           int q_heads, const KvLayer& kv, cudaStream_t stream) {
+cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
+                           int num_seqs, int T, int q_heads, const KvLayer& kv, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const dim3 grid(T, kv.heads);
   if (kv.dtype == KvDtype::kBF16) {
     KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(
-        qkv, seqs, num_seqs, q_heads, kv.heads, ViewOf(kv), static_cast<__nv_bfloat16*>(kv.k),
-        static_cast<__nv_bfloat16*>(kv.v));
+        qkv, seqs, num_seqs, q_heads, kv.heads, ViewOf(kv, block_ids),
+        static_cast<__nv_bfloat16*>(kv.k), static_cast<__nv_bfloat16*>(kv.v));
   } else {
     KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(qkv, seqs, num_seqs, q_heads, kv.heads,
-                                                     ViewOf(kv), static_cast<float*>(kv.k),
+                                                     ViewOf(kv, block_ids), static_cast<float*>(kv.k),
                                                      static_cast<float*>(kv.v));
   }
   return cudaGetLastError();
@@ -631,19 +637,19 @@ int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_conte
   return chunks > 1 ? static_cast<int64_t>(T) * q_heads * chunks * (head_dim + 2) : 0;
 }
 
-cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                            int max_context, int q_heads, const KvLayer& kv, void* out,
-                            DType out_dtype, float* workspace, cudaStream_t stream) {
+cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
+                            int num_seqs, int T, int max_context, int q_heads, const KvLayer& kv,
+                            void* out, DType out_dtype, float* workspace, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim || kv.heads < 1 || q_heads % kv.heads != 0) {
     return cudaErrorInvalidValue;
   }
   if (kv.dtype == KvDtype::kBF16) {
-    return AttendKv<__nv_bfloat16>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out,
-                                   out_dtype, workspace, stream);
+    return AttendKv<__nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
+                                   out, out_dtype, workspace, stream);
   }
-  return AttendKv<float>(qkv, seqs, num_seqs, T, max_context, q_heads, kv, out, out_dtype,
-                         workspace, stream);
+  return AttendKv<float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, out,
+                         out_dtype, workspace, stream);
 }
 
 cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,

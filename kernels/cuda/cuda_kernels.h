@@ -75,22 +75,23 @@ cudaError_t LaunchGelu(const float* x, int64_t n, void* out, DType out_dtype, cu
 
 // Writes the K and V of every row of qkv: f32 [T, (q_heads + 2 * Hkv) *
 // D] (Q, then K and V of the Hkv = kv.heads key/value heads) into `kv` at
-// (its sequence's slot, kv head, position). seqs: i32 [num_seqs, 4] (slot,
-// pos, len, row), ordered by row.
-cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                           int q_heads, const KvLayer& kv, cudaStream_t stream);
+// (the block of its position in its sequence's block list, kv head).
+// seqs: i32 [num_seqs, 4] (blocks, pos, len, row), ordered by row;
+// block_ids: the step's block table in device memory.
+cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
+                           int num_seqs, int T, int q_heads, const KvLayer& kv, cudaStream_t stream);
 
 // Floats of work space LaunchAttention needs for T rows of `q_heads` query
 // heads whose longest context is max_context (partials of split contexts).
 int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_context);
 
 // Causal attention of every row and query head of qkv over positions
-// [0, its position] of its sequence's slot (after LaunchKvAppend); query
+// [0, its position] of its sequence's blocks (after LaunchKvAppend); query
 // head h reads key/value head h / (q_heads / kv.heads). out: [T, q_heads *
 // D] of out_dtype. workspace: AttentionWorkspaceFloats(...) floats.
-cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, int num_seqs, int T,
-                            int max_context, int q_heads, const KvLayer& kv, void* out,
-                            DType out_dtype, float* workspace, cudaStream_t stream);
+cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
+                            int num_seqs, int T, int max_context, int q_heads, const KvLayer& kv,
+                            void* out, DType out_dtype, float* workspace, cudaStream_t stream);
 
 // out: f32 [S, C] = x row (row + len - 1) of each sequence. x: f32 [T, C].
 cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,

@@ -116,21 +116,30 @@ class Dev {
     }
     return out;
   }
-  // A sequence table in both memories.
-  SeqTable Seqs(const std::vector<SeqRows>& seqs, int num_rows) {
+  // A sequence table and its block table in both memories (the host copies
+  // live as long as this Dev).
+  SeqTable Seqs(const std::vector<SeqRows>& seqs, int num_rows,
+                const std::vector<int32_t>& block_ids = {}) {
     std::vector<int32_t> flat;
     int max_context = 0;
     for (const SeqRows& s : seqs) {
-      flat.insert(flat.end(), {s.slot, s.pos, s.len, s.row});
+      flat.insert(flat.end(), {s.blocks, s.pos, s.len, s.row});
       max_context = std::max(max_context, s.pos + s.len);
     }
-    return SeqTable{seqs.data(), int(seqs.size()), UpInts(flat, int64_t(seqs.size()), 4), num_rows,
-                    max_context};
+    SeqTable t{seqs.data(), int(seqs.size()), UpInts(flat, int64_t(seqs.size()), 4), num_rows,
+               max_context};
+    kept_.push_back(std::make_unique<std::vector<int32_t>>(block_ids));
+    t.block_ids = kept_.back()->data();
+    t.num_block_ids = static_cast<int>(block_ids.size());
+    t.block_ids_device = block_ids.empty() ? Tensor{nullptr, DType::kI32, 1, 0}
+                                           : UpInts(block_ids, 1, int64_t(block_ids.size()));
+    return t;
   }
 
  private:
   std::unique_ptr<Backend> b_;
   std::vector<Buffer> buffers_;
+  std::vector<std::unique_ptr<std::vector<int32_t>>> kept_;
 };
 
 // The backend for (device, dtypes), or null with *skip set.

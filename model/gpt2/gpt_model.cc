@@ -125,9 +125,15 @@ absl::Status GptModel::Upload(GptWeights& w, const WeightSource& source, bool gl
   return absl::OkStatus();
 }
 
-KvCacheShape GptModel::CacheShape(int slots, int max_seq) const {
-  return KvCacheShape{config_.n_layer, slots, shard_.heads, max_seq, config_.head_dim(),
-                      backend_.kv_dtype()};
+KvCacheShape GptModel::CacheShape(int num_blocks, int max_seq) const {
+  KvCacheShape shape;
+  shape.layers = config_.n_layer;
+  shape.heads = shard_.heads;
+  shape.head_dim = config_.head_dim();
+  shape.dtype = backend_.kv_dtype();
+  shape.num_blocks = num_blocks;
+  shape.max_seq = max_seq;
+  return shape;
 }
 
 absl::Status GptModel::PrepareForBatches(int max_rows, int max_logit_rows) {
@@ -145,10 +151,6 @@ absl::Status GptModel::PrepareForBatches(int max_rows, int max_logit_rows) {
   FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.mlp_proj, T, !p.mlp_proj_b.empty(), row_split));
   FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*lm_head_, std::max(T, R), false, Epilogue::kBias));
   return runtime_.Reserve(T, R);
-}
-
-absl::Status GptModel::MoveSlot(KvCache& cache, int from, int to, int len) {
-  return runtime_.MoveSlot(cache, from, to, len);
 }
 
 absl::Status GptModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R_out) {

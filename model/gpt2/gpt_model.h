@@ -45,13 +45,12 @@ class GptModel final : public CausalLm {
   const GptConfig& config() const { return config_; }
   const ModelInfo& info() const override { return info_; }
   kernels::Backend& backend() const override { return backend_; }
-  KvCacheShape CacheShape(int slots, int max_seq) const override;
+  KvCacheShape CacheShape(int num_blocks, int max_seq) const override;
   // On the CPU the logits view is the backend's own buffer: no copy.
   absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
                                             LogitsFor which) override;
   using CausalLm::Forward;
   absl::Status PrepareForBatches(int max_rows, int max_logit_rows) override;
-  absl::Status MoveSlot(KvCache& cache, int from, int to, int len) override;
 
  private:
   struct LayerParams {

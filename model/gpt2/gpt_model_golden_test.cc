@@ -42,8 +42,12 @@ class GoldenFixture : public ::testing::Test {
     return true;
   }
 
-  std::unique_ptr<KvCache> NewCache(int slots) {
-    return testing::CacheFor(*gpt_, slots, model_->config().n_positions);
+  std::unique_ptr<KvCache> NewCache(int seqs) {
+    return testing::CacheFor(*gpt_, seqs, model_->config().n_positions);
+  }
+  // Sequence `seq`'s blocks in a NewCache: a contiguous range.
+  std::vector<int32_t> Blocks(int seq) const {
+    return testing::SeqBlocks(seq, model_->config().n_positions);
   }
 
   std::string skip_;
@@ -73,7 +77,7 @@ TEST_P(GoldenModelTest, LogitsAtEveryPositionMatchTransformers) {
   for (size_t i = 0; i < golden_.prompts.size(); ++i) {
     auto cache = NewCache(1);
     ForwardBatch b;
-    b.AddSequence(0, 0, golden_.prompts[i]);
+    b.AddSequence(Blocks(0), 0, golden_.prompts[i]);
     std::vector<float> logits;
     ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
     ASSERT_EQ(logits.size(), golden_.prompts[i].size() * V);
@@ -111,7 +115,7 @@ TEST_P(GoldenModelTest, PrefillThenDecodeEqualsOneFullPrefill) {
     while (pos < int(prompt.size())) {
       const int len = chunk < chunks.size() ? chunks[chunk++] : 1;
       ForwardBatch b;
-      b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
+      b.AddSequence(Blocks(0), pos, absl::MakeConstSpan(&prompt[pos], len));
       std::vector<float> logits;
       ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
       const int last = pos + len - 1;
@@ -123,20 +127,22 @@ TEST_P(GoldenModelTest, PrefillThenDecodeEqualsOneFullPrefill) {
 
 TEST_P(GoldenModelTest, RaggedBatchEqualsEachSequenceAlone) {
   const int V = model_->config().vocab_size;
-  // All prompts in one forward, in reversed slots, plus a decode row for a
-  // sequence already in the cache.
+  // All prompts in one forward, each in blocks scattered over the cache
+  // (every S + 1-th, in reversed order of sequences), plus a decode row for
+  // a sequence already in the cache.
   auto cache = NewCache(int(golden_.prompts.size()) + 1);
   const int S = int(golden_.prompts.size());
+  const int P = model_->config().n_positions;
   const std::vector<int32_t>& p1 = golden_.prompts[1];
   {
     ForwardBatch warm;
-    warm.AddSequence(S, 0, absl::MakeConstSpan(p1.data(), p1.size() - 1));
+    warm.AddSequence(InterleavedBlocks(S, S + 1, P), 0, absl::MakeConstSpan(p1.data(), p1.size() - 1));
     std::vector<float> ignored;
     ASSERT_TRUE(gpt_->Forward(warm, *cache, LogitsFor::kLastRowOfEachSequence, &ignored).ok());
   }
   ForwardBatch b;
-  for (int i = 0; i < S; ++i) b.AddSequence(S - 1 - i, 0, golden_.prompts[i]);
-  b.AddSequence(S, int(p1.size()) - 1, {p1.back()});
+  for (int i = 0; i < S; ++i) b.AddSequence(InterleavedBlocks(S - 1 - i, S + 1, P), 0, golden_.prompts[i]);
+  b.AddSequence(InterleavedBlocks(S, S + 1, P), int(p1.size()) - 1, {p1.back()});
   std::vector<float> logits;
   ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
   ASSERT_EQ(logits.size(), size_t(S + 1) * V);
@@ -159,20 +165,20 @@ TEST_P(GoldenModelTest, BadBatchesAreRejected) {
   auto cache = NewCache(2);
   std::vector<float> logits;
   ForwardBatch b;
-  b.AddSequence(0, 0, {model_->config().vocab_size});
+  b.AddSequence(Blocks(0), 0, {model_->config().vocab_size});
   EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
             absl::StatusCode::kInvalidArgument);
   b.Clear();
-  b.AddSequence(0, model_->config().n_positions - 1, {1, 2});
+  b.AddSequence(Blocks(0), model_->config().n_positions - 1, {1, 2});
   EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
             absl::StatusCode::kInvalidArgument);
   b.Clear();
-  b.AddSequence(1, 0, {1});
-  b.AddSequence(1, 0, {2});
+  b.AddSequence(Blocks(1), 0, {1});  // two sequences writing one block
+  b.AddSequence(Blocks(1), 0, {2});
   EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
             absl::StatusCode::kInvalidArgument);
   b.Clear();
-  b.AddSequence(2, 0, {1});
+  b.AddSequence(Blocks(2), 0, {1});  // blocks past the cache's end
   EXPECT_EQ(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -219,7 +225,7 @@ class GoldenReducedTest
     for (int pos = 0, c = 0; pos < int(prompt.size()); ++c) {
       const int len = std::min(chunks[std::min<size_t>(c, chunks.size() - 1)], int(prompt.size()) - pos);
       ForwardBatch b;
-      b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
+      b.AddSequence(Blocks(0), pos, absl::MakeConstSpan(&prompt[pos], len));
       EXPECT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
       all.insert(all.end(), logits.begin(), logits.end());
       pos += len;

@@ -60,7 +60,7 @@ TEST(LlamaGgufTest, SmolLM2MatchesTransformersOnItsDequantizedWeights) {
     ASSERT_TRUE(want.ok()) << want.status();
     auto cache = testing::CacheFor(*model, 1, static_cast<int>(ids.size()));
     ForwardBatch b;
-    b.AddSequence(0, 0, ids);
+    b.AddSequence(testing::SeqBlocks(0, static_cast<int>(ids.size())), 0, ids);
     std::vector<float> logits;
     ASSERT_TRUE(model->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
     const double err = testing::ScaledError(logits.data(), want->data(), c.vocab_size);

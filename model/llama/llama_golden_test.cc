@@ -81,7 +81,8 @@ class LlamaGoldenTest
     for (int pos = 0, c = 0; pos < int(prompt.size()); ++c) {
       const int len = std::min(chunks[std::min<size_t>(c, chunks.size() - 1)], int(prompt.size()) - pos);
       ForwardBatch b;
-      b.AddSequence(0, pos, absl::MakeConstSpan(&prompt[pos], len));
+      b.AddSequence(testing::SeqBlocks(0, ckpt_->config().max_positions), pos,
+                    absl::MakeConstSpan(&prompt[pos], len));
       EXPECT_TRUE(model_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
       all.insert(all.end(), logits.begin(), logits.end());
       pos += len;

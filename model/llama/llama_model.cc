@@ -112,9 +112,15 @@ absl::Status LlamaModel::Upload(LlamaWeights& w, const WeightSource& source, boo
   return absl::OkStatus();
 }
 
-KvCacheShape LlamaModel::CacheShape(int slots, int max_seq) const {
-  return KvCacheShape{config_.n_layer, slots, shard_.kv_heads, max_seq, config_.head_dim,
-                      backend_.kv_dtype()};
+KvCacheShape LlamaModel::CacheShape(int num_blocks, int max_seq) const {
+  KvCacheShape shape;
+  shape.layers = config_.n_layer;
+  shape.heads = shard_.kv_heads;
+  shape.head_dim = config_.head_dim;
+  shape.dtype = backend_.kv_dtype();
+  shape.num_blocks = num_blocks;
+  shape.max_seq = max_seq;
+  return shape;
 }
 
 absl::Status LlamaModel::PrepareForBatches(int max_rows, int max_logit_rows) {
@@ -131,10 +137,6 @@ absl::Status LlamaModel::PrepareForBatches(int max_rows, int max_logit_rows) {
   FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*p.down, T, false, row_split));
   FLOVER_RETURN_IF_ERROR(backend_.PrepareLinear(*lm_head_, std::max(T, R), false, Epilogue::kBias));
   return runtime_.Reserve(T, R);
-}
-
-absl::Status LlamaModel::MoveSlot(KvCache& cache, int from, int to, int len) {
-  return runtime_.MoveSlot(cache, from, to, len);
 }
 
 absl::Status LlamaModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R_out) {

@@ -31,12 +31,11 @@ class LlamaModel final : public CausalLm {
 
   const ModelInfo& info() const override { return info_; }
   kernels::Backend& backend() const override { return backend_; }
-  KvCacheShape CacheShape(int slots, int max_seq) const override;
+  KvCacheShape CacheShape(int num_blocks, int max_seq) const override;
   absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
                                             LogitsFor which) override;
   using CausalLm::Forward;
   absl::Status PrepareForBatches(int max_rows, int max_logit_rows) override;
-  absl::Status MoveSlot(KvCache& cache, int from, int to, int len) override;
 
  private:
   struct LayerParams {

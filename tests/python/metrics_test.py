@@ -82,10 +82,10 @@ class MetricsTest(unittest.TestCase):
             self.assertIn(("model", "builtin:tiny"), info[0][1])
             self.assertIn(("scheduler", "fusion"), info[0][1])
             self.assertIn(("device", "cpu"), info[0][1])
-            self.assertEqual(value(before, "flover_kv_slots_capacity"), 4)
+            self.assertEqual(value(before, "flover_kv_cache_used_bytes"), 0)
 
             client = FloverClient(address)
-            # Eight requests at once over four slots: some queue, all fuse.
+            # Eight requests at once, at most four running: some queue, all fuse.
             prompts = [[1 + i] * (3 + 2 * i) for i in range(8)]
             new_tokens = 5
             results = [None] * len(prompts)
@@ -100,6 +100,17 @@ class MetricsTest(unittest.TestCase):
                 t.join()
             for r in results:
                 self.assertEqual(r[-1].finish_reason, flover_pb2.LENGTH)
+            # One 40-token prompt twice, one after the other: the second finds
+            # the first's whole block (32 tokens) in the prefix cache, and
+            # answers the same.
+            repeated = list(range(100, 140))
+            answers = [list(client.generate(token_ids=repeated, max_new_tokens=new_tokens,
+                                            temperature=0, ignore_eos=True)) for _ in range(2)]
+            tokens = [[t for r in a for t in r.token_ids] for a in answers]
+            self.assertEqual(len(tokens[0]), new_tokens)
+            self.assertEqual(tokens[0], tokens[1])
+            self.assertEqual(answers[1][-1].usage.prompt_tokens, len(repeated))
+            prompts += [repeated, repeated]
             # Refused by the engine (max_new_tokens) and by the front end (a
             # text prompt without a tokenizer): counted, never queued.
             for bad in (dict(token_ids=[1], max_new_tokens=10**6), dict(prompt="hello")):
@@ -109,6 +120,8 @@ class MetricsTest(unittest.TestCase):
 
             m = parse(scrape(url))
             n, prompt_tokens = len(prompts), sum(len(p) for p in prompts)
+            hits = 32
+            computed = prompt_tokens - hits  # prompt tokens the model ran
             generated = n * new_tokens
             self.assertEqual(value(m, "flover_requests_submitted_total"), n)
             self.assertEqual(value(m, "flover_requests_finished_total", reason="length"), n)
@@ -116,7 +129,12 @@ class MetricsTest(unittest.TestCase):
                 self.assertEqual(value(m, "flover_requests_finished_total", reason=reason), 0)
             self.assertEqual(value(m, "flover_request_errors_total", code="invalid_argument"), 2)
             self.assertEqual(value(m, "flover_request_errors_total", code="resource_exhausted"), 0)
-            self.assertEqual(value(m, "flover_prompt_tokens_total"), prompt_tokens)
+            self.assertEqual(value(m, "flover_prompt_tokens_total"), computed)
+            # Every prompt queried the prefix cache for all its tokens but the
+            # last (which must run to give logits).
+            self.assertEqual(value(m, "flover_prefix_cache_queries_total"), prompt_tokens - n)
+            self.assertEqual(value(m, "flover_prefix_cache_hits_total"), hits)
+            self.assertEqual(value(m, "flover_preemptions_total"), 0)
             self.assertEqual(value(m, "flover_generated_tokens_total"), generated)
 
             # One observation per request, and one per token gap.
@@ -135,20 +153,26 @@ class MetricsTest(unittest.TestCase):
             steps = value(m, "flover_steps_total")
             self.assertEqual(value(m, "flover_step_rows_count"), steps)
             self.assertEqual(value(m, "flover_step_duration_seconds_count"), steps)
-            self.assertEqual(value(m, "flover_step_rows_sum"), prompt_tokens + n * (new_tokens - 1))
-            self.assertEqual(value(m, "flover_step_prompt_tokens_sum"), prompt_tokens)
+            self.assertEqual(value(m, "flover_step_rows_sum"), computed + n * (new_tokens - 1))
+            self.assertEqual(value(m, "flover_step_prompt_tokens_sum"), computed)
             # Fusion happened: fewer steps than the requests would take one by one.
             self.assertLess(steps, n * new_tokens)
-            self.assertEqual(value(m, "flover_padding_rows_total"), 0)
 
-            for g in ("flover_requests_running", "flover_requests_waiting", "flover_kv_slots_used",
+            for g in ("flover_requests_running", "flover_requests_waiting",
                       "flover_kv_cache_used_bytes"):
                 self.assertEqual(value(m, g), 0, g)
-            self.assertGreater(value(m, "flover_kv_cache_capacity_bytes"), 0)
+            # What finished stays cached for reuse: at least the repeated block.
+            self.assertGreater(value(m, "flover_kv_cache_cached_bytes"), 0)
+            self.assertGreater(value(m, "flover_kv_cache_capacity_bytes"),
+                               value(m, "flover_kv_cache_cached_bytes"))
             # The same counts as the gRPC stats.
             stats = client.stats()
             self.assertEqual(stats.tokens_generated, generated)
-            self.assertEqual(stats.prompt_tokens, prompt_tokens)
+            self.assertEqual(stats.prompt_tokens, computed)
+            self.assertEqual(stats.prefix_cache_hit_tokens, hits)
+            self.assertEqual(stats.prefix_cache_query_tokens, prompt_tokens - n)
+            self.assertEqual(stats.kv_bytes_cached, value(m, "flover_kv_cache_cached_bytes"))
+            self.assertEqual(stats.max_running, 4)
             self.assertEqual(stats.steps, steps)
             self.assertEqual(stats.kv_bytes_total, value(m, "flover_kv_cache_capacity_bytes"))
 
