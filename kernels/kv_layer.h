@@ -33,9 +33,11 @@ inline const char* KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kBF16 ?
 inline int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kBF16 ? 2 : 4; }
 
 // One layer's K and V in the backend's memory: `num_blocks` blocks of
-// kBlockSize positions, each holding every (local) head of those positions.
-//   k: [num_blocks, heads, head_dim, kBlockSize]
-//   v: [num_blocks, heads, kBlockSize, head_dim]
+// kBlockSize positions for every (local) head, head-major so that one
+// head's consecutive blocks are consecutive in memory (a sequence's blocks
+// often are: measured 2-4% faster decode on the CPU than block-major).
+//   k: [heads, num_blocks, head_dim, kBlockSize]
+//   v: [heads, num_blocks, kBlockSize, head_dim]
 // A sequence owns a list of blocks (any blocks, in any order: a block table),
 // so the cache holds as many sequences as their positions fill, not slots x
 // the longest context. Keys are transposed within a block: a query's scores
@@ -56,8 +58,10 @@ struct KvLayer {
   // Head `head` of block `block`: [head_dim, kBlockSize] keys, or
   // [kBlockSize, head_dim] values.
   int64_t head_block(int32_t block, int head) const {
-    return (int64_t{block} * heads + head) * head_dim * kBlockSize;
+    return (int64_t{head} * num_blocks + block) * head_dim * kBlockSize;
   }
+  // Elements of k (and of v).
+  int64_t elements() const { return int64_t{num_blocks} * heads * head_dim * kBlockSize; }
   static int64_t key_offset(int d, int j) { return int64_t{d} * kBlockSize + j; }
   int64_t value_offset(int j, int d) const { return int64_t{j} * head_dim + d; }
   static int64_t BlocksFor(int64_t positions) { return (positions + kBlockSize - 1) / kBlockSize; }

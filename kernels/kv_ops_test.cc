@@ -79,7 +79,7 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
       const int H = 3, HQ = H * group, N = 12, HD = H * D, QD = HQ * D;
       const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]
       KvLayer kv{nullptr, nullptr, N, H, D, kvd};
-      const int64_t elements = int64_t{N} * kv.head_block(1, 0);
+      const int64_t elements = kv.elements();
       const Arena k_before(kvd, elements, 15), v_before(kvd, elements, 16);
       const Tensor kt = k_before.Upload(d), vt = v_before.Upload(d);
       kv.k = kt.data;
@@ -172,7 +172,7 @@ TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
   RUN_OR_SKIP(device(), MatmulDtype::kF32, kv_dtype(), 0, [&](Dev& d) {
     const int H = 1, D = 8, N = 2;
     KvLayer kv{nullptr, nullptr, N, H, D, kv_dtype()};
-    const Arena k0(kv_dtype(), int64_t{N} * kv.head_block(1, 0), 50);
+    const Arena k0(kv_dtype(), kv.elements(), 50);
     const Tensor kt = k0.Upload(d), vt = k0.Upload(d);
     kv.k = kt.data;
     kv.v = vt.data;
@@ -213,7 +213,7 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
     auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others,
                    const std::vector<int32_t>& blocks) {
       KvLayer kv{nullptr, nullptr, N, H, D, kv_dtype()};
-      const int64_t elements = int64_t{N} * kv.head_block(1, 0);
+      const int64_t elements = kv.elements();
       const Arena k0(kv_dtype(), elements, 40), v0(kv_dtype(), elements, 41);
       const Tensor kt = k0.Upload(*d), vt = v0.Upload(*d);
       kv.k = kt.data;

@@ -73,35 +73,43 @@ struct HeadBlocks {
 };
 
 // out[0, D) = sum_j w[j] v[j] over positions [0, n) of `h`, accumulated over
-// j in order (block after block), the D outputs kept in registers when D is
-// the usual 64 (kD; 0 reads D).
+// j in order (block after block). For the usual D = 64 (kD) the 64 sums live
+// in a local array the compiler keeps in registers, and each block's rows
+// are summed while the next block's are fetched; kD = 0 reads D and sums
+// into `out`.
 template <int kD, typename T>
 void WeightedSum(const float* w, const HeadBlocks<T>& h, int n, int D, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
-  if constexpr (kD > 0) D = kD;
-  const int ahead = std::max(1, 4096 / (D * static_cast<int>(sizeof(T))));  // rows: 4 KB ahead
-  // The sums live in registers for a fixed D, else in `out` itself.
-  float fixed[kD > 0 ? kD : 1] = {};
-  float* acc = kD > 0 ? fixed : out;
-  if constexpr (kD == 0) std::fill(out, out + D, 0.0f);
   const int nb = static_cast<int>(KvLayer::BlocksFor(n));
-  for (int b = 0; b < nb; ++b) {
-    const T* v = h.value_block(b);
-    const T* next = b + 1 < nb ? h.value_block(b + 1) : nullptr;
-    const int rows = std::min(kJ, n - b * kJ);
-    for (int j = 0; j < rows; ++j) {
-      const float wj = w[b * kJ + j];
-      const T* vj = v + int64_t{j} * D;
-      if (j + ahead < rows) {
-        PrefetchRow(vj + int64_t{ahead} * D, D);
-      } else if (next != nullptr && j + ahead - kJ < kJ) {
-        PrefetchRow(next + int64_t{j + ahead - kJ} * D, D);
-      }
+  if constexpr (kD > 0) {
+    float acc[kD] = {};
+    for (int b = 0; b < nb; ++b) {
+      const T* v = h.value_block(b);
+      const T* next = b + 1 < nb ? h.value_block(b + 1) : v;
+      const float* wb = w + int64_t{b} * kJ;
+      const int rows = std::min(kJ, n - b * kJ);
+      for (int j = 0; j < rows; ++j) {
+        PrefetchRow(next + int64_t{j} * kD, kD);
+        const float wj = wb[j];
+        const T* vj = v + int64_t{j} * kD;
 #pragma omp simd
-      for (int d = 0; d < D; ++d) acc[d] += wj * Load(vj[d]);
+        for (int d = 0; d < kD; ++d) acc[d] += wj * Load(vj[d]);
+      }
+    }
+    std::copy(acc, acc + kD, out);
+  } else {
+    std::fill(out, out + D, 0.0f);
+    for (int b = 0; b < nb; ++b) {
+      const T* v = h.value_block(b);
+      const int rows = std::min(kJ, n - b * kJ);
+      for (int j = 0; j < rows; ++j) {
+        const float wj = w[b * kJ + j];
+        const T* vj = v + int64_t{j} * D;
+#pragma omp simd
+        for (int d = 0; d < D; ++d) out[d] += wj * Load(vj[d]);
+      }
     }
   }
-  if constexpr (kD > 0) std::copy(acc, acc + D, out);
 }
 
 // One query row against positions [0, n) of one head's blocks.

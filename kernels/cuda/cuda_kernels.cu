@@ -236,11 +236,12 @@ __device__ __forceinline__ int FindSeq(const int32_t* seqs, int num_seqs, int ro
 // block list starts at `blocks` is in block blocks[p / kBlockSize].
 struct KvView {
   const int32_t* block_ids;  // the step's block table
-  int heads, head_dim;
+  int num_blocks, head_dim;
 
-  // Start of key/value head h of the block holding position p.
+  // Start of key/value head h of the block holding position p (head-major:
+  // as KvLayer::head_block).
   __device__ int64_t HeadBlock(const int32_t* blocks, int p, int h) const {
-    return (static_cast<int64_t>(blocks[p / KvLayer::kBlockSize]) * heads + h) * head_dim *
+    return (static_cast<int64_t>(h) * num_blocks + blocks[p / KvLayer::kBlockSize]) * head_dim *
            KvLayer::kBlockSize;
   }
   __device__ static int Key(int d, int p) { return d * KvLayer::kBlockSize + p % KvLayer::kBlockSize; }
@@ -248,7 +249,7 @@ struct KvView {
 };
 
 KvView ViewOf(const KvLayer& kv, const int32_t* block_ids) {
-  return KvView{block_ids, kv.heads, kv.head_dim};
+  return KvView{block_ids, kv.num_blocks, kv.head_dim};
 }
 
 // grid (T, Hkv), block D: row t's K and V of key/value head h into the
