@@ -36,6 +36,16 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = std::move(*e);
   }
+  // builtin:tiny with a KV cache of `blocks` blocks; returns a block's bytes.
+  int64_t StartWithKvBlocks(int blocks) {
+    loaded_ = testing::ValueOrDie(LoadModel("builtin:tiny"), "builtin:tiny");
+    model_ = testing::ModelOn(*backend_, *loaded_);
+    const int64_t per_block = model_->CacheShape(1, 1).bytes_per_block();
+    EngineOptions o = Options();
+    o.kv_cache.bytes = blocks * per_block;
+    engine_ = testing::ValueOrDie(Engine::Create(*model_, nullptr, o), "engine");
+    return per_block;
+  }
   static EngineOptions Options(SchedulerPolicy policy = SchedulerPolicy::kFusion) {
     EngineOptions o;
     o.scheduler.policy = policy;
@@ -366,14 +376,7 @@ TEST_F(EngineTest, TopLogprobsComeWithEachToken) {
 // alone is refused at once, naming its size and the cache's; one that just
 // fits runs.
 TEST_F(EngineTest, ARequestLargerThanTheWholeCacheIsRefusedWithTheSizes) {
-  EngineOptions o = Options();
-  Start("builtin:tiny", o);
-  const int64_t per_block = model_->CacheShape(1, 1).bytes_per_block();
-  engine_.reset();
-  o.kv_cache.bytes = 4 * per_block;
-  auto e = Engine::Create(*model_, nullptr, o);
-  ASSERT_TRUE(e.ok()) << e.status();
-  engine_ = std::move(*e);
+  StartWithKvBlocks(4);
   EXPECT_EQ(engine_->max_context(), 128);  // not max_seq_len (512)
   auto refused = engine_->Submit(Greedy(std::vector<int32_t>(100, 3), 29),
                                  std::make_shared<CollectingSink>());
@@ -391,14 +394,7 @@ TEST_F(EngineTest, ARequestLargerThanTheWholeCacheIsRefusedWithTheSizes) {
 // starts from them (and answers the same); a request that needs the memory
 // evicts them.
 TEST_F(EngineTest, FinishedBlocksStayCachedUntilMemoryIsNeeded) {
-  EngineOptions o = Options();
-  Start("builtin:tiny", o);
-  const int64_t per_block = model_->CacheShape(1, 1).bytes_per_block();
-  engine_.reset();
-  o.kv_cache.bytes = 4 * per_block;
-  auto e = Engine::Create(*model_, nullptr, o);
-  ASSERT_TRUE(e.ok()) << e.status();
-  engine_ = std::move(*e);
+  const int64_t per_block = StartWithKvBlocks(4);
   std::vector<int32_t> prompt(70);
   for (int i = 0; i < 70; ++i) prompt[i] = (i * 7 + 1) % 500;
 
