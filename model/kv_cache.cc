@@ -51,16 +51,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
 }
 
 kernels::KvLayer KvCache::layer(int i) const {
-  const int64_t per_tensor =
-      int64_t{shape_.num_blocks} * shape_.heads * shape_.head_dim * KvCacheShape::kBlockSize;
-  char* base = static_cast<char*>(data_.tensor().data) +
-               2 * per_tensor * i * kernels::KvDtypeBytes(shape_.dtype);
-  return kernels::KvLayer{base,
-                          base + per_tensor * kernels::KvDtypeBytes(shape_.dtype),
-                          shape_.num_blocks,
-                          shape_.heads,
-                          shape_.head_dim,
-                          shape_.dtype};
+  kernels::KvLayer kv{nullptr, nullptr, shape_.num_blocks, shape_.heads, shape_.head_dim, shape_.dtype};
+  const int64_t bytes = kv.elements() * kernels::KvDtypeBytes(shape_.dtype);  // of k, and of v
+  char* base = static_cast<char*>(data_.tensor().data) + 2 * bytes * i;
+  kv.k = base;
+  kv.v = base + bytes;
+  return kv;
 }
 
 }  // namespace flover
