@@ -258,10 +258,15 @@ class AbuseTest(unittest.TestCase):
                 self.assertEqual((s.queue_length, s.active_sequences), (0, 0))
                 return server.rss_kib()
 
-            # The first 200 also warm the server up (gRPC's threads, arenas,
-            # the engine's buffers for 200-row steps); the next 200, run the
-            # same way while the first stay unread, show what one more
+            # The first 200 warm the server up (gRPC's threads, arenas, the
+            # engine's buffers for 200-row steps), and so do the next 200 for
+            # the KV cache: the first wave's blocks stay cached for prefix
+            # reuse, so the second decodes in pages not touched before (the
+            # cache's memory is bounded by --kv_cache_memory, not by
+            # streams). A third 200, run the same way while the others stay
+            # unread, reuses the second's blocks and shows what one more
             # unread stream costs.
+            open_unread(200)
             warm = open_unread(200)
             per_stream_kib = (open_unread(200) - warm) / 200
             # 400 token ids wait in one pending message (~2 KB) plus gRPC's
