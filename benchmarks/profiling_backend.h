@@ -72,8 +72,8 @@ class ProfilingBackend final : public kernels::Backend {
     return Timed("rmsnorm", [&] { return inner_.RmsNorm(x, g, eps, out); });
   }
   absl::Status Rope(const kernels::Tensor& qkv, const kernels::Tensor& positions,
-                    const kernels::Tensor& inv_freq, int q_heads, int kv_heads) override {
-    return Timed("rope", [&] { return inner_.Rope(qkv, positions, inv_freq, q_heads, kv_heads); });
+                    const kernels::Tensor& inv_freq, const kernels::RopeParams& p) override {
+    return Timed("rope", [&] { return inner_.Rope(qkv, positions, inv_freq, p); });
   }
   absl::Status SiluMul(const kernels::Tensor& gate_up, const kernels::Tensor& out) override {
     return Timed("silu*up", [&] { return inner_.SiluMul(gate_up, out); });
@@ -93,9 +93,14 @@ class ProfilingBackend final : public kernels::Backend {
                                                                       : "linear " + std::to_string(K) + "x" + std::to_string(N);
     return Timed(op, [&] { return inner_.Linear(x, w, bias, epilogue, out); });
   }
+  absl::Status AppendKv(const kernels::Tensor& qkv, const kernels::SeqTable& seqs,
+                        const kernels::KvLayer& kv) override {
+    return Timed("kv append", [&] { return inner_.AppendKv(qkv, seqs, kv); });
+  }
   absl::Status Attention(const kernels::Tensor& qkv, const kernels::SeqTable& seqs,
-                         const kernels::KvLayer& kv, const kernels::Tensor& out) override {
-    return Timed("attention", [&] { return inner_.Attention(qkv, seqs, kv, out); });
+                         const kernels::KvLayer& kv, const kernels::AttentionParams& p,
+                         const kernels::Tensor& out) override {
+    return Timed("attention", [&] { return inner_.Attention(qkv, seqs, kv, p, out); });
   }
   absl::Status GatherLastRows(const kernels::Tensor& x, const kernels::SeqTable& seqs,
                               const kernels::Tensor& out) override {

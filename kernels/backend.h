@@ -28,13 +28,14 @@
 #include "absl/status/statusor.h"
 #include "kernels/host_values.h"
 #include "kernels/kv_layer.h"
+#include "kernels/op_params.h"
 #include "kernels/tensor.h"
 
 namespace flover::kernels {
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 5;
+inline constexpr int kBackendAbiVersion = 6;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -241,12 +242,12 @@ class Backend : public Allocator {
                                const Tensor& out) = 0;
 
   // Rotary position embeddings, in place on the Q and K parts of qkv: f32
-  // [T, (q_heads + 2 * kv_heads) * D] (V untouched). In every head, dims i
-  // and i + D/2 turn by the angle positions[t] * inv_freq[i] (f32 product;
-  // Llama's "rotate half" layout). positions: i32 [1, T]; inv_freq: f32
-  // [1, D/2].
+  // [T, (q_heads + 2 * kv_heads) * head_dim] (V untouched). In every head,
+  // dim pair i (per p.style) turns by the angle positions[t] * inv_freq[i]
+  // (f32 product); dims past 2 * inv_freq.cols stay as they are.
+  // positions: i32 [1, T]; inv_freq: f32 [1, R/2] with R <= head_dim.
   virtual absl::Status Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
-                            int q_heads, int kv_heads) = 0;
+                            const RopeParams& p) = 0;
 
   // out: [T, F] = silu(gate) * up (SwiGLU), where gate_up: f32 [T, 2F]
   // holds gate in its first F columns and up in the rest; out: f32 or
@@ -259,16 +260,20 @@ class Backend : public Allocator {
   virtual absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias,
                               Epilogue epilogue, const Tensor& out) = 0;
 
-  // Causal self-attention over a ragged batch, one layer.
-  // qkv: f32 [T, (Hq + 2 * Hkv) * D]: Q of Hq query heads, then K and V of
-  // the Hkv = kv.heads key/value heads (Hq = Hkv without grouped-query
-  // attention; else query head h reads key/value head h / (Hq / Hkv)).
-  // out: [T, Hq * D], f32 or activation_dtype(). Writes each row's K and V
-  // into its position's block (the sequence's block table) first, then every
-  // row attends to positions [0, its position] of its own sequence, in
-  // order of position whatever blocks hold them.
+  // Writes each row's K and V (qkv: f32 [T, (Hq + 2 * Hkv) * D], a row
+  // being Q of Hq query heads, then K and V of the Hkv = kv.heads key/value
+  // heads) into the block of its position (the sequence's block table).
+  // Attention reads them from there: a step appends before it attends.
+  virtual absl::Status AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) = 0;
+
+  // Causal self-attention over a ragged batch, one layer, of Q in qkv (as
+  // for AppendKv; Hq = Hkv without grouped-query attention, else query head
+  // h reads key/value head h / (Hq / Hkv)) against the cached keys and
+  // values. out: [T, Hq * D], f32 or activation_dtype(). Every row attends to
+  // positions [0, its position] of its own sequence (the last p.window of
+  // them with a window), in order of position whatever blocks hold them.
   virtual absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                                 const Tensor& out) = 0;
+                                 const AttentionParams& p, const Tensor& out) = 0;
 
   // out: f32 [S, C] = row (row + len - 1) of x: f32 [T, C] for each sequence:
   // the rows whose logits generation needs.

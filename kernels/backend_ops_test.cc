@@ -157,33 +157,58 @@ TEST_P(OpsTest, RmsNorm) {
 
 // Rotary embeddings on Q and K heads (2 query heads per key/value head), V
 // untouched, against the rotation computed in double from the same f32
-// angle: what Hugging Face's Llama computes.
+// angle: what Hugging Face's models compute. Every dim turning as halves
+// (Llama), a part of them as halves (NeoX's partial rotary), a part of them
+// as interleaved pairs (GPT-J); the dims past the rotary part stay.
 TEST_P(OpsTest, Rope) {
-  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-5, [](Dev& d) {
-    const int T = 5, HQ = 4, HKV = 2, D = 16, W = (HQ + 2 * HKV) * D;
-    auto qkv = Random(T * W, 33);
-    std::vector<int32_t> pos = {0, 1, 7, 500, 4095};
-    std::vector<float> freq(D / 2);
-    for (int i = 0; i < D / 2; ++i) freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * i / D));
-    const Tensor t = d.Up(qkv, T, W);
-    EXPECT_TRUE(d->Rope(t, d.UpInts(pos, 1, T), d.Up(freq, 1, D / 2), HQ, HKV).ok());
-    const std::vector<float> got = d.Down(t);
-    std::vector<double> want(qkv.begin(), qkv.end());
-    for (int r = 0; r < T; ++r) {
-      for (int h = 0; h < HQ + HKV; ++h) {
-        for (int i = 0; i < D / 2; ++i) {
-          const double angle = static_cast<float>(pos[r]) * freq[i];
-          const double a = qkv[r * W + h * D + i], b = qkv[r * W + h * D + i + D / 2];
-          want[r * W + h * D + i] = a * std::cos(angle) - b * std::sin(angle);
-          want[r * W + h * D + i + D / 2] = b * std::cos(angle) + a * std::sin(angle);
+  struct Case {
+    int rotary;
+    RopeStyle style;
+  };
+  const int T = 5, HQ = 4, HKV = 2, D = 16, W = (HQ + 2 * HKV) * D;
+  for (const Case c : {Case{D, RopeStyle::kHalf}, Case{6, RopeStyle::kHalf},
+                       Case{8, RopeStyle::kInterleaved}, Case{D, RopeStyle::kInterleaved}}) {
+    RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-5, [&](Dev& d) {
+      const int R = c.rotary, half = R / 2;
+      auto qkv = Random(T * W, 33);
+      std::vector<int32_t> pos = {0, 1, 7, 500, 4095};
+      std::vector<float> freq(half);
+      for (int i = 0; i < half; ++i) freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * i / R));
+      const Tensor t = d.Up(qkv, T, W);
+      EXPECT_TRUE(d->Rope(t, d.UpInts(pos, 1, T), d.Up(freq, 1, half), {HQ, HKV, D, c.style}).ok());
+      const std::vector<float> got = d.Down(t);
+      std::vector<double> want(qkv.begin(), qkv.end());
+      const bool interleaved = c.style == RopeStyle::kInterleaved;
+      for (int r = 0; r < T; ++r) {
+        for (int h = 0; h < HQ + HKV; ++h) {
+          for (int i = 0; i < half; ++i) {
+            const int ia = r * W + h * D + (interleaved ? 2 * i : i);
+            const int ib = ia + (interleaved ? 1 : half);
+            const double angle = static_cast<float>(pos[r]) * freq[i];
+            const double a = qkv[ia], b = qkv[ib];
+            want[ia] = a * std::cos(angle) - b * std::sin(angle);
+            want[ib] = b * std::cos(angle) + a * std::sin(angle);
+          }
         }
       }
-    }
-    EXPECT_LT(RelErr(got, want), 1e-5);
-    for (int r = 0; r < T; ++r) {  // V is not rotated
-      for (int c = (HQ + HKV) * D; c < W; ++c) EXPECT_EQ(got[r * W + c], qkv[r * W + c]);
-    }
-    return got;
+      EXPECT_LT(RelErr(got, want), 1e-5) << R;
+      for (int r = 0; r < T; ++r) {
+        for (int h = 0; h < HQ + HKV; ++h) {  // past the rotary dims: as they were
+          for (int x = R; x < D; ++x) EXPECT_EQ(got[r * W + h * D + x], qkv[r * W + h * D + x]);
+        }
+        for (int x = (HQ + HKV) * D; x < W; ++x) EXPECT_EQ(got[r * W + x], qkv[r * W + x]);  // V
+      }
+      return got;
+    });
+  }
+  // More rotary dims than the head has is refused, naming both.
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 0, [&](Dev& d) {
+    const std::vector<float> qkv(size_t(W), 1.0f), freq(D, 1.0f);
+    const Tensor t = d.Up(qkv, 1, W);
+    const absl::Status st = d->Rope(t, d.UpInts({0}, 1, 1), d.Up(freq, 1, D), {HQ, HKV, D});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("of dim 16, 32 of them rotary"), std::string::npos) << st;
+    return d.Down(t);
   });
 }
 

@@ -115,18 +115,17 @@ absl::Status CheckRmsNormArgs(const Tensor& x, const Tensor& gamma, const Tensor
 }
 
 absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
-                           int q_heads, int kv_heads, int* head_dim) {
+                           const RopeParams& p) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "inv_freq", inv_freq, 1, kAnySize, {DType::kF32}));
-  const int64_t D = 2 * inv_freq.cols;
-  if (q_heads < 1 || kv_heads < 1 || D < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("Rope: ", q_heads, " query heads, ", kv_heads,
-                                                   " key/value heads of dim ", D));
+  const int64_t R = 2 * inv_freq.cols, D = p.head_dim;
+  if (p.q_heads < 1 || p.kv_heads < 1 || R < 2 || R > D) {
+    return absl::InvalidArgumentError(absl::StrCat("Rope: ", p.q_heads, " query heads, ", p.kv_heads,
+                                                   " key/value heads of dim ", D, ", ", R,
+                                                   " of them rotary"));
   }
   FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "qkv", qkv, kAnySize,
-                                     (int64_t{q_heads} + 2 * kv_heads) * D, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "positions", positions, 1, qkv.rows, {DType::kI32}));
-  *head_dim = static_cast<int>(D);
-  return absl::OkStatus();
+                                     (int64_t{p.q_heads} + 2 * p.kv_heads) * D, {DType::kF32}));
+  return CheckTensor("Rope", "positions", positions, 1, qkv.rows, {DType::kI32});
 }
 
 absl::Status CheckSiluMulArgs(const Tensor& gate_up, const Tensor& out, DType act) {
@@ -152,27 +151,49 @@ int QueryHeads(const Tensor& qkv, const KvLayer& kv) {
   return static_cast<int>(qkv.cols / kv.head_dim) - 2 * kv.heads;
 }
 
-absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                                const Tensor& out, KvDtype kv_dtype, DType act) {
-  FLOVER_RETURN_IF_ERROR(CheckSeqTable("Attention", seqs, &kv));
+namespace {
+
+// qkv and the KV layer of an AppendKv or Attention call (`op`).
+absl::Status CheckQkvAndKv(const char* op, const Tensor& qkv, const SeqTable& seqs,
+                           const KvLayer& kv, KvDtype kv_dtype) {
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable(op, seqs, &kv));
   FLOVER_RETURN_IF_ERROR(
-      CheckTensor("Attention", "qkv", qkv, seqs.num_rows, kAnySize, {DType::kF32}));
+      CheckTensor(op, "qkv", qkv, seqs.num_rows, kAnySize, {DType::kF32}));
   const int q_heads = QueryHeads(qkv, kv);
   if (kv.heads < 1 || kv.head_dim < 1 || qkv.cols % kv.head_dim != 0 || q_heads < kv.heads ||
       q_heads % kv.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: qkv has ", qkv.cols, " columns, not (q_heads + 2 x ", kv.heads,
+        op, ": qkv has ", qkv.cols, " columns, not (q_heads + 2 x ", kv.heads,
         ") x head_dim ", kv.head_dim, " with q_heads a multiple of the ", kv.heads,
         " key/value heads"));
   }
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Attention", "out", out, seqs.num_rows,
-                                     int64_t{q_heads} * kv.head_dim, {DType::kF32, act}));
   if (kv.dtype != kv_dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: the KV layer holds ",
+    return absl::InvalidArgumentError(absl::StrCat(op, ": the KV layer holds ",
                                                    KvDtypeName(kv.dtype), ", this backend keeps ",
                                                    KvDtypeName(kv_dtype)));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckAppendKvArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                               KvDtype kv_dtype) {
+  return CheckQkvAndKv("AppendKv", qkv, seqs, kv, kv_dtype);
+}
+
+absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                                const AttentionParams& p, const Tensor& out, KvDtype kv_dtype,
+                                DType act) {
+  FLOVER_RETURN_IF_ERROR(CheckQkvAndKv("Attention", qkv, seqs, kv, kv_dtype));
+  if (!(p.scale >= 0 && p.scale < 1e30f) || !(p.softcap >= 0 && p.softcap < 1e30f) ||
+      p.window < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: scale ", p.scale, ", soft-cap ",
+                                                   p.softcap, ", window ", p.window,
+                                                   " (each must be >= 0 and finite)"));
+  }
+  return CheckTensor("Attention", "out", out, seqs.num_rows,
+                     int64_t{QueryHeads(qkv, kv)} * kv.head_dim, {DType::kF32, act});
 }
 
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out) {

@@ -37,9 +37,8 @@ absl::Status CheckAddArgs(const Tensor& x, const Tensor& out);
 absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 const Tensor& out, DType act);
 absl::Status CheckRmsNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& out, DType act);
-// Returns the head dim through `head_dim`.
 absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
-                           int q_heads, int kv_heads, int* head_dim);
+                           const RopeParams& p);
 absl::Status CheckSiluMulArgs(const Tensor& gate_up, const Tensor& out, DType act);
 // x: [M, w.k()] of f32 or `x_dtype`; out: [M, w.n()] f32 (or `act` for
 // kBiasGelu); bias: f32 [1, w.n()] or null.
@@ -51,8 +50,13 @@ int QueryHeads(const Tensor& qkv, const KvLayer& kv);
 
 // Also that kv holds `kv_dtype`, the element type the backend keeps, and
 // that the query heads are a whole multiple of the key/value heads.
+absl::Status CheckAppendKvArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                               KvDtype kv_dtype);
+// As CheckAppendKvArgs, and out's shape and the params (a finite scale and
+// soft-cap, neither negative; a window of 0 or more).
 absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                                const Tensor& out, KvDtype kv_dtype, DType act);
+                                const AttentionParams& p, const Tensor& out, KvDtype kv_dtype,
+                                DType act);
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out);
 
 }  // namespace flover::kernels

@@ -1,5 +1,6 @@
-// The KV-cache op of the backend contract (attention over a ragged batch,
-// each sequence's positions in its own list of blocks) on every backend
+// The KV-cache ops of the backend contract (appending K/V and attention over
+// a ragged batch, each sequence's positions in its own list of blocks; plain,
+// windowed, scaled and soft-capped) on every backend
 // present, against naive references, the CPU backend's results, and itself
 // (batch, chunk and block-placement invariance, bitwise).
 #include <gtest/gtest.h>
@@ -69,13 +70,20 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   // GPT-2's head dim, one that is not a multiple of a warp (the fixtures'
   // heads are 4 to 16 wide), and grouped-query attention (2 query heads per
   // key/value head, as Llama's).
+  // Then the parameters families differ in: a sliding window shorter than
+  // some contexts (Mistral), a scale other than 1/sqrt(D) with soft-capped
+  // scores (Gemma 2), and both.
   struct Case {
     MatmulDtype matmul;
     int D, group;
+    AttentionParams params;
   };
-  for (const Case c : {Case{MatmulDtype::kF32, 64, 1}, Case{MatmulDtype::kBF16, 64, 1},
-                       Case{MatmulDtype::kF32, 12, 1}, Case{MatmulDtype::kF32, 32, 2}}) {
-    ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group](Dev& d) {
+  const AttentionParams plain, window{0, 0, 9}, capped{0.3f, 1.5f, 0}, both{0.2f, 2.0f, 33};
+  for (const Case c : {Case{MatmulDtype::kF32, 64, 1, plain}, Case{MatmulDtype::kBF16, 64, 1, plain},
+                       Case{MatmulDtype::kF32, 12, 1, plain}, Case{MatmulDtype::kF32, 32, 2, plain},
+                       Case{MatmulDtype::kF32, 64, 2, window}, Case{MatmulDtype::kF32, 12, 1, capped},
+                       Case{MatmulDtype::kBF16, 64, 1, both}}) {
+    ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group, params = c.params](Dev& d) {
       const int H = 3, HQ = H * group, N = 12, HD = H * D, QD = HQ * D;
       const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]
       KvLayer kv{nullptr, nullptr, N, H, D, kvd};
@@ -104,7 +112,10 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
       auto qkv = Random(T * W, 17);
       const DType act = d->activation_dtype();
       const Tensor out = d.New(act, T, QD);
-      EXPECT_TRUE(d->Attention(d.Up(qkv, T, W), d.Seqs(seqs, T, table), kv, out).ok());
+      const Tensor qkv_t = d.Up(qkv, T, W);
+      const SeqTable seq_table = d.Seqs(seqs, T, table);
+      EXPECT_TRUE(d->AppendKv(qkv_t, seq_table, kv).ok());
+      EXPECT_TRUE(d->Attention(qkv_t, seq_table, kv, params, out).ok());
       const std::vector<float> got = d.Down(out);
       const std::vector<float> k_after = d.Down(kt), v_after = d.Down(vt);
 
@@ -127,18 +138,21 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
           };
           for (int i = 0; i < s.len; ++i) {
             const int r = s.row + i, n = s.pos + i + 1;
-            std::vector<double> w(n);
+            const int first = params.window > 0 ? std::max(0, n - params.window) : 0;
+            const double scale = params.scale > 0 ? params.scale : 1 / std::sqrt(double(D));
+            std::vector<double> w(n, 0.0);
             double mx = -1e300, sum = 0;
-            for (int p = 0; p < n; ++p) {
+            for (int p = first; p < n; ++p) {
               double dot = 0;
               for (int dd = 0; dd < D; ++dd) dot += qkv[r * W + qh * D + dd] * key(p, dd);
-              w[p] = dot / std::sqrt(static_cast<double>(D));
+              w[p] = dot * scale;
+              if (params.softcap > 0) w[p] = params.softcap * std::tanh(w[p] / params.softcap);
               mx = std::max(mx, w[p]);
             }
-            for (double& x : w) sum += (x = std::exp(x - mx));
+            for (int p = first; p < n; ++p) sum += (w[p] = std::exp(w[p] - mx));
             for (int dd = 0; dd < D; ++dd) {
               double acc = 0;
-              for (int p = 0; p < n; ++p) acc += w[p] / sum * value(p, dd);
+              for (int p = first; p < n; ++p) acc += w[p] / sum * value(p, dd);
               want[r * QD + qh * D + dd] = RoundTo(static_cast<float>(acc), act);
             }
             // The new row's K/V landed in the block of its position.
@@ -167,7 +181,8 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
 }
 
 // A block table that names a block outside the layer, or does not cover a
-// sequence's positions, is refused naming the problem; nothing is written.
+// sequence's positions, or params out of range, are refused naming the
+// problem; nothing is written.
 TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
   RUN_OR_SKIP(device(), MatmulDtype::kF32, kv_dtype(), 0, [&](Dev& d) {
     const int H = 1, D = 8, N = 2;
@@ -179,13 +194,18 @@ TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
     const std::vector<float> qkv = Random(3 * D, 51);
     const Tensor out = d.New(DType::kF32, 1, D);
     const std::vector<SeqRows> seqs = {{0, /*pos=*/40, /*len=*/1, /*row=*/0}};
-    const absl::Status outside = d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {0, 2}), kv, out);
+    const absl::Status outside = d->AppendKv(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {0, 2}), kv);
     EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(outside.message().find("names KV block 2, outside the cache's 2 blocks"),
               std::string::npos) << outside;
-    const absl::Status short_table = d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {1}), kv, out);
+    const absl::Status short_table = d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {1}), kv, {}, out);
     EXPECT_EQ(short_table.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(short_table.message().find("needs 2 block ids from 0"), std::string::npos) << short_table;
+    AttentionParams negative;
+    negative.window = -1;
+    const absl::Status bad_params = d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {0, 1}), kv, negative, out);
+    EXPECT_EQ(bad_params.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad_params.message().find("window -1"), std::string::npos) << bad_params;
     EXPECT_EQ(d.Down(kt), k0.values);
     return d.Down(kt);
   });
@@ -199,6 +219,8 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
   std::string skip;
   auto d = MakeDev(device(), MatmulDtype::kF32, kv_dtype(), &skip);
   if (d == nullptr) GTEST_SKIP() << device() << ": " << skip;
+  // Plain, and with a window (several GPU chunks wide) and soft-capping.
+  for (const AttentionParams params : {AttentionParams{}, AttentionParams{0, 30.0f, 700}})
   for (const int len : {40, 1500}) {
     const int H = 2, D = 64, HD = H * D;
     const int per_seq = static_cast<int>(KvLayer::BlocksFor(len + 8)), N = 3 * per_seq;
@@ -238,7 +260,10 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
                      qkv_seq.begin() + size_t(pos + n) * 3 * HD);
           const int T = row + n;
           const Tensor out = d->New(DType::kF32, T, HD);
-          EXPECT_TRUE((*d)->Attention(d->Up(qkv, T, 3 * HD), d->Seqs(seqs, T, table), kv, out).ok());
+          const Tensor qkv_t = d->Up(qkv, T, 3 * HD);
+          const SeqTable seq_table = d->Seqs(seqs, T, table);
+          EXPECT_TRUE((*d)->AppendKv(qkv_t, seq_table, kv).ok());
+          EXPECT_TRUE((*d)->Attention(qkv_t, seq_table, kv, params, out).ok());
           const std::vector<float> o = d->Down(out);
           std::copy(o.begin() + size_t(row) * HD, o.end(), result.begin() + size_t(pos) * HD);
           pos += n;

@@ -72,23 +72,23 @@ struct HeadBlocks {
   const T* value_block(int b) const { return values + kv->head_block(blocks[b], head); }
 };
 
-// out[0, D) = sum_j w[j] v[j] over positions [0, n) of `h`, accumulated over
-// j in order (block after block). For the usual D = 64 (kD) the 64 sums live
-// in a local array the compiler keeps in registers, and each block's rows
-// are summed while the next block's are fetched; kD = 0 reads D and sums
-// into `out`.
+// out[0, D) = sum_j w[j] v[j] over positions [first, n) of `h`, accumulated
+// over j in order (block after block). For the usual D = 64 (kD) the 64 sums
+// live in a local array the compiler keeps in registers, and each block's
+// rows are summed while the next block's are fetched; kD = 0 reads D and
+// sums into `out`.
 template <int kD, typename T>
-void WeightedSum(const float* w, const HeadBlocks<T>& h, int n, int D, float* out) {
+void WeightedSum(const float* w, const HeadBlocks<T>& h, int first, int n, int D, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
-  const int nb = static_cast<int>(KvLayer::BlocksFor(n));
+  const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
   if constexpr (kD > 0) {
     float acc[kD] = {};
-    for (int b = 0; b < nb; ++b) {
+    for (int b = b0; b < nb; ++b) {
       const T* v = h.value_block(b);
       const T* next = b + 1 < nb ? h.value_block(b + 1) : v;
       const float* wb = w + int64_t{b} * kJ;
       const int rows = std::min(kJ, n - b * kJ);
-      for (int j = 0; j < rows; ++j) {
+      for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
         PrefetchRow(next + int64_t{j} * kD, kD);
         const float wj = wb[j];
         const T* vj = v + int64_t{j} * kD;
@@ -99,10 +99,10 @@ void WeightedSum(const float* w, const HeadBlocks<T>& h, int n, int D, float* ou
     std::copy(acc, acc + kD, out);
   } else {
     std::fill(out, out + D, 0.0f);
-    for (int b = 0; b < nb; ++b) {
+    for (int b = b0; b < nb; ++b) {
       const T* v = h.value_block(b);
       const int rows = std::min(kJ, n - b * kJ);
-      for (int j = 0; j < rows; ++j) {
+      for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
         const float wj = w[b * kJ + j];
         const T* vj = v + int64_t{j} * D;
 #pragma omp simd
@@ -112,62 +112,59 @@ void WeightedSum(const float* w, const HeadBlocks<T>& h, int n, int D, float* ou
   }
 }
 
-// One query row against positions [0, n) of one head's blocks.
-// q: [D] (already scaled); scores: scratch [n rounded up to kBlockSize];
-// out: [D]. Every row of every batch goes through this one function, in
-// order of position whatever blocks hold them, which is what makes
-// attention batch-invariant. The last block is scored whole; positions past
-// n are never read back.
+// One query row against positions [first, n) of one head's blocks.
+// q: [D] (already scaled); scores: scratch [n rounded up to kBlockSize],
+// indexed by position; out: [D]. Every row of every batch goes through this
+// one function, in order of position whatever blocks hold them, which is
+// what makes attention batch-invariant. Blocks are scored whole; positions
+// outside [first, n) are never read back.
 template <typename T>
-void AttendRow(const float* q, const HeadBlocks<T>& h, int n, int D, float* scores, float* out) {
+void AttendRow(const float* q, const HeadBlocks<T>& h, int first, int n, int D, float softcap,
+               float* scores, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
-  const int nb = static_cast<int>(KvLayer::BlocksFor(n));
-  for (int b = 0; b < nb; ++b) {
+  const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
+  for (int b = b0; b < nb; ++b) {
     // While scoring a block, fetch the next one, or after the last the first
     // values (as many as a block's worth of lines).
-    const T* next = b + 1 < nb ? h.key_block(b + 1) : h.value_block(0);
+    const T* next = b + 1 < nb ? h.key_block(b + 1) : h.value_block(b0);
     ScoreBlock(q, h.key_block(b), D, next, scores + int64_t{b} * kJ);
   }
+  if (softcap > 0) {
+    const float inv_cap = 1.0f / softcap;
+    for (int j = first; j < n; ++j) scores[j] = softcap * std::tanh(scores[j] * inv_cap);
+  }
   float max_score = -INFINITY;
-  for (int j = 0; j < n; ++j) max_score = std::max(max_score, scores[j]);
+  for (int j = first; j < n; ++j) max_score = std::max(max_score, scores[j]);
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; ++j) {
+  for (int j = first; j < n; ++j) {
     scores[j] = ExpF(scores[j] - max_score);
     sum += scores[j];
   }
   const float inv = 1.0f / sum;
 #pragma omp simd
-  for (int j = 0; j < n; ++j) scores[j] *= inv;
+  for (int j = first; j < n; ++j) scores[j] *= inv;
   if (D == 64) {
-    WeightedSum<64>(scores, h, n, D, out);
+    WeightedSum<64>(scores, h, first, n, D, out);
   } else {
-    WeightedSum<0>(scores, h, n, D, out);
+    WeightedSum<0>(scores, h, first, n, D, out);
   }
 }
 
-// Attention with K and V stored as T (float or bfloat16 bits), `q_heads`
-// query heads sharing the cache's kv.heads key/value heads in groups of
-// q_heads / kv.heads (grouped-query attention; equal counts without it);
-// see CpuBackend::Attention.
+// Writes each row's K and V (stored as T: float or bfloat16 bits) into the
+// block of its position; see CpuBackend::AppendKv.
 template <typename T>
-void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int q_heads,
-                   float* out) {
+void AppendOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int q_heads) {
   constexpr int kJ = KvLayer::kBlockSize;
   const SeqRows* seqs = table.host;
-  const int num_seqs = table.num_seqs;
-  const int H = kv.heads;  // key/value heads
-  const int D = kv.head_dim;
-  const int group = q_heads / H;
+  const int H = kv.heads, D = kv.head_dim;
   const int64_t QD = int64_t{q_heads} * D, HD = int64_t{H} * D;
   const int64_t row_stride = QD + 2 * HD;  // [Q | K | V]
   T* const keys = static_cast<T*>(kv.k);
   T* const values = static_cast<T*>(kv.v);
-
-  // 1. Append this step's keys and values to each position's block.
   UseCpuThreadsHere();
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int s = 0; s < num_seqs; ++s) {
+  for (int s = 0; s < table.num_seqs; ++s) {
     for (int h = 0; h < H; ++h) {
       const SeqRows& seq = seqs[s];
       const int32_t* blocks = table.block_ids + seq.blocks;
@@ -183,9 +180,28 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
       }
     }
   }
+}
 
-  // 2. Tasks of (sequence, query head, block of rows), so a long prompt
-  //    spreads over threads as well as a wide decode batch does.
+// Attention with K and V stored as T (float or bfloat16 bits), `q_heads`
+// query heads sharing the cache's kv.heads key/value heads in groups of
+// q_heads / kv.heads (grouped-query attention; equal counts without it);
+// see CpuBackend::Attention.
+template <typename T>
+void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int q_heads,
+                   const AttentionParams& params, float* out) {
+  constexpr int kJ = KvLayer::kBlockSize;
+  const SeqRows* seqs = table.host;
+  const int num_seqs = table.num_seqs;
+  const int H = kv.heads;  // key/value heads
+  const int D = kv.head_dim;
+  const int group = q_heads / H;
+  const int64_t QD = int64_t{q_heads} * D, HD = int64_t{H} * D;
+  const int64_t row_stride = QD + 2 * HD;  // [Q | K | V]
+  const T* const keys = static_cast<const T*>(kv.k);
+  const T* const values = static_cast<const T*>(kv.v);
+
+  // Tasks of (sequence, query head, block of rows), so a long prompt
+  // spreads over threads as well as a wide decode batch does.
   struct Task {
     int seq, head, first_row, rows;
   };
@@ -197,8 +213,9 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
       }
     }
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(D));
   const int num_tasks = static_cast<int>(tasks.size());
+  UseCpuThreadsHere();
 #pragma omp parallel
   {
     std::vector<float> scores(KvLayer::BlocksFor(table.max_context) * kJ);
@@ -215,7 +232,9 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
       // depends on how the batch around it was formed.
       for (int i = 0; i < task.rows; ++i) {
         for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
-        AttendRow(q.data(), head, seq.pos + task.first_row + i + 1, D, scores.data(), o + i * QD);
+        const int n = seq.pos + task.first_row + i + 1;
+        const int first = params.window > 0 ? std::max(0, n - params.window) : 0;
+        AttendRow(q.data(), head, first, n, D, params.softcap, scores.data(), o + i * QD);
       }
     }
   }
@@ -410,11 +429,14 @@ absl::Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps
 }
 
 absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
-                              int q_heads, int kv_heads) {
-  int D = 0;
-  FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, q_heads, kv_heads, &D));
+                              const RopeParams& p) {
+  FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, p));
   const int64_t T = qkv.rows, W = qkv.cols;
-  const int half = D / 2, rotated = q_heads + kv_heads;  // Q heads, then K heads
+  const int D = p.head_dim, half = static_cast<int>(inv_freq.cols);
+  const int rotated = p.q_heads + p.kv_heads;  // Q heads, then K heads
+  // Dim pair i: (i, i + R/2) rotating half, (2i, 2i + 1) interleaved.
+  const bool interleaved = p.style == RopeStyle::kInterleaved;
+  const int a_step = interleaved ? 2 : 1, b_off = interleaved ? 1 : half;
   const float* freq = inv_freq.as<float>();
   const int32_t* pos = positions.as<int32_t>();
   float* rows = qkv.as<float>();
@@ -432,9 +454,10 @@ absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const 
       for (int h = 0; h < rotated; ++h) {
         float* v = rows + t * W + int64_t{h} * D;
         for (int i = 0; i < half; ++i) {
-          const float a = v[i], b = v[i + half];
-          v[i] = a * cs[i] - b * sn[i];
-          v[i + half] = b * cs[i] + a * sn[i];
+          float* x = v + i * a_step;
+          const float a = x[0], b = x[b_off];
+          x[0] = a * cs[i] - b * sn[i];
+          x[b_off] = b * cs[i] + a * sn[i];
         }
       }
     }
@@ -472,13 +495,23 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* 
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                                   const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, out, kv_dtype_, DType::kF32));
+absl::Status CpuBackend::AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) {
+  FLOVER_RETURN_IF_ERROR(CheckAppendKvArgs(qkv, seqs, kv, kv_dtype_));
   if (kv.dtype == KvDtype::kBF16) {
-    AttentionOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), out.as<float>());
+    AppendOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv));
   } else {
-    AttentionOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), out.as<float>());
+    AppendOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
+                                   const AttentionParams& p, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, p, out, kv_dtype_, DType::kF32));
+  if (kv.dtype == KvDtype::kBF16) {
+    AttentionOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), p, out.as<float>());
+  } else {
+    AttentionOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), p, out.as<float>());
   }
   return absl::OkStatus();
 }

@@ -51,12 +51,13 @@ class CpuBackend final : public Backend {
   absl::Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps,
                        const Tensor& out) override;
   absl::Status Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
-                    int q_heads, int kv_heads) override;
+                    const RopeParams& p) override;
   absl::Status SiluMul(const Tensor& gate_up, const Tensor& out) override;
   absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
                       const Tensor& out) override;
+  absl::Status AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) override;
   absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                         const Tensor& out) override;
+                         const AttentionParams& p, const Tensor& out) override;
   absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) override;
 
  private:

@@ -335,12 +335,13 @@ absl::Status CudaBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float ep
 }
 
 absl::Status CudaBackend::Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
-                               int q_heads, int kv_heads) {
-  int D = 0;
-  FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, q_heads, kv_heads, &D));
+                               const RopeParams& p) {
+  FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, p));
   FLOVER_RETURN_IF_ERROR(Activate());
   return CudaStatus(LaunchRope(qkv.as<float>(), positions.as<int32_t>(), inv_freq.as<float>(),
-                               static_cast<int>(qkv.rows), q_heads, kv_heads, D, stream_),
+                               static_cast<int>(qkv.rows), p.q_heads, p.kv_heads, p.head_dim,
+                               static_cast<int>(inv_freq.cols),
+                               p.style == RopeStyle::kInterleaved, stream_),
                     "Rope");
 }
 
@@ -389,21 +390,26 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Te
   return absl::InvalidArgumentError("Linear: unknown epilogue");
 }
 
+absl::Status CudaBackend::AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) {
+  FLOVER_RETURN_IF_ERROR(CheckAppendKvArgs(qkv, seqs, kv, kv_));
+  if (seqs.num_rows == 0) return absl::OkStatus();
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchKvAppend(qkv.as<float>(), seqs.device.as<int32_t>(),
+                                   seqs.block_ids_device.as<int32_t>(), seqs.num_seqs,
+                                   seqs.num_rows, QueryHeads(qkv, kv), kv, stream_),
+                    "KV append");
+}
+
 absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                                    const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, out, kv_, activation_dtype()));
+                                    const AttentionParams& p, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, p, out, kv_, activation_dtype()));
   if (kv.head_dim > kMaxHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat("Attention: head dim ", kv.head_dim,
                                                    " is above the CUDA kernel's ", kMaxHeadDim));
   }
   if (seqs.num_rows == 0) return absl::OkStatus();
   FLOVER_RETURN_IF_ERROR(Activate());
-  const int32_t* table = seqs.device.as<int32_t>();
-  const int32_t* block_ids = seqs.block_ids_device.as<int32_t>();
   const int q_heads = QueryHeads(qkv, kv);
-  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchKvAppend(qkv.as<float>(), table, block_ids, seqs.num_seqs,
-                                                   seqs.num_rows, q_heads, kv, stream_),
-                                    "KV append"));
   float* work = nullptr;
   const int64_t floats =
       AttentionWorkspaceFloats(seqs.num_rows, q_heads, kv.head_dim, seqs.max_context);
@@ -412,9 +418,10 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
     if (!s.ok()) return s.status();
     work = static_cast<float*>(*s);
   }
-  return CudaStatus(LaunchAttention(qkv.as<float>(), table, block_ids, seqs.num_seqs, seqs.num_rows,
-                                    seqs.max_context, q_heads, kv, out.data, out.dtype, work,
-                                    stream_),
+  return CudaStatus(LaunchAttention(qkv.as<float>(), seqs.device.as<int32_t>(),
+                                    seqs.block_ids_device.as<int32_t>(), seqs.num_seqs,
+                                    seqs.num_rows, seqs.max_context, q_heads, kv, p, out.data,
+                                    out.dtype, work, stream_),
                     "Attention");
 }
 

@@ -189,20 +189,23 @@ __global__ void RmsNormKernel(const float* x, int C, const float* gamma, float e
   for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = FromFloat<OutT>(gamma[c] * (xr[c] * rstd));
 }
 
-// grid T, block kElementwiseThreads: row t's Q and K heads, pair i of each.
+// grid T, block kElementwiseThreads: row t's Q and K heads, pair i of the
+// first 2 * half dims of each: (i, i + half), or (2i, 2i + 1) interleaved.
 __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* inv_freq,
-                           int rotated_heads, int head_dim, int64_t row_width) {
-  const int t = blockIdx.x, half = head_dim / 2;
+                           int rotated_heads, int head_dim, int half, bool interleaved,
+                           int64_t row_width) {
+  const int t = blockIdx.x;
+  const int a_step = interleaved ? 2 : 1, b_off = interleaved ? 1 : half;
   float* row = qkv + t * row_width;
   const float p = static_cast<float>(positions[t]);
   for (int j = threadIdx.x; j < rotated_heads * half; j += blockDim.x) {
     const int h = j / half, i = j % half;
     float c, s;
     sincosf(p * inv_freq[i], &s, &c);
-    float* v = row + static_cast<int64_t>(h) * head_dim;
-    const float a = v[i], b = v[i + half];
-    v[i] = a * c - b * s;
-    v[i + half] = b * c + a * s;
+    float* v = row + static_cast<int64_t>(h) * head_dim + i * a_step;
+    const float a = v[0], b = v[b_off];
+    v[0] = a * c - b * s;
+    v[b_off] = b * c + a * s;
   }
 }
 
@@ -269,9 +272,14 @@ __global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_se
   values[base + kv.Value(d, pos)] = FromFloat<KT>(r[QD + HD + h * D + d]);
 }
 
+// The positions [first, n) a row at position n - 1 attends to.
+__device__ __forceinline__ int FirstAttended(int n, int window) {
+  return window > 0 ? max(0, n - window) : 0;
+}
+
 // grid (T, Hq, chunks), kAttentionThreads threads: row t, query head h
 // (reading key/value head h / (Hq / Hkv)), positions
-// [c * kAttentionChunk, ...) of its context. A context of one chunk is
+// [first + c * kAttentionChunk, ...) of its context. A context of one chunk is
 // finished here (normalized weights, then the weighted sum, as the CPU
 // does); a longer one leaves per-chunk (output, max, sum) in `work` for
 // AttentionMergeKernel.
@@ -283,8 +291,8 @@ __global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_se
 template <typename KT, typename OutT, int kFixedD>
 __global__ void __launch_bounds__(kAttentionThreads)
     AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, int kv_heads,
-                    KvView kv, const KT* keys, const KT* values, OutT* out, float* work,
-                    int max_chunks) {
+                    KvView kv, const KT* keys, const KT* values, AttentionParams params,
+                    OutT* out, float* work, int max_chunks) {
   __shared__ float q[kMaxHeadDim];
   __shared__ float weights[kAttentionChunk];
   __shared__ float red[32];
@@ -294,16 +302,17 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int s = FindSeq(seqs, num_seqs, row);
   const int32_t* blocks = kv.block_ids + seqs[s * 4];
   const int pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
-  const int n = pos + 1;
-  const int chunks = (n + kAttentionChunk - 1) / kAttentionChunk;
+  const int n = pos + 1, first = FirstAttended(n, params.window);
+  const int chunks = (n - first + kAttentionChunk - 1) / kAttentionChunk;
   if (chunk >= chunks) return;  // the whole block: this row's context is shorter
-  const int p0 = chunk * kAttentionChunk;
+  const int p0 = first + chunk * kAttentionChunk;
   const int len = min(n - p0, kAttentionChunk);
   const int D = kFixedD > 0 ? kFixedD : kv.head_dim;
   const int64_t HD = static_cast<int64_t>(H) * D;  // a row of out; Q's part of a row of qkv
   const int64_t row_stride = HD + 2 * static_cast<int64_t>(kv_heads) * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const float scale = params.scale > 0 ? params.scale : 1.0f / sqrtf(static_cast<float>(D));
+  const float softcap = params.softcap;
 
   for (int d = tid; d < D; d += kAttentionThreads) q[d] = qkv[row * row_stride + h * D + d] * scale;
   __syncthreads();
@@ -325,6 +334,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll 8
       for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kBlockSize]), acc);
     }
+    if (softcap > 0) acc = softcap * tanhf(acc / softcap);
     weights[j] = acc;
     local_max = fmaxf(local_max, acc);
   }
@@ -385,12 +395,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // grid (T, H), block D: rows whose context took several chunks merge them,
 // chunk after chunk: o = sum_c o_c e^(m_c - m) / sum_c l_c e^(m_c - m).
 template <typename OutT>
-__global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, int D,
+__global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, int D, int window,
                                      const float* work, int max_chunks, OutT* out) {
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int s = FindSeq(seqs, num_seqs, row);
   const int n = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]) + 1;
-  const int chunks = (n + kAttentionChunk - 1) / kAttentionChunk;
+  const int chunks = (n - FirstAttended(n, window) + kAttentionChunk - 1) / kAttentionChunk;
   if (chunks == 1) return;
   const float* parts = work + (static_cast<int64_t>(row) * H + h) * max_chunks * (D + 2);
   float m = -INFINITY;
@@ -413,41 +423,44 @@ __global__ void GatherLastRowsKernel(const float* x, const int32_t* seqs, int C,
 
 template <typename KT, typename OutT>
 cudaError_t Attend(const float* qkv, const int32_t* seqs, const int32_t* block_ids, int num_seqs,
-                   int T, int max_context, int q_heads, const KvLayer& kv, void* out, float* work,
-                   cudaStream_t stream) {
-  const int chunks = (max_context + kAttentionChunk - 1) / kAttentionChunk;
+                   int T, int max_context, int q_heads, const KvLayer& kv,
+                   const AttentionParams& params, void* out, float* work, cudaStream_t stream) {
+  const int longest = params.window > 0 ? min(max_context, params.window) : max_context;
+  const int chunks = (longest + kAttentionChunk - 1) / kAttentionChunk;
   const KvView view = ViewOf(kv, block_ids);
   const dim3 grid(T, q_heads, chunks);
   if (kv.head_dim == 64) {
     AttentionKernel<KT, OutT, 64><<<grid, kAttentionThreads, 0, stream>>>(
         qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-        static_cast<const KT*>(kv.v), static_cast<OutT*>(out), work, chunks);
+        static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
   } else {
     AttentionKernel<KT, OutT, 0><<<grid, kAttentionThreads, 0, stream>>>(
         qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-        static_cast<const KT*>(kv.v), static_cast<OutT*>(out), work, chunks);
+        static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
   }
   if (chunks > 1) {
     AttentionMergeKernel<OutT><<<dim3(T, q_heads), kv.head_dim, 0, stream>>>(
-        seqs, num_seqs, q_heads, kv.head_dim, work, chunks, static_cast<OutT*>(out));
+        seqs, num_seqs, q_heads, kv.head_dim, params.window, work, chunks,
+        static_cast<OutT*>(out));
   }
   return cudaGetLastError();
 }
 
 template <typename KT>
 cudaError_t AttendKv(const float* qkv, const int32_t* seqs, const int32_t* block_ids, int num_seqs,
-                     int T, int max_context, int q_heads, const KvLayer& kv, void* out,
-                     DType out_dtype, float* work, cudaStream_t stream) {
+                     int T, int max_context, int q_heads, const KvLayer& kv,
+                     const AttentionParams& params, void* out, DType out_dtype, float* work,
+                     cudaStream_t stream) {
   switch (out_dtype) {
     case DType::kF32:
-      return Attend<KT, float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, out,
-                               work, stream);
+      return Attend<KT, float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, params,
+                               out, work, stream);
     case DType::kBF16:
       return Attend<KT, __nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
-                                       out, work, stream);
+                                       params, out, work, stream);
     case DType::kF16:
-      return Attend<KT, __half>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, out,
-                                work, stream);
+      return Attend<KT, __half>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, params,
+                                out, work, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -548,11 +561,12 @@ cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, floa
 }
 
 cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_freq, int T,
-                       int q_heads, int kv_heads, int head_dim, cudaStream_t stream) {
+                       int q_heads, int kv_heads, int head_dim, int rotary_half, bool interleaved,
+                       cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const int64_t width = (static_cast<int64_t>(q_heads) + 2 * kv_heads) * head_dim;
   RopeKernel<<<T, kElementwiseThreads, 0, stream>>>(qkv, positions, inv_freq, q_heads + kv_heads,
-                                                    head_dim, width);
+                                                    head_dim, rotary_half, interleaved, width);
   return cudaGetLastError();
 }
 
@@ -640,16 +654,17 @@ int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_conte
 
 cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
                             int num_seqs, int T, int max_context, int q_heads, const KvLayer& kv,
-                            void* out, DType out_dtype, float* workspace, cudaStream_t stream) {
+                            const AttentionParams& params, void* out, DType out_dtype,
+                            float* workspace, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim || kv.heads < 1 || q_heads % kv.heads != 0) {
     return cudaErrorInvalidValue;
   }
   if (kv.dtype == KvDtype::kBF16) {
     return AttendKv<__nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
-                                   out, out_dtype, workspace, stream);
+                                   params, out, out_dtype, workspace, stream);
   }
-  return AttendKv<float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, out,
+  return AttendKv<float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, params, out,
                          out_dtype, workspace, stream);
 }
 

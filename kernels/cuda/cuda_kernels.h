@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/kv_layer.h"
+#include "kernels/op_params.h"
 #include "kernels/tensor.h"
 
 namespace flover::kernels::cuda {
@@ -57,9 +58,11 @@ cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, floa
                           DType out_dtype, cudaStream_t stream);
 
 // Rotary embeddings in place on the first (q_heads + kv_heads) * D columns
-// of each row of qkv: f32 [T, (q_heads + 2 * kv_heads) * D].
+// of each row of qkv: f32 [T, (q_heads + 2 * kv_heads) * D]; the first
+// 2 * rotary_half dims of each head turn, as halves or interleaved pairs.
 cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_freq, int T,
-                       int q_heads, int kv_heads, int head_dim, cudaStream_t stream);
+                       int q_heads, int kv_heads, int head_dim, int rotary_half, bool interleaved,
+                       cudaStream_t stream);
 
 // out: [T, F] of out_dtype = silu(gate_up[:, :F]) * gate_up[:, F:].
 cudaError_t LaunchSiluMul(const float* gate_up, int T, int F, void* out, DType out_dtype,
@@ -86,12 +89,15 @@ cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, const int32_t*
 int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_context);
 
 // Causal attention of every row and query head of qkv over positions
-// [0, its position] of its sequence's blocks (after LaunchKvAppend); query
-// head h reads key/value head h / (q_heads / kv.heads). out: [T, q_heads *
-// D] of out_dtype. workspace: AttentionWorkspaceFloats(...) floats.
+// [0, its position] of its sequence's blocks (the last params.window of them
+// with a window; after LaunchKvAppend); query head h reads key/value head
+// h / (q_heads / kv.heads); scores scaled and soft-capped per `params`.
+// out: [T, q_heads * D] of out_dtype. workspace:
+// AttentionWorkspaceFloats(...) floats.
 cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
                             int num_seqs, int T, int max_context, int q_heads, const KvLayer& kv,
-                            void* out, DType out_dtype, float* workspace, cudaStream_t stream);
+                            const AttentionParams& params, void* out, DType out_dtype,
+                            float* workspace, cudaStream_t stream);
 
 // out: f32 [S, C] = x row (row + len - 1) of each sequence. x: f32 [T, C].
 cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,

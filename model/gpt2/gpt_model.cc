@@ -177,7 +177,8 @@ absl::Status GptModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor whic
       const LayerParams& p = layers_[l];
       FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, p.ln_1_g, p.ln_1_b, eps, h));
       FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.attn, OrNull(p.attn_b), Epilogue::kBias, qkv));
-      FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));
+      FLOVER_RETURN_IF_ERROR(backend_.AppendKv(qkv, seqs, cache.layer(l)));
+      FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), {}, attn));
       FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.attn_proj, OrNull(p.attn_proj_b), x));
       FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, p.ln_2_g, p.ln_2_b, eps, h));
       FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.fc, OrNull(p.fc_b), Epilogue::kBiasGelu, fc));

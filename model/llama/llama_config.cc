@@ -1,8 +1,10 @@
 #include "model/llama/llama_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "util/json.h"
 
 namespace flover {
@@ -66,6 +68,17 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
 
 }  // namespace
 
+const std::vector<std::string>& LlamaFamilyTypes() {
+  static const std::vector<std::string>* types =
+      new std::vector<std::string>{"llama", "mistral", "phi3", "qwen2"};
+  return *types;
+}
+
+bool IsLlamaFamily(absl::string_view model_type) {
+  const auto& types = LlamaFamilyTypes();
+  return std::find(types.begin(), types.end(), model_type) != types.end();
+}
+
 int64_t LlamaConfig::num_parameters() const {
   const int64_t C = hidden, F = intermediate, V = vocab_size;
   const int64_t per_layer = 2 * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
@@ -90,6 +103,7 @@ absl::Status LlamaConfig::Validate() const {
   if (max_positions < 2 || max_positions > kMaxPositions) return bad("max_position_embeddings out of range");
   if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) return bad("rms_norm_eps must be in (0, 1)");
   if (!(rope_theta > 1)) return bad("rope_theta must be > 1");
+  if (sliding_window < 0) return bad("sliding_window must be >= 0, got ", sliding_window);
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) return bad("eos_token_id ", id, " is outside the vocabulary");
   }
@@ -112,8 +126,9 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   LlamaConfig c;
   if (auto it = s.fields().find("model_type"); it != s.fields().end()) {
     c.architecture = it->second.string_value();
-    if (c.architecture != "llama" && c.architecture != "qwen2") {
-      return refuse("model_type \"", c.architecture, "\" is not a Llama-family model (llama, qwen2)");
+    if (!IsLlamaFamily(c.architecture)) {
+      return refuse("model_type \"", c.architecture, "\" is not a Llama-family model (",
+                    absl::StrJoin(LlamaFamilyTypes(), ", "), ")");
     }
   }
   const bool qwen2 = c.architecture == "qwen2";
@@ -128,9 +143,23 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     auto tp = JsonIntField(s, "pretraining_tp", 1, 1, what);
     if (!tp.ok()) return refuse("only pretraining_tp 1 is supported");
   }
-  // Qwen2 configs carry sliding_window even where use_sliding_window is off.
-  if (qwen2 ? JsonBoolField(s, "use_sliding_window", false) : JsonHas(s, "sliding_window")) {
-    return refuse("sliding_window attention is not supported");
+  // Sliding-window attention as transformers' eager and SDPA paths apply
+  // it: Mistral's sliding_window (null: none). Qwen2 configs carry
+  // sliding_window even where use_sliding_window is off, and transformers
+  // applies Qwen2's and Phi-3's only with FlashAttention-2: refused where
+  // it would be on (Qwen2), ignored as transformers' default path ignores
+  // it (Phi-3).
+  if (c.architecture == "mistral") {
+    if (auto it = s.fields().find("sliding_window");
+        it != s.fields().end() && it->second.kind_case() != Value::kNullValue) {
+      auto window = JsonIntField(s, "sliding_window", 1, kMaxPositions, what);
+      if (!window.ok()) return window.status();
+      c.sliding_window = static_cast<int>(*window);
+    }
+  } else if (qwen2 ? JsonBoolField(s, "use_sliding_window", false)
+                   : c.architecture == "llama" && JsonHas(s, "sliding_window")) {
+    return refuse("sliding_window attention is not supported for model_type ", c.architecture,
+                  " (it is for mistral)");
   }
 
   auto read = [&](const char* key, int64_t max, int* out) -> absl::Status {

@@ -1,6 +1,7 @@
-// Llama-family hyper-parameters (Llama 2/3, TinyLlama, Mistral-shaped
-// without sliding windows, and Qwen2 / Qwen2.5: Llama with q/k/v biases),
-// parsed from a Hugging Face config.json (model_type llama or qwen2) or
+// Llama-family hyper-parameters (Llama 2/3, TinyLlama; Mistral: Llama with
+// sliding-window attention; Phi-3: Llama with fused q/k/v and gate/up
+// weights; Qwen2 / Qwen2.5: Llama with q/k/v biases), parsed from a Hugging
+// Face config.json (model_type llama, mistral, phi3 or qwen2) or
 // given by a built-in model, checked before any memory is sized from them;
 // and the rotary frequencies they imply.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
@@ -27,7 +28,9 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  std::string architecture = "llama";  // "llama" or "qwen2"
+  // model_type: "llama", "mistral", "phi3" (q/k/v and gate/up stored fused)
+  // or "qwen2".
+  std::string architecture = "llama";
   bool qkv_bias = false;               // q, k and v projections have biases (Qwen2)
   int n_layer = 0;
   int hidden = 0;          // hidden_size
@@ -40,6 +43,9 @@ struct LlamaConfig {
   float rms_norm_eps = 1e-6f;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // > 0: every layer attends to the last sliding_window positions only
+  // (Mistral's sliding_window).
+  int sliding_window = 0;
   // Per-frequency divisors of the rotary frequencies (head_dim / 2 of them,
   // or none): how GGUF files carry llama3 scaling (rope_freqs.weight).
   std::vector<float> rope_freq_factors;
@@ -53,9 +59,13 @@ struct LlamaConfig {
   absl::Status Validate() const;
 };
 
+// The model_types this family reads from config.json.
+const std::vector<std::string>& LlamaFamilyTypes();
+bool IsLlamaFamily(absl::string_view model_type);
+
 // `what` names the file in errors. The family is config.json's model_type
-// (llama when absent; qwen2 has q/k/v biases). Refuses what Flover does not
-// run (other biases, an activation other than silu, unknown rope scaling,
+// (llama when absent). Refuses what Flover does not run (other biases, an
+// activation other than silu, unknown rope scaling, Qwen2's and Llama's
 // sliding windows), naming it.
 absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what);
 

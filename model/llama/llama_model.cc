@@ -158,13 +158,16 @@ absl::Status LlamaModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor wh
         backend_.Embed(step->tokens, step->positions, embed_, shard_.vocab_begin, nullptr, x));
     FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
     const float eps = config_.rms_norm_eps;
+    const kernels::RopeParams rope{shard_.q_heads, shard_.kv_heads, config_.head_dim};
+    kernels::AttentionParams attention;
+    attention.window = config_.sliding_window;
     for (int l = 0; l < config_.n_layer; ++l) {
       const LayerParams& p = layers_[l];
       FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.attn_norm, eps, h));
       FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.qkv, OrNull(p.qkv_b), Epilogue::kBias, qkv));
-      FLOVER_RETURN_IF_ERROR(
-          backend_.Rope(qkv, step->positions, inv_freq_, shard_.q_heads, shard_.kv_heads));
-      FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attn));
+      FLOVER_RETURN_IF_ERROR(backend_.Rope(qkv, step->positions, inv_freq_, rope));
+      FLOVER_RETURN_IF_ERROR(backend_.AppendKv(qkv, seqs, cache.layer(l)));
+      FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, seqs, cache.layer(l), attention, attn));
       FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.o, nullptr, x));
       FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.mlp_norm, eps, h));
       FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.gate_up, nullptr, Epilogue::kBias, gate_up));

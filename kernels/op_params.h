@@ -1,0 +1,39 @@
+// Parameters of the backend ops that model families differ in, kept free of
+// Abseil so that CUDA sources see the same definitions (kernels/backend.h
+// has the ops).
+#ifndef FLOVER_KERNELS_OP_PARAMS_H_
+#define FLOVER_KERNELS_OP_PARAMS_H_
+
+namespace flover::kernels {
+
+// How Attention scores a row's query against its sequence's keys: what the
+// model families differ in (Mistral's sliding window; Gemma 2's scale from
+// query_pre_attn_scalar, score soft-capping and alternating local layers).
+struct AttentionParams {
+  // Multiplies q . k; 0 means 1 / sqrt(head_dim).
+  float scale = 0.0f;
+  // > 0: each scaled score s becomes softcap * tanh(s / softcap) before the
+  // softmax.
+  float softcap = 0.0f;
+  // > 0: a row at position p attends positions [p - window + 1, p] only.
+  int window = 0;
+};
+
+// Which dims of a head rotary embeddings turn together.
+enum class RopeStyle {
+  kHalf,         // i with i + R/2 (Llama, NeoX, Qwen2, Mistral, Phi-3, Gemma)
+  kInterleaved,  // 2i with 2i + 1 (GPT-J)
+};
+
+// The heads Rope turns and how; R = 2 * inv_freq.cols of each head's first
+// dims turn (all of them, R = head_dim, but for partial rotary as GPT-J's).
+struct RopeParams {
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  RopeStyle style = RopeStyle::kHalf;
+};
+
+}  // namespace flover::kernels
+
+#endif  // FLOVER_KERNELS_OP_PARAMS_H_
