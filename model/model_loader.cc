@@ -1,9 +1,14 @@
 #include "model/model_loader.h"
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "model/llama/llama_checkpoint.h"
 #include "util/file_util.h"
@@ -41,6 +46,29 @@ absl::StatusOr<std::string> ModelType(const std::string& dir) {
   return it->second.string_value();
 }
 
+// The registry: each family, the model_types it reads, and how it loads a
+// Hugging Face directory (GGUF files name their architecture inside; the
+// Llama family reads those it knows and refuses the rest by name).
+struct Family {
+  std::vector<std::string> model_types;
+  std::function<absl::StatusOr<std::unique_ptr<LoadedModel>>(const std::string&)> load_directory;
+};
+
+template <typename Checkpoint>
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadAs(const std::string& dir) {
+  auto model = Checkpoint::LoadDirectory(dir);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<LoadedModel>(std::move(*model));
+}
+
+const std::vector<Family>& Families() {
+  static const std::vector<Family>* families = new std::vector<Family>{
+      {{"gpt2"}, LoadAs<Gpt2Checkpoint>},
+      {LlamaFamilyTypes(), LoadAs<LlamaCheckpoint>},
+  };
+  return *families;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
@@ -75,18 +103,23 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
   const std::string& dir = path;
   auto type = ModelType(dir);
   if (!type.ok()) return type.status();
-  if (*type == "gpt2") {
-    auto gpt2 = Gpt2Checkpoint::LoadDirectory(dir);
-    if (!gpt2.ok()) return gpt2.status();
-    return std::unique_ptr<LoadedModel>(std::move(*gpt2));
+  for (const Family& family : Families()) {
+    if (std::find(family.model_types.begin(), family.model_types.end(), *type) ==
+        family.model_types.end()) {
+      continue;
+    }
+    auto model = family.load_directory(dir);
+    if (!model.ok()) return model.status();
+    return std::move(*model);
   }
-  if (*type == "llama" || *type == "qwen2") {
-    auto llama = LlamaCheckpoint::LoadDirectory(dir);
-    if (!llama.ok()) return llama.status();
-    return std::unique_ptr<LoadedModel>(std::move(*llama));
+  std::vector<std::string> supported;
+  for (const Family& family : Families()) {
+    supported.insert(supported.end(), family.model_types.begin(), family.model_types.end());
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      dir, "/config.json: model_type \"", *type, "\" is not supported (Flover serves gpt2, llama and qwen2)"));
+  std::sort(supported.begin(), supported.end());
+  return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: model_type \"", *type,
+                                                 "\" is not supported (Flover serves ",
+                                                 absl::StrJoin(supported, ", "), ")"));
 }
 
 }  // namespace flover

@@ -1,8 +1,9 @@
 // Tensor parallelism under `mpirun -np 2` (run by tests/tp): logits within
 // 1e-4 of tp=1 (1e-2 with bf16 linear layers or KV cache) and of Hugging
-// Face's, and identical greedy outputs, for GPT-2 and Llama (grouped-query
-// attention: each rank keeps one of the two key/value heads), on fixtures
-// whose vocabularies (211, 301) do not divide by 2 and on built-ins.
+// Face's, and identical greedy outputs, for GPT-2 and the Llama family
+// (grouped-query attention: each rank keeps one of the two key/value heads;
+// Qwen2, Mistral and Phi-3 against transformers), on fixtures whose
+// vocabularies (211, 301, 307) do not divide by 2 and on built-ins.
 // Every rank runs every test (the forwards are collective); rank 0 checks.
 #include <gtest/gtest.h>
 
@@ -219,7 +220,11 @@ TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                          ::testing::Values("tests/golden/tiny_bf16_prefix", "tests/golden/llama_gqa",
                                            // q/k/v biases split with their heads
-                                           "tests/golden/qwen2_tiny"));
+                                           "tests/golden/qwen2_tiny",
+                                           // a window on each rank's heads; q/k/v
+                                           // and gate/up rows cut from fused tensors
+                                           "tests/golden/mistral_tiny",
+                                           "tests/golden/phi3_tiny"));
 
 }  // namespace
 }  // namespace flover

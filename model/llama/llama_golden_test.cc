@@ -10,7 +10,9 @@
 // shards. GGUF (make_gguf_golden.py): llama.cpp's Q4_K_M of an untied model
 // over a SentencePiece vocabulary; a tied model with llama3 factors in
 // rope_freqs.weight and each matrix in another block type. Qwen2 (q/k/v
-// biases, tied) as a directory and as a qwen2 GGUF file. On the CPU, and on
+// biases, tied) as a directory and as a qwen2 GGUF file. Mistral (sliding
+// window) and Phi-3 (fused q/k/v and gate/up) directories against float64
+// references (make_family_golden.py). On the CPU, and on
 // a GPU when there is one (skipped otherwise).
 #include <gtest/gtest.h>
 
@@ -183,6 +185,8 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
       {"gguf_bpe_mixed", "llama", "Q8_0", 2, true, {901, 902}},
       {"qwen2_tiny", "qwen2", "F32", 2, true, {901}},
       {"gguf_qwen2", "qwen2", "Q8_0", 2, true, {901, 902}},
+      {"mistral_tiny", "mistral", "F32", 2, false, {2}},
+      {"phi3_tiny", "phi3", "F32", 2, false, {2}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -242,7 +246,14 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"qwen2_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gguf_qwen2", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"qwen2_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
-            Case{"qwen2_tiny", kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, kInt8}),
+            Case{"qwen2_tiny", kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, kInt8},
+            // Mistral (sliding window 8; prompts to 62 tokens) and Phi-3
+            // (fused qkv_proj and gate_up_proj) against float64 references
+            // (make_family_golden.py).
+            Case{"mistral_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"mistral_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            Case{"phi3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"phi3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);

@@ -21,6 +21,7 @@ void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart&
   const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
   const int64_t k0 = sh.kv_head_begin * D, k1 = k0 + sh.kv_heads * D;
   const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
+  const bool fused = c.architecture == "phi3";
   auto dst = [&](auto* p) { return w != nullptr ? ParamDest(p) : ParamDest(); };
   LlamaWeights unused;
   LlamaWeights& out = w != nullptr ? *w : unused;
@@ -38,11 +39,21 @@ void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart&
     LlamaLayerWeights& L = out.layers[l - first];
     visit(Whole(p + "input_layernorm.weight", {C}), dst(&L.attn_norm));
     visit(Whole(p + "post_attention_layernorm.weight", {C}), dst(&L.mlp_norm));
-    // Q by query heads, K and V by key/value heads: whole GQA groups.
-    visit(Stack(WeightRecipe::kRows, {RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1),
-                                      RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
-                                      RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
-          dst(&L.qkv));
+    // Q by query heads, K and V by key/value heads: whole GQA groups; from
+    // one [Q + 2 KV, C] qkv_proj where the checkpoint fuses them (Phi-3).
+    if (fused) {
+      const std::string qkv = p + "self_attn.qkv_proj.weight";
+      const std::vector<int64_t> shape = {Q + 2 * KV, C};
+      visit(Stack(WeightRecipe::kRows, {RowSlice(qkv, shape, q0, q1),
+                                        RowSlice(qkv, shape, Q + k0, Q + k1),
+                                        RowSlice(qkv, shape, Q + KV + k0, Q + KV + k1)}),
+            dst(&L.qkv));
+    } else {
+      visit(Stack(WeightRecipe::kRows, {RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1),
+                                        RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
+                                        RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
+            dst(&L.qkv));
+    }
     if (c.qkv_bias) {  // one row of the q, k and v biases side by side
       visit(Stack(WeightRecipe::kCols, {ColSlice(p + "self_attn.q_proj.bias", {Q}, q0, q1),
                                         ColSlice(p + "self_attn.k_proj.bias", {KV}, k0, k1),
@@ -50,9 +61,16 @@ void ForEachParam(const LlamaConfig& c, const ShardSpec& spec, const WeightPart&
             dst(&L.qkv_bias));
     }
     visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), dst(&L.o));
-    visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
-                                      RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
-          dst(&L.gate_up));
+    if (fused) {  // gate_up_proj: [2F, C], gate rows then up rows
+      const std::string gate_up = p + "mlp.gate_up_proj.weight";
+      visit(Stack(WeightRecipe::kRows, {RowSlice(gate_up, {2 * F, C}, f0, f1),
+                                        RowSlice(gate_up, {2 * F, C}, F + f0, F + f1)}),
+            dst(&L.gate_up));
+    } else {
+      visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
+                                        RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
+            dst(&L.gate_up));
+    }
     visit(ColSlice(p + "mlp.down_proj.weight", {C, F}, f0, f1), dst(&L.down));
   }
 }

@@ -1,0 +1,82 @@
+// The Llama family's config.json reading beyond Llama itself: Mistral's
+// sliding window, Phi-3, and what is refused by name (a window where
+// transformers' default attention would not apply one as configured,
+// rope scaling kinds Flover does not run, a model_type no family reads).
+#include "model/llama/llama_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "model/model_loader.h"
+
+namespace flover {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Config(const std::string& type, const std::string& extra) {
+  return absl::StrCat(R"({"model_type": ")", type, R"(", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+      "vocab_size": 301, "max_position_embeddings": 64)",
+                      extra.empty() ? "" : ", ", extra, "}");
+}
+
+TEST(LlamaConfigTest, MistralSlidingWindow) {
+  auto windowed = ParseLlamaConfig(Config("mistral", R"("sliding_window": 4096)"), "c");
+  ASSERT_TRUE(windowed.ok()) << windowed.status();
+  EXPECT_EQ(windowed->architecture, "mistral");
+  EXPECT_EQ(windowed->sliding_window, 4096);
+  // Mistral v0.2 and later: null, no window.
+  auto none = ParseLlamaConfig(Config("mistral", R"("sliding_window": null)"), "c");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->sliding_window, 0);
+  auto bad = ParseLlamaConfig(Config("mistral", R"("sliding_window": 0)"), "c");
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("sliding_window"));
+}
+
+TEST(LlamaConfigTest, Phi3) {
+  // Phi-3 mini's configs carry a window transformers' eager and SDPA
+  // attention do not apply; neither does Flover.
+  auto phi3 = ParseLlamaConfig(Config("phi3", R"("sliding_window": 2047, "rope_scaling": null)"), "c");
+  ASSERT_TRUE(phi3.ok()) << phi3.status();
+  EXPECT_EQ(phi3->architecture, "phi3");
+  EXPECT_EQ(phi3->sliding_window, 0);
+  EXPECT_FALSE(phi3->qkv_bias);
+  // The 128k variants' LongRoPE is not run, and is named.
+  auto longrope = ParseLlamaConfig(
+      Config("phi3", R"("rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]})"),
+      "c");
+  EXPECT_THAT(std::string(longrope.status().message()),
+              HasSubstr("rope_scaling type \"longrope\" is not supported"));
+}
+
+TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
+  auto qwen2 = ParseLlamaConfig(Config("qwen2", R"("use_sliding_window": true, "sliding_window": 8)"), "c");
+  EXPECT_THAT(std::string(qwen2.status().message()),
+              HasSubstr("sliding_window attention is not supported for model_type qwen2"));
+  auto qwen2_off = ParseLlamaConfig(Config("qwen2", R"("use_sliding_window": false, "sliding_window": 8)"), "c");
+  EXPECT_TRUE(qwen2_off.ok()) << qwen2_off.status();
+  auto llama = ParseLlamaConfig(Config("llama", R"("sliding_window": 8)"), "c");
+  EXPECT_THAT(std::string(llama.status().message()), HasSubstr("(it is for mistral)"));
+}
+
+TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("gemma2", ""), "c").status().message()),
+              HasSubstr("model_type \"gemma2\" is not a Llama-family model (llama, mistral, phi3, qwen2)"));
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/gemma2";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  std::ofstream(dir + "/config.json") << Config("gemma2", "");
+  auto loaded = LoadModel(dir);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("model_type \"gemma2\" is not supported (Flover serves gpt2, llama, "
+                        "mistral, phi3, qwen2)"));
+}
+
+}  // namespace
+}  // namespace flover
