@@ -3,7 +3,7 @@
 // Face's, and identical greedy outputs, for GPT-2 and the Llama family
 // (grouped-query attention: each rank keeps one of the two key/value heads;
 // Qwen2, Mistral and Phi-3 against transformers), on fixtures whose
-// vocabularies (211, 301, 307) do not divide by 2 and on built-ins.
+// vocabularies (211, 301, 307, 311) do not divide by 2 and on built-ins.
 // Every rank runs every test (the forwards are collective); rank 0 checks.
 #include <gtest/gtest.h>
 
@@ -224,7 +224,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            // a window on each rank's heads; q/k/v
                                            // and gate/up rows cut from fused tensors
                                            "tests/golden/mistral_tiny",
-                                           "tests/golden/phi3_tiny"));
+                                           "tests/golden/phi3_tiny",
+                                           "tests/golden/qwen2_untied"));
 
 }  // namespace
 }  // namespace flover

@@ -11,8 +11,8 @@
 // over a SentencePiece vocabulary; a tied model with llama3 factors in
 // rope_freqs.weight and each matrix in another block type. Qwen2 (q/k/v
 // biases, tied) as a directory and as a qwen2 GGUF file. Mistral (sliding
-// window) and Phi-3 (fused q/k/v and gate/up) directories against float64
-// references (make_family_golden.py). On the CPU, and on
+// window), Phi-3 (fused q/k/v and gate/up) and an untied Qwen2 directories
+// against float64 references (make_family_golden.py). On the CPU, and on
 // a GPU when there is one (skipped otherwise).
 #include <gtest/gtest.h>
 
@@ -187,6 +187,7 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
       {"gguf_qwen2", "qwen2", "Q8_0", 2, true, {901, 902}},
       {"mistral_tiny", "mistral", "F32", 2, false, {2}},
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
+      {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -253,7 +254,10 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"mistral_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"mistral_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             Case{"phi3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
-            Case{"phi3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation}),
+            Case{"phi3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
+            // Qwen2 / Qwen2.5 with an untied head and random q/k/v biases.
+            Case{"qwen2_untied", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen2_untied", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);

@@ -18,6 +18,9 @@ and config.json), with, in the format make_llama_golden.py uses:
                 grouped-query attention, untied head
   phi3_tiny     Phi3ForCausalLM: q/k/v in one qkv_proj and gate/up in one
                 gate_up_proj; grouped-query attention, untied head
+  qwen2_untied  Qwen2ForCausalLM (Qwen2.5's class): q/k/v biases, grouped-
+                query attention, an untied head (qwen2_tiny, from
+                make_gguf_golden.py, is tied)
 
 Run in the oracle venv (transformers 4.44.2 over Debian's python3-torch):
     python3 tests/golden/make_family_golden.py
@@ -28,9 +31,11 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM
+from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 import transformers.models.mistral.modeling_mistral as modeling_mistral
 import transformers.models.phi3.modeling_phi3 as modeling_phi3
+import transformers.models.qwen2.modeling_qwen2 as modeling_qwen2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -67,7 +72,7 @@ def emulated_logits(model, module, prompts, kv, round_values):
             mod.weight.data = w
 
 
-def mistral_values(model):
+def v_proj_values(model):
     return [layer.self_attn.v_proj.register_forward_hook(lambda m, inp, out: bf16(out))
             for layer in model.model.layers]
 
@@ -87,9 +92,9 @@ def phi3_values(model):
 def make(name, config, model_class, module, round_values, seed):
     torch.manual_seed(seed)
     model = model_class(config).eval()
-    with torch.no_grad():  # non-trivial norms, so every parameter matters
+    with torch.no_grad():  # non-trivial norms and biases, so every parameter matters
         for pname, p in model.named_parameters():
-            if "norm" in pname:
+            if "norm" in pname or pname.endswith(".bias"):
                 p.add_(0.3 * torch.randn_like(p))
     out_dir = os.path.join(HERE, name)
     os.makedirs(out_dir, exist_ok=True)
@@ -127,7 +132,7 @@ def main():
                   tie_word_embeddings=False, attn_implementation="eager")
     mistral = MistralConfig(vocab_size=301, sliding_window=8, rope_theta=10000.0, **common)
     model, prompts = make("mistral_tiny", mistral, MistralForCausalLM, modeling_mistral,
-                          mistral_values, 71)
+                          v_proj_values, 71)
     # The window must matter: without it the long prompt's logits differ.
     unwindowed = MistralConfig(vocab_size=301, sliding_window=None, rope_theta=10000.0, **common)
     plain = MistralForCausalLM(unwindowed).eval().double()
@@ -141,6 +146,10 @@ def main():
     phi3 = Phi3Config(vocab_size=307, pad_token_id=0, original_max_position_embeddings=64,
                       rope_theta=10000.0, **common)
     make("phi3_tiny", phi3, Phi3ForCausalLM, modeling_phi3, phi3_values, 72)
+
+    qwen2 = Qwen2Config(vocab_size=311, rope_theta=1000000.0, use_sliding_window=False,
+                        **common)
+    make("qwen2_untied", qwen2, Qwen2ForCausalLM, modeling_qwen2, v_proj_values, 73)
 
 
 if __name__ == "__main__":
