@@ -75,8 +75,12 @@ class ProfilingBackend final : public kernels::Backend {
                     const kernels::Tensor& inv_freq, const kernels::RopeParams& p) override {
     return Timed("rope", [&] { return inner_.Rope(qkv, positions, inv_freq, p); });
   }
-  absl::Status SiluMul(const kernels::Tensor& gate_up, const kernels::Tensor& out) override {
-    return Timed("silu*up", [&] { return inner_.SiluMul(gate_up, out); });
+  absl::Status Glu(const kernels::Tensor& gate_up, kernels::GluKind kind,
+                   const kernels::Tensor& out) override {
+    return Timed("act(gate)*up", [&] { return inner_.Glu(gate_up, kind, out); });
+  }
+  absl::Status SoftCap(const kernels::Tensor& x, float cap) override {
+    return Timed("softcap", [&] { return inner_.SoftCap(x, cap); });
   }
   absl::Status Linear(const kernels::Tensor& x, const kernels::Weight& w,
                       const kernels::Tensor* bias, kernels::Epilogue epilogue,

@@ -249,10 +249,14 @@ class Backend : public Allocator {
   virtual absl::Status Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                             const RopeParams& p) = 0;
 
-  // out: [T, F] = silu(gate) * up (SwiGLU), where gate_up: f32 [T, 2F]
-  // holds gate in its first F columns and up in the rest; out: f32 or
-  // activation_dtype().
-  virtual absl::Status SiluMul(const Tensor& gate_up, const Tensor& out) = 0;
+  // out: [T, F] = act(gate) * up (SwiGLU for kSilu, GeGLU for kGeluTanh),
+  // where gate_up: f32 [T, 2F] holds gate in its first F columns and up in
+  // the rest; out: f32 or activation_dtype().
+  virtual absl::Status Glu(const Tensor& gate_up, GluKind kind, const Tensor& out) = 0;
+
+  // x: f32 [R, C] = tanh(x / cap) * cap, in place (Gemma 2's final logit
+  // soft-capping). cap > 0.
+  virtual absl::Status SoftCap(const Tensor& x, float cap) = 0;
 
   // out: [M, N] = epilogue(x @ W + bias). x: [M, K], f32 or
   // activation_dtype(); bias: f32 [1, N] or null; out: f32 (kBiasGelu may

@@ -212,29 +212,53 @@ TEST_P(OpsTest, Rope) {
   });
 }
 
-// SwiGLU: silu(gate) * up, into f32 and the activation dtype.
-TEST_P(OpsTest, SiluMul) {
+// Gated MLP activations: silu(gate) * up (SwiGLU) and gelu_tanh(gate) * up
+// (GeGLU), into f32 and the activation dtype, against double.
+TEST_P(OpsTest, Glu) {
   Ran ran;
-  for (MatmulDtype matmul : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
-    ran.Run(device(), matmul, KvDtype::kF32, 1e-2, [](Dev& d) {
-      const int T = 7, F = 301;
-      auto gu = Random(T * 2 * F, 34, 6.0f);
-      const DType act = d->activation_dtype();
-      const Tensor out = d.New(act, T, F);
-      EXPECT_TRUE(d->SiluMul(d.Up(gu, T, 2 * F), out).ok());
-      std::vector<double> want(T * F);
-      for (int t = 0; t < T; ++t) {
-        for (int f = 0; f < F; ++f) {
-          const double g = gu[t * 2 * F + f], u = gu[t * 2 * F + F + f];
-          want[t * F + f] = RoundTo(static_cast<float>(g / (1 + std::exp(-g)) * u), act);
+  for (GluKind kind : {GluKind::kSilu, GluKind::kGeluTanh}) {
+    for (MatmulDtype matmul : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
+      ran.Run(device(), matmul, KvDtype::kF32, 1e-2, [kind](Dev& d) {
+        const int T = 7, F = 301;
+        auto gu = Random(T * 2 * F, 34, 6.0f);
+        const DType act = d->activation_dtype();
+        const Tensor out = d.New(act, T, F);
+        EXPECT_TRUE(d->Glu(d.Up(gu, T, 2 * F), kind, out).ok());
+        std::vector<double> want(T * F);
+        for (int t = 0; t < T; ++t) {
+          for (int f = 0; f < F; ++f) {
+            const double g = gu[t * 2 * F + f], u = gu[t * 2 * F + F + f];
+            const double a = kind == GluKind::kSilu ? g / (1 + std::exp(-g)) : GeluRef(g);
+            want[t * F + f] = RoundTo(static_cast<float>(a * u), act);
+          }
         }
-      }
-      const std::vector<float> got = d.Down(out);
-      EXPECT_LT(RelErr(got, want), act == DType::kF32 ? 1e-6 : 8e-3) << DTypeName(act);
-      return got;
-    });
+        const std::vector<float> got = d.Down(out);
+        EXPECT_LT(RelErr(got, want), act == DType::kF32 ? 1e-6 : 8e-3) << DTypeName(act);
+        return got;
+      });
+    }
   }
   if (ran.none()) GTEST_SKIP() << ran.why();
+}
+
+// Logit soft-capping in place: tanh(x / cap) * cap, against double; values
+// far past the cap saturate at it. A cap of 0 is refused.
+TEST_P(OpsTest, SoftCap) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-6, [](Dev& d) {
+    const int R = 3, V = 517;
+    auto x = Random(R * V, 35, 200.0f);
+    const Tensor t = d.Up(x, R, V);
+    EXPECT_TRUE(d->SoftCap(t, 30.0f).ok());
+    const std::vector<float> got = d.Down(t);
+    std::vector<double> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = std::tanh(double(x[i]) / 30.0) * 30.0;
+    EXPECT_LT(RelErr(got, want), 1e-6);
+    for (float v : got) EXPECT_LE(std::fabs(v), 30.0f);
+    const absl::Status zero = d->SoftCap(t, 0.0f);
+    EXPECT_EQ(zero.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(zero.message().find("SoftCap: cap 0"), std::string::npos) << zero;
+    return got;
+  });
 }
 
 // y: [M, N] = x @ W + bias, W given as [K, N] or [N, K].

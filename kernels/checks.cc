@@ -128,13 +128,23 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
   return CheckTensor("Rope", "positions", positions, 1, qkv.rows, {DType::kI32});
 }
 
-absl::Status CheckSiluMulArgs(const Tensor& gate_up, const Tensor& out, DType act) {
-  FLOVER_RETURN_IF_ERROR(CheckTensor("SiluMul", "gate_up", gate_up, kAnySize, kAnySize, {DType::kF32}));
+absl::Status CheckGluArgs(const Tensor& gate_up, GluKind kind, const Tensor& out, DType act) {
+  if (kind != GluKind::kSilu && kind != GluKind::kGeluTanh) {
+    return absl::InvalidArgumentError(absl::StrCat("Glu: unknown kind ", static_cast<int>(kind)));
+  }
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Glu", "gate_up", gate_up, kAnySize, kAnySize, {DType::kF32}));
   if (gate_up.cols % 2 != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("SiluMul: gate_up has ", gate_up.cols, " columns, not gate and up halves"));
+        absl::StrCat("Glu: gate_up has ", gate_up.cols, " columns, not gate and up halves"));
   }
-  return CheckTensor("SiluMul", "out", out, gate_up.rows, gate_up.cols / 2, {DType::kF32, act});
+  return CheckTensor("Glu", "out", out, gate_up.rows, gate_up.cols / 2, {DType::kF32, act});
+}
+
+absl::Status CheckSoftCapArgs(const Tensor& x, float cap) {
+  if (!(cap > 0 && cap < 1e30f)) {
+    return absl::InvalidArgumentError(absl::StrCat("SoftCap: cap ", cap, " must be > 0 and finite"));
+  }
+  return CheckTensor("SoftCap", "x", x, kAnySize, kAnySize, {DType::kF32});
 }
 
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,

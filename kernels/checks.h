@@ -39,7 +39,8 @@ absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tens
 absl::Status CheckRmsNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& out, DType act);
 absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                            const RopeParams& p);
-absl::Status CheckSiluMulArgs(const Tensor& gate_up, const Tensor& out, DType act);
+absl::Status CheckGluArgs(const Tensor& gate_up, GluKind kind, const Tensor& out, DType act);
+absl::Status CheckSoftCapArgs(const Tensor& x, float cap);
 // x: [M, w.k()] of f32 or `x_dtype`; out: [M, w.n()] f32 (or `act` for
 // kBiasGelu); bias: f32 [1, w.n()] or null.
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,

@@ -19,6 +19,12 @@ struct AttentionParams {
   int window = 0;
 };
 
+// The activation of a gated MLP: out = act(gate) * up.
+enum class GluKind {
+  kSilu,      // SwiGLU (Llama, Qwen2, Mistral, Phi-3)
+  kGeluTanh,  // GeGLU with gelu's tanh approximation (Gemma 2's gelu_pytorch_tanh)
+};
+
 // Which dims of a head rotary embeddings turn together.
 enum class RopeStyle {
   kHalf,         // i with i + R/2 (Llama, NeoX, Qwen2, Mistral, Phi-3, Gemma)

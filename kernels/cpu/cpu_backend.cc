@@ -129,9 +129,8 @@ void AttendRow(const float* q, const HeadBlocks<T>& h, int first, int n, int D, 
     const T* next = b + 1 < nb ? h.key_block(b + 1) : h.value_block(b0);
     ScoreBlock(q, h.key_block(b), D, next, scores + int64_t{b} * kJ);
   }
-  if (softcap > 0) {
-    const float inv_cap = 1.0f / softcap;
-    for (int j = first; j < n; ++j) scores[j] = softcap * std::tanh(scores[j] * inv_cap);
+  if (softcap > 0) {  // as transformers: s / cap, tanh, * cap
+    for (int j = first; j < n; ++j) scores[j] = std::tanh(scores[j] / softcap) * softcap;
   }
   float max_score = -INFINITY;
   for (int j = first; j < n; ++j) max_score = std::max(max_score, scores[j]);
@@ -465,19 +464,35 @@ absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const 
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::SiluMul(const Tensor& gate_up, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckSiluMulArgs(gate_up, out, DType::kF32));
+absl::Status CpuBackend::Glu(const Tensor& gate_up, GluKind kind, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckGluArgs(gate_up, kind, out, DType::kF32));
   const int64_t T = out.rows, F = out.cols;
   const float* in = gate_up.as<float>();
   float* o = out.as<float>();
+  const bool gelu = kind == GluKind::kGeluTanh;
   UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 8)
   for (int64_t t = 0; t < T; ++t) {
     const float* g = in + t * 2 * F;
     const float* u = g + F;
+    if (gelu) {
 #pragma omp simd
-    for (int64_t f = 0; f < F; ++f) o[t * F + f] = g[f] / (1.0f + ExpF(-g[f])) * u[f];
+      for (int64_t f = 0; f < F; ++f) o[t * F + f] = GeluNewF(g[f]) * u[f];
+    } else {
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) o[t * F + f] = g[f] / (1.0f + ExpF(-g[f])) * u[f];
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SoftCap(const Tensor& x, float cap) {
+  FLOVER_RETURN_IF_ERROR(CheckSoftCapArgs(x, cap));
+  float* v = x.as<float>();
+  const int64_t n = x.rows * x.cols;
+  UseCpuThreadsHere();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) v[i] = std::tanh(v[i] / cap) * cap;  // as transformers
   return absl::OkStatus();
 }
 

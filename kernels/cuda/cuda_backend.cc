@@ -345,12 +345,19 @@ absl::Status CudaBackend::Rope(const Tensor& qkv, const Tensor& positions, const
                     "Rope");
 }
 
-absl::Status CudaBackend::SiluMul(const Tensor& gate_up, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckSiluMulArgs(gate_up, out, activation_dtype()));
+absl::Status CudaBackend::Glu(const Tensor& gate_up, GluKind kind, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckGluArgs(gate_up, kind, out, activation_dtype()));
   FLOVER_RETURN_IF_ERROR(Activate());
-  return CudaStatus(LaunchSiluMul(gate_up.as<float>(), static_cast<int>(out.rows),
-                                  static_cast<int>(out.cols), out.data, out.dtype, stream_),
-                    "SiluMul");
+  return CudaStatus(LaunchGlu(gate_up.as<float>(), static_cast<int>(out.rows),
+                              static_cast<int>(out.cols), kind == GluKind::kGeluTanh, out.data,
+                              out.dtype, stream_),
+                    "Glu");
+}
+
+absl::Status CudaBackend::SoftCap(const Tensor& x, float cap) {
+  FLOVER_RETURN_IF_ERROR(CheckSoftCapArgs(x, cap));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchSoftCap(x.as<float>(), x.rows * x.cols, cap, stream_), "SoftCap");
 }
 
 absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Tensor* bias,

@@ -65,7 +65,8 @@ class CudaBackend final : public Backend, private Roofline {
                        const Tensor& out) override;
   absl::Status Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                     const RopeParams& p) override;
-  absl::Status SiluMul(const Tensor& gate_up, const Tensor& out) override;
+  absl::Status Glu(const Tensor& gate_up, GluKind kind, const Tensor& out) override;
+  absl::Status SoftCap(const Tensor& x, float cap) override;
   absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
                       const Tensor& out) override;
   absl::Status AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) override;

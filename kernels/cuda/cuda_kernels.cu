@@ -209,13 +209,27 @@ __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* in
   }
 }
 
-template <typename OutT>
-__global__ void SiluMulKernel(const float* gate_up, int64_t n, int F, OutT* out) {
+// act(gate) * up: silu, or gelu's tanh form (as GeluKernel).
+template <typename OutT, bool kGelu>
+__global__ void GluKernel(const float* gate_up, int64_t n, int F, OutT* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / F, f = i % F;
     const float g = gate_up[t * 2 * F + f], u = gate_up[t * 2 * F + F + f];
-    out[i] = FromFloat<OutT>(g / (1.0f + expf(-g)) * u);
+    float a;
+    if constexpr (kGelu) {
+      a = g / (1.0f + expf(-2.0f * (0.7978845608028654f * (g + 0.044715f * g * g * g))));
+    } else {
+      a = g / (1.0f + expf(-g));
+    }
+    out[i] = FromFloat<OutT>(a * u);
+  }
+}
+
+__global__ void SoftCapKernel(float* x, int64_t n, float cap) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = tanhf(x[i] / cap) * cap;
   }
 }
 
@@ -334,7 +348,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll 8
       for (int d = 0; d < D; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kBlockSize]), acc);
     }
-    if (softcap > 0) acc = softcap * tanhf(acc / softcap);
+    if (softcap > 0) acc = tanhf(acc / softcap) * softcap;  // as transformers
     weights[j] = acc;
     local_max = fmaxf(local_max, acc);
   }
@@ -570,25 +584,40 @@ cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_fr
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSiluMul(const float* gate_up, int T, int F, void* out, DType out_dtype,
-                          cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(T) * F;
-  if (n == 0) return cudaSuccess;
+template <bool kGelu>
+cudaError_t LaunchGluOf(const float* gate_up, int64_t n, int F, void* out, DType out_dtype,
+                        cudaStream_t stream) {
   const int blocks = Blocks(n, kElementwiseThreads);
   switch (out_dtype) {
     case DType::kF32:
-      SiluMulKernel<<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F, static_cast<float*>(out));
+      GluKernel<float, kGelu><<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F,
+                                                                          static_cast<float*>(out));
       break;
     case DType::kBF16:
-      SiluMulKernel<<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F,
-                                                                static_cast<__nv_bfloat16*>(out));
+      GluKernel<__nv_bfloat16, kGelu><<<blocks, kElementwiseThreads, 0, stream>>>(
+          gate_up, n, F, static_cast<__nv_bfloat16*>(out));
       break;
     case DType::kF16:
-      SiluMulKernel<<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F, static_cast<__half*>(out));
+      GluKernel<__half, kGelu><<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F,
+                                                                           static_cast<__half*>(out));
       break;
     default:
       return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, DType out_dtype,
+                      cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(T) * F;
+  if (n == 0) return cudaSuccess;
+  return gelu ? LaunchGluOf<true>(gate_up, n, F, out, out_dtype, stream)
+              : LaunchGluOf<false>(gate_up, n, F, out, out_dtype, stream);
+}
+
+cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  SoftCapKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n, cap);
   return cudaGetLastError();
 }
 

@@ -64,9 +64,13 @@ cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_fr
                        int q_heads, int kv_heads, int head_dim, int rotary_half, bool interleaved,
                        cudaStream_t stream);
 
-// out: [T, F] of out_dtype = silu(gate_up[:, :F]) * gate_up[:, F:].
-cudaError_t LaunchSiluMul(const float* gate_up, int T, int F, void* out, DType out_dtype,
-                          cudaStream_t stream);
+// out: [T, F] of out_dtype = act(gate_up[:, :F]) * gate_up[:, F:], act
+// silu or (gelu) gelu's tanh form.
+cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, DType out_dtype,
+                      cudaStream_t stream);
+
+// x: f32 [n] = tanh(x / cap) * cap, in place.
+cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // out: [n] of out_dtype = x: f32 [n], rounded to nearest even.
 cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,

@@ -171,7 +171,7 @@ absl::Status LlamaModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor wh
       FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(attn, *p.o, nullptr, x));
       FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, p.mlp_norm, eps, h));
       FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *p.gate_up, nullptr, Epilogue::kBias, gate_up));
-      FLOVER_RETURN_IF_ERROR(backend_.SiluMul(gate_up, mlp));
+      FLOVER_RETURN_IF_ERROR(backend_.Glu(gate_up, kernels::GluKind::kSilu, mlp));
       FLOVER_RETURN_IF_ERROR(runtime_.RowSplitResidual(mlp, *p.down, nullptr, x));
     }
 
