@@ -24,6 +24,9 @@ namespace {
 // enough to balance a long causal prefill across threads.
 constexpr int kAttentionRowBlock = 32;
 
+// K/V elements a step appends below which AppendKv stays on one thread.
+constexpr int64_t kParallelAppendElements = 1 << 16;
+
 // Asks for the cache lines of elements [p, p + n) ahead of use. Keys and
 // values are read as streams of 8-32 KB that start anew for every (sequence,
 // head), and the hardware prefetchers stop at each 4 KB page; at batch 32
@@ -161,8 +164,11 @@ void AppendOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int 
   const int64_t row_stride = QD + 2 * HD;  // [Q | K | V]
   T* const keys = static_cast<T*>(kv.k);
   T* const values = static_cast<T*>(kv.v);
+  // A decode step's few rows are copied faster than threads wake up (at
+  // batch 1 a parallel region per layer cost GPT-2 ~1% of a step).
+  const bool parallel = int64_t{table.num_rows} * HD >= kParallelAppendElements;
   UseCpuThreadsHere();
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
   for (int s = 0; s < table.num_seqs; ++s) {
     for (int h = 0; h < H; ++h) {
       const SeqRows& seq = seqs[s];
