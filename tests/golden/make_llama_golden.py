@@ -41,6 +41,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
+import make_family_golden as family_golden
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -61,38 +63,11 @@ def save_shards(tensors, out_dir, shards):
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=1)
 
 
-def bf16(t):
-    return t.to(torch.bfloat16).to(torch.float32)
-
-
 def emulated_logits(model, prompts, kv):
     """Logits with Flover's bf16 rounding emulated: every Linear's weight and
     input in bfloat16, f32 sums; with `kv` also keys (after rotary) and values."""
-    original_weights = {}
-    hooks = []
-    original_rope = modeling_llama.apply_rotary_pos_emb
-    try:
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.Linear):
-                original_weights[mod] = mod.weight.data.clone()
-                mod.weight.data = bf16(mod.weight.data)
-                hooks.append(mod.register_forward_pre_hook(lambda m, inp: (bf16(inp[0]),)))
-        if kv:
-            def rope(q, k, cos, sin, *args, **kwargs):
-                q_embed, k_embed = original_rope(q, k, cos, sin, *args, **kwargs)
-                return q_embed, bf16(k_embed)
-            modeling_llama.apply_rotary_pos_emb = rope
-            for layer in model.model.layers:
-                hooks.append(layer.self_attn.v_proj.register_forward_hook(
-                    lambda m, inp, out: bf16(out)))
-        with torch.no_grad():
-            return [model(torch.tensor([p])).logits[0].float().contiguous() for p in prompts]
-    finally:
-        modeling_llama.apply_rotary_pos_emb = original_rope
-        for h in hooks:
-            h.remove()
-        for mod, w in original_weights.items():
-            mod.weight.data = w
+    return family_golden.emulated_logits(model, modeling_llama, prompts, kv,
+                                         family_golden.v_proj_values)
 
 
 def random_model(cfg, seed):
