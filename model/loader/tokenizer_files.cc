@@ -45,7 +45,10 @@ constexpr BosEosClass kBosEosClasses[] = {
 
 // AutoTokenizer's class for a config.json model_type, where it is one above.
 std::string ClassOfModelType(const std::string& model_type) {
-  if (model_type == "llama") return "LlamaTokenizer";
+  // transformers' AutoTokenizer maps Mistral and Phi-3 to Llama's class too.
+  if (model_type == "llama" || model_type == "mistral" || model_type == "phi3") {
+    return "LlamaTokenizer";
+  }
   if (model_type == "gemma" || model_type == "gemma2") return "GemmaTokenizer";
   if (model_type == "cohere") return "CohereTokenizer";
   if (model_type == "gpt_neox") return "GPTNeoXTokenizer";

@@ -130,6 +130,15 @@ TEST(TokenizerConfigTest, AddBosAndEosTokenAsTransformers) {
   auto gpt2 = LoadDirectoryTokenizer("tests/golden/tokenizer_config/model_type_default", 700, "gpt2");
   ASSERT_TRUE(gpt2.ok());
   EXPECT_NE((*gpt2)->Encode("Hello world")->front(), 1);
+  // Mistral and Phi-3 directories take Llama's class, as AutoTokenizer gives them.
+  auto llama = LoadDirectoryTokenizer("tests/golden/tokenizer_config/model_type_default", 700, "llama");
+  ASSERT_TRUE(llama.ok());
+  for (const char* type : {"mistral", "phi3"}) {
+    auto t = LoadDirectoryTokenizer("tests/golden/tokenizer_config/model_type_default", 700, type);
+    ASSERT_TRUE(t.ok()) << type;
+    EXPECT_EQ(*(*t)->Encode("Hello world"), *(*llama)->Encode("Hello world")) << type;
+    EXPECT_NE(*(*t)->Encode("Hello world"), *(*gpt2)->Encode("Hello world")) << type;
+  }
 }
 
 TEST(TokenizerConfigTest, ChatTemplateFromEachPlaceTransformersReads) {
