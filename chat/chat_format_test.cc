@@ -9,6 +9,7 @@
 
 #include "model/loader/gguf_tokenizer.h"
 #include "testing/files.h"
+#include "testing/gguf_text.h"
 #include "testing/golden.h"
 #include "util/json.h"
 
@@ -16,15 +17,6 @@ namespace flover {
 namespace {
 
 using ::testing::HasSubstr;
-
-GgufText LoadVocab(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return {};
-  auto text = ReadGgufText(*file, 1 << 20);
-  EXPECT_TRUE(text.ok()) << text.status();
-  return text.ok() ? *text : GgufText{};
-}
 
 std::string Template(const std::string& name) {
   auto all = jinja::ParseJsonValue(testing::ReadFileOrEmpty("tests/golden/chat_templates/templates.json"),
@@ -41,7 +33,7 @@ std::unique_ptr<ChatFormat> Format(const std::string& name, const GgufText& voca
 }
 
 TEST(ChatFormatTest, SmolLM2ChatTokenizesAsLlamaCppDoes) {
-  const GgufText v = LoadVocab("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  const GgufText v = testing::LoadGgufText("models/SmolLM2-135M-Instruct.Q4_1.gguf");
   ASSERT_NE(v.tokenizer, nullptr) << "run tools/setup.sh";
   auto f = ChatFormat::Create(v.chat_template, "smollm2", "", "", v.tokenizer);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -62,7 +54,7 @@ TEST(ChatFormatTest, SmolLM2ChatTokenizesAsLlamaCppDoes) {
 }
 
 TEST(ChatFormatTest, BosOnceAndEachTemplatesEndOfTurn) {
-  const GgufText bpe = LoadVocab("tests/golden/gguf/vocab_llama_bpe.gguf");
+  const GgufText bpe = testing::LoadGgufText("tests/golden/gguf/vocab_llama_bpe.gguf");
   auto llama3 = Format("llama3", bpe);
   ASSERT_NE(llama3, nullptr);
   EXPECT_EQ(llama3->end_of_turn_ids(), std::vector<int32_t>{902});
@@ -72,7 +64,7 @@ TEST(ChatFormatTest, BosOnceAndEachTemplatesEndOfTurn) {
   EXPECT_EQ((*ids)[0], bpe.bos_id);  // the template's bos_token,
   EXPECT_NE((*ids)[1], bpe.bos_id);  // not the tokenizer's as well
 
-  const GgufText spm = LoadVocab("tests/golden/gguf/vocab_spm.gguf");
+  const GgufText spm = testing::LoadGgufText("tests/golden/gguf/vocab_spm.gguf");
   auto inst = Format("inst", spm);
   ASSERT_NE(inst, nullptr);
   EXPECT_EQ(inst->end_of_turn_ids(), std::vector<int32_t>{2});  // " </s>" after the reply
@@ -85,7 +77,7 @@ TEST(ChatFormatTest, BosOnceAndEachTemplatesEndOfTurn) {
 }
 
 TEST(ChatFormatTest, ATemplateThatDoesNotParseIsRefusedNamingItsSource) {
-  const GgufText spm = LoadVocab("tests/golden/gguf/vocab_spm.gguf");
+  const GgufText spm = testing::LoadGgufText("tests/golden/gguf/vocab_spm.gguf");
   auto f = ChatFormat::Create("{% for m in messages %}", "model.gguf: tokenizer.chat_template", "", "",
                               spm.tokenizer);
   EXPECT_THAT(f.status().message(),

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/files.h"
+#include "testing/gguf_text.h"
 #include "testing/golden.h"
 #include "testing/gguf_writer.h"
 #include "util/json.h"
@@ -32,15 +33,6 @@ std::vector<Case> Cases(const google::protobuf::ListValue& list) {
     out.push_back({f.at("text").string_value(), testing::JsonIds(f.at("ids"))});
   }
   return out;
-}
-
-GgufText Load(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return {};
-  auto text = ReadGgufText(*file, 1 << 20);
-  EXPECT_TRUE(text.ok()) << text.status();
-  return text.ok() ? *text : GgufText{};
 }
 
 bool HasSpecialToken(const std::string& text) {
@@ -74,12 +66,12 @@ TEST(GgufTokenizerTest, TokenizesAsLlamaCppDoes) {
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->fields_size(), 6);
   for (const auto& [name, list] : all->fields()) {
-    const GgufText t = Load("tests/golden/gguf/" + name + ".gguf");
+    const GgufText t = testing::LoadGgufText("tests/golden/gguf/" + name + ".gguf");
     ASSERT_NE(t.tokenizer, nullptr) << name;
     ExpectCases(*t.tokenizer, Cases(list.list_value()), name);
   }
   // SentencePiece: the prefix space after a special token decodes as a space.
-  const GgufText spm = Load("tests/golden/gguf/vocab_spm.gguf");
+  const GgufText spm = testing::LoadGgufText("tests/golden/gguf/vocab_spm.gguf");
   auto ids = spm.tokenizer->Encode("x<|end|>y");
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(spm.tokenizer->Decode(absl::MakeConstSpan(*ids).subspan(1)), "x<|end|> y");
@@ -88,7 +80,7 @@ TEST(GgufTokenizerTest, TokenizesAsLlamaCppDoes) {
 TEST(GgufTokenizerTest, SmolLM2TokenizesAsLlamaCppDoes) {
   const std::string path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   ASSERT_TRUE(GgufFile::Open(path).ok()) << "run tools/setup.sh to fetch " << path;
-  const GgufText t = Load(path);
+  const GgufText t = testing::LoadGgufText(path);
   ASSERT_NE(t.tokenizer, nullptr);
   auto cases = ParseJsonObject(
       "{\"c\": " + testing::ReadFileOrEmpty("tests/golden/gguf/smollm2_cases.json") + "}", "cases");
