@@ -135,20 +135,16 @@ absl::Status Engine::Validate(const Request& r) const {
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
     return bad("top_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs);
   }
-  if (stop.stop_token_ids.size() > kMaxStopTokenIds) {
-    return bad("stop_token_ids: at most ", kMaxStopTokenIds, " ids, got ", stop.stop_token_ids.size());
-  }
-  for (int32_t t : stop.stop_token_ids) {
-    if (t < 0 || t >= config.vocab_size) {
-      return bad("stop_token_ids: ", t, " is outside the vocabulary (", config.vocab_size, ")");
+  // Token ids that end generation: a bounded list, each in the vocabulary.
+  for (const auto& [field, ids] : {std::pair{"stop_token_ids", &stop.stop_token_ids},
+                                   std::pair{"end_of_turn_ids", &stop.end_of_turn_ids}}) {
+    if (ids->size() > kMaxStopTokenIds) {
+      return bad(field, ": at most ", kMaxStopTokenIds, " ids, got ", ids->size());
     }
-  }
-  if (stop.end_of_turn_ids.size() > kMaxStopTokenIds) {
-    return bad("end_of_turn_ids: at most ", kMaxStopTokenIds, " ids");
-  }
-  for (int32_t t : stop.end_of_turn_ids) {
-    if (t < 0 || t >= config.vocab_size) {
-      return bad("end_of_turn_ids: ", t, " is outside the vocabulary (", config.vocab_size, ")");
+    for (int32_t t : *ids) {
+      if (t < 0 || t >= config.vocab_size) {
+        return bad(field, ": ", t, " is outside the vocabulary (", config.vocab_size, ")");
+      }
     }
   }
   if (!stop.stop_strings.empty() && tokenizer_ == nullptr) {
@@ -170,6 +166,11 @@ absl::StatusOr<RequestId> Engine::Submit(Request request, std::shared_ptr<TokenS
   absl::StatusOr<RequestId> id = Queue(std::move(request), std::move(sink));
   if (!id.ok()) metrics_.CountError(id.status().code());
   return id;
+}
+
+void Engine::RecordKvUseLocked() {
+  stats_.kv_bytes_in_use = pool_.used_blocks() * kv_bytes_per_block_;
+  stats_.kv_bytes_cached = pool_.cached_blocks() * kv_bytes_per_block_;
 }
 
 void Engine::PublishOccupancyLocked() {
@@ -303,8 +304,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
     } else {
       --stats_.queued;
     }
-    stats_.kv_bytes_in_use = pool_.used_blocks() * kv_bytes_per_block_;
-    stats_.kv_bytes_cached = pool_.cached_blocks() * kv_bytes_per_block_;
+    RecordKvUseLocked();
     PublishOccupancyLocked();
   }
   seq.sink->OnFinish(seq.id, ev);
@@ -474,8 +474,7 @@ bool Engine::Plan(StepPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.queued -= static_cast<int>(plan->admitted.size());
   stats_.active += static_cast<int>(plan->admitted.size());
-  stats_.kv_bytes_in_use = pool_.used_blocks() * kv_bytes_per_block_;
-  stats_.kv_bytes_cached = pool_.cached_blocks() * kv_bytes_per_block_;
+  RecordKvUseLocked();
   PublishOccupancyLocked();
   return true;
 }

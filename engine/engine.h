@@ -131,6 +131,9 @@ class Engine {
   void Fail(const absl::Status& error);
   absl::Status Validate(const Request& r) const;
   absl::StatusOr<RequestId> Queue(Request request, std::shared_ptr<TokenSink> sink);
+  // The KV blocks in use and cached, from the pool, into stats_; engine
+  // thread only (the pool is), with mu_ held.
+  void RecordKvUseLocked();
   // Copies the occupancy in stats_ to the gauges; called with mu_ held.
   void PublishOccupancyLocked();
   void Loop();
