@@ -12,7 +12,7 @@
 
 #include "model/llama/llama_config.h"
 #include "model/llama/llama_gguf.h"
-#include "model/llama/llama_weights.h"
+#include "model/llama/llama_family.h"
 #include "model/loader/gguf.h"
 #include "model/loader/gguf_tokenizer.h"
 
@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   auto source = flover::GgufLlamaSource(file, *config);
-  if (flover::CheckLlamaWeights(*source, *config).ok()) {
+  if (flover::CheckDecoderWeights(*source, flover::LlamaDecoderSpec(*config), flover::LlamaRecipes(*config)).ok()) {
     (void)flover::LoadLlamaWeights(*source, *config, flover::ShardSpec{1, 0},
                                    flover::WeightPart{0, std::min(config->n_layer, 2), true});
   }

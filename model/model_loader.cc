@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadAs(const std::string& dir) {
 
 const std::vector<Family>& Families() {
   static const std::vector<Family>* families = new std::vector<Family>{
-      {{"gpt2"}, LoadAs<Gpt2Checkpoint>},
+      {{"gpt2", "gptj"}, LoadAs<Gpt2Checkpoint>},
       {LlamaFamilyTypes(), LoadAs<LlamaCheckpoint>},
   };
   return *families;

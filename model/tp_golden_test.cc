@@ -1,9 +1,10 @@
 // Tensor parallelism under `mpirun -np 2` (run by tests/tp): logits within
 // 1e-4 of tp=1 (1e-2 with bf16 linear layers or KV cache) and of Hugging
-// Face's, and identical greedy outputs, for GPT-2 and the Llama family
-// (grouped-query attention: each rank keeps one of the two key/value heads;
-// Qwen2, Mistral and Phi-3 against transformers), on fixtures whose
-// vocabularies (211, 301, 307, 311) do not divide by 2 and on built-ins.
+// Face's, and identical greedy outputs, for GPT-2, GPT-J and the Llama
+// family (grouped-query attention: each rank keeps one of the two key/value
+// heads; Qwen2, Mistral, Phi-3 and Gemma 2 against transformers), on
+// fixtures whose vocabularies (211, 301, 307, 311, 313, 317) do not divide
+// by 2 and on built-ins.
 // Every rank runs every test (the forwards are collective); rank 0 checks.
 #include <gtest/gtest.h>
 
@@ -225,7 +226,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            // and gate/up rows cut from fused tensors
                                            "tests/golden/mistral_tiny",
                                            "tests/golden/phi3_tiny",
-                                           "tests/golden/qwen2_untied"));
+                                           "tests/golden/qwen2_untied",
+                                           // each branch all-reduced before its
+                                           // post-norm; windowed and global layers
+                                           "tests/golden/gemma2_tiny",
+                                           // two row-split residuals a layer, the
+                                           // head's bias cut by vocabulary
+                                           "tests/golden/gptj_tiny"));
 
 }  // namespace
 }  // namespace flover

@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<kernels::Weight>> PrepareMatrix(kernels::Backend&
 
 absl::StatusOr<kernels::Buffer> UploadRowsF32(kernels::Backend& backend, const WeightSource& source,
                                               const WeightRecipe& recipe, int64_t cols,
-                                              int64_t chunk_rows) {
+                                              float scale, int64_t chunk_rows) {
   if (recipe.blocks.size() != 1 || recipe.axis != WeightRecipe::kRows || chunk_rows < 1) {
     return absl::InternalError("UploadRowsF32 takes the rows of one tensor");
   }
@@ -52,6 +52,9 @@ absl::StatusOr<kernels::Buffer> UploadRowsF32(kernels::Backend& backend, const W
     part.row_end = part.row_begin + n;
     auto rows = source.Read(block.tensor, block.shape, part);
     if (!rows.ok()) return rows.status();
+    if (scale != 1.0f) {
+      for (float& v : *rows) v *= scale;
+    }
     FLOVER_RETURN_IF_ERROR(backend.Upload(rows->data(), buf->tensor().Rows(r, n)));
   }
   return buf;

@@ -38,10 +38,10 @@ absl::Status PrepareMatrixReleasing(kernels::Backend& backend, StoredValues& hos
 // A one-block row recipe (an embedding's vocabulary rows) as an f32
 // [rows, cols] buffer, read and uploaded `chunk_rows` rows at a time: the
 // host holds one block of rows, never a whole float32 copy beside the
-// backend's.
+// backend's. Each value is multiplied by `scale` (in float32) on the way.
 absl::StatusOr<kernels::Buffer> UploadRowsF32(kernels::Backend& backend, const WeightSource& source,
                                               const WeightRecipe& recipe, int64_t cols,
-                                              int64_t chunk_rows = 2048);
+                                              float scale = 1.0f, int64_t chunk_rows = 2048);
 
 // The buffer as an op argument: null when empty (no bias).
 inline const kernels::Tensor* OrNull(const kernels::Buffer& b) {

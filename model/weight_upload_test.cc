@@ -19,13 +19,20 @@ TEST(WeightUploadTest, RowsUploadedInBlocksEqualTheWholeRead) {
   auto want = ReadRecipe(source, rows);
   ASSERT_TRUE(want.ok());
   for (int64_t chunk : {1, 4, 7, 29, 30, 100}) {
-    auto buf = UploadRowsF32(**backend, source, rows, 7, chunk);
+    auto buf = UploadRowsF32(**backend, source, rows, 7, 1.0f, chunk);
     ASSERT_TRUE(buf.ok()) << buf.status();
     EXPECT_EQ(buf->tensor().rows, 30);
     EXPECT_EQ(buf->tensor().cols, 7);
     std::vector<float> got(30 * 7);
     ASSERT_TRUE((*backend)->Download(buf->tensor(), got.data()).ok());
     EXPECT_EQ(got, *want) << "chunks of " << chunk;
+  }
+  {  // scaled on the way, in float32
+    auto buf = UploadRowsF32(**backend, source, rows, 7, 8.0f, 4);
+    ASSERT_TRUE(buf.ok()) << buf.status();
+    std::vector<float> got(30 * 7);
+    ASSERT_TRUE((*backend)->Download(buf->tensor(), got.data()).ok());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], (*want)[i] * 8.0f) << i;
   }
   EXPECT_FALSE(UploadRowsF32(**backend, source, rows, 8).ok());  // wrong width
   EXPECT_FALSE(UploadRowsF32(**backend, source,

@@ -19,7 +19,7 @@ out="$(realpath -m "${1:-$root/.gpu-bundle}")"
 cd "$root"
 
 TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_golden_test
-       //model/llama:llama_golden_test //model:paged_kv_test //model:recorded_steps_test
+       //model/decoder:decoder_golden_test //model:paged_kv_test //model:recorded_steps_test
        //engine:engine_invariance_test //dist:device_collectives_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
           //engine:flover_generate //clients:flover_client //clients:flover_loadgen)
@@ -116,7 +116,7 @@ export FLOVER_REQUIRE_DEVICES=cuda
 run ops "$here/run.sh" backend_ops_test
 run kv_ops "$here/run.sh" kv_ops_test
 run golden "$here/run.sh" gpt_model_golden_test
-run llama_golden "$here/run.sh" llama_golden_test
+run decoder_golden "$here/run.sh" decoder_golden_test
 run paged_kv "$here/run.sh" paged_kv_test
 run recorded_steps "$here/run.sh" recorded_steps_test
 run nccl "$here/run.sh" device_collectives_test

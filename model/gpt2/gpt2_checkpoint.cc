@@ -4,8 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/gpt2/gpt_model.h"
-#include "model/gpt2/tp_shard.h"
+#include "model/decoder/decoder_model.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
@@ -95,8 +94,16 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::LoadDirectory(
   }
   // Hugging Face saves GPT2LMHeadModel with "transformer.", GPT2Model without.
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "transformer.", m->stored_dtype_);
+  // GPT-2's head is wte unless the checkpoint saved an lm_head.
+  if (m->config_.architecture == "gpt2") {
+    m->config_.tie_word_embeddings = !m->source_->Has("lm_head.weight");
+  }
   // Every tensor there, with its shape, now; the data when a rank needs it.
-  if (absl::Status st = CheckGptWeights(*m->source_, m->config_); !st.ok()) return st;
+  if (absl::Status st = CheckDecoderWeights(*m->source_, GptDecoderSpec(m->config_),
+                                            GptRecipes(m->config_));
+      !st.ok()) {
+    return st;
+  }
 
   auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, "gpt2");
   if (!tokenizer.ok()) return tokenizer.status();
@@ -118,13 +125,14 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::Load(absl::strin
 }
 
 absl::Status Gpt2Checkpoint::CheckTensorParallel(int tp) const {
-  return ValidateShardSpec(config_, ShardSpec{tp, 0});
+  return ValidateDecoderShard(GptDecoderSpec(config_), ShardSpec{tp, 0});
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> Gpt2Checkpoint::Instantiate(
     kernels::Backend& backend, Collectives* collectives) const {
   // Only this rank's regions of each tensor are read, a layer at a time.
-  auto model = GptModel::Create(config_, *source_, backend, collectives);
+  auto model = DecoderModel::Create(GptDecoderSpec(config_), GptRecipes(config_), info_, *source_,
+                                    backend, collectives);
   if (!model.ok()) return model.status();
   return std::unique_ptr<CausalLm>(std::move(*model));
 }

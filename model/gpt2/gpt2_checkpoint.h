@@ -1,5 +1,6 @@
-// GPT-2 as read from a Hugging Face directory (config.json, model.safetensors
-// or shards, with or without the "transformer." prefix, the tokenizer files)
+// GPT-2 or GPT-J as read from a Hugging Face directory (config.json,
+// model.safetensors or shards, with or without the "transformer." prefix,
+// the tokenizer files)
 // or generated for the built-ins. Loading checks every tensor's presence and
 // shape but reads no weights: Instantiate reads this rank's regions of them
 // (from the mapped files) and puts them on a backend.
@@ -12,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/gpt2/gpt_config.h"
-#include "model/gpt2/gpt_weights.h"
+#include "model/gpt2/gpt_family.h"
 #include "model/loaded_model.h"
 
 namespace flover {

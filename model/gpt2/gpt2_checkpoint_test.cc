@@ -46,8 +46,8 @@ TEST(ModelLoaderTest, BuiltinModels) {
   auto a = LoadGptWeights((*tiny)->source(), (*tiny)->config(), {1, 0});
   auto b = LoadGptWeights((*again)->source(), (*again)->config(), {1, 0});
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->layers[1].fc_w.f32, b->layers[1].fc_w.f32);  // seeded
-  EXPECT_NE(a->layers[1].fc_w.f32, a->layers[0].fc_w.f32);
+  EXPECT_EQ(a->layers[1].up.f32, b->layers[1].up.f32);  // seeded
+  EXPECT_NE(a->layers[1].up.f32, a->layers[0].up.f32);
 
   auto small = BuiltinGpt2Config("gpt2-small");
   ASSERT_TRUE(small.ok());

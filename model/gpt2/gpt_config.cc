@@ -18,10 +18,14 @@ using google::protobuf::Value;
 }  // namespace
 
 int64_t GptConfig::num_parameters() const {
-  const int64_t C = n_embd;
-  const int64_t per_layer = 4 * C + (C * 3 * C + 3 * C) + (C * C + C) +
-                            (C * n_inner + n_inner) + (int64_t{n_inner} * C + C);
-  return int64_t{vocab_size} * C + int64_t{n_positions} * C +
+  const int64_t C = n_embd, V = vocab_size;
+  const int64_t mlp = (C * n_inner + n_inner) + (int64_t{n_inner} * C + C);
+  if (architecture == "gptj") {  // one layernorm, no attention biases, a biased head
+    const int64_t per_layer = 2 * C + 4 * C * C + mlp;
+    return V * C * (tie_word_embeddings ? 1 : 2) + V + n_layer * per_layer + 2 * C;
+  }
+  const int64_t per_layer = 4 * C + (C * 3 * C + 3 * C) + (C * C + C) + mlp;
+  return V * C * (tie_word_embeddings ? 1 : 2) + int64_t{n_positions} * C +
          n_layer * per_layer + 2 * C;
 }
 
@@ -36,6 +40,10 @@ absl::Status GptConfig::Validate() const {
   if (n_positions < 1 || n_positions > kMaxDim) return bad(absl::StrCat("n_positions out of range: ", n_positions));
   if (vocab_size < 1 || vocab_size > kMaxVocab) return bad(absl::StrCat("vocab_size out of range: ", vocab_size));
   if (n_inner < 1 || n_inner > 4 * kMaxDim) return bad(absl::StrCat("n_inner out of range: ", n_inner));
+  if (rotary_dim < 0 || rotary_dim > head_dim() || rotary_dim % 2 != 0) {
+    return bad(absl::StrFormat("rotary_dim %d must be even and at most the head's %d dims",
+                               rotary_dim, head_dim()));
+  }
   if (!(layer_norm_epsilon > 0 && layer_norm_epsilon < 1)) return bad("layer_norm_epsilon must be in (0, 1)");
   if (eos_token_id < -1 || eos_token_id >= vocab_size) {
     return bad(absl::StrFormat("eos_token_id %d is outside the vocabulary (%d)", eos_token_id, vocab_size));
@@ -45,7 +53,7 @@ absl::Status GptConfig::Validate() const {
 
 ModelInfo InfoOf(const GptConfig& c) {
   ModelInfo info;
-  info.architecture = "gpt2";
+  info.architecture = c.architecture;
   info.n_layer = c.n_layer;
   info.n_head = c.n_head;
   info.n_kv_head = c.n_head;
@@ -54,7 +62,12 @@ ModelInfo InfoOf(const GptConfig& c) {
   info.max_positions = c.n_positions;
   if (c.eos_token_id >= 0) info.eos_token_ids = {c.eos_token_id};
   info.num_parameters = c.num_parameters();
-  info.matmul_parameters = c.num_parameters() - int64_t{c.n_positions} * c.n_embd;
+  // Every weight a token goes through: all but the embedding table (the
+  // position table too for GPT-2); a tied head is the table once more.
+  const int64_t table = int64_t{c.vocab_size} * c.n_embd;
+  info.matmul_parameters =
+      c.num_parameters() - table + (c.tie_word_embeddings ? table : 0) -
+      (c.architecture == "gptj" ? 0 : int64_t{c.n_positions} * c.n_embd);
   return info;
 }
 
@@ -64,11 +77,15 @@ absl::StatusOr<GptConfig> ParseGptConfig(absl::string_view json, absl::string_vi
   const Struct& s = *parsed;
   const auto& fields = s.fields();
 
-  if (auto it = fields.find("model_type"); it != fields.end() &&
-      it->second.string_value() != "gpt2") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": model_type \"", it->second.string_value(), "\" is not supported (only gpt2)"));
+  GptConfig c;
+  if (auto it = fields.find("model_type"); it != fields.end()) {
+    c.architecture = it->second.string_value();
+    if (c.architecture != "gpt2" && c.architecture != "gptj") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": model_type \"", c.architecture, "\" is not supported (gpt2, gptj)"));
+    }
   }
+  const bool gptj = c.architecture == "gptj";
   if (auto it = fields.find("activation_function"); it != fields.end()) {
     const std::string& act = it->second.string_value();
     if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
@@ -82,7 +99,6 @@ absl::StatusOr<GptConfig> ParseGptConfig(absl::string_view json, absl::string_vi
         what, ": only scale_attn_weights=true, scale_attn_by_inverse_layer_idx=false is supported"));
   }
 
-  GptConfig c;
   auto read = [&](const char* key, int64_t max, int* out) -> absl::Status {
     auto v = JsonIntField(s, key, 1, max, what);
     if (!v.ok()) return v.status();
@@ -100,6 +116,16 @@ absl::StatusOr<GptConfig> ParseGptConfig(absl::string_view json, absl::string_vi
   if (auto it = fields.find("n_inner"); it != fields.end() &&
       it->second.kind_case() != Value::kNullValue) {
     if (auto st = read("n_inner", 4 * kMaxDim, &c.n_inner); !st.ok()) return st;
+  }
+  if (gptj) {
+    // rotary_dim: null turns the whole head.
+    if (auto it = fields.find("rotary_dim"); it != fields.end() &&
+        it->second.kind_case() != Value::kNullValue) {
+      if (auto st = read("rotary_dim", kMaxDim, &c.rotary_dim); !st.ok()) return st;
+    } else if (it == fields.end()) {
+      c.rotary_dim = 64;  // GPTJConfig's default
+    }
+    c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", false);
   }
   if (auto it = fields.find("layer_norm_epsilon"); it != fields.end()) {
     c.layer_norm_epsilon = static_cast<float>(it->second.number_value());

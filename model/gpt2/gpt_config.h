@@ -1,9 +1,11 @@
-// GPT-2 model hyper-parameters, parsed from a Hugging Face config.json or
-// given by a built-in model, and checked before any memory is sized from them.
+// GPT-2 and GPT-J model hyper-parameters, parsed from a Hugging Face
+// config.json (model_type gpt2 or gptj) or given by a built-in model, and
+// checked before any memory is sized from them.
 #ifndef FLOVER_MODEL_GPT2_GPT_CONFIG_H_
 #define FLOVER_MODEL_GPT2_GPT_CONFIG_H_
 
 #include <cstdint>
+#include <string>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -13,6 +15,12 @@
 namespace flover {
 
 struct GptConfig {
+  std::string architecture = "gpt2";  // model_type: "gpt2" or "gptj"
+  // GPT-J: rotary embeddings turn the first rotary_dim dims of each head
+  // (0: all of them).
+  int rotary_dim = 0;
+  // The head is the embedding (GPT-2 unless the checkpoint has lm_head).
+  bool tie_word_embeddings = true;
   int n_layer = 0;
   int n_head = 0;
   int n_embd = 0;
@@ -28,7 +36,7 @@ struct GptConfig {
   absl::Status Validate() const;
 };
 
-// The family-independent description of a GPT-2 model.
+// The family-independent description of a GPT-2 or GPT-J model.
 ModelInfo InfoOf(const GptConfig& config);
 
 // `what` names the file in errors.

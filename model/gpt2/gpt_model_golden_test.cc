@@ -13,7 +13,7 @@
 #include <cstdio>
 
 #include "engine/generate.h"
-#include "model/gpt2/gpt_model.h"
+#include "model/gpt2/gpt2_checkpoint.h"
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "testing/golden.h"
 #include "engine/testing/backends.h"

@@ -3,9 +3,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/llama/llama_gguf.h"
-#include "model/llama/llama_model.h"
+#include "model/decoder/decoder_model.h"
 #include "model/loader/gguf_tokenizer.h"
-#include "model/llama/llama_shard.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
@@ -79,7 +78,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   m->stored_dtype_ = stored;
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "", stored);
   // Every tensor there, with its shape, now; the data when a rank needs it.
-  FLOVER_RETURN_IF_ERROR(CheckLlamaWeights(*m->source_, m->config_));
+  FLOVER_RETURN_IF_ERROR(CheckDecoderWeights(*m->source_, LlamaDecoderSpec(m->config_), LlamaRecipes(m->config_)));
   auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, m->config_.architecture);
   if (!tokenizer.ok()) return tokenizer.status();
   auto eos = ResolveEosIds(dir, m->config_.eos_token_ids, tokenizer->get(), m->config_.vocab_size);
@@ -109,7 +108,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadGguf(const
   m->stored_dtype_ = GgufStoredType(*file);
   m->source_ = GgufLlamaSource(file, m->config_);
   // Every tensor there, with its shape, now; the data when a rank needs it.
-  FLOVER_RETURN_IF_ERROR(CheckLlamaWeights(*m->source_, m->config_));
+  FLOVER_RETURN_IF_ERROR(CheckDecoderWeights(*m->source_, LlamaDecoderSpec(m->config_), LlamaRecipes(m->config_)));
   m->tokenizer_ = text->tokenizer;
   m->chat_template_.text = text->chat_template;
   m->chat_template_.source = path + ": tokenizer.chat_template";
@@ -131,13 +130,14 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Load(absl::str
 }
 
 absl::Status LlamaCheckpoint::CheckTensorParallel(int tp) const {
-  return ValidateLlamaShard(config_, ShardSpec{tp, 0});
+  return ValidateDecoderShard(LlamaDecoderSpec(config_), ShardSpec{tp, 0});
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LlamaCheckpoint::Instantiate(
     kernels::Backend& backend, Collectives* collectives) const {
   // Only this rank's regions of each tensor are read, a layer at a time.
-  auto model = LlamaModel::Create(config_, *source_, backend, collectives);
+  auto model = DecoderModel::Create(LlamaDecoderSpec(config_), LlamaRecipes(config_), info_,
+                                    *source_, backend, collectives);
   if (!model.ok()) return model.status();
   return std::unique_ptr<CausalLm>(std::move(*model));
 }

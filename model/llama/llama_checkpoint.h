@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/llama/llama_config.h"
-#include "model/llama/llama_weights.h"
+#include "model/llama/llama_family.h"
 #include "model/loaded_model.h"
 
 namespace flover {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -70,7 +71,7 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
 
 const std::vector<std::string>& LlamaFamilyTypes() {
   static const std::vector<std::string>* types =
-      new std::vector<std::string>{"llama", "mistral", "phi3", "qwen2"};
+      new std::vector<std::string>{"gemma2", "llama", "mistral", "phi3", "qwen2"};
   return *types;
 }
 
@@ -81,7 +82,8 @@ bool IsLlamaFamily(absl::string_view model_type) {
 
 int64_t LlamaConfig::num_parameters() const {
   const int64_t C = hidden, F = intermediate, V = vocab_size;
-  const int64_t per_layer = 2 * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
+  const int64_t norms = architecture == "gemma2" ? 4 : 2;
+  const int64_t per_layer = norms * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
                             (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
   return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + C;
 }
@@ -104,6 +106,9 @@ absl::Status LlamaConfig::Validate() const {
   if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) return bad("rms_norm_eps must be in (0, 1)");
   if (!(rope_theta > 1)) return bad("rope_theta must be > 1");
   if (sliding_window < 0) return bad("sliding_window must be >= 0, got ", sliding_window);
+  if (query_pre_attn_scalar < 0 || attn_logit_softcapping < 0 || final_logit_softcapping < 0) {
+    return bad("query_pre_attn_scalar and soft-capping must be >= 0");
+  }
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) return bad("eos_token_id ", id, " is outside the vocabulary");
   }
@@ -131,11 +136,18 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                     absl::StrJoin(LlamaFamilyTypes(), ", "), ")");
     }
   }
-  const bool qwen2 = c.architecture == "qwen2";
+  const bool qwen2 = c.architecture == "qwen2", gemma2 = c.architecture == "gemma2";
   c.qkv_bias = qwen2;  // Qwen2's q, k and v projections always have biases
-  if (auto it = s.fields().find("hidden_act"); it != s.fields().end() &&
-      it->second.string_value() != "silu") {
-    return refuse("hidden_act \"", it->second.string_value(), "\" is not supported (only silu)");
+  // The MLP's activation: silu, or Gemma 2's gelu_pytorch_tanh (which
+  // transformers reads from hidden_activation).
+  const std::string act = gemma2 ? "gelu_pytorch_tanh" : "silu";
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    auto it = s.fields().find(key);
+    if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) continue;
+    if (it->second.string_value() != act) {
+      return refuse(key, " \"", it->second.string_value(), "\" is not supported for model_type ",
+                    c.architecture, " (only ", act, ")");
+    }
   }
   if (JsonBoolField(s, "attention_bias", false)) return refuse("attention_bias is not supported");
   if (JsonBoolField(s, "mlp_bias", false)) return refuse("mlp_bias is not supported");
@@ -149,9 +161,11 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   // applies Qwen2's and Phi-3's only with FlashAttention-2: refused where
   // it would be on (Qwen2), ignored as transformers' default path ignores
   // it (Phi-3).
-  if (c.architecture == "mistral") {
-    if (auto it = s.fields().find("sliding_window");
-        it != s.fields().end() && it->second.kind_case() != Value::kNullValue) {
+  if (c.architecture == "mistral" || gemma2) {
+    auto it = s.fields().find("sliding_window");
+    if (it == s.fields().end()) {
+      if (gemma2) c.sliding_window = 4096;  // Gemma2Config's default
+    } else if (it->second.kind_case() != Value::kNullValue) {
       auto window = JsonIntField(s, "sliding_window", 1, kMaxPositions, what);
       if (!window.ok()) return window.status();
       c.sliding_window = static_cast<int>(*window);
@@ -193,7 +207,24 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   if (!theta.ok()) return theta.status();
   c.rope_theta = *theta;
   if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
-  c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", false);
+  // Gemma 2's head is the embedding unless the config says otherwise.
+  c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", gemma2);
+  if (gemma2) {
+    auto scalar = JsonNumberField(s, "query_pre_attn_scalar", 224, what);
+    if (!scalar.ok()) return scalar.status();
+    if (!(*scalar > 0)) return refuse("query_pre_attn_scalar must be > 0");
+    c.query_pre_attn_scalar = *scalar;
+    // Soft-capping: null turns it off.
+    for (auto [key, fallback, out] : {std::tuple{"attn_logit_softcapping", 50.0, &c.attn_logit_softcapping},
+                                      {"final_logit_softcapping", 30.0, &c.final_logit_softcapping}}) {
+      auto it = s.fields().find(key);
+      if (it != s.fields().end() && it->second.kind_case() == Value::kNullValue) continue;
+      auto cap = JsonNumberField(s, key, fallback, what);
+      if (!cap.ok()) return cap.status();
+      if (!(*cap > 0)) return refuse(key, " must be > 0 or null");
+      *out = static_cast<float>(*cap);
+    }
+  }
   if (auto st = JsonIntListField(s, "eos_token_id", 0, c.vocab_size - 1, what, &c.eos_token_ids);
       !st.ok()) {
     return st;
@@ -220,7 +251,7 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   info.num_parameters = c.num_parameters();
   // Every weight but the embedding table and the norms is a matrix a token
   // goes through; a tied head is the embedding table once more.
-  const int64_t norms = (2 * int64_t{c.n_layer} + 1) * c.hidden +
+  const int64_t norms = ((c.architecture == "gemma2" ? 4 : 2) * int64_t{c.n_layer} + 1) * c.hidden +
                        (c.qkv_bias ? int64_t{c.n_layer} * (c.q_dim() + 2 * c.kv_dim()) : 0);
   info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms +
                            (c.tie_word_embeddings ? int64_t{c.vocab_size} * c.hidden : 0);

@@ -1,7 +1,9 @@
 // Llama-family hyper-parameters (Llama 2/3, TinyLlama; Mistral: Llama with
 // sliding-window attention; Phi-3: Llama with fused q/k/v and gate/up
-// weights; Qwen2 / Qwen2.5: Llama with q/k/v biases), parsed from a Hugging
-// Face config.json (model_type llama, mistral, phi3 or qwen2) or
+// weights; Qwen2 / Qwen2.5: Llama with q/k/v biases; Gemma 2: sandwich
+// norms, GeGLU, soft-capping, local and global layers), parsed from a
+// Hugging Face config.json (model_type llama, mistral, phi3, qwen2 or
+// gemma2) or
 // given by a built-in model, checked before any memory is sized from them;
 // and the rotary frequencies they imply.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
@@ -28,8 +30,8 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  // model_type: "llama", "mistral", "phi3" (q/k/v and gate/up stored fused)
-  // or "qwen2".
+  // model_type: "llama", "mistral", "phi3" (q/k/v and gate/up stored fused),
+  // "qwen2" or "gemma2".
   std::string architecture = "llama";
   bool qkv_bias = false;               // q, k and v projections have biases (Qwen2)
   int n_layer = 0;
@@ -44,8 +46,13 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   // > 0: every layer attends to the last sliding_window positions only
-  // (Mistral's sliding_window).
+  // (Mistral's sliding_window; Gemma 2's even layers only).
   int sliding_window = 0;
+  // Gemma 2: > 0, attention scores are scaled by query_pre_attn_scalar^-1/2
+  // (else head_dim^-1/2); > 0, scores and logits are soft-capped.
+  double query_pre_attn_scalar = 0;
+  float attn_logit_softcapping = 0;
+  float final_logit_softcapping = 0;
   // Per-frequency divisors of the rotary frequencies (head_dim / 2 of them,
   // or none): how GGUF files carry llama3 scaling (rope_freqs.weight).
   std::vector<float> rope_freq_factors;

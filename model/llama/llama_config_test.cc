@@ -66,16 +66,17 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 }
 
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
-  EXPECT_THAT(std::string(ParseLlamaConfig(Config("gemma2", ""), "c").status().message()),
-              HasSubstr("model_type \"gemma2\" is not a Llama-family model (llama, mistral, phi3, qwen2)"));
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/gemma2";
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
+              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, llama, "
+                        "mistral, phi3, qwen2)"));
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  std::ofstream(dir + "/config.json") << Config("gemma2", "");
+  std::ofstream(dir + "/config.json") << Config("falcon", "");
   auto loaded = LoadModel(dir);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
-              HasSubstr("model_type \"gemma2\" is not supported (Flover serves gpt2, llama, "
-                        "mistral, phi3, qwen2)"));
+              HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gpt2, "
+                        "gptj, llama, mistral, phi3, qwen2)"));
 }
 
 }  // namespace

@@ -173,9 +173,18 @@ absl::StatusOr<std::vector<T>> Assemble(const WeightRecipe& recipe, const Read& 
 absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
                                               const WeightRecipe& recipe) {
   if (recipe.blocks.empty()) return std::vector<float>(recipe.zeros, 0.0f);
-  return Assemble<float>(recipe, [&](const WeightBlock& b) {
+  auto values = Assemble<float>(recipe, [&](const WeightBlock& b) {
     return source.Read(b.tensor, b.shape, b.region);
   });
+  if (values.ok() && recipe.offset != 0.0f) {
+    for (float& v : *values) v += recipe.offset;
+  }
+  return values;
+}
+
+WeightRecipe PlusOne(WeightRecipe recipe) {
+  recipe.offset = 1.0f;
+  return recipe;
 }
 
 absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
@@ -190,7 +199,7 @@ absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
     dtype = d;
   }
   StoredValues out;
-  if (dtype == kernels::DType::kF32) {
+  if (dtype == kernels::DType::kF32 || recipe.offset != 0.0f) {
     auto values = ReadRecipe(source, recipe);
     if (!values.ok()) return values.status();
     out.f32 = std::move(*values);

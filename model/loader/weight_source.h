@@ -99,6 +99,8 @@ struct WeightRecipe {
   enum Axis { kRows, kCols } axis = kRows;
   std::vector<WeightBlock> blocks;
   int64_t zeros = 0;  // no blocks: this many zeros (a bias another rank adds)
+  // Added to every value read, in float32 (Gemma's (1 + w) norm weights).
+  float offset = 0.0f;
 };
 
 // A whole tensor, or rows / columns [begin, end) of it (a 1-D tensor's
@@ -108,6 +110,9 @@ WeightRecipe RowSlice(std::string tensor, std::vector<int64_t> shape, int64_t be
 WeightRecipe ColSlice(std::string tensor, std::vector<int64_t> shape, int64_t begin, int64_t end);
 // `n` zeros, read from nowhere.
 WeightRecipe Zeros(int64_t n);
+// The recipe's values plus one: a norm weight stored as w for a (1 + w)
+// scale (Gemma), folded in as it is read.
+WeightRecipe PlusOne(WeightRecipe recipe);
 // Several recipes' single blocks combined along `axis`.
 WeightRecipe Stack(WeightRecipe::Axis axis, std::vector<WeightRecipe> parts);
 

@@ -1,5 +1,5 @@
-// Llama forward numerics against Hugging Face transformers 4.44.2
-// (tests/golden/make_llama_golden.py): logits at every prompt position,
+// Every family's forward numerics on the decoder skeleton against Hugging
+// Face transformers 4.44.2 (tests/golden/make_llama_golden.py): logits at every prompt position,
 // 32-step greedy continuations, and chunked prefill and decode equal to one
 // prefill bit for bit; for safetensors directories and GGUF files. The bf16 options are held to transformers' own
 // emulation of the same rounding, and must be at least as close to F32 as
@@ -11,9 +11,10 @@
 // over a SentencePiece vocabulary; a tied model with llama3 factors in
 // rope_freqs.weight and each matrix in another block type. Qwen2 (q/k/v
 // biases, tied) as a directory and as a qwen2 GGUF file. Mistral (sliding
-// window), Phi-3 (fused q/k/v and gate/up) and an untied Qwen2 directories
-// against float64 references (make_family_golden.py). On the CPU, and on
-// a GPU when there is one (skipped otherwise).
+// window), Phi-3 (fused q/k/v and gate/up), an untied Qwen2, Gemma 2 and
+// GPT-J directories against float64 references (make_family_golden.py).
+// (GPT-2's own golden test is model/gpt2/gpt_model_golden_test.) On the
+// CPU, and on a GPU when there is one (skipped otherwise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "absl/strings/match.h"
 #include "engine/generate.h"
 #include "engine/testing/backends.h"
+#include "model/gpt2/gpt2_checkpoint.h"
 #include "model/llama/llama_checkpoint.h"
 #include "model/model_loader.h"
 #include "model/loader/safetensors.h"
@@ -58,7 +60,7 @@ std::vector<std::vector<float>> Emulation(const std::string& dir, const Case& c,
                                    golden.prompts, vocab);
 }
 
-class LlamaGoldenTest
+class DecoderGoldenTest
     : public ::testing::TestWithParam<std::tuple<Case, const char*>> {
  protected:
   void SetUp() override {
@@ -68,22 +70,23 @@ class LlamaGoldenTest
     dir_ = std::string("tests/golden/") + c.fixture;
     // A GGUF fixture is DIR/model.gguf beside its golden files.
     spec_ = absl::StartsWith(c.fixture, "gguf_") ? dir_ + "/model.gguf" : dir_;
-    auto m = LlamaCheckpoint::Load(spec_);
+    // The generic loader picks the family from config.json or the GGUF file.
+    auto m = LoadModel(spec_);
     ASSERT_TRUE(m.ok()) << m.status();
     ckpt_ = std::move(*m);
     model_ = testing::ModelOn(*backend_, *ckpt_);
-    golden_ = testing::LoadGolden(dir_, ckpt_->config().vocab_size);
+    golden_ = testing::LoadGolden(dir_, ckpt_->info().vocab_size);
   }
 
   // Logits of every row of `prompt` run from position 0 in chunks of the
   // given lengths (the last one repeated until the prompt is done).
   std::vector<float> RunInChunks(const std::vector<int32_t>& prompt, std::vector<int> chunks) {
-    auto cache = testing::CacheFor(*model_, 1, ckpt_->config().max_positions);
+    auto cache = testing::CacheFor(*model_, 1, ckpt_->info().max_positions);
     std::vector<float> all, logits;
     for (int pos = 0, c = 0; pos < int(prompt.size()); ++c) {
       const int len = std::min(chunks[std::min<size_t>(c, chunks.size() - 1)], int(prompt.size()) - pos);
       ForwardBatch b;
-      b.AddSequence(testing::SeqBlocks(0, ckpt_->config().max_positions), pos,
+      b.AddSequence(testing::SeqBlocks(0, ckpt_->info().max_positions), pos,
                     absl::MakeConstSpan(&prompt[pos], len));
       EXPECT_TRUE(model_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
       all.insert(all.end(), logits.begin(), logits.end());
@@ -94,14 +97,14 @@ class LlamaGoldenTest
 
   std::string skip_, dir_, spec_;
   std::unique_ptr<kernels::Backend> backend_;
-  std::unique_ptr<LlamaCheckpoint> ckpt_;
+  std::unique_ptr<LoadedModel> ckpt_;
   std::unique_ptr<CausalLm> model_;
   testing::Golden golden_;
 };
 
-TEST_P(LlamaGoldenTest, LogitsAtEveryPositionMatchTransformers) {
+TEST_P(DecoderGoldenTest, LogitsAtEveryPositionMatchTransformers) {
   const Case& c = std::get<0>(GetParam());
-  const int V = ckpt_->config().vocab_size;
+  const int V = ckpt_->info().vocab_size;
   const std::vector<std::vector<float>> emulation = Emulation(dir_, c, V, golden_);
   // vs F32: ours, and (bf16) the emulation's own distance from it.
   double worst = 0, emulation_worst = 0, worst_vs_emulation = 0;
@@ -138,7 +141,7 @@ TEST_P(LlamaGoldenTest, LogitsAtEveryPositionMatchTransformers) {
 // F32 picks transformers' tokens; a reduced dtype may pick another where two
 // logits are close, so for those the agreeing run is reported and the first
 // token held to agree.
-TEST_P(LlamaGoldenTest, GreedyContinuationMatchesTransformers) {
+TEST_P(DecoderGoldenTest, GreedyContinuationMatchesTransformers) {
   const Case& c = std::get<0>(GetParam());
   GenerateOptions options;
   options.max_new_tokens = 32;
@@ -159,14 +162,14 @@ TEST_P(LlamaGoldenTest, GreedyContinuationMatchesTransformers) {
 
 // Rotary embeddings at each row's own position, and batch-invariant kernels:
 // prefill in chunks, or one token at a time, equals one prefill bit for bit.
-TEST_P(LlamaGoldenTest, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
+TEST_P(DecoderGoldenTest, ChunkedPrefillAndDecodeEqualOnePrefillBitwise) {
   const std::vector<int32_t>& prompt = golden_.prompts.back();
   const std::vector<float> full = RunInChunks(prompt, {int(prompt.size())});
   EXPECT_EQ(RunInChunks(prompt, {5, 1}), full);       // prefill 5, then decode
   EXPECT_EQ(RunInChunks(prompt, {5, 11, 40}), full);  // uneven chunks
 }
 
-TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
+TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
   struct Expected {
     const char* fixture;
     const char* architecture;
@@ -188,6 +191,8 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
       {"mistral_tiny", "mistral", "F32", 2, false, {2}},
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
       {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
+      {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
+      {"gptj_tiny", "gptj", "F32", 4, false, {2}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -196,18 +201,23 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
   ASSERT_NE(e, nullptr) << fixture;
   const ModelInfo& info = ckpt_->info();
   EXPECT_EQ(info.architecture, e->architecture);
-  EXPECT_EQ(ckpt_->config().qkv_bias, std::string(e->architecture) == "qwen2");
   EXPECT_EQ(info.eos_token_ids, e->eos);
   EXPECT_EQ(ckpt_->stored_dtype(), e->stored_dtype);
   EXPECT_EQ(info.n_kv_head, e->kv_heads);
-  EXPECT_EQ(ckpt_->config().tie_word_embeddings, e->tied);
-  auto rank = LoadLlamaWeights(ckpt_->source(), ckpt_->config(), ShardSpec{1, 0});
+  // tied: the embedding serves as the head, and no lm_head is read.
+  absl::StatusOr<DecoderWeights> rank;
+  if (auto* llama = dynamic_cast<const LlamaCheckpoint*>(ckpt_.get())) {
+    EXPECT_EQ(llama->config().qkv_bias, std::string(e->architecture) == "qwen2");
+    EXPECT_EQ(llama->config().tie_word_embeddings, e->tied);
+    rank = LoadLlamaWeights(llama->source(), llama->config(), ShardSpec{1, 0});
+  } else {
+    auto* gpt = dynamic_cast<const Gpt2Checkpoint*>(ckpt_.get());
+    ASSERT_NE(gpt, nullptr);
+    EXPECT_EQ(gpt->config().tie_word_embeddings, e->tied);
+    rank = LoadGptWeights(gpt->source(), gpt->config(), ShardSpec{1, 0});
+  }
   ASSERT_TRUE(rank.ok()) << rank.status();
-  EXPECT_EQ(rank->lm_head.empty(), e->tied);  // tied: the embedding serves as the head
-  // The generic loader picks the family from config.json, or the GGUF file.
-  auto generic = LoadModel(spec_);
-  ASSERT_TRUE(generic.ok()) << generic.status();
-  EXPECT_EQ((*generic)->info().architecture, e->architecture);
+  EXPECT_EQ(rank->lm_head.empty(), e->tied);
 }
 
 // F32 vs transformers' F32; bf16 vs transformers' emulation of the same
@@ -219,7 +229,7 @@ TEST_P(LlamaGoldenTest, DescribedAsLoaded) {
 constexpr double kF32 = 1e-4, kVsEmulation = 1e-2, k16Bit = 3e-2, kInt8 = 0.3;
 
 INSTANTIATE_TEST_SUITE_P(
-    FixturesDtypesDevices, LlamaGoldenTest,
+    FixturesDtypesDevices, DecoderGoldenTest,
     ::testing::Combine(
         ::testing::Values(
             Case{"llama_gqa", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
@@ -257,7 +267,19 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"phi3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
             // Qwen2 / Qwen2.5 with an untied head and random q/k/v biases.
             Case{"qwen2_untied", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
-            Case{"qwen2_untied", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation}),
+            Case{"qwen2_untied", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            // Gemma 2: sandwich norms with (1 + w), GeGLU-tanh, soft-capped
+            // attention and logits, query_pre_attn_scalar, scaled
+            // embeddings, windowed layers 0 and 2 (window 8) between global
+            // ones; prompts to 62 tokens.
+            Case{"gemma2_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gemma2_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            Case{"gemma2_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
+            // GPT-J: partial interleaved rotary, parallel attention and MLP,
+            // a biased head.
+            Case{"gptj_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gptj_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            Case{"gptj_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);

@@ -1,0 +1,283 @@
+#include "model/decoder/decoder_model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "model/weight_upload.h"
+#include "util/status_macros.h"
+
+namespace flover {
+
+using kernels::Buffer;
+using KDType = kernels::DType;
+using kernels::Epilogue;
+using kernels::Tensor;
+using kernels::WeightLayout;
+using Block = DecoderSpec::Block;
+
+DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
+                           kernels::Backend& backend, Collectives* collectives)
+    : spec_(spec),
+      info_(info),
+      backend_(backend),
+      shard_spec_(SpecOf(collectives)),
+      shard_(DecoderShardOf(spec, shard_spec_)),
+      runtime_(
+          backend, collectives, spec.vocab_size, spec.max_positions, spec.hidden,
+          [this](int T, int R) {
+            const int C = spec_.hidden, D = spec_.head_dim,
+                      W = (shard_.q_heads + 2 * shard_.kv_heads) * D, FL = shard_.inner,
+                      VL = shard_.vocab_end - shard_.vocab_begin;
+            const bool glu = spec_.mlp == DecoderSpec::Mlp::kGlu;
+            const bool sandwich = spec_.block == Block::kSandwich;
+            const KDType act = backend_.activation_dtype(), f32 = KDType::kF32;
+            std::vector<ForwardRuntime::BufferSpec> b(kLogits + 1);
+            b[kX] = {f32, T, C};
+            b[kH] = {act, std::max(T, R), C};
+            b[kQkv] = {f32, T, W};
+            b[kAttn] = {act, T, shard_.q_heads * D};
+            b[kUp] = glu ? ForwardRuntime::BufferSpec{f32, T, 2 * FL}
+                         : ForwardRuntime::BufferSpec{f32, 1, 1};
+            b[kMlp] = {act, T, FL};
+            b[kBranch] = sandwich ? ForwardRuntime::BufferSpec{f32, T, C}
+                                  : ForwardRuntime::BufferSpec{f32, 1, 1};
+            b[kNormed] = b[kBranch];
+            b[kLast] = {f32, R, C};
+            b[kLogits] = {f32, std::max(T, R), VL};
+            return b;
+          },
+          [this](int rank) { return VocabRange(spec_.vocab_size, {shard_spec_.tp_size, rank}); }) {}
+
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
+    const DecoderSpec& spec, const DecoderRecipes& recipes, const ModelInfo& info,
+    const WeightSource& source, kernels::Backend& backend, Collectives* collectives) {
+  FLOVER_RETURN_IF_ERROR(spec.Validate());
+  const ShardSpec shard_spec = SpecOf(collectives);
+  FLOVER_RETURN_IF_ERROR(ValidateDecoderShard(spec, shard_spec));
+  std::unique_ptr<DecoderModel> model(new DecoderModel(spec, info, backend, collectives));
+  const WeightRecipe embed = recipes.embedding(model->shard_);
+  for (int l = 0; l <= spec.n_layer; ++l) {
+    // Layer by layer, then the globals, then the embedding a block of rows
+    // at a time.
+    const bool globals = l == spec.n_layer;
+    const WeightPart part = globals ? WeightPart{0, 0, true, false} : WeightPart{l, l + 1, false};
+    auto weights = LoadDecoderWeights(source, spec, recipes, shard_spec, part);
+    if (!weights.ok()) return weights.status();
+    FLOVER_RETURN_IF_ERROR(model->Upload(*weights, source, embed, globals));
+  }
+  return model;
+}
+
+absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
+                                  const WeightRecipe& embed, bool globals) {
+  const int C = spec_.hidden, D = spec_.head_dim, QL = shard_.q_heads * D,
+            W = (shard_.q_heads + 2 * shard_.kv_heads) * D, FL = shard_.inner,
+            VL = shard_.vocab_end - shard_.vocab_begin;
+  const bool glu = spec_.mlp == DecoderSpec::Mlp::kGlu;
+  const bool layer_norm = spec_.norm == DecoderSpec::Norm::kLayerNorm;
+  if (layers_.size() + w.layers.size() > static_cast<size_t>(spec_.n_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat("more than the model's ", spec_.n_layer,
+                                                   " layers uploaded"));
+  }
+  // Each host tensor is released once it is on the backend, so the host
+  // copy shrinks as the backend's grows.
+  auto upload = [&](std::vector<float>& host, int64_t rows, int64_t cols, Buffer* out) {
+    return UploadF32Releasing(backend_, host, rows, cols, out);
+  };
+  auto norm = [&](std::vector<float>& g, std::vector<float>& b, Buffer* g_out,
+                  Buffer* b_out) -> absl::Status {
+    FLOVER_RETURN_IF_ERROR(upload(g, 1, C, g_out));
+    if (layer_norm) FLOVER_RETURN_IF_ERROR(upload(b, 1, C, b_out));
+    if (g_out->empty() || (layer_norm && b_out->empty())) {
+      return absl::InvalidArgumentError("a norm of the model has no weights");
+    }
+    return absl::OkStatus();
+  };
+  auto site = [&](StoredValues& host, std::vector<float>& bias, int K, int N, WeightLayout layout,
+                  Epilogue epilogue, LinearSite* out) -> absl::Status {
+    FLOVER_RETURN_IF_ERROR(PrepareMatrixReleasing(backend_, host, K, N, layout, &out->w));
+    FLOVER_RETURN_IF_ERROR(upload(bias, 1, N, &out->bias));
+    out->epilogue = epilogue;
+    return absl::OkStatus();
+  };
+  // Row-split GEMMs add into the residual stream in their epilogue (one
+  // rank), unless a norm comes between (kSandwich).
+  const Epilogue into_x =
+      spec_.block == Block::kSandwich ? Epilogue::kBias : runtime_.row_split_epilogue();
+  const WeightLayout layout = spec_.layout;
+  for (DecoderLayerWeights& l : w.layers) {
+    LayerParams p;
+    std::vector<float> none;
+    FLOVER_RETURN_IF_ERROR(norm(l.norm1, l.norm1_b, &p.norm1, &p.norm1_b));
+    if (spec_.block != Block::kParallel) {
+      FLOVER_RETURN_IF_ERROR(norm(l.norm2, l.norm2_b, &p.norm2, &p.norm2_b));
+    }
+    if (spec_.block == Block::kSandwich) {
+      FLOVER_RETURN_IF_ERROR(norm(l.post_attn_norm, none, &p.post_attn_norm, nullptr));
+      FLOVER_RETURN_IF_ERROR(norm(l.post_mlp_norm, none, &p.post_mlp_norm, nullptr));
+    }
+    FLOVER_RETURN_IF_ERROR(site(l.qkv, l.qkv_b, C, W, layout, Epilogue::kBias, &p.qkv));
+    FLOVER_RETURN_IF_ERROR(site(l.o, l.o_b, QL, C, layout, into_x, &p.o));
+    FLOVER_RETURN_IF_ERROR(site(l.up, l.up_b, C, glu ? 2 * FL : FL, layout,
+                                glu ? Epilogue::kBias : Epilogue::kBiasGelu, &p.up));
+    FLOVER_RETURN_IF_ERROR(site(l.down, l.down_b, FL, C, layout, into_x, &p.down));
+    layers_.push_back(std::move(p));
+  }
+  if (!globals) return absl::OkStatus();
+  if (static_cast<int>(layers_.size()) != spec_.n_layer) {
+    return absl::InternalError("the globals must come after every layer");
+  }
+  // The head: lm_head when the checkpoint has one, else the embedding's
+  // rows as stored (tied).
+  if (w.lm_head.empty()) {
+    auto rows = ReadRecipeStored(source, embed);
+    if (!rows.ok()) return rows.status();
+    w.lm_head = std::move(*rows);
+  }
+  FLOVER_RETURN_IF_ERROR(site(w.lm_head, w.lm_head_b, C, VL, WeightLayout::kOutIn,
+                              Epilogue::kBias, &head_));
+  auto table = UploadRowsF32(backend_, source, embed, C, spec_.embed_scale);
+  if (!table.ok()) return table.status();
+  embed_ = std::move(*table);
+  if (spec_.position_table && shard_.adds_replicated_bias) {
+    FLOVER_RETURN_IF_ERROR(upload(w.position_table, spec_.max_positions, C, &positions_));
+    if (positions_.empty()) return absl::InvalidArgumentError("the model has no position table");
+  }
+  FLOVER_RETURN_IF_ERROR(norm(w.norm, w.norm_b, &norm_, &norm_b_));
+  if (!spec_.inv_freq.empty()) {
+    std::vector<float> inv_freq = spec_.inv_freq;
+    FLOVER_RETURN_IF_ERROR(upload(inv_freq, 1, static_cast<int64_t>(inv_freq.size()), &inv_freq_));
+  }
+  return absl::OkStatus();
+}
+
+KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq) const {
+  KvCacheShape shape;
+  shape.layers = spec_.n_layer;
+  shape.heads = shard_.kv_heads;
+  shape.head_dim = spec_.head_dim;
+  shape.dtype = backend_.kv_dtype();
+  shape.num_blocks = num_blocks;
+  shape.max_seq = max_seq;
+  return shape;
+}
+
+absl::Status DecoderModel::PrepareForBatches(int max_rows, int max_logit_rows) {
+  if (max_rows < 1 || max_logit_rows < 1) {
+    return absl::InvalidArgumentError("PrepareForBatches: row counts must be >= 1");
+  }
+  const int T = max_rows, R = max_logit_rows;
+  auto prepare = [&](const LinearSite& s, int rows) {
+    return backend_.PrepareLinear(*s.w, rows, !s.bias.empty(), s.epilogue);
+  };
+  // Every layer's sites have the same shapes and epilogues: layer 0's stand
+  // for all (backends cache per shape).
+  const LayerParams& p = layers_[0];
+  for (const LinearSite* s : {&p.qkv, &p.o, &p.up, &p.down}) {
+    FLOVER_RETURN_IF_ERROR(prepare(*s, T));
+  }
+  FLOVER_RETURN_IF_ERROR(prepare(head_, std::max(T, R)));
+  return runtime_.Reserve(T, R);
+}
+
+absl::Status DecoderModel::Norm(const Tensor& x, const Buffer& g, const Buffer& b,
+                                const Tensor& out) {
+  if (spec_.norm == DecoderSpec::Norm::kLayerNorm) {
+    return backend_.LayerNorm(x, g.tensor(), b.tensor(), spec_.norm_eps, out);
+  }
+  return backend_.RmsNorm(x, g.tensor(), spec_.norm_eps, out);
+}
+
+absl::Status DecoderModel::Apply(const LinearSite& s, const Tensor& in, const Tensor& out) {
+  return backend_.Linear(in, *s.w, OrNull(s.bias), s.epilogue, out);
+}
+
+absl::Status DecoderModel::Residual(const LinearSite& s, const Tensor& in, const Buffer& post,
+                                    int T) {
+  const Tensor x = runtime_.buffer(kX).Rows(0, T);
+  if (spec_.block != Block::kSandwich) return runtime_.RowSplitResidual(in, *s.w, OrNull(s.bias), x);
+  const Tensor branch = runtime_.buffer(kBranch).Rows(0, T);
+  const Tensor normed = runtime_.buffer(kNormed).Rows(0, T);
+  FLOVER_RETURN_IF_ERROR(Apply(s, in, branch));
+  FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(branch));
+  FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(branch, post.tensor(), spec_.norm_eps, normed));
+  return backend_.Add(normed, x);
+}
+
+absl::Status DecoderModel::Mlp(const LayerParams& p, const Tensor& h, int T) {
+  const Tensor mlp = runtime_.buffer(kMlp).Rows(0, T);
+  if (spec_.mlp == DecoderSpec::Mlp::kGlu) {
+    const Tensor up = runtime_.buffer(kUp).Rows(0, T);
+    FLOVER_RETURN_IF_ERROR(Apply(p.up, h, up));
+    FLOVER_RETURN_IF_ERROR(backend_.Glu(up, spec_.glu, mlp));
+  } else {
+    FLOVER_RETURN_IF_ERROR(Apply(p.up, h, mlp));  // gelu_new in the epilogue
+  }
+  return Residual(p.down, mlp, p.post_mlp_norm, T);
+}
+
+absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which,
+                               int* R_out) {
+  const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
+  const int R = which == LogitsFor::kLastRowOfEachSequence ? S : T;
+  FLOVER_RETURN_IF_ERROR(runtime_.Reserve(T, R));
+  auto step = runtime_.UploadStep(b);
+  if (!step.ok()) return step.status();
+  *R_out = R;
+  // Everything after the upload: replayed from a recording for decode steps
+  // where the backend records (ForwardRuntime::RunOps).
+  return runtime_.RunOps(&*step, cache, static_cast<int>(which), [&]() -> absl::Status {
+    const kernels::SeqTable& seqs = step->seqs;
+    auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
+    const Tensor x = buf(kX, T), h = buf(kH, T), qkv = buf(kQkv, T), attn = buf(kAttn, T);
+
+    // x: [T, C] is the residual stream, replicated on every rank.
+    FLOVER_RETURN_IF_ERROR(backend_.Embed(step->tokens, step->positions, embed_.tensor(),
+                                          shard_.vocab_begin, OrNull(positions_), x));
+    FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
+    const kernels::RopeParams rope{shard_.q_heads, shard_.kv_heads, spec_.head_dim,
+                                   spec_.rope_style};
+    for (int l = 0; l < spec_.n_layer; ++l) {
+      const LayerParams& p = layers_[l];
+      FLOVER_RETURN_IF_ERROR(Norm(x, p.norm1, p.norm1_b, h));
+      FLOVER_RETURN_IF_ERROR(Apply(p.qkv, h, qkv));
+      if (!inv_freq_.empty()) {
+        FLOVER_RETURN_IF_ERROR(backend_.Rope(qkv, step->positions, inv_freq_.tensor(), rope));
+      }
+      FLOVER_RETURN_IF_ERROR(backend_.AppendKv(qkv, seqs, cache.layer(l)));
+      FLOVER_RETURN_IF_ERROR(
+          backend_.Attention(qkv, seqs, cache.layer(l), spec_.attention[l], attn));
+      if (spec_.block == Block::kParallel) {
+        // attention and MLP both read norm1(x), still in h.
+        FLOVER_RETURN_IF_ERROR(Residual(p.o, attn, p.post_attn_norm, T));
+        FLOVER_RETURN_IF_ERROR(Mlp(p, h, T));
+        continue;
+      }
+      FLOVER_RETURN_IF_ERROR(Residual(p.o, attn, p.post_attn_norm, T));
+      FLOVER_RETURN_IF_ERROR(Norm(x, p.norm2, p.norm2_b, h));
+      FLOVER_RETURN_IF_ERROR(Mlp(p, h, T));
+    }
+
+    // The final norm and head only on the rows whose logits are wanted.
+    Tensor rows = x;
+    if (which == LogitsFor::kLastRowOfEachSequence) {
+      rows = buf(kLast, S);
+      FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, seqs, rows));
+    }
+    const Tensor hr = buf(kH, R), logits = buf(kLogits, R);
+    FLOVER_RETURN_IF_ERROR(Norm(rows, norm_, norm_b_, hr));
+    FLOVER_RETURN_IF_ERROR(Apply(head_, hr, logits));
+    if (spec_.final_softcap > 0) FLOVER_RETURN_IF_ERROR(backend_.SoftCap(logits, spec_.final_softcap));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<absl::Span<float>> DecoderModel::Forward(const ForwardBatch& b, KvCache& cache,
+                                                        LogitsFor which) {
+  FLOVER_RETURN_IF_ERROR(runtime_.CheckBatch(b, cache, CacheShape(1, 1)));
+  int R = 0;
+  const absl::Status run = Run(b, cache, which, &R);
+  return runtime_.Finish(run, runtime_.buffer(kLogits), R);
+}
+
+}  // namespace flover

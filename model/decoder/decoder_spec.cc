@@ -1,0 +1,62 @@
+#include "model/decoder/decoder_spec.h"
+
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace flover {
+
+absl::Status DecoderSpec::Validate() const {
+  auto bad = [](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(m...)); };
+  if (n_layer < 1 || hidden < 1 || n_head < 1 || n_kv_head < 1 || head_dim < 1 ||
+      intermediate < 1 || vocab_size < 1 || max_positions < 1) {
+    return bad("a decoder's shapes must be positive");
+  }
+  if (n_head % n_kv_head != 0) {
+    return bad(n_head, " query heads are not a multiple of ", n_kv_head, " key/value heads");
+  }
+  if (static_cast<int>(attention.size()) != n_layer) {
+    return bad(attention.size(), " attention settings for ", n_layer, " layers");
+  }
+  if (2 * inv_freq.size() > static_cast<size_t>(head_dim)) {
+    return bad("rotary embeddings turn ", 2 * inv_freq.size(), " dims of a ", head_dim,
+               "-dim head");
+  }
+  if (block == Block::kSandwich && norm != Norm::kRmsNorm) {
+    return bad("post-attention and post-MLP norms are RMSNorms");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
+  if (s.tp_size < 1 || s.tp_rank < 0 || s.tp_rank >= s.tp_size) {
+    return absl::InvalidArgumentError(absl::StrCat("tp rank ", s.tp_rank, " of ", s.tp_size,
+                                                   " is out of range"));
+  }
+  if (c.n_kv_head % s.tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, " does not divide the model's ", c.n_kv_head,
+        c.n_kv_head == c.n_head ? " attention heads" : " key/value heads"));
+  }
+  if (c.intermediate % s.tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, " does not divide the MLP width ", c.intermediate));
+  }
+  if (c.vocab_size < s.tp_size) return absl::InvalidArgumentError("--tp is larger than the vocabulary");
+  return absl::OkStatus();
+}
+
+DecoderShard DecoderShardOf(const DecoderSpec& c, const ShardSpec& s) {
+  DecoderShard out;
+  out.kv_heads = c.n_kv_head / s.tp_size;
+  out.kv_head_begin = s.tp_rank * out.kv_heads;
+  out.q_heads = c.n_head / s.tp_size;  // whole groups: n_head is a multiple of n_kv_head
+  out.q_head_begin = s.tp_rank * out.q_heads;
+  out.inner = c.intermediate / s.tp_size;
+  out.inner_begin = s.tp_rank * out.inner;
+  std::tie(out.vocab_begin, out.vocab_end) = VocabRange(c.vocab_size, s);
+  out.adds_replicated_bias = s.tp_rank == 0;
+  return out;
+}
+
+}  // namespace flover

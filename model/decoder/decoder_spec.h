@@ -1,0 +1,86 @@
+// What a model family configures in the one decoder skeleton (DecoderModel):
+// the shapes, the block's wiring, its norms, MLP and attention, the
+// embedding and the head. A family is a config parser, a function from its
+// config to a DecoderSpec, and a recipe table (decoder_weights.h); the
+// forward pass, the upload and the tensor-parallel split are shared.
+#ifndef FLOVER_MODEL_DECODER_DECODER_SPEC_H_
+#define FLOVER_MODEL_DECODER_DECODER_SPEC_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+#include "model/shard_spec.h"
+
+namespace flover {
+
+struct DecoderSpec {
+  // Shapes. Query head h reads key/value head h / (n_head / n_kv_head).
+  int n_layer = 0, hidden = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
+  int intermediate = 0;  // the MLP's width (each half of a gated MLP)
+  int vocab_size = 0, max_positions = 0;
+
+  // Every norm's kind: LayerNorm has a bias, RMSNorm none. A (1 + w)
+  // weight (Gemma) is folded in by the family's recipe, not here.
+  enum class Norm { kLayerNorm, kRmsNorm };
+  Norm norm = Norm::kRmsNorm;
+  float norm_eps = 1e-5f;
+
+  // How a block adds attention and MLP to the residual stream x:
+  //   kSequential  x += attn(norm1(x)); x += mlp(norm2(x))        GPT-2, Llama
+  //   kParallel    x += attn(norm1(x)) + mlp(norm1(x))            GPT-J
+  //   kSandwich    x += post_attn_norm(attn(norm1(x)));
+  //                x += post_mlp_norm(mlp(norm2(x)))              Gemma 2
+  enum class Block { kSequential, kParallel, kSandwich };
+  Block block = Block::kSequential;
+
+  // The MLP: kGelu is up -> gelu_new -> down (the up weight [C, F]); kGlu
+  // is act(gate) * up -> down (gate rows then up rows, [C, 2F]).
+  enum class Mlp { kGelu, kGlu };
+  Mlp mlp = Mlp::kGlu;
+  kernels::GluKind glu = kernels::GluKind::kSilu;
+
+  // How the layers' matrices are stored: kInOut (GPT-2's Conv1D) or kOutIn
+  // (nn.Linear). A separate head is [V, C] (kOutIn) in every family.
+  kernels::WeightLayout layout = kernels::WeightLayout::kOutIn;
+
+  // A learned position table [max_positions, C] added to the embedding.
+  bool position_table = false;
+  // The embedding's rows are multiplied by this as they are uploaded
+  // (Gemma's sqrt(hidden)); a tied head keeps the stored rows.
+  float embed_scale = 1.0f;
+
+  // Rotary embeddings: empty inv_freq means none. 2 * inv_freq.size()
+  // dims of each head turn (partial rotary when fewer than head_dim).
+  std::vector<float> inv_freq;
+  kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
+
+  // Each layer's attention (scale, soft-cap, window); n_layer entries.
+  std::vector<kernels::AttentionParams> attention;
+
+  // > 0: logits = cap * tanh(logits / cap) (Gemma 2).
+  float final_softcap = 0.0f;
+
+  // OK, or InvalidArgument naming what does not fit.
+  absl::Status Validate() const;
+};
+
+// What one tensor-parallel rank holds: whole groups of query heads with
+// their key/value heads, a band of the MLP, a vocabulary range (embedding
+// and head); the row-split layers' biases are added by rank 0 alone.
+struct DecoderShard {
+  int q_heads = 0, q_head_begin = 0;
+  int kv_heads = 0, kv_head_begin = 0;
+  int inner = 0, inner_begin = 0;
+  int vocab_begin = 0, vocab_end = 0;
+  bool adds_replicated_bias = true;
+};
+
+// OK when `spec.tp_size` divides the key/value heads (and so the query
+// heads) and the MLP width; InvalidArgument naming what does not divide.
+absl::Status ValidateDecoderShard(const DecoderSpec& model, const ShardSpec& spec);
+DecoderShard DecoderShardOf(const DecoderSpec& model, const ShardSpec& spec);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_DECODER_DECODER_SPEC_H_

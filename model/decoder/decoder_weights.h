@@ -1,0 +1,74 @@
+// One tensor-parallel rank's decoder weights as DecoderModel uses them,
+// whatever the family: norms, biases and the position table in float32,
+// the GEMM weights in the dtype the checkpoint stores them in (a backend
+// prepares them from that), laid out as the spec's `layout` says. A family
+// fills them through its recipe table: every parameter of the rank, the
+// regions of checkpoint tensors it is cut from (weight_source.h), and which
+// field it goes to. Only this rank's regions of each tensor are read.
+#ifndef FLOVER_MODEL_DECODER_DECODER_WEIGHTS_H_
+#define FLOVER_MODEL_DECODER_DECODER_WEIGHTS_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/decoder/decoder_spec.h"
+#include "model/loader/weight_source.h"
+
+namespace flover {
+
+struct DecoderLayerWeights {
+  std::vector<float> norm1, norm1_b;  // [C]; _b: LayerNorm only
+  StoredValues qkv;                   // this rank's q heads, then k, then v heads
+  std::vector<float> qkv_b;           // the same columns; empty: no bias
+  StoredValues o;                     // this rank's q-head rows of the [Q, C] product
+  std::vector<float> o_b;             // [C] (zeros on ranks > 0); empty: none
+  std::vector<float> norm2, norm2_b;  // before the MLP (kParallel: unused)
+  std::vector<float> post_attn_norm, post_mlp_norm;  // kSandwich only
+  StoredValues up;                    // kGelu: [C, F_local]; kGlu: gate then up
+  std::vector<float> up_b;            // empty: none
+  StoredValues down;                  // [F_local, C]
+  std::vector<float> down_b;          // [C] (zeros on ranks > 0); empty: none
+};
+
+struct DecoderWeights {
+  std::vector<float> embed;           // [V_local, C] (WeightPart.embedding)
+  std::vector<float> position_table;  // [P, C], rank 0 only; empty: none
+  std::vector<DecoderLayerWeights> layers;  // the part's layers
+  std::vector<float> norm, norm_b;    // the final norm
+  StoredValues lm_head;               // [V_local, C]; empty: tied to the embedding
+  std::vector<float> lm_head_b;       // [V_local]; empty: none
+};
+
+// A family's recipe table.
+struct DecoderRecipes {
+  using Visit = std::function<void(const WeightRecipe&, ParamDest)>;
+  // This rank's embedding rows (the tied head's too).
+  std::function<WeightRecipe(const DecoderShard&)> embedding;
+  // Visits layer `l`'s parameters with their destinations in `out`.
+  std::function<void(int l, const DecoderShard&, DecoderLayerWeights& out, const Visit&)> layer;
+  // Visits the parameters outside the layers but the embedding: the
+  // position table, final norm, head (absent when tied), head bias.
+  std::function<void(const DecoderShard&, DecoderWeights& out, const Visit&)> globals;
+};
+
+// Reads this rank's part of the weights; a missing tensor or one whose
+// shape disagrees with the recipe is an error naming the tensor.
+absl::StatusOr<DecoderWeights> LoadDecoderWeights(const WeightSource& source,
+                                                  const DecoderSpec& model,
+                                                  const DecoderRecipes& recipes,
+                                                  const ShardSpec& spec, WeightPart part = {});
+
+// Checks that every tensor of the recipes is in `source` with its shape and
+// a float dtype, reading no data.
+absl::Status CheckDecoderWeights(const WeightSource& source, const DecoderSpec& model,
+                                 const DecoderRecipes& recipes);
+
+// Rows [begin, end) of each of `parts` (e.g. q, k, v) of a fused [sum, C]
+// tensor whose parts are `sizes` rows, stacked: a fused projection's slice.
+WeightRecipe FusedRows(const std::string& tensor, const std::vector<int64_t>& sizes, int64_t cols,
+                       const std::vector<std::pair<int64_t, int64_t>>& ranges);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_DECODER_DECODER_WEIGHTS_H_

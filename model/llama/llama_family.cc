@@ -1,0 +1,123 @@
+#include "model/llama/llama_family.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace flover {
+
+DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
+  const bool gemma2 = c.architecture == "gemma2";
+  DecoderSpec s;
+  s.n_layer = c.n_layer;
+  s.hidden = c.hidden;
+  s.n_head = c.n_head;
+  s.n_kv_head = c.n_kv_head;
+  s.head_dim = c.head_dim;
+  s.intermediate = c.intermediate;
+  s.vocab_size = c.vocab_size;
+  s.max_positions = c.max_positions;
+  s.norm = DecoderSpec::Norm::kRmsNorm;
+  s.norm_eps = c.rms_norm_eps;
+  s.block = gemma2 ? DecoderSpec::Block::kSandwich : DecoderSpec::Block::kSequential;
+  s.mlp = DecoderSpec::Mlp::kGlu;
+  s.glu = gemma2 ? kernels::GluKind::kGeluTanh : kernels::GluKind::kSilu;
+  s.layout = kernels::WeightLayout::kOutIn;
+  // Gemma: embeddings times sqrt(hidden), rounded to float32 as transformers does.
+  if (gemma2) s.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
+  s.inv_freq = RopeInvFreq(c);
+  s.rope_style = kernels::RopeStyle::kHalf;
+  for (int l = 0; l < c.n_layer; ++l) {
+    kernels::AttentionParams a;
+    if (c.query_pre_attn_scalar > 0) a.scale = static_cast<float>(1.0 / std::sqrt(c.query_pre_attn_scalar));
+    a.softcap = c.attn_logit_softcapping;
+    // Gemma 2's even layers are local (sliding), odd ones global.
+    a.window = gemma2 && l % 2 == 1 ? 0 : c.sliding_window;
+    s.attention.push_back(a);
+  }
+  s.final_softcap = c.final_logit_softcapping;
+  return s;
+}
+
+DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
+  DecoderRecipes r;
+  const int64_t C = c.hidden, D = c.head_dim, F = c.intermediate, V = c.vocab_size,
+                Q = c.q_dim(), KV = c.kv_dim();
+  const bool fused = c.architecture == "phi3", gemma2 = c.architecture == "gemma2";
+  // Gemma's norms scale by (1 + w).
+  auto norm = [gemma2](std::string name, int64_t n) {
+    WeightRecipe w = Whole(std::move(name), {n});
+    return gemma2 ? PlusOne(std::move(w)) : w;
+  };
+  r.embedding = [=](const DecoderShard& sh) {
+    return RowSlice("model.embed_tokens.weight", {V, C}, sh.vocab_begin, sh.vocab_end);
+  };
+  r.globals = [=](const DecoderShard& sh, DecoderWeights& w, const DecoderRecipes::Visit& visit) {
+    visit(norm("model.norm.weight", C), &w.norm);
+    if (!c.tie_word_embeddings) {
+      visit(RowSlice("lm_head.weight", {V, C}, sh.vocab_begin, sh.vocab_end), &w.lm_head);
+    }
+  };
+  r.layer = [=](int l, const DecoderShard& sh, DecoderLayerWeights& L,
+                const DecoderRecipes::Visit& visit) {
+    const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
+    const int64_t k0 = sh.kv_head_begin * D, k1 = k0 + sh.kv_heads * D;
+    const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    visit(norm(p + "input_layernorm.weight", C), &L.norm1);
+    if (gemma2) {  // post_attention_layernorm is Gemma's norm of the attention's output
+      visit(norm(p + "post_attention_layernorm.weight", C), &L.post_attn_norm);
+      visit(norm(p + "pre_feedforward_layernorm.weight", C), &L.norm2);
+      visit(norm(p + "post_feedforward_layernorm.weight", C), &L.post_mlp_norm);
+    } else {       // and Llama's norm before the MLP
+      visit(norm(p + "post_attention_layernorm.weight", C), &L.norm2);
+    }
+    // Q by query heads, K and V by key/value heads: whole GQA groups.
+    if (fused) {
+      visit(FusedRows(p + "self_attn.qkv_proj.weight", {Q, KV, KV}, C, {{q0, q1}, {k0, k1}, {k0, k1}}),
+            &L.qkv);
+    } else {
+      visit(Stack(WeightRecipe::kRows, {RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1),
+                                        RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
+                                        RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
+            &L.qkv);
+    }
+    if (c.qkv_bias) {  // one row of the q, k and v biases side by side
+      visit(Stack(WeightRecipe::kCols, {ColSlice(p + "self_attn.q_proj.bias", {Q}, q0, q1),
+                                        ColSlice(p + "self_attn.k_proj.bias", {KV}, k0, k1),
+                                        ColSlice(p + "self_attn.v_proj.bias", {KV}, k0, k1)}),
+            &L.qkv_b);
+    }
+    visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), &L.o);
+    if (fused) {  // gate_up_proj: [2F, C], gate rows then up rows
+      visit(FusedRows(p + "mlp.gate_up_proj.weight", {F, F}, C, {{f0, f1}, {f0, f1}}), &L.up);
+    } else {
+      visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
+                                        RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
+            &L.up);
+    }
+    visit(ColSlice(p + "mlp.down_proj.weight", {C, F}, f0, f1), &L.down);
+  };
+  return r;
+}
+
+absl::StatusOr<DecoderWeights> LoadLlamaWeights(const WeightSource& source,
+                                                const LlamaConfig& config, const ShardSpec& spec,
+                                                WeightPart part) {
+  if (absl::Status st = config.Validate(); !st.ok()) return st;
+  return LoadDecoderWeights(source, LlamaDecoderSpec(config), LlamaRecipes(config), spec, part);
+}
+
+std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, uint64_t seed) {
+  const bool tied = config.tie_word_embeddings;
+  return std::make_unique<GeneratedSource>(seed, [tied](absl::string_view name) {
+    using Fill = GeneratedSource::Fill;
+    if (name == "lm_head.weight" && tied) return Fill::kAbsent;
+    if (absl::EndsWith(name, ".bias")) return Fill::kZeros;
+    return absl::EndsWith(name, "norm.weight") ? Fill::kOnes : Fill::kRandom;
+  });
+}
+
+}  // namespace flover

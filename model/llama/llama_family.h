@@ -1,0 +1,39 @@
+// The Llama family on the decoder skeleton (model/decoder): Llama 2/3,
+// TinyLlama, SmolLM2, Qwen2 / Qwen2.5 (q/k/v biases), Mistral (a sliding
+// window), Phi-3 (q/k/v and gate/up stored fused) and Gemma 2 (pre and post
+// norms with (1 + w) weights, GeGLU-tanh, attention and final logit
+// soft-capping, query_pre_attn_scalar, scaled embeddings, local and global
+// layers in turn). What differs between them is here: the DecoderSpec a
+// config makes and the recipe table that names their tensors.
+#ifndef FLOVER_MODEL_LLAMA_LLAMA_FAMILY_H_
+#define FLOVER_MODEL_LLAMA_LLAMA_FAMILY_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/decoder/decoder_spec.h"
+#include "model/decoder/decoder_weights.h"
+#include "model/llama/llama_config.h"
+#include "model/loader/weight_source.h"
+
+namespace flover {
+
+DecoderSpec LlamaDecoderSpec(const LlamaConfig& config);
+
+// Hugging Face names: "model.embed_tokens", "model.layers.N.*",
+// "model.norm", "lm_head" unless tied. Matrices are nn.Linear's [out, in];
+// q/k/v become one [(Hq + 2 Hkv) * D, C] matrix and gate/up one [2F, C].
+DecoderRecipes LlamaRecipes(const LlamaConfig& config);
+
+// This rank's weights (the part's layers): the recipe table read.
+absl::StatusOr<DecoderWeights> LoadLlamaWeights(const WeightSource& source,
+                                                const LlamaConfig& config, const ShardSpec& spec,
+                                                WeightPart part = {});
+
+// The built-in models' weights: seeded uniform values with std 0.02, norms 1.
+std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, uint64_t seed);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_LLAMA_LLAMA_FAMILY_H_
