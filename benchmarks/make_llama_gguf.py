@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""A Llama GGUF at builtin:llama-1b's shapes (TinyLlama-1.1B: 22 layers, 2048
-wide, 32 heads over 4 KV heads, MLP 5632, vocabulary 32000), seeded random
-weights (normal, std 0.02; norms 1) and a synthetic SentencePiece-style
-vocabulary, as F32 and BF16 files: the peer for model_benchmark's Llama
-figures, measured with llama.cpp's llama-bench and llama-batched-bench.
+"""A Llama-family GGUF at builtin:llama-1b's shapes (TinyLlama-1.1B: 22
+layers, 2048 wide, 32 heads over 4 KV heads, MLP 5632, vocabulary 32000),
+seeded random weights (normal, std 0.02; norms 1) and a synthetic
+SentencePiece-style vocabulary, as F32 and BF16 files: the peer for
+model_benchmark's Llama figures, measured with llama.cpp's llama-bench and
+llama-batched-bench. With ARCH=qwen2, phi3 or gemma2 the same shapes in that
+family's layout (Qwen2: q/k/v biases, tied; Phi-3: fused attn_qkv and
+gate/up; Gemma 2: post-attention and post-MLP norms, soft-caps 50 and 30,
+window 4096, tied), the peers of builtin:qwen2-1b, phi3-1b and gemma2-1b.
 
 Not part of the build: it needs numpy and llama.cpp's gguf-py (see
 ../shared/peers/README.md for building llama.cpp outside the repository):
 
-    PERF_DIR=/tmp/perf python3 benchmarks/make_llama_gguf.py f32 bf16
+    PERF_DIR=/tmp/perf [ARCH=gemma2] python3 benchmarks/make_llama_gguf.py f32 bf16
 
 As llama.cpp's converter does, 1-D tensors (norms) stay F32 and 2-D ones take
 the file's type. The q/k row permutation the converter applies to real
@@ -26,6 +30,7 @@ from gguf.constants import GGMLQuantizationType as QT, LlamaFileType as FT  # no
 N_LAYER, N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_VOCAB, N_CTX = 22, 2048, 32, 4, 5632, 32000, 2048
 HEAD_DIM = N_EMBD // N_HEAD
 OUT = os.path.expandvars("${PERF_DIR}/models")
+ARCH = os.environ.get("ARCH", "llama")
 
 
 def vocab():
@@ -56,26 +61,42 @@ def tensors(seed=0):
         return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
 
     kv = N_HEAD_KV * HEAD_DIM
+    ones = lambda: np.ones(N_EMBD, np.float32)  # noqa: E731
     yield "token_embd.weight", rnd(N_VOCAB, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        yield p + "attn_norm.weight", np.ones(N_EMBD, np.float32)
-        yield p + "attn_q.weight", rnd(N_EMBD, N_EMBD)
-        yield p + "attn_k.weight", rnd(kv, N_EMBD)
-        yield p + "attn_v.weight", rnd(kv, N_EMBD)
+        yield p + "attn_norm.weight", ones()
+        if ARCH == "phi3":  # q, k, v rows in one tensor; gate and up in one
+            yield p + "attn_qkv.weight", rnd(N_EMBD + 2 * kv, N_EMBD)
+        else:
+            yield p + "attn_q.weight", rnd(N_EMBD, N_EMBD)
+            yield p + "attn_k.weight", rnd(kv, N_EMBD)
+            yield p + "attn_v.weight", rnd(kv, N_EMBD)
+        if ARCH == "qwen2":
+            yield p + "attn_q.bias", rnd(N_EMBD)
+            yield p + "attn_k.bias", rnd(kv)
+            yield p + "attn_v.bias", rnd(kv)
         yield p + "attn_output.weight", rnd(N_EMBD, N_EMBD)
-        yield p + "ffn_norm.weight", np.ones(N_EMBD, np.float32)
-        yield p + "ffn_gate.weight", rnd(N_FF, N_EMBD)
-        yield p + "ffn_up.weight", rnd(N_FF, N_EMBD)
+        if ARCH == "gemma2":
+            yield p + "post_attention_norm.weight", ones()
+        yield p + "ffn_norm.weight", ones()
+        if ARCH == "phi3":
+            yield p + "ffn_up.weight", rnd(2 * N_FF, N_EMBD)
+        else:
+            yield p + "ffn_gate.weight", rnd(N_FF, N_EMBD)
+            yield p + "ffn_up.weight", rnd(N_FF, N_EMBD)
         yield p + "ffn_down.weight", rnd(N_EMBD, N_FF)
-    yield "output_norm.weight", np.ones(N_EMBD, np.float32)
-    yield "output.weight", rnd(N_VOCAB, N_EMBD)
+        if ARCH == "gemma2":
+            yield p + "post_ffw_norm.weight", ones()
+    yield "output_norm.weight", ones()
+    if ARCH in ("llama", "phi3"):  # Qwen2 and Gemma 2 are tied here
+        yield "output.weight", rnd(N_VOCAB, N_EMBD)
 
 
 def write(kind):
-    path = os.path.join(OUT, f"llama-1b-random-{kind}.gguf")
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_name(f"llama-1b-random-{kind}")
+    path = os.path.join(OUT, f"{ARCH}-1b-random-{kind}.gguf")
+    w = gguf.GGUFWriter(path, ARCH)
+    w.add_name(f"{ARCH}-1b-random-{kind}")
     w.add_context_length(N_CTX)
     w.add_embedding_length(N_EMBD)
     w.add_feed_forward_length(N_FF)
@@ -86,6 +107,12 @@ def write(kind):
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(N_VOCAB)
+    if ARCH == "gemma2":
+        w.add_key_length(HEAD_DIM)
+        w.add_value_length(HEAD_DIM)
+        w.add_attn_logit_softcapping(50.0)
+        w.add_final_logit_softcapping(30.0)
+        w.add_sliding_window(4096)
     w.add_file_type({"f32": FT.ALL_F32, "bf16": FT.MOSTLY_BF16}[kind])
     tokens, scores, types = vocab()
     w.add_tokenizer_model("llama")

@@ -85,7 +85,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
     if (!absl::IsNotFound(llama.status())) return llama.status();
     return absl::NotFoundError(absl::StrCat(
         "unknown built-in model \"", name,
-        "\" (available: builtin:tiny, builtin:gpt2-small, builtin:llama-tiny, builtin:llama-1b)"));
+        "\" (available: builtin:tiny, builtin:gpt2-small, builtin:gptj-1b, builtin:llama-tiny, "
+        "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b)"));
   }
   const std::string path(spec);
   if (FileExists(path)) {  // a file: GGUF, whatever its name

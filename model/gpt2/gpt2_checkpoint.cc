@@ -50,6 +50,16 @@ absl::StatusOr<GptConfig> BuiltinGpt2Config(absl::string_view name) {
     c.n_embd = 768;
     c.n_positions = 1024;
     c.vocab_size = 50257;
+  } else if (name == "gptj-1b") {
+    // GPT-J's layout at about 1B parameters (benchmarks): 16 heads of 128,
+    // rotary on 64 dims, tied here (the built-ins have no separate head).
+    c.architecture = "gptj";
+    c.n_layer = 16;
+    c.n_head = 16;
+    c.n_embd = 2048;
+    c.n_positions = 2048;
+    c.vocab_size = 50400;
+    c.rotary_dim = 64;
   } else {
     return absl::NotFoundError(absl::StrCat("no built-in GPT-2 model \"", name, "\""));
   }

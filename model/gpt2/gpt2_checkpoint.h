@@ -47,6 +47,8 @@ class Gpt2Checkpoint final : public LoadedModel {
 //   tiny        2 layers, 4 heads, 64 wide, 512 positions, vocab 512
 //   gpt2-small  GPT-2 124M shapes: 12 layers, 12 heads, 768 wide,
 //               1024 positions, vocab 50257
+//   gptj-1b     GPT-J's layout at ~1B parameters: 16 layers, 16 heads of 128
+//               with rotary on 64 dims, 2048 wide, MLP 8192, vocab 50400, tied
 absl::StatusOr<GptConfig> BuiltinGpt2Config(absl::string_view name);
 
 }  // namespace flover

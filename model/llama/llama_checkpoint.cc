@@ -29,7 +29,19 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.vocab_size = 512;
     c.max_positions = 512;
     c.rope_theta = 10000.0;
-  } else if (name == "llama-1b") {
+  } else if (name == "llama-1b" || name == "qwen2-1b" || name == "phi3-1b" ||
+             name == "gemma2-1b") {
+    // TinyLlama's shapes; the others in their family's layout (benchmarks
+    // beside llama.cpp's files of the same shapes, make_llama_gguf.py).
+    c.architecture = std::string(name.substr(0, name.find('-')));
+    c.qkv_bias = c.architecture == "qwen2";
+    c.tie_word_embeddings = c.architecture == "qwen2" || c.architecture == "gemma2";
+    if (c.architecture == "gemma2") {
+      c.query_pre_attn_scalar = 64;
+      c.attn_logit_softcapping = 50;
+      c.final_logit_softcapping = 30;
+      c.sliding_window = 4096;
+    }
     c.n_layer = 22;
     c.hidden = 2048;
     c.n_head = 32;

@@ -23,8 +23,9 @@ class LlamaCheckpoint final : public LoadedModel {
   // A GGUF file of architecture llama (llama_gguf.h): its tokenizer, stop
   // ids and chat template from the file's metadata.
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LoadGguf(const std::string& path);
-  // "llama-tiny" (tests) or "llama-1b" (TinyLlama-1.1B shapes): seeded
-  // random weights; NotFound for another name.
+  // "llama-tiny" (tests), "llama-1b" (TinyLlama-1.1B shapes) or its
+  // Qwen2 / Phi-3 / Gemma 2 variants: seeded random weights; NotFound for
+  // another name.
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Builtin(absl::string_view name);
   // "builtin:NAME", a .gguf file or a directory.
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Load(absl::string_view spec);
@@ -49,6 +50,10 @@ class LlamaCheckpoint final : public LoadedModel {
 //               vocab 512, 512 positions
 //   llama-1b    TinyLlama-1.1B: 22 layers, 2048 wide, 32 heads (4 KV heads)
 //               of 64, MLP 5632, vocab 32000, 2048 positions
+//   qwen2-1b, phi3-1b, gemma2-1b
+//               llama-1b's shapes as Qwen2 (q/k/v biases, tied), Phi-3
+//               (fused q/k/v and gate/up) and Gemma 2 (sandwich norms,
+//               GeGLU-tanh, soft-caps 50 and 30, window 4096, tied)
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name);
 
 }  // namespace flover

@@ -79,5 +79,23 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
                         "gptj, llama, mistral, phi3, qwen2)"));
 }
 
+TEST(LlamaConfigTest, BuiltinFamilyVariantsHaveLlama1bShapes) {
+  auto base = LoadModel("builtin:llama-1b");
+  ASSERT_TRUE(base.ok()) << base.status();
+  for (const char* name : {"qwen2", "phi3", "gemma2"}) {
+    auto m = LoadModel(std::string("builtin:") + name + "-1b");
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status();
+    const ModelInfo& info = (*m)->info();
+    EXPECT_EQ(info.architecture, name);
+    EXPECT_EQ(info.n_layer, (*base)->info().n_layer);
+    EXPECT_EQ(info.hidden, (*base)->info().hidden);
+    EXPECT_EQ(info.n_kv_head, (*base)->info().n_kv_head);
+  }
+  auto gptj = LoadModel("builtin:gptj-1b");
+  ASSERT_TRUE(gptj.ok()) << gptj.status();
+  EXPECT_EQ((*gptj)->info().architecture, "gptj");
+  EXPECT_NEAR((*gptj)->info().num_parameters, 1.0e9, 0.1e9);
+}
+
 }  // namespace
 }  // namespace flover
