@@ -96,7 +96,9 @@ def tensors(seed=0):
 def write(kind):
     path = os.path.join(OUT, f"{ARCH}-1b-random-{kind}.gguf")
     w = gguf.GGUFWriter(path, ARCH)
-    w.add_name(f"{ARCH}-1b-random-{kind}")
+    # No family in the name: llama.cpp looks up Phi-3's chat tokens when its
+    # name says phi3, and this vocabulary has none.
+    w.add_name(f"random-1b-{kind}")
     w.add_context_length(N_CTX)
     w.add_embedding_length(N_EMBD)
     w.add_feed_forward_length(N_FF)
