@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "testing/files.h"
 
@@ -120,6 +121,28 @@ TEST(ModelLoaderTest, BadConfigValues) {
   EXPECT_THAT(with("\"n_layer\": 2,", ""), HasSubstr("missing field \"n_layer\""));
   EXPECT_THAT(with("\"gelu_new\"", "\"relu\""), HasSubstr("activation_function \"relu\""));
   EXPECT_THAT(with("{", "["), HasSubstr("config.json: not a valid JSON object"));
+}
+
+// GPT-J's config: rotary_dim absent is GPTJConfig's 64, null the whole
+// head; one that does not fit the head is refused by name; untied.
+TEST(ModelLoaderTest, GptjConfig) {
+  auto config = [](const std::string& extra) {
+    return ParseGptConfig(absl::StrCat(R"({"model_type": "gptj", "n_layer": 2, "n_head": 4,
+        "n_embd": 512, "n_positions": 64, "vocab_size": 301)", extra, "}"), "c");
+  };
+  auto bare = config("");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->architecture, "gptj");
+  EXPECT_EQ(bare->rotary_dim, 64);
+  EXPECT_FALSE(bare->tie_word_embeddings);
+  EXPECT_EQ(bare->n_inner, 4 * 512);
+  auto whole = config(R"(, "rotary_dim": null)");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->rotary_dim, 0);
+  EXPECT_THAT(std::string(config(R"(, "rotary_dim": 130)").status().message()),
+              HasSubstr("rotary_dim 130 must be even and at most the head's 128 dims"));
+  EXPECT_THAT(std::string(ParseGptConfig(R"({"model_type": "gpt_neox"})", "c").status().message()),
+              HasSubstr("model_type \"gpt_neox\" is not supported (gpt2, gptj)"));
 }
 
 TEST(ModelLoaderTest, MissingTensorIsNamed) {

@@ -196,6 +196,8 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   }
   if (JsonHas(s, "head_dim")) {
     if (auto st = read("head_dim", 1024, &c.head_dim); !st.ok()) return st;
+  } else if (gemma2) {
+    c.head_dim = 256;  // Gemma2Config's default, not hidden / heads
   } else {
     if (c.hidden % c.n_head != 0) return refuse("hidden_size is not divisible by num_attention_heads");
     c.head_dim = c.hidden / c.n_head;

@@ -26,6 +26,35 @@ std::string Config(const std::string& type, const std::string& extra) {
                       extra.empty() ? "" : ", ", extra, "}");
 }
 
+// Gemma 2 where config.json leaves fields out: Gemma2Config's defaults
+// (window 4096, head_dim 256, caps 50 and 30, scalar 224, tied), null caps
+// off, and another activation refused by name.
+TEST(LlamaConfigTest, Gemma2DefaultsAndRefusals) {
+  auto bare = ParseLlamaConfig(Config("gemma2", ""), "c");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->sliding_window, 4096);
+  EXPECT_EQ(bare->head_dim, 256);
+  EXPECT_EQ(bare->attn_logit_softcapping, 50.0f);
+  EXPECT_EQ(bare->final_logit_softcapping, 30.0f);
+  EXPECT_EQ(bare->query_pre_attn_scalar, 224.0);
+  EXPECT_TRUE(bare->tie_word_embeddings);
+  auto uncapped = ParseLlamaConfig(
+      Config("gemma2", R"("attn_logit_softcapping": null, "final_logit_softcapping": null,
+                          "sliding_window": null, "head_dim": 16)"),
+      "c");
+  ASSERT_TRUE(uncapped.ok()) << uncapped.status();
+  EXPECT_EQ(uncapped->attn_logit_softcapping, 0.0f);
+  EXPECT_EQ(uncapped->final_logit_softcapping, 0.0f);
+  EXPECT_EQ(uncapped->sliding_window, 0);
+  EXPECT_EQ(uncapped->head_dim, 16);
+  auto silu = ParseLlamaConfig(Config("gemma2", R"("hidden_activation": "silu")"), "c");
+  EXPECT_THAT(std::string(silu.status().message()),
+              HasSubstr("hidden_activation \"silu\" is not supported for model_type gemma2 "
+                        "(only gelu_pytorch_tanh)"));
+  auto cap = ParseLlamaConfig(Config("gemma2", R"("final_logit_softcapping": -1)"), "c");
+  EXPECT_THAT(std::string(cap.status().message()), HasSubstr("final_logit_softcapping must be > 0"));
+}
+
 TEST(LlamaConfigTest, MistralSlidingWindow) {
   auto windowed = ParseLlamaConfig(Config("mistral", R"("sliding_window": 4096)"), "c");
   ASSERT_TRUE(windowed.ok()) << windowed.status();
