@@ -107,14 +107,15 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
   const WeightLayout layout = spec_.layout;
   for (DecoderLayerWeights& l : w.layers) {
     LayerParams p;
-    std::vector<float> none;
+    std::vector<float> none;  // the post-norms are RMSNorms (Validate): no bias
+    Buffer no_bias;
     FLOVER_RETURN_IF_ERROR(norm(l.norm1, l.norm1_b, &p.norm1, &p.norm1_b));
     if (spec_.block != Block::kParallel) {
       FLOVER_RETURN_IF_ERROR(norm(l.norm2, l.norm2_b, &p.norm2, &p.norm2_b));
     }
     if (spec_.block == Block::kSandwich) {
-      FLOVER_RETURN_IF_ERROR(norm(l.post_attn_norm, none, &p.post_attn_norm, nullptr));
-      FLOVER_RETURN_IF_ERROR(norm(l.post_mlp_norm, none, &p.post_mlp_norm, nullptr));
+      FLOVER_RETURN_IF_ERROR(norm(l.post_attn_norm, none, &p.post_attn_norm, &no_bias));
+      FLOVER_RETURN_IF_ERROR(norm(l.post_mlp_norm, none, &p.post_mlp_norm, &no_bias));
     }
     FLOVER_RETURN_IF_ERROR(site(l.qkv, l.qkv_b, C, W, layout, Epilogue::kBias, &p.qkv));
     FLOVER_RETURN_IF_ERROR(site(l.o, l.o_b, QL, C, layout, into_x, &p.o));
