@@ -1,7 +1,8 @@
 // What the engine, the tensor-parallel workers, the server and the
 // benchmarks know of a model: "a causal LM" that runs a forward pass over a
-// ragged batch with a KV cache. GPT-2 (model/gpt2) implements it; a model
-// family is one implementation, and nothing outside model/ names one.
+// ragged batch with a KV cache. model/decoder's DecoderModel implements it
+// for every family (configured by model/gpt2 and model/llama); nothing
+// outside model/ names an implementation.
 #ifndef FLOVER_MODEL_CAUSAL_LM_H_
 #define FLOVER_MODEL_CAUSAL_LM_H_
 

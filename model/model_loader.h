@@ -21,6 +21,9 @@ namespace flover {
 //                       MLP 128, vocab 512, 512 positions
 //   builtin:llama-1b    TinyLlama-1.1B shapes: 22 layers, 2048 wide, 32 heads
 //                       (4 KV), MLP 5632, vocab 32000, 2048 positions
+//   builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b
+//                       llama-1b's shapes in those families' layouts
+//   builtin:gptj-1b     GPT-J's layout at ~1B parameters (benchmarks)
 // A file must be GGUF (its first bytes say so, whatever its name); a
 // directory's config.json names its family (model_type). A family Flover
 // does not serve is refused with a message naming it. Every file is
