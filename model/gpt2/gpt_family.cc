@@ -1,11 +1,11 @@
 #include "model/gpt2/gpt_family.h"
 
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/decoder/rotary.h"
 
 namespace flover {
 
@@ -27,12 +27,9 @@ DecoderSpec GptDecoderSpec(const GptConfig& c) {
   s.layout = gptj ? kernels::WeightLayout::kOutIn : kernels::WeightLayout::kInOut;
   s.position_table = !gptj;
   if (gptj) {
-    // As transformers' create_sinusoidal_positions, in float32:
-    // 1 / 10000^(2i / rotary_dim).
-    const int R = c.rotary_dim > 0 ? c.rotary_dim : c.head_dim();
-    for (int i = 0; i < R / 2; ++i) {
-      s.inv_freq.push_back(1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(R)));
-    }
+    // As transformers' create_sinusoidal_positions: base 10000 over the
+    // rotary dims.
+    s.inv_freq = RotaryInvFreq(10000.0f, c.rotary_dim > 0 ? c.rotary_dim : c.head_dim());
     s.rope_style = kernels::RopeStyle::kInterleaved;
   }
   s.attention.assign(c.n_layer, kernels::AttentionParams{});

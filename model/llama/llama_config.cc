@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/decoder/rotary.h"
 #include "util/json.h"
 
 namespace flover {
@@ -261,13 +262,10 @@ ModelInfo InfoOf(const LlamaConfig& c) {
 }
 
 std::vector<float> RopeInvFreq(const LlamaConfig& c) {
-  const int half = c.head_dim / 2;
-  std::vector<float> inv(half);
+  std::vector<float> inv = RotaryInvFreq(static_cast<float>(c.rope_theta), c.head_dim);
   const RopeScaling& r = c.rope_scaling;
-  for (int i = 0; i < half; ++i) {
-    // As transformers: in float32, theta ** (2i / dim).
-    float f = 1.0f / std::pow(static_cast<float>(c.rope_theta),
-                              static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+  for (size_t i = 0; i < inv.size(); ++i) {
+    float f = inv[i];
     if (r.type == RopeScaling::Type::kLinear) {
       f = static_cast<float>(f / r.factor);
     } else if (r.type == RopeScaling::Type::kLlama3) {
