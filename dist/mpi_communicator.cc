@@ -1,5 +1,9 @@
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "dist/communicator.h"
 
@@ -65,6 +69,13 @@ class MpiCommunicator final : public Communicator {
   WorldConfig world_;
 };
 
+// An integer from the environment, or `fallback` where it is unset or not one.
+int EnvInt(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  int parsed = 0;
+  return value != nullptr && absl::SimpleAtoi(value, &parsed) ? parsed : fallback;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(int tp_size) {
@@ -92,6 +103,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(int tp_size)
   }
   w.tp_size = tp_size;
   w.tp_rank = w.rank;
+  // Open MPI's launcher says where it put this process on its node.
+  w.local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  w.local_size = std::max(1, EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
   return std::unique_ptr<Communicator>(new MpiCommunicator(w));
 }
 

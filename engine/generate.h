@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "model/causal_lm.h"
 #include "engine/sampler.h"
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"

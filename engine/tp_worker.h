@@ -7,7 +7,7 @@
 #define FLOVER_ENGINE_TP_WORKER_H_
 
 #include "absl/status/status.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "engine/step_executor.h"
 
 namespace flover {

@@ -1,83 +1,88 @@
 #include "kernels/backend_factory.h"
 
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <mutex>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "util/runfiles.h"
+#include "kernels/module_loader.h"
 
 namespace flover::kernels {
 namespace {
 
-constexpr char kCudaModule[] = "libflover_cuda.so";
-
-using AbiVersionFn = decltype(&flover_backend_abi_version);
-using CreateFn = decltype(&flover_create_backend);
-using CreateCollectivesFn = decltype(&flover_create_device_collectives);
-
-// The loaded module, loaded once per process and never unloaded (the
-// backends it creates run its code).
-absl::StatusOr<void*> LoadCudaModule() {
-  static std::mutex mu;
-  static void* module = nullptr;
-  static absl::Status error;
-  std::lock_guard<std::mutex> lock(mu);
-  if (module != nullptr || !error.ok()) {
-    if (module != nullptr) return module;
-    return error;
-  }
-  const std::string path = FindRunfile("FLOVER_CUDA_MODULE", kCudaModule,
-                                      "kernels/cuda/libflover_cuda.so");
-  if (path.empty()) {
-    error = absl::NotFoundError(absl::StrCat(
-        "--device=cuda: this build has no CUDA backend (", kCudaModule,
-        " was not found beside the executable or in its runfiles; build on a host with the "
-        "CUDA toolkit in /usr/local/cuda, or set FLOVER_CUDA_MODULE)"));
-    return error;
-  }
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    error = absl::FailedPreconditionError(absl::StrCat(
-        "--device=cuda: cannot load the CUDA backend ", path, ": ", why ? why : "unknown error",
-        " (is the CUDA runtime installed, with cuBLAS, on the library path?)"));
-    return error;
-  }
-  auto version = reinterpret_cast<AbiVersionFn>(dlsym(handle, "flover_backend_abi_version"));
-  if (version == nullptr || dlsym(handle, "flover_create_backend") == nullptr) {
-    error = absl::FailedPreconditionError(
-        absl::StrCat("--device=cuda: ", path, " is not a Flover backend module"));
-    return error;
-  }
-  if (version() != kBackendAbiVersion) {
-    error = absl::FailedPreconditionError(absl::StrCat(
-        "--device=cuda: ", path, " was built for backend ABI ", version(), ", this binary needs ",
-        kBackendAbiVersion, " (rebuild both from the same tree)"));
-    return error;
-  }
-  module = handle;
-  return module;
+BackendKind CpuKind() {
+  BackendKind kind;
+  kind.name = "cpu";
+  kind.create = [](const BackendOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    auto cpu = CpuBackend::Create(options.matmul, options.kv);
+    if (!cpu.ok()) return cpu.status();
+    return std::unique_ptr<Backend>(std::move(*cpu));
+  };
+  return kind;  // its ranks reduce over MPI
 }
 
-// The module's entry point `name` (the module loaded first).
-template <typename Fn>
-absl::StatusOr<Fn> ModuleEntry(const char* name) {
-  auto module = LoadCudaModule();
-  if (!module.ok()) return module.status();
-  void* fn = dlsym(*module, name);
-  if (fn == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("the CUDA backend module has no ", name));
+// A kind whose backend is a module's.
+BackendKind ModuleKind(ModuleFile module) {
+  BackendKind kind;
+  kind.name = module.device;
+  kind.has_ordinals = true;
+  kind.create = [module](const BackendOptions& options) { return CreateModuleBackend(module, options); };
+  kind.create_collectives = [module](ControlChannel& control, Backend& backend) {
+    return CreateModuleCollectives(module, control, backend);
+  };
+  return kind;
+}
+
+std::mutex registry_mu;
+std::vector<BackendKind>& Registry() {
+  static auto* kinds = new std::vector<BackendKind>{
+      CpuKind(),
+      ModuleKind({"cuda", "libflover_cuda.so", "kernels/cuda/libflover_cuda.so", "FLOVER_CUDA_MODULE",
+                  "build on a host with the CUDA toolkit in /usr/local/cuda",
+                  "is the CUDA runtime installed, with cuBLAS, on the library path?"}),
+  };
+  return *kinds;
+}
+
+// The kind `device` names ("cuda:1" names "cuda"), or InvalidArgument.
+absl::StatusOr<BackendKind> KindOf(absl::string_view device) {
+  const size_t colon = device.find(':');
+  const absl::string_view name = device.substr(0, colon);
+  std::vector<std::string> choices;
+  for (const BackendKind& kind : BackendKinds()) {
+    int ordinal = 0;
+    if (kind.name == name &&
+        (colon == absl::string_view::npos ||
+         (kind.has_ordinals && absl::SimpleAtoi(device.substr(colon + 1), &ordinal) && ordinal >= 0))) {
+      return kind;
+    }
+    choices.push_back(kind.name);
+    if (kind.has_ordinals) choices.push_back(absl::StrCat(kind.name, ":N"));
   }
-  return reinterpret_cast<Fn>(fn);
+  const std::string last = choices.back();
+  choices.pop_back();
+  return absl::InvalidArgumentError(absl::StrCat("--device: must be ", absl::StrJoin(choices, ", "),
+                                                 " or ", last, ", got '", device, "'"));
 }
 
 }  // namespace
+
+std::vector<BackendKind> BackendKinds() {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  return Registry();
+}
+
+void RegisterBackendKind(BackendKind kind) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  for (BackendKind& known : Registry()) {
+    if (known.name == kind.name) {
+      known = std::move(kind);
+      return;
+    }
+  }
+  Registry().push_back(std::move(kind));
+}
 
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
   if (name == "f32") return MatmulDtype::kF32;
@@ -95,44 +100,33 @@ absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
       absl::StrCat("--kv_dtype: must be f32 or bf16, got '", name, "'"));
 }
 
-absl::Status ValidateDevice(absl::string_view device) {
-  if (device == "cpu" || device == "cuda") return absl::OkStatus();
-  int ordinal = 0;
-  if (absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &ordinal) &&
-      ordinal >= 0) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--device: must be cpu, cuda or cuda:N, got '", device, "'"));
+absl::Status ValidateDevice(absl::string_view device) { return KindOf(device).status(); }
+
+std::string DeviceForRank(const std::string& device, const WorldConfig& world) {
+  auto kind = KindOf(device);
+  if (!kind.ok() || !kind->has_ordinals || world.tp_size == 1 || device != kind->name) return device;
+  return absl::StrCat(device, ":", world.local_rank);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
-  if (absl::Status st = ValidateDevice(options.device); !st.ok()) return st;
-  if (options.device == "cpu") {
-    auto cpu = CpuBackend::Create(options.matmul, options.kv);
-    if (!cpu.ok()) return cpu.status();
-    return std::unique_ptr<Backend>(std::move(*cpu));
-  }
-  auto create = ModuleEntry<CreateFn>("flover_create_backend");
-  if (!create.ok()) return create.status();
-  absl::Status error = absl::UnknownError("the CUDA backend module gave no reason");
-  Backend* backend = (*create)(&options, &error);
-  if (backend == nullptr) return error;
-  return std::unique_ptr<Backend>(backend);
+  auto kind = KindOf(options.device);
+  if (!kind.ok()) return kind.status();
+  return kind->create(options);
+}
+
+bool HasDeviceCollectives(absl::string_view device) {
+  auto kind = KindOf(device);
+  return kind.ok() && kind->create_collectives != nullptr;
 }
 
 absl::StatusOr<std::unique_ptr<Collectives>> CreateDeviceCollectives(ControlChannel& control,
                                                                     Backend& backend) {
-  if (backend.name() != "cuda") {
+  auto kind = KindOf(std::string(backend.name()));
+  if (!kind.ok() || kind->create_collectives == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "device collectives need a GPU backend; the ", std::string(backend.name()), " backend uses MPI's"));
   }
-  auto create = ModuleEntry<CreateCollectivesFn>("flover_create_device_collectives");
-  if (!create.ok()) return create.status();
-  absl::Status error = absl::UnknownError("the CUDA backend module gave no reason");
-  Collectives* c = (*create)(&control, &backend, &error);
-  if (c == nullptr) return error;
-  return std::unique_ptr<Collectives>(c);
+  return kind->create_collectives(control, backend);
 }
 
 }  // namespace flover::kernels

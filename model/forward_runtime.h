@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "kernels/backend.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"

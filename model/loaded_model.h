@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
 #include "model/loader/chat_template_info.h"

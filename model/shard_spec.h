@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 
 namespace flover {
 

@@ -2,7 +2,7 @@
 // backend's stream, in the activations' own dtype. The NCCL unique id goes
 // from rank 0 to the others over the host control channel (MPI), which also
 // keeps carrying the step plan. Lives in the CUDA module: the binaries never
-// link NCCL, and reach this through dist/device_collectives.
+// link NCCL, and reach this through kernels/backend_factory (CreateDeviceCollectives).
 #ifndef FLOVER_KERNELS_CUDA_NCCL_COLLECTIVES_H_
 #define FLOVER_KERNELS_CUDA_NCCL_COLLECTIVES_H_
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "kernels/backend.h"
 
 namespace flover::kernels::cuda {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "kernels/backend.h"
 #include "model/causal_lm.h"
 #include "model/decoder/decoder_spec.h"
