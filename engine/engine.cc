@@ -56,6 +56,21 @@ struct Engine::Sequence {
   bool finished = false;
 };
 
+namespace {
+
+// The step set-up every rank derives from the engine's options (rank 0 in
+// Engine::Create, the others in RunEngineWorker), so they cannot differ: the
+// model prepared for every step size, and the KV cache.
+absl::StatusOr<std::unique_ptr<StepExecutor>> CreateStepExecutor(CausalLm& model,
+                                                                 const EngineOptions& options,
+                                                                 ControlChannel* channel) {
+  const SchedulerOptions& s = options.scheduler;
+  return StepExecutor::Create(model, options.kv_cache, s.max_batch, options.max_seq_len,
+                              MaxRowsPerStep(s, options.max_seq_len), channel);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
                                                        const Tokenizer* tokenizer,
                                                        const EngineOptions& options,
@@ -79,11 +94,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
   if (channel != nullptr && !channel->world().is_leader()) {
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
-  auto executor = StepExecutor::Create(model, options.kv_cache, s.max_batch, options.max_seq_len,
-                                       MaxRowsPerStep(s, options.max_seq_len), channel);
+  auto executor = CreateStepExecutor(model, options, channel);
   if (!executor.ok()) return executor.status();
   return std::unique_ptr<Engine>(
       new Engine(model, tokenizer, options, std::move(*executor), channel));
+}
+
+absl::Status RunEngineWorker(CausalLm& model, const EngineOptions& options, ControlChannel& channel) {
+  if (channel.world().is_leader()) {
+    return absl::InvalidArgumentError("rank 0 runs the engine; workers are ranks > 0");
+  }
+  auto executor = CreateStepExecutor(model, options, &channel);
+  if (!executor.ok()) return executor.status();
+  return RunTensorParallelWorker(**executor, channel);
 }
 
 Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,

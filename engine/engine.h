@@ -25,7 +25,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "dist/communicator.h"
+#include "kernels/collectives.h"
 #include "model/causal_lm.h"
 #include "engine/engine_metrics.h"
 #include "engine/kv_blocks.h"
@@ -194,6 +194,13 @@ class Engine {
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs_;
   std::thread thread_;
 };
+
+// Ranks > 0 of a tensor-parallel job: sets up the same steps Engine::Create
+// sets up on rank 0 from the same options (the model prepared for every step
+// size, the KV cache with rank 0's block count), then runs rank 0's steps
+// until it broadcasts a stop (RunTensorParallelWorker). An error means the
+// ranks are out of step: end the job.
+absl::Status RunEngineWorker(CausalLm& model, const EngineOptions& options, ControlChannel& channel);
 
 }  // namespace flover
 

@@ -1,6 +1,7 @@
 #include "server/request_convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "util/file_util.h"
 
 namespace flover::server {
 
@@ -107,5 +108,34 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
   r.top_logprobs = static_cast<int>(in.top_logprobs());
   return r;
 }
+
+absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
+                                                             ChatTemplateInfo info,
+                                                             std::shared_ptr<const Tokenizer> tokenizer) {
+  auto chat = std::make_unique<ChatSupport>();
+  if (!flag.empty()) {
+    auto text = ReadFlagFile("--chat_template", flag);
+    if (!text.ok()) return text.status();
+    info.text = std::move(*text);
+    info.source = flag;
+  }
+  if (info.text.empty()) return chat;  // refused: no template
+  if (tokenizer == nullptr) {
+    chat->unavailable = absl::FailedPreconditionError(
+        "messages: the model has no tokenizer, so its chat template cannot be used");
+    return chat;
+  }
+  auto format = ChatFormat::Create(info.text, info.source, info.bos_token, info.eos_token, tokenizer);
+  if (!format.ok()) {
+    if (!flag.empty()) return absl::InvalidArgumentError(absl::StrCat("--chat_template: ", format.status().message()));
+    chat->unavailable = absl::FailedPreconditionError(absl::StrCat(
+        "messages: the model's chat template is not usable here (", format.status().message(),
+        "); start the server with --chat_template=FILE"));
+    return chat;
+  }
+  chat->format = std::move(*format);
+  return chat;
+}
+
 
 }  // namespace flover::server

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "chat/chat_format.h"
+#include "model/loader/chat_template_info.h"
 #include "tokenizer/tokenizer.h"
 #include "engine/request.h"
 #include "proto/flover.pb.h"
@@ -27,6 +28,15 @@ struct ChatSupport {
       "messages: this model has no chat template; send text or token_ids, or start the server "
       "with --chat_template=FILE");
 };
+
+// How `messages` are served: the model's chat template (`info`), or the file
+// --chat_template names (`flag`, when not empty), or why not. A
+// --chat_template that does not parse is an error (the server stops); a
+// model's own that does not is kept as the reason chat is refused.
+absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
+                                                             ChatTemplateInfo info,
+                                                             std::shared_ptr<const Tokenizer> tokenizer);
+
 constexpr size_t kMaxRequestIdBytes = 256;
 
 // `random_seed` is used when the request sets no seed. `chat` (may be null:

@@ -11,6 +11,10 @@
 
 namespace flover::server {
 
+// The model served without --model (tools/setup.sh fetches it), by its
+// served name.
+inline constexpr char kDefaultModelName[] = "SmolLM2-135M-Instruct";
+
 // The largest request body the HTTP ports read (gRPC's message limit).
 inline constexpr size_t kMaxHttpBodyBytes = 4 << 20;
 
