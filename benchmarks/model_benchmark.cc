@@ -8,7 +8,7 @@
 //   tools/bazelw run -c opt //benchmarks:model_benchmark -- [--threads=2] [--repeats=5]
 //   .../model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 --decode_batches=1,8,32,256
 //
-// Prints a Markdown table (the README's performance section is a copy of it).
+// Prints a Markdown table (docs/performance.md's tables are copies of it).
 #include <omp.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the scheduler comparison of the README on builtin:gpt2-small (about
+# Runs the scheduler comparison of docs/performance.md on builtin:gpt2-small (about
 # 25 minutes on 2 cores: every row is the median-total run of 3, since one
 # run on these VMs can be 20% off) and draws the plot. Run on an idle machine.
 set -euo pipefail

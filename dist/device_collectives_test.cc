@@ -2,7 +2,7 @@
 // real NCCL calls whose results must be the identity — an all-reduce over
 // one rank leaves f32 and bf16 data bitwise as it was, a gather to the
 // leader returns the rank's own rows. (Two ranks need two GPUs; see the
-// README for what has run.) On a host without a GPU the CUDA case skips with
+// docs/gpu.md for what has run.) On a host without a GPU the CUDA case skips with
 // the reason; the CPU case runs everywhere.
 #include <gtest/gtest.h>
 

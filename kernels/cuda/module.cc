@@ -1,4 +1,4 @@
-// The entry points of libflover_cuda.so, found by kernels/backend_factory
+// The entry points of libflover_cuda.so, found by kernels/module_loader
 // with dlsym. Everything else in the module is reached through the Backend
 // the factory gets back.
 #include "kernels/backend.h"
