@@ -86,91 +86,107 @@ uint64_t Rng::Next() {
 
 double Rng::NextDouble() { return (Next() >> 11) * 0x1.0p-53; }
 
+inline float Sampler::Weights::Of(float logit) const { return ExpF((logit - max_logit) * inv_t); }
+
+// Sample is a chain of small stages over the logits, each a member below:
+// PenalizeRepeats -> (greedy: PickGreedy) | (Weigh: temperature into
+// unnormalized probabilities -> KeepTopK -> KeepNucleus -> Draw) -> Report.
+// The whole vocabulary under plain temperature takes DrawWhole, which needs
+// no candidate list.
 int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
                         float* logprob, int n_top, std::vector<std::pair<int32_t, float>>* top) {
   if (top == nullptr) n_top = 0;
-  const int V = static_cast<int>(logits.size());
-  if (params_.repetition_penalty != 1.0f) {
-    // Each distinct token is penalized once; applying to an already
-    // penalized logit is skipped by marking it.
-    std::vector<bool> done(V, false);
-    for (int32_t t : history) {
-      if (t < 0 || t >= V || done[t]) continue;
-      done[t] = true;
-      float& l = logits[t];
-      l = l < 0 ? l * params_.repetition_penalty : l / params_.repetition_penalty;
-    }
-  }
-
+  PenalizeRepeats(logits, history);
   // A temperature so small that its inverse overflows (below ~3e-39) is
   // greedy: scaling by an infinite 1/t would make 0 * inf = NaN of the top
   // logit and sample garbage.
   if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
-    const int32_t best = static_cast<int32_t>(
-        std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (logprob != nullptr || n_top > 0) {
-      double sum = 0;
-      for (float l : logits) sum += std::exp(double{l} - logits[best]);
-      const double log_sum = std::log(sum);
-      if (logprob != nullptr) *logprob = static_cast<float>(-log_sum);
-      if (n_top > 0) {
-        TopOf(logits, {}, n_top, [&](int32_t i) {
-          return static_cast<float>(double{logits[i]} - logits[best] - log_sum);
-        }, top);
-      }
-    }
-    return best;
+    return PickGreedy(logits, logprob, n_top, top);
   }
+  const Weights w{1.0f / params_.temperature, *std::max_element(logits.begin(), logits.end())};
+  probs_.resize(logits.size());
+  if (params_.top_k == 0 && params_.top_p >= 1.0f) return DrawWhole(logits, w, logprob, n_top, top);
+  double mass = KeepTopK(logits, w);
+  if (params_.top_p < 1.0f) mass = KeepNucleus(logits, mass);
+  const size_t pick = Draw(mass);
+  Report(logits, candidates_, candidates_[pick], mass, logprob, n_top, top);
+  return candidates_[pick];
+}
 
-  const float inv_t = 1.0f / params_.temperature;
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+void Sampler::PenalizeRepeats(absl::Span<float> logits, absl::Span<const int32_t> history) const {
+  if (params_.repetition_penalty == 1.0f) return;
+  const int V = static_cast<int>(logits.size());
+  // Each distinct token is penalized once; applying to an already penalized
+  // logit is skipped by marking it.
+  std::vector<bool> done(V, false);
+  for (int32_t t : history) {
+    if (t < 0 || t >= V || done[t]) continue;
+    done[t] = true;
+    float& l = logits[t];
+    l = l < 0 ? l * params_.repetition_penalty : l / params_.repetition_penalty;
+  }
+}
 
-  // probs_[i]: unnormalized probability of token i, computed once for the
-  // tokens a path uses (the whole vocabulary in one vectorized loop, or just
-  // the top-k candidates) and looked up after that.
-  probs_.resize(V);
-  auto prob_of = [&](int32_t i) { return ExpF((logits[i] - max_logit) * inv_t); };
-  auto fill_all = [&] {
-    float sum = 0.0f;
+int32_t Sampler::PickGreedy(absl::Span<const float> logits, float* logprob, int n_top,
+                            std::vector<std::pair<int32_t, float>>* top) const {
+  const int32_t best =
+      static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (logprob == nullptr && n_top == 0) return best;
+  // Reported under the raw softmax.
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double{l} - logits[best]);
+  const double log_sum = std::log(sum);
+  if (logprob != nullptr) *logprob = static_cast<float>(-log_sum);
+  if (n_top > 0) {
+    TopOf(logits, {}, n_top, [&](int32_t i) {
+      return static_cast<float>(double{logits[i]} - logits[best] - log_sum);
+    }, top);
+  }
+  return best;
+}
+
+float Sampler::WeighAll(absl::Span<const float> logits, const Weights& w) {
+  const int V = static_cast<int>(logits.size());
+  float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < V; ++i) {
-      probs_[i] = prob_of(i);
-      sum += probs_[i];
-    }
-    return sum;
-  };
-
-  if (params_.top_k == 0 && params_.top_p >= 1.0f) {
-    // Plain temperature: draw from the whole vocabulary, no index array.
-    const float sum = fill_all();
-    // Find the draw's block by block sums, then the token inside the block.
-    constexpr int kBlock = 256;
-    const double u = rng_.NextDouble() * sum;
-    double acc = 0;
-    int i = 0;
-    for (; i + kBlock < V; i += kBlock) {
-      float block = 0.0f;
-#pragma omp simd reduction(+ : block)
-      for (int j = i; j < i + kBlock; ++j) block += probs_[j];
-      if (u < acc + block) break;
-      acc += block;
-    }
-    int32_t pick = V - 1;
-    for (; i < V; ++i) {
-      acc += probs_[i];
-      if (u < acc) {
-        pick = i;
-        break;
-      }
-    }
-    if (logprob != nullptr) *logprob = std::log(probs_[pick] / sum);
-    if (n_top > 0) TopOf(logits, {}, n_top, [&](int32_t i) { return std::log(probs_[i] / sum); }, top);
-    return pick;
+  for (int i = 0; i < V; ++i) {
+    probs_[i] = w.Of(logits[i]);
+    sum += probs_[i];
   }
+  return sum;
+}
 
+int32_t Sampler::DrawWhole(absl::Span<const float> logits, const Weights& w, float* logprob,
+                           int n_top, std::vector<std::pair<int32_t, float>>* top) {
+  const int V = static_cast<int>(logits.size());
+  const float sum = WeighAll(logits, w);
+  // Find the draw's block by block sums, then the token inside the block.
+  constexpr int kBlock = 256;
+  const double u = rng_.NextDouble() * sum;
+  double acc = 0;
+  int i = 0;
+  for (; i + kBlock < V; i += kBlock) {
+    float block = 0.0f;
+#pragma omp simd reduction(+ : block)
+    for (int j = i; j < i + kBlock; ++j) block += probs_[j];
+    if (u < acc + block) break;
+    acc += block;
+  }
+  int32_t pick = V - 1;
+  for (; i < V; ++i) {
+    acc += probs_[i];
+    if (u < acc) {
+      pick = i;
+      break;
+    }
+  }
+  if (logprob != nullptr) *logprob = std::log(probs_[pick] / sum);
+  if (n_top > 0) TopOf(logits, {}, n_top, [&](int32_t i) { return std::log(probs_[i] / sum); }, top);
+  return pick;
+}
+
+double Sampler::KeepTopK(absl::Span<const float> logits, const Weights& w) {
+  const int V = static_cast<int>(logits.size());
   if (params_.top_k > 0 && params_.top_k < V) {
     // The top_k largest, ties broken by lower id: the k-th largest value is
     // found on a plain copy, then ids are taken in order.
@@ -185,59 +201,65 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     for (int i = 0; i < V; ++i) {
       if (logits[i] > kth || (logits[i] == kth && equal_needed-- > 0)) candidates_.push_back(i);
     }
-    for (int32_t c : candidates_) probs_[c] = prob_of(c);
+    for (int32_t c : candidates_) probs_[c] = w.Of(logits[c]);
   } else {
     candidates_.resize(V);
     std::iota(candidates_.begin(), candidates_.end(), 0);
-    fill_all();
+    WeighAll(logits, w);
   }
-  auto prob = [&](int32_t i) { return probs_[i]; };
-  double mass_all = 0;
-  for (int32_t c : candidates_) mass_all += prob(c);
+  double mass = 0;
+  for (int32_t c : candidates_) mass += probs_[c];
+  return mass;
+}
 
-  if (params_.top_p < 1.0f) {
-    // The nucleus: the smallest prefix, in descending order, whose mass
-    // reaches top_p. Only as many candidates as that needs are sorted: the
-    // top m by nth_element, with m growing until they hold the mass. The
-    // prefix is the one a full sort would give (same total order).
-    const double target = params_.top_p * mass_all;
-    size_t m = std::min<size_t>(256, candidates_.size());
-    while (true) {
-      if (m < candidates_.size()) {
-        std::nth_element(candidates_.begin(), candidates_.begin() + m, candidates_.end(), by_logit);
-      }
-      double mass = 0;
-      for (size_t i = 0; i < m; ++i) mass += prob(candidates_[i]);
-      if (mass >= target || m == candidates_.size()) break;
-      m = std::min(candidates_.size(), m * 8);
+double Sampler::KeepNucleus(absl::Span<const float> logits, double mass_all) {
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  // The smallest prefix, in descending order, whose mass reaches top_p. Only
+  // as many candidates as that needs are sorted: the top m by nth_element,
+  // with m growing until they hold the mass. The prefix is the one a full
+  // sort would give (same total order).
+  const double target = params_.top_p * mass_all;
+  size_t m = std::min<size_t>(256, candidates_.size());
+  while (true) {
+    if (m < candidates_.size()) {
+      std::nth_element(candidates_.begin(), candidates_.begin() + m, candidates_.end(), by_logit);
     }
-    std::sort(candidates_.begin(), candidates_.begin() + m, by_logit);
     double mass = 0;
-    size_t n = 0;
-    while (n < m) {
-      mass += prob(candidates_[n++]);
-      if (mass >= target) break;
-    }
-    candidates_.resize(n);
-    mass_all = mass;
+    for (size_t i = 0; i < m; ++i) mass += probs_[candidates_[i]];
+    if (mass >= target || m == candidates_.size()) break;
+    m = std::min(candidates_.size(), m * 8);
   }
+  std::sort(candidates_.begin(), candidates_.begin() + m, by_logit);
+  double mass = 0;
+  size_t n = 0;
+  while (n < m) {
+    mass += probs_[candidates_[n++]];
+    if (mass >= target) break;
+  }
+  candidates_.resize(n);
+  return mass;
+}
 
-  const double u = rng_.NextDouble() * mass_all;
+size_t Sampler::Draw(double mass) {
+  const double u = rng_.NextDouble() * mass;
   double acc = 0;
-  size_t pick = candidates_.size() - 1;
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    acc += prob(candidates_[i]);
-    if (u < acc) {
-      pick = i;
-      break;
-    }
+    acc += probs_[candidates_[i]];
+    if (u < acc) return i;
   }
-  if (logprob != nullptr) *logprob = static_cast<float>(std::log(prob(candidates_[pick]) / mass_all));
+  return candidates_.size() - 1;
+}
+
+void Sampler::Report(absl::Span<const float> logits, absl::Span<const int32_t> support, int32_t pick,
+                     double mass, float* logprob, int n_top,
+                     std::vector<std::pair<int32_t, float>>* top) const {
+  if (logprob != nullptr) *logprob = static_cast<float>(std::log(probs_[pick] / mass));
   if (n_top > 0) {
-    TopOf(logits, candidates_, n_top,
-          [&](int32_t i) { return static_cast<float>(std::log(prob(i) / mass_all)); }, top);
+    TopOf(logits, support, n_top,
+          [&](int32_t i) { return static_cast<float>(std::log(probs_[i] / mass)); }, top);
   }
-  return candidates_[pick];
 }
 
 }  // namespace flover

@@ -52,6 +52,34 @@ class Sampler {
                  std::vector<std::pair<int32_t, float>>* top = nullptr);
 
  private:
+  // exp((logit - max) / temperature): a token's unnormalized probability.
+  struct Weights {
+    float inv_t;
+    float max_logit;
+    float Of(float logit) const;  // inline in sampler.cc, where the loops are
+  };
+
+  // The stages Sample chains, in order (sampler.cc).
+  void PenalizeRepeats(absl::Span<float> logits, absl::Span<const int32_t> history) const;
+  int32_t PickGreedy(absl::Span<const float> logits, float* logprob, int n_top,
+                     std::vector<std::pair<int32_t, float>>* top) const;
+  // probs_ for the whole vocabulary; returns their sum.
+  float WeighAll(absl::Span<const float> logits, const Weights& w);
+  // Plain temperature over the whole vocabulary: draws without a candidate list.
+  int32_t DrawWhole(absl::Span<const float> logits, const Weights& w, float* logprob, int n_top,
+                    std::vector<std::pair<int32_t, float>>* top);
+  // candidates_ = the top_k most likely (all without top_k), their probs_
+  // filled; returns their mass.
+  double KeepTopK(absl::Span<const float> logits, const Weights& w);
+  // candidates_ = the nucleus of top_p of `mass`, most likely first; returns its mass.
+  double KeepNucleus(absl::Span<const float> logits, double mass);
+  // An index into candidates_, drawn in proportion to probs_.
+  size_t Draw(double mass);
+  // The chosen token's log-probability and the n_top most likely of `support`.
+  void Report(absl::Span<const float> logits, absl::Span<const int32_t> support, int32_t pick,
+              double mass, float* logprob, int n_top,
+              std::vector<std::pair<int32_t, float>>* top) const;
+
   SamplingParams params_;
   Rng rng_;
   std::vector<int32_t> candidates_;  // scratch, reused across steps
