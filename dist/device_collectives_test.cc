@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 #include "kernels/backend_factory.h"
 
 namespace flover {

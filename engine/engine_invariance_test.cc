@@ -19,8 +19,8 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/model_loader.h"
-#include "engine/testing/collecting_sink.h"
-#include "engine/testing/backends.h"
+#include "testing/collecting_sink.h"
+#include "testing/backends.h"
 
 namespace flover {
 namespace {

@@ -21,8 +21,8 @@
 
 #include "engine/engine.h"
 #include "model/model_loader.h"
-#include "engine/testing/collecting_sink.h"
-#include "engine/testing/backends.h"
+#include "testing/collecting_sink.h"
+#include "testing/backends.h"
 
 namespace {
 std::atomic<int64_t> g_live_heap_bytes{0};

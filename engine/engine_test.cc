@@ -13,10 +13,10 @@
 
 #include "engine/generate.h"
 #include "model/model_loader.h"
-#include "engine/testing/collecting_sink.h"
-#include "engine/testing/manual_clock.h"
+#include "testing/collecting_sink.h"
+#include "testing/manual_clock.h"
 #include "tokenizer/unicode.h"
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 #include "kernels/cpu/cpu_threads.h"
 
 namespace flover {

@@ -20,6 +20,16 @@ struct GenerateOptions {
   bool ignore_eos = false;
 };
 
+// Exactly `n` greedy tokens, EOS or not: how the golden tests continue a
+// prompt to compare with transformers' greedy output.
+inline GenerateOptions GreedyTokens(int n) {
+  GenerateOptions g;
+  g.max_new_tokens = n;
+  g.sampling.temperature = 0;
+  g.ignore_eos = true;
+  return g;
+}
+
 // Prefills `prompt` in one forward, then decodes one token per step until
 // max_new_tokens or (unless ignore_eos) the model's EOS, which is included.
 // With a tensor-parallel model every rank calls it with its `channel`: rank

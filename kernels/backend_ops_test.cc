@@ -15,8 +15,8 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/vec_math.h"
-#include "kernels/testing/numerics.h"
-#include "kernels/testing/op_harness.h"
+#include "testing/numerics.h"
+#include "testing/op_harness.h"
 
 namespace flover::kernels {
 namespace {

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 #include "model/model_loader.h"
 
 namespace flover {

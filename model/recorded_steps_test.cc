@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 #include "model/model_loader.h"
 
 namespace flover {

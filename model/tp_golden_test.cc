@@ -16,7 +16,7 @@
 #include "engine/generate.h"
 #include "model/model_loader.h"
 #include "testing/golden.h"
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 
 namespace flover {
 namespace {
@@ -26,14 +26,6 @@ using testing::ScaledError;
 Communicator* g_comm = nullptr;
 
 // 32 greedy tokens, EOS ignored.
-GenerateOptions Greedy32() {
-  GenerateOptions g;
-  g.max_new_tokens = 32;
-  g.ignore_eos = true;
-  g.sampling.temperature = 0;
-  return g;
-}
-
 class TensorParallelTest
     : public ::testing::TestWithParam<
           std::tuple<const char*, kernels::MatmulDtype, kernels::KvDtype>> {
@@ -88,7 +80,7 @@ TEST_P(TensorParallelTest, LogitsMatchOneRankAtEveryPosition) {
 }
 
 TEST_P(TensorParallelTest, GreedyOutputsEqualOneRank) {
-  const GenerateOptions g = Greedy32();
+  const GenerateOptions g = GreedyTokens(32);
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2};
   auto tp_out = GenerateAlone(*tp_, prompt, g, g_comm);
   ASSERT_TRUE(tp_out.ok()) << tp_out.status();
@@ -165,7 +157,7 @@ TEST_P(TensorParallelInt8Test, StaysAsCloseToF32AsOneRank) {
 }
 
 TEST_P(TensorParallelInt8Test, GreedyAgreementIsReported) {
-  const GenerateOptions g = Greedy32();
+  const GenerateOptions g = GreedyTokens(32);
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2};
   auto tp_out = GenerateAlone(*tp_, prompt, g, g_comm);
   ASSERT_TRUE(tp_out.ok()) << tp_out.status();
@@ -210,7 +202,7 @@ TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
       EXPECT_LT(ScaledError(&logits[row * V], &want[row * V], V), 1e-4) << dir;
     }
   }
-  const GenerateOptions g = Greedy32();
+  const GenerateOptions g = GreedyTokens(32);
   auto out = GenerateAlone(tp, golden.greedy_prompt, g, g_comm);
   ASSERT_TRUE(out.ok());
   if (g_comm->world().is_leader()) {

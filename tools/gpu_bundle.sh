@@ -22,7 +22,7 @@ TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_g
        //model/decoder:decoder_golden_test //model:paged_kv_test //model:recorded_steps_test
        //engine:engine_invariance_test //dist:device_collectives_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
-          //engine:flover_generate //clients:flover_client //clients:flover_loadgen)
+          //cli:flover_generate //clients:flover_client //clients:flover_loadgen)
 tools/bazelw build "${TESTS[@]}" "${BINARIES[@]}" //kernels/cuda:libflover_cuda.so >&2
 bin="$root/.bazel-root/bin"
 [ -f "$bin/kernels/cuda/libflover_cuda.so" ] || { echo "no CUDA module was built" >&2; exit 1; }

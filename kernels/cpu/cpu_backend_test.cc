@@ -14,7 +14,7 @@
 
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/weight_arena.h"
-#include "kernels/testing/numerics.h"
+#include "testing/numerics.h"
 
 namespace flover::kernels {
 namespace {

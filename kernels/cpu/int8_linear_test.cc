@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "kernels/testing/numerics.h"
+#include "testing/numerics.h"
 
 namespace flover::kernels {
 namespace {

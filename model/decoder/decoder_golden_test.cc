@@ -26,7 +26,7 @@
 
 #include "absl/strings/match.h"
 #include "engine/generate.h"
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "model/llama/llama_checkpoint.h"
 #include "model/model_loader.h"
@@ -143,10 +143,7 @@ TEST_P(DecoderGoldenTest, LogitsAtEveryPositionMatchTransformers) {
 // token held to agree.
 TEST_P(DecoderGoldenTest, GreedyContinuationMatchesTransformers) {
   const Case& c = std::get<0>(GetParam());
-  GenerateOptions options;
-  options.max_new_tokens = 32;
-  options.sampling.temperature = 0;
-  options.ignore_eos = true;
+  const GenerateOptions options = GreedyTokens(32);
   auto out = GenerateAlone(*model_, golden_.greedy_prompt, options);
   ASSERT_TRUE(out.ok()) << out.status();
   if (c.matmul == kernels::MatmulDtype::kF32) {

@@ -16,7 +16,7 @@
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "testing/golden.h"
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 
 namespace flover {
 namespace {
@@ -92,10 +92,7 @@ TEST_P(GoldenModelTest, LogitsAtEveryPositionMatchTransformers) {
 }
 
 TEST_P(GoldenModelTest, GreedyContinuationMatchesTransformers) {
-  GenerateOptions options;
-  options.max_new_tokens = 32;
-  options.sampling.temperature = 0;
-  options.ignore_eos = true;
+  const GenerateOptions options = GreedyTokens(32);
   auto out = GenerateAlone(*gpt_, golden_.greedy_prompt, options);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, golden_.greedy_output);

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/generate.h"
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 #include "model/llama/llama_checkpoint.h"
 #include "testing/files.h"
 #include "testing/golden.h"

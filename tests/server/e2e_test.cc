@@ -15,7 +15,7 @@
 #include "util/json.h"
 #include "model/model_loader.h"
 #include "testing/golden.h"
-#include "engine/testing/backends.h"
+#include "testing/backends.h"
 #include "proto/flover.grpc.pb.h"
 #include "tests/server/server_process.h"
 

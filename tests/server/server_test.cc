@@ -13,11 +13,10 @@
 #include <thread>
 
 #include "kernels/backend_factory.h"
-#include "kernels/cpu/int8_linear.h"
-#include "kernels/cpu/onednn_linear.h"
 #include "proto/flover.grpc.pb.h"
 #include "testing/files.h"
 #include "util/json.h"
+#include "testing/backends.h"
 #include "tests/server/server_process.h"
 
 namespace flover {
@@ -524,8 +523,7 @@ TEST_F(ServerTest, Bf16LinearLayersAndKvCacheKeepRequestsIndependent) {
               0)
         << bad;
   }
-  if (absl::Status st = kernels::OneDnnLinear::CheckSupported(kernels::MatmulDtype::kBF16);
-      !st.ok()) {
+  if (absl::Status st = testing::CpuSupports(kernels::MatmulDtype::kBF16); !st.ok()) {
     GTEST_SKIP() << st.message();
   }
   Start({"--dtype=bf16", "--kv_dtype=bf16", "--max_seq_len=128", "--threads=2"});
@@ -545,7 +543,7 @@ TEST_F(ServerTest, Bf16LinearLayersAndKvCacheKeepRequestsIndependent) {
 // alone (integer sums: invariant by construction). A CPU without AVX-512
 // VNNI refuses it at start, naming it.
 TEST_F(ServerTest, Int8LinearLayersKeepRequestsIndependent) {
-  if (absl::Status st = kernels::Int8Linear::CheckSupported(); !st.ok()) {
+  if (absl::Status st = testing::CpuSupports(kernels::MatmulDtype::kInt8); !st.ok()) {
     EXPECT_NE(testing::RunCommand({g_server, "--model=builtin:tiny", "--listen=127.0.0.1:0",
                                    "--dtype=int8"},
                                   std::chrono::seconds(60)),

@@ -19,8 +19,8 @@
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/vec_math.h"
-#include "kernels/testing/numerics.h"
-#include "kernels/testing/required_devices.h"
+#include "testing/numerics.h"
+#include "testing/required_devices.h"
 
 namespace flover::kernels::testing {
 

@@ -17,7 +17,7 @@
 #include "model/loaded_model.h"
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
-#include "kernels/testing/required_devices.h"
+#include "testing/required_devices.h"
 
 namespace flover::testing {
 
@@ -60,6 +60,16 @@ inline std::unique_ptr<kernels::Backend> BackendForTest(
     *skip = "backend failed";
   }
   return nullptr;
+}
+
+// Whether this machine's CPU backend runs linear layers in `matmul` (bf16
+// needs oneDNN's fast kernels, int8 AVX-512 VNNI): the backend's own answer,
+// so a test that starts a server with --dtype knows whether to expect it to
+// start, without reaching into the CPU kernels.
+inline absl::Status CpuSupports(kernels::MatmulDtype matmul) {
+  kernels::BackendOptions options;
+  options.matmul = matmul;
+  return kernels::CreateBackend(options).status();
 }
 
 // A CPU backend that must exist (f32 matmul and KV unless asked otherwise).
