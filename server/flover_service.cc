@@ -3,11 +3,10 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits for messages
-#include "server/request_convert.h"
+#include "server/request_session.h"
 #include "server/status_util.h"
 
 namespace flover::server {
@@ -25,24 +24,6 @@ v1::FinishReason ToProto(FinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-// How a request's end maps to the call's status: finished requests end OK
-// after their last message; the others end with the matching code.
-grpc::Status EndStatus(const FinishEvent& e) {
-  switch (e.reason) {
-    case FinishReason::kLength:
-    case FinishReason::kStop:
-    case FinishReason::kEos:
-      return grpc::Status::OK;
-    case FinishReason::kCancelled:
-      return ToGrpcStatus(absl::CancelledError("the request was cancelled"));
-    case FinishReason::kDeadline:
-      return ToGrpcStatus(absl::DeadlineExceededError("the request's deadline passed"));
-    case FinishReason::kError:
-      return ToGrpcStatus(e.error.ok() ? absl::InternalError("engine error") : e.error);
-  }
-  return grpc::Status::OK;
-}
-
 absl::Time ToAbslTime(std::chrono::system_clock::time_point t) {
   if (t == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
   return absl::FromChrono(t);
@@ -57,12 +38,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
  public:
   // The reactor is owned by a shared_ptr held by itself until OnDone and by
   // the engine's sink until the request finishes, whichever is later.
-  static GenerateReactor* Start(Engine& engine, const Tokenizer* tokenizer, const ChatSupport* chat,
-                                const ApiKeys* keys, grpc::CallbackServerContext* context,
+  static GenerateReactor* Start(const ServingContext& serving, const ApiKeys* keys,
+                                grpc::CallbackServerContext* context,
                                 const grpc::ByteBuffer& request) {
-    auto reactor = std::shared_ptr<GenerateReactor>(new GenerateReactor(engine));
+    auto reactor = std::shared_ptr<GenerateReactor>(new GenerateReactor(serving.engine));
     reactor->self_ = reactor;
-    reactor->Submit(tokenizer, chat, keys, context, request);
+    reactor->Submit(serving, keys, context, request);
     return reactor.get();
   }
 
@@ -108,42 +89,32 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   explicit GenerateReactor(Engine& engine) : engine_(engine) {}
 
-  void Submit(const Tokenizer* tokenizer, const ChatSupport* chat, const ApiKeys* keys,
+  void Submit(const ServingContext& serving, const ApiKeys* keys,
               grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw) {
-    // Held across engine_.Submit so the engine's first callbacks wait until
-    // the id is known.
+    // Held across the submit so the engine's first callbacks wait until the
+    // id is known.
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status st = Authenticate(keys, *context); !st.ok()) {
-      engine_.metrics().CountError(st.code());
-      Finish(ToGrpcStatus(st));
+      Finish(ToGrpcStatus(CountRefusal(engine_, st)));
       return;
     }
     v1::GenerateRequest request;
     grpc::ByteBuffer bytes = raw;  // Deserialize consumes it; the copy shares the slices
     if (!grpc::SerializationTraits<v1::GenerateRequest>::Deserialize(&bytes, &request).ok()) {
-      const absl::Status st = absl::InvalidArgumentError(
-          "request: not a valid flover.v1.GenerateRequest message (protobuf parse failed)");
-      engine_.metrics().CountError(st.code());
-      Finish(ToGrpcStatus(st));
+      Finish(ToGrpcStatus(CountRefusal(engine_, absl::InvalidArgumentError(
+          "request: not a valid flover.v1.GenerateRequest message (protobuf parse failed)"))));
       return;
     }
     request_id_ = request.request_id();
     with_logprobs_ = request.return_logprobs();
-    auto converted = ToEngineRequest(request, tokenizer, chat, engine_.model().info().vocab_size,
-                                     std::random_device{}() * 0x9e3779b97f4a7c15ull);
-    if (!converted.ok()) {
-      engine_.metrics().CountError(converted.status().code());  // the engine never saw it
-      Finish(ToGrpcStatus(converted.status()));
+    auto submitted = SubmitRequest(serving, request, std::make_shared<Sink>(shared_from_this()),
+                                   [context](Request& r) { r.deadline = ToAbslTime(context->deadline()); });
+    if (!submitted.ok()) {
+      Finish(ToGrpcStatus(submitted.status()));
       return;
     }
-    converted->deadline = ToAbslTime(context->deadline());
-    auto id = engine_.Submit(std::move(*converted), std::make_shared<Sink>(shared_from_this()));
-    if (!id.ok()) {
-      Finish(ToGrpcStatus(id.status()));
-      return;
-    }
-    id_ = *id;
-    if (request_id_.empty()) request_id_ = absl::StrCat(*id);
+    id_ = submitted->id;
+    if (request_id_.empty()) request_id_ = absl::StrCat(id_);
     // A cancel that arrived before the id existed found nothing to cancel.
     if (context->IsCancelled()) (void)engine_.Cancel(id_);
   }
@@ -166,7 +137,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   void OnFinish(const FinishEvent& e) {
     std::lock_guard<std::mutex> lock(mu_);
-    end_status_ = EndStatus(e);
+    end_status_ = ToGrpcStatus(EndStatus(e));
     if (end_status_.ok()) {
       pending_.mutable_text()->append(e.text);
       pending_.set_finish_reason(ToProto(e.reason));
@@ -240,7 +211,7 @@ absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* FloverService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return GenerateReactor::Start(engine_, tokenizer_, chat_, keys_, context, *request);
+  return GenerateReactor::Start({engine_, tokenizer_, chat_}, keys_, context, *request);
 }
 
 grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContext* context,

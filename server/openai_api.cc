@@ -8,13 +8,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "server/request_session.h"
 #include "server/server_options.h"
 #include "server/status_util.h"
 #include "util/json.h"
@@ -25,22 +25,6 @@ namespace {
 void Fail(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status);
   res.set_content(OpenAiErrorBody(status), "application/json");
-}
-
-absl::Status EndStatus(const FinishEvent& e) {
-  switch (e.reason) {
-    case FinishReason::kLength:
-    case FinishReason::kStop:
-    case FinishReason::kEos:
-      return absl::OkStatus();
-    case FinishReason::kCancelled:
-      return absl::CancelledError("the request was cancelled");
-    case FinishReason::kDeadline:
-      return absl::DeadlineExceededError("the request's deadline passed");
-    case FinishReason::kError:
-      return e.error.ok() ? absl::InternalError("engine error") : e.error;
-  }
-  return absl::OkStatus();
 }
 
 // Collects one request's events from the engine thread for an HTTP worker.
@@ -222,25 +206,22 @@ void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
                          "echo: is not supported with logprobs (prompt log-probabilities are not "
                          "computed)"));
   }
-  auto converted = ToEngineRequest(parsed.request, tokenizer, chat, engine.model().info().vocab_size,
-                                   std::random_device{}() * 0x9e3779b97f4a7c15ull);
-  if (!converted.ok()) {
-    engine.metrics().CountError(converted.status().code());  // the engine never saw it
-    return Fail(res, converted.status());
-  }
-  const int prompt_tokens = static_cast<int>(converted->prompt.size());
-  if (is_chat && !parsed.request.stopping().has_max_new_tokens()) {
-    // As OpenAI's: a reply without max_tokens may fill the context (up to
-    // the server's limit, and what the KV cache holds); a prompt that fills
-    // it already is refused below.
-    converted->stop.max_new_tokens = std::max(
-        1, std::min(engine.options().max_new_tokens_limit, engine.max_context() - prompt_tokens));
-  }
-  const std::string echo = parsed.echo ? tokenizer->Decode(converted->prompt) : "";
   auto sink = std::make_shared<CollectingSink>();
-  auto id = engine.Submit(std::move(*converted), sink);
-  if (!id.ok()) return Fail(res, id.status());  // counted by the engine
-  auto answer = std::make_shared<Answer>(is_chat, absl::StrCat(is_chat ? "chatcmpl-" : "cmpl-", *id),
+  auto submitted = SubmitRequest({engine, tokenizer, chat}, parsed.request, sink, [&](Request& r) {
+    if (is_chat && !parsed.request.stopping().has_max_new_tokens()) {
+      // As OpenAI's: a reply without max_tokens may fill the context (up to
+      // the server's limit, and what the KV cache holds); a prompt that
+      // fills it already is refused by the engine.
+      const int prompt_tokens = static_cast<int>(r.prompt.size());
+      r.stop.max_new_tokens = std::max(
+          1, std::min(engine.options().max_new_tokens_limit, engine.max_context() - prompt_tokens));
+    }
+  });
+  if (!submitted.ok()) return Fail(res, submitted.status());  // counted
+  const int prompt_tokens = static_cast<int>(submitted->prompt.size());
+  const std::string echo = parsed.echo ? tokenizer->Decode(submitted->prompt) : "";
+  const RequestId request_id = submitted->id;
+  auto answer = std::make_shared<Answer>(is_chat, absl::StrCat(is_chat ? "chatcmpl-" : "cmpl-", request_id),
                                          model, tokenizer, parsed.request.return_logprobs(),
                                          prompt_tokens);
 
@@ -301,7 +282,7 @@ void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
         if (state->finished) out.done();
         return true;
       },
-      [&engine, state, id = *id](bool) {
+      [&engine, state, id = request_id](bool) {
         if (!state->finished) (void)engine.Cancel(id);  // the slot is freed at the next step
       });
 }
@@ -315,8 +296,7 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
     if (keys == nullptr) return true;
     absl::Status st = keys->Check(req.get_header_value("Authorization"));
     if (st.ok()) return true;
-    engine.metrics().CountError(st.code());
-    Fail(res, st);
+    Fail(res, CountRefusal(engine, st));
     return false;
   };
   // Errors cpp-httplib answers itself take OpenAI's shape too: a body over
@@ -362,10 +342,7 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
                 if (!authorized(req, res)) return;
                 auto parsed = is_chat ? ParseChatRequest(req.body, model_name)
                                       : ParseCompletionRequest(req.body, model_name);
-                if (!parsed.ok()) {
-                  engine.metrics().CountError(parsed.status().code());
-                  return Fail(res, parsed.status());
-                }
+                if (!parsed.ok()) return Fail(res, CountRefusal(engine, parsed.status()));
                 Serve(res, engine, tokenizer, chat, model_name, *parsed, is_chat);
               });
   }

@@ -1,0 +1,52 @@
+// What the gRPC and HTTP front ends share for one request, so they cannot
+// drift: the conversion (request_convert: text tokenized, messages rendered,
+// a seed drawn when the request sets none), the submit, the count of
+// refusals the engine never saw, and how a finished request ends.
+#ifndef FLOVER_SERVER_REQUEST_SESSION_H_
+#define FLOVER_SERVER_REQUEST_SESSION_H_
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "proto/flover.pb.h"
+#include "server/request_convert.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flover::server {
+
+// What a front end serves requests with; every pointer but the engine may
+// be null (no tokenizer: token ids only; no chat support: messages refused).
+struct ServingContext {
+  Engine& engine;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatSupport* chat = nullptr;
+};
+
+// A request the engine took.
+struct SubmittedRequest {
+  RequestId id = 0;
+  std::vector<int32_t> prompt;  // its tokens, after the chat template
+};
+
+// Converts `request`, lets `adjust` set what the front end decides (the
+// call's deadline; chat's default length), and submits it with `sink`. A
+// conversion error is counted here, as the engine counts its own refusals.
+absl::StatusOr<SubmittedRequest> SubmitRequest(const ServingContext& serving,
+                                               const v1::GenerateRequest& request,
+                                               std::shared_ptr<TokenSink> sink,
+                                               const std::function<void(Request&)>& adjust = {});
+
+// Counts a refusal before conversion (a bad key, a body that does not
+// parse) in the engine's error metrics, and returns it.
+absl::Status CountRefusal(Engine& engine, absl::Status status);
+
+// OK for a request that finished (length, stop, EOS); otherwise the status
+// its call ends with (cancelled, deadline exceeded, the engine's error).
+absl::Status EndStatus(const FinishEvent& finish);
+
+}  // namespace flover::server
+
+#endif  // FLOVER_SERVER_REQUEST_SESSION_H_
