@@ -34,15 +34,20 @@ BackendKind ModuleKind(ModuleFile module) {
   return kind;
 }
 
-std::mutex registry_mu;
-std::vector<BackendKind>& Registry() {
-  static auto* kinds = new std::vector<BackendKind>{
-      CpuKind(),
-      ModuleKind({"cuda", "libflover_cuda.so", "kernels/cuda/libflover_cuda.so", "FLOVER_CUDA_MODULE",
-                  "build on a host with the CUDA toolkit in /usr/local/cuda",
-                  "is the CUDA runtime installed, with cuBLAS, on the library path?"}),
-  };
-  return *kinds;
+// The kinds and their lock, made once and never destroyed (binaries and
+// tests may create backends until the process ends).
+struct Registry {
+  std::mutex mu;
+  std::vector<BackendKind> kinds;
+};
+Registry& TheRegistry() {
+  static auto* registry = new Registry{
+      {},
+      {CpuKind(),
+       ModuleKind({"cuda", "libflover_cuda.so", "kernels/cuda/libflover_cuda.so", "FLOVER_CUDA_MODULE",
+                   "build on a host with the CUDA toolkit in /usr/local/cuda",
+                   "is the CUDA runtime installed, with cuBLAS, on the library path?"})}};
+  return *registry;
 }
 
 // The kind `device` names ("cuda:1" names "cuda"), or InvalidArgument.
@@ -69,19 +74,21 @@ absl::StatusOr<BackendKind> KindOf(absl::string_view device) {
 }  // namespace
 
 std::vector<BackendKind> BackendKinds() {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  return Registry();
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.kinds;
 }
 
 void RegisterBackendKind(BackendKind kind) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  for (BackendKind& known : Registry()) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (BackendKind& known : r.kinds) {
     if (known.name == kind.name) {
       known = std::move(kind);
       return;
     }
   }
-  Registry().push_back(std::move(kind));
+  r.kinds.push_back(std::move(kind));
 }
 
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {

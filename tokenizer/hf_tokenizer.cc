@@ -5,13 +5,11 @@
 #include "tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
-#include <queue>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "tokenizer/hf_tokenizer_internal.h"
