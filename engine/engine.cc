@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/tp_worker.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "util/field_error.h"
 
 namespace flover {
 namespace {
@@ -127,22 +128,24 @@ Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
 absl::Status Engine::Validate(const Request& r) const {
   const ModelInfo& config = model_.info();
-  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (r.prompt.empty()) return bad("prompt: is empty");
+  auto bad = [](absl::string_view field, auto&&... detail) {
+    return FieldError(field, absl::StrCat(detail...));
+  };
+  if (r.prompt.empty()) return bad("prompt", "is empty");
   for (size_t i = 0; i < r.prompt.size(); ++i) {
     if (r.prompt[i] < 0 || r.prompt[i] >= config.vocab_size) {
-      return bad("prompt: token id ", r.prompt[i], " at index ", i,
+      return bad("prompt", "token id ", r.prompt[i], " at index ", i,
                  " is outside the vocabulary (", config.vocab_size, ")");
     }
   }
   const StopConditions& stop = r.stop;
   if (stop.max_new_tokens < 1 || stop.max_new_tokens > options_.max_new_tokens_limit) {
-    return bad("max_new_tokens: must be in [1, ", options_.max_new_tokens_limit, "], got ",
+    return bad("max_new_tokens", "must be in [1, ", options_.max_new_tokens_limit, "], got ",
                stop.max_new_tokens);
   }
   const int64_t total = int64_t{static_cast<int64_t>(r.prompt.size())} + stop.max_new_tokens;
   if (total > options_.max_seq_len) {
-    return bad("max_new_tokens: prompt (", r.prompt.size(), " tokens) + max_new_tokens (",
+    return bad("max_new_tokens", "prompt (", r.prompt.size(), " tokens) + max_new_tokens (",
                stop.max_new_tokens, ") exceeds max_seq_len (", options_.max_seq_len, ")");
   }
   if (KvCacheShape::BlocksFor(total) > num_kv_blocks_) {
@@ -156,30 +159,30 @@ absl::Status Engine::Validate(const Request& r) const {
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
-    return bad("top_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs);
+    return bad("top_logprobs", "must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs);
   }
   // Token ids that end generation: a bounded list, each in the vocabulary.
   for (const auto& [field, ids] : {std::pair{"stop_token_ids", &stop.stop_token_ids},
                                    std::pair{"end_of_turn_ids", &stop.end_of_turn_ids}}) {
     if (ids->size() > kMaxStopTokenIds) {
-      return bad(field, ": at most ", kMaxStopTokenIds, " ids, got ", ids->size());
+      return bad(field, "at most ", kMaxStopTokenIds, " ids, got ", ids->size());
     }
     for (int32_t t : *ids) {
       if (t < 0 || t >= config.vocab_size) {
-        return bad(field, ": ", t, " is outside the vocabulary (", config.vocab_size, ")");
+        return bad(field, t, " is outside the vocabulary (", config.vocab_size, ")");
       }
     }
   }
   if (!stop.stop_strings.empty() && tokenizer_ == nullptr) {
-    return bad("stop_strings: the model has no tokenizer");
+    return bad("stop_strings", "the model has no tokenizer");
   }
   if (stop.stop_strings.size() > kMaxStopStrings) {
-    return bad("stop_strings: at most ", kMaxStopStrings, " strings, got ", stop.stop_strings.size());
+    return bad("stop_strings", "at most ", kMaxStopStrings, " strings, got ", stop.stop_strings.size());
   }
   for (const std::string& s : stop.stop_strings) {
-    if (s.empty()) return bad("stop_strings: must not contain an empty string");
+    if (s.empty()) return bad("stop_strings", "must not contain an empty string");
     if (s.size() > kMaxStopStringBytes) {
-      return bad("stop_strings: each at most ", kMaxStopStringBytes, " bytes, got one of ", s.size());
+      return bad("stop_strings", "each at most ", kMaxStopStringBytes, " bytes, got one of ", s.size());
     }
   }
   return absl::OkStatus();
@@ -204,7 +207,7 @@ void Engine::PublishOccupancyLocked() {
 }
 
 absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSink> sink) {
-  if (sink == nullptr) return absl::InvalidArgumentError("sink: is null");
+  if (sink == nullptr) return FieldError("sink", "is null");
   if (absl::Status st = Validate(request); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
   if (!fatal_.ok()) return absl::UnavailableError(absl::StrCat("the engine failed: ", fatal_.message()));

@@ -11,18 +11,22 @@
 #include <cmath>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "engine/generate.h"
 #include "model/model_loader.h"
 #include "testing/collecting_sink.h"
 #include "testing/manual_clock.h"
 #include "tokenizer/unicode.h"
+#include "util/field_error.h"
 #include "testing/backends.h"
 #include "kernels/cpu/cpu_threads.h"
 
 namespace flover {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 using testing::CollectingSink;
 
 class EngineTest : public ::testing::Test {
@@ -67,10 +71,11 @@ class EngineTest : public ::testing::Test {
     EXPECT_TRUE(id.ok()) << id.status();
     return {id.ok() ? *id : 0, sink};
   }
+  // The refusal's message, after the field it names ("field|message").
   std::string SubmitError(const Request& r) {
     auto id = engine_->Submit(r, std::make_shared<CollectingSink>());
     EXPECT_FALSE(id.ok());
-    return std::string(id.status().message());
+    return absl::StrCat(ErrorField(id.status()), "|", id.status().message());
   }
 
   testing::ManualClock clock_;  // outlives the engine, which may read it
@@ -187,28 +192,28 @@ TEST_F(EngineTest, FullQueueIsRefusedAtOnce) {
 
 TEST_F(EngineTest, InvalidRequestsNameTheField) {
   Start("builtin:tiny", Options());
-  EXPECT_THAT(SubmitError(Greedy({}, 4)), HasSubstr("prompt: is empty"));
-  EXPECT_THAT(SubmitError(Greedy({1, 512}, 4)), HasSubstr("prompt: token id 512 at index 1"));
-  EXPECT_THAT(SubmitError(Greedy({1}, 0)), HasSubstr("max_new_tokens"));
+  EXPECT_THAT(SubmitError(Greedy({}, 4)), StartsWith("prompt|prompt: is empty"));
+  EXPECT_THAT(SubmitError(Greedy({1, 512}, 4)), StartsWith("prompt|prompt: token id 512 at index 1"));
+  EXPECT_THAT(SubmitError(Greedy({1}, 0)), StartsWith("max_new_tokens|max_new_tokens"));
   EXPECT_THAT(SubmitError(Greedy(std::vector<int32_t>(500, 1), 20)),
-              HasSubstr("exceeds max_seq_len (512)"));
+              AllOf(StartsWith("max_new_tokens|"), HasSubstr("exceeds max_seq_len (512)")));
   Request r = Greedy({1}, 4);
   r.sampling.temperature = -1;
-  EXPECT_THAT(SubmitError(r), HasSubstr("temperature"));
+  EXPECT_THAT(SubmitError(r), StartsWith("temperature|temperature"));
   r = Greedy({1}, 4);
   r.sampling.top_p = 1.5;
-  EXPECT_THAT(SubmitError(r), HasSubstr("top_p"));
+  EXPECT_THAT(SubmitError(r), StartsWith("top_p|top_p"));
   r = Greedy({1}, 4);
   r.sampling.top_k = -2;
-  EXPECT_THAT(SubmitError(r), HasSubstr("top_k"));
+  EXPECT_THAT(SubmitError(r), StartsWith("top_k|top_k"));
   r = Greedy({1}, 4);
   r.stop.stop_strings = {"x"};
-  EXPECT_THAT(SubmitError(r), HasSubstr("stop_strings: the model has no tokenizer"));
+  EXPECT_THAT(SubmitError(r), StartsWith("stop_strings|stop_strings: the model has no tokenizer"));
   r = Greedy({1}, 4);
   r.stop.stop_token_ids = {9999};
-  EXPECT_THAT(SubmitError(r), HasSubstr("stop_token_ids"));
+  EXPECT_THAT(SubmitError(r), StartsWith("stop_token_ids|stop_token_ids"));
   r.stop.stop_token_ids.assign(kMaxStopTokenIds + 1, 3);
-  EXPECT_THAT(SubmitError(r), HasSubstr("stop_token_ids: at most 1024 ids, got 1025"));
+  EXPECT_THAT(SubmitError(r), StartsWith("stop_token_ids|stop_token_ids: at most 1024 ids, got 1025"));
   EXPECT_EQ(engine_->Stats().submitted, 0);
 }
 
@@ -219,13 +224,13 @@ TEST_F(EngineTest, StopStringLimits) {
   Request r = Greedy({1}, 4);
   r.stop.stop_strings.assign(kMaxStopStrings, "ab");
   r.stop.stop_strings.push_back(std::string(kMaxStopStringBytes, 'x'));
-  EXPECT_THAT(SubmitError(r), HasSubstr("stop_strings: at most 64 strings, got 65"));
+  EXPECT_THAT(SubmitError(r), StartsWith("stop_strings|stop_strings: at most 64 strings, got 65"));
   r.stop.stop_strings.erase(r.stop.stop_strings.begin());
   auto [ok, sink] = Submit(r);  // 64 strings, the longest allowed among them
   ASSERT_TRUE(sink->Wait());
   EXPECT_EQ(sink->finish().reason, FinishReason::kLength);
   r.stop.stop_strings.back().push_back('x');
-  EXPECT_THAT(SubmitError(r), HasSubstr("stop_strings: each at most 1024 bytes, got one of 1025"));
+  EXPECT_THAT(SubmitError(r), StartsWith("stop_strings|stop_strings: each at most 1024 bytes, got one of 1025"));
 }
 
 TEST_F(EngineTest, StopStringsAndStopTokensAndText) {

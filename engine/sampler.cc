@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/vec_math.h"
+#include "util/field_error.h"
 #include "util/split_mix64.h"
 
 namespace flover {
@@ -51,18 +52,17 @@ void TopOf(absl::Span<const float> logits, absl::Span<const int32_t> support, in
 
 absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature must be a finite number >= 0, got ", p.temperature));
+    return FieldError("temperature", absl::StrCat("must be a finite number >= 0, got ", p.temperature));
   }
   if (p.top_k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", p.top_k));
+    return FieldError("top_k", absl::StrCat("must be >= 0, got ", p.top_k));
   }
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
+    return FieldError("top_p", absl::StrCat("must be in (0, 1], got ", p.top_p));
   }
   if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "repetition_penalty must be a finite number > 0, got ", p.repetition_penalty));
+    return FieldError("repetition_penalty",
+                      absl::StrCat("must be a finite number > 0, got ", p.repetition_penalty));
   }
   return absl::OkStatus();
 }

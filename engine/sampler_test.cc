@@ -6,10 +6,14 @@
 #include <cmath>
 #include <map>
 
+#include "absl/strings/str_cat.h"
+#include "util/field_error.h"
+
 namespace flover {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 std::vector<float> Logits() { return {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, 1.0f}; }
 
@@ -64,8 +68,12 @@ TEST(SamplerTest, TopLogprobsAreTheDrawingDistributions) {
       double mass = 0;
       for (size_t i = 0; i < top.size(); ++i) {
         mass += std::exp(top[i].second);
-        if (i > 0) EXPECT_GE(top[i - 1].second, top[i].second);
-        if (top[i].first == pick) EXPECT_FLOAT_EQ(top[i].second, lp);
+        if (i > 0) {
+          EXPECT_GE(top[i - 1].second, top[i].second);
+        }
+        if (top[i].first == pick) {
+          EXPECT_FLOAT_EQ(top[i].second, lp);
+        }
       }
       EXPECT_NEAR(mass, 1.0, 1e-5);
       EXPECT_EQ(top[0].first, 1);  // the largest logit
@@ -159,16 +167,20 @@ TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
 }
 
 TEST(SamplerTest, ValidationNamesTheField) {
-  auto msg = [](SamplingParams p) { return std::string(ValidateSamplingParams(p).message()); };
+  // The message starts with the field, and the error carries it.
+  auto msg = [](SamplingParams p) {
+    absl::Status st = ValidateSamplingParams(p);
+    return absl::StrCat(ErrorField(st), "|", st.message());
+  };
   EXPECT_TRUE(ValidateSamplingParams(Params(0.8f, 40, 0.9f)).ok());
-  EXPECT_THAT(msg(Params(-0.1f)), HasSubstr("temperature"));
-  EXPECT_THAT(msg(Params(NAN)), HasSubstr("temperature"));
-  EXPECT_THAT(msg(Params(1, -1)), HasSubstr("top_k"));
-  EXPECT_THAT(msg(Params(1, 0, 0.0f)), HasSubstr("top_p"));
-  EXPECT_THAT(msg(Params(1, 0, 1.5f)), HasSubstr("top_p"));
+  EXPECT_THAT(msg(Params(-0.1f)), StartsWith("temperature|temperature: "));
+  EXPECT_THAT(msg(Params(NAN)), StartsWith("temperature|temperature: "));
+  EXPECT_THAT(msg(Params(1, -1)), StartsWith("top_k|top_k: "));
+  EXPECT_THAT(msg(Params(1, 0, 0.0f)), StartsWith("top_p|top_p: "));
+  EXPECT_THAT(msg(Params(1, 0, 1.5f)), StartsWith("top_p|top_p: "));
   SamplingParams p = Params(1);
   p.repetition_penalty = 0;
-  EXPECT_THAT(msg(p), HasSubstr("repetition_penalty"));
+  EXPECT_THAT(msg(p), StartsWith("repetition_penalty|repetition_penalty: "));
 }
 
 TEST(RngTest, UniformInUnitInterval) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "server/status_util.h"
+#include "util/field_error.h"
 
 namespace flover::server {
 namespace {
@@ -151,23 +152,38 @@ TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
   EXPECT_THAT(error("{" + user + R"(, "logprobs": 1})"), HasSubstr("logprobs: must be true or false"));
   auto wrong_model = ParseChatRequest("{" + user + R"(, "model": "gpt-4o"})", kModel);
   EXPECT_EQ(wrong_model.status().code(), absl::StatusCode::kNotFound);
+  // Errors name their field beside the message, not only in it.
+  EXPECT_EQ(ErrorField(wrong_model.status()), "model");
+  EXPECT_EQ(ErrorField(ParseChatRequest(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+                                        kModel)
+                           .status()),
+            "messages[0].content[0].type");
+  EXPECT_EQ(ErrorField(ParseChatRequest("{" + user + R"(, "stream_options": {"include_usage": 1}})", kModel)
+                           .status()),
+            "stream_options.include_usage");
   // Errors on a message name its place as the error's param.
-  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("messages[2].role: 'tool' is not supported")),
+  EXPECT_THAT(OpenAiErrorBody(FieldError("messages[2].role", "'tool' is not supported")),
               HasSubstr("\"param\": \"messages[2].role\""));
 }
 
 TEST(OpenAiApiTest, ErrorsTakeOpenAisShapeAndTheApisFieldNames) {
-  const absl::Status engine_error = absl::InvalidArgumentError(
-      "max_new_tokens: prompt (5 tokens) + max_new_tokens (9) exceeds max_seq_len (8)");
+  const absl::Status engine_error =
+      FieldError("max_new_tokens", "prompt (5 tokens) + max_new_tokens (9) exceeds max_seq_len (8)");
   EXPECT_EQ(HttpStatusOf(engine_error), 400);
   EXPECT_EQ(OpenAiErrorBody(engine_error),
             "{\"error\": {\"message\": \"max_tokens: prompt (5 tokens) + max_tokens (9) exceeds "
             "max_seq_len (8)\", \"type\": \"invalid_request_error\", \"param\": \"max_tokens\", "
             "\"code\": \"invalid_argument\"}}");
-  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("text: the model has no tokenizer")),
-              HasSubstr("\"message\": \"prompt: the model has no tokenizer\""));
-  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("stop_strings: must not be empty")),
+  EXPECT_THAT(OpenAiErrorBody(FieldError("text", "the model has no tokenizer")),
+              HasSubstr("\"message\": \"prompt: the model has no tokenizer\", \"type\": "
+                        "\"invalid_request_error\", \"param\": \"prompt\""));
+  EXPECT_THAT(OpenAiErrorBody(FieldError("stop_strings", "must not be empty")),
               HasSubstr("\"param\": \"stop\""));
+  // The param comes from the error, not from its text.
+  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("top_p: looks like a field")),
+              HasSubstr("\"param\": null"));
+  EXPECT_THAT(OpenAiErrorBody(FieldError("top_p", "must be in (0, 1], got 0")),
+              HasSubstr("\"param\": \"top_p\""));
   EXPECT_THAT(OpenAiErrorBody(absl::ResourceExhaustedError("the queue is full")),
               HasSubstr("\"type\": \"rate_limit_error\", \"param\": null"));
   EXPECT_EQ(HttpStatusOf(absl::ResourceExhaustedError("")), 429);

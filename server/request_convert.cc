@@ -1,6 +1,7 @@
 #include "server/request_convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "util/field_error.h"
 #include "util/file_util.h"
 
 namespace flover::server {
@@ -14,24 +15,23 @@ absl::Status Messages(const v1::Messages& in, const ChatSupport* support, Reques
     return support != nullptr ? support->unavailable : ChatSupport().unavailable;
   }
   const ChatFormat* chat = support->format.get();
-  if (in.messages_size() == 0) return absl::InvalidArgumentError("messages: is empty");
+  if (in.messages_size() == 0) return FieldError("messages", "is empty");
   if (in.messages_size() > kMaxMessages) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("messages: at most ", kMaxMessages, ", got ", in.messages_size()));
+    return FieldError("messages", absl::StrCat("at most ", kMaxMessages, ", got ", in.messages_size()));
   }
   std::vector<ChatMessage> messages;
   for (int i = 0; i < in.messages_size(); ++i) {
     const v1::ChatMessage& m = in.messages(i);
     if (m.role() != "system" && m.role() != "user" && m.role() != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: '", m.role(),
-                                                     "' is not supported (system, user, assistant)"));
+      return FieldError(absl::StrCat("messages[", i, "].role"),
+                        absl::StrCat("'", m.role(), "' is not supported (system, user, assistant)"));
     }
     messages.push_back({m.role(), m.content()});
   }
   auto ids = chat->Tokenize(messages);
   // A template's own error (roles that must alternate, say), or past a
   // rendering limit: the request's to fix either way.
-  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("messages: ", ids.status().message()));
+  if (!ids.ok()) return FieldError("messages", ids.status().message());
   r->prompt = std::move(*ids);
   r->stop.end_of_turn_ids = chat->end_of_turn_ids();
   return absl::OkStatus();
@@ -46,17 +46,16 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
   // Echoed in every response message: a long one would be sent back once
   // per streamed message.
   if (in.request_id().size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("request_id: at most ", kMaxRequestIdBytes,
-                                                   " bytes, got ", in.request_id().size()));
+    return FieldError("request_id", absl::StrCat("at most ", kMaxRequestIdBytes, " bytes, got ",
+                                                 in.request_id().size()));
   }
   switch (in.prompt_case()) {
     case v1::GenerateRequest::kText: {
       if (tokenizer == nullptr) {
-        return absl::InvalidArgumentError(
-            "text: the model has no tokenizer; send the prompt as token_ids");
+        return FieldError("text", "the model has no tokenizer; send the prompt as token_ids");
       }
       auto ids = tokenizer->Encode(in.text());
-      if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+      if (!ids.ok()) return FieldError("text", ids.status().message());
       r.prompt = std::move(*ids);
       break;
     }
@@ -64,9 +63,8 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
       for (int i = 0; i < in.token_ids().ids_size(); ++i) {
         const uint32_t id = in.token_ids().ids(i);
         if (id >= static_cast<uint32_t>(vocab_size)) {
-          return absl::InvalidArgumentError(absl::StrCat("token_ids: id ", id, " at index ", i,
-                                                         " is outside the vocabulary (",
-                                                         vocab_size, ")"));
+          return FieldError("token_ids", absl::StrCat("id ", id, " at index ", i,
+                                                      " is outside the vocabulary (", vocab_size, ")"));
         }
         r.prompt.push_back(static_cast<int32_t>(id));
       }
@@ -77,7 +75,7 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
     case v1::GenerateRequest::PROMPT_NOT_SET:
       break;
   }
-  if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: is empty");
+  if (r.prompt.empty()) return FieldError("prompt", "is empty");
 
   const v1::Sampling& s = in.sampling();
   r.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
@@ -90,8 +88,8 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
   r.stop.max_new_tokens = stop.has_max_new_tokens() ? stop.max_new_tokens() : kDefaultMaxNewTokens;
   for (uint32_t id : stop.stop_token_ids()) {
     if (id >= static_cast<uint32_t>(vocab_size)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stop_token_ids: ", id, " is outside the vocabulary (", vocab_size, ")"));
+      return FieldError("stop_token_ids",
+                        absl::StrCat(id, " is outside the vocabulary (", vocab_size, ")"));
     }
     r.stop.stop_token_ids.push_back(static_cast<int32_t>(id));
   }
@@ -99,11 +97,10 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
   r.stop.ignore_eos = stop.ignore_eos();
   r.return_logprobs = in.return_logprobs();
   if (in.top_logprobs() > 0 && !in.return_logprobs()) {
-    return absl::InvalidArgumentError("top_logprobs: needs return_logprobs");
+    return FieldError("top_logprobs", "needs return_logprobs");
   }
   if (in.top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_logprobs: at most ", kMaxTopLogprobs, ", got ", in.top_logprobs()));
+    return FieldError("top_logprobs", absl::StrCat("at most ", kMaxTopLogprobs, ", got ", in.top_logprobs()));
   }
   r.top_logprobs = static_cast<int>(in.top_logprobs());
   return r;
@@ -121,16 +118,18 @@ absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& 
   }
   if (info.text.empty()) return chat;  // refused: no template
   if (tokenizer == nullptr) {
-    chat->unavailable = absl::FailedPreconditionError(
-        "messages: the model has no tokenizer, so its chat template cannot be used");
+    chat->unavailable = FieldError("messages", "the model has no tokenizer, so its chat template cannot be used",
+                                   absl::StatusCode::kFailedPrecondition);
     return chat;
   }
   auto format = ChatFormat::Create(info.text, info.source, info.bos_token, info.eos_token, tokenizer);
   if (!format.ok()) {
     if (!flag.empty()) return absl::InvalidArgumentError(absl::StrCat("--chat_template: ", format.status().message()));
-    chat->unavailable = absl::FailedPreconditionError(absl::StrCat(
-        "messages: the model's chat template is not usable here (", format.status().message(),
-        "); start the server with --chat_template=FILE"));
+    chat->unavailable = FieldError("messages",
+                                   absl::StrCat("the model's chat template is not usable here (",
+                                                format.status().message(),
+                                                "); start the server with --chat_template=FILE"),
+                                   absl::StatusCode::kFailedPrecondition);
     return chat;
   }
   chat->format = std::move(*format);

@@ -15,6 +15,7 @@
 #include "tokenizer/tokenizer.h"
 #include "engine/request.h"
 #include "proto/flover.pb.h"
+#include "util/field_error.h"
 
 namespace flover::server {
 
@@ -24,9 +25,11 @@ constexpr int kDefaultMaxNewTokens = 16;
 // why it has none (the model ships no template, or one that did not parse).
 struct ChatSupport {
   std::unique_ptr<const ChatFormat> format;
-  absl::Status unavailable = absl::FailedPreconditionError(
-      "messages: this model has no chat template; send text or token_ids, or start the server "
-      "with --chat_template=FILE");
+  absl::Status unavailable = FieldError(
+      "messages",
+      "this model has no chat template; send text or token_ids, or start the server with "
+      "--chat_template=FILE",
+      absl::StatusCode::kFailedPrecondition);
 };
 
 // How `messages` are served: the model's chat template (`info`), or the file

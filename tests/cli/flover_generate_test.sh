@@ -66,8 +66,8 @@ expect_error "has no tokenizer" --model=builtin:tiny --prompt=hi
 expect_error "exactly one of --prompt and --prompt_ids" --model=builtin:tiny
 expect_error "'x' is not an integer" --model=builtin:tiny --prompt_ids=1,x
 expect_error "outside the vocabulary" --model=builtin:tiny --prompt_ids=512
-expect_error "temperature must be" --model=builtin:tiny --prompt_ids=1 --temperature=-1
-expect_error "top_p must be" --model=builtin:tiny --prompt_ids=1 --top_p=0
+expect_error "temperature: must be" --model=builtin:tiny --prompt_ids=1 --temperature=-1
+expect_error "top_p: must be" --model=builtin:tiny --prompt_ids=1 --top_p=0
 expect_error "exceeds the model's 40 positions" --model=$FIXTURE --prompt_ids=1 --max_new_tokens=40
 expect_error "config.json: cannot open" --model=/nonexistent --prompt_ids=1
 expect_error "max_new_tokens must be" --model=builtin:tiny --prompt_ids=1 --max_new_tokens=0

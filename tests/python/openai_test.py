@@ -242,7 +242,9 @@ class OpenAiApiTest(unittest.TestCase):
                  "prompt"),
                 (dict(prompt="x", logprobs=6), openai.BadRequestError,
                  "logprobs: at most 5", "logprobs"),
-                (dict(prompt="x", top_p=0.0), openai.BadRequestError, "top_p", None),
+                (dict(prompt="x", top_p=0.0), openai.BadRequestError, "top_p: must be in (0, 1]", "top_p"),
+                (dict(prompt="x", temperature=-1), openai.BadRequestError, "temperature: must be",
+                 "temperature"),
             ]
             for kw, error, says, param in cases:
                 with self.assertRaises(error) as err:
@@ -250,11 +252,11 @@ class OpenAiApiTest(unittest.TestCase):
                 self.assertEqual(err.exception.status_code, 400, kw)
                 self.assertIn(says, err.exception.body["message"], kw)
                 self.assertEqual(err.exception.body["type"], "invalid_request_error", kw)
-                if param is not None:
-                    self.assertEqual(err.exception.body["param"], param, kw)
+                self.assertEqual(err.exception.body["param"], param, kw)
             with self.assertRaises(openai.NotFoundError) as err:
                 s.openai.completions.create(model="gpt-4", prompt="x")
             self.assertIn("is not served here", err.exception.body["message"])
+            self.assertEqual(err.exception.body["param"], "model")
             # Every refusal was counted, nothing was queued.
             self.assertEqual(s.stats().requests_submitted, 0)
         finally:
