@@ -217,6 +217,11 @@ absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N) {
   if (w.data == nullptr || K < 1 || N < 1) {
     return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
   }
+  if (w.is_blocks()) {
+    return absl::InvalidArgumentError(
+        "PrepareWeight: quantized blocks are taken only with --dtype=native on a backend that "
+        "runs them");
+  }
   if (!w.is_float()) {
     return absl::InvalidArgumentError(
         absl::StrCat("PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(w.dtype)));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/block_format.h"
 #include "kernels/tensor.h"
 
 namespace flover::kernels {
@@ -46,14 +47,22 @@ inline float Bf16ToFloat(uint16_t b) {
 
 // Host values of a weight matrix in the dtype they were stored in: f32
 // (float), bf16 or f16 (uint16_t bits). A float pointer converts to one,
-// so float32 callers pass their data as before.
+// so float32 callers pass their data as before. Or quantized blocks
+// (block_format.h): `data` holds the rows of every span, one after another,
+// [N, K] (one row per output).
 struct HostValues {
   const void* data = nullptr;
   DType dtype = DType::kF32;
+  const BlockSpan* spans = nullptr;  // blocks: the runs of rows, in order
+  int num_spans = 0;
   HostValues(const float* f32) : data(f32), dtype(DType::kF32) {}  // NOLINT: implicit on purpose
   HostValues(const void* values, DType type) : data(values), dtype(type) {}
+  HostValues(const void* blocks, const BlockSpan* block_spans, int count)
+      : data(blocks), spans(block_spans), num_spans(count) {}
+  bool is_blocks() const { return spans != nullptr; }
   bool is_float() const {
-    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+    return !is_blocks() &&
+           (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16);
   }
 };
 

@@ -1,0 +1,63 @@
+// Quantized weight blocks as GGUF files store them (ggml's layouts), which
+// a backend may take as they are (--dtype=native) instead of float values.
+// A row of K values is K / block_values blocks; a weight is N such rows (one
+// per output), possibly in runs of different formats (llama.cpp's Q4_K_M
+// mixes Q4_K and Q6_K, and Q/K/V rows are stacked). Header-only; nvcc sees it.
+#ifndef FLOVER_KERNELS_BLOCK_FORMAT_H_
+#define FLOVER_KERNELS_BLOCK_FORMAT_H_
+
+#include <cstdint>
+
+namespace flover::kernels {
+
+enum class BlockFormat : uint8_t {
+  kQ8_0,  // 32 values: f16 d, 32 x s8 q;                     w = d * q
+  kQ4_0,  // 32 values: f16 d, 16 bytes of nibbles;           w = d * (q - 8)
+  kQ4_1,  // 32 values: f16 d, f16 m, 16 bytes of nibbles;    w = d * q + m
+  kQ4_K,  // 256 values: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for
+          // 8 sub-blocks of 32, 128 bytes of nibbles;         w = d*sc * q - dmin*m
+  kQ6_K,  // 256 values: 128 bytes low nibbles, 64 bytes high 2 bits, 16 s8
+          // scales (sub-blocks of 16), f16 d;                 w = d*sc * (q - 32)
+};
+
+struct BlockFormatInfo {
+  const char* name;  // as llama.cpp prints it
+  int block_values;
+  int block_bytes;
+  uint32_t ggml_type;  // ggml_type id in a GGUF file
+};
+
+inline const BlockFormatInfo& InfoOf(BlockFormat f) {
+  static constexpr BlockFormatInfo kInfo[] = {
+      {"Q8_0", 32, 34, 8}, {"Q4_0", 32, 18, 2}, {"Q4_1", 32, 20, 3},
+      {"Q4_K", 256, 144, 12}, {"Q6_K", 256, 210, 14},
+  };
+  return kInfo[static_cast<int>(f)];
+}
+
+// The format with ggml type id `type`; false when it has none here.
+inline bool BlockFormatOfGgmlType(uint32_t type, BlockFormat* out) {
+  for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1,
+                        BlockFormat::kQ4_K, BlockFormat::kQ6_K}) {
+    if (InfoOf(f).ggml_type == type) {
+      *out = f;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Bytes of one row of K values (K a whole number of blocks).
+inline int64_t BlockRowBytes(BlockFormat f, int64_t K) {
+  return K / InfoOf(f).block_values * InfoOf(f).block_bytes;
+}
+
+// `rows` consecutive output rows in format `format`.
+struct BlockSpan {
+  BlockFormat format;
+  int rows;
+};
+
+}  // namespace flover::kernels
+
+#endif  // FLOVER_KERNELS_BLOCK_FORMAT_H_

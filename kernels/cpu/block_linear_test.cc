@@ -1,0 +1,228 @@
+// BlockLinear against ggml's dequantization (model/loader/gguf_quants, which
+// is bitwise gguf-py's): each format's products equal the dequantized weights
+// times the quantized input up to float32 sums, and the float32 input within
+// the input rounding's bound; a row's result does not depend on the batch,
+// the tile its column falls in, or the spans around it.
+#include "kernels/cpu/block_linear.h"
+
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/loader/gguf_quants.h"
+
+namespace flover::kernels {
+namespace {
+
+__attribute__((target("f16c"))) uint16_t ToHalf(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, 0));  // to nearest even
+}
+
+void PutHalf(uint8_t* p, float f) {
+  const uint16_t h = ToHalf(f);
+  std::memcpy(p, &h, 2);
+}
+
+// `rows` random rows of K values in format f: random codes, scales that give
+// weights of roughly unit size / sqrt(K).
+std::vector<uint8_t> RandomRows(BlockFormat f, int rows, int K, uint32_t seed) {
+  const BlockFormatInfo& info = InfoOf(f);
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * BlockRowBytes(f, K));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5f, 1.5f);
+  for (uint8_t& b : out) b = static_cast<uint8_t>(byte(rng));
+  const float unit = 1.0f / std::sqrt(static_cast<float>(K));
+  for (size_t at = 0; at < out.size(); at += info.block_bytes) {
+    uint8_t* blk = out.data() + at;
+    switch (f) {
+      case BlockFormat::kQ8_0: PutHalf(blk, scale(rng) * unit / 64); break;
+      case BlockFormat::kQ4_0: PutHalf(blk, scale(rng) * unit / 4); break;
+      case BlockFormat::kQ4_1:
+        PutHalf(blk, scale(rng) * unit / 4);
+        PutHalf(blk + 2, -scale(rng) * unit * 2);
+        break;
+      case BlockFormat::kQ4_K:  // 6-bit scales and mins: any bytes
+        PutHalf(blk, scale(rng) * unit / 128);
+        PutHalf(blk + 2, scale(rng) * unit / 64);
+        break;
+      case BlockFormat::kQ6_K:  // s8 scales: any bytes
+        PutHalf(blk + 208, scale(rng) * unit / 1024);
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<float> Dequantize(BlockFormat f, const uint8_t* rows, int n, int K) {
+  std::vector<float> w(static_cast<size_t>(n) * K);
+  GgmlDequantize(*GgmlTypeOf(InfoOf(f).ggml_type), rows, w.size(), w.data());
+  return w;
+}
+
+std::vector<float> RandomInput(int M, int K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M) * K);
+  for (float& v : x) v = normal(rng);
+  // An outlier in some blocks, as activations have.
+  for (size_t i = 7; i < x.size(); i += 97) x[i] *= 20.0f;
+  return x;
+}
+
+struct Case {
+  BlockFormat format;
+  int K;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << InfoOf(c.format).name << " K=" << c.K; }
+
+class BlockLinearTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (absl::Status st = BlockLinear::CheckSupported(); !st.ok()) {
+      GTEST_SKIP() << "skipped: " << st.message();
+    }
+  }
+};
+
+// Products against the dequantized weights: times the quantized input, up to
+// float32 sums; times the float32 input, within what rounding the input to
+// 8 bits per 32-value block can change.
+TEST_P(BlockLinearTest, MatchesTheDequantizedWeights) {
+  const auto [f, K] = GetParam();
+  const int N = 23, M = 6;
+  const std::vector<uint8_t> bytes = RandomRows(f, N, K, 1);
+  const std::vector<float> w = Dequantize(f, bytes.data(), N, K);
+  const std::vector<float> x = RandomInput(M, K, 2);
+  const BlockSpan span{f, N};
+  BlockLinear linear;
+  auto weight = linear.Prepare(HostValues(bytes.data(), &span, 1), K, N, WeightLayout::kOutIn);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  std::vector<float> bias(N);
+  for (int n = 0; n < N; ++n) bias[n] = 0.01f * n;
+  std::vector<float> out(static_cast<size_t>(M) * N);
+  linear.Run(x.data(), M, **weight, bias.data(), Epilogue::kBias, out.data());
+
+  std::vector<BlockLinear::XChunk> q(K / 64);
+  for (int m = 0; m < M; ++m) {
+    BlockLinear::QuantizeRow(x.data() + m * K, K, q.data());
+    for (int n = 0; n < N; ++n) {
+      double exact = 0, quantized = 0, magnitude = 0, rounding = 0;
+      for (int k = 0; k < K; ++k) {
+        const BlockLinear::XChunk& c = q[k / 64];
+        const double dx = c.dx[(k % 64) / 32 * 8];
+        const double wk = w[static_cast<size_t>(n) * K + k];
+        exact += wk * x[m * K + k];
+        quantized += wk * (dx * c.q[k % 64]);
+        magnitude += std::fabs(wk * x[m * K + k]);
+        rounding += std::fabs(wk) * dx / 2;
+      }
+      const double got = out[m * N + n] - bias[n];
+      // float32 sums of K products: a few ulps of the magnitude per 64-chunk.
+      const double sums = 4e-6 * (magnitude + rounding * 2) + 1e-6;
+      EXPECT_NEAR(got, quantized, sums) << InfoOf(f).name << " m=" << m << " n=" << n;
+      EXPECT_NEAR(got, exact, rounding + sums) << InfoOf(f).name << " m=" << m << " n=" << n;
+    }
+  }
+}
+
+// A row's outputs are bitwise the same alone, in any batch, in a 4-column
+// tile or in the one-column tail, with any epilogue's input.
+TEST_P(BlockLinearTest, RowsDoNotDependOnTheBatchOrTheTile) {
+  const auto [f, K] = GetParam();
+  const int N = 9, M = 11;  // two tiles of 4 and a tail of 1
+  std::vector<uint8_t> bytes = RandomRows(f, N, K, 3);
+  const std::vector<float> x = RandomInput(M, K, 4);
+  const BlockSpan span{f, N};
+  BlockLinear linear;
+  auto weight = linear.Prepare(HostValues(bytes.data(), &span, 1), K, N, WeightLayout::kOutIn);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  std::vector<float> all(static_cast<size_t>(M) * N);
+  linear.Run(x.data(), M, **weight, nullptr, Epilogue::kBias, all.data());
+  for (int m = 0; m < M; ++m) {
+    std::vector<float> one(N);
+    linear.Run(x.data() + m * K, 1, **weight, nullptr, Epilogue::kBias, one.data());
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, N * sizeof(float))) << "row " << m;
+  }
+  // The tail column (8) moved into the first tile: the same bits.
+  const int64_t row_bytes = BlockRowBytes(f, K);
+  std::vector<uint8_t> moved(bytes.size());
+  std::memcpy(moved.data(), bytes.data() + 8 * row_bytes, row_bytes);
+  std::memcpy(moved.data() + row_bytes, bytes.data(), 8 * row_bytes);
+  auto moved_weight = linear.Prepare(HostValues(moved.data(), &span, 1), K, N, WeightLayout::kOutIn);
+  ASSERT_TRUE(moved_weight.ok());
+  std::vector<float> again(static_cast<size_t>(M) * N);
+  linear.Run(x.data(), M, **moved_weight, nullptr, Epilogue::kBias, again.data());
+  for (int m = 0; m < M; ++m) {
+    EXPECT_EQ(0, std::memcmp(&again[m * N], &all[m * N + 8], sizeof(float))) << "row " << m;
+    EXPECT_EQ(0, std::memcmp(&again[m * N + 1], &all[m * N], 8 * sizeof(float))) << "row " << m;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, BlockLinearTest,
+                         ::testing::Values(Case{BlockFormat::kQ8_0, 64}, Case{BlockFormat::kQ8_0, 576},
+                                           Case{BlockFormat::kQ4_0, 128}, Case{BlockFormat::kQ4_1, 576},
+                                           Case{BlockFormat::kQ4_K, 256}, Case{BlockFormat::kQ4_K, 1536},
+                                           Case{BlockFormat::kQ6_K, 256}, Case{BlockFormat::kQ6_K, 768}),
+                         [](const auto& info) {
+                           return std::string(InfoOf(info.param.format).name) + "_K" +
+                                  std::to_string(info.param.K);
+                         });
+
+// Mixed spans (Q4_K then Q6_K rows, as llama.cpp's Q4_K_M stacks Q/K/V) give
+// each row what its own format alone gives; epilogues apply per element.
+TEST(BlockLinearSpansTest, MixedFormatsAndEpilogues) {
+  if (absl::Status st = BlockLinear::CheckSupported(); !st.ok()) GTEST_SKIP() << "skipped: " << st.message();
+  const int K = 512, M = 3;
+  const std::vector<uint8_t> a = RandomRows(BlockFormat::kQ4_K, 5, K, 5);
+  const std::vector<uint8_t> b = RandomRows(BlockFormat::kQ6_K, 3, K, 6);
+  std::vector<uint8_t> both(a);
+  both.insert(both.end(), b.begin(), b.end());
+  const BlockSpan spans[] = {{BlockFormat::kQ4_K, 5}, {BlockFormat::kQ6_K, 3}};
+  BlockLinear linear;
+  auto mixed = linear.Prepare(HostValues(both.data(), spans, 2), K, 8, WeightLayout::kOutIn);
+  auto wa = linear.Prepare(HostValues(a.data(), &spans[0], 1), K, 5, WeightLayout::kOutIn);
+  auto wb = linear.Prepare(HostValues(b.data(), &spans[1], 1), K, 3, WeightLayout::kOutIn);
+  ASSERT_TRUE(mixed.ok() && wa.ok() && wb.ok());
+  const std::vector<float> x = RandomInput(M, K, 7);
+  std::vector<float> bias(8);
+  for (int n = 0; n < 8; ++n) bias[n] = 0.1f * n - 0.3f;
+  std::vector<float> got(M * 8, 1.0f), pa(M * 5), pb(M * 3);
+  linear.Run(x.data(), M, **mixed, bias.data(), Epilogue::kBiasResidual, got.data());
+  linear.Run(x.data(), M, **wa, nullptr, Epilogue::kBias, pa.data());
+  linear.Run(x.data(), M, **wb, nullptr, Epilogue::kBias, pb.data());
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < 8; ++n) {
+      const float plain = n < 5 ? pa[m * 5 + n] : pb[m * 3 + n - 5];
+      EXPECT_EQ(got[m * 8 + n], 1.0f + (plain + bias[n])) << m << "," << n;
+    }
+  }
+  std::vector<float> gelu(M * 8);
+  linear.Run(x.data(), M, **mixed, bias.data(), Epilogue::kBiasGelu, gelu.data());
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < 8; ++n) {
+      const double v = (n < 5 ? pa[m * 5 + n] : pb[m * 3 + n - 5]) + bias[n];
+      const double want = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      EXPECT_NEAR(gelu[m * 8 + n], want, 1e-5 * (1 + std::fabs(want)));
+    }
+  }
+}
+
+TEST(BlockLinearSpansTest, RefusesShapesTheKernelsDoNotTake) {
+  const std::vector<uint8_t> bytes(4096);
+  const BlockSpan q4k{BlockFormat::kQ4_K, 2}, q8{BlockFormat::kQ8_0, 2};
+  EXPECT_FALSE(BlockLinear::CheckShape(HostValues(bytes.data(), &q4k, 1), 128, 2, WeightLayout::kOutIn).ok());
+  EXPECT_FALSE(BlockLinear::CheckShape(HostValues(bytes.data(), &q8, 1), 96, 2, WeightLayout::kOutIn).ok());
+  EXPECT_FALSE(BlockLinear::CheckShape(HostValues(bytes.data(), &q8, 1), 64, 3, WeightLayout::kOutIn).ok());
+  EXPECT_FALSE(BlockLinear::CheckShape(HostValues(bytes.data(), &q8, 1), 64, 2, WeightLayout::kInOut).ok());
+  EXPECT_TRUE(BlockLinear::CheckShape(HostValues(bytes.data(), &q8, 1), 64, 2, WeightLayout::kOutIn).ok());
+}
+
+}  // namespace
+}  // namespace flover::kernels
