@@ -35,7 +35,7 @@ namespace flover::kernels {
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 6;
+inline constexpr int kBackendAbiVersion = 7;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -68,12 +68,16 @@ enum class WeightLayout {
 // inputs rounded (to nearest even) to that type, and products are summed in
 // float32. kInt8 (CPU only, kernels/cpu/int8_linear.h) stores weights as int8
 // with a scale per output column and quantizes the inputs per row, summing in
-// int32. The CPU backend runs f32, bf16 and int8; CUDA f32, bf16 and f16.
+// int32. kNative keeps a GGUF file's quantized blocks as they are
+// (kernels/block_format.h; the CPU's kernels are kernels/cpu/block_linear.h)
+// and runs float weights in f32. The CPU backend runs f32, bf16, int8 and
+// native; CUDA f32, bf16 and f16.
 enum class MatmulDtype {
   kF32,
   kBF16,
   kF16,
   kInt8,
+  kNative,
 };
 
 inline const char* MatmulDtypeName(MatmulDtype dtype) {
@@ -82,6 +86,7 @@ inline const char* MatmulDtypeName(MatmulDtype dtype) {
     case MatmulDtype::kBF16: return "bf16";
     case MatmulDtype::kF16: return "f16";
     case MatmulDtype::kInt8: return "int8";
+    case MatmulDtype::kNative: return "native";
   }
   return "?";
 }
@@ -92,6 +97,7 @@ inline DType ToDType(MatmulDtype dtype) {
     case MatmulDtype::kBF16: return DType::kBF16;
     case MatmulDtype::kF16: return DType::kF16;
     case MatmulDtype::kInt8: return DType::kF32;  // int8 inputs are quantized inside Linear
+    case MatmulDtype::kNative: return DType::kF32;
   }
   return DType::kF32;
 }
@@ -207,7 +213,9 @@ class Backend : public Allocator {
   // the checkpoint stored them in (f32, bf16 or f16; copied, w may be freed
   // after), in the matmul dtype. The result is the same as for w widened to
   // float32 first; a backend that keeps the stored dtype (bf16 weights for
-  // bf16 matmuls) takes them as they are. InvalidArgument for another dtype.
+  // bf16 matmuls) takes them as they are. Quantized blocks (w.is_blocks(),
+  // [N, K] only) are taken by a backend created with kNative that runs their
+  // format; InvalidArgument otherwise, and for another dtype.
   virtual absl::StatusOr<std::unique_ptr<Weight>> PrepareWeight(HostValues w, int K, int N,
                                                                 WeightLayout layout) = 0;
   // Builds now what Linear on w (with or without a bias, with `epilogue`)

@@ -38,7 +38,8 @@ std::vector<BackendKind> BackendKinds();
 // of the same name.
 void RegisterBackendKind(BackendKind kind);
 
-// "f32", "bf16", "f16" or "int8" (a --dtype flag's value); InvalidArgument otherwise.
+// "f32", "bf16", "f16", "int8" or "native" (a --dtype flag's value);
+// InvalidArgument otherwise.
 // Whether a device runs it is its backend's to say.
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name);
 

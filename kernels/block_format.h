@@ -52,6 +52,14 @@ inline int64_t BlockRowBytes(BlockFormat f, int64_t K) {
   return K / InfoOf(f).block_values * InfoOf(f).block_bytes;
 }
 
+// Whether rows of K values in format f are what backends' block kernels
+// take: a whole number of 64 values (two input blocks of 32 per step), and
+// of 256 for the K-quants' super-blocks.
+inline bool BlockRowsFit(BlockFormat f, int64_t K) {
+  const int unit = InfoOf(f).block_values > 64 ? InfoOf(f).block_values : 64;
+  return K > 0 && K % unit == 0;
+}
+
 // `rows` consecutive output rows in format `format`.
 struct BlockSpan {
   BlockFormat format;

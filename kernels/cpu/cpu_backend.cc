@@ -252,9 +252,9 @@ constexpr size_t kAlignment = 64;
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype,
                                                                KvDtype kv_dtype) {
-  const absl::Status supported = dtype == MatmulDtype::kInt8
-                                     ? Int8Linear::CheckSupported()
-                                     : OneDnnLinear::CheckSupported(dtype);
+  const absl::Status supported = dtype == MatmulDtype::kInt8     ? Int8Linear::CheckSupported()
+                                 : dtype == MatmulDtype::kNative ? BlockLinear::CheckSupported()
+                                                                 : OneDnnLinear::CheckSupported(dtype);
   if (absl::Status st = supported; !st.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
@@ -263,8 +263,9 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype
 }
 
 CpuBackend::CpuBackend(MatmulDtype dtype, KvDtype kv_dtype)
-    : linear_(dtype == MatmulDtype::kInt8 ? MatmulDtype::kF32 : dtype),
+    : linear_(dtype == MatmulDtype::kInt8 || dtype == MatmulDtype::kNative ? MatmulDtype::kF32 : dtype),
       int8_(dtype == MatmulDtype::kInt8 ? std::make_unique<Int8Linear>() : nullptr),
+      blocks_(dtype == MatmulDtype::kNative ? std::make_unique<BlockLinear>() : nullptr),
       kv_dtype_(kv_dtype) {}
 
 DeviceInfo CpuBackend::Device() const {
@@ -313,6 +314,10 @@ absl::Status CpuBackend::Download(const Tensor& src, void* host) {
 
 absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, int K, int N,
                                                                   WeightLayout layout) {
+  if (w.is_blocks() && blocks_ != nullptr) {
+    if (w.data == nullptr || K < 1 || N < 1) return absl::InvalidArgumentError("PrepareWeight: no blocks");
+    return blocks_->Prepare(w, K, N, layout);
+  }
   FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(w, K, N));
   // int8 quantizes the values where they are, whatever their dtype. oneDNN's
   // reorder takes f32 and bf16 values as they are (into f32 or bf16
@@ -329,6 +334,7 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, 
 
 absl::Status CpuBackend::PrepareLinear(const Weight& w, int max_rows, bool has_bias,
                                        Epilogue epilogue) {
+  if (BlockLinear::Holds(w)) return absl::OkStatus();  // nothing to build
   if (int8_ != nullptr) {
     int8_->PrepareRows(w, max_rows);
   } else {
@@ -508,7 +514,9 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* 
   FLOVER_RETURN_IF_ERROR(CheckLinearArgs(x, w, bias, epilogue, out, DType::kF32, DType::kF32));
   if (x.rows == 0) return absl::OkStatus();
   const float* b = bias != nullptr ? bias->as<float>() : nullptr;
-  if (int8_ != nullptr) {
+  if (BlockLinear::Holds(w)) {
+    blocks_->Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
+  } else if (int8_ != nullptr) {
     int8_->Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
   } else {
     linear_.Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/block_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/onednn_linear.h"
 
@@ -19,7 +20,7 @@ class CpuBackend final : public Backend {
  public:
   // Refuses (FailedPrecondition, naming the reason) a matmul dtype this CPU
   // has no optimized kernel for: bf16 needs AVX-512, int8 AVX-512 VNNI, f16
-  // runs on CUDA only.
+  // runs on CUDA only; native needs AVX-512 VNNI for its blocks.
   // A bf16 KV cache runs anywhere (our own kernels).
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
       MatmulDtype dtype = MatmulDtype::kF32, KvDtype kv_dtype = KvDtype::kF32);
@@ -27,6 +28,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   DeviceInfo Device() const override;
   MatmulDtype matmul_dtype() const override {
+    if (blocks_ != nullptr) return MatmulDtype::kNative;
     return int8_ != nullptr ? MatmulDtype::kInt8 : linear_.dtype();
   }
   KvDtype kv_dtype() const override { return kv_dtype_; }
@@ -66,6 +68,7 @@ class CpuBackend final : public Backend {
 
   OneDnnLinear linear_;                // f32 and bf16 (f32 when int8_ is set)
   std::unique_ptr<Int8Linear> int8_;  // --dtype=int8
+  std::unique_ptr<BlockLinear> blocks_;  // --dtype=native: quantized blocks
   KvDtype kv_dtype_;
 };
 

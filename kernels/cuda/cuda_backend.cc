@@ -47,9 +47,10 @@ absl::Status CudaStatus(cudaError_t error, const std::string& what) {
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
-  if (options.matmul == MatmulDtype::kInt8) {
-    return absl::FailedPreconditionError(
-        "--dtype=int8 runs on the CPU backend only; on CUDA use f32, bf16 or f16");
+  if (options.matmul == MatmulDtype::kInt8 || options.matmul == MatmulDtype::kNative) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--dtype=", MatmulDtypeName(options.matmul),
+        " runs on the CPU backend only; on CUDA use f32, bf16 or f16"));
   }
   int ordinal = 0;
   if (options.device.size() > 5 && !absl::SimpleAtoi(options.device.substr(5), &ordinal)) {

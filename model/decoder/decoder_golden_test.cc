@@ -250,6 +250,15 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"gguf_spm_q4km", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             Case{"gguf_bpe_mixed", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32,
                  kVsEmulation},
+            // --dtype=native: the blocks as stored (kernels/cpu/block_linear.h),
+            // inputs quantized per 32 values as llama.cpp's Q8_0 does, so
+            // kInt8's bound (transformers' emulation of Q8_0 inputs is
+            // 0.12-0.20 from F32 on these fixtures). Q4_K_M mixes Q4_K and
+            // Q6_K within layer 1's stacked Q/K/V and has a Q6_K head; the
+            // others are Q8_0 with a Q8_0 tied head. CPU only.
+            Case{"gguf_spm_q4km", kernels::MatmulDtype::kNative, kernels::KvDtype::kF32, kInt8},
+            Case{"gguf_bpe_mixed", kernels::MatmulDtype::kNative, kernels::KvDtype::kF32, kInt8},
+            Case{"gguf_qwen2", kernels::MatmulDtype::kNative, kernels::KvDtype::kBF16, kInt8},
             // Qwen2 (q/k/v biases) as a directory and as a qwen2 GGUF file.
             Case{"qwen2_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gguf_qwen2", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},

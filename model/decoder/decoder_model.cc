@@ -60,7 +60,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
     // Layer by layer, then the globals, then the embedding a block of rows
     // at a time.
     const bool globals = l == spec.n_layer;
-    const WeightPart part = globals ? WeightPart{0, 0, true, false} : WeightPart{l, l + 1, false};
+    WeightPart part = globals ? WeightPart{0, 0, true, false} : WeightPart{l, l + 1, false};
+    part.keep_blocks = backend.matmul_dtype() == kernels::MatmulDtype::kNative;
     auto weights = LoadDecoderWeights(source, spec, recipes, shard_spec, part);
     if (!weights.ok()) return weights.status();
     FLOVER_RETURN_IF_ERROR(model->Upload(*weights, source, embed, globals));
@@ -131,7 +132,8 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
   // The head: lm_head when the checkpoint has one, else the embedding's
   // rows as stored (tied).
   if (w.lm_head.empty()) {
-    auto rows = ReadRecipeStored(source, embed);
+    auto rows = ReadRecipeStored(source, embed,
+                                 backend_.matmul_dtype() == kernels::MatmulDtype::kNative);
     if (!rows.ok()) return rows.status();
     w.lm_head = std::move(*rows);
   }

@@ -27,7 +27,7 @@ absl::StatusOr<DecoderWeights> LoadDecoderWeights(const WeightSource& source,
   DecoderWeights w;
   absl::Status st;
   ForEach(model, recipes, spec, part, w, [&](const WeightRecipe& r, ParamDest out) {
-    if (st.ok()) st = ReadInto(source, r, out);
+    if (st.ok()) st = ReadInto(source, r, out, part.keep_blocks);
   });
   if (!st.ok()) return st;
   return w;

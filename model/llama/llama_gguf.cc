@@ -119,10 +119,80 @@ class GgufSource final : public WeightSource {
 
   std::string stored_dtype() const override { return GgufStoredType(*file_); }
 
+  bool BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const override {
+    const GgufTensor* t = Find(tensor);
+    return t != nullptr && t->ne.size() == 2 && kernels::BlockFormatOfGgmlType(t->type->id, format);
+  }
+
+  // Whole rows as stored: a permuted tensor's rows put back in
+  // transformers' order (a row is its own blocks, so rows move whole).
+  absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor,
+                                                     const std::vector<int64_t>& shape,
+                                                     int64_t row_begin, int64_t row_end) const override {
+    TensorRegion region;
+    region.row_begin = row_begin;
+    region.row_end = row_end;
+    region.col_begin = 0;
+    region.col_end = shape.size() == 2 ? shape[1] : 0;
+    std::vector<uint8_t> out;
+    int64_t row_bytes = 0;
+    auto st = GatherRows(tensor, shape, region, &out, &row_bytes);
+    if (!st.ok()) return st;
+    return out;
+  }
+
  private:
   const GgufTensor* Find(absl::string_view hf) const {
     const std::string name = GgufName(hf);
     return name.empty() ? nullptr : file_->FindTensor(name);
+  }
+
+  // Whole rows [region.row_begin, region.row_end) of 2-D tensor `hf` as
+  // stored bytes, in transformers' row order.
+  absl::Status GatherRows(absl::string_view hf, const std::vector<int64_t>& shape,
+                          const TensorRegion& region, std::vector<uint8_t>* out,
+                          int64_t* row_bytes) const {
+    const std::string name = GgufName(hf);
+    const GgufTensor* t = name.empty() ? nullptr : file_->FindTensor(name);
+    if (t == nullptr || t->ne.size() != 2) {
+      return absl::NotFoundError(absl::StrCat(file_->name(), ": no matrix '", name, "' (", hf, ")"));
+    }
+    if (t->shape() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file_->name(), ": tensor '", name, "' has shape ", ShapeString(t->shape()),
+          "; the model's hyper-parameters need ", ShapeString(shape)));
+    }
+    if (region.row_begin < 0 || region.row_end > t->rows() || region.row_begin > region.row_end) {
+      return absl::OutOfRangeError(absl::StrCat(file_->name(), ": tensor '", name,
+                                                "': rows outside the tensor"));
+    }
+    auto it = heads_.find(name);
+    const int64_t D = it == heads_.end() ? 0 : t->rows() / it->second;
+    out->clear();
+    if (region.rows() == 0) return absl::OkStatus();
+    // Rows are read a run at a time: all of them, or a head's when permuted.
+    const int64_t run = D == 0 ? region.rows() : D;
+    for (int64_t b0 = D == 0 ? region.row_begin : region.row_begin / D * D; b0 < region.row_end;
+         b0 += run) {
+      const int64_t b1 = std::min(b0 + run, t->rows());
+      auto bytes = file_->RowBytes(*t, b0, b1);
+      if (!bytes.ok()) return bytes.status();
+      *row_bytes = static_cast<int64_t>(bytes->size()) / (b1 - b0);
+      for (int64_t r = std::max(b0, region.row_begin); r < std::min(b1, region.row_end); ++r) {
+        const int64_t at = (D == 0 ? r : Unpermute(r, D)) - b0;
+        const char* row = bytes->data() + at * *row_bytes;
+        out->insert(out->end(), row, row + *row_bytes);
+      }
+      file_->ReleaseRows(*t, b0, b1);
+    }
+    return absl::OkStatus();
+  }
+
+  // Within each head of D rows (or bias elements), transformers' index
+  // j * D/2 + i is llama.cpp's 2 i + j.
+  static int64_t Unpermute(int64_t k, int64_t D) {
+    const int64_t head = k / D, j = (k % D) / (D / 2), i = k % (D / 2);
+    return head * D + 2 * i + j;
   }
 
   // `region` of tensor `hf` (whose shape must be `shape`) into `out`, its
@@ -161,13 +231,9 @@ class GgufSource final : public WeightSource {
       }
       return absl::OkStatus();
     }
-    // Within each head, transformers' index j * D/2 + i is llama.cpp's
-    // 2 i + j: rows of a matrix, elements of a bias.
+    // Rows of a matrix, elements of a bias.
     const int64_t D = (t->ne.size() == 1 ? cols : rows) / it->second;
-    auto unpermute = [D](int64_t k) {
-      const int64_t head = k / D, j = (k % D) / (D / 2), i = k % (D / 2);
-      return head * D + 2 * i + j;
-    };
+    auto unpermute = [D](int64_t k) { return Unpermute(k, D); };
     if (t->ne.size() == 1) {
       auto values = read(*t, 0, 1);
       if (!values.ok()) return values.status();

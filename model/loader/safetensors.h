@@ -65,12 +65,22 @@ struct StoredValues {
   kernels::DType dtype = kernels::DType::kF32;  // kF32, kF16 or kBF16
   std::vector<float> f32;                       // when kF32
   std::vector<uint16_t> bits;                   // when kF16 or kBF16
+  // Or quantized blocks as a GGUF file stores them (--dtype=native): whole
+  // rows, in runs of one format each; `block_values` values in all.
+  std::vector<uint8_t> blocks;
+  std::vector<kernels::BlockSpan> spans;
+  int64_t block_values = 0;
 
+  bool is_blocks() const { return !spans.empty(); }
   int64_t size() const {
+    if (is_blocks()) return block_values;
     return static_cast<int64_t>(dtype == kernels::DType::kF32 ? f32.size() : bits.size());
   }
   bool empty() const { return size() == 0; }
   kernels::HostValues view() const {
+    if (is_blocks()) {
+      return kernels::HostValues(blocks.data(), spans.data(), static_cast<int>(spans.size()));
+    }
     return dtype == kernels::DType::kF32 ? kernels::HostValues(f32.data())
                                          : kernels::HostValues(bits.data(), dtype);
   }
@@ -79,6 +89,9 @@ struct StoredValues {
   void Release() {
     std::vector<float>().swap(f32);
     std::vector<uint16_t>().swap(bits);
+    std::vector<uint8_t>().swap(blocks);
+    spans.clear();
+    block_values = 0;
   }
 };
 

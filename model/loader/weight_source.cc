@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -187,8 +188,62 @@ WeightRecipe PlusOne(WeightRecipe recipe) {
   return recipe;
 }
 
+absl::StatusOr<std::vector<uint8_t>> WeightSource::ReadBlockRows(absl::string_view tensor,
+                                                                 const std::vector<int64_t>&,
+                                                                 int64_t, int64_t) const {
+  return absl::UnimplementedError(absl::StrCat("'", tensor, "' is not stored in blocks"));
+}
+
+namespace {
+
+// The recipe as stored blocks, or nullopt when it is not whole rows of
+// block tensors whose rows the kernels take.
+absl::StatusOr<std::optional<StoredValues>> ReadBlocks(const WeightSource& source,
+                                                       const WeightRecipe& recipe) {
+  if (recipe.blocks.empty() || recipe.offset != 0.0f ||
+      (recipe.axis != WeightRecipe::kRows && recipe.blocks.size() > 1)) {
+    return std::nullopt;
+  }
+  const int64_t K = recipe.blocks[0].region.cols();
+  std::vector<kernels::BlockFormat> formats;
+  for (const WeightBlock& b : recipe.blocks) {
+    kernels::BlockFormat f;
+    if (b.shape.size() != 2 || b.region.col_begin != 0 || b.region.col_end != b.shape[1] ||
+        b.region.cols() != K || !source.BlockFormatOf(b.tensor, &f) || !kernels::BlockRowsFit(f, K)) {
+      return std::nullopt;
+    }
+    formats.push_back(f);
+  }
+  StoredValues out;
+  for (size_t i = 0; i < recipe.blocks.size(); ++i) {
+    const WeightBlock& b = recipe.blocks[i];
+    auto bytes = source.ReadBlockRows(b.tensor, b.shape, b.region.row_begin, b.region.row_end);
+    if (!bytes.ok()) return bytes.status();
+    const int64_t rows = b.region.rows();
+    if (static_cast<int64_t>(bytes->size()) != rows * kernels::BlockRowBytes(formats[i], K)) {
+      return absl::InternalError(absl::StrCat("'", b.tensor, "': ", bytes->size(), " bytes for ",
+                                              rows, " rows"));
+    }
+    out.blocks.insert(out.blocks.end(), bytes->begin(), bytes->end());
+    if (!out.spans.empty() && out.spans.back().format == formats[i]) {
+      out.spans.back().rows += static_cast<int>(rows);
+    } else {
+      out.spans.push_back({formats[i], static_cast<int>(rows)});
+    }
+    out.block_values += rows * K;
+  }
+  return std::optional<StoredValues>(std::move(out));
+}
+
+}  // namespace
+
 absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
-                                              const WeightRecipe& recipe) {
+                                              const WeightRecipe& recipe, bool keep_blocks) {
+  if (keep_blocks) {
+    auto blocks = ReadBlocks(source, recipe);
+    if (!blocks.ok()) return blocks.status();
+    if (blocks->has_value()) return std::move(**blocks);
+  }
   kernels::DType dtype = kernels::DType::kF32;
   for (size_t i = 0; i < recipe.blocks.size(); ++i) {
     const kernels::DType d = source.StoredDtypeOf(recipe.blocks[i].tensor);
@@ -222,13 +277,14 @@ absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
   return out;
 }
 
-absl::Status ReadInto(const WeightSource& source, const WeightRecipe& recipe, ParamDest dest) {
+absl::Status ReadInto(const WeightSource& source, const WeightRecipe& recipe, ParamDest dest,
+                      bool keep_blocks) {
   if (dest.f32 != nullptr) {
     auto v = ReadRecipe(source, recipe);
     if (!v.ok()) return v.status();
     *dest.f32 = std::move(*v);
   } else if (dest.stored != nullptr) {
-    auto v = ReadRecipeStored(source, recipe);
+    auto v = ReadRecipeStored(source, recipe, keep_blocks);
     if (!v.ok()) return v.status();
     *dest.stored = std::move(*v);
   }

@@ -40,6 +40,17 @@ class WeightSource {
   }
   // The weights' dtype where they are stored ("F32", "F16", "BF16").
   virtual std::string stored_dtype() const = 0;
+  // Whether `tensor` is stored in quantized blocks a backend may take as
+  // they are (kernels/block_format.h), and which; false by default.
+  virtual bool BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const {
+    return false;
+  }
+  // Rows [row_begin, row_end) of such a tensor, whole, as stored (in the
+  // model's row order), whose shape must be `shape`.
+  virtual absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor,
+                                                             const std::vector<int64_t>& shape,
+                                                             int64_t row_begin,
+                                                             int64_t row_end) const;
 };
 
 // A checkpoint directory. `alias_prefix`: a tensor missing under its name is
@@ -120,8 +131,11 @@ absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
                                               const WeightRecipe& recipe);
 // The same in the stored dtype when every block has the same one (float32
 // when they differ, or for zeros): a GEMM weight the backend takes as it is.
+// With `keep_blocks`, a recipe of whole rows of block-quantized tensors
+// (kernels/block_format.h) whose row length a backend's block kernels take
+// (BlockRowsFit) comes as those blocks: rows stacked, runs of one format.
 absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
-                                              const WeightRecipe& recipe);
+                                              const WeightRecipe& recipe, bool keep_blocks = false);
 
 // Where a recipe's values go: float32 (norms, biases, embeddings: ops take
 // them so) or the stored dtype (GEMM weights, which a backend prepares).
@@ -132,8 +146,10 @@ struct ParamDest {
   ParamDest(std::vector<float>* to) : f32(to) {}   // NOLINT: implicit on purpose
   ParamDest(StoredValues* to) : stored(to) {}      // NOLINT
 };
-// Reads `recipe` into `dest` (nothing when dest is empty).
-absl::Status ReadInto(const WeightSource& source, const WeightRecipe& recipe, ParamDest dest);
+// Reads `recipe` into `dest` (nothing when dest is empty); `keep_blocks` as
+// for ReadRecipeStored.
+absl::Status ReadInto(const WeightSource& source, const WeightRecipe& recipe, ParamDest dest,
+                      bool keep_blocks = false);
 
 // Which part of a model's weights to read: layers [layer_begin, layer_end)
 // and, with `globals`, the parameters outside the layers (embeddings, final
@@ -145,6 +161,9 @@ struct WeightPart {
   // With `globals`: the embedding too. Models put it on their backend a
   // block of rows at a time themselves (UploadRowsF32), so leave it out.
   bool embedding = true;
+  // GEMM weights stored in quantized blocks come as those blocks where they
+  // can (ReadRecipeStored): for a backend run with --dtype=native.
+  bool keep_blocks = false;
 };
 
 // InvalidArgument unless `part` lies within `n_layer` layers.
