@@ -39,7 +39,8 @@ def run(cmd):
 
 
 # Flover's --dtype and --kv_dtype for each row group.
-FLOVER_DTYPES = {"f32": ("f32", "f32"), "bf16": ("bf16", "bf16"), "int8": ("int8", "bf16")}
+FLOVER_DTYPES = {"f32": ("f32", "f32"), "bf16": ("bf16", "bf16"), "int8": ("int8", "bf16"),
+                 "native": ("native", "bf16")}
 
 
 def flover(args, dtype):

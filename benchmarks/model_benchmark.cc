@@ -9,6 +9,7 @@
 //   .../model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 --decode_batches=1,8,32,256
 //
 // Prints a Markdown table (docs/performance.md's tables are copies of it).
+#include <filesystem>
 #include <omp.h>
 
 #include <algorithm>
@@ -143,8 +144,11 @@ std::vector<int> IntList(const std::string& flag) {
 }
 
 // The CPU's roofline: oneDNN sgemm (and our bf16 or int8 linear) and read bandwidth.
+// `file_bytes`: with --dtype=native, the GGUF file's size, which bounds the
+// bytes a step streams (its matrices as stored, plus the embedding, which is
+// not streamed).
 void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repeats,
-                      double flop_per_token) {
+                      double flop_per_token, double file_bytes) {
   // The QKV GEMM's shape: [M, C] x [C, 3C].
   const int K = cfg.hidden, N = 3 * cfg.hidden;
   std::printf("\nRoofline, same run:\n\n| sgemm [M,%d]x[%d,%d] | GFLOP/s |\n|---|---:|\n", K, K, N);
@@ -153,6 +157,15 @@ void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repe
   }
   const bool f32 = dtype == kernels::MatmulDtype::kF32;
   const char* name = kernels::MatmulDtypeName(dtype);
+  if (dtype == kernels::MatmulDtype::kNative) {
+    // The linear probes use random float matrices, which native runs in f32:
+    // only the bandwidth bound means something here.
+    const double bw = ReadBandwidthGBs(repeats);
+    std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
+                "(at most %.0f MB, the file's bytes, per step)\n",
+                bw, bw * 1e9 / file_bytes, file_bytes / 1e6);
+    return;
+  }
   if (!f32) {
     std::printf("\n| %s linear [M,%d]x[%d,%d] | GFLOP/s |\n|---|---:|\n", name, K, K, N);
     for (int M : {1, 8, 32, 64, 128, 512}) {
@@ -335,7 +348,9 @@ int Run() {
   }
 
   if (options->device == "cpu") {
-    PrintCpuRoofline(cfg, dtype, repeats, flop_per_token);
+    std::error_code ec;
+    const double file_bytes = static_cast<double>(std::filesystem::file_size(spec, ec));
+    PrintCpuRoofline(cfg, dtype, repeats, flop_per_token, ec ? 0.0 : file_bytes);
   } else {
     PrintDeviceRoofline(**backend, cfg, repeats, flop_per_token);
   }
