@@ -213,10 +213,11 @@ absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, cons
   return CheckTensor("GatherLastRows", "out", out, seqs.num_seqs, x.cols, {DType::kF32});
 }
 
-absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N) {
+absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N, bool takes_blocks) {
   if (w.data == nullptr || K < 1 || N < 1) {
     return absl::InvalidArgumentError(absl::StrCat("PrepareWeight: no data for [", K, ", ", N, "]"));
   }
+  if (w.is_blocks() && takes_blocks) return absl::OkStatus();
   if (w.is_blocks()) {
     return absl::InvalidArgumentError(
         "PrepareWeight: quantized blocks are taken only with --dtype=native on a backend that "

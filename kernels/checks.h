@@ -27,7 +27,8 @@ absl::Status CheckTensor(const char* op, const char* name, const Tensor& t, int6
 absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* kv);
 
 // PrepareWeight's: values, a float dtype (f32, bf16, f16), K and N >= 1.
-absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N);
+// Quantized blocks pass only where the backend `takes_blocks` (--dtype=native).
+absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N, bool takes_blocks = false);
 
 // Each op's arguments as backend.h states them; `act` is the backend's
 // activation dtype (outputs that feed Linear may also take it).

@@ -346,7 +346,8 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
   const int K = w.k_, N = w.n_, chunks = K / kChunk;
   x_.resize(static_cast<size_t>(M) * chunks);
   XChunk* xq = x_.data();
-#pragma omp parallel for schedule(static)
+  // One row (decode at low load) needs no parallel region.
+#pragma omp parallel for schedule(static) if (M > 1)
   for (int m = 0; m < M; ++m) QuantizeRow(x + static_cast<int64_t>(m) * K, K, xq + static_cast<int64_t>(m) * chunks);
 
   for (const BlockWeight::Span& span : w.spans) {

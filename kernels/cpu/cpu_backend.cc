@@ -314,11 +314,8 @@ absl::Status CpuBackend::Download(const Tensor& src, void* host) {
 
 absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, int K, int N,
                                                                   WeightLayout layout) {
-  if (w.is_blocks() && blocks_ != nullptr) {
-    if (w.data == nullptr || K < 1 || N < 1) return absl::InvalidArgumentError("PrepareWeight: no blocks");
-    return blocks_->Prepare(w, K, N, layout);
-  }
-  FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(w, K, N));
+  FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(w, K, N, blocks_ != nullptr));
+  if (w.is_blocks()) return blocks_->Prepare(w, K, N, layout);
   // int8 quantizes the values where they are, whatever their dtype. oneDNN's
   // reorder takes f32 and bf16 values as they are (into f32 or bf16
   // weights); f16 ones are widened to float32 here (exactly), one matrix at

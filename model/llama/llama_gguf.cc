@@ -125,19 +125,31 @@ class GgufSource final : public WeightSource {
   }
 
   // Whole rows as stored: a permuted tensor's rows put back in
-  // transformers' order (a row is its own blocks, so rows move whole).
+  // transformers' order (a row is its own blocks, so rows move whole), read
+  // a run at a time: all of them, or a head's when permuted.
   absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor,
                                                      const std::vector<int64_t>& shape,
                                                      int64_t row_begin, int64_t row_end) const override {
-    TensorRegion region;
-    region.row_begin = row_begin;
-    region.row_end = row_end;
-    region.col_begin = 0;
-    region.col_end = shape.size() == 2 ? shape[1] : 0;
+    const TensorRegion region{row_begin, row_end, 0, shape.size() == 2 ? shape[1] : 0};
+    auto located = Locate(tensor, shape, region);
+    if (!located.ok()) return located.status();
+    const GgufTensor& t = **located;
+    auto it = heads_.find(t.name);
+    const int64_t D = it == heads_.end() ? 0 : t.rows() / it->second;
     std::vector<uint8_t> out;
-    int64_t row_bytes = 0;
-    auto st = GatherRows(tensor, shape, region, &out, &row_bytes);
-    if (!st.ok()) return st;
+    if (region.rows() == 0) return out;
+    const int64_t run = D == 0 ? region.rows() : D;
+    for (int64_t b0 = D == 0 ? row_begin : row_begin / D * D; b0 < row_end; b0 += run) {
+      const int64_t b1 = std::min(b0 + run, t.rows());
+      auto bytes = file_->RowBytes(t, b0, b1);
+      if (!bytes.ok()) return bytes.status();
+      const int64_t row_bytes = static_cast<int64_t>(bytes->size()) / (b1 - b0);
+      for (int64_t r = std::max(b0, row_begin); r < std::min(b1, row_end); ++r) {
+        const char* row = bytes->data() + ((D == 0 ? r : Unpermute(r, D)) - b0) * row_bytes;
+        out.insert(out.end(), row, row + row_bytes);
+      }
+      file_->ReleaseRows(t, b0, b1);
+    }
     return out;
   }
 
@@ -147,45 +159,26 @@ class GgufSource final : public WeightSource {
     return name.empty() ? nullptr : file_->FindTensor(name);
   }
 
-  // Whole rows [region.row_begin, region.row_end) of 2-D tensor `hf` as
-  // stored bytes, in transformers' row order.
-  absl::Status GatherRows(absl::string_view hf, const std::vector<int64_t>& shape,
-                          const TensorRegion& region, std::vector<uint8_t>* out,
-                          int64_t* row_bytes) const {
+  // Tensor `hf`, checked to have `shape` and to hold `region`.
+  absl::StatusOr<const GgufTensor*> Locate(absl::string_view hf, const std::vector<int64_t>& shape,
+                                           const TensorRegion& region) const {
     const std::string name = GgufName(hf);
     const GgufTensor* t = name.empty() ? nullptr : file_->FindTensor(name);
-    if (t == nullptr || t->ne.size() != 2) {
-      return absl::NotFoundError(absl::StrCat(file_->name(), ": no matrix '", name, "' (", hf, ")"));
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat(file_->name(), ": no tensor '",
+                                              name.empty() ? std::string(hf) : name, "' (", hf, ")"));
     }
     if (t->shape() != shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           file_->name(), ": tensor '", name, "' has shape ", ShapeString(t->shape()),
           "; the model's hyper-parameters need ", ShapeString(shape)));
     }
-    if (region.row_begin < 0 || region.row_end > t->rows() || region.row_begin > region.row_end) {
+    if (region.row_begin < 0 || region.row_end > t->rows() || region.row_begin > region.row_end ||
+        region.col_begin < 0 || region.col_end > t->cols() || region.col_begin > region.col_end) {
       return absl::OutOfRangeError(absl::StrCat(file_->name(), ": tensor '", name,
-                                                "': rows outside the tensor"));
+                                                "': region outside the tensor"));
     }
-    auto it = heads_.find(name);
-    const int64_t D = it == heads_.end() ? 0 : t->rows() / it->second;
-    out->clear();
-    if (region.rows() == 0) return absl::OkStatus();
-    // Rows are read a run at a time: all of them, or a head's when permuted.
-    const int64_t run = D == 0 ? region.rows() : D;
-    for (int64_t b0 = D == 0 ? region.row_begin : region.row_begin / D * D; b0 < region.row_end;
-         b0 += run) {
-      const int64_t b1 = std::min(b0 + run, t->rows());
-      auto bytes = file_->RowBytes(*t, b0, b1);
-      if (!bytes.ok()) return bytes.status();
-      *row_bytes = static_cast<int64_t>(bytes->size()) / (b1 - b0);
-      for (int64_t r = std::max(b0, region.row_begin); r < std::min(b1, region.row_end); ++r) {
-        const int64_t at = (D == 0 ? r : Unpermute(r, D)) - b0;
-        const char* row = bytes->data() + at * *row_bytes;
-        out->insert(out->end(), row, row + *row_bytes);
-      }
-      file_->ReleaseRows(*t, b0, b1);
-    }
-    return absl::OkStatus();
+    return t;
   }
 
   // Within each head of D rows (or bias elements), transformers' index
@@ -201,23 +194,11 @@ class GgufSource final : public WeightSource {
   template <typename T, typename ReadRows>
   absl::Status Gather(absl::string_view hf, const std::vector<int64_t>& shape,
                       const TensorRegion& region, std::vector<T>* out, const ReadRows& read) const {
-    const std::string name = GgufName(hf);
-    const GgufTensor* t = name.empty() ? nullptr : file_->FindTensor(name);
-    if (t == nullptr) {
-      return absl::NotFoundError(absl::StrCat(file_->name(), ": no tensor '",
-                                              name.empty() ? std::string(hf) : name, "' (", hf, ")"));
-    }
-    if (t->shape() != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file_->name(), ": tensor '", name, "' has shape ", ShapeString(t->shape()),
-          "; the model's hyper-parameters need ", ShapeString(shape)));
-    }
+    auto located = Locate(hf, shape, region);
+    if (!located.ok()) return located.status();
+    const GgufTensor* t = *located;
+    const std::string& name = t->name;
     const int64_t rows = t->rows(), cols = t->cols();
-    if (region.row_begin < 0 || region.row_end > rows || region.row_begin > region.row_end ||
-        region.col_begin < 0 || region.col_end > cols || region.col_begin > region.col_end) {
-      return absl::OutOfRangeError(absl::StrCat(file_->name(), ": tensor '", name,
-                                                "': region outside the tensor"));
-    }
     out->clear();
     if (region.numel() == 0) return absl::OkStatus();
     out->reserve(region.numel());
