@@ -2,23 +2,32 @@
 // kernels/block_format.h): Q8_0, Q4_0, Q4_1, Q4_K and Q6_K, read where they
 // lie, with AVX-512 VNNI.
 //
+// Prepare repacks a weight's blocks once, at load: columns in pairs, each
+// pair's codes of 64 values laid out so that one load and a mask give both
+// columns' codes of a 32-value block, and each group of 256 values' scales
+// (f16, or Q4_K's / Q6_K's small integers and f16 super-block scales) in one
+// header, converted 16 at a time. The values and their bytes are the file's
+// (Q4_K: 8 bytes more per 256 values, its 6-bit scales unpacked to 8).
+//
 // The arithmetic, per output (row m, column n), for every row count:
 //   - the input row is quantized per 32 values, as ggml's Q8_0 does:
 //     d_x = max|x| / 127, q_x = round(x / d_x) (to nearest even), s_x = sum q_x;
-//   - per 64 values (two input blocks), one u8 x s8 dot product (vpdpbusd)
-//     sums the weight's integer codes times q_x exactly in int32, 16 lanes of
-//     4 products; a format's code offset (8 for Q4_0, 32 for Q6_K, 128 for
+//   - per 32-value block, one u8 x s8 dot product (vpdpbusd) sums the
+//     weight's integer codes times q_x exactly in int32, 8 lanes of 4
+//     products; a format's code offset (8 for Q4_0, 32 for Q6_K, 128 for
 //     Q8_0, whose s8 codes are biased to u8) is taken out of the integer sum
 //     exactly;
-//   - each lane's int32 becomes float32 and is added into a 16-lane float
-//     accumulator as float(dot) * (w_scale * d_x), plus w_min * d_x * s_x / 8
-//     for the formats with a minimum (Q4_1, Q4_K), w_scale and w_min being the
-//     lane's sub-block's scale and minimum as ggml's dequantization computes
-//     them (d * sc, dmin * m in float32);
-//   - the 16 lanes are added in one fixed order, then the bias, gelu or the
-//     residual.
-// Nothing in it depends on M, on the tile a column falls in or on the thread
-// that runs it, so a row's result is bitwise the same at any batch size.
+//   - each lane's int32 becomes float32 and is added into its float lane as
+//     float(dot) * (w_scale * d_x), w_scale being the scale of the lane's
+//     sub-block as ggml's dequantization computes it (d * sc in float32);
+//     blocks a and b of each 64 values go to two accumulators;
+//   - for the formats with a minimum (Q4_1, Q4_K), once per 256 values, one
+//     lane per 32-value block adds w_min * (d_x * s_x) (w_min = m, or
+//     -dmin * m in float32 as ggml);
+//   - the two accumulators are added lane by lane, then the column's 8 lanes
+//     in one fixed order, then the bias, gelu or the residual.
+// Nothing in it depends on M, on the tile or pair a column falls in or on the
+// thread that runs it, so a row's result is bitwise the same at any batch size.
 //
 // The error against the dequantized weights times the float32 input is the
 // input's rounding: at most |w| . (d_x / 2) summed over the row, plus float32
@@ -55,19 +64,25 @@ class BlockLinear {
   // out[M, N] = epilogue(x[M, K] @ W^T + bias).
   void Run(const float* x, int M, const Weight& w, const float* bias, Epilogue epilogue, float* out);
 
-  // One input chunk of 64 values as Run quantizes it (public for tests).
+  // One input chunk of 64 values (blocks a and b) as Run quantizes it
+  // (public for tests).
   struct alignas(64) XChunk {
-    int8_t q[64];
-    float dx[16];          // each lane's block's d_x (lanes 0-7 the first block)
-    float xs[16];          // d_x * s_x / 8 of each lane's block
-    int32_t neg_lanes[16]; // -(the lane's 4 codes summed)
+    int8_t a[64];        // block a's 32 codes, twice (once per column of a pair)
+    int8_t b[64];        // block b's, twice
+    int32_t neg_a[16];   // -(each lane's 4 codes of a summed)
+    int32_t neg_b[16];
+    float dx[2];         // d_x of a and b
   };
-  // Quantizes row x of K values (K a multiple of 64) into K / 64 chunks.
-  static void QuantizeRow(const float* x, int K, XChunk* out);
+  // Values of `sums` per row: 16 per group of 256 input values.
+  static int SumsPerRow(int K) { return 16 * ((K / 64 + 3) / 4); }
+  // Quantizes row x of K values (K a multiple of 64) into K / 64 chunks, and
+  // d_x * s_x of block 8g + i into sums[16g + i] and sums[16g + 8 + i].
+  static void QuantizeRow(const float* x, int K, XChunk* chunks, float* sums);
 
  private:
   WeightArena arena_;
   std::vector<XChunk> x_;
+  std::vector<float> sums_;
 };
 
 }  // namespace flover::kernels

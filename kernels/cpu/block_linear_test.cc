@@ -110,16 +110,19 @@ TEST_P(BlockLinearTest, MatchesTheDequantizedWeights) {
   linear.Run(x.data(), M, **weight, bias.data(), Epilogue::kBias, out.data());
 
   std::vector<BlockLinear::XChunk> q(K / 64);
+  std::vector<float> sums(BlockLinear::SumsPerRow(K));
   for (int m = 0; m < M; ++m) {
-    BlockLinear::QuantizeRow(x.data() + m * K, K, q.data());
+    BlockLinear::QuantizeRow(x.data() + m * K, K, q.data(), sums.data());
     for (int n = 0; n < N; ++n) {
       double exact = 0, quantized = 0, magnitude = 0, rounding = 0;
       for (int k = 0; k < K; ++k) {
         const BlockLinear::XChunk& c = q[k / 64];
-        const double dx = c.dx[(k % 64) / 32 * 8];
+        const int i = k % 64;
+        const double dx = c.dx[i / 32];
+        const int qx = i < 32 ? c.a[i] : c.b[i - 32];
         const double wk = w[static_cast<size_t>(n) * K + k];
         exact += wk * x[m * K + k];
-        quantized += wk * (dx * c.q[k % 64]);
+        quantized += wk * (dx * qx);
         magnitude += std::fabs(wk * x[m * K + k]);
         rounding += std::fabs(wk) * dx / 2;
       }
