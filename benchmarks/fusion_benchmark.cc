@@ -172,6 +172,7 @@ void Run() {
     std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
     std::exit(1);
   }
+  if (kernels::MatmulDtypeIsAuto()) options->matmul = AutoMatmulDtype(absl::GetFlag(FLAGS_model), options->device);
   auto backend = kernels::CreateBackend(*options);
   if (!backend.ok()) {
     std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());

@@ -222,17 +222,18 @@ int Run() {
   kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const int repeats = absl::GetFlag(FLAGS_repeats);
   const int steps = absl::GetFlag(FLAGS_decode_steps);
+  const std::string spec = absl::GetFlag(FLAGS_model);
   auto options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
   if (!options.ok()) {
     std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
     return 1;
   }
+  if (kernels::MatmulDtypeIsAuto()) options->matmul = AutoMatmulDtype(spec, options->device);
   auto backend = kernels::CreateBackend(*options);
   if (!backend.ok()) {
     std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
     return 1;
   }
-  const std::string spec = absl::GetFlag(FLAGS_model);
   auto model = LoadModel(spec);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());

@@ -58,6 +58,7 @@ absl::Status Run() {
   // The device first: a missing GPU is reported before a model is loaded.
   auto backend_options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
   if (!backend_options.ok()) return backend_options.status();
+  if (kernels::MatmulDtypeIsAuto()) backend_options->matmul = AutoMatmulDtype(spec, backend_options->device);
   auto backend = kernels::CreateBackend(*backend_options);
   if (!backend.ok()) return backend.status();
   auto model = LoadModel(spec);

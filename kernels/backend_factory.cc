@@ -98,7 +98,7 @@ absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
   if (name == "int8") return MatmulDtype::kInt8;
   if (name == "native") return MatmulDtype::kNative;
   return absl::InvalidArgumentError(
-      absl::StrCat("--dtype: must be f32, bf16, f16, int8 or native, got '", name, "'"));
+      absl::StrCat("--dtype: must be f32, auto, bf16, f16, int8 or native, got '", name, "'"));
 }
 
 absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {

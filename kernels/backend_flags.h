@@ -13,6 +13,10 @@ namespace flover::kernels {
 // device runs the dtypes is CreateBackend's to say.
 absl::StatusOr<BackendOptions> BackendOptionsFromFlags();
 
+// Whether --dtype is "auto": the caller picks by the model (model_loader's
+// AutoMatmulDtype); BackendOptionsFromFlags leaves f32.
+bool MatmulDtypeIsAuto();
+
 }  // namespace flover::kernels
 
 #endif  // FLOVER_KERNELS_BACKEND_FLAGS_H_

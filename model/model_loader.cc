@@ -9,8 +9,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/block_format.h"
+#include "kernels/cpu/block_linear.h"
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "model/llama/llama_checkpoint.h"
+#include "model/loader/gguf.h"
 #include "util/file_util.h"
 #include "util/json.h"
 
@@ -121,6 +124,22 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
   return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: model_type \"", *type,
                                                  "\" is not supported (Flover serves ",
                                                  absl::StrJoin(supported, ", "), ")"));
+}
+
+kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view device) {
+  const std::string path(spec);
+  if (device != "cpu" || !FileExists(path)) return kernels::MatmulDtype::kF32;
+  auto magic = ReadFilePrefix(path, 4);
+  if (!magic.ok() || *magic != "GGUF") return kernels::MatmulDtype::kF32;
+  auto file = GgufFile::Open(path);
+  if (!file.ok() || !kernels::BlockLinear::CheckSupported().ok()) return kernels::MatmulDtype::kF32;
+  for (const GgufTensor& t : file->tensors()) {
+    kernels::BlockFormat format;
+    if (t.ne.size() >= 2 && kernels::BlockFormatOfGgmlType(t.type->id, &format)) {
+      return kernels::MatmulDtype::kNative;
+    }
+  }
+  return kernels::MatmulDtype::kF32;
 }
 
 }  // namespace flover

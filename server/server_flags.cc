@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "kernels/backend_flags.h"
+#include "model/model_loader.h"
 #include "server/http_server.h"
 #include "server/tls.h"
 #include "util/byte_size.h"
@@ -115,6 +116,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   auto backend = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
   if (!backend.ok()) return backend.status();
   o.backend = *backend;
+  if (kernels::MatmulDtypeIsAuto()) o.backend.matmul = AutoMatmulDtype(o.model, o.backend.device);
   if (o.tp > 1 && o.backend.device.find(':') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device=", o.backend.device, " with --tp > 1: each rank takes the device of its "

@@ -71,7 +71,7 @@ expect_error "top_p: must be" --model=builtin:tiny --prompt_ids=1 --top_p=0
 expect_error "exceeds the model's 40 positions" --model=$FIXTURE --prompt_ids=1 --max_new_tokens=40
 expect_error "config.json: cannot open" --model=/nonexistent --prompt_ids=1
 expect_error "max_new_tokens must be" --model=builtin:tiny --prompt_ids=1 --max_new_tokens=0
-expect_error "\-\-dtype: must be f32, bf16, f16, int8 or native, got 'fp8'" --model=builtin:tiny --prompt_ids=1 --dtype=fp8
+expect_error "\-\-dtype: must be f32, auto, bf16, f16, int8 or native, got 'fp8'" --model=builtin:tiny --prompt_ids=1 --dtype=fp8
 expect_error "\-\-dtype=f16: the CPU backend runs f32, bf16 and int8" --model=builtin:tiny --prompt_ids=1 --dtype=f16
 expect_error "\-\-device: must be cpu, cuda or cuda:N, got 'tpu'" --model=builtin:tiny --prompt_ids=1 --device=tpu
 expect_error "\-\-kv_dtype: must be f32 or bf16, got 'int8'" --model=builtin:tiny --prompt_ids=1 --kv_dtype=int8

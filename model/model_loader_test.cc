@@ -1,0 +1,73 @@
+// --dtype=auto's choice (AutoMatmulDtype): native only for a GGUF file that
+// holds matrices in a block format the CPU kernels run as stored, only on the
+// CPU, and only where this CPU runs them; f32 for everything else.
+#include "model/model_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "kernels/cpu/block_linear.h"
+#include "testing/gguf_writer.h"
+
+namespace flover {
+namespace {
+
+using kernels::MatmulDtype;
+using testing::GgufWriter;
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// A file with one tensor of ggml type `type`, `ne` its dimensions.
+std::string OneTensor(const std::string& name, uint32_t type, const std::vector<uint64_t>& ne,
+                      int bytes) {
+  GgufWriter w;
+  w.String("general.architecture", "llama").Tensor("blk.0.attn_q.weight", type, ne, std::string(bytes, '\0'));
+  return WriteFile(name, w.Bytes());
+}
+
+// What the CPU picks for a file of runnable blocks on this machine.
+MatmulDtype CpuBlocks() {
+  return kernels::BlockLinear::CheckSupported().ok() ? MatmulDtype::kNative : MatmulDtype::kF32;
+}
+
+TEST(AutoMatmulDtypeTest, NativeForBlocksTheCpuRuns) {
+  if (!kernels::BlockLinear::CheckSupported().ok()) {
+    std::printf("this CPU lacks the block kernels' features: auto must pick f32 here\n");
+  }
+  // Q8_0 (8), Q4_0 (2), Q4_1 (3): 32 values a block; Q4_K (12), Q6_K (14): 256.
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("q8.gguf", 8, {64, 2}, 136), "cpu"), CpuBlocks());
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("q4_0.gguf", 2, {64, 2}, 72), "cpu"), CpuBlocks());
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("q4_1.gguf", 3, {64, 2}, 80), "cpu"), CpuBlocks());
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("q4k.gguf", 12, {256, 2}, 288), "cpu"), CpuBlocks());
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("q6k.gguf", 14, {256, 2}, 420), "cpu"), CpuBlocks());
+}
+
+TEST(AutoMatmulDtypeTest, F32ForEverythingElse) {
+  const std::string q8 = OneTensor("q8_gpu.gguf", 8, {64, 2}, 136);
+  EXPECT_EQ(AutoMatmulDtype(q8, "cuda"), MatmulDtype::kF32);  // no block kernels on CUDA
+  EXPECT_EQ(AutoMatmulDtype(q8, "cuda:1"), MatmulDtype::kF32);
+  // Float matrices, a block type without a CPU kernel (Q5_K), a vector of blocks.
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("f32.gguf", 0, {4, 2}, 32), "cpu"), MatmulDtype::kF32);
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("f16.gguf", 1, {4, 2}, 16), "cpu"), MatmulDtype::kF32);
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("q5k.gguf", 13, {256, 2}, 352), "cpu"), MatmulDtype::kF32);
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("q8_vector.gguf", 8, {64}, 68), "cpu"), MatmulDtype::kF32);
+  // Built-ins, directories, missing, foreign and broken files: f32 (LoadModel
+  // reports what is wrong with them).
+  EXPECT_EQ(AutoMatmulDtype("builtin:llama-tiny", "cpu"), MatmulDtype::kF32);
+  EXPECT_EQ(AutoMatmulDtype(std::getenv("TEST_TMPDIR"), "cpu"), MatmulDtype::kF32);
+  EXPECT_EQ(AutoMatmulDtype("/no/such/model.gguf", "cpu"), MatmulDtype::kF32);
+  EXPECT_EQ(AutoMatmulDtype(WriteFile("text.gguf", "not a model"), "cpu"), MatmulDtype::kF32);
+  std::string cut = GgufWriter().Tensor("w", 8, {64, 2}, std::string(136, '\0')).Bytes();
+  cut.resize(40);
+  EXPECT_EQ(AutoMatmulDtype(WriteFile("cut.gguf", cut), "cpu"), MatmulDtype::kF32);
+}
+
+}  // namespace
+}  // namespace flover
