@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/block_format.h"
 #include "kernels/cpu/vec_math.h"
 #include "testing/numerics.h"
 #include "testing/op_harness.h"
+#include "testing/random_blocks.h"
 
 namespace flover::kernels {
 namespace {
@@ -392,6 +394,77 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::string(std::get<0>(info.param)) + "_" + MatmulDtypeName(std::get<1>(info.param));
     });
+
+// --dtype=native: GGUF blocks as stored, five formats stacked in one weight
+// (as llama.cpp's Q4_K_M stacks Q/K/V), against ggml's dequantized values
+// times the input. CUDA dequantizes in registers and takes f32 inputs: float
+// sums of the dequantized products. The CPU quantizes its inputs per 32
+// values: within that rounding's bound (as block_linear_test). A row alone
+// and in a batch gives the same bits; the epilogues apply per element.
+class BlockLinearOpsTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BlockLinearOpsTest, StackedFormatsMatchTheDequantizedWeights) {
+  const std::string device = GetParam();
+  std::string skip;
+  auto d = MakeDev(device, MatmulDtype::kNative, KvDtype::kF32, &skip);
+  if (d == nullptr) GTEST_SKIP() << device << ": " << skip;
+  const int K = 512, M = 9;
+  const BlockSpan spans[] = {{BlockFormat::kQ8_0, 5}, {BlockFormat::kQ4_0, 3}, {BlockFormat::kQ4_1, 6},
+                             {BlockFormat::kQ4_K, 7}, {BlockFormat::kQ6_K, 4}};
+  std::vector<uint8_t> bytes;
+  std::vector<float> w;
+  int N = 0;
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<uint8_t> rows = ::flover::testing::RandomBlockRows(spans[i].format, spans[i].rows, K, 40 + i);
+    const std::vector<float> values = ::flover::testing::DequantizeBlockRows(spans[i].format, rows.data(), spans[i].rows, K);
+    bytes.insert(bytes.end(), rows.begin(), rows.end());
+    w.insert(w.end(), values.begin(), values.end());
+    N += spans[i].rows;
+  }
+  auto weight = (*d)->PrepareWeight(HostValues(bytes.data(), spans, 5), K, N, WeightLayout::kOutIn);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  ASSERT_TRUE((*d)->PrepareLinear(**weight, M, true, Epilogue::kBiasGelu).ok());
+  const std::vector<float> x = Random(M * K, 45), b = Random(N, 46);
+  const Tensor xt = d->Up(x, M, K), bt = d->Up(b, 1, N), out = d->New(DType::kF32, M, N);
+  ASSERT_TRUE((*d)->Linear(xt, **weight, &bt, Epilogue::kBias, out).ok());
+  const std::vector<float> got = d->Down(out);
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double exact = 0, magnitude = 0, rounding = 0;
+      for (int k0 = 0; k0 < K; k0 += 32) {
+        float amax = 0;
+        for (int k = k0; k < k0 + 32; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+        for (int k = k0; k < k0 + 32; ++k) {
+          const double wk = w[size_t(n) * K + k];
+          exact += wk * x[m * K + k];
+          magnitude += std::fabs(wk * x[m * K + k]);
+          rounding += std::fabs(wk) * amax / 127 / 2;
+        }
+      }
+      const double sums = 4e-6 * (magnitude + 2 * rounding) + 1e-6;
+      EXPECT_NEAR(got[m * N + n] - b[n], exact, device == "cpu" ? rounding + sums : sums)
+          << device << " m=" << m << " n=" << n;
+    }
+  }
+  for (int m = 0; m < M; ++m) {  // each row alone: the same bits
+    const std::vector<float> row(x.begin() + m * K, x.begin() + (m + 1) * K);
+    const Tensor one = d->New(DType::kF32, 1, N);
+    ASSERT_TRUE((*d)->Linear(d->Up(row, 1, K), **weight, &bt, Epilogue::kBias, one).ok());
+    const std::vector<float> alone = d->Down(one);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + m * N)) << device << " row " << m;
+  }
+  const Tensor acc = d->Up(got, M, N), gelu = d->New(DType::kF32, M, N);
+  ASSERT_TRUE((*d)->Linear(xt, **weight, &bt, Epilogue::kBiasResidual, acc).ok());
+  ASSERT_TRUE((*d)->Linear(xt, **weight, &bt, Epilogue::kBiasGelu, gelu).ok());
+  const std::vector<float> twice = d->Down(acc), g = d->Down(gelu);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(twice[i], got[i] + got[i]) << device << " " << i;
+    EXPECT_NEAR(g[i], GeluRef(got[i]), 1e-5 * (1 + std::fabs(got[i]))) << device << " " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, BlockLinearOpsTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return std::string(info.param); });
 
 // Weights handed over in the dtype a checkpoint stores them in (bf16 or f16
 // bits) prepare to the same weight as their float32 values: every Linear

@@ -51,7 +51,8 @@ TEST(AutoMatmulDtypeTest, NativeForBlocksTheCpuRuns) {
 
 TEST(AutoMatmulDtypeTest, F32ForEverythingElse) {
   const std::string q8 = OneTensor("q8_gpu.gguf", 8, {64, 2}, 136);
-  EXPECT_EQ(AutoMatmulDtype(q8, "cuda"), MatmulDtype::kF32);  // no block kernels on CUDA
+  // CUDA has block kernels, but they have never run on a GPU: auto stays f32 there.
+  EXPECT_EQ(AutoMatmulDtype(q8, "cuda"), MatmulDtype::kF32);
   EXPECT_EQ(AutoMatmulDtype(q8, "cuda:1"), MatmulDtype::kF32);
   // Float matrices, a block type without a CPU kernel (Q5_K), a vector of blocks.
   EXPECT_EQ(AutoMatmulDtype(OneTensor("f32.gguf", 0, {4, 2}, 32), "cpu"), MatmulDtype::kF32);

@@ -14,55 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "model/loader/gguf_quants.h"
+#include "testing/random_blocks.h"
 
 namespace flover::kernels {
 namespace {
 
-__attribute__((target("f16c"))) uint16_t ToHalf(float f) {
-  return static_cast<uint16_t>(_cvtss_sh(f, 0));  // to nearest even
-}
-
-void PutHalf(uint8_t* p, float f) {
-  const uint16_t h = ToHalf(f);
-  std::memcpy(p, &h, 2);
-}
-
-// `rows` random rows of K values in format f: random codes, scales that give
-// weights of roughly unit size / sqrt(K).
 std::vector<uint8_t> RandomRows(BlockFormat f, int rows, int K, uint32_t seed) {
-  const BlockFormatInfo& info = InfoOf(f);
-  std::vector<uint8_t> out(static_cast<size_t>(rows) * BlockRowBytes(f, K));
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.5f, 1.5f);
-  for (uint8_t& b : out) b = static_cast<uint8_t>(byte(rng));
-  const float unit = 1.0f / std::sqrt(static_cast<float>(K));
-  for (size_t at = 0; at < out.size(); at += info.block_bytes) {
-    uint8_t* blk = out.data() + at;
-    switch (f) {
-      case BlockFormat::kQ8_0: PutHalf(blk, scale(rng) * unit / 64); break;
-      case BlockFormat::kQ4_0: PutHalf(blk, scale(rng) * unit / 4); break;
-      case BlockFormat::kQ4_1:
-        PutHalf(blk, scale(rng) * unit / 4);
-        PutHalf(blk + 2, -scale(rng) * unit * 2);
-        break;
-      case BlockFormat::kQ4_K:  // 6-bit scales and mins: any bytes
-        PutHalf(blk, scale(rng) * unit / 128);
-        PutHalf(blk + 2, scale(rng) * unit / 64);
-        break;
-      case BlockFormat::kQ6_K:  // s8 scales: any bytes
-        PutHalf(blk + 208, scale(rng) * unit / 1024);
-        break;
-    }
-  }
-  return out;
+  return testing::RandomBlockRows(f, rows, K, seed);
 }
 
 std::vector<float> Dequantize(BlockFormat f, const uint8_t* rows, int n, int K) {
-  std::vector<float> w(static_cast<size_t>(n) * K);
-  GgmlDequantize(*GgmlTypeOf(InfoOf(f).ggml_type), rows, w.size(), w.data());
-  return w;
+  return testing::DequantizeBlockRows(f, rows, n, K);
 }
 
 std::vector<float> RandomInput(int M, int K, uint32_t seed) {

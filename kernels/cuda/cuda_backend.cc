@@ -34,6 +34,23 @@ class CudaWeight final : public Weight {
   Buffer data_;  // [N, K] row-major in dtype_
 };
 
+// --dtype=native: a matrix in GGUF blocks as the file stores them, in runs
+// of rows of one format each (the file's bytes on the device).
+class CudaBlockWeight final : public Weight {
+ public:
+  int k() const override { return k_; }
+  int n() const override { return n_; }
+
+  struct Span {
+    BlockFormat format;
+    int row_begin, rows;
+    int64_t offset;  // bytes into data
+  };
+  int k_ = 0, n_ = 0;
+  std::vector<Span> spans;
+  Buffer data;
+};
+
 double MiB(double bytes) { return bytes / (1 << 20); }
 
 }  // namespace
@@ -47,10 +64,9 @@ absl::Status CudaStatus(cudaError_t error, const std::string& what) {
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
-  if (options.matmul == MatmulDtype::kInt8 || options.matmul == MatmulDtype::kNative) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--dtype=", MatmulDtypeName(options.matmul),
-        " runs on the CPU backend only; on CUDA use f32, bf16 or f16"));
+  if (options.matmul == MatmulDtype::kInt8) {
+    return absl::FailedPreconditionError(
+        "--dtype=int8 runs on the CPU backend only; on CUDA use f32, bf16, f16 or native");
   }
   int ordinal = 0;
   if (options.device.size() > 5 && !absl::SimpleAtoi(options.device.substr(5), &ordinal)) {
@@ -247,8 +263,9 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes) {
 
 absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareWeight(HostValues stored, int K,
                                                                    int N, WeightLayout layout) {
-  FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(stored, K, N));
+  FLOVER_RETURN_IF_ERROR(CheckPrepareWeightArgs(stored, K, N, matmul_ == MatmulDtype::kNative));
   FLOVER_RETURN_IF_ERROR(Activate());
+  if (stored.is_blocks()) return PrepareBlocks(stored, K, N, layout);
   // Widened on the host (exactly), one matrix at a time.
   std::vector<float> wide;
   if (stored.dtype != DType::kF32) wide = WidenToF32(stored, int64_t{K} * N);
@@ -282,9 +299,45 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareWeight(HostValues st
   return std::unique_ptr<Weight>(new CudaWeight(K, N, dtype, std::move(data)));
 }
 
+absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareBlocks(const HostValues& stored, int K, int N,
+                                                                   WeightLayout layout) {
+  if (layout != WeightLayout::kOutIn) {
+    return absl::InvalidArgumentError("quantized blocks come one row per output ([N, K])");
+  }
+  auto w = std::make_unique<CudaBlockWeight>();
+  w->k_ = K;
+  w->n_ = N;
+  int64_t bytes = 0;
+  int row = 0;
+  for (int i = 0; i < stored.num_spans; ++i) {
+    const BlockSpan& span = stored.spans[i];
+    if (span.rows < 0 || K % 32 != 0 || K % InfoOf(span.format).block_values != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(InfoOf(span.format).name, " rows of ", K,
+                                                     " values are not whole blocks of 32-value sub-blocks"));
+    }
+    w->spans.push_back({span.format, row, span.rows, bytes});
+    bytes += span.rows * BlockRowBytes(span.format, K);
+    row += span.rows;
+  }
+  if (row != N) {
+    return absl::InvalidArgumentError(absl::StrCat("the block spans hold ", row, " rows; the weight has ", N));
+  }
+  // The bytes as they are, in whole 4-byte words of device memory.
+  const int64_t words = (bytes + 3) / 4;
+  std::vector<uint8_t> padded(static_cast<size_t>(words) * 4);
+  std::copy_n(static_cast<const uint8_t*>(stored.data), bytes, padded.data());
+  auto data = Allocate(DType::kI32, 1, words);
+  if (!data.ok()) return data.status();
+  FLOVER_RETURN_IF_ERROR(Upload(padded.data(), data->tensor()));
+  FLOVER_RETURN_IF_ERROR(Synchronize());  // `padded` must outlive the copy
+  w->data = std::move(*data);
+  return std::unique_ptr<Weight>(std::move(w));
+}
+
 absl::Status CudaBackend::PrepareLinear(const Weight& weight, int max_rows, bool has_bias,
                                         Epilogue epilogue) {
   FLOVER_RETURN_IF_ERROR(Activate());
+  if (dynamic_cast<const CudaBlockWeight*>(&weight) != nullptr) return absl::OkStatus();  // nothing to pick
   const auto& w = static_cast<const CudaWeight&>(weight);
   FLOVER_RETURN_IF_ERROR(gemm_->Prepare(w.n(), w.k(), w.dtype(), has_bias));
   if (epilogue == Epilogue::kBiasGelu) {
@@ -363,6 +416,25 @@ absl::Status CudaBackend::SoftCap(const Tensor& x, float cap) {
 
 absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Tensor* bias,
                                  Epilogue epilogue, const Tensor& out) {
+  if (const auto* blocks = dynamic_cast<const CudaBlockWeight*>(&weight)) {
+    FLOVER_RETURN_IF_ERROR(CheckLinearArgs(x, weight, bias, epilogue, out, DType::kF32, activation_dtype()));
+    if (x.dtype != DType::kF32 || out.dtype != DType::kF32) {
+      return absl::InvalidArgumentError("Linear on quantized blocks takes and gives f32");
+    }
+    const int M = static_cast<int>(x.rows);
+    if (M == 0) return absl::OkStatus();
+    FLOVER_RETURN_IF_ERROR(Activate());
+    const float* b = bias != nullptr ? bias->as<float>() : nullptr;
+    const auto* base = static_cast<const uint8_t*>(blocks->data.tensor().data);
+    for (const CudaBlockWeight::Span& span : blocks->spans) {
+      FLOVER_RETURN_IF_ERROR(CudaStatus(
+          LaunchBlockLinear(span.format, x.as<float>(), M, blocks->k(), base + span.offset, span.rows,
+                            span.row_begin, blocks->n(), b, epilogue == Epilogue::kBiasGelu,
+                            epilogue == Epilogue::kBiasResidual, out.as<float>(), stream_),
+          "Linear on quantized blocks"));
+    }
+    return absl::OkStatus();
+  }
   const auto& w = static_cast<const CudaWeight&>(weight);
   const int K = w.k(), N = w.n();
   FLOVER_RETURN_IF_ERROR(

@@ -1,7 +1,9 @@
 // The CUDA backend: one GPU, one stream, device memory for everything
 // (weights uploaded once in the matmul dtype, activations, the KV arena,
 // work space), cuBLASLt for the linear layers with one algorithm per weight
-// shape (batch-invariant), our kernels for the rest. Built into
+// shape (batch-invariant), our kernels for the rest. --dtype=native keeps a
+// GGUF file's quantized blocks and runs them on a dequantize-in-register
+// kernel (LaunchBlockLinear); other weights are f32 there. Built into
 // libflover_cuda.so and loaded on demand by kernels/backend_factory; no other
 // part of Flover links the CUDA libraries.
 #ifndef FLOVER_KERNELS_CUDA_CUDA_BACKEND_H_
@@ -76,6 +78,9 @@ class CudaBackend final : public Backend, private Roofline {
 
  private:
   CudaBackend(int ordinal, MatmulDtype matmul, KvDtype kv) : ordinal_(ordinal), matmul_(matmul), kv_(kv) {}
+  // --dtype=native: a matrix of GGUF blocks uploaded as the file stores them.
+  absl::StatusOr<std::unique_ptr<Weight>> PrepareBlocks(const HostValues& stored, int K, int N,
+                                                        WeightLayout layout);
   // Makes this backend's GPU current on the calling thread (the engine
   // loop runs on its own thread).
   absl::Status Activate() const;

@@ -480,6 +480,127 @@ cudaError_t AttendKv(const float* qkv, const int32_t* seqs, const int32_t* block
   }
 }
 
+// ---- Quantized blocks (--dtype=native) -------------------------------------
+
+// Dequantization exactly as ggml's (dequantize_row_*): every product and sum
+// rounded on its own (no fused multiply-add), so each weight is the f32 value
+// gguf-py's dequantize gives.
+__device__ inline float HalfAt(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+
+// The 32 weights of sub-block s (values 32s .. 32s + 31) of one row.
+template <BlockFormat F>
+__device__ inline void Dequant32(const uint8_t* row, int s, float* w) {
+  if constexpr (F == BlockFormat::kQ8_0) {
+    const uint8_t* b = row + 34 * s;
+    const float d = HalfAt(b);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(b[2 + i])), d);
+  } else if constexpr (F == BlockFormat::kQ4_0) {
+    const uint8_t* b = row + 18 * s;
+    const float d = HalfAt(b);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      w[i] = __fmul_rn(static_cast<float>((b[2 + i] & 0xF) - 8), d);
+      w[16 + i] = __fmul_rn(static_cast<float>((b[2 + i] >> 4) - 8), d);
+    }
+  } else if constexpr (F == BlockFormat::kQ4_1) {
+    const uint8_t* b = row + 20 * s;
+    const float d = HalfAt(b), m = HalfAt(b + 2);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      w[i] = __fadd_rn(__fmul_rn(static_cast<float>(b[4 + i] & 0xF), d), m);
+      w[16 + i] = __fadd_rn(__fmul_rn(static_cast<float>(b[4 + i] >> 4), d), m);
+    }
+  } else if constexpr (F == BlockFormat::kQ4_K) {
+    const uint8_t* b = row + 144 * (s / 8);
+    const int j = s % 8;
+    const uint8_t* q = b + 4;  // 12 bytes of 6-bit scales and minimums
+    int sc, m;
+    if (j < 4) {
+      sc = q[j] & 63;
+      m = q[j + 4] & 63;
+    } else {
+      sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+      m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    const float d1 = __fmul_rn(HalfAt(b), static_cast<float>(sc));
+    const float m1 = __fmul_rn(HalfAt(b + 2), static_cast<float>(m));
+    const uint8_t* qs = b + 16 + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) w[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>((qs[l] >> shift) & 0xF)), m1);
+  } else {  // kQ6_K
+    const uint8_t* b = row + 210 * (s / 8);
+    const int j = s % 8, half = j / 4, quarter = j % 4;
+    const uint8_t* ql = b + 64 * half + 32 * (quarter % 2);
+    const uint8_t* qh = b + 128 + 32 * half;
+    const int low_shift = 4 * (quarter / 2), high_shift = 2 * quarter;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * half + 2 * quarter);
+    const float d = HalfAt(b + 208);
+    const float d0 = __fmul_rn(d, static_cast<float>(sc[0])), d1 = __fmul_rn(d, static_cast<float>(sc[1]));
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((ql[l] >> low_shift) & 0xF) | (((qh[l] >> high_shift) & 3) << 4);
+      w[l] = __fmul_rn(l < 16 ? d0 : d1, static_cast<float>(q - 32));
+    }
+  }
+}
+
+constexpr int kBlockWarps = 8;  // outputs per thread block
+constexpr int kBlockRows = 4;   // input rows per pass over a row's weights
+
+// One warp per output n of rows [0, rows): lane t sums its sub-blocks t,
+// t + 32, ... in order (per sub-block a sum of 32 products in order), then
+// the lanes are added in a fixed butterfly; rows of x go kBlockRows at a
+// time through the same code, so a row's result never depends on M.
+template <BlockFormat F>
+__global__ void BlockLinearKernel(const float* x, int M, int K, const uint8_t* w, int64_t row_bytes,
+                                  int rows, int row_begin, int N, const float* bias, bool gelu,
+                                  bool accumulate, float* out) {
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kBlockWarps + threadIdx.x / 32;
+  if (n >= rows) return;
+  const uint8_t* row = w + n * row_bytes;
+  const int subs = K / 32;
+  for (int m0 = 0; m0 < M; m0 += kBlockRows) {
+    float acc[kBlockRows];
+#pragma unroll
+    for (int r = 0; r < kBlockRows; ++r) acc[r] = 0.0f;
+    for (int s = lane; s < subs; s += 32) {
+      float wv[32];
+      Dequant32<F>(row, s, wv);
+#pragma unroll
+      for (int r = 0; r < kBlockRows; ++r) {
+        if (m0 + r < M) {
+          const float* xr = x + int64_t{m0 + r} * K + 32 * s;
+          float sum = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 32; ++i) sum = __fmaf_rn(wv[i], xr[i], sum);
+          acc[r] = __fadd_rn(acc[r], sum);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kBlockRows; ++r) {
+      float v = acc[r];
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+      if (lane == 0 && m0 + r < M) {
+        const int col = row_begin + n;
+        if (bias != nullptr) v = __fadd_rn(v, bias[col]);
+        float* o = out + int64_t{m0 + r} * N + col;
+        if (gelu) {
+          const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+          v = v / (1.0f + expf(-2.0f * u));
+        }
+        *o = accumulate ? __fadd_rn(*o, v) : v;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, const float* wte,
@@ -701,6 +822,37 @@ cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int
                                  cudaStream_t stream) {
   if (S == 0) return cudaSuccess;
   GatherLastRowsKernel<<<S, kElementwiseThreads, 0, stream>>>(x, seqs, C, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, const uint8_t* w,
+                              int rows, int row_begin, int N, const float* bias, bool gelu,
+                              bool accumulate, float* out, cudaStream_t stream) {
+  if (rows <= 0 || M <= 0) return cudaSuccess;
+  const int64_t row_bytes = BlockRowBytes(format, K);
+  const dim3 grid((rows + kBlockWarps - 1) / kBlockWarps), block(32 * kBlockWarps);
+  switch (format) {
+    case BlockFormat::kQ8_0:
+      BlockLinearKernel<BlockFormat::kQ8_0><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+    case BlockFormat::kQ4_0:
+      BlockLinearKernel<BlockFormat::kQ4_0><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+    case BlockFormat::kQ4_1:
+      BlockLinearKernel<BlockFormat::kQ4_1><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+    case BlockFormat::kQ4_K:
+      BlockLinearKernel<BlockFormat::kQ4_K><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+    case BlockFormat::kQ6_K:
+      BlockLinearKernel<BlockFormat::kQ6_K><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+  }
   return cudaGetLastError();
 }
 

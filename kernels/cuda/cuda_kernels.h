@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "kernels/block_format.h"
 #include "kernels/kv_layer.h"
 #include "kernels/op_params.h"
 #include "kernels/tensor.h"
@@ -40,6 +41,17 @@ cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream
 // out: [T, C] of out_dtype (f32, bf16 or f16) = layernorm of x: f32 [T, C].
 cudaError_t LaunchLayerNorm(const float* x, int T, int C, const float* gamma, const float* beta,
                             float eps, void* out, DType out_dtype, cudaStream_t stream);
+
+// --dtype=native: out: f32 [M, N], columns [row_begin, row_begin + rows),
+// (+)= (gelu of) x: f32 [M, K] @ w^T + bias, w being `rows` rows of K values
+// in GGUF blocks of `format` as the file stores them (kernels/block_format.h;
+// K a whole number of sub-blocks of 32). Dequantized in registers exactly as
+// ggml does, f32 inputs (no input quantization, unlike the CPU's kernels),
+// one warp per output; each output's sum order depends only on K, so a row's
+// result never depends on M.
+cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, const uint8_t* w,
+                              int rows, int row_begin, int N, const float* bias, bool gelu,
+                              bool accumulate, float* out, cudaStream_t stream);
 
 // out: f32 [M, N] += bias: f32 [N] on every row (for GEMMs whose library
 // kernel cannot add the bias itself).
