@@ -22,6 +22,7 @@ constexpr int kChunk = 64;           // values per inner step: two 32-value bloc
 constexpr int kGroupChunks = 4;      // chunks per group: 256 values, 8 blocks
 constexpr int kGroupBlocks = 8;
 constexpr int kTileCols = 4;         // output columns per tile: two pairs
+constexpr size_t kInputBlockBytes = 256 << 10;  // quantized input rows per pass over the weights
 constexpr int kTileRows = 8;         // input rows run over each decoded chunk
 
 // ---------------------------------------------------------------------------
@@ -615,26 +616,34 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
                 xs + static_cast<int64_t>(m) * sums_per_row);
   }
 
-  for (const BlockWeight::Span& span : w.spans) {
-    const int tiles = (span.rows + kTileCols - 1) / kTileCols;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < tiles; ++t) {
-      const int n0 = t * kTileCols;
-      const int cols = std::min(kTileCols, span.rows - n0);
-      const uint8_t* tile = span.data + t * span.tile_bytes;
-      for (int m0 = 0; m0 < M; m0 += kTileRows) {
-        const int rows = std::min(kTileRows, M - m0);
-        const XChunk* xrows[kTileRows];
-        const float* xsums[kTileRows];
-        for (int r = 0; r < rows; ++r) {
-          xrows[r] = xq + static_cast<int64_t>(m0 + r) * chunks;
-          xsums[r] = xs + static_cast<int64_t>(m0 + r) * sums_per_row;
-        }
-        float sums[kTileRows * kTileCols];
-        TileFor(span.format, rows)(xrows, xsums, tile, chunks, sums);
-        for (int r = 0; r < rows; ++r) {
-          float* o = out + static_cast<int64_t>(m0 + r) * N;
-          for (int j = 0; j < cols; ++j) Finish(sums[r * kTileCols + j], bias, span.row_begin + n0 + j, epilogue, o);
+  // Rows go in blocks whose quantized inputs stay in L2 while every tile
+  // runs over them (at a prefill's hundreds of rows they would not).
+  const int rows_per_block =
+      std::max(kTileRows, static_cast<int>(kInputBlockBytes / (chunks * sizeof(XChunk))) / kTileRows * kTileRows);
+#pragma omp parallel
+  for (int mb = 0; mb < M; mb += rows_per_block) {
+    const int m_end = std::min(M, mb + rows_per_block);
+    for (const BlockWeight::Span& span : w.spans) {
+      const int tiles = (span.rows + kTileCols - 1) / kTileCols;
+#pragma omp for schedule(static)
+      for (int t = 0; t < tiles; ++t) {
+        const int n0 = t * kTileCols;
+        const int cols = std::min(kTileCols, span.rows - n0);
+        const uint8_t* tile = span.data + t * span.tile_bytes;
+        for (int m0 = mb; m0 < m_end; m0 += kTileRows) {
+          const int rows = std::min(kTileRows, m_end - m0);
+          const XChunk* xrows[kTileRows];
+          const float* xsums[kTileRows];
+          for (int r = 0; r < rows; ++r) {
+            xrows[r] = xq + static_cast<int64_t>(m0 + r) * chunks;
+            xsums[r] = xs + static_cast<int64_t>(m0 + r) * sums_per_row;
+          }
+          float sums[kTileRows * kTileCols];
+          TileFor(span.format, rows)(xrows, xsums, tile, chunks, sums);
+          for (int r = 0; r < rows; ++r) {
+            float* o = out + static_cast<int64_t>(m0 + r) * N;
+            for (int j = 0; j < cols; ++j) Finish(sums[r * kTileCols + j], bias, span.row_begin + n0 + j, epilogue, o);
+          }
         }
       }
     }
