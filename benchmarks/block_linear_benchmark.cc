@@ -28,7 +28,7 @@
 
 ABSL_FLAG(std::string, shape, "576x1536", "KxN: input values per row x outputs (SmolLM2's gate/up)");
 ABSL_FLAG(std::string, rows, "1,4,32,512", "input rows per call");
-ABSL_FLAG(std::string, formats, "Q8_0,Q4_0,Q4_1,Q4_K,Q6_K", "block formats");
+ABSL_FLAG(std::string, formats, "Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q4_K,Q5_K,Q6_K", "block formats");
 ABSL_FLAG(int, rounds, 7, "timed calls of each, alternating");
 ABSL_FLAG(int, threads, 2, "OpenMP threads");
 
@@ -50,7 +50,9 @@ std::vector<uint8_t> RandomRows(BlockFormat f, int N, int K) {
     switch (f) {
       case BlockFormat::kQ6_K: std::memcpy(blk + 208, &scale, 2); break;
       case BlockFormat::kQ4_1:
-      case BlockFormat::kQ4_K: std::memcpy(blk + 2, &scale, 2); [[fallthrough]];
+      case BlockFormat::kQ5_1:
+      case BlockFormat::kQ4_K:
+      case BlockFormat::kQ5_K: std::memcpy(blk + 2, &scale, 2); [[fallthrough]];
       default: std::memcpy(blk, &scale, 2); break;
     }
   }
@@ -121,12 +123,12 @@ int Run(int argc, char** argv) {
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_formats), ',')) {
     BlockFormat f{};
     bool found = false;
-    for (BlockFormat g : {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ4_K,
-                          BlockFormat::kQ6_K}) {
+    for (BlockFormat g : kernels::kAllBlockFormats) {
       if (name == kernels::InfoOf(g).name) f = g, found = true;
     }
     if (!found) {
-      std::fprintf(stderr, "--formats: %s is not one of Q8_0, Q4_0, Q4_1, Q4_K, Q6_K\n", std::string(name).c_str());
+      std::fprintf(stderr, "--formats: %s is not one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K\n",
+                   std::string(name).c_str());
       return 2;
     }
     if (!kernels::BlockRowsFit(f, K)) {

@@ -395,7 +395,7 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param)) + "_" + MatmulDtypeName(std::get<1>(info.param));
     });
 
-// --dtype=native: GGUF blocks as stored, five formats stacked in one weight
+// --dtype=native: GGUF blocks as stored, eight formats stacked in one weight
 // (as llama.cpp's Q4_K_M stacks Q/K/V), against ggml's dequantized values
 // times the input. CUDA dequantizes in registers and takes f32 inputs: float
 // sums of the dequantized products. The CPU quantizes its inputs per 32
@@ -410,18 +410,19 @@ TEST_P(BlockLinearOpsTest, StackedFormatsMatchTheDequantizedWeights) {
   if (d == nullptr) GTEST_SKIP() << device << ": " << skip;
   const int K = 512, M = 9;
   const BlockSpan spans[] = {{BlockFormat::kQ8_0, 5}, {BlockFormat::kQ4_0, 3}, {BlockFormat::kQ4_1, 6},
-                             {BlockFormat::kQ4_K, 7}, {BlockFormat::kQ6_K, 4}};
+                             {BlockFormat::kQ4_K, 7}, {BlockFormat::kQ6_K, 4}, {BlockFormat::kQ5_0, 2},
+                             {BlockFormat::kQ5_1, 5}, {BlockFormat::kQ5_K, 3}};
   std::vector<uint8_t> bytes;
   std::vector<float> w;
   int N = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 8; ++i) {
     const std::vector<uint8_t> rows = ::flover::testing::RandomBlockRows(spans[i].format, spans[i].rows, K, 40 + i);
     const std::vector<float> values = ::flover::testing::DequantizeBlockRows(spans[i].format, rows.data(), spans[i].rows, K);
     bytes.insert(bytes.end(), rows.begin(), rows.end());
     w.insert(w.end(), values.begin(), values.end());
     N += spans[i].rows;
   }
-  auto weight = (*d)->PrepareWeight(HostValues(bytes.data(), spans, 5), K, N, WeightLayout::kOutIn);
+  auto weight = (*d)->PrepareWeight(HostValues(bytes.data(), spans, 8), K, N, WeightLayout::kOutIn);
   ASSERT_TRUE(weight.ok()) << weight.status();
   ASSERT_TRUE((*d)->PrepareLinear(**weight, M, true, Epilogue::kBiasGelu).ok());
   const std::vector<float> x = Random(M * K, 45), b = Random(N, 46);

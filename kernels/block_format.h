@@ -18,6 +18,10 @@ enum class BlockFormat : uint8_t {
           // 8 sub-blocks of 32, 128 bytes of nibbles;         w = d*sc * q - dmin*m
   kQ6_K,  // 256 values: 128 bytes low nibbles, 64 bytes high 2 bits, 16 s8
           // scales (sub-blocks of 16), f16 d;                 w = d*sc * (q - 32)
+  kQ5_0,  // 32 values: f16 d, 4 bytes of 5th bits, 16 bytes of nibbles; w = d * (q - 16)
+  kQ5_1,  // 32 values: f16 d, f16 m, 4 bytes of 5th bits, 16 of nibbles; w = d * q + m
+  kQ5_K,  // 256 values: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min), 32
+          // bytes of 5th bits, 128 bytes of nibbles;          w = d*sc * q - dmin*m
 };
 
 struct BlockFormatInfo {
@@ -30,15 +34,19 @@ struct BlockFormatInfo {
 inline const BlockFormatInfo& InfoOf(BlockFormat f) {
   static constexpr BlockFormatInfo kInfo[] = {
       {"Q8_0", 32, 34, 8}, {"Q4_0", 32, 18, 2}, {"Q4_1", 32, 20, 3},
-      {"Q4_K", 256, 144, 12}, {"Q6_K", 256, 210, 14},
+      {"Q4_K", 256, 144, 12}, {"Q6_K", 256, 210, 14}, {"Q5_0", 32, 22, 6},
+      {"Q5_1", 32, 24, 7},    {"Q5_K", 256, 176, 13},
   };
   return kInfo[static_cast<int>(f)];
 }
 
+inline constexpr BlockFormat kAllBlockFormats[] = {
+    BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ4_K,
+    BlockFormat::kQ6_K, BlockFormat::kQ5_0, BlockFormat::kQ5_1, BlockFormat::kQ5_K};
+
 // The format with ggml type id `type`; false when it has none here.
 inline bool BlockFormatOfGgmlType(uint32_t type, BlockFormat* out) {
-  for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1,
-                        BlockFormat::kQ4_K, BlockFormat::kQ6_K}) {
+  for (BlockFormat f : kAllBlockFormats) {
     if (InfoOf(f).ggml_type == type) {
       *out = f;
       return true;

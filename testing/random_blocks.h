@@ -42,6 +42,15 @@ inline std::vector<uint8_t> RandomBlockRows(kernels::BlockFormat f, int rows, in
     switch (f) {
       case BlockFormat::kQ8_0: put(blk, scale(rng) * unit / 64); break;
       case BlockFormat::kQ4_0: put(blk, scale(rng) * unit / 4); break;
+      case BlockFormat::kQ5_0: put(blk, scale(rng) * unit / 8); break;
+      case BlockFormat::kQ5_1:
+        put(blk, scale(rng) * unit / 8);
+        put(blk + 2, -scale(rng) * unit * 2);
+        break;
+      case BlockFormat::kQ5_K:
+        put(blk, scale(rng) * unit / 256);
+        put(blk + 2, scale(rng) * unit / 64);
+        break;
       case BlockFormat::kQ4_1:
         put(blk, scale(rng) * unit / 4);
         put(blk + 2, -scale(rng) * unit * 2);

@@ -39,17 +39,20 @@ constexpr int kTileRows = 8;         // input rows run over each decoded chunk
 // lanes 0-7 for column 0 and 8-15 for column 1.
 //
 // Headers, per pair and group (h = column 0 or 1; blocks of 32 values):
-//   Q8_0, Q4_0: f16 d[h][8]
-//   Q4_1:       f16 d[h][8], f16 m[h][8]
-//   Q4_K:       f16 d[2], f16 dmin[2], u8 sc[h][8], u8 m[h][8] (6-bit, unpacked)
-//   Q6_K:       f16 d[2], s8 sc[h][16] (sub-blocks of 16)
+//   Q8_0, Q4_0, Q5_0: f16 d[h][8]
+//   Q4_1, Q5_1:       f16 d[h][8], f16 m[h][8]
+//   Q4_K, Q5_K:       f16 d[2], f16 dmin[2], u8 sc[h][8], u8 m[h][8] (6-bit, unpacked)
+//   Q6_K:             f16 d[2], s8 sc[h][16] (sub-blocks of 16)
 // Codes, per pair and chunk:
 //   Q8_0:  A, B as bytes (s8 + 128)
 //   Q4_*:  64 bytes, A in the low nibbles, B in the high ones
+//   Q5_*:  64 bytes of low nibbles as Q4_*, then A's fifth bits (64, bit i
+//          of the 8 bytes for A[i]) and B's
 //   Q6_K:  64 bytes of low nibbles as Q4_*, then 32 bytes of the 2 high bits:
 //          byte i holds A[i], A[32 + i], B[i], B[32 + i] from bit 0 up.
-// Bytes equal the file's for every format but Q4_K (8 more per 288: its
-// 12 bytes of 6-bit scales are 16 bytes unpacked).
+// Bytes equal the file's for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K; the
+// K-quants with 6-bit scales take 8 more per pair of super-blocks (Q4_K:
+// 296 for 288, Q5_K: 360 for 352), their 12 bytes of scales unpacked to 16.
 // ---------------------------------------------------------------------------
 
 int HeaderBytes(BlockFormat f) {
@@ -59,6 +62,9 @@ int HeaderBytes(BlockFormat f) {
     case BlockFormat::kQ4_1: return 64;
     case BlockFormat::kQ4_K: return 40;
     case BlockFormat::kQ6_K: return 36;
+    case BlockFormat::kQ5_0: return 32;
+    case BlockFormat::kQ5_1: return 64;
+    case BlockFormat::kQ5_K: return 40;
   }
   return 0;
 }
@@ -67,6 +73,9 @@ int CodeBytes(BlockFormat f) {
   switch (f) {
     case BlockFormat::kQ8_0: return 128;
     case BlockFormat::kQ6_K: return 96;
+    case BlockFormat::kQ5_0:
+    case BlockFormat::kQ5_1:
+    case BlockFormat::kQ5_K: return 80;
     default: return 64;
   }
 }
@@ -136,6 +145,33 @@ void UnpackCodes(BlockFormat f, const uint8_t* row, int K, uint8_t* codes) {
       }
       break;
     }
+    case BlockFormat::kQ5_0:
+    case BlockFormat::kQ5_1: {
+      const int bytes = InfoOf(f).block_bytes, at = bytes - 16;
+      for (int b = 0; b < K / 32; ++b) {
+        const uint8_t* qs = row + bytes * b + at;
+        uint32_t qh;
+        std::memcpy(&qh, qs - 4, 4);
+        for (int i = 0; i < 16; ++i) {
+          codes[32 * b + i] = static_cast<uint8_t>((qs[i] & 0xF) | (((qh >> i) & 1) << 4));
+          codes[32 * b + 16 + i] = static_cast<uint8_t>((qs[i] >> 4) | (((qh >> (16 + i)) & 1) << 4));
+        }
+      }
+      break;
+    }
+    case BlockFormat::kQ5_K:
+      for (int s = 0; s < K / 256; ++s) {
+        const uint8_t* qh = row + 176 * s + 16;
+        const uint8_t* qs = qh + 32;
+        for (int j = 0; j < 4; ++j) {
+          for (int l = 0; l < 32; ++l) {
+            codes[256 * s + 64 * j + l] = static_cast<uint8_t>((qs[32 * j + l] & 0xF) | (((qh[l] >> (2 * j)) & 1) << 4));
+            codes[256 * s + 64 * j + 32 + l] =
+                static_cast<uint8_t>((qs[32 * j + l] >> 4) | (((qh[l] >> (2 * j + 1)) & 1) << 4));
+          }
+        }
+      }
+      break;
     case BlockFormat::kQ4_K:
       for (int s = 0; s < K / 256; ++s) {
         const uint8_t* qs = row + 144 * s + 16;
@@ -175,18 +211,22 @@ void PackHeader(BlockFormat f, const uint8_t* const r[2], int K, int g, uint8_t*
     switch (f) {
       case BlockFormat::kQ8_0:
       case BlockFormat::kQ4_0:
-      case BlockFormat::kQ4_1: {
+      case BlockFormat::kQ4_1:
+      case BlockFormat::kQ5_0:
+      case BlockFormat::kQ5_1: {
         const int bytes = InfoOf(f).block_bytes;
+        const bool min = f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_1;
         for (int j = 0; j < kGroupBlocks; ++j) {
           const int b = kGroupBlocks * g + j;
           if (b >= blocks) break;
           PutHalfAt(out + 2 * (8 * h + j), HalfAt(r[h] + bytes * b));
-          if (f == BlockFormat::kQ4_1) PutHalfAt(out + 32 + 2 * (8 * h + j), HalfAt(r[h] + bytes * b + 2));
+          if (min) PutHalfAt(out + 32 + 2 * (8 * h + j), HalfAt(r[h] + bytes * b + 2));
         }
         break;
       }
-      case BlockFormat::kQ4_K: {
-        const uint8_t* s = r[h] + 144 * g;
+      case BlockFormat::kQ4_K:
+      case BlockFormat::kQ5_K: {
+        const uint8_t* s = r[h] + InfoOf(f).block_bytes * g;
         PutHalfAt(out + 2 * h, HalfAt(s));
         PutHalfAt(out + 4 + 2 * h, HalfAt(s + 2));
         for (int j = 0; j < 8; ++j) ScaleMinK4(j, s + 4, out + 8 + 8 * h + j, out + 24 + 8 * h + j);
@@ -216,6 +256,19 @@ void PackCodes(BlockFormat f, const uint8_t* const u[2], int c, uint8_t* out) {
       std::memcpy(out, a, 64);
       std::memcpy(out + 64, b, 64);
       break;
+    case BlockFormat::kQ5_0:
+    case BlockFormat::kQ5_1:
+    case BlockFormat::kQ5_K: {
+      uint64_t fifth_a = 0, fifth_b = 0;
+      for (int i = 0; i < 64; ++i) {
+        fifth_a |= static_cast<uint64_t>((a[i] >> 4) & 1) << i;
+        fifth_b |= static_cast<uint64_t>((b[i] >> 4) & 1) << i;
+      }
+      std::memcpy(out + 64, &fifth_a, 8);
+      std::memcpy(out + 72, &fifth_b, 8);
+      for (int i = 0; i < 64; ++i) out[i] = static_cast<uint8_t>((a[i] & 0xF) | ((b[i] & 0xF) << 4));
+      break;
+    }
     case BlockFormat::kQ6_K:
       for (int i = 0; i < 32; ++i) {
         out[64 + i] = static_cast<uint8_t>((a[i] >> 4) | ((a[32 + i] >> 4) << 2) | ((b[i] >> 4) << 4) |
@@ -317,6 +370,41 @@ struct Format<BlockFormat::kQ4_K> {
             _mm512_setzero_ps()};
   }
   FLOVER_VNNI static PairCodes Codes(const uint8_t* p) { return Nibbles(p); }
+};
+
+// Q5_*: the low nibbles as Q4_*, plus 16 where the pair's fifth bits say.
+FLOVER_VNNI inline PairCodes FiveBits(const uint8_t* p) {
+  const PairCodes low = Nibbles(p);
+  uint64_t fifth_a, fifth_b;
+  std::memcpy(&fifth_a, p + 64, 8);
+  std::memcpy(&fifth_b, p + 72, 8);
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  return {_mm512_mask_add_epi8(low.a, _cvtu64_mask64(fifth_a), low.a, sixteen),
+          _mm512_mask_add_epi8(low.b, _cvtu64_mask64(fifth_b), low.b, sixteen)};
+}
+
+template <>
+struct Format<BlockFormat::kQ5_0> {
+  static constexpr int kShift = 4;  // codes - 16
+  static constexpr bool kMin = false;
+  FLOVER_VNNI static PairScales Scales(const uint8_t* h) { return Format<BlockFormat::kQ8_0>::Scales(h); }
+  FLOVER_VNNI static PairCodes Codes(const uint8_t* p) { return FiveBits(p); }
+};
+
+template <>
+struct Format<BlockFormat::kQ5_1> {
+  static constexpr int kShift = -1;
+  static constexpr bool kMin = true;
+  FLOVER_VNNI static PairScales Scales(const uint8_t* h) { return Format<BlockFormat::kQ4_1>::Scales(h); }
+  FLOVER_VNNI static PairCodes Codes(const uint8_t* p) { return FiveBits(p); }
+};
+
+template <>
+struct Format<BlockFormat::kQ5_K> {
+  static constexpr int kShift = -1;
+  static constexpr bool kMin = true;
+  FLOVER_VNNI static PairScales Scales(const uint8_t* h) { return Format<BlockFormat::kQ4_K>::Scales(h); }
+  FLOVER_VNNI static PairCodes Codes(const uint8_t* p) { return FiveBits(p); }
 };
 
 template <>
@@ -447,6 +535,9 @@ TileFn TileFor(BlockFormat f, int rows) {
     case BlockFormat::kQ4_1: return TileFor<BlockFormat::kQ4_1>(rows);
     case BlockFormat::kQ4_K: return TileFor<BlockFormat::kQ4_K>(rows);
     case BlockFormat::kQ6_K: return TileFor<BlockFormat::kQ6_K>(rows);
+    case BlockFormat::kQ5_0: return TileFor<BlockFormat::kQ5_0>(rows);
+    case BlockFormat::kQ5_1: return TileFor<BlockFormat::kQ5_1>(rows);
+    case BlockFormat::kQ5_K: return TileFor<BlockFormat::kQ5_K>(rows);
   }
   return nullptr;
 }

@@ -134,7 +134,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, BlockLinearTest,
                          ::testing::Values(Case{BlockFormat::kQ8_0, 64}, Case{BlockFormat::kQ8_0, 576},
                                            Case{BlockFormat::kQ4_0, 128}, Case{BlockFormat::kQ4_1, 576},
                                            Case{BlockFormat::kQ4_K, 256}, Case{BlockFormat::kQ4_K, 1536},
-                                           Case{BlockFormat::kQ6_K, 256}, Case{BlockFormat::kQ6_K, 768}),
+                                           Case{BlockFormat::kQ6_K, 256}, Case{BlockFormat::kQ6_K, 768},
+                                           Case{BlockFormat::kQ5_0, 576}, Case{BlockFormat::kQ5_1, 192},
+                                           Case{BlockFormat::kQ5_K, 256}, Case{BlockFormat::kQ5_K, 1280}),
                          [](const auto& info) {
                            return std::string(InfoOf(info.param.format).name) + "_K" +
                                   std::to_string(info.param.K);

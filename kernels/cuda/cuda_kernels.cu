@@ -513,8 +513,29 @@ __device__ inline void Dequant32(const uint8_t* row, int s, float* w) {
       w[i] = __fadd_rn(__fmul_rn(static_cast<float>(b[4 + i] & 0xF), d), m);
       w[16 + i] = __fadd_rn(__fmul_rn(static_cast<float>(b[4 + i] >> 4), d), m);
     }
-  } else if constexpr (F == BlockFormat::kQ4_K) {
-    const uint8_t* b = row + 144 * (s / 8);
+  } else if constexpr (F == BlockFormat::kQ5_0 || F == BlockFormat::kQ5_1) {
+    constexpr bool kMin = F == BlockFormat::kQ5_1;
+    const uint8_t* b = row + (kMin ? 24 : 22) * s;
+    const float d = HalfAt(b);
+    const uint8_t* qh = b + (kMin ? 4 : 2);
+    const uint32_t high = qh[0] | (uint32_t{qh[1]} << 8) | (uint32_t{qh[2]} << 16) | (uint32_t{qh[3]} << 24);
+    const uint8_t* qs = qh + 4;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (qs[i] & 0xF) | (((high >> i) & 1) << 4);
+      const int hi = (qs[i] >> 4) | (((high >> (16 + i)) & 1) << 4);
+      if constexpr (kMin) {
+        const float m = HalfAt(b + 2);
+        w[i] = __fadd_rn(__fmul_rn(static_cast<float>(lo), d), m);
+        w[16 + i] = __fadd_rn(__fmul_rn(static_cast<float>(hi), d), m);
+      } else {
+        w[i] = __fmul_rn(static_cast<float>(lo - 16), d);
+        w[16 + i] = __fmul_rn(static_cast<float>(hi - 16), d);
+      }
+    }
+  } else if constexpr (F == BlockFormat::kQ4_K || F == BlockFormat::kQ5_K) {
+    constexpr bool kFive = F == BlockFormat::kQ5_K;
+    const uint8_t* b = row + (kFive ? 176 : 144) * (s / 8);
     const int j = s % 8;
     const uint8_t* q = b + 4;  // 12 bytes of 6-bit scales and minimums
     int sc, m;
@@ -527,10 +548,14 @@ __device__ inline void Dequant32(const uint8_t* row, int s, float* w) {
     }
     const float d1 = __fmul_rn(HalfAt(b), static_cast<float>(sc));
     const float m1 = __fmul_rn(HalfAt(b + 2), static_cast<float>(m));
-    const uint8_t* qs = b + 16 + 32 * (j / 2);
+    const uint8_t* qh = b + 16;  // Q5_K: 32 bytes of fifth bits, bit j for sub-block j
+    const uint8_t* qs = b + (kFive ? 48 : 16) + 32 * (j / 2);
     const int shift = 4 * (j % 2);
 #pragma unroll
-    for (int l = 0; l < 32; ++l) w[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>((qs[l] >> shift) & 0xF)), m1);
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((qs[l] >> shift) & 0xF) | (kFive ? ((qh[l] >> j) & 1) << 4 : 0);
+      w[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+    }
   } else {  // kQ6_K
     const uint8_t* b = row + 210 * (s / 8);
     const int j = s % 8, half = j / 4, quarter = j % 4;
@@ -852,6 +877,20 @@ cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, 
       BlockLinearKernel<BlockFormat::kQ6_K><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
                                                                        N, bias, gelu, accumulate, out);
       break;
+    case BlockFormat::kQ5_0:
+      BlockLinearKernel<BlockFormat::kQ5_0><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+    case BlockFormat::kQ5_1:
+      BlockLinearKernel<BlockFormat::kQ5_1><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+    case BlockFormat::kQ5_K:
+      BlockLinearKernel<BlockFormat::kQ5_K><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
+                                                                       N, bias, gelu, accumulate, out);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
