@@ -2,7 +2,8 @@
 // a backend may take as they are (--dtype=native) instead of float values.
 // A row of K values is K / block_values blocks; a weight is N such rows (one
 // per output), possibly in runs of different formats (llama.cpp's Q4_K_M
-// mixes Q4_K and Q6_K, and Q/K/V rows are stacked). Header-only; nvcc sees it.
+// mixes Q4_K and Q6_K, Q5_K_M Q5_K, Q5_1, Q6_K and Q8_0, and Q/K/V rows are
+// stacked). Header-only; nvcc sees it.
 #ifndef FLOVER_KERNELS_BLOCK_FORMAT_H_
 #define FLOVER_KERNELS_BLOCK_FORMAT_H_
 

@@ -1,27 +1,27 @@
 // Linear layers on weights kept in GGUF's quantized blocks (--dtype=native;
-// kernels/block_format.h): Q8_0, Q4_0, Q4_1, Q4_K and Q6_K, read where they
-// lie, with AVX-512 VNNI.
+// kernels/block_format.h): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K,
+// read where they lie, with AVX-512 VNNI.
 //
 // Prepare repacks a weight's blocks once, at load: columns in pairs, each
 // pair's codes of 64 values laid out so that one load and a mask give both
 // columns' codes of a 32-value block, and each group of 256 values' scales
-// (f16, or Q4_K's / Q6_K's small integers and f16 super-block scales) in one
+// (f16, or the K-quants' small integers and f16 super-block scales) in one
 // header, converted 16 at a time. The values and their bytes are the file's
-// (Q4_K: 8 bytes more per 256 values, its 6-bit scales unpacked to 8).
+// (Q4_K, Q5_K: 4 bytes more per 256 values, 6-bit scales unpacked to 8).
 //
 // The arithmetic, per output (row m, column n), for every row count:
 //   - the input row is quantized per 32 values, as ggml's Q8_0 does:
 //     d_x = max|x| / 127, q_x = round(x / d_x) (to nearest even), s_x = sum q_x;
 //   - per 32-value block, one u8 x s8 dot product (vpdpbusd) sums the
 //     weight's integer codes times q_x exactly in int32, 8 lanes of 4
-//     products; a format's code offset (8 for Q4_0, 32 for Q6_K, 128 for
-//     Q8_0, whose s8 codes are biased to u8) is taken out of the integer sum
+//     products; a format's code offset (8 for Q4_0, 16 for Q5_0, 32 for Q6_K,
+//     128 for Q8_0, whose s8 codes are biased to u8) is taken out of the integer sum
 //     exactly;
 //   - each lane's int32 becomes float32 and is added into its float lane as
 //     float(dot) * (w_scale * d_x), w_scale being the scale of the lane's
 //     sub-block as ggml's dequantization computes it (d * sc in float32);
 //     blocks a and b of each 64 values go to two accumulators;
-//   - for the formats with a minimum (Q4_1, Q4_K), once per 256 values, one
+//   - for the formats with a minimum (Q4_1, Q5_1, Q4_K, Q5_K), once per 256 values, one
 //     lane per 32-value block adds w_min * (d_x * s_x) (w_min = m, or
 //     -dmin * m in float32 as ggml);
 //   - the two accumulators are added lane by lane, then the column's 8 lanes
@@ -54,7 +54,7 @@ class BlockLinear {
   static absl::Status CheckSupported();
 
   // InvalidArgument unless w is blocks of [N, K] (kOutIn) whose spans cover N
-  // rows and K is a whole number of 64 values (256 for Q4_K / Q6_K).
+  // rows and K is a whole number of 64 values (256 for the K-quants).
   static absl::Status CheckShape(const HostValues& w, int K, int N, WeightLayout layout);
 
   // Copies the blocks as they are (the weight's bytes are the file's).
