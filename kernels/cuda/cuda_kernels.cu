@@ -856,43 +856,21 @@ cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, 
   if (rows <= 0 || M <= 0) return cudaSuccess;
   const int64_t row_bytes = BlockRowBytes(format, K);
   const dim3 grid((rows + kBlockWarps - 1) / kBlockWarps), block(32 * kBlockWarps);
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin, N, bias, gelu, accumulate, out);
+    return cudaGetLastError();
+  };
   switch (format) {
-    case BlockFormat::kQ8_0:
-      BlockLinearKernel<BlockFormat::kQ8_0><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    case BlockFormat::kQ4_0:
-      BlockLinearKernel<BlockFormat::kQ4_0><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    case BlockFormat::kQ4_1:
-      BlockLinearKernel<BlockFormat::kQ4_1><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    case BlockFormat::kQ4_K:
-      BlockLinearKernel<BlockFormat::kQ4_K><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    case BlockFormat::kQ6_K:
-      BlockLinearKernel<BlockFormat::kQ6_K><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    case BlockFormat::kQ5_0:
-      BlockLinearKernel<BlockFormat::kQ5_0><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    case BlockFormat::kQ5_1:
-      BlockLinearKernel<BlockFormat::kQ5_1><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    case BlockFormat::kQ5_K:
-      BlockLinearKernel<BlockFormat::kQ5_K><<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin,
-                                                                       N, bias, gelu, accumulate, out);
-      break;
-    default:
-      return cudaErrorInvalidValue;
+    case BlockFormat::kQ8_0: return launch(BlockLinearKernel<BlockFormat::kQ8_0>);
+    case BlockFormat::kQ4_0: return launch(BlockLinearKernel<BlockFormat::kQ4_0>);
+    case BlockFormat::kQ4_1: return launch(BlockLinearKernel<BlockFormat::kQ4_1>);
+    case BlockFormat::kQ4_K: return launch(BlockLinearKernel<BlockFormat::kQ4_K>);
+    case BlockFormat::kQ6_K: return launch(BlockLinearKernel<BlockFormat::kQ6_K>);
+    case BlockFormat::kQ5_0: return launch(BlockLinearKernel<BlockFormat::kQ5_0>);
+    case BlockFormat::kQ5_1: return launch(BlockLinearKernel<BlockFormat::kQ5_1>);
+    case BlockFormat::kQ5_K: return launch(BlockLinearKernel<BlockFormat::kQ5_K>);
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace flover::kernels::cuda
