@@ -8,6 +8,7 @@
 // Every rank runs every test (the forwards are collective); rank 0 checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <tuple>
@@ -105,15 +106,21 @@ INSTANTIATE_TEST_SUITE_P(
 // is a different quantization of the same model, not a rounding of tp=1's, so
 // tp=2 is held to F32 within int8's bound (as tp=1 int8 is), its distance from
 // tp=1 int8 is reported, and greedy agreement with it is reported.
-class TensorParallelInt8Test : public ::testing::TestWithParam<const char*> {
+// --dtype=native the same way, on GGUF files: the column-split layers keep
+// their blocks at tp=2, the row-split ones are dequantized (their rows are
+// split inside blocks), and each rank embeds its vocabulary range from the
+// embedding's blocks.
+class TensorParallelQuantizedTest
+    : public ::testing::TestWithParam<std::tuple<const char*, kernels::MatmulDtype>> {
  protected:
   void SetUp() override {
+    const auto [model, dtype] = GetParam();
     std::string skip;
-    tp_backend_ = testing::BackendForTest("cpu", &skip, kernels::MatmulDtype::kInt8);
+    tp_backend_ = testing::BackendForTest("cpu", &skip, dtype);
     if (tp_backend_ == nullptr) GTEST_SKIP() << skip;  // the same on every rank
-    one_backend_ = testing::CpuBackend(kernels::MatmulDtype::kInt8);
+    one_backend_ = testing::CpuBackend(dtype);
     f32_backend_ = testing::CpuBackend();
-    auto m = LoadModel(GetParam());
+    auto m = LoadModel(model);
     ASSERT_TRUE(m.ok()) << m.status();
     loaded_ = std::move(*m);
     tp_ = testing::ModelOn(*tp_backend_, *loaded_, g_comm);
@@ -126,7 +133,7 @@ class TensorParallelInt8Test : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<CausalLm> tp_, one_, f32_;
 };
 
-TEST_P(TensorParallelInt8Test, StaysAsCloseToF32AsOneRank) {
+TEST_P(TensorParallelQuantizedTest, StaysAsCloseToF32AsOneRank) {
   const int V = loaded_->info().vocab_size, P = std::min(loaded_->info().max_positions, 512);
   double tp_worst = 0, one_worst = 0, tp_vs_one = 0;
   for (int len : {1, 7, P - 2}) {
@@ -150,29 +157,63 @@ TEST_P(TensorParallelInt8Test, StaysAsCloseToF32AsOneRank) {
     }
   }
   if (!g_comm->world().is_leader()) return;
-  EXPECT_GT(one_worst, 1e-4) << "no int8 rounding visible";
-  EXPECT_LT(tp_worst, 1.5 * one_worst) << "tp=2 int8 further from F32 than tp=1 int8";
-  std::printf("%s int8: worst scaled logit error vs F32 %.2e at tp=2, %.2e at tp=1; tp=2 vs "
-              "tp=1 %.2e\n", GetParam(), tp_worst, one_worst, tp_vs_one);
+  const char* dtype = kernels::MatmulDtypeName(std::get<1>(GetParam()));
+  EXPECT_GT(one_worst, 1e-4) << "no " << dtype << " rounding visible";
+  EXPECT_LT(tp_worst, 1.5 * one_worst) << "tp=2 " << dtype << " further from F32 than tp=1";
+  std::printf("%s %s: worst scaled logit error vs F32 %.2e at tp=2, %.2e at tp=1; tp=2 vs "
+              "tp=1 %.2e\n", std::get<0>(GetParam()), dtype, tp_worst, one_worst, tp_vs_one);
 }
 
-TEST_P(TensorParallelInt8Test, GreedyAgreementIsReported) {
+TEST_P(TensorParallelQuantizedTest, GreedyAgreementIsReported) {
   const GenerateOptions g = GreedyTokens(32);
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2};
   auto tp_out = GenerateAlone(*tp_, prompt, g, g_comm);
   ASSERT_TRUE(tp_out.ok()) << tp_out.status();
+  // The prompt's last-row logits at tp=2 (a collective forward: every rank).
+  ForwardBatch b;
+  b.AddSequence(testing::SeqBlocks(0, 64), 0, prompt);
+  auto tp_cache = testing::CacheFor(*tp_, 1, 64);
+  std::vector<float> tp_logits;
+  ASSERT_TRUE(tp_->Forward(b, *tp_cache, LogitsFor::kLastRowOfEachSequence, &tp_logits).ok());
   if (!g_comm->world().is_leader()) return;
   auto one_out = GenerateAlone(*one_, prompt, g);
-  ASSERT_TRUE(one_out.ok());
+  auto f32_out = GenerateAlone(*f32_, prompt, g);
+  ASSERT_TRUE(one_out.ok() && f32_out.ok());
   const size_t agree = testing::AgreeingPrefix(*tp_out, *one_out);
-  EXPECT_GE(agree, 1u);
-  std::printf("%s int8: greedy tokens of tp=2 agreeing with tp=1: %zu of %zu\n", GetParam(),
-              agree, tp_out->size());
+  const size_t agree_f32 = testing::AgreeingPrefix(*tp_out, *f32_out);
+  std::printf("%s %s: greedy tokens of tp=2 agreeing with tp=1: %zu, with F32: %zu, of %zu\n",
+              std::get<0>(GetParam()), kernels::MatmulDtypeName(std::get<1>(GetParam())), agree,
+              agree_f32, tp_out->size());
+  if (std::get<1>(GetParam()) == kernels::MatmulDtype::kInt8) {
+    EXPECT_GE(agree, 1u);
+    return;
+  }
+  // native at tp=2 is its own rounding (the row-split layers in f32), so its
+  // first token may be another than tp=1's or F32's, but only where F32's
+  // logits are within twice tp=2's distance from them: with tp=2's logits
+  // within D of F32's, tp=2's choice j beats F32's best i only if
+  // f32[i] - f32[j] <= 2D.
+  auto f32_cache = testing::CacheFor(*f32_, 1, 64);
+  std::vector<float> f32_logits;
+  ASSERT_TRUE(f32_->Forward(b, *f32_cache, LogitsFor::kLastRowOfEachSequence, &f32_logits).ok());
+  ASSERT_EQ(tp_logits.size(), f32_logits.size());
+  double D = 0;
+  for (size_t i = 0; i < f32_logits.size(); ++i) D = std::max(D, double{std::fabs(tp_logits[i] - f32_logits[i])});
+  const int32_t best = (*f32_out)[0], chosen = (*tp_out)[0];
+  EXPECT_LE(f32_logits[best] - f32_logits[chosen], 2 * D + 1e-6)
+      << "tp=2's first token " << chosen << " is further below F32's " << best << " than its logits allow";
+  std::printf("%s native: first tokens F32 %d, tp=2 %d: F32 logits %.4f vs %.4f, tp=2 within %.4f\n",
+              std::get<0>(GetParam()), best, chosen, f32_logits[best], f32_logits[chosen], D);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TensorParallelInt8Test,
-                         ::testing::Values("tests/golden/tiny_bf16_prefix", "builtin:tiny",
-                                           "tests/golden/llama_gqa", "builtin:llama-tiny"));
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallelQuantizedTest,
+                         ::testing::Combine(::testing::Values("tests/golden/tiny_bf16_prefix", "builtin:tiny",
+                                                              "tests/golden/llama_gqa", "builtin:llama-tiny"),
+                                            ::testing::Values(kernels::MatmulDtype::kInt8)));
+INSTANTIATE_TEST_SUITE_P(NativeBlocks, TensorParallelQuantizedTest,
+                         ::testing::Combine(::testing::Values("tests/golden/gguf_bpe_mixed/model.gguf",
+                                                              "tests/golden/gguf_spm_q4km/model.gguf"),
+                                            ::testing::Values(kernels::MatmulDtype::kNative)));
 
 // Against transformers directly, on fixtures with odd vocabularies.
 class TensorParallelGoldenTest : public ::testing::TestWithParam<const char*> {};

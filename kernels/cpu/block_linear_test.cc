@@ -136,6 +136,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, BlockLinearTest,
                                            Case{BlockFormat::kQ4_K, 256}, Case{BlockFormat::kQ4_K, 1536},
                                            Case{BlockFormat::kQ6_K, 256}, Case{BlockFormat::kQ6_K, 768},
                                            Case{BlockFormat::kQ5_0, 576}, Case{BlockFormat::kQ5_1, 192},
+                                           Case{BlockFormat::kQ5_0, 64}, Case{BlockFormat::kQ5_1, 64},
                                            Case{BlockFormat::kQ5_K, 256}, Case{BlockFormat::kQ5_K, 1280}),
                          [](const auto& info) {
                            return std::string(InfoOf(info.param.format).name) + "_K" +

@@ -22,6 +22,7 @@
 #include "model/decoder/decoder_spec.h"
 #include "model/decoder/decoder_weights.h"
 #include "model/forward_runtime.h"
+#include "model/loader/gguf_quants.h"
 
 namespace flover {
 
@@ -70,6 +71,10 @@ class DecoderModel final : public CausalLm {
     kNormed,  // f32 [T, C] (kSandwich): the branch normed
     kLast,    // f32 [R, C]: the rows whose logits are wanted
     kLogits,  // f32 [max(T, R), V_local]
+    // With the embedding in blocks (embed_blocks_): the step's rows of it,
+    // dequantized on the host, and the row index each row looks up.
+    kEmbedRows,   // f32 [T, C]
+    kEmbedIndex,  // i32 [1, T]: 0, 1, 2, ...
   };
 
   DecoderModel(const DecoderSpec& spec, const ModelInfo& info, kernels::Backend& backend,
@@ -89,6 +94,9 @@ class DecoderModel final : public CausalLm {
                         const kernels::Buffer& post, int T);
   absl::Status Mlp(const LayerParams& p, const kernels::Tensor& h, int T);
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
+  // With embed_blocks_: this step's token rows (times spec.embed_scale, zero
+  // outside this rank's vocabulary range) into kEmbedRows, and kEmbedIndex.
+  absl::Status UploadEmbeddingRows(const ForwardBatch& b);
 
   DecoderSpec spec_;
   ModelInfo info_;
@@ -97,7 +105,14 @@ class DecoderModel final : public CausalLm {
   DecoderShard shard_;
   ForwardRuntime runtime_;
   std::vector<LayerParams> layers_;
-  kernels::Buffer embed_;     // f32 [V_local, C], times spec.embed_scale
+  kernels::Buffer embed_;     // f32 [V_local, C], times spec.embed_scale; empty with:
+  // --dtype=native and an embedding stored in blocks: its V_local rows as
+  // the file stores them, in host memory (each step dequantizes its rows).
+  std::vector<uint8_t> embed_blocks_;
+  const GgmlTypeInfo* embed_type_ = nullptr;
+  int64_t embed_row_bytes_ = 0;
+  std::vector<float> embed_host_;     // the step's rows, before their upload
+  std::vector<int32_t> embed_index_;  // 0, 1, 2, ...
   kernels::Buffer positions_;  // f32 [P, C]; empty: none, or another rank adds it
   kernels::Buffer norm_, norm_b_;
   kernels::Buffer inv_freq_;  // f32 [1, R / 2]; empty: no rotary embeddings
