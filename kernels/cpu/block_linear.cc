@@ -462,7 +462,8 @@ FLOVER_VNNI void Tile(const BlockLinear::XChunk* const* xrows, const float* cons
   constexpr bool kOffset = Fmt::kShift >= 0;
   constexpr unsigned kShift = kOffset ? Fmt::kShift : 0;
   const int header = HeaderBytes(F), codes = CodeBytes(F);
-  // acc[r][pair]: block a's products, then b's, then (per group) the minimum's.
+  // acc[r][pair]: per group the minimum's products first, then each chunk's
+  // block a and block b.
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) {
     for (int p = 0; p < 2; ++p) acc[r][p] = _mm512_setzero_ps();

@@ -14,20 +14,20 @@
 //     d_x = max|x| / 127, q_x = round(x / d_x) (to nearest even), s_x = sum q_x;
 //   - per 32-value block, one u8 x s8 dot product (vpdpbusd) sums the
 //     weight's integer codes times q_x exactly in int32, 8 lanes of 4
-//     products; a format's code offset (8 for Q4_0, 16 for Q5_0, 32 for Q6_K,
-//     128 for Q8_0, whose s8 codes are biased to u8) is taken out of the integer sum
-//     exactly;
-//   - each lane's int32 becomes float32 and is added into its float lane as
-//     float(dot) * (w_scale * d_x), w_scale being the scale of the lane's
-//     sub-block as ggml's dequantization computes it (d * sc in float32);
-//     blocks a and b of each 64 values go to two accumulators;
-//   - for the formats with a minimum (Q4_1, Q5_1, Q4_K, Q5_K), once per 256 values, one
-//     lane per 32-value block adds w_min * (d_x * s_x) (w_min = m, or
-//     -dmin * m in float32 as ggml);
-//   - the two accumulators are added lane by lane, then the column's 8 lanes
-//     in one fixed order, then the bias, gelu or the residual.
-// Nothing in it depends on M, on the tile or pair a column falls in or on the
-// thread that runs it, so a row's result is bitwise the same at any batch size.
+//     products; a format's code offset (8 for Q4_0, 16 for Q5_0, 32 for
+//     Q6_K, 128 for Q8_0, whose s8 codes are biased to u8) is taken out of
+//     the integer sum exactly;
+//   - each lane's int32 becomes float32 and is added into the column's float
+//     lane as float(dot) * (w_scale * d_x), w_scale being the scale of the
+//     lane's sub-block as ggml's dequantization computes it (d * sc in
+//     float32); per 256 values, first (for the formats with a minimum: Q4_1,
+//     Q5_1, Q4_K, Q5_K) one lane per 32-value block adds w_min * (d_x * s_x)
+//     (w_min = m, or -dmin * m in float32 as ggml), then the blocks in order;
+//   - the column's 8 lanes are added in one fixed order, then the bias, gelu
+//     or the residual.
+// Tiles are 8 rows x 4 columns (two pairs). Nothing in the arithmetic
+// depends on M, on the tile, pair or half a column falls in or on the thread
+// that runs it, so a row's result is bitwise the same at any batch size.
 //
 // The error against the dequantized weights times the float32 input is the
 // input's rounding: at most |w| . (d_x / 2) summed over the row, plus float32
