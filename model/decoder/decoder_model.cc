@@ -174,6 +174,9 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
 
 absl::Status DecoderModel::UploadEmbeddingRows(const ForwardBatch& b) {
   const int T = b.num_rows(), C = spec_.hidden;
+  if (runtime_.buffer(kEmbedRows).rows < T || runtime_.buffer(kEmbedIndex).cols < T) {
+    return absl::InternalError("the embedding's step rows were laid out before its blocks were kept");
+  }
   const int64_t rows = static_cast<int64_t>(embed_blocks_.size()) / embed_row_bytes_;
   embed_host_.assign(static_cast<size_t>(T) * C, 0.0f);
   for (int t = 0; t < T; ++t) {
