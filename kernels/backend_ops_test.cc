@@ -399,7 +399,8 @@ INSTANTIATE_TEST_SUITE_P(
 // (as llama.cpp's Q4_K_M stacks Q/K/V), against ggml's dequantized values
 // times the input. CUDA dequantizes in registers and takes f32 inputs: float
 // sums of the dequantized products. The CPU quantizes its inputs per 32
-// values: within that rounding's bound (as block_linear_test). A row alone
+// values (per 256 for the K-quants): within that rounding's bound (as
+// block_linear_test). A row alone
 // and in a batch gives the same bits; the epilogues apply per element.
 class BlockLinearOpsTest : public ::testing::TestWithParam<const char*> {};
 
@@ -414,8 +415,12 @@ TEST_P(BlockLinearOpsTest, StackedFormatsMatchTheDequantizedWeights) {
                              {BlockFormat::kQ5_1, 5}, {BlockFormat::kQ5_K, 3}};
   std::vector<uint8_t> bytes;
   std::vector<float> w;
+  std::vector<int> scale_values;  // per output: the CPU's input values per scale
   int N = 0;
   for (int i = 0; i < 8; ++i) {
+    const BlockFormat f = spans[i].format;
+    const bool k_quant = f == BlockFormat::kQ4_K || f == BlockFormat::kQ5_K || f == BlockFormat::kQ6_K;
+    scale_values.insert(scale_values.end(), spans[i].rows, k_quant ? 256 : 32);
     const std::vector<uint8_t> rows = ::flover::testing::RandomBlockRows(spans[i].format, spans[i].rows, K, 40 + i);
     const std::vector<float> values = ::flover::testing::DequantizeBlockRows(spans[i].format, rows.data(), spans[i].rows, K);
     bytes.insert(bytes.end(), rows.begin(), rows.end());
@@ -432,10 +437,11 @@ TEST_P(BlockLinearOpsTest, StackedFormatsMatchTheDequantizedWeights) {
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
       double exact = 0, magnitude = 0, rounding = 0;
-      for (int k0 = 0; k0 < K; k0 += 32) {
+      const int step = scale_values[n];  // the CPU quantizes inputs per 32 values, per 256 for K-quants
+      for (int k0 = 0; k0 < K; k0 += step) {
         float amax = 0;
-        for (int k = k0; k < k0 + 32; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
-        for (int k = k0; k < k0 + 32; ++k) {
+        for (int k = k0; k < k0 + step; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+        for (int k = k0; k < k0 + step; ++k) {
           const double wk = w[size_t(n) * K + k];
           exact += wk * x[m * K + k];
           magnitude += std::fabs(wk * x[m * K + k]);

@@ -55,6 +55,12 @@ constexpr int kTileRows = 8;         // input rows run over each decoded chunk
 // 296 for 288, Q5_K: 360 for 352), their 12 bytes of scales unpacked to 16.
 // ---------------------------------------------------------------------------
 
+// The K-quants take their inputs with one scale per 256 values (ggml's
+// Q8_K), so a group's products need no input scale until the group ends.
+constexpr bool PerGroupInput(BlockFormat f) {
+  return f == BlockFormat::kQ4_K || f == BlockFormat::kQ5_K || f == BlockFormat::kQ6_K;
+}
+
 int HeaderBytes(BlockFormat f) {
   switch (f) {
     case BlockFormat::kQ8_0: return 32;
@@ -471,6 +477,15 @@ FLOVER_VNNI void Tile(const BlockLinear::XChunk* const* xrows, const float* cons
   const uint8_t* at = tile;
   for (int c0 = 0; c0 < chunks; c0 += kGroupChunks) {
     const int group_chunks = std::min(kGroupChunks, chunks - c0);
+    if constexpr (PerGroupInput(F)) {
+      // The sums so far, from the last group's input scale to this one's.
+      if (c0 > 0) {
+        for (int r = 0; r < R; ++r) {
+          const __m512 rescale = _mm512_set1_ps(xrows[r][c0].rescale);
+          for (int p = 0; p < 2; ++p) acc[r][p] = _mm512_mul_ps(acc[r][p], rescale);
+        }
+      }
+    }
     PairScales scales[2];
     for (int p = 0; p < 2; ++p) scales[p] = Fmt::Scales(at + p * header);
     at += 2 * header;
@@ -494,12 +509,16 @@ FLOVER_VNNI void Tile(const BlockLinear::XChunk* const* xrows, const float* cons
         // The codes' offset out of the sum: -offset * (the lane's input codes).
         const __m512i ia = kOffset ? _mm512_slli_epi32(_mm512_load_si512(x.neg_a), kShift) : _mm512_setzero_si512();
         const __m512i ib = kOffset ? _mm512_slli_epi32(_mm512_load_si512(x.neg_b), kShift) : _mm512_setzero_si512();
-        const __m512 dxa = _mm512_set1_ps(x.dx[0]), dxb = _mm512_set1_ps(x.dx[1]);
         for (int p = 0; p < 2; ++p) {
           const __m512 da = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(ia, w[p].a, xa));
           const __m512 db = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(ib, w[p].b, xb));
-          acc[r][p] = _mm512_fmadd_ps(da, _mm512_mul_ps(sa[p], dxa), acc[r][p]);
-          acc[r][p] = _mm512_fmadd_ps(db, _mm512_mul_ps(sb[p], dxb), acc[r][p]);
+          if constexpr (PerGroupInput(F)) {  // in units of the group's input scale
+            acc[r][p] = _mm512_fmadd_ps(da, sa[p], acc[r][p]);
+            acc[r][p] = _mm512_fmadd_ps(db, sb[p], acc[r][p]);
+          } else {
+            acc[r][p] = _mm512_fmadd_ps(da, _mm512_mul_ps(sa[p], _mm512_set1_ps(x.dx[0])), acc[r][p]);
+            acc[r][p] = _mm512_fmadd_ps(db, _mm512_mul_ps(sb[p], _mm512_set1_ps(x.dx[1])), acc[r][p]);
+          }
         }
       }
     }
@@ -507,8 +526,14 @@ FLOVER_VNNI void Tile(const BlockLinear::XChunk* const* xrows, const float* cons
   for (int r = 0; r < R; ++r) {
     for (int p = 0; p < 2; ++p) {
       const __m512 v = acc[r][p];
-      sums[r * kTileCols + 2 * p] = SumEight(_mm512_castps512_ps256(v));
-      sums[r * kTileCols + 2 * p + 1] = SumEight(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+      float lo = SumEight(_mm512_castps512_ps256(v));
+      float hi = SumEight(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+      if constexpr (PerGroupInput(F)) {  // back from the last group's input scale
+        lo = lo * xrows[r][chunks - 1].unit;
+        hi = hi * xrows[r][chunks - 1].unit;
+      }
+      sums[r * kTileCols + 2 * p] = lo;
+      sums[r * kTileCols + 2 * p + 1] = hi;
     }
   }
 }
@@ -650,27 +675,36 @@ absl::StatusOr<std::unique_ptr<Weight>> BlockLinear::Prepare(HostValues w, int K
 
 bool BlockLinear::Holds(const Weight& w) { return dynamic_cast<const BlockWeight*>(&w) != nullptr; }
 
-FLOVER_VNNI void BlockLinear::QuantizeRow(const float* x, int K, XChunk* out, float* sums) {
-  const __m512i ones = _mm512_set1_epi8(1);
-  const int chunks = K / kChunk;
+int BlockLinear::InputScaleValues(BlockFormat format) { return PerGroupInput(format) ? 256 : 32; }
+
+FLOVER_VNNI void BlockLinear::QuantizeRow(const float* x, int K, XChunk* out, float* sums, int scale_values) {
+  const __m512i ones = _mm512_set1_epi8(1), mag = _mm512_set1_epi32(0x7fffffff);
+  const int chunks = K / kChunk, per_scale = scale_values / 32;
   std::fill(sums, sums + SumsPerRow(K), 0.0f);
-  for (int c = 0; c < chunks; ++c) {
-    XChunk& ch = out[c];
-    for (int b = 0; b < 2; ++b) {
-      const float* v = x + c * kChunk + 32 * b;
-      const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
-      // max |x| over the bit patterns with the sign cleared (a NaN input gives
-      // a NaN scale, so NaN results).
-      const __m512i mag = _mm512_set1_epi32(0x7fffffff);
-      const uint32_t top = static_cast<uint32_t>(_mm512_reduce_max_epu32(
-          _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), mag),
-                           _mm512_and_si512(_mm512_castps_si512(v1), mag))));
-      float amax;
-      std::memcpy(&amax, &top, 4);
-      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-      const __m512 s = _mm512_set1_ps(inv);
-      const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  float unit = 1.0f;
+  for (int s0 = 0; s0 < K / 32; s0 += per_scale) {
+    // max |x| over the scale's blocks, on the bit patterns with the sign
+    // cleared (a NaN input gives a NaN scale, so NaN results).
+    __m512i top = _mm512_setzero_si512();
+    for (int i = 32 * s0; i < 32 * (s0 + per_scale); i += 16) {
+      top = _mm512_max_epu32(top, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), mag));
+    }
+    const uint32_t bits = static_cast<uint32_t>(_mm512_reduce_max_epu32(top));
+    float amax;
+    std::memcpy(&amax, &bits, 4);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float dx = amax / 127.0f;
+    const float previous = unit;
+    if (dx > 0.0f || std::isnan(dx)) unit = dx;  // a scale of 0 keeps the last (NaN: NaN results)
+    const __m512 s = _mm512_set1_ps(inv);
+    for (int block = s0; block < s0 + per_scale; ++block) {
+      XChunk& ch = out[block / 2];
+      const int b = block % 2;
+      const float* v = x + 32 * block;
+      const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v), s),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + 16), s),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       const __m512i lim = _mm512_set1_epi32(127);
       const __m512i c0 = _mm512_max_epi32(_mm512_min_epi32(q0, lim), _mm512_set1_epi32(-127));
       const __m512i c1 = _mm512_max_epi32(_mm512_min_epi32(q1, lim), _mm512_set1_epi32(-127));
@@ -680,13 +714,18 @@ FLOVER_VNNI void BlockLinear::QuantizeRow(const float* x, int K, XChunk* out, fl
         _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * copy), _mm512_cvtepi32_epi8(c0));
         _mm_store_si128(reinterpret_cast<__m128i*>(q + 32 * copy + 16), _mm512_cvtepi32_epi8(c1));
       }
-      ch.dx[b] = amax / 127.0f;
-      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
-      // d_x * s_x of block 2c + b, in both columns' lanes of its group.
-      const int block = 2 * c + b, group = block / kGroupBlocks, lane = block % kGroupBlocks;
-      sums[16 * group + lane] = sums[16 * group + 8 + lane] = ch.dx[b] * static_cast<float>(sum);
+      ch.dx[b] = dx;
+      ch.unit = unit;
+      ch.rescale = previous / unit;
+      const float sum = static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1)));
+      // The block's code sum (times d_x per 32 values), in both columns' lanes.
+      const int group = block / kGroupBlocks, lane = block % kGroupBlocks;
+      sums[16 * group + lane] = sums[16 * group + 8 + lane] = per_scale == 1 ? dx * sum : sum;
     }
-    const __m512i zero = _mm512_setzero_si512();
+  }
+  const __m512i zero = _mm512_setzero_si512();
+  for (int c = 0; c < chunks; ++c) {
+    XChunk& ch = out[c];
     _mm512_store_si512(ch.neg_a, _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, ones, _mm512_load_si512(ch.a))));
     _mm512_store_si512(ch.neg_b, _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, ones, _mm512_load_si512(ch.b))));
   }
@@ -697,26 +736,37 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
   const auto& w = static_cast<const BlockWeight&>(weight);
   const int K = w.k_, N = w.n_, chunks = K / kChunk;
   const int sums_per_row = SumsPerRow(K);
-  x_.resize(static_cast<size_t>(M) * chunks);
-  sums_.resize(static_cast<size_t>(M) * sums_per_row);
-  XChunk* xq = x_.data();
-  float* xs = sums_.data();
-  // One row (decode at low load) needs no parallel region.
+  // The inputs quantized as the spans' formats take them (both ways when a
+  // weight stacks K-quants and others).
+  bool per_32 = false, per_256 = false;
+  for (const BlockWeight::Span& span : w.spans) (PerGroupInput(span.format) ? per_256 : per_32) = true;
+  for (int scale_values : {32, 256}) {
+    if (!(scale_values == 32 ? per_32 : per_256)) continue;
+    std::vector<XChunk>& xv = scale_values == 32 ? x_ : x256_;
+    std::vector<float>& sv = scale_values == 32 ? sums_ : sums256_;
+    xv.resize(static_cast<size_t>(M) * chunks);
+    sv.resize(static_cast<size_t>(M) * sums_per_row);
+    // One row (decode at low load) needs no parallel region.
 #pragma omp parallel for schedule(static) if (M > 1)
-  for (int m = 0; m < M; ++m) {
-    QuantizeRow(x + static_cast<int64_t>(m) * K, K, xq + static_cast<int64_t>(m) * chunks,
-                xs + static_cast<int64_t>(m) * sums_per_row);
+    for (int m = 0; m < M; ++m) {
+      QuantizeRow(x + static_cast<int64_t>(m) * K, K, xv.data() + static_cast<int64_t>(m) * chunks,
+                  sv.data() + static_cast<int64_t>(m) * sums_per_row, scale_values);
+    }
   }
 
   // Rows go in blocks whose quantized inputs stay in L2 while every tile
   // runs over them (at a prefill's hundreds of rows they would not).
   const int rows_per_block =
-      std::max(kTileRows, static_cast<int>(kInputBlockBytes / (chunks * sizeof(XChunk))) / kTileRows * kTileRows);
+      std::max(kTileRows, static_cast<int>(kInputBlockBytes / (chunks * sizeof(XChunk) * (per_32 && per_256 ? 2 : 1))) /
+                              kTileRows * kTileRows);
 #pragma omp parallel
   for (int mb = 0; mb < M; mb += rows_per_block) {
     const int m_end = std::min(M, mb + rows_per_block);
     for (const BlockWeight::Span& span : w.spans) {
       const int tiles = (span.rows + kTileCols - 1) / kTileCols;
+      const bool group_input = PerGroupInput(span.format);
+      const XChunk* xq = group_input ? x256_.data() : x_.data();
+      const float* xs = group_input ? sums256_.data() : sums_.data();
 #pragma omp for schedule(static)
       for (int t = 0; t < tiles; ++t) {
         const int n0 = t * kTileCols;

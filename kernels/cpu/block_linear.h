@@ -72,17 +72,25 @@ class BlockLinear {
     int32_t neg_a[16];   // -(each lane's 4 codes of a summed)
     int32_t neg_b[16];
     float dx[2];         // d_x of a and b
+    // Scales of 256 values only: the group's d_x, or the last nonzero one
+    // before it (1 before any); and the previous group's unit over this one's.
+    float unit = 1.0f, rescale = 1.0f;
   };
   // Values of `sums` per row: 16 per group of 256 input values.
   static int SumsPerRow(int K) { return 16 * ((K / 64 + 3) / 4); }
-  // Quantizes row x of K values (K a multiple of 64) into K / 64 chunks, and
-  // d_x * s_x of block 8g + i into sums[16g + i] and sums[16g + 8 + i].
-  static void QuantizeRow(const float* x, int K, XChunk* chunks, float* sums);
+  // Input values per scale for rows of `format`: 256 for the K-quants (as
+  // ggml's Q8_K), 32 for the others (as its Q8_0).
+  static int InputScaleValues(BlockFormat format);
+  // Quantizes row x of K values (K a multiple of 64; of 256 with
+  // scale_values 256) into K / 64 chunks with one d_x per scale_values
+  // values, and the sum of block 8g + i's codes into sums[16g + i] and
+  // sums[16g + 8 + i], times d_x with 32 values per scale.
+  static void QuantizeRow(const float* x, int K, XChunk* chunks, float* sums, int scale_values = 32);
 
  private:
   WeightArena arena_;
-  std::vector<XChunk> x_;
-  std::vector<float> sums_;
+  std::vector<XChunk> x_, x256_;  // the inputs quantized per 32 and per 256 values
+  std::vector<float> sums_, sums256_;
 };
 
 }  // namespace flover::kernels

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -74,7 +75,7 @@ TEST_P(BlockLinearTest, MatchesTheDequantizedWeights) {
   std::vector<BlockLinear::XChunk> q(K / 64);
   std::vector<float> sums(BlockLinear::SumsPerRow(K));
   for (int m = 0; m < M; ++m) {
-    BlockLinear::QuantizeRow(x.data() + m * K, K, q.data(), sums.data());
+    BlockLinear::QuantizeRow(x.data() + m * K, K, q.data(), sums.data(), BlockLinear::InputScaleValues(f));
     for (int n = 0; n < N; ++n) {
       double exact = 0, quantized = 0, magnitude = 0, rounding = 0;
       for (int k = 0; k < K; ++k) {
@@ -179,6 +180,56 @@ TEST(BlockLinearSpansTest, MixedFormatsAndEpilogues) {
       const double want = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
       EXPECT_NEAR(gelu[m * 8 + n], want, 1e-5 * (1 + std::fabs(want)));
     }
+  }
+}
+
+// The K-quants' inputs go in scales of 256 values, and the sums move from
+// one group's scale to the next: groups of zeros (a scale of 0) in front,
+// between and at the end change nothing of what the others give.
+TEST(BlockLinearSpansTest, ZeroInputGroupsLeaveTheOthersAlone) {
+  if (absl::Status st = BlockLinear::CheckSupported(); !st.ok()) GTEST_SKIP() << "skipped: " << st.message();
+  const int K = 1280, N = 6;
+  for (BlockFormat f : {BlockFormat::kQ4_K, BlockFormat::kQ5_K, BlockFormat::kQ6_K}) {
+    const std::vector<uint8_t> bytes = RandomRows(f, N, K, 9);
+    const std::vector<float> w = Dequantize(f, bytes.data(), N, K);
+    std::vector<float> x = RandomInput(1, K, 10);
+    for (int g : {0, 2, 4}) std::fill(x.begin() + 256 * g, x.begin() + 256 * (g + 1), 0.0f);
+    const BlockSpan span{f, N};
+    BlockLinear linear;
+    auto weight = linear.Prepare(HostValues(bytes.data(), &span, 1), K, N, WeightLayout::kOutIn);
+    ASSERT_TRUE(weight.ok());
+    std::vector<float> out(N);
+    linear.Run(x.data(), 1, **weight, nullptr, Epilogue::kBias, out.data());
+    for (int n = 0; n < N; ++n) {
+      double exact = 0, rounding = 0, magnitude = 0;
+      for (int g = 0; g < K / 256; ++g) {
+        float amax = 0;
+        for (int k = 256 * g; k < 256 * (g + 1); ++k) amax = std::max(amax, std::fabs(x[k]));
+        for (int k = 256 * g; k < 256 * (g + 1); ++k) {
+          exact += double{w[size_t(n) * K + k]} * x[k];
+          magnitude += std::fabs(double{w[size_t(n) * K + k]} * x[k]);
+          rounding += std::fabs(w[size_t(n) * K + k]) * amax / 127 / 2;
+        }
+      }
+      EXPECT_NEAR(out[n], exact, rounding + 4e-6 * (magnitude + 2 * rounding) + 1e-6) << InfoOf(f).name << " n=" << n;
+    }
+  }
+}
+
+// A NaN in the input gives NaN outputs, at either input scale.
+TEST(BlockLinearSpansTest, NanInputsGiveNan) {
+  if (absl::Status st = BlockLinear::CheckSupported(); !st.ok()) GTEST_SKIP() << "skipped: " << st.message();
+  const int K = 512, N = 4;
+  for (BlockFormat f : {BlockFormat::kQ8_0, BlockFormat::kQ4_K}) {
+    const std::vector<uint8_t> bytes = RandomRows(f, N, K, 11);
+    const BlockSpan span{f, N};
+    BlockLinear linear;
+    auto weight = linear.Prepare(HostValues(bytes.data(), &span, 1), K, N, WeightLayout::kOutIn);
+    ASSERT_TRUE(weight.ok());
+    std::vector<float> x = RandomInput(1, K, 12), out(N);
+    x[300] = std::nanf("");
+    linear.Run(x.data(), 1, **weight, nullptr, Epilogue::kBias, out.data());
+    for (int n = 0; n < N; ++n) EXPECT_TRUE(std::isnan(out[n])) << InfoOf(f).name << " n=" << n;
   }
 }
 
