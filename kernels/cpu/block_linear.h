@@ -10,7 +10,8 @@
 // (Q4_K, Q5_K: 4 bytes more per 256 values, 6-bit scales unpacked to 8).
 //
 // The arithmetic, per output (row m, column n), for every row count:
-//   - the input row is quantized per 32 values, as ggml's Q8_0 does:
+//   - the input row is quantized per 32 values, as ggml's Q8_0 does (per 256
+//     for the K-quants Q4_K, Q5_K, Q6_K, as its Q8_K does):
 //     d_x = max|x| / 127, q_x = round(x / d_x) (to nearest even), s_x = sum q_x;
 //   - per 32-value block, one u8 x s8 dot product (vpdpbusd) sums the
 //     weight's integer codes times q_x exactly in int32, 8 lanes of 4
@@ -23,6 +24,10 @@
 //     float32); per 256 values, first (for the formats with a minimum: Q4_1,
 //     Q5_1, Q4_K, Q5_K) one lane per 32-value block adds w_min * (d_x * s_x)
 //     (w_min = m, or -dmin * m in float32 as ggml), then the blocks in order;
+//     the K-quants add float(dot) * w_scale and w_min * s_x, in units of the
+//     group's d_x: the sums are multiplied by the last group's d_x over this
+//     one's when a group starts (a group of zeros keeps the last d_x), and by
+//     the last group's d_x at the end;
 //   - the column's 8 lanes are added in one fixed order, then the bias, gelu
 //     or the residual.
 // Tiles are 8 rows x 4 columns (two pairs). Nothing in the arithmetic
