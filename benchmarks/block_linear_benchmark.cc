@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "kernels/block_format.h"
 #include "kernels/cpu/block_linear.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "testing/random_blocks.h"
 
 ABSL_FLAG(std::string, shape, "576x1536", "KxN: input values per row x outputs (SmolLM2's gate/up)");
 ABSL_FLAG(std::string, rows, "1,4,32,512", "input rows per call");
@@ -37,27 +37,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using kernels::BlockFormat;
-
-// Random codes; f16 scales near 1/64 (any finite value does for timing).
-std::vector<uint8_t> RandomRows(BlockFormat f, int N, int K) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(N) * kernels::BlockRowBytes(f, K));
-  std::mt19937 rng(1);
-  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
-  const kernels::BlockFormatInfo& info = kernels::InfoOf(f);
-  const uint16_t scale = 0x2400;  // 1/64 in f16
-  for (size_t at = 0; at < bytes.size(); at += info.block_bytes) {
-    uint8_t* blk = bytes.data() + at;
-    switch (f) {
-      case BlockFormat::kQ6_K: std::memcpy(blk + 208, &scale, 2); break;
-      case BlockFormat::kQ4_1:
-      case BlockFormat::kQ5_1:
-      case BlockFormat::kQ4_K:
-      case BlockFormat::kQ5_K: std::memcpy(blk + 2, &scale, 2); [[fallthrough]];
-      default: std::memcpy(blk, &scale, 2); break;
-    }
-  }
-  return bytes;
-}
 
 // Multiply-adds per second of independent vpdpbusd on every thread (16
 // chains, more than latency x throughput on the cores seen; nothing else in
@@ -80,18 +59,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double VnniPeak() {
   const double s = std::chrono::duration<double>(Clock::now() - start).count();
   if (sink == 42) std::printf(" ");
   return 64.0 * kChains * kIters * omp_get_max_threads() / s;
-}
-
-double ReadBandwidth() {
-  std::vector<float> buf(size_t{256} << 20 >> 2, 1.0f);
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    const auto start = Clock::now();
-    volatile float s = ParallelSum(buf.data(), buf.size());
-    (void)s;
-    best = std::max(best, buf.size() * 4.0 / std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
 }
 
 int Run(int argc, char** argv) {
@@ -137,7 +104,7 @@ int Run(int argc, char** argv) {
       std::printf("(%s skipped: rows of %d values are not whole blocks for its kernels)\n", std::string(name).c_str(), K);
       continue;
     }
-    const std::vector<uint8_t> bytes = RandomRows(f, N, K);
+    const std::vector<uint8_t> bytes = testing::RandomBlockRows(f, N, K, 1);
     const kernels::BlockSpan span{f, N};
     entries.push_back({std::string(name), static_cast<int64_t>(bytes.size()), {}, nullptr});
     auto w = entries.back().linear.Prepare(kernels::HostValues(bytes.data(), &span, 1), K, N,
@@ -154,7 +121,7 @@ int Run(int argc, char** argv) {
   std::normal_distribution<float> normal;
   for (float& v : x) v = normal(rng);
 
-  const double peak = VnniPeak(), bandwidth = ReadBandwidth();
+  const double peak = VnniPeak(), bandwidth = ReadBandwidthGBs(5) * 1e9;
   std::printf("BlockLinear [M,%d] x [%d,%d]^T, %d threads\n", K, N, K, omp_get_max_threads());
   std::printf("ceilings, same run: vpdpbusd %.0f GMAC/s; read bandwidth %.1f GB/s\n\n", peak / 1e9, bandwidth / 1e9);
   std::printf("| format | weight MB | M | us per call | GMAC/s | of vpdpbusd peak | GB/s of weights |\n");

@@ -104,17 +104,6 @@ double CpuLinearGflops(kernels::MatmulDtype dtype, int M, int N, int K, int repe
   return 1e3 * LinearTflops(**backend, M, N, K, repeats, std::max(1, 256 / M));
 }
 
-// Read bandwidth: a parallel sum (parallel_sum.h) over a buffer far larger
-// than the caches.
-double ReadBandwidthGBs(int repeats) {
-  const size_t n = size_t(1) << 28;  // 1 GiB of floats
-  std::vector<float> buf(n, 1.0f);
-  volatile float sink = 0;
-  const double s = MedianSeconds(repeats, [&] { sink = ParallelSum(buf.data(), n); });
-  (void)sink;
-  return n * sizeof(float) / s / 1e9;
-}
-
 std::vector<int32_t> Tokens(int n, int vocab, int seed) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = (i * 7919 + seed * 104729) % vocab;

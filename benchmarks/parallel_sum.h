@@ -4,7 +4,10 @@
 #ifndef FLOVER_BENCHMARKS_PARALLEL_SUM_H_
 #define FLOVER_BENCHMARKS_PARALLEL_SUM_H_
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <vector>
 
 namespace flover {
 
@@ -25,6 +28,23 @@ inline float ParallelSum(const float* p, size_t n) {
     for (float a : acc) total += a;
   }
   return total;
+}
+
+// Read bandwidth in GB/s: the median of `repeats` parallel sums (after an
+// untimed one) over a buffer far larger than the caches (1 GiB of floats).
+inline double ReadBandwidthGBs(int repeats) {
+  const size_t n = size_t(1) << 28;
+  std::vector<float> buf(n, 1.0f);
+  volatile float sink = ParallelSum(buf.data(), n);
+  std::vector<double> seconds;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    sink = ParallelSum(buf.data(), n);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  (void)sink;
+  std::sort(seconds.begin(), seconds.end());
+  return n * sizeof(float) / seconds[seconds.size() / 2] / 1e9;
 }
 
 }  // namespace flover
