@@ -72,17 +72,15 @@ TEST_P(BlockLinearTest, MatchesTheDequantizedWeights) {
   std::vector<float> out(static_cast<size_t>(M) * N);
   linear.Run(x.data(), M, **weight, bias.data(), Epilogue::kBias, out.data());
 
-  std::vector<BlockLinear::XChunk> q(K / 64);
-  std::vector<float> sums(BlockLinear::SumsPerRow(K));
+  std::vector<int8_t> q(K);
+  std::vector<BlockLinear::InputBlock> blocks(K / 32);
   for (int m = 0; m < M; ++m) {
-    BlockLinear::QuantizeRow(x.data() + m * K, K, q.data(), sums.data(), BlockLinear::InputScaleValues(f));
+    BlockLinear::QuantizeRow(x.data() + m * K, K, q.data(), blocks.data(), BlockLinear::InputScaleValues(f));
     for (int n = 0; n < N; ++n) {
       double exact = 0, quantized = 0, magnitude = 0, rounding = 0;
       for (int k = 0; k < K; ++k) {
-        const BlockLinear::XChunk& c = q[k / 64];
-        const int i = k % 64;
-        const double dx = c.dx[i / 32];
-        const int qx = i < 32 ? c.a[i] : c.b[i - 32];
+        const double dx = blocks[k / 32].dx;
+        const int qx = q[k];
         const double wk = w[static_cast<size_t>(n) * K + k];
         exact += wk * x[m * K + k];
         quantized += wk * (dx * qx);
@@ -90,7 +88,7 @@ TEST_P(BlockLinearTest, MatchesTheDequantizedWeights) {
         rounding += std::fabs(wk) * dx / 2;
       }
       const double got = out[m * N + n] - bias[n];
-      // float32 sums of K products: a few ulps of the magnitude per 64-chunk.
+      // float32 sums of K / 32 exact block products: a few ulps of the magnitude.
       const double sums = 4e-6 * (magnitude + rounding * 2) + 1e-6;
       EXPECT_NEAR(got, quantized, sums) << InfoOf(f).name << " m=" << m << " n=" << n;
       EXPECT_NEAR(got, exact, rounding + sums) << InfoOf(f).name << " m=" << m << " n=" << n;
@@ -98,11 +96,11 @@ TEST_P(BlockLinearTest, MatchesTheDequantizedWeights) {
   }
 }
 
-// A row's outputs are bitwise the same alone, in any batch, in a 4-column
-// tile or in the one-column tail, with any epilogue's input.
+// A row's outputs are bitwise the same alone, in any batch, in either of two
+// 16-column tiles or in the one-column tail, with any epilogue's input.
 TEST_P(BlockLinearTest, RowsDoNotDependOnTheBatchOrTheTile) {
   const auto [f, K] = GetParam();
-  const int N = 9, M = 11;  // two tiles of 4 and a tail of 1
+  const int N = 33, M = 11;  // two tiles of 16 and a tail of 1
   std::vector<uint8_t> bytes = RandomRows(f, N, K, 3);
   const std::vector<float> x = RandomInput(M, K, 4);
   const BlockSpan span{f, N};
@@ -116,18 +114,22 @@ TEST_P(BlockLinearTest, RowsDoNotDependOnTheBatchOrTheTile) {
     linear.Run(x.data() + m * K, 1, **weight, nullptr, Epilogue::kBias, one.data());
     EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, N * sizeof(float))) << "row " << m;
   }
-  // The tail column (8) moved into the first tile: the same bits.
+  // The tail column (32) moved into the first tile's lane 0, and the first
+  // tile's last column (15) into the tail: the same bits.
   const int64_t row_bytes = BlockRowBytes(f, K);
   std::vector<uint8_t> moved(bytes.size());
-  std::memcpy(moved.data(), bytes.data() + 8 * row_bytes, row_bytes);
-  std::memcpy(moved.data() + row_bytes, bytes.data(), 8 * row_bytes);
+  std::vector<int> from(N);
+  for (int n = 0; n < N; ++n) from[n] = n == 0 ? 32 : n - 1;
+  std::swap(from[16], from[32]);  // column 15 to the tail, 16..31 one lane on
+  for (int n = 0; n < N; ++n) std::memcpy(moved.data() + n * row_bytes, bytes.data() + from[n] * row_bytes, row_bytes);
   auto moved_weight = linear.Prepare(HostValues(moved.data(), &span, 1), K, N, WeightLayout::kOutIn);
   ASSERT_TRUE(moved_weight.ok());
   std::vector<float> again(static_cast<size_t>(M) * N);
   linear.Run(x.data(), M, **moved_weight, nullptr, Epilogue::kBias, again.data());
   for (int m = 0; m < M; ++m) {
-    EXPECT_EQ(0, std::memcmp(&again[m * N], &all[m * N + 8], sizeof(float))) << "row " << m;
-    EXPECT_EQ(0, std::memcmp(&again[m * N + 1], &all[m * N], 8 * sizeof(float))) << "row " << m;
+    for (int n = 0; n < N; ++n) {
+      EXPECT_EQ(0, std::memcmp(&again[m * N + n], &all[m * N + from[n]], sizeof(float))) << "row " << m << " col " << n;
+    }
   }
 }
 
