@@ -8,14 +8,15 @@
 ABSL_FLAG(std::string, device, "cpu",
           "Where the model runs: cpu, cuda (the first GPU) or cuda:N. The CUDA backend is "
           "loaded on demand (libflover_cuda.so); the CPU needs no CUDA libraries");
-ABSL_FLAG(std::string, dtype, "f32",
-          "Linear layers' precision: f32, auto (native for a GGUF file of quantized blocks on a "
-          "CPU that runs them, else f32), bf16 (weights and their inputs in bfloat16, f32 "
-          "sums; ~2x faster on AVX-512 BF16 CPUs, logits within ~1% of f32), f16 (cuda only), "
-          "int8 (cpu only, AVX-512 VNNI: int8 weights with a scale per output, inputs quantized "
-          "per row, int32 sums) or native (a GGUF file's Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/"
-          "Q6_K matrices kept in their blocks; cpu: AVX-512 VNNI, inputs quantized per 32 "
-          "values; cuda: dequantized in registers, never run on a GPU yet)");
+ABSL_FLAG(std::string, dtype, "auto",
+          "Linear layers' precision: auto (the default: native for a GGUF file of quantized "
+          "blocks on a CPU that runs them, as llama.cpp does; f32 for anything else), f32, bf16 "
+          "(weights and their inputs in bfloat16, f32 sums; ~2x faster on AVX-512 BF16 CPUs, "
+          "logits within ~1% of f32), f16 (cuda only), int8 (cpu only, AVX-512 VNNI: int8 "
+          "weights with a scale per output, inputs quantized per row, int32 sums) or native (a "
+          "GGUF file's Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K matrices kept in their blocks; "
+          "cpu: AVX-512 VNNI, inputs quantized per 32 or 256 values; cuda: dequantized in "
+          "registers, never run on a GPU yet)");
 ABSL_FLAG(std::string, kv_dtype, "f32",
           "KV cache element type: f32, or bf16 (half the memory and attention reads; "
           "keys/values rounded to bfloat16, f32 math)");

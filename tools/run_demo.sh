@@ -44,8 +44,8 @@ http=$(sed -n 's|^openai api on http://\(.*\)/v1$|\1|p' "$out/server.log" | head
 sed -n '3,6p' "$out/server.log"
 echo
 echo "one chat question (gRPC, the model's chat template):"
-echo "> What is the capital of France?"
-"$bin/clients/flover_client" --target="$target" --chat="What is the capital of France?" \
+echo "> Which city is the capital of France?"
+"$bin/clients/flover_client" --target="$target" --chat="Which city is the capital of France?" \
   --max_new_tokens=48 --temperature=0
 echo
 echo
