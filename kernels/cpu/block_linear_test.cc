@@ -120,7 +120,7 @@ TEST_P(BlockLinearTest, RowsDoNotDependOnTheBatchOrTheTile) {
   std::vector<uint8_t> moved(bytes.size());
   std::vector<int> from(N);
   for (int n = 0; n < N; ++n) from[n] = n == 0 ? 32 : n - 1;
-  std::swap(from[16], from[32]);  // column 15 to the tail, 16..31 one lane on
+  std::swap(from[16], from[32]);  // 15 to the tail, 31 to the second tile's lane 0
   for (int n = 0; n < N; ++n) std::memcpy(moved.data() + n * row_bytes, bytes.data() + from[n] * row_bytes, row_bytes);
   auto moved_weight = linear.Prepare(HostValues(moved.data(), &span, 1), K, N, WeightLayout::kOutIn);
   ASSERT_TRUE(moved_weight.ok());
@@ -185,9 +185,9 @@ TEST(BlockLinearSpansTest, MixedFormatsAndEpilogues) {
   }
 }
 
-// The K-quants' inputs go in scales of 256 values, and the sums move from
-// one group's scale to the next: groups of zeros (a scale of 0) in front,
-// between and at the end change nothing of what the others give.
+// The K-quants' inputs go in scales of 256 values: groups of zeros (a scale
+// of 0) in front, between and at the end change nothing of what the others
+// give.
 TEST(BlockLinearSpansTest, ZeroInputGroupsLeaveTheOthersAlone) {
   if (absl::Status st = BlockLinear::CheckSupported(); !st.ok()) GTEST_SKIP() << "skipped: " << st.message();
   const int K = 1280, N = 6;
