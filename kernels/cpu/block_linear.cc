@@ -438,20 +438,19 @@ struct Format<BlockFormat::kQ6_K> {
   }
 };
 
-// The 4 input codes at p (a step's), in every lane.
-FLOVER_VNNI inline __m512i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
+// 4 input codes read as one int32 (the input is int8; may_alias says so).
+typedef int32_t __attribute__((may_alias)) FourCodes;
 
 // dot[r] += steps [T0, T1) of the block at `codes` times row r's codes.
 template <typename Fmt, int R, int T0, int T1>
 FLOVER_VNNI inline void Steps(const uint8_t* codes, const int8_t* const* x, __m512i* dot) {
   if constexpr (T0 < T1) {
     const __m512i w = Fmt::template Step<T0>(codes);
+    // The input's 4 codes broadcast from memory into vpdpbusd itself (GCC
+    // 12 does not fold _mm512_set1_epi32 into it: a separate broadcast per
+    // product, 3-5% slower measured).
     for (int r = 0; r < R; ++r) {
-      asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot[r]) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x[r] + 4 * T0)));
+      asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot[r]) : "v"(w), "m"(*reinterpret_cast<const FourCodes*>(x[r] + 4 * T0)));
     }
     Steps<Fmt, R, T0 + 1, T1>(codes, x, dot);
   }
