@@ -167,12 +167,12 @@ void Run() {
     std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
     std::exit(1);
   }
-  auto options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  auto options = kernels::BackendOptionsFromFlags(  // --device, --dtype, --kv_dtype
+      [&](absl::string_view device) { return AutoMatmulDtype(absl::GetFlag(FLAGS_model), device); });
   if (!options.ok()) {
     std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
     std::exit(1);
   }
-  if (kernels::MatmulDtypeIsAuto()) options->matmul = AutoMatmulDtype(absl::GetFlag(FLAGS_model), options->device);
   auto backend = kernels::CreateBackend(*options);
   if (!backend.ok()) {
     std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());

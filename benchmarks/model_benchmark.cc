@@ -212,12 +212,12 @@ int Run() {
   const int repeats = absl::GetFlag(FLAGS_repeats);
   const int steps = absl::GetFlag(FLAGS_decode_steps);
   const std::string spec = absl::GetFlag(FLAGS_model);
-  auto options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  auto options = kernels::BackendOptionsFromFlags(  // --device, --dtype, --kv_dtype
+      [&](absl::string_view device) { return AutoMatmulDtype(spec, device); });
   if (!options.ok()) {
     std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
     return 1;
   }
-  if (kernels::MatmulDtypeIsAuto()) options->matmul = AutoMatmulDtype(spec, options->device);
   auto backend = kernels::CreateBackend(*options);
   if (!backend.ok()) {
     std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());

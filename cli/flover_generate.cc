@@ -56,9 +56,9 @@ absl::Status Run() {
   }
   kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   // The device first: a missing GPU is reported before a model is loaded.
-  auto backend_options = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  auto backend_options = kernels::BackendOptionsFromFlags(  // --device, --dtype, --kv_dtype
+      [&](absl::string_view device) { return AutoMatmulDtype(spec, device); });
   if (!backend_options.ok()) return backend_options.status();
-  if (kernels::MatmulDtypeIsAuto()) backend_options->matmul = AutoMatmulDtype(spec, backend_options->device);
   auto backend = kernels::CreateBackend(*backend_options);
   if (!backend.ok()) return backend.status();
   auto model = LoadModel(spec);

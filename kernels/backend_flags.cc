@@ -26,12 +26,16 @@ ABSL_FLAG(bool, cuda_graphs, true,
           "so a step costs one launch instead of one per op; same results bitwise");
 namespace flover::kernels {
 
-absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
+absl::StatusOr<BackendOptions> BackendOptionsFromFlags(
+    absl::FunctionRef<MatmulDtype(absl::string_view device)> pick_auto) {
   BackendOptions o;
   o.device = absl::GetFlag(FLAGS_device);
   if (absl::Status st = ValidateDevice(o.device); !st.ok()) return st;
-  if (!MatmulDtypeIsAuto()) {
-    auto matmul = ParseMatmulDtype(absl::GetFlag(FLAGS_dtype));
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "auto") {
+    o.matmul = pick_auto(o.device);
+  } else {
+    auto matmul = ParseMatmulDtype(dtype);
     if (!matmul.ok()) return matmul.status();
     o.matmul = *matmul;
   }
@@ -41,7 +45,5 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
   o.record_steps = absl::GetFlag(FLAGS_cuda_graphs);
   return o;
 }
-
-bool MatmulDtypeIsAuto() { return absl::GetFlag(FLAGS_dtype) == "auto"; }
 
 }  // namespace flover::kernels

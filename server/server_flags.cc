@@ -113,10 +113,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
   if (o.tp < 1) return absl::InvalidArgumentError("--tp must be >= 1");
-  auto backend = kernels::BackendOptionsFromFlags();  // --device, --dtype, --kv_dtype
+  auto backend = kernels::BackendOptionsFromFlags(  // --device, --dtype, --kv_dtype
+      [&](absl::string_view device) { return AutoMatmulDtype(o.model, device); });
   if (!backend.ok()) return backend.status();
   o.backend = *backend;
-  if (kernels::MatmulDtypeIsAuto()) o.backend.matmul = AutoMatmulDtype(o.model, o.backend.device);
   if (o.tp > 1 && o.backend.device.find(':') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device=", o.backend.device, " with --tp > 1: each rank takes the device of its "
