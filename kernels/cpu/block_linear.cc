@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/vec_math.h"
 
 // Compiled with -ffp-contract=off (BUILD.bazel): every multiply and add below
@@ -543,28 +544,12 @@ TileFn TileFor(BlockFormat f, int rows) {
   return nullptr;
 }
 
-inline void Finish(float sum, const float* bias, int n, Epilogue epilogue, float* out) {
-  float v = sum;
-  if (bias != nullptr) v = v + bias[n];
-  switch (epilogue) {
-    case Epilogue::kBias: out[n] = v; break;
-    case Epilogue::kBiasGelu: out[n] = GeluNewF(v); break;
-    case Epilogue::kBiasResidual: out[n] = out[n] + v; break;
-  }
-}
-
 }  // namespace
 
 absl::Status BlockLinear::CheckSupported() {
-  const std::pair<const char*, bool> features[] = {
-      {"avx512f", __builtin_cpu_supports("avx512f")},   {"avx512bw", __builtin_cpu_supports("avx512bw")},
-      {"avx512vl", __builtin_cpu_supports("avx512vl")}, {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
-      {"f16c", __builtin_cpu_supports("f16c")}};
-  for (const auto& [name, present] : features) {
-    if (!present) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("quantized blocks need ", name, ", which this CPU lacks"));
-    }
+  if (!CpuIsa().avx512_vnni) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "quantized blocks need AVX-512 VNNI, which isa ", CpuIsaName(), " lacks"));
   }
   return absl::OkStatus();
 }
@@ -745,7 +730,7 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
           TileFor(span.format, rows)(xrows, xblocks, tile, blocks, sums);
           for (int r = 0; r < rows; ++r) {
             float* o = out + static_cast<int64_t>(m0 + r) * N;
-            for (int j = 0; j < cols; ++j) Finish(sums[r * kTileCols + j], bias, span.row_begin + n0 + j, epilogue, o);
+            for (int j = 0; j < cols; ++j) FinishOutput(sums[r * kTileCols + j], bias, span.row_begin + n0 + j, epilogue, o);
           }
         }
       }

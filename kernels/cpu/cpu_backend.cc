@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "util/status_macros.h"
 #include "kernels/cpu/vec_math.h"
@@ -252,9 +253,12 @@ constexpr size_t kAlignment = 64;
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype,
                                                                KvDtype kv_dtype) {
-  const absl::Status supported = dtype == MatmulDtype::kInt8     ? Int8Linear::CheckSupported()
-                                 : dtype == MatmulDtype::kNative ? BlockLinear::CheckSupported()
-                                                                 : OneDnnLinear::CheckSupported(dtype);
+  FLOVER_RETURN_IF_ERROR(CheckCpuIsa());
+  const absl::Status supported =
+      dtype == MatmulDtype::kInt8     ? Int8Linear::CheckSupported()
+      : dtype == MatmulDtype::kNative ? BlockLinear::CheckSupported()
+      : FmaLinear::Replaces(dtype)    ? absl::OkStatus()
+                                      : OneDnnLinear::CheckSupported(dtype);
   if (absl::Status st = supported; !st.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
@@ -266,7 +270,9 @@ CpuBackend::CpuBackend(MatmulDtype dtype, KvDtype kv_dtype)
     : linear_(dtype == MatmulDtype::kInt8 || dtype == MatmulDtype::kNative ? MatmulDtype::kF32 : dtype),
       int8_(dtype == MatmulDtype::kInt8 ? std::make_unique<Int8Linear>() : nullptr),
       blocks_(dtype == MatmulDtype::kNative ? std::make_unique<BlockLinear>() : nullptr),
-      kv_dtype_(kv_dtype) {}
+      kv_dtype_(kv_dtype) {
+  if (FmaLinear::Replaces(linear_.dtype())) fma_ = std::make_unique<FmaLinear>(linear_.dtype());
+}
 
 DeviceInfo CpuBackend::Device() const {
   DeviceInfo info;
@@ -279,7 +285,7 @@ DeviceInfo CpuBackend::Device() const {
     }
   }
   if (info.name.empty()) info.name = "CPU";
-  absl::StrAppend(&info.name, ", ", CpuThreads(), " threads");
+  absl::StrAppend(&info.name, ", ", CpuThreads(), " threads, isa ", CpuIsaName());
   return info;
 }
 
@@ -321,6 +327,7 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, 
   // weights); f16 ones are widened to float32 here (exactly), one matrix at
   // a time.
   if (int8_ != nullptr) return int8_->Prepare(w, K, N, layout);
+  if (fma_ != nullptr) return fma_->Prepare(w, K, N, layout);
   std::vector<float> wide;
   if (w.dtype == DType::kF16) {
     wide = WidenToF32(w, int64_t{K} * N);
@@ -331,7 +338,7 @@ absl::StatusOr<std::unique_ptr<Weight>> CpuBackend::PrepareWeight(HostValues w, 
 
 absl::Status CpuBackend::PrepareLinear(const Weight& w, int max_rows, bool has_bias,
                                        Epilogue epilogue) {
-  if (BlockLinear::Holds(w)) return absl::OkStatus();  // nothing to build
+  if (BlockLinear::Holds(w) || FmaLinear::Holds(w)) return absl::OkStatus();  // nothing to build
   if (int8_ != nullptr) {
     int8_->PrepareRows(w, max_rows);
   } else {
@@ -515,6 +522,8 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* 
     blocks_->Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
   } else if (int8_ != nullptr) {
     int8_->Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
+  } else if (FmaLinear::Holds(w)) {
+    fma_->Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
   } else {
     linear_.Run(x.as<float>(), static_cast<int>(x.rows), w, b, epilogue, out.as<float>());
   }

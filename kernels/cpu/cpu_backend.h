@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/block_linear.h"
+#include "kernels/cpu/fma_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/onednn_linear.h"
 
@@ -18,10 +19,11 @@ namespace flover::kernels {
 
 class CpuBackend final : public Backend {
  public:
-  // Refuses (FailedPrecondition, naming the reason) a matmul dtype this CPU
-  // has no optimized kernel for: bf16 needs AVX-512, int8 AVX-512 VNNI, f16
-  // runs on CUDA only; native needs AVX-512 VNNI for its blocks.
-  // A bf16 KV cache runs anywhere (our own kernels).
+  // Refuses (FailedPrecondition, naming the reason) an instruction-set cap
+  // above this CPU (cpu_isa.h) and a matmul dtype it has no optimized kernel
+  // for: int8 needs AVX-512 VNNI, f16 runs on CUDA only. f32, bf16 and native
+  // blocks run on every CPU with AVX2 (bf16 on oneDNN where the CPU has
+  // AVX-512 BF16, else on FmaLinear). A bf16 KV cache runs anywhere.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
       MatmulDtype dtype = MatmulDtype::kF32, KvDtype kv_dtype = KvDtype::kF32);
 
@@ -29,7 +31,8 @@ class CpuBackend final : public Backend {
   DeviceInfo Device() const override;
   MatmulDtype matmul_dtype() const override {
     if (blocks_ != nullptr) return MatmulDtype::kNative;
-    return int8_ != nullptr ? MatmulDtype::kInt8 : linear_.dtype();
+    if (int8_ != nullptr) return MatmulDtype::kInt8;
+    return fma_ != nullptr ? fma_->dtype() : linear_.dtype();
   }
   KvDtype kv_dtype() const override { return kv_dtype_; }
 
@@ -67,6 +70,9 @@ class CpuBackend final : public Backend {
   CpuBackend(MatmulDtype dtype, KvDtype kv_dtype);
 
   OneDnnLinear linear_;                // f32 and bf16 (f32 when int8_ is set)
+  // Instead of linear_ where oneDNN's kernels for its dtype would let a row
+  // depend on the batch under the instruction set in use (FmaLinear::Replaces).
+  std::unique_ptr<FmaLinear> fma_;
   std::unique_ptr<Int8Linear> int8_;  // --dtype=int8
   std::unique_ptr<BlockLinear> blocks_;  // --dtype=native: quantized blocks
   KvDtype kv_dtype_;

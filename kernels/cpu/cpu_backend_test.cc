@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/fma_linear.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/weight_arena.h"
 #include "testing/numerics.h"
@@ -106,8 +108,13 @@ std::vector<float> RoundedToBf16(std::vector<float> v) {
   return v;
 }
 
-// Skips the test when this CPU has no optimized kernel for `dtype`.
+// Skips the test when this CPU has no optimized kernel for `dtype` in
+// oneDNN, or the backend runs it on FmaLinear instead.
 #define SKIP_UNLESS_SUPPORTED(dtype)                                               \
+  if (FmaLinear::Replaces(dtype)) {                                                \
+    GTEST_SKIP() << "under isa " << CpuIsaName() << " the backend runs "           \
+                 << MatmulDtypeName(dtype) << " on FmaLinear, not oneDNN";        \
+  }                                                                                \
   if (absl::Status st = OneDnnLinear::CheckSupported(dtype); !st.ok()) {          \
     GTEST_SKIP() << st.message();                                                  \
   }
@@ -303,9 +310,93 @@ TEST(CpuBackendTest, RefusesWhatItCannotRunFast) {
   ASSERT_FALSE(f16.ok());
   EXPECT_EQ(f16.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(f16.status().message().find("--device=cuda"), std::string::npos) << f16.status();
-  auto bf16 = CpuBackend::Create(MatmulDtype::kBF16);
-  EXPECT_EQ(bf16.ok(), OneDnnLinear::CheckSupported(MatmulDtype::kBF16).ok());
+  // f32 and bf16 run on every CPU the kernels start on (AVX2).
+  for (MatmulDtype dtype : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
+    auto backend = CpuBackend::Create(dtype);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    EXPECT_EQ((*backend)->matmul_dtype(), dtype);
+  }
+  auto int8 = CpuBackend::Create(MatmulDtype::kInt8);
+  EXPECT_EQ(int8.ok(), CpuIsa().avx512_vnni) << int8.status();
 }
+
+// The device line names the instruction set in use.
+TEST(CpuBackendTest, DeviceNamesTheInstructionSet) {
+  auto backend = CpuBackend::Create(MatmulDtype::kF32);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_NE((*backend)->Device().name.find("isa " + CpuIsaName()), std::string::npos)
+      << (*backend)->Device().name;
+}
+
+// FmaLinear, in both dtypes and both tile widths: right against a double
+// reference on the operands it takes (bf16: rounded), a row bitwise the same
+// at every row count, and AVX-512's tiles bitwise AVX2's.
+class FmaLinearTest : public ::testing::TestWithParam<MatmulDtype> {};
+
+TEST_P(FmaLinearTest, RightAndTheSameAtEveryRowCountAndWidth) {
+  const bool bf16 = GetParam() == MatmulDtype::kBF16;
+  struct Case {
+    int K, N;
+    bool has_bias;
+    Epilogue epilogue;
+    WeightLayout layout;
+  };
+  const Case cases[] = {{768, 200, true, Epilogue::kBias, WeightLayout::kInOut},
+                        {1100, 70, false, Epilogue::kBiasResidual, WeightLayout::kOutIn},
+                        {96, 33, true, Epilogue::kBiasGelu, WeightLayout::kInOut},
+                        {7, 5, true, Epilogue::kBias, WeightLayout::kOutIn}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "K=" << c.K << " N=" << c.N);
+    const auto w = Random(size_t(c.K) * c.N, 60, 0.05f), b = Random(c.N, 61);
+    const auto row = Random(c.K, 62), residual_row = Random(c.N, 63);
+    const float* bias = c.has_bias ? b.data() : nullptr;
+    std::vector<float> alone[2];  // narrow, wide
+    for (bool wide : {false, true}) {
+      FmaLinear linear(GetParam());
+      linear.set_wide_tiles(wide);
+      if (wide && !linear.wide_tiles()) continue;
+      auto weight = linear.Prepare(w.data(), c.K, c.N, c.layout);
+      ASSERT_TRUE(weight.ok()) << weight.status();
+      alone[wide] = residual_row;
+      linear.Run(row.data(), 1, **weight, bias, c.epilogue, alone[wide].data());
+      std::vector<double> want = NaiveLinear(bf16 ? RoundedToBf16(row) : row, 1, c.K,
+                                             bf16 ? RoundedToBf16(w) : w, c.N, bias, c.layout);
+      for (int n = 0; n < c.N; ++n) {
+        if (c.epilogue == Epilogue::kBiasGelu) want[n] = GeluRef(want[n]);
+        if (c.epilogue == Epilogue::kBiasResidual) want[n] += residual_row[n];
+      }
+      EXPECT_LT(RelErr(alone[wide], want), 1e-5);
+      for (int M : {2, 3, 5, 6, 7, 8, 9, 17, 33, 200}) {
+        auto x = Random(size_t(M) * c.K, 64 + M);
+        std::copy(row.begin(), row.end(), x.begin() + size_t(M / 2) * c.K);
+        std::vector<float> out = Random(size_t(M) * c.N, 65);
+        std::copy(residual_row.begin(), residual_row.end(), out.begin() + size_t(M / 2) * c.N);
+        linear.Run(x.data(), M, **weight, bias, c.epilogue, out.data());
+        ASSERT_TRUE(std::equal(alone[wide].begin(), alone[wide].end(), out.begin() + size_t(M / 2) * c.N))
+            << "M=" << M << (wide ? " (AVX-512 tiles)" : " (AVX2 tiles)");
+      }
+    }
+    if (!alone[1].empty()) EXPECT_EQ(alone[0], alone[1]) << "AVX-512 and AVX2 tiles differ";
+  }
+}
+
+// bf16 values are kept as stored (no double rounding through f32); f16 ones
+// are widened exactly.
+TEST_P(FmaLinearTest, TakesStoredValuesAsTheyAre) {
+  const int K = 3, N = 2;
+  const uint16_t bf16_bits[K * N] = {0x3f80, 0x4000, 0xbf80, 0x3f01, 0x0000, 0x4040};  // 1 2 -1 ~0.5039 0 3
+  FmaLinear linear(GetParam());
+  auto weight = linear.Prepare(HostValues(bf16_bits, DType::kBF16), K, N, WeightLayout::kInOut);
+  ASSERT_TRUE(weight.ok()) << weight.status();
+  const float x[K] = {1.0f, 2.0f, 4.0f};
+  float out[N];
+  linear.Run(x, 1, **weight, nullptr, Epilogue::kBias, out);
+  EXPECT_EQ(out[0], 1.0f * 1 + 2.0f * -1 + 4.0f * 0);
+  EXPECT_EQ(out[1], 1.0f * 2 + 2.0f * Bf16ToFloat(0x3f01) + 4.0f * 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FmaLinearTest,
+                         ::testing::Values(MatmulDtype::kF32, MatmulDtype::kBF16));
 
 }  // namespace
 }  // namespace flover::kernels

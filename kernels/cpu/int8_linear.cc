@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "kernels/cpu/vec_math.h"
@@ -104,7 +105,7 @@ void Dequantize(const int32_t* acc, const Int8Weight& w, const float* row_scale,
 }  // namespace
 
 Int8Linear::Int8Linear() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
-  OneDnnLinear::KeepOneKernelFamily();
+  ApplyCpuIsaToOneDnn();
 }
 
 absl::Status Int8Linear::CheckSupported() {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -54,26 +55,12 @@ unsigned EpilogueBit(bool has_bias, Epilogue epilogue) {
 // 512, 3072 -> 1024); tried first, then the other candidates.
 int OneDnnKChunk(int K) { return K <= 512 ? K : (K < 2048 ? 512 : 1024); }
 
-MatmulDtype AfterKeepingOneKernelFamily(MatmulDtype dtype) {
-  OneDnnLinear::KeepOneKernelFamily();
+MatmulDtype AfterCappingOneDnn(MatmulDtype dtype) {
+  ApplyCpuIsaToOneDnn();
   return dtype;
 }
 
 }  // namespace
-
-// On CPUs with AMX (Sapphire Rapids and later Xeons), oneDNN runs bf16
-// matmuls of some row counts on AMX tiles and others on AVX-512 BF16, and the
-// two sum in different orders: a row's result then depends on M (seen on the
-// Xeon of our GPU host: one golden test ran 70 matmuls on AMX and 272 on
-// AVX-512, and chunked prefill stopped matching one prefill bitwise). Capping
-// oneDNN at AVX-512 BF16 keeps one kernel family for every M; f32 never uses
-// AMX, and CPUs without it are unaffected. It must happen before oneDNN
-// first looks at the CPU; where that is too late (ONEDNN_MAX_CPU_ISA set,
-// say) oneDNN keeps what it has.
-void OneDnnLinear::KeepOneKernelFamily() {
-  static std::once_flag once;
-  std::call_once(once, [] { dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16); });
-}
 
 std::optional<int> OneDnnLinear::PanelKPadded(const dnnl::memory& packed, int k_group) {
   const dnnl_memory_desc_t& d = packed.get_desc().data;
@@ -91,22 +78,28 @@ std::optional<int> OneDnnLinear::PanelKPadded(const dnnl::memory& packed, int k_
 }
 
 OneDnnLinear::OneDnnLinear(MatmulDtype dtype)
-    : dtype_(AfterKeepingOneKernelFamily(dtype)), weight_type_(TypeOf(dtype)),
+    : dtype_(AfterCappingOneDnn(dtype)), weight_type_(TypeOf(dtype)),
       engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
 absl::Status OneDnnLinear::CheckSupported(MatmulDtype dtype) {
-  KeepOneKernelFamily();
+  ApplyCpuIsaToOneDnn();
   if (dtype == MatmulDtype::kF16) {
     return absl::FailedPreconditionError(
         "the CPU backend runs f32, bf16 and int8 linear layers; f16 is for --device=cuda");
   }
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const memory::data_type t = TypeOf(dtype);
-  const dnnl::matmul::primitive_desc pd(
-      dnnl::matmul::desc(memory::desc({kLayoutProbeRows, 64}, t, Tag::ab),
-                         memory::desc({64, 64}, t, Tag::any),
-                         memory::desc({kLayoutProbeRows, 64}, kF32, Tag::ab)),
-      engine);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(memory::desc({kLayoutProbeRows, 64}, t, Tag::ab),
+                           memory::desc({64, 64}, t, Tag::any),
+                           memory::desc({kLayoutProbeRows, 64}, kF32, Tag::ab)),
+        engine);
+  } catch (const dnnl::error& e) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "oneDNN has no ", MatmulDtypeName(dtype), " matmul under isa ", CpuIsaName(), ": ", e.what()));
+  }
   const std::string impl = pd.impl_info_str();
   if (impl.rfind("ref", 0) == 0) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -70,10 +70,6 @@ class OneDnnLinear {
   // Off: every call runs on oneDNN (for benchmarks comparing the two).
   void set_panels_enabled(bool on) { panels_enabled_ = on; }
 
-  // Caps oneDNN at AVX-512 BF16 (no AMX), once per process, before oneDNN
-  // first looks at the CPU: one kernel family for every row count (see the
-  // .cc). Every OneDnnLinear does it; other users of oneDNN's matmul call it.
-  static void KeepOneKernelFamily();
   // The padded K of a packed weight laid out as 64-column panels of
   // [k_padded / k_group][64][k_group] (oneDNN's BA16a64b for k_group 1,
   // BA16a64b2a for 2, BA16a64b4a for 4: what the panel kernels read), or

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/cpu_isa.h"
+
 // The rest of the tree is built for x86-64-v3 (AVX2); these functions alone
 // use AVX-512, and only run where PanelKernelsRun says the CPU has it. The
 // templates shared by both element types carry the bf16 target; their f32
@@ -174,10 +176,7 @@ std::vector<float> PanelProbeValues(size_t n, uint32_t seed) {
   return v;
 }
 
-bool Int8PanelKernelsRun() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni");
-}
+bool Int8PanelKernelsRun() { return CpuIsa().avx512_vnni; }
 
 void PanelMatmulInt8(const Int8PanelView& w, const uint8_t* x, int x_stride, int M,
                      int32_t* out) {
@@ -190,9 +189,7 @@ void PanelMatmulInt8(const Int8PanelView& w, const uint8_t* x, int x_stride, int
   });
 }
 
-bool PanelKernelsRun(bool bf16) {
-  return __builtin_cpu_supports("avx512f") && (!bf16 || __builtin_cpu_supports("avx512bf16"));
-}
+bool PanelKernelsRun(bool bf16) { return bf16 ? CpuIsa().avx512_bf16 : CpuIsa().avx512; }
 
 void PanelMatmul(const PanelView& w, const void* x, int M, const float* bias, bool accumulate,
                  float* out) {

@@ -44,7 +44,7 @@ inline constexpr int kPanelMaxRows = 3;
 // values in [-1, 1) from a fixed generator (every bit reproducible).
 std::vector<float> PanelProbeValues(size_t n, uint32_t seed);
 
-// Whether this CPU runs the kernels: AVX-512F, and AVX512_BF16 for bf16.
+// Whether the kernels run (cpu_isa.h): AVX-512, and AVX-512 BF16 for bf16.
 bool PanelKernelsRun(bool bf16);
 
 // out[m, :] = x[m, :] @ W + bias (bias may be null), or out[m, :] += that
@@ -65,7 +65,7 @@ struct Int8PanelView {
   int k_padded = 0;
 };
 
-// Whether this CPU runs PanelMatmulInt8: AVX-512 with VNNI.
+// Whether PanelMatmulInt8 runs (cpu_isa.h): AVX-512 with VNNI.
 bool Int8PanelKernelsRun();
 
 // out[m, n] = sum over k < K of x[m, k] * W[k, n] in int32, for m < M <= kPanelMaxRows;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/backend.h"      // Epilogue
 #include "kernels/host_values.h"  // Bf16ToFloat
 
 namespace flover::kernels {
@@ -49,6 +50,18 @@ inline float ExpF(float x) {
 inline float GeluNewF(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return x / (1.0f + ExpF(-2.0f * u));
+}
+
+// Output n of a row from its sum: + bias[n] (bias may be null), then stored,
+// or gelu_new'd and stored, or added to the value there (the residual).
+inline void FinishOutput(float sum, const float* bias, int n, Epilogue epilogue, float* out) {
+  float v = sum;
+  if (bias != nullptr) v = v + bias[n];
+  switch (epilogue) {
+    case Epilogue::kBias: out[n] = v; break;
+    case Epilogue::kBiasGelu: out[n] = GeluNewF(v); break;
+    case Epilogue::kBiasResidual: out[n] = out[n] + v; break;
+  }
 }
 
 }  // namespace flover::kernels
