@@ -12,9 +12,10 @@
 #include "kernels/cpu/vec_math.h"
 
 // Compiled with -ffp-contract=off (BUILD.bazel): every multiply and add below
-// is the one written, so the arithmetic is the header's, whatever the tile.
+// is the one written, so the arithmetic is the header's, whatever the tile
+// or instruction set.
 
-#define FLOVER_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
+#define FLOVER_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 namespace flover::kernels {
 namespace {
@@ -23,7 +24,7 @@ constexpr int kBlock = 32;           // values per block (every format's sub-blo
 constexpr int kGroupBlocks = 8;      // blocks per group of 256 values (a K-quant super-block)
 constexpr int kSteps = 8;            // dot products per block: 4 values of each column each
 constexpr int kTileCols = 16;        // output columns per tile: one per lane
-constexpr int kTileRows = 8;         // input rows run over each decoded block
+constexpr int kTileRows = 8;         // input rows run over each decoded block (at most)
 constexpr size_t kInputBlockBytes = 256 << 10;  // quantized input rows per pass over the weights
 
 // ---------------------------------------------------------------------------
@@ -283,275 +284,223 @@ void PackCodes(BlockFormat f, const uint8_t* const* codes, int b, uint8_t* out) 
 }
 
 // ---------------------------------------------------------------------------
-// The kernels.
+// The kernels: block_linear_tiles.inc, once per instruction set, over 16
+// lanes as one AVX-512 register or two AVX2 ones.
 // ---------------------------------------------------------------------------
 
-// One block's weight scales per lane: the block's (Q6_K: its first 16
-// values'), the second 16 values' (Q6_K), and the minimum's.
-struct BlockScales {
-  __m512 s0, s1, min;
-};
-
-// The group header's scales per lane (K-quants).
-struct GroupScales {
-  __m512 d, dmin;
-};
-
-FLOVER_VNNI inline __m512 Halves(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-FLOVER_VNNI inline __m512 Bytes(const uint8_t* p, bool is_signed) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
-}
-
-// The low (T even) or high nibbles of the 64 bytes at p.
-template <int T>
-FLOVER_VNNI inline __m512i Nibbles(const uint8_t* p) {
-  const __m512i v = _mm512_loadu_si512(p + 64 * (T / 2));
-  return _mm512_and_si512(T % 2 == 0 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
-}
-
-template <BlockFormat F>
-struct Format;
-
-template <>
-struct Format<BlockFormat::kQ8_0> {
-  static constexpr int kShift = 7;  // codes biased by 128
-  static constexpr bool kMin = false;
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales&) {
-    return {Halves(h), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    return _mm512_loadu_si512(p + 64 * T);
-  }
-};
-
-template <>
-struct Format<BlockFormat::kQ4_0> {
-  static constexpr int kShift = 3;  // codes - 8
-  static constexpr bool kMin = false;
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales& g) {
-    return Format<BlockFormat::kQ8_0>::Scales(h, g);
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    return Nibbles<T>(p);
-  }
-};
-
-template <>
-struct Format<BlockFormat::kQ4_1> {
-  static constexpr int kShift = -1;  // no offset: a minimum
-  static constexpr bool kMin = true;
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales&) {
-    return {Halves(h), _mm512_setzero_ps(), Halves(h + 32)};
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    return Nibbles<T>(p);
-  }
-};
-
-template <>
-struct Format<BlockFormat::kQ4_K> {
-  static constexpr int kShift = -1;
-  static constexpr bool kMin = true;
-  FLOVER_VNNI static GroupScales Group(const uint8_t* h) { return {Halves(h), Halves(h + 32)}; }
-  // As ggml: d1 = d * sc, m1 = dmin * m; w = d1 * q - m1.
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales& g) {
-    return {_mm512_mul_ps(g.d, Bytes(h, false)), _mm512_setzero_ps(),
-            _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(g.dmin, Bytes(h + 16, false)))};
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    return Nibbles<T>(p);
-  }
-};
-
-// Q5_*: the low nibbles as Q4_*, plus 16 where the step's fifth bits say.
-template <int T>
-FLOVER_VNNI inline __m512i FiveBits(const uint8_t* p) {
-  uint64_t fifth;
-  std::memcpy(&fifth, p + 256 + 8 * T, 8);
-  const __m512i low = Nibbles<T>(p);
-  return _mm512_mask_add_epi8(low, _cvtu64_mask64(fifth), low, _mm512_set1_epi8(16));
-}
-
-template <>
-struct Format<BlockFormat::kQ5_0> {
-  static constexpr int kShift = 4;  // codes - 16
-  static constexpr bool kMin = false;
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales& g) {
-    return Format<BlockFormat::kQ8_0>::Scales(h, g);
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    return FiveBits<T>(p);
-  }
-};
-
-template <>
-struct Format<BlockFormat::kQ5_1> {
-  static constexpr int kShift = -1;
-  static constexpr bool kMin = true;
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales& g) {
-    return Format<BlockFormat::kQ4_1>::Scales(h, g);
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    return FiveBits<T>(p);
-  }
-};
-
-template <>
-struct Format<BlockFormat::kQ5_K> {
-  static constexpr int kShift = -1;
-  static constexpr bool kMin = true;
-  FLOVER_VNNI static GroupScales Group(const uint8_t* h) { return Format<BlockFormat::kQ4_K>::Group(h); }
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales& g) {
-    return Format<BlockFormat::kQ4_K>::Scales(h, g);
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    return FiveBits<T>(p);
-  }
-};
-
-template <>
-struct Format<BlockFormat::kQ6_K> {
-  static constexpr int kShift = 5;  // codes - 32
-  static constexpr bool kMin = false;
-  FLOVER_VNNI static GroupScales Group(const uint8_t* h) { return {Halves(h), _mm512_setzero_ps()}; }
-  // As ggml: (d * sc) * q, the scale product in float32.
-  FLOVER_VNNI static BlockScales Scales(const uint8_t* h, const GroupScales& g) {
-    return {_mm512_mul_ps(g.d, Bytes(h, true)), _mm512_mul_ps(g.d, Bytes(h + 16, true)), _mm512_setzero_ps()};
-  }
-  template <int T>
-  FLOVER_VNNI static __m512i Step(const uint8_t* p) {
-    const __m512i high = _mm512_loadu_si512(p + 256 + 64 * (T / 4));
-    constexpr int kUp = 4 - 2 * (T % 4);  // bits 2i, 2i + 1 to bits 4, 5
-    const __m512i moved = kUp > 0 ? _mm512_slli_epi16(high, kUp > 0 ? kUp : 0)
-                                  : _mm512_srli_epi16(high, kUp < 0 ? -kUp : 0);
-    return _mm512_or_si512(Nibbles<T>(p), _mm512_and_si512(moved, _mm512_set1_epi8(0x30)));
-  }
-};
+using TileFn = void (*)(const int8_t* const*, const BlockLinear::InputBlock* const*, const uint8_t*, int, float*);
 
 // 4 input codes read as one int32 (the input is int8; may_alias says so).
 typedef int32_t __attribute__((may_alias)) FourCodes;
 
-// dot[r] += steps [T0, T1) of the block at `codes` times row r's codes.
-template <typename Fmt, int R, int T0, int T1>
-FLOVER_VNNI inline void Steps(const uint8_t* codes, const int8_t* const* x, __m512i* dot) {
-  if constexpr (T0 < T1) {
-    const __m512i w = Fmt::template Step<T0>(codes);
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")
+namespace avx512_vnni {
+
+struct V {
+  using F = __m512;
+  using I = __m512i;
+  static constexpr bool kExactQ8 = true;
+  static F Zero() { return _mm512_setzero_ps(); }
+  static F Set1(float v) { return _mm512_set1_ps(v); }
+  static I Set1I(int32_t v) { return _mm512_set1_epi32(v); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F Fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F ToFloat(I v) { return _mm512_cvtepi32_ps(v); }
+  static void Store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F Halves(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static F Bytes(const uint8_t* p, bool is_signed) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
+  }
+  static I Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  // The low (T even) or high nibbles of the 64 bytes of step pair T / 2.
+  template <int T>
+  static I Nibbles(const uint8_t* p) {
+    const I v = Load(p + 64 * (T / 2));
+    return _mm512_and_si512(T % 2 == 0 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+  }
+  // Q5_*: the low nibbles, plus 16 where the step's fifth bits say.
+  template <int T>
+  static I FiveBits(const uint8_t* p) {
+    uint64_t fifth;
+    std::memcpy(&fifth, p + 256 + 8 * T, 8);
+    const I low = Nibbles<T>(p);
+    return _mm512_mask_add_epi8(low, _cvtu64_mask64(fifth), low, _mm512_set1_epi8(16));
+  }
+  // Q6_K: the low nibbles, or'd with the step's 2 high bits moved to bits 4-5.
+  template <int T>
+  static I SixBits(const uint8_t* p) {
+    const I high = Load(p + 256 + 64 * (T / 4));
+    constexpr int kUp = 4 - 2 * (T % 4);  // bits 2i, 2i + 1 to bits 4, 5
+    const I moved = kUp > 0 ? _mm512_slli_epi16(high, kUp > 0 ? kUp : 0)
+                            : _mm512_srli_epi16(high, kUp < 0 ? -kUp : 0);
+    return _mm512_or_si512(Nibbles<T>(p), _mm512_and_si512(moved, _mm512_set1_epi8(0x30)));
+  }
+  static I Dot(I dot, I w, const int8_t* x) {
     // The input's 4 codes broadcast from memory into vpdpbusd itself (GCC
     // 12 does not fold _mm512_set1_epi32 into it: a separate broadcast per
     // product, 3-5% slower measured).
-    for (int r = 0; r < R; ++r) {
-      asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot[r]) : "v"(w), "m"(*reinterpret_cast<const FourCodes*>(x[r] + 4 * T0)));
-    }
-    Steps<Fmt, R, T0 + 1, T1>(codes, x, dot);
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot) : "v"(w), "m"(*reinterpret_cast<const FourCodes*>(x)));
+    return dot;
   }
-}
+  static I Unbiased(I w) { return w; }  // never called: kExactQ8
+  static I DotSigned(I dot, I, const int8_t*) { return dot; }
+};
 
-// sums[r][j] of a tile's 16 columns for its rows [0, R): per block, in
-// order, acc += float(dot) * (w_scale * d_x), then acc += w_min * (d_x * s_x).
-template <BlockFormat F, int R>
-FLOVER_VNNI void Tile(const int8_t* const* xrows, const BlockLinear::InputBlock* const* xblocks, const uint8_t* tile,
-                      int blocks, float* sums /* [R][16] */) {
-  using Fmt = Format<F>;
-  constexpr bool kOffset = Fmt::kShift >= 0;
-  constexpr unsigned kShift = kOffset ? Fmt::kShift : 0;
-  const int group_header = GroupHeaderBytes(F), block_header = BlockHeaderBytes(F), code_bytes = CodeBytes(F);
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  GroupScales group{_mm512_setzero_ps(), _mm512_setzero_ps()};
-  const uint8_t* at = tile;
-  for (int b = 0; b < blocks; ++b) {
-    if constexpr (PerGroupInput(F)) {
-      if (b % kGroupBlocks == 0) {
-        group = Fmt::Group(at);
-        at += group_header;
-      }
-    }
-    const BlockScales scales = Fmt::Scales(at, group);
-    at += block_header;
-    const int8_t* x[R];
-    for (int r = 0; r < R; ++r) x[r] = xrows[r] + kBlock * b;
-    __m512i dot[R];
-    if constexpr (F == BlockFormat::kQ6_K) {
-      // Two sub-blocks of 16 values (steps 0-3, 4-7), each with its scale.
-      for (int r = 0; r < R; ++r) dot[r] = _mm512_set1_epi32(xblocks[r][b].neg[0] << kShift);
-      Steps<Fmt, R, 0, 4>(at, x, dot);
-      for (int r = 0; r < R; ++r) {
-        const __m512 s = _mm512_mul_ps(scales.s0, _mm512_set1_ps(xblocks[r][b].dx));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), s, acc[r]);
-        dot[r] = _mm512_set1_epi32(xblocks[r][b].neg[1] << kShift);
-      }
-      Steps<Fmt, R, 4, 8>(at, x, dot);
-      for (int r = 0; r < R; ++r) {
-        const __m512 s = _mm512_mul_ps(scales.s1, _mm512_set1_ps(xblocks[r][b].dx));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), s, acc[r]);
-      }
+#include "kernels/cpu/block_linear_tiles.inc"
+
+}  // namespace avx512_vnni
+#pragma GCC pop_options
+
+// AVX2 (the tree's baseline, x86-64-v3): lanes 0-7 in `lo`, 8-15 in `hi`.
+struct V256Base {
+  static constexpr int kRows = 4;
+  struct F {
+    __m256 lo, hi;
+  };
+  struct I {
+    __m256i lo, hi;
+  };
+  static F Zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static F Set1(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
+  static I Set1I(int32_t v) { return {_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+  static F Mul(F a, F b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  static F Sub(F a, F b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+  static F Fmadd(F a, F b, F c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+  static F ToFloat(I v) { return {_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)}; }
+  static void Store(float* p, F v) {
+    _mm256_storeu_ps(p, v.lo);
+    _mm256_storeu_ps(p + 8, v.hi);
+  }
+  static F Halves(const uint8_t* p) {
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
+  }
+  static F Bytes(const uint8_t* p, bool is_signed) {
+    const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8));
+    if (is_signed) return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))};
+    return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi))};
+  }
+  static I Load(const uint8_t* p) {
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))};
+  }
+  static I And(I v, int8_t m) { return {_mm256_and_si256(v.lo, _mm256_set1_epi8(m)), _mm256_and_si256(v.hi, _mm256_set1_epi8(m))}; }
+  template <int T>
+  static I Nibbles(const uint8_t* p) {
+    const I v = Load(p + 64 * (T / 2));
+    if constexpr (T % 2 == 0) return And(v, 0x0F);
+    return And({_mm256_srli_epi16(v.lo, 4), _mm256_srli_epi16(v.hi, 4)}, 0x0F);
+  }
+  // 32 bits to 32 bytes: 0xFF where the bit is set (byte i: bit i).
+  static __m256i BitsToBytes(uint32_t bits) {
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int32_t>(bits)),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+  }
+  template <int T>
+  static I FiveBits(const uint8_t* p) {
+    uint64_t fifth;
+    std::memcpy(&fifth, p + 256 + 8 * T, 8);
+    const I low = Nibbles<T>(p);
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    return {_mm256_add_epi8(low.lo, _mm256_and_si256(BitsToBytes(static_cast<uint32_t>(fifth)), sixteen)),
+            _mm256_add_epi8(low.hi, _mm256_and_si256(BitsToBytes(static_cast<uint32_t>(fifth >> 32)), sixteen))};
+  }
+  template <int T>
+  static I SixBits(const uint8_t* p) {
+    const I high = Load(p + 256 + 64 * (T / 4));
+    constexpr int kUp = 4 - 2 * (T % 4);
+    I moved;
+    if constexpr (kUp > 0) {
+      moved = {_mm256_slli_epi16(high.lo, kUp), _mm256_slli_epi16(high.hi, kUp)};
+    } else if constexpr (kUp < 0) {
+      moved = {_mm256_srli_epi16(high.lo, -kUp), _mm256_srli_epi16(high.hi, -kUp)};
     } else {
-      // The codes' offset out of the sum: -offset * (the input codes' sum).
-      for (int r = 0; r < R; ++r) {
-        dot[r] = kOffset ? _mm512_set1_epi32((xblocks[r][b].neg[0] + xblocks[r][b].neg[1]) << kShift)
-                         : _mm512_setzero_si512();
-      }
-      Steps<Fmt, R, 0, 8>(at, x, dot);
-      for (int r = 0; r < R; ++r) {
-        const __m512 s = _mm512_mul_ps(scales.s0, _mm512_set1_ps(xblocks[r][b].dx));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), s, acc[r]);
-        if constexpr (Fmt::kMin) acc[r] = _mm512_fmadd_ps(scales.min, _mm512_set1_ps(xblocks[r][b].sum), acc[r]);
-      }
+      moved = high;
     }
-    at += code_bytes;
+    const I low = Nibbles<T>(p), six = And(moved, 0x30);
+    return {_mm256_or_si256(low.lo, six.lo), _mm256_or_si256(low.hi, six.hi)};
   }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(sums + kTileCols * r, acc[r]);
+  static __m256i Four(const int8_t* x) { return _mm256_set1_epi32(*reinterpret_cast<const FourCodes*>(x)); }
+  // Q8_0's codes as s8 (they are stored biased by 128).
+  static I Unbiased(I w) {
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    return {_mm256_xor_si256(w.lo, bias), _mm256_xor_si256(w.hi, bias)};
+  }
+};
+
+namespace avx2 {
+
+// u8 x s8 through 16-bit pair sums (vpmaddubsw), exact for codes below 64
+// (2 * 63 * 127 < 2^15), then pairs of pairs into int32 (vpmaddwd).
+struct V : V256Base {
+  static constexpr bool kExactQ8 = false;
+  static __m256i Dot4(__m256i dot, __m256i w, __m256i x) {
+    const __m256i pairs = _mm256_maddubs_epi16(w, x);
+    return _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  static I Dot(I dot, I w, const int8_t* x) {
+    const __m256i four = Four(x);
+    return {Dot4(dot.lo, w.lo, four), Dot4(dot.hi, w.hi, four)};
+  }
+  // s8 x s8 as |w| x (x with w's sign): 2 * 128 * 127 < 2^15, exact.
+  static I DotSigned(I dot, I w, const int8_t* x) {
+    const __m256i four = Four(x);
+    return {Dot4(dot.lo, _mm256_sign_epi8(w.lo, w.lo), _mm256_sign_epi8(four, w.lo)),
+            Dot4(dot.hi, _mm256_sign_epi8(w.hi, w.hi), _mm256_sign_epi8(four, w.hi))};
+  }
+};
+
+#include "kernels/cpu/block_linear_tiles.inc"
+
+}  // namespace avx2
+
+#pragma GCC push_options
+#pragma GCC target("avxvnni")
+namespace avx2_vnni {
+
+struct V : V256Base {
+  static constexpr bool kExactQ8 = true;
+  static I Dot(I dot, I w, const int8_t* x) {
+    const __m256i four = Four(x);
+    return {_mm256_dpbusd_avx_epi32(dot.lo, w.lo, four), _mm256_dpbusd_avx_epi32(dot.hi, w.hi, four)};
+  }
+  static I DotSigned(I dot, I, const int8_t*) { return dot; }  // never called: kExactQ8
+};
+
+#include "kernels/cpu/block_linear_tiles.inc"
+
+}  // namespace avx2_vnni
+#pragma GCC pop_options
+
+// Rows per tile: as many as keep the sums and dot products in registers
+// (AVX2 has 16, AVX-512 32).
+int TileRows(BlockLinear::Tiles tiles) {
+  return tiles == BlockLinear::Tiles::kAvx512Vnni ? kTileRows : V256Base::kRows;
 }
 
-using TileFn = void (*)(const int8_t* const*, const BlockLinear::InputBlock* const*, const uint8_t*, int, float*);
-
-template <BlockFormat F>
-TileFn TileFor(int rows) {
-  switch (rows) {
-    case 1: return &Tile<F, 1>;
-    case 2: return &Tile<F, 2>;
-    case 3: return &Tile<F, 3>;
-    case 4: return &Tile<F, 4>;
-    case 5: return &Tile<F, 5>;
-    case 6: return &Tile<F, 6>;
-    case 7: return &Tile<F, 7>;
-    default: return &Tile<F, 8>;
+TileFn TileFor(BlockLinear::Tiles tiles, BlockFormat f, int rows) {
+  switch (tiles) {
+    case BlockLinear::Tiles::kAvx512Vnni: return avx512_vnni::TileFor(f, rows);
+    case BlockLinear::Tiles::kAvx2Vnni: return avx2_vnni::TileFor(f, rows);
+    case BlockLinear::Tiles::kAvx2: break;
   }
-}
-
-TileFn TileFor(BlockFormat f, int rows) {
-  switch (f) {
-    case BlockFormat::kQ8_0: return TileFor<BlockFormat::kQ8_0>(rows);
-    case BlockFormat::kQ4_0: return TileFor<BlockFormat::kQ4_0>(rows);
-    case BlockFormat::kQ4_1: return TileFor<BlockFormat::kQ4_1>(rows);
-    case BlockFormat::kQ4_K: return TileFor<BlockFormat::kQ4_K>(rows);
-    case BlockFormat::kQ6_K: return TileFor<BlockFormat::kQ6_K>(rows);
-    case BlockFormat::kQ5_0: return TileFor<BlockFormat::kQ5_0>(rows);
-    case BlockFormat::kQ5_1: return TileFor<BlockFormat::kQ5_1>(rows);
-    case BlockFormat::kQ5_K: return TileFor<BlockFormat::kQ5_K>(rows);
-  }
-  return nullptr;
+  return avx2::TileFor(f, rows);
 }
 
 }  // namespace
 
 absl::Status BlockLinear::CheckSupported() {
-  if (!CpuIsa().avx512_vnni) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "quantized blocks need AVX-512 VNNI, which isa ", CpuIsaName(), " lacks"));
-  }
-  return absl::OkStatus();
+  // Every instruction set the kernels start on has tiles (cpu_isa.h).
+  return CheckCpuIsa();
 }
 
 absl::Status BlockLinear::CheckShape(const HostValues& w, int K, int N, WeightLayout layout) {
@@ -645,8 +594,11 @@ bool BlockLinear::Holds(const Weight& w) { return dynamic_cast<const BlockWeight
 
 int BlockLinear::InputScaleValues(BlockFormat format) { return PerGroupInput(format) ? 256 : 32; }
 
-FLOVER_VNNI void BlockLinear::QuantizeRow(const float* x, int K, int8_t* codes, InputBlock* blocks,
-                                          int scale_values) {
+namespace {
+
+// QuantizeRow with AVX-512.
+FLOVER_AVX512 void QuantizeRowWide(const float* x, int K, int8_t* codes, BlockLinear::InputBlock* blocks,
+                                   int scale_values) {
   const __m512i mag = _mm512_set1_epi32(0x7fffffff);
   const int per_scale = scale_values / kBlock;
   for (int s0 = 0; s0 < K / kBlock; s0 += per_scale) {
@@ -672,12 +624,63 @@ FLOVER_VNNI void BlockLinear::QuantizeRow(const float* x, int K, int8_t* codes, 
         c[h] = _mm512_max_epi32(_mm512_min_epi32(q, lim), _mm512_set1_epi32(-127));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + kBlock * b + 16 * h), _mm512_cvtepi32_epi8(c[h]));
       }
-      InputBlock& out = blocks[b];
+      BlockLinear::InputBlock& out = blocks[b];
       out.dx = dx;
       out.neg[0] = -_mm512_reduce_add_epi32(c[0]);
       out.neg[1] = -_mm512_reduce_add_epi32(c[1]);
       out.sum = dx * static_cast<float>(-(out.neg[0] + out.neg[1]));
     }
+  }
+}
+
+// QuantizeRow one value at a time, with the same operations: the same codes
+// and scales bit for bit (cvtss2si rounds to nearest even, as the vector
+// conversion does, and turns NaN into INT32_MIN, clamped to -127 the same).
+void QuantizeRowNarrow(const float* x, int K, int8_t* codes, BlockLinear::InputBlock* blocks, int scale_values) {
+  const int per_scale = scale_values / kBlock;
+  for (int s0 = 0; s0 < K / kBlock; s0 += per_scale) {
+    uint32_t bits = 0;
+    for (int i = kBlock * s0; i < kBlock * (s0 + per_scale); ++i) {
+      uint32_t u;
+      std::memcpy(&u, x + i, 4);
+      bits = std::max(bits, u & 0x7fffffffu);
+    }
+    float amax;
+    std::memcpy(&amax, &bits, 4);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float dx = amax / 127.0f;
+    for (int b = s0; b < s0 + per_scale; ++b) {
+      int32_t sum[2] = {0, 0};
+      for (int i = 0; i < kBlock; ++i) {
+        const int32_t q = std::clamp(_mm_cvtss_si32(_mm_set_ss(x[kBlock * b + i] * inv)), -127, 127);
+        codes[kBlock * b + i] = static_cast<int8_t>(q);
+        sum[i / 16] += q;
+      }
+      BlockLinear::InputBlock& out = blocks[b];
+      out.dx = dx;
+      out.neg[0] = -sum[0];
+      out.neg[1] = -sum[1];
+      out.sum = dx * static_cast<float>(-(out.neg[0] + out.neg[1]));
+    }
+  }
+}
+
+}  // namespace
+
+bool BlockLinear::Runs(Tiles tiles) {
+  switch (tiles) {
+    case Tiles::kAvx512Vnni: return CpuIsa().avx512_vnni;
+    case Tiles::kAvx2Vnni: return CpuIsa().avx_vnni;
+    case Tiles::kAvx2: return CpuIsa().avx2;
+  }
+  return false;
+}
+
+void BlockLinear::QuantizeRow(const float* x, int K, int8_t* codes, InputBlock* blocks, int scale_values) {
+  if (CpuIsa().avx512) {
+    QuantizeRowWide(x, K, codes, blocks, scale_values);
+  } else {
+    QuantizeRowNarrow(x, K, codes, blocks, scale_values);
   }
 }
 
@@ -697,8 +700,9 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
     // One row (decode at low load) needs no parallel region.
 #pragma omp parallel for schedule(static) if (M > 1)
     for (int m = 0; m < M; ++m) {
-      QuantizeRow(x + static_cast<int64_t>(m) * K, K, in.codes.data() + static_cast<int64_t>(m) * K,
-                  in.blocks.data() + static_cast<int64_t>(m) * blocks, scale_values);
+      (tiles_ == Tiles::kAvx512Vnni ? QuantizeRowWide : QuantizeRowNarrow)(
+          x + static_cast<int64_t>(m) * K, K, in.codes.data() + static_cast<int64_t>(m) * K,
+          in.blocks.data() + static_cast<int64_t>(m) * blocks, scale_values);
     }
   }
 
@@ -707,6 +711,7 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
   const size_t row_bytes = (K + blocks * sizeof(InputBlock)) * (per_32 && per_256 ? 2 : 1);
   const int rows_per_block =
       std::max(kTileRows, static_cast<int>(kInputBlockBytes / row_bytes) / kTileRows * kTileRows);
+  const int tile_rows = TileRows(tiles_);
 #pragma omp parallel
   for (int mb = 0; mb < M; mb += rows_per_block) {
     const int m_end = std::min(M, mb + rows_per_block);
@@ -718,8 +723,8 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
         const int n0 = t * kTileCols;
         const int cols = std::min(kTileCols, span.rows - n0);
         const uint8_t* tile = span.data + t * span.tile_bytes;
-        for (int m0 = mb; m0 < m_end; m0 += kTileRows) {
-          const int rows = std::min(kTileRows, m_end - m0);
+        for (int m0 = mb; m0 < m_end; m0 += tile_rows) {
+          const int rows = std::min(tile_rows, m_end - m0);
           const int8_t* xrows[kTileRows];
           const InputBlock* xblocks[kTileRows];
           for (int r = 0; r < rows; ++r) {
@@ -727,7 +732,7 @@ void BlockLinear::Run(const float* x, int M, const Weight& weight, const float* 
             xblocks[r] = in.blocks.data() + static_cast<int64_t>(m0 + r) * blocks;
           }
           alignas(64) float sums[kTileRows * kTileCols];
-          TileFor(span.format, rows)(xrows, xblocks, tile, blocks, sums);
+          TileFor(tiles_, span.format, rows)(xrows, xblocks, tile, blocks, sums);
           for (int r = 0; r < rows; ++r) {
             float* o = out + static_cast<int64_t>(m0 + r) * N;
             for (int j = 0; j < cols; ++j) FinishOutput(sums[r * kTileCols + j], bias, span.row_begin + n0 + j, epilogue, o);

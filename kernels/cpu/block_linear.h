@@ -1,6 +1,7 @@
 // Linear layers on weights kept in GGUF's quantized blocks (--dtype=native;
 // kernels/block_format.h): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K,
-// read where they lie, with AVX-512 VNNI.
+// read where they lie, with AVX-512 VNNI, AVX-VNNI or AVX2 (the widest that
+// the instruction set in use allows, cpu_isa.h).
 //
 // Prepare repacks a weight's blocks once, at load, into tiles of 16 columns:
 // per block of 32 values, the 16 columns' scales (f16, or the K-quants'
@@ -25,8 +26,12 @@
 //   - the blocks in order, one float32 sum per column; then the bias, gelu
 //     or the residual.
 // Tiles run 8 rows over each decoded block. Nothing in the arithmetic
-// depends on M, on the tile or lane a column falls in or on the thread that
-// runs it, so a row's result is bitwise the same at any batch size.
+// depends on M, on the tile or lane a column falls in, on the thread that
+// runs it or on the instruction set (16 lanes as one AVX-512 register or two
+// AVX2 ones; AVX2 without VNNI sums pairs of u8 x s8 products in 16 bits,
+// exact for codes below 64, and Q8_0's codes as s8 magnitudes times signed
+// inputs, exact too), so a row's result is bitwise the same at any batch
+// size, and on any x86-64 CPU since Haswell.
 //
 // The error against the dequantized weights times the float32 input is the
 // input's rounding: at most |w| . (d_x / 2) summed over the row, plus float32
@@ -48,9 +53,16 @@ namespace flover::kernels {
 
 class BlockLinear {
  public:
-  // OK where this CPU runs the kernels (AVX-512 F/BW/VL with VNNI, F16C);
-  // FailedPrecondition naming what is missing otherwise.
+  // OK where this CPU runs the kernels (AVX2 with FMA and F16C, and a valid
+  // FLOVER_CPU_ISA); FailedPrecondition naming what is missing otherwise.
   static absl::Status CheckSupported();
+
+  // The kernels Run uses: by default the widest the instruction set in use
+  // allows; tests pick narrower ones to compare them bitwise.
+  enum class Tiles { kAvx2, kAvx2Vnni, kAvx512Vnni };
+  static bool Runs(Tiles tiles);  // whether the instruction set in use allows them
+  void set_tiles(Tiles tiles) { tiles_ = tiles; }  // one that Runs
+  Tiles tiles() const { return tiles_; }
 
   // InvalidArgument unless w is blocks of [N, K] (kOutIn) whose spans cover N
   // rows and K is a whole number of 64 values (256 for the K-quants).
@@ -79,6 +91,9 @@ class BlockLinear {
   static void QuantizeRow(const float* x, int K, int8_t* codes, InputBlock* blocks, int scale_values = 32);
 
  private:
+  Tiles tiles_ = Runs(Tiles::kAvx512Vnni) ? Tiles::kAvx512Vnni
+                 : Runs(Tiles::kAvx2Vnni) ? Tiles::kAvx2Vnni
+                                          : Tiles::kAvx2;
   WeightArena arena_;
   struct Input {
     std::vector<int8_t> codes;

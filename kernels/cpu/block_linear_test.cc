@@ -5,6 +5,7 @@
 // the tile its column falls in, or the spans around it.
 #include "kernels/cpu/block_linear.h"
 
+
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "testing/random_blocks.h"
 
 namespace flover::kernels {
@@ -93,6 +95,39 @@ TEST_P(BlockLinearTest, MatchesTheDequantizedWeights) {
       EXPECT_NEAR(got, quantized, sums) << InfoOf(f).name << " m=" << m << " n=" << n;
       EXPECT_NEAR(got, exact, rounding + sums) << InfoOf(f).name << " m=" << m << " n=" << n;
     }
+  }
+}
+
+// Every set of tiles the instruction set in use allows (AVX-512 VNNI,
+// AVX-VNNI, AVX2) gives bitwise the same outputs, at several row counts.
+TEST_P(BlockLinearTest, EveryInstructionSetGivesTheSameBits) {
+  const auto [f, K] = GetParam();
+  const int N = 37;
+  const std::vector<uint8_t> bytes = RandomRows(f, N, K, 7);
+  const BlockSpan span{f, N};
+  std::vector<float> bias(N);
+  for (int n = 0; n < N; ++n) bias[n] = 0.01f * n;
+  const BlockLinear::Tiles all[] = {BlockLinear::Tiles::kAvx512Vnni, BlockLinear::Tiles::kAvx2Vnni,
+                                    BlockLinear::Tiles::kAvx2};
+  for (int M : {1, 3, 9}) {
+    const std::vector<float> x = RandomInput(M, K, 8 + M);
+    std::vector<float> first;
+    int ran = 0;
+    for (BlockLinear::Tiles tiles : all) {
+      if (!BlockLinear::Runs(tiles)) continue;
+      BlockLinear linear;
+      linear.set_tiles(tiles);
+      auto weight = linear.Prepare(HostValues(bytes.data(), &span, 1), K, N, WeightLayout::kOutIn);
+      ASSERT_TRUE(weight.ok()) << weight.status();
+      std::vector<float> out(static_cast<size_t>(M) * N);
+      linear.Run(x.data(), M, **weight, bias.data(), Epilogue::kBiasGelu, out.data());
+      if (ran++ == 0) {
+        first = out;
+      } else {
+        ASSERT_EQ(out, first) << "tiles " << static_cast<int>(tiles) << " M=" << M;
+      }
+    }
+    if (ran < 2) GTEST_SKIP() << "skipped: one set of tiles under isa " << CpuIsaName();
   }
 }
 
