@@ -3,8 +3,11 @@
 // panel kernels (kernels/cpu/panel_matmul.h; for int8, Int8Linear's row
 // quantization and epilogue around either), beside a plain parallel sum
 // over buffers of the same sizes in the same calls (the ceiling: a decode
-// step at batch 1 can stream its weights no faster). Alternates the three,
-// --rounds times, and prints best and median ms per pass.
+// step at batch 1 can stream its weights no faster), and for f32 and bf16
+// through FmaLinear (what the backend runs where oneDNN's kernels are not
+// batch-invariant: bf16 without AVX-512 BF16, f32 without AVX-512; try it
+// under FLOVER_CPU_ISA=avx512 or avx2). Alternates them, --rounds times, and
+// prints best and median ms per pass.
 //
 //   .bazel-root/bin/benchmarks/weight_stream_benchmark [--shapes=gpt2-small|llama-1b]
 //       [--dtype=f32|bf16|int8] [--rows=1] [--rounds=7] [--threads=2]
@@ -21,7 +24,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "benchmarks/parallel_sum.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "kernels/cpu/fma_linear.h"
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/onednn_linear.h"
 #include "kernels/cpu/weight_arena.h"
@@ -118,7 +123,8 @@ int Main() {
       return onednn.RunsOnPanels(w, rows, false, kernels::Epilogue::kBias);
     };
   }
-  std::vector<std::unique_ptr<kernels::Weight>> weights;
+  kernels::FmaLinear fma(int8 ? kernels::MatmulDtype::kF32 : dtype);
+  std::vector<std::unique_ptr<kernels::Weight>> weights, fma_weights;
   size_t bytes = 0;
   int max_k = 0, max_n = 0;
   uint32_t s = 1;
@@ -129,6 +135,10 @@ int Main() {
       f = (static_cast<float>(s >> 8) / float(1u << 24) - 0.5f) * 0.1f;
     }
     weights.push_back(linear.prepare(w.data(), sh.K, sh.N));
+    if (!int8) {
+      auto f = fma.Prepare(w.data(), sh.K, sh.N, kernels::WeightLayout::kInOut);
+      if (f.ok()) fma_weights.push_back(std::move(*f));
+    }
     if (weights.back() == nullptr) {
       std::fprintf(stderr, "cannot prepare a %dx%d weight\n", sh.K, sh.N);
       return 1;
@@ -165,19 +175,25 @@ int Main() {
       sink = ParallelSum(static_cast<const float*>(plain[i].data), n);
     }
   };
+  auto fma_pass = [&] {
+    for (const auto& w : fma_weights) fma.Run(x.data(), M, *w, nullptr, kernels::Epilogue::kBias, out.data());
+  };
   pass(false);  // first touches, primitive compiles
   if (panels) pass(true);
   plain_pass();
-  std::vector<double> t_onednn, t_panels, t_plain;
+  fma_pass();
+  std::vector<double> t_onednn, t_panels, t_plain, t_fma;
   for (int r = 0; r < absl::GetFlag(FLAGS_rounds); ++r) {
     t_onednn.push_back(Seconds([&] { pass(false); }));
+    if (!fma_weights.empty()) t_fma.push_back(Seconds(fma_pass));
     if (panels) t_panels.push_back(Seconds([&] { pass(true); }));
     t_plain.push_back(Seconds(plain_pass));
   }
   (void)sink;
-  std::printf("%s shapes, %zu matrices, %.0f MB of %s weights, %d row(s), %d threads, %d rounds\n\n",
+  std::printf("%s shapes, %zu matrices, %.0f MB of %s weights, %d row(s), %d threads, %d rounds, isa %s\n\n",
               absl::GetFlag(FLAGS_shapes).c_str(), shapes.size(), bytes / 1e6,
-              name.c_str(), M, kernels::CpuThreads(), absl::GetFlag(FLAGS_rounds));
+              name.c_str(), M, kernels::CpuThreads(), absl::GetFlag(FLAGS_rounds),
+              kernels::CpuIsaName().c_str());
   std::printf("| pass | best ms | median ms | GB/s (best) |\n|---|---:|---:|---:|\n");
   auto row = [&](const char* name, std::vector<double> t) {
     if (t.empty()) {
@@ -190,6 +206,7 @@ int Main() {
   };
   row("oneDNN matmul", t_onednn);
   row(panels ? "panel kernels" : "panel kernels (not on this CPU)", t_panels);
+  row(kernels::FmaLinear::Replaces(dtype) ? "FmaLinear (the backend's choice here)" : "FmaLinear", t_fma);
   row("plain sum of the same bytes (ceiling)", t_plain);
   return 0;
 }
