@@ -15,8 +15,9 @@ ABSL_FLAG(std::string, dtype, "auto",
           "logits within ~1% of f32), f16 (cuda only), int8 (cpu only, AVX-512 VNNI: int8 "
           "weights with a scale per output, inputs quantized per row, int32 sums) or native (a "
           "GGUF file's Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K matrices kept in their blocks; "
-          "cpu: AVX-512 VNNI, inputs quantized per 32 or 256 values; cuda: dequantized in "
-          "registers, never run on a GPU yet)");
+          "cpu: any x86-64 CPU since Haswell, inputs quantized per 32 or 256 values; cuda: "
+          "dequantized in registers, never run on a GPU yet). FLOVER_CPU_ISA=avx2|avx2_vnni|"
+          "avx512|avx512_vnni|avx512_bf16 caps the CPU kernels' instruction set");
 ABSL_FLAG(std::string, kv_dtype, "f32",
           "KV cache element type: f32, or bf16 (half the memory and attention reads; "
           "keys/values rounded to bfloat16, f32 math)");
