@@ -105,6 +105,11 @@ absl::Status Run() {
   if (tokenizer) absl::StrAppend(&json, ", \"text\": ", JsonQuote(tokenizer->Decode(*output)));
   json += "}\n";
   std::fputs(json.c_str(), stdout);
+  // What it ran on (the CPU's line names the instruction set in use), on
+  // stderr after the result: stdout stays one JSON line, and an error stays
+  // the only line on stderr.
+  const kernels::DeviceInfo device = (*backend)->Device();
+  std::fprintf(stderr, "device %s: %s\n", device.kind.c_str(), device.name.c_str());
   return absl::OkStatus();
 }
 
