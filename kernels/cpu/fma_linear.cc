@@ -71,21 +71,28 @@ FLOVER_AVX512 void WideTile(const float* x, int64_t ldx, const T* w, int64_t pan
 }
 
 // The same sums for one panel, eight lanes at a time.
+// (Named accumulators, not an array: GCC 12 kept an array of them in memory
+// as well, storing all twelve every k.)
 template <typename T, int R>
 void NarrowTile(const float* x, int64_t ldx, const T* w, int64_t, int K, float* sums) {
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  static_assert(R >= 1 && R <= 6, "six rows at most: 12 accumulators + 3 of 16 registers");
+  __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0,
+         l4 = l0, h4 = l0, l5 = l0, h5 = l0;
   for (int k = 0; k < K; ++k) {
     const __m256 w0 = Load8(w + int64_t{k} * kCols), w1 = Load8(w + int64_t{k} * kCols + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + k);
-      acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
-    }
+#define FLOVER_ROW(i)                                                  \
+  if constexpr (R > i) {                                               \
+    const __m256 xv = _mm256_broadcast_ss(x + i * ldx + k);           \
+    l##i = _mm256_fmadd_ps(xv, w0, l##i);                              \
+    h##i = _mm256_fmadd_ps(xv, w1, h##i);                              \
   }
+    FLOVER_ROW(0) FLOVER_ROW(1) FLOVER_ROW(2) FLOVER_ROW(3) FLOVER_ROW(4) FLOVER_ROW(5)
+#undef FLOVER_ROW
+  }
+  const __m256 lo[6] = {l0, l1, l2, l3, l4, l5}, hi[6] = {h0, h1, h2, h3, h4, h5};
   for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(sums + r * kCols, acc[r][0]);
-    _mm256_storeu_ps(sums + r * kCols + 8, acc[r][1]);
+    _mm256_storeu_ps(sums + r * kCols, lo[r]);
+    _mm256_storeu_ps(sums + r * kCols + 8, hi[r]);
   }
 }
 
