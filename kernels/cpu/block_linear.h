@@ -25,13 +25,14 @@
 //     (w_min = m, or -(dmin * m) in float32 as ggml);
 //   - the blocks in order, one float32 sum per column; then the bias, gelu
 //     or the residual.
-// Tiles run 8 rows over each decoded block. Nothing in the arithmetic
+// Tiles run up to 8 rows over each decoded block (AVX-512; AVX-VNNI 4, AVX2
+// 6 per half of 8 columns). Nothing in the arithmetic
 // depends on M, on the tile or lane a column falls in, on the thread that
 // runs it or on the instruction set (16 lanes as one AVX-512 register or two
-// AVX2 ones; AVX2 without VNNI sums pairs of u8 x s8 products in 16 bits,
-// exact for codes below 64, and Q8_0's codes as s8 magnitudes times signed
-// inputs, exact too), so a row's result is bitwise the same at any batch
-// size, and on any x86-64 CPU since Haswell.
+// AVX2 ones; AVX2 without VNNI sums pairs of u8 x s8 products in 16 bits
+// over runs of steps that keep every partial sum below 2^15, and Q8_0's
+// codes as s8 magnitudes times signed inputs: exact too), so a row's result
+// is bitwise the same at any batch size, and on any x86-64 CPU since Haswell.
 //
 // The error against the dequantized weights times the float32 input is the
 // input's rounding: at most |w| . (d_x / 2) summed over the row, plus float32
