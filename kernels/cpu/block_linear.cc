@@ -293,14 +293,34 @@ using TileFn = void (*)(const int8_t* const*, const BlockLinear::InputBlock* con
 // 4 input codes read as one int32 (the input is int8; may_alias says so).
 typedef int32_t __attribute__((may_alias)) FourCodes;
 
+// For a V whose dot products are VNNI's (exact in int32, Q8_0's biased codes
+// included): the members the tiles' AVX2 path names, never called here (the
+// V still says `using P = I`).
+struct VnniDots {
+  static constexpr bool kExactQ8 = true;
+  static constexpr bool kPairSums = false;
+  template <typename I>
+  static I Unbiased(I w) { return w; }
+  template <typename I>
+  static I DotSigned(I dot, I, const int8_t*) { return dot; }
+  template <typename I>
+  static I Pairs(I w, const int8_t*) { return w; }
+  template <typename I>
+  static I PairsSigned(I w, const int8_t*) { return w; }
+  template <typename I>
+  static I AddPairs(I a, I) { return a; }
+  template <typename I>
+  static I Widen(I dot, I) { return dot; }
+};
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")
 namespace avx512_vnni {
 
-struct V {
+struct V : VnniDots {
   using F = __m512;
   using I = __m512i;
-  static constexpr bool kExactQ8 = true;
+  using P = I;
   static F Zero() { return _mm512_setzero_ps(); }
   static F Set1(float v) { return _mm512_set1_ps(v); }
   static I Set1I(int32_t v) { return _mm512_set1_epi32(v); }
@@ -347,15 +367,6 @@ struct V {
     asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot) : "v"(w), "m"(*reinterpret_cast<const FourCodes*>(x)));
     return dot;
   }
-  static I Unbiased(I w) { return w; }  // never called: kExactQ8
-  static I DotSigned(I dot, I, const int8_t*) { return dot; }
-  // No pair sums here (kPairSums): never called.
-  static constexpr bool kPairSums = false;
-  using P = I;
-  static P Pairs(I w, const int8_t*) { return w; }
-  static P PairsSigned(I w, const int8_t*) { return w; }
-  static P AddPairs(P a, P) { return a; }
-  static I Widen(I dot, P) { return dot; }
 };
 
 #include "kernels/cpu/block_linear_tiles.inc"
@@ -471,18 +482,17 @@ using V = V8<1>;
 // AVX-VNNI: one pass of 16 lanes over two registers (V8Base's halves), so
 // each step's codes are decoded and each input broadcast once for both
 // halves (measured: 290 GMAC/s against 250 as two passes of 8, Q4_0).
-struct V16Vnni {
+struct V16Vnni : VnniDots {
   using L = V8Base<0>;
   using H = V8Base<1>;
   static constexpr int kRows = 4;
-  static constexpr bool kExactQ8 = true;
-  static constexpr bool kPairSums = false;
   struct F {
     __m256 lo, hi;
   };
   struct I {
     __m256i lo, hi;
   };
+  using P = I;
   static F Zero() { return {L::Zero(), L::Zero()}; }
   static F Set1(float v) { return {L::Set1(v), L::Set1(v)}; }
   static I Set1I(int32_t v) { return {L::Set1I(v), L::Set1I(v)}; }
@@ -507,14 +517,6 @@ struct V16Vnni {
     const __m256i four = L::Four(x);
     return {_mm256_dpbusd_avx_epi32(dot.lo, w.lo, four), _mm256_dpbusd_avx_epi32(dot.hi, w.hi, four)};
   }
-  // Never called (kExactQ8, no kPairSums).
-  static I Unbiased(I w) { return w; }
-  static I DotSigned(I dot, I, const int8_t*) { return dot; }
-  using P = I;
-  static P Pairs(I w, const int8_t*) { return w; }
-  static P PairsSigned(I w, const int8_t*) { return w; }
-  static P AddPairs(P a, P) { return a; }
-  static I Widen(I dot, P) { return dot; }
 };
 
 namespace avx2_vnni {

@@ -1,7 +1,9 @@
 #include "kernels/cpu/cpu_isa.h"
 
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.h"
@@ -70,8 +72,12 @@ State Resolve() {
     if (std::string_view(cap) == l.name) level = &l;
   }
   if (level == nullptr) {
-    s.status = absl::InvalidArgumentError(absl::StrCat(
-        kCpuIsaVariable, "=", cap, ": unknown; one of avx2, avx2_vnni, avx512, avx512_vnni, avx512_bf16"));
+    std::string names;
+    for (auto l = std::rbegin(kLevels); l != std::rend(kLevels); ++l) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", l->name);
+    }
+    s.status = absl::InvalidArgumentError(
+        absl::StrCat(kCpuIsaVariable, "=", cap, ": unknown; one of ", names));
     return s;
   }
   if (const char* missing = Missing(level->features, s.cpu)) {
