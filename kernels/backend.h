@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -146,6 +147,10 @@ class Roofline {
   virtual absl::StatusOr<double> GemmTflops(int M, int N, int K, MatmulDtype dtype) = 0;
   // Device-to-device copy: bytes copied per second, in GB/s.
   virtual absl::StatusOr<double> CopyGBs(int64_t bytes) = 0;
+  // One line per GEMM shape prepared so far: which kernel runs it (the
+  // vendor library's chosen algorithm, or a fallback), so a benchmark shows
+  // where a slow shape comes from.
+  virtual std::vector<std::string> GemmPlans() const { return {}; }
 };
 
 class Backend : public Allocator {

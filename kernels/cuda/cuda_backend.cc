@@ -337,7 +337,17 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareBlocks(const HostVal
 absl::Status CudaBackend::PrepareLinear(const Weight& weight, int max_rows, bool has_bias,
                                         Epilogue epilogue) {
   FLOVER_RETURN_IF_ERROR(Activate());
-  if (dynamic_cast<const CudaBlockWeight*>(&weight) != nullptr) return absl::OkStatus();  // nothing to pick
+  if (const auto* b = dynamic_cast<const CudaBlockWeight*>(&weight); b != nullptr) {
+    // Nothing to pick: our block kernel runs every such weight.
+    std::string formats;
+    for (const CudaBlockWeight::Span& span : b->spans) {
+      const char* name = InfoOf(span.format).name;
+      if (formats.find(name) == std::string::npos) absl::StrAppend(&formats, formats.empty() ? "" : "+", name);
+    }
+    block_plans_.insert(absl::StrCat("[", b->n(), ", ", b->k(), "] ", formats,
+                                     " blocks: our block kernel (one warp per output)"));
+    return absl::OkStatus();
+  }
   const auto& w = static_cast<const CudaWeight&>(weight);
   FLOVER_RETURN_IF_ERROR(gemm_->Prepare(w.n(), w.k(), w.dtype(), has_bias));
   if (epilogue == Epilogue::kBiasGelu) {
@@ -516,6 +526,12 @@ absl::Status CudaBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, 
 absl::StatusOr<double> CudaBackend::GemmTflops(int M, int N, int K, MatmulDtype dtype) {
   FLOVER_RETURN_IF_ERROR(Activate());
   return gemm_->MeasureLibraryTflops(M, N, K, ToDType(dtype));
+}
+
+std::vector<std::string> CudaBackend::GemmPlans() const {
+  std::vector<std::string> plans = gemm_->DescribePlans();
+  plans.insert(plans.end(), block_plans_.begin(), block_plans_.end());
+  return plans;
 }
 
 absl::StatusOr<double> CudaBackend::CopyGBs(int64_t bytes) {

@@ -91,6 +91,7 @@ class CudaBackend final : public Backend, private Roofline {
   // Roofline.
   absl::StatusOr<double> GemmTflops(int M, int N, int K, MatmulDtype dtype) override;
   absl::StatusOr<double> CopyGBs(int64_t bytes) override;
+  std::vector<std::string> GemmPlans() const override;
 
   int ordinal_;
   MatmulDtype matmul_;
@@ -98,6 +99,7 @@ class CudaBackend final : public Backend, private Roofline {
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<LtGemm> gemm_;
+  std::set<std::string> block_plans_;  // GemmPlans' lines for weights in blocks
   // CUDA graphs by RunRecorded key (null: the key could not be recorded
   // and runs plainly); keys met once and not yet recorded.
   // Bounded: past kMaxRecordings every recording is dropped and they are

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_gemm.h"
 
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -203,6 +204,32 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool ha
   Plan plan;
   plan.fallback = true;
   return &plans_.emplace(key, plan).first->second;
+}
+
+std::vector<std::string> LtGemm::DescribePlans() const {
+  std::vector<std::string> lines;
+  for (const auto& [key, plan] : plans_) {
+    const auto& [N, K, dtype, has_bias] = key;
+    std::string line = absl::StrCat("[", N, ", ", K, "] ", DTypeName(dtype), has_bias ? " + bias" : "", ": ");
+    if (plan.fallback) {
+      absl::StrAppend(&line, "our fixed-order fallback GEMM (cuBLASLt has no algorithm without "
+                             "split-K for every row count)");
+    } else {
+      int32_t id = -1, tile = -1, stages = -1;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                           &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                           sizeof(stages), &written);
+      absl::StrAppend(&line, "cuBLASLt plan (algorithm ", id, ", tile id ", tile, ", stages id ", stages,
+                      ")", has_bias ? (plan.bias_in_epilogue ? ", bias in its epilogue"
+                                                             : ", bias by our kernel after it")
+                                    : "");
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
 }
 
 absl::Status LtGemm::Prepare(int N, int K, DType dtype, bool has_bias) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/tensor.h"
@@ -54,6 +55,10 @@ class LtGemm {
 
   // Chooses (once) the algorithm for this shape, so Run never searches.
   absl::Status Prepare(int N, int K, DType dtype, bool has_bias);
+
+  // One line per prepared shape: "[N, K] dtype (+ bias): cuBLASLt algorithm
+  // <id>, tile <t>, ..." or the fallback kernel, and where the bias goes.
+  std::vector<std::string> DescribePlans() const;
 
   // TFLOP/s of cuBLASLt's own heuristic choice at exactly [M, K] x [K, N]
   // (the library's speed, not ours), timed over repeated calls.
