@@ -28,6 +28,7 @@
 #include "benchmarks/parallel_sum.h"
 #include "benchmarks/profiling_backend.h"
 #include "model/causal_lm.h"
+#include "model/loader/random_blocks.h"
 #include "model/model_loader.h"
 #include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
@@ -42,6 +43,9 @@ ABSL_FLAG(bool, profile, false, "Also print the time per op of each workload");
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, prefill_lengths, "128,512", "Prompt lengths of the prefill rows");
 ABSL_FLAG(std::string, decode_batches, "1,8,32,64", "Batch sizes of the decode rows");
+ABSL_FLAG(std::string, random_blocks, "",
+          "A GGUF block format (Q4_K, Q8_0, ...): a built-in Llama-family model's linear layers "
+          "are random rows of blocks in it, for --dtype=native without a GGUF file");
 
 namespace flover {
 namespace {
@@ -207,6 +211,19 @@ void PrintDeviceRoofline(kernels::Backend& backend, const ModelInfo& cfg, int re
               peak * 1e12 / flop_per_token);
 }
 
+// --model, or with --random_blocks a built-in Llama-family model in blocks.
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBenchmarkModel(const std::string& spec,
+                                                                const std::string& blocks) {
+  if (blocks.empty()) return LoadModel(spec);
+  kernels::BlockFormat format;
+  if (!BlockFormatByName(blocks, &format)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--random_blocks=", blocks, ": not a block format (Q8_0, Q4_0, Q4_1, Q5_0, "
+                     "Q5_1, Q4_K, Q5_K, Q6_K)"));
+  }
+  return LoadBuiltinInBlocks(spec, format);
+}
+
 int Run() {
   kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const int repeats = absl::GetFlag(FLAGS_repeats);
@@ -223,7 +240,7 @@ int Run() {
     std::fprintf(stderr, "%s\n", std::string(backend.status().message()).c_str());
     return 1;
   }
-  auto model = LoadModel(spec);
+  auto model = LoadBenchmarkModel(spec, absl::GetFlag(FLAGS_random_blocks));
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;
@@ -259,6 +276,12 @@ int Run() {
       std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
       return 1;
     }
+  }
+  if (const kernels::Roofline* roof = (*backend)->roofline(); roof != nullptr) {
+    const std::vector<std::string> plans = roof->GemmPlans();
+    if (!plans.empty()) std::printf("GEMM plans ([N, K] of each weight shape):\n");
+    for (const std::string& line : plans) std::printf("  %s\n", line.c_str());
+    if (!plans.empty()) std::printf("\n");
   }
   const double flop_per_token = 2.0 * cfg.matmul_parameters;
   std::printf("%s (%s) on %s (%s), %s weights, linear layers in %s, KV cache in %s, "

@@ -126,6 +126,20 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
                                                  absl::StrJoin(supported, ", "), ")"));
 }
 
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_view spec,
+                                                                 kernels::BlockFormat format) {
+  auto llama = absl::StartsWith(spec, kBuiltinPrefix)
+                   ? LlamaCheckpoint::Builtin(spec.substr(kBuiltinPrefix.size()), format)
+                   : absl::NotFoundError("");
+  if (!llama.ok()) {
+    if (!absl::IsNotFound(llama.status())) return llama.status();
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec, ": only built-in Llama-family models come in random blocks (builtin:llama-tiny, "
+              "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b)"));
+  }
+  return std::unique_ptr<LoadedModel>(std::move(*llama));
+}
+
 kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view device) {
   const std::string path(spec);
   if (device != "cpu" || !FileExists(path)) return kernels::MatmulDtype::kF32;

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/block_format.h"
 #include "kernels/backend.h"
 #include "model/loaded_model.h"
 
@@ -30,6 +31,13 @@ namespace flover {
 // does not serve is refused with a message naming it. Every file is
 // untrusted.
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec);
+
+// "builtin:NAME" of the Llama family (llama-tiny, llama-1b, qwen2-1b,
+// phi3-1b, gemma2-1b) with every linear layer as random rows of blocks in
+// `format` (model/loader/random_blocks.h): native kernels timed without a
+// GGUF file. InvalidArgument for another spec.
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_view spec,
+                                                                 kernels::BlockFormat format);
 
 // --dtype=auto's choice for `spec` on `device`: native on the CPU for a GGUF
 // file with matrices in a block format the CPU kernels run as stored (Q8_0,

@@ -60,13 +60,15 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
   return c;
 }
 
-absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Builtin(absl::string_view name) {
+absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Builtin(
+    absl::string_view name, std::optional<kernels::BlockFormat> blocks) {
   auto config = BuiltinLlamaConfig(name);
   if (!config.ok()) return config.status();
   std::unique_ptr<LlamaCheckpoint> m(new LlamaCheckpoint());
   m->spec_ = absl::StrCat("builtin:", name);
   m->config_ = *config;
-  m->source_ = GeneratedLlamaSource(*config, kBuiltinSeed);
+  m->source_ = GeneratedLlamaSource(*config, kBuiltinSeed, blocks);
+  m->stored_dtype_ = m->source_->stored_dtype();
   m->info_ = InfoOf(m->config_);
   return m;
 }

@@ -7,6 +7,7 @@
 #define FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,7 +27,10 @@ class LlamaCheckpoint final : public LoadedModel {
   // "llama-tiny" (tests), "llama-1b" (TinyLlama-1.1B shapes) or its
   // Qwen2 / Phi-3 / Gemma 2 variants: seeded random weights; NotFound for
   // another name.
-  static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Builtin(absl::string_view name);
+  // With `blocks`, every linear layer is random rows of blocks in that format
+  // (model/loader/random_blocks.h), for --dtype=native without a GGUF file.
+  static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Builtin(
+      absl::string_view name, std::optional<kernels::BlockFormat> blocks = std::nullopt);
   // "builtin:NAME", a .gguf file or a directory.
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Load(absl::string_view spec);
 

@@ -110,14 +110,22 @@ absl::StatusOr<DecoderWeights> LoadLlamaWeights(const WeightSource& source,
   return LoadDecoderWeights(source, LlamaDecoderSpec(config), LlamaRecipes(config), spec, part);
 }
 
-std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, uint64_t seed) {
+std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, uint64_t seed,
+                                                   std::optional<kernels::BlockFormat> blocks) {
   const bool tied = config.tie_word_embeddings;
-  return std::make_unique<GeneratedSource>(seed, [tied](absl::string_view name) {
-    using Fill = GeneratedSource::Fill;
-    if (name == "lm_head.weight" && tied) return Fill::kAbsent;
-    if (absl::EndsWith(name, ".bias")) return Fill::kZeros;
-    return absl::EndsWith(name, "norm.weight") ? Fill::kOnes : Fill::kRandom;
-  });
+  return std::make_unique<GeneratedSource>(
+      seed,
+      [tied](absl::string_view name) {
+        using Fill = GeneratedSource::Fill;
+        if (name == "lm_head.weight" && tied) return Fill::kAbsent;
+        if (absl::EndsWith(name, ".bias")) return Fill::kZeros;
+        if (absl::EndsWith(name, "norm.weight")) return Fill::kOnes;
+        // The linear layers (blocks when a format is given; the embedding
+        // stays float, as a GGUF file's may).
+        if (absl::EndsWith(name, "_proj.weight") || name == "lm_head.weight") return Fill::kBlocks;
+        return Fill::kRandom;
+      },
+      blocks);
 }
 
 }  // namespace flover

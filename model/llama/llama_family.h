@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "model/decoder/decoder_spec.h"
@@ -31,8 +32,11 @@ absl::StatusOr<DecoderWeights> LoadLlamaWeights(const WeightSource& source,
                                                 const LlamaConfig& config, const ShardSpec& spec,
                                                 WeightPart part = {});
 
-// The built-in models' weights: seeded uniform values with std 0.02, norms 1.
-std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, uint64_t seed);
+// The built-in models' weights: seeded uniform values with std 0.02, norms 1;
+// with `blocks`, the linear layers are random rows of blocks in that format.
+std::unique_ptr<WeightSource> GeneratedLlamaSource(
+    const LlamaConfig& config, uint64_t seed,
+    std::optional<kernels::BlockFormat> blocks = std::nullopt);
 
 }  // namespace flover
 

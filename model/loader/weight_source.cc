@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "model/loader/random_blocks.h"
 
 namespace flover {
 namespace {
@@ -66,10 +67,57 @@ absl::StatusOr<StoredValues> WeightSource::ReadStored(absl::string_view tensor,
   return v;
 }
 
+GeneratedSource::Fill GeneratedSource::FillOf(absl::string_view tensor) const {
+  const Fill fill = kind_(tensor);
+  return fill == Fill::kBlocks && !blocks_.has_value() ? Fill::kRandom : fill;
+}
+
+std::string GeneratedSource::stored_dtype() const {
+  return blocks_.has_value() ? absl::StrCat(kernels::InfoOf(*blocks_).name, " (random blocks)")
+                             : "F32";
+}
+
+bool GeneratedSource::BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const {
+  if (FillOf(tensor) != Fill::kBlocks) return false;
+  *format = *blocks_;
+  return true;
+}
+
+absl::StatusOr<std::vector<uint8_t>> GeneratedSource::ReadBlockRows(
+    absl::string_view tensor, const std::vector<int64_t>& shape, int64_t row_begin,
+    int64_t row_end) const {
+  if (FillOf(tensor) != Fill::kBlocks || shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("built-in model: tensor '", tensor, "' is not stored in blocks"));
+  }
+  const kernels::BlockFormat f = *blocks_;
+  const int64_t K = shape[1];
+  if (K % kernels::InfoOf(f).block_values != 0 || row_begin < 0 || row_end > shape[0] ||
+      row_begin > row_end) {
+    return absl::OutOfRangeError(absl::StrCat("built-in model: tensor '", tensor, "': rows [",
+                                              row_begin, ", ", row_end, ") of ", K, "-value rows in ",
+                                              kernels::InfoOf(f).name));
+  }
+  const int64_t row_bytes = kernels::BlockRowBytes(f, K);
+  std::vector<uint8_t> out(static_cast<size_t>((row_end - row_begin) * row_bytes));
+  const uint64_t key = seed_ ^ NameKey(tensor);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const std::vector<uint8_t> row =
+        RandomBlockRows(f, 1, static_cast<int>(K), static_cast<uint32_t>(Mix(key, r)));
+    std::copy(row.begin(), row.end(), out.begin() + (r - row_begin) * row_bytes);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<float>> GeneratedSource::Read(absl::string_view tensor,
                                                          const std::vector<int64_t>& shape,
                                                          const TensorRegion& region) const {
-  const Fill fill = kind_(tensor);
+  Fill fill = FillOf(tensor);
+  // Rows that are not a whole number of blocks cannot be blocks: plain values.
+  if (fill == Fill::kBlocks &&
+      (shape.size() != 2 || shape[1] % kernels::InfoOf(*blocks_).block_values != 0)) {
+    fill = Fill::kRandom;
+  }
   if (fill == Fill::kAbsent) {
     return absl::NotFoundError(absl::StrCat("built-in model: no tensor '", tensor, "'"));
   }
@@ -80,6 +128,20 @@ absl::StatusOr<std::vector<float>> GeneratedSource::Read(absl::string_view tenso
       region.col_begin < 0 || region.col_end > all.col_end || region.col_begin > region.col_end) {
     return absl::OutOfRangeError(absl::StrCat("built-in model: tensor '", tensor,
                                               "': region outside the tensor"));
+  }
+  if (fill == Fill::kBlocks) {  // the blocks' values, as ggml dequantizes them
+    auto rows = ReadBlockRows(tensor, shape, region.row_begin, region.row_end);
+    if (!rows.ok()) return rows.status();
+    const int K = static_cast<int>(all.col_end);
+    const std::vector<float> values =
+        DequantizeBlockRows(*blocks_, rows->data(), static_cast<int>(region.rows()), K);
+    std::vector<float> out;
+    out.reserve(region.numel());
+    for (int64_t r = 0; r < region.rows(); ++r) {
+      out.insert(out.end(), values.begin() + r * K + region.col_begin,
+                 values.begin() + r * K + region.col_end);
+    }
+    return out;
   }
   std::vector<float> out(region.numel(), fill == Fill::kOnes ? 1.0f : 0.0f);
   if (fill != Fill::kRandom) return out;

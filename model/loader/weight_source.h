@@ -11,11 +11,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/block_format.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/safetensors.h"
 
@@ -80,20 +82,33 @@ class CheckpointSource final : public WeightSource {
 // Seeded random weights for the built-in models, the same for the same seed
 // whatever region is read: element i of tensor t is a pure function of
 // (seed, t, i). `kind` says which tensors exist and how they are filled.
+// kBlocks tensors (2-D, [N, K]) are random rows of quantized blocks in
+// `blocks` (model/loader/random_blocks.h; row r a pure function of (seed, t,
+// r)), taken as they are by native backends and dequantized by Read; kRandom
+// ones where no block format is given or the rows are not whole blocks.
 class GeneratedSource final : public WeightSource {
  public:
-  enum class Fill { kAbsent, kRandom, kOnes, kZeros };
-  GeneratedSource(uint64_t seed, std::function<Fill(absl::string_view)> kind)
-      : seed_(seed), kind_(std::move(kind)) {}
+  enum class Fill { kAbsent, kRandom, kOnes, kZeros, kBlocks };
+  GeneratedSource(uint64_t seed, std::function<Fill(absl::string_view)> kind,
+                  std::optional<kernels::BlockFormat> blocks = std::nullopt)
+      : seed_(seed), kind_(std::move(kind)), blocks_(blocks) {}
   bool Has(absl::string_view tensor) const override { return kind_(tensor) != Fill::kAbsent; }
   absl::StatusOr<std::vector<float>> Read(absl::string_view tensor,
                                           const std::vector<int64_t>& shape,
                                           const TensorRegion& region) const override;
-  std::string stored_dtype() const override { return "F32"; }
+  std::string stored_dtype() const override;
+  bool BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const override;
+  absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor,
+                                                     const std::vector<int64_t>& shape,
+                                                     int64_t row_begin,
+                                                     int64_t row_end) const override;
 
  private:
+  Fill FillOf(absl::string_view tensor) const;
+
   uint64_t seed_;
   std::function<Fill(absl::string_view)> kind_;
+  std::optional<kernels::BlockFormat> blocks_;
 };
 
 // A region of one tensor.

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "model/loader/random_blocks.h"
 
 namespace flover {
 namespace {
@@ -192,6 +193,50 @@ TEST(WeightSourceTest, GeneratedValuesDoNotDependOnTheRegionRead) {
   EXPECT_EQ(*ones, std::vector<float>(4, 1.0f));
   EXPECT_FALSE(source.Has("none"));
   EXPECT_FALSE(source.Read("none", {4}, TensorRegion{}).ok());
+}
+
+TEST(WeightSourceTest, GeneratedBlocksAreRandomAccessAndReadAsTheirValues) {
+  using kernels::BlockFormat;
+  GeneratedSource source(
+      7, [](absl::string_view name) {
+        return name == "plain" ? GeneratedSource::Fill::kRandom : GeneratedSource::Fill::kBlocks;
+      },
+      BlockFormat::kQ4_K);
+  EXPECT_EQ(source.stored_dtype(), "Q4_K (random blocks)");
+  BlockFormat f;
+  ASSERT_TRUE(source.BlockFormatOf("w", &f));
+  EXPECT_EQ(f, BlockFormat::kQ4_K);
+  EXPECT_FALSE(source.BlockFormatOf("plain", &f));
+  const int K = 512, rows = 6;
+  const int64_t row_bytes = kernels::BlockRowBytes(BlockFormat::kQ4_K, K);
+  auto whole = source.ReadBlockRows("w", {rows, K}, 0, rows);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->size(), size_t(rows * row_bytes));
+  // Rows 2..5 alone are the same bytes: row r is a function of (seed, name, r).
+  auto part = source.ReadBlockRows("w", {rows, K}, 2, 5);
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(*part, std::vector<uint8_t>(whole->begin() + 2 * row_bytes, whole->begin() + 5 * row_bytes));
+  auto other = source.ReadBlockRows("v", {rows, K}, 0, rows);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, *whole);
+  // Read gives the blocks' values as ggml dequantizes them, any region.
+  const std::vector<float> values = DequantizeBlockRows(BlockFormat::kQ4_K, whole->data(), rows, K);
+  auto read = source.Read("w", {rows, K}, TensorRegion{1, 4, 100, 300});
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, Sub(values, K, 1, 4, 100, 300));
+  double sum_sq = 0;
+  for (float v : values) sum_sq += double(v) * v;
+  const double rms = std::sqrt(sum_sq / values.size());
+  EXPECT_GT(rms, 0.1 / std::sqrt(K));  // roughly unit / sqrt(K), not zero or huge
+  EXPECT_LT(rms, 10 / std::sqrt(K));
+  // Rows that are not whole blocks are plain random values; so is every
+  // tensor of a source without a format.
+  auto odd = source.Read("w", {3, 100}, TensorRegion{0, 3, 0, 100});
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_FALSE(source.ReadBlockRows("w", {3, 100}, 0, 3).ok());
+  GeneratedSource floats(7, [](absl::string_view) { return GeneratedSource::Fill::kBlocks; });
+  EXPECT_FALSE(floats.BlockFormatOf("w", &f));
+  EXPECT_EQ(*floats.Read("w", {3, 100}, TensorRegion{0, 3, 0, 100}), *odd);
 }
 
 TEST(WeightSourceTest, RecipesStackRowsAndPlaceColumns) {
