@@ -34,7 +34,7 @@ TEST(DeviceCollectivesTest, CpuBackendIsRefusedByName) {
   EXPECT_NE(c.status().message().find("cpu backend"), std::string::npos) << c.status();
 }
 
-TEST(DeviceCollectivesTest, OneRankNcclIsTheIdentity) {
+TEST(DeviceCollectivesTest, OneRankNcclIsTheIdentity_cuda) {
   std::string skip;
   auto gpu = testing::BackendForTest("cuda", &skip);
   if (gpu == nullptr) GTEST_SKIP() << skip;

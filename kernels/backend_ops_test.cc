@@ -560,7 +560,8 @@ TEST_P(OpsTest, MemoryAndArgumentErrors) {
   EXPECT_TRUE((*d)->Synchronize().ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, OpsTest, ::testing::Values("cpu", "cuda"));
+INSTANTIATE_TEST_SUITE_P(Devices, OpsTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace flover::kernels
