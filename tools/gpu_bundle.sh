@@ -4,31 +4,40 @@
 # packages): the binaries, libflover_cuda.so, every shared library they
 # load from this machine (gRPC, protobuf, abseil, oneDNN, OpenMPI, ... and
 # Debian's glibc with its loader, so the host's own glibc version does not
-# matter) except the driver and the CUDA libraries, which the host has, and
-# the golden fixtures. Run it where the CUDA toolkit is (the module must be
-# built).
+# matter) except the driver and the CUDA libraries, which the host has, the
+# golden fixtures, the transformers peer script, and BUNDLE_INFO (the commit,
+# whether the tree was dirty, and the CUDA, cuBLAS and NCCL versions built
+# against). Run it where the CUDA toolkit is (the module must be built).
 #
-#   tools/gpu_bundle.sh [OUT_DIR]     (default .gpu-bundle, git-ignored)
+#   tools/gpu_bundle.sh [--dry_run] [OUT_DIR]     (default .gpu-bundle, git-ignored)
 #
-# On the GPU host:
-#   tar xJf OUT_DIR/flover_gpu.tar.xz -C /tmp && /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
+# --dry_run then unpacks the archive here, checks every binary's libraries
+# through the bundled loader (--list) and runs the checks script without a
+# GPU and without FLOVER_REQUIRE_DEVICES: every test must pass with its CUDA
+# cases skipped (the GPU benchmarks fail here, as they must without a GPU).
+#
+# On the GPU host, one call with a deadline (results under LOG_DIR after
+# every step, so a run cut off still brings back what it did):
+#   tar xJf OUT_DIR/flover_gpu.tar.xz -C /tmp && DEADLINE=480 /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
 # or any one binary:  /tmp/flover_gpu/run.sh model_benchmark --device=cuda ...
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dry_run=0
+if [ "${1:-}" = "--dry_run" ]; then dry_run=1; shift; fi
 out="$(realpath -m "${1:-$root/.gpu-bundle}")"
 cd "$root"
 
 TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_golden_test
        //model/decoder:decoder_golden_test //model:paged_kv_test //model:recorded_steps_test
-       //engine:engine_invariance_test //dist:device_collectives_test)
+       //engine:engine_invariance_test //dist:device_collectives_test //dist:nccl_two_ranks_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
-          //cli:flover_generate //clients:flover_client //clients:flover_loadgen)
+          //cli:flover_generate //clients:flover_client //clients:flover_loadgen //tools:gpu_probe)
 tools/bazelw build "${TESTS[@]}" "${BINARIES[@]}" //kernels/cuda:libflover_cuda.so >&2
 bin="$root/.bazel-root/bin"
 [ -f "$bin/kernels/cuda/libflover_cuda.so" ] || { echo "no CUDA module was built" >&2; exit 1; }
 
 stage="$(mktemp -d)/flover_gpu"
-mkdir -p "$stage/bin" "$stage/lib" "$stage/tests"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/tests" "$stage/py"
 originals=("$bin/kernels/cuda/libflover_cuda.so")
 for target in "${TESTS[@]}" "${BINARIES[@]}"; do
   path="${target#//}"
@@ -38,6 +47,7 @@ done
 cp "$bin/kernels/cuda/libflover_cuda.so" "$stage/lib/"
 cp -r tests/golden "$stage/tests/"
 rm -f "$stage/tests/golden/BUILD.bazel" "$stage/tests/golden/"make_*.py
+cp benchmarks/hf_gpu_peer.py "$stage/py/"
 
 # Libraries the host provides (the driver and CUDA's own): never bundled.
 host_provided='^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia|libnvrtc|libnvJitLink)\.so'
@@ -57,14 +67,27 @@ done
 # The loader itself, so the bundled glibc is the one in use.
 cp -L /lib64/ld-linux-x86-64.so.2 "$stage/lib/"
 
-cat > "$stage/run.sh" <<'EOF'
-#!/usr/bin/env bash
-# Runs a bundled binary with the bundled loader and libraries, plus the
-# host's CUDA libraries (found on its library cache, under /usr/local/cuda,
-# or in Python's nvidia wheels).
-set -euo pipefail
+# What was built, from what, against which CUDA libraries.
+cuda_include="${CUDA_PATH:-/usr/local/cuda}/include"
+header_value() { sed -n "s/^#define $2 \([0-9]*\).*/\1/p" "$cuda_include/$1" | head -1; }
+nccl_header="$cuda_include/nccl.h"
+[ -f "$nccl_header" ] || nccl_header=/usr/local/include/nccl.h
+cuda_version="$(header_value cuda.h CUDA_VERSION)"
+{
+  echo "commit $(git rev-parse HEAD)"
+  if [ -n "$(git status --porcelain --untracked-files=no)" ]; then echo "dirty yes"; else echo "dirty no"; fi
+  echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(ldd --version | head -1)"
+  echo "cuda $((cuda_version / 1000)).$((cuda_version % 1000 / 10))"
+  echo "cublas $(header_value cublas_api.h CUBLAS_VER_MAJOR).$(header_value cublas_api.h CUBLAS_VER_MINOR).$(header_value cublas_api.h CUBLAS_VER_PATCH)"
+  echo "nccl $(sed -n 's/^#define NCCL_MAJOR \([0-9]*\).*/\1/p' "$nccl_header").$(sed -n 's/^#define NCCL_MINOR \([0-9]*\).*/\1/p' "$nccl_header").$(sed -n 's/^#define NCCL_PATCH \([0-9]*\).*/\1/p' "$nccl_header")"
+} > "$stage/BUNDLE_INFO"
+
+cat > "$stage/lib_paths.sh" <<'EOF'
+# Prints the library path for the bundled loader: the bundle's libraries,
+# then the host's CUDA libraries (its library cache, /usr/local/cuda, or
+# Python's nvidia wheels). run_gpu_checks.sh resolves it once and exports
+# FLOVER_LIB_PATH; run.sh resolves it itself when that is unset.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-name="$1"; shift
 paths="$here/lib"
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$dir" ] && paths="$paths:$dir"
@@ -81,78 +104,179 @@ for want in libcublasLt.so.13 libcudart.so.13; do
   lib="$(find / -xdev -name "$want" 2>/dev/null | head -1)"
   [ -n "$lib" ] && paths="$paths:$(dirname "$lib")"
 done
+echo "$paths"
+EOF
+
+cat > "$stage/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# Runs a bundled binary with the bundled loader and libraries, plus the
+# host's CUDA libraries (lib_paths.sh, or $FLOVER_LIB_PATH when set).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+name="$1"; shift
+paths="${FLOVER_LIB_PATH:-$(bash "$here/lib_paths.sh")}"
 export FLOVER_CUDA_MODULE="$here/lib/libflover_cuda.so"
 cd "$here"  # tests read tests/golden relative to here
 exec "$here/lib/ld-linux-x86-64.so.2" --library-path "$paths" "$here/bin/$name" "$@"
 EOF
 
-cat > "$stage/run_gpu_checks.sh" <<'EOF'
+cat > "$stage/serve_smoke.sh" <<'EOF'
 #!/usr/bin/env bash
-# Every GPU check of the bundle, logs under $1: the device, the op tests
-# (dense and KV),
-# golden logits, paged KV, engine invariance, the model benchmark (bf16
-# and f32), and a server that serves on the GPU.
+# A server on the GPU answers one request through the real client. The
+# server is always stopped: TERM, then KILL after 10 s, and waited for.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-logs="$(realpath -m "${1:-$here/logs}")"
-mkdir -p "$logs"
-status=0
-run() {  # name, then the command; keeps going after a failure or a hang
-  local name="$1"; shift
-  echo "== $name: $*"
-  local start=$SECONDS
-  if timeout "${FLOVER_STEP_TIMEOUT:-300}" "$@" > "$logs/$name.log" 2>&1; then
-    echo "   ok ($((SECONDS - start)) s)"
-  else
-    echo "   FAILED (rc $?, $((SECONDS - start)) s)"; status=1
-  fi
-  tail -n 5 "$logs/$name.log" | sed 's/^/   /'
-}
-nvidia-smi > "$logs/nvidia-smi.log" 2>&1 || true
-head -n 15 "$logs/nvidia-smi.log"
-export TEST_TMPDIR="$(mktemp -d)"
-# A GPU test that cannot create its device fails here instead of skipping.
-export FLOVER_REQUIRE_DEVICES=cuda
-run ops "$here/run.sh" backend_ops_test
-run kv_ops "$here/run.sh" kv_ops_test
-run golden "$here/run.sh" gpt_model_golden_test
-run decoder_golden "$here/run.sh" decoder_golden_test
-run paged_kv "$here/run.sh" paged_kv_test
-run recorded_steps "$here/run.sh" recorded_steps_test
-run nccl "$here/run.sh" device_collectives_test
-run invariance "$here/run.sh" engine_invariance_test
-run bench_bf16 "$here/run.sh" model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
-  --prefill_lengths=512 --decode_batches=1,8,32,256 --repeats=10
-run bench_bf16_no_graphs "$here/run.sh" model_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
-  --cuda_graphs=false --prefill_lengths=512 --decode_batches=1,8,32,256 --repeats=10
-run bench_f32 "$here/run.sh" model_benchmark --device=cuda --dtype=f32 \
-  --prefill_lengths=512 --decode_batches=1,8,32,256 --repeats=10
-# A server on the GPU, one request through the real client.
-"$here/run.sh" flover_server --device=cuda --dtype=bf16 --model=builtin:gpt2-small \
-  --listen=127.0.0.1:0 > "$logs/server.log" 2>&1 &
+log="$(mktemp)"
+"$here/run.sh" flover_server --device=cuda --dtype=bf16 --kv_dtype=bf16 \
+  --model=builtin:gpt2-small --listen=127.0.0.1:0 > "$log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '^listening on ' "$logs/server.log" && break
-  kill -0 $pid 2>/dev/null || break
+stop() {
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  echo "--- server log"; cat "$log"
+}
+trap stop EXIT
+addr=""
+for _ in $(seq 1 600); do  # the model loads and uploads first
+  addr="$(sed -n 's/^listening on //p' "$log" | head -1)"
+  [ -n "$addr" ] && break
+  kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done
-addr=$(sed -n 's/^listening on //p' "$logs/server.log" | head -1)
-if [ -n "$addr" ]; then
-  run serve "$here/run.sh" flover_client --target="$addr" --prompt_ids=1,2,3 \
-    --max_new_tokens=16 --temperature=0 --ignore_eos --json
-  kill -TERM $pid; wait $pid || status=1
-else
-  echo "== serve: the server did not start"; cat "$logs/server.log"; status=1
-fi
-head -n 4 "$logs/server.log"
-# Temporal fusion against the other schedulers on the GPU (Poisson arrivals).
-run fusion "$here/run.sh" fusion_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 \
-  --gaps_ms="${FLOVER_FUSION_GAPS:-0,20,200}" --output_len=uniform:16:256
-exit $status
+[ -n "$addr" ] || { echo "the server did not start"; exit 1; }
+"$here/run.sh" flover_client --target="$addr" --prompt_ids=1,2,3 --max_new_tokens=16 \
+  --temperature=0 --ignore_eos --json
 EOF
-chmod +x "$stage/run.sh" "$stage/run_gpu_checks.sh"
+
+cat > "$stage/run_gpu_checks.sh" <<'EOF'
+#!/usr/bin/env bash
+# Every GPU check of the bundle in one run bounded by $DEADLINE seconds
+# (default 480), in order of value: the probe, the op tests, the decoder
+# goldens, recorded steps, collectives on one and two ranks, engine
+# invariance, GPT-2 and Llama-1B bf16, Llama-1B in Q4_K blocks, transformers
+# on the same GPU, a server, then whatever fits. Each step gets the smaller
+# of its cap and the time left; a step with under 15 s left is SKIPPED.
+# After every step OUT_DIR gets summary.tsv (one row per step), console.log
+# (this script's output) and steps.log (every step's full output), synced,
+# so a run cut off still brings back what it did.
+#
+#   DEADLINE=480 run_gpu_checks.sh OUT_DIR
+# FLOVER_DRY_RUN=1: no FLOVER_REQUIRE_DEVICES, so a missing GPU skips.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="$(realpath -m "${1:-$here/logs}")"
+mkdir -p "$out"
+deadline=$((SECONDS + ${DEADLINE:-480}))
+summary="$out/summary.tsv" console="$out/console.log" steps="$out/steps.log"
+work="$(mktemp -d)"
+printf 'step\tstatus\tseconds\tcap_s\tresult\n' > "$summary"
+: > "$console"; : > "$steps"
+say() { echo "$*" | tee -a "$console"; }
+say "bundle: $(tr '\n' ';' < "$here/BUNDLE_INFO")"
+say "host: $(uname -r), $(nproc) cores, deadline ${DEADLINE:-480} s"
+export FLOVER_LIB_PATH="$(bash "$here/lib_paths.sh")"  # resolved once
+say "library path: $FLOVER_LIB_PATH"
+export TEST_TMPDIR="$work/tmp"; mkdir -p "$TEST_TMPDIR"
+# A GPU test that cannot create its device fails here instead of skipping.
+[ "${FLOVER_DRY_RUN:-0}" = 1 ] || export FLOVER_REQUIRE_DEVICES=cuda
+failed=0
+
+# What a step's output says in one line: gtest's counts, or its last line.
+result_of() {
+  local log="$1" passed skipped failed_n
+  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)"
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)"
+  failed_n="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)"
+  if [ -n "$passed$failed_n" ]; then
+    echo "passed ${passed:-0}, skipped ${skipped:-0}, failed ${failed_n:-0}"
+  else
+    tail -n 1 "$log" | tr '\t' ' ' | cut -c1-160
+  fi
+}
+
+step() {  # name, cap in seconds, then the command
+  local name="$1" cap="$2"; shift 2
+  local left=$((deadline - SECONDS))
+  if ((left < 15)); then
+    printf '%s\tSKIPPED\t0\t%s\tno time left (%s s)\n' "$name" "$cap" "$left" >> "$summary"
+    say "== $name: SKIPPED (${left} s left)"; sync; return
+  fi
+  local limit=$((cap < left ? cap : left)) start=$SECONDS rc status
+  say "== $name (limit ${limit} s): $*"
+  timeout -k 5 "$limit" "$@" > "$work/$name.log" 2>&1
+  rc=$?
+  case $rc in
+    0) status=ok ;;
+    124|137) status=TIMEOUT; failed=1 ;;
+    *) status="FAILED(rc=$rc)"; failed=1 ;;
+  esac
+  local took=$((SECONDS - start)) result
+  result="$(result_of "$work/$name.log")"
+  { echo "===== $name: $* -> $status, $took s"; cat "$work/$name.log"; echo; } >> "$steps"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$took" "$limit" "$result" >> "$summary"
+  say "   $status ($took s): $result"
+  sync
+}
+
+R="$here/run.sh"
+cuda_tests=(--gtest_filter='*cuda*')
+bench=(--device=cuda --prefill_lengths=512 --decode_batches=1,32,256 --repeats=5)
+# 1. The probe.
+step nvidia_smi 15 nvidia-smi
+step probe 20 "$R" gpu_probe
+# 2. The ops.
+step backend_ops 90 "$R" backend_ops_test "${cuda_tests[@]}"
+step kv_ops 60 "$R" kv_ops_test "${cuda_tests[@]}"
+step paged_kv 60 "$R" paged_kv_test "${cuda_tests[@]}"
+# 3. The decoder goldens: every family and dtype, native blocks included.
+step decoder_golden 150 "$R" decoder_golden_test "${cuda_tests[@]}"
+step gpt_golden 120 "$R" gpt_model_golden_test "${cuda_tests[@]}"
+# 4. Recorded steps (CUDA graphs).
+step recorded_steps 60 "$R" recorded_steps_test "${cuda_tests[@]}"
+# 5. Collectives on one and on two ranks.
+step nccl_one_rank 40 "$R" device_collectives_test "${cuda_tests[@]}"
+step nccl_two_ranks 90 "$R" nccl_two_ranks_test
+# 6. Engine invariance.
+step invariance 150 "$R" engine_invariance_test "${cuda_tests[@]}"
+# 7. GPT-2 and Llama-1B in bf16, then the transformers peer on GPT-2.
+step bench_gpt2_bf16 60 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_llama1b_bf16 90 "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+# 8. Llama-1B in native Q4_K blocks (random, generated on the host).
+step bench_llama1b_q4k 90 "$R" model_benchmark --model=builtin:llama-1b --random_blocks=Q4_K --dtype=native --kv_dtype=bf16 "${bench[@]}"
+step hf_peer_gpt2 90 env PYTHONUNBUFFERED=1 python3 "$here/py/hf_gpu_peer.py" --modes=eager,static --batches=1,32,256 --repeats=3
+# 9. A server on the GPU.
+step serve 60 "$here/serve_smoke.sh"
+# 10. Whatever fits.
+step fusion 90 "$R" fusion_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 --gaps_ms="${FLOVER_FUSION_GAPS:-0,20,200}" --output_len=uniform:16:256
+step bench_gpt2_no_graphs 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --cuda_graphs=false "${bench[@]}"
+step bench_gpt2_f32 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=f32 "${bench[@]}"
+say "done, $((SECONDS)) s; failed: $failed"
+sync
+exit $failed
+EOF
+chmod +x "$stage/run.sh" "$stage/run_gpu_checks.sh" "$stage/serve_smoke.sh"
 
 mkdir -p "$out"
-tar -C "$(dirname "$stage")" -cJf "$out/flover_gpu.tar.xz" flover_gpu
+tar -C "$(dirname "$stage")" -cf - flover_gpu | xz -T0 -6 > "$out/flover_gpu.tar.xz"
 rm -rf "$(dirname "$stage")"
-echo "$out/flover_gpu.tar.xz ($(du -h "$out/flover_gpu.tar.xz" | cut -f1))"
+size_mb=$(( $(stat -c %s "$out/flover_gpu.tar.xz") / 1048576 ))
+echo "$out/flover_gpu.tar.xz ($size_mb MiB)"
+if ((size_mb >= 60)); then echo "the bundle is over 60 MiB: the device tool carries 64 MiB in all" >&2; exit 1; fi
+
+if ((dry_run)); then
+  check="$(mktemp -d)"
+  tar -C "$check" -xJf "$out/flover_gpu.tar.xz"
+  b="$check/flover_gpu"
+  paths="$(bash "$b/lib_paths.sh")"
+  for f in "$b"/bin/*; do
+    if ! listing="$("$b/lib/ld-linux-x86-64.so.2" --library-path "$paths" --list "$f" 2>&1)" ||
+        grep -q "not found" <<< "$listing"; then
+      echo "dry run: $(basename "$f") does not load:" >&2; echo "$listing" >&2; exit 1
+    fi
+  done
+  echo "dry run: every binary loads through the bundled loader" >&2
+  FLOVER_DRY_RUN=1 DEADLINE="${DEADLINE:-900}" "$b/run_gpu_checks.sh" "$check/out" || true
+  echo "dry run: results in $check/out (summary.tsv, console.log, steps.log)"
+fi
