@@ -489,8 +489,29 @@ __device__ inline float HalfAt(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
 }
 
+// 32 bytes at p: two 16-byte loads where p is 16-byte aligned (kAligned),
+// else byte loads. The values are the same either way.
+union Bytes32 {
+  uint4 v[2];
+  uint8_t b[32];
+};
+template <bool kAligned>
+__device__ inline Bytes32 Load32(const uint8_t* p) {
+  Bytes32 out;
+  if constexpr (kAligned) {
+    out.v[0] = reinterpret_cast<const uint4*>(p)[0];
+    out.v[1] = reinterpret_cast<const uint4*>(p)[1];
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out.b[i] = p[i];
+  }
+  return out;
+}
+
 // The 32 weights of sub-block s (values 32s .. 32s + 31) of one row.
-template <BlockFormat F>
+// kAligned: the row starts 16-byte aligned and its length is a multiple of
+// 16 bytes, so the K-quants' 32-byte runs of codes load 16 bytes at a time.
+template <BlockFormat F, bool kAligned>
 __device__ inline void Dequant32(const uint8_t* row, int s, float* w) {
   if constexpr (F == BlockFormat::kQ8_0) {
     const uint8_t* b = row + 34 * s;
@@ -548,12 +569,14 @@ __device__ inline void Dequant32(const uint8_t* row, int s, float* w) {
     }
     const float d1 = __fmul_rn(HalfAt(b), static_cast<float>(sc));
     const float m1 = __fmul_rn(HalfAt(b + 2), static_cast<float>(m));
-    const uint8_t* qh = b + 16;  // Q5_K: 32 bytes of fifth bits, bit j for sub-block j
-    const uint8_t* qs = b + (kFive ? 48 : 16) + 32 * (j / 2);
+    // Q5_K: 32 bytes of fifth bits, bit j for sub-block j (K-quant blocks
+    // are 144 and 176 bytes, multiples of 16: both runs stay aligned).
+    const Bytes32 qh = kFive ? Load32<kAligned>(b + 16) : Bytes32{};
+    const Bytes32 qs = Load32<kAligned>(b + (kFive ? 48 : 16) + 32 * (j / 2));
     const int shift = 4 * (j % 2);
 #pragma unroll
     for (int l = 0; l < 32; ++l) {
-      const int q = ((qs[l] >> shift) & 0xF) | (kFive ? ((qh[l] >> j) & 1) << 4 : 0);
+      const int q = ((qs.b[l] >> shift) & 0xF) | (kFive ? ((qh.b[l] >> j) & 1) << 4 : 0);
       w[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
     }
   } else {  // kQ6_K
@@ -574,13 +597,15 @@ __device__ inline void Dequant32(const uint8_t* row, int s, float* w) {
 }
 
 constexpr int kBlockWarps = 8;  // outputs per thread block
-constexpr int kBlockRows = 4;   // input rows per pass over a row's weights
+constexpr int kBlockRows = 8;   // input rows per pass over a row's weights
 
 // One warp per output n of rows [0, rows): lane t sums its sub-blocks t,
 // t + 32, ... in order (per sub-block a sum of 32 products in order), then
 // the lanes are added in a fixed butterfly; rows of x go kBlockRows at a
-// time through the same code, so a row's result never depends on M.
-template <BlockFormat F>
+// time through the same code, so a row's result never depends on M. Each
+// sub-block is dequantized once per kBlockRows rows, and x is read 16
+// bytes at a time (its rows are whole sub-blocks: 128-byte aligned).
+template <BlockFormat F, bool kAligned>
 __global__ void BlockLinearKernel(const float* x, int M, int K, const uint8_t* w, int64_t row_bytes,
                                   int rows, int row_begin, int N, const float* bias, bool gelu,
                                   bool accumulate, float* out) {
@@ -595,14 +620,20 @@ __global__ void BlockLinearKernel(const float* x, int M, int K, const uint8_t* w
     for (int r = 0; r < kBlockRows; ++r) acc[r] = 0.0f;
     for (int s = lane; s < subs; s += 32) {
       float wv[32];
-      Dequant32<F>(row, s, wv);
+      Dequant32<F, kAligned>(row, s, wv);
 #pragma unroll
       for (int r = 0; r < kBlockRows; ++r) {
         if (m0 + r < M) {
-          const float* xr = x + int64_t{m0 + r} * K + 32 * s;
+          const float4* xr = reinterpret_cast<const float4*>(x + int64_t{m0 + r} * K + 32 * s);
           float sum = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 32; ++i) sum = __fmaf_rn(wv[i], xr[i], sum);
+          for (int i = 0; i < 8; ++i) {
+            const float4 v = xr[i];
+            sum = __fmaf_rn(wv[4 * i + 0], v.x, sum);
+            sum = __fmaf_rn(wv[4 * i + 1], v.y, sum);
+            sum = __fmaf_rn(wv[4 * i + 2], v.z, sum);
+            sum = __fmaf_rn(wv[4 * i + 3], v.w, sum);
+          }
           acc[r] = __fadd_rn(acc[r], sum);
         }
       }
@@ -855,20 +886,31 @@ cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, 
                               bool accumulate, float* out, cudaStream_t stream) {
   if (rows <= 0 || M <= 0) return cudaSuccess;
   const int64_t row_bytes = BlockRowBytes(format, K);
+  // x's rows are K floats, K a multiple of 64 (BlockRowsFit): float4 loads
+  // need only its start aligned.
+  if (K % 32 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return cudaErrorMisalignedAddress;
+  const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0;
   const dim3 grid((rows + kBlockWarps - 1) / kBlockWarps), block(32 * kBlockWarps);
   auto launch = [&](auto kernel) {
     kernel<<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin, N, bias, gelu, accumulate, out);
     return cudaGetLastError();
   };
+  auto launch_either = [&](auto aligned_kernel, auto byte_kernel) {
+    return aligned ? launch(aligned_kernel) : launch(byte_kernel);
+  };
   switch (format) {
-    case BlockFormat::kQ8_0: return launch(BlockLinearKernel<BlockFormat::kQ8_0>);
-    case BlockFormat::kQ4_0: return launch(BlockLinearKernel<BlockFormat::kQ4_0>);
-    case BlockFormat::kQ4_1: return launch(BlockLinearKernel<BlockFormat::kQ4_1>);
-    case BlockFormat::kQ4_K: return launch(BlockLinearKernel<BlockFormat::kQ4_K>);
-    case BlockFormat::kQ6_K: return launch(BlockLinearKernel<BlockFormat::kQ6_K>);
-    case BlockFormat::kQ5_0: return launch(BlockLinearKernel<BlockFormat::kQ5_0>);
-    case BlockFormat::kQ5_1: return launch(BlockLinearKernel<BlockFormat::kQ5_1>);
-    case BlockFormat::kQ5_K: return launch(BlockLinearKernel<BlockFormat::kQ5_K>);
+    case BlockFormat::kQ8_0: return launch(BlockLinearKernel<BlockFormat::kQ8_0, false>);
+    case BlockFormat::kQ4_0: return launch(BlockLinearKernel<BlockFormat::kQ4_0, false>);
+    case BlockFormat::kQ4_1: return launch(BlockLinearKernel<BlockFormat::kQ4_1, false>);
+    case BlockFormat::kQ4_K:
+      return launch_either(BlockLinearKernel<BlockFormat::kQ4_K, true>,
+                           BlockLinearKernel<BlockFormat::kQ4_K, false>);
+    case BlockFormat::kQ6_K: return launch(BlockLinearKernel<BlockFormat::kQ6_K, false>);
+    case BlockFormat::kQ5_0: return launch(BlockLinearKernel<BlockFormat::kQ5_0, false>);
+    case BlockFormat::kQ5_1: return launch(BlockLinearKernel<BlockFormat::kQ5_1, false>);
+    case BlockFormat::kQ5_K:
+      return launch_either(BlockLinearKernel<BlockFormat::kQ5_K, true>,
+                           BlockLinearKernel<BlockFormat::kQ5_K, false>);
   }
   return cudaErrorInvalidValue;
 }
