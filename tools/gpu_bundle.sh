@@ -164,6 +164,7 @@ cat > "$stage/run_gpu_checks.sh" <<'EOF'
 #
 #   DEADLINE=480 run_gpu_checks.sh OUT_DIR
 # FLOVER_DRY_RUN=1: no FLOVER_REQUIRE_DEVICES, so a missing GPU skips.
+# ONLY="step step ...": run just those steps (a second call that checks fixes).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="$(realpath -m "${1:-$here/logs}")"
@@ -198,6 +199,7 @@ result_of() {
 
 step() {  # name, cap in seconds, then the command
   local name="$1" cap="$2"; shift 2
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   local left=$((deadline - SECONDS))
   if ((left < 15)); then
     printf '%s\tSKIPPED\t0\t%s\tno time left (%s s)\n' "$name" "$cap" "$left" >> "$summary"
