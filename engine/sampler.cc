@@ -6,14 +6,11 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/vec_math.h"
 #include "util/field_error.h"
 #include "util/split_mix64.h"
 
 namespace flover {
 namespace {
-
-using kernels::ExpF;
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -86,45 +83,33 @@ uint64_t Rng::Next() {
 
 double Rng::NextDouble() { return (Next() >> 11) * 0x1.0p-53; }
 
-inline float Sampler::Weights::Of(float logit) const { return ExpF((logit - max_logit) * inv_t); }
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+  if (params.repetition_penalty != 1.0f) {
+    processors_.push_back(std::make_unique<RepetitionPenalty>(params.repetition_penalty));
+  }
+  if (params.top_k > 0) filters_.push_back(std::make_unique<TopK>(params.top_k));
+  if (params.top_p < 1.0f) filters_.push_back(std::make_unique<TopP>(params.top_p));
+}
 
-// Sample is a chain of small stages over the logits, each a member below:
-// PenalizeRepeats -> (greedy: PickGreedy) | (Weigh: temperature into
-// unnormalized probabilities -> KeepTopK -> KeepNucleus -> Draw) -> Report.
-// The whole vocabulary under plain temperature takes DrawWhole, which needs
-// no candidate list.
 int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
                         float* logprob, int n_top, std::vector<std::pair<int32_t, float>>* top) {
   if (top == nullptr) n_top = 0;
-  PenalizeRepeats(logits, history);
+  for (const auto& p : processors_) p->Process(logits, history);
   // A temperature so small that its inverse overflows (below ~3e-39) is
   // greedy: scaling by an infinite 1/t would make 0 * inf = NaN of the top
   // logit and sample garbage.
   if (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) {
     return PickGreedy(logits, logprob, n_top, top);
   }
-  const Weights w{1.0f / params_.temperature, *std::max_element(logits.begin(), logits.end())};
+  const Candidates::Weights w{1.0f / params_.temperature,
+                              *std::max_element(logits.begin(), logits.end())};
   probs_.resize(logits.size());
-  if (params_.top_k == 0 && params_.top_p >= 1.0f) return DrawWhole(logits, w, logprob, n_top, top);
-  double mass = KeepTopK(logits, w);
-  if (params_.top_p < 1.0f) mass = KeepNucleus(logits, mass);
-  const size_t pick = Draw(mass);
-  Report(logits, candidates_, candidates_[pick], mass, logprob, n_top, top);
+  Candidates c(logits, w, &candidates_, &probs_, &scratch_);
+  if (filters_.empty()) return DrawWhole(c, logprob, n_top, top);
+  for (const auto& f : filters_) f->Narrow(c);
+  const size_t pick = Draw(c.mass());
+  Report(logits, candidates_, candidates_[pick], c.mass(), logprob, n_top, top);
   return candidates_[pick];
-}
-
-void Sampler::PenalizeRepeats(absl::Span<float> logits, absl::Span<const int32_t> history) const {
-  if (params_.repetition_penalty == 1.0f) return;
-  const int V = static_cast<int>(logits.size());
-  // Each distinct token is penalized once; applying to an already penalized
-  // logit is skipped by marking it.
-  std::vector<bool> done(V, false);
-  for (int32_t t : history) {
-    if (t < 0 || t >= V || done[t]) continue;
-    done[t] = true;
-    float& l = logits[t];
-    l = l < 0 ? l * params_.repetition_penalty : l / params_.repetition_penalty;
-  }
 }
 
 int32_t Sampler::PickGreedy(absl::Span<const float> logits, float* logprob, int n_top,
@@ -145,21 +130,11 @@ int32_t Sampler::PickGreedy(absl::Span<const float> logits, float* logprob, int 
   return best;
 }
 
-float Sampler::WeighAll(absl::Span<const float> logits, const Weights& w) {
+int32_t Sampler::DrawWhole(Candidates& c, float* logprob, int n_top,
+                           std::vector<std::pair<int32_t, float>>* top) {
+  const absl::Span<const float> logits = c.logits();
   const int V = static_cast<int>(logits.size());
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < V; ++i) {
-    probs_[i] = w.Of(logits[i]);
-    sum += probs_[i];
-  }
-  return sum;
-}
-
-int32_t Sampler::DrawWhole(absl::Span<const float> logits, const Weights& w, float* logprob,
-                           int n_top, std::vector<std::pair<int32_t, float>>* top) {
-  const int V = static_cast<int>(logits.size());
-  const float sum = WeighAll(logits, w);
+  const float sum = c.WeighAll();
   // Find the draw's block by block sums, then the token inside the block.
   constexpr int kBlock = 256;
   const double u = rng_.NextDouble() * sum;
@@ -183,63 +158,6 @@ int32_t Sampler::DrawWhole(absl::Span<const float> logits, const Weights& w, flo
   if (logprob != nullptr) *logprob = std::log(probs_[pick] / sum);
   if (n_top > 0) TopOf(logits, {}, n_top, [&](int32_t i) { return std::log(probs_[i] / sum); }, top);
   return pick;
-}
-
-double Sampler::KeepTopK(absl::Span<const float> logits, const Weights& w) {
-  const int V = static_cast<int>(logits.size());
-  if (params_.top_k > 0 && params_.top_k < V) {
-    // The top_k largest, ties broken by lower id: the k-th largest value is
-    // found on a plain copy, then ids are taken in order.
-    scratch_.assign(logits.begin(), logits.end());
-    std::nth_element(scratch_.begin(), scratch_.begin() + (params_.top_k - 1), scratch_.end(),
-                     std::greater<float>());
-    const float kth = scratch_[params_.top_k - 1];
-    int above = 0;
-    for (float l : logits) above += l > kth;
-    int equal_needed = params_.top_k - above;
-    candidates_.clear();
-    for (int i = 0; i < V; ++i) {
-      if (logits[i] > kth || (logits[i] == kth && equal_needed-- > 0)) candidates_.push_back(i);
-    }
-    for (int32_t c : candidates_) probs_[c] = w.Of(logits[c]);
-  } else {
-    candidates_.resize(V);
-    std::iota(candidates_.begin(), candidates_.end(), 0);
-    WeighAll(logits, w);
-  }
-  double mass = 0;
-  for (int32_t c : candidates_) mass += probs_[c];
-  return mass;
-}
-
-double Sampler::KeepNucleus(absl::Span<const float> logits, double mass_all) {
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  // The smallest prefix, in descending order, whose mass reaches top_p. Only
-  // as many candidates as that needs are sorted: the top m by nth_element,
-  // with m growing until they hold the mass. The prefix is the one a full
-  // sort would give (same total order).
-  const double target = params_.top_p * mass_all;
-  size_t m = std::min<size_t>(256, candidates_.size());
-  while (true) {
-    if (m < candidates_.size()) {
-      std::nth_element(candidates_.begin(), candidates_.begin() + m, candidates_.end(), by_logit);
-    }
-    double mass = 0;
-    for (size_t i = 0; i < m; ++i) mass += probs_[candidates_[i]];
-    if (mass >= target || m == candidates_.size()) break;
-    m = std::min(candidates_.size(), m * 8);
-  }
-  std::sort(candidates_.begin(), candidates_.begin() + m, by_logit);
-  double mass = 0;
-  size_t n = 0;
-  while (n < m) {
-    mass += probs_[candidates_[n++]];
-    if (mass >= target) break;
-  }
-  candidates_.resize(n);
-  return mass;
 }
 
 size_t Sampler::Draw(double mass) {

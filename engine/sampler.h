@@ -1,15 +1,18 @@
 // Per-request token sampling: greedy, temperature, top-k, top-p and the
-// repetition penalty, drawn from the request's own seeded generator so the
-// same seed gives the same tokens whatever else is in the batch.
+// repetition penalty (stages in engine/logits_processors.h), drawn from the
+// request's own seeded generator so the same seed gives the same tokens
+// whatever else is in the batch.
 #ifndef FLOVER_ENGINE_SAMPLER_H_
 #define FLOVER_ENGINE_SAMPLER_H_
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/logits_processors.h"
 
 namespace flover {
 
@@ -36,9 +39,12 @@ class Rng {
   uint64_t s_[4];
 };
 
+// Runs the stages of logits_processors.h in their fixed order: the logits
+// processors, then (greedy) the best token, or temperature, the candidate
+// filters and a draw from the request's own generator.
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  explicit Sampler(const SamplingParams& params);
 
   // Picks the next token. logits: [V], modified in place. `history` holds the
   // tokens the repetition penalty applies to (prompt and output so far).
@@ -52,27 +58,11 @@ class Sampler {
                  std::vector<std::pair<int32_t, float>>* top = nullptr);
 
  private:
-  // exp((logit - max) / temperature): a token's unnormalized probability.
-  struct Weights {
-    float inv_t;
-    float max_logit;
-    float Of(float logit) const;  // inline in sampler.cc, where the loops are
-  };
-
-  // The stages Sample chains, in order (sampler.cc).
-  void PenalizeRepeats(absl::Span<float> logits, absl::Span<const int32_t> history) const;
   int32_t PickGreedy(absl::Span<const float> logits, float* logprob, int n_top,
                      std::vector<std::pair<int32_t, float>>* top) const;
-  // probs_ for the whole vocabulary; returns their sum.
-  float WeighAll(absl::Span<const float> logits, const Weights& w);
   // Plain temperature over the whole vocabulary: draws without a candidate list.
-  int32_t DrawWhole(absl::Span<const float> logits, const Weights& w, float* logprob, int n_top,
+  int32_t DrawWhole(Candidates& c, float* logprob, int n_top,
                     std::vector<std::pair<int32_t, float>>* top);
-  // candidates_ = the top_k most likely (all without top_k), their probs_
-  // filled; returns their mass.
-  double KeepTopK(absl::Span<const float> logits, const Weights& w);
-  // candidates_ = the nucleus of top_p of `mass`, most likely first; returns its mass.
-  double KeepNucleus(absl::Span<const float> logits, double mass);
   // An index into candidates_, drawn in proportion to probs_.
   size_t Draw(double mass);
   // The chosen token's log-probability and the n_top most likely of `support`.
@@ -82,6 +72,8 @@ class Sampler {
 
   SamplingParams params_;
   Rng rng_;
+  std::vector<std::unique_ptr<LogitsProcessor>> processors_;
+  std::vector<std::unique_ptr<CandidateFilter>> filters_;
   std::vector<int32_t> candidates_;  // scratch, reused across steps
   std::vector<float> probs_;         // [V] unnormalized probabilities
   std::vector<float> scratch_;       // [V] logits copy for the top-k threshold

@@ -183,6 +183,41 @@ TEST(SamplerTest, ValidationNamesTheField) {
   EXPECT_THAT(msg(p), StartsWith("repetition_penalty|repetition_penalty: "));
 }
 
+// The stages on their own (logits_processors.h): each filter lists what it
+// keeps and sets the mass, whether it runs first or after another.
+TEST(CandidateFiltersTest, TopKListsTheKBestInIdOrderFirstOrAfterANucleus) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, 0.5f, 2.5f};
+  std::vector<int32_t> ids;
+  std::vector<float> probs(logits.size()), scratch;
+  const Candidates::Weights w{1.0f, 3.0f};
+  Candidates first(logits, w, &ids, &probs, &scratch);
+  TopK(3).Narrow(first);
+  EXPECT_THAT(ids, ::testing::ElementsAre(1, 3, 5));  // 3, 3, 2.5: id order
+  EXPECT_DOUBLE_EQ(first.mass(), double{probs[1]} + probs[3] + probs[5]);
+  // After top-p 0.95 (which lists all but the least likely, most likely
+  // first): the best two of that list, in its order, ties to the lower id.
+  Candidates after(logits, w, &ids, &probs, &scratch);
+  TopP(0.95f).Narrow(after);
+  ASSERT_FALSE(after.whole());
+  EXPECT_THAT(ids, ::testing::ElementsAre(1, 3, 5, 2, 0));
+  TopK(2).Narrow(after);
+  EXPECT_THAT(ids, ::testing::ElementsAre(1, 3));
+  EXPECT_DOUBLE_EQ(after.mass(), double{probs[1]} + probs[3]);
+  // k at least the vocabulary keeps everything, listed.
+  Candidates all(logits, w, &ids, &probs, &scratch);
+  TopK(100).Narrow(all);
+  EXPECT_EQ(ids.size(), logits.size());
+}
+
+TEST(LogitsProcessorsTest, RepetitionPenaltyOncePerDistinctTokenAndIgnoresOutOfRange) {
+  std::vector<float> logits = {2.0f, -2.0f, 4.0f};
+  RepetitionPenalty p(2.0f);
+  p.Process(absl::MakeSpan(logits), {0, 1, 0, 1, 7, -1});
+  EXPECT_THAT(logits, ::testing::ElementsAre(1.0f, -4.0f, 4.0f));
+  p.Process(absl::MakeSpan(logits), {2});  // scratch reset between calls
+  EXPECT_THAT(logits, ::testing::ElementsAre(1.0f, -4.0f, 2.0f));
+}
+
 TEST(RngTest, UniformInUnitInterval) {
   Rng r(123);
   double sum = 0;

@@ -1,0 +1,121 @@
+// The stages a sampler runs, in order, to turn one row of logits into the
+// set of tokens a draw picks from:
+//
+//   LogitsProcessor (edits the logits: the repetition penalty; later the
+//   presence / frequency penalties, a logit bias, a constraint's mask)
+//   -> temperature (exp((logit - max) / t): unnormalized probabilities)
+//   -> CandidateFilter (narrows the candidates: top-k, then top-p)
+//   -> the draw.
+//
+// Greedy requests run the processors and take the best token. Each stage
+// is a small object the Sampler owns, built from SamplingParams; the order
+// is part of the result (a seed gives the same tokens only in the same
+// order), so it is fixed here and in Sampler's constructor.
+#ifndef FLOVER_ENGINE_LOGITS_PROCESSORS_H_
+#define FLOVER_ENGINE_LOGITS_PROCESSORS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace flover {
+
+// Edits one row of logits in place. `history` is the prompt and the output
+// so far.
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  virtual void Process(absl::Span<float> logits, absl::Span<const int32_t> history) = 0;
+};
+
+// CTRL's repetition penalty as transformers applies it: each distinct token
+// of the history once, a positive logit divided by `penalty`, a negative one
+// multiplied.
+class RepetitionPenalty final : public LogitsProcessor {
+ public:
+  explicit RepetitionPenalty(float penalty) : penalty_(penalty) {}
+  void Process(absl::Span<float> logits, absl::Span<const int32_t> history) override;
+
+ private:
+  float penalty_;
+  std::vector<bool> seen_;  // scratch, reused across steps
+};
+
+// The tokens a draw may still pick, with their unnormalized probabilities.
+// Until a filter narrows it the set is the whole vocabulary, not yet listed
+// or weighed (a plain temperature draw never lists it).
+class Candidates {
+ public:
+  // exp((logit - max_logit) * inv_t): a token's unnormalized probability.
+  struct Weights {
+    float inv_t;
+    float max_logit;
+    float Of(float logit) const;
+  };
+
+  Candidates(absl::Span<const float> logits, const Weights& weights, std::vector<int32_t>* ids,
+             std::vector<float>* probs, std::vector<float>* scratch)
+      : logits_(logits), weights_(weights), ids_(ids), probs_(probs), scratch_(scratch) {}
+
+  absl::Span<const float> logits() const { return logits_; }
+  const Weights& weights() const { return weights_; }
+  bool whole() const { return whole_; }
+  // The listed candidates (after ListWhole or a filter) and probs()[id].
+  std::vector<int32_t>& ids() { return *ids_; }
+  std::vector<float>& probs() { return *probs_; }
+  std::vector<float>& scratch() { return *scratch_; }
+  double mass() const { return mass_; }
+
+  // Lists the whole vocabulary, in id order, weighed; returns its mass.
+  double ListWhole();
+  // Weighs every token into probs() (no list); returns the float sum.
+  float WeighAll();
+  // After a filter has listed ids() and their probs(): their mass, summed in
+  // list order.
+  double SetListed();
+  // A filter that reorders or shortens ids() sets the mass it computed.
+  void set_mass(double mass) { mass_ = mass; }
+
+ private:
+  absl::Span<const float> logits_;
+  Weights weights_;
+  std::vector<int32_t>* ids_;
+  std::vector<float>* probs_;
+  std::vector<float>* scratch_;
+  bool whole_ = true;
+  double mass_ = 0;
+};
+
+// Narrows the candidates (and sets their mass).
+class CandidateFilter {
+ public:
+  virtual ~CandidateFilter() = default;
+  virtual void Narrow(Candidates& c) const = 0;
+};
+
+// The k most likely, ties to the lower id, listed in id order. k at least
+// the vocabulary keeps all of it.
+class TopK final : public CandidateFilter {
+ public:
+  explicit TopK(int k) : k_(k) {}
+  void Narrow(Candidates& c) const override;
+
+ private:
+  int k_;
+};
+
+// The nucleus: the smallest prefix, most likely first (ties to the lower
+// id), whose mass reaches p of the candidates' mass, listed in that order.
+class TopP final : public CandidateFilter {
+ public:
+  explicit TopP(float p) : p_(p) {}
+  void Narrow(Candidates& c) const override;
+
+ private:
+  float p_;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_LOGITS_PROCESSORS_H_
