@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/sequence_observer.h"
+#include "engine/text_output.h"
 #include "engine/tp_worker.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "util/field_error.h"
@@ -49,11 +51,9 @@ struct Engine::Sequence {
   std::vector<int32_t> blocks;  // its KV blocks, in order of position
   std::vector<uint64_t> block_keys;  // prefix-cache keys of its full computed blocks
   int generated = 0;
-  // With a tokenizer: the text generated so far, and how much of it was sent.
-  std::unique_ptr<Tokenizer::TextStream> text_stream;
-  std::string text;
-  size_t released = 0;
-  bool stopped_by_string = false;
+  // Told about every emitted token and the finish, in order: the text and
+  // its stop strings (with a tokenizer).
+  std::vector<std::unique_ptr<SequenceObserver>> observers;
   bool finished = false;
 };
 
@@ -218,7 +218,10 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
   }
   const RequestId id = next_id_++;
   auto seq = std::make_unique<Sequence>(id, std::move(request), std::move(sink), Now());
-  if (tokenizer_ != nullptr) seq->text_stream = tokenizer_->NewTextStream();
+  if (tokenizer_ != nullptr) {
+    seq->observers.push_back(std::make_unique<TextOutput>(tokenizer_->NewTextStream(),
+                                                          seq->request.stop.stop_strings));
+  }
   incoming_.push_back(std::move(seq));
   live_ids_.insert(id);
   ++stats_.queued;
@@ -298,10 +301,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   FinishEvent ev;
   ev.reason = reason;
   ev.usage = {static_cast<int>(seq.request.prompt.size()), seq.generated};
-  if (seq.text_stream != nullptr && !seq.stopped_by_string) {
-    AppendText(seq, seq.text_stream->Finish());  // e.g. a run of byte tokens
-  }
-  ev.text = ReleaseText(seq, /*all=*/true);
+  for (const auto& observer : seq.observers) observer->OnFinish(ev);
   ev.error = std::move(error);
   const absl::Time now = Now();
   // Counted before the sink hears of it, as the stats below are.
@@ -336,45 +336,6 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   seq.sink->OnFinish(seq.id, ev);
 }
 
-bool Engine::AppendText(Sequence& seq, const std::string& piece) {
-  const size_t before = seq.text.size();
-  seq.text += piece;
-  // A stop string may end in this piece and start in earlier ones.
-  const std::vector<std::string>& stops = seq.request.stop.stop_strings;
-  size_t longest = 0;
-  for (const std::string& s : stops) longest = std::max(longest, s.size());
-  const size_t from = before >= longest ? before - longest + 1 : 0;
-  size_t cut = std::string::npos;
-  for (const std::string& s : stops) {
-    const size_t at = seq.text.find(s, from);
-    if (at != std::string::npos) cut = std::min(cut, at);
-  }
-  if (cut == std::string::npos) return false;
-  seq.text.resize(std::max(cut, seq.released));
-  seq.stopped_by_string = true;
-  return true;
-}
-
-std::string Engine::ReleaseText(Sequence& seq, bool all) {
-  size_t end = seq.text.size();
-  if (!all && !seq.stopped_by_string) {
-    // Hold back a tail that could still grow into a stop string, without
-    // splitting a character.
-    size_t longest = 0;
-    for (const std::string& s : seq.request.stop.stop_strings) longest = std::max(longest, s.size());
-    const size_t hold = longest > 0 ? longest - 1 : 0;
-    end = end > hold ? end - hold : 0;
-    while (end > seq.released && end < seq.text.size() &&
-           (static_cast<unsigned char>(seq.text[end]) & 0xC0) == 0x80) {
-      --end;
-    }
-  }
-  if (end <= seq.released) return "";
-  std::string out = seq.text.substr(seq.released, end - seq.released);
-  seq.released = end;
-  return out;
-}
-
 void Engine::Emit(Sequence& seq, int32_t token, float logprob,
                   std::vector<std::pair<int32_t, float>> top, absl::Time now) {
   seq.tokens.push_back(token);
@@ -403,9 +364,9 @@ void Engine::Emit(Sequence& seq, int32_t token, float logprob,
              stop.stop_token_ids.end()) {
     reason = FinishReason::kStop;
   }
-  if (seq.text_stream != nullptr && !eos) {
-    if (AppendText(seq, seq.text_stream->Push(token))) reason = FinishReason::kStop;
-    ev.text = ReleaseText(seq, /*all=*/false);
+  for (const auto& observer : seq.observers) {
+    const std::optional<FinishReason> r = observer->OnToken(token, eos, ev);
+    if (r && !reason) reason = r;
   }
   if (!reason && seq.generated >= stop.max_new_tokens) reason = FinishReason::kLength;
   seq.sink->OnToken(seq.id, ev);

@@ -156,11 +156,6 @@ class Engine {
   // Appends a sampled token, emits it, and decides whether the sequence stops.
   void Emit(Sequence& seq, int32_t token, float logprob,
             std::vector<std::pair<int32_t, float>> top, absl::Time now);
-  // Appends generated text, cut at the first stop string (true when one was
-  // found).
-  bool AppendText(Sequence& seq, const std::string& piece);
-  // The text not yet sent that can no longer change (all of it when `all`).
-  std::string ReleaseText(Sequence& seq, bool all);
   absl::Time NextWakeup() const;
 
   CausalLm& model_;
