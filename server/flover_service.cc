@@ -107,7 +107,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     }
     request_id_ = request.request_id();
     with_logprobs_ = request.return_logprobs();
-    auto submitted = SubmitRequest(serving, request, std::make_shared<Sink>(shared_from_this()),
+    auto submitted = SubmitRequest(serving, FromProto(request), std::make_shared<Sink>(shared_from_this()),
                                    [context](Request& r) { r.deadline = ToAbslTime(context->deadline()); });
     if (!submitted.ok()) {
       Finish(ToGrpcStatus(submitted.status()));

@@ -11,13 +11,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "server/request_session.h"
 #include "server/server_options.h"
 #include "server/status_util.h"
-#include "util/json.h"
+#include "server/json_body.h"
 
 namespace flover::server {
 namespace {
@@ -77,19 +75,23 @@ class Answer {
 
   // What a stream starts with: chat's role; completions' echoed prompt.
   std::string Opening(const std::string& echo) const {
-    if (chat_) return Object(Choice("", {}, nullptr, Part::kOpening), "");
-    return echo.empty() ? "" : Object(Choice(echo, {}, nullptr, Part::kDelta), "");
+    if (chat_) return Object(Choice("", {}, nullptr, Part::kOpening), nullptr);
+    return echo.empty() ? "" : Object(Choice(echo, {}, nullptr, Part::kDelta), nullptr);
   }
   // A stream chunk with these tokens (the last one carries `finish`).
   std::string Chunk(const std::string& text, const std::vector<TokenEvent>& tokens,
                     const FinishEvent* finish) const {
-    return Object(Choice(text, tokens, finish, Part::kDelta), "");
+    return Object(Choice(text, tokens, finish, Part::kDelta), nullptr);
   }
-  std::string UsageChunk(int generated) const { return Object("", Usage(generated), /*empty_choices=*/true); }
+  std::string UsageChunk(int generated) const {
+    const OrderedJson usage = Usage(generated);
+    return Object(nullptr, &usage);
+  }
   // The whole answer, not streamed.
   std::string Whole(const std::string& text, const std::vector<TokenEvent>& tokens,
                     const FinishEvent& finish) const {
-    return Object(Choice(text, tokens, &finish, Part::kWhole), Usage(finish.usage.generated_tokens));
+    const OrderedJson usage = Usage(finish.usage.generated_tokens);
+    return Object(Choice(text, tokens, &finish, Part::kWhole), &usage);
   }
 
  private:
@@ -98,88 +100,93 @@ class Answer {
   std::string TokenString(int32_t id) const {
     return tokenizer_ != nullptr ? tokenizer_->Decode({id}) : absl::StrCat("token_id:", id);
   }
-  std::string Bytes(int32_t id) const {
-    std::vector<std::string> b;
+  OrderedJson Bytes(int32_t id) const {
+    OrderedJson b = OrderedJson::array();
     if (tokenizer_ != nullptr) {
-      for (unsigned char c : tokenizer_->DecodeBytes({id})) b.push_back(absl::StrCat(c));
+      for (unsigned char c : tokenizer_->DecodeBytes({id})) b.push_back(int{c});
     }
-    return absl::StrCat("[", absl::StrJoin(b, ", "), "]");
+    return b;
   }
-  static std::string Number(float lp) { return absl::StrFormat("%.9g", lp); }
 
   // completions: {"tokens", "token_logprobs", "top_logprobs": [{token: lp}]};
   // chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-  std::string Logprobs(const std::vector<TokenEvent>& tokens) const {
-    if (!logprobs_) return "null";
+  OrderedJson Logprobs(const std::vector<TokenEvent>& tokens) const {
+    if (!logprobs_) return nullptr;
     if (chat_) {
-      std::vector<std::string> content;
+      OrderedJson content = OrderedJson::array();
       for (const TokenEvent& t : tokens) {
-        std::vector<std::string> tops;
+        OrderedJson tops = OrderedJson::array();
         for (const auto& [id, lp] : t.top_logprobs) {
-          tops.push_back(absl::StrCat("{\"token\": ", JsonQuote(TokenString(id)), ", \"logprob\": ",
-                                      Number(lp), ", \"bytes\": ", Bytes(id), "}"));
+          tops.push_back({{"token", TokenString(id)}, {"logprob", lp}, {"bytes", Bytes(id)}});
         }
-        content.push_back(absl::StrCat("{\"token\": ", JsonQuote(TokenString(t.token)),
-                                       ", \"logprob\": ", Number(t.logprob), ", \"bytes\": ",
-                                       Bytes(t.token), ", \"top_logprobs\": [",
-                                       absl::StrJoin(tops, ", "), "]}"));
+        content.push_back({{"token", TokenString(t.token)},
+                           {"logprob", t.logprob},
+                           {"bytes", Bytes(t.token)},
+                           {"top_logprobs", std::move(tops)}});
       }
-      return absl::StrCat("{\"content\": [", absl::StrJoin(content, ", "), "]}");
+      return {{"content", std::move(content)}};
     }
-    std::vector<std::string> strings, lps, tops;
+    OrderedJson strings = OrderedJson::array(), lps = OrderedJson::array(),
+                tops = OrderedJson::array();
     for (const TokenEvent& t : tokens) {
-      strings.push_back(JsonQuote(TokenString(t.token)));
-      lps.push_back(Number(t.logprob));
+      strings.push_back(TokenString(t.token));
+      lps.push_back(t.logprob);
       // An object: of alternatives that print alike (partial characters, say)
       // the most likely is kept, so no key repeats.
-      std::vector<std::string> top, seen;
+      OrderedJson top = OrderedJson::object();
       for (const auto& [id, lp] : t.top_logprobs) {
-        const std::string key = JsonQuote(TokenString(id));
-        if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
-        seen.push_back(key);
-        top.push_back(absl::StrCat(key, ": ", Number(lp)));
+        const std::string key = TokenString(id);
+        if (!top.contains(key)) top[key] = lp;
       }
-      tops.push_back(absl::StrCat("{", absl::StrJoin(top, ", "), "}"));
+      tops.push_back(std::move(top));
     }
-    return absl::StrCat("{\"tokens\": [", absl::StrJoin(strings, ", "), "], \"token_logprobs\": [",
-                        absl::StrJoin(lps, ", "), "], \"top_logprobs\": [", absl::StrJoin(tops, ", "),
-                        "]}");
+    return {{"tokens", std::move(strings)}, {"token_logprobs", std::move(lps)},
+            {"top_logprobs", std::move(tops)}};
   }
 
-  std::string Choice(const std::string& text, const std::vector<TokenEvent>& tokens,
+  OrderedJson Choice(const std::string& text, const std::vector<TokenEvent>& tokens,
                      const FinishEvent* finish, Part part) const {
-    std::vector<std::string> ids;
-    for (const TokenEvent& t : tokens) ids.push_back(absl::StrCat(t.token));
-    std::string body;
+    OrderedJson choice = {{"index", 0}};
     if (!chat_) {
-      body = absl::StrCat("\"text\": ", JsonQuote(text));
+      choice["text"] = text;
     } else if (part == Part::kWhole) {
-      body = absl::StrCat("\"message\": {\"role\": \"assistant\", \"content\": ", JsonQuote(text), "}");
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
     } else if (part == Part::kOpening) {
-      body = "\"delta\": {\"role\": \"assistant\", \"content\": \"\"}";
+      choice["delta"] = {{"role", "assistant"}, {"content", ""}};
     } else {
-      body = text.empty() ? "\"delta\": {}" : absl::StrCat("\"delta\": {\"content\": ", JsonQuote(text), "}");
+      choice["delta"] = text.empty() ? OrderedJson::object() : OrderedJson{{"content", text}};
     }
-    const std::string reason = finish == nullptr ? "null"
-                               : finish->reason == FinishReason::kLength ? "\"length\""
-                                                                          : "\"stop\"";
-    return absl::StrCat("{\"index\": 0, ", body, ", \"logprobs\": ",
-                        part == Part::kOpening ? "null" : Logprobs(tokens), ", \"finish_reason\": ",
-                        reason, ", \"token_ids\": [", absl::StrJoin(ids, ", "), "]}");
+    choice["logprobs"] = part == Part::kOpening ? OrderedJson(nullptr) : Logprobs(tokens);
+    choice["finish_reason"] = finish == nullptr ? OrderedJson(nullptr)
+                              : finish->reason == FinishReason::kLength ? OrderedJson("length")
+                                                                         : OrderedJson("stop");
+    OrderedJson ids = OrderedJson::array();
+    for (const TokenEvent& t : tokens) ids.push_back(t.token);
+    choice["token_ids"] = std::move(ids);
+    return choice;
   }
 
-  std::string Usage(int generated) const {
-    return absl::StrCat("{\"prompt_tokens\": ", prompt_tokens_, ", \"completion_tokens\": ",
-                        generated, ", \"total_tokens\": ", prompt_tokens_ + generated, "}");
+  OrderedJson Usage(int generated) const {
+    return {{"prompt_tokens", prompt_tokens_},
+            {"completion_tokens", generated},
+            {"total_tokens", prompt_tokens_ + generated}};
   }
 
-  std::string Object(const std::string& choice, const std::string& usage, bool empty_choices = false) const {
-    const char* object = !chat_ ? "text_completion" : usage.empty() || empty_choices ? "chat.completion.chunk"
-                                                                                     : "chat.completion";
-    return absl::StrCat("{\"id\": ", JsonQuote(id_), ", \"object\": \"", object, "\", \"created\": ",
-                        created_, ", \"model\": ", JsonQuote(model_), ", \"choices\": [",
-                        empty_choices ? "" : choice, "]",
-                        usage.empty() ? "" : absl::StrCat(", \"usage\": ", usage), "}");
+  // The object around one choice (none: a usage-only chunk), with usage
+  // when given.
+  std::string Object(OrderedJson choice, const OrderedJson* usage) const {
+    const char* object = !chat_ ? "text_completion"
+                         : usage == nullptr || choice.is_null() ? "chat.completion.chunk"
+                                                                : "chat.completion";
+    OrderedJson choices = OrderedJson::array();
+    if (!choice.is_null()) choices.push_back(std::move(choice));
+    OrderedJson out = {{"id", id_},
+                       {"object", object},
+                       {"created", created_},
+                       {"model", model_},
+                       {"choices", std::move(choices)}};
+    if (usage != nullptr) out["usage"] = *usage;
+    return JsonText(out);
   }
 
   const bool chat_;
@@ -201,14 +208,14 @@ void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
   if (parsed.echo && tokenizer == nullptr) {
     return Fail(res, absl::InvalidArgumentError("echo: the model has no tokenizer"));
   }
-  if (parsed.echo && parsed.request.return_logprobs()) {
+  if (parsed.echo && parsed.request.return_logprobs) {
     return Fail(res, absl::InvalidArgumentError(
                          "echo: is not supported with logprobs (prompt log-probabilities are not "
                          "computed)"));
   }
   auto sink = std::make_shared<CollectingSink>();
   auto submitted = SubmitRequest({engine, tokenizer, chat}, parsed.request, sink, [&](Request& r) {
-    if (is_chat && !parsed.request.stopping().has_max_new_tokens()) {
+    if (is_chat && !parsed.request.max_new_tokens.has_value()) {
       // As OpenAI's: a reply without max_tokens may fill the context (up to
       // the server's limit, and what the KV cache holds); a prompt that
       // fills it already is refused by the engine.
@@ -222,7 +229,7 @@ void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
   const std::string echo = parsed.echo ? tokenizer->Decode(submitted->prompt) : "";
   const RequestId request_id = submitted->id;
   auto answer = std::make_shared<Answer>(is_chat, absl::StrCat(is_chat ? "chatcmpl-" : "cmpl-", request_id),
-                                         model, tokenizer, parsed.request.return_logprobs(),
+                                         model, tokenizer, parsed.request.return_logprobs,
                                          prompt_tokens);
 
   if (!parsed.stream) {
@@ -321,19 +328,19 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
   http.Get("/health", [&engine](const httplib::Request&, httplib::Response& res) {
     const bool ok = engine.Accepting() && engine.FatalError().ok();
     res.status = ok ? 200 : 503;
-    res.set_content(ok ? "{\"status\": \"ok\"}" : "{\"status\": \"unavailable\"}",
-                    "application/json");
+    res.set_content(JsonText(OrderedJson{{"status", ok ? "ok" : "unavailable"}}), "application/json");
   });
   http.Get("/v1/models", [&engine, model_name, started, authorized](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!authorized(req, res)) return;
-    res.set_content(
-        absl::StrCat("{\"object\": \"list\", \"data\": [{\"id\": ", JsonQuote(model_name),
-                     ", \"object\": \"model\", \"created\": ", started,
-                     ", \"owned_by\": \"flover\", \"max_model_len\": ",
-                     engine.options().max_seq_len, ", \"vocab_size\": ",
-                     engine.model().info().vocab_size, "}]}"),
-        "application/json");
+    const OrderedJson model = {{"id", model_name},
+                               {"object", "model"},
+                               {"created", started},
+                               {"owned_by", "flover"},
+                               {"max_model_len", engine.options().max_seq_len},
+                               {"vocab_size", engine.model().info().vocab_size}};
+    res.set_content(JsonText(OrderedJson{{"object", "list"}, {"data", OrderedJson::array({model})}}),
+                    "application/json");
   });
   for (const bool is_chat : {false, true}) {
     http.Post(is_chat ? "/v1/chat/completions" : "/v1/completions",

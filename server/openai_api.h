@@ -1,9 +1,10 @@
 // The OpenAI-compatible HTTP API over the same engine as the gRPC one:
 // POST /v1/completions and /v1/chat/completions (streamed as server-sent
 // events or not), GET /v1/models, GET /health; any other path is a 404 in
-// OpenAI's error shape. Bodies are parsed into the gRPC API's
-// GenerateRequest (openai_request) and converted by request_convert, so
-// both front ends accept and refuse the same things; errors come back in
+// OpenAI's error shape. Bodies are read with nlohmann-json into a
+// ClientRequest (openai_request), as gRPC's GenerateRequest is, and
+// converted by request_convert, so both front ends accept and refuse the
+// same things; answers are written as JSON values, and errors come back in
 // OpenAI's JSON error shape with the matching HTTP status.
 #ifndef FLOVER_SERVER_OPENAI_API_H_
 #define FLOVER_SERVER_OPENAI_API_H_

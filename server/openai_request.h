@@ -1,6 +1,7 @@
-// OpenAI request bodies (/v1/completions, /v1/chat/completions) parsed into
-// the gRPC API's GenerateRequest, so both front ends accept and refuse the
-// same things through one conversion (request_convert). Fields the server
+// OpenAI request bodies (/v1/completions, /v1/chat/completions), read with
+// nlohmann-json (server/json_body) into a ClientRequest, so both front ends
+// accept and refuse the same things through one conversion
+// (request_convert). Fields the server
 // cannot do as asked are refused naming the field (as the API spells it);
 // an OpenAI-shaped error body comes from OpenAiErrorBody.
 #ifndef FLOVER_SERVER_OPENAI_REQUEST_H_
@@ -11,13 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/flover.pb.h"
+#include "server/request_convert.h"
 
 namespace flover::server {
 
 // A parsed body.
 struct OpenAiRequest {
-  v1::GenerateRequest request;  // text / token_ids (completions) or messages (chat)
+  ClientRequest request;  // text / token_ids (completions) or messages (chat)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "server/json_body.h"
 #include "server/status_util.h"
 #include "util/field_error.h"
 
@@ -14,6 +15,9 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kModel[] = "builtin:tiny";
+
+// The "error" object of an OpenAI error body, parsed.
+Json Error(const absl::Status& status) { return Json::parse(OpenAiErrorBody(status))["error"]; }
 
 std::string ErrorOf(const std::string& body) {
   auto r = ParseCompletionRequest(body, kModel);
@@ -30,17 +34,17 @@ TEST(OpenAiApiTest, ParsesEveryField) {
           "presence_penalty": 0, "logit_bias": {}, "suffix": "", "user": "someone"})",
       kModel);
   ASSERT_TRUE(r.ok()) << r.status();
-  const v1::GenerateRequest& g = r->request;
-  EXPECT_EQ(g.text(), "Hello");
-  EXPECT_EQ(g.stopping().max_new_tokens(), 7u);
-  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
-  EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);
-  EXPECT_EQ(g.sampling().top_k(), 5);
-  EXPECT_EQ(g.sampling().seed(), 42u);
-  EXPECT_FLOAT_EQ(g.sampling().repetition_penalty(), 1.1f);
-  EXPECT_THAT(g.stopping().stop_strings(), ::testing::ElementsAre("a", "bc"));
-  EXPECT_TRUE(g.stopping().ignore_eos());
-  EXPECT_TRUE(g.return_logprobs());
+  const ClientRequest& g = r->request;
+  EXPECT_EQ(g.text, "Hello");
+  EXPECT_EQ(g.max_new_tokens, 7u);
+  EXPECT_FLOAT_EQ(*g.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(*g.top_p, 0.9f);
+  EXPECT_EQ(g.top_k, 5);
+  EXPECT_EQ(g.seed, 42u);
+  EXPECT_FLOAT_EQ(*g.repetition_penalty, 1.1f);
+  EXPECT_THAT(g.stop_strings, ::testing::ElementsAre("a", "bc"));
+  EXPECT_TRUE(g.ignore_eos);
+  EXPECT_TRUE(g.return_logprobs);
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
   EXPECT_FALSE(r->echo);
@@ -49,10 +53,10 @@ TEST(OpenAiApiTest, ParsesEveryField) {
 TEST(OpenAiApiTest, DefaultsAreLeftToTheSharedConversion) {
   auto r = ParseCompletionRequest(R"({"prompt": "x"})", kModel);
   ASSERT_TRUE(r.ok());
-  EXPECT_FALSE(r->request.stopping().has_max_new_tokens());  // 16, as on gRPC
-  EXPECT_FALSE(r->request.sampling().has_temperature());
-  EXPECT_FALSE(r->request.sampling().has_seed());
-  EXPECT_FALSE(r->request.return_logprobs());
+  EXPECT_FALSE(r->request.max_new_tokens.has_value());  // 16, as on gRPC
+  EXPECT_FALSE(r->request.temperature.has_value());
+  EXPECT_FALSE(r->request.seed.has_value());
+  EXPECT_FALSE(r->request.return_logprobs);
   EXPECT_FALSE(r->stream);
 }
 
@@ -60,17 +64,17 @@ TEST(OpenAiApiTest, PromptForms) {
   for (const char* body : {R"({"prompt": [5, 6, 7]})", R"({"prompt": [[5, 6, 7]]})"}) {
     auto r = ParseCompletionRequest(body, kModel);
     ASSERT_TRUE(r.ok()) << body << ": " << r.status();
-    EXPECT_THAT(r->request.token_ids().ids(), ::testing::ElementsAre(5, 6, 7)) << body;
+    EXPECT_THAT(r->request.token_ids, ::testing::ElementsAre(5, 6, 7)) << body;
   }
   auto one = ParseCompletionRequest(R"({"prompt": ["only one"]})", kModel);
   ASSERT_TRUE(one.ok());
-  EXPECT_EQ(one->request.text(), "only one");
+  EXPECT_EQ(one->request.text, "only one");
   auto stop = ParseCompletionRequest(R"({"prompt": "x", "stop": "end"})", kModel);
   ASSERT_TRUE(stop.ok());
-  EXPECT_THAT(stop->request.stopping().stop_strings(), ::testing::ElementsAre("end"));
+  EXPECT_THAT(stop->request.stop_strings, ::testing::ElementsAre("end"));
   auto no_limit = ParseCompletionRequest(R"({"prompt": "x", "top_k": -1})", kModel);
   ASSERT_TRUE(no_limit.ok());
-  EXPECT_EQ(no_limit->request.sampling().top_k(), 0);
+  EXPECT_EQ(no_limit->request.top_k, 0);
 }
 
 TEST(OpenAiApiTest, RefusalsNameTheField) {
@@ -113,18 +117,18 @@ TEST(OpenAiApiTest, ChatMessagesAndTheirFields) {
           "response_format": {"type": "text"}, "seed": 5})",
       kModel);
   ASSERT_TRUE(r.ok()) << r.status();
-  const v1::Messages& m = r->request.messages();
-  ASSERT_EQ(m.messages_size(), 3);
-  EXPECT_EQ(m.messages(1).role(), "user");
-  EXPECT_EQ(m.messages(1).content(), "Hi\nthere");  // text parts, joined
-  EXPECT_EQ(r->request.stopping().max_new_tokens(), 9);
-  EXPECT_TRUE(r->request.return_logprobs());
-  EXPECT_EQ(r->request.top_logprobs(), 3u);
+  const std::vector<ChatMessage>& m = r->request.messages;
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[1].role, "user");
+  EXPECT_EQ(m[1].content, "Hi\nthere");  // text parts, joined
+  EXPECT_EQ(r->request.max_new_tokens, 9u);
+  EXPECT_TRUE(r->request.return_logprobs);
+  EXPECT_EQ(r->request.top_logprobs, 3u);
   EXPECT_TRUE(r->stream && r->include_usage);
   // max_tokens, the older name, works too.
   auto old = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})", kModel);
   ASSERT_TRUE(old.ok());
-  EXPECT_EQ(old->request.stopping().max_new_tokens(), 4);
+  EXPECT_EQ(old->request.max_new_tokens, 4u);
 }
 
 TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
@@ -162,30 +166,33 @@ TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
                            .status()),
             "stream_options.include_usage");
   // Errors on a message name its place as the error's param.
-  EXPECT_THAT(OpenAiErrorBody(FieldError("messages[2].role", "'tool' is not supported")),
-              HasSubstr("\"param\": \"messages[2].role\""));
+  EXPECT_EQ(Error(FieldError("messages[2].role", "'tool' is not supported"))["param"],
+            "messages[2].role");
 }
 
 TEST(OpenAiApiTest, ErrorsTakeOpenAisShapeAndTheApisFieldNames) {
   const absl::Status engine_error =
       FieldError("max_new_tokens", "prompt (5 tokens) + max_new_tokens (9) exceeds max_seq_len (8)");
   EXPECT_EQ(HttpStatusOf(engine_error), 400);
-  EXPECT_EQ(OpenAiErrorBody(engine_error),
-            "{\"error\": {\"message\": \"max_tokens: prompt (5 tokens) + max_tokens (9) exceeds "
-            "max_seq_len (8)\", \"type\": \"invalid_request_error\", \"param\": \"max_tokens\", "
-            "\"code\": \"invalid_argument\"}}");
-  EXPECT_THAT(OpenAiErrorBody(FieldError("text", "the model has no tokenizer")),
-              HasSubstr("\"message\": \"prompt: the model has no tokenizer\", \"type\": "
-                        "\"invalid_request_error\", \"param\": \"prompt\""));
-  EXPECT_THAT(OpenAiErrorBody(FieldError("stop_strings", "must not be empty")),
-              HasSubstr("\"param\": \"stop\""));
+  EXPECT_EQ(Json::parse(OpenAiErrorBody(engine_error)),
+            Json::parse(R"json({"error": {"message": "max_tokens: prompt (5 tokens) + max_tokens (9) )json"
+                        R"json(exceeds max_seq_len (8)", "type": "invalid_request_error", )json"
+                        R"json("param": "max_tokens", "code": "invalid_argument"}})json"));
+  const Json no_tokenizer = Error(FieldError("text", "the model has no tokenizer"));
+  EXPECT_EQ(no_tokenizer["message"], "prompt: the model has no tokenizer");
+  EXPECT_EQ(no_tokenizer["type"], "invalid_request_error");
+  EXPECT_EQ(no_tokenizer["param"], "prompt");
+  EXPECT_EQ(Error(FieldError("stop_strings", "must not be empty"))["param"], "stop");
   // The param comes from the error, not from its text.
-  EXPECT_THAT(OpenAiErrorBody(absl::InvalidArgumentError("top_p: looks like a field")),
-              HasSubstr("\"param\": null"));
-  EXPECT_THAT(OpenAiErrorBody(FieldError("top_p", "must be in (0, 1], got 0")),
-              HasSubstr("\"param\": \"top_p\""));
-  EXPECT_THAT(OpenAiErrorBody(absl::ResourceExhaustedError("the queue is full")),
-              HasSubstr("\"type\": \"rate_limit_error\", \"param\": null"));
+  EXPECT_TRUE(Error(absl::InvalidArgumentError("top_p: looks like a field"))["param"].is_null());
+  EXPECT_EQ(Error(FieldError("top_p", "must be in (0, 1], got 0"))["param"], "top_p");
+  const Json full = Error(absl::ResourceExhaustedError("the queue is full"));
+  EXPECT_EQ(full["type"], "rate_limit_error");
+  EXPECT_TRUE(full["param"].is_null());
+  // Bytes that are not UTF-8 (a client's own string echoed back) still make
+  // valid JSON.
+  const Json odd = Error(FieldError("messages[0].role", "'\xff\xfe' is not supported"));
+  EXPECT_EQ(odd["message"], "messages[0].role: '\xEF\xBF\xBD\xEF\xBF\xBD' is not supported");
   EXPECT_EQ(HttpStatusOf(absl::ResourceExhaustedError("")), 429);
   EXPECT_EQ(HttpStatusOf(absl::UnavailableError("")), 503);
   EXPECT_EQ(HttpStatusOf(absl::UnauthenticatedError("")), 401);

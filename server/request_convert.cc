@@ -8,25 +8,24 @@ namespace flover::server {
 
 namespace {
 
-constexpr int kMaxMessages = 4096;
+constexpr size_t kMaxMessages = 4096;
 
-absl::Status Messages(const v1::Messages& in, const ChatSupport* support, Request* r) {
+absl::Status Messages(const std::vector<ChatMessage>& messages, const ChatSupport* support,
+                      Request* r) {
   if (support == nullptr || support->format == nullptr) {
     return support != nullptr ? support->unavailable : ChatSupport().unavailable;
   }
   const ChatFormat* chat = support->format.get();
-  if (in.messages_size() == 0) return FieldError("messages", "is empty");
-  if (in.messages_size() > kMaxMessages) {
-    return FieldError("messages", absl::StrCat("at most ", kMaxMessages, ", got ", in.messages_size()));
+  if (messages.empty()) return FieldError("messages", "is empty");
+  if (messages.size() > kMaxMessages) {
+    return FieldError("messages", absl::StrCat("at most ", kMaxMessages, ", got ", messages.size()));
   }
-  std::vector<ChatMessage> messages;
-  for (int i = 0; i < in.messages_size(); ++i) {
-    const v1::ChatMessage& m = in.messages(i);
-    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant") {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant") {
       return FieldError(absl::StrCat("messages[", i, "].role"),
-                        absl::StrCat("'", m.role(), "' is not supported (system, user, assistant)"));
+                        absl::StrCat("'", role, "' is not supported (system, user, assistant)"));
     }
-    messages.push_back({m.role(), m.content()});
   }
   auto ids = chat->Tokenize(messages);
   // A template's own error (roles that must alternate, say), or past a
@@ -39,29 +38,72 @@ absl::Status Messages(const v1::Messages& in, const ChatSupport* support, Reques
 
 }  // namespace
 
+ClientRequest FromProto(const v1::GenerateRequest& in) {
+  ClientRequest r;
+  r.request_id = in.request_id();
+  switch (in.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      r.prompt = ClientRequest::Prompt::kText;
+      r.text = in.text();
+      break;
+    case v1::GenerateRequest::kTokenIds:
+      r.prompt = ClientRequest::Prompt::kTokenIds;
+      r.token_ids.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::kMessages:
+      r.prompt = ClientRequest::Prompt::kMessages;
+      for (const v1::ChatMessage& m : in.messages().messages()) {
+        r.messages.push_back({m.role(), m.content()});
+      }
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  const v1::Sampling& s = in.sampling();
+  if (s.has_temperature()) r.temperature = s.temperature();
+  r.top_k = s.top_k();
+  if (s.has_top_p()) r.top_p = s.top_p();
+  if (s.has_repetition_penalty()) r.repetition_penalty = s.repetition_penalty();
+  if (s.has_seed()) r.seed = s.seed();
+  const v1::Stopping& stop = in.stopping();
+  if (stop.has_max_new_tokens()) r.max_new_tokens = stop.max_new_tokens();
+  r.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
+  r.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
+  r.ignore_eos = stop.ignore_eos();
+  r.return_logprobs = in.return_logprobs();
+  r.top_logprobs = in.top_logprobs();
+  return r;
+}
+
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
                                         const Tokenizer* tokenizer, const ChatSupport* chat,
                                         int vocab_size, uint64_t random_seed) {
+  return ToEngineRequest(FromProto(in), tokenizer, chat, vocab_size, random_seed);
+}
+
+absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const Tokenizer* tokenizer,
+                                        const ChatSupport* chat, int vocab_size,
+                                        uint64_t random_seed) {
   Request r;
   // Echoed in every response message: a long one would be sent back once
   // per streamed message.
-  if (in.request_id().size() > kMaxRequestIdBytes) {
+  if (in.request_id.size() > kMaxRequestIdBytes) {
     return FieldError("request_id", absl::StrCat("at most ", kMaxRequestIdBytes, " bytes, got ",
-                                                 in.request_id().size()));
+                                                 in.request_id.size()));
   }
-  switch (in.prompt_case()) {
-    case v1::GenerateRequest::kText: {
+  switch (in.prompt) {
+    case ClientRequest::Prompt::kText: {
       if (tokenizer == nullptr) {
         return FieldError("text", "the model has no tokenizer; send the prompt as token_ids");
       }
-      auto ids = tokenizer->Encode(in.text());
+      auto ids = tokenizer->Encode(in.text);
       if (!ids.ok()) return FieldError("text", ids.status().message());
       r.prompt = std::move(*ids);
       break;
     }
-    case v1::GenerateRequest::kTokenIds:
-      for (int i = 0; i < in.token_ids().ids_size(); ++i) {
-        const uint32_t id = in.token_ids().ids(i);
+    case ClientRequest::Prompt::kTokenIds:
+      for (size_t i = 0; i < in.token_ids.size(); ++i) {
+        const uint32_t id = in.token_ids[i];
         if (id >= static_cast<uint32_t>(vocab_size)) {
           return FieldError("token_ids", absl::StrCat("id ", id, " at index ", i,
                                                       " is outside the vocabulary (", vocab_size, ")"));
@@ -69,40 +111,38 @@ absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
         r.prompt.push_back(static_cast<int32_t>(id));
       }
       break;
-    case v1::GenerateRequest::kMessages:
-      if (absl::Status st = Messages(in.messages(), chat, &r); !st.ok()) return st;
+    case ClientRequest::Prompt::kMessages:
+      if (absl::Status st = Messages(in.messages, chat, &r); !st.ok()) return st;
       break;
-    case v1::GenerateRequest::PROMPT_NOT_SET:
+    case ClientRequest::Prompt::kNone:
       break;
   }
   if (r.prompt.empty()) return FieldError("prompt", "is empty");
 
-  const v1::Sampling& s = in.sampling();
-  r.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
-  r.sampling.top_k = s.top_k();
-  r.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
-  r.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
-  r.sampling.seed = s.has_seed() ? s.seed() : random_seed;
+  r.sampling.temperature = in.temperature.value_or(1.0f);
+  r.sampling.top_k = in.top_k;
+  r.sampling.top_p = in.top_p.value_or(1.0f);
+  r.sampling.repetition_penalty = in.repetition_penalty.value_or(1.0f);
+  r.sampling.seed = in.seed.value_or(random_seed);
 
-  const v1::Stopping& stop = in.stopping();
-  r.stop.max_new_tokens = stop.has_max_new_tokens() ? stop.max_new_tokens() : kDefaultMaxNewTokens;
-  for (uint32_t id : stop.stop_token_ids()) {
+  r.stop.max_new_tokens = static_cast<int>(in.max_new_tokens.value_or(kDefaultMaxNewTokens));
+  for (uint32_t id : in.stop_token_ids) {
     if (id >= static_cast<uint32_t>(vocab_size)) {
       return FieldError("stop_token_ids",
                         absl::StrCat(id, " is outside the vocabulary (", vocab_size, ")"));
     }
     r.stop.stop_token_ids.push_back(static_cast<int32_t>(id));
   }
-  r.stop.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
-  r.stop.ignore_eos = stop.ignore_eos();
-  r.return_logprobs = in.return_logprobs();
-  if (in.top_logprobs() > 0 && !in.return_logprobs()) {
+  r.stop.stop_strings = in.stop_strings;
+  r.stop.ignore_eos = in.ignore_eos;
+  r.return_logprobs = in.return_logprobs;
+  if (in.top_logprobs > 0 && !in.return_logprobs) {
     return FieldError("top_logprobs", "needs return_logprobs");
   }
-  if (in.top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
-    return FieldError("top_logprobs", absl::StrCat("at most ", kMaxTopLogprobs, ", got ", in.top_logprobs()));
+  if (in.top_logprobs > static_cast<uint32_t>(kMaxTopLogprobs)) {
+    return FieldError("top_logprobs", absl::StrCat("at most ", kMaxTopLogprobs, ", got ", in.top_logprobs));
   }
-  r.top_logprobs = static_cast<int>(in.top_logprobs());
+  r.top_logprobs = static_cast<int>(in.top_logprobs);
   return r;
 }
 

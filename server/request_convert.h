@@ -7,7 +7,11 @@
 #ifndef FLOVER_SERVER_REQUEST_CONVERT_H_
 #define FLOVER_SERVER_REQUEST_CONVERT_H_
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "chat/chat_format.h"
@@ -42,8 +46,35 @@ absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& 
 
 constexpr size_t kMaxRequestIdBytes = 256;
 
+// A request as a front end read it, before the model's tokenizer and chat
+// template see it: the prompt as the client gave it, and the fields it set
+// (an unset optional gets the shared default). gRPC's GenerateRequest
+// (FromProto) and an OpenAI body (openai_request) both become one, so both
+// front ends tokenize, render chats, default and refuse alike.
+struct ClientRequest {
+  std::string request_id;
+  enum class Prompt { kNone, kText, kTokenIds, kMessages } prompt = Prompt::kNone;
+  std::string text;
+  std::vector<uint32_t> token_ids;
+  std::vector<ChatMessage> messages;  // roles checked in the conversion
+  std::optional<float> temperature, top_p, repetition_penalty;
+  int32_t top_k = 0;  // 0: no limit
+  std::optional<uint64_t> seed;
+  std::optional<uint32_t> max_new_tokens;
+  std::vector<uint32_t> stop_token_ids;
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;
+  bool return_logprobs = false;
+  uint32_t top_logprobs = 0;
+};
+
+ClientRequest FromProto(const v1::GenerateRequest& request);
+
 // `random_seed` is used when the request sets no seed. `chat` (may be null:
 // no chat support) formats `messages`.
+absl::StatusOr<Request> ToEngineRequest(const ClientRequest& request, const Tokenizer* tokenizer,
+                                        const ChatSupport* chat, int vocab_size,
+                                        uint64_t random_seed);
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& request,
                                         const Tokenizer* tokenizer, const ChatSupport* chat,
                                         int vocab_size, uint64_t random_seed);

@@ -5,7 +5,7 @@
 namespace flover::server {
 
 absl::StatusOr<SubmittedRequest> SubmitRequest(const ServingContext& serving,
-                                               const v1::GenerateRequest& request,
+                                               const ClientRequest& request,
                                                std::shared_ptr<TokenSink> sink,
                                                const std::function<void(Request&)>& adjust) {
   Engine& engine = serving.engine;

@@ -35,7 +35,7 @@ struct SubmittedRequest {
 // call's deadline; chat's default length), and submits it with `sink`. A
 // conversion error is counted here, as the engine counts its own refusals.
 absl::StatusOr<SubmittedRequest> SubmitRequest(const ServingContext& serving,
-                                               const v1::GenerateRequest& request,
+                                               const ClientRequest& request,
                                                std::shared_ptr<TokenSink> sink,
                                                const std::function<void(Request&)>& adjust = {});
 

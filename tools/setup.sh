@@ -9,7 +9,7 @@ PACKAGES=(
   bazel-bootstrap g++ default-jdk-headless
   # libraries (system packages, wrapped in //third_party/system)
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
-  libdnnl-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev
+  libdnnl-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests and tools
   python3 python3-grpcio python3-protobuf python3-pip python3-venv curl

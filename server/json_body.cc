@@ -1,0 +1,86 @@
+#include "server/json_body.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "util/field_error.h"
+
+namespace flover::server {
+
+absl::StatusOr<Json> ParseJsonObjectBody(absl::string_view text, absl::string_view what) {
+  bool too_deep = false;
+  // Deeper than the limit: the value is dropped as it is read (nothing deep
+  // is ever built), and the body refused.
+  const Json::parser_callback_t limit = [&too_deep](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  Json parsed;
+  try {
+    parsed = Json::parse(text.begin(), text.end(), limit);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": not a valid JSON object: ", e.what()));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": nested deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (!parsed.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": not a valid JSON object"));
+  }
+  return parsed;
+}
+
+const Json* JsonField(const Json& obj, absl::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(std::string(key));
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<int64_t> JsonInteger(const Json& v, absl::string_view field, int64_t min,
+                                    int64_t max, absl::string_view message) {
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    const int64_t i = v.get<int64_t>();
+    if (i >= min && i <= max) return i;
+  } else if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (max >= 0 && u <= static_cast<uint64_t>(max) && static_cast<int64_t>(u) >= min) {
+      return static_cast<int64_t>(u);
+    }
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    // Doubles hold integers exactly up to 2^53, far past any bound used here.
+    if (d >= static_cast<double>(min) && d <= static_cast<double>(max) && d == std::floor(d)) {
+      return static_cast<int64_t>(d);
+    }
+  }
+  return FieldError(field, message);
+}
+
+absl::StatusOr<double> JsonNumber(const Json& v, absl::string_view field,
+                                  absl::string_view message) {
+  if (!v.is_number()) return FieldError(field, message);
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) return FieldError(field, message);
+  return d;
+}
+
+absl::StatusOr<bool> JsonBool(const Json& obj, absl::string_view key, bool dflt,
+                              absl::string_view field) {
+  const Json* v = JsonField(obj, key);
+  if (v == nullptr) return dflt;
+  if (!v->is_boolean()) return FieldError(field, "must be true or false");
+  return v->get<bool>();
+}
+
+std::string JsonText(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string JsonText(const OrderedJson& value) {
+  return value.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+}  // namespace flover::server

@@ -1,0 +1,50 @@
+// Request bodies of the HTTP API as nlohmann::json values: parsing untrusted
+// text into an object (a Status, never an exception, with the byte where it
+// broke and a nesting limit), and typed reads of its fields that refuse a
+// wrong kind or range naming the field (util/field_error.h).
+#ifndef FLOVER_SERVER_JSON_BODY_H_
+#define FLOVER_SERVER_JSON_BODY_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace flover::server {
+
+using Json = nlohmann::json;
+// Objects that keep their keys in the order they were set: response bodies.
+using OrderedJson = nlohmann::ordered_json;
+
+// The deepest nesting a body may have.
+inline constexpr int kMaxJsonDepth = 64;
+
+// `what` names the document in errors ("request body").
+absl::StatusOr<Json> ParseJsonObjectBody(absl::string_view text, absl::string_view what);
+
+// obj[key] when present and not null, else null.
+const Json* JsonField(const Json& obj, absl::string_view key);
+
+// An integer in [min, max]: a JSON integer, or a number with no fraction
+// (2.0). InvalidArgument "<field>: <message>" otherwise.
+absl::StatusOr<int64_t> JsonInteger(const Json& v, absl::string_view field, int64_t min,
+                                    int64_t max, absl::string_view message);
+// A finite number.
+absl::StatusOr<double> JsonNumber(const Json& v, absl::string_view field,
+                                  absl::string_view message);
+// obj[key] as a boolean; `dflt` when absent or null.
+absl::StatusOr<bool> JsonBool(const Json& obj, absl::string_view key, bool dflt,
+                              absl::string_view field);
+
+// A value as compact JSON text; bytes that are not UTF-8 (a token's partial
+// character, a client's malformed string echoed in an error) become U+FFFD,
+// so the text is always valid JSON.
+std::string JsonText(const Json& value);
+std::string JsonText(const OrderedJson& value);
+
+}  // namespace flover::server
+
+#endif  // FLOVER_SERVER_JSON_BODY_H_
