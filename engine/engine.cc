@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/logits_processors.h"
 #include "engine/sequence_observer.h"
 #include "engine/text_output.h"
 #include "engine/tp_worker.h"
@@ -51,13 +52,35 @@ struct Engine::Sequence {
   std::vector<int32_t> blocks;  // its KV blocks, in order of position
   std::vector<uint64_t> block_keys;  // prefix-cache keys of its full computed blocks
   int generated = 0;
+  // Its place in request.constraint (null without one): the sampler's mask
+  // reads it, an observer advances it.
+  std::unique_ptr<ConstraintState> constraint;
   // Told about every emitted token and the finish, in order: the text and
-  // its stop strings (with a tokenizer).
+  // its stop strings (with a tokenizer), the constraint.
   std::vector<std::unique_ptr<SequenceObserver>> observers;
   bool finished = false;
 };
 
 namespace {
+
+// Advances a sequence's constraint with each token it emits, and ends the
+// sequence (stop) once the constraint admits nothing more.
+class ConstraintObserver final : public SequenceObserver {
+ public:
+  explicit ConstraintObserver(ConstraintState* state) : state_(state) {}
+  std::optional<FinishReason> OnToken(int32_t token, bool end_of_sequence, TokenEvent&) override {
+    if (end_of_sequence) return std::nullopt;
+    // The mask allowed only what the state accepts; a refusal would mean a
+    // constraint that contradicts itself, and ends the output where it is.
+    if (!state_->Accept(token).ok()) return FinishReason::kStop;
+    if (!state_->CanContinue()) return FinishReason::kStop;
+    return std::nullopt;
+  }
+  void OnFinish(FinishEvent&) override {}
+
+ private:
+  ConstraintState* state_;
+};
 
 // The step set-up every rank derives from the engine's options (rank 0 in
 // Engine::Create, the others in RunEngineWorker), so they cannot differ: the
@@ -158,6 +181,10 @@ absl::Status Engine::Validate(const Request& r) const {
         num_kv_blocks_, num_kv_blocks_ * kv_bytes_per_block_ / 1048576.0));
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
+  if (r.constraint != nullptr && r.constraint->vocab_size() != model_.info().vocab_size) {
+    return bad("constraint", "compiled for a vocabulary of ", r.constraint->vocab_size(),
+               " tokens; the model has ", model_.info().vocab_size);
+  }
   if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
     return bad("top_logprobs", "must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs);
   }
@@ -221,6 +248,18 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
   if (tokenizer_ != nullptr) {
     seq->observers.push_back(std::make_unique<TextOutput>(tokenizer_->NewTextStream(),
                                                           seq->request.stop.stop_strings));
+  }
+  if (seq->request.constraint != nullptr) {
+    const StopConditions& stop = seq->request.stop;
+    std::vector<int32_t> end_ids;  // what ends the sequence as EOS does
+    if (!stop.ignore_eos) {
+      end_ids = model_.info().eos_token_ids;
+      end_ids.insert(end_ids.end(), stop.end_of_turn_ids.begin(), stop.end_of_turn_ids.end());
+    }
+    seq->constraint = seq->request.constraint->Start();
+    seq->sampler.AddProcessor(std::make_unique<ConstraintMask>(seq->constraint.get(), std::move(end_ids)),
+                              /*masks=*/true);
+    seq->observers.push_back(std::make_unique<ConstraintObserver>(seq->constraint.get()));
   }
   incoming_.push_back(std::move(seq));
   live_ids_.insert(id);

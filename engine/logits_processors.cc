@@ -1,6 +1,8 @@
 #include "engine/logits_processors.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <functional>
 #include <numeric>
 
@@ -19,6 +21,43 @@ void RepetitionPenalty::Process(absl::Span<float> logits, absl::Span<const int32
     float& l = logits[t];
     l = l < 0 ? l * penalty_ : l / penalty_;
   }
+}
+
+void ConstraintMask::Process(absl::Span<float> logits, absl::Span<const int32_t>) {
+  const int V = static_cast<int>(logits.size());
+  saved_.clear();
+  for (int32_t e : end_ids_) saved_.push_back(e >= 0 && e < V ? logits[e] : 0.0f);
+  state_->AllowedNext(&words_);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (int t = 0; t < V; ++t) {
+    if (t / 32 < static_cast<int>(words_.size()) && ((words_[t / 32] >> (t % 32)) & 1)) {
+      any = true;
+    } else {
+      logits[t] = kMasked;
+    }
+  }
+  const bool end_allowed = state_->Complete() || !any;
+  for (size_t i = 0; i < end_ids_.size(); ++i) {
+    const int32_t e = end_ids_[i];
+    if (e >= 0 && e < V) logits[e] = end_allowed ? saved_[i] : kMasked;
+  }
+}
+
+void FiniteOnly::Narrow(Candidates& c) const {
+  const absl::Span<const float> logits = c.logits();
+  std::vector<int32_t>& ids = c.ids();
+  ids.clear();
+  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) {
+    if (std::isfinite(logits[i])) ids.push_back(i);
+  }
+  if (ids.empty()) {
+    c.ListWhole();
+    return;
+  }
+  std::vector<float>& probs = c.probs();
+  for (int32_t id : ids) probs[id] = c.weights().Of(logits[id]);
+  c.SetListed();
 }
 
 float Candidates::Weights::Of(float logit) const {

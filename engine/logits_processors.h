@@ -1,10 +1,12 @@
 // The stages a sampler runs, in order, to turn one row of logits into the
 // set of tokens a draw picks from:
 //
-//   LogitsProcessor (edits the logits: the repetition penalty; later the
-//   presence / frequency penalties, a logit bias, a constraint's mask)
+//   LogitsProcessor (edits the logits: the repetition penalty, a
+//   constraint's mask; later the presence / frequency penalties, a logit
+//   bias)
 //   -> temperature (exp((logit - max) / t): unnormalized probabilities)
-//   -> CandidateFilter (narrows the candidates: top-k, then top-p)
+//   -> CandidateFilter (narrows the candidates: the unmasked tokens, top-k,
+//   then top-p)
 //   -> the draw.
 //
 // Greedy requests run the processors and take the best token. Each stage
@@ -15,9 +17,11 @@
 #define FLOVER_ENGINE_LOGITS_PROCESSORS_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "engine/constraint.h"
 
 namespace flover {
 
@@ -40,6 +44,24 @@ class RepetitionPenalty final : public LogitsProcessor {
  private:
   float penalty_;
   std::vector<bool> seen_;  // scratch, reused across steps
+};
+
+// A constraint's mask (engine/constraint.h): tokens the sequence's state
+// does not allow next become -infinity, and so do its end-of-sequence
+// tokens unless the output is complete. If nothing at all would remain
+// (not expected: constraints avoid dead ends) the end-of-sequence tokens
+// keep their logits, so the sequence can end.
+class ConstraintMask final : public LogitsProcessor {
+ public:
+  ConstraintMask(ConstraintState* state, std::vector<int32_t> end_ids)
+      : state_(state), end_ids_(std::move(end_ids)) {}
+  void Process(absl::Span<float> logits, absl::Span<const int32_t> history) override;
+
+ private:
+  ConstraintState* state_;  // the sequence's, which outlives this
+  std::vector<int32_t> end_ids_;
+  std::vector<uint32_t> words_;  // scratch: the allowed bits
+  std::vector<float> saved_;     // scratch: the end ids' logits
 };
 
 // The tokens a draw may still pick, with their unnormalized probabilities.
@@ -92,6 +114,14 @@ class CandidateFilter {
  public:
   virtual ~CandidateFilter() = default;
   virtual void Narrow(Candidates& c) const = 0;
+};
+
+// The tokens with finite logits (those a mask left), in id order: first
+// when a processor masks, so a masked token is never drawn however small
+// its weight would round to. Keeps the whole vocabulary if none is finite.
+class FiniteOnly final : public CandidateFilter {
+ public:
+  void Narrow(Candidates& c) const override;
 };
 
 // The k most likely, ties to the lower id, listed in id order. k at least

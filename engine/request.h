@@ -3,6 +3,7 @@
 #define FLOVER_ENGINE_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 
@@ -43,6 +45,9 @@ struct Request {
   // With return_logprobs: this many most likely tokens of each step's
   // distribution too (0 to kMaxTopLogprobs).
   int top_logprobs = 0;
+  // What the output must be (engine/constraint.h), or null. Logprobs are
+  // then those of the masked distribution.
+  std::shared_ptr<const CompiledConstraint> constraint;
 };
 
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError };

@@ -91,6 +91,14 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   if (params.top_p < 1.0f) filters_.push_back(std::make_unique<TopP>(params.top_p));
 }
 
+void Sampler::AddProcessor(std::unique_ptr<LogitsProcessor> processor, bool masks) {
+  processors_.push_back(std::move(processor));
+  if (masks && !masking_) {
+    masking_ = true;
+    filters_.insert(filters_.begin(), std::make_unique<FiniteOnly>());
+  }
+}
+
 int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
                         float* logprob, int n_top, std::vector<std::pair<int32_t, float>>* top) {
   if (top == nullptr) n_top = 0;
@@ -126,6 +134,10 @@ int32_t Sampler::PickGreedy(absl::Span<const float> logits, float* logprob, int 
     TopOf(logits, {}, n_top, [&](int32_t i) {
       return static_cast<float>(double{logits[i]} - logits[best] - log_sum);
     }, top);
+    // Masked tokens are not alternatives.
+    top->erase(std::remove_if(top->begin(), top->end(),
+                              [](const auto& t) { return std::isinf(t.second); }),
+               top->end());
   }
   return best;
 }

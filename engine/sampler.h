@@ -57,6 +57,11 @@ class Sampler {
                  float* logprob = nullptr, int n_top = 0,
                  std::vector<std::pair<int32_t, float>>* top = nullptr);
 
+  // Adds a logits processor after those the parameters made. `masks`: it
+  // sets logits to -infinity, and the draw then picks only among the rest
+  // (FiniteOnly first among the filters).
+  void AddProcessor(std::unique_ptr<LogitsProcessor> processor, bool masks);
+
  private:
   int32_t PickGreedy(absl::Span<const float> logits, float* logprob, int n_top,
                      std::vector<std::pair<int32_t, float>>* top) const;
@@ -74,6 +79,7 @@ class Sampler {
   Rng rng_;
   std::vector<std::unique_ptr<LogitsProcessor>> processors_;
   std::vector<std::unique_ptr<CandidateFilter>> filters_;
+  bool masking_ = false;  // a processor masks: FiniteOnly leads the filters
   std::vector<int32_t> candidates_;  // scratch, reused across steps
   std::vector<float> probs_;         // [V] unnormalized probabilities
   std::vector<float> scratch_;       // [V] logits copy for the top-k threshold

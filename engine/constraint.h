@@ -1,0 +1,49 @@
+// Constrained decoding: a request may carry a constraint on its output (a
+// list of choices today; JSON schemas, regular expressions and grammars
+// plug in the same way). The engine asks the sequence's ConstraintState
+// which tokens may come next and masks the rest before sampling, greedy or
+// not (engine/logits_processors.h: ConstraintMask); each emitted token then
+// advances the state (a SequenceObserver). End of sequence is allowed only
+// where the output is complete, and a state that admits nothing more ends
+// the sequence (finish reason stop). Everything depends on the sequence's
+// own tokens only, so a constrained request's tokens equal its run alone.
+#ifndef FLOVER_ENGINE_CONSTRAINT_H_
+#define FLOVER_ENGINE_CONSTRAINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace flover {
+
+// One sequence's place in its constraint. Used on one thread at a time.
+class ConstraintState {
+ public:
+  virtual ~ConstraintState() = default;
+  // The tokens that may come next, as bits of `words` (bit t % 32 of word
+  // t / 32; the vector is sized and cleared by the callee). End-of-sequence
+  // tokens are decided by Complete(), not here.
+  virtual void AllowedNext(std::vector<uint32_t>* words) = 0;
+  // Whether the output so far satisfies the constraint (it may end here).
+  virtual bool Complete() const = 0;
+  // Whether some token may still follow.
+  virtual bool CanContinue() const = 0;
+  // Advances by an emitted token, one AllowedNext allowed (an error
+  // otherwise: the state is unchanged).
+  virtual absl::Status Accept(int32_t token) = 0;
+};
+
+// A constraint as compiled for a model's vocabulary: immutable, shared by
+// every request that names the same one, from any thread.
+class CompiledConstraint {
+ public:
+  virtual ~CompiledConstraint() = default;
+  virtual int vocab_size() const = 0;
+  virtual std::unique_ptr<ConstraintState> Start() const = 0;
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_CONSTRAINT_H_
