@@ -1,7 +1,7 @@
 // Arbitrary bytes as the GenerateRequest a gRPC client sends, then the
 // server's conversion and validation against a model (GPT-2's vocabulary
 // and tokenizer with a chat template, and a model without a tokenizer):
-// every field at any value, messages included, must come back as a request
+// every field at any value, messages and choices included, must come back as a request
 // or an error status, never a crash or an allocation of a size the client
 // claimed.
 #include <cstddef>
@@ -33,9 +33,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     support->format = std::move(*format);
     return support;
   }();
+  static const std::shared_ptr<const flover::TokenBytes> bytes =
+      std::make_shared<const flover::TokenBytes>(*gpt2);
   flover::v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  (void)flover::server::ToEngineRequest(request, gpt2.get(), chat, gpt2->vocab_size(), 7);
-  (void)flover::server::ToEngineRequest(request, nullptr, nullptr, 50257, 7);
+  (void)flover::server::ToEngineRequest(request, {gpt2.get(), chat, bytes, gpt2->vocab_size()}, 7);
+  (void)flover::server::ToEngineRequest(request, {nullptr, nullptr, nullptr, 50257}, 7);
   return 0;
 }

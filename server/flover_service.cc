@@ -197,9 +197,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
 }  // namespace
 
-FloverService::FloverService(Engine& engine, const Tokenizer* tokenizer, const ChatSupport* chat,
-                             ModelDescription model, const ApiKeys* keys)
-    : engine_(engine), tokenizer_(tokenizer), chat_(chat), model_(std::move(model)), keys_(keys) {}
+FloverService::FloverService(ServingContext serving, ModelDescription model, const ApiKeys* keys)
+    : serving_(std::move(serving)), engine_(serving_.engine), model_(std::move(model)), keys_(keys) {}
 
 absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext& context) {
   if (keys == nullptr) return absl::OkStatus();
@@ -211,7 +210,7 @@ absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* FloverService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return GenerateReactor::Start({engine_, tokenizer_, chat_}, keys_, context, *request);
+  return GenerateReactor::Start(serving_, keys_, context, *request);
 }
 
 grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContext* context,
@@ -240,8 +239,8 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   info->set_device(model_.device);
   info->set_device_name(model_.device_name);
   info->set_device_memory_bytes(model_.device_memory_bytes);
-  info->set_has_tokenizer(tokenizer_ != nullptr);
-  info->set_has_chat_template(chat_ != nullptr && chat_->format != nullptr);
+  info->set_has_tokenizer(serving_.tokenizer != nullptr);
+  info->set_has_chat_template(serving_.chat != nullptr && serving_.chat->format != nullptr);
   info->set_max_seq_len(o.max_seq_len);
   info->set_max_batch(o.scheduler.max_batch);
   info->set_scheduler(std::string(SchedulerPolicyName(o.scheduler.policy)));

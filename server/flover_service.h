@@ -9,6 +9,7 @@
 #include "tokenizer/tokenizer.h"
 #include "engine/engine.h"
 #include "server/api_keys.h"
+#include "server/request_session.h"
 #include "server/request_convert.h"
 #include "proto/flover.grpc.pb.h"
 
@@ -32,11 +33,9 @@ struct ModelDescription {
 class FloverService final
     : public v1::Flover::WithRawCallbackMethod_Generate<v1::Flover::CallbackService> {
  public:
-  // `engine`, `tokenizer`, `chat` and `keys` (all but the engine may be
-  // null) must outlive the service. With keys, every call needs
-  // `authorization: Bearer KEY`.
-  FloverService(Engine& engine, const Tokenizer* tokenizer, const ChatSupport* chat,
-                ModelDescription model, const ApiKeys* keys = nullptr);
+  // What `serving` points to, and `keys` (may be null), must outlive the
+  // service. With keys, every call needs `authorization: Bearer KEY`.
+  FloverService(ServingContext serving, ModelDescription model, const ApiKeys* keys = nullptr);
 
   // `request`: a serialized v1::GenerateRequest; writes v1::GenerateResponse.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
@@ -49,9 +48,8 @@ class FloverService final
                                      v1::Stats* response) override;
 
  private:
+  ServingContext serving_;
   Engine& engine_;
-  const Tokenizer* tokenizer_;
-  const ChatSupport* chat_;
   const ModelDescription model_;
   const ApiKeys* keys_;
 };

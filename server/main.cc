@@ -121,8 +121,11 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
                                          const Model& model, const ModelDescription& description,
                                          const ApiKeys* keys) {
   FrontEnds f;
-  f.service = std::make_unique<FloverService>(engine, model.tokenizer.get(), model.chat.get(),
-                                              description, keys);
+  // Built once: the vocabulary as bytes, for constrained requests.
+  const ServingContext serving{
+      engine, model.tokenizer.get(), model.chat.get(),
+      model.tokenizer != nullptr ? std::make_shared<const TokenBytes>(*model.tokenizer) : nullptr};
+  f.service = std::make_unique<FloverService>(serving, description, keys);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -152,9 +155,8 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
   if (st.ok()) {
     st = start_http(
         "--http_listen", options.http_listen, options.http_threads,
-        [&engine, &model, &options, keys](httplib::Server& http) {
-          AddOpenAiRoutes(http, engine, model.tokenizer.get(), model.chat.get(),
-                          options.served_model_name, keys);
+        [serving, &options, keys](httplib::Server& http) {
+          AddOpenAiRoutes(http, serving, options.served_model_name, keys);
         },
         &f.openai);
   }

@@ -202,9 +202,10 @@ std::string Event(const std::string& json) { return absl::StrCat("data: ", json,
 
 // Serves one parsed request, either endpoint: submit, then the whole
 // answer, or a stream of server-sent events.
-void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
-           const ChatSupport* chat, const std::string& model, const OpenAiRequest& parsed,
-           bool is_chat) {
+void Serve(httplib::Response& res, const ServingContext& serving, const std::string& model,
+           const OpenAiRequest& parsed, bool is_chat) {
+  Engine& engine = serving.engine;
+  const Tokenizer* tokenizer = serving.tokenizer;
   if (parsed.echo && tokenizer == nullptr) {
     return Fail(res, absl::InvalidArgumentError("echo: the model has no tokenizer"));
   }
@@ -214,7 +215,7 @@ void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
                          "computed)"));
   }
   auto sink = std::make_shared<CollectingSink>();
-  auto submitted = SubmitRequest({engine, tokenizer, chat}, parsed.request, sink, [&](Request& r) {
+  auto submitted = SubmitRequest(serving, parsed.request, sink, [&](Request& r) {
     if (is_chat && !parsed.request.max_new_tokens.has_value()) {
       // As OpenAI's: a reply without max_tokens may fill the context (up to
       // the server's limit, and what the KV cache holds); a prompt that
@@ -296,8 +297,9 @@ void Serve(httplib::Response& res, Engine& engine, const Tokenizer* tokenizer,
 
 }  // namespace
 
-void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tokenizer,
-                     const ChatSupport* chat, std::string model_name, const ApiKeys* keys) {
+void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::string model_name,
+                     const ApiKeys* keys) {
+  Engine& engine = serving.engine;
   // With keys, a request without a valid one is answered 401 (and counted).
   auto authorized = [&engine, keys](const httplib::Request& req, httplib::Response& res) {
     if (keys == nullptr) return true;
@@ -344,13 +346,13 @@ void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tok
   });
   for (const bool is_chat : {false, true}) {
     http.Post(is_chat ? "/v1/chat/completions" : "/v1/completions",
-              [&engine, tokenizer, chat, model_name, authorized, is_chat](const httplib::Request& req,
+              [&engine, serving, model_name, authorized, is_chat](const httplib::Request& req,
                                                                           httplib::Response& res) {
                 if (!authorized(req, res)) return;
                 auto parsed = is_chat ? ParseChatRequest(req.body, model_name)
                                       : ParseCompletionRequest(req.body, model_name);
                 if (!parsed.ok()) return Fail(res, CountRefusal(engine, parsed.status()));
-                Serve(res, engine, tokenizer, chat, model_name, *parsed, is_chat);
+                Serve(res, serving, model_name, *parsed, is_chat);
               });
   }
 }

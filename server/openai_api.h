@@ -15,6 +15,7 @@
 #include "server/api_keys.h"
 #include "server/openai_request.h"
 #include "server/request_convert.h"
+#include "server/request_session.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -23,15 +24,14 @@ class Server;
 
 namespace flover::server {
 
-// Registers the routes on `http`. `engine`, `tokenizer` and `chat` (both
-// may be null) must outlive the server; `model_name` is the model's id
+// Registers the routes on `http`. What `serving` points to must outlive the
+// server; `model_name` is the model's id
 // (what clients send as `model`). /health answers 503 once the engine
 // refuses requests (draining, or failed for good); it stays open, while
 // with `keys` (may be null) /v1/* need `Authorization: Bearer KEY` (401
 // otherwise).
-void AddOpenAiRoutes(httplib::Server& http, Engine& engine, const Tokenizer* tokenizer,
-                     const ChatSupport* chat, std::string model_name,
-                     const ApiKeys* keys = nullptr);
+void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving,
+                     std::string model_name, const ApiKeys* keys = nullptr);
 
 }  // namespace flover::server
 

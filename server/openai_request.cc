@@ -198,6 +198,16 @@ absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRe
       return Bad("stop", "must be a string or a list of strings");
     }
   }
+  // vLLM's extension: the output is exactly one of these strings.
+  if (const Json* c = JsonField(b, "guided_choice")) {
+    if (!c->is_array()) return Bad("guided_choice", "must be a list of strings");
+    std::vector<std::string> choices;
+    for (const Json& v : *c) {
+      if (!v.is_string()) return Bad("guided_choice", "must be a list of strings");
+      choices.push_back(v.get<std::string>());
+    }
+    r.choice = std::move(choices);
+  }
   auto ignore_eos = JsonBool(b, "ignore_eos", false, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();
   r.ignore_eos = *ignore_eos;
@@ -219,6 +229,7 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
 
 // The engine's field names, as this API spells them.
 std::string ApiField(absl::string_view field) {
+  if (absl::StartsWith(field, "choice")) return absl::StrCat("guided_", field);
   if (field == "max_new_tokens") return "max_tokens";
   if (field == "stop_strings") return "stop";
   if (field == "text" || field == "token_ids") return "prompt";
@@ -229,6 +240,7 @@ std::string ApiField(absl::string_view field) {
 std::string ApiMessage(absl::string_view message) {
   std::string m = absl::StrReplaceAll(
       message, {{"max_new_tokens", "max_tokens"}, {"stop_strings", "stop"}});
+  if (absl::StartsWith(m, "choice")) m = absl::StrCat("guided_", m);
   for (const char* prefix : {"text: ", "token_ids: "}) {
     if (absl::StartsWith(m, prefix)) m = absl::StrCat("prompt: ", m.substr(strlen(prefix)));
   }

@@ -72,18 +72,23 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
   r.ignore_eos = stop.ignore_eos();
   r.return_logprobs = in.return_logprobs();
   r.top_logprobs = in.top_logprobs();
+  if (in.constraint().kind_case() == v1::Constraint::kChoice) {
+    const auto& choices = in.constraint().choice().choices();
+    r.choice.emplace(choices.begin(), choices.end());
+  }
   return r;
 }
 
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& in,
-                                        const Tokenizer* tokenizer, const ChatSupport* chat,
-                                        int vocab_size, uint64_t random_seed) {
-  return ToEngineRequest(FromProto(in), tokenizer, chat, vocab_size, random_seed);
+                                        const ConvertContext& context, uint64_t random_seed) {
+  return ToEngineRequest(FromProto(in), context, random_seed);
 }
 
-absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const Tokenizer* tokenizer,
-                                        const ChatSupport* chat, int vocab_size,
+absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertContext& context,
                                         uint64_t random_seed) {
+  const Tokenizer* tokenizer = context.tokenizer;
+  const ChatSupport* chat = context.chat;
+  const int vocab_size = context.vocab_size;
   Request r;
   // Echoed in every response message: a long one would be sent back once
   // per streamed message.
@@ -143,6 +148,14 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const Tokenizer
     return FieldError("top_logprobs", absl::StrCat("at most ", kMaxTopLogprobs, ", got ", in.top_logprobs));
   }
   r.top_logprobs = static_cast<int>(in.top_logprobs);
+  if (in.choice.has_value()) {
+    if (context.token_bytes == nullptr) {
+      return FieldError("choice", "the model has no tokenizer, so its output cannot be constrained");
+    }
+    auto compiled = CompileChoices(*in.choice, context.token_bytes);
+    if (!compiled.ok()) return compiled.status();
+    r.constraint = std::move(*compiled);
+  }
   return r;
 }
 

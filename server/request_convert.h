@@ -17,6 +17,7 @@
 #include "chat/chat_format.h"
 #include "model/loader/chat_template_info.h"
 #include "tokenizer/tokenizer.h"
+#include "engine/choice_constraint.h"
 #include "engine/request.h"
 #include "proto/flover.pb.h"
 #include "util/field_error.h"
@@ -66,18 +67,28 @@ struct ClientRequest {
   bool ignore_eos = false;
   bool return_logprobs = false;
   uint32_t top_logprobs = 0;
+  // The output must be one of these (a constraint), when set.
+  std::optional<std::vector<std::string>> choice;
 };
 
 ClientRequest FromProto(const v1::GenerateRequest& request);
 
-// `random_seed` is used when the request sets no seed. `chat` (may be null:
-// no chat support) formats `messages`.
-absl::StatusOr<Request> ToEngineRequest(const ClientRequest& request, const Tokenizer* tokenizer,
-                                        const ChatSupport* chat, int vocab_size,
+// What a server converts requests with; every pointer may be null (no
+// tokenizer: token ids only, no constraints; no chat support: messages
+// refused).
+struct ConvertContext {
+  const Tokenizer* tokenizer = nullptr;
+  const ChatSupport* chat = nullptr;
+  // The tokenizer's vocabulary as bytes, for constraints.
+  std::shared_ptr<const TokenBytes> token_bytes;
+  int vocab_size = 0;
+};
+
+// `random_seed` is used when the request sets no seed.
+absl::StatusOr<Request> ToEngineRequest(const ClientRequest& request, const ConvertContext& context,
                                         uint64_t random_seed);
 absl::StatusOr<Request> ToEngineRequest(const v1::GenerateRequest& request,
-                                        const Tokenizer* tokenizer, const ChatSupport* chat,
-                                        int vocab_size, uint64_t random_seed);
+                                        const ConvertContext& context, uint64_t random_seed);
 
 }  // namespace flover::server
 

@@ -18,11 +18,14 @@
 namespace flover::server {
 
 // What a front end serves requests with; every pointer but the engine may
-// be null (no tokenizer: token ids only; no chat support: messages refused).
+// be null (no tokenizer: token ids only, no constraints; no chat support:
+// messages refused). `token_bytes`: the tokenizer's vocabulary as bytes,
+// built once, for constraints.
 struct ServingContext {
   Engine& engine;
   const Tokenizer* tokenizer = nullptr;
   const ChatSupport* chat = nullptr;
+  std::shared_ptr<const TokenBytes> token_bytes;
 };
 
 // A request the engine took.

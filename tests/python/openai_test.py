@@ -11,6 +11,7 @@ the same conversation through gRPC's messages."""
 import faulthandler
 import http.client
 import json
+import math
 import os
 import signal
 import subprocess
@@ -412,6 +413,55 @@ class ChatTest(unittest.TestCase):
                 self.assertAlmostEqual(entry.top_logprobs[0].logprob, entry.logprob, places=5)
                 self.assertGreaterEqual(entry.top_logprobs[1].logprob, entry.top_logprobs[2].logprob)
                 self.assertEqual(bytes(entry.bytes).decode("utf-8", "replace"), entry.token)
+        finally:
+            s.close()
+
+    def test_guided_choice_answers_with_one_of_the_choices(self):
+        s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=512",
+                   "--max_batch=8", "--threads=2")
+        try:
+            choices = ["Paris", "London", "I do not know"]
+            question = [{"role": "user", "content": "Which city is the capital of France?"}]
+            r = s.openai.chat.completions.create(model="smollm2", messages=question, max_tokens=20,
+                                                 temperature=0, logprobs=True, top_logprobs=2,
+                                                 extra_body={"guided_choice": choices})
+            # (Greedy under the mask takes this small model to "London": its
+            # likeliest first token, "L", stands for "Le"/"La" unconstrained.)
+            self.assertIn(r.choices[0].message.content, choices)
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+            first = r.choices[0].logprobs.content[0]
+            self.assertLessEqual(sum(math.exp(a.logprob) for a in first.top_logprobs), 1.0 + 1e-6)
+            # Log-probabilities of the masked distribution: the alternatives
+            # spell a choice too.
+            for entry in r.choices[0].logprobs.content:
+                for alt in entry.top_logprobs:
+                    self.assertTrue(any(c.startswith(alt.token) or alt.token in c for c in choices),
+                                    alt.token)
+            # Sampled, hot: every answer is still one of them; streamed the same.
+            for seed in range(6):
+                r = s.openai.chat.completions.create(
+                    model="smollm2", messages=question, max_tokens=20, temperature=1.8, seed=seed,
+                    extra_body={"guided_choice": choices})
+                self.assertIn(r.choices[0].message.content, choices)
+                chunks = list(s.openai.chat.completions.create(
+                    model="smollm2", messages=question, max_tokens=20, temperature=1.8, seed=seed,
+                    stream=True, extra_body={"guided_choice": choices}))
+                self.assertEqual("".join(c.choices[0].delta.content or "" for c in chunks if c.choices),
+                                 r.choices[0].message.content)
+            # Completions take it too.
+            r = s.openai.completions.create(model="smollm2", prompt="The capital of France is",
+                                            max_tokens=10, temperature=0,
+                                            extra_body={"guided_choice": [" Paris", " Rome"]})
+            self.assertIn(r.choices[0].text, [" Paris", " Rome"])
+            # Refusals name the field.
+            for bad, says in (([], "guided_choice: must list at least one string"),
+                              (["a", "a"], "guided_choice[1]: repeats an earlier choice"),
+                              ("yes", "guided_choice: must be a list of strings")):
+                with self.assertRaises(openai.BadRequestError) as err:
+                    s.openai.chat.completions.create(model="smollm2", messages=question,
+                                                     max_tokens=4, extra_body={"guided_choice": bad})
+                self.assertIn(says, err.exception.body["message"])
+                self.assertTrue(err.exception.body["param"].startswith("guided_choice"))
         finally:
             s.close()
 

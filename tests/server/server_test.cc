@@ -180,6 +180,9 @@ TEST_F(ServerTest, InvalidArgumentsNameTheField) {
   r.mutable_stopping()->add_stop_strings("x");
   ExpectError(r, INVALID, "stop_strings");
   r = Ids({1}, 4);
+  r.mutable_constraint()->mutable_choice()->add_choices("yes");
+  ExpectError(r, INVALID, "choice: the model has no tokenizer");
+  r = Ids({1}, 4);
   r.set_request_id(std::string(257, 'r'));  // echoed in every message: bounded
   ExpectError(r, INVALID, "request_id: at most 256 bytes, got 257");
   EXPECT_EQ(Stats().requests_submitted(), 0u);
@@ -456,6 +459,30 @@ TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
   EXPECT_EQ(logprobs, 8);
   EXPECT_FALSE(text.empty());
   EXPECT_EQ(last.usage().prompt_tokens(), 9u);
+
+  // A choice constraint over gRPC: the text is one of the choices.
+  for (float temperature : {0.0f, 1.5f}) {
+    v1::GenerateRequest choice = r;
+    choice.mutable_sampling()->set_temperature(temperature);
+    choice.mutable_stopping()->set_ignore_eos(false);
+    for (const char* c : {"yes", "no", "Hello there"}) {
+      choice.mutable_constraint()->mutable_choice()->add_choices(c);
+    }
+    grpc::ClientContext choice_ctx;
+    auto choice_reader = stub_->Generate(&choice_ctx, choice);
+    std::string choice_text;
+    v1::FinishReason choice_finish = v1::FINISH_REASON_UNSPECIFIED;
+    while (choice_reader->Read(&resp)) {
+      choice_text += resp.text();
+      if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) choice_finish = resp.finish_reason();
+    }
+    ASSERT_TRUE(choice_reader->Finish().ok());
+    EXPECT_THAT(choice_text, ::testing::AnyOf("yes", "no", "Hello there"));
+    EXPECT_EQ(choice_finish, v1::STOP);
+  }
+  v1::GenerateRequest empty_choice = r;
+  empty_choice.mutable_constraint()->mutable_choice();
+  ExpectError(empty_choice, grpc::StatusCode::INVALID_ARGUMENT, "choice: must list at least one");
 
   // Stop at the third token's id: STOP, and the output ends with it.
   v1::GenerateRequest stop = r;
