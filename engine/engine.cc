@@ -38,7 +38,7 @@ absl::string_view FinishReasonName(FinishReason reason) {
 struct Engine::Sequence {
   Sequence(RequestId id, Request r, std::shared_ptr<TokenSink> s, absl::Time now)
       : id(id), request(std::move(r)), sink(std::move(s)), arrival(now),
-        sampler(request.sampling), tokens(request.prompt) {}
+        sampler(request.sampling, request.prompt.size()), tokens(request.prompt) {}
 
   RequestId id;
   Request request;
@@ -181,6 +181,11 @@ absl::Status Engine::Validate(const Request& r) const {
         num_kv_blocks_, num_kv_blocks_ * kv_bytes_per_block_ / 1048576.0));
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
+  for (const auto& [id, bias] : r.sampling.logit_bias) {
+    if (id >= model_.info().vocab_size) {
+      return bad("logit_bias", "token id ", id, " is outside the vocabulary (", model_.info().vocab_size, ")");
+    }
+  }
   if (r.constraint != nullptr && r.constraint->vocab_size() != model_.info().vocab_size) {
     return bad("constraint", "compiled for a vocabulary of ", r.constraint->vocab_size(),
                " tokens; the model has ", model_.info().vocab_size);

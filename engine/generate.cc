@@ -26,7 +26,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
   if (!cache.ok()) return cache.status();
   const std::vector<int32_t> blocks = BlockRange(0, num_blocks);
 
-  Sampler sampler(options.sampling);
+  Sampler sampler(options.sampling, prompt.size());
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   std::vector<int32_t> output;
   ForwardBatch batch;

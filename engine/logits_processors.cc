@@ -23,6 +23,30 @@ void RepetitionPenalty::Process(absl::Span<float> logits, absl::Span<const int32
   }
 }
 
+void PresenceFrequencyPenalty::Process(absl::Span<float> logits,
+                                       absl::Span<const int32_t> history) {
+  const int V = static_cast<int>(logits.size());
+  if (history.size() <= prompt_length_) return;
+  const absl::Span<const int32_t> output = history.subspan(prompt_length_);
+  counts_.assign(V, 0);
+  for (int32_t t : output) {
+    if (t >= 0 && t < V) ++counts_[t];
+  }
+  // Each distinct token once, in the order it first appeared.
+  for (int32_t t : output) {
+    if (t < 0 || t >= V || counts_[t] == 0) continue;
+    logits[t] -= presence_ + frequency_ * static_cast<float>(counts_[t]);
+    counts_[t] = 0;
+  }
+}
+
+void LogitBias::Process(absl::Span<float> logits, absl::Span<const int32_t>) {
+  const int V = static_cast<int>(logits.size());
+  for (const auto& [id, bias] : bias_) {
+    if (id >= 0 && id < V) logits[id] += bias;
+  }
+}
+
 void ConstraintMask::Process(absl::Span<float> logits, absl::Span<const int32_t>) {
   const int V = static_cast<int>(logits.size());
   saved_.clear();
@@ -57,6 +81,20 @@ void FiniteOnly::Narrow(Candidates& c) const {
   }
   std::vector<float>& probs = c.probs();
   for (int32_t id : ids) probs[id] = c.weights().Of(logits[id]);
+  c.SetListed();
+}
+
+void MinP::Narrow(Candidates& c) const {
+  if (c.whole()) c.ListWhole();
+  // The likeliest candidate weighs exp(0) = 1 when it is the maximum logit;
+  // after other filters it is still the largest weight among them.
+  const std::vector<float>& probs = c.probs();
+  std::vector<int32_t>& ids = c.ids();
+  float top = 0.0f;
+  for (int32_t id : ids) top = std::max(top, probs[id]);
+  const float threshold = p_ * top;
+  ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t id) { return probs[id] < threshold; }),
+            ids.end());
   c.SetListed();
 }
 

@@ -1,12 +1,11 @@
 // The stages a sampler runs, in order, to turn one row of logits into the
 // set of tokens a draw picks from:
 //
-//   LogitsProcessor (edits the logits: the repetition penalty, a
-//   constraint's mask; later the presence / frequency penalties, a logit
-//   bias)
+//   LogitsProcessor (edits the logits: the repetition, presence and
+//   frequency penalties, a logit bias, a constraint's mask)
 //   -> temperature (exp((logit - max) / t): unnormalized probabilities)
 //   -> CandidateFilter (narrows the candidates: the unmasked tokens, top-k,
-//   then top-p)
+//   top-p, then min-p)
 //   -> the draw.
 //
 // Greedy requests run the processors and take the best token. Each stage
@@ -62,6 +61,32 @@ class ConstraintMask final : public LogitsProcessor {
   std::vector<int32_t> end_ids_;
   std::vector<uint32_t> words_;  // scratch: the allowed bits
   std::vector<float> saved_;     // scratch: the end ids' logits
+};
+
+// OpenAI's presence and frequency penalties, over the tokens after the
+// prompt: logit -= presence (once, if the token appeared) + frequency *
+// (times it appeared).
+class PresenceFrequencyPenalty final : public LogitsProcessor {
+ public:
+  PresenceFrequencyPenalty(float presence, float frequency, size_t prompt_length)
+      : presence_(presence), frequency_(frequency), prompt_length_(prompt_length) {}
+  void Process(absl::Span<float> logits, absl::Span<const int32_t> history) override;
+
+ private:
+  float presence_, frequency_;
+  size_t prompt_length_;
+  std::vector<int32_t> counts_;  // scratch, reused across steps
+};
+
+// Adds a bias to some tokens' logits (ids outside the vocabulary are
+// refused before a request runs).
+class LogitBias final : public LogitsProcessor {
+ public:
+  explicit LogitBias(std::vector<std::pair<int32_t, float>> bias) : bias_(std::move(bias)) {}
+  void Process(absl::Span<float> logits, absl::Span<const int32_t> history) override;
+
+ private:
+  std::vector<std::pair<int32_t, float>> bias_;
 };
 
 // The tokens a draw may still pick, with their unnormalized probabilities.
@@ -140,6 +165,17 @@ class TopK final : public CandidateFilter {
 class TopP final : public CandidateFilter {
  public:
   explicit TopP(float p) : p_(p) {}
+  void Narrow(Candidates& c) const override;
+
+ private:
+  float p_;
+};
+
+// Min-p: the candidates at least p times as likely as the likeliest (after
+// temperature), kept in their order.
+class MinP final : public CandidateFilter {
+ public:
+  explicit MinP(float p) : p_(p) {}
   void Narrow(Candidates& c) const override;
 
  private:

@@ -61,6 +61,25 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return FieldError("repetition_penalty",
                       absl::StrCat("must be a finite number > 0, got ", p.repetition_penalty));
   }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return FieldError("presence_penalty", absl::StrCat("must be in [-2, 2], got ", p.presence_penalty));
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return FieldError("frequency_penalty", absl::StrCat("must be in [-2, 2], got ", p.frequency_penalty));
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return FieldError("min_p", absl::StrCat("must be in [0, 1], got ", p.min_p));
+  }
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return FieldError("logit_bias", absl::StrCat("at most ", kMaxLogitBias, " entries, got ",
+                                                 p.logit_bias.size()));
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) return FieldError("logit_bias", absl::StrCat("token id ", id, " is negative"));
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return FieldError("logit_bias", absl::StrCat("token ", id, ": the bias must be in [-100, 100], got ", bias));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -83,12 +102,21 @@ uint64_t Rng::Next() {
 
 double Rng::NextDouble() { return (Next() >> 11) * 0x1.0p-53; }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+Sampler::Sampler(const SamplingParams& params, size_t prompt_length)
+    : params_(params), rng_(params.seed) {
+  // The order is part of the result: penalties, bias (then a constraint's
+  // mask, added by the engine); after temperature top-k, top-p, min-p.
   if (params.repetition_penalty != 1.0f) {
     processors_.push_back(std::make_unique<RepetitionPenalty>(params.repetition_penalty));
   }
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    processors_.push_back(std::make_unique<PresenceFrequencyPenalty>(
+        params.presence_penalty, params.frequency_penalty, prompt_length));
+  }
+  if (!params.logit_bias.empty()) processors_.push_back(std::make_unique<LogitBias>(params.logit_bias));
   if (params.top_k > 0) filters_.push_back(std::make_unique<TopK>(params.top_k));
   if (params.top_p < 1.0f) filters_.push_back(std::make_unique<TopP>(params.top_p));
+  if (params.min_p > 0.0f) filters_.push_back(std::make_unique<MinP>(params.min_p));
 }
 
 void Sampler::AddProcessor(std::unique_ptr<LogitsProcessor> processor, bool masks) {

@@ -16,11 +16,24 @@
 
 namespace flover {
 
+// The most logit_bias entries a request may set.
+inline constexpr int kMaxLogitBias = 1024;
+
 struct SamplingParams {
   float temperature = 1.0f;         // 0 means greedy
   int top_k = 0;                    // 0 means no limit
   float top_p = 1.0f;               // nucleus mass, in (0, 1]
   float repetition_penalty = 1.0f;  // > 0; 1 means none (CTRL-style, as HF)
+  // OpenAI's, over the tokens generated so far (not the prompt), each in
+  // [-2, 2]: minus presence_penalty once for a token that appeared, minus
+  // frequency_penalty for each time it did.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // Added to the logits of these token ids, each in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // After temperature: only tokens at least min_p times as likely as the
+  // likeliest, in [0, 1]; 0 means none.
+  float min_p = 0.0f;
   uint64_t seed = 0;
 };
 
@@ -44,7 +57,9 @@ class Rng {
 // filters and a draw from the request's own generator.
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
+  // `prompt_length`: how many of the history's first tokens are the prompt
+  // (the presence and frequency penalties count only what follows).
+  explicit Sampler(const SamplingParams& params, size_t prompt_length = 0);
 
   // Picks the next token. logits: [V], modified in place. `history` holds the
   // tokens the repetition penalty applies to (prompt and output so far).

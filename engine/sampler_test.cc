@@ -218,6 +218,49 @@ TEST(LogitsProcessorsTest, RepetitionPenaltyOncePerDistinctTokenAndIgnoresOutOfR
   EXPECT_THAT(logits, ::testing::ElementsAre(1.0f, -4.0f, 2.0f));
 }
 
+TEST(LogitsProcessorsTest, PresenceAndFrequencyCountOnlyTheOutput) {
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f};
+  PresenceFrequencyPenalty p(0.5f, 0.25f, /*prompt_length=*/2);
+  // Prompt {3, 3}; output {0, 1, 0}: token 0 twice, token 1 once, 3 not at all.
+  p.Process(absl::MakeSpan(logits), {3, 3, 0, 1, 0});
+  EXPECT_THAT(logits, ::testing::ElementsAre(1.0f - 0.5f - 0.5f, 1.0f - 0.5f - 0.25f, 1.0f, 1.0f));
+}
+
+TEST(LogitsProcessorsTest, LogitBiasAddsToItsTokens) {
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f};
+  LogitBias({{0, 5.0f}, {2, -100.0f}}).Process(absl::MakeSpan(logits), {});
+  EXPECT_THAT(logits, ::testing::ElementsAre(6.0f, 2.0f, -97.0f));
+}
+
+TEST(SamplerTest, BiasAndMinPDecideWhatCanBeDrawn) {
+  // A bias of -100 keeps a token from ever being drawn; min_p 0.5 keeps only
+  // tokens at least half as likely as the best.
+  SamplingParams params;
+  params.logit_bias = {{1, -100.0f}};
+  params.min_p = 0.5f;
+  std::map<int32_t, int> counts;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    params.seed = seed;
+    Sampler s(params);
+    std::vector<float> logits = {0.0f, 5.0f, std::log(0.6f), std::log(0.4f)};
+    ++counts[s.Sample(absl::MakeSpan(logits), {})];
+  }
+  EXPECT_EQ(counts.count(1), 0u);  // biased away
+  EXPECT_EQ(counts.count(3), 0u);  // 0.4 < 0.5 of the best
+  EXPECT_GT(counts[0], 150);       // 1 : 0.6 of the mass
+  EXPECT_GT(counts[2], 80);
+  // Out-of-range values are refused by name.
+  SamplingParams bad;
+  bad.presence_penalty = 3.0f;
+  EXPECT_EQ(ErrorField(ValidateSamplingParams(bad)), "presence_penalty");
+  bad = SamplingParams();
+  bad.min_p = 1.5f;
+  EXPECT_EQ(ErrorField(ValidateSamplingParams(bad)), "min_p");
+  bad = SamplingParams();
+  bad.logit_bias = {{2, 101.0f}};
+  EXPECT_EQ(ErrorField(ValidateSamplingParams(bad)), "logit_bias");
+}
+
 TEST(RngTest, UniformInUnitInterval) {
   Rng r(123);
   double sum = 0;

@@ -1,10 +1,12 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -126,16 +128,6 @@ absl::Status RequireNeutral(const Json& body) {
     if (!n.ok()) return n.status();
     if (*n != 1) return Bad(key, "only 1 is supported, got ", *n);
   }
-  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
-    const Json* v = JsonField(body, key);
-    if (v == nullptr) continue;
-    auto x = JsonNumber(*v, key, "must be a number");
-    if (!x.ok()) return x.status();
-    if (*x != 0) return Bad(key, "is not supported (only 0); repetition_penalty is");
-  }
-  if (const Json* v = JsonField(body, "logit_bias")) {
-    if (!v->is_object() || !v->empty()) return Bad("logit_bias", "is not supported");
-  }
   return absl::OkStatus();
 }
 
@@ -174,6 +166,34 @@ absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRe
     auto x = JsonNumber(*v, f.key, "must be a number");
     if (!x.ok()) return x.status();
     r.*f.field = static_cast<float>(*x);
+  }
+  // OpenAI's penalties, and vLLM's min_p (the engine checks the ranges).
+  struct PlainNumber {
+    const char* key;
+    float ClientRequest::*field;
+  };
+  for (const PlainNumber& f : {PlainNumber{"presence_penalty", &ClientRequest::presence_penalty},
+                               PlainNumber{"frequency_penalty", &ClientRequest::frequency_penalty},
+                               PlainNumber{"min_p", &ClientRequest::min_p}}) {
+    const Json* v = JsonField(b, f.key);
+    if (v == nullptr) continue;
+    auto x = JsonNumber(*v, f.key, "must be a number");
+    if (!x.ok()) return x.status();
+    r.*f.field = static_cast<float>(*x);
+  }
+  // {"token id": bias}: keys are decimal token ids.
+  if (const Json* v = JsonField(b, "logit_bias")) {
+    if (!v->is_object()) return Bad("logit_bias", "must be an object of token ids to numbers");
+    for (const auto& [key, value] : v->items()) {
+      uint32_t id = 0;
+      if (key.empty() || key.size() > 10 || !std::all_of(key.begin(), key.end(), absl::ascii_isdigit) ||
+          !absl::SimpleAtoi(key, &id)) {
+        return Bad("logit_bias", "keys must be token ids (decimal integers), got \"", key, "\"");
+      }
+      auto bias = JsonNumber(value, "logit_bias", "values must be numbers");
+      if (!bias.ok()) return bias.status();
+      r.logit_bias.emplace_back(id, static_cast<float>(*bias));
+    }
   }
   if (const Json* v = JsonField(b, "top_k")) {
     auto k = JsonInteger(*v, "top_k", -1, 1 << 30, "must be an integer >= -1 (-1 or 0 = no limit)");

@@ -50,6 +50,19 @@ TEST(OpenAiApiTest, ParsesEveryField) {
   EXPECT_FALSE(r->echo);
 }
 
+TEST(OpenAiApiTest, PenaltiesBiasAndMinP) {
+  auto r = ParseCompletionRequest(
+      R"({"prompt": "x", "presence_penalty": 0.5, "frequency_penalty": -1, "min_p": 0.1,
+          "logit_bias": {"7": -100, "42": 2.5}})",
+      kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FLOAT_EQ(r->request.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r->request.frequency_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(r->request.min_p, 0.1f);
+  EXPECT_THAT(r->request.logit_bias,
+              ::testing::UnorderedElementsAre(::testing::Pair(7u, -100.0f), ::testing::Pair(42u, 2.5f)));
+}
+
 TEST(OpenAiApiTest, DefaultsAreLeftToTheSharedConversion) {
   auto r = ParseCompletionRequest(R"({"prompt": "x"})", kModel);
   ASSERT_TRUE(r.ok());
@@ -87,10 +100,15 @@ TEST(OpenAiApiTest, RefusalsNameTheField) {
   EXPECT_THAT(ErrorOf(R"({"prompt": [1.5]})"), HasSubstr("prompt: token ids must be"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "n": 2})"), HasSubstr("n: only 1 is supported, got 2"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "best_of": 3})"), HasSubstr("best_of: only 1"));
-  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "presence_penalty": 0.5})"),
-              HasSubstr("presence_penalty: is not supported"));
-  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logit_bias": {"5": 1}})"),
-              HasSubstr("logit_bias: is not supported"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "presence_penalty": "high"})"),
+              HasSubstr("presence_penalty: must be a number"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logit_bias": {"five": 1}})"),
+              HasSubstr("logit_bias: keys must be token ids"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logit_bias": {"-5": 1}})"),
+              HasSubstr("logit_bias: keys must be token ids"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logit_bias": {"5": "up"}})"),
+              HasSubstr("logit_bias: values must be numbers"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logit_bias": [5]})"), HasSubstr("logit_bias: must be an object"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "suffix": "s"})"), HasSubstr("suffix: is not supported"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "logprobs": 6})"),
               HasSubstr("logprobs: at most 5 is supported, got 6"));

@@ -1,5 +1,7 @@
 #include "server/request_convert.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "util/field_error.h"
 #include "util/file_util.h"
@@ -65,6 +67,11 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
   if (s.has_top_p()) r.top_p = s.top_p();
   if (s.has_repetition_penalty()) r.repetition_penalty = s.repetition_penalty();
   if (s.has_seed()) r.seed = s.seed();
+  r.presence_penalty = s.presence_penalty();
+  r.frequency_penalty = s.frequency_penalty();
+  r.min_p = s.min_p();
+  r.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(r.logit_bias.begin(), r.logit_bias.end());  // a map's order is not the wire's
   const v1::Stopping& stop = in.stopping();
   if (stop.has_max_new_tokens()) r.max_new_tokens = stop.max_new_tokens();
   r.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
@@ -129,6 +136,20 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   r.sampling.top_p = in.top_p.value_or(1.0f);
   r.sampling.repetition_penalty = in.repetition_penalty.value_or(1.0f);
   r.sampling.seed = in.seed.value_or(random_seed);
+  r.sampling.presence_penalty = in.presence_penalty;
+  r.sampling.frequency_penalty = in.frequency_penalty;
+  r.sampling.min_p = in.min_p;
+  if (in.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return FieldError("logit_bias", absl::StrCat("at most ", kMaxLogitBias, " entries, got ",
+                                                 in.logit_bias.size()));
+  }
+  for (const auto& [id, bias] : in.logit_bias) {
+    if (id >= static_cast<uint32_t>(vocab_size)) {
+      return FieldError("logit_bias", absl::StrCat("token id ", id, " is outside the vocabulary (",
+                                                   vocab_size, ")"));
+    }
+    r.sampling.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+  }
 
   r.stop.max_new_tokens = static_cast<int>(in.max_new_tokens.value_or(kDefaultMaxNewTokens));
   for (uint32_t id : in.stop_token_ids) {

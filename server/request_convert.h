@@ -59,6 +59,8 @@ struct ClientRequest {
   std::vector<uint32_t> token_ids;
   std::vector<ChatMessage> messages;  // roles checked in the conversion
   std::optional<float> temperature, top_p, repetition_penalty;
+  float presence_penalty = 0, frequency_penalty = 0, min_p = 0;
+  std::vector<std::pair<uint32_t, float>> logit_bias;
   int32_t top_k = 0;  // 0: no limit
   std::optional<uint64_t> seed;
   std::optional<uint32_t> max_new_tokens;
