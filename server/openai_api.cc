@@ -322,7 +322,7 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
           OpenAiErrorBody(absl::NotFoundError(absl::StrCat(
               "no route for ", req.method, " ", req.path,
               " (this server serves POST /v1/completions, POST /v1/chat/completions, GET "
-              "/v1/models, GET /health)"))),
+              "/v1/models, POST /tokenize, POST /detokenize, GET /health)"))),
           "application/json");
     }
   });
@@ -343,6 +343,35 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
                                {"vocab_size", engine.model().info().vocab_size}};
     res.set_content(JsonText(OrderedJson{{"object", "list"}, {"data", OrderedJson::array({model})}}),
                     "application/json");
+  });
+  // vLLM's and llama-server's /tokenize: {"prompt"} (or llama-server's
+  // "content") as text, or {"messages"} through the chat template; the
+  // tokens, their count and the context length. /detokenize: {"tokens"}
+  // back to text ("prompt", and "content" for llama-server's clients).
+  http.Post("/tokenize", [serving, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto parsed = ParseTokenizeRequest(req.body);
+    if (!parsed.ok()) return Fail(res, CountRefusal(serving.engine, parsed.status()));
+    const ConvertContext context{serving.tokenizer, serving.chat, serving.token_bytes,
+                                 serving.engine.model().info().vocab_size};
+    auto request = ToEngineRequest(*parsed, context, /*random_seed=*/0);
+    if (!request.ok()) return Fail(res, CountRefusal(serving.engine, request.status()));
+    res.set_content(JsonText(OrderedJson{{"tokens", request->prompt},
+                                         {"count", request->prompt.size()},
+                                         {"max_model_len", serving.engine.options().max_seq_len}}),
+                    "application/json");
+  });
+  http.Post("/detokenize", [serving, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto ids = ParseDetokenizeRequest(req.body, serving.engine.model().info().vocab_size);
+    if (!ids.ok()) return Fail(res, CountRefusal(serving.engine, ids.status()));
+    if (serving.tokenizer == nullptr) {
+      return Fail(res, CountRefusal(serving.engine,
+                                    FieldError("tokens", "the model has no tokenizer",
+                                               absl::StatusCode::kFailedPrecondition)));
+    }
+    const std::string text = serving.tokenizer->Decode(*ids);
+    res.set_content(JsonText(OrderedJson{{"prompt", text}, {"content", text}}), "application/json");
   });
   for (const bool is_chat : {false, true}) {
     http.Post(is_chat ? "/v1/chat/completions" : "/v1/completions",

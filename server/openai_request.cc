@@ -346,6 +346,38 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, absl::str
   return out;
 }
 
+absl::StatusOr<ClientRequest> ParseTokenizeRequest(absl::string_view body) {
+  auto parsed = ParseBody(body);
+  if (!parsed.ok()) return parsed.status();
+  ClientRequest r;
+  if (JsonField(*parsed, "messages") != nullptr) {
+    if (absl::Status st = ParseMessages(*parsed, &r); !st.ok()) return st;
+    return r;
+  }
+  Json prompt = *parsed;
+  if (JsonField(prompt, "prompt") == nullptr && JsonField(prompt, "content") != nullptr) {
+    prompt["prompt"] = prompt["content"];  // llama-server's spelling
+  }
+  if (absl::Status st = ParsePrompt(prompt, &r); !st.ok()) return st;
+  return r;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view body, int vocab_size) {
+  auto parsed = ParseBody(body);
+  if (!parsed.ok()) return parsed.status();
+  const Json* tokens = JsonField(*parsed, "tokens");
+  if (tokens == nullptr) return Bad("tokens", "is required");
+  if (!tokens->is_array()) return Bad("tokens", "must be a list of token ids");
+  std::vector<int32_t> ids;
+  for (const Json& t : *tokens) {
+    auto id = JsonInteger(t, "tokens", 0, vocab_size - 1,
+                          absl::StrCat("must be token ids in [0, ", vocab_size, ")"));
+    if (!id.ok()) return id.status();
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
 std::string OpenAiErrorBody(const absl::Status& status) {
   const std::string param = ApiField(ErrorField(status));
   const int http = HttpStatusOf(status);

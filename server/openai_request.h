@@ -47,6 +47,12 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body,
                                                absl::string_view served_model);
 
+// /tokenize: "prompt" or "content" (a string, or token ids), or "messages"
+// (as chat's, with add_generation_prompt); nothing else is read.
+absl::StatusOr<ClientRequest> ParseTokenizeRequest(absl::string_view body);
+// /detokenize: "tokens", a list of ids in [0, vocab_size).
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view body, int vocab_size);
+
 // OpenAI's error body for `status` (not OK), its HTTP status from
 // status_util; the engine's field names become the API's (max_new_tokens ->
 // max_tokens, stop_strings -> stop, text/token_ids -> prompt), and "param"

@@ -64,6 +64,17 @@ class Server:
     def stats(self):
         return self.client.stats()
 
+    def post(self, path, body):
+        """POSTs a JSON body to the HTTP port; returns (status, parsed body)."""
+        conn = http.client.HTTPConnection(self.hostport, timeout=60)
+        try:
+            conn.request("POST", path, body=json.dumps(body),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+        finally:
+            conn.close()
+
 
 def eventually(condition, timeout_s=60):
     """Polls `condition` until it holds; bounded so a broken server fails."""
@@ -462,6 +473,41 @@ class ChatTest(unittest.TestCase):
                                                      max_tokens=4, extra_body={"guided_choice": bad})
                 self.assertIn(says, err.exception.body["message"])
                 self.assertTrue(err.exception.body["param"].startswith("guided_choice"))
+        finally:
+            s.close()
+
+    def test_tokenize_and_detokenize(self):
+        s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=512", "--threads=2")
+        try:
+            status, body = s.post("/tokenize", {"prompt": "The capital of France"})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["count"], len(body["tokens"]))
+            self.assertEqual(body["max_model_len"], 512)
+            # The same tokens the completions endpoint computes on.
+            r = s.openai.completions.create(model="SmolLM2-135M-Instruct.Q4_1",
+                                            prompt="The capital of France", max_tokens=1,
+                                            temperature=0)
+            self.assertEqual(r.usage.prompt_tokens, body["count"])
+            # llama-server's spelling; and back to text.
+            self.assertEqual(s.post("/tokenize", {"content": "The capital of France"})[1]["tokens"],
+                             body["tokens"])
+            status, text = s.post("/detokenize", {"tokens": body["tokens"]})
+            self.assertEqual(status, 200, text)
+            self.assertEqual(text["prompt"], "The capital of France")
+            self.assertEqual(text["content"], "The capital of France")
+            # A chat through the template: as many tokens as chat completions count.
+            status, chat = s.post("/tokenize", {"messages": self.QUESTION})
+            self.assertEqual(status, 200, chat)
+            r = s.openai.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1",
+                                                 messages=self.QUESTION, max_tokens=1)
+            self.assertEqual(chat["count"], r.usage.prompt_tokens)
+            # Refusals name the field.
+            status, err = s.post("/detokenize", {"tokens": [1, -1]})
+            self.assertEqual(status, 400)
+            self.assertEqual(err["error"]["param"], "tokens")
+            status, err = s.post("/tokenize", {})
+            self.assertEqual(status, 400)
+            self.assertEqual(err["error"]["param"], "prompt")
         finally:
             s.close()
 
