@@ -73,25 +73,40 @@ class Answer {
 
   const std::string& id() const { return id_; }
 
-  // What a stream starts with: chat's role; completions' echoed prompt.
-  std::string Opening(const std::string& echo) const {
-    if (chat_) return Object(Choice("", {}, nullptr, Part::kOpening), nullptr);
-    return echo.empty() ? "" : Object(Choice(echo, {}, nullptr, Part::kDelta), nullptr);
+  // One sample's text, tokens and end, for the whole answer.
+  struct Result {
+    std::string text;
+    std::vector<TokenEvent> tokens;
+    FinishEvent finish;
+  };
+
+  // What choice `index`'s stream starts with: chat's role; completions'
+  // echoed prompt.
+  std::string Opening(int index, const std::string& echo) const {
+    if (chat_) return Object(Choice(index, "", {}, nullptr, Part::kOpening), nullptr);
+    return echo.empty() ? "" : Object(Choice(index, echo, {}, nullptr, Part::kDelta), nullptr);
   }
-  // A stream chunk with these tokens (the last one carries `finish`).
-  std::string Chunk(const std::string& text, const std::vector<TokenEvent>& tokens,
+  // A stream chunk of choice `index` with these tokens (the last one carries
+  // `finish`).
+  std::string Chunk(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
                     const FinishEvent* finish) const {
-    return Object(Choice(text, tokens, finish, Part::kDelta), nullptr);
+    return Object(Choice(index, text, tokens, finish, Part::kDelta), nullptr);
   }
   std::string UsageChunk(int generated) const {
     const OrderedJson usage = Usage(generated);
-    return Object(nullptr, &usage);
+    return Object(OrderedJson::array(), &usage);
   }
-  // The whole answer, not streamed.
-  std::string Whole(const std::string& text, const std::vector<TokenEvent>& tokens,
-                    const FinishEvent& finish) const {
-    const OrderedJson usage = Usage(finish.usage.generated_tokens);
-    return Object(Choice(text, tokens, &finish, Part::kWhole), &usage);
+  // The whole answer, not streamed: every sample, in order.
+  std::string Whole(const std::vector<Result>& results) const {
+    OrderedJson choices = OrderedJson::array();
+    int generated = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      choices.push_back(Choice(static_cast<int>(i), r.text, r.tokens, &r.finish, Part::kWhole));
+      generated += r.finish.usage.generated_tokens;
+    }
+    const OrderedJson usage = Usage(generated);
+    return Object(std::move(choices), &usage);
   }
 
  private:
@@ -144,9 +159,9 @@ class Answer {
             {"top_logprobs", std::move(tops)}};
   }
 
-  OrderedJson Choice(const std::string& text, const std::vector<TokenEvent>& tokens,
+  OrderedJson Choice(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
                      const FinishEvent* finish, Part part) const {
-    OrderedJson choice = {{"index", 0}};
+    OrderedJson choice = {{"index", index}};
     if (!chat_) {
       choice["text"] = text;
     } else if (part == Part::kWhole) {
@@ -172,14 +187,12 @@ class Answer {
             {"total_tokens", prompt_tokens_ + generated}};
   }
 
-  // The object around one choice (none: a usage-only chunk), with usage
-  // when given.
+  // The object around one choice, or a list of them (an empty list: a
+  // usage-only chunk), with usage when given.
   std::string Object(OrderedJson choice, const OrderedJson* usage) const {
-    const char* object = !chat_ ? "text_completion"
-                         : usage == nullptr || choice.is_null() ? "chat.completion.chunk"
-                                                                : "chat.completion";
-    OrderedJson choices = OrderedJson::array();
-    if (!choice.is_null()) choices.push_back(std::move(choice));
+    const bool chunk = usage == nullptr || (choice.is_array() && choice.empty());
+    const char* object = !chat_ ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
+    OrderedJson choices = choice.is_array() ? std::move(choice) : OrderedJson::array({std::move(choice)});
     OrderedJson out = {{"id", id_},
                        {"object", object},
                        {"created", created_},
@@ -202,6 +215,21 @@ std::string Event(const std::string& json) { return absl::StrCat("data: ", json,
 
 // Serves one parsed request, either endpoint: submit, then the whole
 // answer, or a stream of server-sent events.
+// One of a request's n samples as it is served.
+struct Sample {
+  std::shared_ptr<CollectingSink> sink = std::make_shared<CollectingSink>();
+  RequestId id = 0;
+  std::vector<TokenEvent> pending;  // taken while its siblings were submitted
+  std::optional<FinishEvent> finish;
+  bool opened = false;
+  bool done = false;  // streamed: its last chunk was sent
+};
+
+// Serves one parsed request, either endpoint: submit its samples, then the
+// whole answer, or a stream of server-sent events. With n > 1 the first
+// sample is submitted alone and the others once it has its first token, so
+// they find its prompt's KV blocks in the prefix cache instead of computing
+// them again; with a seed, sample i draws with seed + i.
 void Serve(httplib::Response& res, const ServingContext& serving, const std::string& model,
            const OpenAiRequest& parsed, bool is_chat) {
   Engine& engine = serving.engine;
@@ -214,75 +242,133 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
                          "echo: is not supported with logprobs (prompt log-probabilities are not "
                          "computed)"));
   }
-  auto sink = std::make_shared<CollectingSink>();
-  auto submitted = SubmitRequest(serving, parsed.request, sink, [&](Request& r) {
-    if (is_chat && !parsed.request.max_new_tokens.has_value()) {
-      // As OpenAI's: a reply without max_tokens may fill the context (up to
-      // the server's limit, and what the KV cache holds); a prompt that
-      // fills it already is refused by the engine.
-      const int prompt_tokens = static_cast<int>(r.prompt.size());
-      r.stop.max_new_tokens = std::max(
-          1, std::min(engine.options().max_new_tokens_limit, engine.max_context() - prompt_tokens));
+  auto samples = std::make_shared<std::vector<Sample>>(parsed.n);
+  auto cancel_all = [&engine](const std::vector<Sample>& all) {
+    for (const Sample& s : all) {
+      if (s.id != 0 && !s.finish.has_value()) (void)engine.Cancel(s.id);
     }
-  });
-  if (!submitted.ok()) return Fail(res, submitted.status());  // counted
-  const int prompt_tokens = static_cast<int>(submitted->prompt.size());
-  const std::string echo = parsed.echo ? tokenizer->Decode(submitted->prompt) : "";
-  const RequestId request_id = submitted->id;
-  auto answer = std::make_shared<Answer>(is_chat, absl::StrCat(is_chat ? "chatcmpl-" : "cmpl-", request_id),
+  };
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < parsed.n; ++i) {
+    Sample& sample = (*samples)[i];
+    ClientRequest request = parsed.request;
+    if (request.seed.has_value()) request.seed = *request.seed + static_cast<uint64_t>(i);
+    auto submitted = SubmitRequest(serving, request, sample.sink, [&](Request& r) {
+      if (is_chat && !parsed.request.max_new_tokens.has_value()) {
+        // As OpenAI's: a reply without max_tokens may fill the context (up to
+        // the server's limit, and what the KV cache holds); a prompt that
+        // fills it already is refused by the engine.
+        const int prompt_tokens = static_cast<int>(r.prompt.size());
+        r.stop.max_new_tokens = std::max(
+            1, std::min(engine.options().max_new_tokens_limit, engine.max_context() - prompt_tokens));
+      }
+    });
+    if (!submitted.ok()) {
+      cancel_all(*samples);
+      return Fail(res, submitted.status());  // counted
+    }
+    sample.id = submitted->id;
+    prompt = submitted->prompt;
+    if (i == 0 && parsed.n > 1) {
+      // Its prompt computed (and in the prefix cache) by its first token.
+      while (sample.pending.empty() && !sample.finish.has_value()) {
+        sample.sink->Take(&sample.pending, &sample.finish, absl::Seconds(1));
+      }
+    }
+  }
+  const int prompt_tokens = static_cast<int>(prompt.size());
+  const std::string echo = parsed.echo ? tokenizer->Decode(prompt) : "";
+  auto answer = std::make_shared<Answer>(is_chat, absl::StrCat(is_chat ? "chatcmpl-" : "cmpl-", (*samples)[0].id),
                                          model, tokenizer, parsed.request.return_logprobs,
                                          prompt_tokens);
 
   if (!parsed.stream) {
     // The worker waits for the end. (A client that leaves meanwhile is
     // noticed only when the answer is written: the request runs to its end.)
-    std::vector<TokenEvent> all, more;
-    std::optional<FinishEvent> finish;
-    std::string text = echo;
-    while (!finish.has_value()) {
-      sink->Take(&more, &finish, absl::Seconds(1));
-      for (TokenEvent& t : more) {
-        text += t.text;
-        all.push_back(std::move(t));
+    std::vector<Answer::Result> results(parsed.n);
+    for (int i = 0; i < parsed.n; ++i) {
+      Sample& sample = (*samples)[i];
+      Answer::Result& result = results[i];
+      result.text = echo;
+      std::vector<TokenEvent> more = std::move(sample.pending);
+      while (true) {
+        for (TokenEvent& t : more) {
+          result.text += t.text;
+          result.tokens.push_back(std::move(t));
+        }
+        more.clear();
+        if (sample.finish.has_value()) break;
+        sample.sink->Take(&more, &sample.finish, absl::Seconds(1));
       }
+      if (absl::Status st = EndStatus(*sample.finish); !st.ok()) {
+        cancel_all(*samples);
+        return Fail(res, st);
+      }
+      result.text += sample.finish->text;
+      result.finish = *sample.finish;
     }
-    if (absl::Status st = EndStatus(*finish); !st.ok()) return Fail(res, st);
-    text += finish->text;
-    res.set_content(answer->Whole(text, all, *finish), "application/json");
+    res.set_content(answer->Whole(results), "application/json");
     return;
   }
 
   struct StreamState {
-    bool opened = false;
     bool finished = false;
+    int generated = 0;
   };
   auto state = std::make_shared<StreamState>();
   const bool include_usage = parsed.include_usage;
+  // Each wait is short when several samples take turns.
+  const absl::Duration wait = absl::Milliseconds(parsed.n > 1 ? 20 : 100);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [answer, sink, state, echo, include_usage](size_t, httplib::DataSink& out) {
-        std::vector<TokenEvent> tokens;
-        std::optional<FinishEvent> finish;
-        sink->Take(&tokens, &finish, absl::Milliseconds(100));
+      [answer, samples, state, echo, include_usage, wait, &engine](size_t, httplib::DataSink& out) {
         std::string chunk;
-        if (!state->opened) {
-          state->opened = true;
-          if (std::string opening = answer->Opening(echo); !opening.empty()) chunk += Event(opening);
-        }
-        if (!tokens.empty()) {
-          std::string text;
-          for (const TokenEvent& t : tokens) text += t.text;
-          chunk += Event(answer->Chunk(text, tokens, nullptr));
-        }
-        if (finish.has_value()) {
-          state->finished = true;
+        bool all_done = true;
+        for (size_t i = 0; i < samples->size() && !state->finished; ++i) {
+          Sample& s = (*samples)[i];
+          const int index = static_cast<int>(i);
+          if (!s.opened) {
+            s.opened = true;
+            if (std::string opening = answer->Opening(index, echo); !opening.empty()) {
+              chunk += Event(opening);
+            }
+          }
+          if (s.done) continue;
+          std::vector<TokenEvent> tokens = std::move(s.pending);
+          s.pending.clear();
+          std::optional<FinishEvent> finish = std::move(s.finish);
+          s.finish.reset();
+          if (!finish.has_value()) {
+            std::vector<TokenEvent> more;
+            s.sink->Take(&more, &finish, wait);
+            for (TokenEvent& t : more) tokens.push_back(std::move(t));
+          }
+          if (!tokens.empty()) {
+            std::string text;
+            for (const TokenEvent& t : tokens) text += t.text;
+            chunk += Event(answer->Chunk(index, text, tokens, nullptr));
+          }
+          if (!finish.has_value()) {
+            all_done = false;
+            continue;
+          }
           if (absl::Status st = EndStatus(*finish); !st.ok()) {
             chunk += Event(OpenAiErrorBody(st));
+            state->finished = true;
+            for (Sample& other : *samples) {
+              if (&other != &s && !other.finish.has_value()) (void)engine.Cancel(other.id);
+            }
           } else {
-            chunk += Event(answer->Chunk(finish->text, {}, &*finish));
-            if (include_usage) chunk += Event(answer->UsageChunk(finish->usage.generated_tokens));
+            chunk += Event(answer->Chunk(index, finish->text, {}, &*finish));
+            state->generated += finish->usage.generated_tokens;
           }
+          s.finish = std::move(finish);
+          s.done = true;
+        }
+        if (all_done || state->finished) {
+          if (!state->finished && include_usage) chunk += Event(answer->UsageChunk(state->generated));
+          state->finished = true;
           chunk += "data: [DONE]\n\n";
         }
         // A failed write means the client left: the releaser cancels.
@@ -290,8 +376,9 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
         if (state->finished) out.done();
         return true;
       },
-      [&engine, state, id = request_id](bool) {
-        if (!state->finished) (void)engine.Cancel(id);  // the slot is freed at the next step
+      [&engine, state, samples](bool) {
+        if (state->finished) return;
+        for (const Sample& s : *samples) (void)engine.Cancel(s.id);  // freed at the next step
       });
 }
 

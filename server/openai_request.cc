@@ -121,12 +121,10 @@ absl::Status ParseMessages(const Json& body, ClientRequest* out) {
 
 // A field this server takes only at its neutral value.
 absl::Status RequireNeutral(const Json& body) {
-  for (const char* key : {"n", "best_of"}) {
-    const Json* v = JsonField(body, key);
-    if (v == nullptr) continue;
-    auto n = JsonInteger(*v, key, 1, 1 << 30, "must be a positive integer");
+  if (const Json* v = JsonField(body, "best_of")) {
+    auto n = JsonInteger(*v, "best_of", 1, 1 << 30, "must be a positive integer");
     if (!n.ok()) return n.status();
-    if (*n != 1) return Bad(key, "only 1 is supported, got ", *n);
+    if (*n != 1) return Bad("best_of", "only 1 is supported, got ", *n, " (n samples is)");
   }
   return absl::OkStatus();
 }
@@ -153,6 +151,12 @@ absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRe
     }
   }
   if (absl::Status st = RequireNeutral(b); !st.ok()) return st;
+  if (const Json* v = JsonField(b, "n")) {
+    auto n = JsonInteger(*v, "n", 1, 1 << 30, "must be a positive integer");
+    if (!n.ok()) return n.status();
+    if (*n > kMaxSamples) return Bad("n", "at most ", kMaxSamples, ", got ", *n);
+    out->n = static_cast<int>(*n);
+  }
   ClientRequest& r = out->request;
   struct NumberField {
     const char* key;

@@ -22,7 +22,11 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only
+  int n = 1;                   // samples of the same prompt, 1 to kMaxSamples
 };
+
+// The most samples one request may ask for (`n`).
+inline constexpr int kMaxSamples = 16;
 
 // The most alternatives each endpoint returns per token (OpenAI's limits).
 inline constexpr int kMaxCompletionLogprobs = 5;

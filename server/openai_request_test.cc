@@ -98,7 +98,8 @@ TEST(OpenAiApiTest, RefusalsNameTheField) {
   EXPECT_THAT(ErrorOf(R"({"prompt": ["a", "b"]})"), HasSubstr("several prompts"));
   EXPECT_THAT(ErrorOf(R"({"prompt": [1, -2]})"), HasSubstr("prompt: token ids must be"));
   EXPECT_THAT(ErrorOf(R"({"prompt": [1.5]})"), HasSubstr("prompt: token ids must be"));
-  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "n": 2})"), HasSubstr("n: only 1 is supported, got 2"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "n": 17})"), HasSubstr("n: at most 16, got 17"));
+  EXPECT_THAT(ErrorOf(R"({"prompt": "x", "n": 0})"), HasSubstr("n: must be a positive integer"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "best_of": 3})"), HasSubstr("best_of: only 1"));
   EXPECT_THAT(ErrorOf(R"({"prompt": "x", "presence_penalty": "high"})"),
               HasSubstr("presence_penalty: must be a number"));
@@ -164,7 +165,7 @@ TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
               HasSubstr("messages[0].content[0].type: 'image_url' is not supported (text only)"));
   EXPECT_THAT(error(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{}]}]})"),
               HasSubstr("messages[0].tool_calls: tool calls are not supported"));
-  EXPECT_THAT(error("{" + user + R"(, "n": 2})"), HasSubstr("n: only 1 is supported, got 2"));
+  EXPECT_THAT(error("{" + user + R"(, "n": 20})"), HasSubstr("n: at most 16, got 20"));
   EXPECT_THAT(error("{" + user + R"(, "tools": [{"type": "function"}]})"), HasSubstr("tools: is not supported"));
   EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "json_object"}})"),
               HasSubstr("response_format: only {\"type\": \"text\"} is supported"));

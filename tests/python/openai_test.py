@@ -247,7 +247,7 @@ class OpenAiApiTest(unittest.TestCase):
         s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=2")
         try:
             cases = [
-                (dict(prompt="x", n=2), openai.BadRequestError, "n: only 1 is supported", "n"),
+                (dict(prompt="x", n=17), openai.BadRequestError, "n: at most 16", "n"),
                 (dict(prompt="x", max_tokens=100), openai.BadRequestError,
                  "exceeds max_seq_len (40)", "max_tokens"),
                 (dict(prompt=[1, 99999]), openai.BadRequestError, "outside the vocabulary",
@@ -476,6 +476,49 @@ class ChatTest(unittest.TestCase):
         finally:
             s.close()
 
+    def test_n_samples_share_the_prompt_and_take_seed_plus_i(self):
+        s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=512",
+                   "--max_batch=8", "--threads=2")
+        try:
+            long_question = [{"role": "user", "content": "Tell me about the history of Paris, "
+                              "the capital of France, in a few words."}]
+            before = s.stats()
+            r = s.openai.chat.completions.create(model="smollm2", messages=long_question, n=3,
+                                                 max_tokens=8, temperature=1.0, seed=5)
+            self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+            ids = [c.model_extra["token_ids"] for c in r.choices]
+            self.assertEqual(r.usage.completion_tokens, sum(len(i) for i in ids))
+            # Sample i draws with seed + i: each equals a single request with it.
+            for i in range(3):
+                one = s.openai.chat.completions.create(model="smollm2", messages=long_question,
+                                                       max_tokens=8, temperature=1.0, seed=5 + i)
+                self.assertEqual(one.choices[0].model_extra["token_ids"], ids[i], i)
+            # The siblings found the first sample's prompt blocks in the cache.
+            after = s.stats()
+            self.assertGreaterEqual(after.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens,
+                                    2 * 32)
+            # Streamed: chunks of both choices, each ending once.
+            chunks = list(s.openai.chat.completions.create(
+                model="smollm2", messages=long_question, n=2, max_tokens=6, temperature=1.0,
+                seed=5, stream=True, stream_options={"include_usage": True}))
+            texts = {0: "", 1: ""}
+            ends = {0: 0, 1: 0}
+            for c in chunks:
+                for ch in c.choices:
+                    texts[ch.index] += ch.delta.content or ""
+                    ends[ch.index] += ch.finish_reason is not None
+            self.assertEqual(ends, {0: 1, 1: 1})
+            whole = s.openai.chat.completions.create(model="smollm2", messages=long_question, n=2,
+                                                     max_tokens=6, temperature=1.0, seed=5)
+            self.assertEqual([texts[0], texts[1]], [c.message.content for c in whole.choices])
+            self.assertEqual(chunks[-1].usage.completion_tokens, 12)
+            # best_of stays refused, saying what is served instead.
+            with self.assertRaises(openai.BadRequestError) as err:
+                s.openai.completions.create(model="smollm2", prompt="x", max_tokens=2, best_of=2)
+            self.assertIn("best_of: only 1 is supported", err.exception.body["message"])
+        finally:
+            s.close()
+
     def test_tokenize_and_detokenize(self):
         s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=512", "--threads=2")
         try:
@@ -522,7 +565,7 @@ class ChatTest(unittest.TestCase):
                 (dict(messages=[{"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": "http://x"}}]}]),
                  "'image_url' is not supported (text only)", "messages[0].content[0].type"),
-                (dict(messages=self.QUESTION, n=2), "n: only 1 is supported", "n"),
+                (dict(messages=self.QUESTION, n=17), "n: at most 16, got 17", "n"),
                 (dict(messages=self.QUESTION, top_logprobs=2), "needs logprobs: true", "top_logprobs"),
                 (dict(messages=self.QUESTION, max_tokens=300), "exceeds max_seq_len (256)", "max_tokens"),
                 (dict(messages=self.QUESTION, tools=[{"type": "function", "function": {"name": "f"}}]),
