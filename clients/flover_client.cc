@@ -34,6 +34,12 @@ ABSL_FLAG(double, top_p, 1.0, "Nucleus mass");
 ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1 = server picks)");
 ABSL_FLAG(bool, ignore_eos, false, "Do not stop at end-of-text");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings (comma-separated)");
+ABSL_FLAG(double, presence_penalty, 0, "OpenAI's presence penalty, in [-2, 2]");
+ABSL_FLAG(double, frequency_penalty, 0, "OpenAI's frequency penalty, in [-2, 2]");
+ABSL_FLAG(double, min_p, 0, "Min-p, in [0, 1] (0 = off)");
+ABSL_FLAG(std::vector<std::string>, logit_bias, {}, "ID:BIAS pairs (comma-separated)");
+ABSL_FLAG(std::vector<std::string>, choice, {},
+          "The output must be exactly one of these strings (comma-separated)");
 ABSL_FLAG(double, timeout_s, 0, "Deadline in seconds (0 = none)");
 ABSL_FLAG(std::string, api_key, "", "Sent as 'authorization: Bearer KEY'");
 ABSL_FLAG(bool, json, false, "Print one JSON object at the end instead of streaming");
@@ -70,6 +76,24 @@ int main(int argc, char** argv) {
   req.mutable_stopping()->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
   req.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   for (const std::string& s : absl::GetFlag(FLAGS_stop)) req.mutable_stopping()->add_stop_strings(s);
+  req.mutable_sampling()->set_presence_penalty(static_cast<float>(absl::GetFlag(FLAGS_presence_penalty)));
+  req.mutable_sampling()->set_frequency_penalty(static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty)));
+  req.mutable_sampling()->set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
+  for (const std::string& pair : absl::GetFlag(FLAGS_logit_bias)) {
+    const std::vector<std::string> parts = absl::StrSplit(pair, ':');
+    uint32_t id = 0;
+    float bias = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &id) || !absl::SimpleAtof(parts[1], &bias)) {
+      std::fprintf(stderr, "--logit_bias: expected ID:BIAS, got \"%s\"\n", pair.c_str());
+      return 2;
+    }
+    (*req.mutable_sampling()->mutable_logit_bias())[id] = bias;
+  }
+  if (!absl::GetFlag(FLAGS_choice).empty()) {
+    for (const std::string& c : absl::GetFlag(FLAGS_choice)) {
+      req.mutable_constraint()->mutable_choice()->add_choices(c);
+    }
+  }
 
   auto creds = flover::clients::ChannelCredentialsFromFlags();
   if (!creds.ok()) {

@@ -40,6 +40,39 @@ def health(channel):
 
 
 class PythonClientTest(unittest.TestCase):
+    def test_choices_penalties_bias_and_min_p(self):
+        proc, address = start_server("--model=tests/golden/tiny_f32", "--max_seq_len=40",
+                                     "--threads=2")
+        try:
+            client = FloverClient(address)
+            for seed in range(4):
+                msgs = list(client.generate(prompt="Hello", max_new_tokens=20, temperature=1.5,
+                                            seed=seed, choice=["yes", "no", "Hello there"]))
+                self.assertIn("".join(m.text for m in msgs), ["yes", "no", "Hello there"])
+                self.assertEqual(msgs[-1].finish_reason, flover_pb2.STOP)
+            # A bias of -100 on the greedy choice moves greedy off it.
+            greedy = list(client.generate(token_ids=[1, 2, 3], max_new_tokens=1, temperature=0,
+                                          ignore_eos=True))[0].token_ids[0]
+            moved = list(client.generate(token_ids=[1, 2, 3], max_new_tokens=1, temperature=0,
+                                         ignore_eos=True, logit_bias={greedy: -100.0}))
+            self.assertNotEqual(moved[0].token_ids[0], greedy)
+            # Penalties and min-p run; out of range is refused by name.
+            msgs = list(client.generate(token_ids=[1, 2, 3], max_new_tokens=8, temperature=1.0,
+                                        seed=1, ignore_eos=True, presence_penalty=1.0,
+                                        frequency_penalty=0.5, min_p=0.05))
+            self.assertEqual(sum(len(m.token_ids) for m in msgs), 8)
+            for kw, field in ((dict(presence_penalty=3.0), "presence_penalty"),
+                              (dict(min_p=2.0), "min_p"),
+                              (dict(logit_bias={999999: 1.0}), "logit_bias"),
+                              (dict(choice=[]), "choice")):
+                with self.assertRaises(grpc.RpcError) as err:
+                    list(client.generate(token_ids=[1], max_new_tokens=2, **kw))
+                self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, kw)
+                self.assertIn(field, err.exception.details(), kw)
+        finally:
+            proc.kill()
+            proc.wait()
+
     def test_stubs_are_up_to_date(self):
         with tempfile.TemporaryDirectory() as d:
             subprocess.run(["tools/gen_python_client.sh", d], check=True)

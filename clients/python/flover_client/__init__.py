@@ -51,10 +51,13 @@ class FloverClient:
     def generate(self, prompt=None, token_ids=None, messages=None, max_new_tokens=16,
                  temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, seed=None, stop=(),
                  stop_token_ids=(), ignore_eos=False, return_logprobs=False, top_logprobs=0,
-                 request_id="", timeout=None):
+                 request_id="", timeout=None, presence_penalty=0.0, frequency_penalty=0.0,
+                 logit_bias=None, min_p=0.0, choice=None):
         """One of `prompt` (text), `token_ids`, or `messages`: a list of
         {"role": "system" | "user" | "assistant", "content": str}, rendered
-        with the model's chat template (the reply ends at its end of turn)."""
+        with the model's chat template (the reply ends at its end of turn).
+        `logit_bias`: {token_id: bias}; `choice`: a list of strings the
+        output must be exactly one of."""
         req = flover_pb2.GenerateRequest(request_id=request_id, return_logprobs=return_logprobs,
                                          top_logprobs=top_logprobs)
         if token_ids is not None:
@@ -68,6 +71,14 @@ class FloverClient:
         req.sampling.top_k = top_k
         req.sampling.top_p = top_p
         req.sampling.repetition_penalty = repetition_penalty
+        req.sampling.presence_penalty = presence_penalty
+        req.sampling.frequency_penalty = frequency_penalty
+        req.sampling.min_p = min_p
+        for token, bias in (logit_bias or {}).items():
+            req.sampling.logit_bias[token] = bias
+        if choice is not None:
+            req.constraint.choice.SetInParent()  # set even when the list is empty
+            req.constraint.choice.choices.extend(choice)
         if seed is not None:
             req.sampling.seed = seed
         req.stopping.max_new_tokens = max_new_tokens
