@@ -43,19 +43,24 @@ class CompiledChoices;
 
 class ChoiceState final : public ConstraintState {
  public:
-  explicit ChoiceState(const CompiledChoices& c) : c_(c) {}
-  void AllowedNext(std::vector<uint32_t>* words) override;
-  bool Complete() const override;
-  bool CanContinue() const override;
+  explicit ChoiceState(const CompiledChoices& c) : c_(c) { Update(); }
+  const std::vector<uint32_t>& AllowedNext() const override { return words_; }
+  bool Complete() const override { return complete_; }
+  bool CanContinue() const override { return can_continue_; }
   absl::Status Accept(int32_t token) override;
+  bool failed() const override { return failed_; }
 
  private:
+  // words_, complete_ and can_continue_ after out_.
+  void Update();
   // Whether `choice` is still possible after out_ + extra, at a position
   // its remainder can be spelled from.
   bool Fits(const Choice& choice, absl::string_view extra) const;
 
   const CompiledChoices& c_;
   std::string out_;  // the bytes emitted so far
+  std::vector<uint32_t> words_;
+  bool complete_ = false, can_continue_ = false, failed_ = false;
 };
 
 class CompiledChoices final : public CompiledConstraint {
@@ -81,9 +86,15 @@ bool ChoiceState::Fits(const Choice& choice, absl::string_view extra) const {
          choice.spellable[end];
 }
 
-void ChoiceState::AllowedNext(std::vector<uint32_t>* words) {
+void ChoiceState::Update() {
   const TokenBytes& tokens = c_.tokens();
+  std::vector<uint32_t>* words = &words_;
   words->assign((tokens.vocab_size() + 31) / 32, 0);
+  complete_ = can_continue_ = false;
+  for (const Choice& choice : c_.choices()) {
+    if (choice.text == out_) complete_ = true;
+    if (choice.text.size() > out_.size() && absl::StartsWith(choice.text, out_)) can_continue_ = true;
+  }
   const size_t p = out_.size();
   for (const Choice& choice : c_.choices()) {
     if (choice.text.size() <= p || !absl::StartsWith(choice.text, out_)) continue;
@@ -97,32 +108,19 @@ void ChoiceState::AllowedNext(std::vector<uint32_t>* words) {
   }
 }
 
-bool ChoiceState::Complete() const {
-  for (const Choice& choice : c_.choices()) {
-    if (choice.text == out_) return true;
-  }
-  return false;
-}
-
-bool ChoiceState::CanContinue() const {
-  for (const Choice& choice : c_.choices()) {
-    if (choice.text.size() > out_.size() && absl::StartsWith(choice.text, out_)) return true;
-  }
-  return false;
-}
-
 absl::Status ChoiceState::Accept(int32_t token) {
   const TokenBytes& tokens = c_.tokens();
-  if (token < 0 || token >= tokens.vocab_size() || tokens.Of(token).empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("token ", token, " spells none of the choices"));
-  }
-  const std::string& b = tokens.Of(token);
-  for (const Choice& choice : c_.choices()) {
-    if (Fits(choice, b)) {
-      out_ += b;
-      return absl::OkStatus();
+  if (token >= 0 && token < tokens.vocab_size() && !tokens.Of(token).empty()) {
+    const std::string& b = tokens.Of(token);
+    for (const Choice& choice : c_.choices()) {
+      if (Fits(choice, b)) {
+        out_ += b;
+        Update();
+        return absl::OkStatus();
+      }
     }
   }
+  failed_ = true;
   return absl::InvalidArgumentError(absl::StrCat("token ", token, " spells none of the choices"));
 }
 

@@ -79,8 +79,7 @@ TEST_F(ChoiceConstraintTest, RefusesWhatCannotBeServedNamingTheChoice) {
 TEST_F(ChoiceConstraintTest, AStateAllowsExactlyTheTokensThatKeepAChoiceSpellable) {
   auto compiled = Compile({"yes", "no", "maybe so"});
   auto state = compiled->Start();
-  std::vector<uint32_t> words;
-  state->AllowedNext(&words);
+  std::vector<uint32_t> words = state->AllowedNext();
   auto allowed = [&](int32_t id) { return ((words[id / 32] >> (id % 32)) & 1) != 0; };
   int n = 0;
   for (int32_t id = 0; id < tokens_->vocab_size(); ++id) {
@@ -102,12 +101,15 @@ TEST_F(ChoiceConstraintTest, AStateAllowsExactlyTheTokensThatKeepAChoiceSpellabl
   }
   EXPECT_TRUE(state->Complete());
   EXPECT_FALSE(state->CanContinue());
-  state->AllowedNext(&words);
+  words = state->AllowedNext();
   EXPECT_TRUE(std::all_of(words.begin(), words.end(), [](uint32_t w) { return w == 0; }));
-  // A token that spells none of them is refused, and the state unchanged.
+  // A token that spells none of them is refused, and the state marked failed.
   auto fresh = compiled->Start();
   EXPECT_FALSE(fresh->Accept(tokens_->TokensSpelling("x")->front()).ok());
-  EXPECT_TRUE(fresh->Accept(tokens_->TokensSpelling("m")->front()).ok());
+  EXPECT_TRUE(fresh->failed());
+  auto again = compiled->Start();
+  EXPECT_TRUE(again->Accept(tokens_->TokensSpelling("m")->front()).ok());
+  EXPECT_FALSE(again->failed());
 }
 
 TEST_F(ChoiceConstraintTest, EveryOutputIsAChoiceAndEqualsItsRunAlone) {
@@ -196,7 +198,7 @@ TEST_F(ChoiceConstraintTest, EndOfSequenceOnlyWhereAChoiceIsComplete) {
   class OtherVocab final : public CompiledConstraint {
    public:
     int vocab_size() const override { return 7; }
-    std::unique_ptr<ConstraintState> Start() const override { return nullptr; }
+    std::unique_ptr<ConstraintState> Start() const override { return nullptr; }  // never reached
   };
   r.constraint = std::make_shared<OtherVocab>();
   auto refused = engine_->Submit(r, std::make_shared<CollectingSink>());

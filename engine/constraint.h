@@ -19,20 +19,25 @@
 namespace flover {
 
 // One sequence's place in its constraint. Used on one thread at a time.
+// The work (what may come next) is done when the state starts and in
+// Accept, which the engine calls for all sequences of a step in parallel;
+// the other members only read its result.
 class ConstraintState {
  public:
   virtual ~ConstraintState() = default;
-  // The tokens that may come next, as bits of `words` (bit t % 32 of word
-  // t / 32; the vector is sized and cleared by the callee). End-of-sequence
-  // tokens are decided by Complete(), not here.
-  virtual void AllowedNext(std::vector<uint32_t>* words) = 0;
+  // The tokens that may come next, as bits (bit t % 32 of word t / 32, at
+  // least vocab_size bits). End-of-sequence tokens are decided by
+  // Complete(), not here.
+  virtual const std::vector<uint32_t>& AllowedNext() const = 0;
   // Whether the output so far satisfies the constraint (it may end here).
   virtual bool Complete() const = 0;
   // Whether some token may still follow.
   virtual bool CanContinue() const = 0;
-  // Advances by an emitted token, one AllowedNext allowed (an error
-  // otherwise: the state is unchanged).
+  // Advances by an emitted token, one AllowedNext allowed, and works out
+  // what may follow it. An error for a token it did not allow (the state
+  // is unchanged, and failed() is true from then on).
   virtual absl::Status Accept(int32_t token) = 0;
+  virtual bool failed() const = 0;
 };
 
 // A constraint as compiled for a model's vocabulary: immutable, shared by

@@ -55,6 +55,7 @@ struct Engine::Sequence {
   // Its place in request.constraint (null without one): the sampler's mask
   // reads it, an observer advances it.
   std::unique_ptr<ConstraintState> constraint;
+  std::vector<int32_t> constraint_end_ids;  // what ends it as EOS does
   // Told about every emitted token and the finish, in order: the text and
   // its stop strings (with a tokenizer), the constraint.
   std::vector<std::unique_ptr<SequenceObserver>> observers;
@@ -68,12 +69,13 @@ namespace {
 class ConstraintObserver final : public SequenceObserver {
  public:
   explicit ConstraintObserver(ConstraintState* state) : state_(state) {}
-  std::optional<FinishReason> OnToken(int32_t token, bool end_of_sequence, TokenEvent&) override {
+  // The engine advanced the state with the token already (in parallel with
+  // the step's other sequences).
+  std::optional<FinishReason> OnToken(int32_t, bool end_of_sequence, TokenEvent&) override {
     if (end_of_sequence) return std::nullopt;
     // The mask allowed only what the state accepts; a refusal would mean a
     // constraint that contradicts itself, and ends the output where it is.
-    if (!state_->Accept(token).ok()) return FinishReason::kStop;
-    if (!state_->CanContinue()) return FinishReason::kStop;
+    if (state_->failed() || !state_->CanContinue()) return FinishReason::kStop;
     return std::nullopt;
   }
   void OnFinish(FinishEvent&) override {}
@@ -262,6 +264,7 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
       end_ids.insert(end_ids.end(), stop.end_of_turn_ids.begin(), stop.end_of_turn_ids.end());
     }
     seq->constraint = seq->request.constraint->Start();
+    seq->constraint_end_ids = end_ids;
     seq->sampler.AddProcessor(std::make_unique<ConstraintMask>(seq->constraint.get(), std::move(end_ids)),
                               /*masks=*/true);
     seq->observers.push_back(std::make_unique<ConstraintObserver>(seq->constraint.get()));
@@ -540,6 +543,12 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
     sampled_[k] = s.sampler.Sample(logits.subspan(size_t(rows[k]) * V, V), s.tokens,
                                    lp ? &logprobs_[k] : nullptr, lp ? s.request.top_logprobs : 0,
                                    &top_logprobs_[k]);
+    // A constraint advances here, in parallel, and works out what may
+    // follow; Emit's observer only reads the result.
+    const std::vector<int32_t>& ends = s.constraint_end_ids;
+    if (s.constraint != nullptr && std::find(ends.begin(), ends.end(), sampled_[k]) == ends.end()) {
+      (void)s.constraint->Accept(sampled_[k]);  // a refusal is kept in failed()
+    }
   }
   // The step is counted before any sink hears of its tokens, so a client
   // that saw its request finish never reads counts without its last step.

@@ -51,7 +51,7 @@ void ConstraintMask::Process(absl::Span<float> logits, absl::Span<const int32_t>
   const int V = static_cast<int>(logits.size());
   saved_.clear();
   for (int32_t e : end_ids_) saved_.push_back(e >= 0 && e < V ? logits[e] : 0.0f);
-  state_->AllowedNext(&words_);
+  const std::vector<uint32_t>& words_ = state_->AllowedNext();
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   bool any = false;
   for (int t = 0; t < V; ++t) {

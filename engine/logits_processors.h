@@ -59,7 +59,6 @@ class ConstraintMask final : public LogitsProcessor {
  private:
   ConstraintState* state_;  // the sequence's, which outlives this
   std::vector<int32_t> end_ids_;
-  std::vector<uint32_t> words_;  // scratch: the allowed bits
   std::vector<float> saved_;     // scratch: the end ids' logits
 };
 
