@@ -1,0 +1,206 @@
+#include "engine/grammar_constraint.h"
+
+#include <xgrammar/xgrammar.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "util/field_error.h"
+
+namespace flover {
+namespace {
+
+// xgrammar's messages start "[hh:mm:ss] cpp/file.cc:123: "; the rest is
+// what a client needs.
+std::string Reason(const std::exception& e) {
+  std::string m = e.what();
+  if (!m.empty() && m[0] == '[') {
+    const size_t close = m.find("] ");
+    const size_t colon = close == std::string::npos ? std::string::npos : m.find(": ", close + 2);
+    if (colon != std::string::npos) m = m.substr(colon + 2);
+  }
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
+class GrammarState final : public ConstraintState {
+ public:
+  GrammarState(const xgrammar::CompiledGrammar& grammar, const std::vector<int32_t>& end_ids,
+               const std::vector<uint32_t>* forbidden, int vocab_size)
+      : matcher_(grammar, std::nullopt, /*terminate_without_stop_token=*/false,
+                 /*max_rollback_tokens=*/0),
+        end_ids_(end_ids),
+        forbidden_(forbidden),
+        vocab_size_(vocab_size),
+        mask_(xgrammar::GetBitmaskSize(vocab_size)) {
+    Update();
+  }
+  const std::vector<uint32_t>& AllowedNext() const override { return words_; }
+  bool Complete() const override { return complete_; }
+  bool CanContinue() const override { return can_continue_; }
+  bool failed() const override { return failed_; }
+  absl::Status Accept(int32_t token) override {
+    if (failed_ || token < 0 || token >= vocab_size_ || !matcher_.AcceptToken(token)) {
+      failed_ = true;
+      return absl::InvalidArgumentError(absl::StrCat("token ", token, " breaks the constraint"));
+    }
+    Update();
+    return absl::OkStatus();
+  }
+
+ private:
+  void Update() {
+    int64_t shape[1] = {static_cast<int64_t>(mask_.size())};
+    DLTensor tensor{mask_.data(), DLDevice{kDLCPU, 0}, 1, xgrammar::GetBitmaskDLType(), shape,
+                    nullptr, 0};
+    matcher_.FillNextTokenBitmask(&tensor);
+    words_.resize(mask_.size());
+    std::memcpy(words_.data(), mask_.data(), mask_.size() * sizeof(uint32_t));
+    if (forbidden_ != nullptr) {
+      for (size_t w = 0; w < words_.size() && w < forbidden_->size(); ++w) words_[w] &= ~(*forbidden_)[w];
+    }
+    complete_ = false;
+    for (int32_t e : end_ids_) {
+      if (e >= 0 && e < vocab_size_ && ((words_[e / 32] >> (e % 32)) & 1)) complete_ = true;
+      if (e >= 0 && e < vocab_size_) words_[e / 32] &= ~(1u << (e % 32));  // Complete() decides
+    }
+    // Bits past the vocabulary are never tokens.
+    for (int t = vocab_size_; t < static_cast<int>(words_.size()) * 32; ++t) {
+      words_[t / 32] &= ~(1u << (t % 32));
+    }
+    can_continue_ = std::any_of(words_.begin(), words_.end(), [](uint32_t w) { return w != 0; });
+  }
+
+  xgrammar::GrammarMatcher matcher_;
+  const std::vector<int32_t>& end_ids_;
+  const std::vector<uint32_t>* forbidden_;  // tokens never allowed, or null
+  int vocab_size_;
+  std::vector<int32_t> mask_;
+  std::vector<uint32_t> words_;
+  bool complete_ = false, can_continue_ = false, failed_ = false;
+};
+
+class CompiledGrammarConstraint final : public CompiledConstraint {
+ public:
+  CompiledGrammarConstraint(xgrammar::CompiledGrammar grammar, std::vector<int32_t> end_ids,
+                            std::shared_ptr<const std::vector<uint32_t>> forbidden, int vocab_size)
+      : grammar_(std::move(grammar)),
+        end_ids_(std::move(end_ids)),
+        forbidden_(std::move(forbidden)),
+        vocab_size_(vocab_size) {}
+  int vocab_size() const override { return vocab_size_; }
+  std::unique_ptr<ConstraintState> Start() const override {
+    return std::make_unique<GrammarState>(grammar_, end_ids_, forbidden_.get(), vocab_size_);
+  }
+
+ private:
+  xgrammar::CompiledGrammar grammar_;
+  std::vector<int32_t> end_ids_;
+  std::shared_ptr<const std::vector<uint32_t>> forbidden_;
+  int vocab_size_;
+};
+
+xgrammar::TokenizerInfo InfoFor(const TokenBytes& tokens, const std::vector<int32_t>& end_ids) {
+  std::vector<std::string> vocab(tokens.vocab_size());
+  for (int32_t id = 0; id < tokens.vocab_size(); ++id) vocab[id] = tokens.Of(id);  // "" = special
+  std::vector<int32_t> stops;
+  for (int32_t e : end_ids) {
+    if (e >= 0 && e < tokens.vocab_size()) stops.push_back(e);
+  }
+  return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, tokens.vocab_size(), stops);
+}
+
+}  // namespace
+
+struct GrammarConstraints::Impl {
+  Impl(const TokenBytes& tokens, std::vector<int32_t> ends)
+      : end_ids(std::move(ends)),
+        vocab_size(tokens.vocab_size()),
+        compiler(InfoFor(tokens, end_ids), /*max_threads=*/2, /*cache_enabled=*/true,
+                 kGrammarCacheBytes) {
+    // xgrammar's JSON strings take raw control characters (U+0000-U+001F),
+    // which JSON forbids (RFC 8259: they must be escaped), and compact JSON
+    // has no other place for them: JSON constraints never allow a token
+    // holding one.
+    auto controls = std::make_shared<std::vector<uint32_t>>((vocab_size + 31) / 32, 0);
+    for (int32_t id = 0; id < vocab_size; ++id) {
+      for (unsigned char c : tokens.Of(id)) {
+        if (c < 0x20) {
+          (*controls)[id / 32] |= 1u << (id % 32);
+          break;
+        }
+      }
+    }
+    json_forbidden = std::move(controls);
+  }
+
+  absl::StatusOr<std::shared_ptr<const CompiledConstraint>> Compile(
+      const std::string& field, const std::function<xgrammar::CompiledGrammar()>& compile,
+      std::shared_ptr<const std::vector<uint32_t>> forbidden = nullptr) {
+    try {
+      std::lock_guard<std::mutex> lock(mu);
+      return std::shared_ptr<const CompiledConstraint>(std::make_shared<CompiledGrammarConstraint>(
+          compile(), end_ids, std::move(forbidden), vocab_size));
+    } catch (const std::exception& e) {
+      return FieldError(field, Reason(e));
+    }
+  }
+
+  std::vector<int32_t> end_ids;
+  int vocab_size;
+  std::shared_ptr<const std::vector<uint32_t>> json_forbidden;  // tokens with control bytes
+  std::mutex mu;  // the compiler, one compile at a time
+  xgrammar::GrammarCompiler compiler;
+};
+
+GrammarConstraints::GrammarConstraints(std::shared_ptr<const TokenBytes> tokens,
+                                       std::vector<int32_t> end_ids)
+    : impl_(std::make_unique<Impl>(*tokens, std::move(end_ids))) {}
+
+GrammarConstraints::~GrammarConstraints() = default;
+
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::JsonSchema(
+    const std::string& schema, const std::string& field) {
+  if (schema.size() > kMaxSchemaBytes) {
+    return FieldError(field, absl::StrCat("at most ", kMaxSchemaBytes, " bytes, got ", schema.size()));
+  }
+  // JSON Schema's own defaults (additional properties allowed unless the
+  // schema says otherwise). Compact JSON: free whitespace lets a model
+  // loop on spaces (a known failure of any_whitespace in vLLM).
+  return impl_->Compile(
+      field,
+      [&] {
+        return impl_->compiler.CompileJSONSchema(schema, /*any_whitespace=*/false, std::nullopt,
+                                                 std::nullopt, /*strict_mode=*/false);
+      },
+      impl_->json_forbidden);
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::AnyJson(
+    const std::string& field) {
+  // OpenAI's json_object: a JSON object (not any JSON value).
+  return JsonSchema(R"({"type": "object"})", field);
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Regex(
+    const std::string& regex, const std::string& field) {
+  if (regex.size() > kMaxRegexBytes) {
+    return FieldError(field, absl::StrCat("at most ", kMaxRegexBytes, " bytes, got ", regex.size()));
+  }
+  return impl_->Compile(field, [&] { return impl_->compiler.CompileRegex(regex); });
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Grammar(
+    const std::string& ebnf, const std::string& field) {
+  if (ebnf.size() > kMaxGrammarBytes) {
+    return FieldError(field, absl::StrCat("at most ", kMaxGrammarBytes, " bytes, got ", ebnf.size()));
+  }
+  return impl_->Compile(field, [&] { return impl_->compiler.CompileGrammar(ebnf, "root"); });
+}
+
+}  // namespace flover

@@ -1,0 +1,187 @@
+// JSON Schemas, regular expressions and grammars through xgrammar, on the
+// tiny fixture (GPT-2's byte-level vocabulary, random weights, so outputs
+// are whatever the mask lets through): every finished output parses and
+// satisfies its constraint, greedy and sampled; refusals name the field;
+// constrained requests fused with others equal their runs alone.
+#include "engine/grammar_constraint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/engine.h"
+#include "model/model_loader.h"
+#include "nlohmann/json.hpp"
+#include "testing/backends.h"
+#include "testing/collecting_sink.h"
+#include "util/field_error.h"
+
+namespace flover {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::CollectingSink;
+
+class GrammarConstraintTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loaded_ = testing::ValueOrDie(LoadModel("tests/golden/tiny_f32"), "tiny_f32");
+    tokens_ = std::make_shared<TokenBytes>(*loaded_->tokenizer());
+    grammars_ = std::make_unique<GrammarConstraints>(tokens_, loaded_->info().eos_token_ids);
+    backend_ = testing::CpuBackend();
+    model_ = testing::ModelOn(*backend_, *loaded_);
+    EngineOptions o;
+    o.scheduler.max_batch = 8;
+    o.max_seq_len = 40;  // the fixture's positions
+    engine_ = testing::ValueOrDie(Engine::Create(*model_, loaded_->tokenizer().get(), o), "engine");
+  }
+  std::vector<int32_t> Prompt() const {
+    return testing::ValueOrDie(loaded_->tokenizer()->Encode("Data"), "prompt");
+  }
+  // Runs `constraint` with seeds 0 (greedy) .. n-1; returns the texts of
+  // those that finished (stop or EOS); the rest ran out of room.
+  std::vector<std::string> Outputs(std::shared_ptr<const CompiledConstraint> constraint, int n) {
+    std::vector<std::string> out;
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    for (int seed = 0; seed < n; ++seed) {
+      Request r;
+      r.prompt = Prompt();
+      r.sampling.temperature = seed == 0 ? 0.0f : 1.0f;
+      r.sampling.seed = seed;
+      r.stop.max_new_tokens = 34;
+      r.constraint = constraint;
+      auto sink = std::make_shared<CollectingSink>();
+      auto id = engine_->Submit(r, sink);
+      EXPECT_TRUE(id.ok()) << id.status();
+      if (!id.ok()) continue;
+      sinks.push_back(sink);
+    }
+    for (auto& sink : sinks) {
+      EXPECT_TRUE(sink->Wait());
+      if (sink->finish().reason == FinishReason::kLength) {
+        std::printf("did not finish within 34 tokens: %s\n", sink->text().c_str());
+        continue;
+      }
+      EXPECT_THAT(sink->finish().reason, ::testing::AnyOf(FinishReason::kStop, FinishReason::kEos));
+      out.push_back(sink->text());
+    }
+    return out;
+  }
+
+  std::unique_ptr<LoadedModel> loaded_;
+  std::shared_ptr<const TokenBytes> tokens_;
+  std::unique_ptr<GrammarConstraints> grammars_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<CausalLm> model_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(GrammarConstraintTest, JsonSchemaOutputsParseAndValidate) {
+  auto c = grammars_->JsonSchema(
+      R"({"type": "object", "properties": {"n": {"type": "string", "maxLength": 3},
+          "a": {"type": "integer", "minimum": 0, "maximum": 150},
+          "ok": {"type": "boolean"}},
+          "required": ["n", "a", "ok"], "additionalProperties": false})",
+      "json_schema");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<std::string> outs = Outputs(*c, 12);
+  EXPECT_GE(outs.size(), 6u) << "most outputs should finish within 36 tokens";
+  for (const std::string& text : outs) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    std::string hex;
+    for (unsigned char ch : text) hex += absl::StrFormat("%02x ", ch);
+    ASSERT_FALSE(j.is_discarded()) << text << " = " << hex;
+    ASSERT_TRUE(j.is_object()) << text;
+    EXPECT_EQ(j.size(), 3u) << text;
+    ASSERT_TRUE(j["n"].is_string()) << text;
+    EXPECT_LE(j["n"].get<std::string>().size(), 3u * 4) << text;  // 3 characters of UTF-8
+    ASSERT_TRUE(j["a"].is_number_integer()) << text;
+    EXPECT_GE(j["a"].get<int64_t>(), 0) << text;
+    EXPECT_LE(j["a"].get<int64_t>(), 150) << text;
+    EXPECT_TRUE(j["ok"].is_boolean()) << text;
+  }
+}
+
+TEST_F(GrammarConstraintTest, RegexAndGrammarOutputsMatch) {
+  auto regex = grammars_->Regex("[a-c]{3}-[0-9]{2}", "regex");
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  std::vector<std::string> outs = Outputs(*regex, 8);
+  EXPECT_EQ(outs.size(), 8u);
+  for (const std::string& text : outs) {
+    EXPECT_TRUE(std::regex_match(text, std::regex("[a-c]{3}-[0-9]{2}"))) << text;
+  }
+  auto grammar = grammars_->Grammar(R"(root ::= "yes" | "no" | "maybe " root)", "grammar");
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  outs = Outputs(*grammar, 8);
+  EXPECT_GE(outs.size(), 6u);
+  for (const std::string& text : outs) {
+    EXPECT_TRUE(std::regex_match(text, std::regex("(maybe )*(yes|no)"))) << text;
+  }
+  auto any = grammars_->AnyJson("response_format");
+  ASSERT_TRUE(any.ok()) << any.status();
+  for (const std::string& text : Outputs(*any, 6)) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    EXPECT_TRUE(!j.is_discarded() && j.is_object()) << text;
+  }
+}
+
+TEST_F(GrammarConstraintTest, RefusalsNameTheFieldAndSayWhy) {
+  auto error = [](absl::StatusOr<std::shared_ptr<const CompiledConstraint>> c) {
+    EXPECT_FALSE(c.ok());
+    return c.ok() ? std::string() : ErrorField(c.status()) + "|" + std::string(c.status().message());
+  };
+  EXPECT_THAT(error(grammars_->JsonSchema("{not json", "json_schema")),
+              HasSubstr("json_schema|json_schema: "));
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"type": "nosuchtype"})", "json_schema")),
+              HasSubstr("nosuchtype"));
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"$ref": "#/nowhere"})", "json_schema")),
+              HasSubstr("nowhere"));
+  EXPECT_THAT(error(grammars_->Regex("(unclosed", "regex")), HasSubstr("regex|regex: "));
+  EXPECT_THAT(error(grammars_->Grammar("root ::= ", "grammar")), HasSubstr("grammar|grammar: "));
+  EXPECT_THAT(error(grammars_->Regex(std::string(kMaxRegexBytes + 1, 'a'), "regex")),
+              HasSubstr("at most"));
+}
+
+TEST_F(GrammarConstraintTest, FusedRequestsEqualTheirRunsAlone) {
+  auto c = grammars_->JsonSchema(R"({"type": "array", "items": {"type": "integer"}, "maxItems": 3})",
+                                 "json_schema");
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<Request> requests;
+  for (int seed = 0; seed < 6; ++seed) {
+    Request r;
+    r.prompt = Prompt();
+    r.sampling.temperature = 1.2f;
+    r.sampling.seed = seed;
+    r.stop.max_new_tokens = 30;
+    r.constraint = *c;
+    requests.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (const Request& r : requests) {
+    auto sink = std::make_shared<CollectingSink>();
+    ASSERT_TRUE(engine_->Submit(r, sink).ok());
+    ASSERT_TRUE(sink->Wait());
+    alone.push_back(sink->tokens());
+  }
+  std::vector<std::shared_ptr<CollectingSink>> fused;
+  for (const Request& r : requests) {
+    fused.push_back(std::make_shared<CollectingSink>());
+    ASSERT_TRUE(engine_->Submit(r, fused.back()).ok());
+    Request free = r;
+    free.constraint = nullptr;
+    ASSERT_TRUE(engine_->Submit(free, std::make_shared<CollectingSink>()).ok());
+  }
+  for (size_t i = 0; i < fused.size(); ++i) {
+    ASSERT_TRUE(fused[i]->Wait());
+    EXPECT_EQ(fused[i]->tokens(), alone[i]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace flover
