@@ -15,9 +15,11 @@
 
 namespace flover::server {
 
-using Json = nlohmann::json;
-// Objects that keep their keys in the order they were set: response bodies.
-using OrderedJson = nlohmann::ordered_json;
+// Objects keep their keys in the order they came or were set: a JSON
+// Schema's properties are generated in its order, and answers read as
+// OpenAI writes them.
+using Json = nlohmann::ordered_json;
+using OrderedJson = Json;
 
 // The deepest nesting a body may have.
 inline constexpr int kMaxJsonDepth = 64;
@@ -43,7 +45,6 @@ absl::StatusOr<bool> JsonBool(const Json& obj, absl::string_view key, bool dflt,
 // character, a client's malformed string echoed in an error) become U+FFFD,
 // so the text is always valid JSON.
 std::string JsonText(const Json& value);
-std::string JsonText(const OrderedJson& value);
 
 }  // namespace flover::server
 

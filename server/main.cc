@@ -121,10 +121,14 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
                                          const Model& model, const ModelDescription& description,
                                          const ApiKeys* keys) {
   FrontEnds f;
-  // Built once: the vocabulary as bytes, for constrained requests.
-  const ServingContext serving{
-      engine, model.tokenizer.get(), model.chat.get(),
-      model.tokenizer != nullptr ? std::make_shared<const TokenBytes>(*model.tokenizer) : nullptr};
+  // Built once: the vocabulary as bytes, and the grammar compiler (its
+  // cache), for constrained requests.
+  ServingContext serving{engine, model.tokenizer.get(), model.chat.get()};
+  if (model.tokenizer != nullptr) {
+    serving.token_bytes = std::make_shared<const TokenBytes>(*model.tokenizer);
+    serving.grammars =
+        std::make_shared<GrammarConstraints>(serving.token_bytes, model.info.eos_token_ids);
+  }
   f.service = std::make_unique<FloverService>(serving, description, keys);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

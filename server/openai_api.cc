@@ -440,7 +440,7 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
     auto parsed = ParseTokenizeRequest(req.body);
     if (!parsed.ok()) return Fail(res, CountRefusal(serving.engine, parsed.status()));
     const ConvertContext context{serving.tokenizer, serving.chat, serving.token_bytes,
-                                 serving.engine.model().info().vocab_size};
+                                 serving.engine.model().info().vocab_size, serving.grammars.get()};
     auto request = ToEngineRequest(*parsed, context, /*random_seed=*/0);
     if (!request.ok()) return Fail(res, CountRefusal(serving.engine, request.status()));
     res.set_content(JsonText(OrderedJson{{"tokens", request->prompt},

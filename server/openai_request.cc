@@ -138,6 +138,73 @@ absl::Status ParseMaxTokens(const Json& b, const char* key, ClientRequest* r) {
   return absl::OkStatus();
 }
 
+// OpenAI's response_format (text, json_object, json_schema) and vLLM's
+// guided_choice / guided_json / guided_regex / guided_grammar: at most one
+// constraint.
+absl::Status ParseConstraint(const Json& b, ClientRequest* r) {
+  using Kind = ClientRequest::Constraint::Kind;
+  std::vector<ClientRequest::Constraint> found;
+  if (const Json* f = JsonField(b, "response_format")) {
+    const Json* type = f->is_object() ? JsonField(*f, "type") : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      return Bad("response_format", "must be an object with a \"type\"");
+    }
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      found.push_back({Kind::kJsonObject, {}, "", "response_format"});
+    } else if (t == "json_schema") {
+      const Json* js = JsonField(*f, "json_schema");
+      if (js == nullptr || !js->is_object()) {
+        return Bad("response_format.json_schema", "must be an object with a \"schema\"");
+      }
+      const Json* schema = JsonField(*js, "schema");
+      if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
+        return Bad("response_format.json_schema.schema", "must be a JSON Schema (an object)");
+      }
+      // `strict` is accepted either way: the schema is enforced whether or
+      // not it is set (docs/api.md).
+      if (const Json* strict = JsonField(*js, "strict"); strict != nullptr && !strict->is_boolean()) {
+        return Bad("response_format.json_schema.strict", "must be true or false");
+      }
+      found.push_back({Kind::kJsonSchema, {}, JsonText(*schema), "response_format.json_schema.schema"});
+    } else if (t != "text") {
+      return Bad("response_format.type", "'", t, "' is not supported (text, json_object, json_schema)");
+    }
+  }
+  if (const Json* c = JsonField(b, "guided_choice")) {
+    if (!c->is_array()) return Bad("guided_choice", "must be a list of strings");
+    ClientRequest::Constraint spec{Kind::kChoice, {}, "", "choice"};
+    for (const Json& v : *c) {
+      if (!v.is_string()) return Bad("guided_choice", "must be a list of strings");
+      spec.choices.push_back(v.get<std::string>());
+    }
+    found.push_back(std::move(spec));
+  }
+  if (const Json* j = JsonField(b, "guided_json")) {
+    if (j->is_string()) {
+      found.push_back({Kind::kJsonSchema, {}, j->get<std::string>(), "guided_json"});
+    } else if (j->is_object()) {
+      found.push_back({Kind::kJsonSchema, {}, JsonText(*j), "guided_json"});
+    } else {
+      return Bad("guided_json", "must be a JSON Schema (an object, or its text)");
+    }
+  }
+  for (const auto& [key, kind] : {std::pair<const char*, Kind>{"guided_regex", Kind::kRegex},
+                                  std::pair<const char*, Kind>{"guided_grammar", Kind::kGrammar}}) {
+    if (const Json* v = JsonField(b, key)) {
+      if (!v->is_string()) return Bad(key, "must be a string");
+      found.push_back({kind, {}, v->get<std::string>(), key});
+    }
+  }
+  if (found.size() > 1) {
+    return Bad(found[1].field == "choice" ? "guided_choice" : found[1].field,
+               "only one constraint per request (response_format, guided_choice, guided_json, "
+               "guided_regex or guided_grammar)");
+  }
+  if (!found.empty()) r->constraint = std::move(found[0]);
+  return absl::OkStatus();
+}
+
 // What both endpoints take: model, sampling, stopping, streaming.
 absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRequest* out) {
   if (const Json* m = JsonField(b, "model")) {
@@ -222,16 +289,7 @@ absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRe
       return Bad("stop", "must be a string or a list of strings");
     }
   }
-  // vLLM's extension: the output is exactly one of these strings.
-  if (const Json* c = JsonField(b, "guided_choice")) {
-    if (!c->is_array()) return Bad("guided_choice", "must be a list of strings");
-    std::vector<std::string> choices;
-    for (const Json& v : *c) {
-      if (!v.is_string()) return Bad("guided_choice", "must be a list of strings");
-      choices.push_back(v.get<std::string>());
-    }
-    r.choice = std::move(choices);
-  }
+  if (absl::Status st = ParseConstraint(b, &r); !st.ok()) return st;
   auto ignore_eos = JsonBool(b, "ignore_eos", false, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();
   r.ignore_eos = *ignore_eos;
@@ -326,12 +384,6 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, absl::str
     if (v != nullptr && !(v->is_array() && v->empty()) &&
         !(v->is_string() && v->get<std::string>() == "none")) {
       return Bad(key, "is not supported (text chat only)");
-    }
-  }
-  if (const Json* f = JsonField(b, "response_format")) {
-    const Json* type = f->is_object() ? JsonField(*f, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
-      return Bad("response_format", "only {\"type\": \"text\"} is supported");
     }
   }
   // max_completion_tokens is the current name; max_tokens the older one.

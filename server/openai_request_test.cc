@@ -50,6 +50,37 @@ TEST(OpenAiApiTest, ParsesEveryField) {
   EXPECT_FALSE(r->echo);
 }
 
+TEST(OpenAiApiTest, ConstraintsFromResponseFormatAndTheGuidedFields) {
+  using Kind = ClientRequest::Constraint::Kind;
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  auto schema = ParseChatRequest("{" + user + R"(, "response_format": {"type": "json_schema",
+      "json_schema": {"name": "t", "strict": true, "schema": {"type": "object"}}}})", kModel);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  ASSERT_TRUE(schema->request.constraint.has_value());
+  EXPECT_EQ(schema->request.constraint->kind, Kind::kJsonSchema);
+  EXPECT_EQ(Json::parse(schema->request.constraint->text), Json::parse(R"({"type": "object"})"));
+  EXPECT_EQ(schema->request.constraint->field, "response_format.json_schema.schema");
+  auto object = ParseChatRequest("{" + user + R"(, "response_format": {"type": "json_object"}})", kModel);
+  ASSERT_TRUE(object.ok());
+  EXPECT_EQ(object->request.constraint->kind, Kind::kJsonObject);
+  auto text = ParseChatRequest("{" + user + R"(, "response_format": {"type": "text"}})", kModel);
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->request.constraint.has_value());
+  auto regex = ParseCompletionRequest(R"({"prompt": "x", "guided_regex": "[a-z]+"})", kModel);
+  ASSERT_TRUE(regex.ok());
+  EXPECT_EQ(regex->request.constraint->kind, Kind::kRegex);
+  EXPECT_EQ(regex->request.constraint->text, "[a-z]+");
+  auto grammar = ParseCompletionRequest(R"({"prompt": "x", "guided_grammar": "root ::= \"a\""})", kModel);
+  ASSERT_TRUE(grammar.ok());
+  EXPECT_EQ(grammar->request.constraint->kind, Kind::kGrammar);
+  auto json = ParseCompletionRequest(R"({"prompt": "x", "guided_json": "{\"type\": \"array\"}"})", kModel);
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ(json->request.constraint->text, R"({"type": "array"})");
+  auto choice = ParseCompletionRequest(R"({"prompt": "x", "guided_choice": ["a", "b"]})", kModel);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_THAT(choice->request.constraint->choices, ::testing::ElementsAre("a", "b"));
+}
+
 TEST(OpenAiApiTest, PenaltiesBiasAndMinP) {
   auto r = ParseCompletionRequest(
       R"({"prompt": "x", "presence_penalty": 0.5, "frequency_penalty": -1, "min_p": 0.1,
@@ -167,8 +198,13 @@ TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
               HasSubstr("messages[0].tool_calls: tool calls are not supported"));
   EXPECT_THAT(error("{" + user + R"(, "n": 20})"), HasSubstr("n: at most 16, got 20"));
   EXPECT_THAT(error("{" + user + R"(, "tools": [{"type": "function"}]})"), HasSubstr("tools: is not supported"));
-  EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "json_object"}})"),
-              HasSubstr("response_format: only {\"type\": \"text\"} is supported"));
+  EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "yaml"}})"),
+              HasSubstr("response_format.type: 'yaml' is not supported"));
+  EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "json_schema"}})"),
+              HasSubstr("response_format.json_schema: must be an object"));
+  EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "json_object"}, "guided_regex": "a"})"),
+              HasSubstr("guided_regex: only one constraint per request"));
+  EXPECT_THAT(error("{" + user + R"(, "guided_json": 5})"), HasSubstr("guided_json: must be a JSON Schema"));
   EXPECT_THAT(error("{" + user + R"(, "top_logprobs": 2})"), HasSubstr("top_logprobs: needs logprobs: true"));
   EXPECT_THAT(error("{" + user + R"(, "logprobs": true, "top_logprobs": 21})"),
               HasSubstr("top_logprobs: at most 20, got 21"));

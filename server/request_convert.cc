@@ -38,6 +38,26 @@ absl::Status Messages(const std::vector<ChatMessage>& messages, const ChatSuppor
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
+    const ClientRequest::Constraint& c, const ConvertContext& context) {
+  using Kind = ClientRequest::Constraint::Kind;
+  if (context.token_bytes == nullptr) {
+    return FieldError(c.field, "the model has no tokenizer, so its output cannot be constrained");
+  }
+  if (c.kind == Kind::kChoice) return CompileChoices(c.choices, context.token_bytes);
+  if (context.grammars == nullptr) {
+    return FieldError(c.field, "this server compiles no grammars", absl::StatusCode::kUnimplemented);
+  }
+  switch (c.kind) {
+    case Kind::kJsonSchema: return context.grammars->JsonSchema(c.text, c.field);
+    case Kind::kJsonObject: return context.grammars->AnyJson(c.field);
+    case Kind::kRegex: return context.grammars->Regex(c.text, c.field);
+    case Kind::kGrammar: return context.grammars->Grammar(c.text, c.field);
+    case Kind::kChoice: break;
+  }
+  return FieldError(c.field, "unknown constraint");
+}
+
 }  // namespace
 
 ClientRequest FromProto(const v1::GenerateRequest& in) {
@@ -79,10 +99,30 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
   r.ignore_eos = stop.ignore_eos();
   r.return_logprobs = in.return_logprobs();
   r.top_logprobs = in.top_logprobs();
-  if (in.constraint().kind_case() == v1::Constraint::kChoice) {
-    const auto& choices = in.constraint().choice().choices();
-    r.choice.emplace(choices.begin(), choices.end());
+  using Kind = ClientRequest::Constraint::Kind;
+  const v1::Constraint& c = in.constraint();
+  ClientRequest::Constraint spec;
+  switch (c.kind_case()) {
+    case v1::Constraint::kChoice:
+      spec = {Kind::kChoice, {c.choice().choices().begin(), c.choice().choices().end()}, "", "choice"};
+      break;
+    case v1::Constraint::kJsonSchema:
+      spec = {Kind::kJsonSchema, {}, c.json_schema(), "constraint.json_schema"};
+      break;
+    case v1::Constraint::kJsonObject:
+      if (!c.json_object()) break;
+      spec = {Kind::kJsonObject, {}, "", "constraint.json_object"};
+      break;
+    case v1::Constraint::kRegex:
+      spec = {Kind::kRegex, {}, c.regex(), "constraint.regex"};
+      break;
+    case v1::Constraint::kGrammar:
+      spec = {Kind::kGrammar, {}, c.grammar(), "constraint.grammar"};
+      break;
+    case v1::Constraint::KIND_NOT_SET:
+      break;
   }
+  if (!spec.field.empty()) r.constraint = std::move(spec);
   return r;
 }
 
@@ -169,11 +209,8 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
     return FieldError("top_logprobs", absl::StrCat("at most ", kMaxTopLogprobs, ", got ", in.top_logprobs));
   }
   r.top_logprobs = static_cast<int>(in.top_logprobs);
-  if (in.choice.has_value()) {
-    if (context.token_bytes == nullptr) {
-      return FieldError("choice", "the model has no tokenizer, so its output cannot be constrained");
-    }
-    auto compiled = CompileChoices(*in.choice, context.token_bytes);
+  if (in.constraint.has_value()) {
+    auto compiled = CompileConstraint(*in.constraint, context);
     if (!compiled.ok()) return compiled.status();
     r.constraint = std::move(*compiled);
   }

@@ -18,6 +18,7 @@
 #include "model/loader/chat_template_info.h"
 #include "tokenizer/tokenizer.h"
 #include "engine/choice_constraint.h"
+#include "engine/grammar_constraint.h"
 #include "engine/request.h"
 #include "proto/flover.pb.h"
 #include "util/field_error.h"
@@ -69,8 +70,15 @@ struct ClientRequest {
   bool ignore_eos = false;
   bool return_logprobs = false;
   uint32_t top_logprobs = 0;
-  // The output must be one of these (a constraint), when set.
-  std::optional<std::vector<std::string>> choice;
+  // A constraint on the output, when set: one kind, and the field that
+  // named it (what a refusal names: "guided_regex", "constraint.regex").
+  struct Constraint {
+    enum class Kind { kChoice, kJsonSchema, kJsonObject, kRegex, kGrammar } kind = Kind::kChoice;
+    std::vector<std::string> choices;  // kChoice
+    std::string text;                  // the schema, regex or grammar
+    std::string field;
+  };
+  std::optional<Constraint> constraint;
 };
 
 ClientRequest FromProto(const v1::GenerateRequest& request);
@@ -81,9 +89,11 @@ ClientRequest FromProto(const v1::GenerateRequest& request);
 struct ConvertContext {
   const Tokenizer* tokenizer = nullptr;
   const ChatSupport* chat = nullptr;
-  // The tokenizer's vocabulary as bytes, for constraints.
+  // The tokenizer's vocabulary as bytes, for choices; the grammar compiler
+  // for the other constraints (null: refused).
   std::shared_ptr<const TokenBytes> token_bytes;
   int vocab_size = 0;
+  GrammarConstraints* grammars = nullptr;
 };
 
 // `random_seed` is used when the request sets no seed.

@@ -26,6 +26,7 @@ struct ServingContext {
   const Tokenizer* tokenizer = nullptr;
   const ChatSupport* chat = nullptr;
   std::shared_ptr<const TokenBytes> token_bytes;
+  std::shared_ptr<GrammarConstraints> grammars;  // JSON schemas, regexes, grammars
 };
 
 // A request the engine took.

@@ -476,6 +476,65 @@ class ChatTest(unittest.TestCase):
         finally:
             s.close()
 
+    def test_structured_outputs_parse_into_pydantic_models(self):
+        import pydantic
+
+        class City(pydantic.BaseModel):
+            name: str
+            country: str
+            # Bounded: this 135M model otherwise repeats digits until the
+            # token limit (the schema would allow any number).
+            population_millions: int = pydantic.Field(ge=0, le=100)
+            is_capital: bool
+
+        s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=512",
+                   "--max_batch=8", "--threads=2")
+        try:
+            question = [{"role": "user", "content": "Describe Paris as JSON with its name, "
+                         "country, population in millions and whether it is a capital."}]
+            # The official client's parse(): a json_schema response_format
+            # (strict, from the pydantic model), parsed back into the model.
+            r = s.openai.chat.completions.parse(model="smollm2", messages=question,
+                                                response_format=City, max_tokens=120,
+                                                temperature=0)
+            city = r.choices[0].message.parsed
+            self.assertIsInstance(city, City)
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+            json.loads(r.choices[0].message.content)  # compact, valid JSON
+            # Sampled too: every answer validates.
+            for seed in range(4):
+                r = s.openai.chat.completions.parse(model="smollm2", messages=question,
+                                                    response_format=City, max_tokens=160,
+                                                    temperature=1.0, seed=seed)
+                if r.choices[0].finish_reason == "stop":
+                    self.assertIsInstance(r.choices[0].message.parsed, City)
+            # Any JSON object; a regex; a grammar (vLLM's fields).
+            r = s.openai.chat.completions.create(model="smollm2", messages=question, max_tokens=100,
+                                                 temperature=0,
+                                                 response_format={"type": "json_object"})
+            self.assertIsInstance(json.loads(r.choices[0].message.content), dict)
+            r = s.openai.completions.create(model="smollm2", prompt="A date: ", max_tokens=20,
+                                            temperature=0,
+                                            extra_body={"guided_regex": r"\d{4}-\d{2}-\d{2}"})
+            self.assertRegex(r.choices[0].text, r"^\d{4}-\d{2}-\d{2}$")
+            r = s.openai.completions.create(model="smollm2", prompt="Yes or no? ", max_tokens=20,
+                                            temperature=0,
+                                            extra_body={"guided_grammar": 'root ::= "yes" | "no"'})
+            self.assertIn(r.choices[0].text, ["yes", "no"])
+            # Bad schemas, regexes and grammars are 400s naming the field.
+            for kw, param in (
+                    (dict(response_format={"type": "json_schema", "json_schema": {
+                        "name": "x", "schema": {"type": "nosuchtype"}}}),
+                     "response_format.json_schema.schema"),
+                    (dict(extra_body={"guided_regex": "(unclosed"}), "guided_regex"),
+                    (dict(extra_body={"guided_grammar": "root ::= "}), "guided_grammar")):
+                with self.assertRaises(openai.BadRequestError) as err:
+                    s.openai.chat.completions.create(model="smollm2", messages=question,
+                                                     max_tokens=4, **kw)
+                self.assertEqual(err.exception.body["param"], param, kw)
+        finally:
+            s.close()
+
     def test_n_samples_share_the_prompt_and_take_seed_plus_i(self):
         s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=512",
                    "--max_batch=8", "--threads=2")
