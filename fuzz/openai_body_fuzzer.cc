@@ -1,6 +1,7 @@
 // Arbitrary bytes as the body of an OpenAI request (chat, completions,
 // tokenize, detokenize), parsed and then converted against GPT-2's
-// vocabulary and tokenizer with a chat template: every body must come back
+// vocabulary and tokenizer with a chat template, JSON schemas, regexes and
+// grammars compiled by xgrammar: every body must come back
 // as a request or an error status (nlohmann-json's exceptions stay inside
 // server/json_body), never a crash, a hang or an allocation the body
 // merely claims.
@@ -11,6 +12,7 @@
 
 #include "chat/chat_format.h"
 #include "engine/choice_constraint.h"
+#include "engine/grammar_constraint.h"
 #include "server/openai_request.h"
 #include "server/request_convert.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -34,7 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   static const std::shared_ptr<const flover::TokenBytes> bytes =
       std::make_shared<const flover::TokenBytes>(*gpt2);
-  const flover::server::ConvertContext context{gpt2.get(), chat, bytes, gpt2->vocab_size()};
+  static flover::GrammarConstraints* grammars =
+      new flover::GrammarConstraints(bytes, std::vector<int32_t>{50256});
+  const flover::server::ConvertContext context{gpt2.get(), chat, bytes, gpt2->vocab_size(), grammars};
   const std::string body(reinterpret_cast<const char*>(data), size);
   for (auto parse : {flover::server::ParseChatRequest, flover::server::ParseCompletionRequest}) {
     auto parsed = parse(body, "m");

@@ -10,6 +10,7 @@
 
 #include "chat/chat_format.h"
 #include "proto/flover.pb.h"
+#include "engine/grammar_constraint.h"
 #include "server/request_convert.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -37,7 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::make_shared<const flover::TokenBytes>(*gpt2);
   flover::v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  (void)flover::server::ToEngineRequest(request, {gpt2.get(), chat, bytes, gpt2->vocab_size()}, 7);
+  static flover::GrammarConstraints* grammars =
+      new flover::GrammarConstraints(bytes, std::vector<int32_t>{50256});
+  (void)flover::server::ToEngineRequest(request, {gpt2.get(), chat, bytes, gpt2->vocab_size(), grammars}, 7);
   (void)flover::server::ToEngineRequest(request, {nullptr, nullptr, nullptr, 50257}, 7);
   return 0;
 }

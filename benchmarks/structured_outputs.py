@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Constrained against unconstrained decoding on one flover_server: a burst
+of C chats at once (C = 16 and 64 by default), each asking for a JSON
+object, sent once with `response_format` json_schema (a small schema:
+strings, a bounded integer, a boolean, an enum, an array of at most 3
+strings) and once without, greedy, `max_tokens` fixed. Prints output
+tokens/s and wall time for both and their ratio, the share of constrained
+answers that parse and validate, and the compile time of a schema the
+server has not seen (first request with it, less the same request once
+cached, at max_tokens=1). Rounds alternate the two modes; medians.
+
+    tools/bazelw build //server:flover_server
+    .venv-test/bin/python benchmarks/structured_outputs.py \\
+        [--model=models/SmolLM2-135M-Instruct.Q4_1.gguf] [--concurrency=16,64] \\
+        [--max_tokens=96] [--rounds=3] [--threads=2]
+
+The client (the official `openai` package, AsyncOpenAI) runs on the same
+cores as the server."""
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import openai
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVER = os.path.join(ROOT, ".bazel-root/bin/server/flover_server")
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "country": {"type": "string"},
+        "population_millions": {"type": "integer", "minimum": 0, "maximum": 100},
+        "is_capital": {"type": "boolean"},
+        "climate": {"enum": ["cold", "mild", "hot"]},
+        "landmarks": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+    },
+    "required": ["city", "country", "population_millions", "is_capital", "climate", "landmarks"],
+    "additionalProperties": False,
+}
+CITIES = ["Paris", "Tokyo", "Cairo", "Lima", "Oslo", "Delhi", "Rome", "Seoul", "Quito", "Accra",
+          "Hanoi", "Dakar", "Bern", "Riga", "Kyiv", "Doha"]
+
+
+def valid(obj):
+    p = SCHEMA["properties"]
+    return (isinstance(obj, dict) and set(obj) == set(p) and isinstance(obj["city"], str)
+            and isinstance(obj["country"], str) and isinstance(obj["population_millions"], int)
+            and 0 <= obj["population_millions"] <= 100 and isinstance(obj["is_capital"], bool)
+            and obj["climate"] in p["climate"]["enum"] and isinstance(obj["landmarks"], list)
+            and len(obj["landmarks"]) <= 3 and all(isinstance(x, str) for x in obj["landmarks"]))
+
+
+def start(args):
+    proc = subprocess.Popen([SERVER, f"--model={args.model}", "--listen=127.0.0.1:0",
+                             "--http_listen=127.0.0.1:0", f"--threads={args.threads}",
+                             f"--max_batch={max(args.concurrency)}", "--max_seq_len=512"],
+                            stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    http = proc.stdout.readline().strip()
+    assert http.startswith("openai api on "), http
+    return proc, http[len("openai api on "):]
+
+
+async def burst(client, model, n, max_tokens, constrained):
+    async def one(i):
+        kw = {}
+        if constrained:
+            kw["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": "city", "schema": SCHEMA}}
+        r = await client.chat.completions.create(
+            model=model, max_tokens=max_tokens, temperature=0,
+            messages=[{"role": "user", "content": f"Describe {CITIES[i % len(CITIES)]} as JSON: "
+                       "city, country, population in millions, capital or not, climate, "
+                       "up to three landmarks."}], **kw)
+        return r
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in range(n)))
+    wall = time.perf_counter() - start
+    tokens = sum(r.usage.completion_tokens for r in results)
+    ok = 0
+    for r in results:
+        try:
+            ok += constrained and r.choices[0].finish_reason == "stop" and valid(
+                json.loads(r.choices[0].message.content))
+        except ValueError:
+            pass
+    return wall, tokens, ok
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    parser.add_argument("--concurrency", default="16,64")
+    parser.add_argument("--max_tokens", type=int, default=96)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    proc, base = start(args)
+    try:
+        client = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=600)
+        model = (await client.models.list()).data[0].id
+        await burst(client, model, 4, 8, True)  # warm-up (compiles the schema once)
+        print(f"# {os.path.basename(args.model)}, max_tokens {args.max_tokens}, greedy, "
+              f"{args.threads} threads, {args.rounds} rounds (medians)")
+        print("| concurrency | unconstrained tok/s | constrained tok/s | ratio | "
+              "constrained valid | wall s (free / json) |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for c in args.concurrency:
+            free, json_ = [], []
+            valid_share = []
+            for round_ in range(args.rounds):
+                for constrained in ((False, True) if round_ % 2 == 0 else (True, False)):
+                    wall, tokens, ok = await burst(client, model, c, args.max_tokens, constrained)
+                    (json_ if constrained else free).append((tokens / wall, wall))
+                    if constrained:
+                        valid_share.append(ok / c)
+            f = statistics.median(t for t, _ in free)
+            j = statistics.median(t for t, _ in json_)
+            print(f"| {c} | {f:.0f} | {j:.0f} | {j / f:.2f} | {statistics.median(valid_share):.0%} | "
+                  f"{statistics.median(w for _, w in free):.1f} / "
+                  f"{statistics.median(w for _, w in json_):.1f} |", flush=True)
+        # Compile time: a schema never seen (a fresh property name) against
+        # the same request once it is cached.
+        compile_ms = []
+        for k in range(5):
+            schema = dict(SCHEMA, properties=dict(SCHEMA["properties"], **{f"extra{k}_{time.time_ns()}": {"type": "string"}}))
+            kw = dict(model=model, max_tokens=1, messages=[{"role": "user", "content": "x"}],
+                      response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}})
+            t0 = time.perf_counter()
+            await client.chat.completions.create(**kw)
+            first = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            await client.chat.completions.create(**kw)
+            again = time.perf_counter() - t0
+            compile_ms.append((first - again) * 1e3)
+        print(f"\ncompile time of a new schema (first request less a cached one, median of 5): "
+              f"{statistics.median(compile_ms):.1f} ms")
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
