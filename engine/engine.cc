@@ -52,8 +52,8 @@ struct Engine::Sequence {
   std::vector<int32_t> blocks;  // its KV blocks, in order of position
   std::vector<uint64_t> block_keys;  // prefix-cache keys of its full computed blocks
   int generated = 0;
-  // Its place in request.constraint (null without one): the sampler's mask
-  // reads it, an observer advances it.
+  // Its place in request.constraint (null without one): the step's sampling
+  // loop advances it (in parallel), the sampler's mask and an observer read it.
   std::unique_ptr<ConstraintState> constraint;
   std::vector<int32_t> constraint_end_ids;  // what ends it as EOS does
   // Told about every emitted token and the finish, in order: the text and
@@ -64,8 +64,8 @@ struct Engine::Sequence {
 
 namespace {
 
-// Advances a sequence's constraint with each token it emits, and ends the
-// sequence (stop) once the constraint admits nothing more.
+// Ends a sequence (stop) once its constraint admits nothing more, or has
+// refused a token (the step's sampling loop advances the constraint).
 class ConstraintObserver final : public SequenceObserver {
  public:
   explicit ConstraintObserver(ConstraintState* state) : state_(state) {}
@@ -243,6 +243,9 @@ void Engine::PublishOccupancyLocked() {
 absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSink> sink) {
   if (sink == nullptr) return FieldError("sink", "is null");
   if (absl::Status st = Validate(request); !st.ok()) return st;
+  // A constraint works out its first mask here, on the caller's thread.
+  std::unique_ptr<ConstraintState> constraint =
+      request.constraint != nullptr ? request.constraint->Start() : nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   if (!fatal_.ok()) return absl::UnavailableError(absl::StrCat("the engine failed: ", fatal_.message()));
   if (!accepting_) return absl::UnavailableError("the engine is shutting down");
@@ -263,7 +266,7 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
       end_ids = model_.info().eos_token_ids;
       end_ids.insert(end_ids.end(), stop.end_of_turn_ids.begin(), stop.end_of_turn_ids.end());
     }
-    seq->constraint = seq->request.constraint->Start();
+    seq->constraint = std::move(constraint);
     seq->constraint_end_ids = end_ids;
     seq->sampler.AddProcessor(std::make_unique<ConstraintMask>(seq->constraint.get(), std::move(end_ids)),
                               /*masks=*/true);
