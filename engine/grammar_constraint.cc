@@ -10,6 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 #include "util/field_error.h"
 
 namespace flover {
@@ -25,7 +27,80 @@ std::string Reason(const std::exception& e) {
     if (colon != std::string::npos) m = m.substr(colon + 2);
   }
   while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  constexpr size_t kMaxReason = 400;  // its messages may quote the whole input
+  if (m.size() > kMaxReason) m = m.substr(0, kMaxReason) + "...";
   return m;
+}
+
+// The deepest nesting of `open`/`close` outside strings quoted by one of
+// `quotes` and (with `classes`) character classes, or -1 past `limit`.
+int Depth(const std::string& text, char open, char close, char also_open, char also_close,
+          absl::string_view quotes, bool classes, int limit) {
+  int depth = 0, deepest = 0;
+  char quote = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\\') {
+      ++i;  // an escaped character is never structure
+      continue;
+    }
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (in_class) {
+      if (c == ']') in_class = false;
+      continue;
+    }
+    if (quotes.find(c) != absl::string_view::npos) {
+      quote = c;
+    } else if (classes && c == '[') {
+      in_class = true;
+    } else if (c == open || (also_open != 0 && c == also_open)) {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return -1;
+    } else if (c == close || (also_close != 0 && c == also_close)) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// The first JSON Schema keyword of `schema` (walked through its subschemas)
+// that xgrammar 0.2.8 does not enforce, or "".
+std::string UnenforcedKeyword(const nlohmann::json& schema) {
+  if (!schema.is_object()) return "";
+  static const char* const kIgnored[] = {
+      "not", "if", "then", "else", "uniqueItems", "contains", "minContains", "maxContains",
+      "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
+      "propertyNames", "unevaluatedProperties", "unevaluatedItems"};
+  for (const char* key : kIgnored) {
+    if (!schema.contains(key)) continue;
+    // uniqueItems: false asks for nothing.
+    if (std::string(key) == "uniqueItems" && schema[key].is_boolean() && !schema[key].get<bool>()) continue;
+    return key;
+  }
+  if (schema.contains("allOf") && schema["allOf"].is_array() && schema["allOf"].size() > 1) {
+    return "allOf (with more than one schema)";
+  }
+  for (const char* key : {"properties", "$defs", "definitions"}) {
+    if (!schema.contains(key) || !schema[key].is_object()) continue;
+    for (const auto& [name, sub] : schema[key].items()) {
+      if (std::string found = UnenforcedKeyword(sub); !found.empty()) return found;
+    }
+  }
+  for (const char* key : {"anyOf", "oneOf", "allOf", "prefixItems"}) {
+    if (!schema.contains(key) || !schema[key].is_array()) continue;
+    for (const auto& sub : schema[key]) {
+      if (std::string found = UnenforcedKeyword(sub); !found.empty()) return found;
+    }
+  }
+  for (const char* key : {"items", "additionalProperties", "additionalItems"}) {
+    if (!schema.contains(key)) continue;
+    if (std::string found = UnenforcedKeyword(schema[key]); !found.empty()) return found;
+  }
+  return "";
 }
 
 class GrammarState final : public ConstraintState {
@@ -169,6 +244,15 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Js
   if (schema.size() > kMaxSchemaBytes) {
     return FieldError(field, absl::StrCat("at most ", kMaxSchemaBytes, " bytes, got ", schema.size()));
   }
+  if (Depth(schema, '{', '}', '[', ']', "\"", /*classes=*/false, kMaxConstraintDepth) < 0) {
+    return FieldError(field, absl::StrCat("nested deeper than ", kMaxConstraintDepth, " levels"));
+  }
+  const nlohmann::json parsed = nlohmann::json::parse(schema, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return FieldError(field, "not valid JSON");
+  if (const std::string keyword = UnenforcedKeyword(parsed); !keyword.empty()) {
+    return FieldError(field, absl::StrCat("the keyword ", keyword,
+                                          " is not supported (it would not be enforced)"));
+  }
   // JSON Schema's own defaults (additional properties allowed unless the
   // schema says otherwise). Compact JSON: free whitespace lets a model
   // loop on spaces (a known failure of any_whitespace in vLLM).
@@ -192,6 +276,9 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Re
   if (regex.size() > kMaxRegexBytes) {
     return FieldError(field, absl::StrCat("at most ", kMaxRegexBytes, " bytes, got ", regex.size()));
   }
+  if (Depth(regex, '(', ')', 0, 0, "", /*classes=*/true, kMaxConstraintDepth) < 0) {
+    return FieldError(field, absl::StrCat("groups nested deeper than ", kMaxConstraintDepth, " levels"));
+  }
   return impl_->Compile(field, [&] { return impl_->compiler.CompileRegex(regex); });
 }
 
@@ -199,6 +286,9 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Gr
     const std::string& ebnf, const std::string& field) {
   if (ebnf.size() > kMaxGrammarBytes) {
     return FieldError(field, absl::StrCat("at most ", kMaxGrammarBytes, " bytes, got ", ebnf.size()));
+  }
+  if (Depth(ebnf, '(', ')', 0, 0, "\"'", /*classes=*/true, kMaxConstraintDepth) < 0) {
+    return FieldError(field, absl::StrCat("parentheses nested deeper than ", kMaxConstraintDepth, " levels"));
   }
   return impl_->Compile(field, [&] { return impl_->compiler.CompileGrammar(ebnf, "root"); });
 }

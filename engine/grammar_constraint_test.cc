@@ -146,6 +146,31 @@ TEST_F(GrammarConstraintTest, RefusalsNameTheFieldAndSayWhy) {
   EXPECT_THAT(error(grammars_->Grammar("root ::= ", "grammar")), HasSubstr("grammar|grammar: "));
   EXPECT_THAT(error(grammars_->Regex(std::string(kMaxRegexBytes + 1, 'a'), "regex")),
               HasSubstr("at most"));
+  // Nesting that would overflow xgrammar's recursion (or take seconds to
+  // convert) is refused before it gets there; quotes hide nothing in a regex.
+  const std::string deep_schema = std::string(200, '[') + std::string(200, ']');
+  EXPECT_THAT(error(grammars_->JsonSchema(deep_schema, "json_schema")), HasSubstr("nested deeper than 64"));
+  std::string items = R"({"type": "integer"})";
+  for (int i = 0; i < 70; ++i) items = R"({"type": "array", "items": )" + items + "}";
+  EXPECT_THAT(error(grammars_->JsonSchema(items, "json_schema")), HasSubstr("nested deeper"));
+  EXPECT_THAT(error(grammars_->Grammar("root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')'),
+                                       "grammar")),
+              HasSubstr("parentheses nested deeper than 64"));
+  EXPECT_THAT(error(grammars_->Regex("\"" + std::string(100, '(') + "a" + std::string(100, ')'), "regex")),
+              HasSubstr("groups nested deeper than 64"));
+  EXPECT_TRUE(grammars_->Regex("[(]{3}\\(", "regex").ok());  // a class and an escape are not groups
+  // Keywords xgrammar would silently ignore are refused by name, wherever
+  // they sit; a property that happens to be called "not" is fine.
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"type": "array", "uniqueItems": true})", "s")),
+              HasSubstr("the keyword uniqueItems is not supported"));
+  EXPECT_THAT(error(grammars_->JsonSchema(
+                  R"({"type": "object", "properties": {"a": {"not": {"type": "string"}}}})", "s")),
+              HasSubstr("the keyword not"));
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"allOf": [{"type": "object"}, {"required": ["a"]}]})", "s")),
+              HasSubstr("allOf"));
+  EXPECT_TRUE(grammars_->JsonSchema(
+                  R"({"type": "object", "properties": {"not": {"type": "string"}}, "uniqueItems": false})",
+                  "s").ok());
 }
 
 TEST_F(GrammarConstraintTest, FusedRequestsEqualTheirRunsAlone) {
