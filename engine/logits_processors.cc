@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "kernels/cpu/vec_math.h"
@@ -51,11 +51,11 @@ void ConstraintMask::Process(absl::Span<float> logits, absl::Span<const int32_t>
   const int V = static_cast<int>(logits.size());
   saved_.clear();
   for (int32_t e : end_ids_) saved_.push_back(e >= 0 && e < V ? logits[e] : 0.0f);
-  const std::vector<uint32_t>& words_ = state_->AllowedNext();
+  const std::vector<uint32_t>& allowed = state_->AllowedNext();
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   bool any = false;
   for (int t = 0; t < V; ++t) {
-    if (t / 32 < static_cast<int>(words_.size()) && ((words_[t / 32] >> (t % 32)) & 1)) {
+    if (HasToken(allowed, t)) {
       any = true;
     } else {
       logits[t] = kMasked;
@@ -79,9 +79,7 @@ void FiniteOnly::Narrow(Candidates& c) const {
     c.ListWhole();
     return;
   }
-  std::vector<float>& probs = c.probs();
-  for (int32_t id : ids) probs[id] = c.weights().Of(logits[id]);
-  c.SetListed();
+  c.WeighListed();
 }
 
 void MinP::Narrow(Candidates& c) const {
@@ -121,6 +119,11 @@ double Candidates::ListWhole() {
   return SetListed();
 }
 
+double Candidates::WeighListed() {
+  for (int32_t id : *ids_) (*probs_)[id] = weights_.Of(logits_[id]);
+  return SetListed();
+}
+
 double Candidates::SetListed() {
   whole_ = false;
   double mass = 0;
@@ -136,15 +139,12 @@ void TopK::Narrow(Candidates& c) const {
     // After another filter: the k best of its list, kept in list order.
     std::vector<int32_t>& ids = c.ids();
     if (k_ <= 0 || k_ >= static_cast<int>(ids.size())) return;
+    const MoreLikely more_likely{logits};
     std::vector<int32_t> best = ids;
-    std::nth_element(best.begin(), best.begin() + (k_ - 1), best.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
+    std::nth_element(best.begin(), best.begin() + (k_ - 1), best.end(), more_likely);
     const int32_t kth = best[k_ - 1];
-    auto keep = [&](int32_t i) {
-      return logits[i] > logits[kth] || (logits[i] == logits[kth] && i <= kth);
-    };
-    ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t i) { return !keep(i); }), ids.end());
+    ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t i) { return more_likely(kth, i); }),
+              ids.end());
     c.SetListed();
     return;
   }
@@ -166,9 +166,7 @@ void TopK::Narrow(Candidates& c) const {
   for (int i = 0; i < V; ++i) {
     if (logits[i] > kth || (logits[i] == kth && equal_needed-- > 0)) ids.push_back(i);
   }
-  std::vector<float>& probs = c.probs();
-  for (int32_t id : ids) probs[id] = c.weights().Of(logits[id]);
-  c.SetListed();
+  c.WeighListed();
 }
 
 void TopP::Narrow(Candidates& c) const {
@@ -177,9 +175,7 @@ void TopP::Narrow(Candidates& c) const {
   const absl::Span<const float> logits = c.logits();
   std::vector<int32_t>& ids = c.ids();
   const std::vector<float>& probs = c.probs();
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  const MoreLikely by_logit{logits};
   // The smallest prefix, in descending order, whose mass reaches top_p. Only
   // as many candidates as that needs are sorted: the top m by nth_element,
   // with m growing until they hold the mass. The prefix is the one a full

@@ -24,6 +24,15 @@
 
 namespace flover {
 
+// The order every stage ranks tokens in: the higher logit first, ties to
+// the lower id (a total order, so the same logits always rank alike).
+struct MoreLikely {
+  absl::Span<const float> logits;
+  bool operator()(int32_t a, int32_t b) const {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  }
+};
+
 // Edits one row of logits in place. `history` is the prompt and the output
 // so far.
 class LogitsProcessor {
@@ -120,6 +129,8 @@ class Candidates {
   // After a filter has listed ids() and their probs(): their mass, summed in
   // list order.
   double SetListed();
+  // The same after a filter has listed ids() only: weighs them first.
+  double WeighListed();
   // A filter that reorders or shortens ids() sets the mass it computed.
   void set_mass(double mass) { mass_ = mass; }
 

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "util/field_error.h"
@@ -21,9 +19,7 @@ void TopOf(absl::Span<const float> logits, absl::Span<const int32_t> support, in
            const LogProb& log_prob, std::vector<std::pair<int32_t, float>>* out) {
   out->clear();
   if (n <= 0) return;
-  auto better = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  const MoreLikely better{logits};
   // A heap of the best n so far, its worst on top.
   std::vector<int32_t> heap;
   auto consider = [&](int32_t i) {
