@@ -88,22 +88,19 @@ bool ChoiceState::Fits(const Choice& choice, absl::string_view extra) const {
 
 void ChoiceState::Update() {
   const TokenBytes& tokens = c_.tokens();
-  std::vector<uint32_t>* words = &words_;
-  words->assign((tokens.vocab_size() + 31) / 32, 0);
+  words_.assign(TokenMaskWords(tokens.vocab_size()), 0);
   complete_ = can_continue_ = false;
-  for (const Choice& choice : c_.choices()) {
-    if (choice.text == out_) complete_ = true;
-    if (choice.text.size() > out_.size() && absl::StartsWith(choice.text, out_)) can_continue_ = true;
-  }
   const size_t p = out_.size();
   for (const Choice& choice : c_.choices()) {
+    if (choice.text == out_) complete_ = true;
     if (choice.text.size() <= p || !absl::StartsWith(choice.text, out_)) continue;
+    can_continue_ = true;
     const size_t most = std::min(tokens.longest(), choice.text.size() - p);
     for (size_t k = 1; k <= most; ++k) {
       if (!choice.spellable[p + k]) continue;
       const std::vector<int32_t>* ids = tokens.TokensSpelling(absl::string_view(choice.text).substr(p, k));
       if (ids == nullptr) continue;
-      for (int32_t id : *ids) (*words)[id / 32] |= 1u << (id % 32);
+      for (int32_t id : *ids) AddToken(words_, id);
     }
   }
 }

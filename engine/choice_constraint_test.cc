@@ -80,7 +80,7 @@ TEST_F(ChoiceConstraintTest, AStateAllowsExactlyTheTokensThatKeepAChoiceSpellabl
   auto compiled = Compile({"yes", "no", "maybe so"});
   auto state = compiled->Start();
   std::vector<uint32_t> words = state->AllowedNext();
-  auto allowed = [&](int32_t id) { return ((words[id / 32] >> (id % 32)) & 1) != 0; };
+  auto allowed = [&](int32_t id) { return HasToken(words, id); };
   int n = 0;
   for (int32_t id = 0; id < tokens_->vocab_size(); ++id) {
     if (!allowed(id)) continue;

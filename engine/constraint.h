@@ -10,6 +10,7 @@
 #ifndef FLOVER_ENGINE_CONSTRAINT_H_
 #define FLOVER_ENGINE_CONSTRAINT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -17,6 +18,15 @@
 #include "absl/status/status.h"
 
 namespace flover {
+
+// Sets of tokens as bitmasks, the form AllowedNext gives: bit t % 32 of
+// word t / 32 (xgrammar's own layout).
+inline size_t TokenMaskWords(int vocab_size) { return (static_cast<size_t>(vocab_size) + 31) / 32; }
+inline bool HasToken(const std::vector<uint32_t>& mask, int32_t t) {
+  return static_cast<size_t>(t / 32) < mask.size() && ((mask[t / 32] >> (t % 32)) & 1) != 0;
+}
+inline void AddToken(std::vector<uint32_t>& mask, int32_t t) { mask[t / 32] |= 1u << (t % 32); }
+inline void RemoveToken(std::vector<uint32_t>& mask, int32_t t) { mask[t / 32] &= ~(1u << (t % 32)); }
 
 // One sequence's place in its constraint. Used on one thread at a time.
 // The work (what may come next) is done when the state starts and in

@@ -3,7 +3,6 @@
 #include <xgrammar/xgrammar.h>
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -112,7 +111,7 @@ class GrammarState final : public ConstraintState {
         end_ids_(end_ids),
         forbidden_(forbidden),
         vocab_size_(vocab_size),
-        mask_(xgrammar::GetBitmaskSize(vocab_size)) {
+        words_(xgrammar::GetBitmaskSize(vocab_size)) {
     Update();
   }
   const std::vector<uint32_t>& AllowedNext() const override { return words_; }
@@ -130,23 +129,24 @@ class GrammarState final : public ConstraintState {
 
  private:
   void Update() {
-    int64_t shape[1] = {static_cast<int64_t>(mask_.size())};
-    DLTensor tensor{mask_.data(), DLDevice{kDLCPU, 0}, 1, xgrammar::GetBitmaskDLType(), shape,
+    // xgrammar writes int32 words; ours are their unsigned twins (the same
+    // bits, and a signed and unsigned type may alias).
+    int64_t shape[1] = {static_cast<int64_t>(words_.size())};
+    DLTensor tensor{words_.data(), DLDevice{kDLCPU, 0}, 1, xgrammar::GetBitmaskDLType(), shape,
                     nullptr, 0};
     matcher_.FillNextTokenBitmask(&tensor);
-    words_.resize(mask_.size());
-    std::memcpy(words_.data(), mask_.data(), mask_.size() * sizeof(uint32_t));
     if (forbidden_ != nullptr) {
       for (size_t w = 0; w < words_.size() && w < forbidden_->size(); ++w) words_[w] &= ~(*forbidden_)[w];
     }
     complete_ = false;
     for (int32_t e : end_ids_) {
-      if (e >= 0 && e < vocab_size_ && ((words_[e / 32] >> (e % 32)) & 1)) complete_ = true;
-      if (e >= 0 && e < vocab_size_) words_[e / 32] &= ~(1u << (e % 32));  // Complete() decides
+      if (e < 0 || e >= vocab_size_) continue;
+      if (HasToken(words_, e)) complete_ = true;
+      RemoveToken(words_, e);  // Complete() decides
     }
     // Bits past the vocabulary are never tokens.
     for (int t = vocab_size_; t < static_cast<int>(words_.size()) * 32; ++t) {
-      words_[t / 32] &= ~(1u << (t % 32));
+      RemoveToken(words_, t);
     }
     can_continue_ = std::any_of(words_.begin(), words_.end(), [](uint32_t w) { return w != 0; });
   }
@@ -155,7 +155,6 @@ class GrammarState final : public ConstraintState {
   const std::vector<int32_t>& end_ids_;
   const std::vector<uint32_t>* forbidden_;  // tokens never allowed, or null
   int vocab_size_;
-  std::vector<int32_t> mask_;
   std::vector<uint32_t> words_;
   bool complete_ = false, can_continue_ = false, failed_ = false;
 };
@@ -202,11 +201,11 @@ struct GrammarConstraints::Impl {
     // which JSON forbids (RFC 8259: they must be escaped), and compact JSON
     // has no other place for them: JSON constraints never allow a token
     // holding one.
-    auto controls = std::make_shared<std::vector<uint32_t>>((vocab_size + 31) / 32, 0);
+    auto controls = std::make_shared<std::vector<uint32_t>>(TokenMaskWords(vocab_size), 0);
     for (int32_t id = 0; id < vocab_size; ++id) {
       for (unsigned char c : tokens.Of(id)) {
         if (c < 0x20) {
-          (*controls)[id / 32] |= 1u << (id % 32);
+          AddToken(*controls, id);
           break;
         }
       }
