@@ -55,7 +55,6 @@ struct Engine::Sequence {
   // Its place in request.constraint (null without one): the step's sampling
   // loop advances it (in parallel), the sampler's mask and an observer read it.
   std::unique_ptr<ConstraintState> constraint;
-  std::vector<int32_t> constraint_end_ids;  // what ends it as EOS does
   // Told about every emitted token and the finish, in order: the text and
   // its stop strings (with a tokenizer), the constraint.
   std::vector<std::unique_ptr<SequenceObserver>> observers;
@@ -63,6 +62,22 @@ struct Engine::Sequence {
 };
 
 namespace {
+
+// The tokens that end a sequence as the model's EOS does (finish reason
+// EOS, no text): the model's EOS ids and a chat's end of turn, unless the
+// request ignores them.
+std::vector<int32_t> EosLikeIds(const ModelInfo& info, const StopConditions& stop) {
+  if (stop.ignore_eos) return {};
+  std::vector<int32_t> ids = info.eos_token_ids;
+  ids.insert(ids.end(), stop.end_of_turn_ids.begin(), stop.end_of_turn_ids.end());
+  return ids;
+}
+
+bool EndsAsEos(const ModelInfo& info, const StopConditions& stop, int32_t token) {
+  return !stop.ignore_eos &&
+         (info.IsEos(token) || std::find(stop.end_of_turn_ids.begin(), stop.end_of_turn_ids.end(),
+                                         token) != stop.end_of_turn_ids.end());
+}
 
 // Ends a sequence (stop) once its constraint admits nothing more, or has
 // refused a token (the step's sampling loop advances the constraint).
@@ -260,16 +275,11 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
                                                           seq->request.stop.stop_strings));
   }
   if (seq->request.constraint != nullptr) {
-    const StopConditions& stop = seq->request.stop;
-    std::vector<int32_t> end_ids;  // what ends the sequence as EOS does
-    if (!stop.ignore_eos) {
-      end_ids = model_.info().eos_token_ids;
-      end_ids.insert(end_ids.end(), stop.end_of_turn_ids.begin(), stop.end_of_turn_ids.end());
-    }
     seq->constraint = std::move(constraint);
-    seq->constraint_end_ids = end_ids;
-    seq->sampler.AddProcessor(std::make_unique<ConstraintMask>(seq->constraint.get(), std::move(end_ids)),
-                              /*masks=*/true);
+    seq->sampler.AddProcessor(
+        std::make_unique<ConstraintMask>(seq->constraint.get(),
+                                         EosLikeIds(model_.info(), seq->request.stop)),
+        /*masks=*/true);
     seq->observers.push_back(std::make_unique<ConstraintObserver>(seq->constraint.get()));
   }
   incoming_.push_back(std::move(seq));
@@ -404,10 +414,7 @@ void Engine::Emit(Sequence& seq, int32_t token, float logprob,
   ev.top_logprobs = std::move(top);
 
   std::optional<FinishReason> reason;
-  const bool eos = !stop.ignore_eos && (model_.info().IsEos(token) ||
-                                        std::find(stop.end_of_turn_ids.begin(),
-                                                  stop.end_of_turn_ids.end(),
-                                                  token) != stop.end_of_turn_ids.end());
+  const bool eos = EndsAsEos(model_.info(), stop, token);
   if (eos) {
     reason = FinishReason::kEos;
   } else if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), token) !=
@@ -548,8 +555,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
                                    &top_logprobs_[k]);
     // A constraint advances here, in parallel, and works out what may
     // follow; Emit's observer only reads the result.
-    const std::vector<int32_t>& ends = s.constraint_end_ids;
-    if (s.constraint != nullptr && std::find(ends.begin(), ends.end(), sampled_[k]) == ends.end()) {
+    if (s.constraint != nullptr && !EndsAsEos(model_.info(), s.request.stop, sampled_[k])) {
       (void)s.constraint->Accept(sampled_[k]);  // a refusal is kept in failed()
     }
   }
