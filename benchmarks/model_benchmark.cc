@@ -24,6 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "benchmarks/parallel_sum.h"
 #include "benchmarks/profiling_backend.h"
@@ -217,9 +218,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBenchmarkModel(const std::strin
   if (blocks.empty()) return LoadModel(spec);
   kernels::BlockFormat format;
   if (!BlockFormatByName(blocks, &format)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--random_blocks=", blocks, ": not a block format (Q8_0, Q4_0, Q4_1, Q5_0, "
-                     "Q5_1, Q4_K, Q5_K, Q6_K)"));
+    std::vector<std::string> names;
+    for (kernels::BlockFormat f : kernels::kAllBlockFormats) names.push_back(kernels::InfoOf(f).name);
+    return absl::InvalidArgumentError(absl::StrCat("--random_blocks=", blocks, ": not a block format (",
+                                                   absl::StrJoin(names, ", "), ")"));
   }
   return LoadBuiltinInBlocks(spec, format);
 }

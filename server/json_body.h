@@ -19,7 +19,6 @@ namespace flover::server {
 // Schema's properties are generated in its order, and answers read as
 // OpenAI writes them.
 using Json = nlohmann::ordered_json;
-using OrderedJson = Json;
 
 // The deepest nesting a body may have.
 inline constexpr int kMaxJsonDepth = 64;

@@ -93,19 +93,19 @@ class Answer {
     return Object(Choice(index, text, tokens, finish, Part::kDelta), nullptr);
   }
   std::string UsageChunk(int generated) const {
-    const OrderedJson usage = Usage(generated);
-    return Object(OrderedJson::array(), &usage);
+    const Json usage = Usage(generated);
+    return Object(Json::array(), &usage);
   }
   // The whole answer, not streamed: every sample, in order.
   std::string Whole(const std::vector<Result>& results) const {
-    OrderedJson choices = OrderedJson::array();
+    Json choices = Json::array();
     int generated = 0;
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       choices.push_back(Choice(static_cast<int>(i), r.text, r.tokens, &r.finish, Part::kWhole));
       generated += r.finish.usage.generated_tokens;
     }
-    const OrderedJson usage = Usage(generated);
+    const Json usage = Usage(generated);
     return Object(std::move(choices), &usage);
   }
 
@@ -115,8 +115,8 @@ class Answer {
   std::string TokenString(int32_t id) const {
     return tokenizer_ != nullptr ? tokenizer_->Decode({id}) : absl::StrCat("token_id:", id);
   }
-  OrderedJson Bytes(int32_t id) const {
-    OrderedJson b = OrderedJson::array();
+  Json Bytes(int32_t id) const {
+    Json b = Json::array();
     if (tokenizer_ != nullptr) {
       for (unsigned char c : tokenizer_->DecodeBytes({id})) b.push_back(int{c});
     }
@@ -125,12 +125,12 @@ class Answer {
 
   // completions: {"tokens", "token_logprobs", "top_logprobs": [{token: lp}]};
   // chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-  OrderedJson Logprobs(const std::vector<TokenEvent>& tokens) const {
+  Json Logprobs(const std::vector<TokenEvent>& tokens) const {
     if (!logprobs_) return nullptr;
     if (chat_) {
-      OrderedJson content = OrderedJson::array();
+      Json content = Json::array();
       for (const TokenEvent& t : tokens) {
-        OrderedJson tops = OrderedJson::array();
+        Json tops = Json::array();
         for (const auto& [id, lp] : t.top_logprobs) {
           tops.push_back({{"token", TokenString(id)}, {"logprob", lp}, {"bytes", Bytes(id)}});
         }
@@ -141,14 +141,14 @@ class Answer {
       }
       return {{"content", std::move(content)}};
     }
-    OrderedJson strings = OrderedJson::array(), lps = OrderedJson::array(),
-                tops = OrderedJson::array();
+    Json strings = Json::array(), lps = Json::array(),
+                tops = Json::array();
     for (const TokenEvent& t : tokens) {
       strings.push_back(TokenString(t.token));
       lps.push_back(t.logprob);
       // An object: of alternatives that print alike (partial characters, say)
       // the most likely is kept, so no key repeats.
-      OrderedJson top = OrderedJson::object();
+      Json top = Json::object();
       for (const auto& [id, lp] : t.top_logprobs) {
         const std::string key = TokenString(id);
         if (!top.contains(key)) top[key] = lp;
@@ -159,9 +159,9 @@ class Answer {
             {"top_logprobs", std::move(tops)}};
   }
 
-  OrderedJson Choice(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
+  Json Choice(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
                      const FinishEvent* finish, Part part) const {
-    OrderedJson choice = {{"index", index}};
+    Json choice = {{"index", index}};
     if (!chat_) {
       choice["text"] = text;
     } else if (part == Part::kWhole) {
@@ -169,19 +169,19 @@ class Answer {
     } else if (part == Part::kOpening) {
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
     } else {
-      choice["delta"] = text.empty() ? OrderedJson::object() : OrderedJson{{"content", text}};
+      choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
     }
-    choice["logprobs"] = part == Part::kOpening ? OrderedJson(nullptr) : Logprobs(tokens);
-    choice["finish_reason"] = finish == nullptr ? OrderedJson(nullptr)
-                              : finish->reason == FinishReason::kLength ? OrderedJson("length")
-                                                                         : OrderedJson("stop");
-    OrderedJson ids = OrderedJson::array();
+    choice["logprobs"] = part == Part::kOpening ? Json(nullptr) : Logprobs(tokens);
+    choice["finish_reason"] = finish == nullptr ? Json(nullptr)
+                              : finish->reason == FinishReason::kLength ? Json("length")
+                                                                         : Json("stop");
+    Json ids = Json::array();
     for (const TokenEvent& t : tokens) ids.push_back(t.token);
     choice["token_ids"] = std::move(ids);
     return choice;
   }
 
-  OrderedJson Usage(int generated) const {
+  Json Usage(int generated) const {
     return {{"prompt_tokens", prompt_tokens_},
             {"completion_tokens", generated},
             {"total_tokens", prompt_tokens_ + generated}};
@@ -189,11 +189,11 @@ class Answer {
 
   // The object around one choice, or a list of them (an empty list: a
   // usage-only chunk), with usage when given.
-  std::string Object(OrderedJson choice, const OrderedJson* usage) const {
+  std::string Object(Json choice, const Json* usage) const {
     const bool chunk = usage == nullptr || (choice.is_array() && choice.empty());
     const char* object = !chat_ ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
-    OrderedJson choices = choice.is_array() ? std::move(choice) : OrderedJson::array({std::move(choice)});
-    OrderedJson out = {{"id", id_},
+    Json choices = choice.is_array() ? std::move(choice) : Json::array({std::move(choice)});
+    Json out = {{"id", id_},
                        {"object", object},
                        {"created", created_},
                        {"model", model_},
@@ -417,18 +417,18 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
   http.Get("/health", [&engine](const httplib::Request&, httplib::Response& res) {
     const bool ok = engine.Accepting() && engine.FatalError().ok();
     res.status = ok ? 200 : 503;
-    res.set_content(JsonText(OrderedJson{{"status", ok ? "ok" : "unavailable"}}), "application/json");
+    res.set_content(JsonText(Json{{"status", ok ? "ok" : "unavailable"}}), "application/json");
   });
   http.Get("/v1/models", [&engine, model_name, started, authorized](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!authorized(req, res)) return;
-    const OrderedJson model = {{"id", model_name},
+    const Json model = {{"id", model_name},
                                {"object", "model"},
                                {"created", started},
                                {"owned_by", "flover"},
                                {"max_model_len", engine.options().max_seq_len},
                                {"vocab_size", engine.model().info().vocab_size}};
-    res.set_content(JsonText(OrderedJson{{"object", "list"}, {"data", OrderedJson::array({model})}}),
+    res.set_content(JsonText(Json{{"object", "list"}, {"data", Json::array({model})}}),
                     "application/json");
   });
   // vLLM's and llama-server's /tokenize: {"prompt"} (or llama-server's
@@ -439,11 +439,9 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
     if (!authorized(req, res)) return;
     auto parsed = ParseTokenizeRequest(req.body);
     if (!parsed.ok()) return Fail(res, CountRefusal(serving.engine, parsed.status()));
-    const ConvertContext context{serving.tokenizer, serving.chat, serving.token_bytes,
-                                 serving.engine.model().info().vocab_size, serving.grammars.get()};
-    auto request = ToEngineRequest(*parsed, context, /*random_seed=*/0);
+    auto request = ToEngineRequest(*parsed, serving.convert(), /*random_seed=*/0);
     if (!request.ok()) return Fail(res, CountRefusal(serving.engine, request.status()));
-    res.set_content(JsonText(OrderedJson{{"tokens", request->prompt},
+    res.set_content(JsonText(Json{{"tokens", request->prompt},
                                          {"count", request->prompt.size()},
                                          {"max_model_len", serving.engine.options().max_seq_len}}),
                     "application/json");
@@ -458,7 +456,7 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
                                                absl::StatusCode::kFailedPrecondition)));
     }
     const std::string text = serving.tokenizer->Decode(*ids);
-    res.set_content(JsonText(OrderedJson{{"prompt", text}, {"content", text}}), "application/json");
+    res.set_content(JsonText(Json{{"prompt", text}, {"content", text}}), "application/json");
   });
   for (const bool is_chat : {false, true}) {
     http.Post(is_chat ? "/v1/chat/completions" : "/v1/completions",

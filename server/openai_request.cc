@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "server/status_util.h"
 #include "util/field_error.h"
+#include "util/status_macros.h"
 #include "server/json_body.h"
 
 namespace flover::server {
@@ -205,6 +206,17 @@ absl::Status ParseConstraint(const Json& b, ClientRequest* r) {
   return absl::OkStatus();
 }
 
+// obj[key], when present, as a float into *field (a float, or an optional one).
+template <typename Field>
+absl::Status ReadFloat(const Json& obj, const char* key, Field* field) {
+  const Json* v = JsonField(obj, key);
+  if (v == nullptr) return absl::OkStatus();
+  auto x = JsonNumber(*v, key, "must be a number");
+  if (!x.ok()) return x.status();
+  *field = static_cast<float>(*x);
+  return absl::OkStatus();
+}
+
 // What both endpoints take: model, sampling, stopping, streaming.
 absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRequest* out) {
   if (const Json* m = JsonField(b, "model")) {
@@ -225,33 +237,13 @@ absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRe
     out->n = static_cast<int>(*n);
   }
   ClientRequest& r = out->request;
-  struct NumberField {
-    const char* key;
-    std::optional<float> ClientRequest::*field;
-  };
-  for (const NumberField& f : {NumberField{"temperature", &ClientRequest::temperature},
-                               NumberField{"top_p", &ClientRequest::top_p},
-                               NumberField{"repetition_penalty", &ClientRequest::repetition_penalty}}) {
-    const Json* v = JsonField(b, f.key);
-    if (v == nullptr) continue;
-    auto x = JsonNumber(*v, f.key, "must be a number");
-    if (!x.ok()) return x.status();
-    r.*f.field = static_cast<float>(*x);
-  }
-  // OpenAI's penalties, and vLLM's min_p (the engine checks the ranges).
-  struct PlainNumber {
-    const char* key;
-    float ClientRequest::*field;
-  };
-  for (const PlainNumber& f : {PlainNumber{"presence_penalty", &ClientRequest::presence_penalty},
-                               PlainNumber{"frequency_penalty", &ClientRequest::frequency_penalty},
-                               PlainNumber{"min_p", &ClientRequest::min_p}}) {
-    const Json* v = JsonField(b, f.key);
-    if (v == nullptr) continue;
-    auto x = JsonNumber(*v, f.key, "must be a number");
-    if (!x.ok()) return x.status();
-    r.*f.field = static_cast<float>(*x);
-  }
+  // The engine checks the ranges; min_p is vLLM's extension.
+  FLOVER_RETURN_IF_ERROR(ReadFloat(b, "temperature", &r.temperature));
+  FLOVER_RETURN_IF_ERROR(ReadFloat(b, "top_p", &r.top_p));
+  FLOVER_RETURN_IF_ERROR(ReadFloat(b, "repetition_penalty", &r.repetition_penalty));
+  FLOVER_RETURN_IF_ERROR(ReadFloat(b, "presence_penalty", &r.presence_penalty));
+  FLOVER_RETURN_IF_ERROR(ReadFloat(b, "frequency_penalty", &r.frequency_penalty));
+  FLOVER_RETURN_IF_ERROR(ReadFloat(b, "min_p", &r.min_p));
   // {"token id": bias}: keys are decimal token ids.
   if (const Json* v = JsonField(b, "logit_bias")) {
     if (!v->is_object()) return Bad("logit_bias", "must be an object of token ids to numbers");
@@ -410,11 +402,11 @@ absl::StatusOr<ClientRequest> ParseTokenizeRequest(absl::string_view body) {
     if (absl::Status st = ParseMessages(*parsed, &r); !st.ok()) return st;
     return r;
   }
-  Json prompt = *parsed;
-  if (JsonField(prompt, "prompt") == nullptr && JsonField(prompt, "content") != nullptr) {
-    prompt["prompt"] = prompt["content"];  // llama-server's spelling
+  Json& body_json = *parsed;
+  if (JsonField(body_json, "prompt") == nullptr && JsonField(body_json, "content") != nullptr) {
+    body_json["prompt"] = body_json["content"];  // llama-server's spelling
   }
-  if (absl::Status st = ParsePrompt(prompt, &r); !st.ok()) return st;
+  if (absl::Status st = ParsePrompt(body_json, &r); !st.ok()) return st;
   return r;
 }
 
@@ -437,11 +429,11 @@ absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view bo
 std::string OpenAiErrorBody(const absl::Status& status) {
   const std::string param = ApiField(ErrorField(status));
   const int http = HttpStatusOf(status);
-  return JsonText(OrderedJson{
+  return JsonText(Json{
       {"error",
        {{"message", ApiMessage(status.message())},
         {"type", ErrorType(http)},
-        {"param", param.empty() ? OrderedJson(nullptr) : OrderedJson(param)},
+        {"param", param.empty() ? Json(nullptr) : Json(param)},
         {"code", absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))}}}});
 }
 

@@ -9,10 +9,8 @@ absl::StatusOr<SubmittedRequest> SubmitRequest(const ServingContext& serving,
                                                std::shared_ptr<TokenSink> sink,
                                                const std::function<void(Request&)>& adjust) {
   Engine& engine = serving.engine;
-  const ConvertContext context{serving.tokenizer, serving.chat, serving.token_bytes,
-                               engine.model().info().vocab_size, serving.grammars.get()};
-  auto converted =
-      ToEngineRequest(request, context, std::random_device{}() * 0x9e3779b97f4a7c15ull);
+  auto converted = ToEngineRequest(request, serving.convert(),
+                                   std::random_device{}() * 0x9e3779b97f4a7c15ull);
   if (!converted.ok()) return CountRefusal(engine, converted.status());  // the engine never saw it
   if (adjust) adjust(*converted);
   SubmittedRequest out;

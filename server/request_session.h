@@ -27,6 +27,11 @@ struct ServingContext {
   const ChatSupport* chat = nullptr;
   std::shared_ptr<const TokenBytes> token_bytes;
   std::shared_ptr<GrammarConstraints> grammars;  // JSON schemas, regexes, grammars
+
+  // What request_convert needs of it.
+  ConvertContext convert() const {
+    return {tokenizer, chat, token_bytes, engine.model().info().vocab_size, grammars.get()};
+  }
 };
 
 // A request the engine took.
