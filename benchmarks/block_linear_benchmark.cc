@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "benchmarks/parallel_sum.h"
@@ -152,8 +153,10 @@ int Run(int argc, char** argv) {
       std::sort(times[i].begin(), times[i].end());
       const double t = times[i][times[i].size() / 2];
       const double macs = static_cast<double>(m) * K * N;
-      std::printf("| %s | %.2f | %d | %.1f | %.1f | %.0f%% | %.1f |\n", entries[i].name.c_str(),
-                  entries[i].bytes / 1e6, m, t * 1e6, macs / t / 1e9, 100 * macs / t / peak,
+      // No share of a peak where the tiles do not run on vpdpbusd.
+      const std::string of_peak = peak > 0 ? absl::StrFormat("%.0f%%", 100 * macs / t / peak) : "n/a";
+      std::printf("| %s | %.2f | %d | %.1f | %.1f | %s | %.1f |\n", entries[i].name.c_str(),
+                  entries[i].bytes / 1e6, m, t * 1e6, macs / t / 1e9, of_peak.c_str(),
                   entries[i].bytes / t / 1e9);
     }
   }

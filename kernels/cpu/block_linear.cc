@@ -476,6 +476,74 @@ using V = V8<1>;
 #include "kernels/cpu/block_linear_tiles.inc"
 }  // namespace avx2_hi
 
+// AVX2 for one or two rows: one pass of 16 lanes over two registers, as
+// AVX-VNNI's tiles run, so each step's codes are decoded and each input
+// broadcast once for both halves (from 4 rows on it spilled, so more rows
+// take the two passes above). Same lanes, same order: bitwise the same sums.
+struct V16Pairs {
+  using L = V8<0>;
+  using H = V8<1>;
+  // The rows up to which one pass beat two (block_linear_benchmark, 2048x8192,
+  // µs at 1 / 2 rows, two passes -> one): Q4_K 117 -> 104 / 170 -> 200, Q6_K
+  // 186 -> 168 / 253 -> 238, Q8_0 171 -> 144 / 235 -> 222, Q4_0 and Q4_1
+  // ~107 -> 93 at 1 row; the 5-bit formats lost (Q5_K 211 -> 247: two
+  // halves' fifth bits spread at once).
+  static int OnePassRows(BlockFormat f) {
+    switch (f) {
+      case BlockFormat::kQ5_0:
+      case BlockFormat::kQ5_1:
+      case BlockFormat::kQ5_K: return 0;
+      case BlockFormat::kQ6_K:
+      case BlockFormat::kQ8_0: return 2;
+      default: return 1;
+    }
+  }
+  static constexpr bool kExactQ8 = false;
+  static constexpr bool kPairSums = true;
+  struct F {
+    __m256 lo, hi;
+  };
+  struct I {
+    __m256i lo, hi;
+  };
+  using P = I;
+  static F Zero() { return {L::Zero(), L::Zero()}; }
+  static F Set1(float v) { return {L::Set1(v), L::Set1(v)}; }
+  static I Set1I(int32_t v) { return {L::Set1I(v), L::Set1I(v)}; }
+  static F Mul(F a, F b) { return {L::Mul(a.lo, b.lo), L::Mul(a.hi, b.hi)}; }
+  static F Sub(F a, F b) { return {L::Sub(a.lo, b.lo), L::Sub(a.hi, b.hi)}; }
+  static F Fmadd(F a, F b, F c) { return {L::Fmadd(a.lo, b.lo, c.lo), L::Fmadd(a.hi, b.hi, c.hi)}; }
+  static F ToFloat(I v) { return {L::ToFloat(v.lo), L::ToFloat(v.hi)}; }
+  static void Store(float* p, F v) {
+    L::Store(p, v.lo);
+    H::Store(p, v.hi);
+  }
+  static F Halves(const uint8_t* p) { return {L::Halves(p), H::Halves(p)}; }
+  static F Bytes(const uint8_t* p, bool is_signed) { return {L::Bytes(p, is_signed), H::Bytes(p, is_signed)}; }
+  static I Load(const uint8_t* p) { return {L::Load(p), H::Load(p)}; }
+  template <int T>
+  static I Nibbles(const uint8_t* p) { return {L::Nibbles<T>(p), H::Nibbles<T>(p)}; }
+  template <int T>
+  static I FiveBits(const uint8_t* p) { return {L::FiveBits<T>(p), H::FiveBits<T>(p)}; }
+  template <int T>
+  static I SixBits(const uint8_t* p) { return {L::SixBits<T>(p), H::SixBits<T>(p)}; }
+  static I Unbiased(I w) { return {L::Unbiased(w.lo), L::Unbiased(w.hi)}; }
+  static P Pairs(I w, const int8_t* x) {
+    const __m256i four = L::Four(x);
+    return {_mm256_maddubs_epi16(w.lo, four), _mm256_maddubs_epi16(w.hi, four)};
+  }
+  static P PairsSigned(I w, const int8_t* x) { return {L::PairsSigned(w.lo, x), L::PairsSigned(w.hi, x)}; }
+  static P AddPairs(P a, P b) { return {L::AddPairs(a.lo, b.lo), L::AddPairs(a.hi, b.hi)}; }
+  static I Widen(I dot, P p) { return {L::Widen(dot.lo, p.lo), L::Widen(dot.hi, p.hi)}; }
+  static I Dot(I dot, I, const int8_t*) { return dot; }        // never called: kPairSums
+  static I DotSigned(I dot, I, const int8_t*) { return dot; }  // never called: kPairSums
+};
+
+namespace avx2_one_pass {
+using V = V16Pairs;
+#include "kernels/cpu/block_linear_tiles.inc"
+}  // namespace avx2_one_pass
+
 #pragma GCC push_options
 #pragma GCC target("avxvnni")
 
@@ -548,6 +616,7 @@ TileFns TileFor(BlockLinear::Tiles tiles, BlockFormat f, int rows) {
     case BlockLinear::Tiles::kAvx2Vnni: return {avx2_vnni::TileFor(f, rows), nullptr};
     case BlockLinear::Tiles::kAvx2: break;
   }
+  if (rows <= V16Pairs::OnePassRows(f)) return {avx2_one_pass::TileFor(f, rows), nullptr};
   return {avx2_lo::TileFor(f, rows), avx2_hi::TileFor(f, rows)};
 }
 

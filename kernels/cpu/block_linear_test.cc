@@ -109,7 +109,8 @@ TEST_P(BlockLinearTest, EveryInstructionSetGivesTheSameBits) {
   for (int n = 0; n < N; ++n) bias[n] = 0.01f * n;
   const BlockLinear::Tiles all[] = {BlockLinear::Tiles::kAvx512Vnni, BlockLinear::Tiles::kAvx2Vnni,
                                     BlockLinear::Tiles::kAvx2};
-  for (int M : {1, 3, 9}) {
+  // 1 and 2 rows: AVX2's one-pass tiles; 8: a tile of 6 and one of 2.
+  for (int M : {1, 2, 3, 8, 9}) {
     const std::vector<float> x = RandomInput(M, K, 8 + M);
     std::vector<float> first;
     int ran = 0;
