@@ -1,7 +1,9 @@
 #include "chat/chat_format.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "chat/jinja_text.h"
+#include "chat/tool_calls.h"
 
 namespace flover {
 
@@ -18,6 +20,7 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> ChatFormat::Create(
   f->bos_token_ = bos_token;
   f->eos_token_ = eos_token;
   f->tokenizer_ = std::move(tokenizer);
+  f->template_text_ = template_text;
   // One exchange, the reply a word no template changes; the first token
   // after it, if special, ends a turn. Some templates want a system message
   // first, some refuse one: try both.
@@ -27,7 +30,7 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> ChatFormat::Create(
     if (with_system) probe.push_back({"system", "S"});
     probe.push_back({"user", "U"});
     probe.push_back({"assistant", kReply});
-    auto text = f->RenderWith(probe, /*add_generation_prompt=*/false);
+    auto text = f->RenderWith(probe, {}, /*add_generation_prompt=*/false);
     if (!text.ok()) continue;
     const size_t at = text->rfind(kReply);
     if (at == std::string::npos) continue;
@@ -38,32 +41,116 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> ChatFormat::Create(
     }
     break;
   }
+  // Whether the template shows tools: render one whose name no template
+  // writes on its own.
+  constexpr char kTool[] = "FloverToolProbe";
+  const ToolFunction probe_tool{kTool, "", R"({"type": "object"})"};
+  f->takes_tools_ = true;  // RenderWith passes the tools through
+  for (bool with_system : {false, true}) {
+    std::vector<ChatMessage> probe;
+    if (with_system) probe.push_back({"system", "S"});
+    probe.push_back({"user", "U"});
+    auto text = f->RenderWith(probe, absl::MakeConstSpan(&probe_tool, 1), /*add_generation_prompt=*/true);
+    if (!text.ok()) continue;
+    f->takes_tools_ = absl::StrContains(*text, kTool);
+    break;
+  }
   return f;
 }
 
-absl::StatusOr<std::string> ChatFormat::RenderWith(absl::Span<const ChatMessage> messages,
-                                                   bool add_generation_prompt) const {
+namespace {
+
+// A JSON text as the template's value (a string when it is not JSON).
+jinja::Value JsonOrString(const std::string& json) {
+  auto v = jinja::ParseJsonValue(json, "arguments");
+  return v.ok() ? *v : jinja::Value(json);
+}
+
+jinja::Value MessageValue(const ChatMessage& m) {
+  jinja::Dict d = {{"role", jinja::Value(m.role)},
+                   {"content", m.null_content ? jinja::Value::None() : jinja::Value(m.content)}};
+  if (!m.tool_calls.empty()) {
+    jinja::List calls;
+    for (const ToolCall& c : m.tool_calls) {
+      calls.push_back(jinja::Value::MakeDict(
+          {{"id", jinja::Value(c.id)},
+           {"type", jinja::Value("function")},
+           {"function", jinja::Value::MakeDict({{"name", jinja::Value(c.name)},
+                                                {"arguments", JsonOrString(c.arguments)}})}}));
+    }
+    d.push_back({"tool_calls", jinja::Value::MakeList(std::move(calls))});
+  }
+  if (!m.tool_call_id.empty()) d.push_back({"tool_call_id", jinja::Value(m.tool_call_id)});
+  if (!m.name.empty()) d.push_back({"name", jinja::Value(m.name)});
+  return jinja::Value::MakeDict(std::move(d));
+}
+
+jinja::Value ToolsValue(absl::Span<const ToolFunction> tools) {
   jinja::List list;
-  for (const ChatMessage& m : messages) {
-    list.push_back(jinja::Value::MakeDict({{"role", jinja::Value(m.role)}, {"content", jinja::Value(m.content)}}));
+  for (const ToolFunction& t : tools) {
+    jinja::Dict f = {{"name", jinja::Value(t.name)}};
+    if (!t.description.empty()) f.push_back({"description", jinja::Value(t.description)});
+    f.push_back({"parameters", JsonOrString(t.parameters.empty() ? R"({"type": "object"})" : t.parameters)});
+    list.push_back(jinja::Value::MakeDict({{"type", jinja::Value("function")},
+                                           {"function", jinja::Value::MakeDict(std::move(f))}}));
+  }
+  return jinja::Value::MakeList(std::move(list));
+}
+
+// For a template without tools: the tools described in the system message,
+// past calls as text in the assistant's turn, tool results as user turns.
+std::vector<ChatMessage> WithToolsAsText(absl::Span<const ChatMessage> messages,
+                                         absl::Span<const ToolFunction> tools) {
+  std::vector<ChatMessage> out;
+  const std::string description = DescribeTools(std::vector<ToolFunction>(tools.begin(), tools.end()));
+  if (messages.empty() || messages[0].role != "system") {
+    out.push_back({"system", description});
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    ChatMessage plain{m.role, m.null_content ? "" : m.content};
+    if (i == 0 && m.role == "system") plain.content = absl::StrCat(m.content, "\n\n", description);
+    for (const ToolCall& c : m.tool_calls) {
+      if (!plain.content.empty()) plain.content += "\n";
+      plain.content += HermesCallText(c);
+    }
+    if (m.role == "tool") plain = {"user", ToolResultText(m)};
+    out.push_back(std::move(plain));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ChatFormat::RenderWith(absl::Span<const ChatMessage> messages,
+                                                   absl::Span<const ToolFunction> tools,
+                                                   bool add_generation_prompt) const {
+  std::vector<ChatMessage> rewritten;
+  const bool tools_as_text = !takes_tools_ && !tools.empty();
+  if (tools_as_text) rewritten = WithToolsAsText(messages, tools);
+  jinja::List list;
+  for (const ChatMessage& m : tools_as_text ? absl::MakeConstSpan(rewritten) : messages) {
+    list.push_back(MessageValue(m));
   }
   const jinja::Dict variables = {
       {"messages", jinja::Value::MakeList(std::move(list))},
       {"add_generation_prompt", jinja::Value(add_generation_prompt)},
       {"bos_token", jinja::Value(bos_token_)},
       {"eos_token", jinja::Value(eos_token_)},
-      {"tools", jinja::Value::None()},
+      {"tools", tools.empty() || tools_as_text ? jinja::Value::None() : ToolsValue(tools)},
       {"documents", jinja::Value::None()},
   };
   return template_.Render(variables);
 }
 
-absl::StatusOr<std::string> ChatFormat::Render(absl::Span<const ChatMessage> messages) const {
-  return RenderWith(messages, /*add_generation_prompt=*/true);
+absl::StatusOr<std::string> ChatFormat::Render(absl::Span<const ChatMessage> messages,
+                                               absl::Span<const ToolFunction> tools) const {
+  return RenderWith(messages, tools, /*add_generation_prompt=*/true);
 }
 
-absl::StatusOr<std::vector<int32_t>> ChatFormat::Tokenize(absl::Span<const ChatMessage> messages) const {
-  auto text = Render(messages);
+absl::StatusOr<std::vector<int32_t>> ChatFormat::Tokenize(absl::Span<const ChatMessage> messages,
+                                                          absl::Span<const ToolFunction> tools) const {
+  auto text = Render(messages, tools);
   if (!text.ok()) return text.status();
   return tokenizer_->Encode(*text, /*add_special_tokens=*/false);
 }

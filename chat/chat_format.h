@@ -1,7 +1,7 @@
 // A model's chat template applied to a conversation, as transformers'
 // apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-// does: the template renders the messages (with bos_token, eos_token, and
-// tools and documents as None), and the text is tokenized without the
+// does: the template renders the messages (with bos_token, eos_token, the
+// tools when a request has some, and documents as None), and the text is tokenized without the
 // tokenizer's own special tokens, which the template names itself.
 //
 // It also finds the token that ends an assistant turn in this template, by
@@ -19,15 +19,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "chat/chat_message.h"
 #include "chat/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 namespace flover {
-
-struct ChatMessage {
-  std::string role;  // system, user or assistant
-  std::string content;
-};
 
 class ChatFormat {
  public:
@@ -39,10 +35,22 @@ class ChatFormat {
 
   // The prompt text, the assistant's turn opened; a template's
   // raise_exception (roles that must alternate, say) is InvalidArgument with
-  // its message.
-  absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages) const;
+  // its message. `tools` reach the template as transformers passes them
+  // ([{"type": "function", "function": {name, description, parameters}}]),
+  // and a message's calls as {"id", "type", "function": {"name",
+  // "arguments": the object}}. A template that takes no tools (takes_tools)
+  // gets them described in the system message instead (tool_calls.h's
+  // DescribeTools), its past calls as text and tool results as user turns.
+  absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
+                                     absl::Span<const ToolFunction> tools = {}) const;
   // Render, then the text's token ids.
-  absl::StatusOr<std::vector<int32_t>> Tokenize(absl::Span<const ChatMessage> messages) const;
+  absl::StatusOr<std::vector<int32_t>> Tokenize(absl::Span<const ChatMessage> messages,
+                                                absl::Span<const ToolFunction> tools = {}) const;
+
+  // Whether the template shows the tools it is given (found by rendering
+  // one); false: Render describes them itself.
+  bool takes_tools() const { return takes_tools_; }
+  const std::string& template_text() const { return template_text_; }
 
   // The tokens that end an assistant turn (none when the template ends a
   // turn with plain text).
@@ -52,10 +60,12 @@ class ChatFormat {
  private:
   ChatFormat() = default;
   absl::StatusOr<std::string> RenderWith(absl::Span<const ChatMessage> messages,
+                                         absl::Span<const ToolFunction> tools,
                                          bool add_generation_prompt) const;
 
   jinja::Template template_;
-  std::string source_, bos_token_, eos_token_;
+  std::string template_text_, source_, bos_token_, eos_token_;
+  bool takes_tools_ = false;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<int32_t> end_of_turn_;
 };

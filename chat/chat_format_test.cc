@@ -7,6 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "chat/tool_calls.h"
+#include "nlohmann/json.hpp"
+
 #include "model/loader/gguf_tokenizer.h"
 #include "testing/files.h"
 #include "testing/gguf_text.h"
@@ -82,6 +85,83 @@ TEST(ChatFormatTest, ATemplateThatDoesNotParseIsRefusedNamingItsSource) {
                               spm.tokenizer);
   EXPECT_THAT(f.status().message(),
               HasSubstr("model.gguf: tokenizer.chat_template: chat template line 1: unexpected end"));
+}
+
+// The golden case's variables as a request carries them.
+struct Conversation {
+  std::vector<ChatMessage> messages;
+  std::vector<ToolFunction> tools;
+};
+Conversation FromGolden(const nlohmann::ordered_json& vars) {
+  Conversation c;
+  for (const auto& m : vars["messages"]) {
+    ChatMessage msg{m["role"], m["content"].is_null() ? "" : m["content"].get<std::string>()};
+    msg.null_content = m["content"].is_null();
+    if (m.contains("tool_calls")) {
+      for (const auto& call : m["tool_calls"]) {
+        msg.tool_calls.push_back({"", call["function"]["name"], call["function"]["arguments"].dump()});
+      }
+    }
+    if (m.contains("name")) msg.name = m["name"];
+    c.messages.push_back(std::move(msg));
+  }
+  for (const auto& t : vars["tools"]) {
+    c.tools.push_back({t["function"]["name"], t["function"].value("description", ""),
+                       t["function"]["parameters"].dump()});
+  }
+  return c;
+}
+
+// A template that takes tools gets them, and the calls in the history, as
+// transformers passes them: the same text as its apply_chat_template
+// (make_chat_template_golden.py).
+TEST(ChatFormatTest, ToolsAndCallsReachATemplateThatTakesThem) {
+  const GgufText bpe = testing::LoadGgufText("tests/golden/gguf/vocab_llama_bpe.gguf");
+  const auto cases = nlohmann::ordered_json::parse(
+      testing::ReadFileOrEmpty("tests/golden/chat_templates/cases.json"), nullptr, false);
+  ASSERT_FALSE(cases.is_discarded());
+  int checked = 0;
+  for (const auto& c : cases) {
+    if (c["template"] != "qwen2.5" || c["variables"]["tools"].is_null() || !c.contains("output")) continue;
+    const auto& vars = c["variables"];
+    auto f = ChatFormat::Create(Template("qwen2.5"), "qwen2.5", vars["bos_token"], vars["eos_token"], bpe.tokenizer);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_TRUE((*f)->takes_tools());
+    if (!vars["add_generation_prompt"].get<bool>()) continue;
+    const Conversation conv = FromGolden(vars);
+    auto text = (*f)->Render(conv.messages, conv.tools);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text, c["output"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+}
+
+// A template without tools (SmolLM2's) is told about them in its system
+// message, sees past calls as their text and results as user turns.
+TEST(ChatFormatTest, ATemplateWithoutToolsGetsThemDescribed) {
+  const GgufText v = testing::LoadGgufText("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  ASSERT_NE(v.tokenizer, nullptr) << "run tools/setup.sh";
+  auto f = ChatFormat::Create(v.chat_template, "smollm2", "", "", v.tokenizer);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_FALSE((*f)->takes_tools());
+  const std::vector<ToolFunction> tools = {{"get_weather", "Weather in a city", R"({"type": "object"})"}};
+  ChatMessage call{"assistant", ""};
+  call.null_content = true;
+  call.tool_calls.push_back({"call_0", "get_weather", R"({"city":"Paris"})"});
+  ChatMessage result{"tool", "{\"temp\": 21}"};
+  result.tool_call_id = "call_0";
+  auto text = (*f)->Render({{"user", "Weather in Paris?"}, call, result}, tools);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const std::string want =
+      "<|im_start|>system\n" + DescribeTools(tools) + "<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+      "<|im_start|>assistant\n" + HermesCallText(call.tool_calls[0]) + "<|im_end|>\n<|im_start|>user\n" +
+      ToolResultText(result) + "<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(*text, want);
+  // Without tools, the template's own default system prompt.
+  auto plain = (*f)->Render({{"user", "Hi"}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_THAT(*plain, ::testing::Not(HasSubstr("<tools>")));
 }
 
 }  // namespace

@@ -1,0 +1,368 @@
+#include "chat/tool_calls.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace flover {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr char kHermesOpen[] = "<tool_call>";
+constexpr char kHermesClose[] = "</tool_call>";
+constexpr char kLlamaOpen[] = "{\"name\"";
+constexpr char kPythonTag[] = "<|python_tag|>";
+constexpr char kMistralOpen[] = "[TOOL_CALLS]";
+
+// The markers that start a call. llama3_json's first is the call's own JSON
+// (kept); every other marker is taken out.
+std::vector<std::string> Markers(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::kHermes: return {kHermesOpen};
+    case ToolCallFormat::kLlama3Json: return {kLlamaOpen, kPythonTag};
+    case ToolCallFormat::kMistral: return {kMistralOpen};
+  }
+  return {};
+}
+
+bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+bool AllSpace(absl::string_view s) { return std::all_of(s.begin(), s.end(), IsSpace); }
+
+// Where the JSON value that starts at s[at] ('{' or '[') ends (one past
+// it); npos when s ends first; 0 when s[at] starts no object or list.
+size_t JsonValueEnd(absl::string_view s, size_t at) {
+  if (at >= s.size() || (s[at] != '{' && s[at] != '[')) return 0;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = at; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return absl::string_view::npos;
+}
+
+// One call object ({"name", "arguments" or "parameters"}), or false.
+bool ReadCall(const Json& j, ToolCall* call) {
+  if (!j.is_object()) return false;
+  auto name = j.find("name");
+  if (name == j.end() || !name->is_string() || name->get<std::string>().empty()) return false;
+  call->name = name->get<std::string>();
+  auto args = j.find("arguments");
+  if (args == j.end()) args = j.find("parameters");
+  if (args == j.end()) return false;
+  if (args->is_string()) {
+    // Arguments written as a string of JSON, as some models do.
+    const Json inner = Json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (!inner.is_object()) return false;
+    call->arguments = inner.dump();
+  } else if (args->is_object()) {
+    call->arguments = args->dump();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The length of the longest end of `text` that begins one of `markers`
+// (text that may yet become a marker).
+size_t MarkerPrefixAtEnd(absl::string_view text, const std::vector<std::string>& markers) {
+  size_t longest = 0;
+  for (const std::string& m : markers) {
+    for (size_t n = std::min(text.size(), m.size() - 1); n > longest; --n) {
+      if (absl::StartsWith(m, text.substr(text.size() - n))) {
+        longest = n;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+}  // namespace
+
+absl::StatusOr<ToolCallFormat> ToolCallFormatNamed(absl::string_view name) {
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    if (name == ToolCallFormatName(f)) return f;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown tool call format '", name, "' (hermes, llama3_json, mistral)"));
+}
+
+const char* ToolCallFormatName(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3Json: return "llama3_json";
+    case ToolCallFormat::kMistral: return "mistral";
+  }
+  return "";
+}
+
+ToolCallFormat ToolCallFormatOf(absl::string_view template_text) {
+  if (absl::StrContains(template_text, kHermesOpen)) return ToolCallFormat::kHermes;
+  if (absl::StrContains(template_text, kMistralOpen)) return ToolCallFormat::kMistral;
+  if (absl::StrContains(template_text, kPythonTag) || absl::StrContains(template_text, "<|start_header_id|>")) {
+    return ToolCallFormat::kLlama3Json;
+  }
+  return ToolCallFormat::kHermes;
+}
+
+absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
+                                            ToolChoice choice, const std::string& named, bool parallel) {
+  if (choice == ToolChoice::kNone) return absl::InvalidArgumentError("tool_choice: none has no grammar");
+  if (format == ToolCallFormat::kMistral) {
+    return absl::FailedPreconditionError(
+        "tool_choice: calls in the mistral format cannot be enforced (their [TOOL_CALLS] marker is a "
+        "special token the grammar cannot write); send tool_choice \"none\", or start the server with "
+        "--tool_call_parser=hermes or llama3_json");
+  }
+  const bool hermes = format == ToolCallFormat::kHermes;
+  Json tags = Json::array();
+  for (const ToolFunction& t : tools) {
+    if (choice == ToolChoice::kNamed && t.name != named) continue;
+    Json schema = t.parameters.empty() ? Json{{"type", "object"}} : Json::parse(t.parameters, nullptr, false);
+    if (schema.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("tools: ", t.name, ": parameters are not JSON"));
+    const std::string name = Json(t.name).dump();
+    Json content = {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 1}};
+    tags.push_back({{"type", "tag"},
+                    {"begin", hermes ? absl::StrCat(kHermesOpen, "\n{\"name\": ", name, ", \"arguments\": ")
+                                     : absl::StrCat("{\"name\": ", name, ", \"parameters\": ")},
+                    {"content", std::move(content)},
+                    {"end", hermes ? absl::StrCat("}\n", kHermesClose) : std::string("}")}});
+  }
+  if (tags.empty()) return absl::InvalidArgumentError(absl::StrCat("tool_choice: no tool is named '", named, "'"));
+  Json root;
+  if (choice == ToolChoice::kNamed) {
+    root = tags[0];
+  } else {
+    root = {{"type", "triggered_tags"},
+            {"triggers", Json::array({hermes ? std::string(kHermesOpen) : std::string("{\"name\": ")})},
+            {"tags", std::move(tags)},
+            {"at_least_one", choice == ToolChoice::kRequired},
+            {"stop_after_first", !parallel}};
+  }
+  return Json{{"type", "structural_tag"}, {"format", std::move(root)}}.dump();
+}
+
+ToolCallStream::ToolCallStream(ToolCallFormat format, std::string id_prefix)
+    : format_(format), id_prefix_(std::move(id_prefix)) {}
+
+void ToolCallStream::EmitText(absl::string_view text, std::vector<Event>* out) {
+  if (after_call_ && format_ == ToolCallFormat::kLlama3Json) {
+    // llama3_json separates calls with ';'.
+    while (!text.empty() && (IsSpace(text.front()) || text.front() == ';')) text.remove_prefix(1);
+  }
+  const size_t body_end = text.find_last_not_of(" \n\t\r");
+  if (body_end == absl::string_view::npos) {
+    held_space_.append(text.data(), text.size());
+    return;
+  }
+  absl::string_view body = text.substr(0, body_end + 1);
+  std::string content = after_call_ ? "" : std::move(held_space_);
+  if (after_call_) body = absl::StripLeadingAsciiWhitespace(body);
+  content.append(body.data(), body.size());
+  after_call_ = false;
+  held_space_ = std::string(text.substr(body_end + 1));
+  out->push_back(Event{std::move(content), {}, -1});
+}
+
+bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
+  const std::vector<std::string> markers = Markers(format_);
+  if (!in_call_) {
+    size_t at = absl::string_view::npos;
+    const std::string* found = nullptr;
+    for (const std::string& m : markers) {
+      const size_t p = buffer_.find(m);
+      if (p < at) {
+        at = p;
+        found = &m;
+      }
+    }
+    if (found == nullptr) {
+      // Text, but for an end that may be a marker's start.
+      const size_t keep = final ? 0 : MarkerPrefixAtEnd(buffer_, markers);
+      EmitText(absl::string_view(buffer_).substr(0, buffer_.size() - keep), out);
+      buffer_.erase(0, buffer_.size() - keep);
+      if (final && !held_space_.empty() && calls_ == 0) {
+        out->push_back(Event{std::move(held_space_), {}, -1});
+        held_space_.clear();
+      }
+      return false;
+    }
+    EmitText(absl::string_view(buffer_).substr(0, at), out);
+    // llama3_json's call starts with its marker; the others' follow theirs.
+    // Whitespace before a call is dropped (kept with the marker in case the
+    // call fails).
+    const bool keep_marker = *found == kLlamaOpen;
+    marker_ = held_space_ + (keep_marker ? "" : *found);
+    held_space_.clear();
+    buffer_.erase(0, at + (keep_marker ? 0 : found->size()));
+    in_call_ = true;
+    return true;
+  }
+  // A call's JSON: an object (a list for mistral) after optional whitespace.
+  size_t start = 0;
+  while (start < buffer_.size() && IsSpace(buffer_[start])) ++start;
+  const size_t end = JsonValueEnd(buffer_, start);
+  size_t consumed = 0;
+  std::vector<ToolCall> calls;
+  bool ok = false;
+  if (end == absl::string_view::npos || start == buffer_.size()) {
+    if (!final) return false;  // more text may complete it
+  } else if (end != 0) {
+    const Json j = Json::parse(EscapeControlsInStrings(absl::string_view(buffer_).substr(start, end - start)),
+                               nullptr, /*allow_exceptions=*/false);
+    consumed = end;
+    if (format_ == ToolCallFormat::kMistral && j.is_array() && !j.empty()) {
+      ok = true;
+      for (const Json& item : j) {
+        ToolCall c;
+        ok = ok && ReadCall(item, &c);
+        calls.push_back(std::move(c));
+      }
+    } else if (j.is_object()) {
+      ToolCall c;
+      ok = ReadCall(j, &c);
+      calls.push_back(std::move(c));
+    }
+    if (ok && format_ == ToolCallFormat::kHermes) {
+      // Its closing tag after optional whitespace (cut off: still a call).
+      size_t close = consumed;
+      while (close < buffer_.size() && IsSpace(buffer_[close])) ++close;
+      const absl::string_view rest = absl::string_view(buffer_).substr(close);
+      if (absl::StartsWith(rest, kHermesClose)) {
+        consumed = close + sizeof(kHermesClose) - 1;
+      } else if (absl::StartsWith(kHermesClose, rest)) {
+        if (!final) return false;  // the tag may be arriving
+        consumed = buffer_.size();   // cut off inside it
+      } else {
+        ok = false;
+      }
+    }
+  }
+  in_call_ = false;
+  if (!ok) {
+    // Not a call: the marker and what follows it are content.
+    const std::string text = marker_ + buffer_;
+    buffer_.clear();
+    marker_.clear();
+    EmitText(text, out);
+    return true;  // read on (what is held may yet need flushing)
+  }
+  buffer_.erase(0, consumed);
+  marker_.clear();
+  for (ToolCall& c : calls) {
+    c.id = absl::StrCat(id_prefix_, calls_);
+    Event e;
+    e.index = calls_++;
+    e.call = std::move(c);
+    out->push_back(std::move(e));
+  }
+  after_call_ = true;
+  return true;
+}
+
+std::vector<ToolCallStream::Event> ToolCallStream::Push(absl::string_view text) {
+  buffer_.append(text.data(), text.size());
+  std::vector<Event> out;
+  while (Step(&out, /*final=*/false)) {
+  }
+  return out;
+}
+
+std::vector<ToolCallStream::Event> ToolCallStream::Finish() {
+  std::vector<Event> out;
+  while (Step(&out, /*final=*/true)) {
+  }
+  return out;
+}
+
+ParsedReply ParseToolCalls(ToolCallFormat format, absl::string_view text, const std::string& id_prefix) {
+  ToolCallStream stream(format, id_prefix);
+  std::vector<ToolCallStream::Event> events = stream.Push(text);
+  for (ToolCallStream::Event& e : stream.Finish()) events.push_back(std::move(e));
+  ParsedReply reply;
+  for (ToolCallStream::Event& e : events) {
+    if (e.index < 0) {
+      reply.content += e.content;
+    } else {
+      reply.calls.push_back(std::move(e.call));
+    }
+  }
+  reply.content = std::string(absl::StripAsciiWhitespace(reply.content));
+  return reply;
+}
+
+std::string DescribeTools(const std::vector<ToolFunction>& tools) {
+  std::string out =
+      "You can call functions to help answer. Each function is described below as JSON (its name, what it "
+      "does, and its arguments as a JSON Schema):\n<tools>\n";
+  for (const ToolFunction& t : tools) {
+    Json f = {{"name", t.name}, {"description", t.description}};
+    f["parameters"] = t.parameters.empty() ? Json{{"type", "object"}} : Json::parse(t.parameters, nullptr, false);
+    out += Json{{"type", "function"}, {"function", std::move(f)}}.dump() + "\n";
+  }
+  out +=
+      "</tools>\nTo call a function, answer with its name and arguments as a JSON object inside tags, one call "
+      "per tag:\n<tool_call>\n{\"name\": <function name>, \"arguments\": <arguments as a JSON object>}\n"
+      "</tool_call>\nA function's result comes back inside <tool_response></tool_response> tags.";
+  return out;
+}
+
+std::string HermesCallText(const ToolCall& call) {
+  const Json args = Json::parse(call.arguments, nullptr, false);
+  return absl::StrCat(kHermesOpen, "\n{\"name\": ", Json(call.name).dump(),
+                      ", \"arguments\": ", args.is_discarded() ? Json(call.arguments).dump() : args.dump(), "}\n",
+                      kHermesClose);
+}
+
+std::string ToolResultText(const ChatMessage& tool_message) {
+  return absl::StrCat("<tool_response>\n", tool_message.content, "\n</tool_response>");
+}
+
+std::string EscapeControlsInStrings(absl::string_view json) {
+  std::string out;
+  out.reserve(json.size());
+  bool in_string = false, escaped = false;
+  for (char c : json) {
+    if (in_string && !escaped && static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
+      continue;
+    }
+    out += c;
+    if (!in_string) {
+      in_string = c == '"';
+    } else if (escaped) {
+      escaped = false;
+    } else if (c == '\\') {
+      escaped = true;
+    } else if (c == '"') {
+      in_string = false;
+    }
+  }
+  return out;
+}
+
+}  // namespace flover

@@ -1,0 +1,105 @@
+// Tool calls in a model's own syntax: reading them out of its reply (whole
+// or as it streams), the grammar that makes a reply call a tool, and the
+// words that describe tools to a model whose chat template knows none.
+//
+// Formats (--tool_call_parser names them):
+//   hermes       <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>,
+//                once per call (Hermes, Qwen2.5, SmolLM3, and the
+//                description below);
+//   llama3_json  {"name": "f", "parameters": {...}}, calls separated by
+//                ';' (Llama 3.1+ with JSON tools);
+//   mistral      [TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]
+//                (read only: its marker is a special token, which the
+//                grammar cannot write, so no choice is enforced for it).
+// A call's "arguments" may also be spelled "parameters", in every format.
+#ifndef FLOVER_CHAT_TOOL_CALLS_H_
+#define FLOVER_CHAT_TOOL_CALLS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "chat/chat_message.h"
+
+namespace flover {
+
+enum class ToolCallFormat { kHermes, kLlama3Json, kMistral };
+
+// "hermes", "llama3_json", "mistral"; InvalidArgument naming the choices.
+absl::StatusOr<ToolCallFormat> ToolCallFormatNamed(absl::string_view name);
+const char* ToolCallFormatName(ToolCallFormat format);
+// The format a chat template writes calls in, read from its markers
+// ([TOOL_CALLS]: mistral; <|python_tag|> or Llama 3's headers: llama3_json);
+// hermes otherwise.
+ToolCallFormat ToolCallFormatOf(absl::string_view template_text);
+
+// What a request lets the model do with its tools (OpenAI's tool_choice).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+// The grammar, as an xgrammar structural tag (JSON text), that holds a reply
+// to `choice`: kNamed, exactly one call of `named`; kRequired, one or more
+// calls first (one when !parallel); kAuto, free text until the format's
+// call marker, then calls whose arguments match their function's
+// `parameters` (no more text after a call when !parallel). Every call's
+// arguments match its schema. kNone has no grammar (InvalidArgument), and
+// mistral's calls cannot be enforced (FailedPrecondition saying why).
+absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
+                                            ToolChoice choice, const std::string& named, bool parallel);
+
+// A reply read as it arrives: text comes out as content, except calls,
+// which come out whole (with ids `id_prefix` + their index). Text that may
+// be the start of a call marker is held until it is known not to be;
+// whitespace around calls is dropped. A call that does not parse (or is cut
+// off) comes back as content, marker and all.
+class ToolCallStream {
+ public:
+  struct Event {
+    std::string content;  // or, when empty, a call:
+    ToolCall call;
+    int index = -1;  // the call's index; -1: content
+  };
+
+  ToolCallStream(ToolCallFormat format, std::string id_prefix);
+  std::vector<Event> Push(absl::string_view text);
+  std::vector<Event> Finish();
+  int calls() const { return calls_; }
+
+ private:
+  // Reads what it can of buffer_ into `out`; false when it needs more text.
+  bool Step(std::vector<Event>* out, bool final);
+  // Text as content: whitespace at its end is held until text follows
+  // (whitespace before and after calls is dropped).
+  void EmitText(absl::string_view text, std::vector<Event>* out);
+
+  const ToolCallFormat format_;
+  const std::string id_prefix_;
+  std::string buffer_;         // not yet read
+  std::string held_space_;     // whitespace held until text follows it
+  bool in_call_ = false;       // a marker was read; a call's JSON follows
+  bool after_call_ = false;    // the last thing read was a call
+  std::string marker_;         // the marker read (content again if the call fails)
+  int calls_ = 0;
+};
+
+// A whole reply: its content (calls taken out, trimmed) and its calls.
+struct ParsedReply {
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+ParsedReply ParseToolCalls(ToolCallFormat format, absl::string_view text, const std::string& id_prefix);
+
+// For a template that takes no tools: a system message's words that
+// describe `tools` and how to call one (the hermes format), and a past call
+// or tool result as the text such a template then shows.
+std::string DescribeTools(const std::vector<ToolFunction>& tools);
+std::string HermesCallText(const ToolCall& call);
+std::string ToolResultText(const ChatMessage& tool_message);
+
+// JSON text with the control characters (U+0000-U+001F) inside its strings
+// escaped, as JSON requires; the grammar's JSON lets a model write them raw.
+std::string EscapeControlsInStrings(absl::string_view json);
+
+}  // namespace flover
+
+#endif  // FLOVER_CHAT_TOOL_CALLS_H_

@@ -1,0 +1,178 @@
+#include "chat/tool_calls.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace flover {
+namespace {
+
+using Json = nlohmann::json;
+
+// The events of `text` pushed in pieces of `piece` bytes, merged: content
+// pieces joined, calls as "name(args)".
+std::vector<std::string> Streamed(ToolCallFormat f, const std::string& text, size_t piece) {
+  ToolCallStream stream(f, "call_");
+  std::vector<ToolCallStream::Event> events;
+  for (size_t at = 0; at < text.size(); at += piece) {
+    for (auto& e : stream.Push(text.substr(at, piece))) events.push_back(std::move(e));
+  }
+  for (auto& e : stream.Finish()) events.push_back(std::move(e));
+  std::vector<std::string> out;
+  bool last_content = false;
+  for (const auto& e : events) {
+    if (e.index < 0) {
+      EXPECT_FALSE(e.content.empty());
+      if (last_content) {
+        out.back() += e.content;
+      } else {
+        out.push_back(e.content);
+      }
+      last_content = true;
+    } else {
+      out.push_back(e.call.id + ":" + e.call.name + e.call.arguments);
+      last_content = false;
+    }
+  }
+  return out;
+}
+
+// Every way of cutting `text` into pieces reads as the whole does.
+void ExpectEveryPieceSize(ToolCallFormat f, const std::string& text, const std::vector<std::string>& want) {
+  for (size_t piece : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, text.size()}) {
+    EXPECT_EQ(Streamed(f, text, piece), want) << "pieces of " << piece;
+  }
+}
+
+TEST(ToolCallsTest, HermesCallsAfterText) {
+  const std::string text =
+      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+  ExpectEveryPieceSize(ToolCallFormat::kHermes, text,
+                       {"Let me look.", "call_0:get_weather{\"city\":\"Paris\"}", "call_1:get_time{}"});
+  const ParsedReply reply = ParseToolCalls(ToolCallFormat::kHermes, text, "id-");
+  EXPECT_EQ(reply.content, "Let me look.");
+  ASSERT_EQ(reply.calls.size(), 2u);
+  EXPECT_EQ(reply.calls[0].id, "id-0");
+  EXPECT_EQ(reply.calls[1].id, "id-1");
+  EXPECT_EQ(reply.calls[1].name, "get_time");
+}
+
+TEST(ToolCallsTest, TextAloneIsContentWithItsWhitespace) {
+  ExpectEveryPieceSize(ToolCallFormat::kHermes, "  two  words <tool ", {"  two  words <tool "});
+  ExpectEveryPieceSize(ToolCallFormat::kHermes, "a <tool_cal", {"a <tool_cal"});
+  EXPECT_EQ(ParseToolCalls(ToolCallFormat::kHermes, "plain", "c").content, "plain");
+  EXPECT_TRUE(ParseToolCalls(ToolCallFormat::kHermes, "plain", "c").calls.empty());
+}
+
+TEST(ToolCallsTest, WhatDoesNotParseComesBackAsContent) {
+  // Not JSON; no name; arguments not an object; cut off; no closing tag
+  // but other text.
+  for (const std::string text :
+       {"<tool_call>\n{not json}\n</tool_call>", "<tool_call>\n{\"arguments\": {}}\n</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>",
+        "<tool_call>\n{\"name\": \"f\", \"argu", "<tool_call>{\"name\": \"f\", \"arguments\": {}} and more"}) {
+    const ParsedReply reply = ParseToolCalls(ToolCallFormat::kHermes, text, "c");
+    EXPECT_TRUE(reply.calls.empty()) << text;
+    EXPECT_EQ(reply.content, text) << text;
+    ExpectEveryPieceSize(ToolCallFormat::kHermes, text, {text});
+  }
+}
+
+TEST(ToolCallsTest, HermesCallCutBeforeItsClosingTagIsStillACall) {
+  const ParsedReply reply =
+      ParseToolCalls(ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, 2]}}\n</tool", "c");
+  ASSERT_EQ(reply.calls.size(), 1u);
+  EXPECT_EQ(reply.calls[0].arguments, "{\"a\":[1,2]}");
+  EXPECT_EQ(reply.content, "");
+}
+
+TEST(ToolCallsTest, ArgumentsAsAStringOfJsonOrAsParameters) {
+  const ParsedReply a = ParseToolCalls(
+      ToolCallFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}</tool_call>", "c");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].arguments, "{\"x\":1}");
+  const ParsedReply b =
+      ParseToolCalls(ToolCallFormat::kHermes, "<tool_call>{\"name\": \"f\", \"parameters\": {}}</tool_call>", "c");
+  ASSERT_EQ(b.calls.size(), 1u);
+}
+
+TEST(ToolCallsTest, RawControlCharactersInStringsAreEscaped) {
+  // The grammar's JSON lets a model write a raw newline inside a string.
+  const ParsedReply reply = ParseToolCalls(
+      ToolCallFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"text\": \"a\nb\"}}</tool_call>", "c");
+  ASSERT_EQ(reply.calls.size(), 1u);
+  EXPECT_EQ(Json::parse(reply.calls[0].arguments)["text"], "a\nb");
+  EXPECT_EQ(EscapeControlsInStrings("{\"k\": \"\t\"}\n"), "{\"k\": \"\\u0009\"}\n");
+}
+
+TEST(ToolCallsTest, Llama3JsonCalls) {
+  const std::string text = "{\"name\": \"f\", \"parameters\": {\"x\": 1}}; {\"name\": \"g\", \"parameters\": {}}";
+  ExpectEveryPieceSize(ToolCallFormat::kLlama3Json, text, {"call_0:f{\"x\":1}", "call_1:g{}"});
+  ExpectEveryPieceSize(ToolCallFormat::kLlama3Json, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}",
+                       {"call_0:f{}"});
+  // A JSON object that is no call stays text.
+  const std::string person = "He is {\"name\": \"Bob\"}.";
+  ExpectEveryPieceSize(ToolCallFormat::kLlama3Json, person, {person});
+}
+
+TEST(ToolCallsTest, MistralCalls) {
+  const std::string text =
+      "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": \"b\"}}, {\"name\": \"g\", \"arguments\": {}}]";
+  ExpectEveryPieceSize(ToolCallFormat::kMistral, text, {"call_0:f{\"a\":\"b\"}", "call_1:g{}"});
+}
+
+TEST(ToolCallsTest, FormatsByNameAndByTemplate) {
+  EXPECT_EQ(*ToolCallFormatNamed("llama3_json"), ToolCallFormat::kLlama3Json);
+  EXPECT_FALSE(ToolCallFormatNamed("qwen").ok());
+  EXPECT_EQ(ToolCallFormatOf("{{ '<tool_call>' }}"), ToolCallFormat::kHermes);
+  EXPECT_EQ(ToolCallFormatOf("[TOOL_CALLS] {{ x }}"), ToolCallFormat::kMistral);
+  EXPECT_EQ(ToolCallFormatOf("<|start_header_id|>"), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(ToolCallFormatOf("{{ messages }}"), ToolCallFormat::kHermes);
+}
+
+TEST(ToolCallsTest, GrammarsForEachChoice) {
+  const std::vector<ToolFunction> tools = {{"get_weather", "", R"({"type": "object", "properties": {"city": {"type": "string"}}})"},
+                                           {"get_time", "the time", ""}};
+  auto named = ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kNamed, "get_time", true);
+  ASSERT_TRUE(named.ok()) << named.status();
+  const Json n = Json::parse(*named);
+  EXPECT_EQ(n["type"], "structural_tag");
+  EXPECT_EQ(n["format"]["type"], "tag");
+  EXPECT_EQ(n["format"]["begin"], "<tool_call>\n{\"name\": \"get_time\", \"arguments\": ");
+  EXPECT_EQ(n["format"]["end"], "}\n</tool_call>");
+
+  auto required = ToolCallGrammar(ToolCallFormat::kLlama3Json, tools, ToolChoice::kRequired, "", false);
+  ASSERT_TRUE(required.ok());
+  const Json r = Json::parse(*required);
+  EXPECT_EQ(r["format"]["type"], "triggered_tags");
+  EXPECT_EQ(r["format"]["tags"].size(), 2u);
+  EXPECT_TRUE(r["format"]["at_least_one"]);
+  EXPECT_TRUE(r["format"]["stop_after_first"]);
+  EXPECT_EQ(r["format"]["tags"][0]["begin"], "{\"name\": \"get_weather\", \"parameters\": ");
+
+  auto automatic = ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kAuto, "", true);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_FALSE(Json::parse(*automatic)["format"]["at_least_one"]);
+
+  EXPECT_EQ(ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kNamed, "nope", true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ToolCallGrammar(ToolCallFormat::kMistral, tools, ToolChoice::kAuto, "", true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ToolCallsTest, DescriptionNamesEveryToolAndTheSyntax) {
+  const std::string d = DescribeTools({{"get_weather", "Weather now", R"({"type": "object"})"}});
+  EXPECT_NE(d.find("\"name\":\"get_weather\""), std::string::npos) << d;
+  EXPECT_NE(d.find("Weather now"), std::string::npos);
+  EXPECT_NE(d.find("<tool_call>"), std::string::npos);
+  const std::string call = HermesCallText({"id", "f", "{\"a\":1}"});
+  const ParsedReply back = ParseToolCalls(ToolCallFormat::kHermes, call, "c");
+  ASSERT_EQ(back.calls.size(), 1u);
+  EXPECT_EQ(back.calls[0].arguments, "{\"a\":1}");
+}
+
+}  // namespace
+}  // namespace flover
