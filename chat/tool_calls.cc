@@ -131,37 +131,61 @@ ToolCallFormat ToolCallFormatOf(absl::string_view template_text) {
 
 absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
                                             ToolChoice choice, const std::string& named, bool parallel) {
-  if (choice == ToolChoice::kNone) return absl::InvalidArgumentError("tool_choice: none has no grammar");
+  if (choice == ToolChoice::kNone) return absl::InvalidArgumentError("none has no grammar");
   if (format == ToolCallFormat::kMistral) {
     return absl::FailedPreconditionError(
-        "tool_choice: calls in the mistral format cannot be enforced (their [TOOL_CALLS] marker is a "
+        "calls in the mistral format cannot be enforced (their [TOOL_CALLS] marker is a "
         "special token the grammar cannot write); send tool_choice \"none\", or start the server with "
         "--tool_call_parser=hermes or llama3_json");
   }
   const bool hermes = format == ToolCallFormat::kHermes;
-  Json tags = Json::array();
+  const std::string trigger = hermes ? kHermesOpen : "{\"name\": ";
+  const std::string separator = hermes ? "\n" : "; ";
+  // Each function's call: its fixed start, arguments that match its schema
+  // (strict, at most one whitespace in a row), its fixed end.
+  struct Call {
+    std::string begin, end;
+    Json arguments;
+  };
+  std::vector<Call> calls;
   for (const ToolFunction& t : tools) {
     if (choice == ToolChoice::kNamed && t.name != named) continue;
     Json schema = t.parameters.empty() ? Json{{"type", "object"}} : Json::parse(t.parameters, nullptr, false);
-    if (schema.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("tools: ", t.name, ": parameters are not JSON"));
+    if (schema.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("the parameters of ", t.name, " are not JSON"));
     const std::string name = Json(t.name).dump();
-    Json content = {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 1}};
-    tags.push_back({{"type", "tag"},
-                    {"begin", hermes ? absl::StrCat(kHermesOpen, "\n{\"name\": ", name, ", \"arguments\": ")
-                                     : absl::StrCat("{\"name\": ", name, ", \"parameters\": ")},
-                    {"content", std::move(content)},
-                    {"end", hermes ? absl::StrCat("}\n", kHermesClose) : std::string("}")}});
+    calls.push_back({hermes ? absl::StrCat(kHermesOpen, "\n{\"name\": ", name, ", \"arguments\": ")
+                            : absl::StrCat("{\"name\": ", name, ", \"parameters\": "),
+                     hermes ? absl::StrCat("}\n", kHermesClose) : std::string("}"),
+                     {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 1}}});
   }
-  if (tags.empty()) return absl::InvalidArgumentError(absl::StrCat("tool_choice: no tool is named '", named, "'"));
+  if (calls.empty()) return absl::InvalidArgumentError(absl::StrCat("no tool is named '", named, "'"));
+  auto tag = [](const Call& c) {
+    return Json{{"type", "tag"}, {"begin", c.begin}, {"content", c.arguments}, {"end", c.end}};
+  };
+  Json any_call = {{"type", "or"}, {"elements", Json::array()}};
+  for (const Call& c : calls) any_call["elements"].push_back(tag(c));
+  // With parallel calls: more calls after the first, each after the
+  // separator; never text after a call (the turn ends with the calls).
+  const Json more = {{"type", "star"},
+                     {"content", {{"type", "sequence"},
+                                  {"elements", Json::array({Json{{"type", "const_string"}, {"value", separator}},
+                                                            any_call})}}}};
   Json root;
   if (choice == ToolChoice::kNamed) {
-    root = tags[0];
+    root = tag(calls[0]);
+  } else if (choice == ToolChoice::kRequired) {
+    root = parallel ? Json{{"type", "sequence"}, {"elements", Json::array({any_call, more})}} : any_call;
   } else {
+    // auto: text until the trigger, then one call, then (when parallel)
+    // more calls, then the end.
+    Json tags = Json::array();
+    for (const Call& c : calls) tags.push_back(tag(c));
     root = {{"type", "triggered_tags"},
-            {"triggers", Json::array({hermes ? std::string(kHermesOpen) : std::string("{\"name\": ")})},
+            {"triggers", Json::array({trigger})},
             {"tags", std::move(tags)},
-            {"at_least_one", choice == ToolChoice::kRequired},
-            {"stop_after_first", !parallel}};
+            {"at_least_one", false},
+            {"stop_after_first", true}};
+    if (parallel) root = {{"type", "sequence"}, {"elements", Json::array({std::move(root), more})}};
   }
   return Json{{"type", "structural_tag"}, {"format", std::move(root)}}.dump();
 }
@@ -311,7 +335,7 @@ ParsedReply ParseToolCalls(ToolCallFormat format, absl::string_view text, const 
       reply.calls.push_back(std::move(e.call));
     }
   }
-  reply.content = std::string(absl::StripAsciiWhitespace(reply.content));
+  if (!reply.calls.empty()) reply.content = std::string(absl::StripAsciiWhitespace(reply.content));
   return reply;
 }
 

@@ -38,11 +38,12 @@ ToolCallFormat ToolCallFormatOf(absl::string_view template_text);
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 // The grammar, as an xgrammar structural tag (JSON text), that holds a reply
-// to `choice`: kNamed, exactly one call of `named`; kRequired, one or more
-// calls first (one when !parallel); kAuto, free text until the format's
-// call marker, then calls whose arguments match their function's
-// `parameters` (no more text after a call when !parallel). Every call's
-// arguments match its schema. kNone has no grammar (InvalidArgument), and
+// to `choice`: kNamed, exactly one call of `named`; kRequired, calls from
+// the start; kAuto, free text until the format's call marker, then calls.
+// Several calls (separated by a newline, or "; " for llama3_json) only when
+// `parallel`; never text after the calls, which end the turn. Every call's
+// arguments match its function's `parameters` (strict: no properties
+// beyond the schema's). kNone has no grammar (InvalidArgument), and
 // mistral's calls cannot be enforced (FailedPrecondition saying why).
 absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
                                             ToolChoice choice, const std::string& named, bool parallel);
@@ -82,7 +83,7 @@ class ToolCallStream {
   int calls_ = 0;
 };
 
-// A whole reply: its content (calls taken out, trimmed) and its calls.
+// A whole reply: its content (with calls: taken out, trimmed) and its calls.
 struct ParsedReply {
   std::string content;
   std::vector<ToolCall> calls;

@@ -147,16 +147,15 @@ TEST(ToolCallsTest, GrammarsForEachChoice) {
   auto required = ToolCallGrammar(ToolCallFormat::kLlama3Json, tools, ToolChoice::kRequired, "", false);
   ASSERT_TRUE(required.ok());
   const Json r = Json::parse(*required);
-  EXPECT_EQ(r["format"]["type"], "triggered_tags");
-  EXPECT_EQ(r["format"]["tags"].size(), 2u);
-  EXPECT_TRUE(r["format"]["at_least_one"]);
-  EXPECT_TRUE(r["format"]["stop_after_first"]);
-  EXPECT_EQ(r["format"]["tags"][0]["begin"], "{\"name\": \"get_weather\", \"parameters\": ");
+  EXPECT_EQ(r["format"]["type"], "or");  // one call of either
+  EXPECT_EQ(r["format"]["elements"].size(), 2u);
+  EXPECT_EQ(r["format"]["elements"][0]["begin"], "{\"name\": \"get_weather\", \"parameters\": ");
 
   auto automatic = ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kAuto, "", true);
   ASSERT_TRUE(automatic.ok());
-  EXPECT_FALSE(Json::parse(*automatic)["format"]["at_least_one"]);
-
+  const Json a = Json::parse(*automatic);
+  EXPECT_EQ(a["format"]["type"], "sequence");  // text and a call, then more calls
+  EXPECT_EQ(a["format"]["elements"][0]["triggers"], Json::array({"<tool_call>"}));
   EXPECT_EQ(ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kNamed, "nope", true).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ToolCallGrammar(ToolCallFormat::kMistral, tools, ToolChoice::kAuto, "", true).status().code(),

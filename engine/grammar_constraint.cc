@@ -238,8 +238,7 @@ GrammarConstraints::GrammarConstraints(std::shared_ptr<const TokenBytes> tokens,
 
 GrammarConstraints::~GrammarConstraints() = default;
 
-absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::JsonSchema(
-    const std::string& schema, const std::string& field) {
+absl::Status CheckJsonSchema(const std::string& schema, const std::string& field) {
   if (schema.size() > kMaxSchemaBytes) {
     return FieldError(field, absl::StrCat("at most ", kMaxSchemaBytes, " bytes, got ", schema.size()));
   }
@@ -252,6 +251,12 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Js
     return FieldError(field, absl::StrCat("the keyword ", keyword,
                                           " is not supported (it would not be enforced)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::JsonSchema(
+    const std::string& schema, const std::string& field) {
+  if (absl::Status st = CheckJsonSchema(schema, field); !st.ok()) return st;
   // JSON Schema's own defaults (additional properties allowed unless the
   // schema says otherwise). Compact JSON: free whitespace lets a model
   // loop on spaces (a known failure of any_whitespace in vLLM).
@@ -290,6 +295,16 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Gr
     return FieldError(field, absl::StrCat("parentheses nested deeper than ", kMaxConstraintDepth, " levels"));
   }
   return impl_->Compile(field, [&] { return impl_->compiler.CompileGrammar(ebnf, "root"); });
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::StructuralTag(
+    const std::string& tag, const std::string& field) {
+  if (tag.size() > kMaxSchemaBytes * 4) {
+    return FieldError(field, absl::StrCat("at most ", kMaxSchemaBytes * 4, " bytes, got ", tag.size()));
+  }
+  // No control-byte mask: free text and the tags' own newlines need them
+  // (the tool-call parser escapes any a model writes inside a string).
+  return impl_->Compile(field, [&] { return impl_->compiler.CompileStructuralTag(tag); });
 }
 
 }  // namespace flover

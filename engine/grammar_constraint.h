@@ -32,6 +32,10 @@ inline constexpr int64_t kGrammarCacheBytes = int64_t{256} << 20;
 // at 400), with no way to cancel a compile.
 inline constexpr int kMaxConstraintDepth = 64;
 
+// What JsonSchema refuses before compiling: size, depth, not JSON, and
+// keywords that would not be enforced (each named, under `field`).
+absl::Status CheckJsonSchema(const std::string& schema, const std::string& field);
+
 class GrammarConstraints {
  public:
   // `end_ids`: the model's EOS ids, where xgrammar marks an output complete.
@@ -52,6 +56,12 @@ class GrammarConstraints {
   // xgrammar's EBNF (GBNF-like: `root ::= "yes" | "no"`), rule `root` first.
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> Grammar(const std::string& ebnf,
                                                                    const std::string& field);
+  // An xgrammar structural tag (JSON: tags, triggers, schemas), built by the
+  // server (chat/tool_calls.h's tool-call grammars), so not checked for
+  // keywords here: CheckJsonSchema its schemas first. Its JSON is strict
+  // (no properties beyond a schema's), with at most one whitespace in a row.
+  absl::StatusOr<std::shared_ptr<const CompiledConstraint>> StructuralTag(const std::string& tag,
+                                                                         const std::string& field);
 
  private:
   struct Impl;

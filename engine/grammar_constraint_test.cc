@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/engine.h"
 #include "model/model_loader.h"
+#include "chat/tool_calls.h"
 #include "nlohmann/json.hpp"
 #include "testing/backends.h"
 #include "testing/collecting_sink.h"
@@ -206,6 +207,68 @@ TEST_F(GrammarConstraintTest, FusedRequestsEqualTheirRunsAlone) {
     ASSERT_TRUE(fused[i]->Wait());
     EXPECT_EQ(fused[i]->tokens(), alone[i]) << i;
   }
+}
+
+// Whether `constraint` takes `text` (the tokenizer's tokens of it, one by
+// one), and whether it is complete after it.
+struct Walked {
+  bool accepted = false, complete = false;
+};
+Walked Walk(const CompiledConstraint& constraint, const Tokenizer& tokenizer, const std::string& text) {
+  std::unique_ptr<ConstraintState> state = constraint.Start();
+  for (int32_t id : testing::ValueOrDie(tokenizer.Encode(text, false), "encode")) {
+    if (!HasToken(state->AllowedNext(), id) || !state->Accept(id).ok()) return {};
+  }
+  return {true, state->Complete()};
+}
+
+// The tool-call grammars (chat/tool_calls.h's structural tags) hold a reply
+// to its tool_choice: the named function with arguments that match its
+// schema; with `required`, a call first; with `auto`, text until a call's
+// marker; after one call, nothing more unless calls may be parallel.
+TEST_F(GrammarConstraintTest, ToolCallGrammarsHoldTheChoice) {
+  const std::vector<ToolFunction> tools = {
+      {"f", "", R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})"},
+      {"g", "", ""}};
+  const Tokenizer& tok = *loaded_->tokenizer();
+  auto compile = [&](ToolChoice choice, const std::string& named, bool parallel) {
+    auto tag = ToolCallGrammar(ToolCallFormat::kHermes, tools, choice, named, parallel);
+    EXPECT_TRUE(tag.ok()) << tag.status();
+    auto c = grammars_->StructuralTag(*tag, "tool_choice");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  const std::string f_call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>";
+  const std::string g_call = "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+  auto named = compile(ToolChoice::kNamed, "f", true);
+  EXPECT_TRUE(Walk(*named, tok, f_call).complete);
+  EXPECT_FALSE(Walk(*named, tok, g_call).accepted);  // another function
+  EXPECT_FALSE(Walk(*named, tok, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"3\"}}").accepted);
+  EXPECT_FALSE(Walk(*named, tok, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"y\": 3").accepted);
+  EXPECT_FALSE(Walk(*named, tok, "Sure").accepted);
+  EXPECT_FALSE(Walk(*named, tok, f_call + f_call).accepted);
+
+  auto required = compile(ToolChoice::kRequired, "", false);
+  EXPECT_TRUE(Walk(*required, tok, g_call).complete);
+  EXPECT_FALSE(Walk(*required, tok, "Sure " + f_call).accepted);
+  EXPECT_FALSE(Walk(*required, tok, f_call + "\n" + g_call).accepted);  // not parallel
+  EXPECT_FALSE(Walk(*required, tok, f_call.substr(0, 20)).complete);
+
+  auto several = compile(ToolChoice::kRequired, "", true);
+  EXPECT_TRUE(Walk(*several, tok, f_call).complete);
+  EXPECT_TRUE(Walk(*several, tok, f_call + "\n" + g_call).complete);
+  EXPECT_FALSE(Walk(*several, tok, f_call + " Done.").accepted);  // no text after calls
+
+  auto single_auto = compile(ToolChoice::kAuto, "", false);
+  EXPECT_TRUE(Walk(*single_auto, tok, "Let me see. " + f_call).complete);
+  EXPECT_FALSE(Walk(*single_auto, tok, "Let me see. " + f_call + "\n" + g_call).accepted);
+
+  auto automatic = compile(ToolChoice::kAuto, "", true);
+  EXPECT_TRUE(Walk(*automatic, tok, "Plain words.").complete);
+  EXPECT_TRUE(Walk(*automatic, tok, "Let me see. " + f_call + "\n" + g_call).complete);
+  EXPECT_FALSE(Walk(*automatic, tok, "Let me see. " + f_call + " Done.").accepted);
+  EXPECT_FALSE(Walk(*automatic, tok, "Let me see. <tool_call>\n{\"name\": \"h\"").accepted);
+  EXPECT_FALSE(Walk(*automatic, tok, "Let me see. " + f_call.substr(0, 30)).complete);
 }
 
 }  // namespace

@@ -8,10 +8,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "chat/tool_calls.h"
 #include "server/request_session.h"
 #include "server/server_options.h"
 #include "server/status_util.h"
@@ -73,11 +75,13 @@ class Answer {
 
   const std::string& id() const { return id_; }
 
-  // One sample's text, tokens and end, for the whole answer.
+  // One sample's text, tokens and end, for the whole answer; with tools,
+  // its calls (the text then is what is left around them).
   struct Result {
     std::string text;
     std::vector<TokenEvent> tokens;
     FinishEvent finish;
+    std::vector<ToolCall> calls;
   };
 
   // What choice `index`'s stream starts with: chat's role; completions'
@@ -89,8 +93,26 @@ class Answer {
   // A stream chunk of choice `index` with these tokens (the last one carries
   // `finish`).
   std::string Chunk(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
-                    const FinishEvent* finish) const {
-    return Object(Choice(index, text, tokens, finish, Part::kDelta), nullptr);
+                    const FinishEvent* finish, bool called = false) const {
+    return Object(Choice(index, text, tokens, finish, Part::kDelta, called), nullptr);
+  }
+  // A call of choice `index`, streamed as OpenAI's deltas: its id, type and
+  // name first (arguments ""), then its arguments.
+  std::string CallChunks(int index, int call_index, const ToolCall& call) const {
+    Json header = {{"index", call_index},
+                   {"id", call.id},
+                   {"type", "function"},
+                   {"function", {{"name", call.name}, {"arguments", ""}}}};
+    Json args = {{"index", call_index}, {"function", {{"arguments", call.arguments}}}};
+    std::string out;
+    for (Json* delta : {&header, &args}) {
+      Json choice = {{"index", index},
+                     {"delta", {{"tool_calls", Json::array({std::move(*delta)})}}},
+                     {"logprobs", nullptr},
+                     {"finish_reason", nullptr}};
+      out += absl::StrCat("data: ", Object(std::move(choice), nullptr), "\n\n");
+    }
+    return out;
   }
   std::string UsageChunk(int generated) const {
     const Json usage = Usage(generated);
@@ -102,7 +124,17 @@ class Answer {
     int generated = 0;
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      choices.push_back(Choice(static_cast<int>(i), r.text, r.tokens, &r.finish, Part::kWhole));
+      Json choice = Choice(static_cast<int>(i), r.text, r.tokens, &r.finish, Part::kWhole, !r.calls.empty());
+      if (!r.calls.empty()) {
+        Json calls = Json::array();
+        for (const ToolCall& c : r.calls) {
+          calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        }
+        // No text beside the calls: content is null, as OpenAI's.
+        if (r.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
+      choices.push_back(std::move(choice));
       generated += r.finish.usage.generated_tokens;
     }
     const Json usage = Usage(generated);
@@ -159,8 +191,9 @@ class Answer {
             {"top_logprobs", std::move(tops)}};
   }
 
+  // `called`: the sample made tool calls (its finish reason says so).
   Json Choice(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
-                     const FinishEvent* finish, Part part) const {
+                     const FinishEvent* finish, Part part, bool called = false) const {
     Json choice = {{"index", index}};
     if (!chat_) {
       choice["text"] = text;
@@ -172,7 +205,8 @@ class Answer {
       choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
     }
     choice["logprobs"] = part == Part::kOpening ? Json(nullptr) : Logprobs(tokens);
-    choice["finish_reason"] = finish == nullptr ? Json(nullptr)
+    choice["finish_reason"] = finish == nullptr                          ? Json(nullptr)
+                              : called                                   ? Json("tool_calls")
                               : finish->reason == FinishReason::kLength ? Json("length")
                                                                          : Json("stop");
     Json ids = Json::array();
@@ -213,6 +247,14 @@ class Answer {
 
 std::string Event(const std::string& json) { return absl::StrCat("data: ", json, "\n\n"); }
 
+// Random bits for call ids, so ids differ across requests and restarts.
+uint64_t CallIdSalt() {
+  static std::mutex mu;
+  static std::mt19937_64 bits(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  return bits();
+}
+
 // Serves one parsed request, either endpoint: submit, then the whole
 // answer, or a stream of server-sent events.
 // One of a request's n samples as it is served.
@@ -223,6 +265,7 @@ struct Sample {
   std::optional<FinishEvent> finish;
   bool opened = false;
   bool done = false;  // streamed: its last chunk was sent
+  std::unique_ptr<ToolCallStream> tools;  // with tools: reads calls out of the text
 };
 
 // Serves one parsed request, either endpoint: submit its samples, then the
@@ -276,6 +319,17 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
       }
     }
   }
+  // With tools (and a choice other than none), calls are read out of each
+  // sample's text in the server's tool-call format.
+  const bool reads_calls = is_chat && serving.chat != nullptr && !parsed.request.tools.empty() &&
+                           ToolChoiceOf(parsed.request) != ToolChoice::kNone;
+  const std::string call_ids = absl::StrCat("call_", absl::Hex(CallIdSalt(), absl::kZeroPad16), "_");
+  auto id_prefix = [&](int i) { return parsed.n > 1 ? absl::StrCat(call_ids, i, "_") : call_ids; };
+  if (reads_calls) {
+    for (int i = 0; i < parsed.n; ++i) {
+      (*samples)[i].tools = std::make_unique<ToolCallStream>(serving.chat->tool_format, id_prefix(i));
+    }
+  }
   const int prompt_tokens = static_cast<int>(prompt.size());
   const std::string echo = parsed.echo ? tokenizer->Decode(prompt) : "";
   auto answer = std::make_shared<Answer>(is_chat, absl::StrCat(is_chat ? "chatcmpl-" : "cmpl-", (*samples)[0].id),
@@ -306,6 +360,11 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
       }
       result.text += sample.finish->text;
       result.finish = *sample.finish;
+      if (reads_calls) {
+        ParsedReply reply = ParseToolCalls(serving.chat->tool_format, result.text, id_prefix(i));
+        result.text = std::move(reply.content);
+        result.calls = std::move(reply.calls);
+      }
     }
     res.set_content(answer->Whole(results), "application/json");
     return;
@@ -344,10 +403,28 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             s.sink->Take(&more, &finish, wait);
             for (TokenEvent& t : more) tokens.push_back(std::move(t));
           }
+          // The text as content, and with tools the calls read out of it.
+          auto add_text = [&](const std::string& text, std::string* content) {
+            if (s.tools == nullptr) {
+              *content += text;
+              return std::string();
+            }
+            std::string calls;
+            for (ToolCallStream::Event& e : s.tools->Push(text)) {
+              if (e.index < 0) {
+                *content += e.content;
+              } else {
+                calls += answer->CallChunks(index, e.index, e.call);
+              }
+            }
+            return calls;
+          };
           if (!tokens.empty()) {
-            std::string text;
+            std::string text, content;
             for (const TokenEvent& t : tokens) text += t.text;
-            chunk += Event(answer->Chunk(index, text, tokens, nullptr));
+            const std::string calls = add_text(text, &content);
+            chunk += Event(answer->Chunk(index, content, tokens, nullptr));
+            chunk += calls;
           }
           if (!finish.has_value()) {
             all_done = false;
@@ -359,8 +436,25 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             for (Sample& other : *samples) {
               if (&other != &s && !other.finish.has_value()) (void)engine.Cancel(other.id);
             }
-          } else {
+          } else if (s.tools == nullptr) {
             chunk += Event(answer->Chunk(index, finish->text, {}, &*finish));
+            state->generated += finish->usage.generated_tokens;
+          } else {
+            std::string content;
+            std::string calls = add_text(finish->text, &content);
+            {
+              for (ToolCallStream::Event& e : s.tools->Finish()) {
+                if (e.index < 0) {
+                  content += e.content;
+                } else {
+                  calls += answer->CallChunks(index, e.index, e.call);
+                }
+              }
+            }
+            const bool called = s.tools->calls() > 0;
+            if (!content.empty()) chunk += Event(answer->Chunk(index, content, {}, nullptr));
+            chunk += calls;
+            chunk += Event(answer->Chunk(index, "", {}, &*finish, called));
             state->generated += finish->usage.generated_tokens;
           }
           s.finish = std::move(finish);

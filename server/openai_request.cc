@@ -95,6 +95,39 @@ absl::StatusOr<std::string> MessageContent(const Json& v, const std::string& whe
   return absl::StrJoin(texts, "\n");
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function",
+// "function": {"name", "arguments": a JSON string (or object)}}].
+absl::Status ParseToolCalls(const Json& v, const std::string& where, ChatMessage* m) {
+  if (!v.is_array()) return Bad(where, "must be a list");
+  for (size_t j = 0; j < v.size(); ++j) {
+    const std::string at = absl::StrCat(where, "[", j, "]");
+    const Json& call = v[j];
+    if (!call.is_object()) return Bad(at, "must be an object");
+    if (const Json* type = JsonField(call, "type"); type != nullptr && *type != "function") {
+      return Bad(at + ".type", "must be \"function\"");
+    }
+    const Json* function = JsonField(call, "function");
+    if (function == nullptr || !function->is_object()) return Bad(at + ".function", "must be an object");
+    const Json* name = JsonField(*function, "name");
+    if (name == nullptr || !name->is_string()) return Bad(at + ".function.name", "must be a string");
+    ToolCall c;
+    c.name = name->get<std::string>();
+    if (const Json* id = JsonField(call, "id"); id != nullptr && id->is_string()) c.id = id->get<std::string>();
+    const Json* args = JsonField(*function, "arguments");
+    if (args == nullptr) {
+      c.arguments = "{}";
+    } else if (args->is_string()) {
+      c.arguments = args->get<std::string>();
+    } else if (args->is_object()) {
+      c.arguments = JsonText(*args);
+    } else {
+      return Bad(at + ".function.arguments", "must be a string of JSON");
+    }
+    m->tool_calls.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMessages(const Json& body, ClientRequest* out) {
   const Json* m = JsonField(body, "messages");
   if (m == nullptr) return Bad("messages", "is required");
@@ -107,16 +140,94 @@ absl::Status ParseMessages(const Json& body, ClientRequest* out) {
     if (!item.is_object()) return Bad(at, "must be an object");
     const Json* role = JsonField(item, "role");
     if (role == nullptr || !role->is_string()) return Bad(at + ".role", "must be a string");
-    for (const char* key : {"tool_calls", "function_call"}) {
-      if (JsonField(item, key) != nullptr) return Bad(absl::StrCat(at, ".", key), "tool calls are not supported");
+    if (JsonField(item, "function_call") != nullptr) {
+      return Bad(at + ".function_call", "is not supported (the older API; send tool_calls)");
+    }
+    ChatMessage message{role->get<std::string>(), ""};
+    if (const Json* calls = JsonField(item, "tool_calls")) {
+      if (absl::Status st = ParseToolCalls(*calls, at + ".tool_calls", &message); !st.ok()) return st;
     }
     const Json* content = JsonField(item, "content");
-    if (content == nullptr) return Bad(at + ".content", "is required");
-    auto text = MessageContent(*content, at + ".content");
-    if (!text.ok()) return text.status();
+    if (content == nullptr) {
+      // An assistant's turn of calls alone has no content.
+      if (message.tool_calls.empty()) return Bad(at + ".content", "is required");
+      message.null_content = true;
+    } else {
+      auto text = MessageContent(*content, at + ".content");
+      if (!text.ok()) return text.status();
+      message.content = std::move(*text);
+    }
+    for (auto [key, field] : {std::pair{"tool_call_id", &message.tool_call_id}, std::pair{"name", &message.name}}) {
+      if (const Json* v = JsonField(item, key)) {
+        if (!v->is_string()) return Bad(absl::StrCat(at, ".", key), "must be a string");
+        *field = v->get<std::string>();
+      }
+    }
     // request_convert checks the role, for gRPC too.
-    out->messages.push_back({role->get<std::string>(), std::move(*text)});
+    out->messages.push_back(std::move(message));
   }
+  return absl::OkStatus();
+}
+
+// tools: [{"type": "function", "function": {"name", "description",
+// "parameters", "strict"}}]; tool_choice: "none", "auto", "required", or
+// {"type": "function", "function": {"name"}}; parallel_tool_calls.
+absl::Status ParseTools(const Json& body, ClientRequest* out) {
+  for (const char* key : {"functions", "function_call"}) {
+    if (JsonField(body, key) != nullptr) return Bad(key, "is not supported (the older API; send tools and tool_choice)");
+  }
+  if (const Json* tools = JsonField(body, "tools")) {
+    if (!tools->is_array()) return Bad("tools", "must be a list");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string at = absl::StrCat("tools[", i, "]");
+      const Json& t = (*tools)[i];
+      if (!t.is_object()) return Bad(at, "must be an object");
+      const Json* type = JsonField(t, "type");
+      if (type == nullptr || *type != "function") return Bad(at + ".type", "must be \"function\"");
+      const Json* function = JsonField(t, "function");
+      if (function == nullptr || !function->is_object()) return Bad(at + ".function", "must be an object");
+      const Json* name = JsonField(*function, "name");
+      if (name == nullptr || !name->is_string()) return Bad(at + ".function.name", "must be a string");
+      ToolFunction f;
+      f.name = name->get<std::string>();
+      if (const Json* d = JsonField(*function, "description")) {
+        if (!d->is_string()) return Bad(at + ".function.description", "must be a string");
+        f.description = d->get<std::string>();
+      }
+      if (const Json* p = JsonField(*function, "parameters")) {
+        if (!p->is_object()) return Bad(at + ".function.parameters", "must be a JSON Schema (an object)");
+        f.parameters = JsonText(*p);
+      }
+      auto strict = JsonBool(*function, "strict", false, at + ".function.strict");
+      if (!strict.ok()) return strict.status();  // enforced either way
+      out->tools.push_back(std::move(f));
+    }
+  }
+  if (const Json* choice = JsonField(body, "tool_choice")) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") {
+        out->tool_choice = ToolChoice::kNone;
+      } else if (c == "auto") {
+        out->tool_choice = ToolChoice::kAuto;
+      } else if (c == "required") {
+        out->tool_choice = ToolChoice::kRequired;
+      } else {
+        return Bad("tool_choice", "'", c, "' is not a choice (none, auto, required, or a function)");
+      }
+    } else {
+      const Json* function = choice->is_object() ? JsonField(*choice, "function") : nullptr;
+      const Json* name = function != nullptr && function->is_object() ? JsonField(*function, "name") : nullptr;
+      if (name == nullptr || !name->is_string()) {
+        return Bad("tool_choice", "must be none, auto, required, or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      }
+      out->tool_choice = ToolChoice::kNamed;
+      out->tool_choice_name = name->get<std::string>();
+    }
+  }
+  auto parallel = JsonBool(body, "parallel_tool_calls", true, "parallel_tool_calls");
+  if (!parallel.ok()) return parallel.status();
+  out->parallel_tool_calls = *parallel;
   return absl::OkStatus();
 }
 
@@ -371,13 +482,8 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, absl::str
   ClientRequest& r = out.request;
   if (absl::Status st = ParseShared(b, served_model, &out); !st.ok()) return st;
   if (absl::Status st = ParseMessages(b, &r); !st.ok()) return st;
-  for (const char* key : {"tools", "tool_choice", "functions", "function_call", "audio"}) {
-    const Json* v = JsonField(b, key);
-    if (v != nullptr && !(v->is_array() && v->empty()) &&
-        !(v->is_string() && v->get<std::string>() == "none")) {
-      return Bad(key, "is not supported (text chat only)");
-    }
-  }
+  if (absl::Status st = ParseTools(b, &r); !st.ok()) return st;
+  if (JsonField(b, "audio") != nullptr) return Bad("audio", "is not supported (text chat only)");
   // max_completion_tokens is the current name; max_tokens the older one.
   if (absl::Status st = ParseMaxTokens(b, "max_tokens", &r); !st.ok()) return st;
   if (absl::Status st = ParseMaxTokens(b, "max_completion_tokens", &r); !st.ok()) return st;

@@ -181,6 +181,45 @@ TEST(OpenAiApiTest, ChatMessagesAndTheirFields) {
   EXPECT_EQ(old->request.max_new_tokens, 4u);
 }
 
+TEST(OpenAiApiTest, ToolsToolChoiceAndPastCalls) {
+  auto r = ParseChatRequest(
+      R"({"messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+              {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 3}"}],
+          "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+                     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": true}}],
+          "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+          "parallel_tool_calls": false})",
+      kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ClientRequest& c = r->request;
+  ASSERT_EQ(c.messages.size(), 3u);
+  EXPECT_TRUE(c.messages[1].null_content);
+  ASSERT_EQ(c.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(c.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(c.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(c.messages[1].tool_calls[0].arguments, "{\"city\": \"Oslo\"}");
+  EXPECT_EQ(c.messages[2].tool_call_id, "call_1");
+  ASSERT_EQ(c.tools.size(), 1u);
+  EXPECT_EQ(c.tools[0].description, "Weather now");
+  EXPECT_EQ(c.tools[0].parameters, R"({"type":"object","properties":{"city":{"type":"string"}}})");
+  EXPECT_EQ(ToolChoiceOf(c), ToolChoice::kNamed);
+  EXPECT_EQ(c.tool_choice_name, "get_weather");
+  EXPECT_FALSE(c.parallel_tool_calls);
+  // Defaults: auto with tools, none without.
+  auto plain = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]})",
+      kModel);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(ToolChoiceOf(plain->request), ToolChoice::kAuto);
+  EXPECT_TRUE(plain->request.parallel_tool_calls);
+  auto none = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", kModel);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(ToolChoiceOf(none->request), ToolChoice::kRequired);  // refused when converted: no tools
+}
+
 TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
   auto error = [](const std::string& body) {
     auto r = ParseChatRequest(body, kModel);
@@ -195,9 +234,20 @@ TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
   EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})"),
               HasSubstr("messages[0].content[0].type: 'image_url' is not supported (text only)"));
   EXPECT_THAT(error(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{}]}]})"),
-              HasSubstr("messages[0].tool_calls: tool calls are not supported"));
+              HasSubstr("messages[0].tool_calls[0].function: must be an object"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "assistant", "function_call": {}}]})"),
+              HasSubstr("messages[0].function_call: is not supported (the older API; send tool_calls)"));
   EXPECT_THAT(error("{" + user + R"(, "n": 20})"), HasSubstr("n: at most 16, got 20"));
-  EXPECT_THAT(error("{" + user + R"(, "tools": [{"type": "function"}]})"), HasSubstr("tools: is not supported"));
+  EXPECT_THAT(error("{" + user + R"(, "tools": [{"type": "function"}]})"),
+              HasSubstr("tools[0].function: must be an object"));
+  EXPECT_THAT(error("{" + user + R"(, "tools": [{"type": "retrieval"}]})"),
+              HasSubstr("tools[0].type: must be \"function\""));
+  EXPECT_THAT(error("{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]})"),
+              HasSubstr("tools[0].function.parameters: must be a JSON Schema"));
+  EXPECT_THAT(error("{" + user + R"(, "tool_choice": "any"})"), HasSubstr("tool_choice: 'any' is not a choice"));
+  EXPECT_THAT(error("{" + user + R"(, "tool_choice": {"type": "function"}})"), HasSubstr("tool_choice: must be none"));
+  EXPECT_THAT(error("{" + user + R"(, "functions": []})"), HasSubstr("functions: is not supported"));
+  EXPECT_THAT(error("{" + user + R"(, "parallel_tool_calls": 1})"), HasSubstr("parallel_tool_calls: must be true or false"));
   EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "yaml"}})"),
               HasSubstr("response_format.type: 'yaml' is not supported"));
   EXPECT_THAT(error("{" + user + R"(, "response_format": {"type": "json_schema"}})"),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "util/field_error.h"
 #include "util/file_util.h"
@@ -12,8 +13,8 @@ namespace {
 
 constexpr size_t kMaxMessages = 4096;
 
-absl::Status Messages(const std::vector<ChatMessage>& messages, const ChatSupport* support,
-                      Request* r) {
+absl::Status Messages(const std::vector<ChatMessage>& messages, const std::vector<ToolFunction>& tools,
+                      const ChatSupport* support, Request* r) {
   if (support == nullptr || support->format == nullptr) {
     return support != nullptr ? support->unavailable : ChatSupport().unavailable;
   }
@@ -24,12 +25,15 @@ absl::Status Messages(const std::vector<ChatMessage>& messages, const ChatSuppor
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       return FieldError(absl::StrCat("messages[", i, "].role"),
-                        absl::StrCat("'", role, "' is not supported (system, user, assistant)"));
+                        absl::StrCat("'", role, "' is not supported (system, user, assistant, tool)"));
+    }
+    if (!messages[i].tool_calls.empty() && role != "assistant") {
+      return FieldError(absl::StrCat("messages[", i, "].tool_calls"), "only an assistant's message makes calls");
     }
   }
-  auto ids = chat->Tokenize(messages);
+  auto ids = chat->Tokenize(messages, tools);
   // A template's own error (roles that must alternate, say), or past a
   // rendering limit: the request's to fix either way.
   if (!ids.ok()) return FieldError("messages", ids.status().message());
@@ -58,7 +62,61 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
   return FieldError(c.field, "unknown constraint");
 }
 
+// A function name as OpenAI allows them: 1-64 of a-z, A-Z, 0-9, _ and -.
+bool ValidToolName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return absl::ascii_isalnum(c) || c == '_' || c == '-'; });
+}
+
+// The tools' own checks, and the grammar that enforces the request's
+// tool_choice (null for none).
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const ClientRequest& in,
+                                                                         const ConvertContext& context) {
+  const ToolChoice choice = ToolChoiceOf(in);
+  if (in.tools.empty()) {
+    if (choice == ToolChoice::kNone) return nullptr;
+    return FieldError("tool_choice", "needs tools to choose from");
+  }
+  if (in.prompt != ClientRequest::Prompt::kMessages) return FieldError("tools", "are only for chats (messages)");
+  if (in.tools.size() > kMaxTools) {
+    return FieldError("tools", absl::StrCat("at most ", kMaxTools, ", got ", in.tools.size()));
+  }
+  for (size_t i = 0; i < in.tools.size(); ++i) {
+    const ToolFunction& t = in.tools[i];
+    const std::string at = absl::StrCat("tools[", i, "].function");
+    if (!ValidToolName(t.name)) {
+      return FieldError(at + ".name", absl::StrCat("'", t.name, "' is not a function name (1-64 of a-z, A-Z, 0-9, _, -)"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (in.tools[j].name == t.name) return FieldError(at + ".name", absl::StrCat("'", t.name, "' is offered twice"));
+    }
+    if (!t.parameters.empty()) {
+      if (absl::Status st = CheckJsonSchema(t.parameters, at + ".parameters"); !st.ok()) return st;
+    }
+  }
+  if (choice == ToolChoice::kNone) return nullptr;
+  if (in.constraint.has_value()) {
+    return FieldError("tool_choice",
+                      absl::StrCat("calls are enforced by a grammar, and ", in.constraint->field,
+                                   " asks for another; send tool_choice \"none\" with it"));
+  }
+  if (context.token_bytes == nullptr || context.grammars == nullptr || context.chat == nullptr) {
+    return FieldError("tool_choice", "this server cannot enforce tool calls (no tokenizer or grammars)",
+                      absl::StatusCode::kFailedPrecondition);
+  }
+  auto tag = ToolCallGrammar(context.chat->tool_format, in.tools, choice, in.tool_choice_name,
+                             in.parallel_tool_calls);
+  if (!tag.ok()) return FieldError("tool_choice", tag.status().message(), tag.status().code());
+  return context.grammars->StructuralTag(*tag, "tool_choice");
+}
+
 }  // namespace
+
+ToolChoice ToolChoiceOf(const ClientRequest& request) {
+  if (request.tool_choice.has_value()) return *request.tool_choice;
+  return request.tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+}
 
 ClientRequest FromProto(const v1::GenerateRequest& in) {
   ClientRequest r;
@@ -164,7 +222,7 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
       }
       break;
     case ClientRequest::Prompt::kMessages:
-      if (absl::Status st = Messages(in.messages, chat, &r); !st.ok()) return st;
+      if (absl::Status st = Messages(in.messages, in.tools, chat, &r); !st.ok()) return st;
       break;
     case ClientRequest::Prompt::kNone:
       break;
@@ -209,7 +267,11 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
     return FieldError("top_logprobs", absl::StrCat("at most ", kMaxTopLogprobs, ", got ", in.top_logprobs));
   }
   r.top_logprobs = static_cast<int>(in.top_logprobs);
-  if (in.constraint.has_value()) {
+  auto tool_constraint = ToolConstraint(in, context);
+  if (!tool_constraint.ok()) return tool_constraint.status();
+  if (*tool_constraint != nullptr) {
+    r.constraint = std::move(*tool_constraint);
+  } else if (in.constraint.has_value()) {
     auto compiled = CompileConstraint(*in.constraint, context);
     if (!compiled.ok()) return compiled.status();
     r.constraint = std::move(*compiled);
@@ -219,8 +281,14 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
 
 absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
                                                              ChatTemplateInfo info,
-                                                             std::shared_ptr<const Tokenizer> tokenizer) {
+                                                             std::shared_ptr<const Tokenizer> tokenizer,
+                                                             const std::string& tool_call_parser) {
   auto chat = std::make_unique<ChatSupport>();
+  if (!tool_call_parser.empty()) {
+    auto named = ToolCallFormatNamed(tool_call_parser);
+    if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--tool_call_parser: ", named.status().message()));
+    chat->tool_format = *named;
+  }
   if (!flag.empty()) {
     auto text = ReadFlagFile("--chat_template", flag);
     if (!text.ok()) return text.status();
@@ -242,6 +310,9 @@ absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& 
                                                 "); start the server with --chat_template=FILE"),
                                    absl::StatusCode::kFailedPrecondition);
     return chat;
+  }
+  if (tool_call_parser.empty() && (*format)->takes_tools()) {
+    chat->tool_format = ToolCallFormatOf((*format)->template_text());
   }
   chat->format = std::move(*format);
   return chat;

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "chat/chat_format.h"
+#include "chat/tool_calls.h"
 #include "model/loader/chat_template_info.h"
 #include "tokenizer/tokenizer.h"
 #include "engine/choice_constraint.h"
@@ -31,6 +32,10 @@ constexpr int kDefaultMaxNewTokens = 16;
 // why it has none (the model ships no template, or one that did not parse).
 struct ChatSupport {
   std::unique_ptr<const ChatFormat> format;
+  // How replies write tool calls: --tool_call_parser, else the template's
+  // markers (ToolCallFormatOf), else hermes (what DescribeTools teaches a
+  // template without tools).
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
   absl::Status unavailable = FieldError(
       "messages",
       "this model has no chat template; send text or token_ids, or start the server with "
@@ -42,9 +47,12 @@ struct ChatSupport {
 // --chat_template names (`flag`, when not empty), or why not. A
 // --chat_template that does not parse is an error (the server stops); a
 // model's own that does not is kept as the reason chat is refused.
+// `tool_call_parser`: --tool_call_parser ("" = from the template; an
+// unknown name is an error).
 absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
                                                              ChatTemplateInfo info,
-                                                             std::shared_ptr<const Tokenizer> tokenizer);
+                                                             std::shared_ptr<const Tokenizer> tokenizer,
+                                                             const std::string& tool_call_parser = "");
 
 constexpr size_t kMaxRequestIdBytes = 256;
 
@@ -79,7 +87,20 @@ struct ClientRequest {
     std::string field;
   };
   std::optional<Constraint> constraint;
+  // Functions the model may call (messages only), and what it may do with
+  // them: kNone shows them but reads no calls; the others are enforced by
+  // a grammar (chat/tool_calls.h). Unset with tools: kAuto; without: kNone.
+  std::vector<ToolFunction> tools;
+  std::optional<ToolChoice> tool_choice;
+  std::string tool_choice_name;  // kNamed
+  bool parallel_tool_calls = true;
 };
+
+// What a request lets the model do with its tools, its default applied.
+ToolChoice ToolChoiceOf(const ClientRequest& request);
+
+// The most tools a request may offer.
+inline constexpr size_t kMaxTools = 128;
 
 ClientRequest FromProto(const v1::GenerateRequest& request);
 

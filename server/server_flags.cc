@@ -22,6 +22,10 @@ ABSL_FLAG(std::string, served_model_name, "",
           "empty: the GGUF file's name, else --model");
 ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file to use instead of the model's own");
+ABSL_FLAG(std::string, tool_call_parser, "",
+          "How replies write tool calls: hermes, llama3_json or mistral (empty: from the chat template's "
+          "markers; hermes for a template without tools, which are then described to the model in its "
+          "system message)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 picks a free port");
 ABSL_FLAG(int, threads, 0,
           "CPU threads for the model per rank (0 = the cores divided by the ranks on this node)");
@@ -109,6 +113,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   }
   o.served_model_name = ServedName(absl::GetFlag(FLAGS_served_model_name), o.model, o.default_model);
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
+  o.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);

@@ -6,8 +6,10 @@ echo, every error status in OpenAI's shape, /health while draining, a client
 that leaves mid-stream freeing its slot — and the same outputs as the same
 request through gRPC. Chat completions on the real SmolLM2-135M-Instruct
 GGUF file (tools/setup.sh fetches it): plain and streamed, greedy and
-seeded, text parts, logprobs with alternatives, each refusal by name, and
-the same conversation through gRPC's messages."""
+seeded, text parts, logprobs with alternatives, structured outputs, tool
+calls (named, required, auto, streamed and not, with SmolLM2's own template
+and with one that takes tools), each refusal by name, and the same
+conversation through gRPC's messages."""
 import faulthandler
 import http.client
 import json
@@ -535,6 +537,139 @@ class ChatTest(unittest.TestCase):
         finally:
             s.close()
 
+    TOOLS = [{"type": "function", "function": {
+                  "name": "get_weather", "description": "Get the current weather in a city",
+                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                 "required": ["city"]}}},
+             {"type": "function", "function": {
+                  "name": "get_time", "description": "Get the local time in a city",
+                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                 "required": ["city"], "additionalProperties": False}}}]
+    WEATHER = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    # One exchange with a call, then a new question: the model takes up the pattern.
+    HISTORY = [{"role": "user", "content": "What is the weather in Paris?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature_c\": 21}"},
+               {"role": "assistant", "content": "It is 21°C in Paris."},
+               {"role": "user", "content": "What is the weather in Tokyo?"}]
+
+    # Two questions answered by calls, then a third: the model calls again.
+    CALLS = [{"role": "user", "content": "Weather in Paris?"},
+             {"role": "assistant", "content": None, "tool_calls": [
+                 {"id": "call_1", "type": "function",
+                  "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+             {"role": "user", "content": "Weather in Rome?"},
+             {"role": "assistant", "content": None, "tool_calls": [
+                 {"id": "call_2", "type": "function",
+                  "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]},
+             {"role": "user", "content": "Weather in Tokyo?"}]
+
+    def assert_calls(self, choice, names):
+        """The choice ended in tool calls of these functions, each with arguments
+        that match the function's schema (a city, a string, and nothing else)."""
+        self.assertEqual(choice.finish_reason, "tool_calls")
+        calls = choice.message.tool_calls
+        self.assertEqual([c.function.name for c in calls], names)
+        for c in calls:
+            self.assertTrue(c.id.startswith("call_"))
+            self.assertEqual(c.type, "function")
+            args = json.loads(c.function.arguments)
+            self.assertIsInstance(args["city"], str)
+            self.assertEqual(list(args), ["city"])
+        self.assertEqual(len({c.id for c in calls}), len(calls))
+        return calls
+
+    def test_tool_calls_named_required_auto_and_streamed(self):
+        """SmolLM2's own template takes no tools: they are described in its
+        system message, and the grammar makes the calls."""
+        s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=1024",
+                   "--max_batch=8", "--threads=2")
+        try:
+            create = lambda **kw: s.openai.chat.completions.create(  # noqa: E731
+                model="smollm2", tools=self.TOOLS, temperature=0, max_tokens=60, **kw)
+            named = {"type": "function", "function": {"name": "get_time"}}
+            r = create(messages=self.WEATHER, tool_choice=named)
+            calls = self.assert_calls(r.choices[0], ["get_time"])
+            self.assertIsNone(r.choices[0].message.content)
+            # Required, one call: either function.
+            r = create(messages=self.WEATHER, tool_choice="required", parallel_tool_calls=False)
+            self.assertEqual(len(r.choices[0].message.tool_calls), 1)
+            self.assert_calls(r.choices[0], [r.choices[0].message.tool_calls[0].function.name])
+            # Streamed: each call's id, type and name first, then its arguments;
+            # the same call as unstreamed.
+            deltas, finish = [], None
+            for chunk in create(messages=self.WEATHER, tool_choice=named, stream=True):
+                if chunk.choices and chunk.choices[0].delta.tool_calls:
+                    deltas += chunk.choices[0].delta.tool_calls
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+            self.assertEqual(finish, "tool_calls")
+            self.assertEqual((deltas[0].index, deltas[0].type, deltas[0].function.name,
+                              deltas[0].function.arguments), (0, "function", "get_time", ""))
+            self.assertTrue(deltas[0].id.startswith("call_"))
+            self.assertTrue(all(d.index == 0 and d.id is None for d in deltas[1:]))
+            self.assertEqual("".join(d.function.arguments for d in deltas[1:]), calls[0].function.arguments)
+            # Auto: text, or a call once the model starts one. After a call and
+            # its result it answers with text (that starts like a call's tag,
+            # held back while it could be one, then sent as content); after two
+            # calls in a row it calls.
+            r = create(messages=self.HISTORY)
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+            self.assertIsNone(r.choices[0].message.tool_calls)
+            self.assertTrue(r.choices[0].message.content.startswith("<tool_response>"))
+            streamed = "".join(c.choices[0].delta.content or "" for c in create(messages=self.HISTORY, stream=True)
+                               if c.choices)
+            self.assertEqual(streamed, r.choices[0].message.content)
+            r = create(messages=self.CALLS)
+            self.assert_calls(r.choices[0], ["get_weather"])
+            self.assertEqual(json.loads(r.choices[0].message.tool_calls[0].function.arguments), {"city": "Tokyo"})
+            # none: the tools are shown, no call is read.
+            r = create(messages=self.WEATHER, tool_choice="none")
+            self.assertIsNone(r.choices[0].message.tool_calls)
+            self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+        finally:
+            s.close()
+
+    def test_tool_calls_with_a_template_that_takes_tools(self):
+        s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=1024",
+                   "--max_batch=8", "--threads=2", "--chat_template=chat/templates/chatml_tools.jinja")
+        try:
+            create = lambda **kw: s.openai.chat.completions.create(  # noqa: E731
+                model="smollm2", tools=self.TOOLS, temperature=0, max_tokens=80, **kw)
+            # Parallel calls: as many as the model writes, each valid, then the end.
+            r = create(messages=self.WEATHER, tool_choice="required")
+            calls = r.choices[0].message.tool_calls
+            self.assertGreaterEqual(len(calls), 1)
+            self.assert_calls(r.choices[0], [c.function.name for c in calls])
+            r = create(messages=self.CALLS)  # auto
+            self.assert_calls(r.choices[0], ["get_weather"])
+            # Streamed, the same calls.
+            names, finish = [], None
+            for chunk in create(messages=self.WEATHER, tool_choice="required", stream=True):
+                for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                    if d.function.name:
+                        names.append(d.function.name)
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+            self.assertEqual((names, finish), ([c.function.name for c in calls], "tool_calls"))
+        finally:
+            s.close()
+        # A format whose calls cannot be enforced refuses every choice but none.
+        s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=512", "--threads=2", "--tool_call_parser=mistral")
+        name = "SmolLM2-135M-Instruct.Q4_1"
+        try:
+            with self.assertRaises(openai.BadRequestError) as err:
+                s.openai.chat.completions.create(model=name, messages=self.WEATHER, tools=self.TOOLS, max_tokens=4)
+            self.assertEqual(err.exception.body["param"], "tool_choice")
+            self.assertIn("mistral format cannot be enforced", err.exception.body["message"])
+            r = s.openai.chat.completions.create(model=name, messages=self.WEATHER, tools=self.TOOLS,
+                                                 tool_choice="none", max_tokens=4)
+            self.assertEqual(r.choices[0].finish_reason, "length")
+        finally:
+            s.close()
+
     def test_n_samples_share_the_prompt_and_take_seed_plus_i(self):
         s = Server(f"--model={CHAT_MODEL}", "--served_model_name=smollm2", "--max_seq_len=512",
                    "--max_batch=8", "--threads=2")
@@ -619,16 +754,29 @@ class ChatTest(unittest.TestCase):
         try:
             self.assertEqual(s.client.model_info().served_model_name, name)
             cases = [
-                (dict(messages=[{"role": "tool", "content": "x"}]), "is not supported (system, user, "
-                 "assistant)", "messages[0].role"),
+                (dict(messages=[{"role": "robot", "content": "x"}]), "is not supported (system, user, "
+                 "assistant, tool)", "messages[0].role"),
                 (dict(messages=[{"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": "http://x"}}]}]),
                  "'image_url' is not supported (text only)", "messages[0].content[0].type"),
                 (dict(messages=self.QUESTION, n=17), "n: at most 16, got 17", "n"),
                 (dict(messages=self.QUESTION, top_logprobs=2), "needs logprobs: true", "top_logprobs"),
                 (dict(messages=self.QUESTION, max_tokens=300), "exceeds max_seq_len (256)", "max_tokens"),
-                (dict(messages=self.QUESTION, tools=[{"type": "function", "function": {"name": "f"}}]),
-                 "tools: is not supported", "tools"),
+                (dict(messages=self.QUESTION, tool_choice="required"), "needs tools", "tool_choice"),
+                (dict(messages=self.QUESTION, tools=self.TOOLS,
+                      tool_choice={"type": "function", "function": {"name": "nope"}}),
+                 "no tool is named 'nope'", "tool_choice"),
+                (dict(messages=self.QUESTION, tools=[{"type": "function", "function": {"name": "a b"}}]),
+                 "'a b' is not a function name", "tools[0].function.name"),
+                (dict(messages=self.QUESTION, tools=self.TOOLS[:1] * 2), "'get_weather' is offered twice",
+                 "tools[1].function.name"),
+                (dict(messages=self.QUESTION, tools=self.TOOLS, response_format={"type": "json_object"}),
+                 "send tool_choice \"none\" with it", "tool_choice"),
+                (dict(messages=self.QUESTION, tools=[{"type": "function", "function": {
+                    "name": "f", "parameters": {"type": "object", "not": {}}}}]),
+                 "the keyword not is not supported", "tools[0].function.parameters"),
+                (dict(messages=self.QUESTION, tools=self.TOOLS, tool_choice={"type": "function"}),
+                 "tool_choice: must be none, auto, required", "tool_choice"),
             ]
             for kw, says, param in cases:
                 with self.assertRaises(openai.BadRequestError) as err:
