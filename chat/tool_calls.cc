@@ -251,11 +251,17 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
   while (start < buffer_.size() && IsSpace(buffer_[start])) ++start;
   const size_t end = JsonValueEnd(buffer_, start);
   size_t consumed = 0;
+  // What is content if this is no call: the JSON value read (the marker
+  // and whitespace before it too), all that is left when it was cut off,
+  // or nothing when no JSON value starts there. What follows is read again.
+  size_t not_a_call = start;
   std::vector<ToolCall> calls;
   bool ok = false;
   if (end == absl::string_view::npos || start == buffer_.size()) {
     if (!final) return false;  // more text may complete it
+    not_a_call = buffer_.size();
   } else if (end != 0) {
+    not_a_call = end;
     const Json j = Json::parse(EscapeControlsInStrings(absl::string_view(buffer_).substr(start, end - start)),
                                nullptr, /*allow_exceptions=*/false);
     consumed = end;
@@ -288,12 +294,12 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
   }
   in_call_ = false;
   if (!ok) {
-    // Not a call: the marker and what follows it are content.
-    const std::string text = marker_ + buffer_;
-    buffer_.clear();
+    // Not a call: the marker and the value are content.
+    const std::string text = marker_ + buffer_.substr(0, not_a_call);
+    buffer_.erase(0, not_a_call);
     marker_.clear();
     EmitText(text, out);
-    return true;  // read on (what is held may yet need flushing)
+    return true;  // read on
   }
   buffer_.erase(0, consumed);
   marker_.clear();

@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "util/json.h"
 #include "clients/client_tls.h"
 #include "clients/status_names.h"
@@ -40,9 +44,48 @@ ABSL_FLAG(double, min_p, 0, "Min-p, in [0, 1] (0 = off)");
 ABSL_FLAG(std::vector<std::string>, logit_bias, {}, "ID:BIAS pairs (comma-separated)");
 ABSL_FLAG(std::vector<std::string>, choice, {},
           "The output must be exactly one of these strings (comma-separated)");
+ABSL_FLAG(std::string, json_schema, "", "A file holding a JSON Schema the output must match");
+ABSL_FLAG(std::string, tools, "",
+          "A file holding the tools the model may call (with --chat), as OpenAI's request lists them: "
+          "[{\"type\": \"function\", \"function\": {\"name\", \"description\", \"parameters\"}}]");
+ABSL_FLAG(std::string, tool_choice, "", "none, auto, required, or a function's name (empty: auto with --tools)");
+ABSL_FLAG(bool, parallel_tool_calls, true, "With --tools: several calls in one reply");
 ABSL_FLAG(double, timeout_s, 0, "Deadline in seconds (0 = none)");
 ABSL_FLAG(std::string, api_key, "", "Sent as 'authorization: Bearer KEY'");
 ABSL_FLAG(bool, json, false, "Print one JSON object at the end instead of streaming");
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// OpenAI's tools list (or bare {"name", ...} functions) into the request.
+absl::Status AddTools(const std::string& path, flover::v1::GenerateRequest* req) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  const nlohmann::json tools = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!tools.is_array()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON list of tools"));
+  for (const nlohmann::json& t : tools) {
+    const nlohmann::json& f = t.is_object() && t.contains("function") ? t["function"] : t;
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": a tool without a name"));
+    }
+    flover::v1::Tool* out = req->add_tools();
+    out->set_name(f["name"].get<std::string>());
+    if (f.contains("description") && f["description"].is_string()) {
+      out->set_description(f["description"].get<std::string>());
+    }
+    if (f.contains("parameters")) out->set_parameters(f["parameters"].dump());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -94,6 +137,35 @@ int main(int argc, char** argv) {
       req.mutable_constraint()->mutable_choice()->add_choices(c);
     }
   }
+  if (!absl::GetFlag(FLAGS_json_schema).empty()) {
+    auto schema = ReadFile(absl::GetFlag(FLAGS_json_schema));
+    if (!schema.ok()) {
+      std::fprintf(stderr, "flover_client: --json_schema: %s\n", std::string(schema.status().message()).c_str());
+      return 2;
+    }
+    req.mutable_constraint()->set_json_schema(*schema);
+  }
+  if (!absl::GetFlag(FLAGS_tools).empty()) {
+    if (absl::Status st = AddTools(absl::GetFlag(FLAGS_tools), &req); !st.ok()) {
+      std::fprintf(stderr, "flover_client: --tools: %s\n", std::string(st.message()).c_str());
+      return 2;
+    }
+  }
+  if (const std::string choice = absl::GetFlag(FLAGS_tool_choice); !choice.empty()) {
+    using Mode = flover::v1::ToolChoice;
+    Mode* c = req.mutable_tool_choice();
+    if (choice == "none") {
+      c->set_mode(Mode::NONE);
+    } else if (choice == "auto") {
+      c->set_mode(Mode::AUTO);
+    } else if (choice == "required") {
+      c->set_mode(Mode::REQUIRED);
+    } else {
+      c->set_mode(Mode::FUNCTION);
+      c->set_function(choice);
+    }
+  }
+  req.set_parallel_tool_calls(absl::GetFlag(FLAGS_parallel_tool_calls));
 
   auto creds = flover::clients::ChannelCredentialsFromFlags();
   if (!creds.ok()) {
@@ -119,7 +191,9 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> ids;
   std::string text;
   std::string finish = "none";
+  std::vector<flover::v1::ToolCall> calls;
   while (reader->Read(&resp)) {
+    calls.insert(calls.end(), resp.tool_calls().begin(), resp.tool_calls().end());
     ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
     text += resp.text();
     if (!json) {
@@ -142,9 +216,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (json) {
-    std::printf("{\"token_ids\": [%s], \"text\": %s, \"finish_reason\": \"%s\"}\n",
-                absl::StrJoin(ids, ", ").c_str(), flover::JsonQuote(text).c_str(), finish.c_str());
+    std::vector<std::string> call_texts;
+    for (const auto& c : calls) {
+      call_texts.push_back(absl::StrCat("{\"id\": ", flover::JsonQuote(c.id()), ", \"name\": ",
+                                        flover::JsonQuote(c.name()), ", \"arguments\": ",
+                                        flover::JsonQuote(c.arguments()), "}"));
+    }
+    std::printf("{\"token_ids\": [%s], \"text\": %s, \"finish_reason\": \"%s\", \"tool_calls\": [%s]}\n",
+                absl::StrJoin(ids, ", ").c_str(), flover::JsonQuote(text).c_str(), finish.c_str(),
+                absl::StrJoin(call_texts, ", ").c_str());
   } else {
+    for (const auto& c : calls) std::printf("\n[call %s: %s(%s)]", c.id().c_str(), c.name().c_str(), c.arguments().c_str());
     std::printf("\n[%s]\n", finish.c_str());
   }
   return 0;

@@ -1,10 +1,13 @@
 #include "server/flover_service.h"
 
+#include "chat/tool_calls.h"
+
 #include <chrono>
 #include <memory>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "chat/tool_calls.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits for messages
 #include "server/request_session.h"
 #include "server/status_util.h"
@@ -107,7 +110,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     }
     request_id_ = request.request_id();
     with_logprobs_ = request.return_logprobs();
-    auto submitted = SubmitRequest(serving, FromProto(request), std::make_shared<Sink>(shared_from_this()),
+    ClientRequest client = FromProto(request);
+    // With tools, the calls are read from the whole text at the end.
+    if (serving.chat != nullptr && !client.tools.empty() && ToolChoiceOf(client) != ToolChoice::kNone) {
+      tool_format_ = serving.chat->tool_format;
+    }
+    auto submitted = SubmitRequest(serving, client, std::make_shared<Sink>(shared_from_this()),
                                    [context](Request& r) { r.deadline = ToAbslTime(context->deadline()); });
     if (!submitted.ok()) {
       Finish(ToGrpcStatus(submitted.status()));
@@ -123,6 +131,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     std::lock_guard<std::mutex> lock(mu_);
     pending_.add_token_ids(static_cast<uint32_t>(e.token));
     pending_.mutable_text()->append(e.text);
+    if (tool_format_.has_value()) all_text_ += e.text;
     if (with_logprobs_) pending_.add_logprobs(e.logprob);
     if (!e.top_logprobs.empty()) {
       v1::TopLogprobs* top = pending_.add_top_logprobs();
@@ -141,6 +150,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     if (end_status_.ok()) {
       pending_.mutable_text()->append(e.text);
       pending_.set_finish_reason(ToProto(e.reason));
+      if (tool_format_.has_value()) {
+        all_text_ += e.text;
+        const ParsedReply reply = ParseToolCalls(*tool_format_, all_text_, absl::StrCat("call_", request_id_, "_"));
+        for (const ToolCall& c : reply.calls) {
+          v1::ToolCall* out = pending_.add_tool_calls();
+          out->set_id(c.id);
+          out->set_name(c.name);
+          out->set_arguments(c.arguments);
+        }
+        if (!reply.calls.empty()) pending_.set_finish_reason(v1::TOOL_CALLS);
+      }
       pending_.mutable_usage()->set_prompt_tokens(e.usage.prompt_tokens);
       pending_.mutable_usage()->set_generated_tokens(e.usage.generated_tokens);
       has_pending_ = true;
@@ -184,6 +204,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   RequestId id_ = 0;
   std::string request_id_;
   bool with_logprobs_ = false;
+  std::optional<ToolCallFormat> tool_format_;  // set: the reply's calls are read at its end
+  std::string all_text_;                       // with tool_format_: the whole reply so far
   v1::GenerateResponse pending_;
   grpc::ByteBuffer in_flight_;  // the message being written, serialized
   bool has_pending_ = false;

@@ -133,7 +133,13 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
     case v1::GenerateRequest::kMessages:
       r.prompt = ClientRequest::Prompt::kMessages;
       for (const v1::ChatMessage& m : in.messages().messages()) {
-        r.messages.push_back({m.role(), m.content()});
+        ChatMessage message{m.role(), m.content()};
+        for (const v1::ToolCall& c : m.tool_calls()) message.tool_calls.push_back({c.id(), c.name(), c.arguments()});
+        // An assistant's turn of calls alone: content null, as OpenAI's.
+        message.null_content = m.content().empty() && !message.tool_calls.empty();
+        message.tool_call_id = m.tool_call_id();
+        message.name = m.name();
+        r.messages.push_back(std::move(message));
       }
       break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
@@ -181,6 +187,18 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
       break;
   }
   if (!spec.field.empty()) r.constraint = std::move(spec);
+  for (const v1::Tool& t : in.tools()) r.tools.push_back({t.name(), t.description(), t.parameters()});
+  switch (in.tool_choice().mode()) {
+    case v1::ToolChoice::NONE: r.tool_choice = ToolChoice::kNone; break;
+    case v1::ToolChoice::AUTO: r.tool_choice = ToolChoice::kAuto; break;
+    case v1::ToolChoice::REQUIRED: r.tool_choice = ToolChoice::kRequired; break;
+    case v1::ToolChoice::FUNCTION:
+      r.tool_choice = ToolChoice::kNamed;
+      r.tool_choice_name = in.tool_choice().function();
+      break;
+    default: break;
+  }
+  if (in.has_parallel_tool_calls()) r.parallel_tool_calls = in.parallel_tool_calls();
   return r;
 }
 

@@ -4,7 +4,7 @@
 #
 #   tools/fuzz.sh [SECONDS_PER_TARGET] [NAME...]     (default 60 s; NAMEs:
 #                                                     safetensors config tokenizer request gguf
-#                                                     chat_template openai_body)
+#                                                     chat_template openai_body tool_call)
 #
 # Each starts from its committed seeds (fuzz/corpus/NAME) plus what earlier
 # runs here found (.bazel-root/fuzz-work/NAME, not committed). A crash stops
@@ -18,7 +18,7 @@ cd "$root"
 seconds="${1:-60}"
 [ $# -gt 0 ] && shift
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(safetensors config tokenizer request gguf chat_template openai_body)
+[ ${#names[@]} -gt 0 ] || names=(safetensors config tokenizer request gguf chat_template openai_body tool_call)
 clang="$(command -v clang-14 || command -v clang || true)"
 [ -n "$clang" ] || { echo "tools/fuzz.sh: needs clang (apt install clang)" >&2; exit 1; }
 

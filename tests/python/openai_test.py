@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.getcwd(), "clients", "python"))
 import grpc  # noqa: E402
 import openai  # noqa: E402
 
-from flover_client import FloverClient  # noqa: E402
+from flover_client import FloverClient, flover_pb2  # noqa: E402
 
 SERVER = None
 LOADGEN = None
@@ -625,6 +625,16 @@ class ChatTest(unittest.TestCase):
             r = create(messages=self.CALLS)
             self.assert_calls(r.choices[0], ["get_weather"])
             self.assertEqual(json.loads(r.choices[0].message.tool_calls[0].function.arguments), {"city": "Tokyo"})
+            # gRPC: the same call, on the last message, with the raw text streamed.
+            msgs = list(s.client.generate(messages=self.WEATHER, tools=self.TOOLS, tool_choice="get_time",
+                                          temperature=0, max_new_tokens=60))
+            self.assertEqual(msgs[-1].finish_reason, flover_pb2.TOOL_CALLS)
+            self.assertEqual([(c.name, c.arguments) for c in msgs[-1].tool_calls],
+                             [("get_time", calls[0].function.arguments)])
+            self.assertIn("<tool_call>", "".join(m.text for m in msgs))
+            msgs = list(s.client.generate(messages=self.CALLS, tools=self.TOOLS, temperature=0,
+                                          max_new_tokens=60))
+            self.assertEqual([c.name for c in msgs[-1].tool_calls], ["get_weather"])
             # none: the tools are shown, no call is read.
             r = create(messages=self.WEATHER, tool_choice="none")
             self.assertIsNone(r.choices[0].message.tool_calls)

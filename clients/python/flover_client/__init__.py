@@ -15,6 +15,8 @@ calls over them with gRPC's round_robin policy (IPv4 HOST:PORT each).
 and usage. Errors raise grpc.RpcError with the server's status code and a
 message naming the bad field. The raw stubs are flover_pb2 / flover_pb2_grpc.
 """
+import json
+
 import grpc
 
 from . import flover_pb2, flover_pb2_grpc
@@ -52,19 +54,33 @@ class FloverClient:
                  temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, seed=None, stop=(),
                  stop_token_ids=(), ignore_eos=False, return_logprobs=False, top_logprobs=0,
                  request_id="", timeout=None, presence_penalty=0.0, frequency_penalty=0.0,
-                 logit_bias=None, min_p=0.0, choice=None):
+                 logit_bias=None, min_p=0.0, choice=None, json_schema=None, regex=None,
+                 grammar=None, tools=None, tool_choice=None, parallel_tool_calls=None):
         """One of `prompt` (text), `token_ids`, or `messages`: a list of
-        {"role": "system" | "user" | "assistant", "content": str}, rendered
-        with the model's chat template (the reply ends at its end of turn).
-        `logit_bias`: {token_id: bias}; `choice`: a list of strings the
-        output must be exactly one of."""
+        {"role": "system" | "user" | "assistant" | "tool", "content": str},
+        as OpenAI's (an assistant's "tool_calls", a tool's "tool_call_id"),
+        rendered with the model's chat template (the reply ends at its end of
+        turn). `logit_bias`: {token_id: bias}; at most one constraint:
+        `choice` (a list of strings the output must be exactly one of),
+        `json_schema` (a dict or JSON text), `regex`, `grammar` (EBNF).
+        `tools`: OpenAI's [{"type": "function", "function": {"name",
+        "description", "parameters"}}]; `tool_choice`: "none", "auto",
+        "required" or a function's name; the last response then carries
+        `tool_calls`."""
         req = flover_pb2.GenerateRequest(request_id=request_id, return_logprobs=return_logprobs,
                                          top_logprobs=top_logprobs)
         if token_ids is not None:
             req.token_ids.ids.extend(token_ids)
         elif messages is not None:
             for m in messages:
-                req.messages.messages.add(role=m["role"], content=m["content"])
+                msg = req.messages.messages.add(role=m["role"], content=m.get("content") or "",
+                                                tool_call_id=m.get("tool_call_id", ""),
+                                                name=m.get("name", ""))
+                for call in m.get("tool_calls") or ():
+                    f = call["function"]
+                    args = f.get("arguments", "{}")
+                    msg.tool_calls.add(id=call.get("id", ""), name=f["name"],
+                                       arguments=args if isinstance(args, str) else json.dumps(args))
         elif prompt is not None:
             req.text = prompt
         req.sampling.temperature = temperature
@@ -79,6 +95,28 @@ class FloverClient:
         if choice is not None:
             req.constraint.choice.SetInParent()  # set even when the list is empty
             req.constraint.choice.choices.extend(choice)
+        if json_schema is not None:
+            req.constraint.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+        if regex is not None:
+            req.constraint.regex = regex
+        if grammar is not None:
+            req.constraint.grammar = grammar
+        for t in tools or ():
+            f = t.get("function", t)
+            params = f.get("parameters")
+            req.tools.add(name=f["name"], description=f.get("description", ""),
+                          parameters="" if params is None else
+                          params if isinstance(params, str) else json.dumps(params))
+        if tool_choice is not None:
+            modes = {"none": flover_pb2.ToolChoice.NONE, "auto": flover_pb2.ToolChoice.AUTO,
+                     "required": flover_pb2.ToolChoice.REQUIRED}
+            if tool_choice in modes:
+                req.tool_choice.mode = modes[tool_choice]
+            else:
+                req.tool_choice.mode = flover_pb2.ToolChoice.FUNCTION
+                req.tool_choice.function = tool_choice
+        if parallel_tool_calls is not None:
+            req.parallel_tool_calls = parallel_tool_calls
         if seed is not None:
             req.sampling.seed = seed
         req.stopping.max_new_tokens = max_new_tokens

@@ -1,0 +1,58 @@
+// Arbitrary model output read as tool calls (a reply is whatever the model
+// wrote): every format reads it without crashing, the same calls and
+// content whether it arrives whole or in pieces of any size, and every call
+// it finds has a name and arguments that are a JSON object. The input's
+// first byte picks the format and the piece size; the rest is the reply.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "chat/tool_calls.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+void Check(bool ok) {
+  if (!ok) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  using flover::ToolCallFormat;
+  const ToolCallFormat formats[] = {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral};
+  const ToolCallFormat format = formats[data[0] % 3];
+  const size_t piece = 1 + data[0] / 3 % 16;
+  const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
+
+  const flover::ParsedReply whole = flover::ParseToolCalls(format, text, "c");
+  for (const flover::ToolCall& c : whole.calls) {
+    Check(!c.name.empty());
+    Check(nlohmann::json::parse(c.arguments, nullptr, false).is_object());
+  }
+  flover::ToolCallStream stream(format, "c");
+  std::vector<flover::ToolCallStream::Event> events;
+  for (size_t at = 0; at < text.size(); at += piece) {
+    for (auto& e : stream.Push(text.substr(at, piece))) events.push_back(std::move(e));
+  }
+  for (auto& e : stream.Finish()) events.push_back(std::move(e));
+  std::string content;
+  size_t calls = 0;
+  for (const auto& e : events) {
+    if (e.index < 0) {
+      content += e.content;
+      continue;
+    }
+    Check(calls < whole.calls.size());
+    Check(e.call.name == whole.calls[calls].name && e.call.arguments == whole.calls[calls].arguments &&
+          e.call.id == whole.calls[calls].id);
+    ++calls;
+  }
+  Check(calls == whole.calls.size());
+  if (!whole.calls.empty()) content = std::string(absl::StripAsciiWhitespace(content));
+  Check(content == whole.content);
+  return 0;
+}
