@@ -46,15 +46,17 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> ChatFormat::Create(
   constexpr char kTool[] = "FloverToolProbe";
   const ToolFunction probe_tool{kTool, "", R"({"type": "object"})"};
   f->takes_tools_ = true;  // RenderWith passes the tools through
+  bool shown = false;      // a template that refuses tools describes them in text
   for (bool with_system : {false, true}) {
     std::vector<ChatMessage> probe;
     if (with_system) probe.push_back({"system", "S"});
     probe.push_back({"user", "U"});
     auto text = f->RenderWith(probe, absl::MakeConstSpan(&probe_tool, 1), /*add_generation_prompt=*/true);
     if (!text.ok()) continue;
-    f->takes_tools_ = absl::StrContains(*text, kTool);
+    shown = absl::StrContains(*text, kTool);
     break;
   }
+  f->takes_tools_ = shown;
   return f;
 }
 

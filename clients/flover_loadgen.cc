@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -71,6 +72,9 @@ ABSL_FLAG(bool, chat, false,
           "streamed) at --target: a --dataset line's prompt becomes the user's message, its "
           "messages are sent as they are");
 ABSL_FLAG(double, timeout_s, 0, "Per-request deadline (0 = none)");
+ABSL_FLAG(std::string, json_schema, "",
+          "A file holding a JSON Schema every request's output must match (constrained load: gRPC's "
+          "constraint.json_schema, HTTP's response_format json_schema)");
 ABSL_FLAG(std::string, json, "", "Write the report as JSON here");
 ABSL_FLAG(std::string, dump_outputs, "", "Write one JSON line per request here");
 ABSL_FLAG(bool, progress, true, "Print a progress line on stderr");
@@ -279,11 +283,17 @@ std::string HttpBody(const v1::GenerateRequest& r) {
                           r.has_token_ids() ? absl::StrCat("[", absl::StrJoin(r.token_ids().ids(), ", "), "]")
                                             : JsonQuote(r.text()));
   }
+  // A schema (checked to be a JSON object when read) goes in as it is.
+  const std::string format =
+      r.constraint().json_schema().empty()
+          ? ""
+          : absl::StrCat(", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+                         "\"loadgen\", \"schema\": ", r.constraint().json_schema(), "}}");
   return absl::StrFormat(
       "{%s, \"max_tokens\": %d, \"temperature\": %.9g, \"top_k\": %d, \"seed\": %d, "
-      "\"ignore_eos\": %s, \"stream\": true}",
+      "\"ignore_eos\": %s, \"stream\": true%s}",
       prompt, r.stopping().max_new_tokens(), r.sampling().temperature(), r.sampling().top_k(),
-      static_cast<int64_t>(r.sampling().seed()), r.stopping().ignore_eos() ? "true" : "false");
+      static_cast<int64_t>(r.sampling().seed()), r.stopping().ignore_eos() ? "true" : "false", format);
 }
 
 // One streamed completion (or chat completion) over HTTP, on its own
@@ -464,6 +474,16 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
     if (dataset.empty()) return absl::InvalidArgumentError("--dataset has no prompts");
   }
 
+  std::string schema;
+  if (const std::string path = absl::GetFlag(FLAGS_json_schema); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("--json_schema: cannot read ", path));
+    std::ostringstream text;
+    text << in.rdbuf();
+    schema = text.str();
+    if (auto parsed = ParseJsonObject(schema, "--json_schema"); !parsed.ok()) return parsed.status();
+  }
+
   Arrivals arrivals(burst ? 0 : rate, burstiness);
   std::vector<Planned> plan(n);
   for (int i = 0; i < n; ++i) {
@@ -524,6 +544,7 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
     s->set_seed(static_cast<uint64_t>(absl::GetFlag(FLAGS_seed)) * 1000003 + i);
     p.request.mutable_stopping()->set_max_new_tokens(max_new);
     p.request.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+    if (!schema.empty()) p.request.mutable_constraint()->set_json_schema(schema);
   }
   return plan;
 }

@@ -245,6 +245,46 @@ class OpenAiApiTest(unittest.TestCase):
         finally:
             s.close()
 
+    def test_load_client_sends_constrained_load(self):
+        # --json_schema: every request carries the schema (gRPC's constraint,
+        # HTTP's response_format); the two front ends give the same outputs,
+        # and every finished one is JSON that matches it.
+        s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=2")
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                schema = os.path.join(d, "schema.json")
+                with open(schema, "w") as f:
+                    json.dump({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                               "required": ["ok"], "additionalProperties": False}, f)
+                dumps = {}
+                for name, target, extra in (("http", s.hostport, ["--http"]), ("grpc", s.grpc, [])):
+                    dumps[name] = os.path.join(d, name + ".jsonl")
+                    out = subprocess.run(
+                        [LOADGEN, f"--target={target}", "--rate=200", "--num_requests=12",
+                         "--prompt_len=uniform:1:8", "--output_len=24", "--seed=3", "--temperature=1",
+                         "--progress=false", f"--json_schema={schema}", f"--dump_outputs={dumps[name]}",
+                         *extra], capture_output=True, text=True, timeout=120)
+                    self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+                    self.assertIn("completed 12, failed 0", out.stdout)
+                with open(dumps["http"]) as h, open(dumps["grpc"]) as g:
+                    lines = [json.loads(x) for x in h.read().splitlines()]
+                    self.assertEqual([x["output_ids"] for x in lines],
+                                     [json.loads(x)["output_ids"] for x in g.read().splitlines()])
+                finished = [x for x in lines if x["finish_reason"] in ("stop", "eos")]
+                self.assertGreaterEqual(len(finished), 6)
+                for x in finished:
+                    text = s.post("/detokenize", {"tokens": x["output_ids"]})[1]["prompt"]
+                    self.assertIsInstance(json.loads(text)["ok"], bool, text)
+                    self.assertEqual(list(json.loads(text)), ["ok"])
+                with open(schema, "w") as f:
+                    f.write("[1, 2]")
+                out = subprocess.run([LOADGEN, f"--target={s.grpc}", f"--json_schema={schema}",
+                                      "--num_requests=1"], capture_output=True, text=True, timeout=60)
+                self.assertNotEqual(out.returncode, 0)
+                self.assertIn("--json_schema", out.stderr)
+        finally:
+            s.close()
+
     def test_errors_take_openais_shape(self):
         s = Server(f"--model={TEXT_MODEL}", "--max_seq_len=40", "--threads=2")
         try:
