@@ -172,6 +172,17 @@ TEST_F(GrammarConstraintTest, RefusalsNameTheFieldAndSayWhy) {
   EXPECT_TRUE(grammars_->JsonSchema(
                   R"({"type": "object", "properties": {"not": {"type": "string"}}, "uniqueItems": false})",
                   "s").ok());
+  // Combinations xgrammar drops a part of.
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"type": "string", "pattern": "a+", "maxLength": 3})", "s")),
+              HasSubstr("the keyword minLength / maxLength with pattern"));
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"type": "string", "format": "email", "minLength": 3})", "s")),
+              HasSubstr("with format"));
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"type": "number", "multipleOf": 0.5})", "s")),
+              HasSubstr("multipleOf (other than on an integer)"));
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"type": "integer", "multipleOf": 5, "maximum": 100})", "s")),
+              HasSubstr("multipleOf (with minimum or maximum)"));
+  EXPECT_TRUE(grammars_->JsonSchema(R"({"type": "integer", "multipleOf": 5})", "s").ok());
+  EXPECT_TRUE(grammars_->JsonSchema(R"({"type": "string", "maxLength": 3})", "s").ok());
 }
 
 TEST_F(GrammarConstraintTest, FusedRequestsEqualTheirRunsAlone) {
