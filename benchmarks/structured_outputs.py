@@ -16,6 +16,11 @@ cached, at max_tokens=1). Rounds alternate the two modes; medians.
         [--model=models/SmolLM2-135M-Instruct.Q4_1.gguf] [--concurrency=16,64] \\
         [--max_tokens=96] [--rounds=3] [--threads=2]
 
+With --llama_server=BIN, llama.cpp's llama-server serves the same file
+(one slot per chat of the largest burst, --jinja for its chat template) and
+takes the same constrained bursts, alternating with Flover's in each round:
+its json_schema (its own GBNF conversion) against Flover's.
+
 The client (the official `openai` package, AsyncOpenAI) runs on the same
 cores as the server."""
 import argparse
@@ -69,6 +74,28 @@ def start(args):
     return proc, http[len("openai api on "):]
 
 
+def start_llama_server(args):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    slots = max(args.concurrency)
+    proc = subprocess.Popen([args.llama_server, "-m", args.model, "-t", str(args.threads), "-np", str(slots),
+                             "-c", str(slots * 512), "--port", str(port), "--host", "127.0.0.1", "--jinja"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/v1"
+    for _ in range(600):
+        try:
+            import urllib.request
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, base
+        except Exception:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("llama-server did not start")
+
+
 async def burst(client, model, n, max_tokens, constrained):
     async def one(i):
         kw = {}
@@ -106,6 +133,7 @@ async def main():
     parser.add_argument("--max_tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--llama_server", help="llama.cpp's llama-server binary: the peer, same file")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     proc, base = start(args)
@@ -148,6 +176,34 @@ async def main():
             compile_ms.append((first - again) * 1e3)
         print(f"\ncompile time of a new schema (first request less a cached one, median of 5): "
               f"{statistics.median(compile_ms):.1f} ms")
+        if args.llama_server:
+            await peer(args, client, model)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+async def peer(args, flover, flover_model):
+    """The constrained bursts on llama-server beside Flover's, alternating."""
+    proc, base = start_llama_server(args)
+    try:
+        llama = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=600)
+        llama_model = (await llama.models.list()).data[0].id
+        await burst(llama, llama_model, 4, 8, True)  # warm-up
+        print("\nllama-server beside Flover, both constrained (json_schema), same bursts:\n")
+        print("| concurrency | Flover tok/s | llama-server tok/s | ratio | finished and valid (Flover / llama-server) |")
+        print("|---:|---:|---:|---:|---:|")
+        for c in args.concurrency:
+            ours, theirs, ours_ok, theirs_ok = [], [], [], []
+            for round_ in range(args.rounds):
+                order = ((flover, flover_model, ours, ours_ok), (llama, llama_model, theirs, theirs_ok))
+                for client, model, out, ok_out in (order if round_ % 2 == 0 else order[::-1]):
+                    wall, tokens, ok = await burst(client, model, c, args.max_tokens, True)
+                    out.append(tokens / wall)
+                    ok_out.append(ok / c)
+            f, l_ = statistics.median(ours), statistics.median(theirs)
+            print(f"| {c} | {f:.0f} | {l_:.0f} | {f / l_:.2f} | "
+                  f"{statistics.median(ours_ok):.0%} / {statistics.median(theirs_ok):.0%} |", flush=True)
     finally:
         proc.terminate()
         proc.wait()

@@ -95,6 +95,23 @@ absl::StatusOr<std::string> MessageContent(const Json& v, const std::string& whe
   return absl::StrJoin(texts, "\n");
 }
 
+// A call's or a tool's {"type": "function", "function": {"name", ...}} at
+// `at` (a call may leave out the type): its function object and name.
+absl::StatusOr<const Json*> FunctionOf(const Json& v, const std::string& at, bool type_required,
+                                       std::string* name) {
+  if (!v.is_object()) return Bad(at, "must be an object");
+  const Json* type = JsonField(v, "type");
+  if ((type == nullptr && type_required) || (type != nullptr && *type != "function")) {
+    return Bad(at + ".type", "must be \"function\"");
+  }
+  const Json* function = JsonField(v, "function");
+  if (function == nullptr || !function->is_object()) return Bad(at + ".function", "must be an object");
+  const Json* n = JsonField(*function, "name");
+  if (n == nullptr || !n->is_string()) return Bad(at + ".function.name", "must be a string");
+  *name = n->get<std::string>();
+  return function;
+}
+
 // An assistant message's tool_calls: [{"id", "type": "function",
 // "function": {"name", "arguments": a JSON string (or object)}}].
 absl::Status ParseToolCalls(const Json& v, const std::string& where, ChatMessage* m) {
@@ -102,18 +119,11 @@ absl::Status ParseToolCalls(const Json& v, const std::string& where, ChatMessage
   for (size_t j = 0; j < v.size(); ++j) {
     const std::string at = absl::StrCat(where, "[", j, "]");
     const Json& call = v[j];
-    if (!call.is_object()) return Bad(at, "must be an object");
-    if (const Json* type = JsonField(call, "type"); type != nullptr && *type != "function") {
-      return Bad(at + ".type", "must be \"function\"");
-    }
-    const Json* function = JsonField(call, "function");
-    if (function == nullptr || !function->is_object()) return Bad(at + ".function", "must be an object");
-    const Json* name = JsonField(*function, "name");
-    if (name == nullptr || !name->is_string()) return Bad(at + ".function.name", "must be a string");
     ToolCall c;
-    c.name = name->get<std::string>();
+    auto function = FunctionOf(call, at, /*type_required=*/false, &c.name);
+    if (!function.ok()) return function.status();
     if (const Json* id = JsonField(call, "id"); id != nullptr && id->is_string()) c.id = id->get<std::string>();
-    const Json* args = JsonField(*function, "arguments");
+    const Json* args = JsonField(**function, "arguments");
     if (args == nullptr) {
       c.arguments = "{}";
     } else if (args->is_string()) {
@@ -180,16 +190,10 @@ absl::Status ParseTools(const Json& body, ClientRequest* out) {
     if (!tools->is_array()) return Bad("tools", "must be a list");
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string at = absl::StrCat("tools[", i, "]");
-      const Json& t = (*tools)[i];
-      if (!t.is_object()) return Bad(at, "must be an object");
-      const Json* type = JsonField(t, "type");
-      if (type == nullptr || *type != "function") return Bad(at + ".type", "must be \"function\"");
-      const Json* function = JsonField(t, "function");
-      if (function == nullptr || !function->is_object()) return Bad(at + ".function", "must be an object");
-      const Json* name = JsonField(*function, "name");
-      if (name == nullptr || !name->is_string()) return Bad(at + ".function.name", "must be a string");
       ToolFunction f;
-      f.name = name->get<std::string>();
+      auto found = FunctionOf((*tools)[i], at, /*type_required=*/true, &f.name);
+      if (!found.ok()) return found.status();
+      const Json* function = *found;
       if (const Json* d = JsonField(*function, "description")) {
         if (!d->is_string()) return Bad(at + ".function.description", "must be a string");
         f.description = d->get<std::string>();

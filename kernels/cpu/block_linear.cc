@@ -476,13 +476,44 @@ using V = V8<1>;
 #include "kernels/cpu/block_linear_tiles.inc"
 }  // namespace avx2_hi
 
+// A tile's 16 lanes as two AVX2 registers (V8Base's halves), for the tiles
+// that run one pass over both: the element-wise ops, half by half.
+struct TwoHalves {
+  using L = V8Base<0>;
+  using H = V8Base<1>;
+  struct F {
+    __m256 lo, hi;
+  };
+  struct I {
+    __m256i lo, hi;
+  };
+  static F Zero() { return {L::Zero(), L::Zero()}; }
+  static F Set1(float v) { return {L::Set1(v), L::Set1(v)}; }
+  static I Set1I(int32_t v) { return {L::Set1I(v), L::Set1I(v)}; }
+  static F Mul(F a, F b) { return {L::Mul(a.lo, b.lo), L::Mul(a.hi, b.hi)}; }
+  static F Sub(F a, F b) { return {L::Sub(a.lo, b.lo), L::Sub(a.hi, b.hi)}; }
+  static F Fmadd(F a, F b, F c) { return {L::Fmadd(a.lo, b.lo, c.lo), L::Fmadd(a.hi, b.hi, c.hi)}; }
+  static F ToFloat(I v) { return {L::ToFloat(v.lo), L::ToFloat(v.hi)}; }
+  static void Store(float* p, F v) {
+    L::Store(p, v.lo);
+    H::Store(p, v.hi);
+  }
+  static F Halves(const uint8_t* p) { return {L::Halves(p), H::Halves(p)}; }
+  static F Bytes(const uint8_t* p, bool is_signed) { return {L::Bytes(p, is_signed), H::Bytes(p, is_signed)}; }
+  static I Load(const uint8_t* p) { return {L::Load(p), H::Load(p)}; }
+  template <int T>
+  static I Nibbles(const uint8_t* p) { return {L::Nibbles<T>(p), H::Nibbles<T>(p)}; }
+  template <int T>
+  static I FiveBits(const uint8_t* p) { return {L::FiveBits<T>(p), H::FiveBits<T>(p)}; }
+  template <int T>
+  static I SixBits(const uint8_t* p) { return {L::SixBits<T>(p), H::SixBits<T>(p)}; }
+};
+
 // AVX2 for one or two rows: one pass of 16 lanes over two registers, as
 // AVX-VNNI's tiles run, so each step's codes are decoded and each input
 // broadcast once for both halves (from 4 rows on it spilled, so more rows
 // take the two passes above). Same lanes, same order: bitwise the same sums.
-struct V16Pairs {
-  using L = V8<0>;
-  using H = V8<1>;
+struct V16Pairs : TwoHalves {
   // The rows up to which one pass beat two (block_linear_benchmark, 2048x8192,
   // µs at 1 / 2 rows, two passes -> one): Q4_K 117 -> 104 / 170 -> 200, Q6_K
   // 186 -> 168 / 253 -> 238, Q8_0 171 -> 144 / 235 -> 222, Q4_0 and Q4_1
@@ -498,43 +529,19 @@ struct V16Pairs {
       default: return 1;
     }
   }
+  using W = V8<0>;  // the pair sums' ops, lane for lane
+  static constexpr int kRows = 2;
   static constexpr bool kExactQ8 = false;
   static constexpr bool kPairSums = true;
-  struct F {
-    __m256 lo, hi;
-  };
-  struct I {
-    __m256i lo, hi;
-  };
   using P = I;
-  static F Zero() { return {L::Zero(), L::Zero()}; }
-  static F Set1(float v) { return {L::Set1(v), L::Set1(v)}; }
-  static I Set1I(int32_t v) { return {L::Set1I(v), L::Set1I(v)}; }
-  static F Mul(F a, F b) { return {L::Mul(a.lo, b.lo), L::Mul(a.hi, b.hi)}; }
-  static F Sub(F a, F b) { return {L::Sub(a.lo, b.lo), L::Sub(a.hi, b.hi)}; }
-  static F Fmadd(F a, F b, F c) { return {L::Fmadd(a.lo, b.lo, c.lo), L::Fmadd(a.hi, b.hi, c.hi)}; }
-  static F ToFloat(I v) { return {L::ToFloat(v.lo), L::ToFloat(v.hi)}; }
-  static void Store(float* p, F v) {
-    L::Store(p, v.lo);
-    H::Store(p, v.hi);
-  }
-  static F Halves(const uint8_t* p) { return {L::Halves(p), H::Halves(p)}; }
-  static F Bytes(const uint8_t* p, bool is_signed) { return {L::Bytes(p, is_signed), H::Bytes(p, is_signed)}; }
-  static I Load(const uint8_t* p) { return {L::Load(p), H::Load(p)}; }
-  template <int T>
-  static I Nibbles(const uint8_t* p) { return {L::Nibbles<T>(p), H::Nibbles<T>(p)}; }
-  template <int T>
-  static I FiveBits(const uint8_t* p) { return {L::FiveBits<T>(p), H::FiveBits<T>(p)}; }
-  template <int T>
-  static I SixBits(const uint8_t* p) { return {L::SixBits<T>(p), H::SixBits<T>(p)}; }
-  static I Unbiased(I w) { return {L::Unbiased(w.lo), L::Unbiased(w.hi)}; }
+  static I Unbiased(I w) { return {W::Unbiased(w.lo), W::Unbiased(w.hi)}; }
   static P Pairs(I w, const int8_t* x) {
     const __m256i four = L::Four(x);
     return {_mm256_maddubs_epi16(w.lo, four), _mm256_maddubs_epi16(w.hi, four)};
   }
-  static P PairsSigned(I w, const int8_t* x) { return {L::PairsSigned(w.lo, x), L::PairsSigned(w.hi, x)}; }
-  static P AddPairs(P a, P b) { return {L::AddPairs(a.lo, b.lo), L::AddPairs(a.hi, b.hi)}; }
-  static I Widen(I dot, P p) { return {L::Widen(dot.lo, p.lo), L::Widen(dot.hi, p.hi)}; }
+  static P PairsSigned(I w, const int8_t* x) { return {W::PairsSigned(w.lo, x), W::PairsSigned(w.hi, x)}; }
+  static P AddPairs(P a, P b) { return {W::AddPairs(a.lo, b.lo), W::AddPairs(a.hi, b.hi)}; }
+  static I Widen(I dot, P p) { return {W::Widen(dot.lo, p.lo), W::Widen(dot.hi, p.hi)}; }
   static I Dot(I dot, I, const int8_t*) { return dot; }        // never called: kPairSums
   static I DotSigned(I dot, I, const int8_t*) { return dot; }  // never called: kPairSums
 };
@@ -550,37 +557,9 @@ using V = V16Pairs;
 // AVX-VNNI: one pass of 16 lanes over two registers (V8Base's halves), so
 // each step's codes are decoded and each input broadcast once for both
 // halves (measured: 290 GMAC/s against 250 as two passes of 8, Q4_0).
-struct V16Vnni : VnniDots {
-  using L = V8Base<0>;
-  using H = V8Base<1>;
+struct V16Vnni : TwoHalves, VnniDots {
   static constexpr int kRows = 4;
-  struct F {
-    __m256 lo, hi;
-  };
-  struct I {
-    __m256i lo, hi;
-  };
   using P = I;
-  static F Zero() { return {L::Zero(), L::Zero()}; }
-  static F Set1(float v) { return {L::Set1(v), L::Set1(v)}; }
-  static I Set1I(int32_t v) { return {L::Set1I(v), L::Set1I(v)}; }
-  static F Mul(F a, F b) { return {L::Mul(a.lo, b.lo), L::Mul(a.hi, b.hi)}; }
-  static F Sub(F a, F b) { return {L::Sub(a.lo, b.lo), L::Sub(a.hi, b.hi)}; }
-  static F Fmadd(F a, F b, F c) { return {L::Fmadd(a.lo, b.lo, c.lo), L::Fmadd(a.hi, b.hi, c.hi)}; }
-  static F ToFloat(I v) { return {L::ToFloat(v.lo), L::ToFloat(v.hi)}; }
-  static void Store(float* p, F v) {
-    L::Store(p, v.lo);
-    H::Store(p, v.hi);
-  }
-  static F Halves(const uint8_t* p) { return {L::Halves(p), H::Halves(p)}; }
-  static F Bytes(const uint8_t* p, bool is_signed) { return {L::Bytes(p, is_signed), H::Bytes(p, is_signed)}; }
-  static I Load(const uint8_t* p) { return {L::Load(p), H::Load(p)}; }
-  template <int T>
-  static I Nibbles(const uint8_t* p) { return {L::Nibbles<T>(p), H::Nibbles<T>(p)}; }
-  template <int T>
-  static I FiveBits(const uint8_t* p) { return {L::FiveBits<T>(p), H::FiveBits<T>(p)}; }
-  template <int T>
-  static I SixBits(const uint8_t* p) { return {L::SixBits<T>(p), H::SixBits<T>(p)}; }
   static I Dot(I dot, I w, const int8_t* x) {
     const __m256i four = L::Four(x);
     return {_mm256_dpbusd_avx_epi32(dot.lo, w.lo, four), _mm256_dpbusd_avx_epi32(dot.hi, w.hi, four)};
