@@ -3,7 +3,7 @@
 // ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, its
 // tojson as json.dumps(ensure_ascii=False), raise_exception). No registry
 // carries a C++ Jinja engine, so this is a small interpreter of its own:
-// jinja_parse (lexer and parser), jinja_value (Python's values), the
+// jinja_text (the lexer), jinja_parse (the parser), jinja_value (Python's values), the
 // builtins and this renderer. What it supports is listed in jinja_parse.h
 // and jinja_builtins.h; anything else is refused when the template is
 // parsed, naming the line and the construct.

@@ -1,5 +1,5 @@
-// The parsed form of a template (jinja_parse builds it, jinja_render walks
-// it): expressions and statements as jinja2's parser makes them.
+// The parsed form of a template (jinja_parse builds it, jinja.cc's renderer
+// walks it): expressions and statements as jinja2's parser makes them.
 #ifndef FLOVER_CHAT_JINJA_AST_H_
 #define FLOVER_CHAT_JINJA_AST_H_
 

@@ -1,5 +1,6 @@
-// What every model family's forward pass shares, so a family is its math
-// alone: checking a batch against the model and its cache, the step's one
+// The plumbing of a forward pass, apart from its math (its one client is
+// decoder/decoder_model, which every family runs on): checking a batch
+// against the model and its cache, the step's one
 // upload (tokens, positions, sequence table), activation buffers grown to
 // the largest step and never shrunk, the residual add of a row-split layer
 // over tensor-parallel ranks, and the logits back in host memory (the

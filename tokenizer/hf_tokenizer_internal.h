@@ -1,4 +1,4 @@
-// What the parts of HfTokenizer share (hf_tokenizer_json.cc: reading
+// What the parts of HfTokenizer share (hf_tokenizer.cc: reading
 // tokenizer.json; hf_pretokenize.cc: normalizing, added tokens,
 // pre-tokenization; hf_bpe.cc: BPE and Encode; hf_decode.cc: decoding and
 // streaming): GPT-2's byte alphabet and split pattern, byte tokens, the
