@@ -72,7 +72,7 @@ def main():
                 continue
             if os.path.exists(os.path.join(ROOT, ref)):
                 continue
-            if any(p.endswith("/" + ref) for p in paths):  # named from inside its folder (cpu/x.cc)
+            if any(p.endswith("/" + ref) for p in paths):  # named from inside its folder
                 continue
             missing.append((f, ref))
         for m in BARE.finditer(text):
