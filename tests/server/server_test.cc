@@ -465,6 +465,9 @@ TEST_F(ServerTest, TextPromptsLogprobsStopTokensAndDataset) {
     v1::GenerateRequest choice = r;
     choice.mutable_sampling()->set_temperature(temperature);
     choice.mutable_stopping()->set_ignore_eos(false);
+    // Room for the longest choice however it is spelled (a token is at
+    // least a byte: "Hello there" takes at most 11), whatever the draw.
+    choice.mutable_stopping()->set_max_new_tokens(16);
     for (const char* c : {"yes", "no", "Hello there"}) {
       choice.mutable_constraint()->mutable_choice()->add_choices(c);
     }
