@@ -34,6 +34,8 @@ import time
 
 import openai
 
+from chat_serving import free_port, wait_ready  # this folder's llama-server helpers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER = os.path.join(ROOT, ".bazel-root/bin/server/flover_server")
 
@@ -75,25 +77,14 @@ def start(args):
 
 
 def start_llama_server(args):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     slots = max(args.concurrency)
     proc = subprocess.Popen([args.llama_server, "-m", args.model, "-t", str(args.threads), "-np", str(slots),
                              "-c", str(slots * 512), "--port", str(port), "--host", "127.0.0.1", "--jinja"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}/v1"
-    for _ in range(600):
-        try:
-            import urllib.request
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if r.status == 200:
-                    return proc, base
-        except Exception:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("llama-server did not start")
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, proc)
+    return proc, url + "/v1"
 
 
 async def burst(client, model, n, max_tokens, constrained):

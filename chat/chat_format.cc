@@ -22,42 +22,45 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> ChatFormat::Create(
   f->tokenizer_ = std::move(tokenizer);
   f->template_text_ = template_text;
   // One exchange, the reply a word no template changes; the first token
-  // after it, if special, ends a turn. Some templates want a system message
-  // first, some refuse one: try both.
+  // after it, if special, ends a turn.
   constexpr char kReply[] = "FloverReplyProbe";
-  for (bool with_system : {false, true}) {
-    std::vector<ChatMessage> probe;
-    if (with_system) probe.push_back({"system", "S"});
-    probe.push_back({"user", "U"});
-    probe.push_back({"assistant", kReply});
-    auto text = f->RenderWith(probe, {}, /*add_generation_prompt=*/false);
-    if (!text.ok()) continue;
-    const size_t at = text->rfind(kReply);
-    if (at == std::string::npos) continue;
-    const absl::string_view after = jinja::LStrip(absl::string_view(*text).substr(at + sizeof(kReply) - 1));
+  const std::optional<std::string> exchange = f->RenderProbe(
+      {{"user", "U"}, {"assistant", kReply}}, {}, /*add_generation_prompt=*/false,
+      [&](const std::string& text) { return text.rfind(kReply) != std::string::npos; });
+  if (exchange.has_value()) {
+    const size_t at = exchange->rfind(kReply);
+    const absl::string_view after = jinja::LStrip(absl::string_view(*exchange).substr(at + sizeof(kReply) - 1));
     auto ids = f->tokenizer_->Encode(after, /*add_special_tokens=*/false);
     if (ids.ok() && !ids->empty() && f->tokenizer_->IsSpecial(ids->front())) {
       f->end_of_turn_ = {ids->front()};
     }
-    break;
   }
   // Whether the template shows tools: render one whose name no template
-  // writes on its own.
+  // writes on its own (a template that refuses tools gets them described
+  // in text).
   constexpr char kTool[] = "FloverToolProbe";
   const ToolFunction probe_tool{kTool, "", R"({"type": "object"})"};
   f->takes_tools_ = true;  // RenderWith passes the tools through
-  bool shown = false;      // a template that refuses tools describes them in text
+  const std::optional<std::string> with_tool =
+      f->RenderProbe({{"user", "U"}}, absl::MakeConstSpan(&probe_tool, 1), /*add_generation_prompt=*/true,
+                     [](const std::string&) { return true; });
+  f->takes_tools_ = with_tool.has_value() && absl::StrContains(*with_tool, kTool);
+  return f;
+}
+
+std::optional<std::string> ChatFormat::RenderProbe(const std::vector<ChatMessage>& turns,
+                                                   absl::Span<const ToolFunction> tools,
+                                                   bool add_generation_prompt,
+                                                   const std::function<bool(const std::string&)>& usable) const {
+  // Some templates want a system message first, some refuse one: try both.
   for (bool with_system : {false, true}) {
     std::vector<ChatMessage> probe;
     if (with_system) probe.push_back({"system", "S"});
-    probe.push_back({"user", "U"});
-    auto text = f->RenderWith(probe, absl::MakeConstSpan(&probe_tool, 1), /*add_generation_prompt=*/true);
-    if (!text.ok()) continue;
-    shown = absl::StrContains(*text, kTool);
-    break;
+    probe.insert(probe.end(), turns.begin(), turns.end());
+    auto text = RenderWith(probe, tools, add_generation_prompt);
+    if (text.ok() && usable(*text)) return *std::move(text);
   }
-  f->takes_tools_ = shown;
-  return f;
+  return std::nullopt;
 }
 
 namespace {
@@ -104,7 +107,7 @@ jinja::Value ToolsValue(absl::Span<const ToolFunction> tools) {
 std::vector<ChatMessage> WithToolsAsText(absl::Span<const ChatMessage> messages,
                                          absl::Span<const ToolFunction> tools) {
   std::vector<ChatMessage> out;
-  const std::string description = DescribeTools(std::vector<ToolFunction>(tools.begin(), tools.end()));
+  const std::string description = DescribeTools(tools);
   if (messages.empty() || messages[0].role != "system") {
     out.push_back({"system", description});
   }

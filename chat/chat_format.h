@@ -13,7 +13,9 @@
 #define FLOVER_CHAT_CHAT_FORMAT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,11 @@ class ChatFormat {
   absl::StatusOr<std::string> RenderWith(absl::Span<const ChatMessage> messages,
                                          absl::Span<const ToolFunction> tools,
                                          bool add_generation_prompt) const;
+  // `turns` rendered for a probe at start, without a system message first
+  // and then with one: the first text `usable` accepts, or none.
+  std::optional<std::string> RenderProbe(const std::vector<ChatMessage>& turns,
+                                         absl::Span<const ToolFunction> tools, bool add_generation_prompt,
+                                         const std::function<bool(const std::string&)>& usable) const;
 
   jinja::Template template_;
   std::string template_text_, source_, bos_token_, eos_token_;

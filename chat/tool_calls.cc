@@ -191,7 +191,7 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::ve
 }
 
 ToolCallStream::ToolCallStream(ToolCallFormat format, std::string id_prefix)
-    : format_(format), id_prefix_(std::move(id_prefix)) {}
+    : format_(format), markers_(Markers(format)), id_prefix_(std::move(id_prefix)) {}
 
 void ToolCallStream::EmitText(absl::string_view text, std::vector<Event>* out) {
   if (after_call_ && format_ == ToolCallFormat::kLlama3Json) {
@@ -213,7 +213,7 @@ void ToolCallStream::EmitText(absl::string_view text, std::vector<Event>* out) {
 }
 
 bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
-  const std::vector<std::string> markers = Markers(format_);
+  const std::vector<std::string>& markers = markers_;
   if (!in_call_) {
     size_t at = absl::string_view::npos;
     const std::string* found = nullptr;
@@ -345,7 +345,7 @@ ParsedReply ParseToolCalls(ToolCallFormat format, absl::string_view text, const 
   return reply;
 }
 
-std::string DescribeTools(const std::vector<ToolFunction>& tools) {
+std::string DescribeTools(absl::Span<const ToolFunction> tools) {
   std::string out =
       "You can call functions to help answer. Each function is described below as JSON (its name, what it "
       "does, and its arguments as a JSON Schema):\n<tools>\n";

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "chat/chat_message.h"
 
 namespace flover {
@@ -74,6 +75,7 @@ class ToolCallStream {
   void EmitText(absl::string_view text, std::vector<Event>* out);
 
   const ToolCallFormat format_;
+  const std::vector<std::string> markers_;  // what starts a call in format_
   const std::string id_prefix_;
   std::string buffer_;         // not yet read
   std::string held_space_;     // whitespace held until text follows it
@@ -93,7 +95,7 @@ ParsedReply ParseToolCalls(ToolCallFormat format, absl::string_view text, const 
 // For a template that takes no tools: a system message's words that
 // describe `tools` and how to call one (the hermes format), and a past call
 // or tool result as the text such a template then shows.
-std::string DescribeTools(const std::vector<ToolFunction>& tools);
+std::string DescribeTools(absl::Span<const ToolFunction> tools);
 std::string HermesCallText(const ToolCall& call);
 std::string ToolResultText(const ChatMessage& tool_message);
 

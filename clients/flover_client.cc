@@ -6,8 +6,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "util/file_util.h"
 #include "util/json.h"
 #include "clients/client_tls.h"
 #include "clients/status_names.h"
@@ -56,24 +55,18 @@ ABSL_FLAG(bool, json, false, "Print one JSON object at the end instead of stream
 
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // OpenAI's tools list (or bare {"name", ...} functions) into the request.
 absl::Status AddTools(const std::string& path, flover::v1::GenerateRequest* req) {
-  auto text = ReadFile(path);
+  auto text = flover::ReadFlagFile("--tools", path);
   if (!text.ok()) return text.status();
   const nlohmann::json tools = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!tools.is_array()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON list of tools"));
+  if (!tools.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tools: ", path, ": not a JSON list of tools"));
+  }
   for (const nlohmann::json& t : tools) {
     const nlohmann::json& f = t.is_object() && t.contains("function") ? t["function"] : t;
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": a tool without a name"));
+      return absl::InvalidArgumentError(absl::StrCat("--tools: ", path, ": a tool without a name"));
     }
     flover::v1::Tool* out = req->add_tools();
     out->set_name(f["name"].get<std::string>());
@@ -138,16 +131,16 @@ int main(int argc, char** argv) {
     }
   }
   if (!absl::GetFlag(FLAGS_json_schema).empty()) {
-    auto schema = ReadFile(absl::GetFlag(FLAGS_json_schema));
+    auto schema = flover::ReadFlagFile("--json_schema", absl::GetFlag(FLAGS_json_schema));
     if (!schema.ok()) {
-      std::fprintf(stderr, "flover_client: --json_schema: %s\n", std::string(schema.status().message()).c_str());
+      std::fprintf(stderr, "flover_client: %s\n", std::string(schema.status().message()).c_str());
       return 2;
     }
     req.mutable_constraint()->set_json_schema(*schema);
   }
   if (!absl::GetFlag(FLAGS_tools).empty()) {
     if (absl::Status st = AddTools(absl::GetFlag(FLAGS_tools), &req); !st.ok()) {
-      std::fprintf(stderr, "flover_client: --tools: %s\n", std::string(st.message()).c_str());
+      std::fprintf(stderr, "flover_client: %s\n", std::string(st.message()).c_str());
       return 2;
     }
   }

@@ -17,7 +17,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -38,6 +37,7 @@
 #include "clients/load_plan.h"
 #include "clients/status_names.h"
 #include "util/runfiles.h"
+#include "util/file_util.h"
 #include "util/json.h"
 #include "proto/flover.grpc.pb.h"
 
@@ -476,11 +476,9 @@ absl::StatusOr<std::vector<Planned>> Plan(v1::Flover::Stub* stub) {
 
   std::string schema;
   if (const std::string path = absl::GetFlag(FLAGS_json_schema); !path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("--json_schema: cannot read ", path));
-    std::ostringstream text;
-    text << in.rdbuf();
-    schema = text.str();
+    auto text = ReadFlagFile("--json_schema", path);
+    if (!text.ok()) return text.status();
+    schema = std::move(*text);
     if (auto parsed = ParseJsonObject(schema, "--json_schema"); !parsed.ok()) return parsed.status();
   }
 

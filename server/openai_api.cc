@@ -403,14 +403,11 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             s.sink->Take(&more, &finish, wait);
             for (TokenEvent& t : more) tokens.push_back(std::move(t));
           }
-          // The text as content, and with tools the calls read out of it.
-          auto add_text = [&](const std::string& text, std::string* content) {
-            if (s.tools == nullptr) {
-              *content += text;
-              return std::string();
-            }
+          // Events of the tool-call reader: content into `content`, calls as
+          // their stream chunks (returned).
+          auto split = [&](std::vector<ToolCallStream::Event> events, std::string* content) {
             std::string calls;
-            for (ToolCallStream::Event& e : s.tools->Push(text)) {
+            for (ToolCallStream::Event& e : events) {
               if (e.index < 0) {
                 *content += e.content;
               } else {
@@ -420,9 +417,14 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             return calls;
           };
           if (!tokens.empty()) {
-            std::string text, content;
+            std::string text;
             for (const TokenEvent& t : tokens) text += t.text;
-            const std::string calls = add_text(text, &content);
+            std::string content, calls;
+            if (s.tools == nullptr) {
+              content = std::move(text);
+            } else {
+              calls = split(s.tools->Push(text), &content);
+            }
             chunk += Event(answer->Chunk(index, content, tokens, nullptr));
             chunk += calls;
           }
@@ -440,17 +442,10 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             chunk += Event(answer->Chunk(index, finish->text, {}, &*finish));
             state->generated += finish->usage.generated_tokens;
           } else {
+            std::vector<ToolCallStream::Event> events = s.tools->Push(finish->text);
+            for (ToolCallStream::Event& e : s.tools->Finish()) events.push_back(std::move(e));
             std::string content;
-            std::string calls = add_text(finish->text, &content);
-            {
-              for (ToolCallStream::Event& e : s.tools->Finish()) {
-                if (e.index < 0) {
-                  content += e.content;
-                } else {
-                  calls += answer->CallChunks(index, e.index, e.call);
-                }
-              }
-            }
+            const std::string calls = split(std::move(events), &content);
             const bool called = s.tools->calls() > 0;
             if (!content.empty()) chunk += Event(answer->Chunk(index, content, {}, nullptr));
             chunk += calls;
