@@ -33,7 +33,12 @@ std::vector<std::string> Markers(ToolCallFormat f) {
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-bool AllSpace(absl::string_view s) { return std::all_of(s.begin(), s.end(), IsSpace); }
+// Whitespace here is IsSpace's four, everywhere (absl's also strips \v and
+// \f, which made a reply read whole and a reply read in pieces disagree).
+absl::string_view StripLeadingSpace(absl::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  return s;
+}
 
 // Where the JSON value that starts at s[at] ('{' or '[') ends (one past
 // it); npos when s ends first; 0 when s[at] starts no object or list.
@@ -205,7 +210,7 @@ void ToolCallStream::EmitText(absl::string_view text, std::vector<Event>* out) {
   }
   absl::string_view body = text.substr(0, body_end + 1);
   std::string content = after_call_ ? "" : std::move(held_space_);
-  if (after_call_) body = absl::StripLeadingAsciiWhitespace(body);
+  if (after_call_) body = StripLeadingSpace(body);
   content.append(body.data(), body.size());
   after_call_ = false;
   held_space_ = std::string(text.substr(body_end + 1));
