@@ -195,8 +195,133 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::ve
   return Json{{"type", "structural_tag"}, {"format", std::move(root)}}.dump();
 }
 
-ToolCallStream::ToolCallStream(ToolCallFormat format, std::string id_prefix)
-    : format_(format), markers_(Markers(format)), id_prefix_(std::move(id_prefix)) {}
+ToolCallStream::ToolCallStream(ToolCallFormat format, std::string id_prefix, bool stream_arguments)
+    : format_(format), markers_(Markers(format)), id_prefix_(std::move(id_prefix)),
+      stream_arguments_(stream_arguments) {}
+
+void ToolCallStream::ScanCall(std::vector<Event>* out) {
+  using At = CallScan::At;
+  CallScan& c = scan_;
+  std::string fragment;
+  // The depth-1 value that ended at `end`: the call's name, or its arguments.
+  auto value_ends = [&](size_t end) {
+    const absl::string_view value = absl::string_view(buffer_).substr(c.token_start, end - c.token_start);
+    if (c.key == "name" && value.front() == '"') {
+      const Json j = Json::parse(EscapeControlsInStrings(value), nullptr, /*allow_exceptions=*/false);
+      if (j.is_string()) c.name = j.get<std::string>();
+    }
+    if (c.args_start == c.token_start) c.args_end = end;
+    c.at = At::kAfterValue;
+  };
+  while (!c.done && c.scanned < buffer_.size()) {
+    const size_t i = c.scanned++;
+    const char ch = buffer_[i];
+    if (c.depth == 0) {
+      if (IsSpace(ch)) continue;
+      if (ch != '{') {
+        c.done = true;  // not an object (mistral's list): nothing to stream
+        break;
+      }
+      c.depth = 1;
+      continue;
+    }
+    const bool in_args = c.args_start != std::string::npos && i >= c.args_start && c.args_end == std::string::npos;
+    if (c.in_string) {
+      if (c.escaped) {
+        c.escaped = false;
+      } else if (ch == '\\') {
+        c.escaped = true;
+      } else if (ch == '"') {
+        c.in_string = false;
+        if (c.depth == 1) {
+          if (c.at == At::kKey) {
+            c.key = buffer_.substr(c.token_start + 1, i - c.token_start - 1);
+            if (!c.keys.insert(c.key).second) c.duplicate = true;
+            c.at = At::kColon;
+          } else {
+            value_ends(i + 1);
+          }
+        }
+      }
+      if (in_args) {
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          absl::StrAppendFormat(&fragment, "\\u%04x", static_cast<unsigned char>(ch));
+        } else {
+          fragment += ch;
+        }
+      }
+      continue;
+    }
+    if (in_args) fragment += ch;
+    if (c.depth == 1 && c.at == At::kValue && !IsSpace(ch) && ch != ',' && ch != '}') {
+      c.at = At::kInValue;
+      c.token_start = i;
+      if ((c.key == "arguments" || c.key == "parameters") && ch == '{' && c.args_start == std::string::npos) {
+        c.args_start = i;
+        fragment += ch;
+      }
+    }
+    if (c.depth == 1 && c.at == At::kInValue && (IsSpace(ch) || ch == ',' || ch == '}')) {
+      value_ends(i);  // a number, true, false or null
+    }
+    if (ch == '"') {
+      c.in_string = true;
+      if (c.depth == 1 && c.at == At::kKey) c.token_start = i;
+    } else if (ch == '{' || ch == '[') {
+      ++c.depth;
+    } else if (ch == '}' || ch == ']') {
+      if (--c.depth == 1 && c.at == At::kInValue) value_ends(i + 1);
+      if (c.depth == 0) c.done = true;
+    } else if (c.depth == 1 && ch == ':' && c.at == At::kColon) {
+      c.at = At::kValue;
+    } else if (c.depth == 1 && ch == ',' && c.at == At::kAfterValue) {
+      c.at = At::kKey;
+    }
+  }
+  if (c.keys.count("arguments") > 0 && c.keys.count("parameters") > 0) c.duplicate = true;
+  if (!stream_arguments_ || c.duplicate) return;
+  if (!c.begun && !c.name.empty() && c.args_start != std::string::npos) {
+    c.begun = true;
+    Event e;
+    e.kind = Event::kCallBegin;
+    e.index = calls_;
+    e.call.id = absl::StrCat(id_prefix_, calls_);
+    e.call.name = c.name;
+    out->push_back(std::move(e));
+  }
+  c.pending += fragment;
+  if (c.begun && !c.pending.empty()) {
+    Event e;
+    e.kind = Event::kArguments;
+    e.index = calls_;
+    e.content = std::move(c.pending);
+    c.pending.clear();
+    out->push_back(std::move(e));
+  }
+}
+
+void ToolCallStream::EmitCall(ToolCall call, std::vector<Event>* out) {
+  call.id = absl::StrCat(id_prefix_, calls_);
+  if (stream_arguments_ && !scan_.begun) {
+    Event begin;
+    begin.kind = Event::kCallBegin;
+    begin.index = calls_;
+    begin.call.id = call.id;
+    begin.call.name = call.name;
+    out->push_back(std::move(begin));
+    Event args;
+    args.kind = Event::kArguments;
+    args.index = calls_;
+    args.content = call.arguments;
+    out->push_back(std::move(args));
+  }
+  scan_.begun = false;  // a list's next call has not begun
+  Event e;
+  e.kind = Event::kCall;
+  e.index = calls_++;
+  e.call = std::move(call);
+  out->push_back(std::move(e));
+}
 
 void ToolCallStream::EmitText(absl::string_view text, std::vector<Event>* out) {
   if (after_call_ && format_ == ToolCallFormat::kLlama3Json) {
@@ -214,7 +339,7 @@ void ToolCallStream::EmitText(absl::string_view text, std::vector<Event>* out) {
   content.append(body.data(), body.size());
   after_call_ = false;
   held_space_ = std::string(text.substr(body_end + 1));
-  out->push_back(Event{std::move(content), {}, -1});
+  out->push_back(Event{Event::kContent, std::move(content), {}, -1});
 }
 
 bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
@@ -235,7 +360,7 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
       EmitText(absl::string_view(buffer_).substr(0, buffer_.size() - keep), out);
       buffer_.erase(0, buffer_.size() - keep);
       if (final && !held_space_.empty() && calls_ == 0) {
-        out->push_back(Event{std::move(held_space_), {}, -1});
+        out->push_back(Event{Event::kContent, std::move(held_space_), {}, -1});
         held_space_.clear();
       }
       return false;
@@ -249,9 +374,11 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
     held_space_.clear();
     buffer_.erase(0, at + (keep_marker ? 0 : found->size()));
     in_call_ = true;
+    scan_ = CallScan();
     return true;
   }
   // A call's JSON: an object (a list for mistral) after optional whitespace.
+  ScanCall(out);
   size_t start = 0;
   while (start < buffer_.size() && IsSpace(buffer_[start])) ++start;
   const size_t end = JsonValueEnd(buffer_, start);
@@ -279,7 +406,9 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
       }
     } else if (j.is_object()) {
       ToolCall c;
-      ok = ReadCall(j, &c);
+      // A key twice, or both spellings of the arguments: which one is
+      // meant is not clear (and the streamed one might not be it).
+      ok = ReadCall(j, &c) && !scan_.duplicate;
       calls.push_back(std::move(c));
     }
     if (ok && format_ == ToolCallFormat::kHermes) {
@@ -303,18 +432,14 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
     const std::string text = marker_ + buffer_.substr(0, not_a_call);
     buffer_.erase(0, not_a_call);
     marker_.clear();
+    scan_ = CallScan();
     EmitText(text, out);
     return true;  // read on
   }
   buffer_.erase(0, consumed);
   marker_.clear();
-  for (ToolCall& c : calls) {
-    c.id = absl::StrCat(id_prefix_, calls_);
-    Event e;
-    e.index = calls_++;
-    e.call = std::move(c);
-    out->push_back(std::move(e));
-  }
+  for (ToolCall& c : calls) EmitCall(std::move(c), out);
+  scan_ = CallScan();
   after_call_ = true;
   return true;
 }
@@ -340,9 +465,9 @@ ParsedReply ParseToolCalls(ToolCallFormat format, absl::string_view text, const 
   for (ToolCallStream::Event& e : stream.Finish()) events.push_back(std::move(e));
   ParsedReply reply;
   for (ToolCallStream::Event& e : events) {
-    if (e.index < 0) {
+    if (e.kind == ToolCallStream::Event::kContent) {
       reply.content += e.content;
-    } else {
+    } else if (e.kind == ToolCallStream::Event::kCall) {
       reply.calls.push_back(std::move(e.call));
     }
   }

@@ -15,6 +15,7 @@
 #ifndef FLOVER_CHAT_TOOL_CALLS_H_
 #define FLOVER_CHAT_TOOL_CALLS_H_
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,39 +50,78 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
                                             ToolChoice choice, const std::string& named, bool parallel);
 
-// A reply read as it arrives: text comes out as content, except calls,
-// which come out whole (with ids `id_prefix` + their index). Text that may
-// be the start of a call marker is held until it is known not to be;
-// whitespace around calls is dropped. A call that does not parse (or is cut
-// off) comes back as content, marker and all.
+// A reply read as it arrives: text comes out as content, except calls
+// (with ids `id_prefix` + their index). Text that may be the start of a
+// call marker is held until it is known not to be; whitespace around calls
+// is dropped. A call that does not parse (or is cut off) comes back as
+// content, marker and all.
+//
+// Each call comes out whole (kCall), and, with `stream_arguments`, first as
+// it is written: kCallBegin (its index, id and name) once its name is read,
+// then kArguments fragments of its arguments' text as they arrive, whose
+// concatenation parses to the same JSON as the kCall's arguments (the
+// kCall's are re-serialised; the fragments are the model's own text). Only
+// hermes and llama3_json calls with "name" before an object of arguments
+// stream so; others (and mistral's lists) give kCallBegin and one fragment
+// just before their kCall. A call whose text turns out not to be a call
+// after its kCallBegin (cut off by the token limit, or not a call at all)
+// still comes back as content, so the server streams fragments only where
+// the grammar holds the calls.
 class ToolCallStream {
  public:
   struct Event {
-    std::string content;  // or, when empty, a call:
-    ToolCall call;
-    int index = -1;  // the call's index; -1: content
+    enum Kind { kContent, kCallBegin, kArguments, kCall };
+    Kind kind = kContent;
+    std::string content;  // kContent's text, or kArguments' fragment
+    ToolCall call;        // kCall: the call; kCallBegin: its id and name
+    int index = -1;       // the call's index (-1: content)
   };
 
-  ToolCallStream(ToolCallFormat format, std::string id_prefix);
+  ToolCallStream(ToolCallFormat format, std::string id_prefix, bool stream_arguments = false);
   std::vector<Event> Push(absl::string_view text);
   std::vector<Event> Finish();
   int calls() const { return calls_; }
 
  private:
+  // A call's JSON as it arrives (stream_arguments): where its name and
+  // arguments are, read up to `scanned`.
+  struct CallScan {
+    size_t scanned = 0;  // bytes of buffer_ read
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    bool done = false;       // its top level was read (or is no object)
+    bool duplicate = false;  // a key twice, or "arguments" and "parameters"
+    enum class At { kKey, kColon, kValue, kInValue, kAfterValue } at = At::kKey;
+    size_t token_start = 0;  // the depth-1 key or value being read
+    std::string key;         // the depth-1 key whose value is being read
+    std::set<std::string> keys;  // the depth-1 keys read
+    std::string name;        // the call's name, once read
+    size_t args_start = std::string::npos, args_end = std::string::npos;
+    std::string pending;     // arguments' text read before the name
+    bool begun = false;      // its kCallBegin was sent
+  };
+
   // Reads what it can of buffer_ into `out`; false when it needs more text.
   bool Step(std::vector<Event>* out, bool final);
   // Text as content: whitespace at its end is held until text follows
   // (whitespace before and after calls is dropped).
   void EmitText(absl::string_view text, std::vector<Event>* out);
+  // Reads the call in buffer_ further (stream_arguments), sending its
+  // kCallBegin and the arguments' text read so far.
+  void ScanCall(std::vector<Event>* out);
+  // A complete call out: (kCallBegin and its fragments if not yet sent) and kCall.
+  void EmitCall(ToolCall call, std::vector<Event>* out);
 
   const ToolCallFormat format_;
   const std::vector<std::string> markers_;  // what starts a call in format_
   const std::string id_prefix_;
+  const bool stream_arguments_;
   std::string buffer_;         // not yet read
   std::string held_space_;     // whitespace held until text follows it
   bool in_call_ = false;       // a marker was read; a call's JSON follows
   bool after_call_ = false;    // the last thing read was a call
   std::string marker_;         // the marker read (content again if the call fails)
+  CallScan scan_;              // the call being read (stream_arguments)
   int calls_ = 0;
 };
 

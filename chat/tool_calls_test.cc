@@ -108,6 +108,112 @@ TEST(ToolCallsTest, RawControlCharactersInStringsAreEscaped) {
   EXPECT_EQ(EscapeControlsInStrings("{\"k\": \"\t\"}\n"), "{\"k\": \"\\u0009\"}\n");
 }
 
+// Arguments streamed (as the server does where the grammar holds the
+// calls): each call begins with its id and name as soon as its arguments
+// start, its fragments arrive with the text, and they join to the model's
+// own arguments text before the whole call comes out.
+struct StreamedCall {
+  std::string id, name, fragments;
+  int fragments_before_end = 0;  // fragments out before the call's last byte was pushed
+  bool whole = false;
+};
+std::vector<StreamedCall> StreamArguments(ToolCallFormat f, const std::string& text, std::string* content) {
+  ToolCallStream stream(f, "call_", /*stream_arguments=*/true);
+  std::vector<StreamedCall> calls;
+  auto read = [&](std::vector<ToolCallStream::Event> events, bool last) {
+    for (auto& e : events) {
+      switch (e.kind) {
+        case ToolCallStream::Event::kContent: *content += e.content; break;
+        case ToolCallStream::Event::kCallBegin:
+          EXPECT_EQ(e.index, static_cast<int>(calls.size()));
+          calls.push_back({e.call.id, e.call.name, "", 0, false});
+          break;
+        case ToolCallStream::Event::kArguments:
+          calls.back().fragments += e.content;
+          if (!last) ++calls.back().fragments_before_end;
+          break;
+        case ToolCallStream::Event::kCall:
+          EXPECT_EQ(e.call.id, calls.back().id);
+          EXPECT_EQ(Json::parse(calls.back().fragments), Json::parse(e.call.arguments));
+          calls.back().whole = true;
+          break;
+      }
+    }
+  };
+  for (size_t at = 0; at < text.size(); ++at) read(stream.Push(text.substr(at, 1)), at + 1 == text.size());
+  read(stream.Finish(), true);
+  return calls;
+}
+
+TEST(ToolCallsTest, StreamedArgumentsArriveAsTheyAreWritten) {
+  std::string content;
+  const std::vector<StreamedCall> calls = StreamArguments(
+      ToolCallFormat::kHermes,
+      "Looking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"days\": [1, 2]}}\n</tool_call>",
+      &content);
+  EXPECT_EQ(content, "Looking.");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].id, "call_0");
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(calls[0].fragments, "{\"city\": \"Paris\", \"days\": [1, 2]}");  // as written
+  EXPECT_GT(calls[0].fragments_before_end, 20);  // a fragment per byte, not one at the end
+  EXPECT_TRUE(calls[0].whole);
+}
+
+TEST(ToolCallsTest, StreamedArgumentsBeforeTheNameWaitForIt) {
+  std::string content;
+  const std::vector<StreamedCall> calls = StreamArguments(
+      ToolCallFormat::kHermes, "<tool_call>{\"parameters\": {\"q\": \"a\\nb\"}, \"name\": \"search\"}</tool_call>",
+      &content);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "search");
+  EXPECT_EQ(calls[0].fragments, "{\"q\": \"a\\nb\"}");
+  EXPECT_TRUE(calls[0].whole);
+  EXPECT_EQ(content, "");
+}
+
+TEST(ToolCallsTest, StreamedArgumentsEscapeRawControlCharacters) {
+  std::string content;
+  const std::vector<StreamedCall> calls = StreamArguments(
+      ToolCallFormat::kHermes, "<tool_call>{\"name\": \"note\", \"arguments\": {\"text\": \"a\nb\"}}</tool_call>",
+      &content);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].fragments, "{\"text\": \"a\\u000ab\"}");
+  EXPECT_EQ(Json::parse(calls[0].fragments)["text"], "a\nb");
+}
+
+TEST(ToolCallsTest, StreamedMistralListsComeOutCallByCall) {
+  std::string content;
+  const std::vector<StreamedCall> calls = StreamArguments(
+      ToolCallFormat::kMistral,
+      "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
+      &content);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].name, "a");
+  EXPECT_EQ(calls[0].fragments, "{\"x\":1}");  // whole, just before the call
+  EXPECT_EQ(calls[1].name, "b");
+  EXPECT_TRUE(calls[0].whole && calls[1].whole);
+}
+
+TEST(ToolCallsTest, AKeyTwiceIsNoCall) {
+  // Which name (or arguments) would be meant is not clear, and a streamed
+  // one might not be what the JSON reads as: content, in both ways of reading.
+  for (const std::string text :
+       {"<tool_call>{\"name\": \"a\", \"name\": \"b\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"parameters\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"a\", \"arguments\": {}, \"arguments\": {\"y\": 2}}</tool_call>"}) {
+    const ParsedReply reply = ParseToolCalls(ToolCallFormat::kHermes, text, "c");
+    EXPECT_TRUE(reply.calls.empty()) << text;
+    EXPECT_EQ(reply.content, text);
+    std::string content;
+    for (const StreamedCall& c : StreamArguments(ToolCallFormat::kHermes, text, &content)) {
+      EXPECT_FALSE(c.whole) << text;
+    }
+    EXPECT_EQ(content, text);
+  }
+}
+
 TEST(ToolCallsTest, Llama3JsonCalls) {
   const std::string text = "{\"name\": \"f\", \"parameters\": {\"x\": 1}}; {\"name\": \"g\", \"parameters\": {}}";
   ExpectEveryPieceSize(ToolCallFormat::kLlama3Json, text, {"call_0:f{\"x\":1}", "call_1:g{}"});

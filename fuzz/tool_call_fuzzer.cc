@@ -1,8 +1,11 @@
 // Arbitrary model output read as tool calls (a reply is whatever the model
 // wrote): every format reads it without crashing, the same calls and
 // content whether it arrives whole or in pieces of any size, and every call
-// it finds has a name and arguments that are a JSON object. The input's
-// first byte picks the format and the piece size; the rest is the reply.
+// it finds has a name and arguments that are a JSON object. Streaming the
+// arguments changes none of that, and every call that comes out whole was
+// begun with its id and name, and its fragments since parse to its
+// arguments. The input's first byte picks the format, the piece size and
+// whether arguments stream; the rest is the reply.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -26,6 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ToolCallFormat formats[] = {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral};
   const ToolCallFormat format = formats[data[0] % 3];
   const size_t piece = 1 + data[0] / 3 % 16;
+  const bool stream_arguments = data[0] / 48 % 2 == 1;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
 
   const flover::ParsedReply whole = flover::ParseToolCalls(format, text, "c");
@@ -33,23 +37,46 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(!c.name.empty());
     Check(nlohmann::json::parse(c.arguments, nullptr, false).is_object());
   }
-  flover::ToolCallStream stream(format, "c");
+  flover::ToolCallStream stream(format, "c", stream_arguments);
   std::vector<flover::ToolCallStream::Event> events;
   for (size_t at = 0; at < text.size(); at += piece) {
     for (auto& e : stream.Push(text.substr(at, piece))) events.push_back(std::move(e));
   }
   for (auto& e : stream.Finish()) events.push_back(std::move(e));
+  using Event = flover::ToolCallStream::Event;
   std::string content;
   size_t calls = 0;
+  int begun = -1;  // the index of the call begun, and its fragments and name
+  std::string begun_id, begun_name, fragments;
   for (const auto& e : events) {
-    if (e.index < 0) {
-      content += e.content;
-      continue;
+    switch (e.kind) {
+      case Event::kContent:
+        content += e.content;
+        break;
+      case Event::kCallBegin:
+        Check(stream_arguments && e.index == static_cast<int>(calls) && !e.call.name.empty());
+        begun = e.index;
+        begun_id = e.call.id;
+        begun_name = e.call.name;
+        fragments.clear();
+        break;
+      case Event::kArguments:
+        Check(e.index == begun && !e.content.empty());
+        fragments += e.content;
+        break;
+      case Event::kCall:
+        Check(calls < whole.calls.size());
+        Check(e.index == static_cast<int>(calls));
+        Check(e.call.name == whole.calls[calls].name && e.call.arguments == whole.calls[calls].arguments &&
+              e.call.id == whole.calls[calls].id);
+        if (stream_arguments) {
+          Check(begun == e.index && begun_id == e.call.id && begun_name == e.call.name);
+          Check(nlohmann::json::parse(fragments, nullptr, false) == nlohmann::json::parse(e.call.arguments));
+          begun = -1;
+        }
+        ++calls;
+        break;
     }
-    Check(calls < whole.calls.size());
-    Check(e.call.name == whole.calls[calls].name && e.call.arguments == whole.calls[calls].arguments &&
-          e.call.id == whole.calls[calls].id);
-    ++calls;
   }
   Check(calls == whole.calls.size());
   if (!whole.calls.empty()) content = std::string(absl::StripAsciiWhitespace(content));

@@ -96,23 +96,17 @@ class Answer {
                     const FinishEvent* finish, bool called = false) const {
     return Object(Choice(index, text, tokens, finish, Part::kDelta, called), nullptr);
   }
-  // A call of choice `index`, streamed as OpenAI's deltas: its id, type and
-  // name first (arguments ""), then its arguments.
-  std::string CallChunks(int index, int call_index, const ToolCall& call) const {
-    Json header = {{"index", call_index},
-                   {"id", call.id},
-                   {"type", "function"},
-                   {"function", {{"name", call.name}, {"arguments", ""}}}};
-    Json args = {{"index", call_index}, {"function", {{"arguments", call.arguments}}}};
-    std::string out;
-    for (Json* delta : {&header, &args}) {
-      Json choice = {{"index", index},
-                     {"delta", {{"tool_calls", Json::array({std::move(*delta)})}}},
-                     {"logprobs", nullptr},
-                     {"finish_reason", nullptr}};
-      out += absl::StrCat("data: ", Object(std::move(choice), nullptr), "\n\n");
-    }
-    return out;
+  // A call of choice `index` as OpenAI streams it: first a delta with its
+  // id, type and name (arguments ""), then deltas with fragments of its
+  // arguments.
+  std::string CallBeginChunk(int index, int call_index, const ToolCall& call) const {
+    return CallDelta(index, {{"index", call_index},
+                             {"id", call.id},
+                             {"type", "function"},
+                             {"function", {{"name", call.name}, {"arguments", ""}}}});
+  }
+  std::string CallArgumentsChunk(int index, int call_index, const std::string& fragment) const {
+    return CallDelta(index, {{"index", call_index}, {"function", {{"arguments", fragment}}}});
   }
   std::string UsageChunk(int generated) const {
     const Json usage = Usage(generated);
@@ -143,6 +137,15 @@ class Answer {
 
  private:
   enum class Part { kOpening, kDelta, kWhole };
+
+  // A stream event of choice `index` whose delta is one tool-call delta.
+  std::string CallDelta(int index, Json delta) const {
+    Json choice = {{"index", index},
+                   {"delta", {{"tool_calls", Json::array({std::move(delta)})}}},
+                   {"logprobs", nullptr},
+                   {"finish_reason", nullptr}};
+    return absl::StrCat("data: ", Object(std::move(choice), nullptr), "\n\n");
+  }
 
   std::string TokenString(int32_t id) const {
     return tokenizer_ != nullptr ? tokenizer_->Decode({id}) : absl::StrCat("token_id:", id);
@@ -327,7 +330,10 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
   auto id_prefix = [&](int i) { return parsed.n > 1 ? absl::StrCat(call_ids, i, "_") : call_ids; };
   if (reads_calls) {
     for (int i = 0; i < parsed.n; ++i) {
-      (*samples)[i].tools = std::make_unique<ToolCallStream>(serving.chat->tool_format, id_prefix(i));
+      // The grammar holds the calls (request_convert refuses a choice it
+      // cannot hold), so a streamed call's arguments go out as written.
+      (*samples)[i].tools =
+          std::make_unique<ToolCallStream>(serving.chat->tool_format, id_prefix(i), /*stream_arguments=*/parsed.stream);
     }
   }
   const int prompt_tokens = static_cast<int>(prompt.size());
@@ -404,14 +410,18 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             for (TokenEvent& t : more) tokens.push_back(std::move(t));
           }
           // Events of the tool-call reader: content into `content`, calls as
-          // their stream chunks (returned).
+          // their stream chunks (returned): a call's id and name once it
+          // begins, then its arguments as they are written.
           auto split = [&](std::vector<ToolCallStream::Event> events, std::string* content) {
             std::string calls;
             for (ToolCallStream::Event& e : events) {
-              if (e.index < 0) {
-                *content += e.content;
-              } else {
-                calls += answer->CallChunks(index, e.index, e.call);
+              switch (e.kind) {
+                case ToolCallStream::Event::kContent: *content += e.content; break;
+                case ToolCallStream::Event::kCallBegin: calls += answer->CallBeginChunk(index, e.index, e.call); break;
+                case ToolCallStream::Event::kArguments:
+                  calls += answer->CallArgumentsChunk(index, e.index, e.content);
+                  break;
+                case ToolCallStream::Event::kCall: break;  // all of it was streamed
               }
             }
             return calls;
