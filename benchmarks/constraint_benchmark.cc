@@ -135,7 +135,7 @@ std::string PythonFloat(double d) {
 // `value` as MaskBench writes an instance (json.dumps(data, indent=None,
 // ensure_ascii=False)), which is how xgrammar's non-free-whitespace grammar
 // writes JSON: ", " between items, ": " after keys, properties in the
-// instance's order; strings escape ", \\ and control bytes only (nlohmann's
+// instance's order; strings escape ", backslash and control bytes only (nlohmann's
 // escapes are Python's). With `compact`, "," and ":".
 void WriteInstance(const Json& value, bool compact, std::string& out) {
   const char* comma = compact ? "," : ", ";
@@ -189,8 +189,8 @@ struct Run {
   bool through = false;      // every byte was accepted
   bool can_end = false;      // and EOS is allowed after it
   bool byte_rescue = false;  // a token was refused, its bytes one by one were not
-  size_t refused_at = 0;     // the byte where it was refused (through == false)
-  std::string refused;       // the token (or byte) refused
+  size_t refused_at = 0;     // the first byte refused (through == false)
+  std::string refused;       // the token refused there
   int tokens = 0;            // steps taken (tokens and bytes)
 };
 
@@ -215,14 +215,12 @@ Run Drive(const flover::CompiledConstraint& constraint, const std::string& text,
   if (i < ids.size()) {
     // The tokenizer's split was refused: the rest byte by byte, a split the
     // grammar may prefer (and a model can write).
-    const size_t token_at = at;
     const std::string token = vocab.Of(ids[i]);
     for (; at < text.size(); ++at) {
       const int32_t b = byte_token[static_cast<unsigned char>(text[at])];
       if (b < 0 || !flover::HasToken(state->AllowedNext(), b) || !state->Accept(b).ok()) {
-        // Report where the engine's own path (the token) was refused.
-        run.refused_at = token_at;
-        run.refused = token;
+        run.refused_at = at;  // the first byte the grammar refuses
+        run.refused = token;  // in the token the engine's own path refused
         return run;
       }
       ++run.tokens;
@@ -274,6 +272,45 @@ struct MaskCategory {
   }
 };
 
+// What the JSON text has at byte `at`: inside an object's key, inside a
+// string value, a number, a literal (true, false, null), or between values
+// (a "," "}" "]" refused: an item or property too many or too few).
+std::string Where(const std::string& text, size_t at) {
+  std::vector<char> open;  // '{' or '['
+  bool in_string = false, key = false, expect_key = false;
+  for (size_t i = 0; i < at && i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      key = expect_key;
+      expect_key = false;
+    } else if (c == '{' || c == '[') {
+      open.push_back(c);
+      expect_key = c == '{';
+    } else if (c == '}' || c == ']') {
+      if (!open.empty()) open.pop_back();
+    } else if (c == ',') {
+      expect_key = !open.empty() && open.back() == '{';
+    }
+  }
+  if (in_string) return key ? "in a key" : "in a string";
+  if (at >= text.size()) return "at the end";
+  const char c = text[at];
+  if (c == '"') return expect_key ? "at a key" : "at a string";
+  if (c == '-' || (c >= '0' && c <= '9')) return "at a number";
+  if (c == 't' || c == 'f' || c == 'n') return "at a literal";
+  if (c == '{' || c == '[') return "at an object / array";
+  return std::string("at \"") + c + "\"";
+}
+
 // Up to 120 bytes of `text` around `at`, on one line.
 std::string Around(const std::string& text, size_t at) {
   const size_t from = at > 80 ? at - 80 : 0;
@@ -316,6 +353,7 @@ int RunMaskBench(const std::string& root, const flover::Tokenizer& tokenizer,
   MaskCategory all;
   std::vector<std::vector<std::string>> examples(kFailureKinds);
   int failure_counts[kFailureKinds] = {};
+  std::map<std::string, int> refused_where;  // valid instances refused, by where
   auto note = [&](Failure kind, const std::string& file, const std::string& detail) {
     ++failure_counts[kind];
     if (examples[kind].size() < max_examples) examples[kind].push_back(file + ": " + detail);
@@ -401,9 +439,11 @@ int RunMaskBench(const std::string& root, const flover::Tokenizer& tokenizer,
           } else {
             validation_error = true;
             if (!run.through) {
+              ++refused_where[Where(text, run.refused_at)];
               note(kValidRefused, name,
-                   test_name + ": refused " + Json(run.refused).dump(-1, ' ', false, Json::error_handler_t::replace) +
-                       " at byte " + std::to_string(run.refused_at) + ": " + Around(text, run.refused_at));
+                   test_name + ": " + Where(text, run.refused_at) + ", byte " + std::to_string(run.refused_at) +
+                       " (token " + Json(run.refused).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                       "): " + Around(text, run.refused_at));
             } else {
               note(kValidCannotEnd, name, test_name + ": " + Around(text, text.size()));
             }
@@ -467,6 +507,11 @@ int RunMaskBench(const std::string& root, const flover::Tokenizer& tokenizer,
   for (int k = 0; k < kFailureKinds; ++k) {
     if (failure_counts[k] == 0) continue;
     std::printf("\n%s: %d\n", kFailureNames[k], failure_counts[k]);
+    if (k == kValidRefused) {
+      std::printf("  (where:");
+      for (const auto& [where, n] : refused_where) std::printf(" %s %d;", where.c_str(), n);
+      std::printf(")\n");
+    }
     for (const std::string& e : examples[k]) std::printf("  %s\n", e.c_str());
   }
   return 0;
@@ -478,8 +523,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   namespace fs = std::filesystem;
   const std::string root = absl::GetFlag(FLAGS_schemas);
-  if (root.empty() || !fs::is_directory(root)) {
-    std::fprintf(stderr, "constraint_benchmark: --schemas must name a folder\n");
+  const std::string maskbench = absl::GetFlag(FLAGS_maskbench);
+  if (!maskbench.empty() ? !fs::is_directory(maskbench) : root.empty() || !fs::is_directory(root)) {
+    std::fprintf(stderr, "constraint_benchmark: --schemas (or --maskbench) must name a folder\n");
     return 2;
   }
   auto loaded = flover::LoadModel(absl::GetFlag(FLAGS_model));
@@ -490,6 +536,7 @@ int main(int argc, char** argv) {
   }
   auto tokens = std::make_shared<flover::TokenBytes>(*(*loaded)->tokenizer());
   flover::GrammarConstraints grammars(tokens, (*loaded)->info().eos_token_ids);
+  if (!maskbench.empty()) return RunMaskBench(maskbench, *(*loaded)->tokenizer(), tokens, grammars);
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
 
   std::map<std::string, std::vector<fs::path>> files;

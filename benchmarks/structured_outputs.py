@@ -11,6 +11,15 @@ parse and validate; any that do not are reported), and the compile time of a sch
 server has not seen (first request with it, less the same request once
 cached, at max_tokens=1). Rounds alternate the two modes; medians.
 
+Because the two modes write different answers, the server's own step
+metrics say what the constraint costs for the same work: per generated
+token, the forward time (flover_step_duration_seconds) and the sampling time
+(flover_step_sampling_seconds: logits processors, the constraint's mask and
+advance, the draw), read from /metrics around each burst. With the forward
+time per token F of the constrained bursts and the sampling time per token
+S of each mode, (F + S_free) / (F + S_json) is the throughput ratio the
+constraint leaves for answers of equal length.
+
     tools/bazelw build //server:flover_server
     .venv-test/bin/python benchmarks/structured_outputs.py \\
         [--model=models/SmolLM2-135M-Instruct.Q4_1.gguf] [--concurrency=16,64] \\
@@ -31,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 
 import openai
 
@@ -67,13 +77,16 @@ def valid(obj):
 
 def start(args):
     proc = subprocess.Popen([SERVER, f"--model={args.model}", "--listen=127.0.0.1:0",
-                             "--http_listen=127.0.0.1:0", f"--threads={args.threads}",
+                             "--http_listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                             f"--threads={args.threads}",
                              f"--max_batch={max(args.concurrency)}", "--max_seq_len=512"],
                             stdout=subprocess.PIPE, text=True)
     proc.stdout.readline()
+    metrics = proc.stdout.readline().strip()
+    assert metrics.startswith("metrics on "), metrics
     http = proc.stdout.readline().strip()
     assert http.startswith("openai api on "), http
-    return proc, http[len("openai api on "):]
+    return proc, http[len("openai api on "):], metrics[len("metrics on "):]
 
 
 def start_llama_server(args):
@@ -85,6 +98,19 @@ def start_llama_server(args):
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, proc)
     return proc, url + "/v1"
+
+
+def engine_seconds(metrics_url):
+    """Sums of the server's step metrics: forward seconds, sampling seconds, steps."""
+    text = urllib.request.urlopen(metrics_url, timeout=60).read().decode()
+    want = {"flover_step_duration_seconds_sum": 0.0, "flover_step_sampling_seconds_sum": 0.0,
+            "flover_steps_total": 0.0}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in want:
+            want[name] = float(value)
+    return [want[k] for k in ("flover_step_duration_seconds_sum", "flover_step_sampling_seconds_sum",
+                              "flover_steps_total")]
 
 
 async def burst(client, model, n, max_tokens, constrained):
@@ -127,7 +153,7 @@ async def main():
     parser.add_argument("--llama_server", help="llama.cpp's llama-server binary: the peer, same file")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
-    proc, base = start(args)
+    proc, base, metrics_url = start(args)
     try:
         client = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=600)
         model = (await client.models.list()).data[0].id
@@ -137,20 +163,39 @@ async def main():
         print("| concurrency | unconstrained tok/s | constrained tok/s | ratio | "
               "constrained: finished and valid | wall s (free / json) |")
         print("|---:|---:|---:|---:|---:|---:|")
+        step_rows = []
         for c in args.concurrency:
             free, json_ = [], []
             valid_share = []
+            # Per mode: forward and sampling seconds and steps, generated tokens.
+            engine = {False: [0.0, 0.0, 0.0, 0], True: [0.0, 0.0, 0.0, 0]}
             for round_ in range(args.rounds):
                 for constrained in ((False, True) if round_ % 2 == 0 else (True, False)):
+                    before = engine_seconds(metrics_url)
                     wall, tokens, ok = await burst(client, model, c, args.max_tokens, constrained)
+                    after = engine_seconds(metrics_url)
+                    for k in range(3):
+                        engine[constrained][k] += after[k] - before[k]
+                    engine[constrained][3] += tokens
                     (json_ if constrained else free).append((tokens / wall, wall))
                     if constrained:
                         valid_share.append(ok / c)
+            step_rows.append((c, engine))
             f = statistics.median(t for t, _ in free)
             j = statistics.median(t for t, _ in json_)
             print(f"| {c} | {f:.0f} | {j:.0f} | {j / f:.2f} | {statistics.median(valid_share):.0%} | "
                   f"{statistics.median(w for _, w in free):.1f} / "
                   f"{statistics.median(w for _, w in json_):.1f} |", flush=True)
+        print("\nThe server's step metrics, per generated token (all rounds):\n")
+        print("| concurrency | forward µs/token (free / json) | sampling µs/token (free / json) | "
+              "sampling share of the step (json) | ratio for equal answers |")
+        print("|---:|---:|---:|---:|---:|")
+        for c, engine in step_rows:
+            (ff, sf, _, tf), (fj, sj, _, tj) = engine[False], engine[True]
+            per = lambda x, t: x / t * 1e6  # noqa: E731
+            print(f"| {c} | {per(ff, tf):.0f} / {per(fj, tj):.0f} | {per(sf, tf):.1f} / {per(sj, tj):.1f} | "
+                  f"{sj / (fj + sj):.1%} | {(per(fj, tj) + per(sf, tf)) / (per(fj, tj) + per(sj, tj)):.3f} |",
+                  flush=True)
         # Compile time: a schema never seen (a fresh property name) against
         # the same request once it is cached.
         compile_ms = []

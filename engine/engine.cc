@@ -546,6 +546,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   logprobs_.resize(n);
   top_logprobs_.resize(n);
   kernels::UseCpuThreadsHere();  // --threads, on this thread too
+  const absl::Time sampling_start = Now();
 #pragma omp parallel for schedule(dynamic) if (n > 1)
   for (int k = 0; k < n; ++k) {
     Sequence& s = *by_id_[plan.seqs[rows[k]].id];
@@ -562,6 +563,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   // The step is counted before any sink hears of its tokens, so a client
   // that saw its request finish never reads counts without its last step.
   metrics_.steps.Increment();
+  metrics_.step_sampling_seconds.Observe(absl::ToDoubleSeconds(Now() - sampling_start));
   metrics_.step_rows.Observe(step_.batch.num_rows());
   metrics_.step_prompt_tokens.Observe(static_cast<double>(prompt_rows));
   metrics_.prompt_tokens.Add(static_cast<double>(prompt_rows));

@@ -32,7 +32,8 @@ EngineMetrics::EngineMetrics()
       e2e_latency(LatencyBounds()),
       step_seconds(LatencyBounds()),
       step_rows(RowBounds()),
-      step_prompt_tokens(PromptTokenBounds()) {}
+      step_prompt_tokens(PromptTokenBounds()),
+      step_sampling_seconds(LatencyBounds()) {}
 
 void EngineMetrics::CountError(absl::StatusCode code) {
   const int c = static_cast<int>(code);
@@ -117,6 +118,10 @@ void EngineMetrics::Write(prometheus::TextWriter& out) const {
   histogram("flover_step_rows", "Token rows in one fused forward pass.", step_rows);
   histogram("flover_step_prompt_tokens", "Prompt tokens fused into one forward pass.",
             step_prompt_tokens);
+  histogram("flover_step_sampling_seconds",
+            "Time of a step's sampling after its forward pass: logits processors, constraint masks and "
+            "their advance, the draw (all sequences, in parallel).",
+            step_sampling_seconds);
 }
 
 }  // namespace flover

@@ -55,6 +55,7 @@ class EngineMetrics {
   prometheus::Histogram step_seconds;       // one fused forward pass (plus its broadcast)
   prometheus::Histogram step_rows;          // token rows in one forward pass
   prometheus::Histogram step_prompt_tokens; // prompt tokens fused into one step
+  prometheus::Histogram step_sampling_seconds;  // a step's sampling, after its forward pass
 
  private:
   // Indexed by absl::StatusCode (0..16).

@@ -153,6 +153,8 @@ class MetricsTest(unittest.TestCase):
             steps = value(m, "flover_steps_total")
             self.assertEqual(value(m, "flover_step_rows_count"), steps)
             self.assertEqual(value(m, "flover_step_duration_seconds_count"), steps)
+            self.assertEqual(value(m, "flover_step_sampling_seconds_count"), steps)
+            self.assertGreater(value(m, "flover_step_sampling_seconds_sum"), 0)
             self.assertEqual(value(m, "flover_step_rows_sum"), computed + n * (new_tokens - 1))
             self.assertEqual(value(m, "flover_step_prompt_tokens_sum"), computed)
             # Fusion happened: fewer steps than the requests would take one by one.
