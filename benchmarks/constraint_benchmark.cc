@@ -166,10 +166,71 @@ void WriteInstance(const Json& value, bool compact, std::string& out) {
     case Json::value_t::number_float:
       out += PythonFloat(value.get<double>());
       break;
+    case Json::value_t::binary:  // an integer past 64 bits (InstanceReader)
+      out.append(value.get_binary().begin(), value.get_binary().end());
+      break;
     default:  // null, booleans, integers, strings
       out += value.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
 }
+
+// A file's JSON as Python's json.loads reads it, for its instances: as Json
+// (parse), except integers past 64 bits, which nlohmann reads as doubles and
+// Python keeps whole: those are kept as their digits (a Json binary, which
+// JSON text never makes; WriteInstance writes it back).
+class InstanceReader final : public nlohmann::json_sax<Json> {
+ public:
+  Json root;
+  bool null() override { return Put(Json(nullptr)); }
+  bool boolean(bool b) override { return Put(Json(b)); }
+  bool number_integer(number_integer_t i) override { return Put(Json(i)); }
+  bool number_unsigned(number_unsigned_t u) override { return Put(Json(u)); }
+  bool number_float(number_float_t d, const string_t& text) override {
+    if (text.find_first_of(".eE") == string_t::npos) return Put(Json::binary({text.begin(), text.end()}));
+    return Put(Json(d));
+  }
+  bool string(string_t& v) override { return Put(Json(v)); }
+  bool binary(binary_t& v) override { return Put(Json::binary(v)); }
+  bool start_object(std::size_t) override { return Open(Json::object()); }
+  bool key(string_t& k) override {
+    key_ = k;
+    return true;
+  }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(Json::array()); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  // Where a value goes: the root, the open array's end, or the open
+  // object's key. Pointers into the open containers stay valid: nothing is
+  // added to a container while one inside it is open.
+  Json* Slot() {
+    if (open_.empty()) return &root;
+    Json& top = *open_.back();
+    if (top.is_array()) {
+      top.push_back(nullptr);
+      return &top.back();
+    }
+    return &top[key_];
+  }
+  bool Put(Json v) {
+    *Slot() = std::move(v);
+    return true;
+  }
+  bool Open(Json v) {
+    Json* slot = Slot();
+    *slot = std::move(v);
+    open_.push_back(slot);
+    return true;
+  }
+  bool Close() {
+    open_.pop_back();
+    return true;
+  }
+  std::vector<Json*> open_;
+  std::string key_;
+};
 
 // The category of a MaskBench file: its name before "---"
 // (Github_easy---o13947.json), or before its last "_N" (BFCL_java_12.json).
@@ -371,21 +432,25 @@ int RunMaskBench(const std::string& root, const flover::Tokenizer& tokenizer,
         std::fprintf(stderr, "%d schemas, %.0f s\n", done, Since(started));
       }
       ++c.schemas;
+      // The schema as the server reads it (Json), the tests as MaskBench
+      // does (InstanceReader).
       Json file;
+      InstanceReader instances;
       {
         std::ifstream in(fs::path(root) / name, std::ios::binary);
         std::ostringstream text;
         text << in.rdbuf();
         file = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+        if (!file.is_discarded() && !Json::sax_parse(text.str(), &instances)) instances.root = nullptr;
       }
-      if (file.is_discarded() || !file.is_object() || !file.contains("schema") ||
-          (file.contains("tests") && !file["tests"].is_array())) {
+      if (file.is_discarded() || !file.is_object() || !file.contains("schema") || !instances.root.is_object() ||
+          (instances.root.contains("tests") && !instances.root["tests"].is_array())) {
         ++c.unreadable;
         note(kUnreadable, name, "");
         continue;
       }
       const Json empty = Json::array();
-      const Json& tests = file.contains("tests") ? file["tests"] : empty;
+      const Json& tests = instances.root.contains("tests") ? instances.root["tests"] : empty;
       if (!tests.empty()) ++c.with_tests;
       // As the server sends response_format.json_schema.schema on
       // (server/json_body.h's JsonText).

@@ -300,7 +300,7 @@ int Run() {
     ForwardBatch b;
     b.AddSequence(BlockRange(0, KvCacheShape::BlocksFor(len)), 0, Tokens(len, cfg.vocab_size, 1));
     const double s = MedianSeconds(repeats, [&] {
-      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
+      (void)gpt.Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence);
     });
     std::printf("| prefill %d | %.0f | %.1f | %.0f |\n", len, len / s, s * 1e3,
                 len * flop_per_token / s / 1e9);
@@ -308,7 +308,7 @@ int Run() {
       auto pcache = KvCache::Create(prof, profiled->CacheShape(KvCacheShape::BlocksFor(len), len));
       if (!pcache.ok()) return 1;
       PrintProfile("prefill", prof, [&] {
-        (void)profiled->Forward(b, **pcache, LogitsFor::kLastRowOfEachSequence);
+        (void)profiled->Forward(b, **pcache, LogitsFor::kLastRowsOfEachSequence);
       });
     }
     std::fflush(stdout);
@@ -331,7 +331,7 @@ int Run() {
       for (int s = 0; s < batch; ++s) {
         ForwardBatch b;
         b.AddSequence(blocks[s], 0, Tokens(context, cfg.vocab_size, s));
-        (void)m.Forward(b, c, LogitsFor::kLastRowOfEachSequence);
+        (void)m.Forward(b, c, LogitsFor::kLastRowsOfEachSequence);
       }
     };
     fill(gpt, **cache);
@@ -343,7 +343,7 @@ int Run() {
       for (int i = 0; i < steps; ++i, ++pos) {
         ForwardBatch b;
         for (int s = 0; s < batch; ++s) b.AddSequence(blocks[s], pos, {(pos * 31 + s) % cfg.vocab_size});
-        (void)gpt.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence);
+        (void)gpt.Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence);
       }
     });
     std::printf("| decode batch %d (context 128) | %.0f | %.2f | %.0f |\n", batch,
@@ -355,7 +355,7 @@ int Run() {
       auto step = [&] {
         ForwardBatch b;
         for (int s = 0; s < batch; ++s) b.AddSequence(blocks[s], context, {(context * 31 + s) % cfg.vocab_size});
-        (void)profiled->Forward(b, **pcache, LogitsFor::kLastRowOfEachSequence);
+        (void)profiled->Forward(b, **pcache, LogitsFor::kLastRowsOfEachSequence);
       };
       PrintProfile("decode step", prof, step);
     }

@@ -106,7 +106,7 @@ int Run() {
       for (int i = 0; i < context; ++i) prompt[i] = (i * 7919 + s * 104729) % cfg.vocab_size;
       ForwardBatch b;
       b.AddSequence(blocks(s), 0, prompt);
-      if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence).ok()) return 1;
+      if (!model.Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence).ok()) return 1;
     }
     std::vector<double> step_s, comm_s;
     for (int r = 0; r < repeats + 1; ++r) {
@@ -116,7 +116,7 @@ int Run() {
         ForwardBatch b;
         const int pos = context - steps / 2 + i;
         for (int s = 0; s < batch; ++s) b.AddSequence(blocks(s), pos, {(pos * 31 + s) % cfg.vocab_size});
-        if (!model.Forward(b, **cache, LogitsFor::kLastRowOfEachSequence).ok()) return 1;
+        if (!model.Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence).ok()) return 1;
       }
       if (r == 0) continue;  // warm-up
       step_s.push_back(std::chrono::duration<double>(Clock::now() - start).count() / steps);

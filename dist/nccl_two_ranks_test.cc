@@ -788,7 +788,7 @@ TEST_P(NcclTwoRanksDecoderTest, Tp2MatchesTp1) {
   b.AddSequence(testing::SeqBlocks(0, P), 0, prefix);
   auto cache = testing::CacheFor(*w.one, 1, P);
   std::vector<float> last;
-  ASSERT_TRUE(w.one->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &last).ok());
+  ASSERT_TRUE(w.one->Forward(b, *cache, LogitsFor::kLastRowsOfEachSequence, &last).ok());
   ASSERT_EQ(last.size(), size_t(V));
   double scale = 0;
   for (float x : last) scale = std::max(scale, double{std::fabs(x)});

@@ -32,7 +32,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
   ForwardBatch batch;
   batch.AddSequence(blocks, 0, prompt);
   while (true) {
-    auto logits = model.Forward(batch, **cache, LogitsFor::kLastRowOfEachSequence);
+    auto logits = model.Forward(batch, **cache, LogitsFor::kLastRowsOfEachSequence);
     if (!logits.ok()) return logits.status();
     int32_t token = leader ? sampler.Sample(*logits, history) : 0;
     if (channel != nullptr && channel->world().tp_size > 1) {

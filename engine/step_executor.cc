@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
 
 absl::StatusOr<absl::Span<float>> StepExecutor::Run(const StepInput& step) {
   if (step.batch.seqs.empty()) return absl::Span<float>();
-  return model_.Forward(step.batch, *cache_, LogitsFor::kLastRowOfEachSequence);
+  return model_.Forward(step.batch, *cache_, LogitsFor::kLastRowsOfEachSequence);
 }
 
 }  // namespace flover

@@ -293,7 +293,8 @@ class Backend : public Allocator {
                                  const AttentionParams& p, const Tensor& out) = 0;
 
   // out: f32 [S, C] = row (row + len - 1) of x: f32 [T, C] for each sequence:
-  // the rows whose logits generation needs.
+  // the rows whose logits generation needs. A table of one-row entries
+  // ({row r, len 1}) gathers any rows (a draft's rows being verified).
   virtual absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs,
                                       const Tensor& out) = 0;
 };

@@ -5,12 +5,13 @@
 namespace flover {
 
 void ForwardBatch::AddSequence(absl::Span<const int32_t> blocks, int32_t pos,
-                               absl::Span<const int32_t> new_tokens) {
+                               absl::Span<const int32_t> new_tokens, int32_t logit_rows_wanted) {
   const int64_t len = static_cast<int64_t>(new_tokens.size());
   const size_t used = std::min<size_t>(blocks.size(), kernels::KvLayer::BlocksFor(pos + len));
   seqs.push_back({static_cast<int32_t>(block_ids.size()), pos, static_cast<int32_t>(len),
                   static_cast<int32_t>(tokens.size())});
   block_ids.insert(block_ids.end(), blocks.begin(), blocks.begin() + used);
+  logit_rows.push_back(logit_rows_wanted);
   for (int64_t i = 0; i < len; ++i) {
     tokens.push_back(new_tokens[i]);
     positions.push_back(pos + static_cast<int32_t>(i));
@@ -22,6 +23,14 @@ void ForwardBatch::Clear() {
   positions.clear();
   seqs.clear();
   block_ids.clear();
+  logit_rows.clear();
+}
+
+int ForwardBatch::num_logit_rows() const {
+  if (logit_rows.empty()) return static_cast<int>(seqs.size());
+  int n = 0;
+  for (int32_t r : logit_rows) n += r;
+  return n;
 }
 
 }  // namespace flover

@@ -18,20 +18,26 @@ struct ForwardBatch {
   std::vector<int32_t> positions;  // [T]
   std::vector<kernels::SeqRows> seqs;
   std::vector<int32_t> block_ids;  // the block table: each sequence's blocks in turn
+  // Per sequence, how many of its last rows need logits (1..len): 1 for a
+  // decode token or a prompt's last chunk, more for draft tokens being
+  // verified (each row's logits then say what follows it). Empty: 1 each.
+  std::vector<int32_t> logit_rows;
 
   // Appends `new_tokens` of a sequence, the first at position `pos`, whose
   // KV blocks are `blocks` in order of position (the first
   // ceil((pos + len) / kBlockSize) of them are kept: those its positions
-  // reach).
+  // reach), asking for the logits of its last `logit_rows` rows.
   void AddSequence(absl::Span<const int32_t> blocks, int32_t pos,
-                   absl::Span<const int32_t> new_tokens);
+                   absl::Span<const int32_t> new_tokens, int32_t logit_rows = 1);
   void Clear();
   int num_rows() const { return static_cast<int>(tokens.size()); }
+  int num_logit_rows() const;            // the sum of logit_rows
+  int32_t logit_rows_of(size_t i) const { return logit_rows.empty() ? 1 : logit_rows[i]; }
 };
 
 enum class LogitsFor {
-  kLastRowOfEachSequence,  // [num_seqs, V]: what generation needs
-  kEveryRow,               // [T, V]: for tests and scoring
+  kLastRowsOfEachSequence,  // [num_logit_rows, V]: each sequence's last logit_rows rows, in order
+  kEveryRow,                // [T, V]: for tests and scoring
 };
 
 }  // namespace flover

@@ -84,6 +84,15 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
   if (next_row != b.num_rows()) {
     return absl::InvalidArgumentError("sequences do not cover the batch rows");
   }
+  if (!b.logit_rows.empty() && b.logit_rows.size() != b.seqs.size()) {
+    return absl::InvalidArgumentError("logit_rows must name one count per sequence");
+  }
+  for (size_t i = 0; i < b.logit_rows.size(); ++i) {
+    if (b.logit_rows[i] < 1 || b.logit_rows[i] > b.seqs[i].len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sequence %d asks for the logits of %d rows of its %d", i, b.logit_rows[i], b.seqs[i].len));
+    }
+  }
   if (next_block != static_cast<int64_t>(b.block_ids.size())) {
     return absl::InvalidArgumentError("the block table has ids no sequence uses");
   }
@@ -120,11 +129,11 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
     }
     buffers_.push_back(std::move(*b));
   }
-  // Tokens, positions and the sequence table (6 words a row at most), then
-  // the block table: every sequence (one logit row each at least) at the
-  // model's longest context.
+  // Tokens, positions, the sequence table and the gather table (10 words a
+  // row at most), then the block table: every sequence (one logit row each
+  // at least) at the model's longest context.
   auto step = alloc(kernels::DType::kI32, 1,
-                    6 * int64_t{rows} + int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
+                    10 * int64_t{rows} + int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
   if (!step.ok()) return step.status();
   step_ = std::move(*step);
   if (tp_size_ > 1) {
@@ -148,7 +157,7 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
 absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBatch& b) {
   const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
   const int64_t B = static_cast<int64_t>(b.block_ids.size());
-  if (T > rows_ || 6 * int64_t{T} + B > step_.tensor().cols) {
+  if (T > rows_ || 10 * int64_t{T} + B > step_.tensor().cols) {
     return absl::InternalError("UploadStep before Reserve");
   }
   step_host_.clear();
@@ -161,13 +170,31 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
   }
   const int64_t blocks_at = static_cast<int64_t>(step_host_.size());
   step_host_.insert(step_host_.end(), b.block_ids.begin(), b.block_ids.end());
+  // Where a sequence asks for more than its last row's logits, the rows
+  // are gathered through a table of one-row entries (GatherLastRows of
+  // entry {row r, len 1} is row r).
+  gather_host_.clear();
+  const bool gathers = b.num_logit_rows() != S;
+  if (gathers) {
+    for (int i = 0; i < S; ++i) {
+      const kernels::SeqRows& s = b.seqs[i];
+      for (int r = s.len - b.logit_rows_of(i); r < s.len; ++r) gather_host_.push_back({0, 0, 1, s.row + r});
+    }
+  }
+  const int64_t gather_at = static_cast<int64_t>(step_host_.size());
+  for (const kernels::SeqRows& g : gather_host_) step_host_.insert(step_host_.end(), {g.blocks, g.pos, g.len, g.row});
   const Tensor all = step_.tensor().View(0, 1, static_cast<int64_t>(step_host_.size()));
   FLOVER_RETURN_IF_ERROR(backend_.Upload(step_host_.data(), all));
   kernels::SeqTable seqs{b.seqs.data(), S, all.View(2 * int64_t{T}, S, 4), T, max_context};
   seqs.block_ids = b.block_ids.data();
   seqs.num_block_ids = static_cast<int>(B);
   seqs.block_ids_device = all.View(blocks_at, 1, B);
-  return Step{all.View(0, 1, T), all.View(T, 1, T), seqs};
+  kernels::SeqTable gather = seqs;
+  if (gathers) {
+    const int R = static_cast<int>(gather_host_.size());
+    gather = kernels::SeqTable{gather_host_.data(), R, all.View(gather_at, R, 4), T, max_context};
+  }
+  return Step{all.View(0, 1, T), all.View(T, 1, T), seqs, gather};
 }
 
 absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,

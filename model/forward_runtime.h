@@ -60,6 +60,9 @@ class ForwardRuntime {
   struct Step {
     kernels::Tensor tokens, positions;  // i32 [1, T]
     kernels::SeqTable seqs;
+    // The rows whose logits the batch asks for are the last rows of its
+    // entries, in order: `seqs` itself where each sequence asks for one.
+    kernels::SeqTable gather;
   };
   // The step's one upload. Call Reserve(T, ...) first.
   absl::StatusOr<Step> UploadStep(const ForwardBatch& batch);
@@ -110,6 +113,7 @@ class ForwardRuntime {
   std::vector<bool> written_;  // CheckBatch's scratch: blocks a step writes
   kernels::Buffer partial_;  // f32 [rows, hidden] (tp > 1): a row-split GEMM's part
   std::vector<int32_t> step_host_;
+  std::vector<kernels::SeqRows> gather_host_;  // the step's gather table, where it has one
   int64_t generation_ = 0;  // bumped whenever the buffers move (recording keys name them)
   // Where logits come back to when the backend's memory is not host memory
   // (one rank): the backend's staging memory for logit_rows_ x vocabulary

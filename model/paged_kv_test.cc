@@ -113,6 +113,53 @@ TEST_P(PagedKvTest, ScatteredReusedBlocksComputeWhatAContiguousCacheDoes) {
   EXPECT_GT(shared_steps, 10) << "of " << steps << " steps";
 }
 
+// A batch may ask for the logits of any number of each sequence's last rows
+// (a draft being verified): they are, bit for bit, those rows of the logits
+// of every row. Asking for none, or for more rows than a sequence has, is
+// refused.
+TEST_P(PagedKvTest, LogitsOfEachSequencesLastRowsAreThoseRows) {
+  std::string skip;
+  auto backend = testing::BackendForTest(std::get<1>(GetParam()), &skip, kernels::MatmulDtype::kF32,
+                                         std::get<0>(GetParam()));
+  if (backend == nullptr) GTEST_SKIP() << skip;
+  auto loaded = LoadModel("builtin:tiny");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto model = testing::ModelOn(*backend, **loaded);
+  const int V = model->info().vocab_size, max_seq = 32;
+  const std::vector<int> lens = {5, 1, 7, 2}, wanted = {3, 1, 7, 1};
+  auto batch_of = [&](bool with_rows) {
+    ForwardBatch b;
+    int32_t token = 1;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      std::vector<int32_t> tokens(lens[i]);
+      for (int32_t& t : tokens) t = (token++ * 7) % V;
+      b.AddSequence(testing::SeqBlocks(static_cast<int>(i), max_seq), 0, tokens, with_rows ? wanted[i] : 1);
+    }
+    return b;
+  };
+  std::vector<float> every, asked;
+  auto cache = testing::CacheFor(*model, 4, max_seq);
+  ASSERT_TRUE(model->Forward(batch_of(false), *cache, LogitsFor::kEveryRow, &every).ok());
+  auto again = testing::CacheFor(*model, 4, max_seq);
+  ASSERT_TRUE(model->Forward(batch_of(true), *again, LogitsFor::kLastRowsOfEachSequence, &asked).ok());
+  ASSERT_EQ(asked.size(), size_t(3 + 1 + 7 + 1) * V);
+  size_t row = 0, out = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    for (int r = lens[i] - wanted[i]; r < lens[i]; ++r, ++out) {
+      ASSERT_EQ(std::memcmp(&asked[out * V], &every[(row + r) * V], V * sizeof(float)), 0)
+          << "sequence " << i << ", row " << r;
+    }
+    row += lens[i];
+  }
+  for (int32_t bad : {0, 6}) {
+    ForwardBatch b = batch_of(true);
+    b.logit_rows[0] = bad;
+    const absl::Status st = model->Forward(b, *again, LogitsFor::kLastRowsOfEachSequence, &asked);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("logits of"), std::string::npos) << st;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDtypesAndDevices, PagedKvTest,
                          ::testing::Combine(::testing::Values(kernels::KvDtype::kF32,
                                                               kernels::KvDtype::kBF16),

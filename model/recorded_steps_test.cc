@@ -54,7 +54,7 @@ TEST_P(RecordedStepsTest, ReplaysEqualPlainStepsBitwise) {
     }
     std::vector<float> logits[2];
     for (int r = 0; r < 2; ++r) {
-      auto out = runs[r].model->Forward(batch, *runs[r].cache, LogitsFor::kLastRowOfEachSequence);
+      auto out = runs[r].model->Forward(batch, *runs[r].cache, LogitsFor::kLastRowsOfEachSequence);
       ASSERT_TRUE(out.ok()) << out.status();
       logits[r].assign(out->begin(), out->end());
     }

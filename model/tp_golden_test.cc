@@ -174,7 +174,7 @@ TEST_P(TensorParallelQuantizedTest, GreedyAgreementIsReported) {
   b.AddSequence(testing::SeqBlocks(0, 64), 0, prompt);
   auto tp_cache = testing::CacheFor(*tp_, 1, 64);
   std::vector<float> tp_logits;
-  ASSERT_TRUE(tp_->Forward(b, *tp_cache, LogitsFor::kLastRowOfEachSequence, &tp_logits).ok());
+  ASSERT_TRUE(tp_->Forward(b, *tp_cache, LogitsFor::kLastRowsOfEachSequence, &tp_logits).ok());
   if (!g_comm->world().is_leader()) return;
   auto one_out = GenerateAlone(*one_, prompt, g);
   auto f32_out = GenerateAlone(*f32_, prompt, g);
@@ -195,7 +195,7 @@ TEST_P(TensorParallelQuantizedTest, GreedyAgreementIsReported) {
   // f32[i] - f32[j] <= 2D.
   auto f32_cache = testing::CacheFor(*f32_, 1, 64);
   std::vector<float> f32_logits;
-  ASSERT_TRUE(f32_->Forward(b, *f32_cache, LogitsFor::kLastRowOfEachSequence, &f32_logits).ok());
+  ASSERT_TRUE(f32_->Forward(b, *f32_cache, LogitsFor::kLastRowsOfEachSequence, &f32_logits).ok());
   ASSERT_EQ(tp_logits.size(), f32_logits.size());
   double D = 0;
   for (size_t i = 0; i < f32_logits.size(); ++i) D = std::max(D, double{std::fabs(tp_logits[i] - f32_logits[i])});

@@ -263,8 +263,8 @@ absl::Status DecoderModel::Mlp(const LayerParams& p, const Tensor& h, int T) {
 
 absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which,
                                int* R_out) {
-  const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
-  const int R = which == LogitsFor::kLastRowOfEachSequence ? S : T;
+  const int T = b.num_rows();
+  const int R = which == LogitsFor::kLastRowsOfEachSequence ? b.num_logit_rows() : T;
   FLOVER_RETURN_IF_ERROR(runtime_.Reserve(T, R));
   auto step = runtime_.UploadStep(b);
   if (!step.ok()) return step.status();
@@ -311,9 +311,9 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
 
     // The final norm and head only on the rows whose logits are wanted.
     Tensor rows = x;
-    if (which == LogitsFor::kLastRowOfEachSequence) {
-      rows = buf(kLast, S);
-      FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, seqs, rows));
+    if (which == LogitsFor::kLastRowsOfEachSequence) {
+      rows = buf(kLast, R);
+      FLOVER_RETURN_IF_ERROR(backend_.GatherLastRows(x, step->gather, rows));
     }
     const Tensor hr = buf(kH, R), logits = buf(kLogits, R);
     FLOVER_RETURN_IF_ERROR(Norm(rows, norm_, norm_b_, hr));

@@ -114,7 +114,7 @@ TEST_P(GoldenModelTest, PrefillThenDecodeEqualsOneFullPrefill) {
       ForwardBatch b;
       b.AddSequence(Blocks(0), pos, absl::MakeConstSpan(&prompt[pos], len));
       std::vector<float> logits;
-      ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
+      ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowsOfEachSequence, &logits).ok());
       const int last = pos + len - 1;
       EXPECT_LT(ScaledError(logits.data(), &full[size_t(last) * V], V), 1e-4) << "position " << last;
       pos += len;
@@ -135,13 +135,13 @@ TEST_P(GoldenModelTest, RaggedBatchEqualsEachSequenceAlone) {
     ForwardBatch warm;
     warm.AddSequence(InterleavedBlocks(S, S + 1, P), 0, absl::MakeConstSpan(p1.data(), p1.size() - 1));
     std::vector<float> ignored;
-    ASSERT_TRUE(gpt_->Forward(warm, *cache, LogitsFor::kLastRowOfEachSequence, &ignored).ok());
+    ASSERT_TRUE(gpt_->Forward(warm, *cache, LogitsFor::kLastRowsOfEachSequence, &ignored).ok());
   }
   ForwardBatch b;
   for (int i = 0; i < S; ++i) b.AddSequence(InterleavedBlocks(S - 1 - i, S + 1, P), 0, golden_.prompts[i]);
   b.AddSequence(InterleavedBlocks(S, S + 1, P), int(p1.size()) - 1, {p1.back()});
   std::vector<float> logits;
-  ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
+  ASSERT_TRUE(gpt_->Forward(b, *cache, LogitsFor::kLastRowsOfEachSequence, &logits).ok());
   ASSERT_EQ(logits.size(), size_t(S + 1) * V);
   for (int i = 0; i < S; ++i) {
     const size_t last = golden_.prompts[i].size() - 1;

@@ -62,7 +62,7 @@ TEST(LlamaGgufTest, SmolLM2MatchesTransformersOnItsDequantizedWeights) {
     ForwardBatch b;
     b.AddSequence(testing::SeqBlocks(0, static_cast<int>(ids.size())), 0, ids);
     std::vector<float> logits;
-    ASSERT_TRUE(model->Forward(b, *cache, LogitsFor::kLastRowOfEachSequence, &logits).ok());
+    ASSERT_TRUE(model->Forward(b, *cache, LogitsFor::kLastRowsOfEachSequence, &logits).ok());
     const double err = testing::ScaledError(logits.data(), want->data(), c.vocab_size);
     std::printf("SmolLM2 prompt %d (%zu tokens): scaled logit error %.2e vs transformers\n", i,
                 ids.size(), err);
