@@ -59,6 +59,16 @@ struct Engine::Sequence {
   // its stop strings (with a tokenizer), the constraint.
   std::vector<std::unique_ptr<SequenceObserver>> observers;
   bool finished = false;
+  // Speculation: the last `drafted` of `tokens` are drafts, not yet
+  // verified (the sequence is then in decode: computed is one short of the
+  // tokens before them); `draft_length` is how many it drafts next.
+  int drafted = 0;
+  int draft_length = 0;
+  int real_tokens() const { return static_cast<int>(tokens.size()) - drafted; }
+  void DropDrafts() {
+    tokens.resize(tokens.size() - drafted);
+    drafted = 0;
+  }
 };
 
 namespace {
@@ -106,8 +116,11 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> CreateStepExecutor(CausalLm& model
                                                                  const EngineOptions& options,
                                                                  ControlChannel* channel) {
   const SchedulerOptions& s = options.scheduler;
-  return StepExecutor::Create(model, options.kv_cache, s.max_batch, options.max_seq_len,
-                              MaxRowsPerStep(s, options.max_seq_len), channel);
+  const int max_rows = MaxRowsPerStep(s, options.max_seq_len);
+  // A row of logits per sequence, and one per draft row being verified.
+  const int drafts = options.speculative.mode == SpeculativeMode::kOff ? 0 : options.speculative.max_step_rows;
+  return StepExecutor::Create(model, options.kv_cache, s.max_batch, options.max_seq_len, max_rows,
+                              std::min(max_rows, s.max_batch + drafts), channel);
 }
 
 }  // namespace
@@ -135,6 +148,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
   if (channel != nullptr && !channel->world().is_leader()) {
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
+  if (absl::Status st = ValidateSpeculativeOptions(options.speculative); !st.ok()) return st;
   auto executor = CreateStepExecutor(model, options, channel);
   if (!executor.ok()) return executor.status();
   return std::unique_ptr<Engine>(
@@ -316,6 +330,8 @@ EngineStats Engine::Stats() const {
   s.prefix_query_tokens = count(metrics_.prefix_query_tokens);
   s.prefix_hit_tokens = count(metrics_.prefix_hit_tokens);
   s.preemptions = count(metrics_.preemptions);
+  s.draft_tokens = count(metrics_.draft_tokens);
+  s.accepted_tokens = count(metrics_.accepted_tokens);
   for (int r = 0; r < kNumFinishReasons; ++r) s.finished[r] = count(metrics_.finished[r]);
   return s;
 }
@@ -450,6 +466,7 @@ void Engine::Preempt(RequestId id) {
   seq->blocks.clear();
   seq->block_keys.clear();
   seq->computed = 0;
+  seq->DropDrafts();
   seq->running = false;
   queue_.push_front(std::move(seq));
   metrics_.preemptions.Increment();
@@ -476,8 +493,8 @@ bool Engine::Plan(StepPlan* plan) {
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) {
-    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()),
-                      static_cast<int>(s->blocks.size()), pool_.Exclusive(s->blocks)});
+    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->blocks.size()),
+                      pool_.Exclusive(s->blocks), s->drafted});
   }
   *plan = Schedule(queued, active, pool_.free_blocks(), o, now);
   if (plan->seqs.empty() && plan->admitted.empty() && plan->preempted.empty()) return false;
@@ -512,7 +529,10 @@ bool Engine::Plan(StepPlan* plan) {
     const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.blocks.size());
     if (p.pos != s.computed || (need > 0 && !pool_.Allocate(need, &s.blocks))) continue;
     runs.push_back(p);
-    step_.batch.AddSequence(s.blocks, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len));
+    // With drafts (in decode, so the chunk starts at the last real token),
+    // every row's logits: each says whether the next draft stands.
+    step_.batch.AddSequence(s.blocks, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len),
+                            s.drafted > 0 ? p.len : 1);
   }
   plan->seqs = std::move(runs);
   std::lock_guard<std::mutex> lock(mu_);
@@ -525,40 +545,92 @@ bool Engine::Plan(StepPlan* plan) {
 
 void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now) {
   int64_t prompt_rows = 0;
-  // Rows whose sequence has now computed all its known tokens get a new
-  // token (the others were prompt chunks, or a preempted sequence's tokens
-  // computed again).
-  std::vector<int> rows;
+  // Sequences whose known tokens are now all computed sample (the others
+  // were prompt chunks, or a preempted sequence's tokens computed again),
+  // and so do those that verify drafts, from each of their logit rows.
+  struct Sampling {
+    int seq;        // in plan.seqs
+    int first_row;  // its first row of logits
+    int rows;       // its rows of logits
+  };
+  std::vector<Sampling> sampling;
+  int logit_row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     Sequence& s = *by_id_[plan.seqs[i].id];
     const ScheduledSequence& p = plan.seqs[i];
+    const int rows = step_.batch.logit_rows_of(i);
+    logit_row += rows;
     prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
     if (s.finished) continue;
     s.computed += p.len;
+    if (s.drafted > 0) {
+      // Verified below; its blocks are registered once it is known which
+      // of its tokens stand.
+      sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
+      continue;
+    }
     pool_.Register(s.tokens, s.blocks, s.computed / KvCacheShape::kBlockSize, &s.block_keys);
-    if (s.computed == static_cast<int>(s.tokens.size())) rows.push_back(static_cast<int>(i));
+    if (s.computed == static_cast<int>(s.tokens.size())) {
+      sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
+    }
   }
   // Each sequence samples from its own generator, so they can draw in
-  // parallel; tokens are then emitted in order on this thread.
+  // parallel; tokens are then emitted in order on this thread. A sequence
+  // with drafts samples row by row what it would have sampled one step at a
+  // time, and goes on to a draft's row only while the token sampled is that
+  // draft: so its tokens, draws and logprobs are those it would have had
+  // without the drafts.
   const int V = model_.info().vocab_size;
-  const int n = static_cast<int>(rows.size());
+  const int n = static_cast<int>(sampling.size());
   sampled_.resize(n);
-  logprobs_.resize(n);
-  top_logprobs_.resize(n);
   kernels::UseCpuThreadsHere();  // --threads, on this thread too
   const absl::Time sampling_start = Now();
 #pragma omp parallel for schedule(dynamic) if (n > 1)
   for (int k = 0; k < n; ++k) {
-    Sequence& s = *by_id_[plan.seqs[rows[k]].id];
+    Sequence& s = *by_id_[plan.seqs[sampling[k].seq].id];
+    Sampled& out = sampled_[k];
+    out.tokens.clear();
+    out.logprobs.clear();
+    out.top_logprobs.clear();
     const bool lp = s.request.return_logprobs;
-    sampled_[k] = s.sampler.Sample(logits.subspan(size_t(rows[k]) * V, V), s.tokens,
-                                   lp ? &logprobs_[k] : nullptr, lp ? s.request.top_logprobs : 0,
-                                   &top_logprobs_[k]);
-    // A constraint advances here, in parallel, and works out what may
-    // follow; Emit's observer only reads the result.
-    if (s.constraint != nullptr && !EndsAsEos(model_.info(), s.request.stop, sampled_[k])) {
-      (void)s.constraint->Accept(sampled_[k]);  // a refusal is kept in failed()
+    const int real = s.real_tokens();
+    for (int j = 0; j < sampling[k].rows; ++j) {
+      float logprob = 0;
+      std::vector<std::pair<int32_t, float>> top;
+      const int32_t token = s.sampler.Sample(
+          logits.subspan(size_t(sampling[k].first_row + j) * V, V), absl::MakeConstSpan(s.tokens.data(), real + j),
+          lp ? &logprob : nullptr, lp ? s.request.top_logprobs : 0, &top);
+      out.tokens.push_back(token);
+      out.logprobs.push_back(logprob);
+      out.top_logprobs.push_back(std::move(top));
+      const bool eos = EndsAsEos(model_.info(), s.request.stop, token);
+      // A constraint advances here, in parallel, and works out what may
+      // follow; Emit's observer only reads the result. (A constrained
+      // sequence does not draft.)
+      if (s.constraint != nullptr && !eos) {
+        (void)s.constraint->Accept(token);  // a refusal is kept in failed()
+      }
+      // Row j + 1 holds the draft at position real + j: it stands only if
+      // that is the token sampled here.
+      if (eos || j + 1 >= sampling[k].rows || s.tokens[real + j] != token) break;
     }
+  }
+  int generated = 0, drafts = 0, accepted = 0;
+  for (int k = 0; k < n; ++k) {
+    Sequence& s = *by_id_[plan.seqs[sampling[k].seq].id];
+    const Sampled& out = sampled_[k];
+    if (s.drafted > 0) {
+      // The drafts taken have their K/V from this step; the rest are rolled
+      // back (their blocks keep them until they are written over).
+      const int taken = static_cast<int>(out.tokens.size()) - 1;
+      drafts += sampling[k].rows - 1;
+      accepted += taken;
+      s.draft_length = NextDraftLength(sampling[k].rows - 1, taken, options_.speculative.max_tokens);
+      const int real = s.real_tokens();
+      s.DropDrafts();
+      s.computed = real + taken;
+    }
+    generated += static_cast<int>(out.tokens.size());
   }
   // The step is counted before any sink hears of its tokens, so a client
   // that saw its request finish never reads counts without its last step.
@@ -567,13 +639,48 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   metrics_.step_rows.Observe(step_.batch.num_rows());
   metrics_.step_prompt_tokens.Observe(static_cast<double>(prompt_rows));
   metrics_.prompt_tokens.Add(static_cast<double>(prompt_rows));
-  metrics_.generated_tokens.Add(n);
+  metrics_.generated_tokens.Add(generated);
+  metrics_.draft_tokens.Add(drafts);
+  metrics_.accepted_tokens.Add(accepted);
   for (int k = 0; k < n; ++k) {
-    Emit(*by_id_[plan.seqs[rows[k]].id], sampled_[k], logprobs_[k], std::move(top_logprobs_[k]), now);
+    Sequence& s = *by_id_[plan.seqs[sampling[k].seq].id];
+    Sampled& out = sampled_[k];
+    for (size_t j = 0; j < out.tokens.size() && !s.finished; ++j) {
+      Emit(s, out.tokens[j], out.logprobs[j], std::move(out.top_logprobs[j]), now);
+    }
+    // Blocks now full of computed tokens that stand go to the prefix cache.
+    if (!s.finished) pool_.Register(s.tokens, s.blocks, s.computed / KvCacheShape::kBlockSize, &s.block_keys);
   }
   EraseFinished(active_);
+  if (options_.speculative.mode != SpeculativeMode::kOff) ProposeDrafts();
   std::lock_guard<std::mutex> lock(mu_);
   cv_.notify_all();
+}
+
+void Engine::ProposeDrafts() {
+  const SpeculativeOptions& o = options_.speculative;
+  // Each decoding sequence takes a row; drafts get what is left of
+  // max_step_rows, oldest sequences first.
+  int decoding = 0;
+  for (const auto& s : active_) decoding += s->computed == static_cast<int>(s->tokens.size()) - 1;
+  int rows = o.max_step_rows - decoding;
+  for (const auto& sp : active_) {
+    if (rows <= 0) break;
+    Sequence& s = *sp;
+    if (s.drafted > 0 || s.constraint != nullptr || !s.request.speculative ||
+        s.computed != static_cast<int>(s.tokens.size()) - 1) {
+      continue;
+    }
+    if (s.draft_length == 0) s.draft_length = o.max_tokens;
+    // Never past the last token the request may generate (which also keeps
+    // every draft within the positions it was admitted for).
+    const int room = s.request.stop.max_new_tokens - s.generated - 1;
+    const std::vector<int32_t> draft =
+        NgramDraft(s.tokens, std::min({s.draft_length, room, rows}), o.min_ngram, o.max_ngram);
+    s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+    s.drafted = static_cast<int>(draft.size());
+    rows -= s.drafted;
+  }
 }
 
 bool Engine::Step() {

@@ -31,6 +31,7 @@
 #include "engine/kv_blocks.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/speculation.h"
 #include "engine/step_executor.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,6 +44,7 @@ struct EngineOptions {
   bool prefix_caching = true;   // reuse cached K/V of prompts' leading blocks
   int max_queue = 1024;         // waiting requests; more are refused at once
   int max_new_tokens_limit = 4096;
+  SpeculativeOptions speculative;  // engine/speculation.h
   // The time arrivals, deadlines, batching windows and latency metrics are
   // measured in; null = absl::Now. Tests inject a manual clock so that a
   // deadline fires at a step of their choosing, not after a guessed time.
@@ -66,6 +68,8 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;    // of those, found in the prefix cache
   int64_t preemptions = 0;
   int64_t submitted = 0;
+  int64_t draft_tokens = 0;     // speculative drafts verified
+  int64_t accepted_tokens = 0;  // of those, taken
   std::array<int64_t, kNumFinishReasons> finished{};  // by FinishReason
 };
 
@@ -152,6 +156,9 @@ class Engine {
   // are all computed, finishes, stats.
   // `now` is when the step's logits were ready.
   void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now);
+  // Sequences in decode that may speculate append draft tokens, verified in
+  // the next step, within the step's draft rows (SpeculativeOptions).
+  void ProposeDrafts();
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
   // Appends a sampled token, emits it, and decides whether the sequence stops.
   void Emit(Sequence& seq, int32_t token, float logprob,
@@ -184,9 +191,14 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> active_;  // in admission order
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences
   StepInput step_;
-  std::vector<int32_t> sampled_;  // this step's tokens, before they are emitted
-  std::vector<float> logprobs_;
-  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs_;
+  // This step's tokens per sampling sequence, before they are emitted: one,
+  // or with drafts, the drafts taken and the token after them.
+  struct Sampled {
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  };
+  std::vector<Sampled> sampled_;
   std::thread thread_;
 };
 

@@ -7,8 +7,10 @@
 // and for seeded sampling; with prefix caching on and off; with a KV cache
 // so small that sequences are preempted and recomputed; with f32 and with
 // bf16 linear layers, and with a bf16 KV cache; for GPT-2 and Llama shapes;
-// on the CPU, and on a GPU when this build has the CUDA backend and the
-// host a GPU (skipped, with the reason, otherwise).
+// with speculative decoding (n-gram drafts verified in the fused step, many
+// taken and many refused and rolled back) and without; on the CPU, and on a
+// GPU when this build has the CUDA backend and the host a GPU (skipped, with
+// the reason, otherwise).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -94,6 +96,7 @@ struct PolicyCase {
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
   const char* device = "cpu";
   const char* model = "builtin:tiny";
+  bool speculative = false;
 };
 
 class EngineInvarianceTest : public ::testing::TestWithParam<PolicyCase> {};
@@ -124,6 +127,14 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   options.scheduler.batch_delay = absl::Milliseconds(4);
   options.scheduler.static_flush = absl::Milliseconds(20);
   options.max_seq_len = 256;
+  if (GetParam().speculative) {
+    // Short n-grams, so that drafts are proposed often and refused often.
+    options.speculative.mode = SpeculativeMode::kNgram;
+    options.speculative.max_tokens = 4;
+    options.speculative.max_step_rows = 16;
+    options.speculative.min_ngram = 1;
+    options.speculative.max_ngram = 3;
+  }
   auto engine = Engine::Create(*model, nullptr, options);
   ASSERT_TRUE(engine.ok()) << engine.status();
 
@@ -177,20 +188,55 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   if (GetParam().kv == Kv::kTight && GetParam().policy != SchedulerPolicy::kSequential) {
     EXPECT_GT(stats.preemptions, 0);
   }
-  // A step samples at most one token per sequence in it, so fewer steps than
-  // tokens means some steps carried several sequences: the batching under
-  // test happened (sequential must never batch).
+  // A step samples one token per sequence in it, plus the drafts taken, so
+  // fewer steps than that means some steps carried several sequences: the
+  // batching under test happened (sequential must never batch).
+  const int64_t sampled = stats.generated_tokens - stats.accepted_tokens;
   if (GetParam().policy == SchedulerPolicy::kSequential) {
-    EXPECT_GE(stats.steps, stats.generated_tokens);
+    EXPECT_GE(stats.steps, sampled);
   } else {
-    EXPECT_LT(stats.steps, stats.generated_tokens)
-        << "no step fused two sequences: the arrivals never overlapped";
+    EXPECT_LT(stats.steps, sampled) << "no step fused two sequences: the arrivals never overlapped";
+  }
+  // Speculation was exercised: drafts were verified, some taken (tokens
+  // gained) and some refused (rolled back).
+  std::printf("%s: %lld draft tokens verified, %lld taken\n", GetParam().name,
+              static_cast<long long>(stats.draft_tokens), static_cast<long long>(stats.accepted_tokens));
+  if (GetParam().speculative) {
+    EXPECT_GT(stats.accepted_tokens, 0);
+    EXPECT_LT(stats.accepted_tokens, stats.draft_tokens);
+  } else {
+    EXPECT_EQ(stats.draft_tokens, 0);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, EngineInvarianceTest,
     ::testing::Values(PolicyCase{"fusion", SchedulerPolicy::kFusion, Kv::kRoomy},
+                      // Speculative decoding changes no output, whatever else
+                      // is in the step, preempted or not, in every dtype.
+                      PolicyCase{"fusion_spec", SchedulerPolicy::kFusion, Kv::kRoomy, kernels::MatmulDtype::kF32,
+                                 kernels::KvDtype::kF32, "cpu", "builtin:tiny", true},
+                      PolicyCase{"fusion_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:tiny", true},
+                      PolicyCase{"fusion_no_prefix_reuse_spec", SchedulerPolicy::kFusion, Kv::kNoReuse,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:tiny", true},
+                      PolicyCase{"dynamic_spec", SchedulerPolicy::kDynamic, Kv::kRoomy, kernels::MatmulDtype::kF32,
+                                 kernels::KvDtype::kF32, "cpu", "builtin:tiny", true},
+                      PolicyCase{"static_spec", SchedulerPolicy::kStatic, Kv::kRoomy, kernels::MatmulDtype::kF32,
+                                 kernels::KvDtype::kF32, "cpu", "builtin:tiny", true},
+                      PolicyCase{"sequential_spec", SchedulerPolicy::kSequential, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:tiny", true},
+                      PolicyCase{"fusion_bf16_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu", "builtin:tiny", true},
+                      PolicyCase{"llama_fusion_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:llama-tiny",
+                                 true},
+                      PolicyCase{"llama_fusion_int8_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, "cpu", "builtin:llama-tiny",
+                                 true},
+                      PolicyCase{"cuda_llama_fusion_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda", "builtin:llama-tiny",
+                                 true},
                       PolicyCase{"fusion_no_prefix_reuse", SchedulerPolicy::kFusion, Kv::kNoReuse},
                       PolicyCase{"fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight},
                       PolicyCase{"dynamic", SchedulerPolicy::kDynamic, Kv::kRoomy},

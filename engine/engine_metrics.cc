@@ -84,6 +84,10 @@ void EngineMetrics::Write(prometheus::TextWriter& out) const {
   counter("flover_preemptions_total",
           "Running requests sent back to the queue for KV blocks (computed again when resumed).",
           preemptions);
+  counter("flover_spec_draft_tokens_total",
+          "Speculative draft tokens verified in a step (outputs are the same with and without them).",
+          draft_tokens);
+  counter("flover_spec_accepted_tokens_total", "Of the verified draft tokens, those taken.", accepted_tokens);
 
   histogram("flover_request_queue_time_seconds",
             "Time from submission to admission into the running batch.", queue_time);

@@ -35,6 +35,8 @@ class EngineMetrics {
   prometheus::Counter prefix_query_tokens;  // known tokens of admitted requests
   prometheus::Counter prefix_hit_tokens;    // of those, found in the prefix cache
   prometheus::Counter preemptions;          // running sequences sent back to the queue
+  prometheus::Counter draft_tokens;         // speculative drafts verified
+  prometheus::Counter accepted_tokens;      // of those, taken
 
   // Latencies, in seconds.
   prometheus::Histogram queue_time;         // submitted -> admitted to the batch

@@ -48,6 +48,9 @@ struct Request {
   // What the output must be (engine/constraint.h), or null. Logprobs are
   // then those of the masked distribution.
   std::shared_ptr<const CompiledConstraint> constraint;
+  // May draft tokens to verify when the engine speculates (it never changes
+  // the output; a client may still opt out, e.g. to measure without it).
+  bool speculative = true;
 };
 
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError };

@@ -65,12 +65,13 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
   int budget = o.max_tokens_per_step;
   int free = free_blocks;
 
-  // Running sequences first: decodes take one token each, then unfinished
-  // prompts continue in chunks, each group oldest first.
+  // Running sequences first: decodes take one token each (and their
+  // drafts), then unfinished prompts continue in chunks, each group oldest
+  // first.
   std::vector<int> order(n);
   for (int i = 0; i < n; ++i) order[i] = i;
   std::stable_partition(order.begin(), order.end(), [&](int i) {
-    return active[i].known - active[i].computed == 1;
+    return active[i].known - active[i].drafts - active[i].computed == 1;
   });
   std::vector<bool> scheduled(n, false), preempted(n, false);
   for (int i : order) {

@@ -59,6 +59,7 @@ struct ActiveSequence {
   int known = 0;
   int blocks = 0;     // KV blocks it holds
   int exclusive = 0;  // of those, the ones no other sequence holds
+  int drafts = 0;     // of the known tokens, the last ones are drafts to verify (in decode)
 };
 
 // One sequence's part of the forward: `len` tokens starting at `pos`, i.e.
@@ -85,8 +86,8 @@ struct StepPlan {
 // cached ones included). Sequences that finished were removed from
 // `active` by the caller.
 //
-// Running sequences go first (decodes, then prompt chunks, each oldest
-// first), each as far as the token budget and free blocks allow; one that
+// Running sequences go first (decodes, with their drafts, then prompt
+// chunks, each oldest first), each as far as the token budget and free blocks allow; one that
 // cannot compute a single token preempts the newest running sequence not
 // yet scheduled (itself, if it is the newest). Then, in a step that
 // preempted nothing, queued requests are admitted in order while the

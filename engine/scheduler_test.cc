@@ -52,6 +52,19 @@ TEST(SchedulerTest, JoinsMidStreamInTheSameForwardAsDecodes) {
                                    std::make_tuple(3, 0, 7)));
 }
 
+TEST(SchedulerTest, DraftsGoWithTheirDecodeBeforePromptChunks) {
+  // An older prompt in chunks, a newer decode with 4 drafts: the decode and
+  // its drafts come first (5 rows), the prompt gets the rest of the budget.
+  ActiveSequence drafting = Running(2, 10, 15);
+  drafting.drafts = 4;
+  const std::vector<ActiveSequence> active = {Running(1, 0, 100), drafting};
+  const StepPlan p = Schedule({}, active, kPlenty, Fusion(4, /*budget=*/8), kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 10, 5), std::make_tuple(1, 0, 3)));
+  // A budget that cannot take every draft verifies those it can.
+  const StepPlan q = Schedule({}, {drafting}, kPlenty, Fusion(4, /*budget=*/3), kT0);
+  EXPECT_THAT(Seqs(q), ElementsAre(std::make_tuple(2, 10, 3)));
+}
+
 TEST(SchedulerTest, MaxBatchCapsRunningSequences) {
   const std::vector<QueuedRequest> queue = {{1, 3, kT0}, {2, 4, kT0}, {3, 5, kT0}, {4, 1, kT0},
                                             {5, 2, kT0}};

@@ -12,11 +12,11 @@ namespace flover {
 absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& model,
                                                                    const KvCacheOptions& kv,
                                                                    int max_seqs, int max_seq_len,
-                                                                   int max_rows,
+                                                                   int max_rows, int max_logit_rows,
                                                                    ControlChannel* channel) {
   // Compile kernels and size buffers for every step size now, not mid-serving
   // (and before the cache, which takes what memory is left on a device).
-  FLOVER_RETURN_IF_ERROR(model.PrepareForBatches(max_rows, max_seqs));
+  FLOVER_RETURN_IF_ERROR(model.PrepareForBatches(max_rows, max_logit_rows));
   const KvCacheShape unit = model.CacheShape(1, max_seq_len);
   int64_t bytes = kv.bytes;
   if (bytes < 0) return absl::InvalidArgumentError("the KV cache's memory must be >= 0");

@@ -36,19 +36,20 @@ struct StepInput {
 
 class StepExecutor {
  public:
-  // Prepares the model for steps of up to `max_rows` rows and `max_seqs`
-  // sequences (each asks for one row of logits), then creates the KV cache
+  // Prepares the model for steps of up to `max_rows` rows and
+  // `max_logit_rows` rows of logits (one per sequence, more while drafts are
+  // verified), then creates the KV cache
   // (in the model's backend) for sequences of up to max_seq_len positions.
   // With tensor parallelism every rank takes rank 0's block count (a rank
   // with less room fails, naming both); `channel` may be null for one rank.
   static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(CausalLm& model,
                                                               const KvCacheOptions& kv,
                                                               int max_seqs, int max_seq_len,
-                                                              int max_rows,
+                                                              int max_rows, int max_logit_rows,
                                                               ControlChannel* channel);
 
-  // Runs the batch. Returns the logits of each sequence's last row,
-  // [num_seqs, V] in host memory, valid until the next Run (empty on ranks
+  // Runs the batch. Returns the logits of each sequence's last logit_rows
+  // rows, [num_logit_rows, V] in host memory, valid until the next Run (empty on ranks
   // > 0 and for an empty batch). InvalidArgument for a step that does not
   // fit the cache or the model; any other error (a device fault, a failed
   // collective) leaves the ranks out of step.
