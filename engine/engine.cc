@@ -151,6 +151,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
   if (absl::Status st = ValidateSpeculativeOptions(options.speculative); !st.ok()) return st;
   auto executor = CreateStepExecutor(model, options, channel);
   if (!executor.ok()) return executor.status();
+  // The warm-up ran here; steps run on the engine's thread from now on.
+  kernels::ReleaseCpuThreadsHere();
   return std::unique_ptr<Engine>(
       new Engine(model, tokenizer, options, std::move(*executor), channel));
 }

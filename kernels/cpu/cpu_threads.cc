@@ -24,6 +24,12 @@ void UseCpuThreadsHere() {
   if (omp_get_max_threads() != want) omp_set_num_threads(want);
 }
 
+void ReleaseCpuThreadsHere() {
+  // OpenMP 5's pause ends the calling thread's pool in libgomp (a team of
+  // one would not: it never touches the pool).
+  (void)omp_pause_resource_all(omp_pause_soft);
+}
+
 int CpuThreads() {
   UseCpuThreadsHere();
   return omp_get_max_threads();

@@ -27,6 +27,15 @@ void SetCpuThreads(int threads);
 // a primitive or opens a parallel region (a few nanoseconds).
 void UseCpuThreadsHere();
 
+// The calling thread runs no more parallel work for now (its work moved to
+// another thread): its idle OpenMP workers are let go. libgomp spins at a
+// barrier only while it manages no more threads than there are cores;
+// beyond, every barrier sleeps and wakes through the kernel. (Found: the
+// server's main thread kept the workers of its loading and warm-up, and the
+// engine thread's steps at batch 1 took 9 ms instead of 2.5.) A later
+// parallel region on this thread starts workers again.
+void ReleaseCpuThreadsHere();
+
 // The team size the calling thread's parallel work gets (after applying).
 int CpuThreads();
 
