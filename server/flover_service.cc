@@ -294,6 +294,8 @@ grpc::ServerUnaryReactor* FloverService::GetStats(grpc::CallbackServerContext* c
   out->set_prefix_cache_query_tokens(s.prefix_query_tokens);
   out->set_prefix_cache_hit_tokens(s.prefix_hit_tokens);
   out->set_preemptions(s.preemptions);
+  out->set_speculative_draft_tokens(s.draft_tokens);
+  out->set_speculative_accepted_tokens(s.accepted_tokens);
   out->set_steps(s.steps);
   out->set_requests_submitted(s.submitted);
   for (int r = 0; r < kNumFinishReasons; ++r) {

@@ -216,6 +216,13 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
               std::string(SchedulerPolicyName(e.scheduler.policy)).c_str(), kernels::CpuThreads());
   std::printf("kernels compiled for steps of up to %d rows in %.0f ms\n",
               MaxRowsPerStep(e.scheduler, e.max_seq_len), absl::ToDoubleMilliseconds(create_time));
+  if (e.speculative.mode == SpeculativeMode::kOff) {
+    std::printf("speculative decoding off\n");
+  } else {
+    std::printf("speculative decoding %s: up to %d draft tokens per sequence, in steps of up to %d rows\n",
+                std::string(SpeculativeModeName(e.speculative.mode)).c_str(), e.speculative.max_tokens,
+                e.speculative.max_step_rows);
+  }
   std::fflush(stdout);
 }
 

@@ -400,6 +400,9 @@ absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRe
   auto ignore_eos = JsonBool(b, "ignore_eos", false, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();
   r.ignore_eos = *ignore_eos;
+  auto speculative = JsonBool(b, "speculative", true, "speculative");
+  if (!speculative.ok()) return speculative.status();
+  r.speculative = *speculative;
   auto stream = JsonBool(b, "stream", false, "stream");
   if (!stream.ok()) return stream.status();
   out->stream = *stream;

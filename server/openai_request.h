@@ -40,14 +40,16 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
                                                      absl::string_view served_model);
 
 // /v1/chat/completions: messages (role and content: a string, or a list of
-// text parts joined with newlines; any other part, and tools or a
-// response_format other than text, refused by name), max_tokens or
+// text parts joined with newlines; any other part refused by name; an
+// assistant's tool_calls, a tool's tool_call_id), tools, tool_choice and
+// parallel_tool_calls, response_format, max_tokens or
 // max_completion_tokens (unset: the server lets the reply fill the
 // context), logprobs (true / false) with top_logprobs (0-20),
-// and the shared fields: model, temperature, top_p, top_k, seed, stop,
-// n / best_of 1 only, penalties 0 only, logit_bias empty only, stream,
-// stream_options.include_usage, and the extensions ignore_eos and
-// repetition_penalty.
+// and the shared fields: model, temperature, top_p, top_k, min_p, seed,
+// stop, n (up to kMaxSamples; best_of 1 only), presence_penalty,
+// frequency_penalty, logit_bias, stream, stream_options.include_usage, the
+// guided_* constraints, and the extensions ignore_eos, repetition_penalty
+// and speculative (false: no speculative drafts for this request).
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body,
                                                absl::string_view served_model);
 

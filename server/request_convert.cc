@@ -161,6 +161,7 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
   r.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
   r.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
   r.ignore_eos = stop.ignore_eos();
+  r.speculative = !in.has_speculative() || in.speculative();
   r.return_logprobs = in.return_logprobs();
   r.top_logprobs = in.top_logprobs();
   using Kind = ClientRequest::Constraint::Kind;
@@ -277,6 +278,7 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   }
   r.stop.stop_strings = in.stop_strings;
   r.stop.ignore_eos = in.ignore_eos;
+  r.speculative = in.speculative;
   r.return_logprobs = in.return_logprobs;
   if (in.top_logprobs > 0 && !in.return_logprobs) {
     return FieldError("top_logprobs", "needs return_logprobs");

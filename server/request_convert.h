@@ -76,6 +76,7 @@ struct ClientRequest {
   std::vector<uint32_t> stop_token_ids;
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
+  bool speculative = true;  // may draft (engine/request.h)
   bool return_logprobs = false;
   uint32_t top_logprobs = 0;
   // A constraint on the output, when set: one kind, and the field that

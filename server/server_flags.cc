@@ -49,6 +49,13 @@ ABSL_FLAG(std::string, scheduler, "fusion", "fusion, dynamic, static or sequenti
 ABSL_FLAG(int, batch_delay_ms, 10, "dynamic scheduler: how long to gather a batch");
 ABSL_FLAG(int, max_queue, 1024, "Waiting requests; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for");
+ABSL_FLAG(std::string, speculative, "off",
+          "Speculative decoding: off, or ngram (draft tokens from earlier occurrences of each "
+          "sequence's last tokens, verified in the fused step; outputs are bitwise the same)");
+ABSL_FLAG(int, num_speculative_tokens, 6, "--speculative: most draft tokens per sequence and step");
+ABSL_FLAG(int, speculative_max_rows, 12,
+          "--speculative: rows of a step (decodes and drafts) past which nobody drafts, so "
+          "large batches run as without speculation");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on at /metrics (empty = off; port 0 picks a "
           "free port)");
@@ -149,6 +156,14 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  auto speculative = ParseSpeculativeMode(absl::GetFlag(FLAGS_speculative));
+  if (!speculative.ok()) return absl::InvalidArgumentError(absl::StrCat("--speculative: ", speculative.status().message()));
+  o.engine.speculative.mode = *speculative;
+  o.engine.speculative.max_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  o.engine.speculative.max_step_rows = absl::GetFlag(FLAGS_speculative_max_rows);
+  if (absl::Status st = ValidateSpeculativeOptions(o.engine.speculative); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", st.message()));
+  }
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
   o.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
