@@ -250,8 +250,10 @@ struct Run {
   bool through = false;      // every byte was accepted
   bool can_end = false;      // and EOS is allowed after it
   bool byte_rescue = false;  // a token was refused, its bytes one by one were not
-  size_t refused_at = 0;     // the first byte refused (through == false)
-  std::string refused;       // the token refused there
+  bool matcher_takes_token = false;  // (byte_rescue) Accept takes it, the mask had not
+  size_t refused_at = 0;     // the first byte refused (through == false), or
+                             // where the refused token began (byte_rescue)
+  std::string refused;       // the token the engine's path refused
   int tokens = 0;            // steps taken (tokens and bytes)
 };
 
@@ -277,16 +279,23 @@ Run Drive(const flover::CompiledConstraint& constraint, const std::string& text,
     // The tokenizer's split was refused: the rest byte by byte, a split the
     // grammar may prefer (and a model can write).
     const std::string token = vocab.Of(ids[i]);
+    run.refused_at = at;
+    run.refused = token;
     for (; at < text.size(); ++at) {
       const int32_t b = byte_token[static_cast<unsigned char>(text[at])];
       if (b < 0 || !flover::HasToken(state->AllowedNext(), b) || !state->Accept(b).ok()) {
         run.refused_at = at;  // the first byte the grammar refuses
-        run.refused = token;  // in the token the engine's own path refused
         return run;
       }
       ++run.tokens;
     }
     run.byte_rescue = true;
+    // Whether the matcher takes the token the mask left out (a mask that
+    // disagrees with its own matcher) or not (the token's bytes go through
+    // one by one but not as one token).
+    std::unique_ptr<flover::ConstraintState> replay = constraint.Start();
+    for (size_t j = 0; j < i; ++j) (void)replay->Accept(ids[j]);
+    run.matcher_takes_token = replay->Accept(ids[i]).ok();
   }
   run.through = true;
   run.can_end = state->Complete();
@@ -494,7 +503,11 @@ int RunMaskBench(const std::string& root, const flover::Tokenizer& tokenizer,
         const std::string test_name = "test " + std::to_string(i) + (valid ? " (valid)" : " (invalid)");
         if (run.byte_rescue) {
           ++c.byte_rescues;
-          note(kByteRescue, name, test_name);
+          note(kByteRescue, name,
+               test_name + ": token " + Json(run.refused).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                   " at byte " + std::to_string(run.refused_at) +
+                   (run.matcher_takes_token ? " (not in the mask, Accept takes it)" : " (Accept refuses it too)") +
+                   ": " + Around(text, run.refused_at));
         }
         const bool accepted = run.through && run.can_end;
         if (valid) {
