@@ -766,6 +766,64 @@ class ChatTest(unittest.TestCase):
         finally:
             s.close()
 
+    # A text to work from: answers that copy from their prompt are where
+    # n-gram drafts are taken.
+    PASSAGE = ("The lighthouse stood on the northern cliff for two hundred years. Every night its keeper "
+               "climbed the ninety steps, trimmed the wick, and wound the clockwork that turned the lens. "
+               "Ships passing the reef at night looked for its light, three short flashes and one long, "
+               "and steered wide of the rocks. When the keeper grew old, his daughter climbed the steps "
+               "instead, and the light never once failed.")
+
+    def test_speculative_decoding_changes_no_output(self):
+        """--speculative=ngram: every answer (greedy and seeded sampling, with
+        logprobs, beside other requests) equals the same request with
+        speculation opted out, on both APIs; drafts were verified, many
+        taken, so a copying answer takes fewer steps than tokens."""
+        s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=1024", "--max_batch=8", "--threads=2",
+                   "--speculative=ngram")
+        try:
+            copy = [{"role": "user", "content": "Repeat this text exactly:\n\n" + self.PASSAGE}]
+            summary = [{"role": "user", "content": "Summarise, quoting it:\n\n" + self.PASSAGE}]
+            story = [{"role": "user", "content": "Write a short story about a lighthouse."}]
+            cases = [dict(messages=copy, temperature=0), dict(messages=summary, temperature=0),
+                     dict(messages=story, temperature=0),
+                     dict(messages=copy, temperature=0.8, seed=7),
+                     dict(messages=summary, temperature=0.7, top_p=0.9, seed=11)]
+
+            def answer(case, spec):
+                r = s.openai.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", max_tokens=120,
+                                                     logprobs=True, top_logprobs=2,
+                                                     extra_body={"speculative": spec}, **case)
+                c = r.choices[0]
+                return c.message.content, [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                                           for t in c.logprobs.content]
+
+            # All at once with speculation (fused with each other), then each
+            # alone without.
+            results = [None] * len(cases)
+            threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, answer(cases[i], True)))
+                       for i in range(len(cases))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for case, got in zip(cases, results):
+                self.assertEqual(got, answer(case, False), case)
+            st = s.stats()
+            self.assertGreater(st.speculative_accepted_tokens, 0)
+            self.assertLessEqual(st.speculative_accepted_tokens, st.speculative_draft_tokens)
+            # The copying answer alone: fewer steps than tokens.
+            before = s.stats()
+            answer(cases[0], True)
+            after = s.stats()
+            self.assertLess(after.steps - before.steps, after.tokens_generated - before.tokens_generated)
+            # gRPC: the same tokens with and without.
+            on = s.grpc_generate(messages=copy, max_new_tokens=80, temperature=0)[0]
+            off = s.grpc_generate(messages=copy, max_new_tokens=80, temperature=0, speculative=False)[0]
+            self.assertEqual(on, off)
+        finally:
+            s.close()
+
     def test_tokenize_and_detokenize(self):
         s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=512", "--threads=2")
         try:

@@ -55,7 +55,8 @@ class FloverClient:
                  stop_token_ids=(), ignore_eos=False, return_logprobs=False, top_logprobs=0,
                  request_id="", timeout=None, presence_penalty=0.0, frequency_penalty=0.0,
                  logit_bias=None, min_p=0.0, choice=None, json_schema=None, regex=None,
-                 grammar=None, tools=None, tool_choice=None, parallel_tool_calls=None):
+                 grammar=None, tools=None, tool_choice=None, parallel_tool_calls=None,
+                 speculative=None):
         """One of `prompt` (text), `token_ids`, or `messages`: a list of
         {"role": "system" | "user" | "assistant" | "tool", "content": str},
         as OpenAI's (an assistant's "tool_calls", a tool's "tool_call_id"),
@@ -66,7 +67,9 @@ class FloverClient:
         `tools`: OpenAI's [{"type": "function", "function": {"name",
         "description", "parameters"}}]; `tool_choice`: "none", "auto",
         "required" or a function's name; the last response then carries
-        `tool_calls`."""
+        `tool_calls`. `speculative=False`: no speculative drafts for this
+        request on a server started with --speculative (the output is the
+        same either way)."""
         req = flover_pb2.GenerateRequest(request_id=request_id, return_logprobs=return_logprobs,
                                          top_logprobs=top_logprobs)
         if token_ids is not None:
@@ -117,6 +120,8 @@ class FloverClient:
                 req.tool_choice.function = tool_choice
         if parallel_tool_calls is not None:
             req.parallel_tool_calls = parallel_tool_calls
+        if speculative is not None:
+            req.speculative = speculative
         if seed is not None:
             req.sampling.seed = seed
         req.stopping.max_new_tokens = max_new_tokens
