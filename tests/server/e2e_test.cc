@@ -2,8 +2,9 @@
 // rank 0 of an mpirun job with --tp=2); the bundled load client sends 100
 // Poisson requests with mixed prompt and output lengths; all succeed, and
 // each output (from --dump_outputs) equals the same request run alone
-// through the same server afterwards, and, with one rank, the engine's
-// output for it run alone in-process.
+// through the same server afterwards (with speculation opted out, when the
+// server speculates), and, with one rank, the engine's output for it run
+// alone in-process.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -26,6 +27,7 @@ using testing::JsonIds;
 
 std::string g_loadgen;
 std::vector<std::string> g_server_command;  // binary, or launcher + binary + flags
+bool g_speculative = false;                 // the server runs --speculative=ngram
 
 // Sends one dumped request on its own and returns the tokens.
 std::vector<int32_t> RunAloneThroughServer(v1::Flover::Stub& stub,
@@ -38,6 +40,7 @@ std::vector<int32_t> RunAloneThroughServer(v1::Flover::Stub& stub,
   r.mutable_sampling()->set_seed(static_cast<uint64_t>(f.at("seed").number_value()));
   r.mutable_stopping()->set_max_new_tokens(static_cast<int>(f.at("max_new_tokens").number_value()));
   r.mutable_stopping()->set_ignore_eos(f.at("ignore_eos").bool_value());
+  r.set_speculative(false);
   grpc::ClientContext ctx;
   auto reader = stub.Generate(&ctx, r);
   v1::GenerateResponse resp;
@@ -54,9 +57,12 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
   ASSERT_TRUE(server.ok()) << "server did not start";
   const std::string dir = std::getenv("TEST_TMPDIR");
   const std::string dump = dir + "/outputs.jsonl", report = dir + "/report.json";
+  // With speculation, greedy: a random model's greedy answers repeat
+  // themselves, which is where n-gram drafts are taken.
   const int code = testing::RunCommand(
       {g_loadgen, "--target=" + server.address(), "--rate=200", "--num_requests=100",
-       "--prompt_len=uniform:1:64", "--output_len=uniform:1:48", "--temperature=0.8",
+       "--prompt_len=uniform:1:64", "--output_len=uniform:1:48",
+       g_speculative ? "--temperature=0" : "--temperature=0.8",
        "--top_k=40", "--seed=7", "--dump_outputs=" + dump, "--json=" + report,
        "--progress=false"});
   EXPECT_EQ(code, 0);
@@ -99,6 +105,16 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
     ++checked;
   }
   EXPECT_EQ(checked, 100);
+  if (g_speculative) {
+    // Drafts were verified under the load, and some taken.
+    grpc::ClientContext ctx;
+    v1::Stats stats;
+    ASSERT_TRUE(stub->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok());
+    std::printf("speculative: %llu draft tokens verified, %llu taken\n",
+                static_cast<unsigned long long>(stats.speculative_draft_tokens()),
+                static_cast<unsigned long long>(stats.speculative_accepted_tokens()));
+    EXPECT_GT(stats.speculative_accepted_tokens(), 0u);
+  }
   // Drain: SIGTERM to the server (rank 0 under mpirun); everything exits 0.
   kill(server.Rank0(), SIGTERM);
   EXPECT_EQ(server.Wait(std::chrono::seconds(30)), 0);
@@ -114,6 +130,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   flover::g_loadgen = argv[1];
-  for (int i = 2; i < argc; ++i) flover::g_server_command.push_back(argv[i]);
+  for (int i = 2; i < argc; ++i) {
+    flover::g_server_command.push_back(argv[i]);
+    if (std::string(argv[i]) == "--speculative=ngram") flover::g_speculative = true;
+  }
   return RUN_ALL_TESTS();
 }
