@@ -61,9 +61,9 @@ struct Engine::Sequence {
   bool finished = false;
   // Speculation: the last `drafted` of `tokens` are drafts, not yet
   // verified (the sequence is then in decode: computed is one short of the
-  // tokens before them); `draft_length` is how many it drafts next.
+  // tokens before them); `pacer` says when and how many it drafts next.
   int drafted = 0;
-  int draft_length = 0;
+  std::optional<DraftPacer> pacer;
   int real_tokens() const { return static_cast<int>(tokens.size()) - drafted; }
   void DropDrafts() {
     tokens.resize(tokens.size() - drafted);
@@ -627,7 +627,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
       const int taken = static_cast<int>(out.tokens.size()) - 1;
       drafts += sampling[k].rows - 1;
       accepted += taken;
-      s.draft_length = NextDraftLength(sampling[k].rows - 1, taken, options_.speculative.max_tokens);
+      s.pacer->Verified(sampling[k].rows - 1, taken);
       const int real = s.real_tokens();
       s.DropDrafts();
       s.computed = real + taken;
@@ -673,12 +673,13 @@ void Engine::ProposeDrafts() {
         s.computed != static_cast<int>(s.tokens.size()) - 1) {
       continue;
     }
-    if (s.draft_length == 0) s.draft_length = o.max_tokens;
+    if (!s.pacer.has_value()) s.pacer.emplace(o.max_tokens);
+    if (!s.pacer->Drafts()) continue;
     // Never past the last token the request may generate (which also keeps
     // every draft within the positions it was admitted for).
     const int room = s.request.stop.max_new_tokens - s.generated - 1;
     const std::vector<int32_t> draft =
-        NgramDraft(s.tokens, std::min({s.draft_length, room, rows}), o.min_ngram, o.max_ngram);
+        NgramDraft(s.tokens, std::min({s.pacer->length(), room, rows}), o.min_ngram, o.max_ngram);
     s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
     s.drafted = static_cast<int>(draft.size());
     rows -= s.drafted;

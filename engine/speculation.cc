@@ -54,4 +54,14 @@ int NextDraftLength(int drafted, int accepted, int max_tokens) {
   return std::max(1, std::min(max_tokens, accepted + 1));
 }
 
+void DraftPacer::Verified(int drafted, int taken) {
+  length_ = NextDraftLength(drafted, taken, max_tokens_);
+  if (drafted > 0 && taken == 0) {
+    refused_in_a_row_ = std::min(refused_in_a_row_ + 1, 4);
+    pause_ = 1 << refused_in_a_row_;
+  } else if (taken > 0) {
+    refused_in_a_row_ = 0;
+  }
+}
+
 }  // namespace flover

@@ -47,6 +47,28 @@ std::vector<int32_t> NgramDraft(absl::Span<const int32_t> tokens, int max_tokens
 // `max_tokens`), otherwise one past what was accepted.
 int NextDraftLength(int drafted, int accepted, int max_tokens);
 
+// How one sequence drafts: its draft length (NextDraftLength), and a pause
+// after drafts refused outright — 2, 4, 8, then 16 steps without drafting
+// after 1, 2, 3, 4+ such drafts in a row — so text that does not repeat
+// itself (open chat) pays for few refused draft rows.
+class DraftPacer {
+ public:
+  explicit DraftPacer(int max_tokens) : max_tokens_(max_tokens), length_(max_tokens) {}
+  // Whether the sequence drafts at this step (a paused one counts down).
+  bool Drafts() {
+    if (pause_ == 0) return true;
+    --pause_;
+    return false;
+  }
+  int length() const { return length_; }
+  // After a draft of `drafted` tokens of which `taken` stood.
+  void Verified(int drafted, int taken);
+
+ private:
+  int max_tokens_, length_;
+  int refused_in_a_row_ = 0, pause_ = 0;
+};
+
 }  // namespace flover
 
 #endif  // FLOVER_ENGINE_SPECULATION_H_

@@ -37,6 +37,35 @@ TEST(DraftLengthTest, GrowsAfterATakenDraftAndShrinksToWhatWasTaken) {
   EXPECT_EQ(NextDraftLength(0, 0, 6), 1);
 }
 
+TEST(DraftPacerTest, PausesLongerAfterEachRefusedDraftInARow) {
+  DraftPacer p(6);
+  EXPECT_TRUE(p.Drafts());
+  EXPECT_EQ(p.length(), 6);
+  auto paused_steps = [&] {
+    int n = 0;
+    while (!p.Drafts()) ++n;
+    return n;
+  };
+  p.Verified(6, 0);  // refused outright: a pause of 2, length 1
+  EXPECT_EQ(p.length(), 1);
+  EXPECT_EQ(paused_steps(), 2);
+  p.Verified(1, 0);
+  EXPECT_EQ(paused_steps(), 4);
+  p.Verified(1, 0);
+  EXPECT_EQ(paused_steps(), 8);
+  p.Verified(1, 0);
+  EXPECT_EQ(paused_steps(), 16);
+  p.Verified(1, 0);
+  EXPECT_EQ(paused_steps(), 16);  // at most
+  p.Verified(1, 1);  // taken: no pause, longer drafts, the count starts again
+  EXPECT_EQ(paused_steps(), 0);
+  EXPECT_EQ(p.length(), 3);
+  p.Verified(3, 0);
+  EXPECT_EQ(paused_steps(), 2);
+  p.Verified(0, 0);  // nothing drafted (no match): no pause
+  EXPECT_EQ(paused_steps(), 0);
+}
+
 TEST(SpeculativeModeTest, Names) {
   EXPECT_EQ(*ParseSpeculativeMode("ngram"), SpeculativeMode::kNgram);
   EXPECT_EQ(SpeculativeModeName(*ParseSpeculativeMode("off")), "off");
