@@ -347,7 +347,9 @@ class Llama:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, self.proc)
         self.url = url
-        self.client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+        # Retries: llama-server may close a kept-alive connection after a
+        # streamed reply, and the next request on it fails before it is sent.
+        self.client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=3, timeout=3600)
 
     def speculating(self):
         try:
