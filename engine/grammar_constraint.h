@@ -33,7 +33,8 @@ inline constexpr int64_t kGrammarCacheBytes = int64_t{256} << 20;
 inline constexpr int kMaxConstraintDepth = 64;
 
 // What JsonSchema refuses before compiling: size, depth, not JSON, and
-// keywords that would not be enforced (each named, under `field`).
+// keywords that would not be enforced (each named, with the JSON pointer of
+// where it sits, "#/properties/a/required", under `field`).
 absl::Status CheckJsonSchema(const std::string& schema, const std::string& field);
 
 class GrammarConstraints {
@@ -44,10 +45,16 @@ class GrammarConstraints {
 
   // Each refuses what cannot be compiled with InvalidArgument naming
   // `field` and saying why (xgrammar's message), past the size and depth
-  // limits, and JSON Schema keywords xgrammar 0.2.8 would ignore (not,
-  // if/then/else, uniqueItems, contains, dependent*, patternProperties,
-  // propertyNames, unevaluated*, allOf with several branches), naming the
-  // keyword. Thread-safe.
+  // limits, and JSON Schema keywords xgrammar 0.2.8 would ignore, naming
+  // the keyword and its JSON pointer: not, if/then/else, uniqueItems,
+  // contains, dependent*, patternProperties, propertyNames, unevaluated*,
+  // $dynamicRef, allOf with several branches; a keyword beside $ref,
+  // const, enum, anyOf, oneOf or allOf that what xgrammar keeps of them
+  // does not imply; validation keywords with no type (nor properties or
+  // items); required members properties does not list; pattern beside a
+  // format, a format the standard defines that xgrammar does not check;
+  // $refs other than "#" and "#/..."; oneOf branches not provably
+  // exclusive (xgrammar enforces anyOf). Thread-safe.
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> JsonSchema(const std::string& schema,
                                                                       const std::string& field);
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> AnyJson(const std::string& field);

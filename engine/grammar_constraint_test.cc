@@ -282,5 +282,232 @@ TEST_F(GrammarConstraintTest, ToolCallGrammarsHoldTheChoice) {
   EXPECT_FALSE(Walk(*automatic, tok, "Let me see. " + f_call.substr(0, 30)).complete);
 }
 
+// What xgrammar 0.2.8 would drop of a JSON Schema is refused (issue 37),
+// naming the keyword and its JSON pointer; the schemas beside each that it
+// does enforce stay accepted, and enforced.
+class JsonSchemaRefusalTest : public GrammarConstraintTest {
+ protected:
+  // The refusal's message ("" if accepted), the same for a tool's parameters.
+  std::string Refusal(const std::string& schema) {
+    const absl::Status checked = CheckJsonSchema(schema, "json_schema");
+    auto compiled = grammars_->JsonSchema(schema, "json_schema");
+    EXPECT_EQ(checked.ok(), compiled.ok()) << schema;
+    if (compiled.ok()) return "";
+    EXPECT_EQ(checked.message(), compiled.status().message());
+    EXPECT_EQ(ErrorField(compiled.status()), "json_schema");
+    EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(compiled.status().message());
+  }
+  // Accepted, taking each of `valid` (compact JSON) to its end and none of
+  // `invalid`.
+  void ExpectEnforced(const std::string& schema, const std::vector<std::string>& valid,
+                      const std::vector<std::string>& invalid) {
+    auto c = grammars_->JsonSchema(schema, "json_schema");
+    ASSERT_TRUE(c.ok()) << schema << ": " << c.status();
+    const Tokenizer& tok = *loaded_->tokenizer();
+    for (const std::string& text : valid) EXPECT_TRUE(Walk(**c, tok, text).complete) << schema << " " << text;
+    for (const std::string& text : invalid) EXPECT_FALSE(Walk(**c, tok, text).complete) << schema << " " << text;
+  }
+};
+
+TEST_F(JsonSchemaRefusalTest, SiblingsOfRefAnyOfOneOfAllOfAreRefusedUnlessTheBranchesImplyThem) {
+  // xgrammar keeps only the first of $ref, const, enum, anyOf, oneOf, allOf
+  // and type in a schema object.
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                          "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})"),
+              HasSubstr("json_schema: the keyword properties beside oneOf is not supported at #/properties "
+                        "(it would not be enforced: xgrammar enforces only the oneOf there; "
+                        "repeat properties in each branch)"));
+  EXPECT_THAT(Refusal(R"({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 3})"),
+              HasSubstr("the keyword minimum beside anyOf is not supported at #/minimum"));
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"p": {"type": "object",
+                          "additionalProperties": false, "anyOf": [{"type": "object"}]}}})"),
+              HasSubstr("the keyword additionalProperties beside anyOf is not supported at "
+                        "#/properties/p/additionalProperties"));
+  EXPECT_THAT(Refusal(R"({"$defs": {"list": {"type": "array"}}, "$ref": "#/$defs/list", "maxItems": 1})"),
+              HasSubstr("the keyword maxItems beside $ref is not supported at #/maxItems (it would not be "
+                        "enforced: xgrammar enforces only the $ref there; repeat maxItems in the schema it names)"));
+  EXPECT_THAT(Refusal(R"({"allOf": [{"type": "string"}], "maxLength": 2})"),
+              HasSubstr("the keyword maxLength beside allOf is not supported at #/maxLength"));
+  // A branch with keywords but no type reads as any JSON value.
+  EXPECT_THAT(Refusal(R"({"anyOf": [{"type": "null"}, {"required": ["a"]}]})"),
+              HasSubstr("the keyword required without a type is not supported at #/anyOf/1/required"));
+
+  // Annotations beside them are fine; so is a keyword every branch repeats
+  // or implies (a type, by its properties), and a branch that is any JSON.
+  ExpectEnforced(R"({"title": "T", "description": "d", "default": null, "examples": [1], "$comment": "c",
+                     "deprecated": false, "readOnly": false, "writeOnly": false,
+                     "anyOf": [{"type": "integer"}, {"type": "null"}]})",
+                 {"3", "null"}, {"\"3\"", "true"});
+  ExpectEnforced(R"({"type": "object", "anyOf": [
+                       {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                       {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})",
+                 {R"({"a": 1})", R"({"b": "x"})"}, {R"({"c": 1})", R"({"a": "x"})", "[]", "3"});
+  ExpectEnforced(R"({"type": "string", "maxLength": 5,
+                     "anyOf": [{"enum": ["ab", "cd"]}, {"type": "string", "maxLength": 3}]})",
+                 {"\"ab\"", "\"xyz\""}, {"\"abcd\"", "3"});
+  ExpectEnforced(R"({"$defs": {"M": {"type": "object", "properties": {"x": {"type": "integer"}},
+                                     "required": ["x"], "additionalProperties": false}},
+                     "anyOf": [{"$ref": "#/$defs/M"}, {"type": "null"}], "default": null, "title": "M"})",
+                 {R"({"x": 1})", "null"}, {"{}", R"({"x": 1, "y": 2})"});
+  ExpectEnforced(R"({"anyOf": [{"type": "integer"}, {}]})", {"3", "\"s\"", "[]"}, {});
+  // Before 2019-09 the standard ignored a $ref's siblings too.
+  ExpectEnforced(R"({"$schema": "http://json-schema.org/draft-07/schema#",
+                     "definitions": {"list": {"type": "array", "items": {"type": "integer"}}},
+                     "type": "object", "properties": {"l": {"$ref": "#/definitions/list", "maxItems": 1}}})",
+                 {R"({"l": [1, 2]})"}, {R"({"l": ["x"]})"});
+}
+
+TEST_F(JsonSchemaRefusalTest, EnumOrConstBesideKeywordsSomeValueFailsAreRefused) {
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"role": {"type": "string", "enum": ["a", null]}}})"),
+              HasSubstr("the keyword type beside enum is not supported at #/properties/role/type (it would not "
+                        "be enforced: xgrammar enforces only the enum there, and its value null fails type)"));
+  EXPECT_THAT(Refusal(R"({"type": "integer", "const": 3, "minimum": 5})"),
+              HasSubstr("the keyword minimum beside const is not supported at #/minimum"));
+  // Where it cannot cheaply tell (a pattern), it refuses and says so.
+  EXPECT_THAT(Refusal(R"({"type": "string", "enum": ["abc"], "pattern": "^a"})"),
+              HasSubstr("the keyword pattern beside enum is not supported at #/pattern (it would not be enforced: "
+                        "xgrammar enforces only the enum there, and not every value of it is known to pass pattern)"));
+  ExpectEnforced(R"({"enum": ["a", 1, null]})", {"\"a\"", "1", "null"}, {"\"b\"", "2"});
+  ExpectEnforced(R"({"type": "string", "enum": ["red", "green"], "maxLength": 5, "description": "c"})",
+                 {"\"red\"", "\"green\""}, {"\"blue\"", "3"});
+  ExpectEnforced(R"({"type": ["string", "null"], "enum": [null], "pattern": "^a"})",
+                 {"null"}, {"\"a\""});  // a pattern passes what is not a string
+  ExpectEnforced(R"({"type": "number", "const": 2, "minimum": 1, "multipleOf": 2})", {"2"}, {"3"});
+}
+
+TEST_F(JsonSchemaRefusalTest, ValidationKeywordsWithoutTypePropertiesOrItemsAreRefused) {
+  // Without type, properties or items, xgrammar reads a schema as any JSON.
+  EXPECT_THAT(Refusal(R"({"required": ["a"]})"),
+              HasSubstr("the keyword required without a type is not supported at #/required (it would not be "
+                        "enforced: xgrammar reads a schema with no type, properties or items as any JSON value)"));
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"x": {"pattern": "^a"}}})"),
+              HasSubstr("the keyword pattern without a type is not supported at #/properties/x/pattern"));
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"d": {"format": "date-time"}}})"),
+              HasSubstr("the keyword format without a type is not supported at #/properties/d/format"));
+  EXPECT_THAT(Refusal(R"({"minimum": 0})"), HasSubstr("the keyword minimum without a type"));
+  // Properties or items say what it is; annotations, unknown keywords and
+  // keywords that ask for nothing are fine.
+  ExpectEnforced(R"({"properties": {"a": {"type": "integer"}}, "required": ["a"]})",
+                 {R"({"a": 1})"}, {"{}", R"({"a": "1"})"});
+  ExpectEnforced(R"({"items": {"type": "integer"}, "maxItems": 2})", {"[1, 2]"}, {"[1, 2, 3]", "[\"a\"]"});
+  ExpectEnforced(R"({"description": "anything", "nullable": true, "x-extra": 1, "required": [], "minLength": 0})",
+                 {"3", "\"s\"", "{}"}, {});
+}
+
+TEST_F(JsonSchemaRefusalTest, RequiredMembersMustBeInProperties) {
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]})"),
+              HasSubstr("the keyword required (naming \"b\", not in properties) is not supported at #/required "
+                        "(it would not be enforced: xgrammar enforces only the required members properties "
+                        "lists)"));
+  EXPECT_THAT(Refusal(R"({"type": "object", "additionalProperties": {"type": "string"}, "required": ["k"]})"),
+              HasSubstr("required (naming \"k\", not in properties) is not supported at #/required"));
+  EXPECT_THAT(Refusal(R"({"type": "array", "items": {"type": "object", "required": ["x"]}})"),
+              HasSubstr("at #/items/required"));
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                     "required": ["a"], "additionalProperties": false})",
+                 {R"({"a": 1})", R"({"a": 1, "b": "x"})"}, {R"({"b": "x"})", R"({"a": 1, "c": 2})"});
+  // required beside a type that is not object constrains nothing.
+  ExpectEnforced(R"({"type": "string", "required": ["a"]})", {"\"s\""}, {"{}"});
+}
+
+TEST_F(JsonSchemaRefusalTest, PatternBesideAFormatXgrammarChecksIsRefused) {
+  EXPECT_THAT(Refusal(R"({"type": "string", "format": "date", "pattern": "^2024"})"),
+              HasSubstr("the keyword pattern with format is not supported at #/pattern "
+                        "(it would not be enforced: xgrammar enforces only the format)"));
+  // The format alone, and a pattern beside a format the standard does not
+  // define (an annotation), are enforced.
+  ExpectEnforced(R"({"type": "string", "format": "date"})", {"\"2024-01-31\""}, {"\"2024-13-01\"", "\"x\""});
+  ExpectEnforced(R"({"type": "string", "format": "my-id", "pattern": "^[a-c]+$"})", {"\"abc\""}, {"\"abd\""});
+  // xgrammar's regexes skip lookarounds; one inside a class is a character.
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"pw": {"type": "string",
+                          "pattern": "^(?=.*[0-9])[a-z0-9]{3}$"}}})"),
+              HasSubstr("the keyword pattern (with a lookahead or lookbehind) is not supported at "
+                        "#/properties/pw/pattern (it would not be enforced: xgrammar matches as if it were not "
+                        "there)"));
+  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a(?<!b)$"})"), HasSubstr("lookahead or lookbehind"));
+  ExpectEnforced(R"({"type": "string", "pattern": "^[(?=]\\(?!$"})", {"\"?(!\""}, {"\"a(!\""});
+}
+
+TEST_F(JsonSchemaRefusalTest, RefsOtherThanLocalJsonPointersAreRefused) {
+  EXPECT_THAT(Refusal(R"({"$defs": {"a": {"$anchor": "a", "type": "string"}},
+                          "type": "object", "properties": {"x": {"$ref": "#a"}}})"),
+              HasSubstr("the keyword $ref \"#a\" is not supported at #/properties/x/$ref (it would not be "
+                        "enforced: only \"#\" and JSON pointers from \"#/\" are resolved; it would match any JSON "
+                        "value)"));
+  EXPECT_THAT(Refusal(R"({"$ref": "other.json#/a"})"), HasSubstr("the keyword $ref \"other.json#/a\""));
+  // What a $ref names is checked where it is, once (recursion included).
+  EXPECT_THAT(Refusal(R"({"$defs": {"a": {"type": "object", "required": ["z"]}}, "$ref": "#/$defs/a"})"),
+              HasSubstr("at #/$defs/a/required"));
+  ExpectEnforced(R"({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"},
+                                                                     "v": {"type": "integer"}},
+                                        "additionalProperties": false}},
+                     "$ref": "#/$defs/node"})",
+                 {R"({"next": {"v": 2}, "v": 1})"}, {R"({"next": {"w": 2}})"});
+  // Subschemas xgrammar never reads (an unused $defs entry, the items of an
+  // object) constrain nothing and are not checked.
+  ExpectEnforced(R"({"type": "object", "items": {"required": ["a"]}, "$defs": {"unused": {"required": ["a"]}}})",
+                 {"{}"}, {"[]"});
+}
+
+TEST_F(JsonSchemaRefusalTest, FormatsTheStandardDefinesButXgrammarDoesNotCheckAreRefused) {
+  for (const char* format : {"iri", "iri-reference", "idn-email", "idn-hostname", "regex"}) {
+    EXPECT_THAT(Refusal(absl::StrFormat(R"({"type": "object", "properties": {"f": {"type": "string",
+                                            "format": "%s"}}})", format)),
+                HasSubstr(absl::StrFormat("the keyword format \"%s\" is not supported at #/properties/f/format "
+                                          "(it would not be enforced: xgrammar does not check that format)",
+                                          format)));
+  }
+  // Formats the standard does not define are annotations (OpenAPI's int32,
+  // ...), as JSON Schema reads them; a format constrains only strings.
+  ExpectEnforced(R"({"type": "integer", "format": "int32", "maximum": 9})", {"7"}, {"10"});
+  ExpectEnforced(R"({"type": "string", "format": "password", "maxLength": 3})", {"\"abc\""}, {"\"abcd\""});
+  ExpectEnforced(R"({"type": "number", "format": "iri"})", {"1.5"}, {"\"x\""});
+}
+
+TEST_F(JsonSchemaRefusalTest, OneOfMustBeProvablyExclusive) {
+  // xgrammar enforces oneOf as anyOf.
+  EXPECT_THAT(Refusal(R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})"),
+              HasSubstr("the keyword oneOf (with branches not provably exclusive) is not supported at #/oneOf "
+                        "(it would not be enforced: xgrammar enforces it as anyOf, and a value might match both "
+                        "branch 0 and branch 1)"));
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"p": {"oneOf": [
+                          {"type": "object", "properties": {"a": {"type": "string"}}},
+                          {"type": "object", "properties": {"b": {"type": "string"}}}]}}})"),
+              HasSubstr("at #/properties/p/oneOf"));
+  // Exclusive by type, by listed values, by a member one requires and the
+  // other forbids, or by a discriminator (pydantic's tagged unions).
+  ExpectEnforced(R"({"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]})",
+                 {"\"s\"", "3", "null"}, {"1.5", "[]"});
+  ExpectEnforced(R"({"oneOf": [{"enum": ["a", "b"]}, {"const": "c"}, {"type": "integer"}]})",
+                 {"\"a\"", "\"c\"", "4"}, {"\"d\""});
+  ExpectEnforced(R"({"oneOf": [
+                       {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+                        "additionalProperties": false},
+                       {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"],
+                        "additionalProperties": false}]})",
+                 {R"({"a": 1})", R"({"b": 2})"}, {"{}", R"({"a": 1, "b": 2})"});
+  ExpectEnforced(R"({"$defs": {
+                       "Cat": {"type": "object", "properties": {"pet_type": {"const": "cat", "type": "string"},
+                               "meows": {"type": "integer"}}, "required": ["pet_type", "meows"], "title": "Cat"},
+                       "Dog": {"type": "object", "properties": {"pet_type": {"enum": ["dog"], "type": "string"},
+                               "barks": {"type": "number"}}, "required": ["pet_type", "barks"], "title": "Dog"}},
+                     "type": "object", "required": ["pet"], "properties": {"pet": {
+                       "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+                       "discriminator": {"propertyName": "pet_type"}}}})",
+                 {R"({"pet": {"pet_type": "cat", "meows": 3}})"}, {R"({"pet": {"pet_type": "cow", "meows": 3}})"});
+}
+
+TEST_F(JsonSchemaRefusalTest, MultipleOfOnlyAsAWholeNumberUpTo1024AndPointersAreEscaped) {
+  EXPECT_THAT(Refusal(R"({"type": "integer", "multipleOf": 2048})"),
+              HasSubstr("the keyword multipleOf (other than a whole number up to 1024) is not supported at "
+                        "#/multipleOf"));
+  EXPECT_THAT(Refusal(R"({"type": "integer", "multipleOf": 2.5})"), HasSubstr("whole number up to 1024"));
+  ExpectEnforced(R"({"type": ["integer", "null"], "multipleOf": 5})", {"10", "null"}, {"7"});
+  // Member names in the pointer are escaped (RFC 6901): ~ as ~0, / as ~1.
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a/b~c": {"$dynamicRef": "#x"}}})"),
+              HasSubstr("the keyword $dynamicRef is not supported at #/properties/a~1b~0c/$dynamicRef"));
+}
+
 }  // namespace
 }  // namespace flover
