@@ -546,7 +546,11 @@ class SchemaWalk {
     const uint8_t common = (Types(a, depth + 1, true) & Types(b, depth + 1)) |
                            (Types(a, depth + 1) & Types(b, depth + 1, true));
     if (common == 0) return true;
-    for (const auto& [x, y] : {std::pair<const Json*, const Json*>{&a, &b}, {&b, &a}}) {
+    for (const auto& pair : {std::pair<const Json*, const Json*>{&a, &b}, {&b, &a}}) {
+      // Named, not bound: lambdas capture these (C++17 cannot capture a
+      // structured binding; clang refuses what GCC allows).
+      const Json* x = pair.first;
+      const Json* y = pair.second;
       if (AllListed(*x, [&](const Json& v) { return Excludes(*y, v, depth + 1); }).value_or(false)) return true;
       for (const char* union_key : {"anyOf", "oneOf"}) {
         const Json* branches = Member(*x, union_key);
@@ -558,7 +562,11 @@ class SchemaWalk {
       }
     }
     if (common != kObject) return false;
-    for (const auto& [x, y] : {std::pair<const Json*, const Json*>{&a, &b}, {&b, &a}}) {
+    for (const auto& pair : {std::pair<const Json*, const Json*>{&a, &b}, {&b, &a}}) {
+      // Named, not bound: lambdas capture these (C++17 cannot capture a
+      // structured binding; clang refuses what GCC allows).
+      const Json* x = pair.first;
+      const Json* y = pair.second;
       const Json* required = Member(*x, "required");
       if (required == nullptr || !required->is_array()) continue;
       const Json* x_properties = Member(*x, "properties");
@@ -647,7 +655,9 @@ class SchemaWalk {
       return std::nullopt;  // xgrammar refuses it
     }
     const bool listed = kept == "const" || kept == "enum";
-    for (const auto& [key, value] : schema.items()) {
+    for (const auto& item : schema.items()) {
+      const std::string& key = item.key();  // captured below: not a structured binding
+      const Json& value = item.value();
       if (key == kept || KeywordTypes(key, value) == 0 || Vacuous(key, value)) continue;
       if (kept == "$ref" && refs_alone_) break;  // the standard ignores them too
       auto implied_by = [&](const Json* b) { return Implies(*b, key, value, 0); };
