@@ -282,38 +282,37 @@ void ToolCallStream::ScanCall(std::vector<Event>* out) {
   if (!stream_arguments_ || c.duplicate) return;
   if (!c.begun && !c.name.empty() && c.args_start != std::string::npos) {
     c.begun = true;
-    Event e;
-    e.kind = Event::kCallBegin;
-    e.index = calls_;
-    e.call.id = absl::StrCat(id_prefix_, calls_);
-    e.call.name = c.name;
-    out->push_back(std::move(e));
+    EmitBegin(c.name, out);
   }
   c.pending += fragment;
   if (c.begun && !c.pending.empty()) {
-    Event e;
-    e.kind = Event::kArguments;
-    e.index = calls_;
-    e.content = std::move(c.pending);
+    EmitArguments(std::move(c.pending), out);
     c.pending.clear();
-    out->push_back(std::move(e));
   }
+}
+
+void ToolCallStream::EmitBegin(const std::string& name, std::vector<Event>* out) const {
+  Event e;
+  e.kind = Event::kCallBegin;
+  e.index = calls_;
+  e.call.id = absl::StrCat(id_prefix_, calls_);
+  e.call.name = name;
+  out->push_back(std::move(e));
+}
+
+void ToolCallStream::EmitArguments(std::string fragment, std::vector<Event>* out) const {
+  Event e;
+  e.kind = Event::kArguments;
+  e.index = calls_;
+  e.content = std::move(fragment);
+  out->push_back(std::move(e));
 }
 
 void ToolCallStream::EmitCall(ToolCall call, std::vector<Event>* out) {
   call.id = absl::StrCat(id_prefix_, calls_);
   if (stream_arguments_ && !scan_.begun) {
-    Event begin;
-    begin.kind = Event::kCallBegin;
-    begin.index = calls_;
-    begin.call.id = call.id;
-    begin.call.name = call.name;
-    out->push_back(std::move(begin));
-    Event args;
-    args.kind = Event::kArguments;
-    args.index = calls_;
-    args.content = call.arguments;
-    out->push_back(std::move(args));
+    EmitBegin(call.name, out);
+    EmitArguments(call.arguments, out);
   }
   scan_.begun = false;  // a list's next call has not begun
   Event e;

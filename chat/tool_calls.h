@@ -109,6 +109,10 @@ class ToolCallStream {
   // Reads the call in buffer_ further (stream_arguments), sending its
   // kCallBegin and the arguments' text read so far.
   void ScanCall(std::vector<Event>* out);
+  // The current call's kCallBegin (its index, id and name), and a fragment
+  // of its arguments.
+  void EmitBegin(const std::string& name, std::vector<Event>* out) const;
+  void EmitArguments(std::string fragment, std::vector<Event>* out) const;
   // A complete call out: (kCallBegin and its fragments if not yet sent) and kCall.
   void EmitCall(ToolCall call, std::vector<Event>* out);
 
