@@ -134,20 +134,25 @@ ToolCallFormat ToolCallFormatOf(absl::string_view template_text) {
   return ToolCallFormat::kHermes;
 }
 
-absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
-                                            ToolChoice choice, const std::string& named, bool parallel) {
-  if (choice == ToolChoice::kNone) return absl::InvalidArgumentError("none has no grammar");
-  if (format == ToolCallFormat::kMistral) {
-    return absl::FailedPreconditionError(
-        "calls in the mistral format cannot be enforced (their [TOOL_CALLS] marker is a "
-        "special token the grammar cannot write); send tool_choice \"none\", or start the server with "
-        "--tool_call_parser=hermes or llama3_json");
+const char* ToolCallMarker(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return kHermesOpen;
+    case ToolCallFormat::kMistral: return kMistralOpen;
+    case ToolCallFormat::kLlama3Json: return "";
   }
+  return "";
+}
+
+absl::StatusOr<ToolCallGrammarSpec> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
+                                                    ToolChoice choice, const std::string& named, bool parallel,
+                                                    int32_t marker_token) {
+  if (choice == ToolChoice::kNone) return absl::InvalidArgumentError("none has no grammar");
   const bool hermes = format == ToolCallFormat::kHermes;
-  const std::string trigger = hermes ? kHermesOpen : "{\"name\": ";
-  const std::string separator = hermes ? "\n" : "; ";
+  const bool mistral = format == ToolCallFormat::kMistral;
+  const bool several = parallel && choice != ToolChoice::kNamed;  // a named choice is one call
   // Each function's call: its fixed start, arguments that match its schema
-  // (strict, at most one whitespace in a row), its fixed end.
+  // (strict, at most one whitespace in a row), its fixed end. A hermes call
+  // starts with its marker; mistral's calls sit in one list after theirs.
   struct Call {
     std::string begin, end;
     Json arguments;
@@ -158,41 +163,66 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::ve
     Json schema = t.parameters.empty() ? Json{{"type", "object"}} : Json::parse(t.parameters, nullptr, false);
     if (schema.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("the parameters of ", t.name, " are not JSON"));
     const std::string name = Json(t.name).dump();
-    calls.push_back({hermes ? absl::StrCat(kHermesOpen, "\n{\"name\": ", name, ", \"arguments\": ")
-                            : absl::StrCat("{\"name\": ", name, ", \"parameters\": "),
-                     hermes ? absl::StrCat("}\n", kHermesClose) : std::string("}"),
-                     {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 1}}});
+    Call c;
+    if (hermes) {
+      c = {absl::StrCat(kHermesOpen, "\n{\"name\": ", name, ", \"arguments\": "), absl::StrCat("}\n", kHermesClose)};
+    } else {
+      c = {absl::StrCat("{\"name\": ", name, mistral ? ", \"arguments\": " : ", \"parameters\": "), "}"};
+    }
+    c.arguments = {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 1}};
+    calls.push_back(std::move(c));
   }
   if (calls.empty()) return absl::InvalidArgumentError(absl::StrCat("no tool is named '", named, "'"));
-  auto tag = [](const Call& c) {
-    return Json{{"type", "tag"}, {"begin", c.begin}, {"content", c.arguments}, {"end", c.end}};
+  auto text = [](const std::string& s) { return Json{{"type", "const_string"}, {"value", s}}; };
+  auto sequence = [](Json elements) { return Json{{"type", "sequence"}, {"elements", std::move(elements)}}; };
+  auto tag = [](const std::string& begin, Json content, const std::string& end) {
+    return Json{{"type", "tag"}, {"begin", begin}, {"content", std::move(content)}, {"end", end}};
   };
-  Json any_call = {{"type", "or"}, {"elements", Json::array()}};
-  for (const Call& c : calls) any_call["elements"].push_back(tag(c));
-  // With parallel calls: more calls after the first, each after the
-  // separator; never text after a call (the turn ends with the calls).
-  const Json more = {{"type", "star"},
-                     {"content", {{"type", "sequence"},
-                                  {"elements", Json::array({Json{{"type", "const_string"}, {"value", separator}},
-                                                            any_call})}}}};
-  Json root;
-  if (choice == ToolChoice::kNamed) {
-    root = tag(calls[0]);
-  } else if (choice == ToolChoice::kRequired) {
-    root = parallel ? Json{{"type", "sequence"}, {"elements", Json::array({any_call, more})}} : any_call;
-  } else {
-    // auto: text until the trigger, then one call, then (when parallel)
-    // more calls, then the end.
-    Json tags = Json::array();
-    for (const Call& c : calls) tags.push_back(tag(c));
-    root = {{"type", "triggered_tags"},
-            {"triggers", Json::array({trigger})},
-            {"tags", std::move(tags)},
-            {"at_least_one", false},
-            {"stop_after_first", true}};
-    if (parallel) root = {{"type", "sequence"}, {"elements", Json::array({std::move(root), more})}};
+  auto any_of = [](Json elements) {
+    return elements.size() == 1 ? elements[0] : Json{{"type", "or"}, {"elements", std::move(elements)}};
+  };
+  Json tags = Json::array();
+  for (Call& c : calls) tags.push_back(tag(c.begin, std::move(c.arguments), c.end));
+  // The grammar of a reply (`first`: its calls' start) that ends with the
+  // calls: with `auto`, text until `trigger` first.
+  auto reply = [&](Json first, const std::string& trigger, Json more) {
+    Json root;
+    if (choice == ToolChoice::kAuto) {
+      root = {{"type", "triggered_tags"}, {"triggers", Json::array({trigger})}, {"tags", std::move(first)},
+              {"at_least_one", false}, {"stop_after_first", true}};
+    } else {
+      root = any_of(std::move(first));
+    }
+    if (!more.is_null()) root = sequence(Json::array({std::move(root), std::move(more)}));
+    return Json{{"type", "structural_tag"}, {"format", std::move(root)}}.dump();
+  };
+  ToolCallGrammarSpec spec;
+  if (mistral) {
+    // One list: [TOOL_CALLS] [call, call, ...].
+    Json list = any_of(tags);
+    if (several) {
+      const Json next = {{"type", "star"}, {"content", sequence(Json::array({text(", "), list}))}};
+      list = sequence(Json::array({list, next}));
+    }
+    if (marker_token >= 0) {
+      // The marker is a special token, which no text spells: the grammar
+      // holds what follows it, and the token comes first (TokenThen).
+      spec.structural_tag = Json{{"type", "structural_tag"}, {"format", tag(" [", std::move(list), "]")}}.dump();
+      spec.after_token = marker_token;
+      spec.text_before = choice == ToolChoice::kAuto;
+      return spec;
+    }
+    spec.structural_tag = reply(Json::array({tag(absl::StrCat(kMistralOpen, " ["), std::move(list), "]")}),
+                                kMistralOpen, nullptr);
+    return spec;
   }
-  return Json{{"type", "structural_tag"}, {"format", std::move(root)}}.dump();
+  // hermes and llama3_json: one tag per call, more calls after a separator.
+  Json more;
+  if (several) {
+    more = {{"type", "star"}, {"content", sequence(Json::array({text(hermes ? "\n" : "; "), any_of(tags)}))}};
+  }
+  spec.structural_tag = reply(std::move(tags), hermes ? kHermesOpen : "{\"name\": ", std::move(more));
+  return spec;
 }
 
 ToolCallStream::ToolCallStream(ToolCallFormat format, std::string id_prefix, bool stream_arguments)

@@ -9,12 +9,12 @@
 //   llama3_json  {"name": "f", "parameters": {...}}, calls separated by
 //                ';' (Llama 3.1+ with JSON tools);
 //   mistral      [TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]
-//                (read only: its marker is a special token, which the
-//                grammar cannot write, so no choice is enforced for it).
+//                (Mistral 7B v0.3 and others of its tokenizer v3).
 // A call's "arguments" may also be spelled "parameters", in every format.
 #ifndef FLOVER_CHAT_TOOL_CALLS_H_
 #define FLOVER_CHAT_TOOL_CALLS_H_
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,16 +39,32 @@ ToolCallFormat ToolCallFormatOf(absl::string_view template_text);
 // What a request lets the model do with its tools (OpenAI's tool_choice).
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
-// The grammar, as an xgrammar structural tag (JSON text), that holds a reply
-// to `choice`: kNamed, exactly one call of `named`; kRequired, calls from
-// the start; kAuto, free text until the format's call marker, then calls.
-// Several calls (separated by a newline, or "; " for llama3_json) only when
-// `parallel`; never text after the calls, which end the turn. Every call's
-// arguments match its function's `parameters` (strict: no properties
-// beyond the schema's). kNone has no grammar (InvalidArgument), and
-// mistral's calls cannot be enforced (FailedPrecondition saying why).
-absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
-                                            ToolChoice choice, const std::string& named, bool parallel);
+// The grammar that holds a reply to `choice`: kNamed, exactly one call of
+// `named`; kRequired, calls from the start; kAuto, free text until the
+// format's call marker, then calls. Several calls (separated by a newline,
+// "; " for llama3_json, ", " inside mistral's list) only when `parallel`
+// and not kNamed; never text after the calls, which end the turn. Every
+// call's arguments match its function's `parameters` (strict: no
+// properties beyond the schema's). kNone has no grammar (InvalidArgument).
+//
+// `marker_token`: the id of mistral's [TOOL_CALLS] where the vocabulary
+// holds it as one special token, else -1 (other formats' markers are text).
+// No text spells a special token, so the grammar then holds what follows
+// the token, and the token comes first: `after_token` says so.
+struct ToolCallGrammarSpec {
+  std::string structural_tag;  // xgrammar's structural tag, as JSON text
+  // >= 0: the reply writes this token first (text_before: free text may
+  // come before it, and without it the reply is plain text), and the
+  // structural tag holds what follows it.
+  int32_t after_token = -1;
+  bool text_before = false;
+};
+absl::StatusOr<ToolCallGrammarSpec> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
+                                                    ToolChoice choice, const std::string& named, bool parallel,
+                                                    int32_t marker_token = -1);
+// The text that starts a format's calls: "<tool_call>", "[TOOL_CALLS]",
+// and "" for llama3_json (whose calls start with their own JSON).
+const char* ToolCallMarker(ToolCallFormat format);
 
 // A reply read as it arrives: text comes out as content, except calls
 // (with ids `id_prefix` + their index). Text that may be the start of a

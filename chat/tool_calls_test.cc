@@ -244,7 +244,7 @@ TEST(ToolCallsTest, GrammarsForEachChoice) {
                                            {"get_time", "the time", ""}};
   auto named = ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kNamed, "get_time", true);
   ASSERT_TRUE(named.ok()) << named.status();
-  const Json n = Json::parse(*named);
+  const Json n = Json::parse(named->structural_tag);
   EXPECT_EQ(n["type"], "structural_tag");
   EXPECT_EQ(n["format"]["type"], "tag");
   EXPECT_EQ(n["format"]["begin"], "<tool_call>\n{\"name\": \"get_time\", \"arguments\": ");
@@ -252,20 +252,39 @@ TEST(ToolCallsTest, GrammarsForEachChoice) {
 
   auto required = ToolCallGrammar(ToolCallFormat::kLlama3Json, tools, ToolChoice::kRequired, "", false);
   ASSERT_TRUE(required.ok());
-  const Json r = Json::parse(*required);
+  const Json r = Json::parse(required->structural_tag);
   EXPECT_EQ(r["format"]["type"], "or");  // one call of either
   EXPECT_EQ(r["format"]["elements"].size(), 2u);
   EXPECT_EQ(r["format"]["elements"][0]["begin"], "{\"name\": \"get_weather\", \"parameters\": ");
 
   auto automatic = ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kAuto, "", true);
   ASSERT_TRUE(automatic.ok());
-  const Json a = Json::parse(*automatic);
+  const Json a = Json::parse(automatic->structural_tag);
   EXPECT_EQ(a["format"]["type"], "sequence");  // text and a call, then more calls
   EXPECT_EQ(a["format"]["elements"][0]["triggers"], Json::array({"<tool_call>"}));
   EXPECT_EQ(ToolCallGrammar(ToolCallFormat::kHermes, tools, ToolChoice::kNamed, "nope", true).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ToolCallGrammar(ToolCallFormat::kMistral, tools, ToolChoice::kAuto, "", true).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+
+  // Mistral's marker as a special token: the grammar holds the list after
+  // it, and the token comes first (after text, with auto).
+  auto mistral = ToolCallGrammar(ToolCallFormat::kMistral, tools, ToolChoice::kNamed, "get_time", true, 7);
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  EXPECT_EQ(mistral->after_token, 7);
+  EXPECT_FALSE(mistral->text_before);
+  const Json m = Json::parse(mistral->structural_tag);
+  EXPECT_EQ(m["format"]["begin"], " [");
+  EXPECT_EQ(m["format"]["content"]["begin"], "{\"name\": \"get_time\", \"arguments\": ");
+  EXPECT_EQ(m["format"]["end"], "]");
+  auto mistral_auto = ToolCallGrammar(ToolCallFormat::kMistral, tools, ToolChoice::kAuto, "", true, 7);
+  ASSERT_TRUE(mistral_auto.ok());
+  EXPECT_TRUE(mistral_auto->text_before);
+  // Without such a token, the marker is text and triggers the list.
+  auto mistral_text = ToolCallGrammar(ToolCallFormat::kMistral, tools, ToolChoice::kAuto, "", true);
+  ASSERT_TRUE(mistral_text.ok());
+  EXPECT_EQ(mistral_text->after_token, -1);
+  const Json t = Json::parse(mistral_text->structural_tag);
+  EXPECT_EQ(t["format"]["triggers"], Json::array({"[TOOL_CALLS]"}));
+  EXPECT_EQ(t["format"]["tags"][0]["begin"], "[TOOL_CALLS] [");
 }
 
 TEST(ToolCallsTest, DescriptionNamesEveryToolAndTheSyntax) {

@@ -15,9 +15,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "engine/engine.h"
-#include "model/model_loader.h"
 #include "chat/tool_calls.h"
+#include "engine/engine.h"
+#include "engine/token_then_constraint.h"
+#include "model/model_loader.h"
 #include "nlohmann/json.hpp"
 #include "testing/backends.h"
 #include "testing/collecting_sink.h"
@@ -225,12 +226,15 @@ TEST_F(GrammarConstraintTest, FusedRequestsEqualTheirRunsAlone) {
 struct Walked {
   bool accepted = false, complete = false;
 };
-Walked Walk(const CompiledConstraint& constraint, const Tokenizer& tokenizer, const std::string& text) {
+Walked WalkIds(const CompiledConstraint& constraint, const std::vector<int32_t>& ids) {
   std::unique_ptr<ConstraintState> state = constraint.Start();
-  for (int32_t id : testing::ValueOrDie(tokenizer.Encode(text, false), "encode")) {
+  for (int32_t id : ids) {
     if (!HasToken(state->AllowedNext(), id) || !state->Accept(id).ok()) return {};
   }
   return {true, state->Complete()};
+}
+Walked Walk(const CompiledConstraint& constraint, const Tokenizer& tokenizer, const std::string& text) {
+  return WalkIds(constraint, testing::ValueOrDie(tokenizer.Encode(text, false), "encode"));
 }
 
 // The tool-call grammars (chat/tool_calls.h's structural tags) hold a reply
@@ -245,7 +249,7 @@ TEST_F(GrammarConstraintTest, ToolCallGrammarsHoldTheChoice) {
   auto compile = [&](ToolChoice choice, const std::string& named, bool parallel) {
     auto tag = ToolCallGrammar(ToolCallFormat::kHermes, tools, choice, named, parallel);
     EXPECT_TRUE(tag.ok()) << tag.status();
-    auto c = grammars_->StructuralTag(*tag, "tool_choice");
+    auto c = grammars_->StructuralTag(tag->structural_tag, "tool_choice");
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   };
@@ -280,6 +284,85 @@ TEST_F(GrammarConstraintTest, ToolCallGrammarsHoldTheChoice) {
   EXPECT_FALSE(Walk(*automatic, tok, "Let me see. " + f_call + " Done.").accepted);
   EXPECT_FALSE(Walk(*automatic, tok, "Let me see. <tool_call>\n{\"name\": \"h\"").accepted);
   EXPECT_FALSE(Walk(*automatic, tok, "Let me see. " + f_call.substr(0, 30)).complete);
+}
+
+// A tokenizer that reads one more id as a special token (whose bytes no
+// text spells), as Mistral's tokenizer holds [TOOL_CALLS].
+class WithSpecialToken : public Tokenizer {
+ public:
+  WithSpecialToken(const Tokenizer& base, int32_t special) : base_(base), special_(special) {}
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text, bool add_special_tokens) const override {
+    return base_.Encode(text, add_special_tokens);
+  }
+  bool IsSpecial(int32_t id) const override { return id == special_ || base_.IsSpecial(id); }
+  std::string DecodeBytes(absl::Span<const int32_t> ids) const override { return base_.DecodeBytes(ids); }
+  std::string Decode(absl::Span<const int32_t> ids) const override { return base_.Decode(ids); }
+  int vocab_size() const override { return base_.vocab_size(); }
+  std::unique_ptr<TextStream> NewTextStream() const override { return base_.NewTextStream(); }
+
+ private:
+  const Tokenizer& base_;
+  const int32_t special_;
+};
+
+// Mistral's calls, [TOOL_CALLS] [{"name": ..., "arguments": ...}, ...]:
+// where the vocabulary holds the marker as a special token, which no text
+// spells, the reply starts with that token (TokenThen), and with `auto` the
+// calls start when the model samples it; where it does not, the marker is
+// text like hermes'.
+TEST_F(GrammarConstraintTest, MistralCallsStartWithTheMarkerToken) {
+  const std::vector<ToolFunction> tools = {
+      {"f", "", R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})"},
+      {"g", "", ""}};
+  const Tokenizer& base = *loaded_->tokenizer();
+  const int32_t marker = base.vocab_size() - 2;  // any id: read as special from here on
+  WithSpecialToken tok(base, marker);
+  GrammarConstraints grammars(std::make_shared<TokenBytes>(tok), loaded_->info().eos_token_ids);
+  auto compile = [&](ToolChoice choice, const std::string& named, bool parallel, int32_t marker_token) {
+    auto tag = ToolCallGrammar(ToolCallFormat::kMistral, tools, choice, named, parallel, marker_token);
+    EXPECT_TRUE(tag.ok()) << tag.status();
+    auto c = grammars.StructuralTag(tag->structural_tag, "tool_choice");
+    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(tag->after_token, marker_token);
+    return tag->after_token < 0 ? *c : TokenThen(tag->after_token, tag->text_before, *c);
+  };
+  auto ids = [&](const std::string& text) { return testing::ValueOrDie(tok.Encode(text, false), "encode"); };
+  auto after = [&](std::vector<int32_t> first, const std::string& text) {
+    for (int32_t id : ids(text)) first.push_back(id);
+    return first;
+  };
+  const std::string f = "{\"name\": \"f\", \"arguments\": {\"x\": 3}}";
+  const std::string g = "{\"name\": \"g\", \"arguments\": {}}";
+
+  auto named = compile(ToolChoice::kNamed, "f", true, marker);
+  EXPECT_TRUE(WalkIds(*named, after({marker}, " [" + f + "]")).complete);
+  EXPECT_FALSE(WalkIds(*named, after({marker}, " [" + f + ", " + f + "]")).accepted);  // named: one call
+  EXPECT_FALSE(WalkIds(*named, after({marker}, " [" + g + "]")).accepted);
+  EXPECT_FALSE(Walk(*named, tok, "[TOOL_CALLS] [" + f + "]").accepted);  // the marker's text is not it
+  EXPECT_FALSE(WalkIds(*named, after({marker}, " [" + f)).complete);
+
+  auto required = compile(ToolChoice::kRequired, "", true, marker);
+  EXPECT_TRUE(WalkIds(*required, after({marker}, " [" + g + ", " + f + "]")).complete);
+  EXPECT_FALSE(WalkIds(*required, after({marker}, " [" + g + "] Done.")).accepted);  // nothing after the list
+  EXPECT_FALSE(Walk(*required, tok, "Sure").accepted);
+  auto one = compile(ToolChoice::kRequired, "", false, marker);
+  EXPECT_TRUE(WalkIds(*one, after({marker}, " [" + g + "]")).complete);
+  EXPECT_FALSE(WalkIds(*one, after({marker}, " [" + g + ", " + f)).accepted);  // not parallel
+
+  auto automatic = compile(ToolChoice::kAuto, "", true, marker);
+  EXPECT_TRUE(Walk(*automatic, tok, "Plain words.").complete);
+  EXPECT_TRUE(WalkIds(*automatic, after(ids("Let me see."), "")).complete);
+  std::vector<int32_t> text_then_call = ids("Let me see.");
+  text_then_call.push_back(marker);
+  EXPECT_TRUE(WalkIds(*automatic, after(text_then_call, " [" + f + ", " + g + "]")).complete);
+  EXPECT_FALSE(WalkIds(*automatic, after(text_then_call, " [{\"name\": \"h\"")).accepted);
+  EXPECT_FALSE(WalkIds(*automatic, after(text_then_call, " [" + f)).complete);
+
+  // No such token in the vocabulary: the marker is text.
+  auto as_text = compile(ToolChoice::kAuto, "", false, -1);
+  EXPECT_TRUE(Walk(*as_text, tok, "Let me see. [TOOL_CALLS] [" + g + "]").complete);
+  EXPECT_FALSE(Walk(*as_text, tok, "Let me see. [TOOL_CALLS] [" + g + ", " + f + "]").accepted);
+  EXPECT_TRUE(Walk(*as_text, tok, "Plain words.").complete);
 }
 
 // What xgrammar 0.2.8 would drop of a JSON Schema is refused (issue 37),

@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/token_then_constraint.h"
 #include "util/field_error.h"
 #include "util/file_util.h"
 
@@ -106,9 +107,11 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
                       absl::StatusCode::kFailedPrecondition);
   }
   auto tag = ToolCallGrammar(context.chat->tool_format, in.tools, choice, in.tool_choice_name,
-                             in.parallel_tool_calls);
+                             in.parallel_tool_calls, context.chat->tool_marker_token);
   if (!tag.ok()) return FieldError("tool_choice", tag.status().message(), tag.status().code());
-  return context.grammars->StructuralTag(*tag, "tool_choice");
+  auto compiled = context.grammars->StructuralTag(tag->structural_tag, "tool_choice");
+  if (!compiled.ok() || tag->after_token < 0) return compiled;
+  return TokenThen(tag->after_token, tag->text_before, std::move(*compiled));
 }
 
 }  // namespace
@@ -299,6 +302,20 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   return r;
 }
 
+namespace {
+
+// The id of mistral's [TOOL_CALLS] where `tokenizer` reads it as one
+// special token, else -1 (ToolCallGrammar's marker_token).
+int32_t SpecialMarkerToken(const Tokenizer* tokenizer, ToolCallFormat format) {
+  const std::string marker = ToolCallMarker(format);
+  if (tokenizer == nullptr || format != ToolCallFormat::kMistral) return -1;
+  auto ids = tokenizer->Encode(marker, /*add_special_tokens=*/false);
+  if (!ids.ok() || ids->size() != 1 || !tokenizer->IsSpecial((*ids)[0])) return -1;
+  return (*ids)[0];
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
                                                              ChatTemplateInfo info,
                                                              std::shared_ptr<const Tokenizer> tokenizer,
@@ -308,6 +325,7 @@ absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& 
     auto named = ToolCallFormatNamed(tool_call_parser);
     if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--tool_call_parser: ", named.status().message()));
     chat->tool_format = *named;
+    chat->tool_marker_token = SpecialMarkerToken(tokenizer.get(), chat->tool_format);
   }
   if (!flag.empty()) {
     auto text = ReadFlagFile("--chat_template", flag);
@@ -333,6 +351,7 @@ absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& 
   }
   if (tool_call_parser.empty() && (*format)->takes_tools()) {
     chat->tool_format = ToolCallFormatOf((*format)->template_text());
+    chat->tool_marker_token = SpecialMarkerToken(tokenizer.get(), chat->tool_format);
   }
   chat->format = std::move(*format);
   return chat;

@@ -36,6 +36,9 @@ struct ChatSupport {
   // markers (ToolCallFormatOf), else hermes (what DescribeTools teaches a
   // template without tools).
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  // The id of mistral's [TOOL_CALLS] where the vocabulary holds it as one
+  // special token, else -1: ToolCallGrammar's marker_token.
+  int32_t tool_marker_token = -1;
   absl::Status unavailable = FieldError(
       "messages",
       "this model has no chat template; send text or token_ids, or start the server with "

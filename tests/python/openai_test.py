@@ -709,14 +709,25 @@ class ChatTest(unittest.TestCase):
             self.assertEqual((names, finish), ([c.function.name for c in calls], "tool_calls"))
         finally:
             s.close()
-        # A format whose calls cannot be enforced refuses every choice but none.
-        s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=512", "--threads=2", "--tool_call_parser=mistral")
+        # Mistral's list format, enforced: SmolLM2's vocabulary has no
+        # [TOOL_CALLS] token, so the marker is text the grammar writes (a
+        # vocabulary with it as a special token gets the token:
+        # engine/grammar_constraint_test).
+        s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=1024", "--threads=2", "--tool_call_parser=mistral")
         name = "SmolLM2-135M-Instruct.Q4_1"
         try:
-            with self.assertRaises(openai.BadRequestError) as err:
-                s.openai.chat.completions.create(model=name, messages=self.WEATHER, tools=self.TOOLS, max_tokens=4)
-            self.assertEqual(err.exception.body["param"], "tool_choice")
-            self.assertIn("mistral format cannot be enforced", err.exception.body["message"])
+            r = s.openai.chat.completions.create(model=name, messages=self.WEATHER, tools=self.TOOLS,
+                                                 tool_choice="required", temperature=0, max_tokens=120)
+            self.assertGreaterEqual(len(r.choices[0].message.tool_calls or []), 1)
+            self.assert_calls(r.choices[0], [c.function.name for c in r.choices[0].message.tool_calls])
+            r = s.openai.chat.completions.create(model=name, messages=self.WEATHER, tools=self.TOOLS,
+                                                 tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                                 temperature=0, max_tokens=80)
+            self.assert_calls(r.choices[0], ["get_weather"])
+            msgs = list(s.client.generate(messages=self.WEATHER, tools=self.TOOLS, tool_choice="get_time",
+                                          temperature=0, max_new_tokens=60))
+            self.assertEqual([c.name for c in msgs[-1].tool_calls], ["get_time"])
+            self.assertTrue("".join(m.text for m in msgs).startswith("[TOOL_CALLS] [{\"name\": \"get_time\""))
             r = s.openai.chat.completions.create(model=name, messages=self.WEATHER, tools=self.TOOLS,
                                                  tool_choice="none", max_tokens=4)
             self.assertEqual(r.choices[0].finish_reason, "length")
