@@ -172,6 +172,24 @@ bool CheckedFormat(const std::string& f) {
   return std::find(std::begin(kFormats), std::end(kFormats), f) != std::end(kFormats);
 }
 
+// Patterns for the formats whose xgrammar regex is looser than the
+// standard: its `date` (and the date in `date-time`) takes any day up to 31
+// in any month ("2024-02-30"). These check the day against the month, and
+// February 29 against the year (RFC 3339's full-date). "" for any other
+// format.
+std::string StrictFormatPattern(const std::string& f) {
+  static const std::string kDate =
+      "(\\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|\\d{4}-(0[469]|11)-(0[1-9]|[12]\\d|30)|"
+      "\\d{4}-02-(0[1-9]|1\\d|2[0-8])|"
+      "(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)";
+  // xgrammar's own time: a second of 60 (a leap second) and an offset.
+  static const std::string kTime =
+      "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+  if (f == "date") return "^" + kDate + "$";
+  if (f == "date-time") return "^" + kDate + "T" + kTime + "$";
+  return "";
+}
+
 // The types of instance the validation keyword `key: arg` constrains (it
 // passes any other), or 0 for annotations, unknown keywords and holders
 // ($defs).
@@ -350,6 +368,9 @@ class SchemaWalk {
     }
     return std::nullopt;
   }
+  // Where Run found a string schema with a format StrictFormatPattern
+  // tightens: its JSON pointer ("#/properties/when").
+  const std::vector<std::string>& strict_formats() const { return strict_formats_; }
 
  private:
   using Next = std::vector<std::pair<const Json*, std::string>>;
@@ -726,6 +747,7 @@ class SchemaWalk {
       if (StandardFormat(f) && !CheckedFormat(f)) {
         return Unenforced{absl::StrCat("format \"", f, "\""), here("format"), "xgrammar does not check that format"};
       }
+      if (!StrictFormatPattern(f).empty()) strict_formats_.push_back(at);
       const char* length = Member(schema, "minLength") != nullptr   ? "minLength"
                            : Member(schema, "maxLength") != nullptr ? "maxLength"
                                                                     : nullptr;
@@ -781,6 +803,7 @@ class SchemaWalk {
   bool refs_alone_ = false;  // the schema's $schema is a draft before 2019-09
   int64_t budget_ = kBudget;
   std::map<std::pair<const Json*, bool>, uint8_t> types_;  // Types' answers (kInProgress while it works)
+  std::vector<std::string> strict_formats_;
 };
 
 class GrammarState final : public ConstraintState {
@@ -919,7 +942,7 @@ GrammarConstraints::GrammarConstraints(std::shared_ptr<const TokenBytes> tokens,
 
 GrammarConstraints::~GrammarConstraints() = default;
 
-absl::Status CheckJsonSchema(const std::string& schema, const std::string& field) {
+absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const std::string& field) {
   if (schema.size() > kMaxSchemaBytes) {
     return FieldError(field, absl::StrCat("at most ", kMaxSchemaBytes, " bytes, got ", schema.size()));
   }
@@ -928,7 +951,8 @@ absl::Status CheckJsonSchema(const std::string& schema, const std::string& field
   }
   const nlohmann::json parsed = nlohmann::json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return FieldError(field, "not valid JSON");
-  if (const std::optional<Unenforced> found = SchemaWalk(parsed).Run()) {
+  SchemaWalk walk(parsed);
+  if (const std::optional<Unenforced> found = walk.Run()) {
     // A pointer may quote long member names: keep its ends.
     std::string pointer = found->pointer;
     if (pointer.size() > 240) {
@@ -938,19 +962,39 @@ absl::Status CheckJsonSchema(const std::string& schema, const std::string& field
                                           " (it would not be enforced", found->why.empty() ? "" : ": ", found->why,
                                           ")"));
   }
-  return absl::OkStatus();
+  if (walk.strict_formats().empty()) return schema;
+  // The same document in its own member order (the grammar writes
+  // properties in the schema's order), each such format now its pattern.
+  nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(schema, nullptr, /*allow_exceptions=*/false);
+  for (const std::string& at : walk.strict_formats()) {
+    try {
+      nlohmann::ordered_json& string = ordered.at(nlohmann::ordered_json::json_pointer(at.substr(1)));
+      const std::string pattern = StrictFormatPattern(string.at("format").get<std::string>());
+      string.erase("format");
+      string["pattern"] = pattern;
+    } catch (const std::exception&) {
+      // A $ref's pointer that xgrammar resolves and RFC 6901 does not (an
+      // unescaped ~): that schema keeps xgrammar's own format check.
+    }
+  }
+  return ordered.dump();
+}
+
+absl::Status CheckJsonSchema(const std::string& schema, const std::string& field) {
+  return EnforcedJsonSchema(schema, field).status();
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::JsonSchema(
     const std::string& schema, const std::string& field) {
-  if (absl::Status st = CheckJsonSchema(schema, field); !st.ok()) return st;
+  absl::StatusOr<std::string> enforced = EnforcedJsonSchema(schema, field);
+  if (!enforced.ok()) return enforced.status();
   // JSON Schema's own defaults (additional properties allowed unless the
   // schema says otherwise). Compact JSON: free whitespace lets a model
   // loop on spaces (a known failure of any_whitespace in vLLM).
   return impl_->Compile(
       field,
       [&] {
-        return impl_->compiler.CompileJSONSchema(schema, /*any_whitespace=*/false, std::nullopt,
+        return impl_->compiler.CompileJSONSchema(*enforced, /*any_whitespace=*/false, std::nullopt,
                                                  std::nullopt, /*strict_mode=*/false);
       },
       impl_->json_forbidden);

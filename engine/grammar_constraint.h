@@ -36,6 +36,11 @@ inline constexpr int kMaxConstraintDepth = 64;
 // keywords that would not be enforced (each named, with the JSON pointer of
 // where it sits, "#/properties/a/required", under `field`).
 absl::Status CheckJsonSchema(const std::string& schema, const std::string& field);
+// CheckJsonSchema's checks, and the schema as xgrammar is to compile it:
+// `date` and `date-time` formats become patterns that check the day against
+// the month and February 29 against the year (xgrammar's own take any day
+// up to 31 in any month). The schema's text unchanged where it has none.
+absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const std::string& field);
 
 class GrammarConstraints {
  public:
@@ -65,7 +70,7 @@ class GrammarConstraints {
                                                                    const std::string& field);
   // An xgrammar structural tag (JSON: tags, triggers, schemas), built by the
   // server (chat/tool_calls.h's tool-call grammars), so not checked for
-  // keywords here: CheckJsonSchema its schemas first. Its JSON is strict
+  // keywords here: build it from EnforcedJsonSchema's schemas. Its JSON is strict
   // (no properties beyond a schema's), with at most one whitespace in a row.
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> StructuralTag(const std::string& tag,
                                                                          const std::string& field);

@@ -548,6 +548,35 @@ TEST_F(JsonSchemaRefusalTest, FormatsTheStandardDefinesButXgrammarDoesNotCheckAr
   ExpectEnforced(R"({"type": "number", "format": "iri"})", {"1.5"}, {"\"x\""});
 }
 
+// xgrammar's own date takes any day up to 31 in any month; the schema it is
+// given checks the day against the month and February 29 against the year,
+// wherever a date or date-time sits (a $ref's target, a union with null,
+// a tool's parameters alike), and keeps the properties' order.
+TEST_F(JsonSchemaRefusalTest, DatesAreCheckedAgainstTheirMonthAndYear) {
+  const std::vector<std::string> valid = {"2024-02-29", "2000-02-29", "2023-02-28", "2024-04-30", "2024-12-31",
+                                          "0000-02-29"};
+  const std::vector<std::string> invalid = {"2024-02-30", "2023-02-29", "1900-02-29", "2024-04-31", "2024-06-31",
+                                            "2024-13-01", "2024-00-10", "2024-01-00"};
+  auto quoted = [](std::vector<std::string> dates, const std::string& suffix) {
+    for (std::string& d : dates) d = "\"" + d + suffix + "\"";
+    return dates;
+  };
+  ExpectEnforced(R"({"type": "string", "format": "date"})", quoted(valid, ""), quoted(invalid, ""));
+  ExpectEnforced(R"({"type": ["string", "null"], "format": "date-time"})", quoted(valid, "T23:59:60.5+01:00"),
+                 quoted(invalid, "T10:00:00Z"));
+  ExpectEnforced(R"({"type": "string", "format": "date-time"})", {}, {"\"2024-02-29T24:00:00Z\""});
+  const std::string schema = R"({"type": "object", "properties": {"z": {"$ref": "#/$defs/day"},
+      "a": {"type": "integer"}}, "required": ["z", "a"], "additionalProperties": false,
+      "$defs": {"day": {"type": "string", "format": "date"}}})";
+  ExpectEnforced(schema, {R"({"z": "2024-02-29", "a": 1})"}, {R"({"z": "2023-02-29", "a": 1})", R"({"a": 1, "z": "2024-02-29"})"});
+  auto enforced = EnforcedJsonSchema(schema, "json_schema");
+  ASSERT_TRUE(enforced.ok()) << enforced.status();
+  EXPECT_THAT(*enforced, HasSubstr(R"("properties":{"z":{"$ref":"#/$defs/day"},"a":)"));
+  EXPECT_THAT(*enforced, ::testing::Not(HasSubstr("format")));
+  // Nothing to tighten: the text as sent.
+  EXPECT_EQ(*EnforcedJsonSchema(R"({"type": "string", "format": "time"})", "f"), R"({"type": "string", "format": "time"})");
+}
+
 TEST_F(JsonSchemaRefusalTest, OneOfMustBeProvablyExclusive) {
   // xgrammar enforces oneOf as anyOf.
   EXPECT_THAT(Refusal(R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})"),

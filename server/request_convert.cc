@@ -83,6 +83,7 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
   if (in.tools.size() > kMaxTools) {
     return FieldError("tools", absl::StrCat("at most ", kMaxTools, ", got ", in.tools.size()));
   }
+  std::vector<ToolFunction> enforced = in.tools;  // the parameters as the grammar holds them
   for (size_t i = 0; i < in.tools.size(); ++i) {
     const ToolFunction& t = in.tools[i];
     const std::string at = absl::StrCat("tools[", i, "].function");
@@ -93,7 +94,9 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
       if (in.tools[j].name == t.name) return FieldError(at + ".name", absl::StrCat("'", t.name, "' is offered twice"));
     }
     if (!t.parameters.empty()) {
-      if (absl::Status st = CheckJsonSchema(t.parameters, at + ".parameters"); !st.ok()) return st;
+      auto parameters = EnforcedJsonSchema(t.parameters, at + ".parameters");
+      if (!parameters.ok()) return parameters.status();
+      enforced[i].parameters = std::move(*parameters);
     }
   }
   if (choice == ToolChoice::kNone) return nullptr;
@@ -106,7 +109,7 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
     return FieldError("tool_choice", "this server cannot enforce tool calls (no tokenizer or grammars)",
                       absl::StatusCode::kFailedPrecondition);
   }
-  auto tag = ToolCallGrammar(context.chat->tool_format, in.tools, choice, in.tool_choice_name,
+  auto tag = ToolCallGrammar(context.chat->tool_format, enforced, choice, in.tool_choice_name,
                              in.parallel_tool_calls, context.chat->tool_marker_token);
   if (!tag.ok()) return FieldError("tool_choice", tag.status().message(), tag.status().code());
   auto compiled = context.grammars->StructuralTag(tag->structural_tag, "tool_choice");
