@@ -7,12 +7,16 @@
 // where the output is complete, and a state that admits nothing more ends
 // the sequence (finish reason stop). Everything depends on the sequence's
 // own tokens only, so a constrained request's tokens equal its run alone.
+// With speculative decoding, a step may advance a state by several tokens
+// (a draft's rows verified one by one, each masked by the state after the
+// rows before it).
 #ifndef FLOVER_ENGINE_CONSTRAINT_H_
 #define FLOVER_ENGINE_CONSTRAINT_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,6 +52,12 @@ class ConstraintState {
   // is unchanged, and failed() is true from then on).
   virtual absl::Status Accept(int32_t token) = 0;
   virtual bool failed() const = 0;
+  // Bytes that every output allowed from here goes on with (a grammar's
+  // fixed text, such as a schema's next key), or "" when there is a choice
+  // or the constraint cannot tell: speculative decoding drafts their
+  // tokens, which the model then verifies like any draft. Leaves the state
+  // as it is.
+  virtual std::string ForcedBytes() { return ""; }
 };
 
 // A constraint as compiled for a model's vocabulary: immutable, shared by

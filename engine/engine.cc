@@ -64,6 +64,12 @@ struct Engine::Sequence {
   // tokens before them); `pacer` says when and how many it drafts next.
   int drafted = 0;
   std::optional<DraftPacer> pacer;
+  // The drafts are the constraint's forced bytes, not an n-gram's guess
+  // (the pacer learns from n-gram drafts only).
+  bool forced_drafts = false;
+  // Tokens the constraint has taken in this step (verified drafts) that
+  // Emit has not yet passed on: its observer reads the state at the last.
+  int constraint_ahead = 0;
   int real_tokens() const { return static_cast<int>(tokens.size()) - drafted; }
   void DropDrafts() {
     tokens.resize(tokens.size() - drafted);
@@ -93,11 +99,12 @@ bool EndsAsEos(const ModelInfo& info, const StopConditions& stop, int32_t token)
 // refused a token (the step's sampling loop advances the constraint).
 class ConstraintObserver final : public SequenceObserver {
  public:
-  explicit ConstraintObserver(ConstraintState* state) : state_(state) {}
+  ConstraintObserver(ConstraintState* state, const int* ahead) : state_(state), ahead_(ahead) {}
   // The engine advanced the state with the token already (in parallel with
-  // the step's other sequences).
+  // the step's other sequences), and with `*ahead` tokens after it, none of
+  // which it would have taken had this one ended the output.
   std::optional<FinishReason> OnToken(int32_t, bool end_of_sequence, TokenEvent&) override {
-    if (end_of_sequence) return std::nullopt;
+    if (end_of_sequence || *ahead_ > 0) return std::nullopt;
     // The mask allowed only what the state accepts; a refusal would mean a
     // constraint that contradicts itself, and ends the output where it is.
     if (state_->failed() || !state_->CanContinue()) return FinishReason::kStop;
@@ -107,6 +114,7 @@ class ConstraintObserver final : public SequenceObserver {
 
  private:
   ConstraintState* state_;
+  const int* ahead_;
 };
 
 // The step set-up every rank derives from the engine's options (rank 0 in
@@ -296,7 +304,7 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
         std::make_unique<ConstraintMask>(seq->constraint.get(),
                                          EosLikeIds(model_.info(), seq->request.stop)),
         /*masks=*/true);
-    seq->observers.push_back(std::make_unique<ConstraintObserver>(seq->constraint.get()));
+    seq->observers.push_back(std::make_unique<ConstraintObserver>(seq->constraint.get(), &seq->constraint_ahead));
   }
   incoming_.push_back(std::move(seq));
   live_ids_.insert(id);
@@ -605,16 +613,16 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
       out.tokens.push_back(token);
       out.logprobs.push_back(logprob);
       out.top_logprobs.push_back(std::move(top));
-      const bool eos = EndsAsEos(model_.info(), s.request.stop, token);
+      bool ends = EndsAsEos(model_.info(), s.request.stop, token);
       // A constraint advances here, in parallel, and works out what may
-      // follow; Emit's observer only reads the result. (A constrained
-      // sequence does not draft.)
-      if (s.constraint != nullptr && !eos) {
+      // follow (the next row's mask); Emit's observer only reads the result.
+      if (s.constraint != nullptr && !ends) {
         (void)s.constraint->Accept(token);  // a refusal is kept in failed()
+        ends = s.constraint->failed() || !s.constraint->CanContinue();
       }
       // Row j + 1 holds the draft at position real + j: it stands only if
       // that is the token sampled here.
-      if (eos || j + 1 >= sampling[k].rows || s.tokens[real + j] != token) break;
+      if (ends || j + 1 >= sampling[k].rows || s.tokens[real + j] != token) break;
     }
   }
   int generated = 0, drafts = 0, accepted = 0;
@@ -627,9 +635,10 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
       const int taken = static_cast<int>(out.tokens.size()) - 1;
       drafts += sampling[k].rows - 1;
       accepted += taken;
-      s.pacer->Verified(sampling[k].rows - 1, taken);
+      if (!s.forced_drafts) s.pacer->Verified(sampling[k].rows - 1, taken);
       const int real = s.real_tokens();
       s.DropDrafts();
+      s.forced_drafts = false;
       s.computed = real + taken;
     }
     generated += static_cast<int>(out.tokens.size());
@@ -648,8 +657,10 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
     Sequence& s = *by_id_[plan.seqs[sampling[k].seq].id];
     Sampled& out = sampled_[k];
     for (size_t j = 0; j < out.tokens.size() && !s.finished; ++j) {
+      s.constraint_ahead = static_cast<int>(out.tokens.size() - 1 - j);
       Emit(s, out.tokens[j], out.logprobs[j], std::move(out.top_logprobs[j]), now);
     }
+    s.constraint_ahead = 0;
     // Blocks now full of computed tokens that stand go to the prefix cache.
     if (!s.finished) pool_.Register(s.tokens, s.blocks, s.computed / KvCacheShape::kBlockSize, &s.block_keys);
   }
@@ -669,21 +680,47 @@ void Engine::ProposeDrafts() {
   for (const auto& sp : active_) {
     if (rows <= 0) break;
     Sequence& s = *sp;
-    if (s.drafted > 0 || s.constraint != nullptr || !s.request.speculative ||
-        s.computed != static_cast<int>(s.tokens.size()) - 1) {
+    if (s.drafted > 0 || !s.request.speculative || s.computed != static_cast<int>(s.tokens.size()) - 1) {
       continue;
     }
     if (!s.pacer.has_value()) s.pacer.emplace(o.max_tokens);
-    if (!s.pacer->Drafts()) continue;
     // Never past the last token the request may generate (which also keeps
     // every draft within the positions it was admitted for).
     const int room = s.request.stop.max_new_tokens - s.generated - 1;
-    const std::vector<int32_t> draft =
-        NgramDraft(s.tokens, std::min({s.pacer->length(), room, rows}), o.min_ngram, o.max_ngram);
+    // Where a constraint fixes what comes next, its bytes are the draft,
+    // as the tokenizer spells them (the model verifies the spelling), and
+    // whatever the pacer says; else an n-gram's, when the pacer allows.
+    std::vector<int32_t> draft = ForcedDraft(s, std::min({o.max_tokens, room, rows}));
+    s.forced_drafts = !draft.empty();
+    if (draft.empty()) {
+      if (!s.pacer->Drafts()) continue;
+      draft = NgramDraft(s.tokens, std::min({s.pacer->length(), room, rows}), o.min_ngram, o.max_ngram);
+    }
     s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
     s.drafted = static_cast<int>(draft.size());
     rows -= s.drafted;
   }
+}
+
+std::vector<int32_t> Engine::ForcedDraft(Sequence& s, int max_tokens) const {
+  if (s.constraint == nullptr || tokenizer_ == nullptr || max_tokens <= 0) return {};
+  std::string forced = s.constraint->ForcedBytes();
+  // Whole UTF-8 characters only (the tokenizer takes valid text).
+  size_t end = forced.size();
+  for (size_t back = 0; back < 4 && back < forced.size(); ++back) {
+    const unsigned char c = forced[forced.size() - 1 - back];
+    if ((c & 0xC0) != 0x80) {  // the last character's first byte
+      const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+      if (back + 1 < len) end = forced.size() - 1 - back;
+      break;
+    }
+  }
+  forced.resize(end);
+  if (forced.empty()) return {};
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(forced, /*add_special_tokens=*/false);
+  if (!ids.ok()) return {};
+  if (static_cast<int>(ids->size()) > max_tokens) ids->resize(max_tokens);
+  return *std::move(ids);
 }
 
 bool Engine::Step() {

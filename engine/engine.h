@@ -159,6 +159,10 @@ class Engine {
   // Sequences in decode that may speculate append draft tokens, verified in
   // the next step, within the step's draft rows (SpeculativeOptions).
   void ProposeDrafts();
+  // The tokens of what `s`'s constraint fixes next (ConstraintState's
+  // ForcedBytes, as the tokenizer spells them), at most `max_tokens`; none
+  // without a constraint, a tokenizer or such bytes.
+  std::vector<int32_t> ForcedDraft(Sequence& s, int max_tokens) const;
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
   // Appends a sampled token, emits it, and decides whether the sequence stops.
   void Emit(Sequence& seq, int32_t token, float logprob,

@@ -830,6 +830,7 @@ class GrammarState final : public ConstraintState {
     Update();
     return absl::OkStatus();
   }
+  std::string ForcedBytes() override { return failed_ ? "" : matcher_.FindJumpForwardString(); }
 
  private:
   void Update() {

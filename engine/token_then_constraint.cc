@@ -1,5 +1,6 @@
 #include "engine/token_then_constraint.h"
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,7 @@ class TokenThenState final : public ConstraintState {
     if (token == token_) after_ = then_.Start();
     return absl::OkStatus();
   }
+  std::string ForcedBytes() override { return after_ != nullptr ? after_->ForcedBytes() : ""; }
 
  private:
   const int32_t token_;
