@@ -800,14 +800,26 @@ class ChatTest(unittest.TestCase):
                      dict(messages=story, temperature=0),
                      dict(messages=copy, temperature=0.8, seed=7),
                      dict(messages=summary, temperature=0.7, top_p=0.9, seed=11)]
+            # Constrained: drafts of what the grammar fixes (keys, punctuation).
+            city = {"type": "json_schema", "json_schema": {"name": "city", "schema": {
+                "type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"},
+                                                 "population_millions": {"type": "integer"},
+                                                 "is_capital": {"type": "boolean"}},
+                "required": ["city", "country", "population_millions", "is_capital"],
+                "additionalProperties": False}}}
+            paris = [{"role": "user", "content": "Describe Paris as JSON: city, country, population, capital."}]
+            cases += [dict(messages=paris, temperature=0, response_format=city),
+                      dict(messages=paris, temperature=0.9, seed=3, response_format=city),
+                      dict(messages=self.WEATHER, tools=self.TOOLS, tool_choice="required", temperature=0)]
 
             def answer(case, spec):
                 r = s.openai.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", max_tokens=120,
                                                      logprobs=True, top_logprobs=2,
                                                      extra_body={"speculative": spec}, **case)
                 c = r.choices[0]
-                return c.message.content, [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
-                                           for t in c.logprobs.content]
+                calls = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
+                return c.message.content, calls, c.finish_reason, [
+                    (t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in c.logprobs.content]
 
             # All at once with speculation (fused with each other), then each
             # alone without.
@@ -826,6 +838,11 @@ class ChatTest(unittest.TestCase):
             # The copying answer alone: fewer steps than tokens.
             before = s.stats()
             answer(cases[0], True)
+            after = s.stats()
+            self.assertLess(after.steps - before.steps, after.tokens_generated - before.tokens_generated)
+            # So does the JSON answer alone: the grammar's keys are drafted.
+            before = s.stats()
+            answer(cases[5], True)
             after = s.stats()
             self.assertLess(after.steps - before.steps, after.tokens_generated - before.tokens_generated)
             # gRPC: the same tokens with and without.
