@@ -79,6 +79,10 @@ class ProfilingBackend final : public kernels::Backend {
                    const kernels::Tensor& out) override {
     return Timed("act(gate)*up", [&] { return inner_.Glu(gate_up, kind, out); });
   }
+  absl::Status GroupRmsNorm(const kernels::Tensor& x, int first, int groups, const kernels::Tensor& gamma,
+                            float eps) override {
+    return Timed("group_rmsnorm", [&] { return inner_.GroupRmsNorm(x, first, groups, gamma, eps); });
+  }
   absl::Status SoftCap(const kernels::Tensor& x, float cap) override {
     return Timed("softcap", [&] { return inner_.SoftCap(x, cap); });
   }

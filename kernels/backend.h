@@ -36,7 +36,7 @@ namespace flover::kernels {
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 8;
+inline constexpr int kBackendAbiVersion = 9;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -253,6 +253,15 @@ class Backend : public Allocator {
   // x: f32 [T, C]; gamma: f32 [1, C]; out: f32 or activation_dtype().
   virtual absl::Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps,
                                const Tensor& out) = 0;
+
+  // RMSNorm of groups of columns, in place: in every row of x: f32 [T, W],
+  // each of `groups` consecutive groups of G = gamma.cols columns, starting
+  // at column `first`, becomes v / sqrt(mean(v^2) + eps) * gamma over that
+  // group alone. gamma: f32 [1, G]; first + groups * G <= W. Q/K norms:
+  // Qwen3's and Gemma 3's (a group per head of Q, then of K, in qkv), or
+  // OLMoE's (one group of all of Q).
+  virtual absl::Status GroupRmsNorm(const Tensor& x, int first, int groups, const Tensor& gamma,
+                                    float eps) = 0;
 
   // Rotary position embeddings, in place on the Q and K parts of qkv: f32
   // [T, (q_heads + 2 * kv_heads) * head_dim] (V untouched). In every head,

@@ -157,6 +157,58 @@ TEST_P(OpsTest, RmsNorm) {
   if (ran.none()) GTEST_SKIP() << ran.why();
 }
 
+// RMSNorm of column groups in place (Q/K norms): each head of Q and of K
+// in a qkv row on its own, V and the columns outside untouched; and one
+// group of all of Q (OLMoE's). A row's result is the same in any batch.
+TEST_P(OpsTest, GroupRmsNorm) {
+  Ran ran;
+  ran.Run(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-2, [](Dev& d) {
+    const int T = 5, Hq = 4, Hkv = 2, D = 48, W = (Hq + 2 * Hkv) * D;
+    auto x = Random(T * W, 41, 3.0f), gq = Random(D, 42), gk = Random(D, 43), gall = Random(Hq * D, 44);
+    auto reference = [&](std::vector<float> v, int first, int groups, const std::vector<float>& g) {
+      const int G = static_cast<int>(g.size());
+      std::vector<double> out(v.begin(), v.end());
+      for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < groups; ++h) {
+          const int at = t * W + first + h * G;
+          double ss = 0;
+          for (int c = 0; c < G; ++c) ss += double{v[at + c]} * v[at + c];
+          const double rstd = 1 / std::sqrt(ss / G + 1e-6);
+          for (int c = 0; c < G; ++c) out[at + c] = g[c] * (v[at + c] * rstd);
+        }
+      }
+      return out;
+    };
+    // Q's heads, then K's.
+    const Tensor qkv = d.Up(x, T, W);
+    EXPECT_TRUE(d->GroupRmsNorm(qkv, 0, Hq, d.Up(gq, 1, D), 1e-6f).ok());
+    EXPECT_TRUE(d->GroupRmsNorm(qkv, Hq * D, Hkv, d.Up(gk, 1, D), 1e-6f).ok());
+    std::vector<double> want = reference(x, 0, Hq, gq);
+    std::vector<float> after_q(want.begin(), want.end());
+    want = reference(after_q, Hq * D, Hkv, gk);
+    const std::vector<float> got = d.Down(qkv);
+    EXPECT_LT(RelErr(got, want), 1e-5);
+    for (int t = 0; t < T; ++t) {  // V exactly as it was
+      for (int c = (Hq + Hkv) * D; c < W; ++c) EXPECT_EQ(got[t * W + c], x[t * W + c]);
+    }
+    // One row alone gives that row's result, bitwise.
+    const std::vector<float> row(x.begin() + 2 * W, x.begin() + 3 * W);
+    const Tensor one = d.Up(row, 1, W);
+    EXPECT_TRUE(d->GroupRmsNorm(one, 0, Hq, d.Up(gq, 1, D), 1e-6f).ok());
+    EXPECT_TRUE(d->GroupRmsNorm(one, Hq * D, Hkv, d.Up(gk, 1, D), 1e-6f).ok());
+    EXPECT_EQ(d.Down(one), std::vector<float>(got.begin() + 2 * W, got.begin() + 3 * W));
+    // All of Q as one group.
+    const Tensor whole = d.Up(x, T, W);
+    EXPECT_TRUE(d->GroupRmsNorm(whole, 0, 1, d.Up(gall, 1, Hq * D), 1e-6f).ok());
+    EXPECT_LT(RelErr(d.Down(whole), reference(x, 0, 1, gall)), 1e-5);
+    // Groups that do not fit are refused.
+    EXPECT_EQ(d->GroupRmsNorm(whole, D, Hq + 2 * Hkv, d.Up(gq, 1, D), 1e-6f).code(),
+              absl::StatusCode::kInvalidArgument);
+    return got;
+  });
+  if (ran.none()) GTEST_SKIP() << ran.why();
+}
+
 // Rotary embeddings on Q and K heads (2 query heads per key/value head), V
 // untouched, against the rotation computed in double from the same f32
 // angle: what Hugging Face's models compute. Every dim turning as halves

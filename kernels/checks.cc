@@ -147,6 +147,17 @@ absl::Status CheckSoftCapArgs(const Tensor& x, float cap) {
   return CheckTensor("SoftCap", "x", x, kAnySize, kAnySize, {DType::kF32});
 }
 
+absl::Status CheckGroupRmsNormArgs(const Tensor& x, int first, int groups, const Tensor& gamma) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("GroupRmsNorm", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("GroupRmsNorm", "gamma", gamma, 1, kAnySize, {DType::kF32}));
+  if (first < 0 || groups < 1 || gamma.cols < 1 || first + int64_t{groups} * gamma.cols > x.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("GroupRmsNorm: ", groups, " groups of ", gamma.cols,
+                                                   " columns from column ", first, " do not fit in ",
+                                                   x.cols, " columns"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,
                              Epilogue epilogue, const Tensor& out, DType x_dtype, DType act) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, w.k(), {DType::kF32, x_dtype}));

@@ -42,6 +42,7 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
                            const RopeParams& p);
 absl::Status CheckGluArgs(const Tensor& gate_up, GluKind kind, const Tensor& out, DType act);
 absl::Status CheckSoftCapArgs(const Tensor& x, float cap);
+absl::Status CheckGroupRmsNormArgs(const Tensor& x, int first, int groups, const Tensor& gamma);
 // x: [M, w.k()] of f32 or `x_dtype`; out: [M, w.n()] f32 (or `act` for
 // kBiasGelu); bias: f32 [1, w.n()] or null.
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,

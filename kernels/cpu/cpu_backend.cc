@@ -443,6 +443,28 @@ absl::Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::GroupRmsNorm(const Tensor& x, int first, int groups, const Tensor& gamma,
+                                      float eps) {
+  FLOVER_RETURN_IF_ERROR(CheckGroupRmsNormArgs(x, first, groups, gamma));
+  const int64_t T = x.rows, W = x.cols, G = gamma.cols;
+  const float* g = gamma.as<float>();
+  float* xs = x.as<float>();
+  UseCpuThreadsHere();
+#pragma omp parallel for schedule(static) if (T > 8)
+  for (int64_t t = 0; t < T; ++t) {
+    for (int h = 0; h < groups; ++h) {
+      float* v = xs + t * W + first + h * G;
+      float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t c = 0; c < G; ++c) ss += v[c] * v[c];
+      const float rstd = 1.0f / std::sqrt(ss / G + eps);
+#pragma omp simd
+      for (int64_t c = 0; c < G; ++c) v[c] = g[c] * (v[c] * rstd);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
                               const RopeParams& p) {
   FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, p));

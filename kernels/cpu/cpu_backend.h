@@ -59,6 +59,7 @@ class CpuBackend final : public Backend {
                     const RopeParams& p) override;
   absl::Status Glu(const Tensor& gate_up, GluKind kind, const Tensor& out) override;
   absl::Status SoftCap(const Tensor& x, float cap) override;
+  absl::Status GroupRmsNorm(const Tensor& x, int first, int groups, const Tensor& gamma, float eps) override;
   absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
                       const Tensor& out) override;
   absl::Status AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) override;

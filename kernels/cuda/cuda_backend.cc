@@ -424,6 +424,15 @@ absl::Status CudaBackend::SoftCap(const Tensor& x, float cap) {
   return CudaStatus(LaunchSoftCap(x.as<float>(), x.rows * x.cols, cap, stream_), "SoftCap");
 }
 
+absl::Status CudaBackend::GroupRmsNorm(const Tensor& x, int first, int groups, const Tensor& gamma,
+                                       float eps) {
+  FLOVER_RETURN_IF_ERROR(CheckGroupRmsNormArgs(x, first, groups, gamma));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchGroupRmsNorm(x.as<float>(), static_cast<int>(x.rows), static_cast<int>(x.cols), first,
+                                       groups, static_cast<int>(gamma.cols), gamma.as<float>(), eps, stream_),
+                    "GroupRmsNorm");
+}
+
 absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Tensor* bias,
                                  Epilogue epilogue, const Tensor& out) {
   if (const auto* blocks = dynamic_cast<const CudaBlockWeight*>(&weight)) {

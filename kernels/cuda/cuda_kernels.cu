@@ -226,6 +226,18 @@ __global__ void GluKernel(const float* gate_up, int64_t n, int F, OutT* out) {
   }
 }
 
+// grid (T, groups), block 32: one warp per group of one row, summing in a
+// fixed order (each lane's stride, then the butterfly), so every row's
+// result is the same in any batch.
+__global__ void GroupRmsNormKernel(float* x, int W, int first, int G, const float* gamma, float eps) {
+  float* v = x + int64_t{blockIdx.x} * W + first + int64_t{blockIdx.y} * G;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < G; c += 32) ss += v[c] * v[c];
+  for (int offset = 16; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+  const float rstd = 1.0f / sqrtf(ss / G + eps);
+  for (int c = threadIdx.x; c < G; c += 32) v[c] = gamma[c] * (v[c] * rstd);
+}
+
 __global__ void SoftCapKernel(float* x, int64_t n, float cap) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -790,6 +802,13 @@ cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, 
   if (n == 0) return cudaSuccess;
   return gelu ? LaunchGluOf<true>(gate_up, n, F, out, out_dtype, stream)
               : LaunchGluOf<false>(gate_up, n, F, out, out_dtype, stream);
+}
+
+cudaError_t LaunchGroupRmsNorm(float* x, int T, int W, int first, int groups, int G, const float* gamma,
+                               float eps, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  GroupRmsNormKernel<<<dim3(T, groups), 32, 0, stream>>>(x, W, first, G, gamma, eps);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream) {

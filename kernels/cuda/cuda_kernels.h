@@ -81,6 +81,11 @@ cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_fr
 cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, DType out_dtype,
                       cudaStream_t stream);
 
+// x: f32 [T, W]: each of `groups` groups of G columns from column `first`
+// RMS-normalised over itself and scaled by gamma: f32 [G], in place.
+cudaError_t LaunchGroupRmsNorm(float* x, int T, int W, int first, int groups, int G, const float* gamma,
+                               float eps, cudaStream_t stream);
+
 // x: f32 [n] = tanh(x / cap) * cap, in place.
 cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream);
 
