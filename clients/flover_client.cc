@@ -49,6 +49,8 @@ ABSL_FLAG(std::string, tools, "",
           "[{\"type\": \"function\", \"function\": {\"name\", \"description\", \"parameters\"}}]");
 ABSL_FLAG(std::string, tool_choice, "", "none, auto, required, or a function's name (empty: auto with --tools)");
 ABSL_FLAG(bool, parallel_tool_calls, true, "With --tools: several calls in one reply");
+ABSL_FLAG(bool, speculative, true,
+          "false: this request drafts nothing on a server started with --speculative (its output is the same)");
 ABSL_FLAG(double, timeout_s, 0, "Deadline in seconds (0 = none)");
 ABSL_FLAG(std::string, api_key, "", "Sent as 'authorization: Bearer KEY'");
 ABSL_FLAG(bool, json, false, "Print one JSON object at the end instead of streaming");
@@ -159,6 +161,7 @@ int main(int argc, char** argv) {
     }
   }
   req.set_parallel_tool_calls(absl::GetFlag(FLAGS_parallel_tool_calls));
+  if (!absl::GetFlag(FLAGS_speculative)) req.set_speculative(false);
 
   auto creds = flover::clients::ChannelCredentialsFromFlags();
   if (!creds.ok()) {
