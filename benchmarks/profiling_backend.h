@@ -83,6 +83,18 @@ class ProfilingBackend final : public kernels::Backend {
                             float eps) override {
     return Timed("group_rmsnorm", [&] { return inner_.GroupRmsNorm(x, first, groups, gamma, eps); });
   }
+  absl::Status Route(const kernels::Tensor& logits, const kernels::RouterParams& p, const kernels::Tensor& ids,
+                     const kernels::Tensor& weights) override {
+    return Timed("route", [&] { return inner_.Route(logits, p, ids, weights); });
+  }
+  absl::Status LinearById(const kernels::Tensor& x, absl::Span<const kernels::Weight* const> experts,
+                          const kernels::Tensor& ids, const kernels::Tensor& out) override {
+    return Timed("linear_by_id", [&] { return inner_.LinearById(x, experts, ids, out); });
+  }
+  absl::Status WeightedRowSum(const kernels::Tensor& y, const kernels::Tensor& weights,
+                              const kernels::Tensor& out) override {
+    return Timed("weighted_row_sum", [&] { return inner_.WeightedRowSum(y, weights, out); });
+  }
   absl::Status SoftCap(const kernels::Tensor& x, float cap) override {
     return Timed("softcap", [&] { return inner_.SoftCap(x, cap); });
   }

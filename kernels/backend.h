@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/host_values.h"
 #include "kernels/kv_layer.h"
 #include "kernels/op_params.h"
@@ -34,9 +35,12 @@
 
 namespace flover::kernels {
 
+// The most experts a router may choose among.
+inline constexpr int kMaxExperts = 1024;
+
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 9;
+inline constexpr int kBackendAbiVersion = 10;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -300,6 +304,31 @@ class Backend : public Allocator {
   // them with a window), in order of position whatever blocks hold them.
   virtual absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                  const AttentionParams& p, const Tensor& out) = 0;
+
+  // ---- Mixture of experts ---------------------------------------------------
+  // A router's choice for each row of logits: f32 [T, E]: ids: i32 [T, p.k],
+  // the k experts of largest score (in decreasing order; of equal scores
+  // the lower id first), and weights: f32 [T, p.k], theirs per p.scoring,
+  // computed in f32 in a fixed order (a row's result is the same in any
+  // batch). 1 <= k <= E <= kMaxExperts.
+  virtual absl::Status Route(const Tensor& logits, const RouterParams& p, const Tensor& ids,
+                             const Tensor& weights) = 0;
+
+  // out: f32 [T * k, N], row t * k + j = x_r @ experts[ids[t, j]], where
+  // x_r is row t of x: [T, K] or row t * k + j of x: [T * k, K] (f32 or
+  // activation_dtype()); ids: i32 [T, k] as Route writes them, each below
+  // experts.size(); every expert's k() = K and n() = N. The rows are
+  // grouped by expert, one Linear per expert over its rows (ggml's
+  // mul_mat_id), so each row's result is bitwise that of Linear on the row
+  // alone: independent of the other rows and of which experts they chose.
+  // May wait for the device (the grouping is worked out on the host).
+  virtual absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts,
+                                  const Tensor& ids, const Tensor& out) = 0;
+
+  // out: f32 [T, C] += the sum over j = 0, 1, ..., k - 1 (in that order) of
+  // weights[t, j] * y[t * k + j]: the experts' outputs joined with their
+  // router weights. y: f32 [T * k, C]; weights: f32 [T, k].
+  virtual absl::Status WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) = 0;
 
   // out: f32 [S, C] = row (row + len - 1) of x: f32 [T, C] for each sequence:
   // the rows whose logits generation needs. A table of one-row entries

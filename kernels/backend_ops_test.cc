@@ -330,6 +330,129 @@ std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
   return y;
 }
 
+// Mixture-of-experts routing: the k experts of largest logit (the lower id
+// among equals), weighted per scoring, against a double reference.
+TEST_P(OpsTest, Route) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-6, [](Dev& d) {
+    const int T = 7, E = 8;
+    std::vector<float> logits = Random(T * E, 51, 2.0f);
+    for (int e = 0; e < E; ++e) logits[3 * E + e] = 0.5f;  // row 3: all equal
+    logits[4 * E + 6] = logits[4 * E + 1] = 9.0f;          // row 4: a tie at the top
+    std::vector<float> all;
+    for (const RouterParams::Scoring scoring : {RouterParams::Scoring::kSoftmaxTopK, RouterParams::Scoring::kTopKSoftmax}) {
+      for (const auto& [k, renormalize] : {std::pair{2, false}, std::pair{3, true}, std::pair{E, false}}) {
+        RouterParams p;
+        p.scoring = scoring;
+        p.k = k;
+        p.renormalize = renormalize;
+        const Tensor ids = d.New(DType::kI32, T, k), weights = d.New(DType::kF32, T, k);
+        EXPECT_TRUE(d->Route(d.Up(logits, T, E), p, ids, weights).ok());
+        std::vector<int32_t> got_ids(T * k);
+        EXPECT_TRUE(d->Download(ids, got_ids.data()).ok());
+        const std::vector<float> got = d.Down(weights);
+        std::vector<double> want(T * k);
+        for (int t = 0; t < T; ++t) {
+          std::vector<int> order(E);
+          for (int e = 0; e < E; ++e) order[e] = e;
+          std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[t * E + a] > logits[t * E + b]; });
+          double mx = logits[t * E + order[0]], all_sum = 0, top_sum = 0;
+          for (int e = 0; e < E; ++e) all_sum += std::exp(double{logits[t * E + e]} - mx);
+          for (int j = 0; j < k; ++j) top_sum += std::exp(double{logits[t * E + order[j]]} - mx);
+          for (int j = 0; j < k; ++j) {
+            EXPECT_EQ(got_ids[t * k + j], order[j]) << t << " " << j;
+            const double v = std::exp(double{logits[t * E + order[j]]} - mx);
+            want[t * k + j] = scoring == RouterParams::Scoring::kTopKSoftmax || renormalize ? v / top_sum : v / all_sum;
+          }
+        }
+        EXPECT_LT(RelErr(got, want), 1e-6);
+        EXPECT_EQ(got_ids[4 * k], 1);  // the tie: the lower id first
+        EXPECT_EQ(got_ids[4 * k + 1], 6);
+        all.insert(all.end(), got.begin(), got.end());
+      }
+    }
+    RouterParams too_many;
+    too_many.k = E + 1;
+    EXPECT_EQ(d->Route(d.Up(logits, T, E), too_many, d.New(DType::kI32, T, E + 1), d.New(DType::kF32, T, E + 1))
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+    return all;
+  });
+}
+
+// Rows routed to experts (ggml's mul_mat_id): each route's row times its
+// expert, from x's rows (one per token, or one per route); each row's
+// result is bitwise that of the row alone, whatever the other rows chose;
+// and the weighted join of the experts' outputs.
+TEST_P(OpsTest, LinearByIdAndWeightedRowSum) {
+  Ran ran;
+  for (MatmulDtype matmul : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
+    ran.Run(device(), matmul, KvDtype::kF32, 1e-5, [matmul](Dev& d) {
+      const int E = 4, K = 40, N = 24, T = 9, k = 2;
+      const DType wt = ToDType(matmul);
+      std::vector<std::vector<float>> w;
+      std::vector<std::unique_ptr<Weight>> prepared;
+      std::vector<const Weight*> experts;
+      for (int e = 0; e < E; ++e) {
+        w.push_back(Random(K * N, 60 + e, 0.3f));
+        auto weight = d->PrepareWeight(w.back().data(), K, N, WeightLayout::kOutIn);
+        EXPECT_TRUE(weight.ok()) << weight.status();
+        prepared.push_back(std::move(*weight));
+        experts.push_back(prepared.back().get());
+      }
+      // Expert 2 gets no rows, expert 0 most.
+      const std::vector<int32_t> ids = {0, 1, 3, 0, 0, 3, 1, 0, 0, 1, 3, 0, 0, 3, 1, 3, 0, 1};
+      const std::vector<float> x = Random(T * K, 70, 2.0f), per_route = Random(T * k * K, 71, 2.0f);
+      const Tensor id_t = d.UpInts(ids, T, k), out = d.New(DType::kF32, T * k, N);
+      std::vector<float> all;
+      for (const std::vector<float>* in : {&x, &per_route}) {
+        const int rows = in == &x ? T : T * k;
+        EXPECT_TRUE(d->LinearById(d.Up(*in, rows, K), experts, id_t, out).ok());
+        const std::vector<float> got = d.Down(out);
+        const std::vector<float> xr = RoundedTo(*in, wt);
+        std::vector<double> want;
+        for (int r = 0; r < T * k; ++r) {
+          const int src = in == &x ? r / k : r;
+          const std::vector<float> row(xr.begin() + src * K, xr.begin() + (src + 1) * K);
+          const auto y = NaiveLinear(row, 1, K, RoundedTo(w[ids[r]], wt), N, nullptr, WeightLayout::kOutIn);
+          want.insert(want.end(), y.begin(), y.end());
+        }
+        EXPECT_LT(RelErr(got, want), 1e-5);
+        // Each token alone (its k routes, the other experts' groups gone).
+        for (int t = 0; t < T; ++t) {
+          const std::vector<int32_t> one_ids(ids.begin() + t * k, ids.begin() + (t + 1) * k);
+          const int one_rows = in == &x ? 1 : k;
+          const std::vector<float> one(in->begin() + (in == &x ? t : t * k) * K,
+                                       in->begin() + (in == &x ? t + 1 : (t + 1) * k) * K);
+          const Tensor one_out = d.New(DType::kF32, k, N);
+          EXPECT_TRUE(d->LinearById(d.Up(one, one_rows, K), experts, d.UpInts(one_ids, 1, k), one_out).ok());
+          EXPECT_EQ(d.Down(one_out), std::vector<float>(got.begin() + t * k * N, got.begin() + (t + 1) * k * N)) << t;
+        }
+        all.insert(all.end(), got.begin(), got.end());
+      }
+      // The join: out[t] += sum_j weights[t, j] * y[t * k + j].
+      const std::vector<float> y = d.Down(out), weights = Random(T * k, 72), base = Random(T * N, 73);
+      const Tensor joined = d.Up(base, T, N);
+      EXPECT_TRUE(d->WeightedRowSum(out, d.Up(weights, T, k), joined).ok());
+      std::vector<double> want(T * N);
+      for (int t = 0; t < T; ++t) {
+        for (int c = 0; c < N; ++c) {
+          double s = 0;
+          for (int j = 0; j < k; ++j) s += double{weights[t * k + j]} * y[(t * k + j) * N + c];
+          want[t * N + c] = base[t * N + c] + s;
+        }
+      }
+      const std::vector<float> got = d.Down(joined);
+      EXPECT_LT(RelErr(got, want), 1e-5);
+      all.insert(all.end(), got.begin(), got.end());
+      // An expert that is not there is refused.
+      EXPECT_EQ(d->LinearById(d.Up(x, T, K), experts, d.UpInts(std::vector<int32_t>(T * k, E), T, k), out).code(),
+                absl::StatusCode::kInvalidArgument);
+      return all;
+    });
+  }
+  if (ran.none()) GTEST_SKIP() << ran.why();
+}
+
 // Rows x layout x dtype. 33, 101 and 201 rows are not CPU row buckets: they
 // run padded there. With bf16/f16 the reference takes the inputs and weights
 // rounded to that type, so the only error left is float32 summation.

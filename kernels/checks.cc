@@ -158,6 +158,52 @@ absl::Status CheckGroupRmsNormArgs(const Tensor& x, int first, int groups, const
   return absl::OkStatus();
 }
 
+absl::Status CheckRouteArgs(const Tensor& logits, const RouterParams& p, const Tensor& ids,
+                           const Tensor& weights) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Route", "logits", logits, kAnySize, kAnySize, {DType::kF32}));
+  if (p.k < 1 || p.k > logits.cols || logits.cols > kMaxExperts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Route: ", p.k, " of ", logits.cols, " experts (at most ", kMaxExperts, ")"));
+  }
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Route", "ids", ids, logits.rows, p.k, {DType::kI32}));
+  return CheckTensor("Route", "weights", weights, logits.rows, p.k, {DType::kF32});
+}
+
+absl::Status CheckLinearByIdArgs(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
+                                 const Tensor& out, DType act, const int32_t* host_ids) {
+  if (experts.empty() || static_cast<int64_t>(experts.size()) > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat("LinearById: ", experts.size(), " experts"));
+  }
+  for (const Weight* w : experts) {
+    if (w == nullptr || w->k() != experts[0]->k() || w->n() != experts[0]->n()) {
+      return absl::InvalidArgumentError("LinearById: every expert needs a weight of the same shape");
+    }
+  }
+  const int64_t K = experts[0]->k(), N = experts[0]->n(), T = ids.rows, k = ids.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LinearById", "ids", ids, kAnySize, kAnySize, {DType::kI32}));
+  if (x.rows != T && x.rows != T * k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LinearById: x has ", x.rows, " rows for ", T, " rows of ", k, " experts"));
+  }
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LinearById", "x", x, x.rows, K, {DType::kF32, act}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("LinearById", "out", out, T * k, N, {DType::kF32}));
+  if (host_ids != nullptr) {
+    for (int64_t r = 0; r < T * k; ++r) {
+      if (host_ids[r] < 0 || host_ids[r] >= static_cast<int64_t>(experts.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LinearById: expert ", host_ids[r], " of ", experts.size()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWeightedRowSumArgs(const Tensor& y, const Tensor& weights, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("WeightedRowSum", "weights", weights, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("WeightedRowSum", "out", out, weights.rows, kAnySize, {DType::kF32}));
+  return CheckTensor("WeightedRowSum", "y", y, weights.rows * weights.cols, out.cols, {DType::kF32});
+}
+
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,
                              Epilogue epilogue, const Tensor& out, DType x_dtype, DType act) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("Linear", "x", x, kAnySize, w.k(), {DType::kF32, x_dtype}));

@@ -43,6 +43,12 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
 absl::Status CheckGluArgs(const Tensor& gate_up, GluKind kind, const Tensor& out, DType act);
 absl::Status CheckSoftCapArgs(const Tensor& x, float cap);
 absl::Status CheckGroupRmsNormArgs(const Tensor& x, int first, int groups, const Tensor& gamma);
+absl::Status CheckRouteArgs(const Tensor& logits, const RouterParams& p, const Tensor& ids, const Tensor& weights);
+// `host_ids`: the ids, where the caller has them on the host (each is then
+// checked against experts.size()), or null.
+absl::Status CheckLinearByIdArgs(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
+                                 const Tensor& out, DType act, const int32_t* host_ids);
+absl::Status CheckWeightedRowSumArgs(const Tensor& y, const Tensor& weights, const Tensor& out);
 // x: [M, w.k()] of f32 or `x_dtype`; out: [M, w.n()] f32 (or `act` for
 // kBiasGelu); bias: f32 [1, w.n()] or null.
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,

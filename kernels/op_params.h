@@ -25,6 +25,20 @@ enum class GluKind {
   kGeluTanh,  // GeGLU with gelu's tanh approximation (Gemma 2's gelu_pytorch_tanh)
 };
 
+// How a mixture-of-experts router turns a row's logits over E experts into
+// k experts and their weights.
+struct RouterParams {
+  enum class Scoring {
+    kSoftmaxTopK,  // softmax over all E, then the k largest (Mixtral, Qwen2/3-MoE, OLMoE)
+    kTopKSoftmax,  // the k largest logits, then softmax over those k
+  };
+  Scoring scoring = Scoring::kSoftmaxTopK;
+  int k = 2;
+  // kSoftmaxTopK: the k weights divided by their sum (Mixtral, Qwen3-MoE;
+  // Qwen2-MoE's and OLMoE's norm_topk_prob).
+  bool renormalize = false;
+};
+
 // Which dims of a head rotary embeddings turn together.
 enum class RopeStyle {
   kHalf,         // i with i + R/2 (Llama, NeoX, Qwen2, Mistral, Phi-3, Gemma)

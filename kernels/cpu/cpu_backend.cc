@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
+#include "kernels/expert_groups.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "util/status_macros.h"
@@ -460,6 +461,64 @@ absl::Status CpuBackend::GroupRmsNorm(const Tensor& x, int first, int groups, co
       const float rstd = 1.0f / std::sqrt(ss / G + eps);
 #pragma omp simd
       for (int64_t c = 0; c < G; ++c) v[c] = g[c] * (v[c] * rstd);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Route(const Tensor& logits, const RouterParams& p, const Tensor& ids,
+                               const Tensor& weights) {
+  FLOVER_RETURN_IF_ERROR(CheckRouteArgs(logits, p, ids, weights));
+  const int64_t T = logits.rows;
+  const int E = static_cast<int>(logits.cols);
+  for (int64_t t = 0; t < T; ++t) {
+    RouteRow(logits.as<float>() + t * E, E, p, ids.as<int32_t>() + t * p.k, weights.as<float>() + t * p.k,
+             [](float v) { return std::exp(v); });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
+                                    const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, ids, out, activation_dtype(), ids.as<int32_t>()));
+  const int64_t R = ids.rows * ids.cols, k = ids.cols, K = x.cols, N = out.cols;
+  if (R == 0) return absl::OkStatus();
+  const bool per_route = x.rows == R;
+  const ExpertGroups g = GroupByExpert(ids.as<int32_t>(), R, static_cast<int>(experts.size()));
+  // Each route's input row, gathered in group order; each expert's rows
+  // then go through its Linear at once, and the results back to route order.
+  FLOVER_ASSIGN_OR_RETURN(Buffer in, Allocate(x.dtype, R, K));
+  FLOVER_ASSIGN_OR_RETURN(Buffer res, Allocate(DType::kF32, R, N));
+  const int64_t in_row = K * DTypeBytes(x.dtype);
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t r = g.routes[i];
+    std::memcpy(in.tensor().as<char>() + i * in_row, x.as<char>() + (per_route ? r : r / k) * in_row, in_row);
+  }
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t b = g.begin[e], n = g.begin[e + 1] - b;
+    if (n == 0) continue;
+    FLOVER_RETURN_IF_ERROR(Linear(in.tensor().Rows(b, n), *experts[e], nullptr, Epilogue::kBias,
+                                  res.tensor().Rows(b, n)));
+  }
+  for (int64_t i = 0; i < R; ++i) {
+    std::memcpy(out.as<float>() + int64_t{g.routes[i]} * N, res.tensor().as<float>() + i * N, N * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckWeightedRowSumArgs(y, weights, out));
+  const int64_t T = out.rows, C = out.cols, k = weights.cols;
+  const float* ys = y.as<float>();
+  const float* w = weights.as<float>();
+  float* os = out.as<float>();
+  UseCpuThreadsHere();
+#pragma omp parallel for schedule(static) if (T > 8)
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += w[t * k + j] * ys[(t * k + j) * C + c];
+      os[t * C + c] += sum;
     }
   }
   return absl::OkStatus();

@@ -60,6 +60,10 @@ class CpuBackend final : public Backend {
   absl::Status Glu(const Tensor& gate_up, GluKind kind, const Tensor& out) override;
   absl::Status SoftCap(const Tensor& x, float cap) override;
   absl::Status GroupRmsNorm(const Tensor& x, int first, int groups, const Tensor& gamma, float eps) override;
+  absl::Status Route(const Tensor& logits, const RouterParams& p, const Tensor& ids, const Tensor& weights) override;
+  absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
+                          const Tensor& out) override;
+  absl::Status WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) override;
   absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
                       const Tensor& out) override;
   absl::Status AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) override;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
+#include "kernels/expert_groups.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "util/status_macros.h"
 
@@ -431,6 +432,63 @@ absl::Status CudaBackend::GroupRmsNorm(const Tensor& x, int first, int groups, c
   return CudaStatus(LaunchGroupRmsNorm(x.as<float>(), static_cast<int>(x.rows), static_cast<int>(x.cols), first,
                                        groups, static_cast<int>(gamma.cols), gamma.as<float>(), eps, stream_),
                     "GroupRmsNorm");
+}
+
+absl::Status CudaBackend::Route(const Tensor& logits, const RouterParams& p, const Tensor& ids,
+                                const Tensor& weights) {
+  FLOVER_RETURN_IF_ERROR(CheckRouteArgs(logits, p, ids, weights));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchRoute(logits.as<float>(), static_cast<int>(logits.rows), static_cast<int>(logits.cols), p,
+                                ids.as<int32_t>(), weights.as<float>(), stream_),
+                    "Route");
+}
+
+// The grouping is worked out on the host (the ids come down, which waits
+// for the stream), so a step with experts is not recorded as a graph; the
+// rows move by index on the device.
+absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
+                                     const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, ids, out, activation_dtype(), nullptr));
+  const int64_t R = ids.rows * ids.cols, k = ids.cols, K = x.cols, N = out.cols;
+  if (R == 0) return absl::OkStatus();
+  std::vector<int32_t> host_ids(R);
+  FLOVER_RETURN_IF_ERROR(Download(ids, host_ids.data()));
+  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, ids, out, activation_dtype(), host_ids.data()));
+  const ExpertGroups g = GroupByExpert(host_ids.data(), R, static_cast<int>(experts.size()));
+  // Row 0: each grouped row's source row of x; row 1: its route (where its
+  // result goes).
+  std::vector<int32_t> index(2 * R);
+  for (int64_t i = 0; i < R; ++i) {
+    index[i] = x.rows == R ? g.routes[i] : static_cast<int32_t>(g.routes[i] / k);
+    index[R + i] = g.routes[i];
+  }
+  FLOVER_ASSIGN_OR_RETURN(Buffer index_dev, Allocate(DType::kI32, 2, R));
+  FLOVER_RETURN_IF_ERROR(Upload(index.data(), index_dev));
+  FLOVER_ASSIGN_OR_RETURN(Buffer in, Allocate(x.dtype, R, K));
+  FLOVER_ASSIGN_OR_RETURN(Buffer res, Allocate(DType::kF32, R, N));
+  const int32_t* sources = index_dev.tensor().as<int32_t>();
+  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchCopyRows(x.data, sources, in.tensor().data, nullptr, static_cast<int>(R),
+                                                   K * DTypeBytes(x.dtype), stream_),
+                                    "LinearById gather"));
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t b = g.begin[e], n = g.begin[e + 1] - b;
+    if (n == 0) continue;
+    FLOVER_RETURN_IF_ERROR(Linear(in.tensor().Rows(b, n), *experts[e], nullptr, Epilogue::kBias,
+                                  res.tensor().Rows(b, n)));
+  }
+  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchCopyRows(res.tensor().data, nullptr, out.data, sources + R,
+                                                   static_cast<int>(R), N * sizeof(float), stream_),
+                                    "LinearById scatter"));
+  return Synchronize();  // before the work buffers go
+}
+
+absl::Status CudaBackend::WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckWeightedRowSumArgs(y, weights, out));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchWeightedRowSum(y.as<float>(), weights.as<float>(), static_cast<int>(out.rows),
+                                         static_cast<int>(weights.cols), static_cast<int>(out.cols),
+                                         out.as<float>(), stream_),
+                    "WeightedRowSum");
 }
 
 absl::Status CudaBackend::Linear(const Tensor& x, const Weight& weight, const Tensor* bias,

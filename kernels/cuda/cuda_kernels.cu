@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/expert_groups.h"
 
 namespace flover::kernels::cuda {
 namespace {
@@ -236,6 +237,38 @@ __global__ void GroupRmsNormKernel(float* x, int W, int first, int G, const floa
   for (int offset = 16; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
   const float rstd = 1.0f / sqrtf(ss / G + eps);
   for (int c = threadIdx.x; c < G; c += 32) v[c] = gamma[c] * (v[c] * rstd);
+}
+
+// ---- Mixture of experts --------------------------------------------------
+
+struct Expf {
+  __host__ __device__ float operator()(float v) const { return expf(v); }
+};
+
+// One thread per row: the host's steps (RouteRow), in its order.
+__global__ void RouteKernel(const float* logits, int T, int E, RouterParams p, int32_t* ids, float* weights) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  RouteRow(logits + int64_t{t} * E, E, p, ids + int64_t{t} * p.k, weights + int64_t{t} * p.k, Expf());
+}
+
+// grid n, block 256: one row each.
+__global__ void CopyRowsKernel(const char* src, const int32_t* src_rows, char* dst, const int32_t* dst_rows,
+                               int64_t row_bytes) {
+  const int i = blockIdx.x;
+  const char* from = src + (src_rows != nullptr ? src_rows[i] : i) * row_bytes;
+  char* to = dst + (dst_rows != nullptr ? dst_rows[i] : i) * row_bytes;
+  for (int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) to[b] = from[b];
+}
+
+// grid T, block kElementwiseThreads: row t's columns.
+__global__ void WeightedRowSumKernel(const float* y, const float* weights, int k, int C, float* out) {
+  const int64_t t = blockIdx.x;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += weights[t * k + j] * y[(t * k + j) * C + c];
+    out[t * C + c] += sum;
+  }
 }
 
 __global__ void SoftCapKernel(float* x, int64_t n, float cap) {
@@ -808,6 +841,28 @@ cudaError_t LaunchGroupRmsNorm(float* x, int T, int W, int first, int groups, in
                                float eps, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   GroupRmsNormKernel<<<dim3(T, groups), 32, 0, stream>>>(x, W, first, G, gamma, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRoute(const float* logits, int T, int E, const RouterParams& p, int32_t* ids, float* weights,
+                        cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  RouteKernel<<<(T + 127) / 128, 128, 0, stream>>>(logits, T, E, p, ids, weights);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCopyRows(const void* src, const int32_t* src_rows, void* dst, const int32_t* dst_rows, int n,
+                           int64_t row_bytes, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CopyRowsKernel<<<n, 256, 0, stream>>>(static_cast<const char*>(src), src_rows, static_cast<char*>(dst),
+                                        dst_rows, row_bytes);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchWeightedRowSum(const float* y, const float* weights, int T, int k, int C, float* out,
+                                 cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  WeightedRowSumKernel<<<T, kElementwiseThreads, 0, stream>>>(y, weights, k, C, out);
   return cudaGetLastError();
 }
 

@@ -86,6 +86,20 @@ cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, 
 cudaError_t LaunchGroupRmsNorm(float* x, int T, int W, int first, int groups, int G, const float* gamma,
                                float eps, cudaStream_t stream);
 
+// ids: i32 [T, p.k], weights: f32 [T, p.k] = RouteRow of each row of
+// logits: f32 [T, E].
+cudaError_t LaunchRoute(const float* logits, int T, int E, const RouterParams& p, int32_t* ids, float* weights,
+                        cudaStream_t stream);
+
+// Row i of dst (or row dst_rows[i]) = row i of src (or row src_rows[i]),
+// for i < n; rows of row_bytes bytes; a null index is the identity.
+cudaError_t LaunchCopyRows(const void* src, const int32_t* src_rows, void* dst, const int32_t* dst_rows, int n,
+                           int64_t row_bytes, cudaStream_t stream);
+
+// out: f32 [T, C] += sum over j < k, in order, of weights[t, j] * y[t * k + j].
+cudaError_t LaunchWeightedRowSum(const float* y, const float* weights, int T, int k, int C, float* out,
+                                 cudaStream_t stream);
+
 // x: f32 [n] = tanh(x / cap) * cap, in place.
 cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream);
 
