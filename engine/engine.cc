@@ -157,12 +157,29 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
   if (absl::Status st = ValidateSpeculativeOptions(options.speculative); !st.ok()) return st;
+  std::unique_ptr<DraftModel> draft;
+  if (options.speculative.mode == SpeculativeMode::kDraft) {
+    CausalLm* d = options.draft_model;
+    if (d == nullptr) return absl::InvalidArgumentError("speculative mode draft needs a draft model");
+    if (d->info().vocab_size != model.info().vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("the draft model's vocabulary has ", d->info().vocab_size,
+                                                     " tokens, the model's ", model.info().vocab_size));
+    }
+    if (d->info().max_positions < options.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat("the draft model reaches ", d->info().max_positions,
+                                                     " positions, fewer than max_seq_len ", options.max_seq_len));
+    }
+    auto created = DraftModel::Create(*d, s.max_batch, options.max_seq_len,
+                                      MaxRowsPerStep(s, options.max_seq_len), options.draft_kv_cache_bytes);
+    if (!created.ok()) return created.status();
+    draft = std::move(*created);
+  }
   auto executor = CreateStepExecutor(model, options, channel);
   if (!executor.ok()) return executor.status();
   // The warm-up ran here; steps run on the engine's thread from now on.
   kernels::ReleaseCpuThreadsHere();
   return std::unique_ptr<Engine>(
-      new Engine(model, tokenizer, options, std::move(*executor), channel));
+      new Engine(model, tokenizer, options, std::move(*executor), std::move(draft), channel));
 }
 
 absl::Status RunEngineWorker(CausalLm& model, const EngineOptions& options, ControlChannel& channel) {
@@ -175,9 +192,9 @@ absl::Status RunEngineWorker(CausalLm& model, const EngineOptions& options, Cont
 }
 
 Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
-               std::unique_ptr<StepExecutor> executor, ControlChannel* channel)
+               std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel)
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
-      channel_(channel), kv_bytes_per_block_(executor_->cache().shape().bytes_per_block()),
+      draft_(std::move(draft)), channel_(channel), kv_bytes_per_block_(executor_->cache().shape().bytes_per_block()),
       num_kv_blocks_(executor_->cache().shape().num_blocks),
       pool_(num_kv_blocks_, options.prefix_caching) {
   const KvCacheShape& shape = executor_->cache().shape();
@@ -409,6 +426,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
       pool_.Release(seq.blocks);
       seq.blocks.clear();
     }
+    if (draft_ != nullptr) draft_->Forget(seq.id);
     std::lock_guard<std::mutex> lock(mu_);
     live_ids_.erase(seq.id);
     if (seq.running) {
@@ -677,6 +695,9 @@ void Engine::ProposeDrafts() {
   int decoding = 0;
   for (const auto& s : active_) decoding += s->computed == static_cast<int>(s->tokens.size()) - 1;
   int rows = o.max_step_rows - decoding;
+  // With a draft model, the sequences it drafts for and how many tokens each.
+  std::vector<Sequence*> asked;
+  std::vector<DraftModel::Ask> asks;
   for (const auto& sp : active_) {
     if (rows <= 0) break;
     Sequence& s = *sp;
@@ -689,16 +710,42 @@ void Engine::ProposeDrafts() {
     const int room = s.request.stop.max_new_tokens - s.generated - 1;
     // Where a constraint fixes what comes next, its bytes are the draft,
     // as the tokenizer spells them (the model verifies the spelling), and
-    // whatever the pacer says; else an n-gram's, when the pacer allows.
+    // whatever the pacer says; else an n-gram's or the draft model's, when
+    // the pacer allows.
     std::vector<int32_t> draft = ForcedDraft(s, std::min({o.max_tokens, room, rows}));
     s.forced_drafts = !draft.empty();
     if (draft.empty()) {
       if (!s.pacer->Drafts()) continue;
-      draft = NgramDraft(s.tokens, std::min({s.pacer->length(), room, rows}), o.min_ngram, o.max_ngram);
+      const int length = std::min({s.pacer->length(), room, rows});
+      if (length < 1) continue;
+      if (o.mode == SpeculativeMode::kDraft) {
+        if (draft_ == nullptr) continue;  // it failed earlier
+        asked.push_back(&s);
+        asks.push_back({s.id, s.tokens, length});
+        rows -= length;  // at most; what it does not draft stays unused this step
+        continue;
+      }
+      draft = NgramDraft(s.tokens, length, o.min_ngram, o.max_ngram);
     }
     s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
     s.drafted = static_cast<int>(draft.size());
     rows -= s.drafted;
+  }
+  if (asks.empty()) return;
+  absl::StatusOr<std::vector<std::vector<int32_t>>> drafts = draft_->Propose(asks, draft_->max_rows());
+  if (!drafts.ok()) {
+    // The draft model failed: its drafts are only ever guesses, so the
+    // requests go on without them (and without it from now on).
+    std::fprintf(stderr, "engine: the draft model failed, speculation is off from now: %s\n",
+                 std::string(drafts.status().message()).c_str());
+    draft_.reset();
+    return;
+  }
+  for (size_t i = 0; i < asked.size(); ++i) {
+    Sequence& s = *asked[i];
+    const std::vector<int32_t>& draft = (*drafts)[i];
+    s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+    s.drafted = static_cast<int>(draft.size());
   }
 }
 

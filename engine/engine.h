@@ -31,6 +31,7 @@
 #include "engine/kv_blocks.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/draft_model.h"
 #include "engine/speculation.h"
 #include "engine/step_executor.h"
 #include "tokenizer/tokenizer.h"
@@ -45,6 +46,11 @@ struct EngineOptions {
   int max_queue = 1024;         // waiting requests; more are refused at once
   int max_new_tokens_limit = 4096;
   SpeculativeOptions speculative;  // engine/speculation.h
+  // --speculative=draft: the model that proposes the drafts (the target's
+  // vocabulary; outlives the engine), and its KV cache's bytes (0: what
+  // max_batch sequences of max_seq_len could fill, within the default).
+  CausalLm* draft_model = nullptr;
+  int64_t draft_kv_cache_bytes = 0;
   // The time arrivals, deadlines, batching windows and latency metrics are
   // measured in; null = absl::Now. Tests inject a manual clock so that a
   // deadline fires at a step of their choosing, not after a guessed time.
@@ -129,7 +135,7 @@ class Engine {
   struct Sequence;  // a request from submission to finish
 
   Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
-         std::unique_ptr<StepExecutor> executor, ControlChannel* channel);
+         std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel);
   bool tensor_parallel() const { return channel_ != nullptr && channel_->world().tp_size > 1; }
   // Fails every request and refuses new ones.
   void Fail(const absl::Status& error);
@@ -173,6 +179,7 @@ class Engine {
   const Tokenizer* tokenizer_;
   const EngineOptions options_;
   std::unique_ptr<StepExecutor> executor_;
+  std::unique_ptr<DraftModel> draft_;  // --speculative=draft, else null
   ControlChannel* channel_;
   const int64_t kv_bytes_per_block_;
   const int num_kv_blocks_;

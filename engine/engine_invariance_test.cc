@@ -97,6 +97,10 @@ struct PolicyCase {
   const char* device = "cpu";
   const char* model = "builtin:tiny";
   bool speculative = false;
+  // With speculative: drafts from this model (the target's vocabulary) on
+  // a backend of draft_dtype, instead of n-grams.
+  const char* draft = nullptr;
+  kernels::MatmulDtype draft_dtype = kernels::MatmulDtype::kBF16;
 };
 
 class EngineInvarianceTest : public ::testing::TestWithParam<PolicyCase> {};
@@ -134,6 +138,19 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
     options.speculative.max_step_rows = 16;
     options.speculative.min_ngram = 1;
     options.speculative.max_ngram = 3;
+  }
+  std::unique_ptr<kernels::Backend> draft_backend;
+  std::unique_ptr<LoadedModel> draft_loaded;
+  std::unique_ptr<CausalLm> draft;
+  if (GetParam().draft != nullptr) {
+    draft_backend = testing::BackendForTest(GetParam().device, &skip, GetParam().draft_dtype);
+    ASSERT_NE(draft_backend, nullptr) << skip;
+    auto d = LoadModel(GetParam().draft);
+    ASSERT_TRUE(d.ok()) << d.status();
+    draft_loaded = std::move(*d);
+    draft = testing::ModelOn(*draft_backend, *draft_loaded);
+    options.speculative.mode = SpeculativeMode::kDraft;
+    options.draft_model = draft.get();
   }
   auto engine = Engine::Create(*model, nullptr, options);
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -234,6 +251,19 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"llama_fusion_int8_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kInt8, kernels::KvDtype::kBF16, "cpu", "builtin:llama-tiny",
                                  true},
+                      // Drafts from a draft model: the same weights in another
+                      // dtype, so most greedy drafts stand and sampled ones
+                      // often do not; its own KV cache, rolled back by
+                      // comparing tokens, also across preemptions.
+                      PolicyCase{"fusion_draft_model", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:tiny", true,
+                                 "builtin:tiny"},
+                      PolicyCase{"fusion_tight_kv_draft_model", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:tiny", true,
+                                 "builtin:tiny"},
+                      PolicyCase{"llama_dynamic_draft_model_int8", SchedulerPolicy::kDynamic, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:llama-tiny", true,
+                                 "builtin:llama-tiny", kernels::MatmulDtype::kInt8},
                       PolicyCase{"cuda_llama_fusion_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda", "builtin:llama-tiny",
                                  true},

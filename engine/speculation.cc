@@ -9,13 +9,15 @@ namespace flover {
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(absl::string_view name) {
   if (name == "off") return SpeculativeMode::kOff;
   if (name == "ngram") return SpeculativeMode::kNgram;
-  return absl::InvalidArgumentError(absl::StrCat("unknown speculative mode '", name, "' (off, ngram)"));
+  if (name == "draft") return SpeculativeMode::kDraft;
+  return absl::InvalidArgumentError(absl::StrCat("unknown speculative mode '", name, "' (off, ngram, draft)"));
 }
 
 absl::string_view SpeculativeModeName(SpeculativeMode mode) {
   switch (mode) {
     case SpeculativeMode::kOff: return "off";
     case SpeculativeMode::kNgram: return "ngram";
+    case SpeculativeMode::kDraft: return "draft";
   }
   return "?";
 }

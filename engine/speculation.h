@@ -18,9 +18,10 @@ namespace flover {
 enum class SpeculativeMode {
   kOff,
   kNgram,  // prompt lookup: continue the latest earlier match of the last tokens
+  kDraft,  // a draft model's greedy tokens (engine/draft_model.h)
 };
 
-absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(absl::string_view name);  // off, ngram
+absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(absl::string_view name);  // off, ngram, draft
 absl::string_view SpeculativeModeName(SpeculativeMode mode);
 
 struct SpeculativeOptions {

@@ -69,7 +69,9 @@ TEST(DraftPacerTest, PausesLongerAfterEachRefusedDraftInARow) {
 TEST(SpeculativeModeTest, Names) {
   EXPECT_EQ(*ParseSpeculativeMode("ngram"), SpeculativeMode::kNgram);
   EXPECT_EQ(SpeculativeModeName(*ParseSpeculativeMode("off")), "off");
-  EXPECT_EQ(ParseSpeculativeMode("draft").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseSpeculativeMode("draft"), SpeculativeMode::kDraft);
+  EXPECT_EQ(SpeculativeModeName(SpeculativeMode::kDraft), "draft");
+  EXPECT_EQ(ParseSpeculativeMode("eagle").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

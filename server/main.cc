@@ -117,6 +117,42 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
   return m;
 }
 
+// --speculative=draft's model, on rank 0 alone: its own backend (the
+// device of rank 0, --draft_dtype) and the weights. Its tokenizer must be
+// the model's, token for token, where both have one.
+struct DraftModelHolder {
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<CausalLm> model;
+};
+absl::StatusOr<DraftModelHolder> LoadDraftModel(const ServerOptions& options, const Device& device,
+                                                const Model& target) {
+  DraftModelHolder d;
+  kernels::BackendOptions b = options.draft_backend;
+  b.device = device.name;
+  FLOVER_ASSIGN_OR_RETURN(d.backend, kernels::CreateBackend(b));
+  auto loaded = LoadModel(options.draft_model);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("--draft_model: ", loaded.status().message()));
+  }
+  const Tokenizer* mine = (*loaded)->tokenizer().get();
+  const Tokenizer* theirs = target.tokenizer.get();
+  if (mine != nullptr && theirs != nullptr) {
+    if (mine->vocab_size() != theirs->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--draft_model: its tokenizer has ", mine->vocab_size(),
+                                                     " tokens, the model's ", theirs->vocab_size()));
+    }
+    for (int32_t id = 0; id < mine->vocab_size(); ++id) {
+      if (mine->DecodeBytes({id}) != theirs->DecodeBytes({id}) || mine->IsSpecial(id) != theirs->IsSpecial(id)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--draft_model: its token ", id, " is not the model's: another tokenizer"));
+      }
+    }
+  }
+  FLOVER_ASSIGN_OR_RETURN(d.model, (*loaded)->Instantiate(*d.backend, nullptr));
+  return d;
+}
+
 absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& engine,
                                          const Model& model, const ModelDescription& description,
                                          const ApiKeys* keys) {
@@ -219,9 +255,11 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
   if (e.speculative.mode == SpeculativeMode::kOff) {
     std::printf("speculative decoding off\n");
   } else {
-    std::printf("speculative decoding %s: up to %d draft tokens per sequence, in steps of up to %d rows\n",
-                std::string(SpeculativeModeName(e.speculative.mode)).c_str(), e.speculative.max_tokens,
-                e.speculative.max_step_rows);
+    std::printf("speculative decoding %s%s%s (%s): up to %d draft tokens per sequence, in steps of up to %d rows\n",
+                std::string(SpeculativeModeName(e.speculative.mode)).c_str(),
+                options.draft_model.empty() ? "" : " by ", options.draft_model.c_str(),
+                options.draft_model.empty() ? "n-grams" : kernels::MatmulDtypeName(options.draft_backend.matmul),
+                e.speculative.max_tokens, e.speculative.max_step_rows);
   }
   std::fflush(stdout);
 }
@@ -281,6 +319,11 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   if (options.engine.max_seq_len == 0) options.engine.max_seq_len = model.info.max_positions;
   if (!world.is_leader()) return RunEngineWorker(*model.model, options.engine, *comm);
 
+  DraftModelHolder draft;
+  if (!options.draft_model.empty()) {
+    FLOVER_ASSIGN_OR_RETURN(draft, LoadDraftModel(options, device, model));
+    options.engine.draft_model = draft.model.get();
+  }
   const absl::Time create_start = absl::Now();
   FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::Create(*model.model, model.tokenizer.get(), options.engine, comm));

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "kernels/backend_factory.h"
 #include "kernels/backend_flags.h"
 #include "model/model_loader.h"
 #include "server/http_server.h"
@@ -50,8 +51,14 @@ ABSL_FLAG(int, batch_delay_ms, 10, "dynamic scheduler: how long to gather a batc
 ABSL_FLAG(int, max_queue, 1024, "Waiting requests; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for");
 ABSL_FLAG(std::string, speculative, "off",
-          "Speculative decoding: off, or ngram (draft tokens from earlier occurrences of each "
-          "sequence's last tokens, verified in the fused step; outputs are bitwise the same)");
+          "Speculative decoding: off, ngram (draft tokens from earlier occurrences of each "
+          "sequence's last tokens) or draft (a draft model's greedy tokens: --draft_model), "
+          "verified in the fused step; outputs are bitwise the same");
+ABSL_FLAG(std::string, draft_model, "",
+          "--speculative=draft: the model that drafts (a GGUF file, a directory or builtin:NAME with "
+          "the model's vocabulary: the same file in native blocks for an f32 or bf16 model, or a "
+          "smaller one of its family), on rank 0's device with a KV cache of its own");
+ABSL_FLAG(std::string, draft_dtype, "auto", "--draft_model's linear layers, as --dtype reads it");
 ABSL_FLAG(int, num_speculative_tokens, 6, "--speculative: most draft tokens per sequence and step");
 ABSL_FLAG(int, speculative_max_rows, 12,
           "--speculative: rows of a step (decodes and drafts) past which nobody drafts, so "
@@ -163,6 +170,18 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.speculative.max_step_rows = absl::GetFlag(FLAGS_speculative_max_rows);
   if (absl::Status st = ValidateSpeculativeOptions(o.engine.speculative); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", st.message()));
+  }
+  o.draft_model = absl::GetFlag(FLAGS_draft_model);
+  if ((o.engine.speculative.mode == SpeculativeMode::kDraft) != !o.draft_model.empty()) {
+    return absl::InvalidArgumentError("--speculative=draft and --draft_model go together");
+  }
+  o.draft_backend = o.backend;
+  if (const std::string d = absl::GetFlag(FLAGS_draft_dtype); d == "auto") {
+    o.draft_backend.matmul = AutoMatmulDtype(o.draft_model, o.backend.device);
+  } else {
+    auto matmul = kernels::ParseMatmulDtype(d);
+    if (!matmul.ok()) return absl::InvalidArgumentError(absl::StrCat("--draft_dtype: ", matmul.status().message()));
+    o.draft_backend.matmul = *matmul;
   }
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   o.api_key_file = absl::GetFlag(FLAGS_api_key_file);

@@ -35,6 +35,8 @@ struct ServerOptions {
   int tp = 1;                                // tensor-parallel ranks (mpirun -np tp)
   kernels::BackendOptions backend;           // --device, --dtype (linear layers), --kv_dtype
   EngineOptions engine;                      // max_seq_len 0 = the model's positions
+  std::string draft_model;                   // --speculative=draft: its model (else empty)
+  kernels::BackendOptions draft_backend;     // its backend: --device, --draft_dtype, --kv_dtype
   absl::Duration drain_timeout = absl::Seconds(30);
   TlsFiles tls;                              // for the gRPC and HTTP ports; off when empty
   std::string api_key_file;                  // keys, one per line; empty = no authentication

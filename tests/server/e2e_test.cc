@@ -27,7 +27,7 @@ using testing::JsonIds;
 
 std::string g_loadgen;
 std::vector<std::string> g_server_command;  // binary, or launcher + binary + flags
-bool g_speculative = false;                 // the server runs --speculative=ngram
+bool g_speculative = false;                 // the server runs --speculative=ngram or draft
 
 // Sends one dumped request on its own and returns the tokens.
 std::vector<int32_t> RunAloneThroughServer(v1::Flover::Stub& stub,
@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   flover::g_loadgen = argv[1];
   for (int i = 2; i < argc; ++i) {
     flover::g_server_command.push_back(argv[i]);
-    if (std::string(argv[i]) == "--speculative=ngram") flover::g_speculative = true;
+    const std::string arg = argv[i];
+    if (arg == "--speculative=ngram" || arg == "--speculative=draft") flover::g_speculative = true;
   }
   return RUN_ALL_TESTS();
 }
