@@ -182,9 +182,13 @@ std::string StrictFormatPattern(const std::string& f) {
       "(\\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|\\d{4}-(0[469]|11)-(0[1-9]|[12]\\d|30)|"
       "\\d{4}-02-(0[1-9]|1\\d|2[0-8])|"
       "(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)";
-  // xgrammar's own time: a second of 60 (a leap second) and an offset.
+  // xgrammar's own time: a second of 60 (a leap second) and an offset,
+  // with the fraction spelled out in each branch: xgrammar 0.2.8's
+  // patterns take "001Z" for [0-5]\d(\.\d+)?Z (an optional group of
+  // a character and a repeated class after a digit).
+  static const std::string kOffset = "(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
   static const std::string kTime =
-      "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+      "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(" + kOffset + "|\\.\\d+" + kOffset + ")";
   if (f == "date") return "^" + kDate + "$";
   if (f == "date-time") return "^" + kDate + "T" + kTime + "$";
   return "";
