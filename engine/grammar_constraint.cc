@@ -174,23 +174,30 @@ bool CheckedFormat(const std::string& f) {
 
 // Patterns for the formats whose xgrammar regex is looser than the
 // standard: its `date` (and the date in `date-time`) takes any day up to 31
-// in any month ("2024-02-30"). These check the day against the month, and
-// February 29 against the year (RFC 3339's full-date). "" for any other
-// format.
+// in any month ("2024-02-30"); its `time` a leap second at any minute
+// ("12:30:60Z"); its `ipv4` leading zeros ("010.1.1.1", which the JSON
+// Schema test suite refuses: octal to some readers). These check the day
+// against the month and February 29 against the year (RFC 3339's
+// full-date), take second 60 only at 23:59:60 UTC (RFC 3339 5.7; a stricter
+// reading than a leap second at that minute in any offset), and octets
+// without leading zeros. "" for any other format.
 std::string StrictFormatPattern(const std::string& f) {
   static const std::string kDate =
       "(\\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|\\d{4}-(0[469]|11)-(0[1-9]|[12]\\d|30)|"
       "\\d{4}-02-(0[1-9]|1\\d|2[0-8])|"
       "(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)";
-  // xgrammar's own time: a second of 60 (a leap second) and an offset,
-  // with the fraction spelled out in each branch: xgrammar 0.2.8's
-  // patterns take "001Z" for [0-5]\d(\.\d+)?Z (an optional group of
-  // a character and a repeated class after a digit).
+  // The fraction is spelled out in each branch: xgrammar 0.2.8's patterns
+  // take "001Z" for [0-5]\d(\.\d+)?Z (an optional group of a character and
+  // a repeated class after a digit).
   static const std::string kOffset = "(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
-  static const std::string kTime =
-      "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(" + kOffset + "|\\.\\d+" + kOffset + ")";
+  static const std::string kUtc = "(Z|[+-]00:00)";
+  static const std::string kTime = "(([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(" + kOffset + "|\\.\\d+" + kOffset +
+                                   ")|23:59:60(" + kUtc + "|\\.\\d+" + kUtc + "))";
+  static const std::string kOctet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]\\d|\\d)";
   if (f == "date") return "^" + kDate + "$";
+  if (f == "time") return "^" + kTime + "$";
   if (f == "date-time") return "^" + kDate + "T" + kTime + "$";
+  if (f == "ipv4") return "^(" + kOctet + "\\.){3}" + kOctet + "$";
   return "";
 }
 

@@ -37,9 +37,10 @@ inline constexpr int kMaxConstraintDepth = 64;
 // where it sits, "#/properties/a/required", under `field`).
 absl::Status CheckJsonSchema(const std::string& schema, const std::string& field);
 // CheckJsonSchema's checks, and the schema as xgrammar is to compile it:
-// `date` and `date-time` formats become patterns that check the day against
-// the month and February 29 against the year (xgrammar's own take any day
-// up to 31 in any month). The schema's text unchanged where it has none.
+// `date`, `time`, `date-time` and `ipv4` formats become patterns that hold
+// them to the standard where xgrammar's own are looser (the day against
+// the month, a leap second only at 23:59:60 UTC, octets without leading
+// zeros). The schema's text unchanged where it has none.
 absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const std::string& field);
 
 class GrammarConstraints {

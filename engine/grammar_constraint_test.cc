@@ -607,11 +607,11 @@ TEST_F(JsonSchemaRefusalTest, FormatsTheStandardDefinesButXgrammarDoesNotCheckAr
   ExpectEnforced(R"({"type": "number", "format": "iri"})", {"1.5"}, {"\"x\""});
 }
 
-// xgrammar's own date takes any day up to 31 in any month; the schema it is
-// given checks the day against the month and February 29 against the year,
-// wherever a date or date-time sits (a $ref's target, a union with null,
-// a tool's parameters alike), and keeps the properties' order.
-TEST_F(JsonSchemaRefusalTest, DatesAreCheckedAgainstTheirMonthAndYear) {
+// xgrammar's own date takes any day up to 31 in any month, its time a leap
+// second at any minute, its ipv4 leading zeros; the schema it is given
+// holds them to the standard wherever they sit (a $ref's target, a union
+// with null, a tool's parameters alike), and keeps the properties' order.
+TEST_F(JsonSchemaRefusalTest, DatesTimesAndIpv4AreHeldToTheStandard) {
   const std::vector<std::string> valid = {"2024-02-29", "2000-02-29", "2023-02-28", "2024-04-30", "2024-12-31",
                                           "0000-02-29"};
   const std::vector<std::string> invalid = {"2024-02-30", "2023-02-29", "1900-02-29", "2024-04-31", "2024-06-31",
@@ -621,7 +621,7 @@ TEST_F(JsonSchemaRefusalTest, DatesAreCheckedAgainstTheirMonthAndYear) {
     return dates;
   };
   ExpectEnforced(R"({"type": "string", "format": "date"})", quoted(valid, ""), quoted(invalid, ""));
-  ExpectEnforced(R"({"type": ["string", "null"], "format": "date-time"})", quoted(valid, "T23:59:60.5+01:00"),
+  ExpectEnforced(R"({"type": ["string", "null"], "format": "date-time"})", quoted(valid, "T23:59:60.5+00:00"),
                  quoted(invalid, "T10:00:00Z"));
   ExpectEnforced(R"({"type": "string", "format": "date-time"})", {"\"2024-02-29T10:00:00.25Z\""},
                  {"\"2024-02-29T24:00:00Z\"", "\"2022-01-01T12:00:001Z\"", "\"2022-01-01T12:00:00.Z\""});
@@ -633,8 +633,13 @@ TEST_F(JsonSchemaRefusalTest, DatesAreCheckedAgainstTheirMonthAndYear) {
   ASSERT_TRUE(enforced.ok()) << enforced.status();
   EXPECT_THAT(*enforced, HasSubstr(R"("properties":{"z":{"$ref":"#/$defs/day"},"a":)"));
   EXPECT_THAT(*enforced, ::testing::Not(HasSubstr("format")));
+  // A leap second only at 23:59:60 UTC; octets without leading zeros.
+  ExpectEnforced(R"({"type": "string", "format": "time"})", {"\"23:59:60Z\"", "\"12:30:59.5-05:00\"", "\"00:00:00Z\""},
+                 {"\"12:30:60Z\"", "\"23:59:60+01:00\"", "\"24:00:00Z\"", "\"12:00:00\""});
+  ExpectEnforced(R"({"type": "string", "format": "ipv4"})", {"\"10.0.0.7\"", "\"0.0.0.0\"", "\"255.255.255.255\""},
+                 {"\"010.1.1.1\"", "\"10.0.0.07\"", "\"256.1.1.1\"", "\"1.2.3\""});
   // Nothing to tighten: the text as sent.
-  EXPECT_EQ(*EnforcedJsonSchema(R"({"type": "string", "format": "time"})", "f"), R"({"type": "string", "format": "time"})");
+  EXPECT_EQ(*EnforcedJsonSchema(R"({"type": "string", "format": "uuid"})", "f"), R"({"type": "string", "format": "uuid"})");
 }
 
 TEST_F(JsonSchemaRefusalTest, OneOfMustBeProvablyExclusive) {
