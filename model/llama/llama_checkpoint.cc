@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/llama/llama_architecture.h"
 #include "model/llama/llama_gguf.h"
 #include "model/decoder/decoder_model.h"
 #include "model/loader/gguf_tokenizer.h"
@@ -34,14 +35,8 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     // TinyLlama's shapes; the others in their family's layout (benchmarks
     // beside llama.cpp's files of the same shapes, make_llama_gguf.py).
     c.architecture = std::string(name.substr(0, name.find('-')));
-    c.qkv_bias = c.architecture == "qwen2";
-    c.tie_word_embeddings = c.architecture == "qwen2" || c.architecture == "gemma2";
-    if (c.architecture == "gemma2") {
-      c.query_pre_attn_scalar = 64;
-      c.attn_logit_softcapping = 50;
-      c.final_logit_softcapping = 30;
-      c.sliding_window = 4096;
-    }
+    c.qkv_bias = c.arch().qkv_bias;
+    if (c.arch().builtin != nullptr) c.arch().builtin(&c);
     c.n_layer = 22;
     c.hidden = 2048;
     c.n_head = 32;

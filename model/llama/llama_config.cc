@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/decoder/rotary.h"
+#include "model/llama/llama_architecture.h"
 #include "util/json.h"
 
 namespace flover {
@@ -71,9 +72,29 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
 }  // namespace
 
 const std::vector<std::string>& LlamaFamilyTypes() {
-  static const std::vector<std::string>* types =
-      new std::vector<std::string>{"gemma2", "llama", "mistral", "phi3", "qwen2"};
+  static const std::vector<std::string>* types = [] {
+    auto* names = new std::vector<std::string>;
+    for (const LlamaArchitecture* a : LlamaArchitectures()) names->push_back(a->model_type);
+    return names;
+  }();
   return *types;
+}
+
+absl::Status ParseSlidingWindow(const Struct& s, absl::string_view what, int absent, LlamaConfig* c) {
+  auto it = s.fields().find("sliding_window");
+  if (it == s.fields().end()) {
+    c->sliding_window = absent;
+  } else if (it->second.kind_case() != Value::kNullValue) {
+    auto window = JsonIntField(s, "sliding_window", 1, kMaxPositions, what);
+    if (!window.ok()) return window.status();
+    c->sliding_window = static_cast<int>(*window);
+  }
+  return absl::OkStatus();
+}
+
+const LlamaArchitecture& LlamaConfig::arch() const {
+  const LlamaArchitecture* a = FindLlamaArchitecture(architecture);
+  return a != nullptr ? *a : LlamaArch();
 }
 
 bool IsLlamaFamily(absl::string_view model_type) {
@@ -83,7 +104,7 @@ bool IsLlamaFamily(absl::string_view model_type) {
 
 int64_t LlamaConfig::num_parameters() const {
   const int64_t C = hidden, F = intermediate, V = vocab_size;
-  const int64_t norms = architecture == "gemma2" ? 4 : 2;
+  const int64_t norms = arch().norms_per_layer();
   const int64_t per_layer = norms * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
                             (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
   return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + C;
@@ -91,6 +112,9 @@ int64_t LlamaConfig::num_parameters() const {
 
 absl::Status LlamaConfig::Validate() const {
   auto bad = [](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(m...)); };
+  if (!IsLlamaFamily(architecture)) {
+    return bad("model_type \"", architecture, "\" is not a Llama-family model (", absl::StrJoin(LlamaFamilyTypes(), ", "), ")");
+  }
   if (n_layer < 1 || n_layer > kMaxLayers) return bad("num_hidden_layers out of range: ", n_layer);
   if (hidden < 1 || hidden > kMaxDim) return bad("hidden_size out of range: ", hidden);
   if (n_head < 1 || n_head > hidden) return bad("num_attention_heads out of range: ", n_head);
@@ -137,11 +161,11 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                     absl::StrJoin(LlamaFamilyTypes(), ", "), ")");
     }
   }
-  const bool qwen2 = c.architecture == "qwen2", gemma2 = c.architecture == "gemma2";
-  c.qkv_bias = qwen2;  // Qwen2's q, k and v projections always have biases
+  const LlamaArchitecture& arch = c.arch();
+  c.qkv_bias = arch.qkv_bias;  // Qwen2's q, k and v projections always have biases
   // The MLP's activation: silu, or Gemma 2's gelu_pytorch_tanh (which
   // transformers reads from hidden_activation).
-  const std::string act = gemma2 ? "gelu_pytorch_tanh" : "silu";
+  const std::string act = arch.activation;
   for (const char* key : {"hidden_act", "hidden_activation"}) {
     auto it = s.fields().find(key);
     if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) continue;
@@ -156,25 +180,9 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     auto tp = JsonIntField(s, "pretraining_tp", 1, 1, what);
     if (!tp.ok()) return refuse("only pretraining_tp 1 is supported");
   }
-  // Sliding-window attention as transformers' eager and SDPA paths apply
-  // it: Mistral's sliding_window (null: none). Qwen2 configs carry
-  // sliding_window even where use_sliding_window is off, and transformers
-  // applies Qwen2's and Phi-3's only with FlashAttention-2: refused where
-  // it would be on (Qwen2), ignored as transformers' default path ignores
-  // it (Phi-3).
-  if (c.architecture == "mistral" || gemma2) {
-    auto it = s.fields().find("sliding_window");
-    if (it == s.fields().end()) {
-      if (gemma2) c.sliding_window = 4096;  // Gemma2Config's default
-    } else if (it->second.kind_case() != Value::kNullValue) {
-      auto window = JsonIntField(s, "sliding_window", 1, kMaxPositions, what);
-      if (!window.ok()) return window.status();
-      c.sliding_window = static_cast<int>(*window);
-    }
-  } else if (qwen2 ? JsonBoolField(s, "use_sliding_window", false)
-                   : c.architecture == "llama" && JsonHas(s, "sliding_window")) {
-    return refuse("sliding_window attention is not supported for model_type ", c.architecture,
-                  " (it is for mistral)");
+  // The architecture's own keys (sliding windows, Gemma 2's scalars).
+  if (arch.parse != nullptr) {
+    if (absl::Status st = arch.parse(s, what, &c); !st.ok()) return st;
   }
 
   auto read = [&](const char* key, int64_t max, int* out) -> absl::Status {
@@ -197,8 +205,8 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   }
   if (JsonHas(s, "head_dim")) {
     if (auto st = read("head_dim", 1024, &c.head_dim); !st.ok()) return st;
-  } else if (gemma2) {
-    c.head_dim = 256;  // Gemma2Config's default, not hidden / heads
+  } else if (arch.default_head_dim > 0) {
+    c.head_dim = arch.default_head_dim;  // Gemma2Config's 256, not hidden / heads
   } else {
     if (c.hidden % c.n_head != 0) return refuse("hidden_size is not divisible by num_attention_heads");
     c.head_dim = c.hidden / c.n_head;
@@ -211,23 +219,7 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   c.rope_theta = *theta;
   if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
   // Gemma 2's head is the embedding unless the config says otherwise.
-  c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", gemma2);
-  if (gemma2) {
-    auto scalar = JsonNumberField(s, "query_pre_attn_scalar", 224, what);
-    if (!scalar.ok()) return scalar.status();
-    if (!(*scalar > 0)) return refuse("query_pre_attn_scalar must be > 0");
-    c.query_pre_attn_scalar = *scalar;
-    // Soft-capping: null turns it off.
-    for (auto [key, fallback, out] : {std::tuple{"attn_logit_softcapping", 50.0, &c.attn_logit_softcapping},
-                                      {"final_logit_softcapping", 30.0, &c.final_logit_softcapping}}) {
-      auto it = s.fields().find(key);
-      if (it != s.fields().end() && it->second.kind_case() == Value::kNullValue) continue;
-      auto cap = JsonNumberField(s, key, fallback, what);
-      if (!cap.ok()) return cap.status();
-      if (!(*cap > 0)) return refuse(key, " must be > 0 or null");
-      *out = static_cast<float>(*cap);
-    }
-  }
+  c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", arch.tied_by_default);
   if (auto st = JsonIntListField(s, "eos_token_id", 0, c.vocab_size - 1, what, &c.eos_token_ids);
       !st.ok()) {
     return st;
@@ -254,7 +246,7 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   info.num_parameters = c.num_parameters();
   // Every weight but the embedding table and the norms is a matrix a token
   // goes through; a tied head is the embedding table once more.
-  const int64_t norms = ((c.architecture == "gemma2" ? 4 : 2) * int64_t{c.n_layer} + 1) * c.hidden +
+  const int64_t norms = (c.arch().norms_per_layer() * int64_t{c.n_layer} + 1) * c.hidden +
                        (c.qkv_bias ? int64_t{c.n_layer} * (c.q_dim() + 2 * c.kv_dim()) : 0);
   info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms +
                            (c.tie_word_embeddings ? int64_t{c.vocab_size} * c.hidden : 0);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/struct.pb.h"
 #include "model/model_info.h"
 
 namespace flover {
@@ -29,9 +30,11 @@ struct RopeScaling {
   int original_max_positions = 8192;
 };
 
+struct LlamaArchitecture;
+
 struct LlamaConfig {
   // model_type: "llama", "mistral", "phi3" (q/k/v and gate/up stored fused),
-  // "qwen2" or "gemma2".
+  // "qwen2" or "gemma2": one of LlamaArchitectures().
   std::string architecture = "llama";
   bool qkv_bias = false;               // q, k and v projections have biases (Qwen2)
   int n_layer = 0;
@@ -60,15 +63,25 @@ struct LlamaConfig {
   std::vector<int32_t> eos_token_ids;  // may be empty
   int32_t bos_token_id = -1;
 
+  // The entry of `architecture` (llama's for a name not in the table,
+  // which Validate refuses).
+  const LlamaArchitecture& arch() const;
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_kv_head * head_dim; }
   int64_t num_parameters() const;
   absl::Status Validate() const;
 };
 
-// The model_types this family reads from config.json.
+// The model_types this family reads from config.json (its architectures:
+// model/llama/llama_architecture.h).
 const std::vector<std::string>& LlamaFamilyTypes();
 bool IsLlamaFamily(absl::string_view model_type);
+
+// config.json's sliding_window into c->sliding_window, for the
+// architectures that apply it: null turns it off, an absent key gives
+// `absent`, anything else is 1..kMaxPositions.
+absl::Status ParseSlidingWindow(const google::protobuf::Struct& s, absl::string_view what, int absent,
+                                LlamaConfig* c);
 
 // `what` names the file in errors. The family is config.json's model_type
 // (llama when absent). Refuses what Flover does not run (other biases, an

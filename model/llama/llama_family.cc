@@ -5,11 +5,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/llama/llama_architecture.h"
 
 namespace flover {
 
 DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
-  const bool gemma2 = c.architecture == "gemma2";
   DecoderSpec s;
   s.n_layer = c.n_layer;
   s.hidden = c.hidden;
@@ -21,23 +21,23 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   s.max_positions = c.max_positions;
   s.norm = DecoderSpec::Norm::kRmsNorm;
   s.norm_eps = c.rms_norm_eps;
-  s.block = gemma2 ? DecoderSpec::Block::kSandwich : DecoderSpec::Block::kSequential;
+  s.block = DecoderSpec::Block::kSequential;
   s.mlp = DecoderSpec::Mlp::kGlu;
-  s.glu = gemma2 ? kernels::GluKind::kGeluTanh : kernels::GluKind::kSilu;
+  s.glu = kernels::GluKind::kSilu;
   s.layout = kernels::WeightLayout::kOutIn;
-  // Gemma: embeddings times sqrt(hidden), rounded to float32 as transformers does.
-  if (gemma2) s.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
   s.inv_freq = RopeInvFreq(c);
   s.rope_style = kernels::RopeStyle::kHalf;
   for (int l = 0; l < c.n_layer; ++l) {
     kernels::AttentionParams a;
     if (c.query_pre_attn_scalar > 0) a.scale = static_cast<float>(1.0 / std::sqrt(c.query_pre_attn_scalar));
     a.softcap = c.attn_logit_softcapping;
-    // Gemma 2's even layers are local (sliding), odd ones global.
-    a.window = gemma2 && l % 2 == 1 ? 0 : c.sliding_window;
+    a.window = c.sliding_window;
     s.attention.push_back(a);
   }
   s.final_softcap = c.final_logit_softcapping;
+  // What the architecture changes (Gemma 2's block, activation, scaled
+  // embeddings and global layers).
+  if (c.arch().spec != nullptr) c.arch().spec(c, &s);
   return s;
 }
 
@@ -45,7 +45,7 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
   DecoderRecipes r;
   const int64_t C = c.hidden, D = c.head_dim, F = c.intermediate, V = c.vocab_size,
                 Q = c.q_dim(), KV = c.kv_dim();
-  const bool fused = c.architecture == "phi3", gemma2 = c.architecture == "gemma2";
+  const bool fused = c.arch().fused_projections, gemma2 = c.arch().gemma_norms;
   // Gemma's norms scale by (1 + w).
   auto norm = [gemma2](std::string name, int64_t n) {
     WeightRecipe w = Whole(std::move(name), {n});

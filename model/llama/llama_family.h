@@ -3,8 +3,10 @@
 // window), Phi-3 (q/k/v and gate/up stored fused) and Gemma 2 (pre and post
 // norms with (1 + w) weights, GeGLU-tanh, attention and final logit
 // soft-capping, query_pre_attn_scalar, scaled embeddings, local and global
-// layers in turn). What differs between them is here: the DecoderSpec a
-// config makes and the recipe table that names their tensors.
+// layers in turn): the DecoderSpec a config makes and the recipe table that
+// names their tensors, shared, with what each architecture changes read
+// from its entry (model/llama/llama_architecture.h, a file per
+// architecture).
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_FAMILY_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_FAMILY_H_
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "model/llama/llama_architecture.h"
 
 namespace flover {
 namespace {
@@ -62,7 +63,7 @@ class GgufSource final : public WeightSource {
       : file_(std::move(file)) {
     // llama.cpp's converter permutes Q by query heads and K by key/value
     // heads for its llama architecture; its qwen2 keeps transformers' rows.
-    if (config.architecture != "llama") return;
+    if (!config.arch().gguf_permuted_qk) return;
     for (int l = 0; l < config.n_layer; ++l) {
       for (const char* kind : {"weight", "bias"}) {
         heads_[absl::StrCat("blk.", l, ".attn_q.", kind)] = config.n_head;
@@ -263,8 +264,13 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   };
   auto arch = f.GetString("general.architecture");
   if (!arch.ok()) return arch.status();
-  if (*arch != "llama" && *arch != "qwen2") {
-    return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads llama and qwen2)");
+  const LlamaArchitecture* family = FindLlamaArchitecture(*arch);
+  if (family == nullptr || !family->gguf) {
+    std::vector<std::string> read;
+    for (const LlamaArchitecture* a : LlamaArchitectures()) {
+      if (a->gguf) read.push_back(a->model_type);
+    }
+    return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads ", absl::StrJoin(read, " and "), ")");
   }
   const std::string a = *arch + ".";
   LlamaConfig c;

@@ -1,0 +1,18 @@
+#include "model/llama/llama_architecture.h"
+
+namespace flover {
+
+const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
+  static const auto* table = new std::vector<const LlamaArchitecture*>{
+      &Gemma2Arch(), &LlamaArch(), &MistralArch(), &Phi3Arch(), &Qwen2Arch()};
+  return *table;
+}
+
+const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type) {
+  for (const LlamaArchitecture* a : LlamaArchitectures()) {
+    if (model_type == a->model_type) return a;
+  }
+  return nullptr;
+}
+
+}  // namespace flover

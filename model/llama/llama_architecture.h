@@ -1,0 +1,65 @@
+// The architectures of the Llama family, one file each (arch_llama.cc,
+// arch_qwen2.cc, arch_mistral.cc, arch_phi3.cc, arch_gemma2.cc): what each
+// adds to the skeleton the family shares — its config.json keys and
+// defaults, its changes to the DecoderSpec, how its weights are stored —
+// registered in one table. The family's config parsing, decoder spec,
+// weight recipes and GGUF reading consult an architecture's entry instead
+// of comparing names. A new architecture of the family is a new file and a
+// line in the table (llama_architecture.cc).
+#ifndef FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
+#define FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/struct.pb.h"
+#include "model/decoder/decoder_spec.h"
+
+namespace flover {
+
+struct LlamaConfig;
+
+struct LlamaArchitecture {
+  const char* model_type = "";  // config.json's model_type (and GGUF's general.architecture)
+  bool gguf = false;            // read from GGUF files too
+  // In GGUF files, Q's rows permuted by query heads and K's by key/value
+  // heads (llama.cpp's converter does so for its llama architecture).
+  bool gguf_permuted_qk = false;
+  // config.json: the one activation it runs (hidden_act or
+  // hidden_activation), q/k/v biases always, the head tied to the embedding
+  // when the config does not say, head_dim when absent (0: hidden / heads).
+  const char* activation = "silu";
+  bool qkv_bias = false;
+  bool tied_by_default = false;
+  int default_head_dim = 0;
+  // Its own keys (sliding windows, scalars), read after model_type and the
+  // activation, before the shapes; refuses what Flover does not run of it.
+  absl::Status (*parse)(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) = nullptr;
+  // A built-in model of this architecture (llama-1b's shapes, its settings).
+  void (*builtin)(LlamaConfig* c) = nullptr;
+  // The decoder: its changes to the family's spec (block order, activation,
+  // per-layer windows), and how its weights are stored: q/k/v and gate/up
+  // fused (Phi-3), norms that scale by (1 + w) with norms after attention
+  // and the MLP too (Gemma 2).
+  void (*spec)(const LlamaConfig& c, DecoderSpec* s) = nullptr;
+  bool fused_projections = false;
+  bool gemma_norms = false;
+  int norms_per_layer() const { return gemma_norms ? 4 : 2; }
+};
+
+// Every architecture of the family, by model_type.
+const std::vector<const LlamaArchitecture*>& LlamaArchitectures();
+// The architecture of `model_type`, or null.
+const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type);
+
+// The entries (one per arch_*.cc), made on first use.
+const LlamaArchitecture& LlamaArch();
+const LlamaArchitecture& Qwen2Arch();
+const LlamaArchitecture& MistralArch();
+const LlamaArchitecture& Phi3Arch();
+const LlamaArchitecture& Gemma2Arch();
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
