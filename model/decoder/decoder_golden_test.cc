@@ -195,6 +195,7 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
       {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
       {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
+      {"qwen3_tiny", "qwen3", "F32", 2, true, {2}},
       {"gptj_tiny", "gptj", "F32", 4, false, {2}},
   };
   const Expected* e = nullptr;
@@ -287,6 +288,10 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"gemma2_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gemma2_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             Case{"gemma2_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
+            // Qwen3: per-head Q/K norms before rotary, head_dim 32 with
+            // hidden 64 and 4 heads (transformers 4.51.3, make_moe_golden.py).
+            Case{"qwen3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             // GPT-J: partial interleaved rotary, parallel attention and MLP,
             // a biased head.
             Case{"gptj_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},

@@ -121,6 +121,13 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
       FLOVER_RETURN_IF_ERROR(norm(l.post_attn_norm, none, &p.post_attn_norm, &no_bias));
       FLOVER_RETURN_IF_ERROR(norm(l.post_mlp_norm, none, &p.post_mlp_norm, &no_bias));
     }
+    if (spec_.qk_norm) {
+      if (static_cast<int>(l.q_norm.size()) != D || static_cast<int>(l.k_norm.size()) != D) {
+        return absl::InvalidArgumentError("the model's Q/K norms need weights of head_dim values");
+      }
+      FLOVER_RETURN_IF_ERROR(upload(l.q_norm, 1, D, &p.q_norm));
+      FLOVER_RETURN_IF_ERROR(upload(l.k_norm, 1, D, &p.k_norm));
+    }
     FLOVER_RETURN_IF_ERROR(site(l.qkv, l.qkv_b, C, W, layout, Epilogue::kBias, &p.qkv));
     FLOVER_RETURN_IF_ERROR(site(l.o, l.o_b, QL, C, layout, into_x, &p.o));
     FLOVER_RETURN_IF_ERROR(site(l.up, l.up_b, C, glu ? 2 * FL : FL, layout,
@@ -292,6 +299,11 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
       const LayerParams& p = layers_[l];
       FLOVER_RETURN_IF_ERROR(Norm(x, p.norm1, p.norm1_b, h));
       FLOVER_RETURN_IF_ERROR(Apply(p.qkv, h, qkv));
+      if (spec_.qk_norm) {  // each head of Q, then of K, on its own
+        FLOVER_RETURN_IF_ERROR(backend_.GroupRmsNorm(qkv, 0, shard_.q_heads, p.q_norm, spec_.norm_eps));
+        FLOVER_RETURN_IF_ERROR(backend_.GroupRmsNorm(qkv, shard_.q_heads * spec_.head_dim, shard_.kv_heads,
+                                                     p.k_norm, spec_.norm_eps));
+      }
       if (!inv_freq_.empty()) {
         FLOVER_RETURN_IF_ERROR(backend_.Rope(qkv, step->positions, inv_freq_.tensor(), rope));
       }

@@ -57,6 +57,7 @@ class DecoderModel final : public CausalLm {
   };
   struct LayerParams {
     kernels::Buffer norm1, norm1_b, norm2, norm2_b, post_attn_norm, post_mlp_norm;
+    kernels::Buffer q_norm, k_norm;  // spec_.qk_norm
     LinearSite qkv, o, up, down;
   };
   // Activation buffers (ForwardRuntime ids), for T rows and R logit rows.

@@ -22,6 +22,7 @@ absl::Status DecoderSpec::Validate() const {
     return bad("rotary embeddings turn ", 2 * inv_freq.size(), " dims of a ", head_dim,
                "-dim head");
   }
+  if (qk_norm && norm != Norm::kRmsNorm) return bad("Q/K norms are RMSNorms, in a model of RMSNorms");
   if (block == Block::kSandwich && norm != Norm::kRmsNorm) {
     return bad("post-attention and post-MLP norms are RMSNorms");
   }

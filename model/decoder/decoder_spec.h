@@ -55,6 +55,9 @@ struct DecoderSpec {
   std::vector<float> inv_freq;
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
 
+  // Per-head RMSNorm of Q and K (weights q_norm, k_norm: [head_dim], shared
+  // by the heads) after the projection, before rotary (Qwen3, Gemma 3).
+  bool qk_norm = false;
   // Each layer's attention (scale, soft-cap, window); n_layer entries.
   std::vector<kernels::AttentionParams> attention;
 

@@ -25,6 +25,7 @@ struct DecoderLayerWeights {
   std::vector<float> o_b;             // [C] (zeros on ranks > 0); empty: none
   std::vector<float> norm2, norm2_b;  // before the MLP (kParallel: unused)
   std::vector<float> post_attn_norm, post_mlp_norm;  // kSandwich only
+  std::vector<float> q_norm, k_norm;  // [head_dim]: qk_norm only
   StoredValues up;                    // kGelu: [C, F_local]; kGlu: gate then up
   std::vector<float> up_b;            // empty: none
   StoredValues down;                  // [F_local, C]

@@ -1,5 +1,6 @@
 // The architectures of the Llama family, one file each (arch_llama.cc,
-// arch_qwen2.cc, arch_mistral.cc, arch_phi3.cc, arch_gemma2.cc): what each
+// arch_qwen2.cc, arch_qwen3.cc, arch_mistral.cc, arch_phi3.cc,
+// arch_gemma2.cc): what each
 // adds to the skeleton the family shares — its config.json keys and
 // defaults, its changes to the DecoderSpec, how its weights are stored —
 // registered in one table. The family's config parsing, decoder spec,
@@ -45,6 +46,9 @@ struct LlamaArchitecture {
   void (*spec)(const LlamaConfig& c, DecoderSpec* s) = nullptr;
   bool fused_projections = false;
   bool gemma_norms = false;
+  // Q and K normed per head (q_norm, k_norm: [head_dim]; Qwen3): the spec
+  // hook sets DecoderSpec::qk_norm, the recipes read the weights.
+  bool qk_norm = false;
   int norms_per_layer() const { return gemma_norms ? 4 : 2; }
 };
 
@@ -56,6 +60,7 @@ const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type);
 // The entries (one per arch_*.cc), made on first use.
 const LlamaArchitecture& LlamaArch();
 const LlamaArchitecture& Qwen2Arch();
+const LlamaArchitecture& Qwen3Arch();
 const LlamaArchitecture& MistralArch();
 const LlamaArchitecture& Phi3Arch();
 const LlamaArchitecture& Gemma2Arch();

@@ -105,7 +105,7 @@ bool IsLlamaFamily(absl::string_view model_type) {
 int64_t LlamaConfig::num_parameters() const {
   const int64_t C = hidden, F = intermediate, V = vocab_size;
   const int64_t norms = arch().norms_per_layer();
-  const int64_t per_layer = norms * C + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
+  const int64_t per_layer = norms * C + (arch().qk_norm ? 2 * head_dim : 0) + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
                             (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
   return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + C;
 }
@@ -247,6 +247,7 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   // Every weight but the embedding table and the norms is a matrix a token
   // goes through; a tied head is the embedding table once more.
   const int64_t norms = (c.arch().norms_per_layer() * int64_t{c.n_layer} + 1) * c.hidden +
+                       (c.arch().qk_norm ? int64_t{c.n_layer} * 2 * c.head_dim : 0) +
                        (c.qkv_bias ? int64_t{c.n_layer} * (c.q_dim() + 2 * c.kv_dim()) : 0);
   info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms +
                            (c.tie_word_embeddings ? int64_t{c.vocab_size} * c.hidden : 0);
