@@ -196,6 +196,7 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
       {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
       {"qwen3_tiny", "qwen3", "F32", 2, true, {2}},
+      {"gguf_qwen3", "qwen3", "F32", 2, true, {}},  // no vocabulary in the file
       {"gptj_tiny", "gptj", "F32", 4, false, {2}},
   };
   const Expected* e = nullptr;
@@ -292,6 +293,8 @@ INSTANTIATE_TEST_SUITE_P(
             // hidden 64 and 4 heads (transformers 4.51.3, make_moe_golden.py).
             Case{"qwen3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"qwen3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            // The same weights as a qwen3 GGUF file (make_gguf_qwen3.py).
+            Case{"gguf_qwen3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             // GPT-J: partial interleaved rotary, parallel attention and MLP,
             // a biased head.
             Case{"gptj_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
