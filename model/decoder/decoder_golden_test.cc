@@ -197,6 +197,7 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
       {"qwen3_tiny", "qwen3", "F32", 2, true, {2}},
       {"gguf_qwen3", "qwen3", "F32", 2, true, {}},  // no vocabulary in the file
+      {"gemma3_tiny", "gemma3_text", "F32", 2, true, {1}},
       {"gptj_tiny", "gptj", "F32", 4, false, {2}},
   };
   const Expected* e = nullptr;
@@ -295,6 +296,11 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"qwen3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             // The same weights as a qwen3 GGUF file (make_gguf_qwen3.py).
             Case{"gguf_qwen3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            // Gemma 3 (text): Gemma 2's block with per-head (1 + w) Q/K
+            // norms, five local layers (window 8, rope base 1e4) to one
+            // global (rope 1e6, linear scaling 8); prompts to 62 tokens.
+            Case{"gemma3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gemma3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             // GPT-J: partial interleaved rotary, parallel attention and MLP,
             // a biased head.
             Case{"gptj_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},

@@ -176,6 +176,10 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
     std::vector<float> inv_freq = spec_.inv_freq;
     FLOVER_RETURN_IF_ERROR(upload(inv_freq, 1, static_cast<int64_t>(inv_freq.size()), &inv_freq_));
   }
+  if (!spec_.local_rope.empty()) {
+    std::vector<float> local = spec_.inv_freq_local;
+    FLOVER_RETURN_IF_ERROR(upload(local, 1, static_cast<int64_t>(local.size()), &inv_freq_local_));
+  }
   return absl::OkStatus();
 }
 
@@ -305,7 +309,9 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
                                                      p.k_norm, spec_.norm_eps));
       }
       if (!inv_freq_.empty()) {
-        FLOVER_RETURN_IF_ERROR(backend_.Rope(qkv, step->positions, inv_freq_.tensor(), rope));
+        const bool local = !spec_.local_rope.empty() && spec_.local_rope[l];
+        FLOVER_RETURN_IF_ERROR(
+            backend_.Rope(qkv, step->positions, (local ? inv_freq_local_ : inv_freq_).tensor(), rope));
       }
       FLOVER_RETURN_IF_ERROR(backend_.AppendKv(qkv, seqs, cache.layer(l)));
       FLOVER_RETURN_IF_ERROR(

@@ -117,6 +117,7 @@ class DecoderModel final : public CausalLm {
   kernels::Buffer positions_;  // f32 [P, C]; empty: none, or another rank adds it
   kernels::Buffer norm_, norm_b_;
   kernels::Buffer inv_freq_;  // f32 [1, R / 2]; empty: no rotary embeddings
+  kernels::Buffer inv_freq_local_;  // the local layers' (spec_.local_rope); empty: none
   LinearSite head_;           // [V_local, C]
 };
 

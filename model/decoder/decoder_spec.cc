@@ -22,6 +22,10 @@ absl::Status DecoderSpec::Validate() const {
     return bad("rotary embeddings turn ", 2 * inv_freq.size(), " dims of a ", head_dim,
                "-dim head");
   }
+  if (!local_rope.empty() &&
+      (static_cast<int>(local_rope.size()) != n_layer || inv_freq_local.size() != inv_freq.size())) {
+    return bad("a second rotary table needs a mark per layer and as many frequencies as the first");
+  }
   if (qk_norm && norm != Norm::kRmsNorm) return bad("Q/K norms are RMSNorms, in a model of RMSNorms");
   if (block == Block::kSandwich && norm != Norm::kRmsNorm) {
     return bad("post-attention and post-MLP norms are RMSNorms");

@@ -54,6 +54,11 @@ struct DecoderSpec {
   // dims of each head turn (partial rotary when fewer than head_dim).
   std::vector<float> inv_freq;
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
+  // A second rotary table (as many frequencies) for the layers marked in
+  // local_rope (n_layer entries, or empty: none): Gemma 3's local layers
+  // turn by their own base, its global ones by inv_freq.
+  std::vector<float> inv_freq_local;
+  std::vector<bool> local_rope;
 
   // Per-head RMSNorm of Q and K (weights q_norm, k_norm: [head_dim], shared
   // by the heads) after the projection, before rotary (Qwen3, Gemma 3).

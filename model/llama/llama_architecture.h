@@ -1,6 +1,6 @@
 // The architectures of the Llama family, one file each (arch_llama.cc,
 // arch_qwen2.cc, arch_qwen3.cc, arch_mistral.cc, arch_phi3.cc,
-// arch_gemma2.cc): what each
+// arch_gemma2.cc, arch_gemma3.cc): what each
 // adds to the skeleton the family shares — its config.json keys and
 // defaults, its changes to the DecoderSpec, how its weights are stored —
 // registered in one table. The family's config parsing, decoder spec,
@@ -64,6 +64,7 @@ const LlamaArchitecture& Qwen3Arch();
 const LlamaArchitecture& MistralArch();
 const LlamaArchitecture& Phi3Arch();
 const LlamaArchitecture& Gemma2Arch();
+const LlamaArchitecture& Gemma3Arch();
 
 }  // namespace flover
 

@@ -1,7 +1,7 @@
-// A Llama-family model (Llama, Qwen2, Mistral, Phi-3, Gemma 2) as read from
-// a Hugging Face directory (config.json, model.safetensors or shards with
-// model.safetensors.index.json, the tokenizer files), from a GGUF file
-// (llama, qwen2), or generated for the built-ins. Loading checks every
+// A Llama-family model (any architecture of llama_architecture.h) as read
+// from a Hugging Face directory (config.json, model.safetensors or shards
+// with model.safetensors.index.json, the tokenizer files), from a GGUF file
+// (llama_gguf.h), or generated for the built-ins. Loading checks every
 // tensor's presence and shape but reads no weights: Instantiate reads this
 // rank's regions of them (from the mapped files) and puts them on a backend.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_

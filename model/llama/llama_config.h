@@ -1,11 +1,8 @@
-// Llama-family hyper-parameters (Llama 2/3, TinyLlama; Mistral: Llama with
-// sliding-window attention; Phi-3: Llama with fused q/k/v and gate/up
-// weights; Qwen2 / Qwen2.5: Llama with q/k/v biases; Gemma 2: sandwich
-// norms, GeGLU, soft-capping, local and global layers), parsed from a
-// Hugging Face config.json (model_type llama, mistral, phi3, qwen2 or
-// gemma2) or
-// given by a built-in model, checked before any memory is sized from them;
-// and the rotary frequencies they imply.
+// Llama-family hyper-parameters, parsed from a Hugging Face config.json
+// (any model_type in llama_architecture.h's table; the keys the family
+// shares here, each architecture's own through its entry) or given by a
+// built-in model, checked before any memory is sized from them; and the
+// rotary frequencies they imply.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_CONFIG_H_
 
@@ -56,6 +53,11 @@ struct LlamaConfig {
   double query_pre_attn_scalar = 0;
   float attn_logit_softcapping = 0;
   float final_logit_softcapping = 0;
+  // Gemma 3: every sliding_window_pattern-th layer is global (rope_theta,
+  // with rope_scaling), the others local: windowed, turning by
+  // rope_local_base (no scaling).
+  int sliding_window_pattern = 0;
+  double rope_local_base = 0;
   // Per-frequency divisors of the rotary frequencies (head_dim / 2 of them,
   // or none): how GGUF files carry llama3 scaling (rope_freqs.weight).
   std::vector<float> rope_freq_factors;

@@ -91,8 +91,8 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
             &L.qkv_b);
     }
     if (c.arch().qk_norm) {  // one [D] weight each, shared by the heads: every rank reads it whole
-      visit(Whole(p + "self_attn.q_norm.weight", {D}), &L.q_norm);
-      visit(Whole(p + "self_attn.k_norm.weight", {D}), &L.k_norm);
+      visit(norm(p + "self_attn.q_norm.weight", D), &L.q_norm);
+      visit(norm(p + "self_attn.k_norm.weight", D), &L.k_norm);
     }
     visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), &L.o);
     if (fused) {  // gate_up_proj: [2F, C], gate rows then up rows

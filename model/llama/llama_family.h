@@ -1,11 +1,9 @@
-// The Llama family on the decoder skeleton (model/decoder): Llama 2/3,
-// TinyLlama, SmolLM2, Qwen2 / Qwen2.5 (q/k/v biases), Mistral (a sliding
-// window), Phi-3 (q/k/v and gate/up stored fused) and Gemma 2 (pre and post
-// norms with (1 + w) weights, GeGLU-tanh, attention and final logit
-// soft-capping, query_pre_attn_scalar, scaled embeddings, local and global
-// layers in turn): the DecoderSpec a config makes and the recipe table that
-// names their tensors, shared, with what each architecture changes read
-// from its entry (model/llama/llama_architecture.h, a file per
+// The Llama family on the decoder skeleton (model/decoder): the DecoderSpec
+// a config makes and the recipe table that names its tensors, shared by
+// every architecture in model/llama/llama_architecture.h's table (Llama 2/3,
+// TinyLlama, SmolLM2, Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, ...), with what
+// each changes — q/k/v biases, per-head Q/K norms, fused projections, (1 + w)
+// sandwich norms, windows, soft-caps — read from its entry (a file per
 // architecture).
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_FAMILY_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_FAMILY_H_

@@ -1,13 +1,16 @@
-// Llama-family models (llama, qwen2) from GGUF files, as llama.cpp's
-// converter writes them:
+// Llama-family models from GGUF files (the architectures whose entry in
+// llama_architecture.h says `gguf`), as llama.cpp's converter writes them:
 // hyper-parameters from the `{arch}.*` metadata keys, and the weights under
 // their Hugging Face names, so the family's recipe table, tensor-parallel
-// slicing and forward pass are the ones a safetensors directory uses.
+// slicing and forward pass are the ones a safetensors directory uses. A
+// weight is read as float32, as its stored F16/BF16 values, or as whole rows
+// of its quantized blocks for --dtype=native (weight_source.h).
 //
-// For its llama architecture, llama.cpp's converter reorders the rows of
-// each head of q_proj and k_proj for its own rotary kernel (interleaved
-// pairs instead of halves); reading them here puts the rows back, so the
-// weights are transformers' again. Its qwen2 keeps them as they are.
+// For its llama architecture (`gguf_permuted_qk`), llama.cpp's converter
+// reorders the rows of each head of q_proj and k_proj for its own rotary
+// kernel (interleaved pairs instead of halves); reading them here puts the
+// rows back, so the weights are transformers' again. The other
+// architectures keep them as they are.
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_GGUF_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_GGUF_H_
 

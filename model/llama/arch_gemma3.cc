@@ -1,0 +1,78 @@
+// Gemma 3, text only (Gemma3ForCausalLM, model_type gemma3_text): Gemma 2's
+// block — norms before and after attention and the MLP, each (1 + w);
+// GeGLU-tanh; embeddings times sqrt(hidden); query_pre_attn_scalar — with
+// per-head Q/K norms ((1 + w) too) before rotary, and local and global
+// layers in a pattern: every sliding_window_pattern-th layer (6: five local
+// to one global) is global, turning by rope_theta with rope_scaling; the
+// others attend within sliding_window and turn by rope_local_base_freq,
+// unscaled. transformers 4.51 applies no attention soft-capping to Gemma 3
+// (attn_logit_softcapping is read and ignored, as there); the final one
+// when set.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/decoder/rotary.h"
+#include "model/llama/llama_architecture.h"
+#include "model/llama/llama_config.h"
+#include "util/json.h"
+
+namespace flover {
+namespace {
+
+absl::Status ParseGemma3(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) {
+  auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
+  if (absl::Status st = ParseSlidingWindow(s, what, /*absent=*/4096, c); !st.ok()) return st;  // Gemma3TextConfig's
+  auto scalar = JsonNumberField(s, "query_pre_attn_scalar", 256, what);
+  if (!scalar.ok()) return scalar.status();
+  if (!(*scalar > 0)) return refuse("query_pre_attn_scalar must be > 0");
+  c->query_pre_attn_scalar = *scalar;
+  auto it = s.fields().find("final_logit_softcapping");
+  if (it != s.fields().end() && it->second.kind_case() != google::protobuf::Value::kNullValue) {
+    auto cap = JsonNumberField(s, "final_logit_softcapping", 0, what);
+    if (!cap.ok()) return cap.status();
+    if (!(*cap > 0)) return refuse("final_logit_softcapping must be > 0 or null");
+    c->final_logit_softcapping = static_cast<float>(*cap);
+  }
+  auto pattern = JsonIntField(s, "sliding_window_pattern", 1, 1 << 20, what);
+  if (JsonHas(s, "sliding_window_pattern") && !pattern.ok()) return pattern.status();
+  c->sliding_window_pattern = JsonHas(s, "sliding_window_pattern") ? static_cast<int>(*pattern) : 6;
+  auto local = JsonNumberField(s, "rope_local_base_freq", 10000.0, what);
+  if (!local.ok()) return local.status();
+  if (!(*local > 1)) return refuse("rope_local_base_freq must be > 1");
+  c->rope_local_base = *local;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const LlamaArchitecture& Gemma3Arch() {
+  static const LlamaArchitecture entry = [] {
+    LlamaArchitecture a;
+    a.model_type = "gemma3_text";
+    a.activation = "gelu_pytorch_tanh";
+    a.tied_by_default = true;
+    a.default_head_dim = 256;
+    a.gemma_norms = true;
+    a.qk_norm = true;
+    a.parse = ParseGemma3;
+    a.spec = [](const LlamaConfig& c, DecoderSpec* s) {
+      s->block = DecoderSpec::Block::kSandwich;
+      s->glu = kernels::GluKind::kGeluTanh;
+      s->qk_norm = true;
+      // Embeddings times sqrt(hidden), rounded to float32 as transformers does.
+      s->embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
+      s->inv_freq_local = RotaryInvFreq(static_cast<float>(c.rope_local_base), c.head_dim);
+      s->local_rope.assign(c.n_layer, false);
+      for (int l = 0; l < c.n_layer; ++l) {
+        const bool global = c.sliding_window_pattern > 0 && (l + 1) % c.sliding_window_pattern == 0;
+        s->local_rope[l] = !global;
+        if (global) s->attention[l].window = 0;
+        s->attention[l].softcap = 0;  // not applied to Gemma 3 (above)
+      }
+    };
+    return a;
+  }();
+  return entry;
+}
+
+}  // namespace flover
