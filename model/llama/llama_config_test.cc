@@ -96,16 +96,16 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
-              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, llama, "
-                        "mistral, phi3, qwen2)"));
+              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, llama, "
+                        "mistral, phi3, qwen2, qwen3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   std::ofstream(dir + "/config.json") << Config("falcon", "");
   auto loaded = LoadModel(dir);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
-              HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gpt2, "
-                        "gptj, llama, mistral, phi3, qwen2)"));
+              HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
+                        "gptj, llama, mistral, phi3, qwen2, qwen3)"));
 }
 
 TEST(LlamaConfigTest, BuiltinFamilyVariantsHaveLlama1bShapes) {
