@@ -3,10 +3,11 @@
 // ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, its
 // tojson as json.dumps(ensure_ascii=False), raise_exception). No registry
 // carries a C++ Jinja engine, so this is a small interpreter of its own:
-// jinja_text (the lexer), jinja_parse (the parser), jinja_value (Python's values), the
-// builtins and this renderer. What it supports is listed in jinja_parse.h
-// and jinja_builtins.h; anything else is refused when the template is
-// parsed, naming the line and the construct.
+// jinja_parse (the lexer and parser, into jinja_ast.h), jinja_value
+// (Python's values), jinja_builtins (filters, tests, methods), jinja_text
+// (Python's str methods on UTF-8) and this renderer (jinja.cc). What it
+// supports is listed in jinja_parse.h and jinja_builtins.h; anything else
+// is refused when the template is parsed, naming the line and the construct.
 //
 // Rendering is bounded (steps, output bytes, call depth), so a template can
 // neither hang nor exhaust the server whatever the messages.

@@ -1,7 +1,8 @@
 // The rows of one forward call over a ragged token batch: any number of
 // sequences, each contributing one or more tokens at its own positions (a
-// prompt, a chunk of one, or a single decode token). Prefill and decode are
-// the same call.
+// prompt, a chunk of one, a single decode token, or a decode token with the
+// drafts to verify after it), its KV blocks, and how many of its last rows
+// need logits. Prefill and decode are the same call.
 #ifndef FLOVER_MODEL_FORWARD_BATCH_H_
 #define FLOVER_MODEL_FORWARD_BATCH_H_
 

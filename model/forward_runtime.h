@@ -1,11 +1,12 @@
 // The plumbing of a forward pass, apart from its math (its one client is
 // decoder/decoder_model, which every family runs on): checking a batch
-// against the model and its cache, the step's one
-// upload (tokens, positions, sequence table), activation buffers grown to
-// the largest step and never shrunk, the residual add of a row-split layer
-// over tensor-parallel ranks, and the logits back in host memory (the
-// backend's own buffer on the CPU; stitched over the ranks' vocabulary
-// ranges with tensor parallelism).
+// against the model and its cache, the step's one upload (tokens,
+// positions, sequence table), activation buffers grown to the largest step
+// and never shrunk, the residual add of a row-split layer over
+// tensor-parallel ranks, running a decode step through the backend's
+// recordings (RunOps: CUDA graphs, on one rank), and the logits back in
+// host memory (the backend's own buffer on the CPU; stitched over the
+// ranks' vocabulary ranges with tensor parallelism).
 #ifndef FLOVER_MODEL_FORWARD_RUNTIME_H_
 #define FLOVER_MODEL_FORWARD_RUNTIME_H_
 

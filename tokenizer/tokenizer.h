@@ -1,7 +1,8 @@
 // Text <-> token ids, as the engine (stop strings, streamed text), the server
 // (text prompts) and the clients' tools need it. HfTokenizer (tokenizer.json,
-// or GPT-2's vocab.json + merges.txt) implements it; nothing outside
-// tokenizer/ and model/ names an implementation.
+// GPT-2's vocab.json + merges.txt, or a GGUF file's vocabulary through
+// gguf_vocab.h) implements it; nothing outside tokenizer/ and model/ names
+// an implementation.
 #ifndef FLOVER_TOKENIZER_TOKENIZER_H_
 #define FLOVER_TOKENIZER_TOKENIZER_H_
 

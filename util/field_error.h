@@ -1,3 +1,6 @@
+// Refusals that name the request field they are about, so every front end
+// reports the field the same way: the engine's and the servers' validation
+// return them, and the OpenAI API puts the field in its error's `param`.
 #ifndef FLOVER_UTIL_FIELD_ERROR_H_
 #define FLOVER_UTIL_FIELD_ERROR_H_
 

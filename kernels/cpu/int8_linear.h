@@ -5,7 +5,7 @@
 //
 //   out = float(sum) * (row_scale * column_scale) + bias   (gelu_new / + residual)
 //
-// Why per column and per row (measured, docs/architecture.md): the integer
+// Why per column and per row (measured, docs/performance.md): the integer
 // sum over all of K is exact, so the int32 result is the same whatever
 // kernel, blocking or row count computes it, and batch invariance holds by
 // construction rather than by matching one library's summation order. Finer

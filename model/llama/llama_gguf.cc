@@ -272,7 +272,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     for (const LlamaArchitecture* a : LlamaArchitectures()) {
       if (a->gguf) read.push_back(a->model_type);
     }
-    return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads ", absl::StrJoin(read, " and "), ")");
+    return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads ", absl::StrJoin(read, ", "), ")");
   }
   const std::string a = *arch + ".";
   LlamaConfig c;

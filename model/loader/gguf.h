@@ -6,8 +6,10 @@
 // offset and the field.
 //
 // The file is mapped, not read: ReadRows converts the blocks of the rows it
-// is asked for to float32 and gives their pages back, so loading a model
-// costs the weights being built plus one matrix, not the file.
+// is asked for to float32 and gives their pages back, RowBytes hands the
+// rows over as stored (16-bit values, or blocks that --dtype=native keeps)
+// and ReleaseRows gives their pages back after, so loading a model costs
+// the weights being built plus one matrix, not the file.
 #ifndef FLOVER_MODEL_LOADER_GGUF_H_
 #define FLOVER_MODEL_LOADER_GGUF_H_
 

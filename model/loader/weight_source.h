@@ -5,7 +5,11 @@
 // checkpoint tensors, stacked as rows or placed side by side (Llama's fused
 // q/k/v rows, GPT-2's Conv1D columns). ReadRecipe reads only those regions,
 // so a rank converts its own slice of a file and nothing else. The same
-// recipes serve checkpoints and the built-in random models.
+// recipes serve checkpoints, GGUF files (model/llama/llama_gguf.h) and the
+// built-in random models. A region comes out as float32 (Read: norms,
+// biases), in the dtype it is stored in (ReadStored: a GEMM weight's F16 or
+// BF16 values), or, for a tensor in quantized blocks, as whole rows of its
+// blocks (ReadBlockRows) for backends that run them (--dtype=native).
 #ifndef FLOVER_MODEL_LOADER_WEIGHT_SOURCE_H_
 #define FLOVER_MODEL_LOADER_WEIGHT_SOURCE_H_
 
