@@ -1,6 +1,7 @@
 // Constrained decoding: a request may carry a constraint on its output (a
-// list of choices today; JSON schemas, regular expressions and grammars
-// plug in the same way). The engine asks the sequence's ConstraintState
+// list of choices, engine/choice_constraint.h; a JSON schema, regular
+// expression, grammar or tool-call structure, engine/grammar_constraint.h;
+// a special token and then one of those, engine/token_then_constraint.h). The engine asks the sequence's ConstraintState
 // which tokens may come next and masks the rest before sampling, greedy or
 // not (engine/logits_processors.h: ConstraintMask); each emitted token then
 // advances the state (a SequenceObserver). End of sequence is allowed only

@@ -1,5 +1,5 @@
 // Keeps tensor-parallel ranks in step: rank 0's engine broadcasts each step
-// (slot moves and the ragged batch) over the control channel before running
+// (the ragged batch: tokens, positions, block tables, logit rows) over the control channel before running
 // it, and every other rank runs the same step on its shard through the same
 // StepExecutor, so all ranks agree on the batch by message, not by running
 // in lockstep by chance.

@@ -35,7 +35,8 @@ inline int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kBF16 ? 2 : 4;
 // One layer's K and V in the backend's memory: `num_blocks` blocks of
 // kBlockSize positions for every (local) head, head-major so that one
 // head's consecutive blocks are consecutive in memory (a sequence's blocks
-// often are: measured 2-4% faster decode on the CPU than block-major).
+// often are: block-major cost 5-9% of decode at batch 32 on the CPU,
+// docs/performance.md).
 //   k: [heads, num_blocks, head_dim, kBlockSize]
 //   v: [heads, num_blocks, kBlockSize, head_dim]
 // A sequence owns a list of blocks (any blocks, in any order: a block table),

@@ -1,9 +1,10 @@
-// Converts the API's GenerateRequest into an engine Request: prompt text is
-// tokenized, messages are rendered with the chat template (whose end of turn
-// then ends the reply), unset optional fields get their documented
-// defaults, and values the proto types allow but the engine cannot take are
-// errors naming the field. The engine validates the rest (ranges, lengths,
-// vocabulary).
+// Converts a ClientRequest (what the gRPC and OpenAI front ends both make
+// of a request) into an engine Request: prompt text is tokenized, messages
+// are rendered with the chat template (whose end of turn then ends the
+// reply), a constraint or the tool-call grammar is compiled, unset optional
+// fields get their documented defaults, and values the engine cannot take
+// are errors naming the field. The engine validates the rest (ranges,
+// lengths, vocabulary).
 #ifndef FLOVER_SERVER_REQUEST_CONVERT_H_
 #define FLOVER_SERVER_REQUEST_CONVERT_H_
 

@@ -46,7 +46,7 @@ FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)(?=$|[\s=,;:.)\]}|/'\"`])")
 ABSL_FLAG = re.compile(r"ABSL_FLAG\(\s*[^,]+,\s*(\w+)\s*,")
 ARGPARSE = re.compile(r"add_argument\(\s*((?:['\"]-[\w-]+['\"]\s*,\s*)*['\"]-[\w-]+['\"])")
 SHELL_FLAG = re.compile(r"[\"'](--[A-Za-z][\w-]*)[=\"']|^\s*(--[A-Za-z][\w-]*)(?:=\*)?[|)]", re.M)
-# Abseil's built-in flags (absl/flags/parse.cc, usage_config).
+# Abseil's built-in flags (Abseil's flags parser and usage_config).
 ABSL_BUILTIN = {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch", "version",
                 "only_check_args", "flagfile", "fromenv", "tryfromenv", "undefok"}
 # Programs of other projects: the flags after them are theirs.

@@ -1,3 +1,5 @@
+// The CPU backend's thread count (--threads), applied to each thread that
+// runs parallel work, and let go where a thread's work moves elsewhere.
 #ifndef FLOVER_KERNELS_CPU_CPU_THREADS_H_
 #define FLOVER_KERNELS_CPU_CPU_THREADS_H_
 

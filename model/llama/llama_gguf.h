@@ -36,9 +36,10 @@ namespace flover {
 absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& file);
 
 // The file's tensors under transformers' names ("model.layers.0.mlp.up_proj.
-// weight" is "blk.0.ffn_up.weight"), each converted to float32 a region at a
-// time (F16 and BF16 stay 16-bit for ReadStored); Q and K rows un-permuted
-// for `config`'s heads.
+// weight" is "blk.0.ffn_up.weight"), read as float32 a region at a time, as
+// stored F16/BF16 values (ReadStored), or as whole rows of blocks for
+// native matmuls; Q and K rows un-permuted where `config`'s architecture
+// says the converter permuted them.
 std::unique_ptr<WeightSource> GgufLlamaSource(std::shared_ptr<const GgufFile> file,
                                               const LlamaConfig& config);
 
