@@ -17,8 +17,10 @@ the same replies in both modes). At concurrency C a run sends bursts of C
 chats at once (the kind's chats in order, cycling, until every chat went
 once), so every concurrency sees the same chats.
 
-Flover: one server with --speculative=ngram; each run goes once with the
-request extension `"speculative": false` (off) and once without (on), on
+Flover: one server with --speculative=ngram (or, with --draft_model=PATH
+[--draft_dtype=D], --speculative=draft: that model drafts); each run goes
+once with the request extension `"speculative": false` (off) and once
+without (on), on
 the same process, the order alternating each round (--separate_servers
 sends the off runs to a second server started with --speculative=off).
 Per kind and concurrency: output tokens/s off and on (generated tokens over
@@ -276,6 +278,8 @@ class Flover:
                "--metrics_listen=127.0.0.1:0", f"--threads={args.threads}",
                f"--max_batch={max(args.concurrency)}", f"--max_seq_len={args.max_seq_len}",
                f"--speculative={speculative}", f"--prefix_caching={'true' if args.prefix_caching else 'false'}"]
+        if speculative == "draft":
+            cmd += [f"--draft_model={args.draft_model}", f"--draft_dtype={args.draft_dtype}"]
         if args.num_speculative_tokens is not None:
             cmd.append(f"--num_speculative_tokens={args.num_speculative_tokens}")
         if args.speculative_max_rows is not None:
@@ -454,6 +458,8 @@ async def main():
     ap.add_argument("--speculative_max_rows", type=int, help="Flover's flag (default: the server's)")
     ap.add_argument("--prefix_caching", action="store_true", help="leave Flover's prefix cache on")
     ap.add_argument("--server_args", default="", help="more flover_server flags, for both servers")
+    ap.add_argument("--draft_model", help="Flover drafts with this model (--speculative=draft) instead of n-grams")
+    ap.add_argument("--draft_dtype", default="auto", help="--draft_model's --draft_dtype")
     ap.add_argument("--separate_servers", action="store_true",
                     help="off runs on a second server started with --speculative=off")
     ap.add_argument("--llama_server", help="llama.cpp's llama-server binary: the peer, same file")
@@ -509,7 +515,7 @@ async def main():
                       "draft model trained for the target, or --llama_draft_model)" if skipped else ""))
 
     logdir = tempfile.mkdtemp(prefix="specbench-")
-    flover = Flover(args, "ngram", logdir)
+    flover = Flover(args, "draft" if args.draft_model else "ngram", logdir)
     flover_off = Flover(args, "off", logdir) if args.separate_servers else None
     try:
         model = (await flover.client.models.list()).data[0].id

@@ -7,8 +7,9 @@ blocks; flags in plain prose are not checked. A code span is one command; in
 a code block a command is a line, with its backslash continuations joined.
 
 A flag is `--name` or `--name=value` (a letter, then letters, digits, `_`
-and `-`), not preceded by a word character or `-` (so `a--b` and `---`
-are not flags) and followed by the end, a space, `=` or punctuation (so the
+and `-`), not preceded by a word character, `-` or `=` (so `a--b` and
+`---` are not flags, nor the value of `--server_args=--dtype=f32`, which
+is another program's) and followed by the end, a space, `=` or punctuation (so the
 arrow `--gRPC-->` is not one). Each flag belongs to the last program named
 before it in its command:
   - one of our C++ binaries (every `cc_binary` in a BUILD.bazel, named by
@@ -42,7 +43,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)(?=$|[\s=,;:.)\]}|/'\"`])")
+FLAG = re.compile(r"(?<![\w=-])--([A-Za-z][\w-]*)(?=$|[\s=,;:.)\]}|/'\"`])")
 ABSL_FLAG = re.compile(r"ABSL_FLAG\(\s*[^,]+,\s*(\w+)\s*,")
 ARGPARSE = re.compile(r"add_argument\(\s*((?:['\"]-[\w-]+['\"]\s*,\s*)*['\"]-[\w-]+['\"])")
 SHELL_FLAG = re.compile(r"[\"'](--[A-Za-z][\w-]*)[=\"']|^\s*(--[A-Za-z][\w-]*)(?:=\*)?[|)]", re.M)
