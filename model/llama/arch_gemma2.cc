@@ -36,14 +36,26 @@ absl::Status ParseGemma2(const google::protobuf::Struct& s, absl::string_view wh
 
 }  // namespace
 
+LlamaArchitecture GemmaArchitecture(const char* model_type) {
+  LlamaArchitecture a;
+  a.model_type = model_type;
+  a.activation = "gelu_pytorch_tanh";
+  a.tied_by_default = true;
+  a.default_head_dim = 256;
+  a.gemma_norms = true;
+  return a;
+}
+
+void GemmaBlock(const LlamaConfig& c, DecoderSpec* s) {
+  s->block = DecoderSpec::Block::kSandwich;
+  s->glu = kernels::GluKind::kGeluTanh;
+  // Embeddings times sqrt(hidden), rounded to float32 as transformers does.
+  s->embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
+}
+
 const LlamaArchitecture& Gemma2Arch() {
   static const LlamaArchitecture entry = [] {
-    LlamaArchitecture a;
-    a.model_type = "gemma2";
-    a.activation = "gelu_pytorch_tanh";
-    a.tied_by_default = true;
-    a.default_head_dim = 256;
-    a.gemma_norms = true;
+    LlamaArchitecture a = GemmaArchitecture("gemma2");
     a.parse = ParseGemma2;
     a.builtin = [](LlamaConfig* c) {
       c->tie_word_embeddings = true;
@@ -53,10 +65,7 @@ const LlamaArchitecture& Gemma2Arch() {
       c->sliding_window = 4096;
     };
     a.spec = [](const LlamaConfig& c, DecoderSpec* s) {
-      s->block = DecoderSpec::Block::kSandwich;
-      s->glu = kernels::GluKind::kGeluTanh;
-      // Embeddings times sqrt(hidden), rounded to float32 as transformers does.
-      s->embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
+      GemmaBlock(c, s);
       // Even layers are local (sliding), odd ones global.
       for (size_t l = 1; l < s->attention.size(); l += 2) s->attention[l].window = 0;
     };

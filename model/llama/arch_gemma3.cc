@@ -8,8 +8,6 @@
 // unscaled. transformers 4.51 applies no attention soft-capping to Gemma 3
 // (attn_logit_softcapping is read and ignored, as there); the final one
 // when set.
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "model/decoder/rotary.h"
 #include "model/llama/llama_architecture.h"
@@ -47,20 +45,11 @@ absl::Status ParseGemma3(const google::protobuf::Struct& s, absl::string_view wh
 
 const LlamaArchitecture& Gemma3Arch() {
   static const LlamaArchitecture entry = [] {
-    LlamaArchitecture a;
-    a.model_type = "gemma3_text";
-    a.activation = "gelu_pytorch_tanh";
-    a.tied_by_default = true;
-    a.default_head_dim = 256;
-    a.gemma_norms = true;
+    LlamaArchitecture a = GemmaArchitecture("gemma3_text");
     a.qk_norm = true;
     a.parse = ParseGemma3;
     a.spec = [](const LlamaConfig& c, DecoderSpec* s) {
-      s->block = DecoderSpec::Block::kSandwich;
-      s->glu = kernels::GluKind::kGeluTanh;
-      s->qk_norm = true;
-      // Embeddings times sqrt(hidden), rounded to float32 as transformers does.
-      s->embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
+      GemmaBlock(c, s);
       s->inv_freq_local = RotaryInvFreq(static_cast<float>(c.rope_local_base), c.head_dim);
       s->local_rope.assign(c.n_layer, false);
       for (int l = 0; l < c.n_layer; ++l) {

@@ -1,7 +1,6 @@
 // Llama 2/3, TinyLlama, SmolLM/SmolLM2: the family's skeleton as it is.
 // transformers applies no sliding window to Llama: a config that sets one
 // is refused rather than run without it.
-#include "absl/strings/str_cat.h"
 #include "model/llama/llama_architecture.h"
 #include "model/llama/llama_config.h"
 #include "util/json.h"
@@ -15,9 +14,7 @@ const LlamaArchitecture& LlamaArch() {
     a.gguf = true;
     a.gguf_permuted_qk = true;
     a.parse = [](const google::protobuf::Struct& s, absl::string_view what, LlamaConfig*) {
-      if (!JsonHas(s, "sliding_window")) return absl::OkStatus();
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": sliding_window attention is not supported for model_type llama (it is for mistral)"));
+      return JsonHas(s, "sliding_window") ? SlidingWindowRefused(what, "llama") : absl::OkStatus();
     };
     return a;
   }();

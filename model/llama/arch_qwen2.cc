@@ -2,7 +2,6 @@
 // sliding_window even where use_sliding_window is off; transformers applies
 // the window only with FlashAttention-2, so a config that turns it on is
 // refused.
-#include "absl/strings/str_cat.h"
 #include "model/llama/llama_architecture.h"
 #include "model/llama/llama_config.h"
 #include "util/json.h"
@@ -16,9 +15,7 @@ const LlamaArchitecture& Qwen2Arch() {
     a.gguf = true;
     a.qkv_bias = true;
     a.parse = [](const google::protobuf::Struct& s, absl::string_view what, LlamaConfig*) {
-      if (!JsonBoolField(s, "use_sliding_window", false)) return absl::OkStatus();
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": sliding_window attention is not supported for model_type qwen2 (it is for mistral)"));
+      return JsonBoolField(s, "use_sliding_window", false) ? SlidingWindowRefused(what, "qwen2") : absl::OkStatus();
     };
     a.builtin = [](LlamaConfig* c) { c->tie_word_embeddings = true; };
     return a;

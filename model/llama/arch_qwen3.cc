@@ -3,7 +3,6 @@
 // head_dim 128 when the config does not say. As for Qwen2, a config that
 // turns its sliding window on is refused (transformers applies it only with
 // FlashAttention-2).
-#include "absl/strings/str_cat.h"
 #include "model/llama/llama_architecture.h"
 #include "model/llama/llama_config.h"
 #include "util/json.h"
@@ -18,11 +17,8 @@ const LlamaArchitecture& Qwen3Arch() {
     a.default_head_dim = 128;  // Qwen3Config's default
     a.qk_norm = true;
     a.parse = [](const google::protobuf::Struct& s, absl::string_view what, LlamaConfig*) {
-      if (!JsonBoolField(s, "use_sliding_window", false)) return absl::OkStatus();
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": sliding_window attention is not supported for model_type qwen3 (it is for mistral)"));
+      return JsonBoolField(s, "use_sliding_window", false) ? SlidingWindowRefused(what, "qwen3") : absl::OkStatus();
     };
-    a.spec = [](const LlamaConfig&, DecoderSpec* s) { s->qk_norm = true; };
     return a;
   }();
   return entry;

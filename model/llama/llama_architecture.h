@@ -46,11 +46,18 @@ struct LlamaArchitecture {
   void (*spec)(const LlamaConfig& c, DecoderSpec* s) = nullptr;
   bool fused_projections = false;
   bool gemma_norms = false;
-  // Q and K normed per head (q_norm, k_norm: [head_dim]; Qwen3): the spec
-  // hook sets DecoderSpec::qk_norm, the recipes read the weights.
+  // Q and K normed per head (q_norm, k_norm: [head_dim]; Qwen3, Gemma 3):
+  // DecoderSpec::qk_norm, and the recipes read the weights.
   bool qk_norm = false;
   int norms_per_layer() const { return gemma_norms ? 4 : 2; }
 };
+
+// What the Gemma architectures share (arch_gemma2.cc): the entry's settings
+// — GeGLU-tanh, a tied head and head_dim 256 by default, (1 + w) norms
+// before and after attention and the MLP — and the spec's block:
+// sandwich norms, GeGLU-tanh, embeddings times sqrt(hidden).
+LlamaArchitecture GemmaArchitecture(const char* model_type);
+void GemmaBlock(const LlamaConfig& c, DecoderSpec* s);
 
 // Every architecture of the family, by model_type.
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures();

@@ -92,6 +92,11 @@ absl::Status ParseSlidingWindow(const Struct& s, absl::string_view what, int abs
   return absl::OkStatus();
 }
 
+absl::Status SlidingWindowRefused(absl::string_view what, absl::string_view model_type) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": sliding_window attention is not supported for model_type ",
+                                                 model_type, " (it is for mistral)"));
+}
+
 const LlamaArchitecture& LlamaConfig::arch() const {
   const LlamaArchitecture* a = FindLlamaArchitecture(architecture);
   return a != nullptr ? *a : LlamaArch();

@@ -84,6 +84,9 @@ bool IsLlamaFamily(absl::string_view model_type);
 // `absent`, anything else is 1..kMaxPositions.
 absl::Status ParseSlidingWindow(const google::protobuf::Struct& s, absl::string_view what, int absent,
                                 LlamaConfig* c);
+// The refusal of a sliding window the architecture does not apply as
+// transformers' default path does.
+absl::Status SlidingWindowRefused(absl::string_view what, absl::string_view model_type);
 
 // `what` names the file in errors. The family is config.json's model_type
 // (llama when absent). Refuses what Flover does not run (other biases, an

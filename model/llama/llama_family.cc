@@ -35,6 +35,7 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
     s.attention.push_back(a);
   }
   s.final_softcap = c.final_logit_softcapping;
+  s.qk_norm = c.arch().qk_norm;
   // What the architecture changes (Gemma 2's block, activation, scaled
   // embeddings and global layers).
   if (c.arch().spec != nullptr) c.arch().spec(c, &s);
