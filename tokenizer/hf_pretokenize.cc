@@ -140,6 +140,8 @@ std::string HfTokenizer::Normalize(absl::string_view in) const {
   for (const NormalizerStep& n : normalizer_) {
     if (n.kind == NormalizerStep::kPrepend) {
       if (!s.empty()) s = absl::StrCat(n.a, s);
+    } else if (n.kind == NormalizerStep::kNfc) {
+      s = NfcNormalize(s);
     } else {
       s = absl::StrReplaceAll(s, {{n.a, n.b}});
     }

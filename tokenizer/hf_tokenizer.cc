@@ -182,6 +182,8 @@ absl::StatusOr<std::vector<HfTokenizer::NormalizerStep>> ParseNormalizer(const P
       auto content = r.String(*p, "content", "normalizer Replace");
       if (!content.ok()) return content.status();
       steps.push_back({Step::kReplace, literal, *content});
+    } else if (type == "NFC") {  // Qwen 2 and 3
+      steps.push_back({Step::kNfc, "", ""});
     } else {
       return r.Error("normalizer", absl::StrCat("type ", type, " is not supported"));
     }

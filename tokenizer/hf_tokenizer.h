@@ -7,7 +7,7 @@
 // flags), the rest is normalized, pre-tokenized and run through BPE, then the
 // post-processor adds its special tokens (Encode is the library's
 // `encode(text)`, add_special_tokens on). Supported parts:
-//   normalizer      Prepend, Replace (string pattern), Sequence
+//   normalizer      Prepend, Replace (string pattern), NFC (Qwen's), Sequence
 //   pre_tokenizer   ByteLevel (with or without GPT-2's regex), Split (regex or
 //                   string; Isolated, Removed, MergedWithPrevious,
 //                   MergedWithNext, Contiguous; invert), Digits, Metaspace,
@@ -18,7 +18,7 @@
 //                   Sequence
 //   decoder         ByteLevel, Replace, ByteFallback, Fuse, Strip,
 //                   Metaspace, Sequence
-// Anything else (NFC and other Unicode normalizers, WordPiece, Unigram,
+// Anything else (other Unicode normalizers, WordPiece, Unigram,
 // BPE dropout, subword prefixes) is refused when loaded, naming the part.
 //
 // Decode(ids) is the library's decode(ids, skip_special_tokens=False).
@@ -99,8 +99,8 @@ class HfTokenizer final : public Tokenizer {
     bool special = false;
   };
   struct NormalizerStep {
-    enum Kind { kPrepend, kReplace } kind;
-    std::string a, b;  // Prepend: a; Replace: a -> b
+    enum Kind { kPrepend, kReplace, kNfc } kind;
+    std::string a, b;  // Prepend: a; Replace: a -> b; Nfc: none (NfcNormalize)
   };
   struct PreTokenizerStep {
     enum Kind { kByteLevel, kSplit, kMetaspace } kind;

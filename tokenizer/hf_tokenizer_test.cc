@@ -71,6 +71,30 @@ void ExpectMatchesLibrary(const HfTokenizer& tok, const std::string& kind) {
   }
 }
 
+// Qwen 2 and 3's normalizer, NFC: encodings equal the library's on texts
+// whose NFC differs from them (make_nfc_golden.py); and NfcNormalize equals
+// Python's unicodedata on every code point with a canonical decomposition,
+// as itself and decomposed, and on random sequences of combining marks.
+TEST(HfTokenizerTest, NfcNormalizerAsQwenHasIt) {
+  auto tok = Load("qwen_nfc");
+  ASSERT_NE(tok, nullptr);
+  ExpectMatchesLibrary(*tok, "qwen_nfc");
+  auto cases = ParseJsonObject(testing::ReadFileOrEmpty("tests/golden/nfc/cases.json"), "nfc");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  const auto& list = List(*cases, "cases");
+  ASSERT_GT(list.size(), 4000);
+  int changed = 0;
+  for (const auto& c : list) {
+    const auto& f = c.struct_value().fields();
+    const std::string& text = f.at("text").string_value();
+    EXPECT_EQ(NfcNormalize(text), f.at("nfc").string_value()) << text;
+    changed += text != f.at("nfc").string_value();
+  }
+  EXPECT_GT(changed, 2000);  // most are decomposed forms NFC composes
+  const std::string ascii = "plain ASCII stays as it is";
+  EXPECT_EQ(NfcNormalize(ascii), ascii);
+}
+
 TEST(HfTokenizerTest, ByteLevelLlama3Style) {
   // Llama 3's split regex, ignore_merges, a BOS template, special tokens and
   // added tokens with lstrip / rstrip / single_word.
@@ -211,8 +235,8 @@ TEST(HfTokenizerTest, UnsupportedPartsAndBadFilesAreClearErrors) {
     EXPECT_FALSE(t.ok());
     return t.ok() ? std::string() : std::string(t.status().message());
   };
-  EXPECT_THAT(error(Replace(base, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}")),
-              HasSubstr("t.json: normalizer: type NFC is not supported"));
+  EXPECT_THAT(error(Replace(base, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}")),
+              HasSubstr("t.json: normalizer: type NFKC is not supported"));
   EXPECT_THAT(error(Replace(base, "\"type\": \"BPE\"", "\"type\": \"Unigram\"")),
               HasSubstr("model: type Unigram is not supported"));
   EXPECT_THAT(error(Replace(base, "\"dropout\": null", "\"dropout\": 0.1")),

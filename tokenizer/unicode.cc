@@ -1,6 +1,9 @@
 #include "tokenizer/unicode.h"
 
 #include <algorithm>
+#include <iterator>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -121,5 +124,118 @@ bool IsLetter(char32_t cp) { return InRanges(kLetterRanges, cp); }
 bool IsNumber(char32_t cp) { return InRanges(kNumberRanges, cp); }
 bool IsSpace(char32_t cp) { return InRanges(kSpaceRanges, cp); }
 bool IsPunctuation(char32_t cp) { return InRanges(kPunctuationRanges, cp); }
+
+}  // namespace flover
+
+namespace flover {
+namespace {
+
+#include "tokenizer/nfc_tables.inc"
+
+constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
+constexpr int kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
+
+int CombiningClass(char32_t cp) {
+  const auto* end = std::end(kCombiningClass);
+  const auto* it = std::lower_bound(std::begin(kCombiningClass), end, cp,
+                                    [](const uint32_t (&e)[2], char32_t c) { return e[0] < c; });
+  return it != end && (*it)[0] == cp ? static_cast<int>((*it)[1]) : 0;
+}
+
+void Decompose(char32_t cp, std::vector<char32_t>* out) {
+  if (cp >= kSBase && cp < kSBase + kSCount) {
+    const int s = static_cast<int>(cp - kSBase);
+    out->push_back(kLBase + s / kNCount);
+    out->push_back(kVBase + (s % kNCount) / kTCount);
+    if (s % kTCount != 0) out->push_back(kTBase + s % kTCount);
+    return;
+  }
+  const auto* end = std::end(kDecomposition);
+  const auto* it = std::lower_bound(std::begin(kDecomposition), end, cp,
+                                    [](const auto& e, char32_t c) { return e[0] < c; });
+  if (it == end || (*it)[0] != cp) {
+    out->push_back(cp);
+    return;
+  }
+  for (uint32_t i = 0; i < (*it)[1]; ++i) out->push_back((*it)[2 + i]);
+}
+
+// The primary composite of a and b, or 0.
+char32_t Compose(char32_t a, char32_t b) {
+  if (a >= kLBase && a < kLBase + kLCount && b >= kVBase && b < kVBase + kVCount) {
+    return kSBase + ((a - kLBase) * kVCount + (b - kVBase)) * kTCount;
+  }
+  if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase &&
+      b < kTBase + kTCount) {
+    return a + (b - kTBase);
+  }
+  const auto* end = std::end(kComposition);
+  const auto* it = std::lower_bound(std::begin(kComposition), end, std::pair<char32_t, char32_t>(a, b),
+                                    [](const uint32_t (&e)[3], const std::pair<char32_t, char32_t>& k) {
+                                      return e[0] != k.first ? e[0] < k.first : e[1] < k.second;
+                                    });
+  return it != end && (*it)[0] == a && (*it)[1] == b ? (*it)[2] : 0;
+}
+
+// Whether NFC may change a text with this code point: anything but ASCII
+// below U+0300 (no decomposition, class 0, no composition with a later
+// ASCII one).
+bool MayChange(char32_t cp) { return cp >= 0xC0; }
+
+}  // namespace
+
+std::string NfcNormalize(absl::string_view utf8) {
+  auto chars = DecodeUtf8(utf8);
+  if (!chars.ok()) return std::string(utf8);
+  if (std::none_of(chars->begin(), chars->end(), [](const Utf8Char& c) { return MayChange(c.cp); })) {
+    return std::string(utf8);
+  }
+  // Canonical decomposition, then each run of non-starters stably sorted by
+  // combining class.
+  std::vector<char32_t> cps;
+  for (const Utf8Char& c : *chars) Decompose(c.cp, &cps);
+  std::vector<int> ccc(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) ccc[i] = CombiningClass(cps[i]);
+  for (size_t i = 0; i < cps.size();) {
+    if (ccc[i] == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < cps.size() && ccc[j] != 0) ++j;
+    std::vector<std::pair<int, char32_t>> run;
+    for (size_t k = i; k < j; ++k) run.push_back({ccc[k], cps[k]});
+    std::stable_sort(run.begin(), run.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t k = i; k < j; ++k) std::tie(ccc[k], cps[k]) = run[k - i];
+    i = j;
+  }
+  // Canonical composition: each character joins the last starter when
+  // nothing between them blocks it (a character of the same or a higher
+  // class, or a starter).
+  std::vector<char32_t> out;
+  std::vector<int> out_ccc;
+  int starter = -1;  // index in out
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const char32_t cp = cps[i];
+    const int cc = ccc[i];
+    if (starter >= 0) {
+      const int last = out_ccc.back();
+      const bool blocked = static_cast<int>(out.size()) - 1 != starter && (last == 0 || last >= cc);
+      if (!blocked) {
+        if (const char32_t composite = Compose(out[starter], cp); composite != 0) {
+          out[starter] = composite;
+          continue;
+        }
+      }
+    }
+    if (cc == 0) starter = static_cast<int>(out.size());
+    out.push_back(cp);
+    out_ccc.push_back(cc);
+  }
+  std::string s;
+  s.reserve(utf8.size());
+  for (char32_t cp : out) AppendUtf8(cp, &s);
+  return s;
+}
 
 }  // namespace flover

@@ -1,5 +1,6 @@
-// UTF-8 decoding and the Unicode character classes pre-tokenizer patterns use
-// (letters, numbers, punctuation, white space as Python's `regex` defines them).
+// UTF-8 decoding, the Unicode character classes pre-tokenizer patterns use
+// (letters, numbers, punctuation, white space as Python's `regex` defines
+// them), and normalization form C (Qwen's tokenizer.json normalizer).
 #ifndef FLOVER_TOKENIZER_UNICODE_H_
 #define FLOVER_TOKENIZER_UNICODE_H_
 
@@ -35,6 +36,13 @@ std::string SanitizeUtf8(absl::string_view s);
 size_t CompleteUtf8Prefix(absl::string_view s);
 
 void AppendUtf8(char32_t cp, std::string* out);
+
+// Unicode normalization form C of well-formed UTF-8 (canonical
+// decomposition, canonical ordering, canonical composition, as Python's
+// unicodedata.normalize("NFC") and Hugging Face tokenizers' NFC normalizer
+// do; tables from tools/gen_nfc_tables.py, Hangul by arithmetic). Text
+// without any code point NFC can change comes back as it is.
+std::string NfcNormalize(absl::string_view utf8);
 
 bool IsLetter(char32_t cp);   // \p{L}
 bool IsNumber(char32_t cp);   // \p{N}
