@@ -41,6 +41,16 @@ void DraftModel::Forget(uint64_t id) {
   seqs_.erase(it);
 }
 
+int DraftModel::Behind(uint64_t id, absl::Span<const int32_t> tokens) const {
+  auto it = seqs_.find(id);
+  size_t keep = 0;
+  if (it != seqs_.end()) {
+    const std::vector<int32_t>& done = it->second.computed;
+    keep = std::mismatch(done.begin(), done.end(), tokens.begin(), tokens.end()).first - done.begin();
+  }
+  return static_cast<int>(tokens.size() - std::min(keep, tokens.empty() ? 0 : tokens.size() - 1));
+}
+
 absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(absl::Span<const Ask> asks, int max_rows) {
   std::vector<std::vector<int32_t>> drafts(asks.size());
   // What each ask feeds its first step: its tokens from the first one not

@@ -49,6 +49,10 @@ class DraftModel {
   // A sequence that finished: its blocks go back.
   void Forget(uint64_t id);
 
+  // How many of `tokens` (a sequence's, the last one sampled) this cache
+  // would have to compute before drafting for it.
+  int Behind(uint64_t id, absl::Span<const int32_t> tokens) const;
+
   int max_rows() const { return max_rows_; }
   const CausalLm& model() const { return model_; }
 
