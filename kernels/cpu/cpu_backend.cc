@@ -422,6 +422,20 @@ absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const T
   return absl::OkStatus();
 }
 
+namespace {
+
+// out[0, n) = x / sqrt(mean(x^2) + eps) * g over n values; out may be x.
+inline void RmsNormValues(const float* x, const float* g, int64_t n, float eps, float* out) {
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t c = 0; c < n; ++c) ss += x[c] * x[c];
+  const float rstd = 1.0f / std::sqrt(ss / n + eps);
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) out[c] = g[c] * (x[c] * rstd);
+}
+
+}  // namespace
+
 absl::Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps,
                                  const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckRmsNormArgs(x, gamma, out, DType::kF32));
@@ -431,16 +445,7 @@ absl::Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps
   float* os = out.as<float>();
   UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 8)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xr = xs + t * C;
-    float* o = os + t * C;
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
-    const float rstd = 1.0f / std::sqrt(ss / C + eps);
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = g[c] * (xr[c] * rstd);
-  }
+  for (int64_t t = 0; t < T; ++t) RmsNormValues(xs + t * C, g, C, eps, os + t * C);
   return absl::OkStatus();
 }
 
@@ -455,12 +460,7 @@ absl::Status CpuBackend::GroupRmsNorm(const Tensor& x, int first, int groups, co
   for (int64_t t = 0; t < T; ++t) {
     for (int h = 0; h < groups; ++h) {
       float* v = xs + t * W + first + h * G;
-      float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t c = 0; c < G; ++c) ss += v[c] * v[c];
-      const float rstd = 1.0f / std::sqrt(ss / G + eps);
-#pragma omp simd
-      for (int64_t c = 0; c < G; ++c) v[c] = g[c] * (v[c] * rstd);
+      RmsNormValues(v, g, G, eps, v);
     }
   }
   return absl::OkStatus();
