@@ -20,8 +20,17 @@ int BlocksFor(int positions) { return (positions + KvBlockPool::kBlockSize - 1) 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Create(CausalLm& model, int max_seqs, int max_seq_len,
-                                                               int max_rows, int64_t kv_bytes) {
+absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Create(CausalLm& model, const ModelInfo& target,
+                                                               int max_seqs, int max_seq_len, int max_rows,
+                                                               int64_t kv_bytes) {
+  if (model.info().vocab_size != target.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the draft model's vocabulary has ", model.info().vocab_size,
+                                                   " tokens, the model's ", target.vocab_size));
+  }
+  if (model.info().max_positions < max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("the draft model reaches ", model.info().max_positions,
+                                                   " positions, fewer than max_seq_len ", max_seq_len));
+  }
   if (max_rows < 1) return absl::InvalidArgumentError("the draft model's steps need at least one row");
   KvCacheOptions kv;
   kv.bytes = kv_bytes;
@@ -41,14 +50,17 @@ void DraftModel::Forget(uint64_t id) {
   seqs_.erase(it);
 }
 
-int DraftModel::Behind(uint64_t id, absl::Span<const int32_t> tokens) const {
+size_t DraftModel::Standing(const std::vector<int32_t>& computed, absl::Span<const int32_t> tokens) {
+  const size_t common =
+      std::mismatch(computed.begin(), computed.end(), tokens.begin(), tokens.end()).first - computed.begin();
+  return std::min(common, tokens.size() - 1);
+}
+
+bool DraftModel::Repays(uint64_t id, absl::Span<const int32_t> tokens, int tokens_left) const {
+  if (tokens.empty()) return false;
   auto it = seqs_.find(id);
-  size_t keep = 0;
-  if (it != seqs_.end()) {
-    const std::vector<int32_t>& done = it->second.computed;
-    keep = std::mismatch(done.begin(), done.end(), tokens.begin(), tokens.end()).first - done.begin();
-  }
-  return static_cast<int>(tokens.size() - std::min(keep, tokens.empty() ? 0 : tokens.size() - 1));
+  const size_t standing = it == seqs_.end() ? 0 : Standing(it->second.computed, tokens);
+  return static_cast<int64_t>(tokens.size() - standing) <= int64_t{kPromptPerToken} * tokens_left;
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(absl::Span<const Ask> asks, int max_rows) {
@@ -68,11 +80,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(absl::Span
     const Ask& a = asks[i];
     if (a.tokens.empty() || a.max_tokens < 1) continue;
     Seq& s = seqs_[a.id];
-    // The K/V that still stands: the longest common prefix with its tokens
-    // now (a refused draft, or anything else that changed, goes).
-    const size_t keep = std::mismatch(s.computed.begin(), s.computed.end(), a.tokens.begin(), a.tokens.end()).first -
-                        s.computed.begin();
-    s.computed.resize(std::min(keep, a.tokens.size() - 1));
+    s.computed.resize(Standing(s.computed, a.tokens));
     const int pos = static_cast<int>(s.computed.size());
     const int rest = static_cast<int>(a.tokens.size()) - pos;
     const bool drafting = rest <= rows;

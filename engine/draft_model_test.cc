@@ -39,7 +39,7 @@ class DraftModelTest : public ::testing::Test {
 TEST_F(DraftModelTest, ProposalsAreTheGreedyContinuationWhateverWasComputedBefore) {
   std::unique_ptr<kernels::Backend> draft_backend = testing::CpuBackend();
   std::unique_ptr<CausalLm> draft_lm = testing::ModelOn(*draft_backend, *loaded_);
-  auto draft = testing::ValueOrDie(DraftModel::Create(*draft_lm, 4, 128, 64, 0), "draft");
+  auto draft = testing::ValueOrDie(DraftModel::Create(*draft_lm, loaded_->info(), 4, 128, 64, 0), "draft");
   std::vector<int32_t> a = {5, 17, 99, 3, 42, 7};
   std::vector<int32_t> b(50);  // longer than one call's rows: caught up in parts
   for (int i = 0; i < 50; ++i) b[i] = (i * 37 + 11) % 200;

@@ -10,6 +10,7 @@
 #include "engine/text_output.h"
 #include "engine/tp_worker.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "tokenizer/unicode.h"
 #include "util/field_error.h"
 
 namespace flover {
@@ -161,15 +162,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
   if (options.speculative.mode == SpeculativeMode::kDraft) {
     CausalLm* d = options.draft_model;
     if (d == nullptr) return absl::InvalidArgumentError("speculative mode draft needs a draft model");
-    if (d->info().vocab_size != model.info().vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("the draft model's vocabulary has ", d->info().vocab_size,
-                                                     " tokens, the model's ", model.info().vocab_size));
-    }
-    if (d->info().max_positions < options.max_seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat("the draft model reaches ", d->info().max_positions,
-                                                     " positions, fewer than max_seq_len ", options.max_seq_len));
-    }
-    auto created = DraftModel::Create(*d, s.max_batch, options.max_seq_len,
+    auto created = DraftModel::Create(*d, model.info(), s.max_batch, options.max_seq_len,
                                       MaxRowsPerStep(s, options.max_seq_len), options.draft_kv_cache_bytes);
     if (!created.ok()) return created.status();
     draft = std::move(*created);
@@ -688,12 +681,6 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
   cv_.notify_all();
 }
 
-namespace {
-// How many prompt tokens the draft model may read per token still to be
-// generated before it drafts for a sequence (ProposeDrafts).
-constexpr int kDraftPromptPerToken = 8;
-}  // namespace
-
 void Engine::ProposeDrafts() {
   const SpeculativeOptions& o = options_.speculative;
   // Each decoding sequence takes a row; drafts get what is left of
@@ -732,11 +719,7 @@ void Engine::ProposeDrafts() {
       if (length < 1) continue;
       if (o.mode == SpeculativeMode::kDraft) {
         if (!draft_model_drafts) continue;  // too many decoding, or it failed earlier
-        // Its prompt, not yet read by the draft model, must be repaid by
-        // the tokens still to come (reading a token costs about an eighth of
-        // drafting one; measured: the last chat of a burst reading its
-        // 656-token prompt for its last few dozen tokens cost 7%).
-        if (draft_->Behind(s.id, s.tokens) > kDraftPromptPerToken * room) continue;
+        if (!draft_->Repays(s.id, s.tokens, room)) continue;  // its prompt unread, too few tokens left
         asked.push_back(&s);
         asks.push_back({s.id, s.tokens, length});
         rows -= length;  // at most; what it does not draft stays unused this step
@@ -769,17 +752,7 @@ void Engine::ProposeDrafts() {
 std::vector<int32_t> Engine::ForcedDraft(Sequence& s, int max_tokens) const {
   if (s.constraint == nullptr || tokenizer_ == nullptr || max_tokens <= 0) return {};
   std::string forced = s.constraint->ForcedBytes();
-  // Whole UTF-8 characters only (the tokenizer takes valid text).
-  size_t end = forced.size();
-  for (size_t back = 0; back < 4 && back < forced.size(); ++back) {
-    const unsigned char c = forced[forced.size() - 1 - back];
-    if ((c & 0xC0) != 0x80) {  // the last character's first byte
-      const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-      if (back + 1 < len) end = forced.size() - 1 - back;
-      break;
-    }
-  }
-  forced.resize(end);
+  forced.resize(CompleteUtf8Prefix(forced));  // whole characters: the tokenizer takes valid text
   if (forced.empty()) return {};
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(forced, /*add_special_tokens=*/false);
   if (!ids.ok()) return {};
