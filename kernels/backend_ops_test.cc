@@ -462,57 +462,61 @@ class LinearTest
 TEST_P(LinearTest, EveryEpilogueMatchesNaive) {
   const auto [device, M, layout, dtype] = GetParam();
   RUN_OR_SKIP(device, dtype, KvDtype::kF32, 1e-5, [&, M = M, layout = layout, dtype = dtype](Dev& d) {
-    const int K = 45, N = 67;
-    auto x = Random(M * K, 6, 2.0f), w = Random(K * N, 7), b = Random(N, 8);
-    auto weight = d->PrepareWeight(w.data(), K, N, layout);
-    EXPECT_TRUE(weight.ok()) << weight.status();
-    EXPECT_EQ((*weight)->k(), K);
-    EXPECT_EQ((*weight)->n(), N);
-    const DType wt = ToDType(dtype), act = d->activation_dtype();
-    const std::vector<float> xr = RoundedTo(x, wt), wr = RoundedTo(w, wt);
-    const auto want = NaiveLinear(xr, M, K, wr, N, b.data(), layout);
-    const Tensor xt = d.Up(x, M, K), bt = d.Up(b, 1, N), out = d.New(DType::kF32, M, N);
-    std::vector<float> all;  // every output, for the comparison with the CPU
+    std::vector<float> all;  // every output of both shapes, for the comparison with the CPU
+    // K = 45: cuBLASLt's or the fallback GEMM on CUDA; K = 320 (whole
+    // chunks of 32, two segments of K, the second short): the tensor-core
+    // GEMM where FLOVER_CUDA_GEMM=mma.
+    for (const auto& [K, N] : {std::pair<int, int>{45, 67}, std::pair<int, int>{320, 67}}) {
+      auto x = Random(M * K, 6, 2.0f), w = Random(K * N, 7), b = Random(N, 8);
+      auto weight = d->PrepareWeight(w.data(), K, N, layout);
+      EXPECT_TRUE(weight.ok()) << weight.status();
+      EXPECT_EQ((*weight)->k(), K);
+      EXPECT_EQ((*weight)->n(), N);
+      const DType wt = ToDType(dtype), act = d->activation_dtype();
+      const std::vector<float> xr = RoundedTo(x, wt), wr = RoundedTo(w, wt);
+      const auto want = NaiveLinear(xr, M, K, wr, N, b.data(), layout);
+      const Tensor xt = d.Up(x, M, K), bt = d.Up(b, 1, N), out = d.New(DType::kF32, M, N);
 
-    EXPECT_TRUE(d->Linear(xt, **weight, &bt, Epilogue::kBias, out).ok());
-    std::vector<float> got = d.Down(out);
-    EXPECT_LT(RelErr(got, want), 1e-5);
-    if (wt != DType::kF32) {  // and it really is 16-bit: far from the float32 product
-      EXPECT_GT(RelErr(got, NaiveLinear(x, M, K, w, N, b.data(), layout)), 1e-5);
+      EXPECT_TRUE(d->Linear(xt, **weight, &bt, Epilogue::kBias, out).ok());
+      std::vector<float> got = d.Down(out);
+      EXPECT_LT(RelErr(got, want), 1e-5);
+      if (wt != DType::kF32) {  // and it really is 16-bit: far from the float32 product
+        EXPECT_GT(RelErr(got, NaiveLinear(x, M, K, w, N, b.data(), layout)), 1e-5);
+      }
+      all.insert(all.end(), got.begin(), got.end());
+      // Inputs already in the activation dtype give the same result bitwise.
+      if (act != DType::kF32) {
+        EXPECT_TRUE(d->Linear(d.Up(x, M, K, act), **weight, &bt, Epilogue::kBias, out).ok());
+        EXPECT_EQ(d.Down(out), got);
+      }
+
+      EXPECT_TRUE(d->Linear(xt, **weight, nullptr, Epilogue::kBias, out).ok());
+      got = d.Down(out);
+      EXPECT_LT(RelErr(got, NaiveLinear(xr, M, K, wr, N, nullptr, layout)), 1e-5);
+      all.insert(all.end(), got.begin(), got.end());
+
+      for (int which = 0; which < 2; ++which) {
+        const DType gelu_out = which == 0 ? DType::kF32 : act;
+        const Tensor g = d.New(gelu_out, M, N);
+        EXPECT_TRUE(d->Linear(xt, **weight, &bt, Epilogue::kBiasGelu, g).ok());
+        std::vector<double> gelu = want;
+        for (double& v : gelu) v = RoundTo(GeluRef(v), gelu_out);
+        got = d.Down(g);
+        EXPECT_LT(RelErr(got, gelu), gelu_out == DType::kF32 ? 1e-5 : 8e-3) << DTypeName(gelu_out);
+        // Compared with the CPU: the f32 output only (the CPU keeps activations
+        // in f32, so its second pass is the first again).
+        if (which == 0) all.insert(all.end(), got.begin(), got.end());
+      }
+
+      const std::vector<float> residual = Random(M * N, 9);
+      const Tensor acc = d.Up(residual, M, N);
+      EXPECT_TRUE(d->Linear(xt, **weight, &bt, Epilogue::kBiasResidual, acc).ok());
+      std::vector<double> summed = want;
+      for (int i = 0; i < M * N; ++i) summed[i] += residual[i];
+      got = d.Down(acc);
+      EXPECT_LT(RelErr(got, summed), 1e-5);
+      all.insert(all.end(), got.begin(), got.end());
     }
-    all.insert(all.end(), got.begin(), got.end());
-    // Inputs already in the activation dtype give the same result bitwise.
-    if (act != DType::kF32) {
-      EXPECT_TRUE(d->Linear(d.Up(x, M, K, act), **weight, &bt, Epilogue::kBias, out).ok());
-      EXPECT_EQ(d.Down(out), got);
-    }
-
-    EXPECT_TRUE(d->Linear(xt, **weight, nullptr, Epilogue::kBias, out).ok());
-    got = d.Down(out);
-    EXPECT_LT(RelErr(got, NaiveLinear(xr, M, K, wr, N, nullptr, layout)), 1e-5);
-    all.insert(all.end(), got.begin(), got.end());
-
-    for (int which = 0; which < 2; ++which) {
-      const DType gelu_out = which == 0 ? DType::kF32 : act;
-      const Tensor g = d.New(gelu_out, M, N);
-      EXPECT_TRUE(d->Linear(xt, **weight, &bt, Epilogue::kBiasGelu, g).ok());
-      std::vector<double> gelu = want;
-      for (double& v : gelu) v = RoundTo(GeluRef(v), gelu_out);
-      got = d.Down(g);
-      EXPECT_LT(RelErr(got, gelu), gelu_out == DType::kF32 ? 1e-5 : 8e-3) << DTypeName(gelu_out);
-      // Compared with the CPU: the f32 output only (the CPU keeps activations
-      // in f32, so its second pass is the first again).
-      if (which == 0) all.insert(all.end(), got.begin(), got.end());
-    }
-
-    const std::vector<float> residual = Random(M * N, 9);
-    const Tensor acc = d.Up(residual, M, N);
-    EXPECT_TRUE(d->Linear(xt, **weight, &bt, Epilogue::kBiasResidual, acc).ok());
-    std::vector<double> summed = want;
-    for (int i = 0; i < M * N; ++i) summed[i] += residual[i];
-    got = d.Down(acc);
-    EXPECT_LT(RelErr(got, summed), 1e-5);
-    all.insert(all.end(), got.begin(), got.end());
     return all;
   });
 }

@@ -230,6 +230,8 @@ step nvidia_smi 15 nvidia-smi
 step probe 20 "$R" gpu_probe
 # 2. The ops.
 step backend_ops 90 "$R" backend_ops_test "${cuda_tests[@]}"
+# Our tensor-core GEMM (FLOVER_CUDA_GEMM=mma) in place of cuBLASLt.
+step backend_ops_mma 90 env FLOVER_CUDA_GEMM=mma "$R" backend_ops_test "${cuda_tests[@]}"
 step kv_ops 60 "$R" kv_ops_test "${cuda_tests[@]}"
 step paged_kv 60 "$R" paged_kv_test "${cuda_tests[@]}"
 # 3. The decoder goldens: every family and dtype, native blocks included.
@@ -242,9 +244,13 @@ step nccl_one_rank 40 "$R" device_collectives_test "${cuda_tests[@]}"
 step nccl_two_ranks 90 "$R" nccl_two_ranks_test
 # 6. Engine invariance.
 step invariance 150 "$R" engine_invariance_test "${cuda_tests[@]}"
+step invariance_mma 150 env FLOVER_CUDA_GEMM=mma "$R" engine_invariance_test "${cuda_tests[@]}"
 # 7. GPT-2 and Llama-1B in bf16, then the transformers peer on GPT-2.
 step bench_gpt2_bf16 60 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_gpt2_bf16_mma 60 env FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_llama1b_bf16 90 "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_llama1b_bf16_mma 90 env FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step decoder_golden_mma 150 env FLOVER_CUDA_GEMM=mma "$R" decoder_golden_test "${cuda_tests[@]}"
 # 8. Llama-1B in native Q4_K blocks (random, generated on the host).
 step bench_llama1b_q4k 90 "$R" model_benchmark --model=builtin:llama-1b --random_blocks=Q4_K --dtype=native --kv_dtype=bf16 "${bench[@]}"
 step hf_peer_gpt2 90 env PYTHONUNBUFFERED=1 python3 "$here/py/hf_gpu_peer.py" --modes=eager,static --batches=1,32,256 --repeats=3

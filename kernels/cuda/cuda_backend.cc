@@ -102,7 +102,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
   b->device_name_ = absl::StrFormat("%s (sm_%d, GPU %d)", props.name, cc, ordinal);
   FLOVER_RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  auto gemm = LtGemm::Create(b->stream_);
+  auto engine = LtGemm::EngineFromEnvironment();
+  if (!engine.ok()) return engine.status();
+  auto gemm = LtGemm::Create(b->stream_, *engine);
   if (!gemm.ok()) return gemm.status();
   b->gemm_ = std::move(*gemm);
   return b;

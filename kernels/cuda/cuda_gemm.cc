@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_gemm.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -111,7 +112,16 @@ absl::StatusOr<double> SecondsPerCall(cudaStream_t stream, int calls,
   return ms / 1e3 / calls;
 }
 
-absl::StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(cudaStream_t stream) {
+absl::StatusOr<LtGemm::Engine> LtGemm::EngineFromEnvironment() {
+  const char* value = std::getenv("FLOVER_CUDA_GEMM");
+  const std::string name = value != nullptr ? value : "";
+  if (name.empty() || name == "cublaslt") return Engine::kCublasLt;
+  if (name == "mma") return Engine::kMma;
+  return absl::InvalidArgumentError(
+      absl::StrCat("FLOVER_CUDA_GEMM=", name, ": expected cublaslt (the default) or mma"));
+}
+
+absl::StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(cudaStream_t stream, Engine engine) {
   cublasLtHandle_t handle = nullptr;
   FLOVER_RETURN_IF_ERROR(LtStatus(cublasLtCreate(&handle), "create"));
   void* workspace = nullptr;
@@ -120,7 +130,7 @@ absl::StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(cudaStream_t stream) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate cuBLASLt's work space: ", cudaGetErrorString(e)));
   }
-  return std::unique_ptr<LtGemm>(new LtGemm(stream, handle, workspace));
+  return std::unique_ptr<LtGemm>(new LtGemm(stream, handle, workspace, engine));
 }
 
 LtGemm::~LtGemm() {
@@ -184,6 +194,11 @@ absl::StatusOr<cublasLtMatmulAlgo_t> LtGemm::ChooseAlgorithm(cublasLtMatmulDesc_
 absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(int N, int K, DType dtype, bool has_bias) {
   const Key key{N, K, dtype, has_bias};
   if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
+  if (engine_ == Engine::kMma && MmaGemmTakes(dtype, K)) {
+    Plan plan;
+    plan.mma = true;
+    return &plans_.emplace(key, plan).first->second;
+  }
   // The bias in cuBLASLt's epilogue when some algorithm takes it, else a
   // plain cuBLASLt GEMM and our bias kernel, else our own GEMM.
   const std::vector<bool> epilogues = has_bias ? std::vector<bool>{true, false} : std::vector<bool>{false};
@@ -211,7 +226,10 @@ std::vector<std::string> LtGemm::DescribePlans() const {
   for (const auto& [key, plan] : plans_) {
     const auto& [N, K, dtype, has_bias] = key;
     std::string line = absl::StrCat("[", N, ", ", K, "] ", DTypeName(dtype), has_bias ? " + bias" : "", ": ");
-    if (plan.fallback) {
+    if (plan.mma) {
+      absl::StrAppend(&line, "our fixed-order tensor-core GEMM (mma.sync, K in ", MmaGemmSegments(K),
+                      " segments)", has_bias ? ", bias in its epilogue" : "");
+    } else if (plan.fallback) {
       absl::StrAppend(&line, "our fixed-order fallback GEMM (cuBLASLt has no algorithm without "
                              "split-K for every row count)");
     } else {
@@ -242,6 +260,13 @@ absl::Status LtGemm::Run(const void* x, int M, const void* w, int N, int K, DTyp
   if (M == 0) return absl::OkStatus();
   auto plan = PlanFor(N, K, dtype, bias != nullptr);
   if (!plan.ok()) return plan.status();
+  if ((*plan)->mma) {
+    if (cudaError_t e = LaunchMmaGemm(x, w, dtype, bias, accumulate, M, N, K, out, stream_);
+        e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("tensor-core GEMM: ", cudaGetErrorString(e)));
+    }
+    return absl::OkStatus();
+  }
   if ((*plan)->fallback) {
     if (cudaError_t e = LaunchFallbackGemm(x, w, dtype, bias, accumulate, M, N, K, out, stream_);
         e != cudaSuccess) {

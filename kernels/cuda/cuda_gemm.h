@@ -9,6 +9,12 @@
 // (LaunchFallbackGemm: slow, summation order fixed) runs it, so every shape
 // works and stays invariant.
 //
+// FLOVER_CUDA_GEMM=mma (read at Create; the default is cublaslt) runs every
+// bf16/f16 shape whose K is a multiple of 32 on our tensor-core GEMM
+// (LaunchMmaGemm: order fixed by K; warps split K for the few rows of a
+// decode step, where cuBLASLt's one algorithm chosen for 256 rows leaves
+// most of the GPU idle). Chosen per shape, never per row count.
+//
 // Layout: weights are stored [N, K] row-major (one row per output) in their
 // dtype; x is [M, K] row-major in the same dtype; out is f32 [M, N]. In
 // cuBLAS's column-major terms out^T = W x^T with W transposed ("TN").
@@ -44,7 +50,12 @@ class LtGemm {
   // The row count algorithms are chosen for.
   static constexpr int kRepresentativeRows = 256;
 
-  static absl::StatusOr<std::unique_ptr<LtGemm>> Create(cudaStream_t stream);
+  // Which GEMM runs the 16-bit shapes: FLOVER_CUDA_GEMM, "cublaslt" (the
+  // default, also when unset) or "mma"; anything else is an error naming it.
+  enum class Engine { kCublasLt, kMma };
+  static absl::StatusOr<Engine> EngineFromEnvironment();
+
+  static absl::StatusOr<std::unique_ptr<LtGemm>> Create(cudaStream_t stream, Engine engine);
   ~LtGemm();
 
   // out: f32 [M, N] (=|+=) x: [M, K] @ w^T + bias, with w: [N, K] and x in
@@ -76,10 +87,12 @@ class LtGemm {
     // without split-K for this shape (odd leading dimensions, say): our own
     // fixed-order GEMM runs instead.
     bool fallback = false;
+    // Our tensor-core GEMM runs this shape (Engine::kMma).
+    bool mma = false;
   };
 
-  LtGemm(cudaStream_t stream, cublasLtHandle_t handle, void* workspace)
-      : stream_(stream), handle_(handle), workspace_(workspace) {}
+  LtGemm(cudaStream_t stream, cublasLtHandle_t handle, void* workspace, Engine engine)
+      : stream_(stream), handle_(handle), workspace_(workspace), engine_(engine) {}
   absl::StatusOr<Plan*> PlanFor(int N, int K, DType dtype, bool has_bias);
   // An algorithm for (desc, shape) that serves every row count, or an error.
   absl::StatusOr<cublasLtMatmulAlgo_t> ChooseAlgorithm(cublasLtMatmulDesc_t desc, int N, int K,
@@ -88,6 +101,7 @@ class LtGemm {
   cudaStream_t stream_;
   cublasLtHandle_t handle_;
   void* workspace_;
+  Engine engine_;
   std::map<Key, Plan> plans_;
 };
 

@@ -155,6 +155,243 @@ __global__ void FallbackGemmKernel(const T* x, const T* w, const float* bias, bo
   }
 }
 
+// ---- Fixed-order tensor-core GEMM -------------------------------------------
+//
+// out[m][n] = x[m] . w[n] for 16-bit x and w, on mma.sync m16n8k16 with f32
+// accumulators. Each output's arithmetic depends on K alone, never on M or
+// on which variant runs it:
+//   * K is cut into segments of MmaSegmentLength(K) (whole chunks of 32);
+//   * a segment's sum starts from zero and takes its chunks in order, each
+//     chunk as two mma steps (the same instruction, with the same operands
+//     in the same fragment slots: a lane's 8 consecutive k values of a row
+//     feed slots {0,1,8,9} of the first step and the next four those of the
+//     second, for x and w alike, so the product pairs are the same);
+//   * the segments' sums are added in order, then the residual (out + v),
+//     then the bias (v + b).
+// A row's position in its 16-row tile does not matter: the tensor cores
+// compute each output from its own row, column and accumulator.
+// The few-row variant gives each segment its own warp (K-parallel, for the
+// weight-streaming decode steps); the many-row variant walks the segments
+// in one warp (tiles over M and N); both call MmaSegment.
+
+constexpr int kMmaMaxSegments = 8;
+constexpr int kMmaMinSegment = 256;
+constexpr int kMmaFewRowsMaxTiles = 4;  // up to 64 rows: the K-parallel variant
+constexpr int kMmaManyRowsWarps = 4;
+constexpr int kMmaManyRowsMt = 4, kMmaManyRowsNt = 2;
+
+__host__ __device__ constexpr int MmaSegmentLength(int K) {
+  const int len = ((K + kMmaMaxSegments - 1) / kMmaMaxSegments + 31) / 32 * 32;
+  return len < kMmaMinSegment ? kMmaMinSegment : len;
+}
+
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void Mma16816<__nv_bfloat16>(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                        uint32_t a2, uint32_t a3, uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void Mma16816<__half>(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                 uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes (8 values) of `row` from element k, or zeros where !valid.
+template <typename T>
+__device__ __forceinline__ uint4 Load8(const T* row, int k, bool valid) {
+  if (!valid) return make_uint4(0, 0, 0, 0);
+  return __ldg(reinterpret_cast<const uint4*>(row + k));
+}
+
+// acc[mt][nt] (a 16 x 8 tile of rows m0 + 16 mt, columns n0 + 8 nt) +=
+// x[:, k_begin:k_end] . w[:, k_begin:k_end], chunk by chunk in order.
+// Lane (g = lane / 4, q = lane % 4) holds rows g and g + 8 of each tile
+// and columns 2q, 2q + 1 (mma's C layout).
+template <typename T, int MT, int NT, int U>
+__device__ __forceinline__ void MmaSegment(const T* __restrict__ x, const T* __restrict__ w, int M,
+                                           int N, int K, int m0, int n0, int k_begin, int k_end,
+                                           float (&acc)[MT][NT][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const T* wrow[NT];
+  bool wvalid[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int n = n0 + 8 * nt + g;
+    wvalid[nt] = n < N;
+    wrow[nt] = w + static_cast<int64_t>(wvalid[nt] ? n : 0) * K;
+  }
+  const T* xrow[MT][2];
+  bool xvalid[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = m0 + 16 * mt + 8 * h + g;
+      xvalid[mt][h] = m < M;
+      xrow[mt][h] = x + static_cast<int64_t>(xvalid[mt][h] ? m : 0) * K;
+    }
+  }
+  for (int k = k_begin; k < k_end; k += 32 * U) {
+    uint4 wv[U][NT], xv[U][MT][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool in = k + 32 * u < k_end;
+      const int kk = k + 32 * u + 8 * q;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) wv[u][nt] = Load8(wrow[nt], kk, in && wvalid[nt]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        xv[u][mt][0] = Load8(xrow[mt][0], kk, in && xvalid[mt][0]);
+        xv[u][mt][1] = Load8(xrow[mt][1], kk, in && xvalid[mt][1]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (k + 32 * u >= k_end) break;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint4 a = xv[u][mt][0], a8 = xv[u][mt][1], b = wv[u][nt];
+          Mma16816<T>(acc[mt][nt], a.x, a8.x, a.y, a8.y, b.x, b.y);
+          Mma16816<T>(acc[mt][nt], a.z, a8.z, a.w, a8.w, b.z, b.w);
+        }
+      }
+    }
+  }
+}
+
+// The epilogue of one lane's outputs: v (the segments' sum), then + out
+// when accumulating, then + bias.
+template <int MT, int NT>
+__device__ __forceinline__ void MmaStore(const float (&v)[MT][NT][4], int M, int N, int m0, int n0,
+                                         const float* bias, bool accumulate, float* out) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = m0 + 16 * mt + g + 8 * (i / 2), n = n0 + 8 * nt + 2 * q + (i % 2);
+        if (m >= M || n >= N) continue;
+        float* o = out + static_cast<int64_t>(m) * N + n;
+        float r = v[mt][nt][i];
+        if (accumulate) r = __fadd_rn(*o, r);
+        if (bias != nullptr) r = __fadd_rn(r, bias[n]);
+        *o = r;
+      }
+    }
+  }
+}
+
+// Few rows (M <= 16 MT): block (32 * segments), one 16 MT x 8 NT tile;
+// warp s sums segment s, then warp 0 adds the segments in order.
+template <typename T, int MT, int NT>
+__global__ void __launch_bounds__(32 * kMmaMaxSegments)
+    MmaGemmFewRowsKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
+                         bool accumulate, int M, int N, int K, float* out) {
+  constexpr int R = MT * NT * 4;
+  __shared__ float parts[kMmaMaxSegments][R][32];
+  const int lane = threadIdx.x & 31, s = threadIdx.x >> 5;
+  const int n0 = blockIdx.x * 8 * NT, m0 = blockIdx.y * 16 * MT;
+  const int len = MmaSegmentLength(K);
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  MmaSegment<T, MT, NT, (MT <= 2 ? 4 : 2)>(x, w, M, N, K, m0, n0, s * len, min(K, (s + 1) * len), acc);
+  if (s > 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) parts[s][(mt * NT + nt) * 4 + i][lane] = acc[mt][nt][i];
+  }
+  __syncthreads();
+  if (s != 0) return;
+  const int segments = blockDim.x >> 5;
+  for (int t = 1; t < segments; ++t) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], parts[t][(mt * NT + nt) * 4 + i][lane]);
+  }
+  MmaStore<MT, NT>(acc, M, N, m0, n0, bias, accumulate, out);
+}
+
+// Many rows: block (32 * kMmaManyRowsWarps), each warp its own 16 MT x 8 NT
+// tile, the segments walked in order by the warp itself.
+template <typename T, int MT, int NT>
+__global__ void __launch_bounds__(32 * kMmaManyRowsWarps)
+    MmaGemmManyRowsKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
+                          bool accumulate, int M, int N, int K, float* out) {
+  const int n0 = (blockIdx.x * kMmaManyRowsWarps + (threadIdx.x >> 5)) * 8 * NT;
+  const int m0 = blockIdx.y * 16 * MT;
+  if (n0 >= N) return;
+  const int len = MmaSegmentLength(K);
+  float total[MT][NT][4];
+  for (int k0 = 0; k0 < K; k0 += len) {
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    MmaSegment<T, MT, NT, 2>(x, w, M, N, K, m0, n0, k0, min(K, k0 + len), acc);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          total[mt][nt][i] = k0 == 0 ? acc[mt][nt][i] : __fadd_rn(total[mt][nt][i], acc[mt][nt][i]);
+  }
+  MmaStore<MT, NT>(total, M, N, m0, n0, bias, accumulate, out);
+}
+
+template <typename T>
+cudaError_t LaunchMmaGemmTyped(const T* x, const T* w, const float* bias, bool accumulate, int M,
+                               int N, int K, float* out, cudaStream_t stream) {
+  const int tiles = (M + 15) / 16;
+  if (tiles <= kMmaFewRowsMaxTiles) {
+    const int segments = (K + MmaSegmentLength(K) - 1) / MmaSegmentLength(K);
+    const dim3 grid((N + 7) / 8), block(32 * segments);
+    switch (tiles) {
+      case 1: MmaGemmFewRowsKernel<T, 1, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
+      case 2: MmaGemmFewRowsKernel<T, 2, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
+      case 3: MmaGemmFewRowsKernel<T, 3, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
+      default: MmaGemmFewRowsKernel<T, 4, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
+    }
+  } else {
+    constexpr int kCols = kMmaManyRowsWarps * 8 * kMmaManyRowsNt, kRows = 16 * kMmaManyRowsMt;
+    const dim3 grid((N + kCols - 1) / kCols, (M + kRows - 1) / kRows), block(32 * kMmaManyRowsWarps);
+    MmaGemmManyRowsKernel<T, kMmaManyRowsMt, kMmaManyRowsNt>
+        <<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out);
+  }
+  return cudaGetLastError();
+}
+
 // ---- LayerNorm ------------------------------------------------------------
 
 template <typename OutT>
@@ -745,6 +982,26 @@ cudaError_t LaunchFallbackGemm(const void* x, const void* w, DType dtype, const 
       return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+bool MmaGemmTakes(DType dtype, int K) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && K > 0 && K % 32 == 0;
+}
+
+int MmaGemmSegments(int K) { return (K + MmaSegmentLength(K) - 1) / MmaSegmentLength(K); }
+
+cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float* bias,
+                          bool accumulate, int M, int N, int K, float* out, cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  if (!MmaGemmTakes(dtype, K) || (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (dtype == DType::kBF16) {
+    return LaunchMmaGemmTyped(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w),
+                              bias, accumulate, M, N, K, out, stream);
+  }
+  return LaunchMmaGemmTyped(static_cast<const __half*>(x), static_cast<const __half*>(w), bias,
+                            accumulate, M, N, K, out, stream);
 }
 
 cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream) {

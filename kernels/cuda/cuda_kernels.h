@@ -57,6 +57,17 @@ cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, 
 // kernel cannot add the bias itself).
 cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream);
 
+// Our tensor-core GEMM (FLOVER_CUDA_GEMM=mma): out: f32 [M, N] (=|+=)
+// x: [M, K] @ w^T + bias for bf16/f16 x and w: [N, K] (16-byte aligned,
+// K a multiple of 32: MmaGemmTakes), f32 sums in an order fixed by K (its
+// MmaGemmSegments(K) segments, each in chunk order, then added in order),
+// so a row's result never depends on M. Few rows: one warp per segment,
+// streaming the weights; many rows: tiles of 64 x 16 per warp.
+bool MmaGemmTakes(DType dtype, int K);
+int MmaGemmSegments(int K);
+cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float* bias,
+                          bool accumulate, int M, int N, int K, float* out, cudaStream_t stream);
+
 // out: f32 [M, N] (=|+=) x: [M, K] @ w^T (+ bias), w: [N, K], x and w of
 // `dtype` (f32, bf16 or f16), f32 sums in k order. Our own GEMM, for shapes
 // cuBLASLt has no batch-invariant algorithm for: each output's sum runs in
