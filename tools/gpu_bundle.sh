@@ -260,6 +260,10 @@ step serve 60 "$here/serve_smoke.sh"
 step fusion 90 "$R" fusion_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 --gaps_ms="${FLOVER_FUSION_GAPS:-0,20,200}" --output_len=uniform:16:256
 step bench_gpt2_no_graphs 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --cuda_graphs=false "${bench[@]}"
 step bench_gpt2_f32 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=f32 "${bench[@]}"
+# Where a step's time goes: the time per op (synchronised per op), then
+# Nsight Compute's time per kernel over 400 kernels of batch-1 decode.
+step profile_llama1b_mma 60 env FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,256 --repeats=2 --profile
+step ncu_llama1b_b1_mma 90 env FLOVER_CUDA_GEMM=mma ncu --metrics gpu__time_duration.sum --print-summary per-kernel --launch-skip 3000 --launch-count 400 "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=8 --decode_batches=1 --decode_steps=64 --repeats=2 --cuda_graphs=false
 say "done, $((SECONDS)) s; failed: $failed"
 sync
 exit $failed

@@ -171,14 +171,12 @@ __global__ void FallbackGemmKernel(const T* x, const T* w, const float* bias, bo
 // A row's position in its 16-row tile does not matter: the tensor cores
 // compute each output from its own row, column and accumulator.
 // The few-row variant gives each segment its own warp (K-parallel, for the
-// weight-streaming decode steps); the many-row variant walks the segments
-// in one warp (tiles over M and N); both call MmaSegment.
+// weight-streaming decode steps); the many-row variant tiles M and N through
+// shared memory and walks the segments in each warp.
 
 constexpr int kMmaMaxSegments = 8;
 constexpr int kMmaMinSegment = 256;
 constexpr int kMmaFewRowsMaxTiles = 4;  // up to 64 rows: the K-parallel variant
-constexpr int kMmaManyRowsWarps = 4;
-constexpr int kMmaManyRowsMt = 4, kMmaManyRowsNt = 2;
 
 __host__ __device__ constexpr int MmaSegmentLength(int K) {
   const int len = ((K + kMmaMaxSegments - 1) / kMmaMaxSegments + 31) / 32 * 32;
@@ -339,35 +337,100 @@ __global__ void __launch_bounds__(32 * kMmaMaxSegments)
   MmaStore<MT, NT>(acc, M, N, m0, n0, bias, accumulate, out);
 }
 
-// Many rows: block (32 * kMmaManyRowsWarps), each warp its own 16 MT x 8 NT
-// tile, the segments walked in order by the warp itself.
-template <typename T, int MT, int NT>
-__global__ void __launch_bounds__(32 * kMmaManyRowsWarps)
-    MmaGemmManyRowsKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
-                          bool accumulate, int M, int N, int K, float* out) {
-  const int n0 = (blockIdx.x * kMmaManyRowsWarps + (threadIdx.x >> 5)) * 8 * NT;
-  const int m0 = blockIdx.y * 16 * MT;
-  if (n0 >= N) return;
-  const int len = MmaSegmentLength(K);
-  float total[MT][NT][4];
-  for (int k0 = 0; k0 < K; k0 += len) {
-    float acc[MT][NT][4];
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Many rows: tiles of 64 x 128 outputs per block (8 warps of 32 x 32), k in
+// steps of 32 through a 3-stage cp.async pipeline in shared memory. Each
+// warp sums a segment of K from zero in `acc`, adding it to `total` at the
+// segment's end: the same arithmetic as MmaSegment's, per output.
+constexpr int kTileM = 64, kTileN = 128, kTileK = 32, kTileStages = 3, kTileWarps = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kTileWarps)
+    MmaGemmTiledKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
+                       bool accumulate, int M, int N, int K, float* out) {
+  __shared__ __align__(16) T xs[kTileStages][kTileM][kTileK];
+  __shared__ __align__(16) T ws[kTileStages][kTileN][kTileK];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int bm = blockIdx.y * kTileM, bn = blockIdx.x * kTileN;
+  const int wm = (warp >> 2) * 32, wn = (warp & 3) * 32;
+  const int tiles = K / kTileK, segment_tiles = MmaSegmentLength(K) / kTileK;
+
+  auto load_tile = [&](int stage, int t) {
+    const int k = t * kTileK;
+    {  // x: 64 rows of 4 x 16 bytes, one piece per thread
+      const int r = tid >> 2, c = (tid & 3) * 8, m = bm + r;
+      CpAsync16(&xs[stage][r][c], x + static_cast<int64_t>(m < M ? m : 0) * K + k + c, m < M);
+    }
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int i = 0; i < 2; ++i) {  // w: 128 rows, two pieces per thread
+      const int idx = tid + 32 * kTileWarps * i, r = idx >> 2, c = (idx & 3) * 8, n = bn + r;
+      CpAsync16(&ws[stage][r][c], w + static_cast<int64_t>(n < N ? n : 0) * K + k + c, n < N);
+    }
+  };
+
+  float acc[2][4][4], total[2][4][4];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
-    MmaSegment<T, MT, NT, 2>(x, w, M, N, K, m0, n0, k0, min(K, k0 + len), acc);
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = total[mt][nt][i] = 0.0f;
+
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          total[mt][nt][i] = k0 == 0 ? acc[mt][nt][i] : __fadd_rn(total[mt][nt][i], acc[mt][nt][i]);
+  for (int s = 0; s < kTileStages - 1; ++s) {
+    if (s < tiles) load_tile(s, s);
+    CpAsyncCommit();
   }
-  MmaStore<MT, NT>(total, M, N, m0, n0, bias, accumulate, out);
+  bool first = true;
+  for (int t = 0; t < tiles; ++t) {
+    CpAsyncWait<kTileStages - 2>();
+    __syncthreads();  // tile t is in; every warp is done with the stage refilled next
+    {
+      const int p = t + kTileStages - 1;
+      if (p < tiles) load_tile(p % kTileStages, p);
+      CpAsyncCommit();
+    }
+    const int st = t % kTileStages;
+    uint4 a[2][2], b[4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        a[mt][h] = *reinterpret_cast<const uint4*>(&xs[st][wm + 16 * mt + 8 * h + g][8 * q]);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) b[nt] = *reinterpret_cast<const uint4*>(&ws[st][wn + 8 * nt + g][8 * q]);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        Mma16816<T>(acc[mt][nt], a[mt][0].x, a[mt][1].x, a[mt][0].y, a[mt][1].y, b[nt].x, b[nt].y);
+        Mma16816<T>(acc[mt][nt], a[mt][0].z, a[mt][1].z, a[mt][0].w, a[mt][1].w, b[nt].z, b[nt].w);
+      }
+    }
+    if ((t + 1) % segment_tiles == 0 || t + 1 == tiles) {  // a segment ends
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            total[mt][nt][i] = first ? acc[mt][nt][i] : __fadd_rn(total[mt][nt][i], acc[mt][nt][i]);
+            acc[mt][nt][i] = 0.0f;
+          }
+      first = false;
+    }
+  }
+  MmaStore<2, 4>(total, M, N, bm + wm, bn + wn, bias, accumulate, out);
 }
 
 template <typename T>
@@ -384,10 +447,8 @@ cudaError_t LaunchMmaGemmTyped(const T* x, const T* w, const float* bias, bool a
       default: MmaGemmFewRowsKernel<T, 4, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
     }
   } else {
-    constexpr int kCols = kMmaManyRowsWarps * 8 * kMmaManyRowsNt, kRows = 16 * kMmaManyRowsMt;
-    const dim3 grid((N + kCols - 1) / kCols, (M + kRows - 1) / kRows), block(32 * kMmaManyRowsWarps);
-    MmaGemmManyRowsKernel<T, kMmaManyRowsMt, kMmaManyRowsNt>
-        <<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out);
+    const dim3 grid((N + kTileN - 1) / kTileN, (M + kTileM - 1) / kTileM), block(32 * kTileWarps);
+    MmaGemmTiledKernel<T><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out);
   }
   return cudaGetLastError();
 }

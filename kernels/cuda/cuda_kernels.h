@@ -62,7 +62,8 @@ cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStrea
 // K a multiple of 32: MmaGemmTakes), f32 sums in an order fixed by K (its
 // MmaGemmSegments(K) segments, each in chunk order, then added in order),
 // so a row's result never depends on M. Few rows: one warp per segment,
-// streaming the weights; many rows: tiles of 64 x 16 per warp.
+// streaming the weights; many rows: tiles of 64 x 128 per block through
+// shared memory.
 bool MmaGemmTakes(DType dtype, int K);
 int MmaGemmSegments(int K);
 cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float* bias,
