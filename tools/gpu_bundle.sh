@@ -239,6 +239,7 @@ step decoder_golden 150 "$R" decoder_golden_test "${cuda_tests[@]}"
 step gpt_golden 120 "$R" gpt_model_golden_test "${cuda_tests[@]}"
 # 4. Recorded steps (CUDA graphs).
 step recorded_steps 60 "$R" recorded_steps_test "${cuda_tests[@]}"
+step recorded_steps_mma 60 env FLOVER_CUDA_GEMM=mma "$R" recorded_steps_test "${cuda_tests[@]}"
 # 5. Collectives on one and on two ranks.
 step nccl_one_rank 40 "$R" device_collectives_test "${cuda_tests[@]}"
 step nccl_two_ranks 90 "$R" nccl_two_ranks_test

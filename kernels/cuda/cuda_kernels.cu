@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
+
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/expert_groups.h"
 
@@ -349,66 +351,84 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 
 // Many rows: tiles of 64 x 128 outputs per block (8 warps of 32 x 32), k in
-// steps of 32 through a 3-stage cp.async pipeline in shared memory. Each
-// warp sums a segment of K from zero in `acc`, adding it to `total` at the
-// segment's end: the same arithmetic as MmaSegment's, per output.
-constexpr int kTileM = 64, kTileN = 128, kTileK = 32, kTileStages = 3, kTileWarps = 8;
+// steps of 32 through a 4-stage cp.async pipeline in (dynamic) shared
+// memory. Each warp sums a segment of K from zero in registers; at the
+// segment's end the sum is added to the sum so far, which waits in shared
+// memory (so the loop keeps only one set of accumulators in registers): the
+// same arithmetic as MmaSegment's, per output.
+constexpr int kTileM = 64, kTileN = 128, kTileK = 32, kTileStages = 4, kTileWarps = 8;
+constexpr int kTileSums = kTileWarps * 32 * 32;  // floats: each warp's 32 x 32 outputs
+template <typename T>
+constexpr int kTileSmemBytes =
+    kTileStages * (kTileM + kTileN) * kTileK * static_cast<int>(sizeof(T)) + kTileSums * 4;
 
 template <typename T>
-__global__ void __launch_bounds__(32 * kTileWarps)
+__global__ void __launch_bounds__(32 * kTileWarps, 2)
     MmaGemmTiledKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
                        bool accumulate, int M, int N, int K, float* out) {
-  __shared__ __align__(16) T xs[kTileStages][kTileM][kTileK];
-  __shared__ __align__(16) T ws[kTileStages][kTileN][kTileK];
+  extern __shared__ __align__(16) unsigned char tile_smem[];
+  auto xs = reinterpret_cast<T(*)[kTileM][kTileK]>(tile_smem);
+  auto ws = reinterpret_cast<T(*)[kTileN][kTileK]>(tile_smem + kTileStages * kTileM * kTileK * sizeof(T));
+  float* sums = reinterpret_cast<float*>(tile_smem + kTileStages * (kTileM + kTileN) * kTileK * sizeof(T));
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int bm = blockIdx.y * kTileM, bn = blockIdx.x * kTileN;
   const int wm = (warp >> 2) * 32, wn = (warp & 3) * 32;
   const int tiles = K / kTileK, segment_tiles = MmaSegmentLength(K) / kTileK;
+  // This warp's sums so far: [value i][lane], conflict-free.
+  float* my_sums = sums + warp * 32 * 32;
 
+  // What this thread copies each tile: one 16-byte piece of x, two of w
+  // (rows past M or N are zero-filled from row 0's address).
+  const int xr = tid >> 2, xc = (tid & 3) * 8;
+  const T* xsrc = x + static_cast<int64_t>(bm + xr < M ? bm + xr : 0) * K + xc;
+  const bool xok = bm + xr < M;
+  const T* wsrc[2];
+  bool wok[2];
+  int wr[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    wr[i] = (tid >> 2) + 64 * i;
+    wok[i] = bn + wr[i] < N;
+    wsrc[i] = w + static_cast<int64_t>(wok[i] ? bn + wr[i] : 0) * K + xc;
+  }
   auto load_tile = [&](int stage, int t) {
     const int k = t * kTileK;
-    {  // x: 64 rows of 4 x 16 bytes, one piece per thread
-      const int r = tid >> 2, c = (tid & 3) * 8, m = bm + r;
-      CpAsync16(&xs[stage][r][c], x + static_cast<int64_t>(m < M ? m : 0) * K + k + c, m < M);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {  // w: 128 rows, two pieces per thread
-      const int idx = tid + 32 * kTileWarps * i, r = idx >> 2, c = (idx & 3) * 8, n = bn + r;
-      CpAsync16(&ws[stage][r][c], w + static_cast<int64_t>(n < N ? n : 0) * K + k + c, n < N);
-    }
+    CpAsync16(&xs[stage][xr][xc], xsrc + k, xok);
+    CpAsync16(&ws[stage][wr[0]][xc], wsrc[0] + k, wok[0]);
+    CpAsync16(&ws[stage][wr[1]][xc], wsrc[1] + k, wok[1]);
   };
 
-  float acc[2][4][4], total[2][4][4];
+  float acc[2][4][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = total[mt][nt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
 #pragma unroll
   for (int s = 0; s < kTileStages - 1; ++s) {
     if (s < tiles) load_tile(s, s);
     CpAsyncCommit();
   }
+  int stage = 0, segment_left = segment_tiles;
   bool first = true;
   for (int t = 0; t < tiles; ++t) {
     CpAsyncWait<kTileStages - 2>();
     __syncthreads();  // tile t is in; every warp is done with the stage refilled next
     {
       const int p = t + kTileStages - 1;
-      if (p < tiles) load_tile(p % kTileStages, p);
+      if (p < tiles) load_tile(stage == 0 ? kTileStages - 1 : stage - 1, p);
       CpAsyncCommit();
     }
-    const int st = t % kTileStages;
     uint4 a[2][2], b[4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        a[mt][h] = *reinterpret_cast<const uint4*>(&xs[st][wm + 16 * mt + 8 * h + g][8 * q]);
+        a[mt][h] = *reinterpret_cast<const uint4*>(&xs[stage][wm + 16 * mt + 8 * h + g][8 * q]);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) b[nt] = *reinterpret_cast<const uint4*>(&ws[st][wn + 8 * nt + g][8 * q]);
+    for (int nt = 0; nt < 4; ++nt) b[nt] = *reinterpret_cast<const uint4*>(&ws[stage][wn + 8 * nt + g][8 * q]);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -417,20 +437,29 @@ __global__ void __launch_bounds__(32 * kTileWarps)
         Mma16816<T>(acc[mt][nt], a[mt][0].z, a[mt][1].z, a[mt][0].w, a[mt][1].w, b[nt].z, b[nt].w);
       }
     }
-    if ((t + 1) % segment_tiles == 0 || t + 1 == tiles) {  // a segment ends
+    stage = stage + 1 == kTileStages ? 0 : stage + 1;
+    if (--segment_left == 0 || t + 1 == tiles) {  // a segment ends
+      segment_left = segment_tiles;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            total[mt][nt][i] = first ? acc[mt][nt][i] : __fadd_rn(total[mt][nt][i], acc[mt][nt][i]);
+            float* slot = my_sums + ((mt * 4 + nt) * 4 + i) * 32 + lane;
+            *slot = first ? acc[mt][nt][i] : __fadd_rn(*slot, acc[mt][nt][i]);
             acc[mt][nt][i] = 0.0f;
           }
       first = false;
     }
   }
-  MmaStore<2, 4>(total, M, N, bm + wm, bn + wn, bias, accumulate, out);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = my_sums[((mt * 4 + nt) * 4 + i) * 32 + lane];
+  MmaStore<2, 4>(acc, M, N, bm + wm, bn + wn, bias, accumulate, out);
 }
 
 template <typename T>
@@ -447,8 +476,22 @@ cudaError_t LaunchMmaGemmTyped(const T* x, const T* w, const float* bias, bool a
       default: MmaGemmFewRowsKernel<T, 4, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
     }
   } else {
+    // Over 48 KB of shared memory needs the kernel's limit raised, once per
+    // device (a function attribute, not a stream operation).
+    static std::atomic<uint64_t> raised{0};
+    int device = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    const uint64_t bit = uint64_t{1} << (device & 63);
+    if ((raised.load() & bit) == 0) {
+      if (cudaError_t e = cudaFuncSetAttribute(MmaGemmTiledKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               kTileSmemBytes<T>);
+          e != cudaSuccess) {
+        return e;
+      }
+      raised.fetch_or(bit);
+    }
     const dim3 grid((N + kTileN - 1) / kTileN, (M + kTileM - 1) / kTileM), block(32 * kTileWarps);
-    MmaGemmTiledKernel<T><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out);
+    MmaGemmTiledKernel<T><<<grid, block, kTileSmemBytes<T>, stream>>>(x, w, bias, accumulate, M, N, K, out);
   }
   return cudaGetLastError();
 }
