@@ -15,6 +15,33 @@ using kernels::Tensor;
 using kernels::WeightLayout;
 using Block = DecoderSpec::Block;
 
+// The dense MLP: up -> gelu_new (in the epilogue) -> down, or act(gate) * up
+// -> down, gate and up one GEMM.
+class DecoderModel::DenseMlp final : public DecoderModel::MlpStrategy {
+ public:
+  DenseMlp(LinearSite up, LinearSite down) : up_(std::move(up)), down_(std::move(down)) {}
+  absl::Status Forward(DecoderModel& m, const Tensor& h, const Buffer& post, int T) const override {
+    const Tensor mlp = m.runtime_.buffer(kMlp).Rows(0, T);
+    if (m.spec_.mlp == DecoderSpec::Mlp::kGlu) {
+      const Tensor up = m.runtime_.buffer(kUp).Rows(0, T);
+      FLOVER_RETURN_IF_ERROR(m.Apply(up_, h, up));
+      FLOVER_RETURN_IF_ERROR(m.backend_.Glu(up, m.spec_.glu, mlp));
+    } else {
+      FLOVER_RETURN_IF_ERROR(m.Apply(up_, h, mlp));  // gelu_new in the epilogue
+    }
+    return m.Residual(down_, mlp, post, T);
+  }
+  absl::Status Prepare(kernels::Backend& backend, int T) const override {
+    for (const LinearSite* s : {&up_, &down_}) {
+      FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s->w, T, !s->bias.empty(), s->epilogue));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  LinearSite up_, down_;
+};
+
 DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
                            kernels::Backend& backend, Collectives* collectives)
     : spec_(spec),
@@ -130,9 +157,11 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
     }
     FLOVER_RETURN_IF_ERROR(site(l.qkv, l.qkv_b, C, W, layout, Epilogue::kBias, &p.qkv));
     FLOVER_RETURN_IF_ERROR(site(l.o, l.o_b, QL, C, layout, into_x, &p.o));
+    LinearSite up, down;
     FLOVER_RETURN_IF_ERROR(site(l.up, l.up_b, C, glu ? 2 * FL : FL, layout,
-                                glu ? Epilogue::kBias : Epilogue::kBiasGelu, &p.up));
-    FLOVER_RETURN_IF_ERROR(site(l.down, l.down_b, FL, C, layout, into_x, &p.down));
+                                glu ? Epilogue::kBias : Epilogue::kBiasGelu, &up));
+    FLOVER_RETURN_IF_ERROR(site(l.down, l.down_b, FL, C, layout, into_x, &down));
+    p.mlp = std::make_unique<DenseMlp>(std::move(up), std::move(down));
     layers_.push_back(std::move(p));
   }
   if (!globals) return absl::OkStatus();
@@ -226,12 +255,12 @@ absl::Status DecoderModel::PrepareForBatches(int max_rows, int max_logit_rows) {
   auto prepare = [&](const LinearSite& s, int rows) {
     return backend_.PrepareLinear(*s.w, rows, !s.bias.empty(), s.epilogue);
   };
-  // Every layer's sites have the same shapes and epilogues: layer 0's stand
-  // for all (backends cache per shape).
+  // Every layer's attention sites have the same shapes and epilogues:
+  // layer 0's stand for all (backends cache per shape). MLPs may differ by
+  // layer (dense and mixture-of-experts layers in one model).
   const LayerParams& p = layers_[0];
-  for (const LinearSite* s : {&p.qkv, &p.o, &p.up, &p.down}) {
-    FLOVER_RETURN_IF_ERROR(prepare(*s, T));
-  }
+  for (const LinearSite* s : {&p.qkv, &p.o}) FLOVER_RETURN_IF_ERROR(prepare(*s, T));
+  for (const LayerParams& l : layers_) FLOVER_RETURN_IF_ERROR(l.mlp->Prepare(backend_, T));
   FLOVER_RETURN_IF_ERROR(prepare(head_, std::max(T, R)));
   return runtime_.Reserve(T, R);
 }
@@ -258,18 +287,6 @@ absl::Status DecoderModel::Residual(const LinearSite& s, const Tensor& in, const
   FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(branch));
   FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(branch, post.tensor(), spec_.norm_eps, normed));
   return backend_.Add(normed, x);
-}
-
-absl::Status DecoderModel::Mlp(const LayerParams& p, const Tensor& h, int T) {
-  const Tensor mlp = runtime_.buffer(kMlp).Rows(0, T);
-  if (spec_.mlp == DecoderSpec::Mlp::kGlu) {
-    const Tensor up = runtime_.buffer(kUp).Rows(0, T);
-    FLOVER_RETURN_IF_ERROR(Apply(p.up, h, up));
-    FLOVER_RETURN_IF_ERROR(backend_.Glu(up, spec_.glu, mlp));
-  } else {
-    FLOVER_RETURN_IF_ERROR(Apply(p.up, h, mlp));  // gelu_new in the epilogue
-  }
-  return Residual(p.down, mlp, p.post_mlp_norm, T);
 }
 
 absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which,
@@ -319,12 +336,12 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
       if (spec_.block == Block::kParallel) {
         // attention and MLP both read norm1(x), still in h.
         FLOVER_RETURN_IF_ERROR(Residual(p.o, attn, p.post_attn_norm, T));
-        FLOVER_RETURN_IF_ERROR(Mlp(p, h, T));
+        FLOVER_RETURN_IF_ERROR(p.mlp->Forward(*this, h, p.post_mlp_norm, T));
         continue;
       }
       FLOVER_RETURN_IF_ERROR(Residual(p.o, attn, p.post_attn_norm, T));
       FLOVER_RETURN_IF_ERROR(Norm(x, p.norm2, p.norm2_b, h));
-      FLOVER_RETURN_IF_ERROR(Mlp(p, h, T));
+      FLOVER_RETURN_IF_ERROR(p.mlp->Forward(*this, h, p.post_mlp_norm, T));
     }
 
     // The final norm and head only on the rows whose logits are wanted.

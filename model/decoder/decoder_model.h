@@ -55,10 +55,23 @@ class DecoderModel final : public CausalLm {
     kernels::Buffer bias;  // empty: none
     kernels::Epilogue epilogue = kernels::Epilogue::kBias;
   };
+  // A layer's MLP, as a strategy: the dense MLP (gelu or gated,
+  // DenseMlp) or a mixture of experts (MoeMlp). Forward adds its output for
+  // the normed rows h to the residual stream (through post_mlp_norm with
+  // kSandwich); Prepare readies its GEMMs for steps of up to T rows.
+  class MlpStrategy {
+   public:
+    virtual ~MlpStrategy() = default;
+    virtual absl::Status Forward(DecoderModel& m, const kernels::Tensor& h,
+                                 const kernels::Buffer& post, int T) const = 0;
+    virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
+  };
+  class DenseMlp;
   struct LayerParams {
     kernels::Buffer norm1, norm1_b, norm2, norm2_b, post_attn_norm, post_mlp_norm;
     kernels::Buffer q_norm, k_norm;  // spec_.qk_norm
-    LinearSite qkv, o, up, down;
+    LinearSite qkv, o;
+    std::unique_ptr<MlpStrategy> mlp;
   };
   // Activation buffers (ForwardRuntime ids), for T rows and R logit rows.
   enum Activation {
@@ -93,7 +106,6 @@ class DecoderModel final : public CausalLm {
   // residual stream; with kSandwich through the branch's norm `post`.
   absl::Status Residual(const LinearSite& site, const kernels::Tensor& in,
                         const kernels::Buffer& post, int T);
-  absl::Status Mlp(const LayerParams& p, const kernels::Tensor& h, int T);
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
   // With embed_blocks_: this step's token rows (times spec.embed_scale, zero
   // outside this rank's vocabulary range) into kEmbedRows, and kEmbedIndex.
