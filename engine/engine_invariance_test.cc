@@ -299,6 +299,25 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"llama_fusion_bf16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
                                  "builtin:llama-tiny"},
+                      // A mixture of experts (8 experts, 2 per row): rows move
+                      // between batches and so between experts' groups, and
+                      // each still equals its run alone; with preemption,
+                      // the dynamic scheduler, bf16, and speculative drafts.
+                      PolicyCase{"moe_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:mixtral-tiny"},
+                      PolicyCase{"moe_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:mixtral-tiny"},
+                      PolicyCase{"moe_dynamic", SchedulerPolicy::kDynamic, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:mixtral-tiny"},
+                      PolicyCase{"moe_fusion_bf16_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:mixtral-tiny", true},
+                      PolicyCase{"cuda_moe_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
+                                 "builtin:mixtral-tiny"},
                       // int8: exact integer sums, so invariant by construction.
                       PolicyCase{"fusion_int8", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kInt8},

@@ -200,7 +200,8 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
 absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,
                                     const std::function<absl::Status()>& ops) {
   const kernels::SeqTable& seqs = step->seqs;
-  if (tp_size_ > 1 || seqs.num_rows != seqs.num_seqs || seqs.num_rows > kMaxRecordedRows) {
+  if (!recordable_ || tp_size_ > 1 || seqs.num_rows != seqs.num_seqs ||
+      seqs.num_rows > kMaxRecordedRows) {
     return ops();  // collectives between ops, or a prompt's rows: plainly
   }
   step->seqs.max_context = std::max(step->seqs.max_context, cache.shape().max_seq);

@@ -80,6 +80,10 @@ class ForwardRuntime {
   // its own.
   absl::Status RunOps(Step* step, const KvCache& cache, int variant,
                       const std::function<absl::Status()>& ops);
+  // Steps whose ops wait for the device midway (a mixture of experts groups
+  // its rows by expert on the host) cannot be recorded: RunOps then always
+  // runs them plainly.
+  void DisableRecording() { recordable_ = false; }
 
   // The epilogue a row-split layer's GEMM runs with: the fused residual on
   // one rank; a plain product (summed over ranks, then added) otherwise.
@@ -105,6 +109,7 @@ class ForwardRuntime {
   kernels::Backend& backend_;
   Collectives* collectives_;
   int tp_size_ = 1;
+  bool recordable_ = true;
   int vocab_size_, max_positions_, hidden_;
   Layout layout_;
   VocabRange vocab_range_;

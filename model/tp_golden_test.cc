@@ -94,7 +94,9 @@ TEST_P(TensorParallelTest, GreedyOutputsEqualOneRank) {
 INSTANTIATE_TEST_SUITE_P(
     ModelsAndDtypes, TensorParallelTest,
     ::testing::Combine(::testing::Values("tests/golden/tiny_bf16_prefix", "builtin:tiny",
-                                         "tests/golden/llama_gqa", "builtin:llama-tiny"),
+                                         "tests/golden/llama_gqa", "builtin:llama-tiny",
+                                         // each expert's MLP split as a dense one
+                                         "builtin:mixtral-tiny"),
                        ::testing::Values(kernels::MatmulDtype::kF32, kernels::MatmulDtype::kBF16),
                        ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16)));
 
@@ -265,7 +267,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            "tests/golden/gemma2_tiny",
                                            // two row-split residuals a layer, the
                                            // head's bias cut by vocabulary
-                                           "tests/golden/gptj_tiny"));
+                                           "tests/golden/gptj_tiny",
+                                           // experts split as dense MLPs, their
+                                           // outputs summed over ranks before the
+                                           // router's weights join them; dense
+                                           // and sparse layers in one model
+                                           "tests/golden/mixtral_tiny",
+                                           "tests/golden/qwen3_moe_mixed_tiny"));
 
 }  // namespace
 }  // namespace flover

@@ -199,6 +199,10 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gguf_qwen3", "qwen3", "F32", 2, true, {}},  // no vocabulary in the file
       {"gemma3_tiny", "gemma3_text", "F32", 2, true, {1}},
       {"gptj_tiny", "gptj", "F32", 4, false, {2}},
+      {"mixtral_tiny", "mixtral", "F32", 2, false, {2}},
+      {"qwen3_moe_tiny", "qwen3_moe", "F32", 2, false, {2}},
+      {"qwen3_moe_mixed_tiny", "qwen3_moe", "F32", 2, false, {2}},
+      {"olmoe_tiny", "olmoe", "F32", 2, false, {2}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -224,6 +228,12 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
   }
   ASSERT_TRUE(rank.ok()) << rank.status();
   EXPECT_EQ(rank->lm_head.empty(), e->tied);
+  // OLMoE's Q/K norms span every head: one rank only, said by name.
+  const absl::Status tp2 = ckpt_->CheckTensorParallel(2);
+  if (fixture == "olmoe_tiny") {
+    EXPECT_EQ(tp2.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(tp2.message(), "--tp=1")) << tp2;
+  }
 }
 
 // F32 vs transformers' F32; bf16 vs transformers' emulation of the same
@@ -301,6 +311,20 @@ INSTANTIATE_TEST_SUITE_P(
             // global (rope 1e6, linear scaling 8); prompts to 62 tokens.
             Case{"gemma3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gemma3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            // Mixtures of experts (transformers 4.51.3, make_moe_golden.py;
+            // prompts where the router's k-th and (k+1)-th scores are
+            // clearly apart): Mixtral (8 experts, 2 per token, renormalised),
+            // Qwen3-MoE (per-head Q/K norms; 8 experts, 2 per token), the
+            // same with dense layers 0 and 2 (mlp_only_layers [0],
+            // decoder_sparse_step 2), OLMoE (Q/K norms over all heads; 16
+            // experts, 4 per token, not renormalised).
+            Case{"mixtral_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"mixtral_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            Case{"qwen3_moe_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen3_moe_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
+            Case{"qwen3_moe_mixed_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"olmoe_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"olmoe_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             // GPT-J: partial interleaved rotary, parallel attention and MLP,
             // a biased head.
             Case{"gptj_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},

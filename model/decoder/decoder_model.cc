@@ -42,6 +42,49 @@ class DecoderModel::DenseMlp final : public DecoderModel::MlpStrategy {
   LinearSite up_, down_;
 };
 
+// A mixture of experts: the router's logits, the k experts of each row
+// (Route), each route's gate and up through its expert's GEMM (LinearById:
+// rows grouped by expert, one GEMM per expert), act(gate) * up, the down
+// GEMMs the same way, then x += the routes' outputs weighted by the router
+// (WeightedRowSum). With tensor parallelism each expert's down GEMM is
+// row-split: the routes' outputs are summed over ranks before the join.
+class DecoderModel::MoeMlp final : public DecoderModel::MlpStrategy {
+ public:
+  MoeMlp(LinearSite router, std::vector<LinearSite> up, std::vector<LinearSite> down)
+      : router_(std::move(router)), up_(std::move(up)), down_(std::move(down)) {
+    for (const LinearSite& s : up_) up_w_.push_back(s.w.get());
+    for (const LinearSite& s : down_) down_w_.push_back(s.w.get());
+  }
+  absl::Status Forward(DecoderModel& m, const Tensor& h, const Buffer&, int T) const override {
+    const int k = m.spec_.moe.router.k;
+    auto buf = [&](Activation id, int rows) { return m.runtime_.buffer(id).Rows(0, rows); };
+    const Tensor logits = buf(kRouter, T), ids = buf(kExpertIds, T), weights = buf(kExpertWeights, T);
+    const Tensor up = buf(kExpertUp, T * k), act = buf(kExpertAct, T * k), out = buf(kExpertOut, T * k);
+    FLOVER_RETURN_IF_ERROR(m.Apply(router_, h, logits));
+    FLOVER_RETURN_IF_ERROR(m.backend_.Route(logits, m.spec_.moe.router, ids, weights));
+    FLOVER_RETURN_IF_ERROR(m.backend_.LinearById(h, up_w_, ids, up));
+    FLOVER_RETURN_IF_ERROR(m.backend_.Glu(up, m.spec_.glu, act));
+    FLOVER_RETURN_IF_ERROR(m.backend_.LinearById(act, down_w_, ids, out));
+    FLOVER_RETURN_IF_ERROR(m.runtime_.AllReduce(out));
+    return m.backend_.WeightedRowSum(out, weights, buf(kX, T));
+  }
+  absl::Status Prepare(kernels::Backend& backend, int T) const override {
+    // An expert sees at most T rows: a row's k experts are distinct.
+    FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*router_.w, T, false, router_.epilogue));
+    for (const auto* sites : {&up_, &down_}) {
+      for (const LinearSite& s : *sites) {
+        FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s.w, T, false, kernels::Epilogue::kBias));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  LinearSite router_;
+  std::vector<LinearSite> up_, down_;
+  std::vector<const kernels::Weight*> up_w_, down_w_;
+};
+
 DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
                            kernels::Backend& backend, Collectives* collectives)
     : spec_(spec),
@@ -58,7 +101,7 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             const bool glu = spec_.mlp == DecoderSpec::Mlp::kGlu;
             const bool sandwich = spec_.block == Block::kSandwich;
             const KDType act = backend_.activation_dtype(), f32 = KDType::kF32;
-            std::vector<ForwardRuntime::BufferSpec> b(kEmbedIndex + 1);
+            std::vector<ForwardRuntime::BufferSpec> b(kExpertOut + 1);
             b[kX] = {f32, T, C};
             b[kH] = {act, std::max(T, R), C};
             b[kQkv] = {f32, T, W};
@@ -74,6 +117,14 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             const bool rows = !embed_blocks_.empty();
             b[kEmbedRows] = rows ? ForwardRuntime::BufferSpec{f32, T, C} : ForwardRuntime::BufferSpec{f32, 1, 1};
             b[kEmbedIndex] = {KDType::kI32, 1, rows ? T : 1};
+            const int E = spec_.moe.experts, k = E > 0 ? spec_.moe.router.k : 1,
+                      FE = std::max(shard_.expert_inner, 1), TE = E > 0 ? T : 1;
+            b[kRouter] = {f32, TE, std::max(E, 1)};
+            b[kExpertIds] = {KDType::kI32, TE, k};
+            b[kExpertWeights] = {f32, TE, k};
+            b[kExpertUp] = {f32, TE * k, 2 * FE};
+            b[kExpertAct] = {act, TE * k, FE};
+            b[kExpertOut] = {f32, TE * k, E > 0 ? C : 1};
             return b;
           },
           [this](int rank) { return VocabRange(spec_.vocab_size, {shard_spec_.tp_size, rank}); }) {}
@@ -85,6 +136,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
   const ShardSpec shard_spec = SpecOf(collectives);
   FLOVER_RETURN_IF_ERROR(ValidateDecoderShard(spec, shard_spec));
   std::unique_ptr<DecoderModel> model(new DecoderModel(spec, info, backend, collectives));
+  // LinearById groups a step's rows by expert on the host, midway.
+  if (spec.moe.experts > 0) model->runtime_.DisableRecording();
   const WeightRecipe embed = recipes.embedding(model->shard_);
   for (int l = 0; l <= spec.n_layer; ++l) {
     // Layer by layer, then the globals, then the embedding a block of rows
@@ -148,20 +201,39 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
       FLOVER_RETURN_IF_ERROR(norm(l.post_attn_norm, none, &p.post_attn_norm, &no_bias));
       FLOVER_RETURN_IF_ERROR(norm(l.post_mlp_norm, none, &p.post_mlp_norm, &no_bias));
     }
-    if (spec_.qk_norm) {
-      if (static_cast<int>(l.q_norm.size()) != D || static_cast<int>(l.k_norm.size()) != D) {
-        return absl::InvalidArgumentError("the model's Q/K norms need weights of head_dim values");
+    if (spec_.qk_norm) {  // per head: [D]; whole (one rank): [Hq * D] and [Hkv * D]
+      const int qn = spec_.qk_norm_whole ? QL : D, kn = spec_.qk_norm_whole ? shard_.kv_heads * D : D;
+      if (static_cast<int>(l.q_norm.size()) != qn || static_cast<int>(l.k_norm.size()) != kn) {
+        return absl::InvalidArgumentError(absl::StrCat("the model's Q/K norms need weights of ", qn, " and ",
+                                                       kn, " values"));
       }
-      FLOVER_RETURN_IF_ERROR(upload(l.q_norm, 1, D, &p.q_norm));
-      FLOVER_RETURN_IF_ERROR(upload(l.k_norm, 1, D, &p.k_norm));
+      FLOVER_RETURN_IF_ERROR(upload(l.q_norm, 1, qn, &p.q_norm));
+      FLOVER_RETURN_IF_ERROR(upload(l.k_norm, 1, kn, &p.k_norm));
     }
     FLOVER_RETURN_IF_ERROR(site(l.qkv, l.qkv_b, C, W, layout, Epilogue::kBias, &p.qkv));
     FLOVER_RETURN_IF_ERROR(site(l.o, l.o_b, QL, C, layout, into_x, &p.o));
-    LinearSite up, down;
-    FLOVER_RETURN_IF_ERROR(site(l.up, l.up_b, C, glu ? 2 * FL : FL, layout,
-                                glu ? Epilogue::kBias : Epilogue::kBiasGelu, &up));
-    FLOVER_RETURN_IF_ERROR(site(l.down, l.down_b, FL, C, layout, into_x, &down));
-    p.mlp = std::make_unique<DenseMlp>(std::move(up), std::move(down));
+    if (spec_.moe.sparse(static_cast<int>(layers_.size()))) {
+      const int E = spec_.moe.experts, FE = shard_.expert_inner;
+      if (static_cast<int>(l.expert_up.size()) != E || static_cast<int>(l.expert_down.size()) != E) {
+        return absl::InvalidArgumentError(absl::StrCat("a mixture-of-experts layer with ", l.expert_up.size(),
+                                                       " experts' weights for ", E, " experts"));
+      }
+      std::vector<float> none_b;
+      LinearSite router;
+      FLOVER_RETURN_IF_ERROR(site(l.router, none_b, C, E, layout, Epilogue::kBias, &router));
+      std::vector<LinearSite> up(E), down(E);
+      for (int e = 0; e < E; ++e) {
+        FLOVER_RETURN_IF_ERROR(site(l.expert_up[e], none_b, C, 2 * FE, layout, Epilogue::kBias, &up[e]));
+        FLOVER_RETURN_IF_ERROR(site(l.expert_down[e], none_b, FE, C, layout, Epilogue::kBias, &down[e]));
+      }
+      p.mlp = std::make_unique<MoeMlp>(std::move(router), std::move(up), std::move(down));
+    } else {
+      LinearSite up, down;
+      FLOVER_RETURN_IF_ERROR(site(l.up, l.up_b, C, glu ? 2 * FL : FL, layout,
+                                  glu ? Epilogue::kBias : Epilogue::kBiasGelu, &up));
+      FLOVER_RETURN_IF_ERROR(site(l.down, l.down_b, FL, C, layout, into_x, &down));
+      p.mlp = std::make_unique<DenseMlp>(std::move(up), std::move(down));
+    }
     layers_.push_back(std::move(p));
   }
   if (!globals) return absl::OkStatus();
@@ -320,9 +392,11 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
       const LayerParams& p = layers_[l];
       FLOVER_RETURN_IF_ERROR(Norm(x, p.norm1, p.norm1_b, h));
       FLOVER_RETURN_IF_ERROR(Apply(p.qkv, h, qkv));
-      if (spec_.qk_norm) {  // each head of Q, then of K, on its own
-        FLOVER_RETURN_IF_ERROR(backend_.GroupRmsNorm(qkv, 0, shard_.q_heads, p.q_norm, spec_.norm_eps));
-        FLOVER_RETURN_IF_ERROR(backend_.GroupRmsNorm(qkv, shard_.q_heads * spec_.head_dim, shard_.kv_heads,
+      if (spec_.qk_norm) {  // each head of Q, then of K, on its own; or all of Q, then all of K
+        const int groups_q = spec_.qk_norm_whole ? 1 : shard_.q_heads;
+        const int groups_k = spec_.qk_norm_whole ? 1 : shard_.kv_heads;
+        FLOVER_RETURN_IF_ERROR(backend_.GroupRmsNorm(qkv, 0, groups_q, p.q_norm, spec_.norm_eps));
+        FLOVER_RETURN_IF_ERROR(backend_.GroupRmsNorm(qkv, shard_.q_heads * spec_.head_dim, groups_k,
                                                      p.k_norm, spec_.norm_eps));
       }
       if (!inv_freq_.empty()) {

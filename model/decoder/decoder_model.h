@@ -67,6 +67,7 @@ class DecoderModel final : public CausalLm {
     virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
   };
   class DenseMlp;
+  class MoeMlp;
   struct LayerParams {
     kernels::Buffer norm1, norm1_b, norm2, norm2_b, post_attn_norm, post_mlp_norm;
     kernels::Buffer q_norm, k_norm;  // spec_.qk_norm
@@ -89,6 +90,13 @@ class DecoderModel final : public CausalLm {
     // dequantized on the host, and the row index each row looks up.
     kEmbedRows,   // f32 [T, C]
     kEmbedIndex,  // i32 [1, T]: 0, 1, 2, ...
+    // A mixture of experts (spec.moe), E experts, k per row:
+    kRouter,         // f32 [T, E]: the router's logits
+    kExpertIds,      // i32 [T, k]
+    kExpertWeights,  // f32 [T, k]
+    kExpertUp,       // f32 [T * k, 2 Fe_local]: each route's gate and up
+    kExpertAct,      // act [T * k, Fe_local]
+    kExpertOut,      // f32 [T * k, C]: each route's expert output
   };
 
   DecoderModel(const DecoderSpec& spec, const ModelInfo& info, kernels::Backend& backend,

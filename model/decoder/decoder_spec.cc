@@ -27,6 +27,21 @@ absl::Status DecoderSpec::Validate() const {
     return bad("a second rotary table needs a mark per layer and as many frequencies as the first");
   }
   if (qk_norm && norm != Norm::kRmsNorm) return bad("Q/K norms are RMSNorms, in a model of RMSNorms");
+  if (qk_norm_whole && !qk_norm) return bad("qk_norm_whole is a kind of Q/K norm: set qk_norm too");
+  if (moe.experts < 0 || moe.experts > kernels::kMaxExperts) {
+    return bad("a mixture of ", moe.experts, " experts (at most ", kernels::kMaxExperts, ")");
+  }
+  if (moe.experts > 0) {
+    if (moe.router.k < 1 || moe.router.k > moe.experts) {
+      return bad("each row takes ", moe.router.k, " of ", moe.experts, " experts");
+    }
+    if (moe.intermediate < 1) return bad("the experts' MLP width must be positive");
+    if (mlp != Mlp::kGlu) return bad("experts are gated MLPs: a mixture of experts needs Mlp::kGlu");
+    if (block != Block::kSequential) return bad("a mixture of experts runs in sequential blocks only");
+    if (!moe.layers.empty() && static_cast<int>(moe.layers.size()) != n_layer) {
+      return bad(moe.layers.size(), " mixture-of-experts marks for ", n_layer, " layers");
+    }
+  }
   if (block == Block::kSandwich && norm != Norm::kRmsNorm) {
     return bad("post-attention and post-MLP norms are RMSNorms");
   }
@@ -47,6 +62,15 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, " does not divide the MLP width ", c.intermediate));
   }
+  if (c.moe.experts > 0 && c.moe.intermediate % s.tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, " does not divide the experts' MLP width ", c.moe.intermediate));
+  }
+  if (c.qk_norm_whole && s.tp_size > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, ": this model norms Q and K across all heads at once (OLMoE), which "
+        "needs every head on one rank; run it with --tp=1"));
+  }
   if (c.vocab_size < s.tp_size) return absl::InvalidArgumentError("--tp is larger than the vocabulary");
   return absl::OkStatus();
 }
@@ -59,6 +83,8 @@ DecoderShard DecoderShardOf(const DecoderSpec& c, const ShardSpec& s) {
   out.q_head_begin = s.tp_rank * out.q_heads;
   out.inner = c.intermediate / s.tp_size;
   out.inner_begin = s.tp_rank * out.inner;
+  out.expert_inner = c.moe.intermediate / s.tp_size;
+  out.expert_inner_begin = s.tp_rank * out.expert_inner;
   std::tie(out.vocab_begin, out.vocab_end) = VocabRange(c.vocab_size, s);
   out.adds_replicated_bias = s.tp_rank == 0;
   return out;

@@ -63,6 +63,28 @@ struct DecoderSpec {
   // Per-head RMSNorm of Q and K (weights q_norm, k_norm: [head_dim], shared
   // by the heads) after the projection, before rotary (Qwen3, Gemma 3).
   bool qk_norm = false;
+  // With qk_norm: one RMSNorm over all of Q and one over all of K instead
+  // (q_norm: [n_head * head_dim], k_norm: [n_kv_head * head_dim]; OLMoE).
+  // A norm across heads needs every head on one rank: tensor parallelism is
+  // refused.
+  bool qk_norm_whole = false;
+
+  // A mixture of experts (experts > 0): the MLP of each layer marked in
+  // `layers` (n_layer entries; empty: every layer) is a router [E, C] that
+  // picks router.k of `experts` gated MLPs (act(gate) * up -> down, with
+  // `glu`) of width `intermediate` for each row, their outputs summed with
+  // the router's weights (kernels::RouterParams says how it scores). Every
+  // row gets its k experts: nothing is dropped. The other layers have the
+  // dense MLP of the spec's `intermediate`. Tensor parallelism splits each
+  // expert's MLP as a dense one is split.
+  struct Moe {
+    int experts = 0;
+    int intermediate = 0;
+    kernels::RouterParams router;
+    std::vector<bool> layers;
+    bool sparse(int l) const { return experts > 0 && (layers.empty() || layers[l]); }
+  };
+  Moe moe;
   // Each layer's attention (scale, soft-cap, window); n_layer entries.
   std::vector<kernels::AttentionParams> attention;
 
@@ -80,12 +102,15 @@ struct DecoderShard {
   int q_heads = 0, q_head_begin = 0;
   int kv_heads = 0, kv_head_begin = 0;
   int inner = 0, inner_begin = 0;
+  int expert_inner = 0, expert_inner_begin = 0;  // each expert's band (moe)
   int vocab_begin = 0, vocab_end = 0;
   bool adds_replicated_bias = true;
 };
 
 // OK when `spec.tp_size` divides the key/value heads (and so the query
-// heads) and the MLP width; InvalidArgument naming what does not divide.
+// heads), the MLP width and the experts' width, and the model has no norm
+// across heads (qk_norm_whole) with tp > 1; InvalidArgument naming what
+// does not fit.
 absl::Status ValidateDecoderShard(const DecoderSpec& model, const ShardSpec& spec);
 DecoderShard DecoderShardOf(const DecoderSpec& model, const ShardSpec& spec);
 

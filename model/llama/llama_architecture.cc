@@ -4,7 +4,8 @@ namespace flover {
 
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
   static const auto* table = new std::vector<const LlamaArchitecture*>{
-      &Gemma2Arch(), &Gemma3Arch(), &LlamaArch(), &MistralArch(), &Phi3Arch(), &Qwen2Arch(), &Qwen3Arch()};
+      &Gemma2Arch(), &Gemma3Arch(), &LlamaArch(),   &MistralArch(), &MixtralArch(),
+      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen3Arch(),   &Qwen3MoeArch()};
   return *table;
 }
 

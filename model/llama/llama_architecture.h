@@ -1,6 +1,7 @@
 // The architectures of the Llama family, one file each (arch_llama.cc,
 // arch_qwen2.cc, arch_qwen3.cc, arch_mistral.cc, arch_phi3.cc,
-// arch_gemma2.cc, arch_gemma3.cc): what each
+// arch_gemma2.cc, arch_gemma3.cc, and the mixtures of experts
+// arch_mixtral.cc, arch_qwen3_moe.cc, arch_olmoe.cc): what each
 // adds to the skeleton the family shares — its config.json keys and
 // defaults, its changes to the DecoderSpec, how its weights are stored —
 // registered in one table. The family's config parsing, decoder spec,
@@ -49,6 +50,17 @@ struct LlamaArchitecture {
   // Q and K normed per head (q_norm, k_norm: [head_dim]; Qwen3, Gemma 3):
   // DecoderSpec::qk_norm, and the recipes read the weights.
   bool qk_norm = false;
+  // With qk_norm: one norm over all of Q and one over all of K (OLMoE).
+  bool qk_norm_whole = false;
+  // A mixture of experts (its parse hook reads the config's MoE keys with
+  // ParseMoe): layer N's router is "model.layers.N.<moe_router>.weight",
+  // expert e's matrices "model.layers.N.<moe_experts>.e.<name>.weight" for
+  // the names of its gate, up and down projections.
+  const char* moe_router = "mlp.gate";
+  const char* moe_experts = "mlp.experts";
+  const char* moe_gate = "gate_proj";
+  const char* moe_up = "up_proj";
+  const char* moe_down = "down_proj";
   int norms_per_layer() const { return gemma_norms ? 4 : 2; }
 };
 
@@ -72,6 +84,9 @@ const LlamaArchitecture& MistralArch();
 const LlamaArchitecture& Phi3Arch();
 const LlamaArchitecture& Gemma2Arch();
 const LlamaArchitecture& Gemma3Arch();
+const LlamaArchitecture& MixtralArch();
+const LlamaArchitecture& Qwen3MoeArch();
+const LlamaArchitecture& OlmoeArch();
 
 }  // namespace flover
 

@@ -47,6 +47,42 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.max_positions = 2048;
     c.rope_theta = 10000.0;
     c.rms_norm_eps = 1e-5f;
+  } else if (name == "mixtral-tiny") {
+    // llama-tiny's shapes with 8 experts, 2 per token, in every layer.
+    c = *BuiltinLlamaConfig("llama-tiny");
+    c.architecture = "mixtral";
+    c.experts = 8;
+    c.experts_per_tok = 2;
+    c.expert_intermediate = 64;
+    c.norm_topk_prob = true;
+  } else if (name == "olmoe-1b") {
+    // OLMoE-1B-7B's shapes: 64 experts of width 1024, 8 per token.
+    c.architecture = "olmoe";
+    c.n_layer = 16;
+    c.hidden = 2048;
+    c.n_head = 16;
+    c.n_kv_head = 16;
+    c.head_dim = 128;
+    c.intermediate = 1024;
+    c.experts = 64;
+    c.experts_per_tok = 8;
+    c.expert_intermediate = 1024;
+    c.vocab_size = 50304;
+    c.max_positions = 4096;
+    c.rms_norm_eps = 1e-5f;
+  } else if (name == "qwen3-0.6b") {
+    // Qwen3-0.6B's shapes (its vocabulary, a tied head).
+    c.architecture = "qwen3";
+    c.n_layer = 28;
+    c.hidden = 1024;
+    c.n_head = 16;
+    c.n_kv_head = 8;
+    c.head_dim = 128;
+    c.intermediate = 3072;
+    c.vocab_size = 151936;
+    c.max_positions = 4096;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
   } else {
     return absl::NotFoundError(absl::StrCat("no built-in Llama model \"", name, "\""));
   }

@@ -92,6 +92,26 @@ absl::Status ParseSlidingWindow(const Struct& s, absl::string_view what, int abs
   return absl::OkStatus();
 }
 
+absl::Status ParseMoe(const Struct& s, absl::string_view what, const char* experts_key, const char* width_key,
+                      bool renormalize, LlamaConfig* c) {
+  auto experts = JsonIntField(s, experts_key, 1, 1 << 10, what);
+  if (!experts.ok()) return experts.status();
+  auto k = JsonIntField(s, "num_experts_per_tok", 1, *experts, what);
+  if (!k.ok()) return k.status();
+  auto width = JsonIntField(s, width_key, 1, 8 * kMaxDim, what);
+  if (!width.ok()) return width.status();
+  c->experts = static_cast<int>(*experts);
+  c->experts_per_tok = static_cast<int>(*k);
+  c->expert_intermediate = static_cast<int>(*width);
+  c->norm_topk_prob = JsonBoolField(s, "norm_topk_prob", renormalize);
+  if (JsonHas(s, "decoder_sparse_step")) {
+    auto step = JsonIntField(s, "decoder_sparse_step", 1, kMaxLayers, what);
+    if (!step.ok()) return step.status();
+    c->sparse_step = static_cast<int>(*step);
+  }
+  return JsonIntListField(s, "mlp_only_layers", 0, kMaxLayers - 1, what, &c->dense_layers);
+}
+
 absl::Status SlidingWindowRefused(absl::string_view what, absl::string_view model_type) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": sliding_window attention is not supported for model_type ",
                                                  model_type, " (it is for mistral)"));
@@ -107,12 +127,36 @@ bool IsLlamaFamily(absl::string_view model_type) {
   return std::find(types.begin(), types.end(), model_type) != types.end();
 }
 
+bool LlamaConfig::sparse(int l) const {
+  return experts > 0 && (l + 1) % sparse_step == 0 &&
+         std::find(dense_layers.begin(), dense_layers.end(), l) == dense_layers.end();
+}
+
+namespace {
+
+// The Q/K norms' values per layer.
+int64_t QkNormValues(const LlamaConfig& c) {
+  if (!c.arch().qk_norm) return 0;
+  return c.arch().qk_norm_whole ? c.q_dim() + c.kv_dim() : 2 * c.head_dim;
+}
+
+// Layer l's MLP parameters: all of them, or those a token goes through.
+int64_t MlpParameters(const LlamaConfig& c, int l, bool active) {
+  const int64_t C = c.hidden;
+  if (!c.sparse(l)) return 3 * C * c.intermediate;
+  return (active ? c.experts_per_tok : c.experts) * 3 * C * c.expert_intermediate + int64_t{c.experts} * C;
+}
+
+}  // namespace
+
 int64_t LlamaConfig::num_parameters() const {
-  const int64_t C = hidden, F = intermediate, V = vocab_size;
+  const int64_t C = hidden, V = vocab_size;
   const int64_t norms = arch().norms_per_layer();
-  const int64_t per_layer = norms * C + (arch().qk_norm ? 2 * head_dim : 0) + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C + 3 * C * F +
+  const int64_t per_layer = norms * C + QkNormValues(*this) + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C +
                             (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
-  return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + C;
+  int64_t mlps = 0;
+  for (int l = 0; l < n_layer; ++l) mlps += MlpParameters(*this, l, /*active=*/false);
+  return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + mlps + C;
 }
 
 absl::Status LlamaConfig::Validate() const {
@@ -141,6 +185,19 @@ absl::Status LlamaConfig::Validate() const {
   }
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) return bad("eos_token_id ", id, " is outside the vocabulary");
+  }
+  if (experts < 0 || experts > 1024) return bad("the number of experts is out of range: ", experts);
+  if (experts > 0) {
+    if (experts_per_tok < 1 || experts_per_tok > experts) {
+      return bad("num_experts_per_tok (", experts_per_tok, ") must be in [1, ", experts, "], the number of experts");
+    }
+    if (expert_intermediate < 1 || expert_intermediate > 8 * kMaxDim) {
+      return bad("the experts' intermediate size is out of range: ", expert_intermediate);
+    }
+    if (sparse_step < 1) return bad("decoder_sparse_step must be >= 1");
+    for (int32_t l : dense_layers) {
+      if (l < 0 || l >= n_layer) return bad("mlp_only_layers names layer ", l, " of ", n_layer);
+    }
   }
   if (!rope_freq_factors.empty()) {
     if (static_cast<int>(rope_freq_factors.size()) != head_dim / 2) {
@@ -251,10 +308,13 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   info.num_parameters = c.num_parameters();
   // Every weight but the embedding table and the norms is a matrix a token
   // goes through; a tied head is the embedding table once more.
+  // A mixture of experts: only the k experts a token is routed to.
   const int64_t norms = (c.arch().norms_per_layer() * int64_t{c.n_layer} + 1) * c.hidden +
-                       (c.arch().qk_norm ? int64_t{c.n_layer} * 2 * c.head_dim : 0) +
+                       int64_t{c.n_layer} * QkNormValues(c) +
                        (c.qkv_bias ? int64_t{c.n_layer} * (c.q_dim() + 2 * c.kv_dim()) : 0);
-  info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms +
+  int64_t idle_experts = 0;
+  for (int l = 0; l < c.n_layer; ++l) idle_experts += MlpParameters(c, l, false) - MlpParameters(c, l, true);
+  info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms - idle_experts +
                            (c.tie_word_embeddings ? int64_t{c.vocab_size} * c.hidden : 0);
   return info;
 }

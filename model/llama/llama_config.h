@@ -61,6 +61,17 @@ struct LlamaConfig {
   // Per-frequency divisors of the rotary frequencies (head_dim / 2 of them,
   // or none): how GGUF files carry llama3 scaling (rope_freqs.weight).
   std::vector<float> rope_freq_factors;
+  // A mixture of experts (experts > 0: Mixtral, Qwen3-MoE, OLMoE): the
+  // MLP of each sparse layer is a router choosing experts_per_tok of
+  // `experts` gated MLPs of width expert_intermediate, their weights a
+  // softmax over all experts, renormalised over the chosen ones with
+  // norm_topk_prob. Layer l is sparse when (l + 1) is a multiple of
+  // sparse_step and l is not in dense_layers (Qwen's decoder_sparse_step
+  // and mlp_only_layers); the others have the dense MLP of `intermediate`.
+  int experts = 0, experts_per_tok = 0, expert_intermediate = 0;
+  bool norm_topk_prob = false;
+  int sparse_step = 1;
+  std::vector<int32_t> dense_layers;
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;  // may be empty
   int32_t bos_token_id = -1;
@@ -70,6 +81,8 @@ struct LlamaConfig {
   const LlamaArchitecture& arch() const;
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_kv_head * head_dim; }
+  // Whether layer l's MLP is a mixture of experts.
+  bool sparse(int l) const;
   int64_t num_parameters() const;
   absl::Status Validate() const;
 };
@@ -84,6 +97,12 @@ bool IsLlamaFamily(absl::string_view model_type);
 // `absent`, anything else is 1..kMaxPositions.
 absl::Status ParseSlidingWindow(const google::protobuf::Struct& s, absl::string_view what, int absent,
                                 LlamaConfig* c);
+// A mixture of experts' keys: the number of experts (`experts_key`:
+// num_local_experts or num_experts), num_experts_per_tok, the experts'
+// width (`width_key`), norm_topk_prob (absent: `renormalize`), and, where
+// present, decoder_sparse_step and mlp_only_layers.
+absl::Status ParseMoe(const google::protobuf::Struct& s, absl::string_view what, const char* experts_key,
+                      const char* width_key, bool renormalize, LlamaConfig* c);
 // The refusal of a sliding window the architecture does not apply as
 // transformers' default path does.
 absl::Status SlidingWindowRefused(absl::string_view what, absl::string_view model_type);

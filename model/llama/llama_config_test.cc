@@ -97,7 +97,7 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
               HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, llama, "
-                        "mistral, phi3, qwen2, qwen3)"));
+                        "mistral, mixtral, olmoe, phi3, qwen2, qwen3, qwen3_moe)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   std::ofstream(dir + "/config.json") << Config("falcon", "");
@@ -105,7 +105,42 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
               HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
-                        "gptj, llama, mistral, phi3, qwen2, qwen3)"));
+                        "gptj, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen3, qwen3_moe)"));
+}
+
+// A mixture of experts' keys: which layers are sparse, and inconsistent
+// counts refused naming the field.
+TEST(LlamaConfigTest, MixtureOfExpertsKeys) {
+  auto qwen = ParseLlamaConfig(Config("qwen3_moe", R"("num_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32, "decoder_sparse_step": 2, "mlp_only_layers": [1])"), "c");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_EQ(qwen->experts, 8);
+  EXPECT_EQ(qwen->expert_intermediate, 32);
+  EXPECT_FALSE(qwen->norm_topk_prob);
+  EXPECT_FALSE(qwen->sparse(0));  // (0 + 1) % 2 != 0
+  EXPECT_FALSE(qwen->sparse(1));  // mlp_only_layers
+  auto mixtral = ParseLlamaConfig(Config("mixtral", R"("num_local_experts": 8, "num_experts_per_tok": 2)"), "c");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_TRUE(mixtral->norm_topk_prob);  // Mixtral always renormalises
+  EXPECT_EQ(mixtral->expert_intermediate, 96);
+  EXPECT_TRUE(mixtral->sparse(0) && mixtral->sparse(1));
+  // Of the 2 * 8 experts a token passes through 2 * 2 (and every router).
+  const ModelInfo info = InfoOf(*mixtral);
+  EXPECT_EQ(info.num_parameters - info.matmul_parameters - 2 * 301 * 64 + 301 * 64 - (2 * 2 + 1) * 64,
+            2 * 6 * 3 * 64 * 96);
+  for (auto [extra, field] : std::vector<std::pair<const char*, const char*>>{
+           {R"("num_local_experts": 8, "num_experts_per_tok": 9)", "num_experts_per_tok"},
+           {R"("num_local_experts": 0, "num_experts_per_tok": 1)", "num_local_experts"},
+           {R"("num_experts_per_tok": 2)", "num_local_experts"}}) {
+    auto bad = ParseLlamaConfig(Config("mixtral", extra), "c");
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << extra;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(field)) << extra;
+  }
+  auto layer = ParseLlamaConfig(Config("qwen3_moe", R"("num_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32, "mlp_only_layers": [5])"), "c");
+  EXPECT_THAT(std::string(layer.status().message()), HasSubstr("mlp_only_layers"));
+  auto clip = ParseLlamaConfig(Config("olmoe", R"("num_experts": 8, "num_experts_per_tok": 2, "clip_qkv": 8)"), "c");
+  EXPECT_THAT(std::string(clip.status().message()), HasSubstr("clip_qkv"));
 }
 
 TEST(LlamaConfigTest, BuiltinFamilyVariantsHaveLlama1bShapes) {

@@ -36,6 +36,19 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   }
   s.final_softcap = c.final_logit_softcapping;
   s.qk_norm = c.arch().qk_norm;
+  s.qk_norm_whole = c.arch().qk_norm_whole;
+  if (c.experts > 0) {
+    s.moe.experts = c.experts;
+    s.moe.intermediate = c.expert_intermediate;
+    s.moe.router.scoring = kernels::RouterParams::Scoring::kSoftmaxTopK;
+    s.moe.router.k = c.experts_per_tok;
+    s.moe.router.renormalize = c.norm_topk_prob;
+    bool all = true;
+    for (int l = 0; l < c.n_layer; ++l) all = all && c.sparse(l);
+    if (!all) {
+      for (int l = 0; l < c.n_layer; ++l) s.moe.layers.push_back(c.sparse(l));
+    }
+  }
   // What the architecture changes (Gemma 2's block, activation, scaled
   // embeddings and global layers).
   if (c.arch().spec != nullptr) c.arch().spec(c, &s);
@@ -91,11 +104,30 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
                                         ColSlice(p + "self_attn.v_proj.bias", {KV}, k0, k1)}),
             &L.qkv_b);
     }
-    if (c.arch().qk_norm) {  // one [D] weight each, shared by the heads: every rank reads it whole
+    if (c.arch().qk_norm_whole) {  // [Q] and [KV], over all heads (one rank: ValidateDecoderShard)
+      visit(norm(p + "self_attn.q_norm.weight", Q), &L.q_norm);
+      visit(norm(p + "self_attn.k_norm.weight", KV), &L.k_norm);
+    } else if (c.arch().qk_norm) {  // one [D] weight each, shared by the heads: every rank reads it whole
       visit(norm(p + "self_attn.q_norm.weight", D), &L.q_norm);
       visit(norm(p + "self_attn.k_norm.weight", D), &L.k_norm);
     }
     visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), &L.o);
+    if (c.sparse(l)) {  // the router whole; each expert's band of its MLP, as a dense MLP's
+      const LlamaArchitecture& a = c.arch();
+      const int64_t E = c.experts, FE = c.expert_intermediate;
+      const int64_t e0 = sh.expert_inner_begin, e1 = e0 + sh.expert_inner;
+      visit(Whole(absl::StrCat(p, a.moe_router, ".weight"), {E, C}), &L.router);
+      L.expert_up.resize(E);
+      L.expert_down.resize(E);
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = absl::StrCat(p, a.moe_experts, ".", e, ".");
+        visit(Stack(WeightRecipe::kRows, {RowSlice(absl::StrCat(x, a.moe_gate, ".weight"), {FE, C}, e0, e1),
+                                          RowSlice(absl::StrCat(x, a.moe_up, ".weight"), {FE, C}, e0, e1)}),
+              &L.expert_up[e]);
+        visit(ColSlice(absl::StrCat(x, a.moe_down, ".weight"), {C, FE}, e0, e1), &L.expert_down[e]);
+      }
+      return;
+    }
     if (fused) {  // gate_up_proj: [2F, C], gate rows then up rows
       visit(FusedRows(p + "mlp.gate_up_proj.weight", {F, F}, C, {{f0, f1}, {f0, f1}}), &L.up);
     } else {
@@ -127,7 +159,10 @@ std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, ui
         if (absl::EndsWith(name, "norm.weight")) return Fill::kOnes;
         // The linear layers (blocks when a format is given; the embedding
         // stays float, as a GGUF file's may).
-        if (absl::EndsWith(name, "_proj.weight") || name == "lm_head.weight") return Fill::kBlocks;
+        if (absl::EndsWith(name, "_proj.weight") || name == "lm_head.weight" ||
+            absl::StrContains(name, ".experts.")) {
+          return Fill::kBlocks;
+        }
         return Fill::kRandom;
       },
       blocks);
