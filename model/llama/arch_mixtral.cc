@@ -12,6 +12,11 @@ const LlamaArchitecture& MixtralArch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "mixtral";
+    a.gguf = true;
+    a.gguf_name = "llama";  // llama.cpp writes Mixtral as llama with expert_count
+    a.gguf_permuted_qk = true;
+    a.moe = true;
+    a.gguf_moe_renormalize = true;
     a.moe_router = "block_sparse_moe.gate";
     a.moe_experts = "block_sparse_moe.experts";
     a.moe_gate = "w1";

@@ -15,6 +15,8 @@ const LlamaArchitecture& OlmoeArch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "olmoe";
+    a.gguf = true;
+    a.moe = true;
     a.qk_norm = true;
     a.qk_norm_whole = true;
     a.parse = [](const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) {

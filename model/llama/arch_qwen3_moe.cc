@@ -14,6 +14,10 @@ const LlamaArchitecture& Qwen3MoeArch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "qwen3_moe";
+    a.gguf = true;
+    a.gguf_name = "qwen3moe";
+    a.moe = true;
+    a.gguf_moe_renormalize = true;
     a.default_head_dim = 128;
     a.qk_norm = true;
     a.parse = [](const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) {

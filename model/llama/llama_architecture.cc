@@ -16,4 +16,12 @@ const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type) {
   return nullptr;
 }
 
+const LlamaArchitecture* FindGgufArchitecture(absl::string_view name, bool experts) {
+  for (const LlamaArchitecture* a : LlamaArchitectures()) {
+    const absl::string_view file_name = a->gguf_name != nullptr ? a->gguf_name : a->model_type;
+    if (a->gguf && file_name == name && a->moe == experts) return a;
+  }
+  return nullptr;
+}
+
 }  // namespace flover

@@ -25,6 +25,14 @@ struct LlamaConfig;
 struct LlamaArchitecture {
   const char* model_type = "";  // config.json's model_type (and GGUF's general.architecture)
   bool gguf = false;            // read from GGUF files too
+  // GGUF's general.architecture where it is not model_type (qwen3moe), and
+  // whether the entry is the one for files with experts (a "llama" file
+  // with expert_count is Mixtral).
+  const char* gguf_name = nullptr;
+  bool moe = false;
+  // llama.cpp's renormalisation of the chosen experts' weights, which GGUF
+  // files do not record: true for its llama (Mixtral) and qwen3moe.
+  bool gguf_moe_renormalize = false;
   // In GGUF files, Q's rows permuted by query heads and K's by key/value
   // heads (llama.cpp's converter does so for its llama architecture).
   bool gguf_permuted_qk = false;
@@ -75,6 +83,9 @@ void GemmaBlock(const LlamaConfig& c, DecoderSpec* s);
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures();
 // The architecture of `model_type`, or null.
 const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type);
+// The architecture a GGUF file of general.architecture `name` is read as
+// (with or without experts), or null.
+const LlamaArchitecture* FindGgufArchitecture(absl::string_view name, bool experts);
 
 // The entries (one per arch_*.cc), made on first use.
 const LlamaArchitecture& LlamaArch();

@@ -31,6 +31,16 @@ constexpr std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},  // a mixture of experts' router
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+};
+// An expert's projection (transformers' names, Qwen/OLMoE's and Mixtral's)
+// -> the 3-D tensor llama.cpp merges a layer's experts into: [E, Fe, C]
+// for gate and up, [E, C, Fe] for down.
+constexpr std::pair<const char*, const char*> kExpertNames[] = {
+    {"gate_proj", "ffn_gate_exps.weight"}, {"w1", "ffn_gate_exps.weight"},
+    {"up_proj", "ffn_up_exps.weight"},     {"w3", "ffn_up_exps.weight"},
+    {"down_proj", "ffn_down_exps.weight"}, {"w2", "ffn_down_exps.weight"},
 };
 constexpr std::pair<const char*, const char*> kGlobalNames[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
@@ -38,8 +48,11 @@ constexpr std::pair<const char*, const char*> kGlobalNames[] = {
     {"lm_head.weight", "output.weight"},
 };
 
-// The GGUF name of a transformers tensor name, or "" for none.
-std::string GgufName(absl::string_view hf) {
+// The GGUF name of a transformers tensor name, or "" for none; for an
+// expert's projection ("<mlp|block_sparse_moe>.experts.E.<proj>.weight")
+// the merged tensor, with *expert = E (else -1).
+std::string GgufName(absl::string_view hf, int* expert = nullptr) {
+  if (expert != nullptr) *expert = -1;
   for (const auto& [from, to] : kGlobalNames) {
     if (hf == from) return to;
   }
@@ -48,9 +61,23 @@ std::string GgufName(absl::string_view hf) {
   const size_t dot = hf.find('.');
   int layer = 0;
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(hf.substr(0, dot), &layer)) return "";
-  const absl::string_view rest = hf.substr(dot + 1);
+  absl::string_view rest = hf.substr(dot + 1);
   for (const auto& [from, to] : kLayerNames) {
     if (rest == from) return absl::StrCat("blk.", layer, ".", to);
+  }
+  if (expert == nullptr ||
+      !(absl::ConsumePrefix(&rest, "mlp.experts.") || absl::ConsumePrefix(&rest, "block_sparse_moe.experts.")) ||
+      !absl::ConsumeSuffix(&rest, ".weight")) {
+    return "";
+  }
+  const size_t sep = rest.find('.');
+  int e = 0;
+  if (sep == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, sep), &e) || e < 0) return "";
+  for (const auto& [from, to] : kExpertNames) {
+    if (rest.substr(sep + 1) == from) {
+      *expert = e;
+      return absl::StrCat("blk.", layer, ".", to);
+    }
   }
   return "";
 }
@@ -123,8 +150,8 @@ class GgufSource final : public WeightSource {
   std::string stored_dtype() const override { return GgufStoredType(*file_); }
 
   bool BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const override {
-    const GgufTensor* t = Find(tensor);
-    return t != nullptr && t->ne.size() == 2 && kernels::BlockFormatOfGgmlType(t->type->id, format);
+    const View v = Resolve(tensor);
+    return v.t != nullptr && v.shape.size() == 2 && kernels::BlockFormatOfGgmlType(v.t->type->id, format);
   }
 
   // Whole rows as stored: a permuted tensor's rows put back in
@@ -136,11 +163,14 @@ class GgufSource final : public WeightSource {
     const TensorRegion region{row_begin, row_end, 0, shape.size() == 2 ? shape[1] : 0};
     auto located = Locate(tensor, shape, region);
     if (!located.ok()) return located.status();
-    const GgufTensor& t = **located;
+    const GgufTensor& t = *located->t;
     auto it = heads_.find(t.name);
     const int64_t D = it == heads_.end() ? 0 : t.rows() / it->second;
     std::vector<uint8_t> out;
     if (region.rows() == 0) return out;
+    // An expert's matrix: its rows of the merged tensor.
+    row_begin += located->row0;
+    row_end += located->row0;
     const int64_t run = D == 0 ? region.rows() : D;
     for (int64_t b0 = D == 0 ? row_begin : row_begin / D * D; b0 < row_end; b0 += run) {
       const int64_t b1 = std::min(b0 + run, t.rows());
@@ -157,31 +187,55 @@ class GgufSource final : public WeightSource {
   }
 
  private:
-  const GgufTensor* Find(absl::string_view hf) const {
-    const std::string name = GgufName(hf);
-    return name.empty() ? nullptr : file_->FindTensor(name);
+  // What a transformers name is in the file: a tensor, or an expert's
+  // matrix within a merged 3-D tensor (rows [row0, row0 + shape[0]) of it
+  // seen as [rows(), cols()]).
+  struct View {
+    const GgufTensor* t = nullptr;
+    std::string name;  // the GGUF name ("" when there is none)
+    int64_t row0 = 0;
+    std::vector<int64_t> shape;
+  };
+  View Resolve(absl::string_view hf) const {
+    View v;
+    int expert = -1;
+    v.name = GgufName(hf, &expert);
+    v.t = v.name.empty() ? nullptr : file_->FindTensor(v.name);
+    if (v.t == nullptr) return v;
+    v.shape = v.t->shape();
+    if (expert < 0) return v;
+    if (v.shape.size() != 3 || expert >= v.shape[0]) {
+      v.t = nullptr;  // not a layer's experts, or not this many
+      return v;
+    }
+    v.row0 = expert * v.shape[1];
+    v.shape = {v.shape[1], v.shape[2]};
+    return v;
   }
+  const GgufTensor* Find(absl::string_view hf) const { return Resolve(hf).t; }
 
   // Tensor `hf`, checked to have `shape` and to hold `region`.
-  absl::StatusOr<const GgufTensor*> Locate(absl::string_view hf, const std::vector<int64_t>& shape,
-                                           const TensorRegion& region) const {
-    const std::string name = GgufName(hf);
-    const GgufTensor* t = name.empty() ? nullptr : file_->FindTensor(name);
-    if (t == nullptr) {
+  absl::StatusOr<View> Locate(absl::string_view hf, const std::vector<int64_t>& shape,
+                              const TensorRegion& region) const {
+    View v = Resolve(hf);
+    const std::string& name = v.name;
+    if (v.t == nullptr) {
       return absl::NotFoundError(absl::StrCat(file_->name(), ": no tensor '",
                                               name.empty() ? std::string(hf) : name, "' (", hf, ")"));
     }
-    if (t->shape() != shape) {
+    if (v.shape != shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          file_->name(), ": tensor '", name, "' has shape ", ShapeString(t->shape()),
-          "; the model's hyper-parameters need ", ShapeString(shape)));
+          file_->name(), ": tensor '", name, "'", v.row0 > 0 || v.shape.size() < v.t->shape().size() ? " (an expert's part)" : "",
+          " has shape ", ShapeString(v.shape), "; the model's hyper-parameters need ", ShapeString(shape)));
     }
-    if (region.row_begin < 0 || region.row_end > t->rows() || region.row_begin > region.row_end ||
-        region.col_begin < 0 || region.col_end > t->cols() || region.col_begin > region.col_end) {
+    const int64_t rows = v.shape.size() == 1 ? 1 : v.shape[0], cols = v.t->cols();
+    if (region.row_begin < 0 || region.row_end > (v.shape.size() == 2 ? rows : v.t->rows()) ||
+        region.row_begin > region.row_end || region.col_begin < 0 || region.col_end > cols ||
+        region.col_begin > region.col_end) {
       return absl::OutOfRangeError(absl::StrCat(file_->name(), ": tensor '", name,
                                                 "': region outside the tensor"));
     }
-    return t;
+    return v;
   }
 
   // Within each head of D rows (or bias elements), transformers' index
@@ -199,15 +253,15 @@ class GgufSource final : public WeightSource {
                       const TensorRegion& region, std::vector<T>* out, const ReadRows& read) const {
     auto located = Locate(hf, shape, region);
     if (!located.ok()) return located.status();
-    const GgufTensor* t = *located;
+    const GgufTensor* t = located->t;
     const std::string& name = t->name;
     const int64_t rows = t->rows(), cols = t->cols();
     out->clear();
     if (region.numel() == 0) return absl::OkStatus();
     out->reserve(region.numel());
     auto it = heads_.find(name);
-    if (it == heads_.end()) {  // the file's layout is transformers'
-      auto values = read(*t, region.row_begin, region.row_end);
+    if (it == heads_.end()) {  // the file's layout is transformers' (an expert's: its rows)
+      auto values = read(*t, located->row0 + region.row_begin, located->row0 + region.row_end);
       if (!values.ok()) return values.status();
       for (int64_t r = 0; r < region.rows(); ++r) {
         const T* row = values->data() + r * cols;
@@ -266,17 +320,30 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   };
   auto arch = f.GetString("general.architecture");
   if (!arch.ok()) return arch.status();
-  const LlamaArchitecture* family = FindLlamaArchitecture(*arch);
-  if (family == nullptr || !family->gguf) {
+  const std::string a = *arch + ".";
+  int experts = 0;
+  if (auto n = f.GetInt(a + "expert_count"); n.ok()) {
+    if (*n < 0 || *n > kernels::kMaxExperts) return refuse(a, "expert_count ", *n, " is out of range");
+    experts = static_cast<int>(*n);
+  } else if (!absl::IsNotFound(n.status())) {
+    return n.status();
+  }
+  const LlamaArchitecture* family = FindGgufArchitecture(*arch, experts > 0);
+  if (family == nullptr) {
     std::vector<std::string> read;
-    for (const LlamaArchitecture* a : LlamaArchitectures()) {
-      if (a->gguf) read.push_back(a->model_type);
+    for (const LlamaArchitecture* e : LlamaArchitectures()) {
+      if (!e->gguf) continue;
+      const std::string name = e->gguf_name != nullptr ? e->gguf_name : e->model_type;
+      if (std::find(read.begin(), read.end(), name) == read.end()) read.push_back(name);
+    }
+    if (FindGgufArchitecture(*arch, experts == 0) != nullptr) {
+      return refuse("general.architecture \"", *arch, "\" ", experts > 0 ? "with" : "without",
+                    " experts is not supported");
     }
     return refuse("general.architecture \"", *arch, "\" is not supported (Flover reads ", absl::StrJoin(read, ", "), ")");
   }
-  const std::string a = *arch + ".";
   LlamaConfig c;
-  c.architecture = *arch;
+  c.architecture = family->model_type;
   // Biases on q, k and v (Qwen2's, always; a llama file's where it has them);
   // none on the attention's output projection.
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
@@ -318,8 +385,17 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     return refuse(a, "rope.dimension_count ", rotary, " is less than the head dimension ", c.head_dim,
                   " (partial rotary embeddings are not supported)");
   }
-  if (auto experts = f.GetInt(a + "expert_count"); experts.ok() && *experts > 0) {
-    return refuse(a, "expert_count ", *experts, ": mixture-of-experts models are not supported");
+  if (experts > 0) {  // a mixture of experts: a layer without a router is dense
+    c.experts = experts;
+    c.expert_intermediate = c.intermediate;
+    if (auto st = get_int("expert_used_count", &c.experts_per_tok, true, experts); !st.ok()) return st;
+    if (auto st = get_int("expert_feed_forward_length", &c.expert_intermediate, false, int64_t{1} << 24); !st.ok()) {
+      return st;
+    }
+    c.norm_topk_prob = family->gguf_moe_renormalize;
+    for (int l = 0; l < c.n_layer; ++l) {
+      if (f.FindTensor(absl::StrCat("blk.", l, ".ffn_gate_inp.weight")) == nullptr) c.dense_layers.push_back(l);
+    }
   }
   if (auto eps = f.GetFloat(a + "attention.layer_norm_rms_epsilon"); eps.ok()) {
     c.rms_norm_eps = static_cast<float>(*eps);

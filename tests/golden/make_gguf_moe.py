@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the mixtures of experts of make_moe_golden.py as llama.cpp's
+converter writes them in GGUF, with their golden files (the same weights,
+so the same logits). F32 tensors under llama.cpp's names; each layer's
+experts merged into 3-D tensors (ffn_gate_exps, ffn_up_exps: [E, Fe, C];
+ffn_down_exps: [E, C, Fe]) and the router as ffn_gate_inp. No vocabulary
+(the fixtures have none).
+
+  gguf_mixtral     mixtral_tiny as general.architecture "llama" with
+                   expert_count (as llama.cpp converts Mixtral): Q and K
+                   rows permuted per head, w1/w3/w2 as gate/up/down
+  gguf_qwen3_moe   qwen3_moe_mixed_tiny as "qwen3moe": per-head Q/K norms,
+                   expert_feed_forward_length 32 beside feed_forward_length 96
+                   for dense layers 0 and 2, which have ffn_gate/up/down and
+                   no router (Flover reads a layer without ffn_gate_inp as
+                   dense; llama.cpp's qwen3moe expects every layer sparse)
+  gguf_olmoe       olmoe_tiny as "olmoe": Q/K norms over all heads
+
+    python3 -m venv --system-site-packages VENV && VENV/bin/pip install gguf safetensors
+    VENV/bin/python tests/golden/make_gguf_moe.py
+"""
+import json
+import os
+import re
+import shutil
+
+import gguf
+import numpy as np
+from safetensors.numpy import load_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+         "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+         "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+         "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+         "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+         "mlp.down_proj.weight": "ffn_down.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+         "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
+GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+          "lm_head.weight": "output.weight"}
+EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight")
+PROJ = {"gate_proj": "gate", "w1": "gate", "up_proj": "up", "w3": "up", "down_proj": "down", "w2": "down"}
+
+
+def permute(w, n_head):
+    """llama.cpp's converter: each head's rows from halves to interleaved pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write(src, out, arch, permuted, renormalize_note):
+    cfg = json.load(open(os.path.join(HERE, src, "config.json")))
+    state = load_file(os.path.join(HERE, src, "model.safetensors"))
+    os.makedirs(os.path.join(HERE, out), exist_ok=True)
+    w = gguf.GGUFWriter(os.path.join(HERE, out, "model.gguf"), arch=arch)
+    head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    experts = cfg.get("num_local_experts", cfg.get("num_experts"))
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_expert_count(experts)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if "moe_intermediate_size" in cfg:
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    if "bos_token_id" in cfg:
+        w.add_bos_token_id(cfg["bos_token_id"])
+    merged = {}
+    for hf in sorted(state):
+        t = state[hf].astype(np.float32)
+        m = EXPERT.fullmatch(hf)
+        if m:
+            layer, e, proj = int(m.group(1)), int(m.group(2)), PROJ[m.group(3)]
+            merged.setdefault((layer, proj), {})[e] = t
+            continue
+        if hf in GLOBAL:
+            name = GLOBAL[hf]
+        else:
+            _, _, rest = hf.partition("model.layers.")
+            layer, _, tail = rest.partition(".")
+            name = f"blk.{layer}.{LAYER[tail]}"
+        if permuted and name.endswith("attn_q.weight"):
+            t = permute(t, cfg["num_attention_heads"])
+        if permuted and name.endswith("attn_k.weight"):
+            t = permute(t, cfg["num_key_value_heads"])
+        w.add_tensor(name, np.ascontiguousarray(t))
+    for (layer, proj), by_expert in sorted(merged.items()):
+        stacked = np.stack([by_expert[e] for e in range(experts)])
+        w.add_tensor(f"blk.{layer}.ffn_{proj}_exps.weight", np.ascontiguousarray(stacked))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for name in ("golden.json", "golden_logits.safetensors"):
+        shutil.copy(os.path.join(HERE, src, name), os.path.join(HERE, out, name))
+    print("wrote", out, renormalize_note)
+
+
+def main():
+    write("mixtral_tiny", "gguf_mixtral", "llama", True, "(llama.cpp renormalises llama's experts)")
+    write("qwen3_moe_mixed_tiny", "gguf_qwen3_moe", "qwen3moe", False, "(and qwen3moe's)")
+    write("olmoe_tiny", "gguf_olmoe", "olmoe", False, "(not olmoe's)")
+
+
+if __name__ == "__main__":
+    main()
