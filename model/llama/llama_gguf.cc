@@ -195,6 +195,7 @@ class GgufSource final : public WeightSource {
     std::string name;  // the GGUF name ("" when there is none)
     int64_t row0 = 0;
     std::vector<int64_t> shape;
+    int missing_expert = -1;  // the tensor is there, but not with this expert
   };
   View Resolve(absl::string_view hf) const {
     View v;
@@ -205,14 +206,17 @@ class GgufSource final : public WeightSource {
     v.shape = v.t->shape();
     if (expert < 0) return v;
     if (v.shape.size() != 3 || expert >= v.shape[0]) {
-      v.t = nullptr;  // not a layer's experts, or not this many
+      v.missing_expert = expert;  // not a layer's merged experts, or not this many
       return v;
     }
     v.row0 = expert * v.shape[1];
     v.shape = {v.shape[1], v.shape[2]};
     return v;
   }
-  const GgufTensor* Find(absl::string_view hf) const { return Resolve(hf).t; }
+  const GgufTensor* Find(absl::string_view hf) const {
+    const View v = Resolve(hf);
+    return v.missing_expert >= 0 ? nullptr : v.t;
+  }
 
   // Tensor `hf`, checked to have `shape` and to hold `region`.
   absl::StatusOr<View> Locate(absl::string_view hf, const std::vector<int64_t>& shape,
@@ -222,6 +226,11 @@ class GgufSource final : public WeightSource {
     if (v.t == nullptr) {
       return absl::NotFoundError(absl::StrCat(file_->name(), ": no tensor '",
                                               name.empty() ? std::string(hf) : name, "' (", hf, ")"));
+    }
+    if (v.missing_expert >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file_->name(), ": tensor '", name, "' has shape ", ShapeString(v.shape), ", which holds no expert ",
+          v.missing_expert, " (the experts of a layer, [experts, rows, cols]; expert_count says more)"));
     }
     if (v.shape != shape) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -137,8 +137,16 @@ TEST(LlamaGgufTest, RefusesWhatItCannotRunByName) {
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.rope.dimension_count", 2); }),
               HasSubstr("m.gguf: llama.rope.dimension_count 2 is less than the head dimension 4 "
                         "(partial rotary embeddings are not supported)"));
+  // A mixture of experts' counts, inconsistent or missing, named.
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.expert_count", 8); }),
-              HasSubstr("llama.expert_count 8: mixture-of-experts models are not supported"));
+              HasSubstr("m.gguf: no metadata llama.expert_used_count"));
+  EXPECT_THAT(ConfigError([](GgufWriter& w) {
+                w.U32("llama.expert_count", 8);
+                w.U32("llama.expert_used_count", 9);
+              }),
+              HasSubstr("llama.expert_used_count 9 is out of range"));
+  EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.expert_count", 2000); }),
+              HasSubstr("llama.expert_count 2000 is out of range"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.String("llama.rope.scaling.type", "yarn"); }),
               HasSubstr("llama.rope.scaling.type \"yarn\" is not supported (none, linear)"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.attention.head_count_kv", 3); }),
