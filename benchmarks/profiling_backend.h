@@ -95,6 +95,9 @@ class ProfilingBackend final : public kernels::Backend {
                               const kernels::Tensor& out) override {
     return Timed("weighted_row_sum", [&] { return inner_.WeightedRowSum(y, weights, out); });
   }
+  absl::Status Sigmoid(const kernels::Tensor& x) override {
+    return Timed("sigmoid", [&] { return inner_.Sigmoid(x); });
+  }
   absl::Status SoftCap(const kernels::Tensor& x, float cap) override {
     return Timed("softcap", [&] { return inner_.SoftCap(x, cap); });
   }

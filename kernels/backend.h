@@ -40,7 +40,7 @@ inline constexpr int kMaxExperts = 1024;
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 10;
+inline constexpr int kBackendAbiVersion = 11;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -283,6 +283,10 @@ class Backend : public Allocator {
   // x: f32 [R, C] = tanh(x / cap) * cap, in place (Gemma 2's final logit
   // soft-capping). cap > 0.
   virtual absl::Status SoftCap(const Tensor& x, float cap) = 0;
+
+  // x: f32 [R, C] = 1 / (1 + exp(-x)), in place (Qwen2-MoE's gate on its
+  // shared expert).
+  virtual absl::Status Sigmoid(const Tensor& x) = 0;
 
   // out: [M, N] = epilogue(x @ W + bias). x: [M, K], f32 or
   // activation_dtype(); bias: f32 [1, N] or null; out: f32 (kBiasGelu may

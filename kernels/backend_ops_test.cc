@@ -315,6 +315,26 @@ TEST_P(OpsTest, SoftCap) {
   });
 }
 
+// Sigmoid in place, against double; far negative and positive values
+// reach 0 and 1 without NaN.
+TEST_P(OpsTest, Sigmoid) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-6, [](Dev& d) {
+    const int R = 5, C = 37;
+    auto x = Random(R * C, 61, 8.0f);
+    x[0] = -200.0f;
+    x[1] = 200.0f;
+    const Tensor t = d.Up(x, R, C);
+    EXPECT_TRUE(d->Sigmoid(t).ok());
+    const std::vector<float> got = d.Down(t);
+    std::vector<double> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = 1.0 / (1.0 + std::exp(-double(x[i])));
+    EXPECT_LT(RelErr(got, want), 1e-6);
+    EXPECT_EQ(got[0], 0.0f);
+    EXPECT_EQ(got[1], 1.0f);
+    return got;
+  });
+}
+
 // y: [M, N] = x @ W + bias, W given as [K, N] or [N, K].
 std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
                                 const std::vector<float>& w, int N, const float* bias,

@@ -140,6 +140,10 @@ absl::Status CheckGluArgs(const Tensor& gate_up, GluKind kind, const Tensor& out
   return CheckTensor("Glu", "out", out, gate_up.rows, gate_up.cols / 2, {DType::kF32, act});
 }
 
+absl::Status CheckSigmoidArgs(const Tensor& x) {
+  return CheckTensor("Sigmoid", "x", x, kAnySize, kAnySize, {DType::kF32});
+}
+
 absl::Status CheckSoftCapArgs(const Tensor& x, float cap) {
   if (!(cap > 0 && cap < 1e30f)) {
     return absl::InvalidArgumentError(absl::StrCat("SoftCap: cap ", cap, " must be > 0 and finite"));

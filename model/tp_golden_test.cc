@@ -273,7 +273,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            // router's weights join them; dense
                                            // and sparse layers in one model
                                            "tests/golden/mixtral_tiny",
-                                           "tests/golden/qwen3_moe_mixed_tiny"));
+                                           "tests/golden/qwen3_moe_mixed_tiny",
+                                           // the shared expert's band on each
+                                           // rank, its gate whole
+                                           "tests/golden/qwen2_moe_tiny"));
 
 }  // namespace
 }  // namespace flover

@@ -593,6 +593,14 @@ absl::Status CpuBackend::SoftCap(const Tensor& x, float cap) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::Sigmoid(const Tensor& x) {
+  FLOVER_RETURN_IF_ERROR(CheckSigmoidArgs(x));
+  float* v = x.as<float>();
+  const int64_t n = x.rows * x.cols;
+  for (int64_t i = 0; i < n; ++i) v[i] = 1.0f / (1.0f + std::exp(-v[i]));
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* bias,
                                 Epilogue epilogue, const Tensor& out) {
   // Inputs and outputs stay f32 here: bf16 inputs are rounded inside.

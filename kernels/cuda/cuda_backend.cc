@@ -421,6 +421,12 @@ absl::Status CudaBackend::Glu(const Tensor& gate_up, GluKind kind, const Tensor&
                     "Glu");
 }
 
+absl::Status CudaBackend::Sigmoid(const Tensor& x) {
+  FLOVER_RETURN_IF_ERROR(CheckSigmoidArgs(x));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchSigmoid(x.as<float>(), x.rows * x.cols, stream_), "Sigmoid");
+}
+
 absl::Status CudaBackend::SoftCap(const Tensor& x, float cap) {
   FLOVER_RETURN_IF_ERROR(CheckSoftCapArgs(x, cap));
   FLOVER_RETURN_IF_ERROR(Activate());

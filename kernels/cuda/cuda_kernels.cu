@@ -619,6 +619,13 @@ __global__ void SoftCapKernel(float* x, int64_t n, float cap) {
   }
 }
 
+__global__ void SigmoidKernel(float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = 1.0f / (1.0f + expf(-x[i]));
+  }
+}
+
 // ---- KV cache and attention -------------------------------------------------
 
 // The sequence holding batch row `row`: seqs are ordered by their first row.
@@ -1230,6 +1237,12 @@ cudaError_t LaunchWeightedRowSum(const float* y, const float* weights, int T, in
 cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   SoftCapKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n, cap);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSigmoid(float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  SigmoidKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n);
   return cudaGetLastError();
 }
 

@@ -206,6 +206,8 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gguf_mixtral", "mixtral", "F32", 2, false, {}},  // no vocabulary in these files
       {"gguf_qwen3_moe", "qwen3_moe", "F32", 2, false, {}},
       {"gguf_olmoe", "olmoe", "F32", 2, false, {}},
+      {"qwen2_moe_tiny", "qwen2_moe", "F32", 2, false, {2}},
+      {"gguf_qwen2_moe", "qwen2_moe", "F32", 2, false, {}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -220,7 +222,7 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
   // tied: the embedding serves as the head, and no lm_head is read.
   absl::StatusOr<DecoderWeights> rank;
   if (auto* llama = dynamic_cast<const LlamaCheckpoint*>(ckpt_.get())) {
-    EXPECT_EQ(llama->config().qkv_bias, std::string(e->architecture) == "qwen2");
+    EXPECT_EQ(llama->config().qkv_bias, absl::StartsWith(e->architecture, "qwen2"));
     EXPECT_EQ(llama->config().tie_word_embeddings, e->tied);
     rank = LoadLlamaWeights(llama->source(), llama->config(), ShardSpec{1, 0});
   } else {
@@ -336,6 +338,11 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"gguf_qwen3_moe", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gguf_olmoe", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gguf_mixtral", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            // Qwen2-MoE: q/k/v biases, 8 experts, 4 per token, not
+            // renormalised, and a shared expert behind a sigmoid gate.
+            Case{"qwen2_moe_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen2_moe_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            Case{"gguf_qwen2_moe", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             // GPT-J: partial interleaved rotary, parallel attention and MLP,
             // a biased head.
             Case{"gptj_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},

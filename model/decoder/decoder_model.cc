@@ -1,6 +1,7 @@
 #include "model/decoder/decoder_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/weight_upload.h"
@@ -21,9 +22,11 @@ class DecoderModel::DenseMlp final : public DecoderModel::MlpStrategy {
  public:
   DenseMlp(LinearSite up, LinearSite down) : up_(std::move(up)), down_(std::move(down)) {}
   absl::Status Forward(DecoderModel& m, const Tensor& h, const Buffer& post, int T) const override {
-    const Tensor mlp = m.runtime_.buffer(kMlp).Rows(0, T);
+    // kUp and kMlp fit the widest MLP of the model (a dense layer's or a
+    // shared expert's): this one's width of them.
+    const Tensor mlp = m.runtime_.buffer(kMlp).View(0, T, down_.w->k());
     if (m.spec_.mlp == DecoderSpec::Mlp::kGlu) {
-      const Tensor up = m.runtime_.buffer(kUp).Rows(0, T);
+      const Tensor up = m.runtime_.buffer(kUp).View(0, T, up_.w->n());
       FLOVER_RETURN_IF_ERROR(m.Apply(up_, h, up));
       FLOVER_RETURN_IF_ERROR(m.backend_.Glu(up, m.spec_.glu, mlp));
     } else {
@@ -47,11 +50,17 @@ class DecoderModel::DenseMlp final : public DecoderModel::MlpStrategy {
 // rows grouped by expert, one GEMM per expert), act(gate) * up, the down
 // GEMMs the same way, then x += the routes' outputs weighted by the router
 // (WeightedRowSum). With tensor parallelism each expert's down GEMM is
-// row-split: the routes' outputs are summed over ranks before the join.
+// row-split: the routes' outputs are summed over ranks before the join. A
+// shared expert (its gate/up and down in shared_up/shared_down) adds
+// sigmoid(h . shared_gate) times its output the same way.
 class DecoderModel::MoeMlp final : public DecoderModel::MlpStrategy {
  public:
-  MoeMlp(LinearSite router, std::vector<LinearSite> up, std::vector<LinearSite> down)
-      : router_(std::move(router)), up_(std::move(up)), down_(std::move(down)) {
+  struct Shared {
+    LinearSite up, down, gate;
+  };
+  MoeMlp(LinearSite router, std::vector<LinearSite> up, std::vector<LinearSite> down,
+         std::optional<Shared> shared)
+      : router_(std::move(router)), up_(std::move(up)), down_(std::move(down)), shared_(std::move(shared)) {
     for (const LinearSite& s : up_) up_w_.push_back(s.w.get());
     for (const LinearSite& s : down_) down_w_.push_back(s.w.get());
   }
@@ -66,7 +75,18 @@ class DecoderModel::MoeMlp final : public DecoderModel::MlpStrategy {
     FLOVER_RETURN_IF_ERROR(m.backend_.Glu(up, m.spec_.glu, act));
     FLOVER_RETURN_IF_ERROR(m.backend_.LinearById(act, down_w_, ids, out));
     FLOVER_RETURN_IF_ERROR(m.runtime_.AllReduce(out));
-    return m.backend_.WeightedRowSum(out, weights, buf(kX, T));
+    FLOVER_RETURN_IF_ERROR(m.backend_.WeightedRowSum(out, weights, buf(kX, T)));
+    if (!shared_.has_value()) return absl::OkStatus();
+    const Tensor gate_up = m.runtime_.buffer(kUp).View(0, T, shared_->up.w->n());
+    const Tensor mlp = m.runtime_.buffer(kMlp).View(0, T, shared_->down.w->k());
+    const Tensor sout = buf(kSharedOut, T), gate = buf(kSharedGate, T);
+    FLOVER_RETURN_IF_ERROR(m.Apply(shared_->up, h, gate_up));
+    FLOVER_RETURN_IF_ERROR(m.backend_.Glu(gate_up, m.spec_.glu, mlp));
+    FLOVER_RETURN_IF_ERROR(m.Apply(shared_->down, mlp, sout));
+    FLOVER_RETURN_IF_ERROR(m.runtime_.AllReduce(sout));
+    FLOVER_RETURN_IF_ERROR(m.Apply(shared_->gate, h, gate));
+    FLOVER_RETURN_IF_ERROR(m.backend_.Sigmoid(gate));
+    return m.backend_.WeightedRowSum(sout, gate, buf(kX, T));
   }
   absl::Status Prepare(kernels::Backend& backend, int T) const override {
     // An expert sees at most T rows: a row's k experts are distinct.
@@ -76,12 +96,18 @@ class DecoderModel::MoeMlp final : public DecoderModel::MlpStrategy {
         FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s.w, T, false, kernels::Epilogue::kBias));
       }
     }
+    if (shared_.has_value()) {
+      for (const LinearSite* s : {&shared_->up, &shared_->down, &shared_->gate}) {
+        FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s->w, T, false, kernels::Epilogue::kBias));
+      }
+    }
     return absl::OkStatus();
   }
 
  private:
   LinearSite router_;
   std::vector<LinearSite> up_, down_;
+  std::optional<Shared> shared_;
   std::vector<const kernels::Weight*> up_w_, down_w_;
 };
 
@@ -101,14 +127,16 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             const bool glu = spec_.mlp == DecoderSpec::Mlp::kGlu;
             const bool sandwich = spec_.block == Block::kSandwich;
             const KDType act = backend_.activation_dtype(), f32 = KDType::kF32;
-            std::vector<ForwardRuntime::BufferSpec> b(kExpertOut + 1);
+            std::vector<ForwardRuntime::BufferSpec> b(kNumActivations);
             b[kX] = {f32, T, C};
             b[kH] = {act, std::max(T, R), C};
             b[kQkv] = {f32, T, W};
             b[kAttn] = {act, T, shard_.q_heads * D};
-            b[kUp] = glu ? ForwardRuntime::BufferSpec{f32, T, 2 * FL}
+            // Dense layers' MLP, or a shared expert's.
+            const int F = std::max(FL, shard_.shared_inner);
+            b[kUp] = glu ? ForwardRuntime::BufferSpec{f32, T, 2 * F}
                          : ForwardRuntime::BufferSpec{f32, 1, 1};
-            b[kMlp] = {act, T, FL};
+            b[kMlp] = {act, T, F};
             b[kBranch] = sandwich ? ForwardRuntime::BufferSpec{f32, T, C}
                                   : ForwardRuntime::BufferSpec{f32, 1, 1};
             b[kNormed] = b[kBranch];
@@ -125,6 +153,9 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             b[kExpertUp] = {f32, TE * k, 2 * FE};
             b[kExpertAct] = {act, TE * k, FE};
             b[kExpertOut] = {f32, TE * k, E > 0 ? C : 1};
+            const bool shared = spec_.moe.shared_intermediate > 0;
+            b[kSharedOut] = {f32, shared ? T : 1, shared ? C : 1};
+            b[kSharedGate] = {f32, shared ? T : 1, 1};
             return b;
           },
           [this](int rank) { return VocabRange(spec_.vocab_size, {shard_spec_.tp_size, rank}); }) {}
@@ -226,7 +257,15 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
         FLOVER_RETURN_IF_ERROR(site(l.expert_up[e], none_b, C, 2 * FE, layout, Epilogue::kBias, &up[e]));
         FLOVER_RETURN_IF_ERROR(site(l.expert_down[e], none_b, FE, C, layout, Epilogue::kBias, &down[e]));
       }
-      p.mlp = std::make_unique<MoeMlp>(std::move(router), std::move(up), std::move(down));
+      std::optional<MoeMlp::Shared> shared;
+      if (spec_.moe.shared_intermediate > 0) {
+        const int FS = shard_.shared_inner;
+        shared.emplace();
+        FLOVER_RETURN_IF_ERROR(site(l.up, none_b, C, 2 * FS, layout, Epilogue::kBias, &shared->up));
+        FLOVER_RETURN_IF_ERROR(site(l.down, none_b, FS, C, layout, Epilogue::kBias, &shared->down));
+        FLOVER_RETURN_IF_ERROR(site(l.shared_gate, none_b, C, 1, layout, Epilogue::kBias, &shared->gate));
+      }
+      p.mlp = std::make_unique<MoeMlp>(std::move(router), std::move(up), std::move(down), std::move(shared));
     } else {
       LinearSite up, down;
       FLOVER_RETURN_IF_ERROR(site(l.up, l.up_b, C, glu ? 2 * FL : FL, layout,

@@ -97,6 +97,9 @@ class DecoderModel final : public CausalLm {
     kExpertUp,       // f32 [T * k, 2 Fe_local]: each route's gate and up
     kExpertAct,      // act [T * k, Fe_local]
     kExpertOut,      // f32 [T * k, C]: each route's expert output
+    kSharedOut,      // f32 [T, C]: the shared expert's output (moe.shared_intermediate)
+    kSharedGate,     // f32 [T, 1]: its sigmoid gate
+    kNumActivations,
   };
 
   DecoderModel(const DecoderSpec& spec, const ModelInfo& info, kernels::Backend& backend,

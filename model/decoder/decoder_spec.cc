@@ -36,6 +36,7 @@ absl::Status DecoderSpec::Validate() const {
       return bad("each row takes ", moe.router.k, " of ", moe.experts, " experts");
     }
     if (moe.intermediate < 1) return bad("the experts' MLP width must be positive");
+    if (moe.shared_intermediate < 0) return bad("the shared expert's MLP width must be >= 0");
     if (mlp != Mlp::kGlu) return bad("experts are gated MLPs: a mixture of experts needs Mlp::kGlu");
     if (block != Block::kSequential) return bad("a mixture of experts runs in sequential blocks only");
     if (!moe.layers.empty() && static_cast<int>(moe.layers.size()) != n_layer) {
@@ -66,6 +67,10 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, " does not divide the experts' MLP width ", c.moe.intermediate));
   }
+  if (c.moe.shared_intermediate % s.tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, " does not divide the shared expert's MLP width ", c.moe.shared_intermediate));
+  }
   if (c.qk_norm_whole && s.tp_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, ": this model norms Q and K across all heads at once (OLMoE), which "
@@ -85,6 +90,8 @@ DecoderShard DecoderShardOf(const DecoderSpec& c, const ShardSpec& s) {
   out.inner_begin = s.tp_rank * out.inner;
   out.expert_inner = c.moe.intermediate / s.tp_size;
   out.expert_inner_begin = s.tp_rank * out.expert_inner;
+  out.shared_inner = c.moe.shared_intermediate / s.tp_size;
+  out.shared_inner_begin = s.tp_rank * out.shared_inner;
   std::tie(out.vocab_begin, out.vocab_end) = VocabRange(c.vocab_size, s);
   out.adds_replicated_bias = s.tp_rank == 0;
   return out;

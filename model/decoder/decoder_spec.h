@@ -75,11 +75,15 @@ struct DecoderSpec {
   // `glu`) of width `intermediate` for each row, their outputs summed with
   // the router's weights (kernels::RouterParams says how it scores). Every
   // row gets its k experts: nothing is dropped. The other layers have the
-  // dense MLP of the spec's `intermediate`. Tensor parallelism splits each
-  // expert's MLP as a dense one is split.
+  // dense MLP of the spec's `intermediate`. With shared_intermediate > 0 a
+  // sparse layer also has a shared expert, a gated MLP of that width that
+  // every row goes through, scaled by sigmoid(x . shared_gate) (Qwen2-MoE).
+  // Tensor parallelism splits each expert's MLP (the shared one's too) as a
+  // dense one is split.
   struct Moe {
     int experts = 0;
     int intermediate = 0;
+    int shared_intermediate = 0;
     kernels::RouterParams router;
     std::vector<bool> layers;
     bool sparse(int l) const { return experts > 0 && (layers.empty() || layers[l]); }
@@ -103,6 +107,7 @@ struct DecoderShard {
   int kv_heads = 0, kv_head_begin = 0;
   int inner = 0, inner_begin = 0;
   int expert_inner = 0, expert_inner_begin = 0;  // each expert's band (moe)
+  int shared_inner = 0, shared_inner_begin = 0;  // the shared expert's band (moe)
   int vocab_begin = 0, vocab_end = 0;
   bool adds_replicated_bias = true;
 };

@@ -30,8 +30,10 @@ struct DecoderLayerWeights {
   std::vector<float> up_b;            // empty: none
   StoredValues down;                  // [F_local, C]
   std::vector<float> down_b;          // [C] (zeros on ranks > 0); empty: none
-  // A mixture-of-experts layer (DecoderSpec::Moe), instead of up and down:
+  // A mixture-of-experts layer (DecoderSpec::Moe); up and down then hold
+  // its shared expert (gate then up, [2 Fs_local, C]; [Fs_local, C]), if any:
   StoredValues router;                    // [E, C], whole on every rank
+  StoredValues shared_gate;               // [1, C], whole on every rank (shared expert)
   std::vector<StoredValues> expert_up;    // per expert: gate then up, [2 Fe_local, C]
   std::vector<StoredValues> expert_down;  // per expert: [Fe_local, C] of the [C, Fe] product
 };

@@ -5,7 +5,7 @@ namespace flover {
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
   static const auto* table = new std::vector<const LlamaArchitecture*>{
       &Gemma2Arch(), &Gemma3Arch(), &LlamaArch(),   &MistralArch(), &MixtralArch(),
-      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen3Arch(),   &Qwen3MoeArch()};
+      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen2MoeArch(), &Qwen3Arch(), &Qwen3MoeArch()};
   return *table;
 }
 

@@ -1,7 +1,7 @@
 // The architectures of the Llama family, one file each (arch_llama.cc,
 // arch_qwen2.cc, arch_qwen3.cc, arch_mistral.cc, arch_phi3.cc,
 // arch_gemma2.cc, arch_gemma3.cc, and the mixtures of experts
-// arch_mixtral.cc, arch_qwen3_moe.cc, arch_olmoe.cc): what each
+// arch_mixtral.cc, arch_qwen2_moe.cc, arch_qwen3_moe.cc, arch_olmoe.cc): what each
 // adds to the skeleton the family shares — its config.json keys and
 // defaults, its changes to the DecoderSpec, how its weights are stored —
 // registered in one table. The family's config parsing, decoder spec,
@@ -96,6 +96,7 @@ const LlamaArchitecture& Phi3Arch();
 const LlamaArchitecture& Gemma2Arch();
 const LlamaArchitecture& Gemma3Arch();
 const LlamaArchitecture& MixtralArch();
+const LlamaArchitecture& Qwen2MoeArch();
 const LlamaArchitecture& Qwen3MoeArch();
 const LlamaArchitecture& OlmoeArch();
 

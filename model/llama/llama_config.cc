@@ -144,7 +144,8 @@ int64_t QkNormValues(const LlamaConfig& c) {
 int64_t MlpParameters(const LlamaConfig& c, int l, bool active) {
   const int64_t C = c.hidden;
   if (!c.sparse(l)) return 3 * C * c.intermediate;
-  return (active ? c.experts_per_tok : c.experts) * 3 * C * c.expert_intermediate + int64_t{c.experts} * C;
+  const int64_t shared = c.shared_expert_intermediate > 0 ? 3 * C * c.shared_expert_intermediate + C : 0;
+  return (active ? c.experts_per_tok : c.experts) * 3 * C * c.expert_intermediate + int64_t{c.experts} * C + shared;
 }
 
 }  // namespace
@@ -195,6 +196,9 @@ absl::Status LlamaConfig::Validate() const {
       return bad("the experts' intermediate size is out of range: ", expert_intermediate);
     }
     if (sparse_step < 1) return bad("decoder_sparse_step must be >= 1");
+    if (shared_expert_intermediate < 0 || shared_expert_intermediate > 8 * kMaxDim) {
+      return bad("shared_expert_intermediate_size is out of range: ", shared_expert_intermediate);
+    }
     for (int32_t l : dense_layers) {
       if (l < 0 || l >= n_layer) return bad("mlp_only_layers names layer ", l, " of ", n_layer);
     }

@@ -70,6 +70,9 @@ struct LlamaConfig {
   // and mlp_only_layers); the others have the dense MLP of `intermediate`.
   int experts = 0, experts_per_tok = 0, expert_intermediate = 0;
   bool norm_topk_prob = false;
+  // > 0: a shared expert of this width in every sparse layer, gated by a
+  // sigmoid (Qwen2-MoE's shared_expert_intermediate_size).
+  int shared_expert_intermediate = 0;
   int sparse_step = 1;
   std::vector<int32_t> dense_layers;
   bool tie_word_embeddings = false;

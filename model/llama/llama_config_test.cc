@@ -97,7 +97,7 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
               HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, llama, "
-                        "mistral, mixtral, olmoe, phi3, qwen2, qwen3, qwen3_moe)"));
+                        "mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   std::ofstream(dir + "/config.json") << Config("falcon", "");
@@ -105,7 +105,7 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
               HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
-                        "gptj, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen3, qwen3_moe)"));
+                        "gptj, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)"));
 }
 
 // A mixture of experts' keys: which layers are sparse, and inconsistent

@@ -40,6 +40,7 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   if (c.experts > 0) {
     s.moe.experts = c.experts;
     s.moe.intermediate = c.expert_intermediate;
+    s.moe.shared_intermediate = c.shared_expert_intermediate;
     s.moe.router.scoring = kernels::RouterParams::Scoring::kSoftmaxTopK;
     s.moe.router.k = c.experts_per_tok;
     s.moe.router.renormalize = c.norm_topk_prob;
@@ -125,6 +126,15 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
                                           RowSlice(absl::StrCat(x, a.moe_up, ".weight"), {FE, C}, e0, e1)}),
               &L.expert_up[e]);
         visit(ColSlice(absl::StrCat(x, a.moe_down, ".weight"), {C, FE}, e0, e1), &L.expert_down[e]);
+      }
+      if (c.shared_expert_intermediate > 0) {  // Qwen2-MoE's: a band of it, and its gate whole
+        const int64_t FS = c.shared_expert_intermediate;
+        const int64_t s0 = sh.shared_inner_begin, s1 = s0 + sh.shared_inner;
+        visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.shared_expert.gate_proj.weight", {FS, C}, s0, s1),
+                                          RowSlice(p + "mlp.shared_expert.up_proj.weight", {FS, C}, s0, s1)}),
+              &L.up);
+        visit(ColSlice(p + "mlp.shared_expert.down_proj.weight", {C, FS}, s0, s1), &L.down);
+        visit(Whole(p + "mlp.shared_expert_gate.weight", {1, C}), &L.shared_gate);
       }
       return;
     }

@@ -33,6 +33,10 @@ constexpr std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.down_proj.weight", "ffn_down.weight"},
     {"mlp.gate.weight", "ffn_gate_inp.weight"},  // a mixture of experts' router
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},  // Qwen2-MoE's shared expert
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
 // An expert's projection (transformers' names, Qwen/OLMoE's and Mixtral's)
 // -> the 3-D tensor llama.cpp merges a layer's experts into: [E, Fe, C]
@@ -204,6 +208,8 @@ class GgufSource final : public WeightSource {
     v.t = v.name.empty() ? nullptr : file_->FindTensor(v.name);
     if (v.t == nullptr) return v;
     v.shape = v.t->shape();
+    // The shared expert's gate: [C] in llama.cpp's files, [1, C] in transformers'.
+    if (v.shape.size() == 1 && absl::EndsWith(v.name, "ffn_gate_inp_shexp.weight")) v.shape = {1, v.shape[0]};
     if (expert < 0) return v;
     if (v.shape.size() != 3 || expert >= v.shape[0]) {
       v.missing_expert = expert;  // not a layer's merged experts, or not this many
@@ -402,6 +408,11 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
       return st;
     }
     c.norm_topk_prob = family->gguf_moe_renormalize;
+    if (auto st = get_int("expert_shared_feed_forward_length", &c.shared_expert_intermediate, false,
+                          int64_t{1} << 24);
+        !st.ok()) {
+      return st;
+    }
     for (int l = 0; l < c.n_layer; ++l) {
       if (f.FindTensor(absl::StrCat("blk.", l, ".ffn_gate_inp.weight")) == nullptr) c.dense_layers.push_back(l);
     }

@@ -15,6 +15,9 @@ ffn_down_exps: [E, C, Fe]) and the router as ffn_gate_inp. No vocabulary
                    no router (Flover reads a layer without ffn_gate_inp as
                    dense; llama.cpp's qwen3moe expects every layer sparse)
   gguf_olmoe       olmoe_tiny as "olmoe": Q/K norms over all heads
+  gguf_qwen2_moe   qwen2_moe_tiny as "qwen2moe": q/k/v biases, the shared
+                   expert (ffn_*_shexp) and its gate as a [C] vector
+                   (ffn_gate_inp_shexp), expert_shared_feed_forward_length
 
     python3 -m venv --system-site-packages VENV && VENV/bin/pip install gguf safetensors
     VENV/bin/python tests/golden/make_gguf_moe.py
@@ -36,7 +39,13 @@ LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight"
          "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
          "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
          "mlp.down_proj.weight": "ffn_down.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
-         "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
+         "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+         "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+         "self_attn.v_proj.bias": "attn_v.bias",
+         "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+         "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+         "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+         "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}
 GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
           "lm_head.weight": "output.weight"}
 EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight")
@@ -71,6 +80,8 @@ def write(src, out, arch, permuted, renormalize_note):
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     if "moe_intermediate_size" in cfg:
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if cfg.get("shared_expert_intermediate_size"):
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     w.add_eos_token_id(cfg["eos_token_id"])
     if "bos_token_id" in cfg:
         w.add_bos_token_id(cfg["bos_token_id"])
@@ -88,6 +99,8 @@ def write(src, out, arch, permuted, renormalize_note):
             _, _, rest = hf.partition("model.layers.")
             layer, _, tail = rest.partition(".")
             name = f"blk.{layer}.{LAYER[tail]}"
+        if name.endswith("ffn_gate_inp_shexp.weight"):
+            t = t.reshape(-1)  # [C], as llama.cpp's qwen2moe reads it
         if permuted and name.endswith("attn_q.weight"):
             t = permute(t, cfg["num_attention_heads"])
         if permuted and name.endswith("attn_k.weight"):
@@ -109,6 +122,7 @@ def main():
     write("mixtral_tiny", "gguf_mixtral", "llama", True, "(llama.cpp renormalises llama's experts)")
     write("qwen3_moe_mixed_tiny", "gguf_qwen3_moe", "qwen3moe", False, "(and qwen3moe's)")
     write("olmoe_tiny", "gguf_olmoe", "olmoe", False, "(not olmoe's)")
+    write("qwen2_moe_tiny", "gguf_qwen2_moe", "qwen2moe", False, "(nor qwen2moe's)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes golden fixtures for the Qwen3, mixture-of-experts and Gemma 3 families.
-(In the tree: all but qwen2_moe_tiny, which waits for its shared expert.)
+(All in the tree.)
 
 Each is a tiny random checkpoint of the family's own transformers class (the
 independent reference), saved as a Hugging Face directory (F32 safetensors
