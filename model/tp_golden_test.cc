@@ -261,6 +261,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            // and gate/up rows cut from fused tensors
                                            "tests/golden/mistral_tiny",
                                            "tests/golden/phi3_tiny",
+                                           "tests/golden/phi3_longrope_tiny",
                                            "tests/golden/qwen2_untied",
                                            // each branch all-reduced before its
                                            // post-norm; windowed and global layers

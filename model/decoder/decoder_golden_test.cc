@@ -193,6 +193,7 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gguf_qwen2", "qwen2", "Q8_0", 2, true, {901, 902}},
       {"mistral_tiny", "mistral", "F32", 2, false, {2}},
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
+      {"phi3_longrope_tiny", "phi3", "F32", 2, false, {2}},
       {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
       {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
       {"qwen3_tiny", "qwen3", "F32", 2, true, {2}},
@@ -295,6 +296,14 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"mistral_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             Case{"phi3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"phi3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
+            // Phi-3.5's LongRoPE: per-frequency short factors and cos/sin
+            // scaled by sqrt(1 + ln 4 / ln 64), to its original 64 positions.
+            // bf16 with an f32 KV cache: Flover folds the cos/sin scale into
+            // the attention's scale, so a bf16 cache rounds the keys before
+            // that scale where transformers rounds them after (1.2e-2 from
+            // its emulation, against kVsEmulation's 1e-2).
+            Case{"phi3_longrope_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"phi3_longrope_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
             // Qwen2 / Qwen2.5 with an untied head and random q/k/v biases.
             Case{"qwen2_untied", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"qwen2_untied", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},

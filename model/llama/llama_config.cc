@@ -65,8 +65,24 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
     }
     return absl::OkStatus();
   }
+  if (type == "longrope" || type == "su") {
+    out->type = RopeScaling::Type::kLongRope;
+    for (auto [key, list] : {std::pair{"short_factor", &out->short_factor}, {"long_factor", &out->long_factor}}) {
+      auto f = r.fields().find(key);
+      if (f == r.fields().end() || f->second.kind_case() != Value::kListValue) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling ", key, " must be a list of numbers"));
+      }
+      for (const Value& v : f->second.list_value().values()) {
+        if (v.kind_case() != Value::kNumberValue || !(v.number_value() > 0 && v.number_value() < 1e30)) {
+          return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling ", key, " holds a value that is not a positive number"));
+        }
+        list->push_back(static_cast<float>(v.number_value()));
+      }
+    }
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      what, ": rope_scaling type \"", type, "\" is not supported (linear, llama3)"));
+      what, ": rope_scaling type \"", type, "\" is not supported (linear, llama3, longrope)"));
 }
 
 }  // namespace
@@ -284,6 +300,22 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   if (!theta.ok()) return theta.status();
   c.rope_theta = *theta;
   if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
+  if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+    // Served with the short factors, to original_max_position_embeddings:
+    // transformers switches to the long ones beyond it.
+    RopeScaling& r = c.rope_scaling;
+    auto original = JsonIntField(s, "original_max_position_embeddings", 2, kMaxPositions, what);
+    if (!original.ok()) return original.status();
+    r.original_max_positions = *original;
+    if (static_cast<int>(r.short_factor.size()) != c.head_dim / 2 ||
+        static_cast<int>(r.long_factor.size()) != c.head_dim / 2) {
+      return refuse("rope_scaling has ", r.short_factor.size(), " short and ", r.long_factor.size(),
+                    " long factors for a head dimension of ", c.head_dim, " (", c.head_dim / 2, " each)");
+    }
+    const double scale = double(c.max_positions) / r.original_max_positions;
+    r.attention_factor = scale <= 1.0 ? 1.0 : std::sqrt(1 + std::log(scale) / std::log(double(r.original_max_positions)));
+    c.max_positions = std::min(c.max_positions, r.original_max_positions);
+  }
   // Gemma 2's head is the embedding unless the config says otherwise.
   c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", arch.tied_by_default);
   if (auto st = JsonIntListField(s, "eos_token_id", 0, c.vocab_size - 1, what, &c.eos_token_ids);
@@ -342,6 +374,7 @@ std::vector<float> RopeInvFreq(const LlamaConfig& c) {
         f = static_cast<float>((1 - smooth) * f / r.factor + smooth * f);
       }
     }
+    if (r.type == RopeScaling::Type::kLongRope) f = f / r.short_factor[i];
     if (!c.rope_freq_factors.empty()) f = f / c.rope_freq_factors[i];
     inv[i] = f;
   }

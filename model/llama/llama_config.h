@@ -18,13 +18,20 @@
 namespace flover {
 
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  // kLongRope (Phi-3.5, Phi-4-mini; "su" in older configs): per-frequency
+  // divisors, short_factor up to original_max_positions (the context Flover
+  // serves such a model to) and long_factor beyond (read, not run), and
+  // cos/sin scaled by sqrt(1 + ln(max / original) / ln(original)).
+  enum class Type { kNone, kLinear, kLlama3, kLongRope };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only:
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int original_max_positions = 8192;
+  // longrope only:
+  std::vector<float> short_factor, long_factor;
+  double attention_factor = 1.0;  // the cos/sin scale
 };
 
 struct LlamaArchitecture;

@@ -76,12 +76,23 @@ TEST(LlamaConfigTest, Phi3) {
   EXPECT_EQ(phi3->architecture, "phi3");
   EXPECT_EQ(phi3->sliding_window, 0);
   EXPECT_FALSE(phi3->qkv_bias);
-  // The 128k variants' LongRoPE is not run, and is named.
+  // LongRoPE (Phi-3.5, Phi-4-mini): served to original_max_position_embeddings
+  // with the short factors; factor lists that do not fit the head are
+  // refused by name.
+  const std::string factors = R"("short_factor": [1, 2, 3, 4, 5, 6, 7, 8], "long_factor": [2, 2, 2, 2, 2, 2, 2, 2])";
   auto longrope = ParseLlamaConfig(
-      Config("phi3", R"("rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]})"),
+      Config("phi3", R"("original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", )" + factors + "}"),
       "c");
-  EXPECT_THAT(std::string(longrope.status().message()),
-              HasSubstr("rope_scaling type \"longrope\" is not supported"));
+  ASSERT_TRUE(longrope.ok()) << longrope.status();
+  EXPECT_EQ(longrope->max_positions, 16);
+  EXPECT_NEAR(longrope->rope_scaling.attention_factor, std::sqrt(1 + std::log(4.0) / std::log(16.0)), 1e-12);
+  EXPECT_FLOAT_EQ(RopeInvFreq(*longrope)[7], RopeInvFreq(*phi3)[7] / 8.0f);
+  auto short_list = ParseLlamaConfig(
+      Config("phi3", R"("original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]})"),
+      "c");
+  EXPECT_THAT(std::string(short_list.status().message()), HasSubstr("1 short and 1 long factors for a head dimension of 16"));
+  auto no_original = ParseLlamaConfig(Config("phi3", R"("rope_scaling": {"type": "su", )" + factors + "}"), "c");
+  EXPECT_THAT(std::string(no_original.status().message()), HasSubstr("original_max_position_embeddings"));
 }
 
 TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {

@@ -30,6 +30,12 @@ and config.json), with, in the format make_llama_golden.py uses:
   gptj_tiny     GPTJForCausalLM: rotary on 8 of 16 dims per head in
                 interleaved pairs, attention and MLP in parallel on one
                 LayerNorm, biased MLP and head, untied
+  phi3_longrope_tiny  Phi3ForCausalLM with LongRoPE (Phi-3.5's rope_scaling
+                "longrope"): short and long factors per frequency,
+                original_max_position_embeddings 64 beside 256, so cos and
+                sin are scaled by sqrt(1 + ln 4 / ln 64); prompts up to 62
+                tokens (the short factors: transformers takes the long ones
+                past 64); the factors and the scale each checked to matter
 
 Run in the oracle venv (transformers 4.44.2 over Debian's python3-torch):
     python3 tests/golden/make_family_golden.py [gemma2_tiny gptj_tiny ...]
@@ -127,9 +133,10 @@ def gptj_keys_and_values(model):
     return [_Restore(lambda: setattr(attention, "_attn", original))]
 
 
-def make(name, config, model_class, module, round_values, seed, embed_scale=1.0):
+def make(name, config, model_class, module, round_values, seed, embed_scale=1.0, positions=None):
     """`embed_scale` multiplies the embedding table: Gemma's tied head over
-    sqrt(hidden)-scaled embeddings otherwise predicts the input token."""
+    sqrt(hidden)-scaled embeddings otherwise predicts the input token.
+    `positions` bounds the prompts (default: max_position_embeddings)."""
     torch.manual_seed(seed)
     model = model_class(config).eval()
     with torch.no_grad():  # non-trivial norms and biases, so every parameter matters
@@ -146,7 +153,7 @@ def make(name, config, model_class, module, round_values, seed, embed_scale=1.0)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"))
     config.to_json_file(os.path.join(out_dir, "config.json"))
 
-    V, P = config.vocab_size, config.max_position_embeddings
+    V, P = config.vocab_size, positions or config.max_position_embeddings
     g = torch.Generator().manual_seed(seed + 1)
     prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (1, 7, 20, P - 2)]
     logits = {}
@@ -215,6 +222,21 @@ def main(names):
                           layer_norm_epsilon=1e-5, initializer_range=0.2, bos_token_id=1,
                           eos_token_id=2, tie_word_embeddings=False, attn_implementation="eager")
         make("gptj_tiny", gptj, GPTJForCausalLM, None, gptj_keys_and_values, 75)
+    if "phi3_longrope_tiny" in names:
+        g = torch.Generator().manual_seed(77)
+        short = (1.0 + 3.0 * torch.rand(8, generator=g)).tolist()
+        long = (4.0 + 8.0 * torch.rand(8, generator=g)).tolist()
+        longrope = dict(common, max_position_embeddings=256)
+        phi3 = Phi3Config(vocab_size=319, pad_token_id=0, original_max_position_embeddings=64,
+                          rope_theta=10000.0, rope_scaling={"type": "longrope", "short_factor": short,
+                                                            "long_factor": long}, **longrope)
+        model, prompts = make("phi3_longrope_tiny", phi3, Phi3ForCausalLM, modeling_phi3, phi3_values,
+                              76, positions=64)
+        long_prompt = prompts[3]
+        must_matter("phi3_longrope_tiny", model, long_prompt, "the short factors",
+                    lambda c: c.rope_scaling.update(short_factor=[1.0] * 8))
+        must_matter("phi3_longrope_tiny", model, long_prompt, "the cos/sin scale",
+                    lambda c: setattr(c, "max_position_embeddings", 64))
     if "mistral_tiny" not in names:
         return
     mistral = MistralConfig(vocab_size=301, sliding_window=8, rope_theta=10000.0, **common)
@@ -239,7 +261,7 @@ def main(names):
     make("qwen2_untied", qwen2, Qwen2ForCausalLM, modeling_qwen2, v_proj_values, 73)
 
 
-ALL = ("mistral_tiny", "gemma2_tiny", "gptj_tiny")
+ALL = ("mistral_tiny", "gemma2_tiny", "gptj_tiny", "phi3_longrope_tiny")
 
 if __name__ == "__main__":
     # Names to write (mistral_tiny also writes phi3_tiny and qwen2_untied);
