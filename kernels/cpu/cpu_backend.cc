@@ -487,23 +487,31 @@ absl::Status CpuBackend::LinearById(const Tensor& x, absl::Span<const Weight* co
   const ExpertGroups g = GroupByExpert(ids.as<int32_t>(), R, static_cast<int>(experts.size()));
   // Each route's input row, gathered in group order; each expert's rows
   // then go through its Linear at once, and the results back to route order.
-  FLOVER_ASSIGN_OR_RETURN(Buffer in, Allocate(x.dtype, R, K));
-  FLOVER_ASSIGN_OR_RETURN(Buffer res, Allocate(DType::kF32, R, N));
+  FLOVER_ASSIGN_OR_RETURN(const Tensor in, Grown(&by_id_in_, x.dtype, R, K));
+  FLOVER_ASSIGN_OR_RETURN(const Tensor res, Grown(&by_id_out_, DType::kF32, R, N));
   const int64_t in_row = K * DTypeBytes(x.dtype);
   for (int64_t i = 0; i < R; ++i) {
     const int64_t r = g.routes[i];
-    std::memcpy(in.tensor().as<char>() + i * in_row, x.as<char>() + (per_route ? r : r / k) * in_row, in_row);
+    std::memcpy(in.as<char>() + i * in_row, x.as<char>() + (per_route ? r : r / k) * in_row, in_row);
   }
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t b = g.begin[e], n = g.begin[e + 1] - b;
     if (n == 0) continue;
-    FLOVER_RETURN_IF_ERROR(Linear(in.tensor().Rows(b, n), *experts[e], nullptr, Epilogue::kBias,
-                                  res.tensor().Rows(b, n)));
+    FLOVER_RETURN_IF_ERROR(Linear(in.Rows(b, n), *experts[e], nullptr, Epilogue::kBias, res.Rows(b, n)));
   }
   for (int64_t i = 0; i < R; ++i) {
-    std::memcpy(out.as<float>() + int64_t{g.routes[i]} * N, res.tensor().as<float>() + i * N, N * sizeof(float));
+    std::memcpy(out.as<float>() + int64_t{g.routes[i]} * N, res.as<float>() + i * N, N * sizeof(float));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> CpuBackend::Grown(Buffer* buf, DType dtype, int64_t rows, int64_t cols) {
+  const int64_t bytes = rows * cols * DTypeBytes(dtype);
+  if (buf->empty() || buf->tensor().bytes() < bytes) {
+    *buf = Buffer();  // the old one first: the peak is the new size alone
+    FLOVER_ASSIGN_OR_RETURN(*buf, Allocate(DType::kF32, 1, (bytes + 3) / 4));
+  }
+  return Tensor{buf->tensor().data, dtype, rows, cols};
 }
 
 absl::Status CpuBackend::WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) {

@@ -82,6 +82,12 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Int8Linear> int8_;  // --dtype=int8
   std::unique_ptr<BlockLinear> blocks_;  // --dtype=native: quantized blocks
   KvDtype kv_dtype_;
+  // LinearById's gathered inputs and grouped outputs, grown to the largest
+  // call and kept (a prompt's routes are tens of MiB: allocated per call,
+  // their pages were faulted in anew each time).
+  Buffer by_id_in_, by_id_out_;
+  // `*buf` as a [rows, cols] tensor of `dtype`, regrown when too small.
+  absl::StatusOr<Tensor> Grown(Buffer* buf, DType dtype, int64_t rows, int64_t cols);
 };
 
 }  // namespace flover::kernels
