@@ -194,6 +194,7 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"mistral_tiny", "mistral", "F32", 2, false, {2}},
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
       {"phi3_longrope_tiny", "phi3", "F32", 2, false, {2}},
+      {"gguf_phi3", "phi3", "F32", 2, false, {}},
       {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
       {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
       {"qwen3_tiny", "qwen3", "F32", 2, true, {2}},
@@ -303,6 +304,8 @@ INSTANTIATE_TEST_SUITE_P(
             // that scale where transformers rounds them after (1.2e-2 from
             // its emulation, against kVsEmulation's 1e-2).
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            // Phi-3 as llama.cpp writes it (make_gguf_families.py).
+            Case{"gguf_phi3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
             // Qwen2 / Qwen2.5 with an untied head and random q/k/v biases.
             Case{"qwen2_untied", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
@@ -339,7 +342,7 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"qwen3_moe_mixed_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"olmoe_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"olmoe_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
-            // The same as llama.cpp writes them in GGUF (make_gguf_moe.py):
+            // The same as llama.cpp writes them in GGUF (make_gguf_families.py):
             // each layer's experts in merged 3-D tensors; Mixtral as
             // "llama" with expert_count (Q/K permuted), Qwen3-MoE's dense
             // layers told by their missing router.

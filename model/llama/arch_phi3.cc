@@ -10,6 +10,7 @@ const LlamaArchitecture& Phi3Arch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "phi3";
+    a.gguf = true;  // attn_qkv and ffn_up (gate then up) fused, as transformers stores them
     a.fused_projections = true;
     return a;
   }();

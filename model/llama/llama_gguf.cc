@@ -31,6 +31,8 @@ constexpr std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},  // Phi-3's fused projections
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"},
     {"mlp.gate.weight", "ffn_gate_inp.weight"},  // a mixture of experts' router
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
     {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},  // Qwen2-MoE's shared expert
@@ -444,6 +446,10 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     c.rope_scaling.factor = factor;
   } else if (scaling != "none" && scaling != "linear") {
     return refuse(a, "rope.scaling.type \"", scaling, "\" is not supported (none, linear)");
+  }
+  if (f.FindTensor("rope_factors_short.weight") != nullptr || f.FindTensor("rope_factors_long.weight") != nullptr) {
+    return refuse("rope_factors_short/long (Phi-3.5's LongRoPE) are not read from GGUF files; its Hugging Face "
+                  "directory is");
   }
   if (const GgufTensor* freqs = f.FindTensor("rope_freqs.weight")) {
     if (freqs->ne != std::vector<int64_t>{c.head_dim / 2}) {

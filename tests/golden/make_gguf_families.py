@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the mixtures of experts of make_moe_golden.py as llama.cpp's
-converter writes them in GGUF, with their golden files (the same weights,
-so the same logits). F32 tensors under llama.cpp's names; each layer's
-experts merged into 3-D tensors (ffn_gate_exps, ffn_up_exps: [E, Fe, C];
-ffn_down_exps: [E, C, Fe]) and the router as ffn_gate_inp. No vocabulary
-(the fixtures have none).
+"""Writes fixtures of make_moe_golden.py and make_family_golden.py as
+llama.cpp's converter writes them in GGUF, with their golden files (the same
+weights, so the same logits). F32 tensors under llama.cpp's names; each
+layer's experts merged into 3-D tensors (ffn_gate_exps, ffn_up_exps:
+[E, Fe, C]; ffn_down_exps: [E, C, Fe]) and the router as ffn_gate_inp. No
+vocabulary (the fixtures have none).
 
   gguf_mixtral     mixtral_tiny as general.architecture "llama" with
                    expert_count (as llama.cpp converts Mixtral): Q and K
@@ -15,12 +15,14 @@ ffn_down_exps: [E, C, Fe]) and the router as ffn_gate_inp. No vocabulary
                    no router (Flover reads a layer without ffn_gate_inp as
                    dense; llama.cpp's qwen3moe expects every layer sparse)
   gguf_olmoe       olmoe_tiny as "olmoe": Q/K norms over all heads
+  gguf_phi3        phi3_tiny as "phi3": attn_qkv and ffn_up (gate then up)
+                   fused as transformers stores them
   gguf_qwen2_moe   qwen2_moe_tiny as "qwen2moe": q/k/v biases, the shared
                    expert (ffn_*_shexp) and its gate as a [C] vector
                    (ffn_gate_inp_shexp), expert_shared_feed_forward_length
 
     python3 -m venv --system-site-packages VENV && VENV/bin/pip install gguf safetensors
-    VENV/bin/python tests/golden/make_gguf_moe.py
+    VENV/bin/python tests/golden/make_gguf_families.py
 """
 import json
 import os
@@ -45,7 +47,8 @@ LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight"
          "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
          "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
          "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
-         "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}
+         "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+         "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
           "lm_head.weight": "output.weight"}
 EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight")
@@ -63,7 +66,7 @@ def write(src, out, arch, permuted, renormalize_note):
     os.makedirs(os.path.join(HERE, out), exist_ok=True)
     w = gguf.GGUFWriter(os.path.join(HERE, out, "model.gguf"), arch=arch)
     head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
-    experts = cfg.get("num_local_experts", cfg.get("num_experts"))
+    experts = cfg.get("num_local_experts", cfg.get("num_experts")) or 0
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
@@ -76,8 +79,9 @@ def write(src, out, arch, permuted, renormalize_note):
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_rope_dimension_count(head_dim)
     w.add_vocab_size(cfg["vocab_size"])
-    w.add_expert_count(experts)
-    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
     if "moe_intermediate_size" in cfg:
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if cfg.get("shared_expert_intermediate_size"):
@@ -123,6 +127,7 @@ def main():
     write("qwen3_moe_mixed_tiny", "gguf_qwen3_moe", "qwen3moe", False, "(and qwen3moe's)")
     write("olmoe_tiny", "gguf_olmoe", "olmoe", False, "(not olmoe's)")
     write("qwen2_moe_tiny", "gguf_qwen2_moe", "qwen2moe", False, "(nor qwen2moe's)")
+    write("phi3_tiny", "gguf_phi3", "phi3", False, "")
 
 
 if __name__ == "__main__":
