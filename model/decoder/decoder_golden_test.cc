@@ -321,7 +321,7 @@ INSTANTIATE_TEST_SUITE_P(
             // hidden 64 and 4 heads (transformers 4.51.3, make_moe_golden.py).
             Case{"qwen3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"qwen3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
-            // The same weights as a qwen3 GGUF file (make_gguf_qwen3.py).
+            // The same weights as a qwen3 GGUF file (make_gguf_families.py).
             Case{"gguf_qwen3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             // Gemma 3 (text): Gemma 2's block with per-head (1 + w) Q/K
             // norms, five local layers (window 8, rope base 1e4) to one

@@ -15,6 +15,9 @@ vocabulary (the fixtures have none).
                    no router (Flover reads a layer without ffn_gate_inp as
                    dense; llama.cpp's qwen3moe expects every layer sparse)
   gguf_olmoe       olmoe_tiny as "olmoe": Q/K norms over all heads
+  gguf_qwen3        qwen3_tiny as "qwen3": attn_q_norm / attn_k_norm for the
+                   per-head Q/K norms; Q and K not permuted, as for qwen2;
+                   key_length 32 beside a hidden size of 64 and 4 heads
   gguf_phi3        phi3_tiny as "phi3": attn_qkv and ffn_up (gate then up)
                    fused as transformers stores them
   gguf_qwen2_moe   qwen2_moe_tiny as "qwen2moe": q/k/v biases, the shared
@@ -128,6 +131,7 @@ def main():
     write("olmoe_tiny", "gguf_olmoe", "olmoe", False, "(not olmoe's)")
     write("qwen2_moe_tiny", "gguf_qwen2_moe", "qwen2moe", False, "(nor qwen2moe's)")
     write("phi3_tiny", "gguf_phi3", "phi3", False, "")
+    write("qwen3_tiny", "gguf_qwen3", "qwen3", False, "")
 
 
 if __name__ == "__main__":
