@@ -140,7 +140,8 @@ std::vector<int> IntList(const std::string& flag) {
 // The CPU's roofline: oneDNN sgemm (and our bf16 or int8 linear) and read bandwidth.
 // `file_bytes`: with --dtype=native, the GGUF file's size, which bounds the
 // bytes a step streams (its matrices as stored, plus the embedding, which is
-// not streamed).
+// not streamed); times the share of the parameters a token passes through
+// (a mixture of experts reads only its chosen experts).
 void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repeats,
                       double flop_per_token, double file_bytes) {
   // The QKV GEMM's shape: [M, C] x [C, 3C].
@@ -155,9 +156,14 @@ void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repe
     // The linear probes use random float matrices, which native runs in f32:
     // only the bandwidth bound means something here.
     const double bw = ReadBandwidthGBs(repeats);
+    const double share = cfg.num_parameters > 0
+                             ? std::min(1.0, double(cfg.matmul_parameters) / double(cfg.num_parameters))
+                             : 1.0;
+    const double step_bytes = file_bytes * share;
     std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
-                "(at most %.0f MB, the file's bytes, per step)\n",
-                bw, bw * 1e9 / file_bytes, file_bytes / 1e6);
+                "(about %.0f MB per step: the file's bytes times the %.0f%% of parameters a token "
+                "passes through)\n",
+                bw, bw * 1e9 / step_bytes, step_bytes / 1e6, 100 * share);
     return;
   }
   if (!f32) {
