@@ -7,6 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include "engine/generate.h"
 #include "testing/backends.h"
 #include "model/llama/llama_checkpoint.h"
@@ -170,6 +173,52 @@ TEST(LlamaGgufTest, RefusesWhatItCannotRunByName) {
   ASSERT_TRUE(f.ok());
   EXPECT_THAT(LlamaConfigFromGguf(*f).status().message(),
               HasSubstr("metadata llama.block_count must be an integer, not string"));
+}
+
+// A one-layer OLMoE file of 4 experts (2 per token), its merged expert
+// tensors and router with `gate_experts` and `router_rows` experts: loads
+// when they agree with expert_count, and is refused naming the tensor when
+// they do not.
+std::string MoeFileError(uint64_t gate_experts, uint64_t router_rows) {
+  GgufWriter w;
+  w.String("general.architecture", "olmoe")
+      .U32("olmoe.block_count", 1)
+      .U32("olmoe.embedding_length", 8)
+      .U32("olmoe.feed_forward_length", 4)
+      .U32("olmoe.attention.head_count", 2)
+      .U32("olmoe.context_length", 32)
+      .U32("olmoe.expert_count", 4)
+      .U32("olmoe.expert_used_count", 2);
+  auto tensor = [&](const std::string& name, std::vector<uint64_t> ne) {
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    w.F32Tensor(name, ne, std::vector<float>(n, 0.5f));
+  };
+  tensor("token_embd.weight", {8, 4});
+  tensor("output_norm.weight", {8});
+  tensor("output.weight", {8, 4});
+  for (const char* name : {"attn_norm", "attn_q_norm", "attn_k_norm", "ffn_norm"}) {
+    tensor(std::string("blk.0.") + name + ".weight", {8});
+  }
+  for (const char* name : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+    tensor(std::string("blk.0.") + name + ".weight", {8, 8});
+  }
+  tensor("blk.0.ffn_gate_inp.weight", {8, router_rows});
+  tensor("blk.0.ffn_gate_exps.weight", {8, 4, gate_experts});
+  tensor("blk.0.ffn_up_exps.weight", {8, 4, 4});
+  tensor("blk.0.ffn_down_exps.weight", {4, 8, 4});
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/moe.gguf";
+  std::ofstream(path, std::ios::binary) << w.Bytes();
+  auto ckpt = LlamaCheckpoint::Load(path);
+  return ckpt.ok() ? "ok" : std::string(ckpt.status().message());
+}
+
+TEST(LlamaGgufTest, ExpertTensorsMustHoldTheExpertCount) {
+  EXPECT_EQ(MoeFileError(4, 4), "ok");
+  EXPECT_THAT(MoeFileError(3, 4), HasSubstr("tensor 'blk.0.ffn_gate_exps.weight' has shape [3, 4, 8], which "
+                                            "holds no expert 3"));
+  EXPECT_THAT(MoeFileError(4, 3), HasSubstr("tensor 'blk.0.ffn_gate_inp.weight' has shape [3, 8]; the model's "
+                                            "hyper-parameters need [4, 8]"));
 }
 
 }  // namespace
