@@ -195,6 +195,10 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
       {"phi3_longrope_tiny", "phi3", "F32", 2, false, {2}},
       {"gguf_phi3", "phi3", "F32", 2, false, {}},
+      {"gemma2_hd_tiny", "gemma2", "F32", 2, true, {1}},
+      {"gemma3_hd_tiny", "gemma3_text", "F32", 2, true, {1}},
+      {"gguf_gemma2", "gemma2", "F32", 2, true, {}},
+      {"gguf_gemma3", "gemma3_text", "F32", 2, true, {}},
       {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
       {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
       {"qwen3_tiny", "qwen3", "F32", 2, true, {2}},
@@ -306,6 +310,15 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             // Phi-3 as llama.cpp writes it (make_gguf_families.py).
             Case{"gguf_phi3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            // Gemma 2 and 3 with query_pre_attn_scalar = head_dim, as
+            // directories and as llama.cpp writes them in GGUF (norms stored
+            // as 1 + w; the scalar, the pattern and the local base not
+            // stored, taken as llama.cpp takes them).
+            Case{"gemma2_hd_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gemma3_hd_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_gemma2", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_gemma3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_gemma3", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
             // Qwen2 / Qwen2.5 with an untied head and random q/k/v biases.
             Case{"qwen2_untied", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},

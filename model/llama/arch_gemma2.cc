@@ -56,6 +56,7 @@ void GemmaBlock(const LlamaConfig& c, DecoderSpec* s) {
 const LlamaArchitecture& Gemma2Arch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a = GemmaArchitecture("gemma2");
+    a.gguf = true;  // norms stored as 1 + w, query_pre_attn_scalar as llama.cpp takes it (llama_gguf.cc)
     a.parse = ParseGemma2;
     a.builtin = [](LlamaConfig* c) {
       c->tie_word_embeddings = true;

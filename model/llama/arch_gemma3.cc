@@ -47,6 +47,8 @@ const LlamaArchitecture& Gemma3Arch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a = GemmaArchitecture("gemma3_text");
     a.qk_norm = true;
+    a.gguf = true;
+    a.gguf_name = "gemma3";
     a.parse = ParseGemma3;
     a.spec = [](const LlamaConfig& c, DecoderSpec* s) {
       GemmaBlock(c, s);

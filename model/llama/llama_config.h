@@ -83,6 +83,9 @@ struct LlamaConfig {
   int sparse_step = 1;
   std::vector<int32_t> dense_layers;
   bool tie_word_embeddings = false;
+  // Gemma's (1 + w) norm weights stored with the one added (llama.cpp's
+  // converter does so in GGUF files): read as they are.
+  bool norms_stored_plus_one = false;
   std::vector<int32_t> eos_token_ids;  // may be empty
   int32_t bos_token_id = -1;
 

@@ -66,10 +66,11 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
   const int64_t C = c.hidden, D = c.head_dim, F = c.intermediate, V = c.vocab_size,
                 Q = c.q_dim(), KV = c.kv_dim();
   const bool fused = c.arch().fused_projections, gemma2 = c.arch().gemma_norms;
-  // Gemma's norms scale by (1 + w).
-  auto norm = [gemma2](std::string name, int64_t n) {
+  // Gemma's norms scale by (1 + w) (in GGUF files the one is already added).
+  const bool plus_one = gemma2 && !c.norms_stored_plus_one;
+  auto norm = [plus_one](std::string name, int64_t n) {
     WeightRecipe w = Whole(std::move(name), {n});
-    return gemma2 ? PlusOne(std::move(w)) : w;
+    return plus_one ? PlusOne(std::move(w)) : w;
   };
   r.embedding = [=](const DecoderShard& sh) {
     return RowSlice("model.embed_tokens.weight", {V, C}, sh.vocab_begin, sh.vocab_end);

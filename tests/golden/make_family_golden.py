@@ -27,6 +27,9 @@ and config.json), with, in the format make_llama_golden.py uses:
                 capping small enough to bend the scores, embeddings times
                 sqrt(hidden), sliding window 8 on layer 0 and 2 of 4 (global
                 1 and 3), tied head; each of those checked to matter
+  gemma2_hd_tiny  gemma2_tiny's class and seed with query_pre_attn_scalar =
+                head_dim (32), as llama.cpp's GGUF reading assumes: the source
+                of make_gguf_families.py's gguf_gemma2
   gptj_tiny     GPTJForCausalLM: rotary on 8 of 16 dims per head in
                 interleaved pairs, attention and MLP in parallel on one
                 LayerNorm, biased MLP and head, untied
@@ -216,6 +219,17 @@ def main(names):
                     lambda c: setattr(c, "final_logit_softcapping", None))
         must_matter("gemma2_tiny", model, long, "query_pre_attn_scalar",
                     lambda c: setattr(c, "query_pre_attn_scalar", 32))
+    if "gemma2_hd_tiny" in names:  # query_pre_attn_scalar = head_dim, as llama.cpp's GGUF reading assumes
+        gemma2 = Gemma2Config(vocab_size=317, hidden_size=64, intermediate_size=96,
+                              num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                              head_dim=32, max_position_embeddings=64, initializer_range=0.2,
+                              rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0,
+                              query_pre_attn_scalar=32, attn_logit_softcapping=2.0,
+                              final_logit_softcapping=3.0, sliding_window=8,
+                              hidden_activation="gelu_pytorch_tanh", rope_theta=10000.0,
+                              tie_word_embeddings=True, attn_implementation="eager")
+        make("gemma2_hd_tiny", gemma2, Gemma2ForCausalLM, modeling_gemma2, v_proj_values, 74,
+             embed_scale=0.2)
     if "gptj_tiny" in names:
         gptj = GPTJConfig(vocab_size=313, n_positions=64, n_embd=64, n_layer=2, n_head=4,
                           rotary_dim=8, n_inner=None, activation_function="gelu_new",
@@ -261,7 +275,7 @@ def main(names):
     make("qwen2_untied", qwen2, Qwen2ForCausalLM, modeling_qwen2, v_proj_values, 73)
 
 
-ALL = ("mistral_tiny", "gemma2_tiny", "gptj_tiny", "phi3_longrope_tiny")
+ALL = ("mistral_tiny", "gemma2_tiny", "gemma2_hd_tiny", "gptj_tiny", "phi3_longrope_tiny")
 
 if __name__ == "__main__":
     # Names to write (mistral_tiny also writes phi3_tiny and qwen2_untied);

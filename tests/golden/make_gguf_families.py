@@ -20,6 +20,14 @@ vocabulary (the fixtures have none).
                    key_length 32 beside a hidden size of 64 and 4 heads
   gguf_phi3        phi3_tiny as "phi3": attn_qkv and ffn_up (gate then up)
                    fused as transformers stores them
+  gguf_gemma2      gemma2_hd_tiny as "gemma2": every norm stored as 1 + w,
+                   post_attention_norm / ffn_norm / post_ffw_norm, the soft-
+                   caps and the window; query_pre_attn_scalar is not stored
+                   (llama.cpp takes head_dim but for the 27B model)
+  gguf_gemma3      gemma3_hd_tiny as "gemma3": the same, with attn_q_norm /
+                   attn_k_norm (1 + w too), linear rope scaling 8 for the
+                   global layers; the pattern (6) and local base (1e4) are
+                   llama.cpp's defaults
   gguf_qwen2_moe   qwen2_moe_tiny as "qwen2moe": q/k/v biases, the shared
                    expert (ffn_*_shexp) and its gate as a [C] vector
                    (ffn_gate_inp_shexp), expert_shared_feed_forward_length
@@ -54,6 +62,10 @@ LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight"
          "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
           "lm_head.weight": "output.weight"}
+# Gemma's norms around the attention and the MLP, by their llama.cpp names.
+GEMMA_LAYER = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+               "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+               "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
 EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight")
 PROJ = {"gate_proj": "gate", "w1": "gate", "up_proj": "up", "w3": "up", "down_proj": "down", "w2": "down"}
 
@@ -89,6 +101,15 @@ def write(src, out, arch, permuted, renormalize_note):
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if cfg.get("shared_expert_intermediate_size"):
         w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    gemma = arch.startswith("gemma")
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    if gemma:
+        w.add_sliding_window(cfg["sliding_window"])
+    if cfg.get("rope_scaling") and cfg["rope_scaling"].get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
     w.add_eos_token_id(cfg["eos_token_id"])
     if "bos_token_id" in cfg:
         w.add_bos_token_id(cfg["bos_token_id"])
@@ -100,12 +121,14 @@ def write(src, out, arch, permuted, renormalize_note):
             layer, e, proj = int(m.group(1)), int(m.group(2)), PROJ[m.group(3)]
             merged.setdefault((layer, proj), {})[e] = t
             continue
+        if gemma and hf.endswith("norm.weight"):
+            t = t + 1  # llama.cpp's converter stores Gemma's (1 + w)
         if hf in GLOBAL:
             name = GLOBAL[hf]
         else:
             _, _, rest = hf.partition("model.layers.")
             layer, _, tail = rest.partition(".")
-            name = f"blk.{layer}.{LAYER[tail]}"
+            name = f"blk.{layer}.{(GEMMA_LAYER if gemma and tail in GEMMA_LAYER else LAYER)[tail]}"
         if name.endswith("ffn_gate_inp_shexp.weight"):
             t = t.reshape(-1)  # [C], as llama.cpp's qwen2moe reads it
         if permuted and name.endswith("attn_q.weight"):
@@ -132,6 +155,8 @@ def main():
     write("qwen2_moe_tiny", "gguf_qwen2_moe", "qwen2moe", False, "(nor qwen2moe's)")
     write("phi3_tiny", "gguf_phi3", "phi3", False, "")
     write("qwen3_tiny", "gguf_qwen3", "qwen3", False, "")
+    write("gemma2_hd_tiny", "gguf_gemma2", "gemma2", False, "")
+    write("gemma3_hd_tiny", "gguf_gemma3", "gemma3", False, "")
 
 
 if __name__ == "__main__":
