@@ -277,7 +277,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            "tests/golden/qwen3_moe_mixed_tiny",
                                            // the shared expert's band on each
                                            // rank, its gate whole
-                                           "tests/golden/qwen2_moe_tiny"));
+                                           "tests/golden/qwen2_moe_tiny",
+                                           // a layer without rotary embeddings
+                                           "tests/golden/smollm3_tiny"));
 
 }  // namespace
 }  // namespace flover

@@ -199,6 +199,8 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gemma3_hd_tiny", "gemma3_text", "F32", 2, true, {1}},
       {"gguf_gemma2", "gemma2", "F32", 2, true, {}},
       {"gguf_gemma3", "gemma3_text", "F32", 2, true, {}},
+      {"smollm3_tiny", "smollm3", "F32", 2, true, {2}},
+      {"gguf_smollm3", "smollm3", "F32", 2, true, {}},
       {"qwen2_untied", "qwen2", "F32", 2, false, {2}},
       {"gemma2_tiny", "gemma2", "F32", 2, true, {1}},
       {"qwen3_tiny", "qwen3", "F32", 2, true, {2}},
@@ -319,6 +321,11 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"gguf_gemma2", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gguf_gemma3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gguf_gemma3", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            // SmolLM3: no rotary embeddings on layer 3 of 4 (transformers
+            // 4.53.3, make_smollm3_golden.py, F32 only), and as llama.cpp
+            // writes it in GGUF (Q and K permuted, every fourth layer NoPE).
+            Case{"smollm3_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_smollm3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
             // Qwen2 / Qwen2.5 with an untied head and random q/k/v biases.
             Case{"qwen2_untied", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},

@@ -438,7 +438,7 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
         FLOVER_RETURN_IF_ERROR(backend_.GroupRmsNorm(qkv, shard_.q_heads * spec_.head_dim, groups_k,
                                                      p.k_norm, spec_.norm_eps));
       }
-      if (!inv_freq_.empty()) {
+      if (!inv_freq_.empty() && (spec_.rope_layers.empty() || spec_.rope_layers[l])) {
         const bool local = !spec_.local_rope.empty() && spec_.local_rope[l];
         FLOVER_RETURN_IF_ERROR(
             backend_.Rope(qkv, step->positions, (local ? inv_freq_local_ : inv_freq_).tensor(), rope));

@@ -26,6 +26,9 @@ absl::Status DecoderSpec::Validate() const {
       (static_cast<int>(local_rope.size()) != n_layer || inv_freq_local.size() != inv_freq.size())) {
     return bad("a second rotary table needs a mark per layer and as many frequencies as the first");
   }
+  if (!rope_layers.empty() && static_cast<int>(rope_layers.size()) != n_layer) {
+    return bad(rope_layers.size(), " rotary marks for ", n_layer, " layers");
+  }
   if (qk_norm && norm != Norm::kRmsNorm) return bad("Q/K norms are RMSNorms, in a model of RMSNorms");
   if (qk_norm_whole && !qk_norm) return bad("qk_norm_whole is a kind of Q/K norm: set qk_norm too");
   if (moe.experts < 0 || moe.experts > kernels::kMaxExperts) {

@@ -59,6 +59,9 @@ struct DecoderSpec {
   // turn by their own base, its global ones by inv_freq.
   std::vector<float> inv_freq_local;
   std::vector<bool> local_rope;
+  // The layers that turn by rotary embeddings (n_layer entries, or empty:
+  // every layer): SmolLM3 leaves every fourth layer without (NoPE).
+  std::vector<bool> rope_layers;
 
   // Per-head RMSNorm of Q and K (weights q_norm, k_norm: [head_dim], shared
   // by the heads) after the projection, before rotary (Qwen3, Gemma 3).

@@ -5,7 +5,8 @@ namespace flover {
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
   static const auto* table = new std::vector<const LlamaArchitecture*>{
       &Gemma2Arch(), &Gemma3Arch(), &LlamaArch(),   &MistralArch(), &MixtralArch(),
-      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen2MoeArch(), &Qwen3Arch(), &Qwen3MoeArch()};
+      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen2MoeArch(), &Qwen3Arch(), &Qwen3MoeArch(),
+      &SmolLM3Arch()};
   return *table;
 }
 

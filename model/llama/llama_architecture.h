@@ -98,6 +98,7 @@ const LlamaArchitecture& Gemma3Arch();
 const LlamaArchitecture& MixtralArch();
 const LlamaArchitecture& Qwen2MoeArch();
 const LlamaArchitecture& Qwen3MoeArch();
+const LlamaArchitecture& SmolLM3Arch();
 const LlamaArchitecture& OlmoeArch();
 
 }  // namespace flover

@@ -203,6 +203,14 @@ absl::Status LlamaConfig::Validate() const {
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) return bad("eos_token_id ", id, " is outside the vocabulary");
   }
+  if (!rope_layers.empty()) {
+    if (static_cast<int>(rope_layers.size()) != n_layer) {
+      return bad("no_rope_layers has ", rope_layers.size(), " entries for ", n_layer, " layers");
+    }
+    for (int32_t v : rope_layers) {
+      if (v != 0 && v != 1) return bad("no_rope_layers holds ", v, " (1: a layer with rotary embeddings, 0: without)");
+    }
+  }
   if (experts < 0 || experts > 1024) return bad("the number of experts is out of range: ", experts);
   if (experts > 0) {
     if (experts_per_tok < 1 || experts_per_tok > experts) {

@@ -83,6 +83,11 @@ struct LlamaConfig {
   int sparse_step = 1;
   std::vector<int32_t> dense_layers;
   bool tie_word_embeddings = false;
+  // SmolLM3: per layer, 1 where it turns by rotary embeddings, 0 where it
+  // does not (no_rope_layers; empty: every layer turns).
+  std::vector<int32_t> rope_layers;
+  // Without that list, > 0: every no_rope_interval-th layer goes without.
+  int no_rope_interval = 0;
   // Gemma's (1 + w) norm weights stored with the one added (llama.cpp's
   // converter does so in GGUF files): read as they are.
   bool norms_stored_plus_one = false;

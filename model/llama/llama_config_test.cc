@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/llama/llama_family.h"
 #include "model/model_loader.h"
 
 namespace flover {
@@ -108,7 +109,7 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
               HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, llama, "
-                        "mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)"));
+                        "mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   std::ofstream(dir + "/config.json") << Config("falcon", "");
@@ -116,7 +117,7 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
               HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
-                        "gptj, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)"));
+                        "gptj, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3)"));
 }
 
 // A mixture of experts' keys: which layers are sparse, and inconsistent
@@ -152,6 +153,21 @@ TEST(LlamaConfigTest, MixtureOfExpertsKeys) {
   EXPECT_THAT(std::string(layer.status().message()), HasSubstr("mlp_only_layers"));
   auto clip = ParseLlamaConfig(Config("olmoe", R"("num_experts": 8, "num_experts_per_tok": 2, "clip_qkv": 8)"), "c");
   EXPECT_THAT(std::string(clip.status().message()), HasSubstr("clip_qkv"));
+}
+
+// SmolLM3's NoPE layers: the list, or every fourth layer without it.
+TEST(LlamaConfigTest, SmolLM3RopeLayers) {
+  auto listed = ParseLlamaConfig(Config("smollm3", R"("no_rope_layers": [1, 0])"), "c");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(LlamaDecoderSpec(*listed).rope_layers, (std::vector<bool>{true, false}));
+  EXPECT_TRUE(listed->tie_word_embeddings);
+  auto every = ParseLlamaConfig(Config("smollm3", R"("no_rope_layer_interval": 2)"), "c");
+  ASSERT_TRUE(every.ok()) << every.status();
+  EXPECT_EQ(LlamaDecoderSpec(*every).rope_layers, (std::vector<bool>{true, false}));
+  auto bad = ParseLlamaConfig(Config("smollm3", R"("no_rope_layers": [1, 0, 1])"), "c");
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("no_rope_layers has 3 entries for 2 layers"));
+  auto window = ParseLlamaConfig(Config("smollm3", R"("use_sliding_window": true)"), "c");
+  EXPECT_THAT(std::string(window.status().message()), HasSubstr("sliding_window"));
 }
 
 TEST(LlamaConfigTest, BuiltinFamilyVariantsHaveLlama1bShapes) {

@@ -40,6 +40,10 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
     s.attention.push_back(a);
   }
   s.final_softcap = c.final_logit_softcapping;
+  for (int32_t v : c.rope_layers) s.rope_layers.push_back(v != 0);
+  if (c.rope_layers.empty() && c.no_rope_interval > 0) {
+    for (int l = 0; l < c.n_layer; ++l) s.rope_layers.push_back((l + 1) % c.no_rope_interval != 0);
+  }
   s.qk_norm = c.arch().qk_norm;
   s.qk_norm_whole = c.arch().qk_norm_whole;
   if (c.experts > 0) {

@@ -524,6 +524,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     if (!values.ok()) return values.status();
     c.rope_freq_factors = std::move(*values);
   }
+  if (c.architecture == "smollm3") c.no_rope_interval = 4;  // as llama.cpp fixes it
   if (family->gemma_norms) {  // Gemma 2 and 3, as llama.cpp reads them
     FLOVER_RETURN_IF_ERROR(GemmaFromGguf(f, a, &c));
   }

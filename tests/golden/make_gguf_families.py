@@ -28,6 +28,9 @@ vocabulary (the fixtures have none).
                    attn_k_norm (1 + w too), linear rope scaling 8 for the
                    global layers; the pattern (6) and local base (1e4) are
                    llama.cpp's defaults
+  gguf_smollm3     smollm3_tiny (make_smollm3_golden.py) as "smollm3": Q and K
+                   permuted as for llama; llama.cpp fixes the NoPE layers at
+                   every fourth, as the fixture has them
   gguf_qwen2_moe   qwen2_moe_tiny as "qwen2moe": q/k/v biases, the shared
                    expert (ffn_*_shexp) and its gate as a [C] vector
                    (ffn_gate_inp_shexp), expert_shared_feed_forward_length
@@ -157,6 +160,7 @@ def main():
     write("qwen3_tiny", "gguf_qwen3", "qwen3", False, "")
     write("gemma2_hd_tiny", "gguf_gemma2", "gemma2", False, "")
     write("gemma3_hd_tiny", "gguf_gemma3", "gemma3", False, "")
+    write("smollm3_tiny", "gguf_smollm3", "smollm3", True, "")
 
 
 if __name__ == "__main__":
