@@ -199,16 +199,17 @@ def main(names):
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                   initializer_range=0.2, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
                   tie_word_embeddings=False, attn_implementation="eager")
+    def gemma2_config(scalar):
+        return Gemma2Config(vocab_size=317, hidden_size=64, intermediate_size=96,
+                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=32, max_position_embeddings=64, initializer_range=0.2,
+                            rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0,
+                            query_pre_attn_scalar=scalar, attn_logit_softcapping=2.0,
+                            final_logit_softcapping=3.0, sliding_window=8,
+                            hidden_activation="gelu_pytorch_tanh", rope_theta=10000.0,
+                            tie_word_embeddings=True, attn_implementation="eager")
     if "gemma2_tiny" in names:
-        gemma2 = Gemma2Config(vocab_size=317, hidden_size=64, intermediate_size=96,
-                              num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                              head_dim=32, max_position_embeddings=64, initializer_range=0.2,
-                              rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0,
-                              query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
-                              final_logit_softcapping=3.0, sliding_window=8,
-                              hidden_activation="gelu_pytorch_tanh", rope_theta=10000.0,
-                              tie_word_embeddings=True, attn_implementation="eager")
-        model, prompts = make("gemma2_tiny", gemma2, Gemma2ForCausalLM, modeling_gemma2,
+        model, prompts = make("gemma2_tiny", gemma2_config(24), Gemma2ForCausalLM, modeling_gemma2,
                               v_proj_values, 74, embed_scale=0.2)
         long = prompts[3]
         must_matter("gemma2_tiny", model, long, "the sliding window",
@@ -220,15 +221,7 @@ def main(names):
         must_matter("gemma2_tiny", model, long, "query_pre_attn_scalar",
                     lambda c: setattr(c, "query_pre_attn_scalar", 32))
     if "gemma2_hd_tiny" in names:  # query_pre_attn_scalar = head_dim, as llama.cpp's GGUF reading assumes
-        gemma2 = Gemma2Config(vocab_size=317, hidden_size=64, intermediate_size=96,
-                              num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                              head_dim=32, max_position_embeddings=64, initializer_range=0.2,
-                              rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0,
-                              query_pre_attn_scalar=32, attn_logit_softcapping=2.0,
-                              final_logit_softcapping=3.0, sliding_window=8,
-                              hidden_activation="gelu_pytorch_tanh", rope_theta=10000.0,
-                              tie_word_embeddings=True, attn_implementation="eager")
-        make("gemma2_hd_tiny", gemma2, Gemma2ForCausalLM, modeling_gemma2, v_proj_values, 74,
+        make("gemma2_hd_tiny", gemma2_config(32), Gemma2ForCausalLM, modeling_gemma2, v_proj_values, 74,
              embed_scale=0.2)
     if "gptj_tiny" in names:
         gptj = GPTJConfig(vocab_size=313, n_positions=64, n_embd=64, n_layer=2, n_head=4,
