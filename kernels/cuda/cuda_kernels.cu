@@ -273,6 +273,17 @@ __device__ __forceinline__ void MmaSegment(const T* __restrict__ x, const T* __r
   }
 }
 
+// A lane's accumulators of MT x NT tiles, zeroed.
+template <int MT, int NT>
+__device__ __forceinline__ void ZeroTiles(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+}
+
 // The epilogue of one lane's outputs: v (the segments' sum), then + out
 // when accumulating, then + bias.
 template <int MT, int NT>
@@ -309,12 +320,7 @@ __global__ void __launch_bounds__(32 * kMmaMaxSegments)
   const int n0 = blockIdx.x * 8 * NT, m0 = blockIdx.y * 16 * MT;
   const int len = MmaSegmentLength(K);
   float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  ZeroTiles(acc);
   MmaSegment<T, MT, NT, (MT <= 2 ? 4 : 2)>(x, w, M, N, K, m0, n0, s * len, min(K, (s + 1) * len), acc);
   if (s > 0) {
 #pragma unroll
@@ -399,12 +405,7 @@ __global__ void __launch_bounds__(32 * kTileWarps, 2)
   };
 
   float acc[2][4][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  ZeroTiles(acc);
 
 #pragma unroll
   for (int s = 0; s < kTileStages - 1; ++s) {
