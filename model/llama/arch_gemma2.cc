@@ -9,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "model/llama/llama_architecture.h"
 #include "model/llama/llama_config.h"
+#include "model/loader/gguf.h"
 #include "util/json.h"
+#include "util/status_macros.h"
 
 namespace flover {
 namespace {
@@ -53,10 +55,33 @@ void GemmaBlock(const LlamaConfig& c, DecoderSpec* s) {
   s->embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
 }
 
+absl::Status GemmaGguf(const GgufFile& f, const std::string& a, int large_layers, int64_t window_absent,
+                       LlamaConfig* c) {
+  c->norms_stored_plus_one = true;
+  FLOVER_ASSIGN_OR_RETURN(const double final_cap, f.GetFloatOr(a + "final_logit_softcapping", 0));
+  c->final_logit_softcapping = static_cast<float>(final_cap);
+  FLOVER_ASSIGN_OR_RETURN(const int64_t window, f.GetIntOr(a + "attention.sliding_window", window_absent));
+  if (window < 0 || window > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, "attention.sliding_window ", window,
+                                                   " is out of range"));
+  }
+  c->sliding_window = static_cast<int>(window);
+  c->query_pre_attn_scalar = c->n_layer == large_layers ? double(c->hidden / c->n_head) : double(c->head_dim);
+  return absl::OkStatus();
+}
+
 const LlamaArchitecture& Gemma2Arch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a = GemmaArchitecture("gemma2");
-    a.gguf = true;  // norms stored as 1 + w, query_pre_attn_scalar as llama.cpp takes it (llama_gguf.cc)
+    a.gguf = true;
+    // As llama.cpp reads it: the window 4096 on even layers where the file
+    // has none, both soft-caps, 46 layers for the 27B model.
+    a.gguf_parse = [](const GgufFile& f, const std::string& prefix, LlamaConfig* c) -> absl::Status {
+      FLOVER_RETURN_IF_ERROR(GemmaGguf(f, prefix, /*large_layers=*/46, /*window_absent=*/4096, c));
+      FLOVER_ASSIGN_OR_RETURN(const double cap, f.GetFloatOr(prefix + "attn_logit_softcapping", 0));
+      c->attn_logit_softcapping = static_cast<float>(cap);
+      return absl::OkStatus();
+    };
     a.parse = ParseGemma2;
     a.builtin = [](LlamaConfig* c) {
       c->tie_word_embeddings = true;

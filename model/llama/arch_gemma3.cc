@@ -12,7 +12,9 @@
 #include "model/decoder/rotary.h"
 #include "model/llama/llama_architecture.h"
 #include "model/llama/llama_config.h"
+#include "model/loader/gguf.h"
 #include "util/json.h"
+#include "util/status_macros.h"
 
 namespace flover {
 namespace {
@@ -49,6 +51,21 @@ const LlamaArchitecture& Gemma3Arch() {
     a.qk_norm = true;
     a.gguf = true;
     a.gguf_name = "gemma3";
+    // As llama.cpp reads it: no attention soft-cap; with a window, every
+    // sliding_window_pattern-th layer global (6 by default), the local ones
+    // turning by rope.freq_base_swa (1e4 by default); without one, every
+    // layer global; 62 layers for the 27B model.
+    a.gguf_parse = [](const GgufFile& f, const std::string& prefix, LlamaConfig* c) -> absl::Status {
+      FLOVER_RETURN_IF_ERROR(GemmaGguf(f, prefix, /*large_layers=*/62, /*window_absent=*/0, c));
+      FLOVER_ASSIGN_OR_RETURN(const int64_t pattern, f.GetIntOr(prefix + "attention.sliding_window_pattern", 6));
+      if (pattern < 1 || pattern > (int64_t{1} << 20)) {
+        return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", prefix, "attention.sliding_window_pattern ",
+                                                       pattern, " is out of range"));
+      }
+      c->sliding_window_pattern = c->sliding_window > 0 ? static_cast<int>(pattern) : 1;
+      FLOVER_ASSIGN_OR_RETURN(c->rope_local_base, f.GetFloatOr(prefix + "rope.freq_base_swa", 10000.0));
+      return absl::OkStatus();
+    };
     a.parse = ParseGemma3;
     a.spec = [](const LlamaConfig& c, DecoderSpec* s) {
       GemmaBlock(c, s);

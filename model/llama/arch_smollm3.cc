@@ -19,6 +19,10 @@ const LlamaArchitecture& SmolLM3Arch() {
     a.gguf = true;
     a.gguf_permuted_qk = true;
     a.tied_by_default = true;
+    a.gguf_parse = [](const GgufFile&, const std::string&, LlamaConfig* c) {
+      c->no_rope_interval = 4;  // llama.cpp fixes it
+      return absl::OkStatus();
+    };
     a.parse = [](const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) {
       if (JsonBoolField(s, "use_sliding_window", false)) return SlidingWindowRefused(what, "smollm3");
       if (JsonHas(s, "no_rope_layers")) {

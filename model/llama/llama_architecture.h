@@ -11,6 +11,7 @@
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,7 @@
 namespace flover {
 
 struct LlamaConfig;
+class GgufFile;
 
 struct LlamaArchitecture {
   const char* model_type = "";  // config.json's model_type (and GGUF's general.architecture)
@@ -33,6 +35,10 @@ struct LlamaArchitecture {
   // llama.cpp's renormalisation of the chosen experts' weights, which GGUF
   // files do not record: true for its llama (Mixtral) and qwen3moe.
   bool gguf_moe_renormalize = false;
+  // GGUF files: the architecture's own keys (`prefix` is "<arch>."), and
+  // what llama.cpp fixes for it where files do not say; after the family's
+  // keys, before the config is checked.
+  absl::Status (*gguf_parse)(const GgufFile& f, const std::string& prefix, LlamaConfig* c) = nullptr;
   // In GGUF files, Q's rows permuted by query heads and K's by key/value
   // heads (llama.cpp's converter does so for its llama architecture).
   bool gguf_permuted_qk = false;
@@ -78,6 +84,12 @@ struct LlamaArchitecture {
 // sandwich norms, GeGLU-tanh, embeddings times sqrt(hidden).
 LlamaArchitecture GemmaArchitecture(const char* model_type);
 void GemmaBlock(const LlamaConfig& c, DecoderSpec* s);
+// What Gemma 2's and 3's GGUF files share, as llama.cpp reads them: norms
+// stored as 1 + w; the final soft-cap; the window (`window_absent` where the
+// file has none); query_pre_attn_scalar, which files do not carry: head_dim,
+// but hidden / heads for the 27B model (`large_layers` layers).
+absl::Status GemmaGguf(const GgufFile& f, const std::string& prefix, int large_layers, int64_t window_absent,
+                       LlamaConfig* c);
 
 // Every architecture of the family, by model_type.
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures();

@@ -41,6 +41,13 @@ constexpr std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
+// Gemma's norms around the attention and the MLP, whose transformers names
+// mean other norms in Llama's files.
+constexpr std::pair<const char*, const char*> kGemmaLayerNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
 // An expert's projection (transformers' names, Qwen/OLMoE's and Mixtral's)
 // -> the 3-D tensor llama.cpp merges a layer's experts into: [E, Fe, C]
 // for gate and up, [E, C, Fe] for down.
@@ -55,11 +62,12 @@ constexpr std::pair<const char*, const char*> kGlobalNames[] = {
     {"lm_head.weight", "output.weight"},
 };
 
-// The GGUF name of a transformers tensor name, or "" for none; for an
-// expert's projection ("<mlp|block_sparse_moe>.experts.E.<proj>.weight")
-// the merged tensor, with *expert = E (else -1).
-std::string GgufName(absl::string_view hf, int* expert = nullptr) {
-  if (expert != nullptr) *expert = -1;
+// The GGUF name of a transformers tensor name (Gemma's norm names with
+// `gemma`), or "" for none; for an expert's projection
+// ("<mlp|block_sparse_moe>.experts.E.<proj>.weight") the merged tensor, with
+// *expert = E (else -1).
+std::string GgufName(absl::string_view hf, bool gemma, int* expert) {
+  *expert = -1;
   for (const auto& [from, to] : kGlobalNames) {
     if (hf == from) return to;
   }
@@ -69,11 +77,13 @@ std::string GgufName(absl::string_view hf, int* expert = nullptr) {
   int layer = 0;
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(hf.substr(0, dot), &layer)) return "";
   absl::string_view rest = hf.substr(dot + 1);
+  for (const auto& [from, to] : kGemmaLayerNames) {
+    if (gemma && rest == from) return absl::StrCat("blk.", layer, ".", to);
+  }
   for (const auto& [from, to] : kLayerNames) {
     if (rest == from) return absl::StrCat("blk.", layer, ".", to);
   }
-  if (expert == nullptr ||
-      !(absl::ConsumePrefix(&rest, "mlp.experts.") || absl::ConsumePrefix(&rest, "block_sparse_moe.experts.")) ||
+  if (!(absl::ConsumePrefix(&rest, "mlp.experts.") || absl::ConsumePrefix(&rest, "block_sparse_moe.experts.")) ||
       !absl::ConsumeSuffix(&rest, ".weight")) {
     return "";
   }
@@ -207,8 +217,7 @@ class GgufSource final : public WeightSource {
   View Resolve(absl::string_view hf) const {
     View v;
     int expert = -1;
-    v.name = gemma_ ? GemmaGgufName(hf) : "";
-    if (v.name.empty()) v.name = GgufName(hf, &expert);
+    v.name = GgufName(hf, gemma_, &expert);
     v.t = v.name.empty() ? nullptr : file_->FindTensor(v.name);
     if (v.t == nullptr) return v;
     v.shape = v.t->shape();
@@ -309,71 +318,10 @@ class GgufSource final : public WeightSource {
     return absl::OkStatus();
   }
 
-  // Gemma's norms around the attention and the MLP, whose transformers
-  // names mean other norms in Llama's files; "" for any other tensor.
-  static std::string GemmaGgufName(absl::string_view hf) {
-    constexpr std::pair<const char*, const char*> kGemma[] = {
-        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
-        {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
-        {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
-    };
-    if (!absl::ConsumePrefix(&hf, "model.layers.")) return "";
-    const size_t dot = hf.find('.');
-    if (dot == absl::string_view::npos) return "";
-    for (const auto& [from, to] : kGemma) {
-      if (hf.substr(dot + 1) == from) return absl::StrCat("blk.", hf.substr(0, dot), ".", to);
-    }
-    return "";
-  }
-
   std::shared_ptr<const GgufFile> file_;
   bool gemma_;
   std::map<std::string, int, std::less<>> heads_;  // permuted tensors: their heads
 };
-
-// Gemma 2's and 3's keys, with llama.cpp's defaults for what files leave
-// out: norms stored as 1 + w; the soft-caps; the window (Gemma 2: 4096, on
-// even layers; Gemma 3: every sliding_window_pattern-th layer global, 6 by
-// default, the local ones turning by rope.freq_base_swa, 1e4 by default;
-// no window: every layer global); query_pre_attn_scalar, which files do not
-// carry, as llama.cpp takes it: head_dim, but hidden / heads for the 27B
-// models (46 layers of Gemma 2, 62 of Gemma 3).
-absl::Status GemmaFromGguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
-  const bool gemma3 = c->architecture != "gemma2";
-  c->norms_stored_plus_one = true;
-  auto number = [&](const std::string& key, double absent) -> absl::StatusOr<double> {
-    auto v = f.GetFloat(a + key);
-    if (absl::IsNotFound(v.status())) return absent;
-    return v;
-  };
-  auto whole = [&](const std::string& key, int64_t absent) -> absl::StatusOr<int64_t> {
-    auto v = f.GetInt(a + key);
-    if (absl::IsNotFound(v.status())) return absent;
-    return v;
-  };
-  FLOVER_ASSIGN_OR_RETURN(const double attn_cap, number("attn_logit_softcapping", 0));
-  FLOVER_ASSIGN_OR_RETURN(const double final_cap, number("final_logit_softcapping", 0));
-  if (!gemma3) c->attn_logit_softcapping = static_cast<float>(attn_cap);  // not applied to Gemma 3
-  c->final_logit_softcapping = static_cast<float>(final_cap);
-  FLOVER_ASSIGN_OR_RETURN(const int64_t window, whole("attention.sliding_window", gemma3 ? 0 : 4096));
-  if (window < 0 || window > (int64_t{1} << 24)) {
-    return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, "attention.sliding_window ", window,
-                                                   " is out of range"));
-  }
-  c->sliding_window = static_cast<int>(window);
-  if (gemma3) {
-    FLOVER_ASSIGN_OR_RETURN(const int64_t pattern, whole("attention.sliding_window_pattern", 6));
-    if (pattern < 1 || pattern > (int64_t{1} << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, "attention.sliding_window_pattern ",
-                                                     pattern, " is out of range"));
-    }
-    c->sliding_window_pattern = window > 0 ? static_cast<int>(pattern) : 1;
-    FLOVER_ASSIGN_OR_RETURN(c->rope_local_base, number("rope.freq_base_swa", 10000.0));
-  }
-  const bool large = c->n_layer == (gemma3 ? 62 : 46);
-  c->query_pre_attn_scalar = large ? double(c->hidden / c->n_head) : double(c->head_dim);
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -524,10 +472,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     if (!values.ok()) return values.status();
     c.rope_freq_factors = std::move(*values);
   }
-  if (c.architecture == "smollm3") c.no_rope_interval = 4;  // as llama.cpp fixes it
-  if (family->gemma_norms) {  // Gemma 2 and 3, as llama.cpp reads them
-    FLOVER_RETURN_IF_ERROR(GemmaFromGguf(f, a, &c));
-  }
+  if (family->gguf_parse != nullptr) FLOVER_RETURN_IF_ERROR(family->gguf_parse(f, a, &c));
   const GgufTensor* embed = f.FindTensor("token_embd.weight");
   if (embed == nullptr) return refuse("no tensor 'token_embd.weight'");
   if (embed->ne.size() != 2) return refuse("token_embd.weight is not a matrix");

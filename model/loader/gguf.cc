@@ -397,6 +397,16 @@ absl::StatusOr<double> GgufFile::GetFloat(absl::string_view key) const {
       [](const GgufValue& v) { return v.is_float() ? v.real : static_cast<double>(v.integer); });
 }
 
+absl::StatusOr<int64_t> GgufFile::GetIntOr(absl::string_view key, int64_t absent) const {
+  auto v = GetInt(key);
+  return absl::IsNotFound(v.status()) ? absent : v;
+}
+
+absl::StatusOr<double> GgufFile::GetFloatOr(absl::string_view key, double absent) const {
+  auto v = GetFloat(key);
+  return absl::IsNotFound(v.status()) ? absent : v;
+}
+
 absl::StatusOr<bool> GgufFile::GetBool(absl::string_view key) const {
   return Typed<bool>(
       *this, key, "a bool", [](const GgufValue& v) { return v.type == GgufType::kBool; },

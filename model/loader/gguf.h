@@ -82,6 +82,9 @@ class GgufFile {
   // getter accepts integers too).
   absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
   absl::StatusOr<double> GetFloat(absl::string_view key) const;
+  // The same, with `absent` for a key the file leaves out.
+  absl::StatusOr<int64_t> GetIntOr(absl::string_view key, int64_t absent) const;
+  absl::StatusOr<double> GetFloatOr(absl::string_view key, double absent) const;
   absl::StatusOr<bool> GetBool(absl::string_view key) const;
   absl::StatusOr<std::string> GetString(absl::string_view key) const;
   absl::StatusOr<const std::vector<std::string>*> GetStrings(absl::string_view key) const;
