@@ -28,7 +28,7 @@ absl::Status CheckTensor(const char* op, const char* name, const Tensor& t, int6
              }));
 }
 
-absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* kv) {
+absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* kv, int window) {
   auto bad = [&](auto&&... what) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", what...));
   };
@@ -71,9 +71,26 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
       lo = std::min(lo, seqs.block_ids[i]);
       hi = std::max(hi, seqs.block_ids[i]);
     }
-    if (lo < 0 || (seqs.num_block_ids > 0 && hi >= kv->num_blocks)) {
-      return bad("the block table names KV block ", lo < 0 ? lo : hi, ", outside the cache's ",
-                 kv->num_blocks, " blocks");
+    if (seqs.num_block_ids > 0 && hi >= kv->num_blocks) {
+      return bad("the block table names KV block ", hi, ", outside the cache's ", kv->num_blocks, " blocks");
+    }
+    // KvLayer::kNoBlock only for blocks before every position the op reads
+    // or writes (behind the first row's window); any other negative id, or
+    // one a row would touch, is refused.
+    for (int i = 0; lo < 0 && i < seqs.num_seqs; ++i) {
+      const SeqRows& s = seqs.host[i];
+      const int first = window == kAppendOnly ? s.pos : window > 0 ? std::max(0, s.pos + 1 - window) : 0;
+      const int64_t n = KvLayer::BlocksFor(int64_t{s.pos} + s.len);
+      for (int64_t k = 0; k < n; ++k) {
+        const int32_t id = seqs.block_ids[s.blocks + k];
+        if (id >= 0) continue;
+        if (id != KvLayer::kNoBlock || k >= first / KvLayer::kBlockSize) {
+          return bad("sequence ", i, "'s block ", k, " (positions [", k * KvLayer::kBlockSize, ", ",
+                     (k + 1) * KvLayer::kBlockSize, ")) is ", id, ": its rows ",
+                     window == kAppendOnly ? "write" : "attend", " positions ", first,
+                     " on, and only blocks wholly before those may be kNoBlock (", KvLayer::kNoBlock, ")");
+        }
+      }
     }
   }
   if (max_context > seqs.max_context) {
@@ -224,10 +241,11 @@ int QueryHeads(const Tensor& qkv, const KvLayer& kv) {
 
 namespace {
 
-// qkv and the KV layer of an AppendKv or Attention call (`op`).
+// qkv and the KV layer of an AppendKv or Attention call (`op`; the window
+// as CheckSeqTable's).
 absl::Status CheckQkvAndKv(const char* op, const Tensor& qkv, const SeqTable& seqs,
-                           const KvLayer& kv, KvDtype kv_dtype) {
-  FLOVER_RETURN_IF_ERROR(CheckSeqTable(op, seqs, &kv));
+                           const KvLayer& kv, KvDtype kv_dtype, int window) {
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable(op, seqs, &kv, window));
   FLOVER_RETURN_IF_ERROR(
       CheckTensor(op, "qkv", qkv, seqs.num_rows, kAnySize, {DType::kF32}));
   const int q_heads = QueryHeads(qkv, kv);
@@ -250,19 +268,19 @@ absl::Status CheckQkvAndKv(const char* op, const Tensor& qkv, const SeqTable& se
 
 absl::Status CheckAppendKvArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                KvDtype kv_dtype) {
-  return CheckQkvAndKv("AppendKv", qkv, seqs, kv, kv_dtype);
+  return CheckQkvAndKv("AppendKv", qkv, seqs, kv, kv_dtype, kAppendOnly);
 }
 
 absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                 const AttentionParams& p, const Tensor& out, KvDtype kv_dtype,
                                 DType act) {
-  FLOVER_RETURN_IF_ERROR(CheckQkvAndKv("Attention", qkv, seqs, kv, kv_dtype));
   if (!(p.scale >= 0 && p.scale < 1e30f) || !(p.softcap >= 0 && p.softcap < 1e30f) ||
       p.window < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Attention: scale ", p.scale, ", soft-cap ",
                                                    p.softcap, ", window ", p.window,
                                                    " (each must be >= 0 and finite)"));
   }
+  FLOVER_RETURN_IF_ERROR(CheckQkvAndKv("Attention", qkv, seqs, kv, kv_dtype, p.window));
   return CheckTensor("Attention", "out", out, seqs.num_rows,
                      int64_t{QueryHeads(qkv, kv)} * kv.head_dim, {DType::kF32, act});
 }

@@ -23,8 +23,11 @@ absl::Status CheckTensor(const char* op, const char* name, const Tensor& t, int6
 // OK when every sequence of `seqs` has rows inside [0, num_rows) and
 // positions under max_context, and, with `kv` (which must have memory), a
 // block list inside the block table covering its positions with ids of
-// blocks of `kv`.
-absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* kv);
+// blocks of `kv`, or KvLayer::kNoBlock for blocks before every position the
+// op touches: an AppendKv (`window` kAppendOnly) writes [pos, pos + len), an
+// Attention reads from the first row's window on (from 0 with `window` 0).
+inline constexpr int kAppendOnly = -1;
+absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* kv, int window = 0);
 
 // PrepareWeight's: values, a float dtype (f32, bf16, f16), K and N >= 1.
 // Quantized blocks pass only where the backend `takes_blocks` (--dtype=native).

@@ -11,7 +11,8 @@ namespace flover::kernels {
 // One sequence's rows in a ragged token batch: rows [row, row + len) of the
 // batch are its tokens at positions [pos, pos + len). Its keys and values
 // live in KV blocks: position p in block block_ids[blocks + p / kBlockSize]
-// of the batch's block table (SeqTable), at p % kBlockSize. Laid out as four
+// of the batch's block table (SeqTable), at p % kBlockSize (KvLayer::kNoBlock
+// for blocks wholly behind a window, which nothing reads). Laid out as four
 // int32, as SeqTable::device holds it.
 struct SeqRows {
   int32_t blocks = 0;  // offset of the sequence's block list in the block table
@@ -46,6 +47,10 @@ inline int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kBF16 ? 2 : 4;
 // on a CPU, the threads of a warp on a GPU) with no horizontal sums.
 struct KvLayer {
   static constexpr int kBlockSize = 32;
+  // A block table entry for positions no row of the step attends in any
+  // layer (behind every layer's window: the engine gave the block back).
+  // Kernels never read it; the checks refuse it wherever a row would.
+  static constexpr int32_t kNoBlock = -1;
 
   void* k = nullptr;  // elements of `dtype`: float, or bfloat16 bits (uint16_t)
   void* v = nullptr;

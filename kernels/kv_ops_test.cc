@@ -206,7 +206,26 @@ TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
     const absl::Status bad_params = d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {0, 1}), kv, negative, out);
     EXPECT_EQ(bad_params.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(bad_params.message().find("window -1"), std::string::npos) << bad_params;
+    // kNoBlock (a block given back) only wholly behind what the op touches:
+    // a row at 40 writes block 1; with a window of 8 it reads [33, 40].
+    const absl::Status no_block_written =
+        d->AppendKv(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {0, KvLayer::kNoBlock}), kv);
+    EXPECT_EQ(no_block_written.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(no_block_written.message().find("block 1 (positions [32, 64)) is -1: its rows write positions 40 on"),
+              std::string::npos) << no_block_written;
+    AttentionParams window;
+    window.window = 8;
+    const absl::Status no_block_read =
+        d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {KvLayer::kNoBlock, 1}), kv, {}, out);
+    EXPECT_EQ(no_block_read.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(no_block_read.message().find("block 0 (positions [0, 32)) is -1: its rows attend positions 0 on"),
+              std::string::npos) << no_block_read;
+    const absl::Status other_negative =
+        d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {-2, 1}), kv, window, out);
+    EXPECT_EQ(other_negative.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(other_negative.message().find("is -2"), std::string::npos) << other_negative;
     EXPECT_EQ(d.Down(kt), k0.values);
+    EXPECT_TRUE(d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {KvLayer::kNoBlock, 1}), kv, window, out).ok());
     return d.Down(kt);
   });
 }
@@ -232,8 +251,11 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
       contiguous[i] = 2 * per_seq + i;
       scattered[i] = N - 1 - 3 * i;
     }
+    // give_back: each call's table names the blocks wholly behind its first
+    // row's window KvLayer::kNoBlock, as the engine's does once it gave
+    // them back.
     auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others,
-                   const std::vector<int32_t>& blocks) {
+                   const std::vector<int32_t>& blocks, bool give_back = false) {
       KvLayer kv{nullptr, nullptr, N, H, D, kv_dtype()};
       const int64_t elements = kv.elements();
       const Arena k0(kv_dtype(), elements, 40), v0(kv_dtype(), elements, 41);
@@ -256,6 +278,8 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
           const int row = with_others ? 7 : 0;
           seqs.push_back({static_cast<int32_t>(table.size()), pos, n, row});
           table.insert(table.end(), blocks.begin(), blocks.begin() + KvLayer::BlocksFor(pos + n));
+          const int behind = give_back ? std::max(0, pos + 1 - params.window) / KvLayer::kBlockSize : 0;
+          std::fill_n(table.end() - KvLayer::BlocksFor(pos + n), behind, KvLayer::kNoBlock);
           qkv.insert(qkv.end(), qkv_seq.begin() + size_t(pos) * 3 * HD,
                      qkv_seq.begin() + size_t(pos + n) * 3 * HD);
           const int T = row + n;
@@ -281,6 +305,10 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
     }
     // Decode steps at the end of a long context.
     EXPECT_EQ(alone, run({{len - 4, 1, 1, 1, 1}}, true, scattered)) << len;
+    if (params.window > 0 && len > params.window + 64) {
+      // With the blocks behind each call's window given back.
+      EXPECT_EQ(alone, run({{800, 300, 1, 1, len - 1102}}, true, scattered, true)) << len;
+    }
   }
 }
 
