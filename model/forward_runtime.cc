@@ -41,7 +41,7 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
   }
   const int limit = std::min(cs.max_seq, max_positions_);
   for (int32_t id : b.block_ids) {
-    if (id < 0 || id >= cs.num_blocks) {
+    if ((id < 0 && id != kernels::KvLayer::kNoBlock) || id >= cs.num_blocks) {
       return absl::InvalidArgumentError(
           absl::StrFormat("KV block %d is outside the cache (%d blocks)", id, cs.num_blocks));
     }
@@ -59,8 +59,23 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
           s.pos, s.pos + s.len, blocks, s.blocks, b.block_ids.size()));
     }
     next_block += blocks;
+    // Blocks the sequence's rows read (from its first row's window on, in
+    // every layer) are blocks of the cache; only those wholly behind may be
+    // kNoBlock, and only where every layer has a window.
+    const int64_t first_read = expected.window > 0 ? std::max(0, s.pos + 1 - expected.window) : 0;
+    for (int64_t k = first_read / KvCacheShape::kBlockSize; k < s.pos / KvCacheShape::kBlockSize; ++k) {
+      if (b.block_ids[s.blocks + k] == kernels::KvLayer::kNoBlock) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "a sequence at positions [%d, %d) reads block %d (positions from %d), which it gave back",
+            s.pos, s.pos + s.len, k, k * KvCacheShape::kBlockSize));
+      }
+    }
     for (int64_t k = s.pos / KvCacheShape::kBlockSize; k < blocks; ++k) {
       const int32_t id = b.block_ids[s.blocks + k];
+      if (id == kernels::KvLayer::kNoBlock) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "a sequence at positions [%d, %d) writes block %d, which it gave back", s.pos, s.pos + s.len, k));
+      }
       if (written_[id]) {
         return absl::InvalidArgumentError(
             absl::StrFormat("KV block %d is written by two sequences of one batch", id));

@@ -47,8 +47,10 @@ class ForwardRuntime {
   // InvalidArgument naming the problem when the batch does not fit the
   // model or the cache (`expected` is the cache shape the model needs; its
   // blocks and positions are the cache's own): block ids outside the cache,
-  // a block table that does not cover a sequence's positions, or a block
-  // that two sequences would write.
+  // a block table that does not cover a sequence's positions, a block that
+  // two sequences would write, or a given-back block (KvLayer::kNoBlock) a
+  // row would read or write (only blocks wholly behind the first row's
+  // window in every layer, expected.window, may be given back).
   absl::Status CheckBatch(const ForwardBatch& batch, const KvCache& cache,
                           const KvCacheShape& expected);
 

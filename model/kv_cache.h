@@ -26,6 +26,11 @@ struct KvCacheShape {
   // The most positions one sequence may reach: what a step's launches are
   // sized for when they must not depend on the batch (recorded steps).
   int max_seq = 0;
+  // > 0: every layer attends only the last `window` positions (Mistral), so
+  // a sequence's blocks wholly behind its next row's window are never read
+  // again: the engine gives them back, naming them kernels::KvLayer::kNoBlock
+  // in its block list. 0: some layer reads the whole context.
+  int window = 0;
 
   // K and V of one token in every layer.
   int64_t bytes_per_token() const {

@@ -160,6 +160,60 @@ TEST_P(PagedKvTest, LogitsOfEachSequencesLastRowsAreThoseRows) {
   }
 }
 
+// Every layer of builtin:mistral-tiny attends its last 40 positions: a
+// sequence's blocks wholly behind its first row's window may be named
+// kNoBlock (given back) and the logits are bitwise those with the real
+// blocks; a given-back block a row would read or write is refused, and so
+// is any given-back block for a model with a layer that reads everything.
+TEST_P(PagedKvTest, GivenBackBlocksOnlyBehindEveryLayersWindow) {
+  std::string skip;
+  auto backend = testing::BackendForTest(std::get<1>(GetParam()), &skip, kernels::MatmulDtype::kF32,
+                                         std::get<0>(GetParam()));
+  if (backend == nullptr) GTEST_SKIP() << skip;
+  auto loaded = LoadModel("builtin:mistral-tiny");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto model = testing::ModelOn(*backend, **loaded);
+  const int max_seq = 160, V = model->info().vocab_size;
+  std::vector<int32_t> tokens(max_seq);
+  for (int i = 0; i < max_seq; ++i) tokens[i] = (i * 13 + 3) % V;
+  const std::vector<int32_t> blocks = testing::SeqBlocks(0, max_seq);
+  // Positions [0, 120) first, then rows [120, 160): its first row reads
+  // from 81 on, so blocks 0 and 1 ([0, 64)) are behind the window.
+  auto run = [&](std::vector<int32_t> second, std::vector<float>* logits) {
+    auto cache = testing::CacheFor(*model, 1, max_seq);
+    ForwardBatch b;
+    b.AddSequence(blocks, 0, absl::MakeConstSpan(tokens.data(), 120));
+    EXPECT_TRUE(model->Forward(b, *cache, LogitsFor::kLastRowsOfEachSequence, logits).ok());
+    b.Clear();
+    b.AddSequence(second, 120, absl::MakeConstSpan(tokens.data() + 120, 40), 40);
+    return model->Forward(b, *cache, LogitsFor::kLastRowsOfEachSequence, logits);
+  };
+  std::vector<float> kept, given_back;
+  ASSERT_TRUE(run(blocks, &kept).ok());
+  std::vector<int32_t> behind = blocks;
+  behind[0] = behind[1] = kernels::KvLayer::kNoBlock;
+  ASSERT_TRUE(run(behind, &given_back).ok());
+  ASSERT_EQ(kept.size(), size_t(40) * V);
+  EXPECT_EQ(std::memcmp(kept.data(), given_back.data(), kept.size() * sizeof(float)), 0);
+  std::vector<int32_t> read = blocks;
+  read[2] = kernels::KvLayer::kNoBlock;  // [64, 96): the first row reads 81 on
+  absl::Status st = run(read, &given_back);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("reads block 2 (positions from 64), which it gave back"), std::string::npos) << st;
+  std::vector<int32_t> written = blocks;
+  written[3] = kernels::KvLayer::kNoBlock;  // [96, 128) holds position 120
+  st = run(written, &given_back);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("writes block 3, which it gave back"), std::string::npos) << st;
+
+  auto llama = LoadModel("builtin:llama-tiny");
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  model = testing::ModelOn(*backend, **llama);
+  st = run(behind, &given_back);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("reads block 0 (positions from 0), which it gave back"), std::string::npos) << st;
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDtypesAndDevices, PagedKvTest,
                          ::testing::Combine(::testing::Values(kernels::KvDtype::kF32,
                                                               kernels::KvDtype::kBF16),

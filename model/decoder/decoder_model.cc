@@ -355,6 +355,7 @@ KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq) const {
   shape.dtype = backend_.kv_dtype();
   shape.num_blocks = num_blocks;
   shape.max_seq = max_seq;
+  shape.window = spec_.KvWindow();
   return shape;
 }
 

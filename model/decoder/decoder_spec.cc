@@ -1,10 +1,21 @@
 #include "model/decoder/decoder_spec.h"
 
+#include <algorithm>
+
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 
 namespace flover {
+
+int DecoderSpec::KvWindow() const {
+  int window = 0;
+  for (const kernels::AttentionParams& a : attention) {
+    if (a.window <= 0) return 0;
+    window = std::max(window, a.window);
+  }
+  return window;
+}
 
 absl::Status DecoderSpec::Validate() const {
   auto bad = [](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(m...)); };

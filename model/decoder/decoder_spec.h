@@ -98,6 +98,10 @@ struct DecoderSpec {
   // > 0: logits = cap * tanh(logits / cap) (Gemma 2).
   float final_softcap = 0.0f;
 
+  // The window every layer attends within (the largest of theirs), or 0 if
+  // some layer attends the whole context: positions a row reads back.
+  int KvWindow() const;
+
   // OK, or InvalidArgument naming what does not fit.
   absl::Status Validate() const;
 };

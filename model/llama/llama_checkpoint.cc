@@ -47,6 +47,18 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.max_positions = 2048;
     c.rope_theta = 10000.0;
     c.rms_norm_eps = 1e-5f;
+  } else if (name == "mistral-tiny") {
+    // llama-tiny's shapes, every layer attending its last 40 positions (not
+    // a whole number of KV blocks).
+    c = *BuiltinLlamaConfig("llama-tiny");
+    c.architecture = "mistral";
+    c.sliding_window = 40;
+  } else if (name == "mistral-1b") {
+    // TinyLlama's shapes with Mistral 7B's window of 4096 positions, to 16K.
+    c = *BuiltinLlamaConfig("llama-1b");
+    c.architecture = "mistral";
+    c.max_positions = 16384;
+    c.sliding_window = 4096;
   } else if (name == "mixtral-tiny") {
     // llama-tiny's shapes with 8 experts, 2 per token, in every layer.
     c = *BuiltinLlamaConfig("llama-tiny");
