@@ -52,6 +52,9 @@ struct Engine::Sequence {
   int computed = 0;             // tokens whose K/V are in `blocks`
   std::vector<int32_t> blocks;  // its KV blocks, in order of position
   std::vector<uint64_t> block_keys;  // prefix-cache keys of its full computed blocks
+  // Its first blocks given back, behind its window (KvBlockPool::kNoBlock in
+  // `blocks`).
+  int given_back = 0;
   int generated = 0;
   // Its place in request.constraint (null without one): the step's sampling
   // loop advances it (in parallel), the sampler's mask and an observer read it.
@@ -77,6 +80,9 @@ struct Engine::Sequence {
     drafted = 0;
   }
 };
+
+static_assert(KvBlockPool::kBlockSize == KvCacheShape::kBlockSize, "the pool's blocks are the cache's");
+static_assert(KvBlockPool::kNoBlock == kernels::KvLayer::kNoBlock, "a given-back block is the kernels' kNoBlock");
 
 namespace {
 
@@ -169,10 +175,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
   }
   auto executor = CreateStepExecutor(model, options, channel);
   if (!executor.ok()) return executor.status();
+  // The scheduler counts on blocks behind a window coming back.
+  EngineOptions o = options;
+  o.scheduler.window = options.kv_cache.free_behind_window ? (*executor)->cache().shape().window : 0;
   // The warm-up ran here; steps run on the engine's thread from now on.
   kernels::ReleaseCpuThreadsHere();
-  return std::unique_ptr<Engine>(
-      new Engine(model, tokenizer, options, std::move(*executor), std::move(draft), channel));
+  return std::unique_ptr<Engine>(new Engine(model, tokenizer, o, std::move(*executor), std::move(draft), channel));
 }
 
 absl::Status RunEngineWorker(CausalLm& model, const EngineOptions& options, ControlChannel& channel) {
@@ -222,14 +230,14 @@ absl::Status Engine::Validate(const Request& r) const {
     return bad("max_new_tokens", "prompt (", r.prompt.size(), " tokens) + max_new_tokens (",
                stop.max_new_tokens, ") exceeds max_seq_len (", options_.max_seq_len, ")");
   }
-  if (KvCacheShape::BlocksFor(total) > num_kv_blocks_) {
+  if (BlocksToRun(total) > num_kv_blocks_) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "prompt (%d tokens) + max_new_tokens (%d) needs %d KV blocks of %d positions (%.1f MiB) "
         "but the whole KV cache has %d (%.1f MiB): it cannot run even alone; send less, or start "
         "the server with a larger --kv_cache_memory",
-        r.prompt.size(), stop.max_new_tokens, KvCacheShape::BlocksFor(total),
-        KvCacheShape::kBlockSize, KvCacheShape::BlocksFor(total) * kv_bytes_per_block_ / 1048576.0,
-        num_kv_blocks_, num_kv_blocks_ * kv_bytes_per_block_ / 1048576.0));
+        r.prompt.size(), stop.max_new_tokens, BlocksToRun(total), KvCacheShape::kBlockSize,
+        BlocksToRun(total) * kv_bytes_per_block_ / 1048576.0, num_kv_blocks_,
+        num_kv_blocks_ * kv_bytes_per_block_ / 1048576.0));
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
   for (const auto& [id, bias] : r.sampling.logit_bias) {
@@ -277,8 +285,31 @@ absl::StatusOr<RequestId> Engine::Submit(Request request, std::shared_ptr<TokenS
   return id;
 }
 
+int Engine::BlocksToRun(int64_t positions) const {
+  const int all = KvCacheShape::BlocksFor(positions);
+  const int window = options_.scheduler.window;
+  return window > 0 ? std::min(all, WindowBlocks(window, KvCacheShape::kBlockSize)) : all;
+}
+
+void Engine::GiveBackBehindWindow(Sequence& s) {
+  // Its next row, at position `computed`, attends [computed + 1 - window,
+  // computed] in every layer, and later rows later positions: the blocks
+  // wholly before are never read again.
+  const int window = options_.scheduler.window;
+  if (window <= 0) return;
+  const int behind = std::min(std::max(0, s.computed + 1 - window) / KvCacheShape::kBlockSize,
+                              static_cast<int>(s.blocks.size()));
+  for (; s.given_back < behind; ++s.given_back) {
+    int32_t& id = s.blocks[s.given_back];
+    if (id == KvBlockPool::kNoBlock) continue;
+    pool_.Release({&id, 1});
+    id = KvBlockPool::kNoBlock;
+  }
+}
+
 void Engine::RecordKvUseLocked() {
   stats_.kv_bytes_in_use = pool_.used_blocks() * kv_bytes_per_block_;
+  stats_.kv_bytes_peak = std::max(stats_.kv_bytes_peak, stats_.kv_bytes_in_use);
   stats_.kv_bytes_cached = pool_.cached_blocks() * kv_bytes_per_block_;
 }
 
@@ -486,6 +517,7 @@ void Engine::Preempt(RequestId id) {
   pool_.Release(seq->blocks);
   seq->blocks.clear();
   seq->block_keys.clear();
+  seq->given_back = 0;
   seq->computed = 0;
   seq->DropDrafts();
   seq->running = false;
@@ -513,6 +545,7 @@ bool Engine::Plan(StepPlan* plan) {
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
+  for (const auto& s : active_) GiveBackBehindWindow(*s);
   for (const auto& s : active_) {
     active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->blocks.size()),
                       pool_.Exclusive(s->blocks), s->drafted});

@@ -65,6 +65,7 @@ struct EngineStats {
   int max_running = 0;          // --max_batch
   int64_t kv_bytes_in_use = 0;  // blocks running sequences hold
   int64_t kv_bytes_cached = 0;  // idle blocks kept for prefix reuse
+  int64_t kv_bytes_peak = 0;    // the most kv_bytes_in_use has been
   int64_t kv_bytes_total = 0;
   int64_t kv_tokens_total = 0;  // the cache's capacity in positions
   int64_t steps = 0;
@@ -125,9 +126,10 @@ class Engine {
   const CausalLm& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
   // The most positions one sequence can reach: max_seq_len, or the whole KV
-  // cache where that holds fewer (a longer request is refused as
-  // RESOURCE_EXHAUSTED: it could not run even alone).
+  // cache where that holds fewer and no window gives blocks back (a longer
+  // request is refused as RESOURCE_EXHAUSTED: it could not run even alone).
   int max_context() const {
+    if (BlocksToRun(options_.max_seq_len) <= num_kv_blocks_) return options_.max_seq_len;
     return static_cast<int>(std::min<int64_t>(options_.max_seq_len, int64_t{num_kv_blocks_} * KvCacheShape::kBlockSize));
   }
 
@@ -137,6 +139,11 @@ class Engine {
   Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
          std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel);
   bool tensor_parallel() const { return channel_ != nullptr && channel_->world().tp_size > 1; }
+  // The KV blocks a sequence of `positions` needs to run alone: all of
+  // them, or with a window (options_.scheduler.window) those one spans.
+  int BlocksToRun(int64_t positions) const;
+  // Gives back the sequence's blocks wholly behind its next row's window.
+  void GiveBackBehindWindow(Sequence& s);
   // Fails every request and refuses new ones.
   void Fail(const absl::Status& error);
   absl::Status Validate(const Request& r) const;

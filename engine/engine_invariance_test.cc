@@ -299,6 +299,25 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"llama_fusion_bf16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
                                  "builtin:llama-tiny"},
+                      // Every layer windowed (40 positions): sequences give
+                      // back the blocks behind their windows as they go, and
+                      // prefix hits, preemption and drafts rolled back still
+                      // leave every output as it is alone with all its blocks.
+                      PolicyCase{"mistral_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:mistral-tiny"},
+                      PolicyCase{"mistral_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:mistral-tiny"},
+                      PolicyCase{"mistral_static", SchedulerPolicy::kStatic, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:mistral-tiny"},
+                      PolicyCase{"mistral_fusion_bf16_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:mistral-tiny", true},
+                      PolicyCase{"cuda_mistral_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
+                                 "builtin:mistral-tiny"},
                       // A mixture of experts (8 experts, 2 per row): rows move
                       // between batches and so between experts' groups, and
                       // each still equals its run alone; with preemption,

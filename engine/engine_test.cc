@@ -395,6 +395,65 @@ TEST_F(EngineTest, ARequestLargerThanTheWholeCacheIsRefusedWithTheSizes) {
   EXPECT_EQ(sink->tokens().size(), 28u);
 }
 
+// A model whose every layer has a window (builtin:mistral-tiny: 40
+// positions) gives back a sequence's blocks wholly behind it: 150 + 100
+// positions (8 blocks) run in a cache of 4, and answer what they answer run
+// alone with every block kept (GenerateAlone). Kept to the end instead
+// (kv_cache.free_behind_window off), the same request needs all 8.
+TEST_F(EngineTest, AWindowedModelHoldsOnlyTheBlocksItsWindowReads) {
+  loaded_ = testing::ValueOrDie(LoadModel("builtin:mistral-tiny"), "builtin:mistral-tiny");
+  model_ = testing::ModelOn(*backend_, *loaded_);
+  ASSERT_EQ(model_->CacheShape(1, 1).window, 40);
+  const int64_t per_block = model_->CacheShape(1, 1).bytes_per_block();
+  std::vector<int32_t> prompt(150);
+  for (int i = 0; i < 150; ++i) prompt[i] = (i * 37 + 5) % 512;
+  GenerateOptions g;
+  g.max_new_tokens = 100;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0;
+  auto cpu = testing::CpuBackend();
+  auto reference = testing::ModelOn(*cpu, *loaded_);
+  auto alone = GenerateAlone(*reference, prompt, g);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+
+  auto run = [&](int blocks, bool free_behind_window) {
+    engine_.reset();
+    EngineOptions o = Options();
+    o.kv_cache.bytes = blocks * per_block;
+    o.kv_cache.free_behind_window = free_behind_window;
+    o.scheduler.max_tokens_per_step = 64;  // the prompt in chunks of 64
+    engine_ = testing::ValueOrDie(Engine::Create(*model_, nullptr, o), "engine");
+  };
+  run(4, true);
+  EXPECT_EQ(engine_->max_context(), 512);  // not the cache's 128 positions
+  auto [id, sink] = Submit(Greedy(prompt, 100));
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->tokens(), *alone);
+  EXPECT_EQ(engine_->Stats().preemptions, 0);
+
+  // Room for all: the most it holds is 4 blocks, in the prompt's second
+  // chunk ([64, 128) and the window before it); at the end 2.
+  run(16, true);
+  auto roomy = Submit(Greedy(prompt, 100)).second;
+  ASSERT_TRUE(roomy->Wait());
+  EXPECT_EQ(roomy->tokens(), *alone);
+  EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.kv_bytes_peak, 4 * per_block);
+  EXPECT_EQ(s.kv_bytes_in_use, 0);
+  // The blocks it gave back and its last ones stay cached for prefix reuse.
+  EXPECT_EQ(s.kv_bytes_cached, 7 * per_block);  // 249 positions computed: 7 whole blocks
+
+  run(16, false);
+  auto kept = Submit(Greedy(prompt, 100)).second;
+  ASSERT_TRUE(kept->Wait());
+  EXPECT_EQ(kept->tokens(), *alone);
+  EXPECT_EQ(engine_->Stats().kv_bytes_peak, 8 * per_block);
+  run(4, false);
+  EXPECT_EQ(engine_->max_context(), 128);
+  auto refused = engine_->Submit(Greedy(prompt, 100), std::make_shared<CollectingSink>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+}
+
 // Finished sequences leave their whole blocks cached; the same prompt then
 // starts from them (and answers the same); a request that needs the memory
 // evicts them.

@@ -97,6 +97,7 @@ void KvBlockPool::Release(absl::Span<const int32_t> ids) {
   // ones in the idle list, so eviction takes leaves before what they extend.
   for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
     const int32_t id = *it;
+    if (id == kNoBlock) continue;  // given back already
     Block& b = blocks_[id];
     if (--b.refs > 0) continue;
     if (b.registered) {
@@ -115,6 +116,7 @@ void KvBlockPool::Register(absl::Span<const int32_t> tokens, absl::Span<const in
     const absl::Span<const int32_t> block_tokens = tokens.subspan(size_t(i) * kBlockSize, kBlockSize);
     const uint64_t key = ChainHash(parent, block_tokens);
     keys->push_back(key);
+    if (ids[i] == kNoBlock) continue;  // given back: its key still extends the chain
     Block& b = blocks_[ids[i]];
     if (b.registered || by_key_.contains(key)) continue;  // shared already, or a twin holds the key
     b.registered = true;
@@ -127,7 +129,7 @@ void KvBlockPool::Register(absl::Span<const int32_t> tokens, absl::Span<const in
 
 int KvBlockPool::Exclusive(absl::Span<const int32_t> ids) const {
   int n = 0;
-  for (int32_t id : ids) n += blocks_[id].refs == 1;
+  for (int32_t id : ids) n += id != kNoBlock && blocks_[id].refs == 1;
   return n;
 }
 

@@ -26,6 +26,9 @@ namespace flover {
 class KvBlockPool {
  public:
   static constexpr int kBlockSize = 32;  // positions per block (kernels::KvLayer::kBlockSize)
+  // In a block list, a block the sequence gave back (behind its window;
+  // kernels::KvLayer::kNoBlock): Release, Register and Exclusive pass over it.
+  static constexpr int32_t kNoBlock = -1;
 
   // The key a full block is registered under: the hash of all tokens up to
   // the block's end. The first block's parent is kNoParent.
@@ -61,8 +64,9 @@ class KvBlockPool {
   // than n are free.
   bool Allocate(int n, std::vector<int32_t>* blocks);
 
-  // Drops one reference on each block, last first. A block nobody holds is
-  // cached (idle) if registered, else free.
+  // Drops one reference on each block (kNoBlock entries are passed over),
+  // last first. A block nobody holds is cached (idle) if registered, else
+  // free.
   void Release(absl::Span<const int32_t> blocks);
 
   // Registers the sequence's full blocks from keys->size() up to

@@ -41,6 +41,36 @@ Seq Admit(KvBlockPool& pool, std::vector<int32_t> tokens) {
   return s;
 }
 
+TEST(KvBlockPoolTest, GivenBackEntriesArePassedOver) {
+  // A sequence that gave back its first two blocks (behind its window)
+  // keeps kNoBlock in their place: registering still extends its key
+  // chain over them, and releasing or counting skips them.
+  KvBlockPool pool(6, /*prefix_caching=*/true);
+  Seq s = Admit(pool, Tokens(100, 0));  // 4 blocks, 3 full and registered
+  ASSERT_EQ(s.blocks.size(), 4u);
+  ASSERT_EQ(s.keys.size(), 3u);
+  const int32_t first = s.blocks[0], second = s.blocks[1];
+  pool.Release({&s.blocks[0], 2});
+  s.blocks[0] = s.blocks[1] = KvBlockPool::kNoBlock;
+  EXPECT_EQ(pool.used_blocks(), 2);
+  EXPECT_EQ(pool.cached_blocks(), 2);  // registered: kept for prefix reuse
+  EXPECT_EQ(pool.Exclusive(s.blocks), 2);
+  s.tokens.resize(128, 7);
+  pool.Register(s.tokens, s.blocks, 4, &s.keys);
+  EXPECT_EQ(s.keys.size(), 4u);
+  // A new prompt with the same 128 tokens finds all four blocks: the two
+  // given back (idle) and the two still held.
+  std::vector<int32_t> blocks;
+  std::vector<uint64_t> keys;
+  EXPECT_EQ(pool.Match(s.tokens, 128, &blocks, &keys), 128);
+  EXPECT_EQ(blocks[0], first);
+  EXPECT_EQ(blocks[1], second);
+  pool.Release(blocks);
+  pool.Release(s.blocks);
+  EXPECT_EQ(pool.used_blocks(), 0);
+  EXPECT_EQ(pool.free_blocks(), 6);
+}
+
 TEST(KvBlockPoolTest, AllocatesAndReleasesWithoutPrefixCaching) {
   KvBlockPool pool(4, /*prefix_caching=*/false);
   std::vector<int32_t> a, b;

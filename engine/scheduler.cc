@@ -112,8 +112,11 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     const QueuedRequest& q = queue[i];
     const int held = q.cached / B;  // blocks it takes from the prefix cache
     const int avail = free - q.cached_idle;
-    if (BlocksFor(q.known, B) - held > avail) break;
-    const int len = std::min(q.known - q.cached, budget);
+    const int need = BlocksFor(q.known, B) - held;
+    if ((o.window > 0 ? std::min(need, WindowBlocks(o.window, B)) : need) > avail) break;
+    // Its first chunk within the blocks it holds and the free ones (all its
+    // tokens, unless a window let it in with fewer).
+    const int len = std::min({q.known - q.cached, budget, (held + avail) * B - q.cached});
     free = avail - (len > 0 ? BlocksFor(q.cached + len, B) - held : 0);
     plan.admitted.push_back(q.id);
     if (len > 0) {

@@ -35,6 +35,11 @@ struct SchedulerOptions {
   int max_batch = 128;               // most sequences running at once
   int max_tokens_per_step = 256;     // token budget of one forward
   int block_size = 32;               // positions per KV block
+  // > 0: every layer attends only the last `window` positions, and a
+  // sequence gives back the blocks wholly behind its next row's window
+  // before each step (the engine sets it from the cache): a prompt longer
+  // than the free blocks then starts with what they hold.
+  int window = 0;
   absl::Duration batch_delay = absl::Milliseconds(10);  // kDynamic
   absl::Duration static_flush = absl::Seconds(1);       // kStatic
 };
@@ -84,7 +89,8 @@ struct StepPlan {
 // `queue` is in arrival order (preempted requests first); `active` in
 // admission order. `free_blocks`: blocks the pool can hand out now (idle
 // cached ones included). Sequences that finished were removed from
-// `active` by the caller.
+// `active` by the caller. A running sequence's `blocks` count its whole
+// block list, given-back entries included (they cover positions too).
 //
 // Running sequences go first (decodes, with their drafts, then prompt
 // chunks, each oldest first), each as far as the token budget and free blocks allow; one that
@@ -92,10 +98,19 @@ struct StepPlan {
 // yet scheduled (itself, if it is the newest). Then, in a step that
 // preempted nothing, queued requests are admitted in order while the
 // policy, max_batch, the budget and free blocks allow, from their cached
-// prefix on.
+// prefix on: each needs blocks for all its known tokens, or with a window
+// only for the most one window spans (WindowBlocks), its first chunk then
+// no longer than the free blocks hold.
 StepPlan Schedule(const std::vector<QueuedRequest>& queue,
                   const std::vector<ActiveSequence>& active, int free_blocks,
                   const SchedulerOptions& options, absl::Time now);
+
+// The most blocks `window` consecutive positions span: what a sequence
+// holds at most between steps where blocks behind its window are given
+// back, with the block its next position opens.
+inline int WindowBlocks(int window, int block_size) {
+  return (window + 2 * block_size - 2) / block_size;
+}
 
 // Most rows a plan's forward can have: the token budget, no more than every
 // running sequence's whole context. Every sequence asks for one row of

@@ -88,6 +88,33 @@ TEST(SchedulerTest, AdmissionChecksTheBlocksThePromptNeeds) {
   EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 16)));
 }
 
+TEST(SchedulerTest, AWindowLetsInAPromptLongerThanTheFreeBlocks) {
+  // Window 40: a sequence holds at most WindowBlocks(40) = 3 blocks between
+  // steps (40 positions straddling 3 blocks), so a 300-token prompt is
+  // admitted with 3 free blocks, its first chunk within them (96 tokens).
+  SchedulerOptions o = Fusion(8, 256);
+  EXPECT_EQ(WindowBlocks(40, 32), 3);
+  EXPECT_EQ(WindowBlocks(32, 32), 2);
+  EXPECT_EQ(WindowBlocks(1, 32), 1);
+  EXPECT_THAT(Schedule({{1, 300, kT0}}, {}, 3, o, kT0).admitted, IsEmpty());
+  o.window = 40;
+  StepPlan p = Schedule({{1, 300, kT0}}, {}, 3, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 96)));
+  EXPECT_THAT(Schedule({{1, 300, kT0}}, {}, 2, o, kT0).admitted, IsEmpty());
+  // A short prompt still needs only its own blocks, and the budget bounds the chunk.
+  p = Schedule({{1, 20, kT0}, {2, 300, kT0}}, {}, 4, Fusion(8, 64), kT0);
+  EXPECT_THAT(p.admitted, ElementsAre(1));  // without the window, 300 tokens need 10
+  o.max_tokens_per_step = 64;
+  p = Schedule({{1, 20, kT0}, {2, 300, kT0}}, {}, 4, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 0, 20), std::make_tuple(2, 0, 44)));
+  // Running on, its list still counts given-back blocks (they cover
+  // positions): at 96 computed it holds 3 entries, 1 given back, and grows
+  // into the free ones.
+  ActiveSequence a{1, 96, 300, /*blocks=*/3, /*exclusive=*/2};
+  p = Schedule({}, {a}, 1, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 96, 32)));
+}
+
 TEST(SchedulerTest, ACachedPrefixIsNotComputedAgain) {
   // 64 of 70 tokens are cached in two blocks nobody holds (they count
   // against the free blocks when taken): one more block is needed.
@@ -227,6 +254,7 @@ TEST(SchedulerTest, PlansStayWithinRowsBatchAndBlocks) {
   for (int trial = 0; trial < 4000; ++trial) {
     SchedulerOptions o = Fusion(uniform(1, 12), uniform(1, 300));
     o.policy = static_cast<SchedulerPolicy>(uniform(0, 3));
+    if (uniform(0, 3) == 0) o.window = uniform(1, 100);  // prompts admitted with fewer blocks
     const int max_seq = uniform(2, 200);
     std::vector<ActiveSequence> active;
     const int n_active = uniform(0, o.max_batch);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/scheduler.h"
 #include "util/status_macros.h"
 
 namespace flover {
@@ -21,7 +22,16 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
   int64_t bytes = kv.bytes;
   if (bytes < 0) return absl::InvalidArgumentError("the KV cache's memory must be >= 0");
   if (bytes == 0) {
-    const int64_t most = int64_t{max_seqs} * KvCacheShape::BlocksFor(max_seq_len) * unit.bytes_per_block();
+    // What max_seqs sequences can hold at once: their whole contexts, or
+    // with blocks given back behind a window, one window each and a step's
+    // rows beyond it.
+    int64_t seq_blocks = KvCacheShape::BlocksFor(max_seq_len), step_blocks = 0;
+    if (kv.free_behind_window && unit.window > 0 &&
+        WindowBlocks(unit.window, KvCacheShape::kBlockSize) < seq_blocks) {
+      seq_blocks = WindowBlocks(unit.window, KvCacheShape::kBlockSize);
+      step_blocks = KvCacheShape::BlocksFor(max_rows);
+    }
+    const int64_t most = (int64_t{max_seqs} * seq_blocks + step_blocks) * unit.bytes_per_block();
     const kernels::DeviceInfo device = model.backend().Device();
     if (kv.device_memory_fraction <= 0 || kv.device_memory_fraction > 1) {
       return absl::InvalidArgumentError(absl::StrCat(

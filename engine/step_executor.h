@@ -26,6 +26,11 @@ namespace flover {
 struct KvCacheOptions {
   int64_t bytes = 0;
   double device_memory_fraction = 0.9;
+  // Where every layer has a sliding window (KvCacheShape::window), a
+  // sequence gives back the blocks wholly behind it, so it holds at most
+  // those one window spans; false keeps every block to the end (for
+  // measuring what that saves).
+  bool free_behind_window = true;
 };
 inline constexpr int64_t kDefaultCpuKvCacheBytes = int64_t{4} << 30;
 

@@ -289,6 +289,7 @@ grpc::ServerUnaryReactor* FloverService::GetStats(grpc::CallbackServerContext* c
   out->set_kv_bytes_in_use(s.kv_bytes_in_use);
   out->set_kv_bytes_total(s.kv_bytes_total);
   out->set_kv_bytes_cached(s.kv_bytes_cached);
+  out->set_kv_bytes_peak(s.kv_bytes_peak);
   out->set_tokens_generated(s.generated_tokens);
   out->set_prompt_tokens(s.prompt_tokens);
   out->set_prefix_cache_query_tokens(s.prefix_query_tokens);

@@ -42,6 +42,10 @@ ABSL_FLAG(std::string, kv_cache_memory, "",
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "Without --kv_cache_memory on a GPU: the share of its free memory (after weights and "
           "work space) the KV cache takes");
+ABSL_FLAG(bool, kv_free_behind_window, true,
+          "Where every layer of the model has a sliding window (Mistral), give back each "
+          "sequence's KV blocks wholly behind it, so a sequence holds one window, not its whole "
+          "context; false keeps them to the end (to measure what that saves)");
 ABSL_FLAG(bool, prefix_caching, true,
           "Reuse the computed K/V of prompts' leading tokens (shared system prompts, earlier "
           "turns of a chat); finished sequences' blocks stay cached until memory is needed");
@@ -159,6 +163,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
                                                    o.engine.kv_cache.device_memory_fraction));
   }
   o.engine.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.engine.kv_cache.free_behind_window = absl::GetFlag(FLAGS_kv_free_behind_window);
   o.engine.scheduler.batch_delay = absl::Milliseconds(absl::GetFlag(FLAGS_batch_delay_ms));
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
