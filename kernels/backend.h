@@ -40,7 +40,7 @@ inline constexpr int kMaxExperts = 1024;
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 11;
+inline constexpr int kBackendAbiVersion = 12;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).

@@ -213,15 +213,19 @@ TEST_P(OpsTest, GroupRmsNorm) {
 // untouched, against the rotation computed in double from the same f32
 // angle: what Hugging Face's models compute. Every dim turning as halves
 // (Llama), a part of them as halves (NeoX's partial rotary), a part of them
-// as interleaved pairs (GPT-J); the dims past the rotary part stay.
+// as interleaved pairs (GPT-J); the dims past the rotary part stay. With a
+// scale (LongRoPE's attention factor, Phi-4-mini's partial rotary) cos and
+// sin grow by it and the dims past the rotary part still stay.
 TEST_P(OpsTest, Rope) {
   struct Case {
     int rotary;
     RopeStyle style;
+    float scale = 1.0f;
   };
   const int T = 5, HQ = 4, HKV = 2, D = 16, W = (HQ + 2 * HKV) * D;
   for (const Case c : {Case{D, RopeStyle::kHalf}, Case{6, RopeStyle::kHalf},
-                       Case{8, RopeStyle::kInterleaved}, Case{D, RopeStyle::kInterleaved}}) {
+                       Case{8, RopeStyle::kInterleaved}, Case{D, RopeStyle::kInterleaved},
+                       Case{12, RopeStyle::kHalf, 1.19f}}) {
     RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-5, [&](Dev& d) {
       const int R = c.rotary, half = R / 2;
       auto qkv = Random(T * W, 33);
@@ -229,7 +233,7 @@ TEST_P(OpsTest, Rope) {
       std::vector<float> freq(half);
       for (int i = 0; i < half; ++i) freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * i / R));
       const Tensor t = d.Up(qkv, T, W);
-      EXPECT_TRUE(d->Rope(t, d.UpInts(pos, 1, T), d.Up(freq, 1, half), {HQ, HKV, D, c.style}).ok());
+      EXPECT_TRUE(d->Rope(t, d.UpInts(pos, 1, T), d.Up(freq, 1, half), {HQ, HKV, D, c.style, c.scale}).ok());
       const std::vector<float> got = d.Down(t);
       std::vector<double> want(qkv.begin(), qkv.end());
       const bool interleaved = c.style == RopeStyle::kInterleaved;
@@ -240,8 +244,9 @@ TEST_P(OpsTest, Rope) {
             const int ib = ia + (interleaved ? 1 : half);
             const double angle = static_cast<float>(pos[r]) * freq[i];
             const double a = qkv[ia], b = qkv[ib];
-            want[ia] = a * std::cos(angle) - b * std::sin(angle);
-            want[ib] = b * std::cos(angle) + a * std::sin(angle);
+            const double cs = std::cos(angle) * c.scale, sn = std::sin(angle) * c.scale;
+            want[ia] = a * cs - b * sn;
+            want[ib] = b * cs + a * sn;
           }
         }
       }
@@ -262,6 +267,10 @@ TEST_P(OpsTest, Rope) {
     const absl::Status st = d->Rope(t, d.UpInts({0}, 1, 1), d.Up(freq, 1, D), {HQ, HKV, D});
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("of dim 16, 32 of them rotary"), std::string::npos) << st;
+    const std::vector<float> two(2, 1.0f);
+    const absl::Status zero = d->Rope(t, d.UpInts({0}, 1, 1), d.Up(two, 1, 2), {HQ, HKV, D, RopeStyle::kHalf, 0.0f});
+    EXPECT_EQ(zero.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(zero.message().find("scale 0 must be positive"), std::string::npos) << zero;
     return d.Down(t);
   });
 }

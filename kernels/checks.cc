@@ -140,6 +140,9 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
                                                    " key/value heads of dim ", D, ", ", R,
                                                    " of them rotary"));
   }
+  if (!(p.scale > 0 && p.scale < 1e30f)) {
+    return absl::InvalidArgumentError(absl::StrCat("Rope: scale ", p.scale, " must be positive and finite"));
+  }
   FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "qkv", qkv, kAnySize,
                                      (int64_t{p.q_heads} + 2 * p.kv_heads) * D, {DType::kF32}));
   return CheckTensor("Rope", "positions", positions, 1, qkv.rows, {DType::kI32});

@@ -52,6 +52,10 @@ struct RopeParams {
   int kv_heads = 0;
   int head_dim = 0;
   RopeStyle style = RopeStyle::kHalf;
+  // cos and sin are multiplied by this (LongRoPE's attention factor, as
+  // transformers and llama.cpp apply it): the turned dims grow by it, the
+  // others do not. 1: plain rotation, bitwise.
+  float scale = 1.0f;
 };
 
 }  // namespace flover::kernels

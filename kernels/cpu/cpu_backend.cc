@@ -552,8 +552,8 @@ absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const 
     for (int64_t t = 0; t < T; ++t) {
       for (int i = 0; i < half; ++i) {
         const float angle = static_cast<float>(pos[t]) * freq[i];
-        cs[i] = std::cos(angle);
-        sn[i] = std::sin(angle);
+        cs[i] = std::cos(angle) * p.scale;
+        sn[i] = std::sin(angle) * p.scale;
       }
       for (int h = 0; h < rotated; ++h) {
         float* v = rows + t * W + int64_t{h} * D;

@@ -408,7 +408,7 @@ absl::Status CudaBackend::Rope(const Tensor& qkv, const Tensor& positions, const
   return CudaStatus(LaunchRope(qkv.as<float>(), positions.as<int32_t>(), inv_freq.as<float>(),
                                static_cast<int>(qkv.rows), p.q_heads, p.kv_heads, p.head_dim,
                                static_cast<int>(inv_freq.cols),
-                               p.style == RopeStyle::kInterleaved, stream_),
+                               p.style == RopeStyle::kInterleaved, p.scale, stream_),
                     "Rope");
 }
 

@@ -536,7 +536,7 @@ __global__ void RmsNormKernel(const float* x, int C, const float* gamma, float e
 // first 2 * half dims of each: (i, i + half), or (2i, 2i + 1) interleaved.
 __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* inv_freq,
                            int rotated_heads, int head_dim, int half, bool interleaved,
-                           int64_t row_width) {
+                           float scale, int64_t row_width) {
   const int t = blockIdx.x;
   const int a_step = interleaved ? 2 : 1, b_off = interleaved ? 1 : half;
   float* row = qkv + t * row_width;
@@ -545,6 +545,8 @@ __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* in
     const int h = j / half, i = j % half;
     float c, s;
     sincosf(p * inv_freq[i], &s, &c);
+    c *= scale;
+    s *= scale;
     float* v = row + static_cast<int64_t>(h) * head_dim + i * a_step;
     const float a = v[0], b = v[b_off];
     v[0] = a * c - b * s;
@@ -1167,11 +1169,11 @@ cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, floa
 
 cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_freq, int T,
                        int q_heads, int kv_heads, int head_dim, int rotary_half, bool interleaved,
-                       cudaStream_t stream) {
+                       float scale, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const int64_t width = (static_cast<int64_t>(q_heads) + 2 * kv_heads) * head_dim;
   RopeKernel<<<T, kElementwiseThreads, 0, stream>>>(qkv, positions, inv_freq, q_heads + kv_heads,
-                                                    head_dim, rotary_half, interleaved, width);
+                                                    head_dim, rotary_half, interleaved, scale, width);
   return cudaGetLastError();
 }
 
