@@ -262,6 +262,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            "tests/golden/mistral_tiny",
                                            "tests/golden/phi3_tiny",
                                            "tests/golden/phi3_longrope_tiny",
+                                           // partial rotary on each rank's heads
+                                           "tests/golden/phi4_mini_tiny",
                                            "tests/golden/qwen2_untied",
                                            // each branch all-reduced before its
                                            // post-norm; windowed and global layers

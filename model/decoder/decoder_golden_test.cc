@@ -195,6 +195,8 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
       {"phi3_longrope_tiny", "phi3", "F32", 2, false, {2}},
       {"gguf_phi3", "phi3", "F32", 2, false, {}},
+      {"phi4_mini_tiny", "phi3", "F32", 2, true, {2}},
+      {"gguf_phi4_mini", "phi3", "F32", 2, true, {}},
       {"gemma2_hd_tiny", "gemma2", "F32", 2, true, {1}},
       {"gemma3_hd_tiny", "gemma3_text", "F32", 2, true, {1}},
       {"gguf_gemma2", "gemma2", "F32", 2, true, {}},
@@ -305,13 +307,16 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"phi3_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kF32, kVsEmulation},
             // Phi-3.5's LongRoPE: per-frequency short factors and cos/sin
             // scaled by sqrt(1 + ln 4 / ln 64), to its original 64 positions.
-            // bf16 with an f32 KV cache: Flover folds the cos/sin scale into
-            // the attention's scale, so a bf16 cache rounds the keys before
-            // that scale where transformers rounds them after (1.2e-2 from
-            // its emulation, against kVsEmulation's 1e-2).
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"phi3_longrope_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
             // Phi-3 as llama.cpp writes it (make_gguf_families.py).
             Case{"gguf_phi3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            // Phi-4-mini's shape: partial rotary (12 of 16 dims) with
+            // LongRoPE's scale on the turned dims only, a tied head
+            // (transformers 4.53.3, make_phi4_mini_golden.py, F32 only), and
+            // as llama.cpp writes it (the factors as tensors).
+            Case{"phi4_mini_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gguf_phi4_mini", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             // Gemma 2 and 3 with query_pre_attn_scalar = head_dim, as
             // directories and as llama.cpp writes them in GGUF (norms stored
             // as 1 + w; the scalar, the pattern and the local base not

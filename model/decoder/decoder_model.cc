@@ -427,7 +427,7 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
     }
     FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
     const kernels::RopeParams rope{shard_.q_heads, shard_.kv_heads, spec_.head_dim,
-                                   spec_.rope_style};
+                                   spec_.rope_style, spec_.rope_scale};
     for (int l = 0; l < spec_.n_layer; ++l) {
       const LayerParams& p = layers_[l];
       FLOVER_RETURN_IF_ERROR(Norm(x, p.norm1, p.norm1_b, h));

@@ -54,6 +54,8 @@ struct DecoderSpec {
   // dims of each head turn (partial rotary when fewer than head_dim).
   std::vector<float> inv_freq;
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
+  // cos and sin are multiplied by this (LongRoPE's attention factor).
+  float rope_scale = 1.0f;
   // A second rotary table (as many frequencies) for the layers marked in
   // local_rope (n_layer entries, or empty: none): Gemma 3's local layers
   // turn by their own base, its global ones by inv_freq.

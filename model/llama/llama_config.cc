@@ -227,9 +227,12 @@ absl::Status LlamaConfig::Validate() const {
       if (l < 0 || l >= n_layer) return bad("mlp_only_layers names layer ", l, " of ", n_layer);
     }
   }
+  if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
+    return bad("the rotary dims (", rotary_dim, ") must be even and at most the head's ", head_dim);
+  }
   if (!rope_freq_factors.empty()) {
-    if (static_cast<int>(rope_freq_factors.size()) != head_dim / 2) {
-      return bad(rope_freq_factors.size(), " rope frequency factors for a head dimension of ", head_dim);
+    if (static_cast<int>(rope_freq_factors.size()) != rotary() / 2) {
+      return bad(rope_freq_factors.size(), " rope frequency factors for ", rotary(), " rotary dims");
     }
     for (float f : rope_freq_factors) {
       if (!(f > 0 && f < 1e30f)) return bad("rope frequency factor ", f, " is not a positive number");
@@ -307,6 +310,14 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   auto theta = JsonNumberField(s, "rope_theta", 10000.0, what);
   if (!theta.ok()) return theta.status();
   c.rope_theta = *theta;
+  if (c.partial_rotary_factor != 1.0) {
+    // As transformers: int(head_dim * partial_rotary_factor).
+    c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
+    if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0) {
+      return refuse("partial_rotary_factor ", c.partial_rotary_factor, " of head_dim ", c.head_dim, " turns ",
+                    c.rotary_dim, " dims (must be even and at least 2)");
+    }
+  }
   if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
   if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
     // Served with the short factors, to original_max_position_embeddings:
@@ -315,10 +326,10 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     auto original = JsonIntField(s, "original_max_position_embeddings", 2, kMaxPositions, what);
     if (!original.ok()) return original.status();
     r.original_max_positions = *original;
-    if (static_cast<int>(r.short_factor.size()) != c.head_dim / 2 ||
-        static_cast<int>(r.long_factor.size()) != c.head_dim / 2) {
+    if (static_cast<int>(r.short_factor.size()) != c.rotary() / 2 ||
+        static_cast<int>(r.long_factor.size()) != c.rotary() / 2) {
       return refuse("rope_scaling has ", r.short_factor.size(), " short and ", r.long_factor.size(),
-                    " long factors for a head dimension of ", c.head_dim, " (", c.head_dim / 2, " each)");
+                    " long factors for ", c.rotary(), " rotary dims (", c.rotary() / 2, " each)");
     }
     const double scale = double(c.max_positions) / r.original_max_positions;
     r.attention_factor = scale <= 1.0 ? 1.0 : std::sqrt(1 + std::log(scale) / std::log(double(r.original_max_positions)));
@@ -364,7 +375,7 @@ ModelInfo InfoOf(const LlamaConfig& c) {
 }
 
 std::vector<float> RopeInvFreq(const LlamaConfig& c) {
-  std::vector<float> inv = RotaryInvFreq(static_cast<float>(c.rope_theta), c.head_dim);
+  std::vector<float> inv = RotaryInvFreq(static_cast<float>(c.rope_theta), c.rotary());
   const RopeScaling& r = c.rope_scaling;
   for (size_t i = 0; i < inv.size(); ++i) {
     float f = inv[i];

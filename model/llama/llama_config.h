@@ -52,6 +52,11 @@ struct LlamaConfig {
   float rms_norm_eps = 1e-6f;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Phi-4-mini's partial rotary: only the first rotary_dim dims of each
+  // head turn (config.json's partial_rotary_factor x head_dim, as
+  // transformers rounds it; GGUF's rope.dimension_count). 0: all of them.
+  double partial_rotary_factor = 1.0;
+  int rotary_dim = 0;
   // > 0: every layer attends to the last sliding_window positions only
   // (Mistral's sliding_window; Gemma 2's even layers only).
   int sliding_window = 0;
@@ -97,6 +102,7 @@ struct LlamaConfig {
   // The entry of `architecture` (llama's for a name not in the table,
   // which Validate refuses).
   const LlamaArchitecture& arch() const;
+  int rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_kv_head * head_dim; }
   // Whether layer l's MLP is a mixture of experts.
@@ -134,7 +140,8 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
 // The family-independent description.
 ModelInfo InfoOf(const LlamaConfig& config);
 
-// inv_freq[i] for i < head_dim / 2: 1 / theta^(2i / head_dim), with the
+// inv_freq[i] for i < R / 2 (R = rotary(): head_dim, or the partial
+// rotary dims): 1 / theta^(2i / R), with the
 // config's rope scaling applied as Hugging Face's transformers applies it
 // (linear: divided by the factor; llama3: low frequencies divided by the
 // factor, high ones kept, the band between interpolated), and divided by

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -91,7 +92,25 @@ TEST(LlamaConfigTest, Phi3) {
   auto short_list = ParseLlamaConfig(
       Config("phi3", R"("original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]})"),
       "c");
-  EXPECT_THAT(std::string(short_list.status().message()), HasSubstr("1 short and 1 long factors for a head dimension of 16"));
+  EXPECT_THAT(std::string(short_list.status().message()), HasSubstr("1 short and 1 long factors for 16 rotary dims (8 each)"));
+  // Phi-4-mini's partial rotary: the first int(16 * 0.75) = 12 dims of each
+  // head turn, so LongRoPE has 6 factors of each kind.
+  const std::string six = R"("short_factor": [1, 2, 3, 4, 5, 6], "long_factor": [2, 2, 2, 2, 2, 2])";
+  auto partial = ParseLlamaConfig(Config("phi3", R"("partial_rotary_factor": 0.75, "original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", )" + six + "}"), "c");
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_EQ(partial->rotary(), 12);
+  ASSERT_EQ(RopeInvFreq(*partial).size(), 6u);
+  EXPECT_FLOAT_EQ(RopeInvFreq(*partial)[5], static_cast<float>(1.0 / std::pow(10000.0, 10.0 / 12) / 6));
+  EXPECT_FLOAT_EQ(LlamaDecoderSpec(*partial).rope_scale, static_cast<float>(partial->rope_scaling.attention_factor));
+  EXPECT_EQ(LlamaDecoderSpec(*partial).inv_freq.size(), 6u);
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("phi3", R"("partial_rotary_factor": 0.75, "original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", )" + factors + "}"), "c").status().message()),
+              HasSubstr("8 short and 8 long factors for 12 rotary dims (6 each)"));
+  for (const char* bad : {"0", "1.5", "-1"}) {
+    EXPECT_THAT(std::string(ParseLlamaConfig(Config("phi3", absl::StrCat(R"("partial_rotary_factor": )", bad)), "c").status().message()),
+                HasSubstr("partial_rotary_factor must be in (0, 1]")) << bad;
+  }
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("phi3", R"("partial_rotary_factor": 0.1)"), "c").status().message()),
+              HasSubstr("partial_rotary_factor 0.1 of head_dim 16 turns 1 dims (must be even and at least 2)"));
   auto no_original = ParseLlamaConfig(Config("phi3", R"("rope_scaling": {"type": "su", )" + factors + "}"), "c");
   EXPECT_THAT(std::string(no_original.status().message()), HasSubstr("original_max_position_embeddings"));
 }

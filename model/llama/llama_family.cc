@@ -27,14 +27,13 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   s.layout = kernels::WeightLayout::kOutIn;
   s.inv_freq = RopeInvFreq(c);
   s.rope_style = kernels::RopeStyle::kHalf;
+  // LongRoPE scales cos and sin: the turned dims of q and k.
+  if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+    s.rope_scale = static_cast<float>(c.rope_scaling.attention_factor);
+  }
   for (int l = 0; l < c.n_layer; ++l) {
     kernels::AttentionParams a;
     if (c.query_pre_attn_scalar > 0) a.scale = static_cast<float>(1.0 / std::sqrt(c.query_pre_attn_scalar));
-    // LongRoPE scales cos and sin, so q and k: the scores by its square.
-    const double lf = c.rope_scaling.attention_factor;
-    if (c.rope_scaling.type == RopeScaling::Type::kLongRope && lf != 1.0) {
-      a.scale = static_cast<float>(lf * lf / std::sqrt(double(c.head_dim)));
-    }
     a.softcap = c.attn_logit_softcapping;
     a.window = c.sliding_window;
     s.attention.push_back(a);

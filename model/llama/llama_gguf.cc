@@ -411,8 +411,13 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   int rotary = c.head_dim;
   if (auto st = get_int("rope.dimension_count", &rotary, false, 1024); !st.ok()) return st;
   if (rotary != c.head_dim) {
-    return refuse(a, "rope.dimension_count ", rotary, " is less than the head dimension ", c.head_dim,
-                  " (partial rotary embeddings are not supported)");
+    // Partial rotary (Phi-4-mini) turns the first dims as halves; where the
+    // converter permuted Q and K for llama.cpp's pairs, it would not be so.
+    if (family->gguf_permuted_qk || rotary < 2 || rotary % 2 != 0 || rotary > c.head_dim) {
+      return refuse(a, "rope.dimension_count ", rotary, " for a head dimension of ", c.head_dim,
+                    " (partial rotary embeddings only unpermuted, even and at most the head)");
+    }
+    c.rotary_dim = rotary;
   }
   if (experts > 0) {  // a mixture of experts: a layer without a router is dense
     c.experts = experts;
@@ -459,20 +464,19 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   } else if (scaling != "none" && scaling != "linear") {
     return refuse(a, "rope.scaling.type \"", scaling, "\" is not supported (none, linear)");
   }
-  if (f.FindTensor("rope_factors_short.weight") != nullptr || f.FindTensor("rope_factors_long.weight") != nullptr) {
-    return refuse("rope_factors_short/long (Phi-3.5's LongRoPE) are not read from GGUF files; its Hugging Face "
-                  "directory is");
-  }
   if (const GgufTensor* freqs = f.FindTensor("rope_freqs.weight")) {
-    if (freqs->ne != std::vector<int64_t>{c.head_dim / 2}) {
-      return refuse("rope_freqs.weight has ", freqs->ne[0], " factors for a head dimension of ",
-                    c.head_dim);
+    if (freqs->ne != std::vector<int64_t>{c.rotary() / 2}) {
+      return refuse("rope_freqs.weight has ", freqs->ne[0], " factors for ", c.rotary(), " rotary dims");
     }
     auto values = f.ReadRows(*freqs, 0, 1);
     if (!values.ok()) return values.status();
     c.rope_freq_factors = std::move(*values);
   }
   if (family->gguf_parse != nullptr) FLOVER_RETURN_IF_ERROR(family->gguf_parse(f, a, &c));
+  if (c.rope_scaling.type != RopeScaling::Type::kLongRope &&
+      (f.FindTensor("rope_factors_short.weight") != nullptr || f.FindTensor("rope_factors_long.weight") != nullptr)) {
+    return refuse("rope_factors_short/long (LongRoPE) are read only for phi3, not ", c.architecture);
+  }
   const GgufTensor* embed = f.FindTensor("token_embd.weight");
   if (embed == nullptr) return refuse("no tensor 'token_embd.weight'");
   if (embed->ne.size() != 2) return refuse("token_embd.weight is not a matrix");

@@ -138,8 +138,10 @@ TEST(LlamaGgufTest, RefusesWhatItCannotRunByName) {
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.String("general.architecture", "x"); }),
               HasSubstr("metadata key general.architecture appears twice"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.rope.dimension_count", 2); }),
-              HasSubstr("m.gguf: llama.rope.dimension_count 2 is less than the head dimension 4 "
-                        "(partial rotary embeddings are not supported)"));
+              HasSubstr("m.gguf: llama.rope.dimension_count 2 for a head dimension of 4 "
+                        "(partial rotary embeddings only unpermuted, even and at most the head)"));
+  EXPECT_THAT(ConfigError([](GgufWriter& w) { w.F32Tensor("rope_factors_short.weight", {2}, {1, 1}); }),
+              HasSubstr("rope_factors_short/long (LongRoPE) are read only for phi3, not llama"));
   // A mixture of experts' counts, inconsistent or missing, named.
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.expert_count", 8); }),
               HasSubstr("m.gguf: no metadata llama.expert_used_count"));
@@ -159,7 +161,7 @@ TEST(LlamaGgufTest, RefusesWhatItCannotRunByName) {
   EXPECT_THAT(ConfigError([](GgufWriter&) {}, /*with_embedding=*/false),
               HasSubstr("no tensor 'token_embd.weight'"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.F32Tensor("rope_freqs.weight", {3}, {1, 1, 1}); }),
-              HasSubstr("rope_freqs.weight has 3 factors for a head dimension of 4"));
+              HasSubstr("rope_freqs.weight has 3 factors for 4 rotary dims"));
   // Another architecture, and a key of the wrong type.
   GgufWriter other;
   other.String("general.architecture", "mamba");

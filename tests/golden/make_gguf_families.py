@@ -34,11 +34,18 @@ vocabulary (the fixtures have none).
   gguf_qwen2_moe   qwen2_moe_tiny as "qwen2moe": q/k/v biases, the shared
                    expert (ffn_*_shexp) and its gate as a [C] vector
                    (ffn_gate_inp_shexp), expert_shared_feed_forward_length
+  gguf_phi4_mini   phi4_mini_tiny (make_phi4_mini_golden.py) as "phi3":
+                   rope.dimension_count 12 of head_dim 16 (partial rotary),
+                   LongRoPE as rope_factors_short / rope_factors_long
+                   tensors with rope.scaling.attn_factor and
+                   original_context_length, as llama.cpp's converter writes
+                   them; no output.weight (tied)
 
     python3 -m venv --system-site-packages VENV && VENV/bin/pip install gguf safetensors
     VENV/bin/python tests/golden/make_gguf_families.py
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -95,7 +102,8 @@ def write(src, out, arch, permuted, renormalize_note):
     w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_rope_freq_base(cfg["rope_theta"])
-    w.add_rope_dimension_count(head_dim)
+    rotary = int(head_dim * cfg.get("partial_rotary_factor", 1.0))
+    w.add_rope_dimension_count(rotary)
     w.add_vocab_size(cfg["vocab_size"])
     if experts:
         w.add_expert_count(experts)
@@ -113,6 +121,14 @@ def write(src, out, arch, permuted, renormalize_note):
     if cfg.get("rope_scaling") and cfg["rope_scaling"].get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
+    rope = cfg.get("rope_scaling") or {}
+    if rope.get("type") == "longrope":
+        original = cfg["original_max_position_embeddings"]
+        scale = cfg["max_position_embeddings"] / original
+        w.add_rope_scaling_orig_ctx_len(original)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0)
+        w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
     w.add_eos_token_id(cfg["eos_token_id"])
     if "bos_token_id" in cfg:
         w.add_bos_token_id(cfg["bos_token_id"])
@@ -161,6 +177,7 @@ def main():
     write("gemma2_hd_tiny", "gguf_gemma2", "gemma2", False, "")
     write("gemma3_hd_tiny", "gguf_gemma3", "gemma3", False, "")
     write("smollm3_tiny", "gguf_smollm3", "smollm3", True, "")
+    write("phi4_mini_tiny", "gguf_phi4_mini", "phi3", False, "")
 
 
 if __name__ == "__main__":

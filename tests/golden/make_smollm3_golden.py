@@ -143,9 +143,10 @@ def problems(double, prompts, greedy, gap):
     return out
 
 
-def write(model, double, prompts, greedy):
+def write(model, double, prompts, greedy, name=NAME):
+    """The fixture `name` (make_phi4_mini_golden.py writes its own with it)."""
     config = model.config
-    out_dir = os.path.join(HERE, NAME)
+    out_dir = os.path.join(HERE, name)
     os.makedirs(out_dir, exist_ok=True)
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()
                if "rotary_emb" not in k}
