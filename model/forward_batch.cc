@@ -6,11 +6,18 @@ namespace flover {
 
 void ForwardBatch::AddSequence(absl::Span<const int32_t> blocks, int32_t pos,
                                absl::Span<const int32_t> new_tokens, int32_t logit_rows_wanted) {
+  AddSequence(blocks, {}, pos, new_tokens, logit_rows_wanted);
+}
+
+void ForwardBatch::AddSequence(absl::Span<const int32_t> blocks, absl::Span<const int32_t> local_blocks,
+                               int32_t pos, absl::Span<const int32_t> new_tokens, int32_t logit_rows_wanted) {
   const int64_t len = static_cast<int64_t>(new_tokens.size());
   const size_t used = std::min<size_t>(blocks.size(), kernels::KvLayer::BlocksFor(pos + len));
   seqs.push_back({static_cast<int32_t>(block_ids.size()), pos, static_cast<int32_t>(len),
                   static_cast<int32_t>(tokens.size())});
   block_ids.insert(block_ids.end(), blocks.begin(), blocks.begin() + used);
+  local_block_ids.insert(local_block_ids.end(), local_blocks.begin(),
+                         local_blocks.begin() + std::min(used, local_blocks.size()));
   logit_rows.push_back(logit_rows_wanted);
   for (int64_t i = 0; i < len; ++i) {
     tokens.push_back(new_tokens[i]);
@@ -23,6 +30,7 @@ void ForwardBatch::Clear() {
   positions.clear();
   seqs.clear();
   block_ids.clear();
+  local_block_ids.clear();
   logit_rows.clear();
 }
 

@@ -19,6 +19,10 @@ struct ForwardBatch {
   std::vector<int32_t> positions;  // [T]
   std::vector<kernels::SeqRows> seqs;
   std::vector<int32_t> block_ids;  // the block table: each sequence's blocks in turn
+  // With a cache of local blocks (KvCacheShape::local_blocks): the local
+  // layers' block table, entry for entry beside block_ids (the same
+  // positions; kNoBlock behind a sequence's window). Else empty.
+  std::vector<int32_t> local_block_ids;
   // Per sequence, how many of its last rows need logits (1..len): 1 for a
   // decode token or a prompt's last chunk, more for draft tokens being
   // verified (each row's logits then say what follows it). Empty: 1 each.
@@ -29,6 +33,9 @@ struct ForwardBatch {
   // ceil((pos + len) / kBlockSize) of them are kept: those its positions
   // reach), asking for the logits of its last `logit_rows` rows.
   void AddSequence(absl::Span<const int32_t> blocks, int32_t pos,
+                   absl::Span<const int32_t> new_tokens, int32_t logit_rows = 1);
+  // The same, with the local layers' blocks (as many).
+  void AddSequence(absl::Span<const int32_t> blocks, absl::Span<const int32_t> local_blocks, int32_t pos,
                    absl::Span<const int32_t> new_tokens, int32_t logit_rows = 1);
   void Clear();
   int num_rows() const { return static_cast<int>(tokens.size()); }

@@ -40,15 +40,52 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
     return absl::InvalidArgumentError("batch positions and tokens differ in length");
   }
   const int limit = std::min(cs.max_seq, max_positions_);
-  for (int32_t id : b.block_ids) {
-    if ((id < 0 && id != kernels::KvLayer::kNoBlock) || id >= cs.num_blocks) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("KV block %d is outside the cache (%d blocks)", id, cs.num_blocks));
+  const bool local = cs.local_blocks > 0;
+  if (b.local_block_ids.size() != (local ? b.block_ids.size() : 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the local block table has %d ids for a block table of %d (%s)", b.local_block_ids.size(),
+        b.block_ids.size(), local ? "the cache has local blocks: as many" : "the cache has no local blocks"));
+  }
+  for (auto [table, n] : {std::pair{&b.block_ids, cs.num_blocks}, {&b.local_block_ids, cs.local_blocks}}) {
+    for (int32_t id : *table) {
+      if ((id < 0 && id != kernels::KvLayer::kNoBlock) || id >= n) {
+        return absl::InvalidArgumentError(absl::StrFormat("KV block %d is outside the cache (%d %sblocks)", id, n,
+                                                          table == &b.block_ids ? "" : "local "));
+      }
     }
   }
   // A block a step writes belongs to one sequence (others may only read
   // blocks they share, below the positions they compute).
   written_.assign(cs.num_blocks, false);
+  written_local_.assign(cs.local_blocks, false);
+  // Blocks a sequence's rows read (from its first row's window on) are
+  // blocks of the cache; only those wholly behind a window every layer of
+  // the table has may be kNoBlock (given back).
+  auto check_blocks = [&](const std::vector<int32_t>& table, int window, std::vector<bool>& written,
+                          const kernels::SeqRows& s, int64_t blocks) -> absl::Status {
+    const char* kind = &table == &b.block_ids ? "block" : "local block";
+    const int64_t first_read = window > 0 ? std::max(0, s.pos + 1 - window) : 0;
+    for (int64_t k = first_read / KvCacheShape::kBlockSize; k < s.pos / KvCacheShape::kBlockSize; ++k) {
+      if (table[s.blocks + k] == kernels::KvLayer::kNoBlock) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "a sequence at positions [%d, %d) reads %s %d (positions from %d), which it gave back", s.pos,
+            s.pos + s.len, kind, k, k * KvCacheShape::kBlockSize));
+      }
+    }
+    for (int64_t k = s.pos / KvCacheShape::kBlockSize; k < blocks; ++k) {
+      const int32_t id = table[s.blocks + k];
+      if (id == kernels::KvLayer::kNoBlock) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "a sequence at positions [%d, %d) writes %s %d, which it gave back", s.pos, s.pos + s.len, kind, k));
+      }
+      if (written[id]) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("KV %s %d is written by two sequences of one batch", kind, id));
+      }
+      written[id] = true;
+    }
+    return absl::OkStatus();
+  };
   int32_t next_row = 0;
   int64_t next_block = 0;
   for (const kernels::SeqRows& s : b.seqs) {
@@ -59,29 +96,8 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
           s.pos, s.pos + s.len, blocks, s.blocks, b.block_ids.size()));
     }
     next_block += blocks;
-    // Blocks the sequence's rows read (from its first row's window on, in
-    // every layer) are blocks of the cache; only those wholly behind may be
-    // kNoBlock, and only where every layer has a window.
-    const int64_t first_read = expected.window > 0 ? std::max(0, s.pos + 1 - expected.window) : 0;
-    for (int64_t k = first_read / KvCacheShape::kBlockSize; k < s.pos / KvCacheShape::kBlockSize; ++k) {
-      if (b.block_ids[s.blocks + k] == kernels::KvLayer::kNoBlock) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "a sequence at positions [%d, %d) reads block %d (positions from %d), which it gave back",
-            s.pos, s.pos + s.len, k, k * KvCacheShape::kBlockSize));
-      }
-    }
-    for (int64_t k = s.pos / KvCacheShape::kBlockSize; k < blocks; ++k) {
-      const int32_t id = b.block_ids[s.blocks + k];
-      if (id == kernels::KvLayer::kNoBlock) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "a sequence at positions [%d, %d) writes block %d, which it gave back", s.pos, s.pos + s.len, k));
-      }
-      if (written_[id]) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("KV block %d is written by two sequences of one batch", id));
-      }
-      written_[id] = true;
-    }
+    FLOVER_RETURN_IF_ERROR(check_blocks(b.block_ids, expected.window, written_, s, blocks));
+    if (local) FLOVER_RETURN_IF_ERROR(check_blocks(b.local_block_ids, cs.local_window, written_local_, s, blocks));
     if (s.len < 1 || s.row != next_row) {
       return absl::InvalidArgumentError("sequence rows must be non-empty and consecutive");
     }
@@ -148,7 +164,7 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
   // row at most), then the block table: every sequence (one logit row each
   // at least) at the model's longest context.
   auto step = alloc(kernels::DType::kI32, 1,
-                    10 * int64_t{rows} + int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
+                    10 * int64_t{rows} + 2 * int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
   if (!step.ok()) return step.status();
   step_ = std::move(*step);
   if (tp_size_ > 1) {
@@ -171,8 +187,8 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
 
 absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBatch& b) {
   const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
-  const int64_t B = static_cast<int64_t>(b.block_ids.size());
-  if (T > rows_ || 10 * int64_t{T} + B > step_.tensor().cols) {
+  const int64_t B = static_cast<int64_t>(b.block_ids.size()), L = static_cast<int64_t>(b.local_block_ids.size());
+  if (T > rows_ || 10 * int64_t{T} + B + L > step_.tensor().cols) {
     return absl::InternalError("UploadStep before Reserve");
   }
   step_host_.clear();
@@ -185,6 +201,7 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
   }
   const int64_t blocks_at = static_cast<int64_t>(step_host_.size());
   step_host_.insert(step_host_.end(), b.block_ids.begin(), b.block_ids.end());
+  step_host_.insert(step_host_.end(), b.local_block_ids.begin(), b.local_block_ids.end());
   // Where a sequence asks for more than its last row's logits, the rows
   // are gathered through a table of one-row entries (GatherLastRows of
   // entry {row r, len 1} is row r).
@@ -209,15 +226,22 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
     const int R = static_cast<int>(gather_host_.size());
     gather = kernels::SeqTable{gather_host_.data(), R, all.View(gather_at, R, 4), T, max_context};
   }
-  return Step{all.View(0, 1, T), all.View(T, 1, T), seqs, gather};
+  kernels::SeqTable local = seqs;
+  if (L > 0) {
+    local.block_ids = b.local_block_ids.data();
+    local.block_ids_device = all.View(blocks_at + B, 1, L);
+  }
+  return Step{all.View(0, 1, T), all.View(T, 1, T), seqs, gather, local};
 }
 
 absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,
                                     const std::function<absl::Status()>& ops) {
   const kernels::SeqTable& seqs = step->seqs;
   if (!recordable_ || tp_size_ > 1 || seqs.num_rows != seqs.num_seqs ||
-      seqs.num_rows > kMaxRecordedRows) {
-    return ops();  // collectives between ops, or a prompt's rows: plainly
+      seqs.num_rows > kMaxRecordedRows || cache.shape().local_blocks > 0) {
+    // Collectives between ops, a prompt's rows, or a local block table
+    // (uploaded where its length puts it): plainly.
+    return ops();
   }
   step->seqs.max_context = std::max(step->seqs.max_context, cache.shape().max_seq);
   const kernels::KvLayer layer0 = cache.layer(0);

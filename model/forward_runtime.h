@@ -66,6 +66,9 @@ class ForwardRuntime {
     // The rows whose logits the batch asks for are the last rows of its
     // entries, in order: `seqs` itself where each sequence asks for one.
     kernels::SeqTable gather;
+    // `seqs` with the local layers' block table (ForwardBatch::
+    // local_block_ids); `seqs` itself without local blocks.
+    kernels::SeqTable local_seqs;
   };
   // The step's one upload. Call Reserve(T, ...) first.
   absl::StatusOr<Step> UploadStep(const ForwardBatch& batch);
@@ -118,7 +121,7 @@ class ForwardRuntime {
   int rows_ = 0, logit_rows_ = 0;
   std::vector<kernels::Buffer> buffers_;
   kernels::Buffer step_;     // i32: tokens, positions, sequences, block table
-  std::vector<bool> written_;  // CheckBatch's scratch: blocks a step writes
+  std::vector<bool> written_, written_local_;  // CheckBatch's scratch: blocks a step writes
   kernels::Buffer partial_;  // f32 [rows, hidden] (tp > 1): a row-split GEMM's part
   std::vector<int32_t> step_host_;
   std::vector<kernels::SeqRows> gather_host_;  // the step's gather table, where it has one

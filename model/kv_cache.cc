@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
                                                          const KvCacheShape& s) {
   if (s.layers < 1 || s.heads < 1 || s.head_dim < 1 || s.num_blocks < 1 || s.max_seq < 1) {
     return absl::InvalidArgumentError("KV cache shape must be positive in every dimension");
+  }
+  if (s.local_blocks < 0 || (s.local_blocks > 0 && (static_cast<int>(s.local_layers.size()) != s.layers ||
+                                                    s.local_window < 1 || s.local_layer_count() < 1 ||
+                                                    s.global_layer_count() < 1))) {
+    return absl::InvalidArgumentError(
+        "local KV blocks need local and global layers (one mark per layer) and a local window");
   }
   if (s.dtype != backend.kv_dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -50,10 +57,21 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
   return std::unique_ptr<KvCache>(new KvCache(backend, s, std::move(*data)));
 }
 
+int KvCacheShape::local_layer_count() const {
+  return local_blocks > 0 ? static_cast<int>(std::count(local_layers.begin(), local_layers.end(), true)) : 0;
+}
+
 kernels::KvLayer KvCache::layer(int i) const {
-  kernels::KvLayer kv{nullptr, nullptr, shape_.num_blocks, shape_.heads, shape_.head_dim, shape_.dtype};
+  // The global layers' K and V first, each [k | v] over num_blocks blocks;
+  // then the local layers', over local_blocks.
+  const bool local = shape_.local(i);
+  int index = 0;  // among the layers of its kind
+  for (int l = 0; l < i; ++l) index += shape_.local(l) == local;
+  kernels::KvLayer kv{nullptr, nullptr, local ? shape_.local_blocks : shape_.num_blocks, shape_.heads,
+                      shape_.head_dim, shape_.dtype};
   const int64_t bytes = kv.elements() * kernels::KvDtypeBytes(shape_.dtype);  // of k, and of v
-  char* base = static_cast<char*>(data_.tensor().data) + 2 * bytes * i;
+  char* base = static_cast<char*>(data_.tensor().data) + 2 * bytes * index +
+               (local ? shape_.bytes_per_block() * shape_.num_blocks : 0);
   kv.k = base;
   kv.v = base + bytes;
   return kv;

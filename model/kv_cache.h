@@ -31,13 +31,33 @@ struct KvCacheShape {
   // again: the engine gives them back, naming them kernels::KvLayer::kNoBlock
   // in its block list. 0: some layer reads the whole context.
   int window = 0;
+  // Local layers beside global ones (Gemma 2 and 3): the layers marked here
+  // (`layers` entries, or empty) attend only the last local_window positions
+  // while the others read the whole context.
+  std::vector<bool> local_layers;
+  int local_window = 0;
+  // > 0: the local layers keep their K and V in blocks of their own, this
+  // many, which ForwardBatch::local_block_ids names; a sequence gives back
+  // those wholly behind its window while its global layers' blocks cover
+  // its whole context. 0: every layer's K and V in the same blocks.
+  int local_blocks = 0;
 
-  // K and V of one token in every layer.
+  // Whether layer l keeps its K and V in the local blocks.
+  bool local(int l) const { return local_blocks > 0 && local_layers[l]; }
+  // Layers in the shared blocks (all of them without local blocks), and in
+  // the local ones.
+  int global_layer_count() const { return layers - local_layer_count(); }
+  int local_layer_count() const;
+  // K and V of one token in every layer of the shared blocks.
   int64_t bytes_per_token() const {
-    return int64_t{2} * layers * heads * head_dim * kernels::KvDtypeBytes(dtype);
+    return int64_t{2} * global_layer_count() * heads * head_dim * kernels::KvDtypeBytes(dtype);
   }
   int64_t bytes_per_block() const { return bytes_per_token() * kBlockSize; }
-  int64_t bytes() const { return bytes_per_block() * num_blocks; }
+  // One local block: K and V of kBlockSize positions in every local layer.
+  int64_t bytes_per_local_block() const {
+    return int64_t{2} * local_layer_count() * heads * head_dim * kernels::KvDtypeBytes(dtype) * kBlockSize;
+  }
+  int64_t bytes() const { return bytes_per_block() * num_blocks + bytes_per_local_block() * local_blocks; }
   int64_t tokens() const { return int64_t{num_blocks} * kBlockSize; }
   static int BlocksFor(int64_t positions) {
     return static_cast<int>(kernels::KvLayer::BlocksFor(positions));

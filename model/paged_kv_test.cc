@@ -214,6 +214,62 @@ TEST_P(PagedKvTest, GivenBackBlocksOnlyBehindEveryLayersWindow) {
   EXPECT_NE(st.message().find("reads block 0 (positions from 0), which it gave back"), std::string::npos) << st;
 }
 
+// builtin:gemma3-tiny: five local layers (window 40) to one global. With
+// local blocks the local layers keep their K and V apart, in blocks named
+// by the local table (kNoBlock wholly behind the first row's window),
+// and the logits are bitwise those of a cache where every layer shares the
+// blocks; a local table that does not fit is refused by name.
+TEST_P(PagedKvTest, LocalLayersInBlocksOfTheirOwn) {
+  std::string skip;
+  auto backend = testing::BackendForTest(std::get<1>(GetParam()), &skip, kernels::MatmulDtype::kF32,
+                                         std::get<0>(GetParam()));
+  if (backend == nullptr) GTEST_SKIP() << skip;
+  auto loaded = LoadModel("builtin:gemma3-tiny");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto model = testing::ModelOn(*backend, **loaded);
+  const int max_seq = 160, V = model->info().vocab_size;
+  KvCacheShape shared = model->CacheShape(KvCacheShape::BlocksFor(max_seq), max_seq);
+  ASSERT_EQ(shared.window, 0);
+  ASSERT_EQ(shared.local_window, 40);
+  ASSERT_EQ(shared.local_layers, (std::vector<bool>{true, true, true, true, true, false}));
+  KvCacheShape apart = shared;
+  apart.local_blocks = 7;
+  EXPECT_EQ(apart.bytes_per_block() * 6, shared.bytes_per_block());  // one global layer of six
+  EXPECT_EQ(apart.bytes_per_local_block(), 5 * apart.bytes_per_block());
+  std::vector<int32_t> tokens(max_seq);
+  for (int i = 0; i < max_seq; ++i) tokens[i] = (i * 29 + 11) % V;
+  const std::vector<int32_t> blocks = BlockRange(0, 5);
+  // Local blocks in another order; at [120, 160) the first row reads from
+  // 81 on: blocks 0 and 1 of the local table are behind its window.
+  const std::vector<int32_t> local = {6, 2, 4, 0, 5};
+  auto run = [&](const KvCacheShape& shape, const std::vector<int32_t>& second_local, std::vector<float>* logits) {
+    auto cache = KvCache::Create(*backend, shape);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    ForwardBatch b;
+    b.AddSequence(blocks, shape.local_blocks > 0 ? local : std::vector<int32_t>{}, 0,
+                  absl::MakeConstSpan(tokens.data(), 120));
+    EXPECT_TRUE(model->Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence, logits).ok());
+    b.Clear();
+    b.AddSequence(blocks, second_local, 120, absl::MakeConstSpan(tokens.data() + 120, 40), 40);
+    return model->Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence, logits);
+  };
+  std::vector<float> want, got;
+  ASSERT_TRUE(run(shared, {}, &want).ok());
+  std::vector<int32_t> behind = local;
+  behind[0] = behind[1] = kernels::KvLayer::kNoBlock;
+  ASSERT_TRUE(run(apart, behind, &got).ok());
+  ASSERT_EQ(got.size(), size_t(40) * V);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+  std::vector<int32_t> read = local;
+  read[2] = kernels::KvLayer::kNoBlock;
+  absl::Status st = run(apart, read, &got);
+  EXPECT_NE(st.message().find("reads local block 2 (positions from 64), which it gave back"), std::string::npos) << st;
+  st = run(apart, {6, 2}, &got);
+  EXPECT_NE(st.message().find("the local block table has 2 ids for a block table of 5"), std::string::npos) << st;
+  st = run(apart, {6, 2, 4, 0, 7}, &got);
+  EXPECT_NE(st.message().find("KV block 7 is outside the cache (7 local blocks)"), std::string::npos) << st;
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDtypesAndDevices, PagedKvTest,
                          ::testing::Combine(::testing::Values(kernels::KvDtype::kF32,
                                                               kernels::KvDtype::kBF16),

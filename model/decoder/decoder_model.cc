@@ -356,6 +356,20 @@ KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq) const {
   shape.num_blocks = num_blocks;
   shape.max_seq = max_seq;
   shape.window = spec_.KvWindow();
+  // Local layers of one window beside global ones (Gemma 2 and 3) may keep
+  // blocks of their own (the engine's choice: local_blocks).
+  if (shape.window == 0) {
+    for (const kernels::AttentionParams& a : spec_.attention) {
+      if (a.window > 0 && shape.local_window > 0 && a.window != shape.local_window) {
+        shape.local_layers.clear();
+        shape.local_window = 0;
+        break;
+      }
+      shape.local_layers.push_back(a.window > 0);
+      if (a.window > 0) shape.local_window = a.window;
+    }
+    if (shape.local_window == 0) shape.local_layers.clear();
+  }
   return shape;
 }
 
@@ -444,9 +458,10 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
         FLOVER_RETURN_IF_ERROR(
             backend_.Rope(qkv, step->positions, (local ? inv_freq_local_ : inv_freq_).tensor(), rope));
       }
-      FLOVER_RETURN_IF_ERROR(backend_.AppendKv(qkv, seqs, cache.layer(l)));
-      FLOVER_RETURN_IF_ERROR(
-          backend_.Attention(qkv, seqs, cache.layer(l), spec_.attention[l], attn));
+      // A local layer reads its own blocks where the cache keeps them apart.
+      const kernels::SeqTable& table = cache.shape().local(l) ? step->local_seqs : seqs;
+      FLOVER_RETURN_IF_ERROR(backend_.AppendKv(qkv, table, cache.layer(l)));
+      FLOVER_RETURN_IF_ERROR(backend_.Attention(qkv, table, cache.layer(l), spec_.attention[l], attn));
       if (spec_.block == Block::kParallel) {
         // attention and MLP both read norm1(x), still in h.
         FLOVER_RETURN_IF_ERROR(Residual(p.o, attn, p.post_attn_norm, T));

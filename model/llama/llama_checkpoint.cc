@@ -59,6 +59,18 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.architecture = "mistral";
     c.max_positions = 16384;
     c.sliding_window = 4096;
+  } else if (name == "gemma3-tiny") {
+    // llama-tiny's shapes in Gemma 3's layout, 6 layers: five local ones
+    // (window 40, their own rotary base) to one global.
+    c = *BuiltinLlamaConfig("llama-tiny");
+    c.architecture = "gemma3_text";
+    c.n_layer = 6;
+    c.tie_word_embeddings = true;
+    c.query_pre_attn_scalar = 16;
+    c.sliding_window = 40;
+    c.sliding_window_pattern = 6;
+    c.rope_local_base = 10000.0;
+    c.rope_theta = 1000000.0;
   } else if (name == "mixtral-tiny") {
     // llama-tiny's shapes with 8 experts, 2 per token, in every layer.
     c = *BuiltinLlamaConfig("llama-tiny");
