@@ -55,6 +55,11 @@ struct Engine::Sequence {
   // Its first blocks given back, behind its window (KvBlockPool::kNoBlock in
   // `blocks`).
   int given_back = 0;
+  // With local blocks (KvCacheShape::local_blocks): the local layers' blocks
+  // beside `blocks` (as many), their keys, and how many are given back.
+  std::vector<int32_t> local_blocks;
+  std::vector<uint64_t> local_keys;
+  int local_given_back = 0;
   int generated = 0;
   // Its place in request.constraint (null without one): the step's sampling
   // loop advances it (in parallel), the sampler's mask and an observer read it.
@@ -175,9 +180,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
   }
   auto executor = CreateStepExecutor(model, options, channel);
   if (!executor.ok()) return executor.status();
-  // The scheduler counts on blocks behind a window coming back.
+  // The scheduler counts on blocks behind a window coming back, and on
+  // local blocks where the cache keeps them apart.
   EngineOptions o = options;
-  o.scheduler.window = options.kv_cache.free_behind_window ? (*executor)->cache().shape().window : 0;
+  const KvCacheShape& shape = (*executor)->cache().shape();
+  o.scheduler.window = options.kv_cache.free_behind_window ? shape.window : 0;
+  o.scheduler.local_window = shape.local_blocks > 0 ? shape.local_window : 0;
   // The warm-up ran here; steps run on the engine's thread from now on.
   kernels::ReleaseCpuThreadsHere();
   return std::unique_ptr<Engine>(new Engine(model, tokenizer, o, std::move(*executor), std::move(draft), channel));
@@ -197,7 +205,10 @@ Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions&
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
       draft_(std::move(draft)), channel_(channel), kv_bytes_per_block_(executor_->cache().shape().bytes_per_block()),
       num_kv_blocks_(executor_->cache().shape().num_blocks),
-      pool_(num_kv_blocks_, options.prefix_caching) {
+      kv_bytes_per_local_block_(executor_->cache().shape().bytes_per_local_block()),
+      local_window_(executor_->cache().shape().local_blocks > 0 ? executor_->cache().shape().local_window : 0),
+      pool_(num_kv_blocks_, options.prefix_caching),
+      local_pool_(executor_->cache().shape().local_blocks, options.prefix_caching) {
   const KvCacheShape& shape = executor_->cache().shape();
   stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
@@ -291,26 +302,98 @@ int Engine::BlocksToRun(int64_t positions) const {
   return window > 0 ? std::min(all, WindowBlocks(window, KvCacheShape::kBlockSize)) : all;
 }
 
-void Engine::GiveBackBehindWindow(Sequence& s) {
-  // Its next row, at position `computed`, attends [computed + 1 - window,
-  // computed] in every layer, and later rows later positions: the blocks
-  // wholly before are never read again.
-  const int window = options_.scheduler.window;
+namespace {
+
+// Gives back the blocks of `blocks` from *given_back on that are wholly
+// behind the window of a row at position `computed`: it attends
+// [computed + 1 - window, computed], and later rows later positions, so
+// the blocks before are never read again.
+void GiveBack(KvBlockPool& pool, int window, int computed, std::vector<int32_t>& blocks, int* given_back) {
   if (window <= 0) return;
-  const int behind = std::min(std::max(0, s.computed + 1 - window) / KvCacheShape::kBlockSize,
-                              static_cast<int>(s.blocks.size()));
-  for (; s.given_back < behind; ++s.given_back) {
-    int32_t& id = s.blocks[s.given_back];
+  const int behind = std::min(std::max(0, computed + 1 - window) / KvCacheShape::kBlockSize,
+                              static_cast<int>(blocks.size()));
+  for (; *given_back < behind; ++*given_back) {
+    int32_t& id = blocks[*given_back];
     if (id == KvBlockPool::kNoBlock) continue;
-    pool_.Release({&id, 1});
+    pool.Release({&id, 1});
     id = KvBlockPool::kNoBlock;
   }
 }
 
+}  // namespace
+
+void Engine::GiveBackBehindWindow(Sequence& s) {
+  GiveBack(pool_, options_.scheduler.window, s.computed, s.blocks, &s.given_back);
+  GiveBack(local_pool_, local_window_, s.computed, s.local_blocks, &s.local_given_back);
+}
+
+void Engine::ReleaseBlocks(Sequence& s) {
+  pool_.Release(s.blocks);
+  local_pool_.Release(s.local_blocks);
+  s.blocks.clear();
+  s.block_keys.clear();
+  s.local_blocks.clear();
+  s.local_keys.clear();
+  s.given_back = s.local_given_back = 0;
+}
+
+void Engine::RegisterBlocks(Sequence& s) {
+  const int full = s.computed / KvCacheShape::kBlockSize;
+  pool_.Register(s.tokens, s.blocks, full, &s.block_keys);
+  if (local_window_ > 0) local_pool_.Register(s.tokens, s.local_blocks, full, &s.local_keys);
+}
+
+int Engine::UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* local_idle) const {
+  // The local layers read the window before the first row to compute
+  // (position `cached`): their blocks must be cached too, or the prefix
+  // is cut back to where they are.
+  if (local_idle != nullptr) *local_idle = 0;
+  if (local_window_ <= 0) return cached;
+  for (; cached > 0; cached -= KvCacheShape::kBlockSize) {
+    const int first = std::max(0, cached + 1 - local_window_) / KvCacheShape::kBlockSize;
+    const int idle = local_pool_.IdleInRange(tokens, first, cached / KvCacheShape::kBlockSize);
+    if (idle >= 0) {
+      if (local_idle != nullptr) *local_idle = idle;
+      break;
+    }
+  }
+  return cached;
+}
+
+int Engine::TakeCachedPrefix(Sequence& s) {
+  const int known = static_cast<int>(s.tokens.size());
+  const int usable = local_window_ > 0 ? UsablePrefix(s.tokens, pool_.Peek(s.tokens, known - 1).tokens) : -1;
+  const int taken = pool_.Match(s.tokens, known - 1, &s.blocks, &s.block_keys, usable);
+  if (local_window_ > 0 && taken > 0) {
+    const int first = std::max(0, taken + 1 - local_window_) / KvCacheShape::kBlockSize;
+    const bool ok = local_pool_.MatchRange(s.tokens, first, taken / KvCacheShape::kBlockSize, &s.local_blocks,
+                                           &s.local_keys);
+    s.local_given_back = first;
+    if (!ok) {  // not expected: UsablePrefix found them
+      ReleaseBlocks(s);
+      return 0;
+    }
+  }
+  return taken;
+}
+
+bool Engine::AllocateBlocks(Sequence& s, int need) {
+  if (need <= 0) return true;
+  if (!pool_.Allocate(need, &s.blocks)) return false;
+  if (local_window_ > 0 && !local_pool_.Allocate(need, &s.local_blocks)) {
+    pool_.Release(absl::MakeConstSpan(s.blocks).last(need));
+    s.blocks.resize(s.blocks.size() - need);
+    return false;
+  }
+  return true;
+}
+
 void Engine::RecordKvUseLocked() {
-  stats_.kv_bytes_in_use = pool_.used_blocks() * kv_bytes_per_block_;
+  stats_.kv_bytes_in_use =
+      pool_.used_blocks() * kv_bytes_per_block_ + local_pool_.used_blocks() * kv_bytes_per_local_block_;
   stats_.kv_bytes_peak = std::max(stats_.kv_bytes_peak, stats_.kv_bytes_in_use);
-  stats_.kv_bytes_cached = pool_.cached_blocks() * kv_bytes_per_block_;
+  stats_.kv_bytes_cached =
+      pool_.cached_blocks() * kv_bytes_per_block_ + local_pool_.cached_blocks() * kv_bytes_per_local_block_;
 }
 
 void Engine::PublishOccupancyLocked() {
@@ -446,10 +529,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   {
     // Counted before the sink hears of it, so a client that saw its request
     // finish never reads stats that still hold it.
-    if (seq.running) {
-      pool_.Release(seq.blocks);
-      seq.blocks.clear();
-    }
+    if (seq.running) ReleaseBlocks(seq);
     if (draft_ != nullptr) draft_->Forget(seq.id);
     std::lock_guard<std::mutex> lock(mu_);
     live_ids_.erase(seq.id);
@@ -514,10 +594,7 @@ void Engine::Preempt(RequestId id) {
   auto it = std::find_if(active_.begin(), active_.end(), [id](const auto& s) { return s->id == id; });
   std::unique_ptr<Sequence> seq = std::move(*it);
   active_.erase(it);
-  pool_.Release(seq->blocks);
-  seq->blocks.clear();
-  seq->block_keys.clear();
-  seq->given_back = 0;
+  ReleaseBlocks(*seq);
   seq->computed = 0;
   seq->DropDrafts();
   seq->running = false;
@@ -540,17 +617,22 @@ bool Engine::Plan(StepPlan* plan) {
   for (size_t i = 0; i < queue_.size(); ++i) {
     const Sequence& s = *queue_[i];
     const int known = static_cast<int>(s.tokens.size());
-    const KvBlockPool::Hit hit = i < candidates ? pool_.Peek(s.tokens, known - 1) : KvBlockPool::Hit{};
-    queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks});
+    KvBlockPool::Hit hit = i < candidates ? pool_.Peek(s.tokens, known - 1) : KvBlockPool::Hit{};
+    int local_idle = 0;
+    if (const int usable = UsablePrefix(s.tokens, hit.tokens, &local_idle); usable < hit.tokens) {
+      hit = usable > 0 ? pool_.Peek(s.tokens, usable) : KvBlockPool::Hit{};
+    }
+    queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle});
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) GiveBackBehindWindow(*s);
   for (const auto& s : active_) {
     active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->blocks.size()),
-                      pool_.Exclusive(s->blocks), s->drafted});
+                      pool_.Exclusive(s->blocks), s->drafted, local_pool_.Exclusive(s->local_blocks)});
   }
-  *plan = Schedule(queued, active, pool_.free_blocks(), o, now);
+  *plan = Schedule(queued, active, pool_.free_blocks(), o, now,
+                   local_window_ > 0 ? local_pool_.free_blocks() : kNoLocalPool);
   if (plan->seqs.empty() && plan->admitted.empty() && plan->preempted.empty()) return false;
 
   // Preempted sequences go back to the queue's front, the oldest first.
@@ -564,8 +646,7 @@ bool Engine::Plan(StepPlan* plan) {
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
     seq->running = true;
-    seq->computed = pool_.Match(seq->tokens, static_cast<int>(seq->tokens.size()) - 1,
-                                &seq->blocks, &seq->block_keys);
+    seq->computed = TakeCachedPrefix(*seq);
     metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
     by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
@@ -581,11 +662,11 @@ bool Engine::Plan(StepPlan* plan) {
   for (const ScheduledSequence& p : plan->seqs) {
     Sequence& s = *by_id_[p.id];
     const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.blocks.size());
-    if (p.pos != s.computed || (need > 0 && !pool_.Allocate(need, &s.blocks))) continue;
+    if (p.pos != s.computed || !AllocateBlocks(s, need)) continue;
     runs.push_back(p);
     // With drafts (in decode, so the chunk starts at the last real token),
     // every row's logits: each says whether the next draft stands.
-    step_.batch.AddSequence(s.blocks, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len),
+    step_.batch.AddSequence(s.blocks, s.local_blocks, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len),
                             s.drafted > 0 ? p.len : 1);
   }
   plan->seqs = std::move(runs);
@@ -623,7 +704,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
       continue;
     }
-    pool_.Register(s.tokens, s.blocks, s.computed / KvCacheShape::kBlockSize, &s.block_keys);
+    RegisterBlocks(s);
     if (s.computed == static_cast<int>(s.tokens.size())) {
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
     }
@@ -706,7 +787,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
     }
     s.constraint_ahead = 0;
     // Blocks now full of computed tokens that stand go to the prefix cache.
-    if (!s.finished) pool_.Register(s.tokens, s.blocks, s.computed / KvCacheShape::kBlockSize, &s.block_keys);
+    if (!s.finished) RegisterBlocks(s);
   }
   EraseFinished(active_);
   if (options_.speculative.mode != SpeculativeMode::kOff) ProposeDrafts();

@@ -142,8 +142,22 @@ class Engine {
   // The KV blocks a sequence of `positions` needs to run alone: all of
   // them, or with a window (options_.scheduler.window) those one spans.
   int BlocksToRun(int64_t positions) const;
-  // Gives back the sequence's blocks wholly behind its next row's window.
+  // Gives back the sequence's blocks wholly behind its next row's window:
+  // every layer's where every layer has one, the local layers' where the
+  // cache keeps them apart.
   void GiveBackBehindWindow(Sequence& s);
+  // Every block the sequence holds back to the pools.
+  void ReleaseBlocks(Sequence& s);
+  // Its full computed blocks (local ones too) into the prefix cache.
+  void RegisterBlocks(Sequence& s);
+  // The longest prefix of `cached` tokens (whole blocks) whose local blocks
+  // the window before it reads are cached as well (*local_idle: how many of
+  // those nobody holds).
+  int UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* local_idle = nullptr) const;
+  // Takes the usable cached prefix of an admitted sequence: its tokens.
+  int TakeCachedPrefix(Sequence& s);
+  // `need` more blocks in each pool, or none (false).
+  bool AllocateBlocks(Sequence& s, int need);
   // Fails every request and refuses new ones.
   void Fail(const absl::Status& error);
   absl::Status Validate(const Request& r) const;
@@ -190,6 +204,10 @@ class Engine {
   ControlChannel* channel_;
   const int64_t kv_bytes_per_block_;
   const int num_kv_blocks_;
+  const int64_t kv_bytes_per_local_block_;
+  // > 0: the local layers' blocks are kept apart (local_pool_), and given
+  // back behind this window.
+  const int local_window_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -205,6 +223,7 @@ class Engine {
 
   // Loop-thread state.
   KvBlockPool pool_;
+  KvBlockPool local_pool_;  // the local layers' blocks (none unless the cache has them)
   std::deque<std::unique_ptr<Sequence>> queue_;
   std::vector<std::unique_ptr<Sequence>> active_;  // in admission order
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences

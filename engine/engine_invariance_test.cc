@@ -315,6 +315,22 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"mistral_fusion_bf16_spec", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
                                  "builtin:mistral-tiny", true},
+                      // Gemma 3's five local layers to one global: the local
+                      // layers' blocks apart, given back behind their window,
+                      // prefix hits only where the window before them is
+                      // cached too.
+                      PolicyCase{"gemma3_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:gemma3-tiny"},
+                      PolicyCase{"gemma3_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:gemma3-tiny"},
+                      PolicyCase{"gemma3_dynamic_tight_kv_bf16", SchedulerPolicy::kDynamic, Kv::kTight,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:gemma3-tiny"},
+                      PolicyCase{"cuda_gemma3_fusion", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
+                                 "builtin:gemma3-tiny"},
                       PolicyCase{"cuda_mistral_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
                                  "builtin:mistral-tiny"},

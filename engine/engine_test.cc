@@ -454,6 +454,62 @@ TEST_F(EngineTest, AWindowedModelHoldsOnlyTheBlocksItsWindowReads) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
 }
 
+// Gemma 3's shape (builtin:gemma3-tiny: five local layers with a window of
+// 40 to one global): the local layers keep their K and V in blocks of
+// their own and give back those behind the window, while the global
+// layer's blocks cover the whole context. 150 + 100 positions answer what
+// they answer alone; the local layers hold at most 4 blocks (the prompt's
+// second chunk and the window before it) where kept together they would
+// hold 8; a prompt repeated is served from the prefix cache, its local
+// blocks included, and answers the same.
+TEST_F(EngineTest, LocalLayersHoldOnlyTheirWindowsBlocks) {
+  loaded_ = testing::ValueOrDie(LoadModel("builtin:gemma3-tiny"), "builtin:gemma3-tiny");
+  model_ = testing::ModelOn(*backend_, *loaded_);
+  std::vector<int32_t> prompt(150);
+  for (int i = 0; i < 150; ++i) prompt[i] = (i * 41 + 7) % 512;
+  GenerateOptions g;
+  g.max_new_tokens = 100;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0;
+  auto cpu = testing::CpuBackend();
+  auto reference = testing::ModelOn(*cpu, *loaded_);
+  auto alone = GenerateAlone(*reference, prompt, g);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+
+  KvCacheShape unit = model_->CacheShape(1, 1);
+  const int64_t shared_block = unit.bytes_per_block();
+  unit.local_blocks = 1;
+  const int64_t global_block = unit.bytes_per_block(), local_block = unit.bytes_per_local_block();
+  auto run = [&](bool free_behind_window) {
+    engine_.reset();
+    EngineOptions o = Options();
+    o.kv_cache.bytes = int64_t{1} << 20;
+    o.kv_cache.free_behind_window = free_behind_window;
+    o.scheduler.max_tokens_per_step = 64;
+    engine_ = testing::ValueOrDie(Engine::Create(*model_, nullptr, o), "engine");
+  };
+  run(true);
+  auto first = Submit(Greedy(prompt, 100)).second;
+  ASSERT_TRUE(first->Wait());
+  EXPECT_EQ(first->tokens(), *alone);
+  EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.kv_bytes_peak, 4 * global_block + 4 * local_block);
+  // Again: 224 of its 249 computed positions in the prefix cache (7 whole
+  // blocks), the local layers' last window among them.
+  std::vector<int32_t> again = prompt;
+  again.insert(again.end(), alone->begin(), alone->end() - 1);
+  auto second = Submit(Greedy(again, 1)).second;
+  ASSERT_TRUE(second->Wait());
+  EXPECT_EQ(second->tokens(), std::vector<int32_t>{alone->back()});
+  EXPECT_EQ(engine_->Stats().prefix_hit_tokens - s.prefix_hit_tokens, 224);
+
+  run(false);
+  auto kept = Submit(Greedy(prompt, 100)).second;
+  ASSERT_TRUE(kept->Wait());
+  EXPECT_EQ(kept->tokens(), *alone);
+  EXPECT_EQ(engine_->Stats().kv_bytes_peak, 8 * shared_block);
+}
+
 // Finished sequences leave their whole blocks cached; the same prompt then
 // starts from them (and answers the same); a request that needs the memory
 // evicts them.

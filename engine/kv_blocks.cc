@@ -54,9 +54,10 @@ KvBlockPool::Hit KvBlockPool::Peek(absl::Span<const int32_t> tokens, int max_tok
 }
 
 int KvBlockPool::Match(absl::Span<const int32_t> tokens, int max_tokens,
-                       std::vector<int32_t>* blocks, std::vector<uint64_t>* keys) {
+                       std::vector<int32_t>* blocks, std::vector<uint64_t>* keys, int take) {
   std::vector<int32_t> found;
-  const int n = Walk(tokens, max_tokens, [&](int32_t id) { found.push_back(id); });
+  const int n = Walk(tokens, take >= 0 ? std::min(take, max_tokens) : max_tokens,
+                     [&](int32_t id) { found.push_back(id); });
   for (int32_t id : found) {
     Block& b = blocks_[id];
     if (b.refs++ == 0) idle_.erase(b.idle_at);
@@ -68,6 +69,46 @@ int KvBlockPool::Match(absl::Span<const int32_t> tokens, int max_tokens,
     hit_tokens_ += n;
   }
   return n;
+}
+
+bool KvBlockPool::FindRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* found,
+                            std::vector<uint64_t>* keys) const {
+  if (end <= 0) return true;
+  if (!prefix_caching_ || int64_t{end} * kBlockSize > static_cast<int64_t>(tokens.size())) return false;
+  uint64_t parent = kNoParent;
+  for (int i = 0; i < end; ++i) {
+    const absl::Span<const int32_t> block_tokens = tokens.subspan(size_t(i) * kBlockSize, kBlockSize);
+    if (i >= first) {
+      const int32_t id = Find(parent, block_tokens);
+      if (id < 0) return false;
+      found->push_back(id);
+    }
+    parent = ChainHash(parent, block_tokens);
+    keys->push_back(parent);
+  }
+  return true;
+}
+
+int KvBlockPool::IdleInRange(absl::Span<const int32_t> tokens, int first, int end) const {
+  std::vector<int32_t> found;
+  std::vector<uint64_t> keys;
+  if (!FindRange(tokens, first, end, &found, &keys)) return -1;
+  return static_cast<int>(std::count_if(found.begin(), found.end(), [&](int32_t id) { return blocks_[id].refs == 0; }));
+}
+
+bool KvBlockPool::MatchRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* blocks,
+                             std::vector<uint64_t>* keys) {
+  std::vector<int32_t> found;
+  std::vector<uint64_t> chain;
+  if (!FindRange(tokens, first, end, &found, &chain)) return false;
+  blocks->insert(blocks->end(), std::max(first, 0), kNoBlock);
+  for (int32_t id : found) {
+    Block& b = blocks_[id];
+    if (b.refs++ == 0) idle_.erase(b.idle_at);
+    blocks->push_back(id);
+  }
+  keys->insert(keys->end(), chain.begin(), chain.end());
+  return true;
 }
 
 bool KvBlockPool::Allocate(int n, std::vector<int32_t>* blocks) {

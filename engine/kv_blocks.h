@@ -53,11 +53,24 @@ class KvBlockPool {
   // The cached prefix of `tokens`, at most `max_tokens` of them, without
   // taking it. Zero with prefix caching off.
   Hit Peek(absl::Span<const int32_t> tokens, int max_tokens) const;
-  // Takes the cached prefix of `tokens` (at most `max_tokens`): a reference
-  // on each of its blocks, appended to *blocks, their keys to *keys. Returns
-  // the tokens taken, and counts the query and the hit.
+  // Takes the cached prefix of `tokens` (at most `max_tokens`, and at most
+  // `take` where that is >= 0): a reference on each of its blocks, appended
+  // to *blocks, their keys to *keys. Returns the tokens taken, and counts
+  // the query (max_tokens) and the hit.
   int Match(absl::Span<const int32_t> tokens, int max_tokens, std::vector<int32_t>* blocks,
-            std::vector<uint64_t>* keys);
+            std::vector<uint64_t>* keys, int take = -1);
+
+  // A window's part of a prefix (the local layers' blocks, those behind
+  // their window given back): if blocks [first, end) of the chain of
+  // `tokens` are all cached (the chain's keys worked out from the tokens
+  // whatever the blocks before `first` hold), how many of them nobody
+  // holds; else -1. 0 for an empty range.
+  int IdleInRange(absl::Span<const int32_t> tokens, int first, int end) const;
+  // Takes them: kNoBlock for blocks [0, first) and a reference on each of
+  // [first, end) appended to *blocks, the keys of all `end` to *keys. False
+  // (nothing taken) when one is missing.
+  bool MatchRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* blocks,
+                  std::vector<uint64_t>* keys);
 
   // Appends n new blocks to *blocks, evicting the least recently used idle
   // ones if no block was never used. False (and nothing taken) when fewer
@@ -98,6 +111,10 @@ class KvBlockPool {
   // Walks the cached prefix; calls f(block id) for each block.
   template <typename F>
   int Walk(absl::Span<const int32_t> tokens, int max_tokens, F&& f) const;
+  // The cached blocks [first, end) of the chain of `tokens` into *found
+  // (and every key into *keys), or false at the first one missing.
+  bool FindRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* found,
+                 std::vector<uint64_t>* keys) const;
 
   bool prefix_caching_;
   std::vector<Block> blocks_;

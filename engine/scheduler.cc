@@ -58,12 +58,18 @@ absl::string_view SchedulerPolicyName(SchedulerPolicy policy) {
 
 StepPlan Schedule(const std::vector<QueuedRequest>& queue,
                   const std::vector<ActiveSequence>& active, int free_blocks,
-                  const SchedulerOptions& o, absl::Time now) {
+                  const SchedulerOptions& o, absl::Time now, int free_local_blocks) {
   StepPlan plan;
   const int B = o.block_size;
   const int n = static_cast<int>(active.size());
   int budget = o.max_tokens_per_step;
   int free = free_blocks;
+  // Without local blocks, as many as there are blocks: never the bound.
+  const bool local = o.local_window > 0 && free_local_blocks != kNoLocalPool;
+  int free_local = local ? free_local_blocks : free_blocks;
+  auto sync = [&] {
+    if (!local) free_local = free;
+  };
 
   // Running sequences first: decodes take one token each (and their
   // drafts), then unfinished prompts continue in chunks, each group oldest
@@ -81,19 +87,24 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     if (want <= 0) continue;
     // Positions its blocks and the free ones leave it; while not even one,
     // the newest sequence not yet scheduled gives its blocks back.
-    int room = (a.blocks + free) * B - a.computed;
+    int room = (a.blocks + std::min(free, free_local)) * B - a.computed;
     while (room < 1) {
       int victim = n - 1;
       while (scheduled[victim] || preempted[victim]) --victim;  // i itself qualifies
       preempted[victim] = true;
       plan.preempted.push_back(active[victim].id);
       free += active[victim].exclusive;
+      free_local += active[victim].local_exclusive;
+      sync();
       if (victim == i) break;
-      room = (a.blocks + free) * B - a.computed;
+      room = (a.blocks + std::min(free, free_local)) * B - a.computed;
     }
     if (preempted[i]) continue;
     const int len = std::min(want, room);
-    free -= std::max(0, BlocksFor(a.computed + len, B) - a.blocks);
+    const int taken = std::max(0, BlocksFor(a.computed + len, B) - a.blocks);
+    free -= taken;
+    free_local -= taken;
+    sync();
     plan.seqs.push_back({a.id, a.computed, len});
     scheduled[i] = true;
     budget -= len;
@@ -112,12 +123,17 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     const QueuedRequest& q = queue[i];
     const int held = q.cached / B;  // blocks it takes from the prefix cache
     const int avail = free - q.cached_idle;
+    const int avail_local = local ? free_local - q.local_cached_idle : avail;
     const int need = BlocksFor(q.known, B) - held;
     if ((o.window > 0 ? std::min(need, WindowBlocks(o.window, B)) : need) > avail) break;
+    if (local && std::min(need, WindowBlocks(o.local_window, B)) > avail_local) break;
     // Its first chunk within the blocks it holds and the free ones (all its
     // tokens, unless a window let it in with fewer).
-    const int len = std::min({q.known - q.cached, budget, (held + avail) * B - q.cached});
-    free = avail - (len > 0 ? BlocksFor(q.cached + len, B) - held : 0);
+    const int len = std::min({q.known - q.cached, budget, (held + std::min(avail, avail_local)) * B - q.cached});
+    const int taken = len > 0 ? BlocksFor(q.cached + len, B) - held : 0;
+    free = avail - taken;
+    free_local = avail_local - taken;
+    sync();
     plan.admitted.push_back(q.id);
     if (len > 0) {
       plan.seqs.push_back({q.id, q.cached, len});

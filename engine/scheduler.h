@@ -40,6 +40,11 @@ struct SchedulerOptions {
   // before each step (the engine sets it from the cache): a prompt longer
   // than the free blocks then starts with what they hold.
   int window = 0;
+  // > 0: the local layers keep blocks of their own (a second pool, its
+  // free blocks passed to Schedule) and give back those behind this window:
+  // a sequence takes as many of each as its block list grows by, and a
+  // prompt is admitted with the local blocks one window spans.
+  int local_window = 0;
   absl::Duration batch_delay = absl::Milliseconds(10);  // kDynamic
   absl::Duration static_flush = absl::Seconds(1);       // kStatic
 };
@@ -52,6 +57,7 @@ struct QueuedRequest {
   absl::Time arrival;
   int cached = 0;       // leading tokens whose K/V the prefix cache holds (whole blocks, < known)
   int cached_idle = 0;  // blocks of those that nobody holds now (taking them uses free blocks)
+  int local_cached_idle = 0;  // with local blocks: the same of the local blocks it takes
 };
 
 // A running sequence. Tokens [0, computed) have their K/V in its `blocks`
@@ -65,6 +71,7 @@ struct ActiveSequence {
   int blocks = 0;     // KV blocks it holds
   int exclusive = 0;  // of those, the ones no other sequence holds
   int drafts = 0;     // of the known tokens, the last ones are drafts to verify (in decode)
+  int local_exclusive = 0;  // with local blocks: its local blocks no other sequence holds
 };
 
 // One sequence's part of the forward: `len` tokens starting at `pos`, i.e.
@@ -101,9 +108,13 @@ struct StepPlan {
 // prefix on: each needs blocks for all its known tokens, or with a window
 // only for the most one window spans (WindowBlocks), its first chunk then
 // no longer than the free blocks hold.
+//
+// With local blocks (options.local_window > 0), `free_local_blocks` is the
+// local pool's: every block a sequence's list grows by is taken from both.
+inline constexpr int kNoLocalPool = -1;
 StepPlan Schedule(const std::vector<QueuedRequest>& queue,
                   const std::vector<ActiveSequence>& active, int free_blocks,
-                  const SchedulerOptions& options, absl::Time now);
+                  const SchedulerOptions& options, absl::Time now, int free_local_blocks = kNoLocalPool);
 
 // The most blocks `window` consecutive positions span: what a sequence
 // holds at most between steps where blocks behind its window are given

@@ -115,6 +115,27 @@ TEST(SchedulerTest, AWindowLetsInAPromptLongerThanTheFreeBlocks) {
   EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 96, 32)));
 }
 
+TEST(SchedulerTest, LocalBlocksAreASecondBound) {
+  // Local layers with a window of 40 in a pool of their own: a sequence's
+  // list grows in both pools alike; a prompt is admitted with the local
+  // blocks one window spans (3), all its global ones.
+  SchedulerOptions o = Fusion(8, 256);
+  o.local_window = 40;
+  EXPECT_THAT(Seqs(Schedule({{1, 300, kT0}}, {}, 10, o, kT0, /*free_local_blocks=*/3)),
+              ElementsAre(std::make_tuple(1, 0, 96)));
+  EXPECT_THAT(Schedule({{1, 300, kT0}}, {}, 10, o, kT0, 2).admitted, IsEmpty());
+  EXPECT_THAT(Schedule({{1, 300, kT0}}, {}, 9, o, kT0, 30).admitted, IsEmpty());  // global: all 10
+  // Growing: the fewer free of the two pools bounds it.
+  ActiveSequence a{1, 96, 300, /*blocks=*/3, /*exclusive=*/3};
+  EXPECT_THAT(Seqs(Schedule({}, {a}, 5, o, kT0, 1)), ElementsAre(std::make_tuple(1, 96, 32)));
+  // No local block free: the newest sequence, which needs one, is
+  // preempted, and its local blocks let the older one grow.
+  ActiveSequence b{2, 64, 65, 2, 2, 0, /*local_exclusive=*/2};
+  const StepPlan p = Schedule({}, {a, b}, 5, o, kT0, 0);
+  EXPECT_THAT(p.preempted, ElementsAre(2));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 96, 64)));
+}
+
 TEST(SchedulerTest, ACachedPrefixIsNotComputedAgain) {
   // 64 of 70 tokens are cached in two blocks nobody holds (they count
   // against the free blocks when taken): one more block is needed.
@@ -255,6 +276,7 @@ TEST(SchedulerTest, PlansStayWithinRowsBatchAndBlocks) {
     SchedulerOptions o = Fusion(uniform(1, 12), uniform(1, 300));
     o.policy = static_cast<SchedulerPolicy>(uniform(0, 3));
     if (uniform(0, 3) == 0) o.window = uniform(1, 100);  // prompts admitted with fewer blocks
+    if (o.window == 0 && uniform(0, 3) == 0) o.local_window = uniform(1, 100);  // a second pool
     const int max_seq = uniform(2, 200);
     std::vector<ActiveSequence> active;
     const int n_active = uniform(0, o.max_batch);
@@ -262,6 +284,7 @@ TEST(SchedulerTest, PlansStayWithinRowsBatchAndBlocks) {
       const int known = uniform(1, max_seq);
       ActiveSequence a = Running(RequestId(100 + i), uniform(0, known - 1), known);
       a.exclusive = uniform(0, a.blocks);
+      a.local_exclusive = uniform(0, a.blocks);
       active.push_back(a);
     }
     std::vector<QueuedRequest> queue;
@@ -269,18 +292,23 @@ TEST(SchedulerTest, PlansStayWithinRowsBatchAndBlocks) {
       const int known = uniform(1, max_seq - 1);
       const int cached = uniform(0, (known - 1) / 32) * 32;
       queue.push_back({RequestId(1000 + i), known, kT0 - absl::Seconds(5), cached,
-                       uniform(0, cached / 32)});
+                       uniform(0, cached / 32), uniform(0, cached / 32)});
     }
     const int free_blocks = uniform(0, 12);
-    const StepPlan plan = Schedule(queue, active, free_blocks, o, kT0);
+    const int free_local = o.local_window > 0 ? uniform(0, 12) : kNoLocalPool;
+    const StepPlan plan = Schedule(queue, active, free_blocks, o, kT0, free_local);
     int rows = 0;
     for (const ScheduledSequence& seq : plan.seqs) rows += seq.len;
     ASSERT_LE(rows, MaxRowsPerStep(o, max_seq)) << "trial " << trial;
     ASSERT_LE(active.size() - plan.preempted.size() + plan.admitted.size(), size_t(o.max_batch));
-    // Blocks: what the scheduled sequences take beyond what they hold.
-    int available = free_blocks, taken = 0;
+    // Blocks: what the scheduled sequences take beyond what they hold (the
+    // same count from the local pool, where there is one).
+    int available = free_blocks, taken = 0, available_local = free_local, taken_local = 0;
     for (RequestId id : plan.preempted) {
-      for (const ActiveSequence& a : active) available += a.id == id ? a.exclusive : 0;
+      for (const ActiveSequence& a : active) {
+        available += a.id == id ? a.exclusive : 0;
+        available_local += a.id == id ? a.local_exclusive : 0;
+      }
     }
     for (const ScheduledSequence& seq : plan.seqs) {
       int held = 0;
@@ -289,11 +317,16 @@ TEST(SchedulerTest, PlansStayWithinRowsBatchAndBlocks) {
         if (q.id == seq.id) {
           held = q.cached / 32;
           taken += q.cached_idle;
+          taken_local += q.local_cached_idle;
         }
       }
       taken += std::max(0, (seq.pos + seq.len + 31) / 32 - held);
+      taken_local += std::max(0, (seq.pos + seq.len + 31) / 32 - held);
     }
     ASSERT_LE(taken, available) << "trial " << trial;
+    if (o.local_window > 0) {
+      ASSERT_LE(taken_local, available_local) << "trial " << trial;
+    }
     if (!plan.preempted.empty()) {
       ++preempting;
       ASSERT_THAT(plan.admitted, IsEmpty());

@@ -10,6 +10,10 @@
 
 namespace flover {
 
+int LocalBlocksFor(int seqs, int window, int max_rows) {
+  return seqs * (WindowBlocks(window, KvCacheShape::kBlockSize) + 1) + KvCacheShape::BlocksFor(max_rows);
+}
+
 absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& model,
                                                                    const KvCacheOptions& kv,
                                                                    int max_seqs, int max_seq_len,
@@ -18,7 +22,15 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
   // Compile kernels and size buffers for every step size now, not mid-serving
   // (and before the cache, which takes what memory is left on a device).
   FLOVER_RETURN_IF_ERROR(model.PrepareForBatches(max_rows, max_logit_rows));
-  const KvCacheShape unit = model.CacheShape(1, max_seq_len);
+  KvCacheShape unit = model.CacheShape(1, max_seq_len);
+  // Local layers beside global ones keep blocks of their own, given back
+  // behind their window: as many as max_seqs sequences hold at once.
+  const bool local = kv.free_behind_window && !unit.local_layers.empty();
+  int64_t local_blocks = 0;
+  if (local) {
+    unit.local_blocks = 1;  // so the sizes per block split the layers
+    local_blocks = LocalBlocksFor(max_seqs, unit.local_window, max_rows);
+  }
   int64_t bytes = kv.bytes;
   if (bytes < 0) return absl::InvalidArgumentError("the KV cache's memory must be >= 0");
   if (bytes == 0) {
@@ -31,7 +43,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
       seq_blocks = WindowBlocks(unit.window, KvCacheShape::kBlockSize);
       step_blocks = KvCacheShape::BlocksFor(max_rows);
     }
-    const int64_t most = (int64_t{max_seqs} * seq_blocks + step_blocks) * unit.bytes_per_block();
+    const int64_t most = (int64_t{max_seqs} * seq_blocks + step_blocks) * unit.bytes_per_block() +
+                         local_blocks * unit.bytes_per_local_block();
     const kernels::DeviceInfo device = model.backend().Device();
     if (kv.device_memory_fraction <= 0 || kv.device_memory_fraction > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -42,6 +55,14 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
                 : kDefaultCpuKvCacheBytes;
     bytes = std::min(bytes, most);
   }
+  if (local) {
+    // No more local blocks than the cache would hold with every layer in
+    // the same blocks, so the global layers get at least as many as then:
+    // never fewer positions or sequences than keeping them together.
+    const int64_t together = bytes / (unit.bytes_per_block() + unit.bytes_per_local_block());
+    local_blocks = std::max<int64_t>(1, std::min(local_blocks, together));
+    bytes -= local_blocks * unit.bytes_per_local_block();
+  }
   int64_t blocks = std::min<int64_t>(bytes / unit.bytes_per_block(), std::numeric_limits<int32_t>::max());
   if (blocks < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -49,18 +70,21 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
         bytes, KvCacheShape::kBlockSize, unit.bytes_per_block()));
   }
   if (channel != nullptr && channel->world().tp_size > 1) {
-    // Rank 0 plans block ids for every rank: all take its count.
-    int64_t leader_blocks = blocks;
-    FLOVER_RETURN_IF_ERROR(channel->Broadcast(&leader_blocks, sizeof(leader_blocks), 0));
-    if (leader_blocks > blocks) {
+    // Rank 0 plans block ids for every rank: all take its counts.
+    int64_t leader[2] = {blocks, local_blocks};
+    FLOVER_RETURN_IF_ERROR(channel->Broadcast(leader, sizeof(leader), 0));
+    if (leader[0] > blocks || leader[1] > local_blocks) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "rank %d has room for %d KV blocks but rank 0 plans with %d; set the KV cache's memory "
-          "explicitly",
-          channel->world().rank, blocks, leader_blocks));
+          "rank %d has room for %d KV blocks (%d local) but rank 0 plans with %d (%d); set the KV cache's "
+          "memory explicitly",
+          channel->world().rank, blocks, local_blocks, leader[0], leader[1]));
     }
-    blocks = leader_blocks;
+    blocks = leader[0];
+    local_blocks = leader[1];
   }
-  auto cache = KvCache::Create(model.backend(), model.CacheShape(static_cast<int>(blocks), max_seq_len));
+  KvCacheShape shape = model.CacheShape(static_cast<int>(blocks), max_seq_len);
+  shape.local_blocks = static_cast<int>(local_blocks);
+  auto cache = KvCache::Create(model.backend(), shape);
   if (!cache.ok()) return cache.status();
   return std::unique_ptr<StepExecutor>(new StepExecutor(model, std::move(*cache)));
 }

@@ -34,6 +34,11 @@ struct KvCacheOptions {
 };
 inline constexpr int64_t kDefaultCpuKvCacheBytes = int64_t{4} << 30;
 
+// Local blocks `seqs` sequences can need at once when each gives back those
+// behind its `window` before a step: at most WindowBlocks + 1 each, and a
+// step's `max_rows` rows beyond.
+int LocalBlocksFor(int seqs, int window, int max_rows);
+
 // What rank 0 sends every rank for one step.
 struct StepInput {
   ForwardBatch batch;

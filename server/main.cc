@@ -250,6 +250,14 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
               kernels::KvDtypeName(options.backend.kv), e.scheduler.max_batch, e.max_seq_len,
               e.prefix_caching ? "on" : "off", tp,
               std::string(SchedulerPolicyName(e.scheduler.policy)).c_str(), kernels::CpuThreads());
+  const SchedulerOptions& running = engine.options().scheduler;  // what the engine made of them
+  if (running.window > 0) {
+    std::printf("sliding window of %d positions on every layer: blocks behind it are given back\n", running.window);
+  }
+  if (running.local_window > 0) {
+    std::printf("local layers (window %d) keep blocks of their own, given back behind the window\n",
+                running.local_window);
+  }
   std::printf("kernels compiled for steps of up to %d rows in %.0f ms\n",
               MaxRowsPerStep(e.scheduler, e.max_seq_len), absl::ToDoubleMilliseconds(create_time));
   if (e.speculative.mode == SpeculativeMode::kOff) {

@@ -28,6 +28,7 @@ using testing::JsonIds;
 std::string g_loadgen;
 std::vector<std::string> g_server_command;  // binary, or launcher + binary + flags
 bool g_speculative = false;                 // the server runs --speculative=ngram or draft
+std::string g_model = "builtin:tiny";        // --model= among the flags, else builtin:tiny
 
 // Sends one dumped request on its own and returns the tokens.
 std::vector<int32_t> RunAloneThroughServer(v1::Flover::Stub& stub,
@@ -52,7 +53,7 @@ std::vector<int32_t> RunAloneThroughServer(v1::Flover::Stub& stub,
 
 TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
   testing::ServerProcess server(g_server_command,
-                                {"--model=builtin:tiny", "--max_seq_len=128", "--max_batch=16",
+                                {"--model=" + g_model, "--max_seq_len=128", "--max_batch=16",
                                  "--max_tokens_per_step=64"});
   ASSERT_TRUE(server.ok()) << "server did not start";
   const std::string dir = std::getenv("TEST_TMPDIR");
@@ -68,7 +69,7 @@ TEST(EndToEndTest, PoissonLoadOutputsEqualRunsAlone) {
   EXPECT_EQ(code, 0);
 
   // The one-rank engine in this process, for the in-process reference.
-  auto loaded = LoadModel("builtin:tiny");
+  auto loaded = LoadModel(g_model);
   ASSERT_TRUE(loaded.ok());
   auto backend = testing::CpuBackend();
   auto model = testing::ModelOn(*backend, **loaded);
@@ -131,8 +132,12 @@ int main(int argc, char** argv) {
   }
   flover::g_loadgen = argv[1];
   for (int i = 2; i < argc; ++i) {
-    flover::g_server_command.push_back(argv[i]);
     const std::string arg = argv[i];
+    if (arg.rfind("--model=", 0) == 0) {
+      flover::g_model = arg.substr(8);
+      continue;
+    }
+    flover::g_server_command.push_back(argv[i]);
     if (arg == "--speculative=ngram" || arg == "--speculative=draft") flover::g_speculative = true;
   }
   return RUN_ALL_TESTS();
