@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/ggml_types.h"
+
 namespace flover::kernels {
 
 enum class BlockFormat : uint8_t {
@@ -32,13 +34,17 @@ struct BlockFormatInfo {
   uint32_t ggml_type;  // ggml_type id in a GGUF file
 };
 
-inline const BlockFormatInfo& InfoOf(BlockFormat f) {
-  static constexpr BlockFormatInfo kInfo[] = {
-      {"Q8_0", 32, 34, 8}, {"Q4_0", 32, 18, 2}, {"Q4_1", 32, 20, 3},
-      {"Q4_K", 256, 144, 12}, {"Q6_K", 256, 210, 14}, {"Q5_0", 32, 22, 6},
-      {"Q5_1", 32, 24, 7},    {"Q5_K", 256, 176, 13},
-  };
-  return kInfo[static_cast<int>(f)];
+// The format's ggml type (ggml_types.h holds its name and sizes).
+constexpr GgmlType GgmlTypeOfFormat(BlockFormat f) {
+  constexpr GgmlType kType[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K,
+                                GgmlType::kQ6_K, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ5_K};
+  return kType[static_cast<int>(f)];
+}
+
+// Its entry of the ggml types' table.
+constexpr BlockFormatInfo InfoOf(BlockFormat f) {
+  const GgmlTypeInfo* t = GgmlTypeOf(static_cast<uint32_t>(GgmlTypeOfFormat(f)));
+  return BlockFormatInfo{t->name, t->block_size, t->type_size, t->id};
 }
 
 inline constexpr BlockFormat kAllBlockFormats[] = {

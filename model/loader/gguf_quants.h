@@ -9,39 +9,16 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/ggml_types.h"
+
 namespace flover {
 
-// ggml_type ids (ggml.h) this code names; GgmlTypeOf knows every id a GGUF
-// file may hold (its block size and bytes), converted or not.
-enum class GgmlType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ8_1 = 9,
-  kQ2_K = 10,
-  kQ3_K = 11,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kQ8_K = 15,
-  kBF16 = 30,
-};
+// The types' one table lives in kernels/ggml_types.h.
+using kernels::GgmlType;
+using kernels::GgmlTypeInfo;
+using kernels::GgmlTypeOf;
 
-struct GgmlTypeInfo {
-  uint32_t id;
-  const char* name;  // as ggml and llama.cpp print it: "Q4_K"
-  int block_size;    // values per block
-  int type_size;     // bytes per block
-  bool dequantizes;  // GgmlDequantize converts it
-};
-
-// The type with id `type`, or null for an id ggml does not define.
-const GgmlTypeInfo* GgmlTypeOf(uint32_t type);
-// Its name, or "type N" for an unknown id.
+// A type's name, or "type N" for an unknown id.
 std::string GgmlTypeName(uint32_t type);
 
 // Converts `n` values (a whole number of blocks) of a type that
