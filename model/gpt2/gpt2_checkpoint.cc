@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/decoder/decoder_model.h"
+#include "model/gpt2/gpt_architecture.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
 #include "util/file_util.h"
@@ -105,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::LoadDirectory(
   // Hugging Face saves GPT2LMHeadModel with "transformer.", GPT2Model without.
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "transformer.", m->stored_dtype_);
   // GPT-2's head is wte unless the checkpoint saved an lm_head.
-  if (m->config_.architecture == "gpt2") {
+  if (m->config_.arch().tied_unless_stored) {
     m->config_.tie_word_embeddings = !m->source_->Has("lm_head.weight");
   }
   // Every tensor there, with its shape, now; the data when a rank needs it.

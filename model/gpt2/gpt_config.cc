@@ -1,7 +1,12 @@
 #include "model/gpt2/gpt_config.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/gpt2/gpt_architecture.h"
 #include "util/json.h"
 
 namespace flover {
@@ -19,14 +24,8 @@ using google::protobuf::Value;
 
 int64_t GptConfig::num_parameters() const {
   const int64_t C = n_embd, V = vocab_size;
-  const int64_t mlp = (C * n_inner + n_inner) + (int64_t{n_inner} * C + C);
-  if (architecture == "gptj") {  // one layernorm, no attention biases, a biased head
-    const int64_t per_layer = 2 * C + 4 * C * C + mlp;
-    return V * C * (tie_word_embeddings ? 1 : 2) + V + n_layer * per_layer + 2 * C;
-  }
-  const int64_t per_layer = 4 * C + (C * 3 * C + 3 * C) + (C * C + C) + mlp;
-  return V * C * (tie_word_embeddings ? 1 : 2) + int64_t{n_positions} * C +
-         n_layer * per_layer + 2 * C;
+  return V * C * (tie_word_embeddings ? 1 : 2) + (arch().head_bias ? V : 0) +
+         (arch().position_table ? int64_t{n_positions} * C : 0) + n_layer * arch().layer_parameters(*this) + 2 * C;
 }
 
 absl::Status GptConfig::Validate() const {
@@ -67,7 +66,7 @@ ModelInfo InfoOf(const GptConfig& c) {
   const int64_t table = int64_t{c.vocab_size} * c.n_embd;
   info.matmul_parameters =
       c.num_parameters() - table + (c.tie_word_embeddings ? table : 0) -
-      (c.architecture == "gptj" ? 0 : int64_t{c.n_positions} * c.n_embd);
+      (c.arch().position_table ? int64_t{c.n_positions} * c.n_embd : 0);
   return info;
 }
 
@@ -80,12 +79,13 @@ absl::StatusOr<GptConfig> ParseGptConfig(absl::string_view json, absl::string_vi
   GptConfig c;
   if (auto it = fields.find("model_type"); it != fields.end()) {
     c.architecture = it->second.string_value();
-    if (c.architecture != "gpt2" && c.architecture != "gptj") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": model_type \"", c.architecture, "\" is not supported (gpt2, gptj)"));
+    if (FindGptArchitecture(c.architecture) == nullptr) {
+      std::vector<std::string> types;
+      for (const GptArchitecture* a : GptArchitectures()) types.push_back(a->model_type);
+      return absl::InvalidArgumentError(absl::StrCat(what, ": model_type \"", c.architecture,
+                                                     "\" is not supported (", absl::StrJoin(types, ", "), ")"));
     }
   }
-  const bool gptj = c.architecture == "gptj";
   if (auto it = fields.find("activation_function"); it != fields.end()) {
     const std::string& act = it->second.string_value();
     if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
@@ -117,15 +117,8 @@ absl::StatusOr<GptConfig> ParseGptConfig(absl::string_view json, absl::string_vi
       it->second.kind_case() != Value::kNullValue) {
     if (auto st = read("n_inner", 4 * kMaxDim, &c.n_inner); !st.ok()) return st;
   }
-  if (gptj) {
-    // rotary_dim: null turns the whole head.
-    if (auto it = fields.find("rotary_dim"); it != fields.end() &&
-        it->second.kind_case() != Value::kNullValue) {
-      if (auto st = read("rotary_dim", kMaxDim, &c.rotary_dim); !st.ok()) return st;
-    } else if (it == fields.end()) {
-      c.rotary_dim = 64;  // GPTJConfig's default
-    }
-    c.tie_word_embeddings = JsonBoolField(s, "tie_word_embeddings", false);
+  if (c.arch().parse != nullptr) {
+    if (auto st = c.arch().parse(s, what, &c); !st.ok()) return st;
   }
   if (auto it = fields.find("layer_norm_epsilon"); it != fields.end()) {
     c.layer_norm_epsilon = static_cast<float>(it->second.number_value());

@@ -14,8 +14,10 @@
 
 namespace flover {
 
+struct GptArchitecture;
+
 struct GptConfig {
-  std::string architecture = "gpt2";  // model_type: "gpt2" or "gptj"
+  std::string architecture = "gpt2";  // model_type: one of GptArchitectures() (gpt_architecture.h)
   // GPT-J: rotary embeddings turn the first rotary_dim dims of each head
   // (0: all of them).
   int rotary_dim = 0;
@@ -31,6 +33,8 @@ struct GptConfig {
   int eos_token_id = -1;  // -1: the model has no EOS token.
 
   int head_dim() const { return n_embd / n_head; }
+  // The entry of `architecture` (GPT-2's for a name not in the table).
+  const GptArchitecture& arch() const;
   // Weights of the whole model, in parameters.
   int64_t num_parameters() const;
   absl::Status Validate() const;

@@ -5,12 +5,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/decoder/rotary.h"
+#include "model/gpt2/gpt_architecture.h"
 
 namespace flover {
 
 DecoderSpec GptDecoderSpec(const GptConfig& c) {
-  const bool gptj = c.architecture == "gptj";
   DecoderSpec s;
   s.n_layer = c.n_layer;
   s.hidden = c.n_embd;
@@ -22,76 +21,30 @@ DecoderSpec GptDecoderSpec(const GptConfig& c) {
   s.max_positions = c.n_positions;
   s.norm = DecoderSpec::Norm::kLayerNorm;
   s.norm_eps = c.layer_norm_epsilon;
-  s.block = gptj ? DecoderSpec::Block::kParallel : DecoderSpec::Block::kSequential;
   s.mlp = DecoderSpec::Mlp::kGelu;
-  s.layout = gptj ? kernels::WeightLayout::kOutIn : kernels::WeightLayout::kInOut;
-  s.position_table = !gptj;
-  if (gptj) {
-    // As transformers' create_sinusoidal_positions: base 10000 over the
-    // rotary dims.
-    s.inv_freq = RotaryInvFreq(10000.0f, c.rotary_dim > 0 ? c.rotary_dim : c.head_dim());
-    s.rope_style = kernels::RopeStyle::kInterleaved;
-  }
   s.attention.assign(c.n_layer, kernels::AttentionParams{});
+  c.arch().spec(c, &s);  // the block, the layout, the positions
   return s;
 }
 
 DecoderRecipes GptRecipes(const GptConfig& c) {
   DecoderRecipes r;
-  const int64_t C = c.n_embd, D = c.head_dim(), F = c.n_inner, V = c.vocab_size,
-                P = c.n_positions;
-  const bool gptj = c.architecture == "gptj", tied = c.tie_word_embeddings;
+  const int64_t C = c.n_embd, V = c.vocab_size, P = c.n_positions;
+  const GptArchitecture& arch = c.arch();
+  const bool tied = c.tie_word_embeddings;
   r.embedding = [=](const DecoderShard& sh) {
     return RowSlice("wte.weight", {V, C}, sh.vocab_begin, sh.vocab_end);
   };
-  r.globals = [=](const DecoderShard& sh, DecoderWeights& w, const DecoderRecipes::Visit& visit) {
+  r.globals = [=, &arch](const DecoderShard& sh, DecoderWeights& w, const DecoderRecipes::Visit& visit) {
     // Positions are embedded once, by rank 0.
-    if (!gptj && sh.adds_replicated_bias) visit(Whole("wpe.weight", {P, C}), &w.position_table);
+    if (arch.position_table && sh.adds_replicated_bias) visit(Whole("wpe.weight", {P, C}), &w.position_table);
     visit(Whole("ln_f.weight", {C}), &w.norm);
     visit(Whole("ln_f.bias", {C}), &w.norm_b);
     if (!tied) visit(RowSlice("lm_head.weight", {V, C}, sh.vocab_begin, sh.vocab_end), &w.lm_head);
-    if (gptj) visit(ColSlice("lm_head.bias", {V}, sh.vocab_begin, sh.vocab_end), &w.lm_head_b);
+    if (arch.head_bias) visit(ColSlice("lm_head.bias", {V}, sh.vocab_begin, sh.vocab_end), &w.lm_head_b);
   };
-  r.layer = [=](int l, const DecoderShard& sh, DecoderLayerWeights& L,
-                const DecoderRecipes::Visit& visit) {
-    const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;  // this rank's heads
-    const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
-    // Row-split layers' biases: added once, by rank 0.
-    auto replicated_bias = [&](std::string name) {
-      return sh.adds_replicated_bias ? Whole(std::move(name), {C}) : Zeros(C);
-    };
-    const std::string h = absl::StrCat("h.", l, ".");
-    visit(Whole(h + "ln_1.weight", {C}), &L.norm1);
-    visit(Whole(h + "ln_1.bias", {C}), &L.norm1_b);
-    if (gptj) {  // nn.Linear [out, in]; one norm for attention and MLP
-      visit(Stack(WeightRecipe::kRows, {RowSlice(h + "attn.q_proj.weight", {C, C}, q0, q1),
-                                        RowSlice(h + "attn.k_proj.weight", {C, C}, q0, q1),
-                                        RowSlice(h + "attn.v_proj.weight", {C, C}, q0, q1)}),
-            &L.qkv);
-      visit(ColSlice(h + "attn.out_proj.weight", {C, C}, q0, q1), &L.o);
-      visit(RowSlice(h + "mlp.fc_in.weight", {F, C}, f0, f1), &L.up);
-      visit(ColSlice(h + "mlp.fc_in.bias", {F}, f0, f1), &L.up_b);
-      visit(ColSlice(h + "mlp.fc_out.weight", {C, F}, f0, f1), &L.down);
-      visit(replicated_bias(h + "mlp.fc_out.bias"), &L.down_b);
-      return;
-    }
-    // Conv1D [in, out]. c_attn [C, 3C] -> [C, 3 C_local]: this rank's heads
-    // of Q, then K, then V.
-    std::vector<WeightRecipe> qkv_w, qkv_b;
-    for (int64_t part = 0; part < 3; ++part) {
-      qkv_w.push_back(ColSlice(h + "attn.c_attn.weight", {C, 3 * C}, part * C + q0, part * C + q1));
-      qkv_b.push_back(ColSlice(h + "attn.c_attn.bias", {3 * C}, part * C + q0, part * C + q1));
-    }
-    visit(Stack(WeightRecipe::kCols, std::move(qkv_w)), &L.qkv);
-    visit(Stack(WeightRecipe::kCols, std::move(qkv_b)), &L.qkv_b);
-    visit(RowSlice(h + "attn.c_proj.weight", {C, C}, q0, q1), &L.o);
-    visit(replicated_bias(h + "attn.c_proj.bias"), &L.o_b);
-    visit(Whole(h + "ln_2.weight", {C}), &L.norm2);
-    visit(Whole(h + "ln_2.bias", {C}), &L.norm2_b);
-    visit(ColSlice(h + "mlp.c_fc.weight", {C, F}, f0, f1), &L.up);
-    visit(ColSlice(h + "mlp.c_fc.bias", {F}, f0, f1), &L.up_b);
-    visit(RowSlice(h + "mlp.c_proj.weight", {F, C}, f0, f1), &L.down);
-    visit(replicated_bias(h + "mlp.c_proj.bias"), &L.down_b);
+  r.layer = [c, &arch](int l, const DecoderShard& sh, DecoderLayerWeights& L, const DecoderRecipes::Visit& visit) {
+    arch.layer(c, l, sh, L, visit);
   };
   return r;
 }

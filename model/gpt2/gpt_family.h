@@ -1,10 +1,7 @@
-// GPT-2 and GPT-J on the decoder skeleton (model/decoder): LayerNorms with
-// biases and a gelu_new MLP with biases in both; GPT-2 with a learned
-// position table, Conv1D matrices [in, out] and a head tied to the
-// embedding; GPT-J with rotary embeddings on the first rotary_dim dims of
-// each head (interleaved pairs), attention and MLP side by side on one
-// norm, nn.Linear matrices without attention biases and a separate head
-// with a bias. Megatron split: Q/K/V by heads, the output projection and
+// The GPT family on the decoder skeleton (model/decoder): LayerNorms with
+// biases and a gelu_new MLP with biases in both; what each architecture
+// changes is its entry's (gpt_architecture.h: GPT-2 in arch_gpt2.cc, GPT-J
+// in model/gptj/arch_gptj.cc). Megatron split: Q/K/V by heads, the output projection and
 // the MLP's second matrix by rows (their biases added by rank 0 alone),
 // the MLP's first by columns, embedding and head by vocabulary ranges.
 #ifndef FLOVER_MODEL_GPT2_GPT_FAMILY_H_
