@@ -1,15 +1,14 @@
 #include "model/llama/llama_gguf.h"
 
 #include <algorithm>
-#include <cstring>
-#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "model/llama/llama_architecture.h"
+#include "model/loader/gguf_source.h"
 #include "util/status_macros.h"
 
 namespace flover {
@@ -99,248 +98,26 @@ std::string GgufName(absl::string_view hf, bool gemma, int* expert) {
   return "";
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-class GgufSource final : public WeightSource {
- public:
-  GgufSource(std::shared_ptr<const GgufFile> file, const LlamaConfig& config)
-      : file_(std::move(file)), gemma_(config.arch().gemma_norms) {
-    // llama.cpp's converter permutes Q by query heads and K by key/value
-    // heads for its llama architecture; its qwen2 keeps transformers' rows.
-    if (!config.arch().gguf_permuted_qk) return;
-    for (int l = 0; l < config.n_layer; ++l) {
-      for (const char* kind : {"weight", "bias"}) {
-        heads_[absl::StrCat("blk.", l, ".attn_q.", kind)] = config.n_head;
-        heads_[absl::StrCat("blk.", l, ".attn_k.", kind)] = config.n_kv_head;
-      }
-    }
-  }
-
-  bool Has(absl::string_view tensor) const override { return Find(tensor) != nullptr; }
-
-  absl::StatusOr<std::vector<float>> Read(absl::string_view tensor, const std::vector<int64_t>& shape,
-                                          const TensorRegion& region) const override {
-    std::vector<float> out;
-    auto st = Gather<float>(tensor, shape, region, &out,
-                            [&](const GgufTensor& t, int64_t r0, int64_t r1) {
-                              return file_->ReadRows(t, r0, r1);
-                            });
-    if (!st.ok()) return st;
-    return out;
-  }
-
-  absl::StatusOr<StoredValues> ReadStored(absl::string_view tensor, const std::vector<int64_t>& shape,
-                                          const TensorRegion& region) const override {
-    StoredValues v;
-    v.dtype = StoredDtypeOf(tensor);
-    if (v.dtype == kernels::DType::kF32) {
-      auto values = Read(tensor, shape, region);
-      if (!values.ok()) return values.status();
-      v.f32 = std::move(*values);
-      return v;
-    }
-    // F16 / BF16: the 16-bit values as stored.
-    auto st = Gather<uint16_t>(
-        tensor, shape, region, &v.bits,
-        [&](const GgufTensor& t, int64_t r0, int64_t r1) -> absl::StatusOr<std::vector<uint16_t>> {
-          auto bytes = file_->RowBytes(t, r0, r1);
-          if (!bytes.ok()) return bytes.status();
-          std::vector<uint16_t> bits(bytes->size() / 2);
-          std::memcpy(bits.data(), bytes->data(), bytes->size());
-          file_->ReleaseRows(t, r0, r1);
-          return bits;
-        });
-    if (!st.ok()) return st;
-    return v;
-  }
-
-  kernels::DType StoredDtypeOf(absl::string_view tensor) const override {
-    const GgufTensor* t = Find(tensor);
-    if (t == nullptr) return kernels::DType::kF32;
-    if (t->type->id == static_cast<uint32_t>(GgmlType::kF16)) return kernels::DType::kF16;
-    if (t->type->id == static_cast<uint32_t>(GgmlType::kBF16)) return kernels::DType::kBF16;
-    return kernels::DType::kF32;  // quantized types are dequantized to float32
-  }
-
-  std::string stored_dtype() const override { return GgufStoredType(*file_); }
-
-  bool BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const override {
-    const View v = Resolve(tensor);
-    return v.t != nullptr && v.shape.size() == 2 && kernels::BlockFormatOfGgmlType(v.t->type->id, format);
-  }
-
-  // Whole rows as stored: a permuted tensor's rows put back in
-  // transformers' order (a row is its own blocks, so rows move whole), read
-  // a run at a time: all of them, or a head's when permuted.
-  absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor,
-                                                     const std::vector<int64_t>& shape,
-                                                     int64_t row_begin, int64_t row_end) const override {
-    const TensorRegion region{row_begin, row_end, 0, shape.size() == 2 ? shape[1] : 0};
-    auto located = Locate(tensor, shape, region);
-    if (!located.ok()) return located.status();
-    const GgufTensor& t = *located->t;
-    auto it = heads_.find(t.name);
-    const int64_t D = it == heads_.end() ? 0 : t.rows() / it->second;
-    std::vector<uint8_t> out;
-    if (region.rows() == 0) return out;
-    // An expert's matrix: its rows of the merged tensor.
-    row_begin += located->row0;
-    row_end += located->row0;
-    const int64_t run = D == 0 ? region.rows() : D;
-    for (int64_t b0 = D == 0 ? row_begin : row_begin / D * D; b0 < row_end; b0 += run) {
-      const int64_t b1 = std::min(b0 + run, t.rows());
-      auto bytes = file_->RowBytes(t, b0, b1);
-      if (!bytes.ok()) return bytes.status();
-      const int64_t row_bytes = static_cast<int64_t>(bytes->size()) / (b1 - b0);
-      for (int64_t r = std::max(b0, row_begin); r < std::min(b1, row_end); ++r) {
-        const char* row = bytes->data() + ((D == 0 ? r : Unpermute(r, D)) - b0) * row_bytes;
-        out.insert(out.end(), row, row + row_bytes);
-      }
-      file_->ReleaseRows(t, b0, b1);
-    }
-    return out;
-  }
-
- private:
-  // What a transformers name is in the file: a tensor, or an expert's
-  // matrix within a merged 3-D tensor (rows [row0, row0 + shape[0]) of it
-  // seen as [rows(), cols()]).
-  struct View {
-    const GgufTensor* t = nullptr;
-    std::string name;  // the GGUF name ("" when there is none)
-    int64_t row0 = 0;
-    std::vector<int64_t> shape;
-    int missing_expert = -1;  // the tensor is there, but not with this expert
-  };
-  View Resolve(absl::string_view hf) const {
-    View v;
-    int expert = -1;
-    v.name = GgufName(hf, gemma_, &expert);
-    v.t = v.name.empty() ? nullptr : file_->FindTensor(v.name);
-    if (v.t == nullptr) return v;
-    v.shape = v.t->shape();
-    // The shared expert's gate: [C] in llama.cpp's files, [1, C] in transformers'.
-    if (v.shape.size() == 1 && absl::EndsWith(v.name, "ffn_gate_inp_shexp.weight")) v.shape = {1, v.shape[0]};
-    if (expert < 0) return v;
-    if (v.shape.size() != 3 || expert >= v.shape[0]) {
-      v.missing_expert = expert;  // not a layer's merged experts, or not this many
-      return v;
-    }
-    v.row0 = expert * v.shape[1];
-    v.shape = {v.shape[1], v.shape[2]};
-    return v;
-  }
-  const GgufTensor* Find(absl::string_view hf) const {
-    const View v = Resolve(hf);
-    return v.missing_expert >= 0 ? nullptr : v.t;
-  }
-
-  // Tensor `hf`, checked to have `shape` and to hold `region`.
-  absl::StatusOr<View> Locate(absl::string_view hf, const std::vector<int64_t>& shape,
-                              const TensorRegion& region) const {
-    View v = Resolve(hf);
-    const std::string& name = v.name;
-    if (v.t == nullptr) {
-      return absl::NotFoundError(absl::StrCat(file_->name(), ": no tensor '",
-                                              name.empty() ? std::string(hf) : name, "' (", hf, ")"));
-    }
-    if (v.missing_expert >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file_->name(), ": tensor '", name, "' has shape ", ShapeString(v.shape), ", which holds no expert ",
-          v.missing_expert, " (the experts of a layer, [experts, rows, cols]; expert_count says more)"));
-    }
-    if (v.shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file_->name(), ": tensor '", name, "'", v.row0 > 0 || v.shape.size() < v.t->shape().size() ? " (an expert's part)" : "",
-          " has shape ", ShapeString(v.shape), "; the model's hyper-parameters need ", ShapeString(shape)));
-    }
-    const int64_t rows = v.shape.size() == 1 ? 1 : v.shape[0], cols = v.t->cols();
-    if (region.row_begin < 0 || region.row_end > (v.shape.size() == 2 ? rows : v.t->rows()) ||
-        region.row_begin > region.row_end || region.col_begin < 0 || region.col_end > cols ||
-        region.col_begin > region.col_end) {
-      return absl::OutOfRangeError(absl::StrCat(file_->name(), ": tensor '", name,
-                                                "': region outside the tensor"));
-    }
-    return v;
-  }
-
-  // Within each head of D rows (or bias elements), transformers' index
-  // j * D/2 + i is llama.cpp's 2 i + j.
-  static int64_t Unpermute(int64_t k, int64_t D) {
-    const int64_t head = k / D, j = (k % D) / (D / 2), i = k % (D / 2);
-    return head * D + 2 * i + j;
-  }
-
-  // `region` of tensor `hf` (whose shape must be `shape`) into `out`, its
-  // file rows read a run at a time by `read` (rows [r0, r1) -> values), the
-  // rows of a permuted tensor put back in transformers' order.
-  template <typename T, typename ReadRows>
-  absl::Status Gather(absl::string_view hf, const std::vector<int64_t>& shape,
-                      const TensorRegion& region, std::vector<T>* out, const ReadRows& read) const {
-    auto located = Locate(hf, shape, region);
-    if (!located.ok()) return located.status();
-    const GgufTensor* t = located->t;
-    const std::string& name = t->name;
-    const int64_t rows = t->rows(), cols = t->cols();
-    out->clear();
-    if (region.numel() == 0) return absl::OkStatus();
-    out->reserve(region.numel());
-    auto it = heads_.find(name);
-    if (it == heads_.end()) {  // the file's layout is transformers' (an expert's: its rows)
-      auto values = read(*t, located->row0 + region.row_begin, located->row0 + region.row_end);
-      if (!values.ok()) return values.status();
-      for (int64_t r = 0; r < region.rows(); ++r) {
-        const T* row = values->data() + r * cols;
-        out->insert(out->end(), row + region.col_begin, row + region.col_end);
-      }
-      return absl::OkStatus();
-    }
-    // Rows of a matrix, elements of a bias.
-    const int64_t D = (t->ne.size() == 1 ? cols : rows) / it->second;
-    auto unpermute = [D](int64_t k) { return Unpermute(k, D); };
-    if (t->ne.size() == 1) {
-      auto values = read(*t, 0, 1);
-      if (!values.ok()) return values.status();
-      for (int64_t c = region.col_begin; c < region.col_end; ++c) out->push_back((*values)[unpermute(c)]);
-      return absl::OkStatus();
-    }
-    // A head's rows are read whole, then picked.
-    for (int64_t b0 = region.row_begin / D * D; b0 < region.row_end; b0 += D) {
-      auto values = read(*t, b0, b0 + D);
-      if (!values.ok()) return values.status();
-      for (int64_t r = std::max(b0, region.row_begin); r < std::min(b0 + D, region.row_end); ++r) {
-        const T* row = values->data() + (unpermute(r) - b0) * cols;
-        out->insert(out->end(), row + region.col_begin, row + region.col_end);
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  std::shared_ptr<const GgufFile> file_;
-  bool gemma_;
-  std::map<std::string, int, std::less<>> heads_;  // permuted tensors: their heads
-};
-
 }  // namespace
-
-std::string GgufStoredType(const GgufFile& file) {
-  std::map<std::string, int> count;
-  for (const GgufTensor& t : file.tensors()) {
-    if (t.ne.size() >= 2) ++count[t.type->name];
-  }
-  std::string best = "F32";
-  int most = 0;
-  for (const auto& [name, n] : count) {
-    if (n > most) best = name, most = n;
-  }
-  return best;
-}
 
 std::unique_ptr<WeightSource> GgufLlamaSource(std::shared_ptr<const GgufFile> file,
                                               const LlamaConfig& config) {
-  return std::make_unique<GgufSource>(std::move(file), config);
+  GgufNaming naming;
+  const bool gemma = config.arch().gemma_norms;
+  naming.name = [gemma](absl::string_view hf, int* expert) { return GgufName(hf, gemma, expert); };
+  // Qwen2-MoE's shared expert gate: [C] in llama.cpp's files, [1, C] in transformers'.
+  naming.one_row = {"ffn_gate_inp_shexp.weight"};
+  // llama.cpp's converter permutes Q by query heads and K by key/value
+  // heads for its llama architecture; its qwen2 keeps transformers' rows.
+  if (config.arch().gguf_permuted_qk) {
+    for (int l = 0; l < config.n_layer; ++l) {
+      for (const char* kind : {"weight", "bias"}) {
+        naming.permuted_heads[absl::StrCat("blk.", l, ".attn_q.", kind)] = config.n_head;
+        naming.permuted_heads[absl::StrCat("blk.", l, ".attn_k.", kind)] = config.n_kv_head;
+      }
+    }
+  }
+  return GgufWeightSource(std::move(file), std::move(naming));
 }
 
 absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {

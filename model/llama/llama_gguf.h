@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "model/llama/llama_config.h"
 #include "model/loader/gguf.h"
+#include "model/loader/gguf_source.h"
 #include "model/loader/weight_source.h"
 
 namespace flover {
@@ -36,15 +37,11 @@ namespace flover {
 absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& file);
 
 // The file's tensors under transformers' names ("model.layers.0.mlp.up_proj.
-// weight" is "blk.0.ffn_up.weight"), read as float32 a region at a time, as
-// stored F16/BF16 values (ReadStored), or as whole rows of blocks for
-// native matmuls; Q and K rows un-permuted where `config`'s architecture
-// says the converter permuted them.
+// weight" is "blk.0.ffn_up.weight"; model/loader/gguf_source.h reads them),
+// Q and K rows un-permuted where `config`'s architecture says the converter
+// permuted them.
 std::unique_ptr<WeightSource> GgufLlamaSource(std::shared_ptr<const GgufFile> file,
                                               const LlamaConfig& config);
-
-// The type most of the file's matrices have ("Q4_K"), for ModelInfo.
-std::string GgufStoredType(const GgufFile& file);
 
 }  // namespace flover
 

@@ -1,0 +1,41 @@
+// A GGUF file's tensors as a WeightSource under Hugging Face's names, for
+// any family: the family says how its names map to llama.cpp's (GgufNaming);
+// this reads them as float32 a region at a time, as stored F16/BF16 values
+// (ReadStored), or as whole rows of quantized blocks for --dtype=native;
+// puts back the rows llama.cpp's converter permuted per head; and sees an
+// expert's matrix inside the 3-D tensor llama.cpp merges a layer's experts
+// into ([experts, rows, cols]).
+#ifndef FLOVER_MODEL_LOADER_GGUF_SOURCE_H_
+#define FLOVER_MODEL_LOADER_GGUF_SOURCE_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "model/loader/gguf.h"
+#include "model/loader/weight_source.h"
+
+namespace flover {
+
+struct GgufNaming {
+  // The GGUF tensor of a transformers name ("" for none); for an expert's
+  // matrix, the layer's merged tensor with *expert = its index (else -1).
+  std::function<std::string(absl::string_view hf, int* expert)> name;
+  // Tensors whose rows (a bias's elements) the converter permuted within
+  // each head, for its rotary kernel's interleaved pairs: name -> heads.
+  std::map<std::string, int, std::less<>> permuted_heads;
+  // Names ending so whose 1-D tensors are one-row matrices to transformers.
+  std::vector<std::string> one_row;
+};
+
+std::unique_ptr<WeightSource> GgufWeightSource(std::shared_ptr<const GgufFile> file, GgufNaming naming);
+
+// The type most of the file's matrices have ("Q4_K"), for ModelInfo.
+std::string GgufStoredType(const GgufFile& file);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_LOADER_GGUF_SOURCE_H_
