@@ -16,9 +16,17 @@
             package) that share a ~400-token system prompt, --prefix_caching
             on vs off, alternating: mean/p50/p90 time to first token and
             output tokens/s.
+  window    Two 8,064-position requests at once in a 256 MiB cache on
+            builtin:mistral-1b (TinyLlama's shapes, every layer windowed to
+            Mistral 7B's 4096 positions) and builtin:gemma3-1b (Gemma 3
+            1B's shapes, five local layers of window 512 to one global),
+            bf16, prefix caching off: --kv_free_behind_window off vs on. The
+            most KV bytes held (Stats.kv_bytes_peak), how many ran at once,
+            preemptions, the server's peak RSS over what it had loaded, wall
+            time; the outputs must be equal.
 
     tools/bazelw build //server:flover_server
-    .venv-test/bin/python benchmarks/kv_memory.py [--parts=capacity,overload,prefix] \\
+    .venv-test/bin/python benchmarks/kv_memory.py [--parts=capacity,overload,prefix,window] \\
         [--gguf=models/SmolLM2-135M-Instruct.Q4_1.gguf] [--rounds=2] [--rate=1.5]
 
 Greedy, ignore_eos; 2 threads; one client thread per request on the same
@@ -256,9 +264,43 @@ def prefix(args):
     print(f"\nmean TTFT, reuse off / on: {ratio:.1f}x\n")
 
 
+def window(args):
+    print("## Sliding windows: KV blocks behind them given back\n")
+    print("Two requests at once, each 8,000 prompt tokens + 64 generated (greedy), bf16 weights and "
+          "KV cache, --kv_cache_memory=256MiB, prefix caching off, --max_tokens_per_step=512; "
+          "--kv_free_behind_window on vs off, run back to back.\n")
+    print("| model | --kv_free_behind_window | KV held at most MiB | every layer, whole contexts MiB | "
+          "peak running | preemptions | peak RSS over loaded MiB | wall s | outputs equal |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for model, label in (("builtin:mistral-1b", "Mistral-shaped 1.1B (every layer: window 4096)"),
+                         ("builtin:gemma3-1b", "Gemma 3 1B shapes (22 of 26 layers: window 512)")):
+        results, whole = {}, 0.0
+        for free in ("false", "true"):
+            s = Server(f"--model={model}", "--dtype=bf16", "--kv_dtype=bf16", "--max_seq_len=16384",
+                       "--kv_cache_memory=256MiB", "--max_batch=8", "--max_tokens_per_step=512",
+                       "--prefix_caching=false", f"--kv_free_behind_window={free}")
+            try:
+                info = s.client.model_info()
+                if free == "false":  # every layer in the same blocks: bytes per position
+                    per_token = s.metric("flover_kv_cache_capacity_bytes") / info.kv_cache_tokens
+                    whole = 2 * 8064 * per_token / 2**20
+                loaded = s.peak_rss_mib()
+                prompts = [prompt_ids(8000, 300 + i, info.vocab_size) for i in range(2)]
+                outs, peak, wall = run_concurrent(s, prompts, 64)
+                stats = s.client.stats()
+                results[free] = outs
+                same = "" if free == "false" else ("yes" if outs == results["false"] else "NO")
+                print(f"| {label} | {free} | {stats.kv_bytes_peak / 2**20:.0f} | {whole:.0f} | {peak} | "
+                      f"{stats.preemptions} | {s.peak_rss_mib() - loaded:.0f} | {wall:.1f} | {same} |",
+                      flush=True)
+            finally:
+                s.close()
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="capacity,overload,prefix")
+    ap.add_argument("--parts", default="capacity,overload,prefix,window")
     ap.add_argument("--gguf", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--rate", type=float, default=1.5, help="prefix: Poisson arrivals per second")
@@ -273,7 +315,7 @@ def main():
                          capture_output=True, text=True).stdout.strip()
     print(f"{time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores\n")
     for part in args.parts.split(","):
-        {"capacity": capacity, "overload": overload, "prefix": prefix}[part](args)
+        {"capacity": capacity, "overload": overload, "prefix": prefix, "window": window}[part](args)
 
 
 if __name__ == "__main__":

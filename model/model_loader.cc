@@ -90,7 +90,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
         "unknown built-in model \"", name,
         "\" (available: builtin:tiny, builtin:gpt2-small, builtin:gptj-1b, builtin:llama-tiny, "
         "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, builtin:qwen3-0.6b, "
-        "builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:mixtral-tiny, builtin:olmoe-1b)"));
+        "builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
+        "builtin:mixtral-tiny, builtin:olmoe-1b)"));
   }
   const std::string path(spec);
   if (FileExists(path)) {  // a file: GGUF, whatever its name
@@ -137,8 +138,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
     return absl::InvalidArgumentError(absl::StrCat(
         spec, ": only built-in Llama-family models come in random blocks (builtin:llama-tiny, "
               "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
-              "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:mixtral-tiny, "
-              "builtin:olmoe-1b)"));
+              "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, "
+              "builtin:gemma3-1b, builtin:mixtral-tiny, builtin:olmoe-1b)"));
   }
   return std::unique_ptr<LoadedModel>(std::move(*llama));
 }

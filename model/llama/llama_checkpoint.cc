@@ -71,6 +71,25 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.sliding_window_pattern = 6;
     c.rope_local_base = 10000.0;
     c.rope_theta = 1000000.0;
+  } else if (name == "gemma3-1b") {
+    // Gemma 3 1B's shapes: 26 layers, five local (window 512) to one
+    // global, one key/value head of 256, its 262,144-token vocabulary.
+    c.architecture = "gemma3_text";
+    c.n_layer = 26;
+    c.hidden = 1152;
+    c.n_head = 4;
+    c.n_kv_head = 1;
+    c.head_dim = 256;
+    c.intermediate = 6912;
+    c.vocab_size = 262144;
+    c.max_positions = 32768;
+    c.rms_norm_eps = 1e-6f;
+    c.tie_word_embeddings = true;
+    c.query_pre_attn_scalar = 256;
+    c.sliding_window = 512;
+    c.sliding_window_pattern = 6;
+    c.rope_local_base = 10000.0;
+    c.rope_theta = 1000000.0;
   } else if (name == "mixtral-tiny") {
     // llama-tiny's shapes with 8 experts, 2 per token, in every layer.
     c = *BuiltinLlamaConfig("llama-tiny");
