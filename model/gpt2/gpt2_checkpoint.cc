@@ -4,7 +4,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/decoder/decoder_model.h"
 #include "model/gpt2/gpt_architecture.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
@@ -110,11 +109,7 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::LoadDirectory(
     m->config_.tie_word_embeddings = !m->source_->Has("lm_head.weight");
   }
   // Every tensor there, with its shape, now; the data when a rank needs it.
-  if (absl::Status st = CheckDecoderWeights(*m->source_, GptDecoderSpec(m->config_),
-                                            GptRecipes(m->config_));
-      !st.ok()) {
-    return st;
-  }
+  if (absl::Status st = m->CheckWeights(); !st.ok()) return st;
 
   auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, "gpt2");
   if (!tokenizer.ok()) return tokenizer.status();
@@ -133,19 +128,6 @@ absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Gpt2Checkpoint::Load(absl::strin
   constexpr absl::string_view kBuiltin = "builtin:";
   if (absl::StartsWith(spec, kBuiltin)) return Builtin(spec.substr(kBuiltin.size()));
   return LoadDirectory(std::string(spec));
-}
-
-absl::Status Gpt2Checkpoint::CheckTensorParallel(int tp) const {
-  return ValidateDecoderShard(GptDecoderSpec(config_), ShardSpec{tp, 0});
-}
-
-absl::StatusOr<std::unique_ptr<CausalLm>> Gpt2Checkpoint::Instantiate(
-    kernels::Backend& backend, Collectives* collectives) const {
-  // Only this rank's regions of each tensor are read, a layer at a time.
-  auto model = DecoderModel::Create(GptDecoderSpec(config_), GptRecipes(config_), info_, *source_,
-                                    backend, collectives);
-  if (!model.ok()) return model.status();
-  return std::unique_ptr<CausalLm>(std::move(*model));
 }
 
 }  // namespace flover

@@ -12,13 +12,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/decoder/decoder_checkpoint.h"
 #include "model/gpt2/gpt_config.h"
 #include "model/gpt2/gpt_family.h"
-#include "model/loaded_model.h"
 
 namespace flover {
 
-class Gpt2Checkpoint final : public LoadedModel {
+class Gpt2Checkpoint final : public DecoderCheckpoint {
  public:
   // A directory in Hugging Face GPT-2 layout; errors name the file.
   static absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> LoadDirectory(const std::string& dir);
@@ -28,19 +28,14 @@ class Gpt2Checkpoint final : public LoadedModel {
   static absl::StatusOr<std::unique_ptr<Gpt2Checkpoint>> Load(absl::string_view spec);
 
   const GptConfig& config() const { return config_; }
-  // Where the weights come from (the checkpoint, or the built-in generator).
-  const WeightSource& source() const { return *source_; }
-
-  absl::Status CheckTensorParallel(int tp) const override;
-  absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
-      kernels::Backend& backend, Collectives* collectives = nullptr) const override;
 
  private:
   Gpt2Checkpoint() = default;
   void Describe();  // info_ from config_
+  DecoderSpec Spec() const override { return GptDecoderSpec(config_); }
+  DecoderRecipes Recipes() const override { return GptRecipes(config_); }
 
   GptConfig config_;
-  std::unique_ptr<WeightSource> source_;
 };
 
 // The config of a built-in GPT-2 model, or NotFound:

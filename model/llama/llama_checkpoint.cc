@@ -4,7 +4,6 @@
 #include "absl/strings/str_cat.h"
 #include "model/llama/llama_architecture.h"
 #include "model/llama/llama_gguf.h"
-#include "model/decoder/decoder_model.h"
 #include "model/loader/gguf_tokenizer.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/tokenizer_files.h"
@@ -166,7 +165,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   m->stored_dtype_ = stored;
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "", stored);
   // Every tensor there, with its shape, now; the data when a rank needs it.
-  FLOVER_RETURN_IF_ERROR(CheckDecoderWeights(*m->source_, LlamaDecoderSpec(m->config_), LlamaRecipes(m->config_)));
+  FLOVER_RETURN_IF_ERROR(m->CheckWeights());
   auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, m->config_.architecture);
   if (!tokenizer.ok()) return tokenizer.status();
   auto eos = ResolveEosIds(dir, m->config_.eos_token_ids, tokenizer->get(), m->config_.vocab_size);
@@ -196,7 +195,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadGguf(const
   m->stored_dtype_ = GgufStoredType(*file);
   m->source_ = GgufLlamaSource(file, m->config_);
   // Every tensor there, with its shape, now; the data when a rank needs it.
-  FLOVER_RETURN_IF_ERROR(CheckDecoderWeights(*m->source_, LlamaDecoderSpec(m->config_), LlamaRecipes(m->config_)));
+  FLOVER_RETURN_IF_ERROR(m->CheckWeights());
   m->tokenizer_ = text->tokenizer;
   m->chat_template_.text = text->chat_template;
   m->chat_template_.source = path + ": tokenizer.chat_template";
@@ -215,19 +214,6 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Load(absl::str
   if (absl::StartsWith(spec, kBuiltin)) return Builtin(spec.substr(kBuiltin.size()));
   if (absl::EndsWith(spec, ".gguf")) return LoadGguf(std::string(spec));
   return LoadDirectory(std::string(spec));
-}
-
-absl::Status LlamaCheckpoint::CheckTensorParallel(int tp) const {
-  return ValidateDecoderShard(LlamaDecoderSpec(config_), ShardSpec{tp, 0});
-}
-
-absl::StatusOr<std::unique_ptr<CausalLm>> LlamaCheckpoint::Instantiate(
-    kernels::Backend& backend, Collectives* collectives) const {
-  // Only this rank's regions of each tensor are read, a layer at a time.
-  auto model = DecoderModel::Create(LlamaDecoderSpec(config_), LlamaRecipes(config_), info_,
-                                    *source_, backend, collectives);
-  if (!model.ok()) return model.status();
-  return std::unique_ptr<CausalLm>(std::move(*model));
 }
 
 }  // namespace flover

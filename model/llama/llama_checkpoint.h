@@ -13,13 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/decoder/decoder_checkpoint.h"
 #include "model/llama/llama_config.h"
 #include "model/llama/llama_family.h"
-#include "model/loaded_model.h"
 
 namespace flover {
 
-class LlamaCheckpoint final : public LoadedModel {
+class LlamaCheckpoint final : public DecoderCheckpoint {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LoadDirectory(const std::string& dir);
   // A GGUF file of architecture llama (llama_gguf.h): its tokenizer, stop
@@ -36,18 +36,13 @@ class LlamaCheckpoint final : public LoadedModel {
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Load(absl::string_view spec);
 
   const LlamaConfig& config() const { return config_; }
-  // Where the weights come from (the checkpoint, or the built-in generator).
-  const WeightSource& source() const { return *source_; }
-
-  absl::Status CheckTensorParallel(int tp) const override;
-  absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
-      kernels::Backend& backend, Collectives* collectives = nullptr) const override;
 
  private:
   LlamaCheckpoint() = default;
+  DecoderSpec Spec() const override { return LlamaDecoderSpec(config_); }
+  DecoderRecipes Recipes() const override { return LlamaRecipes(config_); }
 
   LlamaConfig config_;
-  std::unique_ptr<WeightSource> source_;
 };
 
 // The config of a built-in Llama model, or NotFound:
