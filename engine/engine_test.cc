@@ -71,6 +71,17 @@ class EngineTest : public ::testing::Test {
     EXPECT_TRUE(id.ok()) << id.status();
     return {id.ok() ? *id : 0, sink};
   }
+  // The loaded model's greedy continuation of `prompt` run alone with every
+  // KV block kept (GenerateAlone), on a backend of its own.
+  std::vector<int32_t> GreedyAlone(const std::vector<int32_t>& prompt, int max_new) {
+    GenerateOptions g;
+    g.max_new_tokens = max_new;
+    g.ignore_eos = true;
+    g.sampling.temperature = 0;
+    auto cpu = testing::CpuBackend();
+    auto reference = testing::ModelOn(*cpu, *loaded_);
+    return testing::ValueOrDie(GenerateAlone(*reference, prompt, g), "GenerateAlone");
+  }
   // The refusal's message, after the field it names ("field|message").
   std::string SubmitError(const Request& r) {
     auto id = engine_->Submit(r, std::make_shared<CollectingSink>());
@@ -407,14 +418,7 @@ TEST_F(EngineTest, AWindowedModelHoldsOnlyTheBlocksItsWindowReads) {
   const int64_t per_block = model_->CacheShape(1, 1).bytes_per_block();
   std::vector<int32_t> prompt(150);
   for (int i = 0; i < 150; ++i) prompt[i] = (i * 37 + 5) % 512;
-  GenerateOptions g;
-  g.max_new_tokens = 100;
-  g.ignore_eos = true;
-  g.sampling.temperature = 0;
-  auto cpu = testing::CpuBackend();
-  auto reference = testing::ModelOn(*cpu, *loaded_);
-  auto alone = GenerateAlone(*reference, prompt, g);
-  ASSERT_TRUE(alone.ok()) << alone.status();
+  const std::vector<int32_t> alone = GreedyAlone(prompt, 100);
 
   auto run = [&](int blocks, bool free_behind_window) {
     engine_.reset();
@@ -428,7 +432,7 @@ TEST_F(EngineTest, AWindowedModelHoldsOnlyTheBlocksItsWindowReads) {
   EXPECT_EQ(engine_->max_context(), 512);  // not the cache's 128 positions
   auto [id, sink] = Submit(Greedy(prompt, 100));
   ASSERT_TRUE(sink->Wait());
-  EXPECT_EQ(sink->tokens(), *alone);
+  EXPECT_EQ(sink->tokens(), alone);
   EXPECT_EQ(engine_->Stats().preemptions, 0);
 
   // Room for all: the most it holds is 4 blocks, in the prompt's second
@@ -436,7 +440,7 @@ TEST_F(EngineTest, AWindowedModelHoldsOnlyTheBlocksItsWindowReads) {
   run(16, true);
   auto roomy = Submit(Greedy(prompt, 100)).second;
   ASSERT_TRUE(roomy->Wait());
-  EXPECT_EQ(roomy->tokens(), *alone);
+  EXPECT_EQ(roomy->tokens(), alone);
   EngineStats s = engine_->Stats();
   EXPECT_EQ(s.kv_bytes_peak, 4 * per_block);
   EXPECT_EQ(s.kv_bytes_in_use, 0);
@@ -446,7 +450,7 @@ TEST_F(EngineTest, AWindowedModelHoldsOnlyTheBlocksItsWindowReads) {
   run(16, false);
   auto kept = Submit(Greedy(prompt, 100)).second;
   ASSERT_TRUE(kept->Wait());
-  EXPECT_EQ(kept->tokens(), *alone);
+  EXPECT_EQ(kept->tokens(), alone);
   EXPECT_EQ(engine_->Stats().kv_bytes_peak, 8 * per_block);
   run(4, false);
   EXPECT_EQ(engine_->max_context(), 128);
@@ -467,14 +471,7 @@ TEST_F(EngineTest, LocalLayersHoldOnlyTheirWindowsBlocks) {
   model_ = testing::ModelOn(*backend_, *loaded_);
   std::vector<int32_t> prompt(150);
   for (int i = 0; i < 150; ++i) prompt[i] = (i * 41 + 7) % 512;
-  GenerateOptions g;
-  g.max_new_tokens = 100;
-  g.ignore_eos = true;
-  g.sampling.temperature = 0;
-  auto cpu = testing::CpuBackend();
-  auto reference = testing::ModelOn(*cpu, *loaded_);
-  auto alone = GenerateAlone(*reference, prompt, g);
-  ASSERT_TRUE(alone.ok()) << alone.status();
+  const std::vector<int32_t> alone = GreedyAlone(prompt, 100);
 
   KvCacheShape unit = model_->CacheShape(1, 1);
   const int64_t shared_block = unit.bytes_per_block();
@@ -491,22 +488,22 @@ TEST_F(EngineTest, LocalLayersHoldOnlyTheirWindowsBlocks) {
   run(true);
   auto first = Submit(Greedy(prompt, 100)).second;
   ASSERT_TRUE(first->Wait());
-  EXPECT_EQ(first->tokens(), *alone);
+  EXPECT_EQ(first->tokens(), alone);
   EngineStats s = engine_->Stats();
   EXPECT_EQ(s.kv_bytes_peak, 4 * global_block + 4 * local_block);
   // Again: 224 of its 249 computed positions in the prefix cache (7 whole
   // blocks), the local layers' last window among them.
   std::vector<int32_t> again = prompt;
-  again.insert(again.end(), alone->begin(), alone->end() - 1);
+  again.insert(again.end(), alone.begin(), alone.end() - 1);
   auto second = Submit(Greedy(again, 1)).second;
   ASSERT_TRUE(second->Wait());
-  EXPECT_EQ(second->tokens(), std::vector<int32_t>{alone->back()});
+  EXPECT_EQ(second->tokens(), std::vector<int32_t>{alone.back()});
   EXPECT_EQ(engine_->Stats().prefix_hit_tokens - s.prefix_hit_tokens, 224);
 
   run(false);
   auto kept = Submit(Greedy(prompt, 100)).second;
   ASSERT_TRUE(kept->Wait());
-  EXPECT_EQ(kept->tokens(), *alone);
+  EXPECT_EQ(kept->tokens(), alone);
   EXPECT_EQ(engine_->Stats().kv_bytes_peak, 8 * shared_block);
 }
 

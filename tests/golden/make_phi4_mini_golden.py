@@ -31,7 +31,6 @@ step.
 (the venv of make_smollm3_golden.py: torch 2.5.1, transformers 4.53.3);
 CPU, a few seconds, byte for byte the same on every run.
 """
-import copy
 import sys
 
 import torch
@@ -41,7 +40,7 @@ torch.set_num_threads(1)
 import transformers  # noqa: E402
 from transformers import Phi3Config, Phi3ForCausalLM  # noqa: E402
 
-from make_smollm3_golden import TRANSFORMERS_VERSION, write  # noqa: E402
+from make_smollm3_golden import TRANSFORMERS_VERSION, greedy_run, write  # noqa: E402
 
 NAME = "phi4_mini_tiny"
 SEED = 7
@@ -83,14 +82,8 @@ def build(seed):
     prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (1, 7, 20, 62)]
     double = Phi3ForCausalLM(config).eval().double()
     double.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        seq, gaps = list(prompts[1]), []
-        for _ in range(32):
-            last = double(torch.tensor([seq]), use_cache=False).logits[0, -1]
-            top2 = last.topk(2).values
-            gaps.append(float(top2[0] - top2[1]))
-            seq.append(int(last.argmax()))
-    return model, double, prompts, seq[len(prompts[1]):], min(gaps)
+    greedy, gap = greedy_run(double, prompts[1])
+    return model, double, prompts, greedy, gap
 
 
 def main():

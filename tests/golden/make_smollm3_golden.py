@@ -89,6 +89,20 @@ def smollm3_config():
                          no_rope_layer_interval=4, attn_implementation="eager")
 
 
+def greedy_run(double, prompt, steps=32):
+    """`double`'s greedy continuation of `prompt` (full recompute each step,
+    no cache) and the smallest gap between a step's best two logits
+    (make_phi4_mini_golden.py runs it too)."""
+    with torch.no_grad():
+        seq, gaps = list(prompt), []
+        for _ in range(steps):
+            last = double(torch.tensor([seq]), use_cache=False).logits[0, -1]
+            top2 = last.topk(2).values
+            gaps.append(float(top2[0] - top2[1]))
+            seq.append(int(last.argmax()))
+    return seq[len(prompt):], min(gaps)
+
+
 def build(seed):
     """The float32 model (non-trivial norms), its float64 copy, the prompts,
     the greedy run and its smallest best-two gap; writes nothing."""
@@ -104,14 +118,8 @@ def build(seed):
     prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (1, 7, 20, P - 2)]
     double = SmolLM3ForCausalLM(config).eval().double()
     double.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        seq, gaps = list(prompts[1]), []
-        for _ in range(32):
-            last = double(torch.tensor([seq]), use_cache=False).logits[0, -1]
-            top2 = last.topk(2).values
-            gaps.append(float(top2[0] - top2[1]))
-            seq.append(int(last.argmax()))
-    return model, double, prompts, seq[len(prompts[1]):], min(gaps)
+    greedy, gap = greedy_run(double, prompts[1])
+    return model, double, prompts, greedy, gap
 
 
 def nope_matters(double, prompt):
