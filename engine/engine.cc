@@ -250,6 +250,13 @@ absl::Status Engine::Validate(const Request& r) const {
         BlocksToRun(total) * kv_bytes_per_block_ / 1048576.0, num_kv_blocks_,
         num_kv_blocks_ * kv_bytes_per_block_ / 1048576.0));
   }
+  if (LocalBlocksToRun(total) > local_pool_.num_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "prompt (%d tokens) + max_new_tokens (%d) needs %d of the local layers' KV blocks (their window of "
+        "%d positions) but the cache has %d: it cannot run even alone; start the server with a larger "
+        "--kv_cache_memory",
+        r.prompt.size(), stop.max_new_tokens, LocalBlocksToRun(total), local_window_, local_pool_.num_blocks()));
+  }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
   for (const auto& [id, bias] : r.sampling.logit_bias) {
     if (id >= model_.info().vocab_size) {
@@ -302,6 +309,20 @@ int Engine::BlocksToRun(int64_t positions) const {
   return window > 0 ? std::min(all, WindowBlocks(window, KvCacheShape::kBlockSize)) : all;
 }
 
+int Engine::LocalBlocksToRun(int64_t positions) const {
+  if (local_window_ <= 0) return 0;
+  return std::min(KvCacheShape::BlocksFor(positions), WindowBlocks(local_window_, KvCacheShape::kBlockSize));
+}
+
+int Engine::max_context() const {
+  int64_t most = options_.max_seq_len;
+  if (BlocksToRun(most) > num_kv_blocks_) most = std::min<int64_t>(most, int64_t{num_kv_blocks_} * KvCacheShape::kBlockSize);
+  if (LocalBlocksToRun(most) > local_pool_.num_blocks()) {
+    most = std::min<int64_t>(most, int64_t{local_pool_.num_blocks()} * KvCacheShape::kBlockSize);
+  }
+  return static_cast<int>(most);
+}
+
 namespace {
 
 // Gives back the blocks of `blocks` from *given_back on that are wholly
@@ -348,11 +369,20 @@ int Engine::UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* loca
   // (position `cached`): their blocks must be cached too, or the prefix
   // is cut back to where they are.
   if (local_idle != nullptr) *local_idle = 0;
-  if (local_window_ <= 0) return cached;
+  if (local_window_ <= 0 || cached <= 0) return cached;
+  // Which of the prefix's local blocks are cached (-1: not; else whether
+  // idle), found in one walk of the key chain.
+  const std::vector<int> state = local_pool_.CachedStates(tokens, cached / KvCacheShape::kBlockSize);
   for (; cached > 0; cached -= KvCacheShape::kBlockSize) {
     const int first = std::max(0, cached + 1 - local_window_) / KvCacheShape::kBlockSize;
-    const int idle = local_pool_.IdleInRange(tokens, first, cached / KvCacheShape::kBlockSize);
-    if (idle >= 0) {
+    const int end = cached / KvCacheShape::kBlockSize;
+    int idle = 0;
+    bool all = true;
+    for (int b = first; b < end && all; ++b) {
+      all = state[b] >= 0;
+      idle += state[b] > 0;
+    }
+    if (all) {
       if (local_idle != nullptr) *local_idle = idle;
       break;
     }
@@ -610,6 +640,9 @@ bool Engine::Plan(StepPlan* plan) {
   const SchedulerOptions& o = options_.scheduler;
   // Only as many queued requests as could be admitted are looked up in the
   // prefix cache.
+  // Blocks behind windows go back first: they may be what a queued prompt
+  // finds cached.
+  for (const auto& s : active_) GiveBackBehindWindow(*s);
   std::vector<QueuedRequest> queued;
   const size_t candidates = std::min<size_t>(
       queue_.size(), static_cast<size_t>(std::max(0, o.max_batch - static_cast<int>(active_.size()))));
@@ -626,7 +659,6 @@ bool Engine::Plan(StepPlan* plan) {
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
-  for (const auto& s : active_) GiveBackBehindWindow(*s);
   for (const auto& s : active_) {
     active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->blocks.size()),
                       pool_.Exclusive(s->blocks), s->drafted, local_pool_.Exclusive(s->local_blocks)});

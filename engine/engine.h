@@ -126,12 +126,10 @@ class Engine {
   const CausalLm& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
   // The most positions one sequence can reach: max_seq_len, or the whole KV
-  // cache where that holds fewer and no window gives blocks back (a longer
-  // request is refused as RESOURCE_EXHAUSTED: it could not run even alone).
-  int max_context() const {
-    if (BlocksToRun(options_.max_seq_len) <= num_kv_blocks_) return options_.max_seq_len;
-    return static_cast<int>(std::min<int64_t>(options_.max_seq_len, int64_t{num_kv_blocks_} * KvCacheShape::kBlockSize));
-  }
+  // cache where that holds fewer and no window gives blocks back, or the
+  // local blocks where they hold less than a window (a longer request is
+  // refused as RESOURCE_EXHAUSTED: it could not run even alone).
+  int max_context() const;
 
  private:
   struct Sequence;  // a request from submission to finish
@@ -140,8 +138,10 @@ class Engine {
          std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel);
   bool tensor_parallel() const { return channel_ != nullptr && channel_->world().tp_size > 1; }
   // The KV blocks a sequence of `positions` needs to run alone: all of
-  // them, or with a window (options_.scheduler.window) those one spans.
+  // them, or with a window (options_.scheduler.window) those one spans;
+  // and of the local blocks (0 without them), those its window spans.
   int BlocksToRun(int64_t positions) const;
+  int LocalBlocksToRun(int64_t positions) const;
   // Gives back the sequence's blocks wholly behind its next row's window:
   // every layer's where every layer has one, the local layers' where the
   // cache keeps them apart.

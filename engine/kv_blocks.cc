@@ -89,11 +89,17 @@ bool KvBlockPool::FindRange(absl::Span<const int32_t> tokens, int first, int end
   return true;
 }
 
-int KvBlockPool::IdleInRange(absl::Span<const int32_t> tokens, int first, int end) const {
-  std::vector<int32_t> found;
-  std::vector<uint64_t> keys;
-  if (!FindRange(tokens, first, end, &found, &keys)) return -1;
-  return static_cast<int>(std::count_if(found.begin(), found.end(), [&](int32_t id) { return blocks_[id].refs == 0; }));
+std::vector<int> KvBlockPool::CachedStates(absl::Span<const int32_t> tokens, int end) const {
+  std::vector<int> state(std::max(end, 0), -1);
+  if (!prefix_caching_) return state;
+  uint64_t parent = kNoParent;
+  for (int i = 0; i < end && int64_t{i + 1} * kBlockSize <= static_cast<int64_t>(tokens.size()); ++i) {
+    const absl::Span<const int32_t> block_tokens = tokens.subspan(size_t(i) * kBlockSize, kBlockSize);
+    const int32_t id = Find(parent, block_tokens);
+    if (id >= 0) state[i] = blocks_[id].refs == 0 ? 1 : 0;
+    parent = ChainHash(parent, block_tokens);
+  }
+  return state;
 }
 
 bool KvBlockPool::MatchRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* blocks,

@@ -61,11 +61,10 @@ class KvBlockPool {
             std::vector<uint64_t>* keys, int take = -1);
 
   // A window's part of a prefix (the local layers' blocks, those behind
-  // their window given back): if blocks [first, end) of the chain of
-  // `tokens` are all cached (the chain's keys worked out from the tokens
-  // whatever the blocks before `first` hold), how many of them nobody
-  // holds; else -1. 0 for an empty range.
-  int IdleInRange(absl::Span<const int32_t> tokens, int first, int end) const;
+  // their window given back): for each of the first `end` blocks of the
+  // chain of `tokens` (its keys worked out from the tokens, whatever is
+  // cached), -1 if it is not cached, 1 if cached and idle, 0 if held.
+  std::vector<int> CachedStates(absl::Span<const int32_t> tokens, int end) const;
   // Takes them: kNoBlock for blocks [0, first) and a reference on each of
   // [first, end) appended to *blocks, the keys of all `end` to *keys. False
   // (nothing taken) when one is missing.

@@ -71,6 +71,34 @@ TEST(KvBlockPoolTest, GivenBackEntriesArePassedOver) {
   EXPECT_EQ(pool.free_blocks(), 6);
 }
 
+TEST(KvBlockPoolTest, AWindowsPartOfAPrefix) {
+  // Local layers' blocks: a prefix hit needs only those of the window
+  // before its end; the chain's keys come from the tokens alone.
+  KvBlockPool pool(8, /*prefix_caching=*/true);
+  Seq s = Admit(pool, Tokens(100, 0));  // blocks 0..3, the first 3 registered
+  const std::vector<int32_t> ids = s.blocks;
+  pool.Release({&s.blocks[0], 2});  // blocks 0 and 1 given back: idle
+  s.blocks[0] = s.blocks[1] = KvBlockPool::kNoBlock;
+  EXPECT_THAT(pool.CachedStates(s.tokens, 3), ElementsAre(1, 1, 0));
+  std::vector<int32_t> blocks;
+  std::vector<uint64_t> keys;
+  ASSERT_TRUE(pool.MatchRange(s.tokens, 1, 3, &blocks, &keys));
+  EXPECT_THAT(blocks, ElementsAre(KvBlockPool::kNoBlock, ids[1], ids[2]));
+  EXPECT_THAT(keys, ElementsAre(s.keys[0], s.keys[1], s.keys[2]));
+  EXPECT_EQ(pool.cached_blocks(), 1);  // block 0 still idle; block 1 taken
+  // Another prompt sharing only the first block: the second is missing,
+  // and nothing is taken.
+  std::vector<int32_t> other = s.tokens;
+  other[40] = 999;
+  EXPECT_THAT(pool.CachedStates(other, 3), ElementsAre(1, -1, -1));
+  const int used = pool.used_blocks();
+  std::vector<int32_t> none;
+  std::vector<uint64_t> none_keys;
+  EXPECT_FALSE(pool.MatchRange(other, 0, 2, &none, &none_keys));
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(pool.used_blocks(), used);
+}
+
 TEST(KvBlockPoolTest, AllocatesAndReleasesWithoutPrefixCaching) {
   KvBlockPool pool(4, /*prefix_caching=*/false);
   std::vector<int32_t> a, b;
