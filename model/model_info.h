@@ -16,6 +16,10 @@ struct ModelInfo {
   int n_head = 0;      // query heads
   int n_kv_head = 0;   // key/value heads (= n_head without grouped-query attention)
   int hidden = 0;      // the residual stream's width
+  // A mixture of experts: each sparse layer's experts and how many a token
+  // goes through (0 for a dense model).
+  int experts = 0;
+  int experts_per_token = 0;
   int vocab_size = 0;
   int max_positions = 0;
   // Tokens that end a sequence unless a request ignores EOS (some models

@@ -216,11 +216,13 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
   if (f.metrics != nullptr) std::printf("metrics on %s/metrics\n", f.metrics->url().c_str());
   if (f.openai != nullptr) std::printf("openai api on %s/v1\n", f.openai->url().c_str());
   const ModelInfo& c = model.info;
-  std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide, vocab %d, %d positions, %s "
+  const std::string experts =
+      c.experts > 0 ? absl::StrCat(", ", c.experts, " experts (", c.experts_per_token, " per token)") : "";
+  std::printf("model %s: %s, %d layers, %d heads (%d KV), %d wide%s, vocab %d, %d positions, %s "
               "weights (linear layers in %s), %s\n",
               options.default_model ? absl::StrCat(kDefaultModelName, " (the default)").c_str()
                                     : options.model.c_str(),
-              c.architecture.c_str(), c.n_layer, c.n_head, c.n_kv_head, c.hidden, c.vocab_size,
+              c.architecture.c_str(), c.n_layer, c.n_head, c.n_kv_head, c.hidden, experts.c_str(), c.vocab_size,
               c.max_positions, model.stored_dtype.c_str(),
               kernels::MatmulDtypeName(options.backend.matmul),
               model.tokenizer ? "tokenizer" : "no tokenizer (token ids only)");

@@ -357,6 +357,8 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   info.n_head = c.n_head;
   info.n_kv_head = c.n_kv_head;
   info.hidden = c.hidden;
+  info.experts = c.experts;
+  info.experts_per_token = c.experts > 0 ? c.experts_per_tok : 0;
   info.vocab_size = c.vocab_size;
   info.max_positions = c.max_positions;
   info.eos_token_ids = c.eos_token_ids;

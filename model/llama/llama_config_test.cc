@@ -159,6 +159,9 @@ TEST(LlamaConfigTest, MixtureOfExpertsKeys) {
   const ModelInfo info = InfoOf(*mixtral);
   EXPECT_EQ(info.num_parameters - info.matmul_parameters - 2 * 301 * 64 + 301 * 64 - (2 * 2 + 1) * 64,
             2 * 6 * 3 * 64 * 96);
+  EXPECT_EQ(info.experts, 8);  // what the server's start-up line says
+  EXPECT_EQ(info.experts_per_token, 2);
+  EXPECT_EQ(InfoOf(*qwen).experts_per_token, 2);
   for (auto [extra, field] : std::vector<std::pair<const char*, const char*>>{
            {R"("num_local_experts": 8, "num_experts_per_tok": 9)", "num_experts_per_tok"},
            {R"("num_local_experts": 0, "num_experts_per_tok": 1)", "num_local_experts"},
