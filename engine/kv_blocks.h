@@ -1,5 +1,6 @@
 // The KV cache's blocks as the engine hands them out: a pool of fixed-size
-// blocks (KvCacheShape::kBlockSize positions each, every layer), reference
+// blocks (KvCacheShape::kBlockSize positions each, every layer; a second
+// pool holds the local layers' where the cache keeps them apart), reference
 // counted, with a prefix cache on top. Host bookkeeping only: the model reads
 // a sequence's block list from its ForwardBatch.
 //

@@ -1,8 +1,10 @@
 // The KV cache: allocated once in the backend's memory, for every layer the
 // K and V of `num_blocks` blocks of kernels::KvLayer::kBlockSize positions
-// (kernels::KvLayer describes the layout). Which sequence a block belongs
-// to is the caller's business (the engine's block pool): a forward names
-// each sequence's blocks in its ForwardBatch.
+// (kernels::KvLayer describes the layout) — or, with local blocks, the
+// global layers' in those and the local layers' in `local_blocks` of their
+// own. Which sequence a block belongs to is the caller's business (the
+// engine's block pools): a forward names each sequence's blocks in its
+// ForwardBatch.
 #ifndef FLOVER_MODEL_KV_CACHE_H_
 #define FLOVER_MODEL_KV_CACHE_H_
 
