@@ -68,8 +68,8 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   const KvDtype kvd = kv_dtype();
   Ran ran;
   // GPT-2's head dim, one that is not a multiple of a warp (the fixtures'
-  // heads are 4 to 16 wide), and grouped-query attention (2 query heads per
-  // key/value head, as Llama's).
+  // heads are 4 to 16 wide), grouped-query attention (2 query heads per
+  // key/value head, as Llama's), and Qwen3's and Llama 3's head dim of 128.
   // Then the parameters families differ in: a sliding window shorter than
   // some contexts (Mistral), a scale other than 1/sqrt(D) with soft-capped
   // scores (Gemma 2), and both.
@@ -82,7 +82,8 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   for (const Case c : {Case{MatmulDtype::kF32, 64, 1, plain}, Case{MatmulDtype::kBF16, 64, 1, plain},
                        Case{MatmulDtype::kF32, 12, 1, plain}, Case{MatmulDtype::kF32, 32, 2, plain},
                        Case{MatmulDtype::kF32, 64, 2, window}, Case{MatmulDtype::kF32, 12, 1, capped},
-                       Case{MatmulDtype::kBF16, 64, 1, both}}) {
+                       Case{MatmulDtype::kBF16, 64, 1, both}, Case{MatmulDtype::kF32, 128, 2, plain},
+                       Case{MatmulDtype::kBF16, 128, 2, window}}) {
     ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group, params = c.params](Dev& d) {
       const int H = 3, HQ = H * group, N = 12, HD = H * D, QD = HQ * D;
       const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]

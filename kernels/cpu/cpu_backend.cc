@@ -78,10 +78,11 @@ struct HeadBlocks {
 };
 
 // out[0, D) = sum_j w[j] v[j] over positions [first, n) of `h`, accumulated
-// over j in order (block after block). For the usual D = 64 (kD) the 64 sums
-// live in a local array the compiler keeps in registers, and each block's
-// rows are summed while the next block's are fetched; kD = 0 reads D and
-// sums into `out`.
+// over j in order (block after block). For the usual D = 64 and 128 (kD)
+// the sums live in a local array the compiler keeps in registers, and each
+// block's rows are summed while the next block's are fetched; kD = 0 reads
+// D and sums into `out` (128 that way took 12% of Qwen3-0.6B's batch-32
+// decode step more, 2026-11-27).
 template <int kD, typename T>
 void WeightedSum(const float* w, const HeadBlocks<T>& h, int first, int n, int D, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
@@ -150,6 +151,8 @@ void AttendRow(const float* q, const HeadBlocks<T>& h, int first, int n, int D, 
   for (int j = first; j < n; ++j) scores[j] *= inv;
   if (D == 64) {
     WeightedSum<64>(scores, h, first, n, D, out);
+  } else if (D == 128) {
+    WeightedSum<128>(scores, h, first, n, D, out);
   } else {
     WeightedSum<0>(scores, h, first, n, D, out);
   }
