@@ -71,49 +71,46 @@ int KvBlockPool::Match(absl::Span<const int32_t> tokens, int max_tokens,
   return n;
 }
 
-bool KvBlockPool::FindRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* found,
-                            std::vector<uint64_t>* keys) const {
-  if (end <= 0) return true;
-  if (!prefix_caching_ || int64_t{end} * kBlockSize > static_cast<int64_t>(tokens.size())) return false;
+std::vector<KvBlockPool::ChainBlock> KvBlockPool::Chain(absl::Span<const int32_t> tokens, int end) const {
+  std::vector<ChainBlock> chain;
+  const int whole = static_cast<int>(std::min<int64_t>(end, static_cast<int64_t>(tokens.size()) / kBlockSize));
   uint64_t parent = kNoParent;
-  for (int i = 0; i < end; ++i) {
+  for (int i = 0; i < whole; ++i) {
     const absl::Span<const int32_t> block_tokens = tokens.subspan(size_t(i) * kBlockSize, kBlockSize);
-    if (i >= first) {
-      const int32_t id = Find(parent, block_tokens);
-      if (id < 0) return false;
-      found->push_back(id);
-    }
+    const int32_t id = prefix_caching_ ? Find(parent, block_tokens) : -1;
     parent = ChainHash(parent, block_tokens);
-    keys->push_back(parent);
+    chain.push_back({parent, id});
   }
-  return true;
+  return chain;
 }
 
 std::vector<int> KvBlockPool::CachedStates(absl::Span<const int32_t> tokens, int end) const {
   std::vector<int> state(std::max(end, 0), -1);
-  if (!prefix_caching_) return state;
-  uint64_t parent = kNoParent;
-  for (int i = 0; i < end && int64_t{i + 1} * kBlockSize <= static_cast<int64_t>(tokens.size()); ++i) {
-    const absl::Span<const int32_t> block_tokens = tokens.subspan(size_t(i) * kBlockSize, kBlockSize);
-    const int32_t id = Find(parent, block_tokens);
-    if (id >= 0) state[i] = blocks_[id].refs == 0 ? 1 : 0;
-    parent = ChainHash(parent, block_tokens);
+  const std::vector<ChainBlock> chain = Chain(tokens, end);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (chain[i].id >= 0) state[i] = blocks_[chain[i].id].refs == 0 ? 1 : 0;
   }
   return state;
 }
 
 bool KvBlockPool::MatchRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* blocks,
                              std::vector<uint64_t>* keys) {
-  std::vector<int32_t> found;
-  std::vector<uint64_t> chain;
-  if (!FindRange(tokens, first, end, &found, &chain)) return false;
-  blocks->insert(blocks->end(), std::max(first, 0), kNoBlock);
-  for (int32_t id : found) {
-    Block& b = blocks_[id];
-    if (b.refs++ == 0) idle_.erase(b.idle_at);
-    blocks->push_back(id);
+  if (end <= 0) return true;
+  const std::vector<ChainBlock> chain = Chain(tokens, end);
+  if (static_cast<int>(chain.size()) < end) return false;
+  for (int i = std::max(first, 0); i < end; ++i) {
+    if (chain[i].id < 0) return false;
   }
-  keys->insert(keys->end(), chain.begin(), chain.end());
+  for (int i = 0; i < end; ++i) {
+    if (i < first) {
+      blocks->push_back(kNoBlock);
+    } else {
+      Block& b = blocks_[chain[i].id];
+      if (b.refs++ == 0) idle_.erase(b.idle_at);
+      blocks->push_back(chain[i].id);
+    }
+    keys->push_back(chain[i].key);
+  }
   return true;
 }
 

@@ -111,10 +111,14 @@ class KvBlockPool {
   // Walks the cached prefix; calls f(block id) for each block.
   template <typename F>
   int Walk(absl::Span<const int32_t> tokens, int max_tokens, F&& f) const;
-  // The cached blocks [first, end) of the chain of `tokens` into *found
-  // (and every key into *keys), or false at the first one missing.
-  bool FindRange(absl::Span<const int32_t> tokens, int first, int end, std::vector<int32_t>* found,
-                 std::vector<uint64_t>* keys) const;
+  // The first `end` whole blocks of the chain of `tokens`: each one's key
+  // (worked out from the tokens) and the registered block holding it (-1:
+  // none, or prefix caching off).
+  struct ChainBlock {
+    uint64_t key;
+    int32_t id;
+  };
+  std::vector<ChainBlock> Chain(absl::Span<const int32_t> tokens, int end) const;
 
   bool prefix_caching_;
   std::vector<Block> blocks_;

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -64,12 +65,9 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
   const int n = static_cast<int>(active.size());
   int budget = o.max_tokens_per_step;
   int free = free_blocks;
-  // Without local blocks, as many as there are blocks: never the bound.
+  // Without local blocks, no bound from them.
   const bool local = o.local_window > 0 && free_local_blocks != kNoLocalPool;
-  int free_local = local ? free_local_blocks : free_blocks;
-  auto sync = [&] {
-    if (!local) free_local = free;
-  };
+  int free_local = local ? free_local_blocks : std::numeric_limits<int>::max() / 2;
 
   // Running sequences first: decodes take one token each (and their
   // drafts), then unfinished prompts continue in chunks, each group oldest
@@ -95,7 +93,6 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
       plan.preempted.push_back(active[victim].id);
       free += active[victim].exclusive;
       free_local += active[victim].local_exclusive;
-      sync();
       if (victim == i) break;
       room = (a.blocks + std::min(free, free_local)) * B - a.computed;
     }
@@ -104,7 +101,6 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     const int taken = std::max(0, BlocksFor(a.computed + len, B) - a.blocks);
     free -= taken;
     free_local -= taken;
-    sync();
     plan.seqs.push_back({a.id, a.computed, len});
     scheduled[i] = true;
     budget -= len;
@@ -123,7 +119,7 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     const QueuedRequest& q = queue[i];
     const int held = q.cached / B;  // blocks it takes from the prefix cache
     const int avail = free - q.cached_idle;
-    const int avail_local = local ? free_local - q.local_cached_idle : avail;
+    const int avail_local = free_local - (local ? q.local_cached_idle : 0);
     const int need = BlocksFor(q.known, B) - held;
     if ((o.window > 0 ? std::min(need, WindowBlocks(o.window, B)) : need) > avail) break;
     if (local && std::min(need, WindowBlocks(o.local_window, B)) > avail_local) break;
@@ -133,7 +129,6 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     const int taken = len > 0 ? BlocksFor(q.cached + len, B) - held : 0;
     free = avail - taken;
     free_local = avail_local - taken;
-    sync();
     plan.admitted.push_back(q.id);
     if (len > 0) {
       plan.seqs.push_back({q.id, q.cached, len});
