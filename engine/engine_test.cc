@@ -153,14 +153,19 @@ TEST_F(EngineTest, DeadlineWhileQueuedAndWhileRunning) {
   o.clock = clock.AsFunction();
   Start("builtin:tiny", o);
   // b waits behind a; time passes b's deadline as a's 3rd token arrives
-  // (once b is queued).
+  // (once b is queued). b expires before a's next step, and a holds at its
+  // 4th token until the test has cancelled it (found: on a fast machine a
+  // could finish all its tokens before the test's Cancel).
   auto sink_a = std::make_shared<CollectingSink>();
   auto sink_b = std::make_shared<CollectingSink>();
-  std::atomic<bool> b_queued{false};
+  std::atomic<bool> b_queued{false}, a_cancelled{false};
   sink_a->AtToken(3, [&] {
     while (!b_queued.load()) std::this_thread::yield();
     EXPECT_EQ(sink_b->finishes(), 0) << "b expired before its deadline";
     clock.Advance(absl::Seconds(2));
+    sink_a->AtToken(4, [&] {
+      while (!a_cancelled.load()) std::this_thread::yield();
+    });
   });
   auto a = engine_->Submit(Greedy({1, 2, 3}, 480), sink_a);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -172,7 +177,9 @@ TEST_F(EngineTest, DeadlineWhileQueuedAndWhileRunning) {
   EXPECT_EQ(sink_b->finish().reason, FinishReason::kDeadline);
   EXPECT_TRUE(sink_b->tokens().empty());
   EXPECT_GE(sink_a->tokens().size(), 3u);
-  ASSERT_TRUE(engine_->Cancel(*a).ok());
+  const absl::Status cancelled = engine_->Cancel(*a);
+  a_cancelled.store(true);
+  ASSERT_TRUE(cancelled.ok()) << cancelled;
   ASSERT_TRUE(sink_a->Wait());
   EXPECT_EQ(sink_a->finish().reason, FinishReason::kCancelled);  // no deadline of its own
 
