@@ -259,6 +259,11 @@ step hf_peer_gpt2 90 env PYTHONUNBUFFERED=1 python3 "$here/py/hf_gpu_peer.py" --
 step serve 60 "$here/serve_smoke.sh"
 # 10. Whatever fits.
 step fusion 90 "$R" fusion_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 --gaps_ms="${FLOVER_FUSION_GAPS:-0,20,200}" --output_len=uniform:16:256
+# The newer families at their real shapes: grouped-query heads of 128
+# (Qwen3), local layers in blocks of their own (Gemma 3), 64 experts (OLMoE).
+step bench_qwen3_bf16 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_gemma3_bf16 60 "$R" model_benchmark --model=builtin:gemma3-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_olmoe_bf16 90 "$R" model_benchmark --model=builtin:olmoe-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,32 --repeats=3
 step bench_gpt2_no_graphs 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --cuda_graphs=false "${bench[@]}"
 step bench_gpt2_f32 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=f32 "${bench[@]}"
 # Where a step's time goes: the time per op (synchronised per op), then
