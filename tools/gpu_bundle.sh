@@ -5,9 +5,13 @@
 # load from this machine (gRPC, protobuf, abseil, oneDNN, OpenMPI, ... and
 # Debian's glibc with its loader, so the host's own glibc version does not
 # matter) except the driver and the CUDA libraries, which the host has, the
-# golden fixtures, the transformers peer script, and BUNDLE_INFO (the commit,
+# transformers peer script, and BUNDLE_INFO (the commit,
 # whether the tree was dirty, and the CUDA, cuBLAS and NCCL versions built
 # against). Run it where the CUDA toolkit is (the module must be built).
+# The golden fixtures (37 MB) are not packed: the device tool sends the
+# working tree anyway, and the tree plus what it carries must stay under 64
+# MiB. The checks script links the tree's tests/golden (FLOVER_GOLDENS, or
+# tests/golden under the directory it is started from) into the bundle.
 #
 #   tools/gpu_bundle.sh [--dry_run] [OUT_DIR]     (default .gpu-bundle, git-ignored)
 #
@@ -19,6 +23,7 @@
 # On the GPU host, one call with a deadline (results under LOG_DIR after
 # every step, so a run cut off still brings back what it did):
 #   tar xJf OUT_DIR/flover_gpu.tar.xz -C /tmp && DEADLINE=480 /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
+# (started in the repository's root, or with FLOVER_GOLDENS=.../tests/golden)
 # or any one binary:  /tmp/flover_gpu/run.sh model_benchmark --device=cuda ...
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,8 +50,6 @@ for target in "${TESTS[@]}" "${BINARIES[@]}"; do
   cp "$bin/${path/://}" "$stage/bin/"
 done
 cp "$bin/kernels/cuda/libflover_cuda.so" "$stage/lib/"
-cp -r tests/golden "$stage/tests/"
-rm -f "$stage/tests/golden/BUILD.bazel" "$stage/tests/golden/"make_*.py
 cp benchmarks/hf_gpu_peer.py "$stage/py/"
 
 # Libraries the host provides (the driver and CUDA's own): never bundled.
@@ -180,6 +183,15 @@ say "host: $(uname -r), $(nproc) cores, deadline ${DEADLINE:-480} s"
 export FLOVER_LIB_PATH="$(bash "$here/lib_paths.sh")"  # resolved once
 say "library path: $FLOVER_LIB_PATH"
 export TEST_TMPDIR="$work/tmp"; mkdir -p "$TEST_TMPDIR"
+# The golden fixtures travel in the working tree, not in the bundle; the
+# tests read tests/golden relative to the bundle (run.sh starts them there).
+goldens="$(realpath -m "${FLOVER_GOLDENS:-$PWD/tests/golden}")"
+if [ ! -e "$here/tests/golden" ]; then
+  mkdir -p "$here/tests" && ln -s "$goldens" "$here/tests/golden"
+fi
+[ -f "$here/tests/golden/tiny_f32/config.json" ] ||
+  say "NO GOLDEN FIXTURES at $goldens: start in the repository's root or set FLOVER_GOLDENS"
+say "goldens: $goldens"
 # A GPU test that cannot create its device fails here instead of skipping.
 [ "${FLOVER_DRY_RUN:-0}" = 1 ] || export FLOVER_REQUIRE_DEVICES=cuda
 failed=0
