@@ -1,14 +1,16 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
-#include "kernels/expert_groups.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/expert_groups.h"
 #include "util/status_macros.h"
 
 namespace flover::kernels::cuda {
@@ -64,6 +66,22 @@ absl::Status CudaStatus(cudaError_t error, const std::string& what) {
   return absl::InternalError(msg);
 }
 
+namespace {
+
+// FLOVER_CUDA_PDL: "1" launches every kernel of the module with
+// programmatic dependent launch where the device supports it (see
+// cuda_kernels.h); unset or "0", plain launches.
+absl::StatusOr<bool> ProgrammaticLaunchFromEnvironment() {
+  const char* value = std::getenv("FLOVER_CUDA_PDL");
+  const std::string name = value != nullptr ? value : "";
+  if (name.empty() || name == "0") return false;
+  if (name == "1") return true;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "FLOVER_CUDA_PDL=", name, ": expected 1 (programmatic launch) or 0 (the default)"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
   if (options.matmul == MatmulDtype::kInt8) {
     return absl::FailedPreconditionError(
@@ -102,6 +120,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
   b->device_name_ = absl::StrFormat("%s (sm_%d, GPU %d)", props.name, cc, ordinal);
   FLOVER_RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  auto programmatic = ProgrammaticLaunchFromEnvironment();
+  if (!programmatic.ok()) return programmatic.status();
+  SetProgrammaticLaunch(*programmatic && ProgrammaticLaunchSupported());
+  if (ProgrammaticLaunchOn()) absl::StrAppend(&b->device_name_, ", programmatic launch");
   auto engine = LtGemm::EngineFromEnvironment();
   if (!engine.ok()) return engine.status();
   auto gemm = LtGemm::Create(b->stream_, *engine);

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <atomic>
+#include <utility>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/expert_groups.h"
@@ -45,6 +46,44 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90 and later; SetProgrammaticLaunch).
+// With it on, a kernel launches while the one before it in the stream is
+// still running: its blocks are scheduled as soon as every block of that
+// kernel has started (griddepcontrol.launch_dependents, below), and wait in
+// griddepcontrol.wait until it has finished and its writes are visible. So
+// every kernel here calls PdlPrologue before it reads or writes anything:
+// memory is accessed in plain stream order, and only the launch latency
+// between kernels is hidden. Compiled for sm_80 (where the instructions do
+// not exist) it is empty, and the launches never ask for it there
+// (ProgrammaticLaunchSupported checks the code the device runs).
+__device__ __forceinline__ void PdlPrologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+std::atomic<bool> programmatic_launch{false};
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic
+// launch attribute while SetProgrammaticLaunch(true) holds. Errors are left
+// for cudaGetLastError, as with <<<>>>.
+template <typename... Params, typename... Args>
+void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = programmatic_launch.load(std::memory_order_relaxed) ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // The sum (or max) of v over the block, in a fixed order, returned to every
 // thread. blockDim.x is a multiple of 32; `red` holds 32 floats.
 template <bool kMax>
@@ -67,6 +106,7 @@ int Blocks(int64_t n, int threads) {
 
 __global__ void EmbedKernel(const int32_t* tokens, const int32_t* positions, const float* wte,
                             int vocab_begin, int vocab_rows, const float* wpe, int C, float* out) {
+  PdlPrologue();
   const int t = blockIdx.x;
   const int token = tokens[t] - vocab_begin;
   const bool here = token >= 0 && token < vocab_rows;
@@ -81,6 +121,7 @@ __global__ void EmbedKernel(const int32_t* tokens, const int32_t* positions, con
 }
 
 __global__ void AddKernel(const float* x, int64_t n, float* out) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     out[i] += x[i];
@@ -88,6 +129,7 @@ __global__ void AddKernel(const float* x, int64_t n, float* out) {
 }
 
 __global__ void AddBiasKernel(const float* bias, int64_t n, int N, float* out) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     out[i] += bias[i % N];
@@ -96,6 +138,7 @@ __global__ void AddBiasKernel(const float* bias, int64_t n, int N, float* out) {
 
 template <typename OutT>
 __global__ void ConvertKernel(const float* x, int64_t n, OutT* out) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     out[i] = FromFloat<OutT>(x[i]);
@@ -106,6 +149,7 @@ __global__ void ConvertKernel(const float* x, int64_t n, OutT* out) {
 // backend writes it (full relative precision for negative x).
 template <typename OutT>
 __global__ void GeluKernel(const float* x, int64_t n, OutT* out) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = x[i];
@@ -123,6 +167,7 @@ constexpr int kGemmTile = 32;  // outputs per block side, and k per step
 template <typename T>
 __global__ void FallbackGemmKernel(const T* x, const T* w, const float* bias, bool accumulate,
                                    int M, int N, int K, float* out) {
+  PdlPrologue();
   __shared__ float xs[kGemmTile][kGemmTile + 1];
   __shared__ float ws[kGemmTile][kGemmTile + 1];
   const int n0 = blockIdx.x * kGemmTile, m0 = blockIdx.y * kGemmTile;
@@ -314,6 +359,7 @@ template <typename T, int MT, int NT>
 __global__ void __launch_bounds__(32 * kMmaMaxSegments)
     MmaGemmFewRowsKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
                          bool accumulate, int M, int N, int K, float* out) {
+  PdlPrologue();
   constexpr int R = MT * NT * 4;
   __shared__ float parts[kMmaMaxSegments][R][32];
   const int lane = threadIdx.x & 31, s = threadIdx.x >> 5;
@@ -372,6 +418,7 @@ template <typename T>
 __global__ void __launch_bounds__(32 * kTileWarps, 2)
     MmaGemmTiledKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
                        bool accumulate, int M, int N, int K, float* out) {
+  PdlPrologue();
   extern __shared__ __align__(16) unsigned char tile_smem[];
   auto xs = reinterpret_cast<T(*)[kTileM][kTileK]>(tile_smem);
   auto ws = reinterpret_cast<T(*)[kTileN][kTileK]>(tile_smem + kTileStages * kTileM * kTileK * sizeof(T));
@@ -471,10 +518,22 @@ cudaError_t LaunchMmaGemmTyped(const T* x, const T* w, const float* bias, bool a
     const int segments = (K + MmaSegmentLength(K) - 1) / MmaSegmentLength(K);
     const dim3 grid((N + 7) / 8), block(32 * segments);
     switch (tiles) {
-      case 1: MmaGemmFewRowsKernel<T, 1, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
-      case 2: MmaGemmFewRowsKernel<T, 2, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
-      case 3: MmaGemmFewRowsKernel<T, 3, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
-      default: MmaGemmFewRowsKernel<T, 4, 1><<<grid, block, 0, stream>>>(x, w, bias, accumulate, M, N, K, out); break;
+      case 1:
+        LaunchKernel(MmaGemmFewRowsKernel<T, 1, 1>, grid, block, 0, stream, x, w, bias, accumulate,
+                     M, N, K, out);
+        break;
+      case 2:
+        LaunchKernel(MmaGemmFewRowsKernel<T, 2, 1>, grid, block, 0, stream, x, w, bias, accumulate,
+                     M, N, K, out);
+        break;
+      case 3:
+        LaunchKernel(MmaGemmFewRowsKernel<T, 3, 1>, grid, block, 0, stream, x, w, bias, accumulate,
+                     M, N, K, out);
+        break;
+      default:
+        LaunchKernel(MmaGemmFewRowsKernel<T, 4, 1>, grid, block, 0, stream, x, w, bias, accumulate,
+                     M, N, K, out);
+        break;
     }
   } else {
     // Over 48 KB of shared memory needs the kernel's limit raised, once per
@@ -492,7 +551,8 @@ cudaError_t LaunchMmaGemmTyped(const T* x, const T* w, const float* bias, bool a
       raised.fetch_or(bit);
     }
     const dim3 grid((N + kTileN - 1) / kTileN, (M + kTileM - 1) / kTileM), block(32 * kTileWarps);
-    MmaGemmTiledKernel<T><<<grid, block, kTileSmemBytes<T>, stream>>>(x, w, bias, accumulate, M, N, K, out);
+    LaunchKernel(MmaGemmTiledKernel<T>, grid, block, kTileSmemBytes<T>, stream, x, w, bias,
+                 accumulate, M, N, K, out);
   }
   return cudaGetLastError();
 }
@@ -502,6 +562,7 @@ cudaError_t LaunchMmaGemmTyped(const T* x, const T* w, const float* bias, bool a
 template <typename OutT>
 __global__ void LayerNormKernel(const float* x, int C, const float* gamma, const float* beta,
                                 float eps, OutT* out) {
+  PdlPrologue();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * C;
@@ -522,6 +583,7 @@ __global__ void LayerNormKernel(const float* x, int C, const float* gamma, const
 
 template <typename OutT>
 __global__ void RmsNormKernel(const float* x, int C, const float* gamma, float eps, OutT* out) {
+  PdlPrologue();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * C;
@@ -537,6 +599,7 @@ __global__ void RmsNormKernel(const float* x, int C, const float* gamma, float e
 __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* inv_freq,
                            int rotated_heads, int head_dim, int half, bool interleaved,
                            float scale, int64_t row_width) {
+  PdlPrologue();
   const int t = blockIdx.x;
   const int a_step = interleaved ? 2 : 1, b_off = interleaved ? 1 : half;
   float* row = qkv + t * row_width;
@@ -557,6 +620,7 @@ __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* in
 // act(gate) * up: silu, or gelu's tanh form (as GeluKernel).
 template <typename OutT, bool kGelu>
 __global__ void GluKernel(const float* gate_up, int64_t n, int F, OutT* out) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / F, f = i % F;
@@ -575,6 +639,7 @@ __global__ void GluKernel(const float* gate_up, int64_t n, int F, OutT* out) {
 // fixed order (each lane's stride, then the butterfly), so every row's
 // result is the same in any batch.
 __global__ void GroupRmsNormKernel(float* x, int W, int first, int G, const float* gamma, float eps) {
+  PdlPrologue();
   float* v = x + int64_t{blockIdx.x} * W + first + int64_t{blockIdx.y} * G;
   float ss = 0.0f;
   for (int c = threadIdx.x; c < G; c += 32) ss += v[c] * v[c];
@@ -591,6 +656,7 @@ struct Expf {
 
 // One thread per row: the host's steps (RouteRow), in its order.
 __global__ void RouteKernel(const float* logits, int T, int E, RouterParams p, int32_t* ids, float* weights) {
+  PdlPrologue();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= T) return;
   RouteRow(logits + int64_t{t} * E, E, p, ids + int64_t{t} * p.k, weights + int64_t{t} * p.k, Expf());
@@ -599,6 +665,7 @@ __global__ void RouteKernel(const float* logits, int T, int E, RouterParams p, i
 // grid n, block 256: one row each.
 __global__ void CopyRowsKernel(const char* src, const int32_t* src_rows, char* dst, const int32_t* dst_rows,
                                int64_t row_bytes) {
+  PdlPrologue();
   const int i = blockIdx.x;
   const char* from = src + (src_rows != nullptr ? src_rows[i] : i) * row_bytes;
   char* to = dst + (dst_rows != nullptr ? dst_rows[i] : i) * row_bytes;
@@ -607,6 +674,7 @@ __global__ void CopyRowsKernel(const char* src, const int32_t* src_rows, char* d
 
 // grid T, block kElementwiseThreads: row t's columns.
 __global__ void WeightedRowSumKernel(const float* y, const float* weights, int k, int C, float* out) {
+  PdlPrologue();
   const int64_t t = blockIdx.x;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float sum = 0.0f;
@@ -616,6 +684,7 @@ __global__ void WeightedRowSumKernel(const float* y, const float* weights, int k
 }
 
 __global__ void SoftCapKernel(float* x, int64_t n, float cap) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     x[i] = tanhf(x[i] / cap) * cap;
@@ -623,6 +692,7 @@ __global__ void SoftCapKernel(float* x, int64_t n, float cap) {
 }
 
 __global__ void SigmoidKernel(float* x, int64_t n) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     x[i] = 1.0f / (1.0f + expf(-x[i]));
@@ -670,6 +740,7 @@ KvView ViewOf(const KvLayer& kv, const int32_t* block_ids) {
 template <typename KT>
 __global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_seqs, int q_heads,
                                int kv_heads, KvView kv, KT* keys, KT* values) {
+  PdlPrologue();
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int s = FindSeq(seqs, num_seqs, row);
   const int32_t* blocks = kv.block_ids + seqs[s * 4];
@@ -694,15 +765,17 @@ __device__ __forceinline__ int FirstAttended(int n, int window) {
 // does); a longer one leaves per-chunk (output, max, sum) in `work` for
 // AttentionMergeKernel.
 //
-// kFixedD > 0 compiles for that head dim (GPT-2's and Llama-1B's 64): the
-// score loop unrolls completely, so all of a position's key loads are in
-// flight at once instead of eight at a time; 0 reads it from kv. The sums
-// run in the same order either way.
+// kFixedD > 0 compiles for that head dim (64: GPT-2's and Llama-1B's; 128:
+// Qwen3's, Llama 3's, Mistral's and OLMoE's): the score loop unrolls
+// completely, so all of a position's key loads are in flight at once instead
+// of eight at a time; 0 reads it from kv. The sums run in the same order
+// either way.
 template <typename KT, typename OutT, int kFixedD>
 __global__ void __launch_bounds__(kAttentionThreads)
     AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, int kv_heads,
                     KvView kv, const KT* keys, const KT* values, AttentionParams params,
                     OutT* out, float* work, int max_chunks) {
+  PdlPrologue();
   __shared__ float q[kMaxHeadDim];
   __shared__ float weights[kAttentionChunk];
   __shared__ float red[32];
@@ -807,6 +880,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 template <typename OutT>
 __global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, int D, int window,
                                      const float* work, int max_chunks, OutT* out) {
+  PdlPrologue();
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int s = FindSeq(seqs, num_seqs, row);
   const int n = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]) + 1;
@@ -826,6 +900,7 @@ __global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, i
 }
 
 __global__ void GatherLastRowsKernel(const float* x, const int32_t* seqs, int C, float* out) {
+  PdlPrologue();
   const int s = blockIdx.x;
   const int64_t row = seqs[s * 4 + 3] + seqs[s * 4 + 2] - 1;
   for (int c = threadIdx.x; c < C; c += blockDim.x) out[s * int64_t{C} + c] = x[row * C + c];
@@ -840,18 +915,22 @@ cudaError_t Attend(const float* qkv, const int32_t* seqs, const int32_t* block_i
   const KvView view = ViewOf(kv, block_ids);
   const dim3 grid(T, q_heads, chunks);
   if (kv.head_dim == 64) {
-    AttentionKernel<KT, OutT, 64><<<grid, kAttentionThreads, 0, stream>>>(
-        qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-        static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+    LaunchKernel(AttentionKernel<KT, OutT, 64>, grid, kAttentionThreads, 0, stream, qkv, seqs,
+                 num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
+                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+  } else if (kv.head_dim == 128) {
+    LaunchKernel(AttentionKernel<KT, OutT, 128>, grid, kAttentionThreads, 0, stream, qkv, seqs,
+                 num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
+                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
   } else {
-    AttentionKernel<KT, OutT, 0><<<grid, kAttentionThreads, 0, stream>>>(
-        qkv, seqs, num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-        static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+    LaunchKernel(AttentionKernel<KT, OutT, 0>, grid, kAttentionThreads, 0, stream, qkv, seqs,
+                 num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
+                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
   }
   if (chunks > 1) {
-    AttentionMergeKernel<OutT><<<dim3(T, q_heads), kv.head_dim, 0, stream>>>(
-        seqs, num_seqs, q_heads, kv.head_dim, params.window, work, chunks,
-        static_cast<OutT*>(out));
+    LaunchKernel(AttentionMergeKernel<OutT>, dim3(T, q_heads), kv.head_dim, 0, stream, seqs,
+                 num_seqs, q_heads, kv.head_dim, params.window, work, chunks,
+                 static_cast<OutT*>(out));
   }
   return cudaGetLastError();
 }
@@ -1005,6 +1084,7 @@ template <BlockFormat F, bool kAligned>
 __global__ void BlockLinearKernel(const float* x, int M, int K, const uint8_t* w, int64_t row_bytes,
                                   int rows, int row_begin, int N, const float* bias, bool gelu,
                                   bool accumulate, float* out) {
+  PdlPrologue();
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kBlockWarps + threadIdx.x / 32;
   if (n >= rows) return;
@@ -1059,14 +1139,30 @@ cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, 
                         int vocab_begin, int vocab_rows, const float* wpe, int C, float* out,
                         cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  EmbedKernel<<<T, kElementwiseThreads, 0, stream>>>(tokens, positions, wte, vocab_begin,
-                                                     vocab_rows, wpe, C, out);
+  LaunchKernel(EmbedKernel, T, kElementwiseThreads, 0, stream, tokens, positions, wte, vocab_begin,
+               vocab_rows, wpe, C, out);
   return cudaGetLastError();
 }
 
+bool ProgrammaticLaunchSupported() {
+  // The code the device runs for a kernel: sm_90 machine code, or PTX for
+  // compute_90 compiled for a newer GPU, has the wait; sm_80's has not.
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, AddKernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.ptxVersion >= 90 && attributes.binaryVersion >= 90;
+}
+
+void SetProgrammaticLaunch(bool on) { programmatic_launch.store(on); }
+
+bool ProgrammaticLaunchOn() { return programmatic_launch.load(); }
+
 cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  AddKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n, out);
+  LaunchKernel(AddKernel, Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream, x, n,
+               out);
   return cudaGetLastError();
 }
 
@@ -1078,19 +1174,18 @@ cudaError_t LaunchFallbackGemm(const void* x, const void* w, DType dtype, const 
   const dim3 block(kGemmTile, 8);
   switch (dtype) {
     case DType::kF32:
-      FallbackGemmKernel<<<grid, block, 0, stream>>>(static_cast<const float*>(x),
-                                                     static_cast<const float*>(w), bias, accumulate,
-                                                     M, N, K, out);
+      LaunchKernel(FallbackGemmKernel<float>, grid, block, 0, stream, static_cast<const float*>(x),
+                   static_cast<const float*>(w), bias, accumulate, M, N, K, out);
       break;
     case DType::kBF16:
-      FallbackGemmKernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
-                                                     static_cast<const __nv_bfloat16*>(w), bias,
-                                                     accumulate, M, N, K, out);
+      LaunchKernel(FallbackGemmKernel<__nv_bfloat16>, grid, block, 0, stream,
+                   static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias,
+                   accumulate, M, N, K, out);
       break;
     case DType::kF16:
-      FallbackGemmKernel<<<grid, block, 0, stream>>>(static_cast<const __half*>(x),
-                                                     static_cast<const __half*>(w), bias, accumulate,
-                                                     M, N, K, out);
+      LaunchKernel(FallbackGemmKernel<__half>, grid, block, 0, stream,
+                   static_cast<const __half*>(x), static_cast<const __half*>(w), bias, accumulate,
+                   M, N, K, out);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -1121,7 +1216,8 @@ cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float
 cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream) {
   const int64_t n = int64_t{M} * N;
   if (n == 0) return cudaSuccess;
-  AddBiasKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(bias, n, N, out);
+  LaunchKernel(AddBiasKernel, Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream, bias,
+               n, N, out);
   return cudaGetLastError();
 }
 
@@ -1130,16 +1226,16 @@ cudaError_t LaunchLayerNorm(const float* x, int T, int C, const float* gamma, co
   if (T == 0) return cudaSuccess;
   switch (out_dtype) {
     case DType::kF32:
-      LayerNormKernel<float><<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, beta, eps,
-                                                                    static_cast<float*>(out));
+      LaunchKernel(LayerNormKernel<float>, T, kElementwiseThreads, 0, stream, x, C, gamma, beta,
+                   eps, static_cast<float*>(out));
       break;
     case DType::kBF16:
-      LayerNormKernel<__nv_bfloat16><<<T, kElementwiseThreads, 0, stream>>>(
-          x, C, gamma, beta, eps, static_cast<__nv_bfloat16*>(out));
+      LaunchKernel(LayerNormKernel<__nv_bfloat16>, T, kElementwiseThreads, 0, stream, x, C, gamma,
+                   beta, eps, static_cast<__nv_bfloat16*>(out));
       break;
     case DType::kF16:
-      LayerNormKernel<__half><<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, beta, eps,
-                                                                     static_cast<__half*>(out));
+      LaunchKernel(LayerNormKernel<__half>, T, kElementwiseThreads, 0, stream, x, C, gamma, beta,
+                   eps, static_cast<__half*>(out));
       break;
     default:
       return cudaErrorInvalidValue;
@@ -1152,14 +1248,16 @@ cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, floa
   if (T == 0) return cudaSuccess;
   switch (out_dtype) {
     case DType::kF32:
-      RmsNormKernel<<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, eps, static_cast<float*>(out));
+      LaunchKernel(RmsNormKernel<float>, T, kElementwiseThreads, 0, stream, x, C, gamma, eps,
+                   static_cast<float*>(out));
       break;
     case DType::kBF16:
-      RmsNormKernel<<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, eps,
-                                                           static_cast<__nv_bfloat16*>(out));
+      LaunchKernel(RmsNormKernel<__nv_bfloat16>, T, kElementwiseThreads, 0, stream, x, C, gamma,
+                   eps, static_cast<__nv_bfloat16*>(out));
       break;
     case DType::kF16:
-      RmsNormKernel<<<T, kElementwiseThreads, 0, stream>>>(x, C, gamma, eps, static_cast<__half*>(out));
+      LaunchKernel(RmsNormKernel<__half>, T, kElementwiseThreads, 0, stream, x, C, gamma, eps,
+                   static_cast<__half*>(out));
       break;
     default:
       return cudaErrorInvalidValue;
@@ -1172,8 +1270,8 @@ cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_fr
                        float scale, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const int64_t width = (static_cast<int64_t>(q_heads) + 2 * kv_heads) * head_dim;
-  RopeKernel<<<T, kElementwiseThreads, 0, stream>>>(qkv, positions, inv_freq, q_heads + kv_heads,
-                                                    head_dim, rotary_half, interleaved, scale, width);
+  LaunchKernel(RopeKernel, T, kElementwiseThreads, 0, stream, qkv, positions, inv_freq,
+               q_heads + kv_heads, head_dim, rotary_half, interleaved, scale, width);
   return cudaGetLastError();
 }
 
@@ -1183,16 +1281,16 @@ cudaError_t LaunchGluOf(const float* gate_up, int64_t n, int F, void* out, DType
   const int blocks = Blocks(n, kElementwiseThreads);
   switch (out_dtype) {
     case DType::kF32:
-      GluKernel<float, kGelu><<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F,
-                                                                          static_cast<float*>(out));
+      LaunchKernel(GluKernel<float, kGelu>, blocks, kElementwiseThreads, 0, stream, gate_up, n, F,
+                   static_cast<float*>(out));
       break;
     case DType::kBF16:
-      GluKernel<__nv_bfloat16, kGelu><<<blocks, kElementwiseThreads, 0, stream>>>(
-          gate_up, n, F, static_cast<__nv_bfloat16*>(out));
+      LaunchKernel(GluKernel<__nv_bfloat16, kGelu>, blocks, kElementwiseThreads, 0, stream, gate_up,
+                   n, F, static_cast<__nv_bfloat16*>(out));
       break;
     case DType::kF16:
-      GluKernel<__half, kGelu><<<blocks, kElementwiseThreads, 0, stream>>>(gate_up, n, F,
-                                                                           static_cast<__half*>(out));
+      LaunchKernel(GluKernel<__half, kGelu>, blocks, kElementwiseThreads, 0, stream, gate_up, n, F,
+                   static_cast<__half*>(out));
       break;
     default:
       return cudaErrorInvalidValue;
@@ -1211,41 +1309,42 @@ cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, 
 cudaError_t LaunchGroupRmsNorm(float* x, int T, int W, int first, int groups, int G, const float* gamma,
                                float eps, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  GroupRmsNormKernel<<<dim3(T, groups), 32, 0, stream>>>(x, W, first, G, gamma, eps);
+  LaunchKernel(GroupRmsNormKernel, dim3(T, groups), 32, 0, stream, x, W, first, G, gamma, eps);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchRoute(const float* logits, int T, int E, const RouterParams& p, int32_t* ids, float* weights,
                         cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  RouteKernel<<<(T + 127) / 128, 128, 0, stream>>>(logits, T, E, p, ids, weights);
+  LaunchKernel(RouteKernel, (T + 127) / 128, 128, 0, stream, logits, T, E, p, ids, weights);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchCopyRows(const void* src, const int32_t* src_rows, void* dst, const int32_t* dst_rows, int n,
                            int64_t row_bytes, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  CopyRowsKernel<<<n, 256, 0, stream>>>(static_cast<const char*>(src), src_rows, static_cast<char*>(dst),
-                                        dst_rows, row_bytes);
+  LaunchKernel(CopyRowsKernel, n, 256, 0, stream, static_cast<const char*>(src), src_rows,
+               static_cast<char*>(dst), dst_rows, row_bytes);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchWeightedRowSum(const float* y, const float* weights, int T, int k, int C, float* out,
                                  cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  WeightedRowSumKernel<<<T, kElementwiseThreads, 0, stream>>>(y, weights, k, C, out);
+  LaunchKernel(WeightedRowSumKernel, T, kElementwiseThreads, 0, stream, y, weights, k, C, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  SoftCapKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n, cap);
+  LaunchKernel(SoftCapKernel, Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream, x, n,
+               cap);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSigmoid(float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  SigmoidKernel<<<Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(x, n);
+  LaunchKernel(SigmoidKernel, Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream, x, n);
   return cudaGetLastError();
 }
 
@@ -1255,13 +1354,16 @@ cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,
   const int blocks = Blocks(n, kElementwiseThreads);
   switch (out_dtype) {
     case DType::kBF16:
-      ConvertKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
+      LaunchKernel(ConvertKernel<__nv_bfloat16>, blocks, kElementwiseThreads, 0, stream, x, n,
+                   static_cast<__nv_bfloat16*>(out));
       break;
     case DType::kF16:
-      ConvertKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__half*>(out));
+      LaunchKernel(ConvertKernel<__half>, blocks, kElementwiseThreads, 0, stream, x, n,
+                   static_cast<__half*>(out));
       break;
     case DType::kF32:
-      ConvertKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<float*>(out));
+      LaunchKernel(ConvertKernel<float>, blocks, kElementwiseThreads, 0, stream, x, n,
+                   static_cast<float*>(out));
       break;
     default:
       return cudaErrorInvalidValue;
@@ -1274,13 +1376,16 @@ cudaError_t LaunchGelu(const float* x, int64_t n, void* out, DType out_dtype, cu
   const int blocks = Blocks(n, kElementwiseThreads);
   switch (out_dtype) {
     case DType::kF32:
-      GeluKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<float*>(out));
+      LaunchKernel(GeluKernel<float>, blocks, kElementwiseThreads, 0, stream, x, n,
+                   static_cast<float*>(out));
       break;
     case DType::kBF16:
-      GeluKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
+      LaunchKernel(GeluKernel<__nv_bfloat16>, blocks, kElementwiseThreads, 0, stream, x, n,
+                   static_cast<__nv_bfloat16*>(out));
       break;
     case DType::kF16:
-      GeluKernel<<<blocks, kElementwiseThreads, 0, stream>>>(x, n, static_cast<__half*>(out));
+      LaunchKernel(GeluKernel<__half>, blocks, kElementwiseThreads, 0, stream, x, n,
+                   static_cast<__half*>(out));
       break;
     default:
       return cudaErrorInvalidValue;
@@ -1293,13 +1398,13 @@ cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, const int32_t*
   if (T == 0) return cudaSuccess;
   const dim3 grid(T, kv.heads);
   if (kv.dtype == KvDtype::kBF16) {
-    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(
-        qkv, seqs, num_seqs, q_heads, kv.heads, ViewOf(kv, block_ids),
-        static_cast<__nv_bfloat16*>(kv.k), static_cast<__nv_bfloat16*>(kv.v));
+    LaunchKernel(KvAppendKernel<__nv_bfloat16>, grid, kv.head_dim, 0, stream, qkv, seqs, num_seqs,
+                 q_heads, kv.heads, ViewOf(kv, block_ids), static_cast<__nv_bfloat16*>(kv.k),
+                 static_cast<__nv_bfloat16*>(kv.v));
   } else {
-    KvAppendKernel<<<grid, kv.head_dim, 0, stream>>>(qkv, seqs, num_seqs, q_heads, kv.heads,
-                                                     ViewOf(kv, block_ids), static_cast<float*>(kv.k),
-                                                     static_cast<float*>(kv.v));
+    LaunchKernel(KvAppendKernel<float>, grid, kv.head_dim, 0, stream, qkv, seqs, num_seqs, q_heads,
+                 kv.heads, ViewOf(kv, block_ids), static_cast<float*>(kv.k),
+                 static_cast<float*>(kv.v));
   }
   return cudaGetLastError();
 }
@@ -1328,7 +1433,7 @@ cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t
 cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,
                                  cudaStream_t stream) {
   if (S == 0) return cudaSuccess;
-  GatherLastRowsKernel<<<S, kElementwiseThreads, 0, stream>>>(x, seqs, C, out);
+  LaunchKernel(GatherLastRowsKernel, S, kElementwiseThreads, 0, stream, x, seqs, C, out);
   return cudaGetLastError();
 }
 
@@ -1343,7 +1448,8 @@ cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, 
   const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0;
   const dim3 grid((rows + kBlockWarps - 1) / kBlockWarps), block(32 * kBlockWarps);
   auto launch = [&](auto kernel) {
-    kernel<<<grid, block, 0, stream>>>(x, M, K, w, row_bytes, rows, row_begin, N, bias, gelu, accumulate, out);
+    LaunchKernel(kernel, grid, block, 0, stream, x, M, K, w, row_bytes, rows, row_begin, N, bias,
+                 gelu, accumulate, out);
     return cudaGetLastError();
   };
   auto launch_either = [&](auto aligned_kernel, auto byte_kernel) {

@@ -29,6 +29,16 @@ inline constexpr int kAttentionChunk = 1024;
 // lane of a warp holds dims lane, lane + 32, ...).
 inline constexpr int kMaxHeadDim = 256;
 
+// Programmatic dependent launch (FLOVER_CUDA_PDL; Hopper and newer): each
+// kernel is launched while the one before it in the stream still runs, and
+// waits in its prologue until that one has finished and its writes are
+// visible, so only the launch latency between kernels is hidden; results
+// are the same bits. Supported where the device runs this module's sm_90
+// code. One setting per process: the backend sets it at Create.
+bool ProgrammaticLaunchSupported();
+void SetProgrammaticLaunch(bool on);
+bool ProgrammaticLaunchOn();
+
 // out: f32 [T, C] = wte[tokens[t] - vocab_begin] (zero outside
 // [vocab_begin, vocab_begin + vocab_rows)) + wpe[positions[t]] (if wpe).
 cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, const float* wte,
