@@ -153,6 +153,28 @@ done
   --temperature=0 --ignore_eos --json
 EOF
 
+cat > "$stage/pdl_same_tokens.sh" <<'EOF'
+#!/usr/bin/env bash
+# Programmatic launch (FLOVER_CUDA_PDL=1) changes when kernels start, never
+# what they compute: 200 greedy tokens of Llama-1B shapes in bf16 must be
+# the same with it as without, with either GEMM, and the device line must
+# say it was on.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+args=(--model=builtin:llama-1b --device=cuda --dtype=bf16 --kv_dtype=bf16 --prompt_ids=1,2,3,4,5,6,7,8
+      --max_new_tokens=200 --temperature=0 --ignore_eos)
+err="$(mktemp)"
+for gemm in cublaslt mma; do
+  plain="$(FLOVER_CUDA_GEMM=$gemm FLOVER_CUDA_PDL=0 "$here/run.sh" flover_generate "${args[@]}" 2>"$err")" ||
+    { cat "$err"; exit 1; }
+  programmatic="$(FLOVER_CUDA_GEMM=$gemm FLOVER_CUDA_PDL=1 "$here/run.sh" flover_generate "${args[@]}" 2>"$err")" ||
+    { cat "$err"; exit 1; }
+  grep -q "programmatic launch" "$err" || { echo "$gemm: programmatic launch was not on:"; cat "$err"; exit 1; }
+  [ "$plain" = "$programmatic" ] || { echo "$gemm: tokens differ"; echo "$plain"; echo "$programmatic"; exit 1; }
+  echo "$gemm: the same 200 tokens with and without programmatic launch ($(cat "$err"))"
+done
+EOF
+
 cat > "$stage/run_gpu_checks.sh" <<'EOF'
 #!/usr/bin/env bash
 # Every GPU check of the bundle in one run bounded by $DEADLINE seconds
@@ -258,11 +280,27 @@ step nccl_two_ranks 90 "$R" nccl_two_ranks_test
 # 6. Engine invariance.
 step invariance 150 "$R" engine_invariance_test "${cuda_tests[@]}"
 step invariance_mma 150 env FLOVER_CUDA_GEMM=mma "$R" engine_invariance_test "${cuda_tests[@]}"
-# 7. GPT-2 and Llama-1B in bf16, then the transformers peer on GPT-2.
+# Programmatic dependent launch (FLOVER_CUDA_PDL=1): the same bits, the
+# tests again with it on.
+step pdl_same_tokens 90 "$here/pdl_same_tokens.sh"
+step backend_ops_pdl 90 env FLOVER_CUDA_PDL=1 "$R" backend_ops_test "${cuda_tests[@]}"
+step kv_ops_pdl 60 env FLOVER_CUDA_PDL=1 "$R" kv_ops_test "${cuda_tests[@]}"
+step paged_kv_pdl 60 env FLOVER_CUDA_PDL=1 "$R" paged_kv_test "${cuda_tests[@]}"
+step decoder_golden_pdl 150 env FLOVER_CUDA_PDL=1 "$R" decoder_golden_test "${cuda_tests[@]}"
+step recorded_steps_pdl 60 env FLOVER_CUDA_PDL=1 "$R" recorded_steps_test "${cuda_tests[@]}"
+step recorded_steps_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" recorded_steps_test "${cuda_tests[@]}"
+step invariance_pdl 150 env FLOVER_CUDA_PDL=1 "$R" engine_invariance_test "${cuda_tests[@]}"
+step invariance_mma_pdl 150 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" engine_invariance_test "${cuda_tests[@]}"
+# 7. GPT-2 and Llama-1B in bf16 (each GEMM, without and with programmatic
+# launch, back to back), then the transformers peer on GPT-2.
 step bench_gpt2_bf16 60 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_gpt2_bf16_mma 60 env FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_llama1b_bf16 90 "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_llama1b_bf16_mma 90 env FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_gpt2_bf16_pdl 60 env FLOVER_CUDA_PDL=1 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_gpt2_bf16_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_llama1b_bf16_pdl 90 env FLOVER_CUDA_PDL=1 "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_llama1b_bf16_mma_pdl 90 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step decoder_golden_mma 150 env FLOVER_CUDA_GEMM=mma "$R" decoder_golden_test "${cuda_tests[@]}"
 # 8. Llama-1B in native Q4_K blocks (random, generated on the host).
 step bench_llama1b_q4k 90 "$R" model_benchmark --model=builtin:llama-1b --random_blocks=Q4_K --dtype=native --kv_dtype=bf16 "${bench[@]}"
@@ -274,6 +312,8 @@ step fusion 90 "$R" fusion_benchmark --device=cuda --dtype=bf16 --kv_dtype=bf16 
 # The newer families at their real shapes: grouped-query heads of 128
 # (Qwen3), local layers in blocks of their own (Gemma 3), 64 experts (OLMoE).
 step bench_qwen3_bf16 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step bench_qwen3_bf16_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+step profile_qwen3 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,256 --repeats=2 --profile
 step bench_gemma3_bf16 60 "$R" model_benchmark --model=builtin:gemma3-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_olmoe_bf16 90 "$R" model_benchmark --model=builtin:olmoe-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,32 --repeats=3
 step bench_gpt2_no_graphs 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --cuda_graphs=false "${bench[@]}"
@@ -286,7 +326,7 @@ say "done, $((SECONDS)) s; failed: $failed"
 sync
 exit $failed
 EOF
-chmod +x "$stage/run.sh" "$stage/run_gpu_checks.sh" "$stage/serve_smoke.sh"
+chmod +x "$stage/run.sh" "$stage/run_gpu_checks.sh" "$stage/serve_smoke.sh" "$stage/pdl_same_tokens.sh"
 
 mkdir -p "$out"
 tar -C "$(dirname "$stage")" -cf - flover_gpu | xz -T0 -6 > "$out/flover_gpu.tar.xz"
