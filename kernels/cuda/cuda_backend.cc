@@ -20,7 +20,7 @@ namespace {
 // sm_90, plus compute_90 PTX for newer ones).
 constexpr int kMinComputeCapability = 80;
 
-enum ScratchSlot { kConvertedInput = 0, kGemmOutput = 1, kAttentionWork = 2 };
+enum ScratchSlot { kConvertedInput = 0, kGemmOutput = 1, kAttentionWork = 2, kExpertRows = 3 };
 
 class CudaWeight final : public Weight {
  public:
@@ -475,7 +475,9 @@ absl::Status CudaBackend::Route(const Tensor& logits, const RouterParams& p, con
 
 // The grouping is worked out on the host (the ids come down, which waits
 // for the stream), so a step with experts is not recorded as a graph; the
-// rows move by index on the device.
+// rows move by index on the device. The index and the grouped rows live in
+// work space that outlasts the call (kExpertRows), so nothing is allocated
+// or freed per call and the experts' GEMMs need not be waited for here.
 absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
                                      const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, ids, out, activation_dtype(), nullptr));
@@ -492,24 +494,30 @@ absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* c
     index[i] = x.rows == R ? g.routes[i] : static_cast<int32_t>(g.routes[i] / k);
     index[R + i] = g.routes[i];
   }
-  FLOVER_ASSIGN_OR_RETURN(Buffer index_dev, Allocate(DType::kI32, 2, R));
-  FLOVER_RETURN_IF_ERROR(Upload(index.data(), index_dev));
-  FLOVER_ASSIGN_OR_RETURN(Buffer in, Allocate(x.dtype, R, K));
-  FLOVER_ASSIGN_OR_RETURN(Buffer res, Allocate(DType::kF32, R, N));
-  const int32_t* sources = index_dev.tensor().as<int32_t>();
-  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchCopyRows(x.data, sources, in.tensor().data, nullptr, static_cast<int>(R),
+  // One work space: the index, the gathered rows of x, the experts' results
+  // (each part 256-byte aligned).
+  const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t index_bytes = aligned(2 * R * int64_t{sizeof(int32_t)});
+  const int64_t in_bytes = aligned(R * K * DTypeBytes(x.dtype));
+  const int64_t res_bytes = aligned(R * N * int64_t{sizeof(float)});
+  FLOVER_ASSIGN_OR_RETURN(void* space, Scratch(kExpertRows, size_t(index_bytes + in_bytes + res_bytes)));
+  char* base = static_cast<char*>(space);
+  const Tensor index_dev{base, DType::kI32, 2, R};
+  const Tensor in{base + index_bytes, x.dtype, R, K};
+  const Tensor res{base + index_bytes + in_bytes, DType::kF32, R, N};
+  FLOVER_RETURN_IF_ERROR(Upload(index.data(), index_dev));  // staged before it returns
+  const int32_t* sources = index_dev.as<int32_t>();
+  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchCopyRows(x.data, sources, in.data, nullptr, static_cast<int>(R),
                                                    K * DTypeBytes(x.dtype), stream_),
                                     "LinearById gather"));
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t b = g.begin[e], n = g.begin[e + 1] - b;
     if (n == 0) continue;
-    FLOVER_RETURN_IF_ERROR(Linear(in.tensor().Rows(b, n), *experts[e], nullptr, Epilogue::kBias,
-                                  res.tensor().Rows(b, n)));
+    FLOVER_RETURN_IF_ERROR(Linear(in.Rows(b, n), *experts[e], nullptr, Epilogue::kBias, res.Rows(b, n)));
   }
-  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchCopyRows(res.tensor().data, nullptr, out.data, sources + R,
-                                                   static_cast<int>(R), N * sizeof(float), stream_),
-                                    "LinearById scatter"));
-  return Synchronize();  // before the work buffers go
+  return CudaStatus(LaunchCopyRows(res.data, nullptr, out.data, sources + R, static_cast<int>(R),
+                                   N * sizeof(float), stream_),
+                    "LinearById scatter");
 }
 
 absl::Status CudaBackend::WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) {

@@ -116,7 +116,7 @@ class CudaBackend final : public Backend, private Roofline {
   int64_t replays_ = 0;
   std::map<std::string, cudaGraphExec_t> recordings_;
   std::set<std::string> met_once_;
-  static constexpr int kScratchSlots = 3;
+  static constexpr int kScratchSlots = 4;
   void* scratch_[kScratchSlots] = {};
   size_t scratch_bytes_[kScratchSlots] = {};
 };

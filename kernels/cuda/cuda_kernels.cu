@@ -766,10 +766,10 @@ __device__ __forceinline__ int FirstAttended(int n, int window) {
 // AttentionMergeKernel.
 //
 // kFixedD > 0 compiles for that head dim (64: GPT-2's and Llama-1B's; 128:
-// Qwen3's, Llama 3's, Mistral's and OLMoE's): the score loop unrolls
-// completely, so all of a position's key loads are in flight at once instead
-// of eight at a time; 0 reads it from kv. The sums run in the same order
-// either way.
+// Qwen3's, Llama 3's, Mistral's and OLMoE's; 256: Gemma's): the score loop
+// unrolls (completely up to 128, 64 at a time for 256), so a position's key
+// loads are in flight together instead of eight at a time; 0 reads it from
+// kv. The sums run in the same order either way.
 template <typename KT, typename OutT, int kFixedD>
 __global__ void __launch_bounds__(kAttentionThreads)
     AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, int kv_heads,
@@ -810,8 +810,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
     float acc = 0.0f;
     // Unrolled so that loads are in flight before the first sum needs one
     // (the sums still run in order of d: the same result).
-    if constexpr (kFixedD > 0) {
+    if constexpr (kFixedD > 0 && kFixedD <= 128) {
 #pragma unroll
+      for (int d = 0; d < kFixedD; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kBlockSize]), acc);
+    } else if constexpr (kFixedD > 0) {
+      // 256 loads in flight would spill: 64 at a time.
+#pragma unroll 64
       for (int d = 0; d < kFixedD; ++d) acc = fmaf(q[d], ToFloat(k[d * KvLayer::kBlockSize]), acc);
     } else {
 #pragma unroll 8
@@ -920,6 +924,10 @@ cudaError_t Attend(const float* qkv, const int32_t* seqs, const int32_t* block_i
                  static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
   } else if (kv.head_dim == 128) {
     LaunchKernel(AttentionKernel<KT, OutT, 128>, grid, kAttentionThreads, 0, stream, qkv, seqs,
+                 num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
+                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+  } else if (kv.head_dim == 256) {
+    LaunchKernel(AttentionKernel<KT, OutT, 256>, grid, kAttentionThreads, 0, stream, qkv, seqs,
                  num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
                  static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
   } else {
