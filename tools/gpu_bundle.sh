@@ -315,7 +315,7 @@ step bench_qwen3_bf16 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype
 step bench_qwen3_bf16_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step profile_qwen3 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,256 --repeats=2 --profile
 step bench_gemma3_bf16 60 "$R" model_benchmark --model=builtin:gemma3-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
-step bench_olmoe_bf16 90 "$R" model_benchmark --model=builtin:olmoe-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,32 --repeats=3
+step bench_olmoe_bf16 90 "$R" model_benchmark --model=builtin:olmoe-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,32 --repeats=3 --profile
 step bench_gpt2_no_graphs 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --cuda_graphs=false "${bench[@]}"
 step bench_gpt2_f32 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=f32 "${bench[@]}"
 # Where a step's time goes: the time per op (synchronised per op), then
