@@ -59,6 +59,18 @@ class ProfilingBackend final : public kernels::Backend {
       return inner_.Embed(tokens, positions, wte_rows, vocab_begin, wpe, out);
     });
   }
+  absl::StatusOr<std::unique_ptr<kernels::BlockRows>> PrepareBlockRows(kernels::BlockFormat format,
+                                                                       const uint8_t* bytes,
+                                                                       int64_t rows, int cols) override {
+    return inner_.PrepareBlockRows(format, bytes, rows, cols);
+  }
+  absl::Status EmbedBlocks(const kernels::Tensor& tokens, const kernels::Tensor& positions,
+                           const kernels::BlockRows& table, int vocab_begin, float scale,
+                           const kernels::Tensor* wpe, const kernels::Tensor& out) override {
+    return Timed("embed", [&] {
+      return inner_.EmbedBlocks(tokens, positions, table, vocab_begin, scale, wpe, out);
+    });
+  }
   absl::Status Add(const kernels::Tensor& x, const kernels::Tensor& out) override {
     return Timed("add", [&] { return inner_.Add(x, out); });
   }

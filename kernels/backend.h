@@ -40,7 +40,7 @@ inline constexpr int kMaxExperts = 1024;
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 12;
+inline constexpr int kBackendAbiVersion = 13;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -121,6 +121,17 @@ class Weight {
   virtual ~Weight() = default;
   virtual int k() const = 0;  // inputs
   virtual int n() const = 0;  // outputs
+};
+
+// Rows of quantized blocks of one format (block_format.h) kept as a GGUF
+// file stores them, for EmbedBlocks: a --dtype=native model's embedding,
+// looked up row by row as ggml's get_rows does instead of dequantized whole.
+class BlockRows {
+ public:
+  virtual ~BlockRows() = default;
+  virtual BlockFormat format() const = 0;
+  virtual int64_t rows() const = 0;
+  virtual int cols() const = 0;  // values per row
 };
 
 // What a backend runs on, for start-up lines and GetModelInfo.
@@ -236,6 +247,13 @@ class Backend : public Allocator {
     return absl::OkStatus();
   }
 
+  // Copies `rows` rows of `cols` values in `format` (BlockRowBytes(format,
+  // cols) bytes each, one after another) into this backend's memory. cols is
+  // a whole number of blocks.
+  virtual absl::StatusOr<std::unique_ptr<BlockRows>> PrepareBlockRows(BlockFormat format,
+                                                                      const uint8_t* bytes,
+                                                                      int64_t rows, int cols) = 0;
+
   // ---- Ops ----------------------------------------------------------------
   // out: f32 [T, C] = wte_rows[tokens[t] - vocab_begin] (zero when the token
   // is outside [vocab_begin, vocab_begin + wte_rows.rows): another tensor-
@@ -244,6 +262,15 @@ class Backend : public Allocator {
   virtual absl::Status Embed(const Tensor& tokens, const Tensor& positions,
                              const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
                              const Tensor& out) = 0;
+
+  // Embed with the rows in blocks: out: f32 [T, C] = scale * row
+  // tokens[t] - vocab_begin of `table` dequantized as ggml does
+  // (kernels/ggml_dequant.h; zero outside [vocab_begin, vocab_begin +
+  // table.rows())) + wpe[positions[t]] (when wpe is not null). C is
+  // table.cols(); the other arguments as Embed's.
+  virtual absl::Status EmbedBlocks(const Tensor& tokens, const Tensor& positions,
+                                   const BlockRows& table, int vocab_begin, float scale,
+                                   const Tensor* wpe, const Tensor& out) = 0;
 
   // out: f32 [R, C] += x: f32 [R, C].
   virtual absl::Status Add(const Tensor& x, const Tensor& out) = 0;

@@ -23,6 +23,17 @@
 namespace flover::kernels {
 namespace {
 
+// A product and a sum each rounded to float32 (never fused into one
+// multiply-add, whatever the compiler's contraction setting).
+float RoundedProduct(float a, float b) {
+  volatile float p = a * b;
+  return p;
+}
+float RoundedSum(float a, float b) {
+  volatile float sum = a + b;
+  return sum;
+}
+
 using ::flover::testing::GeluRef;
 using ::flover::testing::Random;
 using ::flover::testing::RelErr;
@@ -680,6 +691,60 @@ TEST_P(BlockLinearOpsTest, StackedFormatsMatchTheDequantizedWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, BlockLinearOpsTest, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return std::string(info.param); });
+
+// EmbedBlocks looks up rows of blocks as ggml's get_rows does: each format's
+// row dequantized (ggml's reference, kernels/ggml_dequant), times the scale
+// (rounded), plus the position's row (rounded); zero outside the rank's
+// vocabulary range. Bitwise on the CPU; on CUDA the dequantization may fuse
+// a multiply-add, so within a few ulps.
+TEST_P(BlockLinearOpsTest, EmbedBlocksLooksUpDequantizedRows) {
+  const std::string device = GetParam();
+  std::string skip;
+  auto d = MakeDev(device, MatmulDtype::kNative, KvDtype::kF32, &skip);
+  if (d == nullptr) GTEST_SKIP() << device << ": " << skip;
+  const int C = 512, rows = 6, P = 4, vocab_begin = 10, T = 5;
+  const std::vector<int32_t> tokens = {15, 10, 9, 13, 16}, positions = {3, 0, 1, 2, 3};
+  const std::vector<float> wpe = Random(P * C, 60);
+  for (BlockFormat f : kAllBlockFormats) {
+    const std::vector<uint8_t> bytes = ::flover::testing::RandomBlockRows(f, rows, C, 61);
+    const std::vector<float> values = ::flover::testing::DequantizeBlockRows(f, bytes.data(), rows, C);
+    auto table = (*d)->PrepareBlockRows(f, bytes.data(), rows, C);
+    ASSERT_TRUE(table.ok()) << table.status();
+    ASSERT_EQ((*table)->rows(), rows);
+    for (const float scale : {1.0f, 33.9411255f}) {  // Gemma's sqrt(1152)
+      for (const bool with_wpe : {false, true}) {
+        const Tensor wpe_t = d->Up(wpe, P, C), out = d->New(DType::kF32, T, C);
+        ASSERT_TRUE((*d)->EmbedBlocks(d->UpInts(tokens, 1, T), d->UpInts(positions, 1, T), **table,
+                                      vocab_begin, scale, with_wpe ? &wpe_t : nullptr, out)
+                        .ok());
+        const std::vector<float> got = d->Down(out);
+        for (int t = 0; t < T; ++t) {
+          const int local = tokens[t] - vocab_begin;
+          for (int c = 0; c < C; ++c) {
+            float want = local >= 0 && local < rows ? values[size_t(local) * C + c] : 0.0f;
+            if (scale != 1.0f) want = RoundedProduct(want, scale);
+            if (with_wpe) want = RoundedSum(want, wpe[positions[t] * C + c]);
+            const float g = got[t * C + c];
+            if (device == "cpu") {
+              ASSERT_EQ(g, want) << InfoOf(f).name << " t=" << t << " c=" << c;
+            } else {
+              ASSERT_NEAR(g, want, 4e-7 * (std::fabs(want) + 1)) << InfoOf(f).name << " t=" << t << " c=" << c;
+            }
+          }
+        }
+      }
+    }
+  }
+  // Refused by name: rows that are not whole blocks, a C that is not the table's.
+  EXPECT_EQ((*d)->PrepareBlockRows(BlockFormat::kQ4_K, std::vector<uint8_t>(1000).data(), 2, 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto table = (*d)->PrepareBlockRows(BlockFormat::kQ8_0, ::flover::testing::RandomBlockRows(BlockFormat::kQ8_0, 2, 64, 62).data(), 2, 64);
+  ASSERT_TRUE(table.ok());
+  const absl::Status wrong = (*d)->EmbedBlocks(d->UpInts({0}, 1, 1), d->UpInts({0}, 1, 1), **table, 0, 1.0f,
+                                               nullptr, d->New(DType::kF32, 1, 32));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("EmbedBlocks"), std::string::npos) << wrong;
+}
 
 // Weights handed over in the dtype a checkpoint stores them in (bf16 or f16
 // bits) prepare to the same weight as their float32 values: every Linear

@@ -111,6 +111,27 @@ absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const
   return absl::OkStatus();
 }
 
+absl::Status CheckEmbedBlocksArgs(const Tensor& tokens, const Tensor& positions,
+                                  const BlockRows& table, const Tensor* wpe, const Tensor& out) {
+  const int64_t T = tokens.cols, C = table.cols();
+  FLOVER_RETURN_IF_ERROR(CheckTensor("EmbedBlocks", "tokens", tokens, 1, kAnySize, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("EmbedBlocks", "positions", positions, 1, T, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("EmbedBlocks", "out", out, T, C, {DType::kF32}));
+  if (wpe != nullptr) return CheckTensor("EmbedBlocks", "wpe", *wpe, kAnySize, C, {DType::kF32});
+  return absl::OkStatus();
+}
+
+absl::Status CheckBlockRowsArgs(BlockFormat format, const uint8_t* bytes, int64_t rows, int cols) {
+  const BlockFormatInfo info = InfoOf(format);
+  if (rows < 0 || cols <= 0 || cols % info.block_values != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PrepareBlockRows: ", rows, " rows of ", cols, " values in ", info.name,
+        ": a row must be a whole number of ", info.block_values, "-value blocks"));
+  }
+  if (rows > 0 && bytes == nullptr) return absl::InvalidArgumentError("PrepareBlockRows: no bytes");
+  return absl::OkStatus();
+}
+
 absl::Status CheckAddArgs(const Tensor& x, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("Add", "out", out, kAnySize, kAnySize, {DType::kF32}));
   return CheckTensor("Add", "x", x, out.rows, out.cols, {DType::kF32});

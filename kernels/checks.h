@@ -37,6 +37,11 @@ absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N, bool take
 // activation dtype (outputs that feed Linear may also take it).
 absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
                             const Tensor* wpe, const Tensor& out);
+// EmbedBlocks: as Embed's, with C = table.cols().
+absl::Status CheckEmbedBlocksArgs(const Tensor& tokens, const Tensor& positions,
+                                  const BlockRows& table, const Tensor* wpe, const Tensor& out);
+// PrepareBlockRows: a whole number of blocks per row, no negative sizes.
+absl::Status CheckBlockRowsArgs(BlockFormat format, const uint8_t* bytes, int64_t rows, int cols);
 absl::Status CheckAddArgs(const Tensor& x, const Tensor& out);
 absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 const Tensor& out, DType act);

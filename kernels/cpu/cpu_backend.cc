@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
+#include "kernels/ggml_dequant.h"
 #include "kernels/expert_groups.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_threads.h"
@@ -375,6 +376,78 @@ absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
     float* o = o_all + t * C;
     if (tok[t] >= vocab_begin && tok[t] < vocab_end) {
       std::memcpy(o, rows + (tok[t] - vocab_begin) * C, C * sizeof(float));
+    } else {
+      std::fill(o, o + C, 0.0f);
+    }
+    if (pe != nullptr) {
+      const float* p = pe + int64_t{pos[t]} * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] += p[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The rows as stored, in host memory.
+class CpuBlockRows final : public BlockRows {
+ public:
+  CpuBlockRows(BlockFormat format, const uint8_t* bytes, int64_t rows, int cols)
+      : format_(format), rows_(rows), cols_(cols), row_bytes_(BlockRowBytes(format, cols)),
+        bytes_(bytes, bytes + rows * row_bytes_) {}
+  BlockFormat format() const override { return format_; }
+  int64_t rows() const override { return rows_; }
+  int cols() const override { return cols_; }
+  const uint8_t* row(int64_t r) const { return bytes_.data() + r * row_bytes_; }
+
+ private:
+  BlockFormat format_;
+  int64_t rows_;
+  int cols_;
+  int64_t row_bytes_;
+  std::vector<uint8_t> bytes_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BlockRows>> CpuBackend::PrepareBlockRows(BlockFormat format,
+                                                                        const uint8_t* bytes,
+                                                                        int64_t rows, int cols) {
+  FLOVER_RETURN_IF_ERROR(CheckBlockRowsArgs(format, bytes, rows, cols));
+  return std::unique_ptr<BlockRows>(new CpuBlockRows(format, bytes, rows, cols));
+}
+
+absl::Status CpuBackend::EmbedBlocks(const Tensor& tokens, const Tensor& positions,
+                                     const BlockRows& table, int vocab_begin, float scale,
+                                     const Tensor* wpe, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckEmbedBlocksArgs(tokens, positions, table, wpe, out));
+  const auto* rows = dynamic_cast<const CpuBlockRows*>(&table);
+  if (rows == nullptr) return absl::InvalidArgumentError("EmbedBlocks: rows prepared by another backend");
+  const int64_t T = tokens.cols, C = table.cols();
+  const int32_t* tok = tokens.as<int32_t>();
+  const int32_t* pos = positions.as<int32_t>();
+  const float* pe = wpe != nullptr ? wpe->as<float>() : nullptr;
+  const int64_t P = wpe != nullptr ? wpe->rows : 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (pe != nullptr && (pos[t] < 0 || pos[t] >= P)) {
+      return absl::InvalidArgumentError(absl::StrCat("EmbedBlocks: position ", pos[t], " outside [0, ", P, ")"));
+    }
+  }
+  const GgmlTypeInfo& type = *GgmlTypeOf(InfoOf(table.format()).ggml_type);
+  const int64_t vocab_end = vocab_begin + table.rows();
+  float* o_all = out.as<float>();
+  UseCpuThreadsHere();
+#pragma omp parallel for schedule(static) if (T > 16)
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = o_all + t * C;
+    if (tok[t] >= vocab_begin && tok[t] < vocab_end) {
+      GgmlDequantize(type, rows->row(tok[t] - vocab_begin), C, o);
+      // Rounded after the dequantization, then the position added: a loop
+      // each, so no multiply-add is fused (as the f32 table would hold it).
+      if (scale != 1.0f) {
+        for (int64_t c = 0; c < C; ++c) o[c] *= scale;
+      }
     } else {
       std::fill(o, o + C, 0.0f);
     }

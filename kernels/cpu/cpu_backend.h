@@ -48,8 +48,15 @@ class CpuBackend final : public Backend {
   absl::Status PrepareLinear(const Weight& w, int max_rows, bool has_bias,
                              Epilogue epilogue) override;
 
+  absl::StatusOr<std::unique_ptr<BlockRows>> PrepareBlockRows(BlockFormat format,
+                                                              const uint8_t* bytes, int64_t rows,
+                                                              int cols) override;
+
   absl::Status Embed(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
                      int vocab_begin, const Tensor* wpe, const Tensor& out) override;
+  absl::Status EmbedBlocks(const Tensor& tokens, const Tensor& positions, const BlockRows& table,
+                           int vocab_begin, float scale, const Tensor* wpe,
+                           const Tensor& out) override;
   absl::Status Add(const Tensor& x, const Tensor& out) override;
   absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& out) override;

@@ -397,6 +397,60 @@ absl::Status CudaBackend::Embed(const Tensor& tokens, const Tensor& positions,
                     "Embed");
 }
 
+namespace {
+
+// The rows as stored, on the device (whole 4-byte words).
+class CudaBlockRows final : public BlockRows {
+ public:
+  CudaBlockRows(BlockFormat format, int64_t rows, int cols, Buffer data)
+      : format_(format), rows_(rows), cols_(cols), data_(std::move(data)) {}
+  BlockFormat format() const override { return format_; }
+  int64_t rows() const override { return rows_; }
+  int cols() const override { return cols_; }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(data_.tensor().data); }
+
+ private:
+  BlockFormat format_;
+  int64_t rows_;
+  int cols_;
+  Buffer data_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BlockRows>> CudaBackend::PrepareBlockRows(BlockFormat format,
+                                                                         const uint8_t* bytes,
+                                                                         int64_t rows, int cols) {
+  FLOVER_RETURN_IF_ERROR(CheckBlockRowsArgs(format, bytes, rows, cols));
+  if (cols % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("EmbedBlocks: rows of ", cols, " values are not whole 32-value sub-blocks"));
+  }
+  const int64_t size = rows * BlockRowBytes(format, cols);
+  std::vector<uint8_t> padded(static_cast<size_t>((size + 3) / 4 * 4));
+  std::copy_n(bytes, size, padded.data());
+  auto data = Allocate(DType::kI32, 1, static_cast<int64_t>(padded.size() / 4));
+  if (!data.ok()) return data.status();
+  FLOVER_RETURN_IF_ERROR(Upload(padded.data(), data->tensor()));
+  FLOVER_RETURN_IF_ERROR(Synchronize());
+  return std::unique_ptr<BlockRows>(new CudaBlockRows(format, rows, cols, std::move(*data)));
+}
+
+absl::Status CudaBackend::EmbedBlocks(const Tensor& tokens, const Tensor& positions,
+                                      const BlockRows& table, int vocab_begin, float scale,
+                                      const Tensor* wpe, const Tensor& out) {
+  // Positions must be below wpe's rows: the model checks them before they
+  // go up (this side cannot read device memory).
+  FLOVER_RETURN_IF_ERROR(CheckEmbedBlocksArgs(tokens, positions, table, wpe, out));
+  const auto* rows = dynamic_cast<const CudaBlockRows*>(&table);
+  if (rows == nullptr) return absl::InvalidArgumentError("EmbedBlocks: rows prepared by another backend");
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchEmbedBlocks(table.format(), tokens.as<int32_t>(), positions.as<int32_t>(),
+                                      static_cast<int>(tokens.cols), rows->data(), table.rows(),
+                                      vocab_begin, scale, wpe != nullptr ? wpe->as<float>() : nullptr,
+                                      table.cols(), out.as<float>(), stream_),
+                    "EmbedBlocks");
+}
+
 absl::Status CudaBackend::Add(const Tensor& x, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAddArgs(x, out));
   FLOVER_RETURN_IF_ERROR(Activate());

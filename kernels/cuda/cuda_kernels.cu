@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -1088,6 +1089,39 @@ constexpr int kBlockRows = 8;   // input rows per pass over a row's weights
 // time through the same code, so a row's result never depends on M. Each
 // sub-block is dequantized once per kBlockRows rows, and x is read 16
 // bytes at a time (its rows are whole sub-blocks: 128-byte aligned).
+// grid T, block kEmbedBlocksThreads: row t looks up its token's row of
+// blocks; thread i dequantizes sub-blocks i, i + blockDim.x, ... (32 values
+// each). The scale's product and the position's sum are rounded apart (no
+// fused multiply-add), as the CPU does.
+template <BlockFormat F>
+__global__ void EmbedBlocksKernel(const int32_t* tokens, const int32_t* positions,
+                                  const uint8_t* table, int64_t row_bytes, int vocab_begin,
+                                  int64_t vocab_rows, float scale, const float* wpe, int C,
+                                  float* out) {
+  PdlPrologue();
+  const int t = blockIdx.x;
+  const int64_t token = int64_t{tokens[t]} - vocab_begin;
+  const bool here = token >= 0 && token < vocab_rows;
+  const uint8_t* row = table + (here ? token : 0) * row_bytes;
+  const float* p = wpe != nullptr ? wpe + static_cast<int64_t>(positions[t]) * C : nullptr;
+  float* o = out + static_cast<int64_t>(t) * C;
+  for (int s = threadIdx.x; s < C / 32; s += blockDim.x) {
+    float w[32];
+    if (here) {
+      Dequant32<F, false>(row, s, w);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) w[j] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      float v = here && scale != 1.0f ? __fmul_rn(w[j], scale) : w[j];
+      if (p != nullptr) v = __fadd_rn(v, p[32 * s + j]);
+      o[32 * s + j] = v;
+    }
+  }
+}
+
 template <BlockFormat F, bool kAligned>
 __global__ void BlockLinearKernel(const float* x, int M, int K, const uint8_t* w, int64_t row_bytes,
                                   int rows, int row_begin, int N, const float* bias, bool gelu,
@@ -1443,6 +1477,32 @@ cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int
   if (S == 0) return cudaSuccess;
   LaunchKernel(GatherLastRowsKernel, S, kElementwiseThreads, 0, stream, x, seqs, C, out);
   return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbedBlocks(BlockFormat format, const int32_t* tokens, const int32_t* positions,
+                              int T, const uint8_t* table, int64_t vocab_rows, int vocab_begin,
+                              float scale, const float* wpe, int C, float* out,
+                              cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  if (C % 32 != 0) return cudaErrorInvalidValue;
+  const int64_t row_bytes = BlockRowBytes(format, C);
+  const int threads = std::min(128, (C / 32 + 31) / 32 * 32);
+  auto launch = [&](auto kernel) {
+    LaunchKernel(kernel, T, threads, 0, stream, tokens, positions, table, row_bytes, vocab_begin,
+                 vocab_rows, scale, wpe, C, out);
+    return cudaGetLastError();
+  };
+  switch (format) {
+    case BlockFormat::kQ8_0: return launch(EmbedBlocksKernel<BlockFormat::kQ8_0>);
+    case BlockFormat::kQ4_0: return launch(EmbedBlocksKernel<BlockFormat::kQ4_0>);
+    case BlockFormat::kQ4_1: return launch(EmbedBlocksKernel<BlockFormat::kQ4_1>);
+    case BlockFormat::kQ4_K: return launch(EmbedBlocksKernel<BlockFormat::kQ4_K>);
+    case BlockFormat::kQ6_K: return launch(EmbedBlocksKernel<BlockFormat::kQ6_K>);
+    case BlockFormat::kQ5_0: return launch(EmbedBlocksKernel<BlockFormat::kQ5_0>);
+    case BlockFormat::kQ5_1: return launch(EmbedBlocksKernel<BlockFormat::kQ5_1>);
+    case BlockFormat::kQ5_K: return launch(EmbedBlocksKernel<BlockFormat::kQ5_K>);
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, const uint8_t* w,

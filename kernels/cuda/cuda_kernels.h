@@ -45,6 +45,14 @@ cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, 
                         int vocab_begin, int vocab_rows, const float* wpe, int C, float* out,
                         cudaStream_t stream);
 
+// out: f32 [T, C] = scale * row (tokens[t] - vocab_begin) of `table` (rows
+// of blocks of `format`, BlockRowBytes(format, C) bytes each) dequantized,
+// zero outside [0, vocab_rows), + wpe[positions[t]] (if wpe). C % 32 == 0.
+cudaError_t LaunchEmbedBlocks(BlockFormat format, const int32_t* tokens, const int32_t* positions,
+                              int T, const uint8_t* table, int64_t vocab_rows, int vocab_begin,
+                              float scale, const float* wpe, int C, float* out,
+                              cudaStream_t stream);
+
 // out: f32 [n] += x: f32 [n].
 cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream);
 
