@@ -142,9 +142,6 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             b[kNormed] = b[kBranch];
             b[kLast] = {f32, R, C};
             b[kLogits] = {f32, std::max(T, R), VL};
-            const bool rows = !embed_blocks_.empty();
-            b[kEmbedRows] = rows ? ForwardRuntime::BufferSpec{f32, T, C} : ForwardRuntime::BufferSpec{f32, 1, 1};
-            b[kEmbedIndex] = {KDType::kI32, 1, rows ? T : 1};
             const int E = spec_.moe.experts, k = E > 0 ? spec_.moe.router.k : 1,
                       FE = std::max(shard_.expert_inner, 1), TE = E > 0 ? T : 1;
             b[kRouter] = {f32, TE, std::max(E, 1)};
@@ -291,18 +288,20 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
                               Epilogue::kBias, &head_));
   if (backend_.matmul_dtype() == kernels::MatmulDtype::kNative) {
     // The embedding as the file stores it when it is blocks of one format:
-    // the file's bytes instead of 4 per value (each step dequantizes the
-    // rows it looks up, exactly as the f32 table would hold them).
+    // the file's bytes instead of 4 per value, on the backend (EmbedBlocks
+    // dequantizes the rows a step looks up, exactly as the f32 table would
+    // hold them).
     auto rows = ReadRecipeStored(source, embed, /*keep_blocks=*/true);
     if (!rows.ok()) return rows.status();
     if (rows->is_blocks() && rows->spans.size() == 1) {
       const kernels::BlockFormat format = rows->spans[0].format;
-      embed_type_ = GgmlTypeOf(kernels::InfoOf(format).ggml_type);
-      embed_row_bytes_ = kernels::BlockRowBytes(format, C);
-      embed_blocks_ = std::move(rows->blocks);
+      const int64_t count = static_cast<int64_t>(rows->blocks.size()) / kernels::BlockRowBytes(format, C);
+      auto table = backend_.PrepareBlockRows(format, rows->blocks.data(), count, C);
+      if (!table.ok()) return table.status();
+      embed_rows_ = std::move(*table);
     }
   }
-  if (embed_blocks_.empty()) {
+  if (embed_rows_ == nullptr) {
     auto table = UploadRowsF32(backend_, source, embed, C, spec_.embed_scale);
     if (!table.ok()) return table.status();
     embed_ = std::move(*table);
@@ -321,30 +320,6 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
     FLOVER_RETURN_IF_ERROR(upload(local, 1, static_cast<int64_t>(local.size()), &inv_freq_local_));
   }
   return absl::OkStatus();
-}
-
-absl::Status DecoderModel::UploadEmbeddingRows(const ForwardBatch& b) {
-  const int T = b.num_rows(), C = spec_.hidden;
-  if (runtime_.buffer(kEmbedRows).rows < T || runtime_.buffer(kEmbedIndex).cols < T) {
-    return absl::InternalError("the embedding's step rows were laid out before its blocks were kept");
-  }
-  const int64_t rows = static_cast<int64_t>(embed_blocks_.size()) / embed_row_bytes_;
-  embed_host_.assign(static_cast<size_t>(T) * C, 0.0f);
-  for (int t = 0; t < T; ++t) {
-    const int64_t local = int64_t{b.tokens[t]} - shard_.vocab_begin;
-    if (local < 0 || local >= rows) continue;  // another rank's row (or a token the batch check refused)
-    float* row = embed_host_.data() + static_cast<int64_t>(t) * C;
-    GgmlDequantize(*embed_type_, embed_blocks_.data() + local * embed_row_bytes_, C, row);
-    if (spec_.embed_scale != 1.0f) {
-      for (int c = 0; c < C; ++c) row[c] *= spec_.embed_scale;  // as UploadRowsF32
-    }
-  }
-  if (static_cast<int>(embed_index_.size()) < T) {
-    embed_index_.resize(T);
-    for (int t = 0; t < T; ++t) embed_index_[t] = t;
-  }
-  FLOVER_RETURN_IF_ERROR(backend_.Upload(embed_index_.data(), runtime_.buffer(kEmbedIndex).View(0, 1, T)));
-  return backend_.Upload(embed_host_.data(), runtime_.buffer(kEmbedRows).Rows(0, T));
 }
 
 KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq) const {
@@ -422,7 +397,6 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
   FLOVER_RETURN_IF_ERROR(runtime_.Reserve(T, R));
   auto step = runtime_.UploadStep(b);
   if (!step.ok()) return step.status();
-  if (!embed_blocks_.empty()) FLOVER_RETURN_IF_ERROR(UploadEmbeddingRows(b));
   *R_out = R;
   // Everything after the upload: replayed from a recording for decode steps
   // where the backend records (ForwardRuntime::RunOps).
@@ -432,12 +406,13 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
     const Tensor x = buf(kX, T), h = buf(kH, T), qkv = buf(kQkv, T), attn = buf(kAttn, T);
 
     // x: [T, C] is the residual stream, replicated on every rank.
-    if (embed_blocks_.empty()) {
+    if (embed_rows_ == nullptr) {
       FLOVER_RETURN_IF_ERROR(backend_.Embed(step->tokens, step->positions, embed_.tensor(),
                                             shard_.vocab_begin, OrNull(positions_), x));
-    } else {  // row t looks up row t of the step's own rows
-      FLOVER_RETURN_IF_ERROR(backend_.Embed(runtime_.buffer(kEmbedIndex).View(0, 1, T), step->positions,
-                                            buf(kEmbedRows, T), 0, OrNull(positions_), x));
+    } else {
+      FLOVER_RETURN_IF_ERROR(backend_.EmbedBlocks(step->tokens, step->positions, *embed_rows_,
+                                                  shard_.vocab_begin, spec_.embed_scale,
+                                                  OrNull(positions_), x));
     }
     FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
     const kernels::RopeParams rope{shard_.q_heads, shard_.kv_heads, spec_.head_dim,

@@ -86,10 +86,6 @@ class DecoderModel final : public CausalLm {
     kNormed,  // f32 [T, C] (kSandwich): the branch normed
     kLast,    // f32 [R, C]: the rows whose logits are wanted
     kLogits,  // f32 [max(T, R), V_local]
-    // With the embedding in blocks (embed_blocks_): the step's rows of it,
-    // dequantized on the host, and the row index each row looks up.
-    kEmbedRows,   // f32 [T, C]
-    kEmbedIndex,  // i32 [1, T]: 0, 1, 2, ...
     // A mixture of experts (spec.moe), E experts, k per row:
     kRouter,         // f32 [T, E]: the router's logits
     kExpertIds,      // i32 [T, k]
@@ -118,9 +114,6 @@ class DecoderModel final : public CausalLm {
   absl::Status Residual(const LinearSite& site, const kernels::Tensor& in,
                         const kernels::Buffer& post, int T);
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
-  // With embed_blocks_: this step's token rows (times spec.embed_scale, zero
-  // outside this rank's vocabulary range) into kEmbedRows, and kEmbedIndex.
-  absl::Status UploadEmbeddingRows(const ForwardBatch& b);
 
   DecoderSpec spec_;
   ModelInfo info_;
@@ -131,12 +124,8 @@ class DecoderModel final : public CausalLm {
   std::vector<LayerParams> layers_;
   kernels::Buffer embed_;     // f32 [V_local, C], times spec.embed_scale; empty with:
   // --dtype=native and an embedding stored in blocks: its V_local rows as
-  // the file stores them, in host memory (each step dequantizes its rows).
-  std::vector<uint8_t> embed_blocks_;
-  const GgmlTypeInfo* embed_type_ = nullptr;
-  int64_t embed_row_bytes_ = 0;
-  std::vector<float> embed_host_;     // the step's rows, before their upload
-  std::vector<int32_t> embed_index_;  // 0, 1, 2, ...
+  // the file stores them, on the backend (EmbedBlocks looks up a step's rows).
+  std::unique_ptr<kernels::BlockRows> embed_rows_;
   kernels::Buffer positions_;  // f32 [P, C]; empty: none, or another rank adds it
   kernels::Buffer norm_, norm_b_;
   kernels::Buffer inv_freq_;  // f32 [1, R / 2]; empty: no rotary embeddings
