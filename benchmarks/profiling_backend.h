@@ -71,6 +71,9 @@ class ProfilingBackend final : public kernels::Backend {
       return inner_.EmbedBlocks(tokens, positions, table, vocab_begin, scale, wpe, out);
     });
   }
+  absl::Status ArgmaxRows(const kernels::Tensor& x, const kernels::Tensor& out) override {
+    return Timed("argmax", [&] { return inner_.ArgmaxRows(x, out); });
+  }
   absl::Status Add(const kernels::Tensor& x, const kernels::Tensor& out) override {
     return Timed("add", [&] { return inner_.Add(x, out); });
   }

@@ -40,7 +40,7 @@ inline constexpr int kMaxExperts = 1024;
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 13;
+inline constexpr int kBackendAbiVersion = 14;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -271,6 +271,12 @@ class Backend : public Allocator {
   virtual absl::Status EmbedBlocks(const Tensor& tokens, const Tensor& positions,
                                    const BlockRows& table, int vocab_begin, float scale,
                                    const Tensor* wpe, const Tensor& out) = 0;
+
+  // out: i32 [1, R]: for each row of x (f32 [R, V]) the index of its
+  // largest value, the first of equal ones, as std::max_element over the
+  // row picks it: NaNs are passed over, except that a row starting with a
+  // NaN gives 0. Greedy decoding where the logits are: only ids come back.
+  virtual absl::Status ArgmaxRows(const Tensor& x, const Tensor& out) = 0;
 
   // out: f32 [R, C] += x: f32 [R, C].
   virtual absl::Status Add(const Tensor& x, const Tensor& out) = 0;

@@ -86,6 +86,52 @@ TEST_P(OpsTest, EmbedVocabShard) {
   });
 }
 
+// ArgmaxRows picks each row's token as the sampler's greedy pick
+// (std::max_element): the first of equal largest values; NaNs passed over
+// unless the row starts with one; -inf and +inf as numbers. A vocabulary's
+// width, so the device's reduction spans many threads.
+TEST_P(OpsTest, ArgmaxRowsPicksAsMaxElement) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 0, [](Dev& d) {
+    const int R = 8, V = 50257;
+    std::vector<float> x = Random(R * V, 70);
+    auto row = [&](int r) { return x.data() + size_t(r) * V; };
+    row(1)[300] = row(1)[40000] = row(1)[7] = 5.0f;             // ties: the first, 7
+    row(2)[0] = NAN;                                            // a leading NaN: 0
+    row(2)[9] = 9.0f;
+    row(3)[11] = NAN;                                           // a NaN later: passed over
+    row(3)[12] = 8.0f;
+    std::fill(row(4), row(4) + V, -INFINITY);                   // all -inf: 0
+    row(5)[V - 1] = INFINITY;                                   // +inf last
+    for (int i = 0; i < V; ++i) row(6)[i] = (i % 3 == 1) ? NAN : -1.0f;  // NaNs between
+    row(6)[5] = 2.0f;
+    row(7)[V / 2] = 0.0f;                                       // -0 and +0 tie: the first
+    for (int i = 0; i < V; ++i) row(7)[i] = std::min(row(7)[i], -0.5f);
+    row(7)[100] = -0.0f;
+    row(7)[V / 2] = 0.0f;
+    const Tensor out = d.New(DType::kI32, 1, R);
+    EXPECT_TRUE(d->ArgmaxRows(d.Up(x, R, V), out).ok());
+    std::vector<int32_t> got(R);
+    EXPECT_TRUE(d->Download(out, got.data()).ok());
+    std::vector<float> as_floats;
+    for (int r = 0; r < R; ++r) {
+      const int32_t want = static_cast<int32_t>(std::max_element(row(r), row(r) + V) - row(r));
+      EXPECT_EQ(got[r], want) << "row " << r;
+      as_floats.push_back(static_cast<float>(got[r]));
+    }
+    EXPECT_EQ(got[1], 7);
+    EXPECT_EQ(got[2], 0);
+    EXPECT_EQ(got[3], 12);
+    EXPECT_EQ(got[4], 0);
+    EXPECT_EQ(got[5], V - 1);
+    EXPECT_EQ(got[6], 5);
+    EXPECT_EQ(got[7], 100);
+    const absl::Status wrong = d->ArgmaxRows(d.Up(x, R, V), d.New(DType::kI32, 1, R - 1));
+    EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(wrong.message().find("ArgmaxRows"), std::string::npos) << wrong;
+    return as_floats;
+  });
+}
+
 TEST_P(OpsTest, Add) {
   RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 0, [](Dev& d) {
     const int R = 7, C = 14287;

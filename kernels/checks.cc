@@ -111,6 +111,12 @@ absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const
   return absl::OkStatus();
 }
 
+absl::Status CheckArgmaxRowsArgs(const Tensor& x, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("ArgmaxRows", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  if (x.cols < 1) return absl::InvalidArgumentError("ArgmaxRows: rows of no values");
+  return CheckTensor("ArgmaxRows", "out", out, 1, x.rows, {DType::kI32});
+}
+
 absl::Status CheckEmbedBlocksArgs(const Tensor& tokens, const Tensor& positions,
                                   const BlockRows& table, const Tensor* wpe, const Tensor& out) {
   const int64_t T = tokens.cols, C = table.cols();

@@ -37,6 +37,8 @@ absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N, bool take
 // activation dtype (outputs that feed Linear may also take it).
 absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
                             const Tensor* wpe, const Tensor& out);
+// ArgmaxRows: x f32 [R, V >= 1], out i32 [1, R].
+absl::Status CheckArgmaxRowsArgs(const Tensor& x, const Tensor& out);
 // EmbedBlocks: as Embed's, with C = table.cols().
 absl::Status CheckEmbedBlocksArgs(const Tensor& tokens, const Tensor& positions,
                                   const BlockRows& table, const Tensor* wpe, const Tensor& out);

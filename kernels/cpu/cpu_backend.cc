@@ -460,6 +460,16 @@ absl::Status CpuBackend::EmbedBlocks(const Tensor& tokens, const Tensor& positio
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::ArgmaxRows(const Tensor& x, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckArgmaxRowsArgs(x, out));
+  const int64_t R = x.rows, V = x.cols;
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = x.as<float>() + r * V;
+    out.as<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Add(const Tensor& x, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAddArgs(x, out));
   const float* a = x.as<float>();

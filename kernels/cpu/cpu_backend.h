@@ -57,6 +57,7 @@ class CpuBackend final : public Backend {
   absl::Status EmbedBlocks(const Tensor& tokens, const Tensor& positions, const BlockRows& table,
                            int vocab_begin, float scale, const Tensor* wpe,
                            const Tensor& out) override;
+  absl::Status ArgmaxRows(const Tensor& x, const Tensor& out) override;
   absl::Status Add(const Tensor& x, const Tensor& out) override;
   absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& out) override;

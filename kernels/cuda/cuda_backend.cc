@@ -451,6 +451,14 @@ absl::Status CudaBackend::EmbedBlocks(const Tensor& tokens, const Tensor& positi
                     "EmbedBlocks");
 }
 
+absl::Status CudaBackend::ArgmaxRows(const Tensor& x, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckArgmaxRowsArgs(x, out));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchArgmaxRows(x.as<float>(), static_cast<int>(x.rows), x.cols,
+                                     out.as<int32_t>(), stream_),
+                    "ArgmaxRows");
+}
+
 absl::Status CudaBackend::Add(const Tensor& x, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAddArgs(x, out));
   FLOVER_RETURN_IF_ERROR(Activate());

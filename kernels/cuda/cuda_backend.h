@@ -61,6 +61,7 @@ class CudaBackend final : public Backend, private Roofline {
   absl::StatusOr<std::unique_ptr<BlockRows>> PrepareBlockRows(BlockFormat format,
                                                               const uint8_t* bytes, int64_t rows,
                                                               int cols) override;
+  absl::Status ArgmaxRows(const Tensor& x, const Tensor& out) override;
   absl::Status EmbedBlocks(const Tensor& tokens, const Tensor& positions, const BlockRows& table,
                            int vocab_begin, float scale, const Tensor* wpe,
                            const Tensor& out) override;

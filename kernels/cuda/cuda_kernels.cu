@@ -121,6 +121,49 @@ __global__ void EmbedKernel(const int32_t* tokens, const int32_t* positions, con
   }
 }
 
+// The better of two (value, index) candidates for ArgmaxRows: a NaN (or
+// none, index -1) never wins; a larger value does; of equal values the
+// lower index. Associative and commutative, so the tree's order does not
+// change the result.
+__device__ __forceinline__ bool Beats(float v, int64_t i, float best_v, int64_t best_i) {
+  if (i < 0 || isnan(v)) return false;
+  if (best_i < 0) return true;
+  return v > best_v || (v == best_v && i < best_i);
+}
+
+// grid R, block kElementwiseThreads: row r's first largest value.
+__global__ void ArgmaxRowsKernel(const float* x, int64_t V, int32_t* out) {
+  PdlPrologue();
+  __shared__ float vals[kElementwiseThreads];
+  __shared__ int64_t idx[kElementwiseThreads];
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * V;
+  float best_v = 0.0f;
+  int64_t best_i = -1;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = row[i];
+    if (Beats(v, i, best_v, best_i)) {
+      best_v = v;
+      best_i = i;
+    }
+  }
+  vals[threadIdx.x] = best_v;
+  idx[threadIdx.x] = best_i;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      const int o = threadIdx.x + half;
+      if (Beats(vals[o], idx[o], vals[threadIdx.x], idx[threadIdx.x])) {
+        vals[threadIdx.x] = vals[o];
+        idx[threadIdx.x] = idx[o];
+      }
+    }
+    __syncthreads();
+  }
+  // std::max_element keeps a leading NaN (nothing compares above it); a
+  // row of NaNs only has none better either.
+  if (threadIdx.x == 0) out[blockIdx.x] = isnan(row[0]) || idx[0] < 0 ? 0 : static_cast<int32_t>(idx[0]);
+}
+
 __global__ void AddKernel(const float* x, int64_t n, float* out) {
   PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -1200,6 +1243,12 @@ bool ProgrammaticLaunchSupported() {
 void SetProgrammaticLaunch(bool on) { programmatic_launch.store(on); }
 
 bool ProgrammaticLaunchOn() { return programmatic_launch.load(); }
+
+cudaError_t LaunchArgmaxRows(const float* x, int R, int64_t V, int32_t* out, cudaStream_t stream) {
+  if (R == 0) return cudaSuccess;
+  LaunchKernel(ArgmaxRowsKernel, R, kElementwiseThreads, 0, stream, x, V, out);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;

@@ -53,6 +53,10 @@ cudaError_t LaunchEmbedBlocks(BlockFormat format, const int32_t* tokens, const i
                               float scale, const float* wpe, int C, float* out,
                               cudaStream_t stream);
 
+// out[r]: the index of row r's largest value (the first of equal ones,
+// NaNs passed over; 0 for a row starting with a NaN), as std::max_element.
+cudaError_t LaunchArgmaxRows(const float* x, int R, int64_t V, int32_t* out, cudaStream_t stream);
+
 // out: f32 [n] += x: f32 [n].
 cudaError_t LaunchAdd(const float* x, int64_t n, float* out, cudaStream_t stream);
 
