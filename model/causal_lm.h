@@ -40,6 +40,15 @@ class CausalLm {
   virtual absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
                                                     LogitsFor which) = 0;
 
+  // Forward for greedy decoding: each sequence's last logit_rows rows'
+  // best token (the first of the largest logits, as std::max_element over a
+  // row picks it, so as Sampler picks a greedy token with no processors),
+  // worked out where the logits are (the backend's ArgmaxRows), so only the
+  // ids come back: [num_logit_rows] in host memory, valid until the next
+  // Forward; empty on tensor-parallel ranks other than 0. Errors as Forward's.
+  virtual absl::StatusOr<absl::Span<const int32_t>> ForwardGreedy(const ForwardBatch& batch,
+                                                                  KvCache& cache) = 0;
+
   // Prepares everything Forward needs for batches of up to `max_rows` rows
   // and `max_logit_rows` rows of logits (compiled kernels, chosen GEMM
   // algorithms, activation buffers), so such a Forward allocates nothing and

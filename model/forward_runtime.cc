@@ -176,7 +176,11 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
   // (page-locked on CUDA), sized here with the buffers rather than on a
   // step; null where the backend has none (logits_host_ serves then).
   staging_.reset();
+  best_.Reset();
   if (tp_size_ == 1) {
+    auto best = alloc(kernels::DType::kI32, 1, logit_rows);
+    if (!best.ok()) return best.status();
+    best_ = std::move(*best);
     void* p = backend_.AllocateStaging(size_t(logit_rows) * vocab_size_ * sizeof(float));
     staging_ = std::unique_ptr<float[], StagingFree>(static_cast<float*>(p), StagingFree{&backend_});
   }
@@ -299,6 +303,31 @@ absl::StatusOr<absl::Span<float>> ForwardRuntime::Finish(const absl::Status& run
     offset += size_t(R) * n;
   }
   return absl::MakeSpan(logits_host_);
+}
+
+absl::StatusOr<absl::Span<const int32_t>> ForwardRuntime::FinishGreedy(const absl::Status& run,
+                                                                      const Tensor& logits, int R) {
+  if (tp_size_ > 1) {
+    // Each rank holds a vocabulary range: the leader picks from the
+    // stitched rows, as Forward's caller would.
+    auto rows = Finish(run, logits, R);
+    if (!rows.ok()) return rows.status();
+    best_host_.clear();
+    if (rows->empty()) return absl::Span<const int32_t>();
+    const int V = vocab_size_;
+    for (int r = 0; r < R; ++r) {
+      const float* row = rows->data() + size_t(r) * V;
+      best_host_.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
+    }
+    return absl::MakeConstSpan(best_host_);
+  }
+  const Tensor best = best_.tensor().View(0, 1, R);
+  const absl::Status argmax = run.ok() ? backend_.ArgmaxRows(logits.Rows(0, R), best) : run;
+  if (absl::Status sync = backend_.Synchronize(); !sync.ok()) return sync;
+  if (!argmax.ok()) return argmax;
+  best_host_.resize(R);
+  FLOVER_RETURN_IF_ERROR(backend_.Download(best, best_host_.data()));
+  return absl::MakeConstSpan(best_host_);
 }
 
 }  // namespace flover

@@ -109,6 +109,11 @@ class ForwardRuntime {
   // other ranks with tensor parallelism.
   absl::StatusOr<absl::Span<float>> Finish(const absl::Status& run, const kernels::Tensor& logits,
                                            int R);
+  // Finish for greedy decoding: each of the R rows' best token (the
+  // backend's ArgmaxRows on one rank; with tensor parallelism rank 0 picks
+  // from the gathered logits), as host memory; empty on other ranks.
+  absl::StatusOr<absl::Span<const int32_t>> FinishGreedy(const absl::Status& run,
+                                                         const kernels::Tensor& logits, int R);
 
  private:
   kernels::Backend& backend_;
@@ -135,6 +140,8 @@ class ForwardRuntime {
   };
   std::unique_ptr<float[], StagingFree> staging_{nullptr, StagingFree{nullptr}};
   std::vector<float> logits_host_;
+  kernels::Buffer best_;            // i32 [1, logit_rows] (one rank): FinishGreedy's ids
+  std::vector<int32_t> best_host_;  // ... as they come back
   std::vector<float> gathered_;     // tp > 1: every rank's logits, rank after rank
 };
 

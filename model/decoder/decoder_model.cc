@@ -470,4 +470,12 @@ absl::StatusOr<absl::Span<float>> DecoderModel::Forward(const ForwardBatch& b, K
   return runtime_.Finish(run, runtime_.buffer(kLogits), R);
 }
 
+absl::StatusOr<absl::Span<const int32_t>> DecoderModel::ForwardGreedy(const ForwardBatch& b,
+                                                                      KvCache& cache) {
+  FLOVER_RETURN_IF_ERROR(runtime_.CheckBatch(b, cache, CacheShape(1, 1)));
+  int R = 0;
+  const absl::Status run = Run(b, cache, LogitsFor::kLastRowsOfEachSequence, &R);
+  return runtime_.FinishGreedy(run, runtime_.buffer(kLogits), R);
+}
+
 }  // namespace flover

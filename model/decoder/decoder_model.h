@@ -46,6 +46,8 @@ class DecoderModel final : public CausalLm {
   absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
                                             LogitsFor which) override;
   using CausalLm::Forward;
+  absl::StatusOr<absl::Span<const int32_t>> ForwardGreedy(const ForwardBatch& batch,
+                                                          KvCache& cache) override;
   absl::Status PrepareForBatches(int max_rows, int max_logit_rows) override;
 
  private:
