@@ -710,7 +710,17 @@ bool Engine::Plan(StepPlan* plan) {
   return true;
 }
 
-void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now) {
+bool Engine::PlainGreedyStep(const StepPlan& plan) const {
+  for (const ScheduledSequence& p : plan.seqs) {
+    const Sequence& s = *by_id_.at(p.id);
+    if (!s.sampler.PlainGreedy() || s.request.return_logprobs) return false;
+  }
+  return !plan.seqs.empty();
+}
+
+void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits,
+                            absl::Span<const int32_t> best, absl::Time now) {
+  const bool greedy = logits.empty() && !best.empty();
   int64_t prompt_rows = 0;
   // Sequences whose known tokens are now all computed sample (the others
   // were prompt chunks, or a preempted sequence's tokens computed again),
@@ -764,9 +774,11 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl
     for (int j = 0; j < sampling[k].rows; ++j) {
       float logprob = 0;
       std::vector<std::pair<int32_t, float>> top;
-      const int32_t token = s.sampler.Sample(
-          logits.subspan(size_t(sampling[k].first_row + j) * V, V), absl::MakeConstSpan(s.tokens.data(), real + j),
-          lp ? &logprob : nullptr, lp ? s.request.top_logprobs : 0, &top);
+      const int32_t token =
+          greedy ? best[sampling[k].first_row + j]
+                 : s.sampler.Sample(logits.subspan(size_t(sampling[k].first_row + j) * V, V),
+                                    absl::MakeConstSpan(s.tokens.data(), real + j), lp ? &logprob : nullptr,
+                                    lp ? s.request.top_logprobs : 0, &top);
       out.tokens.push_back(token);
       out.logprobs.push_back(logprob);
       out.top_logprobs.push_back(std::move(top));
@@ -916,20 +928,33 @@ bool Engine::Step() {
       return true;
     }
   }
-  auto logits = executor_->Run(step_);
-  if (logits.ok()) {
+  // A step of greedy sequences only needs each row's best token, which the
+  // model picks where the logits are (on a GPU, only ids come back).
+  absl::Span<float> logits;
+  absl::Span<const int32_t> best;
+  absl::Status ran;
+  if (PlainGreedyStep(plan)) {
+    auto ids = executor_->RunGreedy(step_);
+    if (ids.ok()) best = *ids;
+    ran = ids.status();
+  } else {
+    auto rows = executor_->Run(step_);
+    if (rows.ok()) logits = *rows;
+    ran = rows.status();
+  }
+  if (ran.ok()) {
     const absl::Time now = Now();
     metrics_.step_seconds.Observe(absl::ToDoubleSeconds(now - start));
-    ProcessOutputs(plan, *logits, now);
-  } else if (logits.status().code() == absl::StatusCode::kInvalidArgument) {
+    ProcessOutputs(plan, logits, best, now);
+  } else if (ran.code() == absl::StatusCode::kInvalidArgument) {
     // Not expected (requests and plans are validated), and refused before it
     // changed anything on any rank: fail this step's requests, keep serving.
-    for (auto& s : active_) Finish(*s, FinishReason::kError, logits.status());
+    for (auto& s : active_) Finish(*s, FinishReason::kError, ran);
     EraseFinished(active_);
   } else {
     // A device fault or a failed collective: the cache or the ranks can no
     // longer be trusted, so nothing runs any more.
-    Fail(logits.status());
+    Fail(ran);
   }
   return true;
 }

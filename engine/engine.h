@@ -182,7 +182,13 @@ class Engine {
   // prefix reuse), one sampled token for each sequence whose known tokens
   // are all computed, finishes, stats.
   // `now` is when the step's logits were ready.
-  void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Time now);
+  // `best`, when the step ran greedily (PlainGreedyStep), holds each logit
+  // row's best token in place of `logits`.
+  void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Span<const int32_t> best,
+                      absl::Time now);
+  // Every sequence of the plan samples greedily with no logits processor
+  // and wants no logprobs: the step needs only each row's best token.
+  bool PlainGreedyStep(const StepPlan& plan) const;
   // Sequences in decode that may speculate append draft tokens, verified in
   // the next step, within the step's draft rows (SpeculativeOptions).
   void ProposeDrafts();

@@ -373,6 +373,73 @@ TEST_F(EngineTest, EosStopsUnlessIgnoredAndLogprobsAreReturned) {
   EXPECT_EQ(sink_b->finish().usage.generated_tokens, static_cast<int>(sink_b->tokens().size()));
 }
 
+// Counts which of the model's forwards the engine calls.
+class CountingModel final : public CausalLm {
+ public:
+  explicit CountingModel(CausalLm& model) : model_(model) {}
+  const ModelInfo& info() const override { return model_.info(); }
+  kernels::Backend& backend() const override { return model_.backend(); }
+  KvCacheShape CacheShape(int num_blocks, int max_seq) const override {
+    return model_.CacheShape(num_blocks, max_seq);
+  }
+  absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
+                                            LogitsFor which) override {
+    ++logits;
+    return model_.Forward(batch, cache, which);
+  }
+  absl::StatusOr<absl::Span<const int32_t>> ForwardGreedy(const ForwardBatch& batch,
+                                                          KvCache& cache) override {
+    ++best_tokens;
+    return model_.ForwardGreedy(batch, cache);
+  }
+  absl::Status PrepareForBatches(int max_rows, int max_logit_rows) override {
+    return model_.PrepareForBatches(max_rows, max_logit_rows);
+  }
+  std::atomic<int> logits{0}, best_tokens{0};
+
+ private:
+  CausalLm& model_;
+};
+
+// A step whose sequences all decode greedily with no logits processor asks
+// the model for each row's best token only (ForwardGreedy: on a GPU just
+// the ids come back): the tokens are those of the logits and the sampler
+// (GenerateAlone). A step with a sampled, penalised or logprobs request
+// among them takes the logits, and its greedy requests are unchanged.
+TEST_F(EngineTest, GreedyStepsTakeEachRowsBestTokenOnly) {
+  loaded_ = testing::ValueOrDie(LoadModel("builtin:tiny"), "builtin:tiny");
+  model_ = testing::ModelOn(*backend_, *loaded_);
+  CountingModel counting(*model_);
+  engine_ = testing::ValueOrDie(Engine::Create(counting, nullptr, Options()), "engine");
+  const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7}, {9, 1}, {3, 3, 3, 3, 8}};
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  for (const auto& p : prompts) sinks.push_back(Submit(Greedy(p, 24)).second);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    EXPECT_EQ(sinks[i]->tokens(), GreedyAlone(prompts[i], 24)) << "prompt " << i;
+  }
+  EXPECT_GT(counting.best_tokens.load(), 0);
+  EXPECT_EQ(counting.logits.load(), 0);
+
+  Request sampled = Greedy({4, 4}, 24), penalised = Greedy({2, 7}, 24), with_logprobs = Greedy({1, 2}, 24);
+  sampled.sampling.temperature = 0.7f;
+  penalised.sampling.repetition_penalty = 1.3f;
+  with_logprobs.return_logprobs = true;
+  for (const Request& other : {sampled, penalised, with_logprobs}) {
+    counting.logits = 0;
+    auto greedy = Submit(Greedy(prompts[0], 24)).second;
+    auto beside = Submit(other).second;
+    ASSERT_TRUE(greedy->Wait());
+    ASSERT_TRUE(beside->Wait());
+    EXPECT_EQ(greedy->tokens(), GreedyAlone(prompts[0], 24));
+    EXPECT_GT(counting.logits.load(), 0);
+  }
+  // The logprobs request's tokens are the greedy ones too.
+  auto alone = Submit(with_logprobs).second;
+  ASSERT_TRUE(alone->Wait());
+  EXPECT_EQ(alone->tokens(), GreedyAlone({1, 2}, 24));
+}
+
 // top_logprobs alternatives come with each token, the sampled one among
 // them with its own log-probability (greedy: first); 21 is refused by name.
 TEST_F(EngineTest, TopLogprobsComeWithEachToken) {

@@ -123,6 +123,11 @@ void Sampler::AddProcessor(std::unique_ptr<LogitsProcessor> processor, bool mask
   }
 }
 
+bool Sampler::PlainGreedy() const {
+  return (params_.temperature == 0.0f || !std::isfinite(1.0f / params_.temperature)) &&
+         processors_.empty();
+}
+
 int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history,
                         float* logprob, int n_top, std::vector<std::pair<int32_t, float>>* top) {
   if (top == nullptr) n_top = 0;

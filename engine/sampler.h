@@ -77,6 +77,11 @@ class Sampler {
   // (FiniteOnly first among the filters).
   void AddProcessor(std::unique_ptr<LogitsProcessor> processor, bool masks);
 
+  // Sample would return the first of the largest logits, whatever the
+  // history (greedy, no logits processor): the model's ForwardGreedy picks
+  // the same token where the logits are.
+  bool PlainGreedy() const;
+
  private:
   int32_t PickGreedy(absl::Span<const float> logits, float* logprob, int n_top,
                      std::vector<std::pair<int32_t, float>>* top) const;

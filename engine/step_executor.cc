@@ -89,6 +89,11 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
   return std::unique_ptr<StepExecutor>(new StepExecutor(model, std::move(*cache)));
 }
 
+absl::StatusOr<absl::Span<const int32_t>> StepExecutor::RunGreedy(const StepInput& step) {
+  if (step.batch.seqs.empty()) return absl::Span<const int32_t>();
+  return model_.ForwardGreedy(step.batch, *cache_);
+}
+
 absl::StatusOr<absl::Span<float>> StepExecutor::Run(const StepInput& step) {
   if (step.batch.seqs.empty()) return absl::Span<float>();
   return model_.Forward(step.batch, *cache_, LogitsFor::kLastRowsOfEachSequence);

@@ -64,6 +64,10 @@ class StepExecutor {
   // fit the cache or the model; any other error (a device fault, a failed
   // collective) leaves the ranks out of step.
   absl::StatusOr<absl::Span<float>> Run(const StepInput& step);
+  // Run for a step whose every sequence decodes greedily: each logit row's
+  // best token (CausalLm::ForwardGreedy), [num_logit_rows], instead of the
+  // logits, so a GPU sends back ids, not a vocabulary of floats per row.
+  absl::StatusOr<absl::Span<const int32_t>> RunGreedy(const StepInput& step);
 
   CausalLm& model() const { return model_; }
   const KvCache& cache() const { return *cache_; }
