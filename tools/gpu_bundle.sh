@@ -301,6 +301,10 @@ step bench_gpt2_bf16_pdl 60 env FLOVER_CUDA_PDL=1 "$R" model_benchmark --model=b
 step bench_gpt2_bf16_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_llama1b_bf16_pdl 90 env FLOVER_CUDA_PDL=1 "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_llama1b_bf16_mma_pdl 90 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
+# The best token on the device (ForwardGreedy, as the engine's greedy
+# steps): ids come back instead of a vocabulary of logits per row.
+step bench_gpt2_bf16_greedy 60 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --greedy_on_device "${bench[@]}"
+step bench_qwen3_bf16_greedy 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 --greedy_on_device "${bench[@]}"
 step decoder_golden_mma 150 env FLOVER_CUDA_GEMM=mma "$R" decoder_golden_test "${cuda_tests[@]}"
 # 8. Llama-1B in native Q4_K blocks (random, generated on the host).
 step bench_llama1b_q4k 90 "$R" model_benchmark --model=builtin:llama-1b --random_blocks=Q4_K --dtype=native --kv_dtype=bf16 "${bench[@]}"
