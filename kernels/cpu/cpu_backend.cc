@@ -352,30 +352,33 @@ absl::Status CpuBackend::PrepareLinear(const Weight& w, int max_rows, bool has_b
   return absl::OkStatus();
 }
 
+namespace {
 
-absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
-                               const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
-                               const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckEmbedArgs(tokens, positions, wte_rows, wpe, out));
-  const int64_t T = tokens.cols, C = wte_rows.cols;
+// Embed's and EmbedBlocks' loop: positions checked against wpe first, then
+// each row gets its token's row (`fill(local_row, o)`; zeros outside the
+// rank's vocabulary range) and the position's row added.
+template <typename FillRow>
+absl::Status EmbedEach(const char* op, const Tensor& tokens, const Tensor& positions,
+                       int64_t vocab_begin, int64_t vocab_rows, const Tensor* wpe, int64_t C,
+                       const Tensor& out, FillRow fill) {
+  const int64_t T = tokens.cols;
   const int32_t* tok = tokens.as<int32_t>();
   const int32_t* pos = positions.as<int32_t>();
-  const float* rows = wte_rows.as<float>();
   const float* pe = wpe != nullptr ? wpe->as<float>() : nullptr;
-  float* o_all = out.as<float>();
-  const int64_t vocab_end = vocab_begin + wte_rows.rows;
   const int64_t P = wpe != nullptr ? wpe->rows : 0;
   for (int64_t t = 0; t < T; ++t) {
     if (pe != nullptr && (pos[t] < 0 || pos[t] >= P)) {
-      return absl::InvalidArgumentError(absl::StrCat("Embed: position ", pos[t], " outside [0, ", P, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(op, ": position ", pos[t], " outside [0, ", P, ")"));
     }
   }
+  float* o_all = out.as<float>();
+  const int64_t vocab_end = vocab_begin + vocab_rows;
   UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     float* o = o_all + t * C;
     if (tok[t] >= vocab_begin && tok[t] < vocab_end) {
-      std::memcpy(o, rows + (tok[t] - vocab_begin) * C, C * sizeof(float));
+      fill(tok[t] - vocab_begin, o);
     } else {
       std::fill(o, o + C, 0.0f);
     }
@@ -387,8 +390,6 @@ absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
   }
   return absl::OkStatus();
 }
-
-namespace {
 
 // The rows as stored, in host memory.
 class CpuBlockRows final : public BlockRows {
@@ -411,6 +412,16 @@ class CpuBlockRows final : public BlockRows {
 
 }  // namespace
 
+absl::Status CpuBackend::Embed(const Tensor& tokens, const Tensor& positions,
+                               const Tensor& wte_rows, int vocab_begin, const Tensor* wpe,
+                               const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckEmbedArgs(tokens, positions, wte_rows, wpe, out));
+  const int64_t C = wte_rows.cols;
+  const float* rows = wte_rows.as<float>();
+  return EmbedEach("Embed", tokens, positions, vocab_begin, wte_rows.rows, wpe, C, out,
+                   [&](int64_t r, float* o) { std::memcpy(o, rows + r * C, C * sizeof(float)); });
+}
+
 absl::StatusOr<std::unique_ptr<BlockRows>> CpuBackend::PrepareBlockRows(BlockFormat format,
                                                                         const uint8_t* bytes,
                                                                         int64_t rows, int cols) {
@@ -424,40 +435,18 @@ absl::Status CpuBackend::EmbedBlocks(const Tensor& tokens, const Tensor& positio
   FLOVER_RETURN_IF_ERROR(CheckEmbedBlocksArgs(tokens, positions, table, wpe, out));
   const auto* rows = dynamic_cast<const CpuBlockRows*>(&table);
   if (rows == nullptr) return absl::InvalidArgumentError("EmbedBlocks: rows prepared by another backend");
-  const int64_t T = tokens.cols, C = table.cols();
-  const int32_t* tok = tokens.as<int32_t>();
-  const int32_t* pos = positions.as<int32_t>();
-  const float* pe = wpe != nullptr ? wpe->as<float>() : nullptr;
-  const int64_t P = wpe != nullptr ? wpe->rows : 0;
-  for (int64_t t = 0; t < T; ++t) {
-    if (pe != nullptr && (pos[t] < 0 || pos[t] >= P)) {
-      return absl::InvalidArgumentError(absl::StrCat("EmbedBlocks: position ", pos[t], " outside [0, ", P, ")"));
-    }
-  }
   const GgmlTypeInfo& type = *GgmlTypeOf(InfoOf(table.format()).ggml_type);
-  const int64_t vocab_end = vocab_begin + table.rows();
-  float* o_all = out.as<float>();
-  UseCpuThreadsHere();
-#pragma omp parallel for schedule(static) if (T > 16)
-  for (int64_t t = 0; t < T; ++t) {
-    float* o = o_all + t * C;
-    if (tok[t] >= vocab_begin && tok[t] < vocab_end) {
-      GgmlDequantize(type, rows->row(tok[t] - vocab_begin), C, o);
-      // Rounded after the dequantization, then the position added: a loop
-      // each, so no multiply-add is fused (as the f32 table would hold it).
-      if (scale != 1.0f) {
-        for (int64_t c = 0; c < C; ++c) o[c] *= scale;
-      }
-    } else {
-      std::fill(o, o + C, 0.0f);
-    }
-    if (pe != nullptr) {
-      const float* p = pe + int64_t{pos[t]} * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] += p[c];
-    }
-  }
-  return absl::OkStatus();
+  const int64_t C = table.cols();
+  return EmbedEach("EmbedBlocks", tokens, positions, vocab_begin, table.rows(), wpe, C, out,
+                   [&](int64_t r, float* o) {
+                     GgmlDequantize(type, rows->row(r), C, o);
+                     // Rounded after the dequantization, and the position
+                     // added in a loop of its own: no multiply-add is fused
+                     // (as the f32 table would hold it).
+                     if (scale != 1.0f) {
+                       for (int64_t c = 0; c < C; ++c) o[c] *= scale;
+                     }
+                   });
 }
 
 absl::Status CpuBackend::ArgmaxRows(const Tensor& x, const Tensor& out) {
