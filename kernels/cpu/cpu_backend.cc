@@ -46,24 +46,6 @@ inline float Load(uint16_t x) { return Bf16ToFloat(x); }
 inline void Store(float x, float* to) { *to = x; }
 inline void Store(float x, uint16_t* to) { *to = ToBf16(x); }
 
-// Scores of one query against one block of keys: s[j] = sum_d q[d] k[d][j],
-// accumulated over d in order. The block's kBlockSize scores stay in
-// registers across the d loop, so each multiply-add loads only the key.
-// block: [D, kBlockSize]; scores: [kBlockSize].
-template <typename T>
-void ScoreBlock(const float* q, const T* block, int D, const T* next, float* scores) {
-  constexpr int kJ = KvLayer::kBlockSize;
-  float acc[kJ] = {};
-  for (int d = 0; d < D; ++d) {
-    const float qd = q[d];
-    const T* kd = block + int64_t{d} * kJ;
-    PrefetchRow(next + int64_t{d} * kJ, kJ);
-#pragma omp simd
-    for (int j = 0; j < kJ; ++j) acc[j] += qd * Load(kd[j]);
-  }
-  std::copy(acc, acc + kJ, scores);
-}
-
 // One (sequence, key/value head)'s blocks in a layer: where position p's key
 // and value are.
 template <typename T>
@@ -78,86 +60,133 @@ struct HeadBlocks {
   const T* value_block(int b) const { return values + kv->head_block(blocks[b], head); }
 };
 
-// out[0, D) = sum_j w[j] v[j] over positions [first, n) of `h`, accumulated
-// over j in order (block after block). For the usual D = 64 and 128 (kD)
-// the sums live in a local array the compiler keeps in registers, and each
-// block's rows are summed while the next block's are fetched; kD = 0 reads
-// D and sums into `out` (128 that way took 12% of Qwen3-0.6B's batch-32
-// decode step more, 2026-11-27).
-template <int kD, typename T>
-void WeightedSum(const float* w, const HeadBlocks<T>& h, int first, int n, int D, float* out) {
+// Attention reads each key and value from memory once for kG query heads
+// of one key/value group (grouped-query attention; pairs of heads:
+// HeadsTogether), and again from L1 for the second. Each head's sums are
+// its own and in the same order whatever kG is: a head's result does not
+// depend on the heads beside it.
+
+// Scores of kG queries against one block of keys: s_g[j] = sum_d q_g[d]
+// k[d][j], accumulated over d in order. The block's scores stay in
+// registers across the d loop, so each multiply-add loads only the key (from
+// memory for the first query, from L1 for the second). q: [kG][D]; block:
+// [D, kBlockSize]; scores: kG rows of stride ld.
+template <int kG, typename T>
+void ScoreBlock(const float* q, const T* block, int D, const T* next, float* scores, int64_t ld) {
+  constexpr int kJ = KvLayer::kBlockSize;
+  float acc[kG][kJ] = {};
+  for (int d = 0; d < D; ++d) {
+    const T* kd = block + int64_t{d} * kJ;
+    PrefetchRow(next + int64_t{d} * kJ, kJ);
+    for (int g = 0; g < kG; ++g) {  // the row again from L1 for each query
+      const float qd = q[int64_t{g} * D + d];
+#pragma omp simd
+      for (int j = 0; j < kJ; ++j) acc[g][j] += qd * Load(kd[j]);
+    }
+  }
+  for (int g = 0; g < kG; ++g) std::copy(acc[g], acc[g] + kJ, scores + g * ld);
+}
+
+// out_g[0, D) = sum_j w_g[j] v[j] over positions [first, n) of `h`, for
+// the kG weight rows w_g (stride ld), accumulated over j in order (block
+// after block); out_g at out + g * D. For D = 64 and 128 (kD) the sums live
+// in a local array the compiler keeps in registers: 128 floats at a time
+// (16 AVX2 registers), so kG > 1 walks the positions once per slice of
+// 128 / kG dims, each slice's sums still in order of j; each block's rows
+// are summed while the next block's are fetched. kD = 0 reads D and sums
+// into `out` (128 that way took 12% of Qwen3-0.6B's batch-32 decode step
+// more, 2026-11-27).
+template <int kG, int kD, typename T>
+void WeightedSum(const float* w, int64_t ld, const HeadBlocks<T>& h, int first, int n, int D,
+                 float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
   const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
   if constexpr (kD > 0) {
-    float acc[kD] = {};
-    for (int b = b0; b < nb; ++b) {
-      const T* v = h.value_block(b);
-      const T* next = b + 1 < nb ? h.value_block(b + 1) : v;
-      const float* wb = w + int64_t{b} * kJ;
-      const int rows = std::min(kJ, n - b * kJ);
-      for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
-        PrefetchRow(next + int64_t{j} * kD, kD);
-        const float wj = wb[j];
-        const T* vj = v + int64_t{j} * kD;
+    constexpr int kSlice = std::min(kD, 128 / kG);
+    for (int d0 = 0; d0 < kD; d0 += kSlice) {
+      float acc[kG][kSlice] = {};
+      for (int b = b0; b < nb; ++b) {
+        const T* v = h.value_block(b) + d0;
+        const T* next = (b + 1 < nb ? h.value_block(b + 1) : h.value_block(b)) + d0;
+        const int rows = std::min(kJ, n - b * kJ);
+        for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
+          PrefetchRow(next + int64_t{j} * kD, kSlice);
+          const T* vj = v + int64_t{j} * kD;
+          for (int g = 0; g < kG; ++g) {  // the row again from L1 for each head
+            const float wj = w[g * ld + int64_t{b} * kJ + j];
 #pragma omp simd
-        for (int d = 0; d < kD; ++d) acc[d] += wj * Load(vj[d]);
+            for (int d = 0; d < kSlice; ++d) acc[g][d] += wj * Load(vj[d]);
+          }
+        }
       }
+      for (int g = 0; g < kG; ++g) std::copy(acc[g], acc[g] + kSlice, out + int64_t{g} * kD + d0);
     }
-    std::copy(acc, acc + kD, out);
   } else {
-    std::fill(out, out + D, 0.0f);
+    std::fill(out, out + int64_t{kG} * D, 0.0f);
     for (int b = b0; b < nb; ++b) {
       const T* v = h.value_block(b);
       const int rows = std::min(kJ, n - b * kJ);
       for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
-        const float wj = w[b * kJ + j];
         const T* vj = v + int64_t{j} * D;
+        for (int g = 0; g < kG; ++g) {
+          const float wj = w[g * ld + int64_t{b} * kJ + j];
+          float* o = out + int64_t{g} * D;
 #pragma omp simd
-        for (int d = 0; d < D; ++d) out[d] += wj * Load(vj[d]);
+          for (int d = 0; d < D; ++d) o[d] += wj * Load(vj[d]);
+        }
       }
     }
   }
 }
 
-// One query row against positions [first, n) of one head's blocks.
-// q: [D] (already scaled); scores: scratch [n rounded up to kBlockSize],
-// indexed by position; out: [D]. Every row of every batch goes through this
-// one function, in order of position whatever blocks hold them, which is
-// what makes attention batch-invariant. Blocks are scored whole; positions
-// outside [first, n) are never read back.
-template <typename T>
-void AttendRow(const float* q, const HeadBlocks<T>& h, int first, int n, int D, float softcap,
-               float* scores, float* out) {
+// kG query rows (of one position, kG heads of one group) against positions
+// [first, n) of their key/value head's blocks. q: [kG][D] (already scaled);
+// scores: scratch, kG rows of stride ld (n rounded up to kBlockSize),
+// indexed by position; out: [kG][D]. Every row of every batch goes through
+// this one function, in order of position whatever blocks hold them, which
+// is what makes attention batch-invariant. Blocks are scored whole;
+// positions outside [first, n) are never read back.
+template <int kG, typename T>
+void AttendRows(const float* q, const HeadBlocks<T>& h, int first, int n, int D, float softcap,
+                float* scores, int64_t ld, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
   const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
   for (int b = b0; b < nb; ++b) {
     // While scoring a block, fetch the next one, or after the last the first
     // values (as many as a block's worth of lines).
     const T* next = b + 1 < nb ? h.key_block(b + 1) : h.value_block(b0);
-    ScoreBlock(q, h.key_block(b), D, next, scores + int64_t{b} * kJ);
+    ScoreBlock<kG>(q, h.key_block(b), D, next, scores + int64_t{b} * kJ, ld);
   }
-  if (softcap > 0) {  // as transformers: s / cap, tanh, * cap
-    for (int j = first; j < n; ++j) scores[j] = std::tanh(scores[j] / softcap) * softcap;
-  }
-  float max_score = -INFINITY;
-  for (int j = first; j < n; ++j) max_score = std::max(max_score, scores[j]);
-  float sum = 0.0f;
+  for (int g = 0; g < kG; ++g) {
+    float* sg = scores + g * ld;
+    if (softcap > 0) {  // as transformers: s / cap, tanh, * cap
+      for (int j = first; j < n; ++j) sg[j] = std::tanh(sg[j] / softcap) * softcap;
+    }
+    float max_score = -INFINITY;
+    for (int j = first; j < n; ++j) max_score = std::max(max_score, sg[j]);
+    float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = first; j < n; ++j) {
-    scores[j] = ExpF(scores[j] - max_score);
-    sum += scores[j];
-  }
-  const float inv = 1.0f / sum;
+    for (int j = first; j < n; ++j) {
+      sg[j] = ExpF(sg[j] - max_score);
+      sum += sg[j];
+    }
+    const float inv = 1.0f / sum;
 #pragma omp simd
-  for (int j = first; j < n; ++j) scores[j] *= inv;
+    for (int j = first; j < n; ++j) sg[j] *= inv;
+  }
   if (D == 64) {
-    WeightedSum<64>(scores, h, first, n, D, out);
+    WeightedSum<kG, 64>(scores, ld, h, first, n, D, out);
   } else if (D == 128) {
-    WeightedSum<128>(scores, h, first, n, D, out);
+    WeightedSum<kG, 128>(scores, ld, h, first, n, D, out);
   } else {
-    WeightedSum<0>(scores, h, first, n, D, out);
+    WeightedSum<kG, 0>(scores, ld, h, first, n, D, out);
   }
 }
+
+// How many query heads of a group attend together: 2 where the group is
+// even. 4 at once measured slower on Llama-1B's shapes (their sums spill
+// out of 16 AVX2 registers), 2 faster on Qwen3-0.6B's and Llama-1B's.
+inline int HeadsTogether(int group) { return group % 2 == 0 ? 2 : 1; }
 
 // Writes each row's K and V (stored as T: float or bfloat16 bits) into the
 // block of its position; see CpuBackend::AppendKv.
@@ -211,14 +240,15 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
   const T* const keys = static_cast<const T*>(kv.k);
   const T* const values = static_cast<const T*>(kv.v);
 
-  // Tasks of (sequence, query head, block of rows), so a long prompt
-  // spreads over threads as well as a wide decode batch does.
+  // Tasks of (sequence, kG query heads of one group, block of rows), so a
+  // long prompt spreads over threads as well as a wide decode batch does.
+  const int together = HeadsTogether(group);
   struct Task {
-    int seq, head, first_row, rows;
+    int seq, head, first_row, rows;  // head: the first of `together`
   };
   std::vector<Task> tasks;
   for (int s = 0; s < num_seqs; ++s) {
-    for (int h = 0; h < q_heads; ++h) {
+    for (int h = 0; h < q_heads; h += together) {
       for (int i = 0; i < seqs[s].len; i += kAttentionRowBlock) {
         tasks.push_back({s, h, i, std::min(kAttentionRowBlock, seqs[s].len - i)});
       }
@@ -226,26 +256,31 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
   }
   const float scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(D));
   const int num_tasks = static_cast<int>(tasks.size());
+  const int64_t ld = KvLayer::BlocksFor(table.max_context) * kJ;
   UseCpuThreadsHere();
 #pragma omp parallel
   {
-    std::vector<float> scores(KvLayer::BlocksFor(table.max_context) * kJ);
-    std::vector<float> q(D);
+    std::vector<float> scores(together * ld);
+    std::vector<float> q(int64_t{together} * D);
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < num_tasks; ++t) {
       const Task& task = tasks[t];
       const SeqRows& seq = seqs[task.seq];
       const HeadBlocks<T> head{keys, values, table.block_ids + seq.blocks, &kv, task.head / group};
       const int64_t row = int64_t{seq.row} + task.first_row;
-      const float* qr = qkv + row * row_stride + int64_t{task.head} * D;
-      float* o = out + row * QD + int64_t{task.head} * D;
       // Every row goes through the same kernel, so a row's result never
       // depends on how the batch around it was formed.
       for (int i = 0; i < task.rows; ++i) {
-        for (int d = 0; d < D; ++d) q[d] = qr[i * row_stride + d] * scale;
+        const float* qr = qkv + (row + i) * row_stride + int64_t{task.head} * D;
+        for (int64_t d = 0; d < int64_t{together} * D; ++d) q[d] = qr[d] * scale;
         const int n = seq.pos + task.first_row + i + 1;
         const int first = params.window > 0 ? std::max(0, n - params.window) : 0;
-        AttendRow(q.data(), head, first, n, D, params.softcap, scores.data(), o + i * QD);
+        float* to = out + (row + i) * QD + int64_t{task.head} * D;
+        if (together == 2) {
+          AttendRows<2>(q.data(), head, first, n, D, params.softcap, scores.data(), ld, to);
+        } else {
+          AttendRows<1>(q.data(), head, first, n, D, params.softcap, scores.data(), ld, to);
+        }
       }
     }
   }
