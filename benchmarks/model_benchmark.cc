@@ -141,12 +141,13 @@ std::vector<int> IntList(const std::string& flag) {
 }
 
 // The CPU's roofline: oneDNN sgemm (and our bf16 or int8 linear) and read bandwidth.
-// `file_bytes`: with --dtype=native, the GGUF file's size, which bounds the
-// bytes a step streams (its matrices as stored, plus the embedding, which is
-// not streamed); times the share of the parameters a token passes through
-// (a mixture of experts reads only its chosen experts).
+// `stored_bytes`: with --dtype=native, the GGUF file's size (or a built-in's
+// parameters in its --random_blocks format), which bounds the bytes a step
+// streams (its matrices as stored, plus the embedding, which is not
+// streamed); times the share of the parameters a token passes through (a
+// mixture of experts reads only its chosen experts).
 void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repeats,
-                      double flop_per_token, double file_bytes) {
+                      double flop_per_token, double stored_bytes) {
   // The QKV GEMM's shape: [M, C] x [C, 3C].
   const int K = cfg.hidden, N = 3 * cfg.hidden;
   std::printf("\nRoofline, same run:\n\n| sgemm [M,%d]x[%d,%d] | GFLOP/s |\n|---|---:|\n", K, K, N);
@@ -162,9 +163,13 @@ void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repe
     const double share = cfg.num_parameters > 0
                              ? std::min(1.0, double(cfg.matmul_parameters) / double(cfg.num_parameters))
                              : 1.0;
-    const double step_bytes = file_bytes * share;
+    const double step_bytes = stored_bytes * share;
+    if (step_bytes <= 0) {
+      std::printf("\nmemory read bandwidth: %.1f GB/s (the weights' size is unknown)\n", bw);
+      return;
+    }
     std::printf("\nmemory read bandwidth: %.1f GB/s -> batch-1 decode bound %.0f tokens/s "
-                "(about %.0f MB per step: the file's bytes times the %.0f%% of parameters a token "
+                "(about %.0f MB per step: the weights' bytes times the %.0f%% of parameters a token "
                 "passes through)\n",
                 bw, bw * 1e9 / step_bytes, step_bytes / 1e6, 100 * share);
     return;
@@ -379,8 +384,15 @@ int Run() {
 
   if (options->device == "cpu") {
     std::error_code ec;
-    const double file_bytes = static_cast<double>(std::filesystem::file_size(spec, ec));
-    PrintCpuRoofline(cfg, dtype, repeats, flop_per_token, ec ? 0.0 : file_bytes);
+    double weight_bytes = static_cast<double>(std::filesystem::file_size(spec, ec));
+    if (ec) weight_bytes = 0;
+    kernels::BlockFormat format;
+    if (weight_bytes == 0 && BlockFormatByName(absl::GetFlag(FLAGS_random_blocks), &format)) {
+      // A built-in in random blocks has no file: its parameters in blocks.
+      const kernels::BlockFormatInfo info = kernels::InfoOf(format);
+      weight_bytes = double(cfg.num_parameters) * info.block_bytes / info.block_values;
+    }
+    PrintCpuRoofline(cfg, dtype, repeats, flop_per_token, weight_bytes);
   } else {
     PrintDeviceRoofline(**backend, cfg, repeats, flop_per_token);
   }
