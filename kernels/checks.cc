@@ -99,16 +99,28 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
   return absl::OkStatus();
 }
 
+namespace {
+
+// Embed's and EmbedBlocks' arguments, for rows of C: wte_rows is Embed's
+// table (null for EmbedBlocks, whose table has no tensor).
+absl::Status CheckEmbedRows(const char* op, const Tensor& tokens, const Tensor& positions,
+                            const Tensor* wte_rows, int64_t C, const Tensor* wpe, const Tensor& out) {
+  const int64_t T = tokens.cols;
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "tokens", tokens, 1, kAnySize, {DType::kI32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "positions", positions, 1, T, {DType::kI32}));
+  if (wte_rows != nullptr) {
+    FLOVER_RETURN_IF_ERROR(CheckTensor(op, "wte_rows", *wte_rows, kAnySize, kAnySize, {DType::kF32}));
+  }
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "out", out, T, C, {DType::kF32}));
+  if (wpe != nullptr) return CheckTensor(op, "wpe", *wpe, kAnySize, C, {DType::kF32});
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckEmbedArgs(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
                             const Tensor* wpe, const Tensor& out) {
-  const int64_t T = tokens.cols, C = wte_rows.cols;
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "tokens", tokens, 1, kAnySize, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "positions", positions, 1, T, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(
-      CheckTensor("Embed", "wte_rows", wte_rows, kAnySize, kAnySize, {DType::kF32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("Embed", "out", out, T, C, {DType::kF32}));
-  if (wpe != nullptr) return CheckTensor("Embed", "wpe", *wpe, kAnySize, C, {DType::kF32});
-  return absl::OkStatus();
+  return CheckEmbedRows("Embed", tokens, positions, &wte_rows, wte_rows.cols, wpe, out);
 }
 
 absl::Status CheckArgmaxRowsArgs(const Tensor& x, const Tensor& out) {
@@ -119,12 +131,7 @@ absl::Status CheckArgmaxRowsArgs(const Tensor& x, const Tensor& out) {
 
 absl::Status CheckEmbedBlocksArgs(const Tensor& tokens, const Tensor& positions,
                                   const BlockRows& table, const Tensor* wpe, const Tensor& out) {
-  const int64_t T = tokens.cols, C = table.cols();
-  FLOVER_RETURN_IF_ERROR(CheckTensor("EmbedBlocks", "tokens", tokens, 1, kAnySize, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("EmbedBlocks", "positions", positions, 1, T, {DType::kI32}));
-  FLOVER_RETURN_IF_ERROR(CheckTensor("EmbedBlocks", "out", out, T, C, {DType::kF32}));
-  if (wpe != nullptr) return CheckTensor("EmbedBlocks", "wpe", *wpe, kAnySize, C, {DType::kF32});
-  return absl::OkStatus();
+  return CheckEmbedRows("EmbedBlocks", tokens, positions, nullptr, table.cols(), wpe, out);
 }
 
 absl::Status CheckBlockRowsArgs(BlockFormat format, const uint8_t* bytes, int64_t rows, int cols) {

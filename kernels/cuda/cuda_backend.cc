@@ -347,16 +347,21 @@ absl::StatusOr<std::unique_ptr<Weight>> CudaBackend::PrepareBlocks(const HostVal
   if (row != N) {
     return absl::InvalidArgumentError(absl::StrCat("the block spans hold ", row, " rows; the weight has ", N));
   }
-  // The bytes as they are, in whole 4-byte words of device memory.
-  const int64_t words = (bytes + 3) / 4;
+  auto data = UploadBytes(static_cast<const uint8_t*>(stored.data), bytes);
+  if (!data.ok()) return data.status();
+  w->data = std::move(*data);
+  return std::unique_ptr<Weight>(std::move(w));
+}
+
+absl::StatusOr<Buffer> CudaBackend::UploadBytes(const uint8_t* bytes, int64_t size) {
+  const int64_t words = (size + 3) / 4;
   std::vector<uint8_t> padded(static_cast<size_t>(words) * 4);
-  std::copy_n(static_cast<const uint8_t*>(stored.data), bytes, padded.data());
+  std::copy_n(bytes, size, padded.data());
   auto data = Allocate(DType::kI32, 1, words);
   if (!data.ok()) return data.status();
   FLOVER_RETURN_IF_ERROR(Upload(padded.data(), data->tensor()));
   FLOVER_RETURN_IF_ERROR(Synchronize());  // `padded` must outlive the copy
-  w->data = std::move(*data);
-  return std::unique_ptr<Weight>(std::move(w));
+  return data;
 }
 
 absl::Status CudaBackend::PrepareLinear(const Weight& weight, int max_rows, bool has_bias,
@@ -425,13 +430,8 @@ absl::StatusOr<std::unique_ptr<BlockRows>> CudaBackend::PrepareBlockRows(BlockFo
   if (cols % 32 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("EmbedBlocks: rows of ", cols, " values are not whole 32-value sub-blocks"));
   }
-  const int64_t size = rows * BlockRowBytes(format, cols);
-  std::vector<uint8_t> padded(static_cast<size_t>((size + 3) / 4 * 4));
-  std::copy_n(bytes, size, padded.data());
-  auto data = Allocate(DType::kI32, 1, static_cast<int64_t>(padded.size() / 4));
+  auto data = UploadBytes(bytes, rows * BlockRowBytes(format, cols));
   if (!data.ok()) return data.status();
-  FLOVER_RETURN_IF_ERROR(Upload(padded.data(), data->tensor()));
-  FLOVER_RETURN_IF_ERROR(Synchronize());
   return std::unique_ptr<BlockRows>(new CudaBlockRows(format, rows, cols, std::move(*data)));
 }
 

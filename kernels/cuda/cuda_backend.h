@@ -94,6 +94,9 @@ class CudaBackend final : public Backend, private Roofline {
   // --dtype=native: a matrix of GGUF blocks uploaded as the file stores them.
   absl::StatusOr<std::unique_ptr<Weight>> PrepareBlocks(const HostValues& stored, int K, int N,
                                                         WeightLayout layout);
+  // `size` bytes as they are, in whole 4-byte words of device memory (i32
+  // [1, words]); waits for the copy.
+  absl::StatusOr<Buffer> UploadBytes(const uint8_t* bytes, int64_t size);
   // Makes this backend's GPU current on the calling thread (the engine
   // loop runs on its own thread).
   absl::Status Activate() const;
