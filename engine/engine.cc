@@ -50,16 +50,7 @@ struct Engine::Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   bool running = false;         // admitted (else queued, maybe after a preemption)
   int computed = 0;             // tokens whose K/V are in `blocks`
-  std::vector<int32_t> blocks;  // its KV blocks, in order of position
-  std::vector<uint64_t> block_keys;  // prefix-cache keys of its full computed blocks
-  // Its first blocks given back, behind its window (KvBlockPool::kNoBlock in
-  // `blocks`).
-  int given_back = 0;
-  // With local blocks (KvCacheShape::local_blocks): the local layers' blocks
-  // beside `blocks` (as many), their keys, and how many are given back.
-  std::vector<int32_t> local_blocks;
-  std::vector<uint64_t> local_keys;
-  int local_given_back = 0;
+  SequenceBlocks blocks;        // while running (KvBlockTables)
   int generated = 0;
   // Its place in request.constraint (null without one): the step's sampling
   // loop advances it (in parallel), the sampler's mask and an observer read it.
@@ -85,9 +76,6 @@ struct Engine::Sequence {
     drafted = 0;
   }
 };
-
-static_assert(KvBlockPool::kBlockSize == KvCacheShape::kBlockSize, "the pool's blocks are the cache's");
-static_assert(KvBlockPool::kNoBlock == kernels::KvLayer::kNoBlock, "a given-back block is the kernels' kNoBlock");
 
 namespace {
 
@@ -203,12 +191,8 @@ absl::Status RunEngineWorker(CausalLm& model, const EngineOptions& options, Cont
 Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
                std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel)
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
-      draft_(std::move(draft)), channel_(channel), kv_bytes_per_block_(executor_->cache().shape().bytes_per_block()),
-      num_kv_blocks_(executor_->cache().shape().num_blocks),
-      kv_bytes_per_local_block_(executor_->cache().shape().bytes_per_local_block()),
-      local_window_(executor_->cache().shape().local_blocks > 0 ? executor_->cache().shape().local_window : 0),
-      pool_(num_kv_blocks_, options.prefix_caching),
-      local_pool_(executor_->cache().shape().local_blocks, options.prefix_caching) {
+      draft_(std::move(draft)), channel_(channel),
+      kv_(executor_->cache().shape(), options.scheduler.window, options.prefix_caching) {
   const KvCacheShape& shape = executor_->cache().shape();
   stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
@@ -241,21 +225,22 @@ absl::Status Engine::Validate(const Request& r) const {
     return bad("max_new_tokens", "prompt (", r.prompt.size(), " tokens) + max_new_tokens (",
                stop.max_new_tokens, ") exceeds max_seq_len (", options_.max_seq_len, ")");
   }
-  if (BlocksToRun(total) > num_kv_blocks_) {
+  if (const int blocks = kv_.BlocksToRun(total); blocks > kv_.num_blocks()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "prompt (%d tokens) + max_new_tokens (%d) needs %d KV blocks of %d positions (%.1f MiB) "
         "but the whole KV cache has %d (%.1f MiB): it cannot run even alone; send less, or start "
         "the server with a larger --kv_cache_memory",
-        r.prompt.size(), stop.max_new_tokens, BlocksToRun(total), KvCacheShape::kBlockSize,
-        BlocksToRun(total) * kv_bytes_per_block_ / 1048576.0, num_kv_blocks_,
-        num_kv_blocks_ * kv_bytes_per_block_ / 1048576.0));
+        r.prompt.size(), stop.max_new_tokens, blocks, KvCacheShape::kBlockSize,
+        blocks * kv_.bytes_per_block() / 1048576.0, kv_.num_blocks(),
+        kv_.num_blocks() * kv_.bytes_per_block() / 1048576.0));
   }
-  if (LocalBlocksToRun(total) > local_pool_.num_blocks()) {
+  if (kv_.LocalBlocksToRun(total) > kv_.num_local_blocks()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "prompt (%d tokens) + max_new_tokens (%d) needs %d of the local layers' KV blocks (their window of "
         "%d positions) but the cache has %d: it cannot run even alone; start the server with a larger "
         "--kv_cache_memory",
-        r.prompt.size(), stop.max_new_tokens, LocalBlocksToRun(total), local_window_, local_pool_.num_blocks()));
+        r.prompt.size(), stop.max_new_tokens, kv_.LocalBlocksToRun(total), kv_.local_window(),
+        kv_.num_local_blocks()));
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
   for (const auto& [id, bias] : r.sampling.logit_bias) {
@@ -303,127 +288,12 @@ absl::StatusOr<RequestId> Engine::Submit(Request request, std::shared_ptr<TokenS
   return id;
 }
 
-int Engine::BlocksToRun(int64_t positions) const {
-  const int all = KvCacheShape::BlocksFor(positions);
-  const int window = options_.scheduler.window;
-  return window > 0 ? std::min(all, WindowBlocks(window, KvCacheShape::kBlockSize)) : all;
-}
-
-int Engine::LocalBlocksToRun(int64_t positions) const {
-  if (local_window_ <= 0) return 0;
-  return std::min(KvCacheShape::BlocksFor(positions), WindowBlocks(local_window_, KvCacheShape::kBlockSize));
-}
-
-int Engine::max_context() const {
-  int64_t most = options_.max_seq_len;
-  if (BlocksToRun(most) > num_kv_blocks_) most = std::min<int64_t>(most, int64_t{num_kv_blocks_} * KvCacheShape::kBlockSize);
-  if (LocalBlocksToRun(most) > local_pool_.num_blocks()) {
-    most = std::min<int64_t>(most, int64_t{local_pool_.num_blocks()} * KvCacheShape::kBlockSize);
-  }
-  return static_cast<int>(most);
-}
-
-namespace {
-
-// Gives back the blocks of `blocks` from *given_back on that are wholly
-// behind the window of a row at position `computed`: it attends
-// [computed + 1 - window, computed], and later rows later positions, so
-// the blocks before are never read again.
-void GiveBack(KvBlockPool& pool, int window, int computed, std::vector<int32_t>& blocks, int* given_back) {
-  if (window <= 0) return;
-  const int behind = std::min(std::max(0, computed + 1 - window) / KvCacheShape::kBlockSize,
-                              static_cast<int>(blocks.size()));
-  for (; *given_back < behind; ++*given_back) {
-    int32_t& id = blocks[*given_back];
-    if (id == KvBlockPool::kNoBlock) continue;
-    pool.Release({&id, 1});
-    id = KvBlockPool::kNoBlock;
-  }
-}
-
-}  // namespace
-
-void Engine::GiveBackBehindWindow(Sequence& s) {
-  GiveBack(pool_, options_.scheduler.window, s.computed, s.blocks, &s.given_back);
-  GiveBack(local_pool_, local_window_, s.computed, s.local_blocks, &s.local_given_back);
-}
-
-void Engine::ReleaseBlocks(Sequence& s) {
-  pool_.Release(s.blocks);
-  local_pool_.Release(s.local_blocks);
-  s.blocks.clear();
-  s.block_keys.clear();
-  s.local_blocks.clear();
-  s.local_keys.clear();
-  s.given_back = s.local_given_back = 0;
-}
-
-void Engine::RegisterBlocks(Sequence& s) {
-  const int full = s.computed / KvCacheShape::kBlockSize;
-  pool_.Register(s.tokens, s.blocks, full, &s.block_keys);
-  if (local_window_ > 0) local_pool_.Register(s.tokens, s.local_blocks, full, &s.local_keys);
-}
-
-int Engine::UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* local_idle) const {
-  // The local layers read the window before the first row to compute
-  // (position `cached`): their blocks must be cached too, or the prefix
-  // is cut back to where they are.
-  if (local_idle != nullptr) *local_idle = 0;
-  if (local_window_ <= 0 || cached <= 0) return cached;
-  // Which of the prefix's local blocks are cached (-1: not; else whether
-  // idle), found in one walk of the key chain.
-  const std::vector<int> state = local_pool_.CachedStates(tokens, cached / KvCacheShape::kBlockSize);
-  for (; cached > 0; cached -= KvCacheShape::kBlockSize) {
-    const int first = std::max(0, cached + 1 - local_window_) / KvCacheShape::kBlockSize;
-    const int end = cached / KvCacheShape::kBlockSize;
-    int idle = 0;
-    bool all = true;
-    for (int b = first; b < end && all; ++b) {
-      all = state[b] >= 0;
-      idle += state[b] > 0;
-    }
-    if (all) {
-      if (local_idle != nullptr) *local_idle = idle;
-      break;
-    }
-  }
-  return cached;
-}
-
-int Engine::TakeCachedPrefix(Sequence& s) {
-  const int known = static_cast<int>(s.tokens.size());
-  const int usable = local_window_ > 0 ? UsablePrefix(s.tokens, pool_.Peek(s.tokens, known - 1).tokens) : -1;
-  const int taken = pool_.Match(s.tokens, known - 1, &s.blocks, &s.block_keys, usable);
-  if (local_window_ > 0 && taken > 0) {
-    const int first = std::max(0, taken + 1 - local_window_) / KvCacheShape::kBlockSize;
-    const bool ok = local_pool_.MatchRange(s.tokens, first, taken / KvCacheShape::kBlockSize, &s.local_blocks,
-                                           &s.local_keys);
-    s.local_given_back = first;
-    if (!ok) {  // not expected: UsablePrefix found them
-      ReleaseBlocks(s);
-      return 0;
-    }
-  }
-  return taken;
-}
-
-bool Engine::AllocateBlocks(Sequence& s, int need) {
-  if (need <= 0) return true;
-  if (!pool_.Allocate(need, &s.blocks)) return false;
-  if (local_window_ > 0 && !local_pool_.Allocate(need, &s.local_blocks)) {
-    pool_.Release(absl::MakeConstSpan(s.blocks).last(need));
-    s.blocks.resize(s.blocks.size() - need);
-    return false;
-  }
-  return true;
-}
+int Engine::max_context() const { return kv_.MaxContext(options_.max_seq_len); }
 
 void Engine::RecordKvUseLocked() {
-  stats_.kv_bytes_in_use =
-      pool_.used_blocks() * kv_bytes_per_block_ + local_pool_.used_blocks() * kv_bytes_per_local_block_;
+  stats_.kv_bytes_in_use = kv_.bytes_in_use();
   stats_.kv_bytes_peak = std::max(stats_.kv_bytes_peak, stats_.kv_bytes_in_use);
-  stats_.kv_bytes_cached =
-      pool_.cached_blocks() * kv_bytes_per_block_ + local_pool_.cached_blocks() * kv_bytes_per_local_block_;
+  stats_.kv_bytes_cached = kv_.bytes_cached();
 }
 
 void Engine::PublishOccupancyLocked() {
@@ -559,7 +429,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   {
     // Counted before the sink hears of it, so a client that saw its request
     // finish never reads stats that still hold it.
-    if (seq.running) ReleaseBlocks(seq);
+    if (seq.running) kv_.Release(seq.blocks);
     if (draft_ != nullptr) draft_->Forget(seq.id);
     std::lock_guard<std::mutex> lock(mu_);
     live_ids_.erase(seq.id);
@@ -624,7 +494,7 @@ void Engine::Preempt(RequestId id) {
   auto it = std::find_if(active_.begin(), active_.end(), [id](const auto& s) { return s->id == id; });
   std::unique_ptr<Sequence> seq = std::move(*it);
   active_.erase(it);
-  ReleaseBlocks(*seq);
+  kv_.Release(seq->blocks);
   seq->computed = 0;
   seq->DropDrafts();
   seq->running = false;
@@ -642,7 +512,7 @@ bool Engine::Plan(StepPlan* plan) {
   // prefix cache.
   // Blocks behind windows go back first: they may be what a queued prompt
   // finds cached.
-  for (const auto& s : active_) GiveBackBehindWindow(*s);
+  for (const auto& s : active_) kv_.GiveBackBehindWindow(s->computed, s->blocks);
   std::vector<QueuedRequest> queued;
   const size_t candidates = std::min<size_t>(
       queue_.size(), static_cast<size_t>(std::max(0, o.max_batch - static_cast<int>(active_.size()))));
@@ -650,41 +520,37 @@ bool Engine::Plan(StepPlan* plan) {
   for (size_t i = 0; i < queue_.size(); ++i) {
     const Sequence& s = *queue_[i];
     const int known = static_cast<int>(s.tokens.size());
-    KvBlockPool::Hit hit = i < candidates ? pool_.Peek(s.tokens, known - 1) : KvBlockPool::Hit{};
     int local_idle = 0;
-    if (const int usable = UsablePrefix(s.tokens, hit.tokens, &local_idle); usable < hit.tokens) {
-      hit = usable > 0 ? pool_.Peek(s.tokens, usable) : KvBlockPool::Hit{};
-    }
+    const KvBlockPool::Hit hit = i < candidates ? kv_.UsableHit(s.tokens, known - 1, &local_idle) : KvBlockPool::Hit{};
     queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle});
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) {
-    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->blocks.size()),
-                      pool_.Exclusive(s->blocks), s->drafted, local_pool_.Exclusive(s->local_blocks)});
+    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->blocks.ids.size()),
+                      kv_.Exclusive(s->blocks), s->drafted, kv_.LocalExclusive(s->blocks)});
   }
-  *plan = Schedule(queued, active, pool_.free_blocks(), o, now,
-                   local_window_ > 0 ? local_pool_.free_blocks() : kNoLocalPool);
+  *plan = Schedule(queued, active, kv_.free_blocks(), o, now, kv_.free_local_blocks());
   if (plan->seqs.empty() && plan->admitted.empty() && plan->preempted.empty()) return false;
 
   // Preempted sequences go back to the queue's front, the oldest first.
   for (RequestId id : plan->preempted) Preempt(id);
   by_id_.clear();
   for (const auto& s : active_) by_id_[s->id] = s.get();
-  const int64_t queries = pool_.query_tokens(), hits = pool_.hit_tokens();
+  const int64_t queries = kv_.query_tokens(), hits = kv_.hit_tokens();
   for (size_t i = 0; i < plan->admitted.size(); ++i) {
     // Admissions are a prefix of the queue, in order. Taking the cached
     // prefix before any block is allocated keeps eviction off it.
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
     seq->running = true;
-    seq->computed = TakeCachedPrefix(*seq);
+    seq->computed = kv_.TakeCachedPrefix(seq->tokens, seq->blocks);
     metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
     by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
   }
-  metrics_.prefix_query_tokens.Add(static_cast<double>(pool_.query_tokens() - queries));
-  metrics_.prefix_hit_tokens.Add(static_cast<double>(pool_.hit_tokens() - hits));
+  metrics_.prefix_query_tokens.Add(static_cast<double>(kv_.query_tokens() - queries));
+  metrics_.prefix_hit_tokens.Add(static_cast<double>(kv_.hit_tokens() - hits));
 
   // Blocks for every scheduled sequence's positions. The plan counted on
   // them; a sequence the pool cannot serve after all (not expected) sits
@@ -693,12 +559,13 @@ bool Engine::Plan(StepPlan* plan) {
   step_.batch.Clear();
   for (const ScheduledSequence& p : plan->seqs) {
     Sequence& s = *by_id_[p.id];
-    const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.blocks.size());
-    if (p.pos != s.computed || !AllocateBlocks(s, need)) continue;
+    const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.blocks.ids.size());
+    if (p.pos != s.computed || !kv_.Allocate(need, s.blocks)) continue;
     runs.push_back(p);
     // With drafts (in decode, so the chunk starts at the last real token),
     // every row's logits: each says whether the next draft stands.
-    step_.batch.AddSequence(s.blocks, s.local_blocks, p.pos, absl::MakeConstSpan(s.tokens.data() + p.pos, p.len),
+    step_.batch.AddSequence(s.blocks.ids, s.blocks.local_ids, p.pos,
+                            absl::MakeConstSpan(s.tokens.data() + p.pos, p.len),
                             s.drafted > 0 ? p.len : 1);
   }
   plan->seqs = std::move(runs);
@@ -746,7 +613,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits,
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
       continue;
     }
-    RegisterBlocks(s);
+    kv_.Register(s.tokens, s.computed, s.blocks);
     if (s.computed == static_cast<int>(s.tokens.size())) {
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
     }
@@ -831,7 +698,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits,
     }
     s.constraint_ahead = 0;
     // Blocks now full of computed tokens that stand go to the prefix cache.
-    if (!s.finished) RegisterBlocks(s);
+    if (!s.finished) kv_.Register(s.tokens, s.computed, s.blocks);
   }
   EraseFinished(active_);
   if (options_.speculative.mode != SpeculativeMode::kOff) ProposeDrafts();

@@ -3,7 +3,7 @@
 // per token step (new prompts join the same forward as decoding sequences),
 // streams each sampled token to the request's sink, and gives a sequence's
 // KV blocks back the step it finishes. The step is planned by Schedule();
-// KV blocks come from a KvBlockPool sized by memory, sequences hold what
+// KV blocks come from pools sized by memory (KvBlockTables), sequences hold what
 // their positions fill, prompts reuse cached prefixes, and when blocks run
 // out the newest running sequence is preempted and later recomputed (its
 // output unchanged: every step is batch-invariant).
@@ -28,7 +28,7 @@
 #include "kernels/collectives.h"
 #include "model/causal_lm.h"
 #include "engine/engine_metrics.h"
-#include "engine/kv_blocks.h"
+#include "engine/kv_block_tables.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/draft_model.h"
@@ -137,33 +137,12 @@ class Engine {
   Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
          std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel);
   bool tensor_parallel() const { return channel_ != nullptr && channel_->world().tp_size > 1; }
-  // The KV blocks a sequence of `positions` needs to run alone: all of
-  // them, or with a window (options_.scheduler.window) those one spans;
-  // and of the local blocks (0 without them), those its window spans.
-  int BlocksToRun(int64_t positions) const;
-  int LocalBlocksToRun(int64_t positions) const;
-  // Gives back the sequence's blocks wholly behind its next row's window:
-  // every layer's where every layer has one, the local layers' where the
-  // cache keeps them apart.
-  void GiveBackBehindWindow(Sequence& s);
-  // Every block the sequence holds back to the pools.
-  void ReleaseBlocks(Sequence& s);
-  // Its full computed blocks (local ones too) into the prefix cache.
-  void RegisterBlocks(Sequence& s);
-  // The longest prefix of `cached` tokens (whole blocks) whose local blocks
-  // the window before it reads are cached as well (*local_idle: how many of
-  // those nobody holds).
-  int UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* local_idle = nullptr) const;
-  // Takes the usable cached prefix of an admitted sequence: its tokens.
-  int TakeCachedPrefix(Sequence& s);
-  // `need` more blocks in each pool, or none (false).
-  bool AllocateBlocks(Sequence& s, int need);
   // Fails every request and refuses new ones.
   void Fail(const absl::Status& error);
   absl::Status Validate(const Request& r) const;
   absl::StatusOr<RequestId> Queue(Request request, std::shared_ptr<TokenSink> sink);
-  // The KV blocks in use and cached, from the pool, into stats_; engine
-  // thread only (the pool is), with mu_ held.
+  // The KV blocks in use and cached, from kv_, into stats_; engine
+  // thread only (kv_ is), with mu_ held.
   void RecordKvUseLocked();
   // Copies the occupancy in stats_ to the gauges; called with mu_ held.
   void PublishOccupancyLocked();
@@ -208,12 +187,6 @@ class Engine {
   std::unique_ptr<StepExecutor> executor_;
   std::unique_ptr<DraftModel> draft_;  // --speculative=draft, else null
   ControlChannel* channel_;
-  const int64_t kv_bytes_per_block_;
-  const int num_kv_blocks_;
-  const int64_t kv_bytes_per_local_block_;
-  // > 0: the local layers' blocks are kept apart (local_pool_), and given
-  // back behind this window.
-  const int local_window_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -228,8 +201,7 @@ class Engine {
   EngineMetrics metrics_;                          // lock-free
 
   // Loop-thread state.
-  KvBlockPool pool_;
-  KvBlockPool local_pool_;  // the local layers' blocks (none unless the cache has them)
+  KvBlockTables kv_;  // which blocks each running sequence holds
   std::deque<std::unique_ptr<Sequence>> queue_;
   std::vector<std::unique_ptr<Sequence>> active_;  // in admission order
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences

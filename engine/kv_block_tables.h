@@ -1,0 +1,109 @@
+// The engine's KV block bookkeeping: which blocks of the cache each
+// sequence holds, in every pool the cache has. The shared pool holds every
+// layer's K and V (the global layers' where the cache keeps the local
+// layers' apart, KvCacheShape::local_blocks); the local pool holds the
+// local layers'. Windows give blocks back: with `window` > 0 every layer's
+// blocks wholly behind a sequence's next row's window, and the local
+// layers' behind theirs. Prefix reuse goes through both pools at once: a
+// cached prefix is usable only where the local blocks its window reads are
+// cached too. Host bookkeeping only, on the engine's thread.
+#ifndef FLOVER_ENGINE_KV_BLOCK_TABLES_H_
+#define FLOVER_ENGINE_KV_BLOCK_TABLES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/kv_blocks.h"
+#include "engine/scheduler.h"
+#include "model/kv_cache.h"
+
+namespace flover {
+
+// A sequence's blocks, as KvBlockTables hands them out. The lists are what
+// a forward names (ForwardBatch::AddSequence).
+struct SequenceBlocks {
+  std::vector<int32_t> ids;    // its blocks, in order of position
+  std::vector<uint64_t> keys;  // prefix-cache keys of its full computed blocks
+  // Its first blocks given back, behind its window (KvBlockPool::kNoBlock
+  // in `ids`).
+  int given_back = 0;
+  // With local blocks: the local layers' blocks beside `ids` (as many),
+  // their keys, and how many are given back.
+  std::vector<int32_t> local_ids;
+  std::vector<uint64_t> local_keys;
+  int local_given_back = 0;
+};
+
+class KvBlockTables {
+ public:
+  // `window` > 0: blocks behind every layer's window are given back (0
+  // where the cache's window is not to free them). The local pool has
+  // shape.local_blocks blocks, and their window is shape.local_window.
+  KvBlockTables(const KvCacheShape& shape, int window, bool prefix_caching);
+
+  // The blocks a sequence of `positions` needs to run alone: all of them,
+  // or with a window those one spans; and of the local blocks (0 without
+  // them), those their window spans.
+  int BlocksToRun(int64_t positions) const;
+  int LocalBlocksToRun(int64_t positions) const;
+  // The most of `max_seq_len` positions one sequence can reach: fewer where
+  // the shared blocks hold fewer and no window gives blocks back, or the
+  // local blocks hold less than their window.
+  int MaxContext(int max_seq_len) const;
+
+  int num_blocks() const { return pool_.num_blocks(); }
+  int num_local_blocks() const { return local_pool_.num_blocks(); }
+  // > 0: the local layers' blocks are kept apart, given back behind this.
+  int local_window() const { return local_window_; }
+  int64_t bytes_per_block() const { return bytes_per_block_; }
+
+  // Scheduling. The cached prefix of `tokens` (at most `max_tokens`) that a
+  // sequence can take: cut back to where the local blocks the window before
+  // its first row to compute reads are cached too (*local_idle: how many of
+  // those nobody holds).
+  KvBlockPool::Hit UsableHit(absl::Span<const int32_t> tokens, int max_tokens, int* local_idle) const;
+  // What releasing the sequence's blocks gives back, in each pool.
+  int Exclusive(const SequenceBlocks& s) const { return pool_.Exclusive(s.ids); }
+  int LocalExclusive(const SequenceBlocks& s) const { return local_pool_.Exclusive(s.local_ids); }
+  int free_blocks() const { return pool_.free_blocks(); }
+  // kNoLocalPool without local blocks (the scheduler's convention).
+  int free_local_blocks() const;
+
+  // Takes the usable cached prefix of an admitted sequence's `tokens` (all
+  // but the last known one): returns the tokens taken.
+  int TakeCachedPrefix(absl::Span<const int32_t> tokens, SequenceBlocks& s);
+  // `need` more blocks in each pool, or none (false).
+  bool Allocate(int need, SequenceBlocks& s);
+  // Gives back the blocks wholly behind the window of a sequence's next row
+  // (`computed` positions are computed): every layer's where every layer
+  // has a window, the local layers' where the cache keeps them apart.
+  void GiveBackBehindWindow(int computed, SequenceBlocks& s);
+  // Its full computed blocks (local ones too) into the prefix cache.
+  void Register(absl::Span<const int32_t> tokens, int computed, SequenceBlocks& s);
+  // Every block the sequence holds back to the pools; `s` is then empty.
+  void Release(SequenceBlocks& s);
+
+  // Bytes of the blocks sequences hold, and of the idle cached ones.
+  int64_t bytes_in_use() const;
+  int64_t bytes_cached() const;
+  // Prefix queries and hits in tokens (the shared pool's), since creation.
+  int64_t query_tokens() const { return pool_.query_tokens(); }
+  int64_t hit_tokens() const { return pool_.hit_tokens(); }
+
+ private:
+  // The longest prefix of `cached` tokens (whole blocks) whose local blocks
+  // the window before it reads are cached as well.
+  int UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* local_idle) const;
+
+  const int window_;
+  const int local_window_;
+  const int64_t bytes_per_block_;
+  const int64_t bytes_per_local_block_;
+  KvBlockPool pool_;
+  KvBlockPool local_pool_;  // the local layers' blocks (none unless the cache has them)
+};
+
+}  // namespace flover
+
+#endif  // FLOVER_ENGINE_KV_BLOCK_TABLES_H_

@@ -1,0 +1,157 @@
+// The engine's block bookkeeping over both pools: what a sequence needs to
+// run alone, blocks given back behind windows, allocations that take from
+// both pools or neither, and prefix hits cut back to where the local
+// layers' window is cached too.
+#include "engine/kv_block_tables.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace flover {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr int B = KvCacheShape::kBlockSize;
+constexpr int32_t kNo = KvBlockPool::kNoBlock;
+
+std::vector<int32_t> Tokens(int n) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), 100);
+  return t;
+}
+
+// Two layers of one head; `local_blocks` > 0 keeps the second layer's K
+// and V in blocks of its own, with a window of `local_window`.
+KvCacheShape Shape(int num_blocks, int window = 0, int local_blocks = 0, int local_window = 0) {
+  KvCacheShape s;
+  s.layers = 2;
+  s.heads = 1;
+  s.head_dim = 4;
+  s.num_blocks = num_blocks;
+  s.max_seq = 1024;
+  s.window = window;
+  if (local_blocks > 0) {
+    s.local_layers = {false, true};
+    s.local_window = local_window;
+    s.local_blocks = local_blocks;
+  }
+  return s;
+}
+
+TEST(KvBlockTablesTest, WhatASequenceNeedsToRunAlone) {
+  const KvBlockTables whole(Shape(8), 0, true);
+  EXPECT_EQ(whole.BlocksToRun(100), 4);
+  EXPECT_EQ(whole.LocalBlocksToRun(100), 0);
+  EXPECT_EQ(whole.MaxContext(1024), 8 * B);  // the whole cache
+  EXPECT_EQ(whole.free_local_blocks(), kNoLocalPool);
+  // A window of 40 that gives blocks back spans at most 3 blocks.
+  const KvBlockTables windowed(Shape(8, 40), 40, true);
+  EXPECT_EQ(windowed.BlocksToRun(1000), 3);
+  EXPECT_EQ(windowed.MaxContext(1024), 1024);
+  // The same cache whose window is not to free blocks.
+  EXPECT_EQ(KvBlockTables(Shape(8, 40), 0, true).MaxContext(1024), 8 * B);
+  // Local blocks: their window needs 3, and 2 hold only 64 positions.
+  const KvBlockTables local(Shape(64, 0, 2, 40), 0, true);
+  EXPECT_EQ(local.LocalBlocksToRun(1000), 3);
+  EXPECT_EQ(local.LocalBlocksToRun(20), 1);
+  EXPECT_EQ(local.MaxContext(1024), 2 * B);
+  EXPECT_EQ(KvBlockTables(Shape(64, 0, 3, 40), 0, true).MaxContext(1024), 1024);
+}
+
+TEST(KvBlockTablesTest, AWindowGivesBackTheBlocksBehindIt) {
+  const KvCacheShape shape = Shape(8, 40);
+  KvBlockTables kv(shape, 40, true);
+  const std::vector<int32_t> tokens = Tokens(128);
+  SequenceBlocks s;
+  ASSERT_TRUE(kv.Allocate(4, s));
+  const std::vector<int32_t> held = s.ids;
+  EXPECT_EQ(kv.bytes_in_use(), 4 * shape.bytes_per_block());
+  // The row at 100 attends [61, 100]: block 0 ([0, 32)) is behind it.
+  kv.Register(tokens, 100, s);
+  kv.GiveBackBehindWindow(100, s);
+  EXPECT_THAT(s.ids, ElementsAre(kNo, held[1], held[2], held[3]));
+  EXPECT_EQ(s.given_back, 1);
+  EXPECT_EQ(kv.bytes_in_use(), 3 * shape.bytes_per_block());
+  EXPECT_EQ(kv.bytes_cached(), 1 * shape.bytes_per_block());  // registered: kept for reuse
+  kv.GiveBackBehindWindow(100, s);  // nothing more
+  EXPECT_EQ(s.given_back, 1);
+  kv.GiveBackBehindWindow(127, s);  // [88, 127]: block 1 too
+  EXPECT_THAT(s.ids, ElementsAre(kNo, kNo, held[2], held[3]));
+  kv.Release(s);
+  EXPECT_TRUE(s.ids.empty());
+  EXPECT_EQ(s.given_back, 0);
+  EXPECT_EQ(kv.bytes_in_use(), 0);
+  EXPECT_EQ(kv.free_blocks(), 8);
+}
+
+TEST(KvBlockTablesTest, AllocationsTakeFromBothPoolsOrNeither) {
+  const KvCacheShape shape = Shape(8, 0, 2, 40);
+  KvBlockTables kv(shape, 0, true);
+  SequenceBlocks s;
+  EXPECT_FALSE(kv.Allocate(3, s));  // the local pool has 2
+  EXPECT_TRUE(s.ids.empty());
+  EXPECT_TRUE(s.local_ids.empty());
+  EXPECT_EQ(kv.free_blocks(), 8);
+  EXPECT_EQ(kv.free_local_blocks(), 2);
+  ASSERT_TRUE(kv.Allocate(2, s));
+  EXPECT_EQ(s.ids.size(), 2u);
+  EXPECT_EQ(s.local_ids.size(), 2u);
+  EXPECT_EQ(kv.bytes_in_use(), 2 * shape.bytes_per_block() + 2 * shape.bytes_per_local_block());
+  EXPECT_EQ(kv.Exclusive(s), 2);
+  EXPECT_EQ(kv.LocalExclusive(s), 2);
+  EXPECT_TRUE(kv.Allocate(0, s));
+  kv.Release(s);
+  EXPECT_EQ(kv.free_blocks(), 8);
+  EXPECT_EQ(kv.free_local_blocks(), 2);
+}
+
+TEST(KvBlockTablesTest, APrefixIsCutBackToWhereItsLocalWindowIsCached) {
+  // Six local blocks, all held by one sequence of 192 computed tokens.
+  KvBlockTables kv(Shape(16, 0, 6, 40), 0, true);
+  std::vector<int32_t> tokens = Tokens(192);
+  SequenceBlocks a;
+  ASSERT_TRUE(kv.Allocate(6, a));
+  kv.Register(tokens, 192, a);
+  const std::vector<int32_t> local = a.local_ids;
+  tokens.push_back(7);  // a new prompt: the same 192 tokens, and one more
+  int local_idle = -1;
+  // Still held: the whole prefix is usable, none of it idle.
+  EXPECT_EQ(kv.UsableHit(tokens, 192, &local_idle).tokens, 192);
+  EXPECT_EQ(local_idle, 0);
+  // Released last first: local block 5 is the least recently used, and the
+  // next allocation evicts it. Position 192's window reads blocks 4 and 5,
+  // position 160's blocks 3 and 4: the hit is cut back to 160 tokens.
+  kv.Release(a);
+  SequenceBlocks other;
+  ASSERT_TRUE(kv.Allocate(1, other));
+  EXPECT_EQ(other.local_ids[0], local[5]);
+  const KvBlockPool::Hit hit = kv.UsableHit(tokens, 192, &local_idle);
+  EXPECT_EQ(hit.tokens, 160);
+  EXPECT_EQ(hit.idle_blocks, 5);
+  EXPECT_EQ(local_idle, 2);
+  // Taken: the local blocks behind the window are not.
+  SequenceBlocks b;
+  EXPECT_EQ(kv.TakeCachedPrefix(tokens, b), 160);
+  EXPECT_EQ(b.ids.size(), 5u);
+  EXPECT_THAT(b.local_ids, ElementsAre(kNo, kNo, kNo, local[3], local[4]));
+  EXPECT_EQ(b.local_given_back, 3);
+  EXPECT_EQ(b.keys.size(), 5u);
+  EXPECT_EQ(b.local_keys.size(), 5u);
+  EXPECT_EQ(kv.query_tokens(), 192);
+  EXPECT_EQ(kv.hit_tokens(), 160);
+  // Without prefix caching nothing is found.
+  KvBlockTables off(Shape(16, 0, 6, 40), 0, false);
+  SequenceBlocks c;
+  ASSERT_TRUE(off.Allocate(6, c));
+  off.Register(tokens, 192, c);
+  off.Release(c);
+  EXPECT_EQ(off.UsableHit(tokens, 192, &local_idle).tokens, 0);
+  EXPECT_EQ(off.TakeCachedPrefix(tokens, c), 0);
+}
+
+}  // namespace
+}  // namespace flover
