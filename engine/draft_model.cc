@@ -8,14 +8,6 @@
 namespace flover {
 namespace {
 
-int32_t Argmax(absl::Span<const float> logits) {
-  int32_t best = 0;
-  for (int32_t v = 1; v < static_cast<int32_t>(logits.size()); ++v) {
-    if (logits[v] > logits[best]) best = v;
-  }
-  return best;
-}
-
 int BlocksFor(int positions) { return (positions + KvBlockPool::kBlockSize - 1) / KvBlockPool::kBlockSize; }
 
 }  // namespace
@@ -100,16 +92,16 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(absl::Span
     const Ask& a = asks[r.ask];
     step.batch.AddSequence(r.seq->blocks, r.pos, a.tokens.subspan(r.pos, r.fed));
   }
-  const int V = model_.info().vocab_size;
-  auto logits = executor_->Run(step);
-  if (!logits.ok()) return logits.status();
+  // Drafts are greedy: each row's best token, picked where the logits are.
+  auto ran = executor_->Run(step, StepOutput::kBestTokens);
+  if (!ran.ok()) return ran.status();
   std::vector<Run> next;
   for (size_t j = 0; j < runs.size(); ++j) {
     const Run& r = runs[j];
     const Ask& a = asks[r.ask];
     r.seq->computed.insert(r.seq->computed.end(), a.tokens.begin() + r.pos, a.tokens.begin() + r.pos + r.fed);
     if (!r.drafting) continue;
-    drafts[r.ask].push_back(Argmax(logits->subspan(size_t(j) * V, V)));
+    drafts[r.ask].push_back(ran->best[j]);
     if (a.max_tokens > 1) next.push_back(r);
   }
   // Then one token a step for those that want more, fused.
@@ -119,13 +111,13 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> DraftModel::Propose(absl::Span
       step.batch.AddSequence(r.seq->blocks, static_cast<int>(r.seq->computed.size()),
                              absl::MakeConstSpan(&drafts[r.ask].back(), 1));
     }
-    logits = executor_->Run(step);
-    if (!logits.ok()) return logits.status();
+    ran = executor_->Run(step, StepOutput::kBestTokens);
+    if (!ran.ok()) return ran.status();
     std::vector<Run> more;
     for (size_t j = 0; j < next.size(); ++j) {
       const Run& r = next[j];
       r.seq->computed.push_back(drafts[r.ask].back());
-      drafts[r.ask].push_back(Argmax(logits->subspan(size_t(j) * V, V)));
+      drafts[r.ask].push_back(ran->best[j]);
       if (static_cast<int>(drafts[r.ask].size()) < asks[r.ask].max_tokens) more.push_back(r);
     }
     next = std::move(more);

@@ -585,9 +585,10 @@ bool Engine::PlainGreedyStep(const StepPlan& plan) const {
   return !plan.seqs.empty();
 }
 
-void Engine::ProcessOutputs(const StepPlan& plan, absl::Span<float> logits,
-                            absl::Span<const int32_t> best, absl::Time now) {
-  const bool greedy = logits.empty() && !best.empty();
+void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl::Time now) {
+  const absl::Span<float> logits = result.logits;
+  const absl::Span<const int32_t> best = result.best;
+  const bool greedy = !best.empty();
   int64_t prompt_rows = 0;
   // Sequences whose known tokens are now all computed sample (the others
   // were prompt chunks, or a preempted sequence's tokens computed again),
@@ -797,31 +798,21 @@ bool Engine::Step() {
   }
   // A step of greedy sequences only needs each row's best token, which the
   // model picks where the logits are (on a GPU, only ids come back).
-  absl::Span<float> logits;
-  absl::Span<const int32_t> best;
-  absl::Status ran;
-  if (PlainGreedyStep(plan)) {
-    auto ids = executor_->RunGreedy(step_);
-    if (ids.ok()) best = *ids;
-    ran = ids.status();
-  } else {
-    auto rows = executor_->Run(step_);
-    if (rows.ok()) logits = *rows;
-    ran = rows.status();
-  }
+  const absl::StatusOr<StepResult> ran =
+      executor_->Run(step_, PlainGreedyStep(plan) ? StepOutput::kBestTokens : StepOutput::kLogits);
   if (ran.ok()) {
     const absl::Time now = Now();
     metrics_.step_seconds.Observe(absl::ToDoubleSeconds(now - start));
-    ProcessOutputs(plan, logits, best, now);
-  } else if (ran.code() == absl::StatusCode::kInvalidArgument) {
+    ProcessOutputs(plan, *ran, now);
+  } else if (ran.status().code() == absl::StatusCode::kInvalidArgument) {
     // Not expected (requests and plans are validated), and refused before it
     // changed anything on any rank: fail this step's requests, keep serving.
-    for (auto& s : active_) Finish(*s, FinishReason::kError, ran);
+    for (auto& s : active_) Finish(*s, FinishReason::kError, ran.status());
     EraseFinished(active_);
   } else {
     // A device fault or a failed collective: the cache or the ranks can no
     // longer be trusted, so nothing runs any more.
-    Fail(ran);
+    Fail(ran.status());
   }
   return true;
 }

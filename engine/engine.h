@@ -160,11 +160,10 @@ class Engine {
   // Applies a step's results: computed tokens (full blocks registered for
   // prefix reuse), one sampled token for each sequence whose known tokens
   // are all computed, finishes, stats.
-  // `now` is when the step's logits were ready.
-  // `best`, when the step ran greedily (PlainGreedyStep), holds each logit
-  // row's best token in place of `logits`.
-  void ProcessOutputs(const StepPlan& plan, absl::Span<float> logits, absl::Span<const int32_t> best,
-                      absl::Time now);
+  // `now` is when the step's logits were ready. When the step ran greedily
+  // (PlainGreedyStep), `result` holds each logit row's best token in place of
+  // the logits.
+  void ProcessOutputs(const StepPlan& plan, const StepResult& result, absl::Time now);
   // Every sequence of the plan samples greedily with no logits processor
   // and wants no logprobs: the step needs only each row's best token.
   bool PlainGreedyStep(const StepPlan& plan) const;

@@ -89,14 +89,19 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
   return std::unique_ptr<StepExecutor>(new StepExecutor(model, std::move(*cache)));
 }
 
-absl::StatusOr<absl::Span<const int32_t>> StepExecutor::RunGreedy(const StepInput& step) {
-  if (step.batch.seqs.empty()) return absl::Span<const int32_t>();
-  return model_.ForwardGreedy(step.batch, *cache_);
-}
-
-absl::StatusOr<absl::Span<float>> StepExecutor::Run(const StepInput& step) {
-  if (step.batch.seqs.empty()) return absl::Span<float>();
-  return model_.Forward(step.batch, *cache_, LogitsFor::kLastRowsOfEachSequence);
+absl::StatusOr<StepResult> StepExecutor::Run(const StepInput& step, StepOutput want) {
+  StepResult out;
+  if (step.batch.seqs.empty()) return out;
+  if (want == StepOutput::kBestTokens) {
+    auto best = model_.ForwardGreedy(step.batch, *cache_);
+    if (!best.ok()) return best.status();
+    out.best = *best;
+  } else {
+    auto logits = model_.Forward(step.batch, *cache_, LogitsFor::kLastRowsOfEachSequence);
+    if (!logits.ok()) return logits.status();
+    out.logits = *logits;
+  }
+  return out;
 }
 
 }  // namespace flover

@@ -44,6 +44,19 @@ struct StepInput {
   ForwardBatch batch;
 };
 
+// What a step gives back: the logits, or where every row decodes greedily
+// only each row's best token (so a GPU sends back ids, not a vocabulary of
+// floats per row).
+enum class StepOutput { kLogits, kBestTokens };
+struct StepResult {
+  // kLogits: each sequence's last logit_rows rows' logits, [num_logit_rows,
+  // V] in host memory.
+  absl::Span<float> logits;
+  // kBestTokens: each of those rows' best token (CausalLm::ForwardGreedy),
+  // [num_logit_rows].
+  absl::Span<const int32_t> best;
+};
+
 class StepExecutor {
  public:
   // Prepares the model for steps of up to `max_rows` rows and
@@ -58,16 +71,12 @@ class StepExecutor {
                                                               int max_rows, int max_logit_rows,
                                                               ControlChannel* channel);
 
-  // Runs the batch. Returns the logits of each sequence's last logit_rows
-  // rows, [num_logit_rows, V] in host memory, valid until the next Run (empty on ranks
-  // > 0 and for an empty batch). InvalidArgument for a step that does not
-  // fit the cache or the model; any other error (a device fault, a failed
-  // collective) leaves the ranks out of step.
-  absl::StatusOr<absl::Span<float>> Run(const StepInput& step);
-  // Run for a step whose every sequence decodes greedily: each logit row's
-  // best token (CausalLm::ForwardGreedy), [num_logit_rows], instead of the
-  // logits, so a GPU sends back ids, not a vocabulary of floats per row.
-  absl::StatusOr<absl::Span<const int32_t>> RunGreedy(const StepInput& step);
+  // Runs the batch. Returns what `want` names, valid until the next Run
+  // (empty on ranks > 0 and for an empty batch; other ranks run the same
+  // collectives whatever rank 0 wants). InvalidArgument for a step that
+  // does not fit the cache or the model; any other error (a device fault, a
+  // failed collective) leaves the ranks out of step.
+  absl::StatusOr<StepResult> Run(const StepInput& step, StepOutput want = StepOutput::kLogits);
 
   CausalLm& model() const { return model_; }
   const KvCache& cache() const { return *cache_; }

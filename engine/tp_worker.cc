@@ -85,10 +85,8 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     // refused alike on every rank, at the same point, so the ranks stay in
     // step and rank 0 fails only that step's requests; anything else ends
     // the job.
-    auto logits = executor.Run(step);
-    if (!logits.ok() && logits.status().code() != absl::StatusCode::kInvalidArgument) {
-      return logits.status();
-    }
+    auto ran = executor.Run(step);
+    if (!ran.ok() && ran.status().code() != absl::StatusCode::kInvalidArgument) return ran.status();
   }
 }
 
