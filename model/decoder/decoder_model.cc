@@ -1,7 +1,6 @@
 #include "model/decoder/decoder_model.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/weight_upload.h"
@@ -276,30 +275,35 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
   if (static_cast<int>(layers_.size()) != spec_.n_layer) {
     return absl::InternalError("the globals must come after every layer");
   }
+  const bool native = backend_.matmul_dtype() == kernels::MatmulDtype::kNative;
+  // Native: the embedding as the file stores it, when it is blocks of one
+  // format, is kept so on the backend (the file's bytes instead of 4 per
+  // value; EmbedBlocks dequantizes the rows a step looks up, exactly as the
+  // f32 table would hold them).
+  auto keep_embed_blocks = [&](const StoredValues& rows) -> absl::Status {
+    if (!rows.is_blocks() || rows.spans.size() != 1) return absl::OkStatus();
+    const kernels::BlockFormat format = rows.spans[0].format;
+    const int64_t count = static_cast<int64_t>(rows.blocks.size()) / kernels::BlockRowBytes(format, C);
+    auto table = backend_.PrepareBlockRows(format, rows.blocks.data(), count, C);
+    if (!table.ok()) return table.status();
+    embed_rows_ = std::move(*table);
+    return absl::OkStatus();
+  };
   // The head: lm_head when the checkpoint has one, else the embedding's
-  // rows as stored (tied).
-  if (w.lm_head.empty()) {
-    auto rows = ReadRecipeStored(source, embed,
-                                 backend_.matmul_dtype() == kernels::MatmulDtype::kNative);
+  // rows as stored (tied), read once for both uses.
+  const bool tied = w.lm_head.empty();
+  if (tied) {
+    auto rows = ReadRecipeStored(source, embed, /*keep_blocks=*/native);
     if (!rows.ok()) return rows.status();
     w.lm_head = std::move(*rows);
+    if (native) FLOVER_RETURN_IF_ERROR(keep_embed_blocks(w.lm_head));
   }
   FLOVER_RETURN_IF_ERROR(site(w.lm_head, w.lm_head_b, C, VL, WeightLayout::kOutIn,
                               Epilogue::kBias, &head_));
-  if (backend_.matmul_dtype() == kernels::MatmulDtype::kNative) {
-    // The embedding as the file stores it when it is blocks of one format:
-    // the file's bytes instead of 4 per value, on the backend (EmbedBlocks
-    // dequantizes the rows a step looks up, exactly as the f32 table would
-    // hold them).
+  if (native && !tied) {
     auto rows = ReadRecipeStored(source, embed, /*keep_blocks=*/true);
     if (!rows.ok()) return rows.status();
-    if (rows->is_blocks() && rows->spans.size() == 1) {
-      const kernels::BlockFormat format = rows->spans[0].format;
-      const int64_t count = static_cast<int64_t>(rows->blocks.size()) / kernels::BlockRowBytes(format, C);
-      auto table = backend_.PrepareBlockRows(format, rows->blocks.data(), count, C);
-      if (!table.ok()) return table.status();
-      embed_rows_ = std::move(*table);
-    }
+    FLOVER_RETURN_IF_ERROR(keep_embed_blocks(*rows));
   }
   if (embed_rows_ == nullptr) {
     auto table = UploadRowsF32(backend_, source, embed, C, spec_.embed_scale);
