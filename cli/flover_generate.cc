@@ -1,6 +1,7 @@
 // flover_generate: runs one prompt through a model and prints
 // {"token_ids": [...new tokens...], "text": "..."} (text only when the model
 // has a tokenizer). Other tools parse this output; keep its contract.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ absl::Status Run() {
   options.sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
   options.sampling.seed = absl::GetFlag(FLAGS_seed);
 
+  // The context this run needs (a LongRoPE model takes its long factors
+  // past its original context: LoadedModel::ServeContext).
+  (*model)->ServeContext(static_cast<int>(std::min<int64_t>(
+      int64_t{static_cast<int64_t>(prompt.size())} + std::max(0, options.max_new_tokens), 1 << 30)));
   auto gpt = (*model)->Instantiate(**backend);
   if (!gpt.ok()) return gpt.status();
   auto output = GenerateAlone(**gpt, prompt, options);

@@ -32,6 +32,15 @@ class LoadedModel {
   const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
   const ChatTemplateInfo& chat_template() const { return chat_template_; }
 
+  // Before Instantiate: the model is to serve sequences of up to
+  // `positions` (the engine's max_seq_len). A model whose positional
+  // encoding depends on the context it serves changes here, and info()
+  // says what it then serves: a LongRoPE model (Phi-3.5, Phi-4-mini) takes
+  // its long factors past its original context (LlamaConfig's
+  // ServeLlamaContext). Others are unchanged; the engine refuses a
+  // max_seq_len past info().max_positions.
+  virtual void ServeContext(int /*positions*/) {}
+
   // OK when the model splits `tp` ways for tensor parallelism, else
   // InvalidArgument naming what does not divide.
   virtual absl::Status CheckTensorParallel(int tp) const = 0;

@@ -226,12 +226,17 @@ TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
   ASSERT_TRUE(m.ok());
   const int V = (*m)->info().vocab_size;
   ASSERT_EQ(V % 2, 1);
-  auto backend = testing::CpuBackend();
-  auto model = testing::ModelOn(*backend, **m, g_comm);  // this rank's shard
-  CausalLm& tp = *model;
   // Loaded up front on every rank: no rank may stop between collectives.
   const testing::Golden golden = testing::LoadGolden(dir, V);
   ASSERT_EQ(golden.logits.size(), golden.prompts.size());
+  // Served to the context its prompts reach (phi3_longrope_long: past the
+  // original one, so the long factors).
+  size_t longest = 0;
+  for (const auto& p : golden.prompts) longest = std::max(longest, p.size());
+  (*m)->ServeContext(static_cast<int>(longest));
+  auto backend = testing::CpuBackend();
+  auto model = testing::ModelOn(*backend, **m, g_comm);  // this rank's shard
+  CausalLm& tp = *model;
   for (size_t i = 0; i < golden.prompts.size(); ++i) {
     const std::vector<int32_t>& prompt = golden.prompts[i];
     ForwardBatch b;
@@ -262,6 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            "tests/golden/mistral_tiny",
                                            "tests/golden/phi3_tiny",
                                            "tests/golden/phi3_longrope_tiny",
+                                           "tests/golden/phi3_longrope_long",
                                            // partial rotary on each rank's heads
                                            "tests/golden/phi4_mini_tiny",
                                            "tests/golden/qwen2_untied",

@@ -104,6 +104,8 @@ absl::StatusOr<Device> OpenDevice(kernels::BackendOptions options, Communicator*
 // go; the tokenizer and (on rank 0) the chat template stay.
 absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig& world, Device& device) {
   FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(options.model));
+  // --max_seq_len past a LongRoPE model's original context: its long factors.
+  if (options.engine.max_seq_len > 0) loaded->ServeContext(options.engine.max_seq_len);
   Model m;
   m.info = loaded->info();
   m.stored_dtype = loaded->stored_dtype();
@@ -135,6 +137,8 @@ absl::StatusOr<DraftModelHolder> LoadDraftModel(const ServerOptions& options, co
     return absl::Status(loaded.status().code(),
                         absl::StrCat("--draft_model: ", loaded.status().message()));
   }
+  // The context the target serves (Serve has set max_seq_len by now).
+  (*loaded)->ServeContext(options.engine.max_seq_len);
   const Tokenizer* mine = (*loaded)->tokenizer().get();
   const Tokenizer* theirs = target.tokenizer.get();
   if (mine != nullptr && theirs != nullptr) {

@@ -34,7 +34,8 @@ ABSL_FLAG(int, tp, 1, "Tensor-parallel ranks; > 1 needs mpirun -np TP (rank 0 se
 ABSL_FLAG(int, max_batch, 128, "Most sequences running at once (the KV cache's memory decides how many fit)");
 ABSL_FLAG(int, max_seq_len, 0,
           "Most positions one sequence may reach, prompt + output (0 = the model's context); "
-          "nothing is reserved for it");
+          "nothing is reserved for it. Past a LongRoPE model's original context (Phi-3.5, "
+          "Phi-4-mini), its long factors at every position, to max_position_embeddings");
 ABSL_FLAG(std::string, kv_cache_memory, "",
           "The KV cache's memory per rank, e.g. 4GiB or 512MiB (empty: on a GPU "
           "--gpu_memory_fraction of what is free after the weights; on the CPU 4 GiB; either "

@@ -15,6 +15,7 @@
 // GPT-J directories against float64 references (make_family_golden.py).
 // (GPT-2's own golden test is model/gpt2/gpt_model_golden_test.) On the
 // CPU, and on a GPU when there is one (skipped otherwise).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +44,8 @@ struct Case {
   kernels::MatmulDtype matmul;
   kernels::KvDtype kv;
   double tolerance;  // scaled logit error vs the reference
+  // > 0: the model serves this many positions (LoadedModel::ServeContext).
+  int serve_context = 0;
 };
 
 // Transformers' emulation of a reduced option for every golden prompt: bf16
@@ -74,6 +77,7 @@ class DecoderGoldenTest
     auto m = LoadModel(spec_);
     ASSERT_TRUE(m.ok()) << m.status();
     ckpt_ = std::move(*m);
+    if (c.serve_context > 0) ckpt_->ServeContext(c.serve_context);
     model_ = testing::ModelOn(*backend_, *ckpt_);
     golden_ = testing::LoadGolden(dir_, ckpt_->info().vocab_size);
   }
@@ -194,6 +198,7 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"mistral_tiny", "mistral", "F32", 2, false, {2}},
       {"phi3_tiny", "phi3", "F32", 2, false, {2}},
       {"phi3_longrope_tiny", "phi3", "F32", 2, false, {2}},
+      {"phi3_longrope_long", "phi3", "F32", 2, false, {2}},
       {"gguf_phi3", "phi3", "F32", 2, false, {}},
       {"phi4_mini_tiny", "phi3", "F32", 2, true, {2}},
       {"gguf_phi4_mini", "phi3", "F32", 2, true, {}},
@@ -309,6 +314,10 @@ INSTANTIATE_TEST_SUITE_P(
             // scaled by sqrt(1 + ln 4 / ln 64), to its original 64 positions.
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"phi3_longrope_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            // The same served to 256 positions: the long factors at every
+            // position, prompts to 254 tokens.
+            Case{"phi3_longrope_long", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32, 256},
+            Case{"phi3_longrope_long", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation, 256},
             // Phi-3 as llama.cpp writes it (make_gguf_families.py).
             Case{"gguf_phi3", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             // Phi-4-mini's shape: partial rotary (12 of 16 dims) with
@@ -391,6 +400,31 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(c.fixture) + "_" + kernels::MatmulDtypeName(c.matmul) + "_" +
              kernels::KvDtypeName(c.kv) + "_" + std::get<1>(info.param);
     });
+
+// Phi-4-mini's LongRoPE from config.json and as llama.cpp writes it in GGUF
+// (the factors as tensors, the original context in the metadata): served
+// past the original 64 positions, both take the long factors to 256.
+TEST(LongRopeContextTest, AGgufFileServesTheLongContextAsItsDirectoryDoes) {
+  auto dir = LlamaCheckpoint::Load("tests/golden/phi4_mini_tiny");
+  auto gguf = LlamaCheckpoint::Load("tests/golden/gguf_phi4_mini/model.gguf");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const std::vector<float> short_freq = RopeInvFreq((*dir)->config());
+  for (LlamaCheckpoint* m : {dir->get(), gguf->get()}) {
+    EXPECT_EQ(m->info().max_positions, 64);
+    m->ServeContext(256);
+    EXPECT_EQ(m->info().max_positions, 256);
+    EXPECT_TRUE(m->config().rope_scaling.use_long);
+  }
+  const std::vector<float> long_freq = RopeInvFreq((*dir)->config());
+  EXPECT_THAT(RopeInvFreq((*gguf)->config()), ::testing::Pointwise(::testing::FloatEq(), long_freq));
+  EXPECT_NE(long_freq, short_freq);
+  EXPECT_NEAR((*gguf)->config().rope_scaling.attention_factor, (*dir)->config().rope_scaling.attention_factor,
+              1e-6);
+  (*gguf)->ServeContext(64);
+  EXPECT_EQ((*gguf)->info().max_positions, 64);
+  EXPECT_THAT(RopeInvFreq((*gguf)->config()), ::testing::Pointwise(::testing::FloatEq(), short_freq));
+}
 
 }  // namespace
 }  // namespace flover

@@ -30,7 +30,7 @@ absl::Status ParsePhi3(const google::protobuf::Struct& s, absl::string_view what
 // LongRoPE as llama.cpp's converter writes it: the factors as tensors of
 // rotary_dim / 2 values, the context it was trained to and the attention
 // factor (absent: worked out as transformers does). Served with the short
-// factors to that context, as the config.json path is.
+// factors to that context unless asked for more, as the config.json path is.
 absl::Status Phi3Gguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
   const GgufTensor* short_factor = f.FindTensor("rope_factors_short.weight");
   const GgufTensor* long_factor = f.FindTensor("rope_factors_long.weight");
@@ -65,6 +65,7 @@ absl::Status Phi3Gguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
   if (!attn.ok()) return attn.status();
   if (!(*attn > 0 && *attn < 1e30)) return refuse(a, "rope.scaling.attn_factor ", *attn, " is not a positive number");
   r.attention_factor = *attn;
+  r.long_max_positions = c->max_positions;
   c->max_positions = r.original_max_positions;
   return absl::OkStatus();
 }

@@ -209,6 +209,11 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadGguf(const
   return m;
 }
 
+void LlamaCheckpoint::ServeContext(int positions) {
+  ServeLlamaContext(&config_, positions);
+  info_.max_positions = config_.max_positions;
+}
+
 absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::Load(absl::string_view spec) {
   constexpr absl::string_view kBuiltin = "builtin:";
   if (absl::StartsWith(spec, kBuiltin)) return Builtin(spec.substr(kBuiltin.size()));

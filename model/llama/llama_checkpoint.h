@@ -36,6 +36,7 @@ class LlamaCheckpoint final : public DecoderCheckpoint {
   static absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> Load(absl::string_view spec);
 
   const LlamaConfig& config() const { return config_; }
+  void ServeContext(int positions) override;
 
  private:
   LlamaCheckpoint() = default;

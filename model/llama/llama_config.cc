@@ -320,8 +320,8 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   }
   if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
   if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
-    // Served with the short factors, to original_max_position_embeddings:
-    // transformers switches to the long ones beyond it.
+    // Served with the short factors, to original_max_position_embeddings,
+    // unless ServeLlamaContext asks for more.
     RopeScaling& r = c.rope_scaling;
     auto original = JsonIntField(s, "original_max_position_embeddings", 2, kMaxPositions, what);
     if (!original.ok()) return original.status();
@@ -333,6 +333,7 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     }
     const double scale = double(c.max_positions) / r.original_max_positions;
     r.attention_factor = scale <= 1.0 ? 1.0 : std::sqrt(1 + std::log(scale) / std::log(double(r.original_max_positions)));
+    r.long_max_positions = c.max_positions;
     c.max_positions = std::min(c.max_positions, r.original_max_positions);
   }
   // Gemma 2's head is the embedding unless the config says otherwise.
@@ -376,6 +377,13 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   return info;
 }
 
+void ServeLlamaContext(LlamaConfig* c, int positions) {
+  RopeScaling& r = c->rope_scaling;
+  if (r.type != RopeScaling::Type::kLongRope) return;
+  r.use_long = positions > r.original_max_positions && r.long_max_positions > r.original_max_positions;
+  c->max_positions = r.use_long ? r.long_max_positions : std::min(r.long_max_positions, r.original_max_positions);
+}
+
 std::vector<float> RopeInvFreq(const LlamaConfig& c) {
   std::vector<float> inv = RotaryInvFreq(static_cast<float>(c.rope_theta), c.rotary());
   const RopeScaling& r = c.rope_scaling;
@@ -395,7 +403,7 @@ std::vector<float> RopeInvFreq(const LlamaConfig& c) {
         f = static_cast<float>((1 - smooth) * f / r.factor + smooth * f);
       }
     }
-    if (r.type == RopeScaling::Type::kLongRope) f = f / r.short_factor[i];
+    if (r.type == RopeScaling::Type::kLongRope) f = f / (r.use_long ? r.long_factor[i] : r.short_factor[i]);
     if (!c.rope_freq_factors.empty()) f = f / c.rope_freq_factors[i];
     inv[i] = f;
   }

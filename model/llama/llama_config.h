@@ -19,9 +19,11 @@ namespace flover {
 
 struct RopeScaling {
   // kLongRope (Phi-3.5, Phi-4-mini; "su" in older configs): per-frequency
-  // divisors, short_factor up to original_max_positions (the context Flover
-  // serves such a model to) and long_factor beyond (read, not run), and
-  // cos/sin scaled by sqrt(1 + ln(max / original) / ln(original)).
+  // divisors, short_factor when the model serves up to
+  // original_max_positions (the default) and long_factor at every position
+  // when it serves more, up to long_max_positions (ServeLlamaContext), and
+  // cos/sin scaled by sqrt(1 + ln(long_max / original) / ln(original)) in
+  // both cases.
   enum class Type { kNone, kLinear, kLlama3, kLongRope };
   Type type = Type::kNone;
   double factor = 1.0;
@@ -32,6 +34,8 @@ struct RopeScaling {
   // longrope only:
   std::vector<float> short_factor, long_factor;
   double attention_factor = 1.0;  // the cos/sin scale
+  int long_max_positions = 0;     // max_position_embeddings: what the long factors reach
+  bool use_long = false;          // the long factors (serving past original_max_positions)
 };
 
 struct LlamaArchitecture;
@@ -147,6 +151,15 @@ ModelInfo InfoOf(const LlamaConfig& config);
 // factor, high ones kept, the band between interpolated), and divided by
 // rope_freq_factors[i] where the config has them, as llama.cpp does.
 std::vector<float> RopeInvFreq(const LlamaConfig& config);
+
+// Makes `config` serve sequences of up to `positions` (LoadedModel::
+// ServeContext): a LongRoPE model takes its long factors, and
+// max_positions becomes long_max_positions, when `positions` is past
+// original_max_positions (as llama.cpp does for a context past it:
+// transformers switches to them per forward, where its positions pass the
+// original); its short factors and original_max_positions otherwise. Other
+// configs are unchanged.
+void ServeLlamaContext(LlamaConfig* config, int positions);
 
 }  // namespace flover
 

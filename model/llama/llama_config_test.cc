@@ -89,6 +89,23 @@ TEST(LlamaConfigTest, Phi3) {
   EXPECT_EQ(longrope->max_positions, 16);
   EXPECT_NEAR(longrope->rope_scaling.attention_factor, std::sqrt(1 + std::log(4.0) / std::log(16.0)), 1e-12);
   EXPECT_FLOAT_EQ(RopeInvFreq(*longrope)[7], RopeInvFreq(*phi3)[7] / 8.0f);
+  // Served past its original context: the long factors at every position,
+  // to max_position_embeddings, with the same attention factor; and back.
+  LlamaConfig served = *longrope;
+  ServeLlamaContext(&served, 17);
+  EXPECT_EQ(served.max_positions, phi3->max_positions);
+  EXPECT_EQ(InfoOf(served).max_positions, phi3->max_positions);
+  EXPECT_FLOAT_EQ(RopeInvFreq(served)[0], RopeInvFreq(*phi3)[0] / 2.0f);
+  EXPECT_FLOAT_EQ(RopeInvFreq(served)[7], RopeInvFreq(*phi3)[7] / 2.0f);
+  EXPECT_EQ(LlamaDecoderSpec(served).rope_scale, LlamaDecoderSpec(*longrope).rope_scale);
+  ServeLlamaContext(&served, 16);
+  EXPECT_EQ(served.max_positions, 16);
+  EXPECT_EQ(RopeInvFreq(served), RopeInvFreq(*longrope));
+  // Other configs are unchanged.
+  LlamaConfig plain = *phi3;
+  ServeLlamaContext(&plain, 100000);
+  EXPECT_EQ(plain.max_positions, phi3->max_positions);
+  EXPECT_EQ(RopeInvFreq(plain), RopeInvFreq(*phi3));
   auto short_list = ParseLlamaConfig(
       Config("phi3", R"("original_max_position_embeddings": 16, "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]})"),
       "c");

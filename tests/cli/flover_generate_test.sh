@@ -17,6 +17,33 @@ got=$(echo "$out" | json "d['token_ids']")
 [ "$got" = "$want" ] || fail "greedy ids: got $got want $want"
 echo "$out" | json "d['text']" > /dev/null || fail "no text field with a tokenizer"
 
+# LongRoPE (Phi-3.5) serves the context a run needs: within its original 64
+# positions the short factors, as transformers there
+# (tests/golden/phi3_longrope_tiny); past them the long ones at every
+# position: the next token of a 254-token prompt is the best of transformers'
+# last logits row (tests/golden/phi3_longrope_long, the same checkpoint).
+LONG=tests/golden/phi3_longrope_long
+short_prompt=$(json "','.join(map(str, d['greedy_prompt']))" < tests/golden/phi3_longrope_tiny/golden.json)
+want=$(json "d['greedy_output']" < tests/golden/phi3_longrope_tiny/golden.json)
+got=$("$GEN" --model=$LONG --prompt_ids="$short_prompt" --max_new_tokens=32 --temperature=0 --ignore_eos | json "d['token_ids']")
+[ "$got" = "$want" ] || fail "LongRoPE within its original context: got $got want $want"
+long_prompt=$(json "','.join(map(str, d['prompts'][3]))" < $LONG/golden.json)
+want=$(/usr/bin/python3 - "$LONG/golden_logits.safetensors" <<'PY'
+import array, json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    entry = json.loads(f.read(n))["logits.3"]
+    rows, vocab = entry["shape"]
+    begin, _ = entry["data_offsets"]
+    f.seek(8 + n + begin + (rows - 1) * vocab * 4)
+    last = array.array("f")
+    last.frombytes(f.read(vocab * 4))
+print([max(range(vocab), key=lambda v: (last[v], -v))])
+PY
+)
+got=$("$GEN" --model=$LONG --prompt_ids="$long_prompt" --max_new_tokens=1 --temperature=0 --ignore_eos | json "d['token_ids']")
+[ "$got" = "$want" ] || fail "LongRoPE past its original context: got $got want $want"
+
 # Text prompt; sampling with a seed is repeatable.
 a=$("$GEN" --model=$FIXTURE --prompt="Hello world" --max_new_tokens=8 --temperature=0.9 --top_k=20 --top_p=0.95 --seed=5 --ignore_eos)
 b=$("$GEN" --model=$FIXTURE --prompt="Hello world" --max_new_tokens=8 --temperature=0.9 --top_k=20 --top_p=0.95 --seed=5 --ignore_eos)

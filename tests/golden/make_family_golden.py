@@ -39,6 +39,14 @@ and config.json), with, in the format make_llama_golden.py uses:
                 sin are scaled by sqrt(1 + ln 4 / ln 64); prompts up to 62
                 tokens (the short factors: transformers takes the long ones
                 past 64); the factors and the scale each checked to matter
+  phi3_longrope_long  the same checkpoint served to 256 positions: the long
+                factors at every position (llama.cpp's rule for a context
+                past the original); prompts of 1, 7, 20 and 254 tokens.
+                transformers takes the long factors only where a forward
+                passes 64, so the references come from a config with the
+                long factors in both lists; the real config gives the 254-
+                token prompt the same logits (checked, bit for bit), and
+                the long factors are checked to matter there
 
 Run in the oracle venv (transformers 4.44.2 over Debian's python3-torch):
     python3 tests/golden/make_family_golden.py [gemma2_tiny gptj_tiny ...]
@@ -229,14 +237,17 @@ def main(names):
                           layer_norm_epsilon=1e-5, initializer_range=0.2, bos_token_id=1,
                           eos_token_id=2, tie_word_embeddings=False, attn_implementation="eager")
         make("gptj_tiny", gptj, GPTJForCausalLM, None, gptj_keys_and_values, 75)
+    g = torch.Generator().manual_seed(77)
+    short = (1.0 + 3.0 * torch.rand(8, generator=g)).tolist()
+    long = (4.0 + 8.0 * torch.rand(8, generator=g)).tolist()
+    longrope = dict(common, max_position_embeddings=256)
+
+    def longrope_config(short_factor, long_factor):
+        return Phi3Config(vocab_size=319, pad_token_id=0, original_max_position_embeddings=64,
+                          rope_theta=10000.0, rope_scaling={"type": "longrope", "short_factor": short_factor,
+                                                            "long_factor": long_factor}, **longrope)
     if "phi3_longrope_tiny" in names:
-        g = torch.Generator().manual_seed(77)
-        short = (1.0 + 3.0 * torch.rand(8, generator=g)).tolist()
-        long = (4.0 + 8.0 * torch.rand(8, generator=g)).tolist()
-        longrope = dict(common, max_position_embeddings=256)
-        phi3 = Phi3Config(vocab_size=319, pad_token_id=0, original_max_position_embeddings=64,
-                          rope_theta=10000.0, rope_scaling={"type": "longrope", "short_factor": short,
-                                                            "long_factor": long}, **longrope)
+        phi3 = longrope_config(short, long)
         model, prompts = make("phi3_longrope_tiny", phi3, Phi3ForCausalLM, modeling_phi3, phi3_values,
                               76, positions=64)
         long_prompt = prompts[3]
@@ -244,6 +255,27 @@ def main(names):
                     lambda c: c.rope_scaling.update(short_factor=[1.0] * 8))
         must_matter("phi3_longrope_tiny", model, long_prompt, "the cos/sin scale",
                     lambda c: setattr(c, "max_position_embeddings", 64))
+    if "phi3_longrope_long" in names:
+        # The same checkpoint served beyond its original context, as llama.cpp
+        # serves a context past it (and Flover with --max_seq_len past it): the
+        # long factors for every position. transformers takes them when a
+        # forward's positions pass 64, so the reference of every prompt comes
+        # from the long factors in both lists; config.json is the real one.
+        model, prompts = make("phi3_longrope_long", longrope_config(long, long), Phi3ForCausalLM,
+                              modeling_phi3, phi3_values, 76)
+        real = longrope_config(short, long)
+        real.to_json_file(os.path.join(HERE, "phi3_longrope_long", "config.json"))
+        # The 254-token prompt passes 64: transformers with the real config
+        # gives the same logits, and the long factors matter there.
+        served = Phi3ForCausalLM(real).eval().double()
+        served.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            a = model(torch.tensor([prompts[3]]), use_cache=False).logits
+            b = served(torch.tensor([prompts[3]]), use_cache=False).logits
+        if not torch.equal(a, b):
+            sys.exit("phi3_longrope_long: transformers' own long factors differ from the reference")
+        must_matter("phi3_longrope_long", served, prompts[3], "the long factors",
+                    lambda c: c.rope_scaling.update(long_factor=short))
     if "mistral_tiny" not in names:
         return
     mistral = MistralConfig(vocab_size=301, sliding_window=8, rope_theta=10000.0, **common)
@@ -268,7 +300,8 @@ def main(names):
     make("qwen2_untied", qwen2, Qwen2ForCausalLM, modeling_qwen2, v_proj_values, 73)
 
 
-ALL = ("mistral_tiny", "gemma2_tiny", "gemma2_hd_tiny", "gptj_tiny", "phi3_longrope_tiny")
+ALL = ("mistral_tiny", "gemma2_tiny", "gemma2_hd_tiny", "gptj_tiny", "phi3_longrope_tiny",
+       "phi3_longrope_long")
 
 if __name__ == "__main__":
     # Names to write (mistral_tiny also writes phi3_tiny and qwen2_untied);

@@ -108,6 +108,21 @@ class ServerTest : public ::testing::Test {
     return false;
   }
 
+  // A golden.json's greedy prompt and transformers' continuation of it.
+  static std::pair<std::vector<uint32_t>, std::vector<uint32_t>> GoldenGreedy(const std::string& path) {
+    std::vector<uint32_t> prompt, want;
+    auto golden = ParseJsonObject(testing::ReadFileOrEmpty(path), path);
+    EXPECT_TRUE(golden.ok()) << golden.status();
+    if (!golden.ok()) return {prompt, want};
+    for (const auto& v : golden->fields().at("greedy_prompt").list_value().values()) {
+      prompt.push_back(static_cast<uint32_t>(v.number_value()));
+    }
+    for (const auto& v : golden->fields().at("greedy_output").list_value().values()) {
+      want.push_back(static_cast<uint32_t>(v.number_value()));
+    }
+    return {prompt, want};
+  }
+
   void ExpectError(const v1::GenerateRequest& r, grpc::StatusCode code, const std::string& text) {
     const auto [status, ids] = Generate(r);
     EXPECT_EQ(status.error_code(), code) << status.error_message();
@@ -333,16 +348,8 @@ TEST_F(ServerTest, ServesALlamaDirectoryAsTransformersDoes) {
   ASSERT_EQ(info.eos_token_ids_size(), 1);
   EXPECT_EQ(info.eos_token_ids(0), 2);
 
-  auto golden = ParseJsonObject(testing::ReadFileOrEmpty("tests/golden/llama_gqa/golden.json"),
-                                "golden.json");
-  ASSERT_TRUE(golden.ok()) << golden.status();
-  std::vector<uint32_t> prompt, want;
-  for (const auto& v : golden->fields().at("greedy_prompt").list_value().values()) {
-    prompt.push_back(static_cast<uint32_t>(v.number_value()));
-  }
-  for (const auto& v : golden->fields().at("greedy_output").list_value().values()) {
-    want.push_back(static_cast<uint32_t>(v.number_value()));
-  }
+  const auto [prompt, want] = GoldenGreedy("tests/golden/llama_gqa/golden.json");
+  ASSERT_FALSE(want.empty());
   // Alone, then beside two other requests in flight.
   EXPECT_EQ(Generate(Ids(prompt, 32)).second, want);
   std::vector<std::thread> others;
@@ -351,6 +358,44 @@ TEST_F(ServerTest, ServesALlamaDirectoryAsTransformersDoes) {
   }
   EXPECT_EQ(Generate(Ids(prompt, 32)).second, want);
   for (auto& t : others) t.join();
+}
+
+// Phi-3.5's LongRoPE served by the real binary: to its original context (64
+// positions here) with the short factors by default, as transformers within
+// it (tests/golden/phi3_longrope_tiny); with --max_seq_len past it, the long
+// factors at every position, as transformers past it
+// (tests/golden/phi3_longrope_long: the same checkpoint).
+TEST_F(ServerTest, ServesLongRopePastItsOriginalContextWhenAsked) {
+  const std::string dir = "tests/golden/phi3_longrope_long";
+  const auto [prompt, short_want] = GoldenGreedy("tests/golden/phi3_longrope_tiny/golden.json");
+  const auto [long_prompt, long_want] = GoldenGreedy(dir + "/golden.json");
+  ASSERT_EQ(prompt, long_prompt);
+  ASSERT_NE(short_want, long_want);
+  std::vector<uint32_t> past(100);
+  for (size_t i = 0; i < past.size(); ++i) past[i] = static_cast<uint32_t>((7 * i + 3) % 319);
+
+  Start({"--model=" + dir});
+  {
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    EXPECT_EQ(info.max_positions(), 64u);
+  }
+  EXPECT_EQ(Generate(Ids(prompt, 32)).second, short_want);
+  ExpectError(Ids(past, 1), grpc::StatusCode::INVALID_ARGUMENT, "exceeds max_seq_len (64)");
+  server_.reset();
+
+  Start({"--model=" + dir, "--max_seq_len=256"});
+  {
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    EXPECT_EQ(info.max_positions(), 256u);
+  }
+  EXPECT_EQ(Generate(Ids(prompt, 32)).second, long_want);
+  const auto [status, ids] = Generate(Ids(past, 20));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ids.size(), 20u);
 }
 
 // A Llama directory with a SentencePiece-style tokenizer.json and a
