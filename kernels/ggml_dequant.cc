@@ -163,6 +163,31 @@ void Q6_K(const uint8_t* b, float* y) {
 
 }  // namespace
 
+void GgmlQ3KAsQ6K(const uint8_t* src, int64_t blocks, uint8_t* dst) {
+  for (int64_t i = 0; i < blocks; ++i, src += 110, dst += 210) {
+    const uint8_t* hmask = src;
+    const uint8_t* qs = src + 32;
+    const uint8_t* sc = src + 96;
+    uint8_t* ql = dst;
+    uint8_t* qh = dst + 128;
+    std::memset(dst, 0, 192);
+    for (int k = 0; k < 16; ++k) {  // as Q3_K above
+      const int lo = (sc[k % 8] >> (4 * (k / 8))) & 0x0F;
+      const int hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 0x03;
+      dst[192 + k] = static_cast<uint8_t>(static_cast<int8_t>((lo | (hi << 4)) - 32));
+    }
+    for (int e = 0; e < kQK; ++e) {
+      const int low = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const int high = (hmask[e % 32] >> (e / 32)) & 1;
+      const int q = low + 4 * high + 28;  // Q3_K's low - 4 * (1 - high), plus 32
+      const int h = e / 128, r = (e % 128) / 32, j = e % 32;  // as Q6_K above
+      ql[64 * h + 32 * (r % 2) + j] |= static_cast<uint8_t>((q & 0x0F) << (4 * (r / 2)));
+      qh[32 * h + j] |= static_cast<uint8_t>((q >> 4) << (2 * r));
+    }
+    std::memcpy(dst + 208, src + 108, 2);  // d
+  }
+}
+
 void GgmlDequantize(const GgmlTypeInfo& type, const uint8_t* src, int64_t n, float* dst) {
   const int64_t blocks = n / type.block_size;
   switch (static_cast<GgmlType>(type.id)) {

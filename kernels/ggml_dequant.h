@@ -18,6 +18,14 @@ namespace flover::kernels {
 // Q4_K, Q5_K, Q6_K. `src` holds n / block_size blocks; no alignment needed.
 void GgmlDequantize(const GgmlTypeInfo& type, const uint8_t* src, int64_t n, float* dst);
 
+// Rewrites `blocks` Q3_K super-blocks (110 bytes each) as Q6_K ones (210
+// bytes each) holding the same values: Q3_K's value d * (sc - 32) * (q - 4),
+// q of 3 bits, is Q6_K's d * sc' * (q' - 32) with sc' = sc - 32 and q' =
+// q + 28, the same sub-blocks of 16 and the same f16 d, so each dequantizes
+// to the same bits (the same float32 operations). Block kernels that run
+// Q6_K run Q3_K so, at 6.6 bits a value instead of 3.4.
+void GgmlQ3KAsQ6K(const uint8_t* src, int64_t blocks, uint8_t* dst);
+
 }  // namespace flover::kernels
 
 #endif  // FLOVER_KERNELS_GGML_DEQUANT_H_

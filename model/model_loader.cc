@@ -14,6 +14,7 @@
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "model/llama/llama_checkpoint.h"
 #include "model/loader/gguf.h"
+#include "model/loader/gguf_source.h"
 #include "util/file_util.h"
 #include "util/json.h"
 
@@ -153,7 +154,7 @@ kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view d
   if (!file.ok() || !kernels::BlockLinear::CheckSupported().ok()) return kernels::MatmulDtype::kF32;
   for (const GgufTensor& t : file->tensors()) {
     kernels::BlockFormat format;
-    if (t.ne.size() >= 2 && kernels::BlockFormatOfGgmlType(t.type->id, &format)) {
+    if (t.ne.size() >= 2 && GgufRowsFormat(t.type->id, &format)) {
       return kernels::MatmulDtype::kNative;
     }
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/ggml_dequant.h"
 
 namespace flover {
 namespace {
@@ -70,12 +71,13 @@ class GgufSource final : public WeightSource {
 
   bool BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const override {
     const View v = Resolve(tensor);
-    return v.t != nullptr && v.shape.size() == 2 && kernels::BlockFormatOfGgmlType(v.t->type->id, format);
+    return v.t != nullptr && v.shape.size() == 2 && GgufRowsFormat(v.t->type->id, format);
   }
 
-  // Whole rows as stored: a permuted tensor's rows put back in
-  // transformers' order (a row is its own blocks, so rows move whole), read
-  // a run at a time: all of them, or a head's when permuted.
+  // Whole rows as stored (Q3_K's as Q6_K blocks of the same values): a
+  // permuted tensor's rows put back in transformers' order (a row is its
+  // own blocks, so rows move whole), read a run at a time: all of them, or
+  // a head's when permuted.
   absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor,
                                                      const std::vector<int64_t>& shape,
                                                      int64_t row_begin, int64_t row_end) const override {
@@ -87,6 +89,8 @@ class GgufSource final : public WeightSource {
     const int64_t D = it == naming_.permuted_heads.end() ? 0 : t.rows() / it->second;
     std::vector<uint8_t> out;
     if (region.rows() == 0) return out;
+    const bool q3 = t.type->id == static_cast<uint32_t>(GgmlType::kQ3_K);
+    const int64_t super_blocks = t.cols() / t.type->block_size;
     // An expert's matrix: its rows of the merged tensor.
     row_begin += located->row0;
     row_end += located->row0;
@@ -98,7 +102,13 @@ class GgufSource final : public WeightSource {
       const int64_t row_bytes = static_cast<int64_t>(bytes->size()) / (b1 - b0);
       for (int64_t r = std::max(b0, row_begin); r < std::min(b1, row_end); ++r) {
         const char* row = bytes->data() + ((D == 0 ? r : Unpermute(r, D)) - b0) * row_bytes;
-        out.insert(out.end(), row, row + row_bytes);
+        if (q3) {
+          const size_t at = out.size();
+          out.resize(at + super_blocks * 210);
+          kernels::GgmlQ3KAsQ6K(reinterpret_cast<const uint8_t*>(row), super_blocks, out.data() + at);
+        } else {
+          out.insert(out.end(), row, row + row_bytes);
+        }
       }
       file_->ReleaseRows(t, b0, b1);
     }
@@ -229,6 +239,14 @@ class GgufSource final : public WeightSource {
 };
 
 }  // namespace
+
+bool GgufRowsFormat(uint32_t type, kernels::BlockFormat* format) {
+  if (type == static_cast<uint32_t>(GgmlType::kQ3_K)) {
+    *format = kernels::BlockFormat::kQ6_K;
+    return true;
+  }
+  return kernels::BlockFormatOfGgmlType(type, format);
+}
 
 std::string GgufStoredType(const GgufFile& file) {
   std::map<std::string, int> count;

@@ -36,6 +36,12 @@ std::unique_ptr<WeightSource> GgufWeightSource(std::shared_ptr<const GgufFile> f
 // The type most of the file's matrices have ("Q4_K"), for ModelInfo.
 std::string GgufStoredType(const GgufFile& file);
 
+// The block format rows of a tensor of ggml type `type` come in for
+// --dtype=native (ReadBlockRows): the type's own where backends run it as
+// stored, Q6_K for Q3_K (kernels::GgmlQ3KAsQ6K: the same values); false
+// for the others (read as float32).
+bool GgufRowsFormat(uint32_t type, kernels::BlockFormat* format);
+
 }  // namespace flover
 
 #endif  // FLOVER_MODEL_LOADER_GGUF_SOURCE_H_

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <set>
 
+#include "kernels/ggml_dequant.h"
+#include "model/loader/gguf_source.h"
 #include "testing/gguf_writer.h"
 
 namespace flover {
@@ -53,6 +55,45 @@ TEST(GgufQuantsTest, EveryTypeDequantizesAsGgufPyBitForBit) {
   EXPECT_EQ(checked, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
                                             "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}));
   EXPECT_EQ(pairs, 13 + 7);  // random blocks for each, quantized data for 7
+}
+
+// --dtype=native reads Q3_K rows as Q6_K blocks of the same values: they
+// dequantize to gguf-py's Q3_K values, bit for bit.
+TEST(GgufQuantsTest, Q3KRowsComeAsQ6KBlocksOfTheSameValues) {
+  auto opened = GgufFile::Open(kQuants);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  auto file = std::make_shared<const GgufFile>(std::move(*opened));
+  GgufNaming naming;
+  naming.name = [](absl::string_view hf, int* expert) {
+    *expert = -1;
+    return std::string(hf);
+  };
+  const std::unique_ptr<WeightSource> source = GgufWeightSource(file, naming);
+  int checked = 0;
+  for (const GgufTensor& t : file->tensors()) {
+    if (t.type->id != static_cast<uint32_t>(GgmlType::kQ3_K) || t.ne.size() != 2) continue;
+    kernels::BlockFormat format;
+    ASSERT_TRUE(source->BlockFormatOf(t.name, &format)) << t.name;
+    EXPECT_EQ(format, kernels::BlockFormat::kQ6_K);
+    const std::vector<int64_t> shape = {t.rows(), t.cols()};
+    auto rows = source->ReadBlockRows(t.name, shape, 1, t.rows());  // all but the first
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_EQ(static_cast<int64_t>(rows->size()), (t.rows() - 1) * kernels::BlockRowBytes(format, t.cols()));
+    std::vector<float> got((t.rows() - 1) * t.cols());
+    kernels::GgmlDequantize(*GgmlTypeOf(static_cast<uint32_t>(GgmlType::kQ6_K)), rows->data(),
+                            static_cast<int64_t>(got.size()), got.data());
+    const GgufTensor* expected = file->FindTensor(t.name + ".expected");
+    ASSERT_NE(expected, nullptr) << t.name;
+    auto want = file->ReadRows(*expected, 1, t.rows());
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(got.size(), want->size());
+    EXPECT_EQ(std::memcmp(got.data(), want->data(), got.size() * sizeof(float)), 0) << t.name;
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+  // Q2_K has no such form: read as float32.
+  kernels::BlockFormat format;
+  EXPECT_FALSE(GgufRowsFormat(static_cast<uint32_t>(GgmlType::kQ2_K), &format));
 }
 
 TEST(GgufQuantsTest, TypeTableMatchesGgml) {
