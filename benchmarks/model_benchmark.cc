@@ -29,6 +29,7 @@
 #include "benchmarks/parallel_sum.h"
 #include "benchmarks/profiling_backend.h"
 #include "model/causal_lm.h"
+#include "model/loader/gguf.h"
 #include "model/loader/random_blocks.h"
 #include "model/model_loader.h"
 #include "kernels/backend_factory.h"
@@ -143,9 +144,9 @@ std::vector<int> IntList(const std::string& flag) {
 // The CPU's roofline: oneDNN sgemm (and our bf16 or int8 linear) and read bandwidth.
 // `stored_bytes`: with --dtype=native, the GGUF file's size (or a built-in's
 // parameters in its --random_blocks format), which bounds the bytes a step
-// streams (its matrices as stored, plus the embedding, which is not
-// streamed); times the share of the parameters a token passes through (a
-// mixture of experts reads only its chosen experts).
+// streams (its matrices as run — Q3_K's as Q6_K — plus the embedding, which
+// is not streamed); times the share of the parameters a token passes
+// through (a mixture of experts reads only its chosen experts).
 void PrintCpuRoofline(const ModelInfo& cfg, kernels::MatmulDtype dtype, int repeats,
                       double flop_per_token, double stored_bytes) {
   // The QKV GEMM's shape: [M, C] x [C, 3C].
@@ -386,6 +387,17 @@ int Run() {
     std::error_code ec;
     double weight_bytes = static_cast<double>(std::filesystem::file_size(spec, ec));
     if (ec) weight_bytes = 0;
+    if (weight_bytes > 0 && dtype == kernels::MatmulDtype::kNative) {
+      // Q3_K matrices run as Q6_K blocks (GgufRowsFormat): a step streams
+      // 210 bytes for each 110 of theirs.
+      if (auto file = GgufFile::Open(spec); file.ok()) {
+        for (const GgufTensor& t : file->tensors()) {
+          if (t.ne.size() >= 2 && t.type->id == static_cast<uint32_t>(GgmlType::kQ3_K)) {
+            weight_bytes += double(t.rows()) * double(t.row_bytes()) * (210.0 - 110.0) / 110.0;
+          }
+        }
+      }
+    }
     kernels::BlockFormat format;
     if (weight_bytes == 0 && BlockFormatByName(absl::GetFlag(FLAGS_random_blocks), &format)) {
       // A built-in in random blocks has no file: its parameters in blocks.
