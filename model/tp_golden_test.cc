@@ -109,9 +109,11 @@ INSTANTIATE_TEST_SUITE_P(
 // tp=2 is held to F32 within int8's bound (as tp=1 int8 is), its distance from
 // tp=1 int8 is reported, and greedy agreement with it is reported.
 // --dtype=native the same way, on GGUF files: the column-split layers keep
-// their blocks at tp=2, the row-split ones are dequantized (their rows are
-// split inside blocks), and each rank embeds its vocabulary range from the
-// embedding's blocks.
+// their blocks at tp=2, the row-split ones too where a rank's share of each
+// row starts at a block and is a width the kernels take (gguf_spm_q4km's
+// down_proj: 256 of 512), else they are dequantized (its o_proj: 128 of
+// 256, inside a Q4_K block), and each rank embeds its vocabulary range from
+// the embedding's blocks.
 class TensorParallelQuantizedTest
     : public ::testing::TestWithParam<std::tuple<const char*, kernels::MatmulDtype>> {
  protected:

@@ -258,8 +258,9 @@ absl::StatusOr<std::vector<uint8_t>> WeightSource::ReadBlockRows(absl::string_vi
 
 namespace {
 
-// The recipe as stored blocks, or nullopt when it is not whole rows of
-// block tensors whose rows the kernels take.
+// The recipe as stored blocks, or nullopt when it is not rows of block
+// tensors whose rows (or the columns of them read, a row-split layer's
+// share under tensor parallelism: whole blocks) the kernels take.
 absl::StatusOr<std::optional<StoredValues>> ReadBlocks(const WeightSource& source,
                                                        const WeightRecipe& recipe) {
   if (recipe.blocks.empty() || recipe.offset != 0.0f ||
@@ -270,8 +271,8 @@ absl::StatusOr<std::optional<StoredValues>> ReadBlocks(const WeightSource& sourc
   std::vector<kernels::BlockFormat> formats;
   for (const WeightBlock& b : recipe.blocks) {
     kernels::BlockFormat f;
-    if (b.shape.size() != 2 || b.region.col_begin != 0 || b.region.col_end != b.shape[1] ||
-        b.region.cols() != K || !source.BlockFormatOf(b.tensor, &f) || !kernels::BlockRowsFit(f, K)) {
+    if (b.shape.size() != 2 || b.region.cols() != K || !source.BlockFormatOf(b.tensor, &f) ||
+        !kernels::BlockRowsFit(f, K) || b.region.col_begin % kernels::InfoOf(f).block_values != 0) {
       return std::nullopt;
     }
     formats.push_back(f);
@@ -282,11 +283,21 @@ absl::StatusOr<std::optional<StoredValues>> ReadBlocks(const WeightSource& sourc
     auto bytes = source.ReadBlockRows(b.tensor, b.shape, b.region.row_begin, b.region.row_end);
     if (!bytes.ok()) return bytes.status();
     const int64_t rows = b.region.rows();
-    if (static_cast<int64_t>(bytes->size()) != rows * kernels::BlockRowBytes(formats[i], K)) {
+    const int64_t row_bytes = kernels::BlockRowBytes(formats[i], b.shape[1]);
+    if (static_cast<int64_t>(bytes->size()) != rows * row_bytes) {
       return absl::InternalError(absl::StrCat("'", b.tensor, "': ", bytes->size(), " bytes for ",
                                               rows, " rows"));
     }
-    out.blocks.insert(out.blocks.end(), bytes->begin(), bytes->end());
+    if (K == b.shape[1]) {
+      out.blocks.insert(out.blocks.end(), bytes->begin(), bytes->end());
+    } else {  // the blocks of columns [col_begin, col_end) of each row
+      const int64_t skip = kernels::BlockRowBytes(formats[i], b.region.col_begin);
+      const int64_t take = kernels::BlockRowBytes(formats[i], K);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto row = bytes->begin() + r * row_bytes + skip;
+        out.blocks.insert(out.blocks.end(), row, row + take);
+      }
+    }
     if (!out.spans.empty() && out.spans.back().format == formats[i]) {
       out.spans.back().rows += static_cast<int>(rows);
     } else {

@@ -150,9 +150,11 @@ absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
                                               const WeightRecipe& recipe);
 // The same in the stored dtype when every block has the same one (float32
 // when they differ, or for zeros): a GEMM weight the backend takes as it is.
-// With `keep_blocks`, a recipe of whole rows of block-quantized tensors
+// With `keep_blocks`, a recipe of rows of block-quantized tensors
 // (kernels/block_format.h) whose row length a backend's block kernels take
-// (BlockRowsFit) comes as those blocks: rows stacked, runs of one format.
+// (BlockRowsFit) comes as those blocks: rows stacked, runs of one format;
+// so does a slice of their columns that starts at a block (a row-split
+// layer's share under tensor parallelism), each row its blocks there.
 absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
                                               const WeightRecipe& recipe, bool keep_blocks = false);
 

@@ -239,6 +239,40 @@ TEST(WeightSourceTest, GeneratedBlocksAreRandomAccessAndReadAsTheirValues) {
   EXPECT_EQ(*floats.Read("w", {3, 100}, TensorRegion{0, 3, 0, 100}), *odd);
 }
 
+// A row-split layer's share (columns of each row) stays in blocks when it
+// starts at a block and its width is one the kernels take: each row's
+// blocks there, holding exactly those columns' values.
+TEST(WeightSourceTest, ColumnSlicesOfBlockRowsStayBlocks) {
+  using kernels::BlockFormat;
+  for (BlockFormat format : {BlockFormat::kQ4_K, BlockFormat::kQ8_0}) {
+    GeneratedSource source(5, [](absl::string_view) { return GeneratedSource::Fill::kBlocks; }, format);
+    const int K = 1024, rows = 3;
+    for (const auto& [begin, end] : {std::pair{0, 512}, {512, 1024}, {256, 768}}) {
+      auto stored = ReadRecipeStored(source, ColSlice("w", {rows, K}, begin, end), /*keep_blocks=*/true);
+      ASSERT_TRUE(stored.ok()) << stored.status();
+      ASSERT_TRUE(stored->is_blocks()) << begin;
+      ASSERT_EQ(stored->spans.size(), 1u);
+      EXPECT_EQ(stored->spans[0].format, format);
+      EXPECT_EQ(stored->spans[0].rows, rows);
+      const int width = end - begin;
+      ASSERT_EQ(static_cast<int64_t>(stored->blocks.size()), rows * kernels::BlockRowBytes(format, width));
+      auto values = source.Read("w", {rows, K}, TensorRegion{0, rows, begin, end});
+      ASSERT_TRUE(values.ok()) << values.status();
+      EXPECT_EQ(DequantizeBlockRows(format, stored->blocks.data(), rows, width), *values) << begin;
+    }
+  }
+  // Not at a block (Q4_K's are 256 values), or a width the kernels do not
+  // take (Q8_0: 64 at a time): float32.
+  GeneratedSource q4k(5, [](absl::string_view) { return GeneratedSource::Fill::kBlocks; }, BlockFormat::kQ4_K);
+  auto inside = ReadRecipeStored(q4k, ColSlice("w", {3, 1024}, 128, 640), true);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  EXPECT_FALSE(inside->is_blocks());
+  GeneratedSource q8(5, [](absl::string_view) { return GeneratedSource::Fill::kBlocks; }, BlockFormat::kQ8_0);
+  auto narrow = ReadRecipeStored(q8, ColSlice("w", {3, 1024}, 32, 64), true);
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  EXPECT_FALSE(narrow->is_blocks());
+}
+
 TEST(WeightSourceTest, RecipesStackRowsAndPlaceColumns) {
   GeneratedSource source(3, [](absl::string_view) { return GeneratedSource::Fill::kRandom; });
   const std::vector<float> a = *source.Read("a", {6, 4}, TensorRegion{0, 6, 0, 4});
