@@ -29,6 +29,7 @@
 #include "benchmarks/parallel_sum.h"
 #include "benchmarks/profiling_backend.h"
 #include "model/causal_lm.h"
+#include "kernels/ggml_dequant.h"
 #include "model/loader/gguf.h"
 #include "model/loader/random_blocks.h"
 #include "model/model_loader.h"
@@ -388,13 +389,14 @@ int Run() {
     double weight_bytes = static_cast<double>(std::filesystem::file_size(spec, ec));
     if (ec) weight_bytes = 0;
     if (weight_bytes > 0 && dtype == kernels::MatmulDtype::kNative) {
-      // Q3_K matrices run as Q6_K blocks (GgufRowsFormat): a step streams
-      // 210 bytes for each 110 of theirs.
+      // Q3_K and IQ4_NL matrices run as Q6_K and Q8_0 blocks
+      // (kernels::GgmlStandInFor): a step streams those.
       if (auto file = GgufFile::Open(spec); file.ok()) {
         for (const GgufTensor& t : file->tensors()) {
-          if (t.ne.size() >= 2 && t.type->id == static_cast<uint32_t>(GgmlType::kQ3_K)) {
-            weight_bytes += double(t.rows()) * double(t.row_bytes()) * (210.0 - 110.0) / 110.0;
-          }
+          const kernels::GgmlStandIn* s = kernels::GgmlStandInFor(t.type->id);
+          if (t.ne.size() < 2 || s == nullptr) continue;
+          const double ratio = double(GgmlTypeOf(static_cast<uint32_t>(s->as))->type_size) / t.type->type_size;
+          weight_bytes += double(t.rows()) * double(t.row_bytes()) * (ratio - 1);
         }
       }
     }

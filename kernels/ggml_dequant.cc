@@ -161,7 +161,61 @@ void Q6_K(const uint8_t* b, float* y) {
   }
 }
 
+// IQ4_NL's non-linear 4-bit values (ggml's kvalues_iq4nl).
+constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_NL: [d][qs: 16]; value j < 16 is the table at the low nibble of
+// qs[j], value j >= 16 at the high nibble of qs[j - 16]; times d.
+void IQ4_NL(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4Values[b[2 + j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(kIq4Values[b[2 + j] >> 4]);
+  }
+}
+
+// IQ4_XS: [d][scales_h: u16][scales_l: 4][qs: 128]; sub-block s of 32
+// values has the 6-bit scale (nibble s % 2 of scales_l[s / 2]) | (bits
+// 2s, 2s + 1 of scales_h) << 4, minus 32, times d; its values as IQ4_NL's
+// over qs[16 s .. 16 s + 15].
+void IQ4_XS(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  const int scales_h = b[2] | (b[3] << 8);
+  const uint8_t* scales_l = b + 4;
+  const uint8_t* qs = b + 8;
+  for (int s = 0; s < 8; ++s) {
+    const int ls = ((scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[32 * s + j] = dl * static_cast<float>(kIq4Values[qs[16 * s + j] & 0x0F]);
+      y[32 * s + j + 16] = dl * static_cast<float>(kIq4Values[qs[16 * s + j] >> 4]);
+    }
+  }
+}
+
 }  // namespace
+
+void GgmlIQ4NLAsQ8_0(const uint8_t* src, int64_t blocks, uint8_t* dst) {
+  for (int64_t i = 0; i < blocks; ++i, src += 18, dst += 34) {
+    std::memcpy(dst, src, 2);  // d
+    for (int j = 0; j < 16; ++j) {
+      dst[2 + j] = static_cast<uint8_t>(kIq4Values[src[2 + j] & 0x0F]);
+      dst[2 + j + 16] = static_cast<uint8_t>(kIq4Values[src[2 + j] >> 4]);
+    }
+  }
+}
+
+const GgmlStandIn* GgmlStandInFor(uint32_t type) {
+  static constexpr GgmlStandIn kStandIns[] = {
+      {GgmlType::kQ3_K, GgmlType::kQ6_K, GgmlQ3KAsQ6K},
+      {GgmlType::kIQ4_NL, GgmlType::kQ8_0, GgmlIQ4NLAsQ8_0},
+  };
+  for (const GgmlStandIn& s : kStandIns) {
+    if (static_cast<uint32_t>(s.type) == type) return &s;
+  }
+  return nullptr;
+}
 
 void GgmlQ3KAsQ6K(const uint8_t* src, int64_t blocks, uint8_t* dst) {
   for (int64_t i = 0; i < blocks; ++i, src += 110, dst += 210) {
@@ -219,6 +273,8 @@ void GgmlDequantize(const GgmlTypeInfo& type, const uint8_t* src, int64_t n, flo
     case GgmlType::kQ4_K: block = QK_K45<false>; break;
     case GgmlType::kQ5_K: block = QK_K45<true>; break;
     case GgmlType::kQ6_K: block = Q6_K; break;
+    case GgmlType::kIQ4_NL: block = IQ4_NL; break;
+    case GgmlType::kIQ4_XS: block = IQ4_XS; break;
     default: return;  // callers check `dequantizes` first
   }
   for (int64_t i = 0; i < blocks; ++i) block(src + i * type.type_size, dst + i * type.block_size);

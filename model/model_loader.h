@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
 
 // --dtype=auto's choice for `spec` on `device`: native on the CPU for a GGUF
 // file with matrices in a block format the CPU kernels run as stored (Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; Q3_K as Q6_K) (every CPU the kernels start on); f32
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; Q3_K as Q6_K, IQ4_NL as Q8_0) (every CPU the kernels start on); f32
 // otherwise (CUDA's block kernels ran on an H100 but are slower than bf16
 // there: docs/gpu.md), and for anything
 // it cannot read (LoadModel reports that).

@@ -54,8 +54,9 @@ TEST(AutoMatmulDtypeTest, NativeForBlocksTheCpuRuns) {
   EXPECT_EQ(AutoMatmulDtype(OneTensor("q5_0.gguf", 6, {64, 2}, 88), "cpu"), CpuBlocks());
   EXPECT_EQ(AutoMatmulDtype(OneTensor("q5_1.gguf", 7, {64, 2}, 96), "cpu"), CpuBlocks());
   EXPECT_EQ(AutoMatmulDtype(OneTensor("q5k.gguf", 13, {256, 2}, 352), "cpu"), CpuBlocks());
-  // Q3_K runs as Q6_K blocks of the same values.
+  // Q3_K and IQ4_NL run as Q6_K and Q8_0 blocks of the same values.
   EXPECT_EQ(AutoMatmulDtype(OneTensor("q3k.gguf", 11, {256, 2}, 220), "cpu"), CpuBlocks());
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("iq4nl.gguf", 20, {64, 2}, 72), "cpu"), CpuBlocks());
 }
 
 TEST(AutoMatmulDtypeTest, F32ForEverythingElse) {
@@ -63,10 +64,11 @@ TEST(AutoMatmulDtypeTest, F32ForEverythingElse) {
   // CUDA has block kernels, but they have never run on a GPU: auto stays f32 there.
   EXPECT_EQ(AutoMatmulDtype(q8, "cuda"), MatmulDtype::kF32);
   EXPECT_EQ(AutoMatmulDtype(q8, "cuda:1"), MatmulDtype::kF32);
-  // Float matrices, a block type without a CPU kernel (Q2_K), a vector of blocks.
+  // Float matrices, block types without a CPU kernel (Q2_K, IQ4_XS), a vector of blocks.
   EXPECT_EQ(AutoMatmulDtype(OneTensor("f32.gguf", 0, {4, 2}, 32), "cpu"), MatmulDtype::kF32);
   EXPECT_EQ(AutoMatmulDtype(OneTensor("f16.gguf", 1, {4, 2}, 16), "cpu"), MatmulDtype::kF32);
   EXPECT_EQ(AutoMatmulDtype(OneTensor("q2k.gguf", 10, {256, 2}, 168), "cpu"), MatmulDtype::kF32);
+  EXPECT_EQ(AutoMatmulDtype(OneTensor("iq4xs.gguf", 23, {256, 2}, 272), "cpu"), MatmulDtype::kF32);
   EXPECT_EQ(AutoMatmulDtype(OneTensor("q8_vector.gguf", 8, {64}, 68), "cpu"), MatmulDtype::kF32);
   // Built-ins, directories, missing, foreign and broken files: f32 (LoadModel
   // reports what is wrong with them).

@@ -74,7 +74,8 @@ class GgufSource final : public WeightSource {
     return v.t != nullptr && v.shape.size() == 2 && GgufRowsFormat(v.t->type->id, format);
   }
 
-  // Whole rows as stored (Q3_K's as Q6_K blocks of the same values): a
+  // Whole rows as stored (Q3_K's and IQ4_NL's as their stand-ins' blocks of
+  // the same values, kernels::GgmlStandInFor): a
   // permuted tensor's rows put back in transformers' order (a row is its
   // own blocks, so rows move whole), read a run at a time: all of them, or
   // a head's when permuted.
@@ -89,8 +90,12 @@ class GgufSource final : public WeightSource {
     const int64_t D = it == naming_.permuted_heads.end() ? 0 : t.rows() / it->second;
     std::vector<uint8_t> out;
     if (region.rows() == 0) return out;
-    const bool q3 = t.type->id == static_cast<uint32_t>(GgmlType::kQ3_K);
-    const int64_t super_blocks = t.cols() / t.type->block_size;
+    // A type run as another (Q3_K as Q6_K, IQ4_NL as Q8_0): each row's
+    // blocks rewritten, as many, in the other's bytes.
+    const kernels::GgmlStandIn* stand_in = kernels::GgmlStandInFor(t.type->id);
+    const int64_t row_blocks = t.cols() / t.type->block_size;
+    const int64_t stand_in_bytes =
+        stand_in == nullptr ? 0 : row_blocks * GgmlTypeOf(static_cast<uint32_t>(stand_in->as))->type_size;
     // An expert's matrix: its rows of the merged tensor.
     row_begin += located->row0;
     row_end += located->row0;
@@ -102,10 +107,10 @@ class GgufSource final : public WeightSource {
       const int64_t row_bytes = static_cast<int64_t>(bytes->size()) / (b1 - b0);
       for (int64_t r = std::max(b0, row_begin); r < std::min(b1, row_end); ++r) {
         const char* row = bytes->data() + ((D == 0 ? r : Unpermute(r, D)) - b0) * row_bytes;
-        if (q3) {
+        if (stand_in != nullptr) {
           const size_t at = out.size();
-          out.resize(at + super_blocks * 210);
-          kernels::GgmlQ3KAsQ6K(reinterpret_cast<const uint8_t*>(row), super_blocks, out.data() + at);
+          out.resize(at + stand_in_bytes);
+          stand_in->rewrite(reinterpret_cast<const uint8_t*>(row), row_blocks, out.data() + at);
         } else {
           out.insert(out.end(), row, row + row_bytes);
         }
@@ -241,10 +246,7 @@ class GgufSource final : public WeightSource {
 }  // namespace
 
 bool GgufRowsFormat(uint32_t type, kernels::BlockFormat* format) {
-  if (type == static_cast<uint32_t>(GgmlType::kQ3_K)) {
-    *format = kernels::BlockFormat::kQ6_K;
-    return true;
-  }
+  if (const kernels::GgmlStandIn* s = kernels::GgmlStandInFor(type)) type = static_cast<uint32_t>(s->as);
   return kernels::BlockFormatOfGgmlType(type, format);
 }
 

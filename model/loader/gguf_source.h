@@ -38,8 +38,9 @@ std::string GgufStoredType(const GgufFile& file);
 
 // The block format rows of a tensor of ggml type `type` come in for
 // --dtype=native (ReadBlockRows): the type's own where backends run it as
-// stored, Q6_K for Q3_K (kernels::GgmlQ3KAsQ6K: the same values); false
-// for the others (read as float32).
+// stored, its stand-in's for Q3_K (Q6_K) and IQ4_NL (Q8_0)
+// (kernels::GgmlStandInFor: the same values); false for the others (read
+// as float32).
 bool GgufRowsFormat(uint32_t type, kernels::BlockFormat* format);
 
 }  // namespace flover

@@ -53,13 +53,15 @@ TEST(GgufQuantsTest, EveryTypeDequantizesAsGgufPyBitForBit) {
     ++pairs;
   }
   EXPECT_EQ(checked, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
-                                            "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}));
-  EXPECT_EQ(pairs, 13 + 7);  // random blocks for each, quantized data for 7
+                                            "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+                                            "IQ4_XS"}));
+  EXPECT_EQ(pairs, 15 + 7);  // random blocks for each, quantized data for 7
 }
 
-// --dtype=native reads Q3_K rows as Q6_K blocks of the same values: they
-// dequantize to gguf-py's Q3_K values, bit for bit.
-TEST(GgufQuantsTest, Q3KRowsComeAsQ6KBlocksOfTheSameValues) {
+// --dtype=native reads Q3_K rows as Q6_K blocks and IQ4_NL rows as Q8_0
+// ones, of the same values: they dequantize to gguf-py's values of the
+// file's blocks, bit for bit.
+TEST(GgufQuantsTest, StandInRowsHoldTheSameValues) {
   auto opened = GgufFile::Open(kQuants);
   ASSERT_TRUE(opened.ok()) << opened.status();
   auto file = std::make_shared<const GgufFile>(std::move(*opened));
@@ -69,18 +71,19 @@ TEST(GgufQuantsTest, Q3KRowsComeAsQ6KBlocksOfTheSameValues) {
     return std::string(hf);
   };
   const std::unique_ptr<WeightSource> source = GgufWeightSource(file, naming);
-  int checked = 0;
+  std::set<std::string> checked;
   for (const GgufTensor& t : file->tensors()) {
-    if (t.type->id != static_cast<uint32_t>(GgmlType::kQ3_K) || t.ne.size() != 2) continue;
+    const kernels::GgmlStandIn* stand_in = kernels::GgmlStandInFor(t.type->id);
+    if (stand_in == nullptr || t.ne.size() != 2) continue;
     kernels::BlockFormat format;
     ASSERT_TRUE(source->BlockFormatOf(t.name, &format)) << t.name;
-    EXPECT_EQ(format, kernels::BlockFormat::kQ6_K);
+    EXPECT_EQ(static_cast<uint32_t>(kernels::GgmlTypeOfFormat(format)), static_cast<uint32_t>(stand_in->as));
     const std::vector<int64_t> shape = {t.rows(), t.cols()};
     auto rows = source->ReadBlockRows(t.name, shape, 1, t.rows());  // all but the first
     ASSERT_TRUE(rows.ok()) << rows.status();
     ASSERT_EQ(static_cast<int64_t>(rows->size()), (t.rows() - 1) * kernels::BlockRowBytes(format, t.cols()));
     std::vector<float> got((t.rows() - 1) * t.cols());
-    kernels::GgmlDequantize(*GgmlTypeOf(static_cast<uint32_t>(GgmlType::kQ6_K)), rows->data(),
+    kernels::GgmlDequantize(*GgmlTypeOf(static_cast<uint32_t>(stand_in->as)), rows->data(),
                             static_cast<int64_t>(got.size()), got.data());
     const GgufTensor* expected = file->FindTensor(t.name + ".expected");
     ASSERT_NE(expected, nullptr) << t.name;
@@ -88,12 +91,13 @@ TEST(GgufQuantsTest, Q3KRowsComeAsQ6KBlocksOfTheSameValues) {
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_EQ(got.size(), want->size());
     EXPECT_EQ(std::memcmp(got.data(), want->data(), got.size() * sizeof(float)), 0) << t.name;
-    ++checked;
+    checked.insert(t.type->name);
   }
-  EXPECT_GE(checked, 1);
-  // Q2_K has no such form: read as float32.
+  EXPECT_EQ(checked, (std::set<std::string>{"Q3_K", "IQ4_NL"}));
+  // Q2_K and IQ4_XS have no such form: read as float32.
   kernels::BlockFormat format;
   EXPECT_FALSE(GgufRowsFormat(static_cast<uint32_t>(GgmlType::kQ2_K), &format));
+  EXPECT_FALSE(GgufRowsFormat(static_cast<uint32_t>(GgmlType::kIQ4_XS), &format));
 }
 
 TEST(GgufQuantsTest, TypeTableMatchesGgml) {

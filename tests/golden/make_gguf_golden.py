@@ -60,6 +60,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 import tempfile
 
 import gguf
@@ -80,6 +81,7 @@ OUT = os.path.join(HERE, "gguf")
 SCALE_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.IQ4_NL: [0], T.IQ4_XS: [0],
 }
 QUANTIZABLE = [T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1]
 ROWS, COLS = 3, 512  # two 256-value super-blocks per row
@@ -104,8 +106,9 @@ def random_blocks(rng, qtype):
 def write_quants():
     rng = np.random.default_rng(20261124)
     w = gguf.GGUFWriter(os.path.join(OUT, "quants.gguf"), arch="flover-quants-test")
+    # (Types added later go last, so the earlier tensors keep their bytes.)
     types = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
-             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]
     for qtype in types:
         name = qtype.name
         if qtype == T.F32:
@@ -610,9 +613,11 @@ def write_smollm2():
                    "stored_dtype": "+".join(types)}, f, indent=1)
 
 
-def main():
+def main(only=None):
     os.makedirs(OUT, exist_ok=True)
     write_quants()
+    if only == "quants":
+        return
     write_vocabs()
     write_models()
     write_qwen2()
@@ -620,4 +625,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # "quants": gguf/quants.gguf alone (no sentencepiece, llama.cpp or models).
+    main(sys.argv[1] if len(sys.argv) > 1 else None)
