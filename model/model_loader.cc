@@ -161,4 +161,26 @@ kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view d
   return kernels::MatmulDtype::kF32;
 }
 
+std::string WidenedMatrices(absl::string_view spec) {
+  const std::string path(spec);
+  if (!FileExists(path)) return "";
+  auto magic = ReadFilePrefix(path, 4);
+  if (!magic.ok() || *magic != "GGUF") return "";
+  auto file = GgufFile::Open(path);
+  if (!file.ok()) return "";
+  int matrices = 0, widened = 0;
+  std::vector<std::string> types;
+  for (const GgufTensor& t : file->tensors()) {
+    if (t.ne.size() < 2) continue;
+    ++matrices;
+    kernels::BlockFormat format;
+    const bool quantized = t.type->block_size > 1;
+    if (!quantized || GgufRowsFormat(t.type->id, &format)) continue;
+    ++widened;
+    if (std::find(types.begin(), types.end(), t.type->name) == types.end()) types.push_back(t.type->name);
+  }
+  if (widened == 0) return "";
+  return absl::StrCat(widened, " of ", matrices, " matrices (", absl::StrJoin(types, ", "), ")");
+}
+
 }  // namespace flover

@@ -47,6 +47,12 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
 // it cannot read (LoadModel reports that).
 kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view device);
 
+// With --dtype=native, the matrices of GGUF file `spec` that no block kernel
+// runs (nor a stand-in for their type: Q2_K, IQ4_XS), which are widened to
+// f32 at load: "131 of 156 matrices (IQ4_XS)"; "" when there are none or
+// `spec` is no GGUF file.
+std::string WidenedMatrices(absl::string_view spec);
+
 }  // namespace flover
 
 #endif  // FLOVER_MODEL_MODEL_LOADER_H_

@@ -82,6 +82,23 @@ TEST(AutoMatmulDtypeTest, F32ForEverythingElse) {
 }
 
 
+// The matrices native widens to f32: quantized types without a kernel or a
+// stand-in (float matrices are as they come).
+TEST(WidenedMatricesTest, NamesTheTypesWithoutAKernel) {
+  GgufWriter w;
+  w.String("general.architecture", "llama")
+      .Tensor("blk.0.attn_q.weight", 10, {256, 2}, std::string(168, '\0'))     // Q2_K
+      .Tensor("blk.0.attn_k.weight", 23, {256, 2}, std::string(272, '\0'))     // IQ4_XS
+      .Tensor("blk.0.attn_v.weight", 23, {256, 2}, std::string(272, '\0'))     // IQ4_XS
+      .Tensor("blk.0.attn_output.weight", 11, {256, 2}, std::string(220, '\0'))  // Q3_K: as Q6_K
+      .Tensor("blk.0.ffn_up.weight", 12, {256, 2}, std::string(288, '\0'))     // Q4_K
+      .Tensor("blk.0.ffn_down.weight", 1, {4, 2}, std::string(16, '\0'));      // F16
+  EXPECT_EQ(WidenedMatrices(WriteFile("mixed.gguf", w.Bytes())), "3 of 6 matrices (Q2_K, IQ4_XS)");
+  EXPECT_EQ(WidenedMatrices(OneTensor("q4k_only.gguf", 12, {256, 2}, 288)), "");
+  EXPECT_EQ(WidenedMatrices("builtin:llama-tiny"), "");
+  EXPECT_EQ(WidenedMatrices("/no/such/model.gguf"), "");
+}
+
 // A built-in in random blocks runs natively and computes what its own
 // dequantized weights compute in f32 (the f32 backend reads the blocks'
 // values): only native's rounding of the inputs to 8 bits separates them.

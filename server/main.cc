@@ -230,6 +230,13 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
               c.max_positions, model.stored_dtype.c_str(),
               kernels::MatmulDtypeName(options.backend.matmul),
               model.tokenizer ? "tokenizer" : "no tokenizer (token ids only)");
+  if (options.backend.matmul == kernels::MatmulDtype::kNative) {
+    if (const std::string widened = WidenedMatrices(options.model); !widened.empty()) {
+      std::printf("native: %s have no block kernel and are held in f32; --dtype=int8 or bf16 hold "
+                  "them in 8 or 16 bits\n",
+                  widened.c_str());
+    }
+  }
   if (model.chat->format != nullptr) {
     const std::vector<int32_t>& end = model.chat->format->end_of_turn_ids();
     std::printf("chat template: %s; a turn ends at %s; served as \"%s\"\n",
