@@ -3,7 +3,8 @@
 // (the same float32 operations in the same order, never fused: gguf-py's
 // dequantize gives the same bits), so a model holds exactly the weights
 // llama.cpp would compute with. The loader reads files with it; the CPU
-// backend's EmbedBlocks looks rows up with it.
+// backend's EmbedBlocks looks rows up with it. Two types are also rewritten
+// exactly as others that backends run (their stand-ins, below).
 #ifndef FLOVER_KERNELS_GGML_DEQUANT_H_
 #define FLOVER_KERNELS_GGML_DEQUANT_H_
 

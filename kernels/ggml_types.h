@@ -36,7 +36,7 @@ struct GgmlTypeInfo {
   const char* name;  // as ggml and llama.cpp print it: "Q4_K"
   int block_size;    // values per block
   int type_size;     // bytes per block
-  bool dequantizes;  // the loader converts it to float32 (model/loader/gguf_quants.h)
+  bool dequantizes;  // converted to float32 by GgmlDequantize (ggml_dequant.h)
 };
 
 inline constexpr GgmlTypeInfo kGgmlTypes[] = {

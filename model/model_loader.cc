@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,19 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t n) {
   in.read(bytes.data(), static_cast<std::streamsize>(n));
   bytes.resize(static_cast<size_t>(in.gcount()));
   return bytes;
+}
+
+// `spec` opened as a GGUF file (its first bytes say so, whatever its name),
+// or nullopt for a built-in, a directory, or a missing, foreign or broken
+// file (LoadModel says what is wrong with those).
+std::optional<GgufFile> OpenIfGguf(absl::string_view spec) {
+  const std::string path(spec);
+  if (!FileExists(path)) return std::nullopt;
+  auto magic = ReadFilePrefix(path, 4);
+  if (!magic.ok() || *magic != "GGUF") return std::nullopt;
+  auto file = GgufFile::Open(path);
+  if (!file.ok()) return std::nullopt;
+  return std::move(*file);
 }
 
 // config.json's model_type, or "gpt2" when it has none (older GPT-2
@@ -146,12 +160,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
 }
 
 kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view device) {
-  const std::string path(spec);
-  if (device != "cpu" || !FileExists(path)) return kernels::MatmulDtype::kF32;
-  auto magic = ReadFilePrefix(path, 4);
-  if (!magic.ok() || *magic != "GGUF") return kernels::MatmulDtype::kF32;
-  auto file = GgufFile::Open(path);
-  if (!file.ok() || !kernels::BlockLinear::CheckSupported().ok()) return kernels::MatmulDtype::kF32;
+  if (device != "cpu") return kernels::MatmulDtype::kF32;
+  const std::optional<GgufFile> file = OpenIfGguf(spec);
+  if (!file.has_value() || !kernels::BlockLinear::CheckSupported().ok()) return kernels::MatmulDtype::kF32;
   for (const GgufTensor& t : file->tensors()) {
     kernels::BlockFormat format;
     if (t.ne.size() >= 2 && GgufRowsFormat(t.type->id, &format)) {
@@ -162,12 +173,8 @@ kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view d
 }
 
 std::string WidenedMatrices(absl::string_view spec) {
-  const std::string path(spec);
-  if (!FileExists(path)) return "";
-  auto magic = ReadFilePrefix(path, 4);
-  if (!magic.ok() || *magic != "GGUF") return "";
-  auto file = GgufFile::Open(path);
-  if (!file.ok()) return "";
+  const std::optional<GgufFile> file = OpenIfGguf(spec);
+  if (!file.has_value()) return "";
   int matrices = 0, widened = 0;
   std::vector<std::string> types;
   for (const GgufTensor& t : file->tensors()) {
