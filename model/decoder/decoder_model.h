@@ -1,10 +1,10 @@
 // The one decoder forward pass (a CausalLm) every family runs, configured by
 // a DecoderSpec: over a ragged token batch (any number of sequences, each
 // one or more rows at its own positions: prompts, chunks of them and decode
-// tokens in one call), embedding, then per layer a norm, the fused q/k/v
-// GEMM, rotary embeddings, the KV append and attention, the output
-// projection, the MLP, wired as the spec's block says, then the final norm
-// and the head on the rows whose logits are wanted.
+// tokens in one call), embedding, then per layer a norm, the layer's token
+// mixer (attention over the KV cache; layer_parts.h) and its MLP, wired as
+// the spec's block says, then the final norm and the head on the rows whose
+// logits are wanted.
 //
 // Every GEMM is a LinearSite: its weight, bias and epilogue fixed at upload.
 // Run applies the sites; PrepareForBatches prepares the same sites, so the
@@ -21,12 +21,13 @@
 #include "model/causal_lm.h"
 #include "model/decoder/decoder_spec.h"
 #include "model/decoder/decoder_weights.h"
+#include "model/decoder/layer_parts.h"
 #include "model/forward_runtime.h"
 #include "model/loader/gguf_quants.h"
 
 namespace flover {
 
-class DecoderModel final : public CausalLm {
+class DecoderModel final : public CausalLm, private LayerContext {
  public:
   // Reads this rank's weights from `source` through `recipes` one layer at
   // a time and puts them on `backend` (which must outlive the model),
@@ -51,53 +52,11 @@ class DecoderModel final : public CausalLm {
   absl::Status PrepareForBatches(int max_rows, int max_logit_rows) override;
 
  private:
-  // One GEMM of the forward pass.
-  struct LinearSite {
-    std::unique_ptr<kernels::Weight> w;
-    kernels::Buffer bias;  // empty: none
-    kernels::Epilogue epilogue = kernels::Epilogue::kBias;
-  };
-  // A layer's MLP, as a strategy: the dense MLP (gelu or gated,
-  // DenseMlp) or a mixture of experts (MoeMlp). Forward adds its output for
-  // the normed rows h to the residual stream (through post_mlp_norm with
-  // kSandwich); Prepare readies its GEMMs for steps of up to T rows.
-  class MlpStrategy {
-   public:
-    virtual ~MlpStrategy() = default;
-    virtual absl::Status Forward(DecoderModel& m, const kernels::Tensor& h,
-                                 const kernels::Buffer& post, int T) const = 0;
-    virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
-  };
-  class DenseMlp;
-  class MoeMlp;
+  // A layer: its norms, its token mixer and its MLP.
   struct LayerParams {
     kernels::Buffer norm1, norm1_b, norm2, norm2_b, post_attn_norm, post_mlp_norm;
-    kernels::Buffer q_norm, k_norm;  // spec_.qk_norm
-    LinearSite qkv, o;
+    std::unique_ptr<TokenMixer> mixer;
     std::unique_ptr<MlpStrategy> mlp;
-  };
-  // Activation buffers (ForwardRuntime ids), for T rows and R logit rows.
-  enum Activation {
-    kX,       // f32 [T, C]: the residual stream, replicated on every rank
-    kH,       // act [max(T, R), C]: a norm's output
-    kQkv,     // f32 [T, (Hq + 2 Hkv)_local * D]
-    kAttn,    // act [T, Hq_local * D]
-    kUp,      // f32 [T, 2 F_local] (kGlu: gate and up)
-    kMlp,     // act [T, F_local]: the MLP's activation
-    kBranch,  // f32 [T, C] (kSandwich): a branch's output before its norm
-    kNormed,  // f32 [T, C] (kSandwich): the branch normed
-    kLast,    // f32 [R, C]: the rows whose logits are wanted
-    kLogits,  // f32 [max(T, R), V_local]
-    // A mixture of experts (spec.moe), E experts, k per row:
-    kRouter,         // f32 [T, E]: the router's logits
-    kExpertIds,      // i32 [T, k]
-    kExpertWeights,  // f32 [T, k]
-    kExpertUp,       // f32 [T * k, 2 Fe_local]: each route's gate and up
-    kExpertAct,      // act [T * k, Fe_local]
-    kExpertOut,      // f32 [T * k, C]: each route's expert output
-    kSharedOut,      // f32 [T, C]: the shared expert's output (moe.shared_intermediate)
-    kSharedGate,     // f32 [T, 1]: its sigmoid gate
-    kNumActivations,
   };
 
   DecoderModel(const DecoderSpec& spec, const ModelInfo& info, kernels::Backend& backend,
@@ -110,12 +69,17 @@ class DecoderModel final : public CausalLm {
                       bool globals);
   absl::Status Norm(const kernels::Tensor& x, const kernels::Buffer& g, const kernels::Buffer& b,
                     const kernels::Tensor& out);
-  absl::Status Apply(const LinearSite& site, const kernels::Tensor& in, const kernels::Tensor& out);
-  // x += in @ site (all-reduced over ranks): a row-split GEMM into the
-  // residual stream; with kSandwich through the branch's norm `post`.
-  absl::Status Residual(const LinearSite& site, const kernels::Tensor& in,
-                        const kernels::Buffer& post, int T);
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
+
+  // LayerContext: what the layers' parts run with.
+  const DecoderSpec& spec() const override { return spec_; }
+  const DecoderShard& shard() const override { return shard_; }
+  kernels::Tensor buffer(Activation id, int rows) const override { return runtime_.buffer(id).Rows(0, rows); }
+  const kernels::Buffer& inv_freq(bool local) const override { return local ? inv_freq_local_ : inv_freq_; }
+  absl::Status Apply(const LinearSite& site, const kernels::Tensor& in, const kernels::Tensor& out) override;
+  absl::Status Residual(const LinearSite& site, const kernels::Tensor& in, const kernels::Buffer& post,
+                        int T) override;
+  absl::Status AllReduce(const kernels::Tensor& x) override { return runtime_.AllReduce(x); }
 
   DecoderSpec spec_;
   ModelInfo info_;

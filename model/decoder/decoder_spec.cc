@@ -10,11 +10,22 @@ namespace flover {
 
 int DecoderSpec::KvWindow() const {
   int window = 0;
-  for (const kernels::AttentionParams& a : attention) {
-    if (a.window <= 0) return 0;
-    window = std::max(window, a.window);
+  for (int l = 0; l < static_cast<int>(attention.size()); ++l) {
+    if (mixer(l) != Mixer::kAttention) continue;
+    if (attention[l].window <= 0) return 0;
+    window = std::max(window, attention[l].window);
   }
   return window;
+}
+
+int DecoderSpec::KvLayerCount() const {
+  if (mixers.empty()) return n_layer;
+  return static_cast<int>(std::count(mixers.begin(), mixers.end(), Mixer::kAttention));
+}
+
+int DecoderSpec::KvLayerOf(int l) const {
+  if (mixers.empty()) return l;
+  return static_cast<int>(std::count(mixers.begin(), mixers.begin() + l, Mixer::kAttention));
 }
 
 absl::Status DecoderSpec::Validate() const {
@@ -29,6 +40,10 @@ absl::Status DecoderSpec::Validate() const {
   if (static_cast<int>(attention.size()) != n_layer) {
     return bad(attention.size(), " attention settings for ", n_layer, " layers");
   }
+  if (!mixers.empty() && static_cast<int>(mixers.size()) != n_layer) {
+    return bad(mixers.size(), " layer kinds (mixers) for ", n_layer, " layers");
+  }
+  if (KvLayerCount() < 1) return bad("a decoder needs at least one attention layer");
   if (2 * inv_freq.size() > static_cast<size_t>(head_dim)) {
     return bad("rotary embeddings turn ", 2 * inv_freq.size(), " dims of a ", head_dim,
                "-dim head");

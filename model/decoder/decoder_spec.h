@@ -40,6 +40,19 @@ struct DecoderSpec {
   Mlp mlp = Mlp::kGlu;
   kernels::GluKind glu = kernels::GluKind::kSilu;
 
+  // Each layer's token mixer: what mixes a row with the rows before it in
+  // its sequence (layer_parts.h). kAttention: the fused q/k/v GEMM, rotary
+  // embeddings, attention over the paged KV cache (the settings below). A
+  // layer is its norms, its mixer and its MLP.
+  enum class Mixer { kAttention };
+  // n_layer entries, or empty: attention in every layer.
+  std::vector<Mixer> mixers;
+  Mixer mixer(int l) const { return mixers.empty() ? Mixer::kAttention : mixers[l]; }
+  // The layers that keep K and V in the KV cache (the attention layers),
+  // and layer l's index among them (l must be one).
+  int KvLayerCount() const;
+  int KvLayerOf(int l) const;
+
   // How the layers' matrices are stored: kInOut (GPT-2's Conv1D) or kOutIn
   // (nn.Linear). A separate head is [V, C] (kOutIn) in every family.
   kernels::WeightLayout layout = kernels::WeightLayout::kOutIn;
@@ -94,14 +107,16 @@ struct DecoderSpec {
     bool sparse(int l) const { return experts > 0 && (layers.empty() || layers[l]); }
   };
   Moe moe;
-  // Each layer's attention (scale, soft-cap, window); n_layer entries.
+  // Each layer's attention (scale, soft-cap, window); n_layer entries
+  // (read for the attention layers only).
   std::vector<kernels::AttentionParams> attention;
 
   // > 0: logits = cap * tanh(logits / cap) (Gemma 2).
   float final_softcap = 0.0f;
 
-  // The window every layer attends within (the largest of theirs), or 0 if
-  // some layer attends the whole context: positions a row reads back.
+  // The window every attention layer attends within (the largest of
+  // theirs), or 0 if some layer attends the whole context: positions a row
+  // reads back.
   int KvWindow() const;
 
   // OK, or InvalidArgument naming what does not fit.

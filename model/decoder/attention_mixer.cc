@@ -1,0 +1,90 @@
+// Attention as a layer's token mixer: the fused q/k/v GEMM, Q/K norms where
+// the spec has them, rotary embeddings, the KV append and attention over
+// the paged cache, and the output projection into the residual stream.
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "model/decoder/layer_parts.h"
+#include "model/weight_upload.h"
+#include "util/status_macros.h"
+
+namespace flover {
+namespace {
+
+using kernels::Buffer;
+using kernels::Tensor;
+
+class AttentionMixer final : public TokenMixer {
+ public:
+  // `kv_layer`: the layer's K and V in the cache (its index among the
+  // attention layers).
+  AttentionMixer(LinearSite qkv, LinearSite o, Buffer q_norm, Buffer k_norm, int kv_layer)
+      : qkv_(std::move(qkv)), o_(std::move(o)), q_norm_(std::move(q_norm)), k_norm_(std::move(k_norm)),
+        kv_layer_(kv_layer) {}
+
+  absl::Status Forward(LayerContext& m, const Tensor& h, const LayerStep& s, const Buffer& post) const override {
+    const DecoderSpec& spec = m.spec();
+    const DecoderShard& shard = m.shard();
+    kernels::Backend& backend = m.backend();
+    const Tensor qkv = m.buffer(kQkv, s.T), attn = m.buffer(kAttn, s.T);
+    FLOVER_RETURN_IF_ERROR(m.Apply(qkv_, h, qkv));
+    if (spec.qk_norm) {  // each head of Q, then of K, on its own; or all of Q, then all of K
+      const int groups_q = spec.qk_norm_whole ? 1 : shard.q_heads;
+      const int groups_k = spec.qk_norm_whole ? 1 : shard.kv_heads;
+      FLOVER_RETURN_IF_ERROR(backend.GroupRmsNorm(qkv, 0, groups_q, q_norm_, spec.norm_eps));
+      FLOVER_RETURN_IF_ERROR(
+          backend.GroupRmsNorm(qkv, shard.q_heads * spec.head_dim, groups_k, k_norm_, spec.norm_eps));
+    }
+    const int l = s.layer;
+    if (!m.inv_freq(false).empty() && (spec.rope_layers.empty() || spec.rope_layers[l])) {
+      const bool local = !spec.local_rope.empty() && spec.local_rope[l];
+      const kernels::RopeParams rope{shard.q_heads, shard.kv_heads, spec.head_dim, spec.rope_style,
+                                     spec.rope_scale};
+      FLOVER_RETURN_IF_ERROR(backend.Rope(qkv, s.step.positions, m.inv_freq(local).tensor(), rope));
+    }
+    // A local layer reads its own blocks where the cache keeps them apart.
+    const kernels::SeqTable& table = s.cache.shape().local(kv_layer_) ? s.step.local_seqs : s.step.seqs;
+    const kernels::KvLayer kv = s.cache.layer(kv_layer_);
+    FLOVER_RETURN_IF_ERROR(backend.AppendKv(qkv, table, kv));
+    FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, spec.attention[l], attn));
+    return m.Residual(o_, attn, post, s.T);
+  }
+
+  absl::Status Prepare(kernels::Backend& backend, int T) const override {
+    for (const LinearSite* s : {&qkv_, &o_}) {
+      FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s->w, T, !s->bias.empty(), s->epilogue));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  LinearSite qkv_, o_;
+  Buffer q_norm_, k_norm_;  // spec.qk_norm
+  int kv_layer_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up, const DecoderShard& shard,
+                                                               int kv_layer, DecoderLayerWeights& l) {
+  const DecoderSpec& spec = up.spec();
+  const int C = spec.hidden, D = spec.head_dim, QL = shard.q_heads * D,
+            W = (shard.q_heads + 2 * shard.kv_heads) * D;
+  Buffer q_norm, k_norm;
+  if (spec.qk_norm) {  // per head: [D]; whole (one rank): [Hq * D] and [Hkv * D]
+    const int qn = spec.qk_norm_whole ? QL : D, kn = spec.qk_norm_whole ? shard.kv_heads * D : D;
+    if (static_cast<int>(l.q_norm.size()) != qn || static_cast<int>(l.k_norm.size()) != kn) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model's Q/K norms need weights of ", qn, " and ", kn, " values"));
+    }
+    FLOVER_RETURN_IF_ERROR(up.Values(l.q_norm, 1, qn, &q_norm));
+    FLOVER_RETURN_IF_ERROR(up.Values(l.k_norm, 1, kn, &k_norm));
+  }
+  LinearSite qkv, o;
+  FLOVER_RETURN_IF_ERROR(up.Site(l.qkv, l.qkv_b, C, W, kernels::Epilogue::kBias, &qkv));
+  FLOVER_RETURN_IF_ERROR(up.Site(l.o, l.o_b, QL, C, up.into_x(), &o));
+  return std::make_unique<AttentionMixer>(std::move(qkv), std::move(o), std::move(q_norm), std::move(k_norm),
+                                          kv_layer);
+}
+
+}  // namespace flover

@@ -1,0 +1,150 @@
+// The parts of a decoder layer as strategies the one skeleton (DecoderModel)
+// composes: a token mixer (what mixes a row with the rows before it:
+// attention over the paged KV cache, or a recurrent layer over its state)
+// and an MLP (dense, or a mixture of experts). A layer is its norms, one
+// mixer and one MLP, chosen per layer from the DecoderSpec (`mixers`,
+// `moe`), as llama.cpp's models pick build_layer_attn or its linear form
+// per layer. The parts run with a LayerContext: the backend, the step's
+// activation buffers and the model's GEMM and residual helpers.
+#ifndef FLOVER_MODEL_DECODER_LAYER_PARTS_H_
+#define FLOVER_MODEL_DECODER_LAYER_PARTS_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "model/decoder/decoder_spec.h"
+#include "model/decoder/decoder_weights.h"
+#include "model/forward_runtime.h"
+#include "model/kv_cache.h"
+
+namespace flover {
+
+// One GEMM of the forward pass: its weight, bias and epilogue fixed at upload.
+struct LinearSite {
+  std::unique_ptr<kernels::Weight> w;
+  kernels::Buffer bias;  // empty: none
+  kernels::Epilogue epilogue = kernels::Epilogue::kBias;
+};
+
+// Activation buffers (ForwardRuntime ids), for T rows and R logit rows.
+enum Activation {
+  kX,       // f32 [T, C]: the residual stream, replicated on every rank
+  kH,       // act [max(T, R), C]: a norm's output
+  kQkv,     // f32 [T, (Hq + 2 Hkv)_local * D]
+  kAttn,    // act [T, Hq_local * D]
+  kUp,      // f32 [T, 2 F_local] (kGlu: gate and up)
+  kMlp,     // act [T, F_local]: the MLP's activation
+  kBranch,  // f32 [T, C] (kSandwich): a branch's output before its norm
+  kNormed,  // f32 [T, C] (kSandwich): the branch normed
+  kLast,    // f32 [R, C]: the rows whose logits are wanted
+  kLogits,  // f32 [max(T, R), V_local]
+  // A mixture of experts (spec.moe), E experts, k per row:
+  kRouter,         // f32 [T, E]: the router's logits
+  kExpertIds,      // i32 [T, k]
+  kExpertWeights,  // f32 [T, k]
+  kExpertUp,       // f32 [T * k, 2 Fe_local]: each route's gate and up
+  kExpertAct,      // act [T * k, Fe_local]
+  kExpertOut,      // f32 [T * k, C]: each route's expert output
+  kSharedOut,      // f32 [T, C]: the shared expert's output (moe.shared_intermediate)
+  kSharedGate,     // f32 [T, 1]: its sigmoid gate
+  kNumActivations,
+};
+
+// What a layer's parts run with; DecoderModel provides it.
+class LayerContext {
+ public:
+  virtual kernels::Backend& backend() const = 0;
+  virtual const DecoderSpec& spec() const = 0;
+  virtual const DecoderShard& shard() const = 0;
+  // The first `rows` rows of activation buffer `id`.
+  virtual kernels::Tensor buffer(Activation id, int rows) const = 0;
+  // The rotary frequencies (f32 [1, R / 2]; empty: none), the local
+  // layers' where `local` (DecoderSpec::local_rope).
+  virtual const kernels::Buffer& inv_freq(bool local) const = 0;
+  // out = in @ site (+ bias, with the site's epilogue).
+  virtual absl::Status Apply(const LinearSite& site, const kernels::Tensor& in,
+                             const kernels::Tensor& out) = 0;
+  // x += in @ site (all-reduced over ranks): a row-split GEMM into the
+  // residual stream; with kSandwich through the branch's norm `post`.
+  virtual absl::Status Residual(const LinearSite& site, const kernels::Tensor& in,
+                                const kernels::Buffer& post, int T) = 0;
+  // Sums x over tensor-parallel ranks (nothing on one rank).
+  virtual absl::Status AllReduce(const kernels::Tensor& x) = 0;
+
+ protected:
+  ~LayerContext() = default;
+};
+
+// A layer's step: the rows of the batch as uploaded, the cache, which layer.
+struct LayerStep {
+  const ForwardRuntime::Step& step;
+  KvCache& cache;
+  int layer;  // of the model
+  int T;      // rows
+};
+
+// What mixes each row with the rows before it in its sequence. Forward
+// adds the mixer's output for the normed rows h ([T, C]) to the residual
+// stream (through `post` with kSandwich); Prepare readies its GEMMs for
+// steps of up to T rows.
+class TokenMixer {
+ public:
+  virtual ~TokenMixer() = default;
+  virtual absl::Status Forward(LayerContext& m, const kernels::Tensor& h, const LayerStep& step,
+                               const kernels::Buffer& post) const = 0;
+  virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
+};
+
+// A layer's MLP: Forward adds its output for the normed rows h to the
+// residual stream (through `post` with kSandwich).
+class MlpStrategy {
+ public:
+  virtual ~MlpStrategy() = default;
+  virtual absl::Status Forward(LayerContext& m, const kernels::Tensor& h, const kernels::Buffer& post,
+                               int T) const = 0;
+  virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
+};
+
+// Puts one layer's host weights on the backend, releasing each host tensor
+// once it is there, so the host copy shrinks as the backend's grows.
+class LayerUploader {
+ public:
+  // `into_x`: the epilogue of a GEMM that adds into the residual stream.
+  LayerUploader(kernels::Backend& backend, const DecoderSpec& spec, kernels::Epilogue into_x)
+      : backend_(backend), spec_(spec), into_x_(into_x) {}
+
+  const DecoderSpec& spec() const { return spec_; }
+  kernels::Epilogue into_x() const { return into_x_; }
+  // host as f32 [rows, cols] (empty host: an empty buffer).
+  absl::Status Values(std::vector<float>& host, int64_t rows, int64_t cols, kernels::Buffer* out);
+  // A norm of the hidden width: its weight, and with LayerNorm its bias;
+  // InvalidArgument when they are missing.
+  absl::Status Norm(std::vector<float>& g, std::vector<float>& b, kernels::Buffer* g_out,
+                    kernels::Buffer* b_out);
+  // A GEMM [K -> N] in the spec's layout, with its bias (empty: none).
+  absl::Status Site(StoredValues& host, std::vector<float>& bias, int K, int N, kernels::Epilogue epilogue,
+                    LinearSite* out);
+
+ private:
+  kernels::Backend& backend_;
+  const DecoderSpec& spec_;
+  kernels::Epilogue into_x_;
+};
+
+// The parts of layer `layer` from its weights (this rank's shard): the
+// mixer of its kind (DecoderSpec::mixer), the MLP the spec gives it.
+absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMixer(LayerUploader& up, const DecoderShard& shard,
+                                                      int layer, DecoderLayerWeights& w);
+absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const DecoderShard& shard, int layer,
+                                                     DecoderLayerWeights& w);
+
+// Each mixer kind's own (one file each). `kv_layer`: the layer's K and V
+// in the cache (its index among the layers that keep them).
+absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up, const DecoderShard& shard,
+                                                               int kv_layer, DecoderLayerWeights& w);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_DECODER_LAYER_PARTS_H_
