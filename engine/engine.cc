@@ -50,7 +50,7 @@ struct Engine::Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   bool running = false;         // admitted (else queued, maybe after a preemption)
   int computed = 0;             // tokens whose K/V are in `blocks`
-  SequenceBlocks blocks;        // while running (KvBlockTables)
+  SequenceCache cache;         // its blocks and state slot, while running (CacheManager)
   int generated = 0;
   // Its place in request.constraint (null without one): the step's sampling
   // loop advances it (in parallel), the sampler's mask and an observer read it.
@@ -192,7 +192,7 @@ Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions&
                std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel)
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
       draft_(std::move(draft)), channel_(channel),
-      kv_(executor_->cache().shape(), options.scheduler.window, options.prefix_caching) {
+      cache_(executor_->cache().shape(), options.scheduler.window, options.prefix_caching) {
   const KvCacheShape& shape = executor_->cache().shape();
   stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
@@ -225,22 +225,22 @@ absl::Status Engine::Validate(const Request& r) const {
     return bad("max_new_tokens", "prompt (", r.prompt.size(), " tokens) + max_new_tokens (",
                stop.max_new_tokens, ") exceeds max_seq_len (", options_.max_seq_len, ")");
   }
-  if (const int blocks = kv_.BlocksToRun(total); blocks > kv_.num_blocks()) {
+  if (const int blocks = cache_.BlocksToRun(total); blocks > cache_.num_blocks()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "prompt (%d tokens) + max_new_tokens (%d) needs %d KV blocks of %d positions (%.1f MiB) "
         "but the whole KV cache has %d (%.1f MiB): it cannot run even alone; send less, or start "
         "the server with a larger --kv_cache_memory",
         r.prompt.size(), stop.max_new_tokens, blocks, KvCacheShape::kBlockSize,
-        blocks * kv_.bytes_per_block() / 1048576.0, kv_.num_blocks(),
-        kv_.num_blocks() * kv_.bytes_per_block() / 1048576.0));
+        blocks * cache_.bytes_per_block() / 1048576.0, cache_.num_blocks(),
+        cache_.num_blocks() * cache_.bytes_per_block() / 1048576.0));
   }
-  if (kv_.LocalBlocksToRun(total) > kv_.num_local_blocks()) {
+  if (cache_.LocalBlocksToRun(total) > cache_.num_local_blocks()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "prompt (%d tokens) + max_new_tokens (%d) needs %d of the local layers' KV blocks (their window of "
         "%d positions) but the cache has %d: it cannot run even alone; start the server with a larger "
         "--kv_cache_memory",
-        r.prompt.size(), stop.max_new_tokens, kv_.LocalBlocksToRun(total), kv_.local_window(),
-        kv_.num_local_blocks()));
+        r.prompt.size(), stop.max_new_tokens, cache_.LocalBlocksToRun(total), cache_.local_window(),
+        cache_.num_local_blocks()));
   }
   if (absl::Status st = ValidateSamplingParams(r.sampling); !st.ok()) return st;
   for (const auto& [id, bias] : r.sampling.logit_bias) {
@@ -288,12 +288,12 @@ absl::StatusOr<RequestId> Engine::Submit(Request request, std::shared_ptr<TokenS
   return id;
 }
 
-int Engine::max_context() const { return kv_.MaxContext(options_.max_seq_len); }
+int Engine::max_context() const { return cache_.MaxContext(options_.max_seq_len); }
 
 void Engine::RecordKvUseLocked() {
-  stats_.kv_bytes_in_use = kv_.bytes_in_use();
+  stats_.kv_bytes_in_use = cache_.bytes_in_use();
   stats_.kv_bytes_peak = std::max(stats_.kv_bytes_peak, stats_.kv_bytes_in_use);
-  stats_.kv_bytes_cached = kv_.bytes_cached();
+  stats_.kv_bytes_cached = cache_.bytes_cached();
 }
 
 void Engine::PublishOccupancyLocked() {
@@ -429,7 +429,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
   {
     // Counted before the sink hears of it, so a client that saw its request
     // finish never reads stats that still hold it.
-    if (seq.running) kv_.Release(seq.blocks);
+    if (seq.running) cache_.Release(seq.cache);
     if (draft_ != nullptr) draft_->Forget(seq.id);
     std::lock_guard<std::mutex> lock(mu_);
     live_ids_.erase(seq.id);
@@ -494,7 +494,7 @@ void Engine::Preempt(RequestId id) {
   auto it = std::find_if(active_.begin(), active_.end(), [id](const auto& s) { return s->id == id; });
   std::unique_ptr<Sequence> seq = std::move(*it);
   active_.erase(it);
-  kv_.Release(seq->blocks);
+  cache_.Release(seq->cache);
   seq->computed = 0;
   seq->DropDrafts();
   seq->running = false;
@@ -512,7 +512,7 @@ bool Engine::Plan(StepPlan* plan) {
   // prefix cache.
   // Blocks behind windows go back first: they may be what a queued prompt
   // finds cached.
-  for (const auto& s : active_) kv_.GiveBackBehindWindow(s->computed, s->blocks);
+  for (const auto& s : active_) cache_.GiveBackBehindWindow(s->computed, s->cache);
   std::vector<QueuedRequest> queued;
   const size_t candidates = std::min<size_t>(
       queue_.size(), static_cast<size_t>(std::max(0, o.max_batch - static_cast<int>(active_.size()))));
@@ -521,36 +521,39 @@ bool Engine::Plan(StepPlan* plan) {
     const Sequence& s = *queue_[i];
     const int known = static_cast<int>(s.tokens.size());
     int local_idle = 0;
-    const KvBlockPool::Hit hit = i < candidates ? kv_.UsableHit(s.tokens, known - 1, &local_idle) : KvBlockPool::Hit{};
+    const KvBlockPool::Hit hit = i < candidates ? cache_.UsableHit(s.tokens, known - 1, &local_idle) : KvBlockPool::Hit{};
     queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle});
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) {
-    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->blocks.ids.size()),
-                      kv_.Exclusive(s->blocks), s->drafted, kv_.LocalExclusive(s->blocks)});
+    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->cache.ids.size()),
+                      cache_.Exclusive(s->cache), s->drafted, cache_.LocalExclusive(s->cache)});
   }
-  *plan = Schedule(queued, active, kv_.free_blocks(), o, now, kv_.free_local_blocks());
+  *plan = Schedule(queued, active, cache_.free_blocks(), o, now, cache_.free_local_blocks(),
+                   cache_.free_state_slots());
   if (plan->seqs.empty() && plan->admitted.empty() && plan->preempted.empty()) return false;
 
   // Preempted sequences go back to the queue's front, the oldest first.
   for (RequestId id : plan->preempted) Preempt(id);
   by_id_.clear();
   for (const auto& s : active_) by_id_[s->id] = s.get();
-  const int64_t queries = kv_.query_tokens(), hits = kv_.hit_tokens();
+  const int64_t queries = cache_.query_tokens(), hits = cache_.hit_tokens();
   for (size_t i = 0; i < plan->admitted.size(); ++i) {
     // Admissions are a prefix of the queue, in order. Taking the cached
     // prefix before any block is allocated keeps eviction off it.
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
     seq->running = true;
-    seq->computed = kv_.TakeCachedPrefix(seq->tokens, seq->blocks);
+    // The plan admitted no more than the free state slots.
+    (void)cache_.AcquireState(seq->cache);
+    seq->computed = cache_.TakeCachedPrefix(seq->tokens, seq->cache);
     metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
     by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
   }
-  metrics_.prefix_query_tokens.Add(static_cast<double>(kv_.query_tokens() - queries));
-  metrics_.prefix_hit_tokens.Add(static_cast<double>(kv_.hit_tokens() - hits));
+  metrics_.prefix_query_tokens.Add(static_cast<double>(cache_.query_tokens() - queries));
+  metrics_.prefix_hit_tokens.Add(static_cast<double>(cache_.hit_tokens() - hits));
 
   // Blocks for every scheduled sequence's positions. The plan counted on
   // them; a sequence the pool cannot serve after all (not expected) sits
@@ -559,14 +562,15 @@ bool Engine::Plan(StepPlan* plan) {
   step_.batch.Clear();
   for (const ScheduledSequence& p : plan->seqs) {
     Sequence& s = *by_id_[p.id];
-    const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.blocks.ids.size());
-    if (p.pos != s.computed || !kv_.Allocate(need, s.blocks)) continue;
+    const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.cache.ids.size());
+    if (p.pos != s.computed || !cache_.Allocate(need, s.cache)) continue;
     runs.push_back(p);
     // With drafts (in decode, so the chunk starts at the last real token),
     // every row's logits: each says whether the next draft stands.
-    step_.batch.AddSequence(s.blocks.ids, s.blocks.local_ids, p.pos,
+    step_.batch.AddSequence(s.cache.ids, s.cache.local_ids, p.pos,
                             absl::MakeConstSpan(s.tokens.data() + p.pos, p.len),
                             s.drafted > 0 ? p.len : 1);
+    if (cache_.has_state()) step_.batch.states.push_back(StateOf(s.cache.slot, p.pos));
   }
   plan->seqs = std::move(runs);
   std::lock_guard<std::mutex> lock(mu_);
@@ -614,7 +618,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
       continue;
     }
-    kv_.Register(s.tokens, s.computed, s.blocks);
+    cache_.Register(s.tokens, s.computed, s.cache);
     if (s.computed == static_cast<int>(s.tokens.size())) {
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
     }
@@ -699,7 +703,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     }
     s.constraint_ahead = 0;
     // Blocks now full of computed tokens that stand go to the prefix cache.
-    if (!s.finished) kv_.Register(s.tokens, s.computed, s.blocks);
+    if (!s.finished) cache_.Register(s.tokens, s.computed, s.cache);
   }
   EraseFinished(active_);
   if (options_.speculative.mode != SpeculativeMode::kOff) ProposeDrafts();

@@ -3,7 +3,7 @@
 // per token step (new prompts join the same forward as decoding sequences),
 // streams each sampled token to the request's sink, and gives a sequence's
 // KV blocks back the step it finishes. The step is planned by Schedule();
-// KV blocks come from pools sized by memory (KvBlockTables), sequences hold what
+// KV blocks come from pools sized by memory (CacheManager), sequences hold what
 // their positions fill, prompts reuse cached prefixes, and when blocks run
 // out the newest running sequence is preempted and later recomputed (its
 // output unchanged: every step is batch-invariant).
@@ -28,7 +28,7 @@
 #include "kernels/collectives.h"
 #include "model/causal_lm.h"
 #include "engine/engine_metrics.h"
-#include "engine/kv_block_tables.h"
+#include "engine/cache_manager.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/draft_model.h"
@@ -200,7 +200,7 @@ class Engine {
   EngineMetrics metrics_;                          // lock-free
 
   // Loop-thread state.
-  KvBlockTables kv_;  // which blocks each running sequence holds
+  CacheManager cache_;  // the blocks and state slots each running sequence holds
   std::deque<std::unique_ptr<Sequence>> queue_;
   std::vector<std::unique_ptr<Sequence>> active_;  // in admission order
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences

@@ -59,7 +59,7 @@ absl::string_view SchedulerPolicyName(SchedulerPolicy policy) {
 
 StepPlan Schedule(const std::vector<QueuedRequest>& queue,
                   const std::vector<ActiveSequence>& active, int free_blocks,
-                  const SchedulerOptions& o, absl::Time now, int free_local_blocks) {
+                  const SchedulerOptions& o, absl::Time now, int free_local_blocks, int free_state_slots) {
   StepPlan plan;
   const int B = o.block_size;
   const int n = static_cast<int>(active.size());
@@ -113,7 +113,9 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
   // is budget to start their prompts; a batching policy admits its whole
   // batch at once (nobody joins it later), and prompts the budget cannot
   // cover yet continue in the next steps.
-  const int limit = AdmissionLimit(queue, n, o.max_batch - n, o, now);
+  // A sequence of a model with recurrent state runs in a state slot of its own.
+  const int slots = free_state_slots == kNoStatePool ? o.max_batch - n : std::min(o.max_batch - n, free_state_slots);
+  const int limit = AdmissionLimit(queue, n, slots, o, now);
   const bool whole_batch = o.policy != SchedulerPolicy::kFusion;
   for (int i = 0; i < limit && (budget > 0 || whole_batch); ++i) {
     const QueuedRequest& q = queue[i];

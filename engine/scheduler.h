@@ -104,7 +104,7 @@ struct StepPlan {
 // cannot compute a single token preempts the newest running sequence not
 // yet scheduled (itself, if it is the newest). Then, in a step that
 // preempted nothing, queued requests are admitted in order while the
-// policy, max_batch, the budget and free blocks allow, from their cached
+// policy, max_batch, the budget, free blocks (and free state slots) allow, from their cached
 // prefix on: each needs blocks for all its known tokens, or with a window
 // only for the most one window spans (WindowBlocks), its first chunk then
 // no longer than the free blocks hold.
@@ -112,9 +112,14 @@ struct StepPlan {
 // With local blocks (options.local_window > 0), `free_local_blocks` is the
 // local pool's: every block a sequence's list grows by is taken from both.
 inline constexpr int kNoLocalPool = -1;
+// With recurrent state (hybrid models), `free_state_slots` is how many
+// more sequences may run: each admitted one takes a slot (running ones
+// hold theirs; a preempted one gives its back). kNoStatePool: no limit.
+inline constexpr int kNoStatePool = -1;
 StepPlan Schedule(const std::vector<QueuedRequest>& queue,
                   const std::vector<ActiveSequence>& active, int free_blocks,
-                  const SchedulerOptions& options, absl::Time now, int free_local_blocks = kNoLocalPool);
+                  const SchedulerOptions& options, absl::Time now, int free_local_blocks = kNoLocalPool,
+                  int free_state_slots = kNoStatePool);
 
 // The most blocks `window` consecutive positions span: what a sequence
 // holds at most between steps where blocks behind its window are given

@@ -74,6 +74,24 @@ TEST(SchedulerTest, MaxBatchCapsRunningSequences) {
                                    std::make_tuple(3, 0, 5), std::make_tuple(4, 0, 1)));
 }
 
+TEST(SchedulerTest, RecurrentStateSlotsCapAdmissions) {
+  // Two free state slots (a hybrid model): two of three are admitted; with
+  // none free, nobody, while running sequences go on.
+  const std::vector<QueuedRequest> queue = {{1, 3, kT0}, {2, 4, kT0}, {3, 5, kT0}};
+  StepPlan p = Schedule(queue, {}, kPlenty, Fusion(8), kT0, kNoLocalPool, /*free_state_slots=*/2);
+  EXPECT_THAT(p.admitted, ElementsAre(1, 2));
+  p = Schedule(queue, {Running(9, 10, 11)}, kPlenty, Fusion(8), kT0, kNoLocalPool, 0);
+  EXPECT_THAT(p.admitted, IsEmpty());
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(9, 10, 1)));
+  // The batching policies' batches and the sequential one take slots too.
+  SchedulerOptions o = Fusion(8);
+  o.policy = SchedulerPolicy::kDynamic;
+  o.batch_delay = absl::ZeroDuration();
+  EXPECT_THAT(Schedule(queue, {}, kPlenty, o, kT0, kNoLocalPool, 1).admitted, ElementsAre(1));
+  o.policy = SchedulerPolicy::kSequential;
+  EXPECT_THAT(Schedule(queue, {}, kPlenty, o, kT0, kNoLocalPool, 0).admitted, IsEmpty());
+}
+
 TEST(SchedulerTest, AdmissionChecksTheBlocksThePromptNeeds) {
   // Three free blocks: a 40-token prompt needs two, so the second one waits,
   // and so does the one-block prompt behind it (arrival order is kept).

@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
       step_blocks = KvCacheShape::BlocksFor(max_rows);
     }
     const int64_t most = (int64_t{max_seqs} * seq_blocks + step_blocks) * unit.bytes_per_block() +
-                         local_blocks * unit.bytes_per_local_block();
+                         local_blocks * unit.bytes_per_local_block() +
+                         int64_t{max_seqs} * unit.bytes_per_state_slot();
     const kernels::DeviceInfo device = model.backend().Device();
     if (kv.device_memory_fraction <= 0 || kv.device_memory_fraction > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -54,6 +55,20 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
                 ? static_cast<int64_t>(kv.device_memory_fraction * static_cast<double>(device.free_bytes))
                 : kDefaultCpuKvCacheBytes;
     bytes = std::min(bytes, most);
+  }
+  // Recurrent state (hybrid models): a slot for each sequence that may run,
+  // from at most half the budget (fewer slots let fewer sequences run at
+  // once, never fewer positions each); the blocks take the rest.
+  int64_t state_slots = 0;
+  if (unit.state_layers > 0) {
+    state_slots = std::min<int64_t>(max_seqs, bytes / 2 / unit.bytes_per_state_slot());
+    if (state_slots < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a KV cache of %d bytes holds no sequence's recurrent state: one takes %d bytes (its half of the "
+          "cache's memory must hold one)",
+          bytes, unit.bytes_per_state_slot()));
+    }
+    bytes -= state_slots * unit.bytes_per_state_slot();
   }
   if (local) {
     // No more local blocks than the cache would hold with every layer in
@@ -71,19 +86,21 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
   }
   if (channel != nullptr && channel->world().tp_size > 1) {
     // Rank 0 plans block ids for every rank: all take its counts.
-    int64_t leader[2] = {blocks, local_blocks};
+    int64_t leader[3] = {blocks, local_blocks, state_slots};
     FLOVER_RETURN_IF_ERROR(channel->Broadcast(leader, sizeof(leader), 0));
-    if (leader[0] > blocks || leader[1] > local_blocks) {
+    if (leader[0] > blocks || leader[1] > local_blocks || leader[2] > state_slots) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "rank %d has room for %d KV blocks (%d local) but rank 0 plans with %d (%d); set the KV cache's "
-          "memory explicitly",
-          channel->world().rank, blocks, local_blocks, leader[0], leader[1]));
+          "rank %d has room for %d KV blocks (%d local, %d state slots) but rank 0 plans with %d (%d, %d); set "
+          "the KV cache's memory explicitly",
+          channel->world().rank, blocks, local_blocks, state_slots, leader[0], leader[1], leader[2]));
     }
     blocks = leader[0];
     local_blocks = leader[1];
+    state_slots = leader[2];
   }
   KvCacheShape shape = model.CacheShape(static_cast<int>(blocks), max_seq_len);
   shape.local_blocks = static_cast<int>(local_blocks);
+  shape.state_slots = static_cast<int>(state_slots);
   auto cache = KvCache::Create(model.backend(), shape);
   if (!cache.ok()) return cache.status();
   return std::unique_ptr<StepExecutor>(new StepExecutor(model, std::move(*cache)));

@@ -73,6 +73,32 @@ struct KvLayer {
   static int64_t BlocksFor(int64_t positions) { return (positions + kBlockSize - 1) / kBlockSize; }
 };
 
+// One recurrent layer's per-sequence state in the backend's memory (the
+// short convolutions and scans of hybrid models): `slots` slots, each the
+// window of the layer's causal convolution (conv_elems f32: its last K - 1
+// inputs, [K - 1, channels], oldest first) and its scan's state (scan_elems
+// f32; e.g. the gated delta rule's [heads, dk, dv]). Not blocks: a state
+// has the same size at every position.
+struct StateLayer {
+  float* conv = nullptr;  // [slots, conv_elems]
+  float* scan = nullptr;  // [slots, scan_elems]; null where the layer has none
+  int32_t slots = 0;
+  int64_t conv_elems = 0;
+  int64_t scan_elems = 0;
+};
+
+// Where one sequence's recurrent state comes from and goes to in a step:
+// its rows start from slot `read` (kNoSlot: from zeros, at position 0) and
+// its state after its last row is written to slot `write` (the same slot,
+// or another: a verify step keeps the state before it, a prefix hit starts
+// from a cached checkpoint). Laid out as two int32 per sequence.
+struct SeqState {
+  static constexpr int32_t kNoSlot = -1;
+  int32_t read = kNoSlot;
+  int32_t write = 0;
+};
+static_assert(sizeof(SeqState) == 2 * sizeof(int32_t), "SeqState is uploaded as int32[2]");
+
 }  // namespace flover::kernels
 
 #endif  // FLOVER_KERNELS_KV_LAYER_H_

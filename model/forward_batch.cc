@@ -32,6 +32,7 @@ void ForwardBatch::Clear() {
   block_ids.clear();
   local_block_ids.clear();
   logit_rows.clear();
+  states.clear();
 }
 
 int ForwardBatch::num_logit_rows() const {

@@ -27,6 +27,10 @@ struct ForwardBatch {
   // decode token or a prompt's last chunk, more for draft tokens being
   // verified (each row's logits then say what follows it). Empty: 1 each.
   std::vector<int32_t> logit_rows;
+  // With a cache of recurrent state (KvCacheShape::state_slots > 0): each
+  // sequence's state slots, entry for entry beside `seqs` (StateOf gives
+  // the usual one). Else empty.
+  std::vector<kernels::SeqState> states;
 
   // Appends `new_tokens` of a sequence, the first at position `pos`, whose
   // KV blocks are `blocks` in order of position (the first
@@ -42,6 +46,12 @@ struct ForwardBatch {
   int num_logit_rows() const;            // the sum of logit_rows
   int32_t logit_rows_of(size_t i) const { return logit_rows.empty() ? 1 : logit_rows[i]; }
 };
+
+// A sequence's state in `slot` carried on: read from it (from zeros at
+// position 0, where nothing is in it yet) and written back to it.
+inline kernels::SeqState StateOf(int32_t slot, int32_t pos) {
+  return {pos == 0 ? kernels::SeqState::kNoSlot : slot, slot};
+}
 
 enum class LogitsFor {
   kLastRowsOfEachSequence,  // [num_logit_rows, V]: each sequence's last logit_rows rows, in order

@@ -27,7 +27,8 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
     return absl::InvalidArgumentError("the KV cache belongs to another backend than the model");
   }
   if (cs.layers != expected.layers || cs.heads != expected.heads ||
-      cs.head_dim != expected.head_dim) {
+      cs.head_dim != expected.head_dim || cs.state_layers != expected.state_layers ||
+      cs.conv_state != expected.conv_state || cs.scan_state != expected.scan_state) {
     return absl::InvalidArgumentError("KV cache shape does not match the model");
   }
   if (cs.dtype != backend_.kv_dtype()) {
@@ -124,6 +125,7 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
           "sequence %d asks for the logits of %d rows of its %d", i, b.logit_rows[i], b.seqs[i].len));
     }
   }
+  FLOVER_RETURN_IF_ERROR(CheckStates(b, cs));
   if (next_block != static_cast<int64_t>(b.block_ids.size())) {
     return absl::InvalidArgumentError("the block table has ids no sequence uses");
   }
@@ -131,6 +133,47 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
     if (t < 0 || t >= vocab_size_) {
       return absl::InvalidArgumentError(
           absl::StrFormat("token id %d is outside the vocabulary (%d)", t, vocab_size_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ForwardRuntime::CheckStates(const ForwardBatch& b, const KvCacheShape& cs) {
+  if (cs.state_slots == 0) {
+    if (b.states.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError("the batch names state slots but the cache keeps no recurrent state");
+  }
+  if (b.states.size() != b.seqs.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the batch names state slots for %d of its %d sequences (the model keeps recurrent state: every "
+        "sequence needs them)", b.states.size(), b.seqs.size()));
+  }
+  written_slots_.assign(cs.state_slots, false);
+  read_slots_.assign(cs.state_slots, false);
+  for (size_t i = 0; i < b.states.size(); ++i) {
+    const kernels::SeqState& st = b.states[i];
+    if (st.read < kernels::SeqState::kNoSlot || st.read >= cs.state_slots || st.write < 0 ||
+        st.write >= cs.state_slots) {
+      return absl::InvalidArgumentError(absl::StrFormat("state slots (read %d, write %d) are outside the cache (%d)",
+                                                        st.read, st.write, cs.state_slots));
+    }
+    if (st.read == kernels::SeqState::kNoSlot && b.seqs[i].pos != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a sequence starting at position %d reads no recurrent state (only position 0 starts from zeros)",
+          b.seqs[i].pos));
+    }
+    if (written_slots_[st.write]) {
+      return absl::InvalidArgumentError(absl::StrFormat("state slot %d is written by two sequences of one batch",
+                                                        st.write));
+    }
+    written_slots_[st.write] = true;
+    if (st.read >= 0) read_slots_[st.read] = true;
+  }
+  for (size_t i = 0; i < b.states.size(); ++i) {
+    const kernels::SeqState& st = b.states[i];
+    if (read_slots_[st.write] && st.read != st.write) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "state slot %d is written by one sequence of the batch and read by another", st.write));
     }
   }
   return absl::OkStatus();
@@ -160,11 +203,12 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
     }
     buffers_.push_back(std::move(*b));
   }
-  // Tokens, positions, the sequence table and the gather table (10 words a
-  // row at most), then the block table: every sequence (one logit row each
-  // at least) at the model's longest context.
+  // Tokens, positions, the sequence table, the gather table and the state
+  // slots (12 words a row at most), then the block table: every sequence
+  // (one logit row each at least) at the model's longest context.
   auto step = alloc(kernels::DType::kI32, 1,
-                    10 * int64_t{rows} + 2 * int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
+                    kStepWordsPerRow * int64_t{rows} +
+                        2 * int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
   if (!step.ok()) return step.status();
   step_ = std::move(*step);
   if (tp_size_ > 1) {
@@ -192,7 +236,7 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
 absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBatch& b) {
   const int T = b.num_rows(), S = static_cast<int>(b.seqs.size());
   const int64_t B = static_cast<int64_t>(b.block_ids.size()), L = static_cast<int64_t>(b.local_block_ids.size());
-  if (T > rows_ || 10 * int64_t{T} + B + L > step_.tensor().cols) {
+  if (T > rows_ || kStepWordsPerRow * int64_t{T} + B + L > step_.tensor().cols) {
     return absl::InternalError("UploadStep before Reserve");
   }
   step_host_.clear();
@@ -203,6 +247,10 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
     step_host_.insert(step_host_.end(), {s.blocks, s.pos, s.len, s.row});
     max_context = std::max(max_context, s.pos + s.len);
   }
+  // The state slots before the block table, so a decode step's tables stay
+  // where a recording of it reads them.
+  const int64_t states_at = static_cast<int64_t>(step_host_.size());
+  for (const kernels::SeqState& st : b.states) step_host_.insert(step_host_.end(), {st.read, st.write});
   const int64_t blocks_at = static_cast<int64_t>(step_host_.size());
   step_host_.insert(step_host_.end(), b.block_ids.begin(), b.block_ids.end());
   step_host_.insert(step_host_.end(), b.local_block_ids.begin(), b.local_block_ids.end());
@@ -235,7 +283,12 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
     local.block_ids = b.local_block_ids.data();
     local.block_ids_device = all.View(blocks_at + B, 1, L);
   }
-  return Step{all.View(0, 1, T), all.View(T, 1, T), seqs, gather, local};
+  Step step{all.View(0, 1, T), all.View(T, 1, T), seqs, gather, local};
+  if (!b.states.empty()) {
+    step.states = b.states.data();
+    step.states_device = all.View(states_at, S, 2);
+  }
+  return step;
 }
 
 absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,

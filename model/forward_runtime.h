@@ -69,6 +69,11 @@ class ForwardRuntime {
     // `seqs` with the local layers' block table (ForwardBatch::
     // local_block_ids); `seqs` itself without local blocks.
     kernels::SeqTable local_seqs;
+    // Each sequence's state slots (ForwardBatch::states), in host memory
+    // and as i32 [num_seqs, 2] in the backend's; empty without recurrent
+    // state.
+    const kernels::SeqState* states = nullptr;
+    kernels::Tensor states_device;
   };
   // The step's one upload. Call Reserve(T, ...) first.
   absl::StatusOr<Step> UploadStep(const ForwardBatch& batch);
@@ -116,6 +121,11 @@ class ForwardRuntime {
                                                          const kernels::Tensor& logits, int R);
 
  private:
+  // Words of the step table per row at most: a token, a position, a
+  // sequence's 4 and state's 2, a gathered row's 4.
+  static constexpr int kStepWordsPerRow = 12;
+  absl::Status CheckStates(const ForwardBatch& b, const KvCacheShape& cs);
+
   kernels::Backend& backend_;
   Collectives* collectives_;
   int tp_size_ = 1;
@@ -130,6 +140,7 @@ class ForwardRuntime {
   kernels::Buffer partial_;  // f32 [rows, hidden] (tp > 1): a row-split GEMM's part
   std::vector<int32_t> step_host_;
   std::vector<kernels::SeqRows> gather_host_;  // the step's gather table, where it has one
+  std::vector<bool> written_slots_, read_slots_;  // CheckStates' scratch
   int64_t generation_ = 0;  // bumped whenever the buffers move (recording keys name them)
   // Where logits come back to when the backend's memory is not host memory
   // (one rank): the backend's staging memory for logit_rows_ x vocabulary

@@ -31,6 +31,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
     return absl::InvalidArgumentError(
         "local KV blocks need local and global layers (one mark per layer) and a local window");
   }
+  if (s.state_slots < 0 || s.state_layers < 0 || s.conv_state < 0 || s.scan_state < 0 ||
+      (s.state_slots > 0) != (s.state_layers > 0) ||
+      (s.state_layers > 0 && s.conv_state + s.scan_state < 1)) {
+    return absl::InvalidArgumentError(
+        "recurrent state needs slots, recurrent layers and a state size, each positive, or none of them");
+  }
   if (s.dtype != backend.kv_dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a KV cache of ", kernels::KvDtypeName(s.dtype), " on a backend that keeps K/V in ",
@@ -48,13 +54,19 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
   // Elements pair up (K and V), so the cache is a whole number of either type.
   const kernels::DType elem =
       s.dtype == kernels::KvDtype::kBF16 ? kernels::DType::kBF16 : kernels::DType::kF32;
-  auto data = backend.Allocate(elem, 1, s.bytes() / kernels::KvDtypeBytes(s.dtype));
+  auto data = backend.Allocate(elem, 1, s.kv_bytes() / kernels::KvDtypeBytes(s.dtype));
+  kernels::Buffer states;
+  if (data.ok() && s.state_slots > 0) {
+    auto allocated = backend.Allocate(kernels::DType::kF32, 1, s.bytes_per_state_slot() / 4 * s.state_slots);
+    if (!allocated.ok()) data = allocated.status();
+    if (allocated.ok()) states = std::move(*allocated);
+  }
   if (!data.ok()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "cannot allocate a KV cache of %.0f MiB on %s: %s", mib, device.name,
         data.status().message()));
   }
-  return std::unique_ptr<KvCache>(new KvCache(backend, s, std::move(*data)));
+  return std::unique_ptr<KvCache>(new KvCache(backend, s, std::move(*data), std::move(states)));
 }
 
 int KvCacheShape::local_layer_count() const {
@@ -75,6 +87,13 @@ kernels::KvLayer KvCache::layer(int i) const {
   kv.k = base;
   kv.v = base + bytes;
   return kv;
+}
+
+kernels::StateLayer KvCache::state(int i) const {
+  const KvCacheShape& s = shape_;
+  float* base = states_.tensor().as<float>() + int64_t{i} * s.state_slots * (s.conv_state + s.scan_state);
+  return {base, s.scan_state > 0 ? base + int64_t{s.state_slots} * s.conv_state : nullptr, s.state_slots,
+          s.conv_state, s.scan_state};
 }
 
 }  // namespace flover

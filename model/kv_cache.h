@@ -1,10 +1,12 @@
-// The KV cache: allocated once in the backend's memory, for every layer the
-// K and V of `num_blocks` blocks of kernels::KvLayer::kBlockSize positions
-// (kernels::KvLayer describes the layout) — or, with local blocks, the
-// global layers' in those and the local layers' in `local_blocks` of their
-// own. Which sequence a block belongs to is the caller's business (the
-// engine's block pools): a forward names each sequence's blocks in its
-// ForwardBatch.
+// The KV cache: allocated once in the backend's memory, for every attention
+// layer the K and V of `num_blocks` blocks of kernels::KvLayer::kBlockSize
+// positions (kernels::KvLayer describes the layout) — or, with local
+// blocks, the global layers' in those and the local layers' in
+// `local_blocks` of their own — and for every recurrent layer (hybrid
+// models) `state_slots` slots of per-sequence state (kernels::StateLayer).
+// Which sequence a block or slot belongs to is the caller's business (the
+// engine's cache manager): a forward names each sequence's blocks and state
+// slots in its ForwardBatch.
 #ifndef FLOVER_MODEL_KV_CACHE_H_
 #define FLOVER_MODEL_KV_CACHE_H_
 
@@ -44,6 +46,14 @@ struct KvCacheShape {
   // its whole context. 0: every layer's K and V in the same blocks.
   int local_blocks = 0;
 
+  // Recurrent layers (hybrid models) keep no K and V: each running
+  // sequence keeps their state in a slot of its own instead (kernels::
+  // StateLayer), conv_state + scan_state f32 values per layer, in
+  // `state_layers` layers; state_slots slots in all (0: no recurrent layer).
+  int state_layers = 0;
+  int64_t conv_state = 0, scan_state = 0;
+  int state_slots = 0;
+
   // Whether layer l keeps its K and V in the local blocks.
   bool local(int l) const { return local_blocks > 0 && local_layers[l]; }
   // Layers in the shared blocks (all of them without local blocks), and in
@@ -59,7 +69,11 @@ struct KvCacheShape {
   int64_t bytes_per_local_block() const {
     return int64_t{2} * local_layer_count() * heads * head_dim * kernels::KvDtypeBytes(dtype) * kBlockSize;
   }
-  int64_t bytes() const { return bytes_per_block() * num_blocks + bytes_per_local_block() * local_blocks; }
+  // One state slot: every recurrent layer's state.
+  int64_t bytes_per_state_slot() const { return int64_t{4} * state_layers * (conv_state + scan_state); }
+  // The K/V blocks' bytes, and with the state slots.
+  int64_t kv_bytes() const { return bytes_per_block() * num_blocks + bytes_per_local_block() * local_blocks; }
+  int64_t bytes() const { return kv_bytes() + bytes_per_state_slot() * state_slots; }
   int64_t tokens() const { return int64_t{num_blocks} * kBlockSize; }
   static int BlocksFor(int64_t positions) {
     return static_cast<int>(kernels::KvLayer::BlocksFor(positions));
@@ -86,16 +100,22 @@ class KvCache {
   const KvCacheShape& shape() const { return shape_; }
   kernels::Backend& backend() const { return backend_; }
   kernels::KvLayer layer(int i) const;
+  // Recurrent layer i's state slots (i < shape().state_layers).
+  kernels::StateLayer state(int i) const;
 
  private:
-  KvCache(kernels::Backend& backend, const KvCacheShape& shape, kernels::Buffer data)
-      : backend_(backend), shape_(shape), data_(std::move(data)) {}
+  KvCache(kernels::Backend& backend, const KvCacheShape& shape, kernels::Buffer data, kernels::Buffer states)
+      : backend_(backend), shape_(shape), data_(std::move(data)), states_(std::move(states)) {}
 
   kernels::Backend& backend_;
   KvCacheShape shape_;
   // Left uninitialized: positions are written before they are read (and on
   // the CPU, untouched pages of a large cache cost no memory).
   kernels::Buffer data_;
+  // f32: each recurrent layer's [conv of every slot | scan of every slot].
+  // Left uninitialized too: a sequence's first step reads zeros (kNoSlot)
+  // and writes its slot.
+  kernels::Buffer states_;
 };
 
 }  // namespace flover

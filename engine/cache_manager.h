@@ -20,9 +20,13 @@
 
 namespace flover {
 
-// A sequence's blocks, as KvBlockTables hands them out. The lists are what
-// a forward names (ForwardBatch::AddSequence).
-struct SequenceBlocks {
+// A sequence's part of the cache, as CacheManager hands it out: its blocks
+// (the lists a forward names, ForwardBatch::AddSequence) and its state slot.
+struct SequenceCache {
+  static constexpr int32_t kNoSlot = -1;
+  // Its recurrent state's slot while it runs (kNoSlot without recurrent
+  // layers, or before admission).
+  int32_t slot = kNoSlot;
   std::vector<int32_t> ids;    // its blocks, in order of position
   std::vector<uint64_t> keys;  // prefix-cache keys of its full computed blocks
   // Its first blocks given back, behind its window (KvBlockPool::kNoBlock
@@ -35,12 +39,12 @@ struct SequenceBlocks {
   int local_given_back = 0;
 };
 
-class KvBlockTables {
+class CacheManager {
  public:
   // `window` > 0: blocks behind every layer's window are given back (0
   // where the cache's window is not to free them). The local pool has
   // shape.local_blocks blocks, and their window is shape.local_window.
-  KvBlockTables(const KvCacheShape& shape, int window, bool prefix_caching);
+  CacheManager(const KvCacheShape& shape, int window, bool prefix_caching);
 
   // The blocks a sequence of `positions` needs to run alone: all of them,
   // or with a window those one spans; and of the local blocks (0 without
@@ -53,6 +57,12 @@ class KvBlockTables {
   int MaxContext(int max_seq_len) const;
 
   int num_blocks() const { return pool_.num_blocks(); }
+  // Whether sequences keep recurrent state (each running one holds a slot).
+  bool has_state() const { return state_slots_ > 0; }
+  // Slots for running sequences nobody holds; kNoStatePool without
+  // recurrent state (the scheduler's convention).
+  int free_state_slots() const;
+  int64_t bytes_per_state_slot() const { return bytes_per_state_slot_; }
   int num_local_blocks() const { return local_pool_.num_blocks(); }
   // > 0: the local layers' blocks are kept apart, given back behind this.
   int local_window() const { return local_window_; }
@@ -64,27 +74,32 @@ class KvBlockTables {
   // those nobody holds).
   KvBlockPool::Hit UsableHit(absl::Span<const int32_t> tokens, int max_tokens, int* local_idle) const;
   // What releasing the sequence's blocks gives back, in each pool.
-  int Exclusive(const SequenceBlocks& s) const { return pool_.Exclusive(s.ids); }
-  int LocalExclusive(const SequenceBlocks& s) const { return local_pool_.Exclusive(s.local_ids); }
+  int Exclusive(const SequenceCache& s) const { return pool_.Exclusive(s.ids); }
+  int LocalExclusive(const SequenceCache& s) const { return local_pool_.Exclusive(s.local_ids); }
   int free_blocks() const { return pool_.free_blocks(); }
   // kNoLocalPool without local blocks (the scheduler's convention).
   int free_local_blocks() const;
 
   // Takes the usable cached prefix of an admitted sequence's `tokens` (all
   // but the last known one): returns the tokens taken.
-  int TakeCachedPrefix(absl::Span<const int32_t> tokens, SequenceBlocks& s);
+  int TakeCachedPrefix(absl::Span<const int32_t> tokens, SequenceCache& s);
   // `need` more blocks in each pool, or none (false).
-  bool Allocate(int need, SequenceBlocks& s);
+  bool Allocate(int need, SequenceCache& s);
+  // A state slot for an admitted sequence, where the model keeps recurrent
+  // state (true without: none needed); false when none is free.
+  bool AcquireState(SequenceCache& s);
   // Gives back the blocks wholly behind the window of a sequence's next row
   // (`computed` positions are computed): every layer's where every layer
   // has a window, the local layers' where the cache keeps them apart.
-  void GiveBackBehindWindow(int computed, SequenceBlocks& s);
+  void GiveBackBehindWindow(int computed, SequenceCache& s);
   // Its full computed blocks (local ones too) into the prefix cache.
-  void Register(absl::Span<const int32_t> tokens, int computed, SequenceBlocks& s);
-  // Every block the sequence holds back to the pools; `s` is then empty.
-  void Release(SequenceBlocks& s);
+  void Register(absl::Span<const int32_t> tokens, int computed, SequenceCache& s);
+  // Every block and the slot the sequence holds back to the pools; `s` is
+  // then empty.
+  void Release(SequenceCache& s);
 
-  // Bytes of the blocks sequences hold, and of the idle cached ones.
+  // Bytes of the blocks and state slots sequences hold, and of the idle
+  // cached blocks.
   int64_t bytes_in_use() const;
   int64_t bytes_cached() const;
   // Prefix queries and hits in tokens (the shared pool's), since creation.
@@ -102,6 +117,9 @@ class KvBlockTables {
   const int64_t bytes_per_local_block_;
   KvBlockPool pool_;
   KvBlockPool local_pool_;  // the local layers' blocks (none unless the cache has them)
+  const int state_slots_;
+  const int64_t bytes_per_state_slot_;
+  std::vector<int32_t> slots_;  // free state slots, taken from the back
 };
 
 }  // namespace flover

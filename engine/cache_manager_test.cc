@@ -2,7 +2,7 @@
 // run alone, blocks given back behind windows, allocations that take from
 // both pools or neither, and prefix hits cut back to where the local
 // layers' window is cached too.
-#include "engine/kv_block_tables.h"
+#include "engine/cache_manager.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -42,31 +42,31 @@ KvCacheShape Shape(int num_blocks, int window = 0, int local_blocks = 0, int loc
   return s;
 }
 
-TEST(KvBlockTablesTest, WhatASequenceNeedsToRunAlone) {
-  const KvBlockTables whole(Shape(8), 0, true);
+TEST(CacheManagerTest, WhatASequenceNeedsToRunAlone) {
+  const CacheManager whole(Shape(8), 0, true);
   EXPECT_EQ(whole.BlocksToRun(100), 4);
   EXPECT_EQ(whole.LocalBlocksToRun(100), 0);
   EXPECT_EQ(whole.MaxContext(1024), 8 * B);  // the whole cache
   EXPECT_EQ(whole.free_local_blocks(), kNoLocalPool);
   // A window of 40 that gives blocks back spans at most 3 blocks.
-  const KvBlockTables windowed(Shape(8, 40), 40, true);
+  const CacheManager windowed(Shape(8, 40), 40, true);
   EXPECT_EQ(windowed.BlocksToRun(1000), 3);
   EXPECT_EQ(windowed.MaxContext(1024), 1024);
   // The same cache whose window is not to free blocks.
-  EXPECT_EQ(KvBlockTables(Shape(8, 40), 0, true).MaxContext(1024), 8 * B);
+  EXPECT_EQ(CacheManager(Shape(8, 40), 0, true).MaxContext(1024), 8 * B);
   // Local blocks: their window needs 3, and 2 hold only 64 positions.
-  const KvBlockTables local(Shape(64, 0, 2, 40), 0, true);
+  const CacheManager local(Shape(64, 0, 2, 40), 0, true);
   EXPECT_EQ(local.LocalBlocksToRun(1000), 3);
   EXPECT_EQ(local.LocalBlocksToRun(20), 1);
   EXPECT_EQ(local.MaxContext(1024), 2 * B);
-  EXPECT_EQ(KvBlockTables(Shape(64, 0, 3, 40), 0, true).MaxContext(1024), 1024);
+  EXPECT_EQ(CacheManager(Shape(64, 0, 3, 40), 0, true).MaxContext(1024), 1024);
 }
 
-TEST(KvBlockTablesTest, AWindowGivesBackTheBlocksBehindIt) {
+TEST(CacheManagerTest, AWindowGivesBackTheBlocksBehindIt) {
   const KvCacheShape shape = Shape(8, 40);
-  KvBlockTables kv(shape, 40, true);
+  CacheManager kv(shape, 40, true);
   const std::vector<int32_t> tokens = Tokens(128);
-  SequenceBlocks s;
+  SequenceCache s;
   ASSERT_TRUE(kv.Allocate(4, s));
   const std::vector<int32_t> held = s.ids;
   EXPECT_EQ(kv.bytes_in_use(), 4 * shape.bytes_per_block());
@@ -88,10 +88,10 @@ TEST(KvBlockTablesTest, AWindowGivesBackTheBlocksBehindIt) {
   EXPECT_EQ(kv.free_blocks(), 8);
 }
 
-TEST(KvBlockTablesTest, AllocationsTakeFromBothPoolsOrNeither) {
+TEST(CacheManagerTest, AllocationsTakeFromBothPoolsOrNeither) {
   const KvCacheShape shape = Shape(8, 0, 2, 40);
-  KvBlockTables kv(shape, 0, true);
-  SequenceBlocks s;
+  CacheManager kv(shape, 0, true);
+  SequenceCache s;
   EXPECT_FALSE(kv.Allocate(3, s));  // the local pool has 2
   EXPECT_TRUE(s.ids.empty());
   EXPECT_TRUE(s.local_ids.empty());
@@ -109,11 +109,11 @@ TEST(KvBlockTablesTest, AllocationsTakeFromBothPoolsOrNeither) {
   EXPECT_EQ(kv.free_local_blocks(), 2);
 }
 
-TEST(KvBlockTablesTest, APrefixIsCutBackToWhereItsLocalWindowIsCached) {
+TEST(CacheManagerTest, APrefixIsCutBackToWhereItsLocalWindowIsCached) {
   // Six local blocks, all held by one sequence of 192 computed tokens.
-  KvBlockTables kv(Shape(16, 0, 6, 40), 0, true);
+  CacheManager kv(Shape(16, 0, 6, 40), 0, true);
   std::vector<int32_t> tokens = Tokens(192);
-  SequenceBlocks a;
+  SequenceCache a;
   ASSERT_TRUE(kv.Allocate(6, a));
   kv.Register(tokens, 192, a);
   const std::vector<int32_t> local = a.local_ids;
@@ -126,7 +126,7 @@ TEST(KvBlockTablesTest, APrefixIsCutBackToWhereItsLocalWindowIsCached) {
   // next allocation evicts it. Position 192's window reads blocks 4 and 5,
   // position 160's blocks 3 and 4: the hit is cut back to 160 tokens.
   kv.Release(a);
-  SequenceBlocks other;
+  SequenceCache other;
   ASSERT_TRUE(kv.Allocate(1, other));
   EXPECT_EQ(other.local_ids[0], local[5]);
   const KvBlockPool::Hit hit = kv.UsableHit(tokens, 192, &local_idle);
@@ -134,7 +134,7 @@ TEST(KvBlockTablesTest, APrefixIsCutBackToWhereItsLocalWindowIsCached) {
   EXPECT_EQ(hit.idle_blocks, 5);
   EXPECT_EQ(local_idle, 2);
   // Taken: the local blocks behind the window are not.
-  SequenceBlocks b;
+  SequenceCache b;
   EXPECT_EQ(kv.TakeCachedPrefix(tokens, b), 160);
   EXPECT_EQ(b.ids.size(), 5u);
   EXPECT_THAT(b.local_ids, ElementsAre(kNo, kNo, kNo, local[3], local[4]));
@@ -144,13 +144,57 @@ TEST(KvBlockTablesTest, APrefixIsCutBackToWhereItsLocalWindowIsCached) {
   EXPECT_EQ(kv.query_tokens(), 192);
   EXPECT_EQ(kv.hit_tokens(), 160);
   // Without prefix caching nothing is found.
-  KvBlockTables off(Shape(16, 0, 6, 40), 0, false);
-  SequenceBlocks c;
+  CacheManager off(Shape(16, 0, 6, 40), 0, false);
+  SequenceCache c;
   ASSERT_TRUE(off.Allocate(6, c));
   off.Register(tokens, 192, c);
   off.Release(c);
   EXPECT_EQ(off.UsableHit(tokens, 192, &local_idle).tokens, 0);
   EXPECT_EQ(off.TakeCachedPrefix(tokens, c), 0);
+}
+
+TEST(CacheManagerTest, RecurrentStateTakesASlotPerRunningSequence) {
+  KvCacheShape shape = Shape(16);
+  shape.state_layers = 3;
+  shape.conv_state = 10;
+  shape.scan_state = 40;
+  shape.state_slots = 2;
+  CacheManager cache(shape, 0, true);
+  ASSERT_TRUE(cache.has_state());
+  EXPECT_FALSE(CacheManager(Shape(16), 0, true).has_state());
+  EXPECT_EQ(CacheManager(Shape(16), 0, true).free_state_slots(), kNoStatePool);
+  EXPECT_EQ(cache.free_state_slots(), 2);
+  SequenceCache a, b, c;
+  ASSERT_TRUE(cache.AcquireState(a));
+  ASSERT_TRUE(cache.AcquireState(a));  // holds one already
+  ASSERT_TRUE(cache.AcquireState(b));
+  EXPECT_NE(a.slot, b.slot);
+  EXPECT_EQ(cache.free_state_slots(), 0);
+  EXPECT_FALSE(cache.AcquireState(c));
+  EXPECT_EQ(c.slot, SequenceCache::kNoSlot);
+  // A slot is 3 layers x (10 + 40) floats, counted while held.
+  EXPECT_EQ(cache.bytes_per_state_slot(), 3 * 50 * 4);
+  EXPECT_EQ(cache.bytes_in_use(), 2 * 600);
+  ASSERT_TRUE(cache.Allocate(2, a));
+  EXPECT_EQ(cache.bytes_in_use(), 2 * 600 + 2 * shape.bytes_per_block());
+  const int32_t slot = a.slot;
+  cache.Release(a);
+  EXPECT_EQ(a.slot, SequenceCache::kNoSlot);
+  EXPECT_EQ(cache.free_state_slots(), 1);
+  EXPECT_EQ(cache.bytes_in_use(), 600);
+  ASSERT_TRUE(cache.AcquireState(c));
+  EXPECT_EQ(c.slot, slot);
+  // K/V blocks alone cannot resume recurrent state: no prefix hits.
+  const std::vector<int32_t> tokens = Tokens(100);
+  ASSERT_TRUE(cache.Allocate(4, b));
+  cache.Register(tokens, 96, b);
+  cache.Release(b);
+  int local_idle = -1;
+  EXPECT_EQ(cache.UsableHit(tokens, 99, &local_idle).tokens, 0);
+  EXPECT_EQ(local_idle, 0);
+  SequenceCache d;
+  EXPECT_EQ(cache.TakeCachedPrefix(tokens, d), 0);
+  EXPECT_TRUE(d.ids.empty());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "engine/kv_block_tables.h"
+#include "engine/cache_manager.h"
 
 #include <algorithm>
 
@@ -27,22 +27,38 @@ void GiveBack(KvBlockPool& pool, int window, int computed, std::vector<int32_t>&
 
 }  // namespace
 
-KvBlockTables::KvBlockTables(const KvCacheShape& shape, int window, bool prefix_caching)
+CacheManager::CacheManager(const KvCacheShape& shape, int window, bool prefix_caching)
     : window_(window), local_window_(shape.local_blocks > 0 ? shape.local_window : 0),
       bytes_per_block_(shape.bytes_per_block()), bytes_per_local_block_(shape.bytes_per_local_block()),
-      pool_(shape.num_blocks, prefix_caching), local_pool_(shape.local_blocks, prefix_caching) {}
+      pool_(shape.num_blocks, prefix_caching), local_pool_(shape.local_blocks, prefix_caching),
+      state_slots_(shape.state_slots), bytes_per_state_slot_(shape.bytes_per_state_slot()) {
+  // Taken from the back: slot 0 first.
+  for (int32_t i = state_slots_ - 1; i >= 0; --i) slots_.push_back(i);
+}
 
-int KvBlockTables::BlocksToRun(int64_t positions) const {
+int CacheManager::free_state_slots() const {
+  return state_slots_ > 0 ? static_cast<int>(slots_.size()) : kNoStatePool;
+}
+
+bool CacheManager::AcquireState(SequenceCache& s) {
+  if (state_slots_ == 0 || s.slot != SequenceCache::kNoSlot) return true;
+  if (slots_.empty()) return false;
+  s.slot = slots_.back();
+  slots_.pop_back();
+  return true;
+}
+
+int CacheManager::BlocksToRun(int64_t positions) const {
   const int all = KvCacheShape::BlocksFor(positions);
   return window_ > 0 ? std::min(all, WindowBlocks(window_, kBlock)) : all;
 }
 
-int KvBlockTables::LocalBlocksToRun(int64_t positions) const {
+int CacheManager::LocalBlocksToRun(int64_t positions) const {
   if (local_window_ <= 0) return 0;
   return std::min(KvCacheShape::BlocksFor(positions), WindowBlocks(local_window_, kBlock));
 }
 
-int KvBlockTables::MaxContext(int max_seq_len) const {
+int CacheManager::MaxContext(int max_seq_len) const {
   int64_t most = max_seq_len;
   if (BlocksToRun(most) > num_blocks()) most = std::min<int64_t>(most, int64_t{num_blocks()} * kBlock);
   if (LocalBlocksToRun(most) > num_local_blocks()) {
@@ -51,11 +67,11 @@ int KvBlockTables::MaxContext(int max_seq_len) const {
   return static_cast<int>(most);
 }
 
-int KvBlockTables::free_local_blocks() const {
+int CacheManager::free_local_blocks() const {
   return local_window_ > 0 ? local_pool_.free_blocks() : kNoLocalPool;
 }
 
-int KvBlockTables::UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* local_idle) const {
+int CacheManager::UsablePrefix(absl::Span<const int32_t> tokens, int cached, int* local_idle) const {
   // The local layers read the window before the first row to compute
   // (position `cached`): their blocks must be cached too, or the prefix
   // is cut back to where they are.
@@ -81,7 +97,11 @@ int KvBlockTables::UsablePrefix(absl::Span<const int32_t> tokens, int cached, in
   return cached;
 }
 
-KvBlockPool::Hit KvBlockTables::UsableHit(absl::Span<const int32_t> tokens, int max_tokens, int* local_idle) const {
+KvBlockPool::Hit CacheManager::UsableHit(absl::Span<const int32_t> tokens, int max_tokens, int* local_idle) const {
+  if (local_idle != nullptr) *local_idle = 0;
+  // Recurrent state is not kept per block: a cached prefix of K/V alone
+  // cannot resume it.
+  if (has_state()) return {};
   KvBlockPool::Hit hit = pool_.Peek(tokens, max_tokens);
   if (const int usable = UsablePrefix(tokens, hit.tokens, local_idle); usable < hit.tokens) {
     hit = usable > 0 ? pool_.Peek(tokens, usable) : KvBlockPool::Hit{};
@@ -89,7 +109,8 @@ KvBlockPool::Hit KvBlockTables::UsableHit(absl::Span<const int32_t> tokens, int 
   return hit;
 }
 
-int KvBlockTables::TakeCachedPrefix(absl::Span<const int32_t> tokens, SequenceBlocks& s) {
+int CacheManager::TakeCachedPrefix(absl::Span<const int32_t> tokens, SequenceCache& s) {
+  if (has_state()) return 0;  // as UsableHit
   const int known = static_cast<int>(tokens.size());
   const int usable = local_window_ > 0 ? UsablePrefix(tokens, pool_.Peek(tokens, known - 1).tokens, nullptr) : -1;
   const int taken = pool_.Match(tokens, known - 1, &s.ids, &s.keys, usable);
@@ -105,7 +126,7 @@ int KvBlockTables::TakeCachedPrefix(absl::Span<const int32_t> tokens, SequenceBl
   return taken;
 }
 
-bool KvBlockTables::Allocate(int need, SequenceBlocks& s) {
+bool CacheManager::Allocate(int need, SequenceCache& s) {
   if (need <= 0) return true;
   if (!pool_.Allocate(need, &s.ids)) return false;
   if (local_window_ > 0 && !local_pool_.Allocate(need, &s.local_ids)) {
@@ -116,18 +137,18 @@ bool KvBlockTables::Allocate(int need, SequenceBlocks& s) {
   return true;
 }
 
-void KvBlockTables::GiveBackBehindWindow(int computed, SequenceBlocks& s) {
+void CacheManager::GiveBackBehindWindow(int computed, SequenceCache& s) {
   GiveBack(pool_, window_, computed, s.ids, &s.given_back);
   GiveBack(local_pool_, local_window_, computed, s.local_ids, &s.local_given_back);
 }
 
-void KvBlockTables::Register(absl::Span<const int32_t> tokens, int computed, SequenceBlocks& s) {
+void CacheManager::Register(absl::Span<const int32_t> tokens, int computed, SequenceCache& s) {
   const int full = computed / kBlock;
   pool_.Register(tokens, s.ids, full, &s.keys);
   if (local_window_ > 0) local_pool_.Register(tokens, s.local_ids, full, &s.local_keys);
 }
 
-void KvBlockTables::Release(SequenceBlocks& s) {
+void CacheManager::Release(SequenceCache& s) {
   pool_.Release(s.ids);
   local_pool_.Release(s.local_ids);
   s.ids.clear();
@@ -135,13 +156,16 @@ void KvBlockTables::Release(SequenceBlocks& s) {
   s.local_ids.clear();
   s.local_keys.clear();
   s.given_back = s.local_given_back = 0;
+  if (s.slot != SequenceCache::kNoSlot) slots_.push_back(s.slot);
+  s.slot = SequenceCache::kNoSlot;
 }
 
-int64_t KvBlockTables::bytes_in_use() const {
-  return pool_.used_blocks() * bytes_per_block_ + local_pool_.used_blocks() * bytes_per_local_block_;
+int64_t CacheManager::bytes_in_use() const {
+  return pool_.used_blocks() * bytes_per_block_ + local_pool_.used_blocks() * bytes_per_local_block_ +
+         (state_slots_ - static_cast<int64_t>(slots_.size())) * bytes_per_state_slot_;
 }
 
-int64_t KvBlockTables::bytes_cached() const {
+int64_t CacheManager::bytes_cached() const {
   return pool_.cached_blocks() * bytes_per_block_ + local_pool_.cached_blocks() * bytes_per_local_block_;
 }
 
