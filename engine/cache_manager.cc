@@ -137,6 +137,8 @@ bool CacheManager::Allocate(int need, SequenceCache& s) {
   return true;
 }
 
+int CacheManager::SettleDrafts(SequenceCache&, int accepted, int, int taken) { return accepted + taken; }
+
 void CacheManager::GiveBackBehindWindow(int computed, SequenceCache& s) {
   GiveBack(pool_, window_, computed, s.ids, &s.given_back);
   GiveBack(local_pool_, local_window_, computed, s.local_ids, &s.local_given_back);

@@ -88,6 +88,12 @@ class CacheManager {
   // A state slot for an admitted sequence, where the model keeps recurrent
   // state (true without: none needed); false when none is free.
   bool AcquireState(SequenceCache& s);
+  // After a step verified `verified` drafts of a sequence with `accepted`
+  // tokens (its last one computed in that step too) and `taken` of them
+  // stood: how many of its tokens (the accepted ones, then those drafts)
+  // are computed. The refused drafts' K/V stay in their blocks until
+  // written over, unread.
+  int SettleDrafts(SequenceCache& s, int accepted, int verified, int taken);
   // Gives back the blocks wholly behind the window of a sequence's next row
   // (`computed` positions are computed): every layer's where every layer
   // has a window, the local layers' where the cache keeps them apart.

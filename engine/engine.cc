@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/draft_verifier.h"
 #include "engine/logits_processors.h"
 #include "engine/sequence_observer.h"
 #include "engine/text_output.h"
@@ -59,10 +60,10 @@ struct Engine::Sequence {
   // its stop strings (with a tokenizer), the constraint.
   std::vector<std::unique_ptr<SequenceObserver>> observers;
   bool finished = false;
-  // Speculation: the last `drafted` of `tokens` are drafts, not yet
-  // verified (the sequence is then in decode: computed is one short of the
-  // tokens before them); `pacer` says when and how many it drafts next.
-  int drafted = 0;
+  // Speculation: drafts to verify after `tokens`, apart from them (the
+  // sequence is then in decode: computed is one short of its tokens);
+  // `pacer` says when and how many it drafts next.
+  std::vector<int32_t> drafts;
   std::optional<DraftPacer> pacer;
   // The drafts are the constraint's forced bytes, not an n-gram's guess
   // (the pacer learns from n-gram drafts only).
@@ -70,11 +71,8 @@ struct Engine::Sequence {
   // Tokens the constraint has taken in this step (verified drafts) that
   // Emit has not yet passed on: its observer reads the state at the last.
   int constraint_ahead = 0;
-  int real_tokens() const { return static_cast<int>(tokens.size()) - drafted; }
-  void DropDrafts() {
-    tokens.resize(tokens.size() - drafted);
-    drafted = 0;
-  }
+  // Its tokens and drafts: what the scheduler sees as known.
+  int known() const { return static_cast<int>(tokens.size() + drafts.size()); }
 };
 
 namespace {
@@ -496,7 +494,7 @@ void Engine::Preempt(RequestId id) {
   active_.erase(it);
   cache_.Release(seq->cache);
   seq->computed = 0;
-  seq->DropDrafts();
+  seq->drafts.clear();
   seq->running = false;
   queue_.push_front(std::move(seq));
   metrics_.preemptions.Increment();
@@ -527,8 +525,9 @@ bool Engine::Plan(StepPlan* plan) {
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) {
-    active.push_back({s->id, s->computed, static_cast<int>(s->tokens.size()), static_cast<int>(s->cache.ids.size()),
-                      cache_.Exclusive(s->cache), s->drafted, cache_.LocalExclusive(s->cache)});
+    active.push_back({s->id, s->computed, s->known(), static_cast<int>(s->cache.ids.size()),
+                      cache_.Exclusive(s->cache), static_cast<int>(s->drafts.size()),
+                      cache_.LocalExclusive(s->cache)});
   }
   *plan = Schedule(queued, active, cache_.free_blocks(), o, now, cache_.free_local_blocks(),
                    cache_.free_state_slots());
@@ -567,9 +566,12 @@ bool Engine::Plan(StepPlan* plan) {
     runs.push_back(p);
     // With drafts (in decode, so the chunk starts at the last real token),
     // every row's logits: each says whether the next draft stands.
-    step_.batch.AddSequence(s.cache.ids, s.cache.local_ids, p.pos,
-                            absl::MakeConstSpan(s.tokens.data() + p.pos, p.len),
-                            s.drafted > 0 ? p.len : 1);
+    // Its known tokens from p.pos: accepted ones, then drafts.
+    rows_.clear();
+    for (int i = p.pos; i < p.pos + p.len; ++i) {
+      rows_.push_back(i < static_cast<int>(s.tokens.size()) ? s.tokens[i] : s.drafts[i - s.tokens.size()]);
+    }
+    step_.batch.AddSequence(s.cache.ids, s.cache.local_ids, p.pos, rows_, s.drafts.empty() ? 1 : p.len);
     if (cache_.has_state()) step_.batch.states.push_back(StateOf(s.cache.slot, p.pos));
   }
   plan->seqs = std::move(runs);
@@ -612,7 +614,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
     if (s.finished) continue;
     s.computed += p.len;
-    if (s.drafted > 0) {
+    if (!s.drafts.empty()) {
       // Verified below; its blocks are registered once it is known which
       // of its tokens stand.
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
@@ -626,61 +628,37 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
   // Each sequence samples from its own generator, so they can draw in
   // parallel; tokens are then emitted in order on this thread. A sequence
   // with drafts samples row by row what it would have sampled one step at a
-  // time, and goes on to a draft's row only while the token sampled is that
-  // draft: so its tokens, draws and logprobs are those it would have had
-  // without the drafts.
+  // time (SampleAndAccept), so its tokens, draws and logprobs are those it
+  // would have had without the drafts.
   const int V = model_.info().vocab_size;
   const int n = static_cast<int>(sampling.size());
   sampled_.resize(n);
+  histories_.resize(n);
   kernels::UseCpuThreadsHere();  // --threads, on this thread too
   const absl::Time sampling_start = Now();
 #pragma omp parallel for schedule(dynamic) if (n > 1)
   for (int k = 0; k < n; ++k) {
     Sequence& s = *by_id_[plan.seqs[sampling[k].seq].id];
-    Sampled& out = sampled_[k];
-    out.tokens.clear();
-    out.logprobs.clear();
-    out.top_logprobs.clear();
-    const bool lp = s.request.return_logprobs;
-    const int real = s.real_tokens();
-    for (int j = 0; j < sampling[k].rows; ++j) {
-      float logprob = 0;
-      std::vector<std::pair<int32_t, float>> top;
-      const int32_t token =
-          greedy ? best[sampling[k].first_row + j]
-                 : s.sampler.Sample(logits.subspan(size_t(sampling[k].first_row + j) * V, V),
-                                    absl::MakeConstSpan(s.tokens.data(), real + j), lp ? &logprob : nullptr,
-                                    lp ? s.request.top_logprobs : 0, &top);
-      out.tokens.push_back(token);
-      out.logprobs.push_back(logprob);
-      out.top_logprobs.push_back(std::move(top));
-      bool ends = EndsAsEos(model_.info(), s.request.stop, token);
-      // A constraint advances here, in parallel, and works out what may
-      // follow (the next row's mask); Emit's observer only reads the result.
-      if (s.constraint != nullptr && !ends) {
-        (void)s.constraint->Accept(token);  // a refusal is kept in failed()
-        ends = s.constraint->failed() || !s.constraint->CanContinue();
-      }
-      // Row j + 1 holds the draft at position real + j: it stands only if
-      // that is the token sampled here.
-      if (ends || j + 1 >= sampling[k].rows || s.tokens[real + j] != token) break;
-    }
+    const StopConditions& stop = s.request.stop;
+    SampleAndAccept({&s.sampler, s.tokens, s.drafts, s.constraint.get(), s.request.return_logprobs,
+                     s.request.top_logprobs,
+                     [&](int32_t token) { return EndsAsEos(model_.info(), stop, token); }},
+                    {logits, best, V, sampling[k].first_row, sampling[k].rows}, &histories_[k], &sampled_[k]);
   }
   int generated = 0, drafts = 0, accepted = 0;
   for (int k = 0; k < n; ++k) {
     Sequence& s = *by_id_[plan.seqs[sampling[k].seq].id];
-    const Sampled& out = sampled_[k];
-    if (s.drafted > 0) {
-      // The drafts taken have their K/V from this step; the rest are rolled
-      // back (their blocks keep them until they are written over).
-      const int taken = static_cast<int>(out.tokens.size()) - 1;
-      drafts += sampling[k].rows - 1;
+    const SampledTokens& out = sampled_[k];
+    if (!s.drafts.empty()) {
+      // The drafts taken are computed now; the rest are dropped, and the
+      // cache manager says where the sequence's computed tokens end.
+      const int verified = sampling[k].rows - 1, taken = out.accepted();
+      drafts += verified;
       accepted += taken;
-      if (!s.forced_drafts) s.pacer->Verified(sampling[k].rows - 1, taken);
-      const int real = s.real_tokens();
-      s.DropDrafts();
+      if (!s.forced_drafts) s.pacer->Verified(verified, taken);
+      s.computed = cache_.SettleDrafts(s.cache, static_cast<int>(s.tokens.size()), verified, taken);
+      s.drafts.clear();
       s.forced_drafts = false;
-      s.computed = real + taken;
     }
     generated += static_cast<int>(out.tokens.size());
   }
@@ -696,7 +674,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
   metrics_.accepted_tokens.Add(accepted);
   for (int k = 0; k < n; ++k) {
     Sequence& s = *by_id_[plan.seqs[sampling[k].seq].id];
-    Sampled& out = sampled_[k];
+    SampledTokens& out = sampled_[k];
     for (size_t j = 0; j < out.tokens.size() && !s.finished; ++j) {
       s.constraint_ahead = static_cast<int>(out.tokens.size() - 1 - j);
       Emit(s, out.tokens[j], out.logprobs[j], std::move(out.top_logprobs[j]), now);
@@ -730,7 +708,7 @@ void Engine::ProposeDrafts() {
   for (const auto& sp : active_) {
     if (rows <= 0) break;
     Sequence& s = *sp;
-    if (s.drafted > 0 || !s.request.speculative || s.computed != static_cast<int>(s.tokens.size()) - 1) {
+    if (!s.drafts.empty() || !s.request.speculative || s.computed != static_cast<int>(s.tokens.size()) - 1) {
       continue;
     }
     if (!s.pacer.has_value()) s.pacer.emplace(o.max_tokens);
@@ -757,9 +735,8 @@ void Engine::ProposeDrafts() {
       }
       draft = NgramDraft(s.tokens, length, o.min_ngram, o.max_ngram);
     }
-    s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
-    s.drafted = static_cast<int>(draft.size());
-    rows -= s.drafted;
+    rows -= static_cast<int>(draft.size());
+    s.drafts = std::move(draft);
   }
   if (asks.empty()) return;
   absl::StatusOr<std::vector<std::vector<int32_t>>> drafts = draft_->Propose(asks, draft_->max_rows());
@@ -773,9 +750,7 @@ void Engine::ProposeDrafts() {
   }
   for (size_t i = 0; i < asked.size(); ++i) {
     Sequence& s = *asked[i];
-    const std::vector<int32_t>& draft = (*drafts)[i];
-    s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
-    s.drafted = static_cast<int>(draft.size());
+    s.drafts = std::move((*drafts)[i]);
   }
 }
 

@@ -32,6 +32,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/draft_model.h"
+#include "engine/draft_verifier.h"
 #include "engine/speculation.h"
 #include "engine/step_executor.h"
 #include "tokenizer/tokenizer.h"
@@ -206,13 +207,11 @@ class Engine {
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences
   StepInput step_;
   // This step's tokens per sampling sequence, before they are emitted: one,
-  // or with drafts, the drafts taken and the token after them.
-  struct Sampled {
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-    std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
-  };
-  std::vector<Sampled> sampled_;
+  // or with drafts, the drafts taken and the token after them; and the
+  // histories SampleAndAccept builds for verified drafts.
+  std::vector<SampledTokens> sampled_;
+  std::vector<std::vector<int32_t>> histories_;
+  std::vector<int32_t> rows_;  // Plan's scratch: a sequence's rows of the step
   std::thread thread_;
 };
 
