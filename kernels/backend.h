@@ -40,7 +40,7 @@ inline constexpr int kMaxExperts = 1024;
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 14;
+inline constexpr int kBackendAbiVersion = 15;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -60,6 +60,14 @@ struct SeqTable {
   const int32_t* block_ids = nullptr;  // [num_block_ids]
   int num_block_ids = 0;
   Tensor block_ids_device;             // i32 [1, num_block_ids]: the same ids
+};
+
+// Each sequence's recurrent state slots in a step (ForwardBatch::states),
+// in host memory for an op's host side and in the backend's memory for its
+// kernels (uploaded once per step).
+struct StateTable {
+  const SeqState* host = nullptr;  // [num_seqs] of the step's SeqTable
+  Tensor device;                   // i32 [num_seqs, 2]: the same slots
 };
 
 // How a stored weight matrix is laid out in host memory.
@@ -366,6 +374,43 @@ class Backend : public Allocator {
   // weights[t, j] * y[t * k + j]: the experts' outputs joined with their
   // router weights. y: f32 [T * k, C]; weights: f32 [T, k].
   virtual absl::Status WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) = 0;
+
+  // ---- Recurrent layers (hybrid models) -------------------------------------
+  // Each sequence's rows run in order of position from the state its read
+  // slot holds (zeros with SeqState::kNoSlot), and its state after its last
+  // row is written to its write slot (which may be the read slot); a row's
+  // result never depends on other sequences, nor on how a sequence's rows
+  // were cut into calls: a step of one row (decode) and a chunk of many
+  // (prefill) are one code path, a row at a time, in the same arithmetic.
+
+  // out: f32 [T, C] = x * act(gate), elementwise. x, gate: f32 [T, C]; out
+  // may be x.
+  virtual absl::Status Gate(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out) = 0;
+
+  // A depthwise causal convolution over each sequence's inputs u (its rows
+  // of x: f32 [T, C], after the K - 1 inputs before them, which the state's
+  // conv window holds, oldest first: layer.conv_elems = (K - 1) * C):
+  // out[t, c] = act(sum over j = 0 .. K - 1, in order, of w[c, j] *
+  // u[t - (K - 1) + j, c]); its write slot's window then holds its last K - 1
+  // inputs. w: f32 [C, K], 2 <= K <= kMaxConvKernel; out: f32 [T, C], not x.
+  virtual absl::Status CausalConv(const Tensor& x, const SeqTable& seqs, const StateTable& states,
+                                  const StateLayer& layer, const Tensor& w, ConvActivation act,
+                                  const Tensor& out) = 0;
+
+  // The gated delta rule (Gated DeltaNet: Qwen3.5, Qwen3-Next) over each
+  // sequence's rows, its state S: [Hv, dk, dv] per slot (layer.scan_elems).
+  // For row t and value head h (key head g = p.key_head(h)):
+  //   q = q_g / sqrt(|q_g|^2 + 1e-6) / sqrt(dk), k = k_g / sqrt(|k_g|^2 + 1e-6)
+  //   beta = sigmoid(b[t, h]), decay = exp(decay_a[h] * softplus(a[t, h] + dt_bias[h]))
+  //   S_h = decay * S_h; S_h += k (beta (v_h - S_h^T k))^T; out[t, h] = S_h^T q
+  // with sums over dk in index order. qkv: f32 [T, 2 Hk dk + Hv dv] (Q's key
+  // heads, K's, then V's value heads: the convolution's output); b, a: f32
+  // [T, Hv]; decay_a (= -exp(A_log)), dt_bias: f32 [1, Hv]; out: f32 [T, Hv dv].
+  // dk, dv <= kMaxDeltaHeadDim.
+  virtual absl::Status GatedDeltaRule(const Tensor& qkv, const Tensor& b, const Tensor& a,
+                                      const Tensor& decay_a, const Tensor& dt_bias, const SeqTable& seqs,
+                                      const StateTable& states, const StateLayer& layer,
+                                      const DeltaRuleParams& p, const Tensor& out) = 0;
 
   // out: f32 [S, C] = row (row + len - 1) of x: f32 [T, C] for each sequence:
   // the rows whose logits generation needs. A table of one-row entries

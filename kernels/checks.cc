@@ -346,4 +346,92 @@ absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N, bool take
   return absl::OkStatus();
 }
 
+absl::Status CheckGateArgs(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "gate", gate, x.rows, x.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "out", out, x.rows, x.cols, {DType::kF32}));
+  if (act != GateKind::kIdentity && act != GateKind::kSigmoid && act != GateKind::kSilu) {
+    return absl::InvalidArgumentError("Gate: unknown activation");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStateTable(const char* op, const SeqTable& seqs, const StateTable& states,
+                             const StateLayer& layer) {
+  auto bad = [&](auto&&... what) { return absl::InvalidArgumentError(absl::StrCat(op, ": ", what...)); };
+  FLOVER_RETURN_IF_ERROR(CheckSeqTable(op, seqs, nullptr));
+  if (layer.conv == nullptr || layer.slots < 1) return bad("the state layer has no memory");
+  if (seqs.num_seqs > 0 && states.host == nullptr) return bad("the state table has no host copy");
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "the state table", states.device, seqs.num_seqs, 2, {DType::kI32}));
+  int64_t next_row = 0;
+  for (int i = 0; i < seqs.num_seqs; ++i) {
+    const SeqRows& r = seqs.host[i];
+    const SeqState& st = states.host[i];
+    if (r.row != next_row) return bad("sequence ", i, "'s rows do not follow the one before");
+    next_row = int64_t{r.row} + r.len;
+    if (st.read < SeqState::kNoSlot || st.read >= layer.slots || st.write < 0 || st.write >= layer.slots) {
+      return bad("sequence ", i, " names state slots (read ", st.read, ", write ", st.write, ") outside the ",
+                 layer.slots, " slots");
+    }
+    if (st.read == SeqState::kNoSlot && r.pos != 0) {
+      return bad("sequence ", i, " starts at position ", r.pos, " with no state to read");
+    }
+    for (int j = 0; j < i; ++j) {
+      const SeqState& other = states.host[j];
+      if (other.write == st.write || other.write == st.read || (other.read == st.write)) {
+        return bad("sequences ", j, " and ", i, " share a state slot one of them writes");
+      }
+    }
+  }
+  if (next_row != seqs.num_rows) return bad("the sequences' rows do not cover the batch's ", seqs.num_rows);
+  return absl::OkStatus();
+}
+
+absl::Status CheckCausalConvArgs(const Tensor& x, const SeqTable& seqs, const StateTable& states,
+                                 const StateLayer& layer, const Tensor& w, ConvActivation act, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("CausalConv", "x", x, seqs.num_rows, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("CausalConv", "w", w, x.cols, kAnySize, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("CausalConv", "out", out, x.rows, x.cols, {DType::kF32}));
+  if (w.cols < 2 || w.cols > kMaxConvKernel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CausalConv: a kernel of ", w.cols, " taps (2 to ", kMaxConvKernel, ")"));
+  }
+  if (out.data == x.data) return absl::InvalidArgumentError("CausalConv: out must not be x");
+  if (act != ConvActivation::kNone && act != ConvActivation::kSilu) {
+    return absl::InvalidArgumentError("CausalConv: unknown activation");
+  }
+  if (layer.conv_elems != (w.cols - 1) * x.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("CausalConv: a window of ", layer.conv_elems,
+                                                   " values per slot for ", w.cols - 1, " inputs of ", x.cols,
+                                                   " channels"));
+  }
+  return CheckStateTable("CausalConv", seqs, states, layer);
+}
+
+absl::Status CheckGatedDeltaRuleArgs(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
+                                     const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                     const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out) {
+  const char* op = "GatedDeltaRule";
+  if (p.k_heads < 1 || p.v_heads < 1 || p.v_heads % p.k_heads != 0 || p.k_dim < 1 || p.v_dim < 1 ||
+      p.k_dim > kMaxDeltaHeadDim || p.v_dim > kMaxDeltaHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", p.v_heads, " value heads of ", p.v_dim, " over ",
+                                                   p.k_heads, " key heads of ", p.k_dim, " (value heads a multiple "
+                                                   "of key heads; head sizes 1 to ", kMaxDeltaHeadDim, ")"));
+  }
+  const int64_t T = seqs.num_rows, Hv = p.v_heads;
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "qkv", qkv, T, 2 * int64_t{p.k_heads} * p.k_dim + Hv * p.v_dim,
+                                     {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "b", b, T, Hv, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "a", a, T, Hv, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "decay_a", decay_a, 1, Hv, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "dt_bias", dt_bias, 1, Hv, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "out", out, T, Hv * p.v_dim, {DType::kF32}));
+  if (layer.scan == nullptr || layer.scan_elems != Hv * p.k_dim * p.v_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": a scan state of ", layer.scan_elems,
+                                                   " values per slot for ", Hv, " heads of ", p.k_dim, " x ",
+                                                   p.v_dim));
+  }
+  return CheckStateTable(op, seqs, states, layer);
+}
+
 }  // namespace flover::kernels

@@ -77,6 +77,18 @@ absl::Status CheckAppendKvArgs(const Tensor& qkv, const SeqTable& seqs, const Kv
 absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                 const AttentionParams& p, const Tensor& out, KvDtype kv_dtype,
                                 DType act);
+// The recurrent ops' (backend.h): tensors as stated there, a sequence table
+// whose rows cover the batch, a state table of one read and one write slot
+// per sequence inside the layer's slots (read kNoSlot only at position 0;
+// no slot written twice, nor written by one sequence and read by another),
+// and the layer's state sizes as the op's shapes make them.
+absl::Status CheckGateArgs(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out);
+absl::Status CheckStateTable(const char* op, const SeqTable& seqs, const StateTable& states, const StateLayer& layer);
+absl::Status CheckCausalConvArgs(const Tensor& x, const SeqTable& seqs, const StateTable& states,
+                                 const StateLayer& layer, const Tensor& w, ConvActivation act, const Tensor& out);
+absl::Status CheckGatedDeltaRuleArgs(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
+                                     const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                     const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out);
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out);
 
 }  // namespace flover::kernels

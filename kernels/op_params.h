@@ -58,6 +58,45 @@ struct RopeParams {
   float scale = 1.0f;
 };
 
+// out = x * act(gate), elementwise (Gate): Qwen3.5's attention output gate
+// (sigmoid), a gated RMSNorm's gate (silu), LFM2's B * x and C * y (identity).
+enum class GateKind {
+  kIdentity,
+  kSigmoid,
+  kSilu,
+};
+
+// What follows a causal convolution (CausalConv): nothing (LFM2's short
+// convolution) or SiLU (the gated delta net's and Mamba's).
+enum class ConvActivation {
+  kNone,
+  kSilu,
+};
+
+// The longest causal convolution kernel (Qwen3.5's is 4, LFM2's 3).
+inline constexpr int kMaxConvKernel = 16;
+// The largest key and value head sizes of the gated delta rule.
+inline constexpr int kMaxDeltaHeadDim = 256;
+
+// The gated delta rule's heads (GatedDeltaRule), this rank's: value head h
+// reads key head key_head(h).
+struct DeltaRuleParams {
+  int k_heads = 0;
+  int v_heads = 0;  // a multiple of k_heads
+  int k_dim = 0;
+  int v_dim = 0;
+  // How value heads share key heads: grouped, as Hugging Face's checkpoints
+  // (value head h reads key head h / (v_heads / k_heads)), or tiled, as
+  // llama.cpp writes GGUF files (h % k_heads).
+  bool tiled = false;
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  int key_head(int h) const {
+    return tiled ? h % k_heads : h / (v_heads / k_heads);
+  }
+};
+
 }  // namespace flover::kernels
 
 #endif  // FLOVER_KERNELS_OP_PARAMS_H_

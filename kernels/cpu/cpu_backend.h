@@ -79,6 +79,13 @@ class CpuBackend final : public Backend {
   absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                          const AttentionParams& p, const Tensor& out) override;
   absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) override;
+  // recurrent_ops.cc:
+  absl::Status Gate(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out) override;
+  absl::Status CausalConv(const Tensor& x, const SeqTable& seqs, const StateTable& states, const StateLayer& layer,
+                          const Tensor& w, ConvActivation act, const Tensor& out) override;
+  absl::Status GatedDeltaRule(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
+                              const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                              const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out) override;
 
  private:
   CpuBackend(MatmulDtype dtype, KvDtype kv_dtype);

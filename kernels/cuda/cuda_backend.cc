@@ -682,6 +682,37 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
                     "Attention");
 }
 
+absl::Status CudaBackend::Gate(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckGateArgs(x, gate, act, out));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchGate(x.as<float>(), gate.as<float>(), act, out.as<float>(), x.rows * x.cols, stream_),
+                    "Gate");
+}
+
+absl::Status CudaBackend::CausalConv(const Tensor& x, const SeqTable& seqs, const StateTable& states,
+                                     const StateLayer& layer, const Tensor& w, ConvActivation act,
+                                     const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckCausalConvArgs(x, seqs, states, layer, w, act, out));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchCausalConv(x.as<float>(), seqs.device.as<int32_t>(), states.device.as<int32_t>(),
+                                     seqs.num_seqs, x.cols, static_cast<int>(w.cols), w.as<float>(),
+                                     act == ConvActivation::kSilu, layer.conv, layer.conv_elems, out.as<float>(),
+                                     stream_),
+                    "CausalConv");
+}
+
+absl::Status CudaBackend::GatedDeltaRule(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
+                                         const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                         const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckGatedDeltaRuleArgs(qkv, b, a, decay_a, dt_bias, seqs, states, layer, p, out));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchGatedDeltaRule(qkv.as<float>(), qkv.cols, b.as<float>(), a.as<float>(),
+                                         decay_a.as<float>(), dt_bias.as<float>(), seqs.device.as<int32_t>(),
+                                         states.device.as<int32_t>(), seqs.num_seqs, p, layer.scan,
+                                         layer.scan_elems, out.as<float>(), out.cols, stream_),
+                    "GatedDeltaRule");
+}
+
 absl::Status CudaBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckGatherLastRowsArgs(x, seqs, out));
   FLOVER_RETURN_IF_ERROR(Activate());

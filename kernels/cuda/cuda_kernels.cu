@@ -1218,6 +1218,114 @@ __global__ void BlockLinearKernel(const float* x, int M, int K, const uint8_t* w
   }
 }
 
+// ---- Recurrent layers (hybrid models) ---------------------------------------
+
+__device__ __forceinline__ float SiluF(float x) { return x / (1.0f + expf(-x)); }
+
+// out = x * act(gate), elementwise.
+__global__ void GateKernel(const float* x, const float* gate, GateKind act, float* out, int64_t n) {
+  PdlPrologue();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    const float f = act == GateKind::kSigmoid ? 1.0f / (1.0f + expf(-g)) : (act == GateKind::kSilu ? SiluF(g) : g);
+    out[i] = x[i] * f;
+  }
+}
+
+// grid (num_seqs, channel blocks), block kElementwiseThreads: one thread per
+// channel of one sequence, its rows in order of position through a window
+// of the last K inputs (the read slot's K - 1 first, or zeros), the taps
+// summed in index order as the CPU does.
+__global__ void CausalConvKernel(const float* x, const int32_t* seqs, const int32_t* states, int64_t C, int K,
+                                 const float* w, bool silu, float* conv, int64_t conv_elems, float* out) {
+  PdlPrologue();
+  const int64_t c = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= C) return;
+  const int32_t* s = seqs + 4 * blockIdx.x;
+  const int len = s[2], row = s[3];
+  const int32_t read = states[2 * blockIdx.x], write = states[2 * blockIdx.x + 1];
+  float u[kMaxConvKernel];
+#pragma unroll
+  for (int j = 0; j < kMaxConvKernel; ++j) {
+    u[j] = (j < K - 1 && read >= 0) ? conv[read * conv_elems + j * C + c] : 0.0f;
+  }
+  for (int t = 0; t < len; ++t) {
+    u[K - 1] = x[(row + t) * C + c];
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxConvKernel; ++j) {
+      if (j < K) sum += w[c * K + j] * u[j];
+    }
+    out[(row + t) * C + c] = silu ? SiluF(sum) : sum;
+#pragma unroll
+    for (int j = 0; j + 1 < kMaxConvKernel; ++j) {
+      if (j + 1 < K) u[j] = u[j + 1];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxConvKernel; ++j) {
+    if (j < K - 1) conv[write * conv_elems + j * C + c] = u[j];
+  }
+}
+
+// grid (num_seqs, Hv), block dv: thread j holds column j of the head's
+// state S: [dk, dv] in the write slot (no other sequence touches it), its
+// rows in order of position; every thread sums q's and k's squares in the
+// same index order, and column j's sums over dk run in index order.
+__global__ void GatedDeltaRuleKernel(const float* qkv, int64_t width, const float* b, const float* a,
+                                     const float* decay_a, const float* dt_bias, const int32_t* seqs,
+                                     const int32_t* states, DeltaRuleParams p, float* scan, int64_t scan_elems,
+                                     float* out, int64_t out_cols) {
+  PdlPrologue();
+  __shared__ float q[kMaxDeltaHeadDim], k[kMaxDeltaHeadDim];
+  const int h = blockIdx.y, j = threadIdx.x, g = p.key_head(h), dk = p.k_dim, dv = p.v_dim, Hv = p.v_heads;
+  const int32_t* s = seqs + 4 * blockIdx.x;
+  const int len = s[2], row0 = s[3];
+  const int32_t read = states[2 * blockIdx.x], write = states[2 * blockIdx.x + 1];
+  float* S = scan + write * scan_elems + int64_t{h} * dk * dv;
+  if (read < 0) {
+    for (int i = 0; i < dk; ++i) S[int64_t{i} * dv + j] = 0.0f;
+  } else if (read != write) {
+    const float* from = scan + read * scan_elems + int64_t{h} * dk * dv;
+    for (int i = 0; i < dk; ++i) S[int64_t{i} * dv + j] = from[int64_t{i} * dv + j];
+  }
+  const int64_t k_at = int64_t{p.k_heads} * dk, v_at = 2 * k_at;
+  const float scale = 1.0f / sqrtf(static_cast<float>(dk));
+  for (int t = 0; t < len; ++t) {
+    const int64_t row = row0 + t;
+    __syncthreads();  // q and k of the row before are no longer read
+    for (int i = j; i < dk; i += blockDim.x) {
+      q[i] = qkv[row * width + int64_t{g} * dk + i];
+      k[i] = qkv[row * width + k_at + int64_t{g} * dk + i];
+    }
+    __syncthreads();
+    float qq = 0.0f, kk = 0.0f;
+    for (int i = 0; i < dk; ++i) {
+      qq += q[i] * q[i];
+      kk += k[i] * k[i];
+    }
+    const float q_inv = 1.0f / sqrtf(qq + 1e-6f), k_inv = 1.0f / sqrtf(kk + 1e-6f);
+    const float beta = 1.0f / (1.0f + expf(-b[row * Hv + h]));
+    const float x = a[row * Hv + h] + dt_bias[h];
+    const float d = expf(decay_a[h] * (x > 20.0f ? x : log1pf(expf(x))));
+    float kv_mem = 0.0f;
+    for (int i = 0; i < dk; ++i) {
+      const float v = S[int64_t{i} * dv + j] * d;
+      S[int64_t{i} * dv + j] = v;
+      kv_mem += v * (k[i] * k_inv);
+    }
+    const float delta = (qkv[row * width + v_at + int64_t{h} * dv + j] - kv_mem) * beta;
+    float o = 0.0f;
+    for (int i = 0; i < dk; ++i) {
+      const float v = S[int64_t{i} * dv + j] + (k[i] * k_inv) * delta;
+      S[int64_t{i} * dv + j] = v;
+      o += v * (q[i] * q_inv * scale);
+    }
+    out[row * out_cols + int64_t{h} * dv + j] = o;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, const float* wte,
@@ -1587,6 +1695,32 @@ cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, 
                            BlockLinearKernel<BlockFormat::kQ5_K, false>);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchGate(const float* x, const float* gate, GateKind act, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  LaunchKernel(GateKernel, Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream, x, gate, act, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCausalConv(const float* x, const int32_t* seqs, const int32_t* states, int num_seqs, int64_t C,
+                             int K, const float* w, bool silu, float* conv, int64_t conv_elems, float* out,
+                             cudaStream_t stream) {
+  if (num_seqs == 0) return cudaSuccess;
+  const dim3 grid(num_seqs, static_cast<unsigned>((C + kElementwiseThreads - 1) / kElementwiseThreads));
+  LaunchKernel(CausalConvKernel, grid, kElementwiseThreads, 0, stream, x, seqs, states, C, K, w, silu, conv,
+               conv_elems, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatedDeltaRule(const float* qkv, int64_t width, const float* b, const float* a,
+                                 const float* decay_a, const float* dt_bias, const int32_t* seqs,
+                                 const int32_t* states, int num_seqs, const DeltaRuleParams& p, float* scan,
+                                 int64_t scan_elems, float* out, int64_t out_cols, cudaStream_t stream) {
+  if (num_seqs == 0) return cudaSuccess;
+  LaunchKernel(GatedDeltaRuleKernel, dim3(num_seqs, p.v_heads), p.v_dim, 0, stream, qkv, width, b, a, decay_a,
+               dt_bias, seqs, states, p, scan, scan_elems, out, out_cols);
+  return cudaGetLastError();
 }
 
 }  // namespace flover::kernels::cuda

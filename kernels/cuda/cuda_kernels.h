@@ -175,6 +175,26 @@ cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t
 cudaError_t LaunchGatherLastRows(const float* x, const int32_t* seqs, int S, int C, float* out,
                                  cudaStream_t stream);
 
+// out: f32 [n] = x * act(gate), elementwise (act: identity, sigmoid, silu).
+cudaError_t LaunchGate(const float* x, const float* gate, GateKind act, float* out, int64_t n, cudaStream_t stream);
+
+// The depthwise causal convolution of each sequence's rows of x: f32 [T, C]
+// (seqs: i32 [num_seqs, 4]) after the K - 1 inputs its read slot's window
+// holds (states: i32 [num_seqs, 2], read and write; read < 0: zeros), into
+// out, with SiLU where `silu`; the write slot's window becomes its last
+// K - 1 inputs. conv: [slots, conv_elems = (K - 1) * C]; w: f32 [C, K].
+cudaError_t LaunchCausalConv(const float* x, const int32_t* seqs, const int32_t* states, int num_seqs, int64_t C,
+                             int K, const float* w, bool silu, float* conv, int64_t conv_elems, float* out,
+                             cudaStream_t stream);
+
+// The gated delta rule (backend.h's GatedDeltaRule) of each sequence's
+// rows: qkv: f32 [T, width], b, a: f32 [T, Hv], decay_a, dt_bias: f32 [Hv];
+// scan: [slots, scan_elems = Hv * dk * dv]; out: f32 [T, out_cols].
+cudaError_t LaunchGatedDeltaRule(const float* qkv, int64_t width, const float* b, const float* a,
+                                 const float* decay_a, const float* dt_bias, const int32_t* seqs,
+                                 const int32_t* states, int num_seqs, const DeltaRuleParams& p, float* scan,
+                                 int64_t scan_elems, float* out, int64_t out_cols, cudaStream_t stream);
+
 }  // namespace flover::kernels::cuda
 
 #endif  // FLOVER_KERNELS_CUDA_CUDA_KERNELS_H_
