@@ -379,8 +379,8 @@ class CountingModel final : public CausalLm {
   explicit CountingModel(CausalLm& model) : model_(model) {}
   const ModelInfo& info() const override { return model_.info(); }
   kernels::Backend& backend() const override { return model_.backend(); }
-  KvCacheShape CacheShape(int num_blocks, int max_seq) const override {
-    return model_.CacheShape(num_blocks, max_seq);
+  KvCacheShape CacheShape(int num_blocks, int max_seq, int state_slots) const override {
+    return model_.CacheShape(num_blocks, max_seq, state_slots);
   }
   absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
                                             LogitsFor which) override {

@@ -30,7 +30,10 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   std::vector<int32_t> output;
   ForwardBatch batch;
+  // Its recurrent state (a hybrid model's) in slot 0.
+  const bool state = (*cache)->shape().state_slots > 0;
   batch.AddSequence(blocks, 0, prompt);
+  if (state) batch.states.push_back(StateOf(0, 0));
   while (true) {
     auto logits = model.Forward(batch, **cache, LogitsFor::kLastRowsOfEachSequence);
     if (!logits.ok()) return logits.status();
@@ -45,6 +48,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateAlone(CausalLm& model,
     batch.Clear();
     const int32_t pos = static_cast<int32_t>(history.size()) - 1;
     batch.AddSequence(blocks, pos, {token});
+    if (state) batch.states.push_back(StateOf(0, pos));
   }
   return output;
 }

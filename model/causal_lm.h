@@ -27,8 +27,9 @@ class CausalLm {
   virtual kernels::Backend& backend() const = 0;
 
   // Shape of the KV cache this model (this rank's part of it) needs for
-  // `num_blocks` blocks, sequences of up to `max_seq` positions.
-  virtual KvCacheShape CacheShape(int num_blocks, int max_seq) const = 0;
+  // `num_blocks` blocks, sequences of up to `max_seq` positions, and (a
+  // model with recurrent layers) the state of `state_slots` sequences.
+  virtual KvCacheShape CacheShape(int num_blocks, int max_seq, int state_slots = 1) const = 0;
 
   // Runs the batch, writing its keys/values into `cache`, and returns the
   // logits ([num_seqs, V] or [T, V] per `which`) in host memory: a view that

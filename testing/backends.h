@@ -89,20 +89,30 @@ inline std::unique_ptr<CausalLm> ModelOn(kernels::Backend& backend, const Loaded
   return ValueOrDie(loaded.Instantiate(backend, collectives), "model");
 }
 
-// A KV cache for `model` with room for `seqs` sequences of up to `max_seq`
-// positions each, or the binary stops. Sequence i's blocks are SeqBlocks(i,
-// max_seq): a contiguous range, as a test that runs sequences alone wants.
-inline std::unique_ptr<KvCache> CacheFor(const CausalLm& model, int seqs, int max_seq) {
-  return ValueOrDie(
-      KvCache::Create(model.backend(), model.CacheShape(seqs * KvCacheShape::BlocksFor(max_seq), max_seq)),
-      "KV cache");
-}
-
 // The blocks of sequence `seq` in a cache made by CacheFor(model, n, max_seq).
 inline std::vector<int32_t> SeqBlocks(int seq, int max_seq) {
   const int per_seq = KvCacheShape::BlocksFor(max_seq);
   return BlockRange(seq * per_seq, per_seq);
 }
+
+// A KV cache for `model` with room for `seqs` sequences of up to `max_seq`
+// positions each, or the binary stops. Sequence i's blocks are SeqBlocks(i,
+// max_seq): a contiguous range, as a test that runs sequences alone wants;
+// its recurrent state (hybrid models) is in slot i.
+inline std::unique_ptr<KvCache> CacheFor(const CausalLm& model, int seqs, int max_seq) {
+  return ValueOrDie(KvCache::Create(model.backend(),
+                                    model.CacheShape(seqs * KvCacheShape::BlocksFor(max_seq), max_seq, seqs)),
+                    "KV cache");
+}
+
+// Adds sequence `seq` of a CacheFor cache to `batch`: its blocks, and its
+// state slot where the cache keeps recurrent state.
+inline void AddCachedSequence(ForwardBatch& batch, const KvCache& cache, int seq, int max_seq, int32_t pos,
+                              absl::Span<const int32_t> tokens, int32_t logit_rows = 1) {
+  batch.AddSequence(SeqBlocks(seq, max_seq), pos, tokens, logit_rows);
+  if (cache.shape().state_slots > 0) batch.states.push_back(StateOf(seq, pos));
+}
+
 
 }  // namespace flover::testing
 

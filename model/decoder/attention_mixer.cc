@@ -1,7 +1,9 @@
 // Attention as a layer's token mixer: the fused q/k/v GEMM, Q/K norms where
 // the spec has them, rotary embeddings, the KV append and attention over
-// the paged cache, and the output projection into the residual stream.
+// the paged cache, an output gate where the spec has one (Qwen3.5), and the
+// output projection into the residual stream.
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/decoder/layer_parts.h"
@@ -18,9 +20,10 @@ class AttentionMixer final : public TokenMixer {
  public:
   // `kv_layer`: the layer's K and V in the cache (its index among the
   // attention layers).
-  AttentionMixer(LinearSite qkv, LinearSite o, Buffer q_norm, Buffer k_norm, int kv_layer)
-      : qkv_(std::move(qkv)), o_(std::move(o)), q_norm_(std::move(q_norm)), k_norm_(std::move(k_norm)),
-        kv_layer_(kv_layer) {}
+  AttentionMixer(LinearSite qkv, LinearSite o, std::optional<LinearSite> gate, Buffer q_norm, Buffer k_norm,
+                 int kv_layer)
+      : qkv_(std::move(qkv)), o_(std::move(o)), gate_(std::move(gate)), q_norm_(std::move(q_norm)),
+        k_norm_(std::move(k_norm)), kv_layer_(kv_layer) {}
 
   absl::Status Forward(LayerContext& m, const Tensor& h, const LayerStep& s, const Buffer& post) const override {
     const DecoderSpec& spec = m.spec();
@@ -46,19 +49,29 @@ class AttentionMixer final : public TokenMixer {
     const kernels::SeqTable& table = s.cache.shape().local(kv_layer_) ? s.step.local_seqs : s.step.seqs;
     const kernels::KvLayer kv = s.cache.layer(kv_layer_);
     FLOVER_RETURN_IF_ERROR(backend.AppendKv(qkv, table, kv));
-    FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, spec.attention[l], attn));
-    return m.Residual(o_, attn, post, s.T);
+    if (!gate_.has_value()) {
+      FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, spec.attention[l], attn));
+      return m.Residual(o_, attn, post, s.T);
+    }
+    // Gated: attention's output (f32) times sigmoid(h @ gate), in place.
+    const Tensor gated = m.buffer(kGated, s.T), gate = m.buffer(kGateIn, s.T);
+    FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, spec.attention[l], gated));
+    FLOVER_RETURN_IF_ERROR(m.Apply(*gate_, h, gate));
+    FLOVER_RETURN_IF_ERROR(backend.Gate(gated, gate, kernels::GateKind::kSigmoid, gated));
+    return m.Residual(o_, gated, post, s.T);
   }
 
   absl::Status Prepare(kernels::Backend& backend, int T) const override {
     for (const LinearSite* s : {&qkv_, &o_}) {
       FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s->w, T, !s->bias.empty(), s->epilogue));
     }
+    if (gate_.has_value()) FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*gate_->w, T, false, gate_->epilogue));
     return absl::OkStatus();
   }
 
  private:
   LinearSite qkv_, o_;
+  std::optional<LinearSite> gate_;  // spec.attn_output_gate
   Buffer q_norm_, k_norm_;  // spec.qk_norm
   int kv_layer_;
 };
@@ -83,8 +96,13 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up
   LinearSite qkv, o;
   FLOVER_RETURN_IF_ERROR(up.Site(l.qkv, l.qkv_b, C, W, kernels::Epilogue::kBias, &qkv));
   FLOVER_RETURN_IF_ERROR(up.Site(l.o, l.o_b, QL, C, up.into_x(), &o));
-  return std::make_unique<AttentionMixer>(std::move(qkv), std::move(o), std::move(q_norm), std::move(k_norm),
-                                          kv_layer);
+  std::optional<LinearSite> gate;
+  if (spec.attn_output_gate) {
+    std::vector<float> none;
+    FLOVER_RETURN_IF_ERROR(up.Site(l.attn_gate, none, C, QL, kernels::Epilogue::kBias, &gate.emplace()));
+  }
+  return std::make_unique<AttentionMixer>(std::move(qkv), std::move(o), std::move(gate), std::move(q_norm),
+                                          std::move(k_norm), kv_layer);
 }
 
 }  // namespace flover

@@ -57,6 +57,21 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             const bool shared = spec_.moe.shared_intermediate > 0;
             b[kSharedOut] = {f32, shared ? T : 1, shared ? C : 1};
             b[kSharedGate] = {f32, shared ? T : 1, 1};
+            const int QL = spec_.attn_output_gate ? shard_.q_heads * D : 1, TG = spec_.attn_output_gate ? T : 1;
+            b[kGateIn] = {f32, TG, QL};
+            b[kGated] = {f32, TG, QL};
+            // Recurrent layers: the convolution's channels; the delta net's
+            // value heads (the short convolution's channels in their place).
+            const bool recurrent = spec_.StateLayerCount() > 0;
+            const int TR = recurrent ? T : 1, Ch = std::max(shard_.conv_channels, 1);
+            const bool delta = spec_.RecurrentKind() == DecoderSpec::Mixer::kGatedDeltaNet;
+            const int Hv = delta ? shard_.dn_v_heads : Ch, Vd = delta ? shard_.dn_v_heads * spec_.recurrent.v_dim : Ch;
+            b[kRecIn] = {f32, TR, Ch};
+            b[kRecConv] = {f32, TR, Ch};
+            b[kRecGate] = {f32, TR, Vd};
+            b[kRecB] = {f32, TR, Hv};
+            b[kRecA] = {f32, TR, delta ? Hv : 1};
+            b[kRecOut] = {f32, TR, delta ? Vd : 1};
             return b;
           },
           [this](int rank) { return VocabRange(spec_.vocab_size, {shard_spec_.tp_size, rank}); }) {}
@@ -171,9 +186,21 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
   return absl::OkStatus();
 }
 
-KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq) const {
+KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq, int state_slots) const {
   KvCacheShape shape;
   shape.layers = spec_.KvLayerCount();
+  // Recurrent layers: a slot per sequence holds each one's convolution
+  // window (K - 1 inputs of this rank's channels) and, for the delta net,
+  // its [Hv_local, dk, dv] matrix.
+  shape.state_layers = spec_.StateLayerCount();
+  if (shape.state_layers > 0) {
+    shape.state_slots = state_slots;
+    const DecoderSpec::Recurrent& r = spec_.recurrent;
+    shape.conv_state = int64_t{r.conv_kernel - 1} * shard_.conv_channels;
+    if (spec_.RecurrentKind() == DecoderSpec::Mixer::kGatedDeltaNet) {
+      shape.scan_state = int64_t{shard_.dn_v_heads} * r.k_dim * r.v_dim;
+    }
+  }
   shape.heads = shard_.kv_heads;
   shape.head_dim = spec_.head_dim;
   shape.dtype = backend_.kv_dtype();

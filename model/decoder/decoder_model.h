@@ -42,7 +42,7 @@ class DecoderModel final : public CausalLm, private LayerContext {
 
   const ModelInfo& info() const override { return info_; }
   kernels::Backend& backend() const override { return backend_; }
-  KvCacheShape CacheShape(int num_blocks, int max_seq) const override;
+  KvCacheShape CacheShape(int num_blocks, int max_seq, int state_slots = 1) const override;
   // On the CPU the logits view is the backend's own buffer: no copy.
   absl::StatusOr<absl::Span<float>> Forward(const ForwardBatch& batch, KvCache& cache,
                                             LogitsFor which) override;

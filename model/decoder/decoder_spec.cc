@@ -18,6 +18,17 @@ int DecoderSpec::KvWindow() const {
   return window;
 }
 
+DecoderSpec::Mixer DecoderSpec::RecurrentKind() const {
+  for (Mixer m : mixers) {
+    if (m != Mixer::kAttention) return m;
+  }
+  return Mixer::kAttention;
+}
+
+int DecoderSpec::Recurrent::conv_channels(int hidden) const {
+  return k_heads > 0 ? 2 * k_heads * k_dim + v_heads * v_dim : hidden;
+}
+
 int DecoderSpec::KvLayerCount() const {
   if (mixers.empty()) return n_layer;
   return static_cast<int>(std::count(mixers.begin(), mixers.end(), Mixer::kAttention));
@@ -44,6 +55,28 @@ absl::Status DecoderSpec::Validate() const {
     return bad(mixers.size(), " layer kinds (mixers) for ", n_layer, " layers");
   }
   if (KvLayerCount() < 1) return bad("a decoder needs at least one attention layer");
+  const Mixer recurrent_kind = RecurrentKind();
+  for (Mixer m : mixers) {
+    if (m != Mixer::kAttention && m != recurrent_kind) {
+      return bad("a model's recurrent layers are all of one kind (gated delta net or short convolution)");
+    }
+  }
+  const Recurrent& r = recurrent;
+  if (recurrent_kind != Mixer::kAttention &&
+      (r.conv_kernel < 2 || r.conv_kernel > kernels::kMaxConvKernel)) {
+    return bad("the recurrent layers' convolution has ", r.conv_kernel, " taps (2 to ", kernels::kMaxConvKernel, ")");
+  }
+  if (recurrent_kind == Mixer::kGatedDeltaNet) {
+    if (r.k_heads < 1 || r.v_heads < 1 || r.v_heads % r.k_heads != 0) {
+      return bad("the gated delta net's ", r.v_heads, " value heads are not a multiple of its ", r.k_heads,
+                 " key heads");
+    }
+    if (r.k_dim < 1 || r.v_dim < 1 || r.k_dim > kernels::kMaxDeltaHeadDim || r.v_dim > kernels::kMaxDeltaHeadDim) {
+      return bad("the gated delta net's head sizes (key ", r.k_dim, ", value ", r.v_dim, ") must be in [1, ",
+                 kernels::kMaxDeltaHeadDim, "]");
+    }
+  }
+  if (attn_output_gate && qk_norm_whole) return bad("an attention output gate with whole-Q/K norms is not built");
   if (2 * inv_freq.size() > static_cast<size_t>(head_dim)) {
     return bad("rotary embeddings turn ", 2 * inv_freq.size(), " dims of a ", head_dim,
                "-dim head");
@@ -100,6 +133,14 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, " does not divide the shared expert's MLP width ", c.moe.shared_intermediate));
   }
+  if (c.RecurrentKind() == DecoderSpec::Mixer::kGatedDeltaNet && c.recurrent.k_heads % s.tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, " does not divide the gated delta net's ", c.recurrent.k_heads, " key heads"));
+  }
+  if (c.RecurrentKind() == DecoderSpec::Mixer::kShortConv && c.hidden % s.tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, " does not divide the short convolution's ", c.hidden, " channels"));
+  }
   if (c.qk_norm_whole && s.tp_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, ": this model norms Q and K across all heads at once (OLMoE), which "
@@ -123,6 +164,16 @@ DecoderShard DecoderShardOf(const DecoderSpec& c, const ShardSpec& s) {
   out.shared_inner_begin = s.tp_rank * out.shared_inner;
   std::tie(out.vocab_begin, out.vocab_end) = VocabRange(c.vocab_size, s);
   out.adds_replicated_bias = s.tp_rank == 0;
+  if (c.RecurrentKind() == DecoderSpec::Mixer::kGatedDeltaNet) {
+    out.dn_k_heads = c.recurrent.k_heads / s.tp_size;
+    out.dn_k_head_begin = s.tp_rank * out.dn_k_heads;
+    out.dn_v_heads = c.recurrent.v_heads / s.tp_size;
+    out.dn_v_head_begin = s.tp_rank * out.dn_v_heads;
+    out.conv_channels = 2 * out.dn_k_heads * c.recurrent.k_dim + out.dn_v_heads * c.recurrent.v_dim;
+  } else if (c.RecurrentKind() == DecoderSpec::Mixer::kShortConv) {
+    out.conv_channels = c.hidden / s.tp_size;
+    out.conv_channel_begin = s.tp_rank * out.conv_channels;
+  }
   return out;
 }
 

@@ -41,10 +41,18 @@ struct DecoderSpec {
   kernels::GluKind glu = kernels::GluKind::kSilu;
 
   // Each layer's token mixer: what mixes a row with the rows before it in
-  // its sequence (layer_parts.h). kAttention: the fused q/k/v GEMM, rotary
-  // embeddings, attention over the paged KV cache (the settings below). A
-  // layer is its norms, its mixer and its MLP.
-  enum class Mixer { kAttention };
+  // its sequence (layer_parts.h). A layer is its norms, its mixer and its MLP.
+  //   kAttention     the fused q/k/v GEMM, rotary embeddings, attention over
+  //                  the paged KV cache (the settings below)
+  //   kGatedDeltaNet Qwen3.5's linear attention: q/k/v through a causal
+  //                  convolution and SiLU, the gated delta rule over a state
+  //                  per sequence, an RMSNorm of each head gated by silu(z),
+  //                  the output projection (`recurrent`)
+  //   kShortConv     LFM2's: B, C and x projections, y = C * conv(B * x),
+  //                  the output projection (`recurrent.conv_kernel`)
+  // The recurrent kinds keep a state per sequence (KvCacheShape's state
+  // slots), not K and V; a model's recurrent layers are all of one kind.
+  enum class Mixer { kAttention, kGatedDeltaNet, kShortConv };
   // n_layer entries, or empty: attention in every layer.
   std::vector<Mixer> mixers;
   Mixer mixer(int l) const { return mixers.empty() ? Mixer::kAttention : mixers[l]; }
@@ -52,6 +60,28 @@ struct DecoderSpec {
   // and layer l's index among them (l must be one).
   int KvLayerCount() const;
   int KvLayerOf(int l) const;
+  // The recurrent layers (those of another kind), and layer l's index among
+  // them: its state in the cache's slots.
+  int StateLayerCount() const { return n_layer - KvLayerCount(); }
+  int StateLayerOf(int l) const { return l - KvLayerOf(l); }
+  // The recurrent layers' kind (kAttention where there are none).
+  Mixer RecurrentKind() const;
+
+  // The recurrent layers' shapes. A causal convolution of conv_kernel taps
+  // (both kinds); the gated delta net's heads: v_heads value heads of v_dim
+  // over k_heads key heads of k_dim (grouped, or tiled as GGUF files keep
+  // them: kernels::DeltaRuleParams), so its convolution runs over
+  // 2 k_heads k_dim + v_heads v_dim channels.
+  struct Recurrent {
+    int conv_kernel = 0;
+    int k_heads = 0, v_heads = 0, k_dim = 0, v_dim = 0;
+    bool tiled = false;
+    // The delta net's A as transformers stores it, A_log (the decay's
+    // factor is -exp(A_log)); false: as GGUF files store it, -exp(A_log).
+    bool a_log = true;
+    int conv_channels(int hidden) const;
+  };
+  Recurrent recurrent;
 
   // How the layers' matrices are stored: kInOut (GPT-2's Conv1D) or kOutIn
   // (nn.Linear). A separate head is [V, C] (kOutIn) in every family.
@@ -77,6 +107,11 @@ struct DecoderSpec {
   // The layers that turn by rotary embeddings (n_layer entries, or empty:
   // every layer): SmolLM3 leaves every fourth layer without (NoPE).
   std::vector<bool> rope_layers;
+
+  // Attention's output times sigmoid(gate), gate a projection of the
+  // layer's input (Qwen3.5: [Hq * D, C], each head's rows beside its Q's in
+  // the checkpoint), before the output projection.
+  bool attn_output_gate = false;
 
   // Per-head RMSNorm of Q and K (weights q_norm, k_norm: [head_dim], shared
   // by the heads) after the projection, before rotary (Qwen3, Gemma 3).
@@ -134,10 +169,16 @@ struct DecoderShard {
   int shared_inner = 0, shared_inner_begin = 0;  // the shared expert's band (moe)
   int vocab_begin = 0, vocab_end = 0;
   bool adds_replicated_bias = true;
+  // Recurrent layers: the gated delta net's key and value heads (whole
+  // groups), and the short convolution's band of channels.
+  int dn_k_heads = 0, dn_k_head_begin = 0;
+  int dn_v_heads = 0, dn_v_head_begin = 0;
+  int conv_channels = 0, conv_channel_begin = 0;
 };
 
 // OK when `spec.tp_size` divides the key/value heads (and so the query
-// heads), the MLP width and the experts' width, and the model has no norm
+// heads), the MLP width and the experts' width, the gated delta net's key
+// heads or the short convolution's channels, and the model has no norm
 // across heads (qk_norm_whole) with tp > 1; InvalidArgument naming what
 // does not fit.
 absl::Status ValidateDecoderShard(const DecoderSpec& model, const ShardSpec& spec);

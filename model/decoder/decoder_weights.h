@@ -26,6 +26,17 @@ struct DecoderLayerWeights {
   std::vector<float> norm2, norm2_b;  // before the MLP (kParallel: unused)
   std::vector<float> post_attn_norm, post_mlp_norm;  // kSandwich only
   std::vector<float> q_norm, k_norm;  // [head_dim]: qk_norm only
+  StoredValues attn_gate;             // [Hq_local * D, C]: attn_output_gate only
+  // A recurrent layer (DecoderSpec::Mixer): `o` is its output projection
+  // ([channels_local of the [channels, C] product]).
+  //   gated delta net: in_x = q, k and v ([conv channels_local, C]); in_gate
+  //   = z ([Hv_local * dv, C]); in_b, in_a: beta's and the decay's
+  //   ([Hv_local, C]); conv [conv channels_local, K]; decay_a = -exp(A_log)
+  //   and dt_bias [Hv_local]; mixer_norm [dv] (the gated norm's weight)
+  //   short convolution: in_b = B, in_gate = C, in_x = x ([C_local, C]
+  //   each); conv [C_local, K]
+  StoredValues in_x, in_gate, in_b, in_a;
+  std::vector<float> conv, decay_a, dt_bias, mixer_norm;
   StoredValues up;                    // kGelu: [C, F_local]; kGlu: gate then up
   std::vector<float> up_b;            // empty: none
   StoredValues down;                  // [F_local, C]

@@ -35,6 +35,10 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMixer(LayerUploader& up, const D
   switch (spec.mixer(layer)) {
     case DecoderSpec::Mixer::kAttention:
       return MakeAttentionMixer(up, shard, spec.KvLayerOf(layer), w);
+    case DecoderSpec::Mixer::kGatedDeltaNet:
+      return MakeGatedDeltaNetMixer(up, shard, spec.StateLayerOf(layer), w);
+    case DecoderSpec::Mixer::kShortConv:
+      return MakeShortConvMixer(up, shard, spec.StateLayerOf(layer), w);
   }
   return absl::InternalError(absl::StrCat("layer ", layer, " has a mixer of no known kind"));
 }

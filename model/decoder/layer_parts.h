@@ -49,6 +49,16 @@ enum Activation {
   kExpertOut,      // f32 [T * k, C]: each route's expert output
   kSharedOut,      // f32 [T, C]: the shared expert's output (moe.shared_intermediate)
   kSharedGate,     // f32 [T, 1]: its sigmoid gate
+  // Attention with an output gate (spec.attn_output_gate):
+  kGateIn,  // f32 [T, Hq_local * D]: the gate's logits
+  kGated,   // f32 [T, Hq_local * D]: attention's output, gated in place
+  // Recurrent layers (Ch: their convolution's channels; Hv value heads of dv):
+  kRecIn,    // f32 [T, Ch]: the convolution's input
+  kRecConv,  // f32 [T, Ch]: its output
+  kRecGate,  // f32 [T, Hv dv | C]: the delta net's z, the short convolution's C
+  kRecB,     // f32 [T, Hv | C]: the delta net's beta logits, the short convolution's B
+  kRecA,     // f32 [T, Hv]: the delta net's decay logits
+  kRecOut,   // f32 [T, Hv dv]: the delta rule's output
   kNumActivations,
 };
 
@@ -83,6 +93,7 @@ struct LayerStep {
   KvCache& cache;
   int layer;  // of the model
   int T;      // rows
+  kernels::StateTable states() const { return {step.states, step.states_device}; }
 };
 
 // What mixes each row with the rows before it in its sequence. Forward
@@ -144,6 +155,12 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const De
 // in the cache (its index among the layers that keep them).
 absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up, const DecoderShard& shard,
                                                                int kv_layer, DecoderLayerWeights& w);
+// `state_layer`: the layer's state in the cache's slots (its index among
+// the recurrent layers).
+absl::StatusOr<std::unique_ptr<TokenMixer>> MakeGatedDeltaNetMixer(LayerUploader& up, const DecoderShard& shard,
+                                                                   int state_layer, DecoderLayerWeights& w);
+absl::StatusOr<std::unique_ptr<TokenMixer>> MakeShortConvMixer(LayerUploader& up, const DecoderShard& shard,
+                                                               int state_layer, DecoderLayerWeights& w);
 
 }  // namespace flover
 

@@ -4,15 +4,22 @@ namespace flover {
 
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
   static const auto* table = new std::vector<const LlamaArchitecture*>{
-      &Gemma2Arch(), &Gemma3Arch(), &LlamaArch(),   &MistralArch(), &MixtralArch(),
-      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen2MoeArch(), &Qwen3Arch(), &Qwen3MoeArch(),
-      &SmolLM3Arch()};
+      &Gemma2Arch(), &Gemma3Arch(), &Lfm2Arch(),    &LlamaArch(),   &MistralArch(), &MixtralArch(),
+      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen2MoeArch(), &Qwen3Arch(), &Qwen3_5Arch(),
+      &Qwen3MoeArch(), &SmolLM3Arch()};
   return *table;
 }
 
 const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type) {
   for (const LlamaArchitecture* a : LlamaArchitectures()) {
     if (model_type == a->model_type) return a;
+  }
+  return nullptr;
+}
+
+const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type) {
+  for (const LlamaArchitecture* a : LlamaArchitectures()) {
+    if (a->image_text_type != nullptr && model_type == a->image_text_type) return a;
   }
   return nullptr;
 }

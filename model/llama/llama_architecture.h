@@ -12,6 +12,7 @@
 #define FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -75,6 +76,28 @@ struct LlamaArchitecture {
   const char* moe_gate = "gate_proj";
   const char* moe_up = "up_proj";
   const char* moe_down = "down_proj";
+  // Every norm of the model scales by (1 + w), not only Gemma's sandwich
+  // (Qwen3.5's zero-centred norms: the layers', the final one and the Q/K
+  // norms; a recurrent layer's own gated norm keeps w).
+  bool zero_centered_norms = false;
+  // Attention's output times sigmoid(gate) (Qwen3.5: q_proj holds each
+  // head's Q rows, then its gate's).
+  bool attn_output_gate = false;
+  // Hybrid models: config.json's layer_types say each layer's kind.
+  bool layer_types = false;
+  // The model_type of its image-text checkpoints (Qwen3.5's "qwen3_5"), whose
+  // text_config is this architecture and whose language model's tensors are
+  // under "model.language_model.".
+  const char* image_text_type = nullptr;
+  // Where its checkpoints name a tensor otherwise than Llama's: each
+  // (part of Llama's name, the architecture's), e.g. LFM2's
+  // (".input_layernorm.", ".operator_norm.").
+  std::vector<std::pair<const char*, const char*>> renames;
+  // GGUF: a layer's tensor (after "model.layers.N.") by llama.cpp's name
+  // (after "blk.N."), where it differs from Llama's files or is its own.
+  std::vector<std::pair<const char*, const char*>> gguf_layer_names;
+  // GGUF: the final norm's name where it is not output_norm.
+  const char* gguf_output_norm = nullptr;
   int norms_per_layer() const { return gemma_norms ? 4 : 2; }
 };
 
@@ -93,6 +116,8 @@ absl::Status GemmaGguf(const GgufFile& f, const std::string& prefix, int large_l
 
 // Every architecture of the family, by model_type.
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures();
+// The architecture whose image-text checkpoints have `model_type`, or null.
+const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type);
 // The architecture of `model_type`, or null.
 const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type);
 // The architecture a GGUF file of general.architecture `name` is read as
@@ -112,6 +137,8 @@ const LlamaArchitecture& Qwen2MoeArch();
 const LlamaArchitecture& Qwen3MoeArch();
 const LlamaArchitecture& SmolLM3Arch();
 const LlamaArchitecture& OlmoeArch();
+const LlamaArchitecture& Qwen3_5Arch();
+const LlamaArchitecture& Lfm2Arch();
 
 }  // namespace flover
 

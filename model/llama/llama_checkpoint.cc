@@ -17,6 +17,18 @@ constexpr uint64_t kBuiltinSeed = 0x4c6c616d61ull;  // "Llama"
 
 }  // namespace
 
+std::string StoredLlamaName(const LlamaConfig& c, absl::string_view name) {
+  std::string out(name);
+  for (const auto& [from, to] : c.arch().renames) {
+    if (const size_t at = out.find(from); at != std::string::npos) {
+      out.replace(at, std::string_view(from).size(), to);
+      break;
+    }
+  }
+  if (c.text_prefix != "model." && absl::StartsWith(out, "model.")) out = c.text_prefix + out.substr(6);
+  return out;
+}
+
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
   LlamaConfig c;
   if (name == "llama-tiny") {
@@ -159,11 +171,15 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
   std::string stored = "F32";
-  if (const TensorInfo* t = ckpt->Find("model.embed_tokens.weight")) {
+  if (const TensorInfo* t = ckpt->Find(StoredLlamaName(m->config_, "model.embed_tokens.weight"))) {
     stored = std::string(DTypeName(t->dtype));
   }
   m->stored_dtype_ = stored;
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "", stored);
+  if (m->config_.text_prefix != "model." || !m->config_.arch().renames.empty()) {
+    m->source_ = std::make_unique<RenamedSource>(
+        std::move(m->source_), [c = m->config_](absl::string_view name) { return StoredLlamaName(c, name); });
+  }
   // Every tensor there, with its shape, now; the data when a rank needs it.
   FLOVER_RETURN_IF_ERROR(m->CheckWeights());
   auto tokenizer = LoadDirectoryTokenizer(dir, m->config_.vocab_size, m->config_.architecture);

@@ -57,6 +57,12 @@ class LlamaCheckpoint final : public DecoderCheckpoint {
 //               GeGLU-tanh, soft-caps 50 and 30, window 4096, tied)
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name);
 
+// Where a checkpoint directory of `config`'s architecture holds the tensor
+// the recipes call `name` (Llama's names): its own names (LFM2's
+// operator_norm for input_layernorm, ...) under its text prefix (Qwen3.5's
+// image-text checkpoints: model.language_model.).
+std::string StoredLlamaName(const LlamaConfig& config, absl::string_view name);
+
 }  // namespace flover
 
 #endif  // FLOVER_MODEL_LLAMA_LLAMA_CHECKPOINT_H_

@@ -9,6 +9,7 @@
 #include "model/decoder/rotary.h"
 #include "model/llama/llama_architecture.h"
 #include "util/json.h"
+#include "util/status_macros.h"
 
 namespace flover {
 namespace {
@@ -90,7 +91,10 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
 const std::vector<std::string>& LlamaFamilyTypes() {
   static const std::vector<std::string>* types = [] {
     auto* names = new std::vector<std::string>;
-    for (const LlamaArchitecture* a : LlamaArchitectures()) names->push_back(a->model_type);
+    for (const LlamaArchitecture* a : LlamaArchitectures()) {
+      names->push_back(a->model_type);
+      if (a->image_text_type != nullptr) names->push_back(a->image_text_type);
+    }
     return names;
   }();
   return *types;
@@ -126,6 +130,48 @@ absl::Status ParseMoe(const Struct& s, absl::string_view what, const char* exper
     c->sparse_step = static_cast<int>(*step);
   }
   return JsonIntListField(s, "mlp_only_layers", 0, kMaxLayers - 1, what, &c->dense_layers);
+}
+
+absl::Status ParseLayerTypes(const Struct& s, absl::string_view what, LlamaConfig* c) {
+  auto it = s.fields().find("layer_types");
+  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) {
+    // Older configs: LFM2's full_attn_idxs (the others convolutions), or
+    // Qwen3-Next's full_attention_interval (the others linear attention).
+    c->layer_kinds.clear();
+    if (JsonHas(s, "full_attn_idxs")) {
+      std::vector<int32_t> attention;
+      FLOVER_RETURN_IF_ERROR(JsonIntListField(s, "full_attn_idxs", 0, c->n_layer - 1, what, &attention));
+      c->layer_kinds.assign(c->n_layer, LlamaConfig::LayerKind::kShortConv);
+      for (int32_t l : attention) c->layer_kinds[l] = LlamaConfig::LayerKind::kAttention;
+    } else if (c->linear_k_heads > 0) {
+      auto interval = JsonIntField(s, "full_attention_interval", 1, c->n_layer, what);
+      if (JsonHas(s, "full_attention_interval") && !interval.ok()) return interval.status();
+      const int every = JsonHas(s, "full_attention_interval") ? *interval : 4;
+      for (int l = 0; l < c->n_layer; ++l) {
+        c->layer_kinds.push_back((l + 1) % every == 0 ? LlamaConfig::LayerKind::kAttention
+                                                      : LlamaConfig::LayerKind::kLinearAttention);
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (it->second.kind_case() != Value::kListValue) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": layer_types must be a list of strings"));
+  }
+  c->layer_kinds.clear();
+  for (const Value& v : it->second.list_value().values()) {
+    const std::string kind = v.kind_case() == Value::kStringValue ? v.string_value() : "";
+    if (kind == "full_attention" || kind == "attention") {
+      c->layer_kinds.push_back(LlamaConfig::LayerKind::kAttention);
+    } else if (kind == "linear_attention") {
+      c->layer_kinds.push_back(LlamaConfig::LayerKind::kLinearAttention);
+    } else if (kind == "conv") {
+      c->layer_kinds.push_back(LlamaConfig::LayerKind::kShortConv);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": layer_types holds \"", kind,
+                                                     "\" (Flover runs full_attention, linear_attention and conv)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SlidingWindowRefused(absl::string_view what, absl::string_view model_type) {
@@ -164,16 +210,40 @@ int64_t MlpParameters(const LlamaConfig& c, int l, bool active) {
   return (active ? c.experts_per_tok : c.experts) * 3 * C * c.expert_intermediate + int64_t{c.experts} * C + shared;
 }
 
+// Layer l's token mixer's parameters: its matrices', and the others' (Q/K
+// norms, biases, a convolution's taps, the delta net's A, dt_bias and norm).
+struct MixerParameters {
+  int64_t matmul = 0, other = 0;
+};
+MixerParameters MixerParametersOf(const LlamaConfig& c, int l) {
+  const int64_t C = c.hidden;
+  switch (c.layer_kind(l)) {
+    case LlamaConfig::LayerKind::kAttention:
+      return {C * c.q_dim() * (c.arch().attn_output_gate ? 2 : 1) + 2 * C * c.kv_dim() + int64_t{c.q_dim()} * C,
+              QkNormValues(c) + (c.qkv_bias ? c.q_dim() + 2 * c.kv_dim() : 0)};
+    case LlamaConfig::LayerKind::kLinearAttention: {
+      const int64_t Vd = int64_t{c.linear_v_heads} * c.linear_v_dim,
+                    channels = 2 * int64_t{c.linear_k_heads} * c.linear_k_dim + Vd;
+      return {C * (channels + Vd + 2 * c.linear_v_heads) + Vd * C,
+              channels * c.conv_kernel + 2 * c.linear_v_heads + c.linear_v_dim};
+    }
+    case LlamaConfig::LayerKind::kShortConv:
+      return {4 * C * C, C * c.conv_kernel};
+  }
+  return {};
+}
+
 }  // namespace
 
 int64_t LlamaConfig::num_parameters() const {
   const int64_t C = hidden, V = vocab_size;
   const int64_t norms = arch().norms_per_layer();
-  const int64_t per_layer = norms * C + QkNormValues(*this) + C * q_dim() + 2 * C * kv_dim() + int64_t{q_dim()} * C +
-                            (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
-  int64_t mlps = 0;
-  for (int l = 0; l < n_layer; ++l) mlps += MlpParameters(*this, l, /*active=*/false);
-  return V * C * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + mlps + C;
+  int64_t layers = 0;
+  for (int l = 0; l < n_layer; ++l) {
+    const MixerParameters mixer = MixerParametersOf(*this, l);
+    layers += norms * C + mixer.matmul + mixer.other + MlpParameters(*this, l, /*active=*/false);
+  }
+  return V * C * (tie_word_embeddings ? 1 : 2) + layers + C;
 }
 
 absl::Status LlamaConfig::Validate() const {
@@ -227,6 +297,30 @@ absl::Status LlamaConfig::Validate() const {
       if (l < 0 || l >= n_layer) return bad("mlp_only_layers names layer ", l, " of ", n_layer);
     }
   }
+  if (!layer_kinds.empty()) {
+    if (static_cast<int>(layer_kinds.size()) != n_layer) {
+      return bad("layer_types has ", layer_kinds.size(), " entries for ", n_layer, " layers");
+    }
+    if (std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::kAttention) == 0) {
+      return bad("layer_types has no attention layer");
+    }
+    const bool linear = std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::kLinearAttention) > 0;
+    const bool conv = std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::kShortConv) > 0;
+    if (linear && conv) return bad("layer_types mixes linear_attention and conv layers");
+    if ((linear || conv) && (conv_kernel < 2 || conv_kernel > 16)) {
+      return bad("the recurrent layers' convolution has ", conv_kernel, " taps (2 to 16)");
+    }
+    if (linear) {
+      if (linear_k_heads < 1 || linear_v_heads < 1 || linear_v_heads % linear_k_heads != 0) {
+        return bad("linear_num_value_heads (", linear_v_heads, ") is not a multiple of linear_num_key_heads (",
+                   linear_k_heads, ")");
+      }
+      if (linear_k_dim < 1 || linear_k_dim > 256 || linear_v_dim < 1 || linear_v_dim > 256) {
+        return bad("linear_key_head_dim (", linear_k_dim, ") and linear_value_head_dim (", linear_v_dim,
+                   ") must be in [1, 256]");
+      }
+    }
+  }
   if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
     return bad("the rotary dims (", rotary_dim, ") must be even and at most the head's ", head_dim);
   }
@@ -244,16 +338,34 @@ absl::Status LlamaConfig::Validate() const {
 absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what) {
   auto parsed = ParseJsonObject(json, what);
   if (!parsed.ok()) return parsed.status();
-  const Struct& s = *parsed;
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
   LlamaConfig c;
-  if (auto it = s.fields().find("model_type"); it != s.fields().end()) {
+  const Struct* top = &*parsed;
+  if (auto it = top->fields().find("model_type"); it != top->fields().end()) {
     c.architecture = it->second.string_value();
     if (!IsLlamaFamily(c.architecture)) {
       return refuse("model_type \"", c.architecture, "\" is not a Llama-family model (",
                     absl::StrJoin(LlamaFamilyTypes(), ", "), ")");
     }
   }
+  // An image-text checkpoint of a text architecture (Qwen3.5's "qwen3_5"):
+  // its text_config is the language model, read as that architecture; its
+  // vision tower is not read.
+  if (const LlamaArchitecture* text = FindLlamaTextOf(c.architecture); text != nullptr) {
+    auto it = top->fields().find("text_config");
+    if (it == top->fields().end() || it->second.kind_case() != Value::kStructValue) {
+      return refuse("model_type \"", c.architecture, "\" needs a text_config object");
+    }
+    top = &it->second.struct_value();
+    auto inner = top->fields().find("model_type");
+    if (inner != top->fields().end() && inner->second.string_value() != text->model_type) {
+      return refuse("text_config's model_type \"", inner->second.string_value(), "\" is not \"", text->model_type,
+                    "\"");
+    }
+    c.architecture = text->model_type;
+    c.text_prefix = "model.language_model.";
+  }
+  const Struct& s = *top;
   const LlamaArchitecture& arch = c.arch();
   c.qkv_bias = arch.qkv_bias;  // Qwen2's q, k and v projections always have biases
   // The MLP's activation: silu, or Gemma 2's gelu_pytorch_tanh (which
@@ -273,6 +385,19 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     auto tp = JsonIntField(s, "pretraining_tp", 1, 1, what);
     if (!tp.ok()) return refuse("only pretraining_tp 1 is supported");
   }
+  // transformers 5's rope_parameters (rope_theta, the scaling, partial
+  // rotary) in place of the top-level keys.
+  const Struct* rope = &s;
+  if (auto it = s.fields().find("rope_parameters"); it != s.fields().end()) {
+    if (it->second.kind_case() != Value::kStructValue) return refuse("rope_parameters must be an object");
+    rope = &it->second.struct_value();
+  }
+  if (JsonHas(*rope, "partial_rotary_factor")) {
+    auto factor = JsonNumberField(*rope, "partial_rotary_factor", 1.0, what);
+    if (!factor.ok()) return factor.status();
+    if (!(*factor > 0 && *factor <= 1)) return refuse("partial_rotary_factor must be in (0, 1], got ", *factor);
+    c.partial_rotary_factor = *factor;
+  }
   // The architecture's own keys (sliding windows, Gemma 2's scalars).
   if (arch.parse != nullptr) {
     if (absl::Status st = arch.parse(s, what, &c); !st.ok()) return st;
@@ -290,7 +415,11 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                                {"intermediate_size", 8 * kMaxDim, &c.intermediate},
                                {"vocab_size", kMaxVocab, &c.vocab_size},
                                {"max_position_embeddings", kMaxPositions, &c.max_positions}}) {
+    if (*out > 0) continue;  // the architecture's hook worked it out (LFM2's MLP width)
     if (auto st = read(key, max, out); !st.ok()) return st;
+  }
+  if (arch.layer_types) {
+    if (absl::Status st = ParseLayerTypes(s, what, &c); !st.ok()) return st;
   }
   c.n_kv_head = c.n_head;
   if (JsonHas(s, "num_key_value_heads")) {
@@ -304,10 +433,12 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     if (c.hidden % c.n_head != 0) return refuse("hidden_size is not divisible by num_attention_heads");
     c.head_dim = c.hidden / c.n_head;
   }
-  auto eps = JsonNumberField(s, "rms_norm_eps", 1e-6, what);
-  if (!eps.ok()) return eps.status();
-  c.rms_norm_eps = static_cast<float>(*eps);
-  auto theta = JsonNumberField(s, "rope_theta", 10000.0, what);
+  if (JsonHas(s, "rms_norm_eps")) {  // else 1e-6, or what the architecture's hook read
+    auto eps = JsonNumberField(s, "rms_norm_eps", 1e-6, what);
+    if (!eps.ok()) return eps.status();
+    c.rms_norm_eps = static_cast<float>(*eps);
+  }
+  auto theta = JsonNumberField(*rope, "rope_theta", 10000.0, what);
   if (!theta.ok()) return theta.status();
   c.rope_theta = *theta;
   if (c.partial_rotary_factor != 1.0) {
@@ -318,7 +449,14 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                     c.rotary_dim, " dims (must be even and at least 2)");
     }
   }
-  if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) return st;
+  if (rope != &s) {
+    // rope_parameters' rope_type is the scaling (default: none).
+    Struct scaling;
+    (*scaling.mutable_fields())["rope_scaling"].mutable_struct_value()->CopyFrom(*rope);
+    if (auto st = ParseRopeScaling(scaling, what, &c.rope_scaling); !st.ok()) return st;
+  } else if (auto st = ParseRopeScaling(s, what, &c.rope_scaling); !st.ok()) {
+    return st;
+  }
   if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
     // Served with the short factors, to original_max_position_embeddings,
     // unless ServeLlamaContext asks for more.
@@ -367,9 +505,8 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   // Every weight but the embedding table and the norms is a matrix a token
   // goes through; a tied head is the embedding table once more.
   // A mixture of experts: only the k experts a token is routed to.
-  const int64_t norms = (c.arch().norms_per_layer() * int64_t{c.n_layer} + 1) * c.hidden +
-                       int64_t{c.n_layer} * QkNormValues(c) +
-                       (c.qkv_bias ? int64_t{c.n_layer} * (c.q_dim() + 2 * c.kv_dim()) : 0);
+  int64_t norms = (c.arch().norms_per_layer() * int64_t{c.n_layer} + 1) * c.hidden;
+  for (int l = 0; l < c.n_layer; ++l) norms += MixerParametersOf(c, l).other;
   int64_t idle_experts = 0;
   for (int l = 0; l < c.n_layer; ++l) idle_experts += MlpParameters(c, l, false) - MlpParameters(c, l, true);
   info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms - idle_experts +

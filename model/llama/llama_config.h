@@ -103,6 +103,29 @@ struct LlamaConfig {
   std::vector<int32_t> eos_token_ids;  // may be empty
   int32_t bos_token_id = -1;
 
+  // Hybrid models (architectures with LlamaArchitecture::layer_types):
+  // each layer's kind, from config.json's layer_types ("full_attention",
+  // "linear_attention": Qwen3.5's gated delta net, "conv": LFM2's short
+  // convolution); empty: attention in every layer.
+  enum class LayerKind : uint8_t { kAttention, kLinearAttention, kShortConv };
+  std::vector<LayerKind> layer_kinds;
+  // The recurrent layers' causal convolution (linear_conv_kernel_dim,
+  // LFM2's conv_L_cache), and the gated delta net's heads
+  // (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim,
+  // linear_value_head_dim).
+  int conv_kernel = 0;
+  int linear_k_heads = 0, linear_v_heads = 0, linear_k_dim = 0, linear_v_dim = 0;
+  // As llama.cpp's converter writes GGUF files: the delta net's value heads
+  // tiled over its key heads (in transformers' checkpoints each key head's
+  // value heads are together), and A stored as -exp(A_log).
+  bool linear_tiled = false;
+  bool decay_stored = false;
+  // What the text model's tensor names start with in place of "model.":
+  // Qwen3.5's released image-text checkpoints keep it under
+  // "model.language_model." (its vision tower, "model.visual.", is not read).
+  std::string text_prefix = "model.";
+  LayerKind layer_kind(int l) const { return layer_kinds.empty() ? LayerKind::kAttention : layer_kinds[l]; }
+
   // The entry of `architecture` (llama's for a name not in the table,
   // which Validate refuses).
   const LlamaArchitecture& arch() const;
@@ -131,6 +154,11 @@ absl::Status ParseSlidingWindow(const google::protobuf::Struct& s, absl::string_
 // present, decoder_sparse_step and mlp_only_layers.
 absl::Status ParseMoe(const google::protobuf::Struct& s, absl::string_view what, const char* experts_key,
                       const char* width_key, bool renormalize, LlamaConfig* c);
+// config.json's layer_types into c->layer_kinds (names other than
+// full_attention, linear_attention and conv refused); where absent, LFM2's
+// full_attn_idxs or, with a gated delta net, full_attention_interval (4
+// when absent). Needs c->n_layer.
+absl::Status ParseLayerTypes(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c);
 // The refusal of a sliding window the architecture does not apply as
 // transformers' default path does.
 absl::Status SlidingWindowRefused(absl::string_view what, absl::string_view model_type);

@@ -57,6 +57,67 @@ TEST(LlamaConfigTest, Gemma2DefaultsAndRefusals) {
   EXPECT_THAT(std::string(cap.status().message()), HasSubstr("final_logit_softcapping must be > 0"));
 }
 
+// The hybrid models' keys: Qwen3.5's linear attention (its image-text
+// wrapper descended into, transformers 5's rope_parameters, layer kinds
+// from layer_types or full_attention_interval) and LFM2's short
+// convolutions (full_attn_idxs, its MLP width worked out, norm_eps); and
+// inconsistent layer kinds, head counts and kernels refused naming the field.
+TEST(LlamaConfigTest, HybridModelsKeysAndRefusals) {
+  using Kind = LlamaConfig::LayerKind;
+  const std::string linear = R"("linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
+      "linear_value_head_dim": 24, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+      "rope_parameters": {"rope_theta": 1e7, "partial_rotary_factor": 0.25, "rope_type": "default",
+                          "mrope_section": [11, 11, 10], "mrope_interleaved": true})";
+  auto q = ParseLlamaConfig(Config("qwen3_5_text", linear + R"(, "head_dim": 32,
+      "layer_types": ["linear_attention", "full_attention"])"), "c");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->layer_kinds, (std::vector<Kind>{Kind::kLinearAttention, Kind::kAttention}));
+  EXPECT_EQ(q->rope_theta, 1e7);
+  EXPECT_EQ(q->rotary(), 8);
+  EXPECT_EQ(q->conv_kernel, 4);
+  EXPECT_EQ(q->linear_v_dim, 24);
+  EXPECT_EQ(q->text_prefix, "model.");
+  // The released image-text layout: text_config is the model.
+  std::string text = Config("qwen3_5_text", linear);
+  text.replace(text.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 8");
+  auto wrapped = ParseLlamaConfig(
+      absl::StrCat(R"({"model_type": "qwen3_5", "vision_config": {"depth": 1}, "text_config": )", text, "}"), "c");
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+  EXPECT_EQ(wrapped->architecture, "qwen3_5_text");
+  EXPECT_EQ(wrapped->text_prefix, "model.language_model.");
+  // No layer_types: every fourth layer is attention.
+  EXPECT_EQ(wrapped->layer_kinds[3], Kind::kAttention);
+  EXPECT_EQ(wrapped->layer_kinds[2], Kind::kLinearAttention);
+  auto refused = [&](const std::string& type, const std::string& extra) {
+    return std::string(ParseLlamaConfig(Config(type, extra), "c").status().message());
+  };
+  EXPECT_THAT(refused("qwen3_5_text", linear + R"(, "layer_types": ["linear_attention", "sliding_attention"])"),
+              HasSubstr("layer_types holds \"sliding_attention\""));
+  EXPECT_THAT(refused("qwen3_5_text", linear + R"(, "layer_types": ["full_attention"])"),
+              HasSubstr("layer_types has 1 entries for 2 layers"));
+  EXPECT_THAT(refused("qwen3_5_text", linear + R"(, "layer_types": ["linear_attention", "linear_attention"])"),
+              HasSubstr("layer_types has no attention layer"));
+  std::string three = linear;
+  three.replace(three.find("\"linear_num_value_heads\": 4"), 27, "\"linear_num_value_heads\": 3");
+  EXPECT_THAT(refused("qwen3_5_text", three + R"(, "layer_types": ["linear_attention", "full_attention"])"),
+              HasSubstr("linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)"));
+  EXPECT_THAT(refused("qwen3_5_text", R"("linear_key_head_dim": 16)"), HasSubstr("linear_conv_kernel_dim"));
+  auto lfm2 = ParseLlamaConfig(Config("lfm2", R"("conv_L_cache": 3, "norm_eps": 1e-5, "full_attn_idxs": [1],
+      "block_auto_adjust_ff_dim": true, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 32,
+      "block_ff_dim": 128)"), "c");
+  ASSERT_TRUE(lfm2.ok()) << lfm2.status();
+  EXPECT_EQ(lfm2->layer_kinds, (std::vector<Kind>{Kind::kShortConv, Kind::kAttention}));
+  EXPECT_EQ(lfm2->intermediate, 96);  // 2/3 of 128, rounded up to 32s
+  EXPECT_FLOAT_EQ(lfm2->rms_norm_eps, 1e-5f);
+  EXPECT_TRUE(lfm2->tie_word_embeddings);
+  EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 40)"), HasSubstr("conv_L_cache"));
+  EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "conv_bias": true)"), HasSubstr("conv_bias is not supported"));
+  EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "layer_types": ["conv", "linear_attention"])"),
+              HasSubstr("layer_types has no attention layer"));
+  EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "layer_types": ["linear_attention", "full_attention"])"),
+              HasSubstr("linear_num_value_heads (0) is not a multiple"));
+}
+
 TEST(LlamaConfigTest, MistralSlidingWindow) {
   auto windowed = ParseLlamaConfig(Config("mistral", R"("sliding_window": 4096)"), "c");
   ASSERT_TRUE(windowed.ok()) << windowed.status();
@@ -144,8 +205,9 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
-              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, llama, "
-                        "mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3)"));
+              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, lfm2, llama, "
+                        "mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_5_text, qwen3_5, "
+                        "qwen3_moe, smollm3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   std::ofstream(dir + "/config.json") << Config("falcon", "");
@@ -153,7 +215,8 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
               HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
-                        "gptj, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3)"));
+                        "gptj, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_5, "
+                        "qwen3_5_text, qwen3_moe, smollm3)"));
 }
 
 // A mixture of experts' keys: which layers are sparse, and inconsistent

@@ -8,6 +8,106 @@
 #include "model/llama/llama_architecture.h"
 
 namespace flover {
+namespace {
+
+// A norm's weight, (1 + w) for Gemma's and Qwen3.5's (in GGUF files the
+// one is already added).
+WeightRecipe NormRecipe(const LlamaConfig& c, std::string name, int64_t n) {
+  const bool plus_one = (c.arch().gemma_norms || c.arch().zero_centered_norms) && !c.norms_stored_plus_one;
+  WeightRecipe w = Whole(std::move(name), {n});
+  return plus_one ? PlusOne(std::move(w)) : w;
+}
+
+// An attention layer's: q/k/v (and the output gate), Q/K norms, o_proj.
+void AttentionRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLayerWeights& L,
+                      const DecoderRecipes::Visit& visit) {
+  auto norm = [&](std::string name, int64_t n) { return NormRecipe(c, std::move(name), n); };
+  const int64_t C = c.hidden, D = c.head_dim, Q = c.q_dim(), KV = c.kv_dim();
+  const bool fused = c.arch().fused_projections;
+  const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
+  const int64_t k0 = sh.kv_head_begin * D, k1 = k0 + sh.kv_heads * D;
+  const std::string p = absl::StrCat("model.layers.", l, ".");
+  // Q by query heads, K and V by key/value heads: whole GQA groups.
+  if (c.arch().attn_output_gate) {
+    // q_proj: [2Q, C], each head's Q rows then its gate's.
+    std::vector<WeightRecipe> q, gate;
+    for (int64_t h = sh.q_head_begin; h < sh.q_head_begin + sh.q_heads; ++h) {
+      q.push_back(RowSlice(p + "self_attn.q_proj.weight", {2 * Q, C}, 2 * h * D, 2 * h * D + D));
+      gate.push_back(RowSlice(p + "self_attn.q_proj.weight", {2 * Q, C}, 2 * h * D + D, 2 * h * D + 2 * D));
+    }
+    q.push_back(RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1));
+    q.push_back(RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1));
+    visit(Stack(WeightRecipe::kRows, std::move(q)), &L.qkv);
+    visit(Stack(WeightRecipe::kRows, std::move(gate)), &L.attn_gate);
+  } else if (fused) {
+    visit(FusedRows(p + "self_attn.qkv_proj.weight", {Q, KV, KV}, C, {{q0, q1}, {k0, k1}, {k0, k1}}),
+          &L.qkv);
+  } else {
+    visit(Stack(WeightRecipe::kRows, {RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1),
+                                      RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
+                                      RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
+          &L.qkv);
+  }
+  if (c.qkv_bias) {  // one row of the q, k and v biases side by side
+    visit(Stack(WeightRecipe::kCols, {ColSlice(p + "self_attn.q_proj.bias", {Q}, q0, q1),
+                                      ColSlice(p + "self_attn.k_proj.bias", {KV}, k0, k1),
+                                      ColSlice(p + "self_attn.v_proj.bias", {KV}, k0, k1)}),
+          &L.qkv_b);
+  }
+  if (c.arch().qk_norm_whole) {  // [Q] and [KV], over all heads (one rank: ValidateDecoderShard)
+    visit(norm(p + "self_attn.q_norm.weight", Q), &L.q_norm);
+    visit(norm(p + "self_attn.k_norm.weight", KV), &L.k_norm);
+  } else if (c.arch().qk_norm) {  // one [D] weight each, shared by the heads: every rank reads it whole
+    visit(norm(p + "self_attn.q_norm.weight", D), &L.q_norm);
+    visit(norm(p + "self_attn.k_norm.weight", D), &L.k_norm);
+  }
+  visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), &L.o);
+}
+
+// A layer's MLP: dense, or the experts' (and the shared expert's).
+// A layer's MLP: dense, or the experts' (and the shared expert's).
+void MlpRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLayerWeights& L,
+                const DecoderRecipes::Visit& visit) {
+  const int64_t C = c.hidden, F = c.intermediate;
+  const bool fused = c.arch().fused_projections;
+  const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
+  const std::string p = absl::StrCat("model.layers.", l, ".");
+  if (c.sparse(l)) {  // the router whole; each expert's band of its MLP, as a dense MLP's
+    const LlamaArchitecture& a = c.arch();
+    const int64_t E = c.experts, FE = c.expert_intermediate;
+    const int64_t e0 = sh.expert_inner_begin, e1 = e0 + sh.expert_inner;
+    visit(Whole(absl::StrCat(p, a.moe_router, ".weight"), {E, C}), &L.router);
+    L.expert_up.resize(E);
+    L.expert_down.resize(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = absl::StrCat(p, a.moe_experts, ".", e, ".");
+      visit(Stack(WeightRecipe::kRows, {RowSlice(absl::StrCat(x, a.moe_gate, ".weight"), {FE, C}, e0, e1),
+                                        RowSlice(absl::StrCat(x, a.moe_up, ".weight"), {FE, C}, e0, e1)}),
+            &L.expert_up[e]);
+      visit(ColSlice(absl::StrCat(x, a.moe_down, ".weight"), {C, FE}, e0, e1), &L.expert_down[e]);
+    }
+    if (c.shared_expert_intermediate > 0) {  // Qwen2-MoE's: a band of it, and its gate whole
+      const int64_t FS = c.shared_expert_intermediate;
+      const int64_t s0 = sh.shared_inner_begin, s1 = s0 + sh.shared_inner;
+      visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.shared_expert.gate_proj.weight", {FS, C}, s0, s1),
+                                        RowSlice(p + "mlp.shared_expert.up_proj.weight", {FS, C}, s0, s1)}),
+            &L.up);
+      visit(ColSlice(p + "mlp.shared_expert.down_proj.weight", {C, FS}, s0, s1), &L.down);
+      visit(Whole(p + "mlp.shared_expert_gate.weight", {1, C}), &L.shared_gate);
+    }
+    return;
+  }
+  if (fused) {  // gate_up_proj: [2F, C], gate rows then up rows
+    visit(FusedRows(p + "mlp.gate_up_proj.weight", {F, F}, C, {{f0, f1}, {f0, f1}}), &L.up);
+  } else {
+    visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
+                                      RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
+          &L.up);
+  }
+  visit(ColSlice(p + "mlp.down_proj.weight", {C, F}, f0, f1), &L.down);
+}
+
+}  // namespace
 
 DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   DecoderSpec s;
@@ -45,6 +145,15 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   }
   s.qk_norm = c.arch().qk_norm;
   s.qk_norm_whole = c.arch().qk_norm_whole;
+  s.attn_output_gate = c.arch().attn_output_gate;
+  for (LlamaConfig::LayerKind kind : c.layer_kinds) {
+    using Kind = LlamaConfig::LayerKind;
+    s.mixers.push_back(kind == Kind::kAttention         ? DecoderSpec::Mixer::kAttention
+                       : kind == Kind::kLinearAttention ? DecoderSpec::Mixer::kGatedDeltaNet
+                                                        : DecoderSpec::Mixer::kShortConv);
+  }
+  s.recurrent = {c.conv_kernel, c.linear_k_heads, c.linear_v_heads, c.linear_k_dim, c.linear_v_dim,
+                 c.linear_tiled, !c.decay_stored};
   if (c.experts > 0) {
     s.moe.experts = c.experts;
     s.moe.intermediate = c.expert_intermediate;
@@ -66,15 +175,9 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
 
 DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
   DecoderRecipes r;
-  const int64_t C = c.hidden, D = c.head_dim, F = c.intermediate, V = c.vocab_size,
-                Q = c.q_dim(), KV = c.kv_dim();
-  const bool fused = c.arch().fused_projections, gemma2 = c.arch().gemma_norms;
-  // Gemma's norms scale by (1 + w) (in GGUF files the one is already added).
-  const bool plus_one = gemma2 && !c.norms_stored_plus_one;
-  auto norm = [plus_one](std::string name, int64_t n) {
-    WeightRecipe w = Whole(std::move(name), {n});
-    return plus_one ? PlusOne(std::move(w)) : w;
-  };
+  const int64_t C = c.hidden, V = c.vocab_size;
+  const bool gemma2 = c.arch().gemma_norms;
+  auto norm = [c](std::string name, int64_t n) { return NormRecipe(c, std::move(name), n); };
   r.embedding = [=](const DecoderShard& sh) {
     return RowSlice("model.embed_tokens.weight", {V, C}, sh.vocab_begin, sh.vocab_end);
   };
@@ -86,9 +189,6 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
   };
   r.layer = [=](int l, const DecoderShard& sh, DecoderLayerWeights& L,
                 const DecoderRecipes::Visit& visit) {
-    const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
-    const int64_t k0 = sh.kv_head_begin * D, k1 = k0 + sh.kv_heads * D;
-    const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
     const std::string p = absl::StrCat("model.layers.", l, ".");
     visit(norm(p + "input_layernorm.weight", C), &L.norm1);
     if (gemma2) {  // post_attention_layernorm is Gemma's norm of the attention's output
@@ -98,63 +198,12 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
     } else {       // and Llama's norm before the MLP
       visit(norm(p + "post_attention_layernorm.weight", C), &L.norm2);
     }
-    // Q by query heads, K and V by key/value heads: whole GQA groups.
-    if (fused) {
-      visit(FusedRows(p + "self_attn.qkv_proj.weight", {Q, KV, KV}, C, {{q0, q1}, {k0, k1}, {k0, k1}}),
-            &L.qkv);
+    if (c.layer_kind(l) != LlamaConfig::LayerKind::kAttention) {
+      RecurrentLayerRecipes(c, l, sh, L, visit);
     } else {
-      visit(Stack(WeightRecipe::kRows, {RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1),
-                                        RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
-                                        RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
-            &L.qkv);
+      AttentionRecipes(c, l, sh, L, visit);
     }
-    if (c.qkv_bias) {  // one row of the q, k and v biases side by side
-      visit(Stack(WeightRecipe::kCols, {ColSlice(p + "self_attn.q_proj.bias", {Q}, q0, q1),
-                                        ColSlice(p + "self_attn.k_proj.bias", {KV}, k0, k1),
-                                        ColSlice(p + "self_attn.v_proj.bias", {KV}, k0, k1)}),
-            &L.qkv_b);
-    }
-    if (c.arch().qk_norm_whole) {  // [Q] and [KV], over all heads (one rank: ValidateDecoderShard)
-      visit(norm(p + "self_attn.q_norm.weight", Q), &L.q_norm);
-      visit(norm(p + "self_attn.k_norm.weight", KV), &L.k_norm);
-    } else if (c.arch().qk_norm) {  // one [D] weight each, shared by the heads: every rank reads it whole
-      visit(norm(p + "self_attn.q_norm.weight", D), &L.q_norm);
-      visit(norm(p + "self_attn.k_norm.weight", D), &L.k_norm);
-    }
-    visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), &L.o);
-    if (c.sparse(l)) {  // the router whole; each expert's band of its MLP, as a dense MLP's
-      const LlamaArchitecture& a = c.arch();
-      const int64_t E = c.experts, FE = c.expert_intermediate;
-      const int64_t e0 = sh.expert_inner_begin, e1 = e0 + sh.expert_inner;
-      visit(Whole(absl::StrCat(p, a.moe_router, ".weight"), {E, C}), &L.router);
-      L.expert_up.resize(E);
-      L.expert_down.resize(E);
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string x = absl::StrCat(p, a.moe_experts, ".", e, ".");
-        visit(Stack(WeightRecipe::kRows, {RowSlice(absl::StrCat(x, a.moe_gate, ".weight"), {FE, C}, e0, e1),
-                                          RowSlice(absl::StrCat(x, a.moe_up, ".weight"), {FE, C}, e0, e1)}),
-              &L.expert_up[e]);
-        visit(ColSlice(absl::StrCat(x, a.moe_down, ".weight"), {C, FE}, e0, e1), &L.expert_down[e]);
-      }
-      if (c.shared_expert_intermediate > 0) {  // Qwen2-MoE's: a band of it, and its gate whole
-        const int64_t FS = c.shared_expert_intermediate;
-        const int64_t s0 = sh.shared_inner_begin, s1 = s0 + sh.shared_inner;
-        visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.shared_expert.gate_proj.weight", {FS, C}, s0, s1),
-                                          RowSlice(p + "mlp.shared_expert.up_proj.weight", {FS, C}, s0, s1)}),
-              &L.up);
-        visit(ColSlice(p + "mlp.shared_expert.down_proj.weight", {C, FS}, s0, s1), &L.down);
-        visit(Whole(p + "mlp.shared_expert_gate.weight", {1, C}), &L.shared_gate);
-      }
-      return;
-    }
-    if (fused) {  // gate_up_proj: [2F, C], gate rows then up rows
-      visit(FusedRows(p + "mlp.gate_up_proj.weight", {F, F}, C, {{f0, f1}, {f0, f1}}), &L.up);
-    } else {
-      visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
-                                        RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
-            &L.up);
-    }
-    visit(ColSlice(p + "mlp.down_proj.weight", {C, F}, f0, f1), &L.down);
+    MlpRecipes(c, l, sh, L, visit);
   };
   return r;
 }

@@ -27,6 +27,12 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& config);
 // q/k/v become one [(Hq + 2 Hkv) * D, C] matrix and gate/up one [2F, C].
 DecoderRecipes LlamaRecipes(const LlamaConfig& config);
 
+// A recurrent layer's tensors (recurrent_recipes.cc): Qwen3.5's gated delta
+// net (linear_attn.*) on this rank's key heads and their value heads, or
+// LFM2's short convolution (conv.*) on this rank's band of channels.
+void RecurrentLayerRecipes(const LlamaConfig& config, int l, const DecoderShard& shard, DecoderLayerWeights& out,
+                           const DecoderRecipes::Visit& visit);
+
 // This rank's weights (the part's layers): the recipe table read.
 absl::StatusOr<DecoderWeights> LoadLlamaWeights(const WeightSource& source,
                                                 const LlamaConfig& config, const ShardSpec& spec,

@@ -61,12 +61,15 @@ constexpr std::pair<const char*, const char*> kGlobalNames[] = {
     {"lm_head.weight", "output.weight"},
 };
 
-// The GGUF name of a transformers tensor name (Gemma's norm names with
-// `gemma`), or "" for none; for an expert's projection
+// The GGUF name of a transformers tensor name (the architecture's own names
+// first: Gemma's norms, Qwen3.5's linear attention, LFM2's convolution),
+// or "" for none; for an expert's projection
 // ("<mlp|block_sparse_moe>.experts.E.<proj>.weight") the merged tensor, with
 // *expert = E (else -1).
-std::string GgufName(absl::string_view hf, bool gemma, int* expert) {
+std::string GgufName(absl::string_view hf, const LlamaArchitecture& arch, int* expert) {
   *expert = -1;
+  const bool gemma = arch.gemma_norms;
+  if (hf == "model.norm.weight" && arch.gguf_output_norm != nullptr) return arch.gguf_output_norm;
   for (const auto& [from, to] : kGlobalNames) {
     if (hf == from) return to;
   }
@@ -76,6 +79,9 @@ std::string GgufName(absl::string_view hf, bool gemma, int* expert) {
   int layer = 0;
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(hf.substr(0, dot), &layer)) return "";
   absl::string_view rest = hf.substr(dot + 1);
+  for (const auto& [from, to] : arch.gguf_layer_names) {
+    if (rest == from) return absl::StrCat("blk.", layer, ".", to);
+  }
   for (const auto& [from, to] : kGemmaLayerNames) {
     if (gemma && rest == from) return absl::StrCat("blk.", layer, ".", to);
   }
@@ -103,8 +109,11 @@ std::string GgufName(absl::string_view hf, bool gemma, int* expert) {
 std::unique_ptr<WeightSource> GgufLlamaSource(std::shared_ptr<const GgufFile> file,
                                               const LlamaConfig& config) {
   GgufNaming naming;
-  const bool gemma = config.arch().gemma_norms;
-  naming.name = [gemma](absl::string_view hf, int* expert) { return GgufName(hf, gemma, expert); };
+  const LlamaArchitecture* arch = &config.arch();
+  naming.name = [arch](absl::string_view hf, int* expert) { return GgufName(hf, *arch, expert); };
+  // A recurrent layer's convolution: [channels, K] in llama.cpp's files,
+  // [channels, 1, K] in transformers'.
+  naming.middle_one = {"ssm_conv1d.weight", "shortconv.conv.weight"};
   // Qwen2-MoE's shared expert gate: [C] in llama.cpp's files, [1, C] in transformers'.
   naming.one_row = {"ffn_gate_inp_shexp.weight"};
   // llama.cpp's converter permutes Q by query heads and K by key/value
@@ -177,7 +186,25 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     }
   }
   c.n_kv_head = c.n_head;
-  if (auto st = get_int("attention.head_count_kv", &c.n_kv_head, false, 1 << 17); !st.ok()) return st;
+  if (const GgufValue* kv = f.Find(a + "attention.head_count_kv"); kv != nullptr && kv->type == GgufType::kArray) {
+    // Per layer (LFM2): 0 for a layer that keeps no K and V (a short
+    // convolution), the attention layers' count for the others.
+    FLOVER_ASSIGN_OR_RETURN(const std::vector<int64_t>* counts, f.GetInts(a + "attention.head_count_kv"));
+    if (!family->layer_types || static_cast<int>(counts->size()) != c.n_layer) {
+      return refuse(a, "attention.head_count_kv differs per layer, which Flover runs only for hybrid models "
+                       "(one count per layer, 0 for a recurrent layer)");
+    }
+    c.n_kv_head = 0;
+    for (int64_t n : *counts) {
+      if (n < 0 || n > (1 << 17) || (n > 0 && c.n_kv_head > 0 && n != c.n_kv_head)) {
+        return refuse(a, "attention.head_count_kv holds ", n, " (the attention layers' counts must be equal)");
+      }
+      c.layer_kinds.push_back(n == 0 ? LlamaConfig::LayerKind::kShortConv : LlamaConfig::LayerKind::kAttention);
+      if (n > 0) c.n_kv_head = static_cast<int>(n);
+    }
+  } else if (auto st = get_int("attention.head_count_kv", &c.n_kv_head, false, 1 << 17); !st.ok()) {
+    return st;
+  }
   c.head_dim = c.n_head > 0 && c.hidden % c.n_head == 0 ? c.hidden / c.n_head : 0;
   if (auto st = get_int("attention.key_length", &c.head_dim, false, 1024); !st.ok()) return st;
   int value_length = c.head_dim;

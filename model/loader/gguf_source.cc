@@ -139,6 +139,11 @@ class GgufSource final : public WeightSource {
     if (v.t == nullptr) return v;
     v.shape = v.t->shape();
     // A vector llama.cpp stores for a one-row matrix of transformers'.
+    if (v.shape.size() == 2) {
+      for (const std::string& suffix : naming_.middle_one) {
+        if (absl::EndsWith(v.name, suffix)) v.shape = {v.shape[0], 1, v.shape[1]};
+      }
+    }
     if (v.shape.size() == 1) {
       for (const std::string& suffix : naming_.one_row) {
         if (absl::EndsWith(v.name, suffix)) v.shape = {1, v.shape[0]};

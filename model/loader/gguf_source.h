@@ -29,6 +29,9 @@ struct GgufNaming {
   std::map<std::string, int, std::less<>> permuted_heads;
   // Names ending so whose 1-D tensors are one-row matrices to transformers.
   std::vector<std::string> one_row;
+  // Names ending so whose [a, b] tensors are [a, 1, b] to transformers (a
+  // depthwise convolution's kernel, squeezed by llama.cpp's converter).
+  std::vector<std::string> middle_one;
 };
 
 std::unique_ptr<WeightSource> GgufWeightSource(std::shared_ptr<const GgufFile> file, GgufNaming naming);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +82,40 @@ class CheckpointSource final : public WeightSource {
   std::string Resolve(absl::string_view tensor) const;
   Checkpoint checkpoint_;
   std::string prefix_, stored_dtype_;
+};
+
+// Another source under other names: `rename` maps the name a family asks
+// for to the one the source holds (LFM2's and Qwen3.5's image-text
+// checkpoints name the Llama layout's tensors their own way).
+class RenamedSource final : public WeightSource {
+ public:
+  using Rename = std::function<std::string(absl::string_view)>;
+  RenamedSource(std::unique_ptr<WeightSource> inner, Rename rename)
+      : inner_(std::move(inner)), rename_(std::move(rename)) {}
+  bool Has(absl::string_view tensor) const override { return inner_->Has(rename_(tensor)); }
+  absl::StatusOr<std::vector<float>> Read(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override {
+    return inner_->Read(rename_(tensor), shape, region);
+  }
+  absl::StatusOr<StoredValues> ReadStored(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override {
+    return inner_->ReadStored(rename_(tensor), shape, region);
+  }
+  kernels::DType StoredDtypeOf(absl::string_view tensor) const override {
+    return inner_->StoredDtypeOf(rename_(tensor));
+  }
+  std::string stored_dtype() const override { return inner_->stored_dtype(); }
+  bool BlockFormatOf(absl::string_view tensor, kernels::BlockFormat* format) const override {
+    return inner_->BlockFormatOf(rename_(tensor), format);
+  }
+  absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                                     int64_t row_begin, int64_t row_end) const override {
+    return inner_->ReadBlockRows(rename_(tensor), shape, row_begin, row_end);
+  }
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+  Rename rename_;
 };
 
 // Seeded random weights for the built-in models, the same for the same seed

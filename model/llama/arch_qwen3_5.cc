@@ -1,0 +1,105 @@
+// Qwen3.5 (Qwen3_5ForCausalLM, model_type qwen3_5_text; the released image-
+// text checkpoints, qwen3_5, are read for their language model): a hybrid
+// of gated delta net layers (linear_attention) and attention layers
+// (full_attention), three to one, as layer_types says. Its attention is
+// Qwen3's (per-head Q/K norms, grouped-query) with an output gate: q_proj
+// holds each head's Q rows then its gate's, and the output is times
+// sigmoid(gate) before o_proj; rotary embeddings turn the first
+// partial_rotary_factor of each head (its interleaved multimodal sections
+// reduce to plain rotary for text, whose three positions are equal). Every
+// norm but the delta net's own scales by (1 + w). GGUF (llama.cpp's qwen35):
+// norms stored as 1 + w, A as -exp(A_log), the value heads tiled over the
+// key heads.
+#include "absl/strings/str_cat.h"
+#include "model/llama/llama_architecture.h"
+#include "model/llama/llama_config.h"
+#include "model/loader/gguf.h"
+#include "util/json.h"
+#include "util/status_macros.h"
+
+namespace flover {
+namespace {
+
+absl::Status ParseQwen3_5(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) {
+  for (auto [key, out] : {std::pair{"linear_conv_kernel_dim", &c->conv_kernel},
+                          std::pair{"linear_key_head_dim", &c->linear_k_dim},
+                          std::pair{"linear_value_head_dim", &c->linear_v_dim},
+                          std::pair{"linear_num_key_heads", &c->linear_k_heads},
+                          std::pair{"linear_num_value_heads", &c->linear_v_heads}}) {
+    auto v = JsonIntField(s, key, 1, 1 << 16, what);
+    if (!v.ok()) return v.status();
+    *out = *v;
+  }
+  if (JsonBoolField(s, "use_sliding_window", false)) return SlidingWindowRefused(what, "qwen3_5_text");
+  return absl::OkStatus();
+}
+
+// llama.cpp's qwen35 keys: the delta net's shapes under ssm.*, and which
+// layers are recurrent (every full_attention_interval-th is attention).
+absl::Status Qwen3_5Gguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
+  auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, m...)); };
+  auto get = [&](const char* key, int* out) -> absl::Status {
+    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(a + key));
+    if (v < 1 || v > (1 << 20)) return refuse(key, " ", v, " is out of range");
+    *out = static_cast<int>(v);
+    return absl::OkStatus();
+  };
+  int inner = 0;
+  FLOVER_RETURN_IF_ERROR(get("ssm.conv_kernel", &c->conv_kernel));
+  FLOVER_RETURN_IF_ERROR(get("ssm.state_size", &c->linear_k_dim));
+  FLOVER_RETURN_IF_ERROR(get("ssm.group_count", &c->linear_k_heads));
+  FLOVER_RETURN_IF_ERROR(get("ssm.time_step_rank", &c->linear_v_heads));
+  FLOVER_RETURN_IF_ERROR(get("ssm.inner_size", &inner));
+  if (inner % c->linear_v_heads != 0) return refuse("ssm.inner_size ", inner, " is not a multiple of its heads");
+  c->linear_v_dim = inner / c->linear_v_heads;
+  FLOVER_ASSIGN_OR_RETURN(const int64_t interval, f.GetIntOr(a + "full_attention_interval", 4));
+  if (interval < 1 || interval > c->n_layer) return refuse("full_attention_interval ", interval, " is out of range");
+  c->layer_kinds.clear();
+  for (int l = 0; l < c->n_layer; ++l) {
+    c->layer_kinds.push_back((l + 1) % interval == 0 ? LlamaConfig::LayerKind::kAttention
+                                                     : LlamaConfig::LayerKind::kLinearAttention);
+  }
+  c->norms_stored_plus_one = true;
+  c->decay_stored = true;
+  c->linear_tiled = true;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const LlamaArchitecture& Qwen3_5Arch() {
+  static const LlamaArchitecture entry = [] {
+    LlamaArchitecture a;
+    a.model_type = "qwen3_5_text";
+    a.image_text_type = "qwen3_5";
+    a.gguf = true;
+    a.gguf_name = "qwen35";
+    a.default_head_dim = 256;
+    a.qk_norm = true;
+    a.zero_centered_norms = true;
+    a.attn_output_gate = true;
+    a.layer_types = true;
+    a.parse = ParseQwen3_5;
+    a.gguf_parse = Qwen3_5Gguf;
+    a.gguf_layer_names = {
+        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+        {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+        {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+        {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+        {"linear_attn.A_log", "ssm_a"},
+        {"linear_attn.dt_bias", "ssm_dt.bias"},
+        {"linear_attn.norm.weight", "ssm_norm.weight"},
+        {"linear_attn.out_proj.weight", "ssm_out.weight"},
+    };
+    a.builtin = [](LlamaConfig* c) {
+      c->partial_rotary_factor = 0.25;
+      c->rotary_dim = c->head_dim / 4;
+    };
+    return a;
+  }();
+  return entry;
+}
+
+}  // namespace flover
