@@ -1,6 +1,9 @@
 #include "engine/cache_manager.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "model/forward_batch.h"
 
 namespace flover {
 namespace {
@@ -27,25 +30,104 @@ void GiveBack(KvBlockPool& pool, int window, int computed, std::vector<int32_t>&
 
 }  // namespace
 
-CacheManager::CacheManager(const KvCacheShape& shape, int window, bool prefix_caching)
+CacheManager::CacheManager(const KvCacheShape& shape, int window, bool prefix_caching, int checkpoint_interval)
     : window_(window), local_window_(shape.local_blocks > 0 ? shape.local_window : 0),
       bytes_per_block_(shape.bytes_per_block()), bytes_per_local_block_(shape.bytes_per_local_block()),
       pool_(shape.num_blocks, prefix_caching), local_pool_(shape.local_blocks, prefix_caching),
-      state_slots_(shape.state_slots), bytes_per_state_slot_(shape.bytes_per_state_slot()) {
+      state_slots_(shape.state_slots), bytes_per_state_slot_(shape.bytes_per_state_slot()),
+      checkpoint_interval_(prefix_caching ? checkpoint_interval / kBlock * kBlock : 0) {
   // Taken from the back: slot 0 first.
   for (int32_t i = state_slots_ - 1; i >= 0; --i) slots_.push_back(i);
 }
 
 int CacheManager::free_state_slots() const {
-  return state_slots_ > 0 ? static_cast<int>(slots_.size()) : kNoStatePool;
+  return state_slots_ > 0 ? static_cast<int>(slots_.size() + idle_checkpoints_.size()) : kNoStatePool;
+}
+
+int32_t CacheManager::TakeSlot() {
+  if (!slots_.empty()) {
+    const int32_t slot = slots_.back();
+    slots_.pop_back();
+    return slot;
+  }
+  if (idle_checkpoints_.empty()) return SequenceCache::kNoSlot;
+  auto it = checkpoints_.find(idle_checkpoints_.front());
+  const int32_t slot = it->second.slot;
+  idle_checkpoints_.pop_front();
+  checkpoints_.erase(it);
+  // A copy into it still pending is one nobody will read.
+  pending_copies_.erase(std::remove_if(pending_copies_.begin(), pending_copies_.end(),
+                                       [slot](const auto& c) { return c.second == slot; }),
+                        pending_copies_.end());
+  return slot;
 }
 
 bool CacheManager::AcquireState(SequenceCache& s) {
   if (state_slots_ == 0 || s.slot != SequenceCache::kNoSlot) return true;
-  if (slots_.empty()) return false;
-  s.slot = slots_.back();
-  slots_.pop_back();
-  return true;
+  s.slot = TakeSlot();
+  return s.slot != SequenceCache::kNoSlot;
+}
+
+int CacheManager::NextCheckpoint(int computed, int known) const {
+  if (state_slots_ == 0 || !pool_.prefix_caching()) return 0;
+  // The last whole block before the last known token (a prefix hit never
+  // takes that token: it must run to give logits).
+  const int last = (known - 1) / kBlock * kBlock;
+  if (computed >= last) return 0;
+  if (checkpoint_interval_ > 0) {
+    const int next = (computed / checkpoint_interval_ + 1) * checkpoint_interval_;
+    if (next < last) return next;
+  }
+  return last;
+}
+
+void CacheManager::Checkpoint(absl::Span<const int32_t> tokens, int computed, SequenceCache& s) {
+  const int blocks = computed / kBlock;
+  if (state_slots_ == 0 || computed % kBlock != 0 || blocks < 1 || static_cast<int>(s.keys.size()) < blocks ||
+      s.slot == SequenceCache::kNoSlot) {
+    return;
+  }
+  const uint64_t key = s.keys[blocks - 1];
+  if (auto it = checkpoints_.find(key); it != checkpoints_.end()) {
+    if (it->second.pins == 0) idle_checkpoints_.splice(idle_checkpoints_.end(), idle_checkpoints_, it->second.idle_at);
+    return;
+  }
+  if (slots_.empty()) return;  // only a free slot: never evict one checkpoint for another
+  const int32_t slot = TakeSlot();
+  KeptState checkpoint{slot, std::vector<int32_t>(tokens.begin(), tokens.begin() + computed)};
+  idle_checkpoints_.push_back(key);
+  checkpoint.idle_at = std::prev(idle_checkpoints_.end());
+  checkpoints_.emplace(key, std::move(checkpoint));
+  pending_copies_.push_back({s.slot, slot});
+}
+
+std::vector<std::pair<int32_t, int32_t>> CacheManager::TakePendingCopies() {
+  return std::exchange(pending_copies_, {});
+}
+
+int CacheManager::CheckpointedPrefix(absl::Span<const int32_t> tokens, int max_tokens, uint64_t* key) const {
+  uint64_t parent = KvBlockPool::kNoParent;
+  int best = 0;
+  for (int b = 0; (b + 1) * kBlock <= max_tokens; ++b) {
+    parent = KvBlockPool::ChainHash(parent, tokens.subspan(size_t(b) * kBlock, kBlock));
+    auto it = checkpoints_.find(parent);
+    if (it == checkpoints_.end()) continue;
+    const std::vector<int32_t>& kept = it->second.tokens;
+    if (static_cast<int>(kept.size()) == (b + 1) * kBlock && std::equal(kept.begin(), kept.end(), tokens.begin())) {
+      best = (b + 1) * kBlock;
+      *key = parent;
+    }
+  }
+  return best;
+}
+
+void CacheManager::StepDone(SequenceCache& s) {
+  if (s.resume == SequenceCache::kNoSlot) return;
+  if (auto it = checkpoints_.find(s.resume_key); it != checkpoints_.end() && --it->second.pins == 0) {
+    idle_checkpoints_.push_back(s.resume_key);
+    it->second.idle_at = std::prev(idle_checkpoints_.end());
+  }
+  s.resume = SequenceCache::kNoSlot;
 }
 
 int CacheManager::BlocksToRun(int64_t positions) const {
@@ -99,10 +181,13 @@ int CacheManager::UsablePrefix(absl::Span<const int32_t> tokens, int cached, int
 
 KvBlockPool::Hit CacheManager::UsableHit(absl::Span<const int32_t> tokens, int max_tokens, int* local_idle) const {
   if (local_idle != nullptr) *local_idle = 0;
-  // Recurrent state is not kept per block: a cached prefix of K/V alone
-  // cannot resume it.
-  if (has_state()) return {};
   KvBlockPool::Hit hit = pool_.Peek(tokens, max_tokens);
+  if (has_state()) {
+    // Recurrent state resumes only from a checkpoint: cut back to one.
+    uint64_t key = 0;
+    const int usable = CheckpointedPrefix(tokens, hit.tokens, &key);
+    return usable < hit.tokens ? (usable > 0 ? pool_.Peek(tokens, usable) : KvBlockPool::Hit{}) : hit;
+  }
   if (const int usable = UsablePrefix(tokens, hit.tokens, local_idle); usable < hit.tokens) {
     hit = usable > 0 ? pool_.Peek(tokens, usable) : KvBlockPool::Hit{};
   }
@@ -110,7 +195,19 @@ KvBlockPool::Hit CacheManager::UsableHit(absl::Span<const int32_t> tokens, int m
 }
 
 int CacheManager::TakeCachedPrefix(absl::Span<const int32_t> tokens, SequenceCache& s) {
-  if (has_state()) return 0;  // as UsableHit
+  if (has_state()) {
+    const int known = static_cast<int>(tokens.size());
+    uint64_t key = 0;
+    const int usable = CheckpointedPrefix(tokens, pool_.Peek(tokens, known - 1).tokens, &key);
+    const int taken = pool_.Match(tokens, known - 1, &s.ids, &s.keys, usable);
+    if (taken > 0) {  // the first step reads the checkpoint's state, which stays until then
+      KeptState& c = checkpoints_.at(key);
+      if (c.pins++ == 0) idle_checkpoints_.erase(c.idle_at);
+      s.resume = c.slot;
+      s.resume_key = key;
+    }
+    return taken;
+  }
   const int known = static_cast<int>(tokens.size());
   const int usable = local_window_ > 0 ? UsablePrefix(tokens, pool_.Peek(tokens, known - 1).tokens, nullptr) : -1;
   const int taken = pool_.Match(tokens, known - 1, &s.ids, &s.keys, usable);
@@ -137,7 +234,29 @@ bool CacheManager::Allocate(int need, SequenceCache& s) {
   return true;
 }
 
-int CacheManager::SettleDrafts(SequenceCache&, int accepted, int, int taken) { return accepted + taken; }
+bool CacheManager::ReadyToVerify(SequenceCache& s) {
+  if (state_slots_ == 0 || s.scratch != SequenceCache::kNoSlot) return true;
+  if (slots_.empty()) return false;
+  s.scratch = slots_.back();
+  slots_.pop_back();
+  return true;
+}
+
+kernels::SeqState CacheManager::StepState(const SequenceCache& s, int pos, bool verifies) const {
+  kernels::SeqState st = StateOf(s.slot, pos);
+  if (s.resume != SequenceCache::kNoSlot) st.read = s.resume;
+  if (verifies) st.write = s.scratch;
+  return st;
+}
+
+int CacheManager::SettleDrafts(SequenceCache& s, int accepted, int verified, int taken) {
+  if (state_slots_ == 0) return accepted + taken;
+  if (taken == verified) {
+    std::swap(s.slot, s.scratch);
+    return accepted + taken;
+  }
+  return accepted - 1;
+}
 
 void CacheManager::GiveBackBehindWindow(int computed, SequenceCache& s) {
   GiveBack(pool_, window_, computed, s.ids, &s.given_back);
@@ -158,17 +277,21 @@ void CacheManager::Release(SequenceCache& s) {
   s.local_ids.clear();
   s.local_keys.clear();
   s.given_back = s.local_given_back = 0;
-  if (s.slot != SequenceCache::kNoSlot) slots_.push_back(s.slot);
-  s.slot = SequenceCache::kNoSlot;
+  StepDone(s);
+  for (int32_t* slot : {&s.slot, &s.scratch}) {
+    if (*slot != SequenceCache::kNoSlot) slots_.push_back(*slot);
+    *slot = SequenceCache::kNoSlot;
+  }
 }
 
 int64_t CacheManager::bytes_in_use() const {
   return pool_.used_blocks() * bytes_per_block_ + local_pool_.used_blocks() * bytes_per_local_block_ +
-         (state_slots_ - static_cast<int64_t>(slots_.size())) * bytes_per_state_slot_;
+         (state_slots_ - static_cast<int64_t>(slots_.size() + idle_checkpoints_.size())) * bytes_per_state_slot_;
 }
 
 int64_t CacheManager::bytes_cached() const {
-  return pool_.cached_blocks() * bytes_per_block_ + local_pool_.cached_blocks() * bytes_per_local_block_;
+  return pool_.cached_blocks() * bytes_per_block_ + local_pool_.cached_blocks() * bytes_per_local_block_ +
+         static_cast<int64_t>(idle_checkpoints_.size()) * bytes_per_state_slot_;
 }
 
 }  // namespace flover

@@ -11,10 +11,14 @@
 #define FLOVER_ENGINE_KV_BLOCK_TABLES_H_
 
 #include <cstdint>
+#include <list>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "engine/kv_blocks.h"
+#include "kernels/kv_layer.h"
 #include "engine/scheduler.h"
 #include "model/kv_cache.h"
 
@@ -25,8 +29,14 @@ namespace flover {
 struct SequenceCache {
   static constexpr int32_t kNoSlot = -1;
   // Its recurrent state's slot while it runs (kNoSlot without recurrent
-  // layers, or before admission).
+  // layers, or before admission), and while it verifies drafts a second
+  // one the verify step writes (its state before them stays in `slot`).
   int32_t slot = kNoSlot;
+  int32_t scratch = kNoSlot;
+  // A prefix hit with recurrent state: its first step reads the cached
+  // checkpoint's slot (pinned until that step ran), then its own.
+  int32_t resume = kNoSlot;
+  uint64_t resume_key = 0;
   std::vector<int32_t> ids;    // its blocks, in order of position
   std::vector<uint64_t> keys;  // prefix-cache keys of its full computed blocks
   // Its first blocks given back, behind its window (KvBlockPool::kNoBlock
@@ -44,7 +54,11 @@ class CacheManager {
   // `window` > 0: blocks behind every layer's window are given back (0
   // where the cache's window is not to free them). The local pool has
   // shape.local_blocks blocks, and their window is shape.local_window.
-  CacheManager(const KvCacheShape& shape, int window, bool prefix_caching);
+  // With recurrent state and prefix caching, a sequence's state is kept as
+  // a checkpoint every `checkpoint_interval` positions of its prompt (a
+  // multiple of the block size; 0: none in between) and at its prompt's
+  // last block boundary.
+  CacheManager(const KvCacheShape& shape, int window, bool prefix_caching, int checkpoint_interval = 0);
 
   // The blocks a sequence of `positions` needs to run alone: all of them,
   // or with a window those one spans; and of the local blocks (0 without
@@ -86,13 +100,46 @@ class CacheManager {
   // `need` more blocks in each pool, or none (false).
   bool Allocate(int need, SequenceCache& s);
   // A state slot for an admitted sequence, where the model keeps recurrent
-  // state (true without: none needed); false when none is free.
+  // state (true without: none needed); false when none is free (an idle
+  // checkpoint, least recently used first, gives its slot up).
   bool AcquireState(SequenceCache& s);
+
+  // Prefix checkpoints (recurrent state). A cached prefix is usable only up
+  // to a block boundary where a checkpoint of the state is kept, whose
+  // tokens are the prefix's (compared, not only hashed). Checkpoints hold
+  // slots nobody runs in: they count as free, and are evicted least
+  // recently used first when a slot is wanted.
+  // Where a sequence of `known` tokens with `computed` computed should stop
+  // a chunk to leave a checkpoint: the next checkpoint position, or 0.
+  int NextCheckpoint(int computed, int known) const;
+  // After a step left the sequence at a checkpoint position (`computed`
+  // computed, its full blocks registered): keeps its state there, by a copy
+  // of its slot (pending until the next step, PendingCopies) into a slot of
+  // its own, if one is free or idle; a checkpoint of that prefix kept
+  // already is touched instead.
+  void Checkpoint(absl::Span<const int32_t> tokens, int computed, SequenceCache& s);
+  // The state copies the next step applies before its forward; cleared.
+  std::vector<std::pair<int32_t, int32_t>> TakePendingCopies();
+  // After the step that read a resumed checkpoint: unpinned.
+  void StepDone(SequenceCache& s);
+  int checkpoints() const { return static_cast<int>(checkpoints_.size()); }
+  // Whether the sequence may verify drafts: true without recurrent state;
+  // with it, once it holds a second slot (taken here if one is free) for
+  // the verify step to write.
+  bool ReadyToVerify(SequenceCache& s);
+  // The state slots a step of the sequence reads and writes for its rows
+  // from position `pos`: its slot (zeros at 0), or into its second slot
+  // where the rows verify drafts.
+  kernels::SeqState StepState(const SequenceCache& s, int pos, bool verifies) const;
   // After a step verified `verified` drafts of a sequence with `accepted`
   // tokens (its last one computed in that step too) and `taken` of them
   // stood: how many of its tokens (the accepted ones, then those drafts)
   // are computed. The refused drafts' K/V stay in their blocks until
-  // written over, unread.
+  // written over, unread. Recurrent state cannot be cut back so: where every
+  // verified draft stood, the state the step wrote (its second slot) is the
+  // sequence's; where one was refused, the state before the step (its slot)
+  // is, and the sequence computes its last accepted token and the drafts
+  // taken again (accepted - 1 are computed).
   int SettleDrafts(SequenceCache& s, int accepted, int verified, int taken);
   // Gives back the blocks wholly behind the window of a sequence's next row
   // (`computed` positions are computed): every layer's where every layer
@@ -105,7 +152,7 @@ class CacheManager {
   void Release(SequenceCache& s);
 
   // Bytes of the blocks and state slots sequences hold, and of the idle
-  // cached blocks.
+  // cached blocks and state checkpoints.
   int64_t bytes_in_use() const;
   int64_t bytes_cached() const;
   // Prefix queries and hits in tokens (the shared pool's), since creation.
@@ -123,9 +170,25 @@ class CacheManager {
   const int64_t bytes_per_local_block_;
   KvBlockPool pool_;
   KvBlockPool local_pool_;  // the local layers' blocks (none unless the cache has them)
+  // A free slot, or an idle checkpoint's (evicted); kNoSlot when neither.
+  int32_t TakeSlot();
+  // The longest prefix of at most `max_tokens` of `tokens`' whole blocks
+  // whose state a checkpoint keeps (0: none), and that checkpoint's key.
+  int CheckpointedPrefix(absl::Span<const int32_t> tokens, int max_tokens, uint64_t* key) const;
+
   const int state_slots_;
   const int64_t bytes_per_state_slot_;
+  const int checkpoint_interval_;
   std::vector<int32_t> slots_;  // free state slots, taken from the back
+  struct KeptState {
+    int32_t slot;
+    std::vector<int32_t> tokens;  // the prefix whose state it is
+    int pins = 0;                 // sequences whose first step reads it
+    std::list<uint64_t>::iterator idle_at;  // in idle_checkpoints_ while pins == 0
+  };
+  absl::flat_hash_map<uint64_t, KeptState> checkpoints_;  // by the prefix's chain key
+  std::list<uint64_t> idle_checkpoints_;                   // least recently used first
+  std::vector<std::pair<int32_t, int32_t>> pending_copies_;
 };
 
 }  // namespace flover

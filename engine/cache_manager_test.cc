@@ -184,7 +184,8 @@ TEST(CacheManagerTest, RecurrentStateTakesASlotPerRunningSequence) {
   EXPECT_EQ(cache.bytes_in_use(), 600);
   ASSERT_TRUE(cache.AcquireState(c));
   EXPECT_EQ(c.slot, slot);
-  // K/V blocks alone cannot resume recurrent state: no prefix hits.
+  // K/V blocks alone cannot resume recurrent state: no prefix hits without
+  // a checkpoint (CheckpointsResumeRecurrentState).
   const std::vector<int32_t> tokens = Tokens(100);
   ASSERT_TRUE(cache.Allocate(4, b));
   cache.Register(tokens, 96, b);
@@ -195,6 +196,77 @@ TEST(CacheManagerTest, RecurrentStateTakesASlotPerRunningSequence) {
   SequenceCache d;
   EXPECT_EQ(cache.TakeCachedPrefix(tokens, d), 0);
   EXPECT_TRUE(d.ids.empty());
+}
+
+// Prefix reuse with recurrent state: a chunk stops where a checkpoint is
+// due (every 64 positions, and the prompt's last block boundary); the state
+// there is copied into a slot of its own (at the next step); a later prompt
+// with that prefix takes the blocks up to the longest checkpoint and reads
+// its first step's state from it, pinned until that step ran; idle
+// checkpoints count as free slots and go least recently used first.
+TEST(CacheManagerTest, CheckpointsResumeRecurrentState) {
+  KvCacheShape shape = Shape(16);
+  shape.state_layers = 1;
+  shape.conv_state = 4;
+  shape.scan_state = 12;
+  shape.state_slots = 3;
+  CacheManager cache(shape, 0, true, /*checkpoint_interval=*/64);
+  EXPECT_EQ(cache.NextCheckpoint(0, 200), 64);
+  EXPECT_EQ(cache.NextCheckpoint(64, 200), 128);
+  EXPECT_EQ(cache.NextCheckpoint(128, 200), 192);  // (200 - 1) / 32 * 32
+  EXPECT_EQ(cache.NextCheckpoint(0, 100), 64);
+  EXPECT_EQ(cache.NextCheckpoint(64, 100), 96);    // the last boundary
+  EXPECT_EQ(cache.NextCheckpoint(96, 100), 0);
+  EXPECT_EQ(CacheManager(shape, 0, false, 64).NextCheckpoint(0, 200), 0);  // no prefix caching: none
+  EXPECT_EQ(CacheManager(Shape(16), 0, true, 64).NextCheckpoint(0, 200), 0);  // no state: none
+
+  const std::vector<int32_t> tokens = Tokens(100);
+  SequenceCache a;
+  ASSERT_TRUE(cache.AcquireState(a));
+  ASSERT_TRUE(cache.Allocate(3, a));
+  cache.Register(tokens, 96, a);
+  cache.Checkpoint(tokens, 64, a);
+  cache.Checkpoint(tokens, 96, a);
+  EXPECT_EQ(cache.checkpoints(), 2);
+  const auto copies = cache.TakePendingCopies();
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].first, a.slot);
+  EXPECT_NE(copies[0].second, copies[1].second);
+  EXPECT_TRUE(cache.TakePendingCopies().empty());
+  // Idle checkpoints count as free (nobody runs in them), and as cached bytes.
+  EXPECT_EQ(cache.free_state_slots(), 2);
+  EXPECT_EQ(cache.bytes_cached(), 2 * shape.bytes_per_state_slot());
+  cache.Release(a);
+
+  // A prompt sharing 80 tokens: the K/V of two blocks are cached, and the
+  // state at 64 is: a hit of 64.
+  std::vector<int32_t> other(tokens.begin(), tokens.begin() + 80);
+  for (int i = 0; i < 30; ++i) other.push_back(7000 + i);
+  int local_idle = -1;
+  EXPECT_EQ(cache.UsableHit(other, 109, &local_idle).tokens, 64);
+  SequenceCache b;
+  ASSERT_TRUE(cache.AcquireState(b));
+  EXPECT_EQ(cache.TakeCachedPrefix(other, b), 64);
+  EXPECT_EQ(b.ids.size(), 2u);
+  ASSERT_NE(b.resume, SequenceCache::kNoSlot);
+  const kernels::SeqState first = cache.StepState(b, 64, false);
+  EXPECT_EQ(first.read, b.resume);
+  EXPECT_EQ(first.write, b.slot);
+  // Pinned: the only other slot is a checkpoint's (96), taken by the next
+  // sequence; 64's stays.
+  SequenceCache c;
+  ASSERT_TRUE(cache.AcquireState(c));
+  EXPECT_EQ(cache.checkpoints(), 1);
+  SequenceCache d;
+  EXPECT_FALSE(cache.AcquireState(d));
+  cache.StepDone(b);
+  EXPECT_EQ(b.resume, SequenceCache::kNoSlot);
+  EXPECT_EQ(cache.StepState(b, 96, false).read, b.slot);
+  ASSERT_TRUE(cache.AcquireState(d));  // now the idle checkpoint's slot
+  EXPECT_EQ(cache.checkpoints(), 0);
+  // The same tokens under another prefix are not that checkpoint.
+  std::vector<int32_t> shifted(tokens.begin() + 1, tokens.end());
+  EXPECT_EQ(cache.UsableHit(shifted, 98, &local_idle).tokens, 0);
 }
 
 }  // namespace

@@ -24,6 +24,12 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Create(CausalLm& model, 
                                                    " positions, fewer than max_seq_len ", max_seq_len));
   }
   if (max_rows < 1) return absl::InvalidArgumentError("the draft model's steps need at least one row");
+  // Its steps roll back by position alone (the target's drafts it did not
+  // take are written over), which recurrent state cannot.
+  if (model.CacheShape(1, 1).state_layers > 0) {
+    return absl::InvalidArgumentError("a draft model with recurrent layers (a hybrid model) is not supported; "
+                                      "use an attention-only draft model or --speculative=ngram");
+  }
   KvCacheOptions kv;
   kv.bytes = kv_bytes;
   auto executor = StepExecutor::Create(model, kv, max_seqs, max_seq_len, max_rows,

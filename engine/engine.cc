@@ -125,8 +125,11 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> CreateStepExecutor(CausalLm& model
   const int max_rows = MaxRowsPerStep(s, options.max_seq_len);
   // A row of logits per sequence, and one per draft row being verified.
   const int drafts = options.speculative.mode == SpeculativeMode::kOff ? 0 : options.speculative.max_step_rows;
+  // Recurrent state: a second slot for each sequence where drafts are
+  // verified; a quarter as many again for prefix checkpoints.
   return StepExecutor::Create(model, options.kv_cache, s.max_batch, options.max_seq_len, max_rows,
-                              std::min(max_rows, s.max_batch + drafts), channel);
+                              std::min(max_rows, s.max_batch + drafts), channel, drafts > 0 ? 2 : 1,
+                              options.prefix_caching ? std::max(2, s.max_batch / 4) : 0);
 }
 
 }  // namespace
@@ -190,7 +193,8 @@ Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions&
                std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel)
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
       draft_(std::move(draft)), channel_(channel),
-      cache_(executor_->cache().shape(), options.scheduler.window, options.prefix_caching) {
+      cache_(executor_->cache().shape(), options.scheduler.window, options.prefix_caching,
+             options.state_checkpoint_interval) {
   const KvCacheShape& shape = executor_->cache().shape();
   stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
@@ -520,14 +524,15 @@ bool Engine::Plan(StepPlan* plan) {
     const int known = static_cast<int>(s.tokens.size());
     int local_idle = 0;
     const KvBlockPool::Hit hit = i < candidates ? cache_.UsableHit(s.tokens, known - 1, &local_idle) : KvBlockPool::Hit{};
-    queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle});
+    queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle,
+                      cache_.NextCheckpoint(hit.tokens, known)});
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) {
     active.push_back({s->id, s->computed, s->known(), static_cast<int>(s->cache.ids.size()),
                       cache_.Exclusive(s->cache), static_cast<int>(s->drafts.size()),
-                      cache_.LocalExclusive(s->cache)});
+                      cache_.LocalExclusive(s->cache), cache_.NextCheckpoint(s->computed, s->known())});
   }
   *plan = Schedule(queued, active, cache_.free_blocks(), o, now, cache_.free_local_blocks(),
                    cache_.free_state_slots());
@@ -559,6 +564,8 @@ bool Engine::Plan(StepPlan* plan) {
   // this step out.
   std::vector<ScheduledSequence> runs;
   step_.batch.Clear();
+  // Prefix checkpoints of recurrent state made after the last step.
+  step_.batch.state_copies = cache_.TakePendingCopies();
   for (const ScheduledSequence& p : plan->seqs) {
     Sequence& s = *by_id_[p.id];
     const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.cache.ids.size());
@@ -572,7 +579,7 @@ bool Engine::Plan(StepPlan* plan) {
       rows_.push_back(i < static_cast<int>(s.tokens.size()) ? s.tokens[i] : s.drafts[i - s.tokens.size()]);
     }
     step_.batch.AddSequence(s.cache.ids, s.cache.local_ids, p.pos, rows_, s.drafts.empty() ? 1 : p.len);
-    if (cache_.has_state()) step_.batch.states.push_back(StateOf(s.cache.slot, p.pos));
+    if (cache_.has_state()) step_.batch.states.push_back(cache_.StepState(s.cache, p.pos, !s.drafts.empty()));
   }
   plan->seqs = std::move(runs);
   std::lock_guard<std::mutex> lock(mu_);
@@ -613,7 +620,10 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     logit_row += rows;
     prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
     if (s.finished) continue;
+    // Where this chunk was to leave a checkpoint of recurrent state.
+    const int checkpoint = cache_.NextCheckpoint(s.computed, s.known());
     s.computed += p.len;
+    cache_.StepDone(s.cache);
     if (!s.drafts.empty()) {
       // Verified below; its blocks are registered once it is known which
       // of its tokens stand.
@@ -621,6 +631,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
       continue;
     }
     cache_.Register(s.tokens, s.computed, s.cache);
+    if (checkpoint > 0 && s.computed == checkpoint) cache_.Checkpoint(s.tokens, s.computed, s.cache);
     if (s.computed == static_cast<int>(s.tokens.size())) {
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
     }
@@ -711,6 +722,8 @@ void Engine::ProposeDrafts() {
     if (!s.drafts.empty() || !s.request.speculative || s.computed != static_cast<int>(s.tokens.size()) - 1) {
       continue;
     }
+    // With recurrent state, a verify step writes a second slot.
+    if (!cache_.ReadyToVerify(s.cache)) continue;
     if (!s.pacer.has_value()) s.pacer.emplace(o.max_tokens);
     // Never past the last token the request may generate (which also keeps
     // every draft within the positions it was admitted for).

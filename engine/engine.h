@@ -44,6 +44,11 @@ struct EngineOptions {
   int max_seq_len = 1024;       // positions one sequence may reach (<= model positions)
   KvCacheOptions kv_cache;      // the KV cache's size
   bool prefix_caching = true;   // reuse cached K/V of prompts' leading blocks
+  // Models with recurrent layers: a prompt's state is kept as a prefix
+  // checkpoint every this many positions (a multiple of the block size; 0:
+  // none in between) and at its last block boundary, so a later prompt with
+  // that prefix resumes from it (CacheManager).
+  int state_checkpoint_interval = 1024;
   int max_queue = 1024;         // waiting requests; more are refused at once
   int max_new_tokens_limit = 4096;
   SpeculativeOptions speculative;  // engine/speculation.h

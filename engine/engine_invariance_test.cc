@@ -8,9 +8,12 @@
 // so small that sequences are preempted and recomputed; with f32 and with
 // bf16 linear layers, and with a bf16 KV cache; for GPT-2 and Llama shapes;
 // with speculative decoding (n-gram drafts verified in the fused step, many
-// taken and many refused and rolled back) and without; on the CPU, and on a
-// GPU when this build has the CUDA backend and the host a GPU (skipped, with
-// the reason, otherwise).
+// taken and many refused and rolled back) and without; for hybrid models
+// (Qwen3.5's gated delta nets, LFM2's short convolutions: recurrent state
+// resumed from prefix checkpoints, recomputed after preemption, rolled back
+// from the slot a verify step leaves alone); on the CPU, and on a GPU when
+// this build has the CUDA backend and the host a GPU (skipped, with the
+// reason, otherwise).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -124,7 +127,10 @@ TEST_P(EngineInvarianceTest, EveryRequestEqualsItsRunAlone) {
   options.scheduler.policy = GetParam().policy;
   options.prefix_caching = GetParam().kv != Kv::kNoReuse;
   if (GetParam().kv == Kv::kTight) {
-    options.kv_cache.bytes = 10 * model->CacheShape(1, 1).bytes_per_block();
+    // 10 blocks, and with recurrent layers 4 sequences' state (at most half
+    // the memory holds states; the blocks take the rest).
+    const KvCacheShape unit = model->CacheShape(1, 1);
+    options.kv_cache.bytes = 10 * unit.bytes_per_block() + 4 * unit.bytes_per_state_slot();
   }
   options.scheduler.max_batch = 6;
   options.scheduler.max_tokens_per_step = 64;  // long prompts get chunked
@@ -353,6 +359,36 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"cuda_moe_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
                                  "builtin:mixtral-tiny"},
+                      // Hybrid models: a recurrent state per sequence beside
+                      // the attention layers' blocks. Prompts cut into
+                      // chunks anywhere, fused with anything, prefix hits
+                      // resumed from checkpoints of the state, preempted and
+                      // recomputed, drafts refused and the state rolled back:
+                      // each output equals its run alone.
+                      PolicyCase{"qwen35_fusion_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:qwen3.5-tiny",
+                                 true},
+                      PolicyCase{"qwen35_fusion_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:qwen3.5-tiny",
+                                 true},
+                      PolicyCase{"qwen35_fusion_no_prefix_reuse", SchedulerPolicy::kFusion, Kv::kNoReuse,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:qwen3.5-tiny"},
+                      PolicyCase{"qwen35_dynamic_bf16", SchedulerPolicy::kDynamic, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:qwen3.5-tiny"},
+                      PolicyCase{"qwen35_sequential", SchedulerPolicy::kSequential, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:qwen3.5-tiny"},
+                      PolicyCase{"lfm2_fusion_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:lfm2-tiny",
+                                 true},
+                      PolicyCase{"lfm2_static_bf16_spec", SchedulerPolicy::kStatic, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu", "builtin:lfm2-tiny",
+                                 true},
+                      PolicyCase{"cuda_qwen35_fusion_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
+                                 "builtin:qwen3.5-tiny", true},
                       // int8: exact integer sums, so invariant by construction.
                       PolicyCase{"fusion_int8", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kInt8},

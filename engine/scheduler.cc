@@ -81,7 +81,8 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
   for (int i : order) {
     if (preempted[i]) continue;
     const ActiveSequence& a = active[i];
-    const int want = std::min(a.known - a.computed, budget);
+    int want = std::min(a.known - a.computed, budget);
+    if (a.chunk_end > a.computed) want = std::min(want, a.chunk_end - a.computed);
     if (want <= 0) continue;
     // Positions its blocks and the free ones leave it; while not even one,
     // the newest sequence not yet scheduled gives its blocks back.
@@ -127,7 +128,8 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     if (local && std::min(need, WindowBlocks(o.local_window, B)) > avail_local) break;
     // Its first chunk within the blocks it holds and the free ones (all its
     // tokens, unless a window let it in with fewer).
-    const int len = std::min({q.known - q.cached, budget, (held + std::min(avail, avail_local)) * B - q.cached});
+    int len = std::min({q.known - q.cached, budget, (held + std::min(avail, avail_local)) * B - q.cached});
+    if (q.chunk_end > q.cached) len = std::min(len, q.chunk_end - q.cached);
     const int taken = len > 0 ? BlocksFor(q.cached + len, B) - held : 0;
     free = avail - taken;
     free_local = avail_local - taken;

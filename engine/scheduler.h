@@ -58,6 +58,9 @@ struct QueuedRequest {
   int cached = 0;       // leading tokens whose K/V the prefix cache holds (whole blocks, < known)
   int cached_idle = 0;  // blocks of those that nobody holds now (taking them uses free blocks)
   int local_cached_idle = 0;  // with local blocks: the same of the local blocks it takes
+  // > 0: its first chunk ends there, at the latest (a position where its
+  // recurrent state is kept as a prefix checkpoint).
+  int chunk_end = 0;
 };
 
 // A running sequence. Tokens [0, computed) have their K/V in its `blocks`
@@ -72,6 +75,7 @@ struct ActiveSequence {
   int exclusive = 0;  // of those, the ones no other sequence holds
   int drafts = 0;     // of the known tokens, the last ones are drafts to verify (in decode)
   int local_exclusive = 0;  // with local blocks: its local blocks no other sequence holds
+  int chunk_end = 0;        // > 0 (past computed): its chunk ends there at the latest (a checkpoint)
 };
 
 // One sequence's part of the forward: `len` tokens starting at `pos`, i.e.

@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
                                                                    const KvCacheOptions& kv,
                                                                    int max_seqs, int max_seq_len,
                                                                    int max_rows, int max_logit_rows,
-                                                                   ControlChannel* channel) {
+                                                                   ControlChannel* channel, int states_per_seq,
+                                                                   int extra_states) {
   // Compile kernels and size buffers for every step size now, not mid-serving
   // (and before the cache, which takes what memory is left on a device).
   FLOVER_RETURN_IF_ERROR(model.PrepareForBatches(max_rows, max_logit_rows));
@@ -45,7 +46,7 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
     }
     const int64_t most = (int64_t{max_seqs} * seq_blocks + step_blocks) * unit.bytes_per_block() +
                          local_blocks * unit.bytes_per_local_block() +
-                         int64_t{max_seqs} * unit.bytes_per_state_slot();
+                         (int64_t{max_seqs} * states_per_seq + extra_states) * unit.bytes_per_state_slot();
     const kernels::DeviceInfo device = model.backend().Device();
     if (kv.device_memory_fraction <= 0 || kv.device_memory_fraction > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -61,7 +62,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(CausalLm& mod
   // once, never fewer positions each); the blocks take the rest.
   int64_t state_slots = 0;
   if (unit.state_layers > 0) {
-    state_slots = std::min<int64_t>(max_seqs, bytes / 2 / unit.bytes_per_state_slot());
+    state_slots = std::min<int64_t>(int64_t{max_seqs} * states_per_seq + extra_states,
+                                    bytes / 2 / unit.bytes_per_state_slot());
     if (state_slots < 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "a KV cache of %d bytes holds no sequence's recurrent state: one takes %d bytes (its half of the "

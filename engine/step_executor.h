@@ -65,11 +65,16 @@ class StepExecutor {
   // (in the model's backend) for sequences of up to max_seq_len positions.
   // With tensor parallelism every rank takes rank 0's block count (a rank
   // with less room fails, naming both); `channel` may be null for one rank.
+  // A model with recurrent layers gets `states_per_seq` state slots for
+  // each of max_seqs sequences (2 where drafts are verified: the step
+  // before them keeps its state) and `extra_states` more (prefix
+  // checkpoints), within half the memory.
   static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(CausalLm& model,
                                                               const KvCacheOptions& kv,
                                                               int max_seqs, int max_seq_len,
                                                               int max_rows, int max_logit_rows,
-                                                              ControlChannel* channel);
+                                                              ControlChannel* channel, int states_per_seq = 1,
+                                                              int extra_states = 0);
 
   // Runs the batch. Returns what `want` names, valid until the next Run
   // (empty on ranks > 0 and for an empty batch; other ranks run the same

@@ -11,7 +11,8 @@ enum Command : int32_t { kRun = 1, kStop = 2 };
 // Fixed-size header, then `words` int32 of payload: tokens x n_rows,
 // positions x n_rows, seqs (blocks, pos, len, row) x n_seqs, the block
 // table x n_block_ids, the local block table x n_local_block_ids, logit
-// rows x n_seqs, state slots (read, write) x n_states (0 or n_seqs).
+// rows x n_seqs, state slots (read, write) x n_states (0 or n_seqs), state
+// copies (from, to) x n_copies.
 struct Header {
   int32_t command = kStop;
   int32_t n_rows = 0;
@@ -19,9 +20,10 @@ struct Header {
   int32_t n_block_ids = 0;
   int32_t n_local_block_ids = 0;
   int32_t n_states = 0;
+  int32_t n_copies = 0;
   int64_t words() const {
     return 2 * int64_t{n_rows} + 5 * int64_t{n_seqs} + int64_t{n_block_ids} + int64_t{n_local_block_ids} +
-           2 * int64_t{n_states};
+           2 * int64_t{n_states} + 2 * int64_t{n_copies};
   }
 };
 
@@ -35,7 +37,7 @@ absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
   const ForwardBatch& batch = step.batch;
   Header h{kRun, batch.num_rows(), static_cast<int32_t>(batch.seqs.size()),
            static_cast<int32_t>(batch.block_ids.size()), static_cast<int32_t>(batch.local_block_ids.size()),
-           static_cast<int32_t>(batch.states.size())};
+           static_cast<int32_t>(batch.states.size()), static_cast<int32_t>(batch.state_copies.size())};
   std::vector<int32_t> payload;
   payload.reserve(h.words());
   payload.insert(payload.end(), batch.tokens.begin(), batch.tokens.end());
@@ -47,6 +49,7 @@ absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
   payload.insert(payload.end(), batch.local_block_ids.begin(), batch.local_block_ids.end());
   for (size_t i = 0; i < batch.seqs.size(); ++i) payload.push_back(batch.logit_rows_of(i));
   for (const kernels::SeqState& st : batch.states) payload.insert(payload.end(), {st.read, st.write});
+  for (const auto& [from, to] : batch.state_copies) payload.insert(payload.end(), {from, to});
   if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
   return channel.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
 }
@@ -64,7 +67,7 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
     if (h.command == kStop) return absl::OkStatus();
     if (h.command != kRun || h.n_rows < 0 || h.n_seqs < 0 || h.n_block_ids < 0 || h.n_local_block_ids < 0 ||
-        h.n_states < 0 || h.words() > kMaxStepWords) {
+        h.n_states < 0 || h.n_copies < 0 || h.words() > kMaxStepWords) {
       return absl::DataLossError("malformed step from rank 0");
     }
     payload.resize(h.words());
@@ -87,6 +90,7 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     batch.logit_rows.assign(p, p + h.n_seqs);
     p += h.n_seqs;
     for (int i = 0; i < h.n_states; ++i, p += 2) batch.states.push_back({p[0], p[1]});
+    for (int i = 0; i < h.n_copies; ++i, p += 2) batch.state_copies.push_back({p[0], p[1]});
     // The executor validates the step. An invalid one (InvalidArgument) is
     // refused alike on every rank, at the same point, so the ranks stay in
     // step and rank 0 fails only that step's requests; anything else ends

@@ -289,6 +289,10 @@ class Backend : public Allocator {
   // out: f32 [R, C] += x: f32 [R, C].
   virtual absl::Status Add(const Tensor& x, const Tensor& out) = 0;
 
+  // dst = src, bytes as they are (the same dtype and element count, not
+  // overlapping): a recurrent state slot kept as a prefix checkpoint.
+  virtual absl::Status Copy(const Tensor& src, const Tensor& dst) = 0;
+
   // out: [T, C] = (x - mean) / sqrt(var + eps) * gamma + beta, per row.
   // x: f32 [T, C]; gamma, beta: f32 [1, C]; out: f32 or activation_dtype().
   virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,

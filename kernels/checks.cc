@@ -346,6 +346,16 @@ absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N, bool take
   return absl::OkStatus();
 }
 
+absl::Status CheckCopyArgs(const Tensor& src, const Tensor& dst) {
+  if (src.data == nullptr || dst.data == nullptr || src.dtype != dst.dtype || src.elements() != dst.elements()) {
+    return absl::InvalidArgumentError("Copy: src and dst must have memory, one dtype and as many elements");
+  }
+  const char* a = static_cast<const char*>(src.data);
+  const char* b = static_cast<const char*>(dst.data);
+  if (a < b + dst.bytes() && b < a + src.bytes()) return absl::InvalidArgumentError("Copy: src and dst overlap");
+  return absl::OkStatus();
+}
+
 absl::Status CheckGateArgs(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "x", x, kAnySize, kAnySize, {DType::kF32}));
   FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "gate", gate, x.rows, x.cols, {DType::kF32}));

@@ -45,6 +45,7 @@ absl::Status CheckEmbedBlocksArgs(const Tensor& tokens, const Tensor& positions,
 // PrepareBlockRows: a whole number of blocks per row, no negative sizes.
 absl::Status CheckBlockRowsArgs(BlockFormat format, const uint8_t* bytes, int64_t rows, int cols);
 absl::Status CheckAddArgs(const Tensor& x, const Tensor& out);
+absl::Status CheckCopyArgs(const Tensor& src, const Tensor& dst);
 absl::Status CheckLayerNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 const Tensor& out, DType act);
 absl::Status CheckRmsNormArgs(const Tensor& x, const Tensor& gamma, const Tensor& out, DType act);

@@ -1,5 +1,5 @@
 // The recurrent-layer ops of the backend contract (Gate, CausalConv,
-// GatedDeltaRule) on every backend present: against naive double-precision
+// GatedDeltaRule, and Copy for checkpoints) on every backend present: against naive double-precision
 // references written here from the Hugging Face definitions, the CPU
 // backend's results, and themselves. Each op's step form (one row) and chunk
 // form (many rows) are one code path: a sequence run in one chunk, in
@@ -336,6 +336,21 @@ TEST_P(RecurrentOpsTest, GatedDeltaRuleReadsOneSlotAndWritesAnother) {
                                    d.Up(dt_bias, 1, 2), d.Seqs(seqs, T), {states.data(), d.UpInts({0, 2}, 1, 2)},
                                    arena.layer, DeltaRuleParams{3, 2, 8, 8, false}, out)
                      .ok());
+    return got;
+  });
+}
+
+// Copy (a state slot kept as a prefix checkpoint): the bytes as they are;
+// overlapping or mismatched tensors refused.
+TEST_P(RecurrentOpsTest, CopyKeepsASlot) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 0, [](Dev& d) {
+    const auto values = Random(2 * 50, 51);
+    const Tensor all = d.Up(values, 1, 100);
+    EXPECT_TRUE(d->Copy(all.View(0, 1, 50), all.View(50, 1, 50)).ok());
+    const std::vector<float> got = d.Down(all);
+    EXPECT_EQ(std::vector<float>(got.begin() + 50, got.end()), std::vector<float>(values.begin(), values.begin() + 50));
+    EXPECT_FALSE(d->Copy(all.View(0, 1, 50), all.View(25, 1, 50)).ok());
+    EXPECT_FALSE(d->Copy(all.View(0, 1, 50), all.View(50, 1, 40)).ok());
     return got;
   });
 }

@@ -33,6 +33,7 @@ void ForwardBatch::Clear() {
   local_block_ids.clear();
   logit_rows.clear();
   states.clear();
+  state_copies.clear();
 }
 
 int ForwardBatch::num_logit_rows() const {

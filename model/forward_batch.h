@@ -7,6 +7,7 @@
 #define FLOVER_MODEL_FORWARD_BATCH_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -31,6 +32,10 @@ struct ForwardBatch {
   // sequence's state slots, entry for entry beside `seqs` (StateOf gives
   // the usual one). Else empty.
   std::vector<kernels::SeqState> states;
+  // Copied before the forward: every recurrent layer's state in slot
+  // `first` into slot `second` (a prefix checkpoint of a sequence's state at
+  // a block boundary, from the slot it was computed into).
+  std::vector<std::pair<int32_t, int32_t>> state_copies;
 
   // Appends `new_tokens` of a sequence, the first at position `pos`, whose
   // KV blocks are `blocks` in order of position (the first

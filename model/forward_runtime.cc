@@ -140,7 +140,7 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
 
 absl::Status ForwardRuntime::CheckStates(const ForwardBatch& b, const KvCacheShape& cs) {
   if (cs.state_slots == 0) {
-    if (b.states.empty()) return absl::OkStatus();
+    if (b.states.empty() && b.state_copies.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError("the batch names state slots but the cache keeps no recurrent state");
   }
   if (b.states.size() != b.seqs.size()) {
@@ -168,6 +168,15 @@ absl::Status ForwardRuntime::CheckStates(const ForwardBatch& b, const KvCacheSha
     }
     written_slots_[st.write] = true;
     if (st.read >= 0) read_slots_[st.read] = true;
+  }
+  for (const auto& [from, to] : b.state_copies) {
+    if (from < 0 || from >= cs.state_slots || to < 0 || to >= cs.state_slots || from == to) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a state copy from slot %d to %d is outside the cache's %d slots (or one slot)", from, to, cs.state_slots));
+    }
+    if (written_slots_[to]) {
+      return absl::InvalidArgumentError(absl::StrFormat("state slot %d is copied into and written by the batch", to));
+    }
   }
   for (size_t i = 0; i < b.states.size(); ++i) {
     const kernels::SeqState& st = b.states[i];

@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
         "\" (available: builtin:tiny, builtin:gpt2-small, builtin:gptj-1b, builtin:llama-tiny, "
         "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, builtin:qwen3-0.6b, "
         "builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
-        "builtin:mixtral-tiny, builtin:olmoe-1b)"));
+        "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-0.8b, builtin:lfm2-tiny, "
+        "builtin:lfm2-1.2b)"));
   }
   const std::string path(spec);
   if (FileExists(path)) {  // a file: GGUF, whatever its name
@@ -154,7 +155,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
         spec, ": only built-in Llama-family models come in random blocks (builtin:llama-tiny, "
               "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
               "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, "
-              "builtin:gemma3-1b, builtin:mixtral-tiny, builtin:olmoe-1b)"));
+              "builtin:gemma3-1b, builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, "
+              "builtin:qwen3.5-0.8b, builtin:lfm2-tiny, builtin:lfm2-1.2b)"));
   }
   return std::unique_ptr<LoadedModel>(std::move(*llama));
 }

@@ -505,6 +505,12 @@ absl::Status CpuBackend::Add(const Tensor& x, const Tensor& out) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::Copy(const Tensor& src, const Tensor& dst) {
+  FLOVER_RETURN_IF_ERROR(CheckCopyArgs(src, dst));
+  std::memcpy(dst.data, src.data, src.bytes());
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    float eps, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckLayerNormArgs(x, gamma, beta, out, DType::kF32));

@@ -59,6 +59,7 @@ class CpuBackend final : public Backend {
                            const Tensor& out) override;
   absl::Status ArgmaxRows(const Tensor& x, const Tensor& out) override;
   absl::Status Add(const Tensor& x, const Tensor& out) override;
+  absl::Status Copy(const Tensor& src, const Tensor& dst) override;
   absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& out) override;
   absl::Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps,

@@ -465,6 +465,12 @@ absl::Status CudaBackend::Add(const Tensor& x, const Tensor& out) {
   return CudaStatus(LaunchAdd(x.as<float>(), out.elements(), out.as<float>(), stream_), "Add");
 }
 
+absl::Status CudaBackend::Copy(const Tensor& src, const Tensor& dst) {
+  FLOVER_RETURN_IF_ERROR(CheckCopyArgs(src, dst));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_), "Copy");
+}
+
 absl::Status CudaBackend::LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     float eps, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckLayerNormArgs(x, gamma, beta, out, activation_dtype()));

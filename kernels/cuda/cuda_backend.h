@@ -68,6 +68,7 @@ class CudaBackend final : public Backend, private Roofline {
   absl::Status Embed(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
                      int vocab_begin, const Tensor* wpe, const Tensor& out) override;
   absl::Status Add(const Tensor& x, const Tensor& out) override;
+  absl::Status Copy(const Tensor& src, const Tensor& dst) override;
   absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& out) override;
   absl::Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps,

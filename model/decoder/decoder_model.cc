@@ -274,6 +274,18 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
   auto step = runtime_.UploadStep(b);
   if (!step.ok()) return step.status();
   *R_out = R;
+  // Prefix checkpoints first (never part of a recorded step).
+  for (const auto& [from, to] : b.state_copies) {
+    for (int i = 0; i < cache.shape().state_layers; ++i) {
+      const kernels::StateLayer s = cache.state(i);
+      for (auto [base, elems] : {std::pair{s.conv, s.conv_elems}, std::pair{s.scan, s.scan_elems}}) {
+        if (base == nullptr) continue;
+        const Tensor src{base + from * elems, kernels::DType::kF32, 1, elems};
+        const Tensor dst{base + to * elems, kernels::DType::kF32, 1, elems};
+        FLOVER_RETURN_IF_ERROR(backend_.Copy(src, dst));
+      }
+    }
+  }
   // Everything after the upload: replayed from a recording for decode steps
   // where the backend records (ForwardRuntime::RunOps).
   return runtime_.RunOps(&*step, cache, static_cast<int>(which), [&]() -> absl::Status {

@@ -137,6 +137,52 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.max_positions = 4096;
     c.rope_theta = 1000000.0;
     c.tie_word_embeddings = true;
+  } else if (name == "qwen3.5-tiny" || name == "qwen3.5-0.8b") {
+    // Qwen3.5: three gated delta net layers to one attention layer. tiny:
+    // llama-tiny's width, 8 layers, value heads two to a key head; 0.8b:
+    // Qwen3.5-0.8B's shapes (its vocabulary, a tied head).
+    const bool tiny = name == "qwen3.5-tiny";
+    c.architecture = "qwen3_5_text";
+    c.n_layer = tiny ? 8 : 24;
+    c.hidden = tiny ? 64 : 1024;
+    c.n_head = tiny ? 4 : 8;
+    c.n_kv_head = 2;
+    c.head_dim = tiny ? 16 : 256;
+    c.intermediate = tiny ? 128 : 3584;
+    c.vocab_size = tiny ? 512 : 248320;
+    c.max_positions = tiny ? 512 : 32768;
+    c.rope_theta = 10000000.0;
+    c.tie_word_embeddings = true;
+    c.conv_kernel = 4;
+    c.linear_k_heads = tiny ? 2 : 16;
+    c.linear_v_heads = tiny ? 4 : 16;
+    c.linear_k_dim = c.linear_v_dim = tiny ? 16 : 128;
+    for (int l = 0; l < c.n_layer; ++l) {
+      c.layer_kinds.push_back((l + 1) % 4 == 0 ? LlamaConfig::LayerKind::kAttention
+                                               : LlamaConfig::LayerKind::kLinearAttention);
+    }
+    c.arch().builtin(&c);  // a quarter of each head turns
+  } else if (name == "lfm2-tiny" || name == "lfm2-1.2b") {
+    // LFM2: short convolutions (3 taps) beside attention layers. tiny:
+    // llama-tiny's width, 6 layers (two attention); 1.2b: LFM2-1.2B's
+    // shapes, attention at layers 2, 5, 8, 10, 12 and 14 of 16.
+    const bool tiny = name == "lfm2-tiny";
+    c.architecture = "lfm2";
+    c.n_layer = tiny ? 6 : 16;
+    c.hidden = tiny ? 64 : 2048;
+    c.n_head = tiny ? 4 : 32;
+    c.n_kv_head = tiny ? 2 : 8;
+    c.head_dim = tiny ? 16 : 64;
+    c.intermediate = tiny ? 128 : 8192;
+    c.vocab_size = tiny ? 512 : 65536;
+    c.max_positions = tiny ? 512 : 32768;
+    c.rope_theta = 1000000.0;
+    c.rms_norm_eps = 1e-5f;
+    c.tie_word_embeddings = true;
+    c.conv_kernel = 3;
+    const std::vector<int> attention = tiny ? std::vector<int>{2, 4} : std::vector<int>{2, 5, 8, 10, 12, 14};
+    c.layer_kinds.assign(c.n_layer, LlamaConfig::LayerKind::kShortConv);
+    for (int l : attention) c.layer_kinds[l] = LlamaConfig::LayerKind::kAttention;
   } else {
     return absl::NotFoundError(absl::StrCat("no built-in Llama model \"", name, "\""));
   }

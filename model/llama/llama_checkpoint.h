@@ -55,6 +55,10 @@ class LlamaCheckpoint final : public DecoderCheckpoint {
 //               llama-1b's shapes as Qwen2 (q/k/v biases, tied), Phi-3
 //               (fused q/k/v and gate/up) and Gemma 2 (sandwich norms,
 //               GeGLU-tanh, soft-caps 50 and 30, window 4096, tied)
+//   qwen3.5-tiny, qwen3.5-0.8b, lfm2-tiny, lfm2-1.2b
+//               hybrids: Qwen3.5 (three gated delta net layers to one
+//               attention layer) and LFM2 (short convolutions beside
+//               attention), tiny or at the real model's shapes
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name);
 
 // Where a checkpoint directory of `config`'s architecture holds the tensor

@@ -228,7 +228,7 @@ std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, ui
         // The linear layers (blocks when a format is given; the embedding
         // stays float, as a GGUF file's may).
         if (absl::EndsWith(name, "_proj.weight") || name == "lm_head.weight" ||
-            absl::StrContains(name, ".experts.")) {
+            absl::StrContains(name, ".experts.") || absl::StrContains(name, ".in_proj_")) {
           return Fill::kBlocks;
         }
         return Fill::kRandom;
