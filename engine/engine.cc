@@ -199,6 +199,8 @@ Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions&
   stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
   stats_.kv_tokens_total = shape.tokens();
+  stats_.state_slots = shape.state_slots;
+  stats_.state_slot_bytes = shape.bytes_per_state_slot();
   metrics_.kv_bytes_total.Set(static_cast<double>(shape.bytes()));
   thread_ = std::thread([this] { Loop(); });
 }

@@ -74,6 +74,11 @@ struct EngineStats {
   int64_t kv_bytes_peak = 0;    // the most kv_bytes_in_use has been
   int64_t kv_bytes_total = 0;
   int64_t kv_tokens_total = 0;  // the cache's capacity in positions
+  // Models with recurrent layers: the cache's state slots (running
+  // sequences' and prefix checkpoints'), each this many bytes (in
+  // kv_bytes_total too); 0 without.
+  int64_t state_slots = 0;
+  int64_t state_slot_bytes = 0;
   int64_t steps = 0;
   int64_t prompt_tokens = 0;      // computed by the model (cache hits are not)
   int64_t generated_tokens = 0;

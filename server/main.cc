@@ -267,6 +267,17 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
   if (running.window > 0) {
     std::printf("sliding window of %d positions on every layer: blocks behind it are given back\n", running.window);
   }
+  if (stats.state_slots > 0) {
+    std::printf("recurrent state: %lld slots of %s (%s of the KV cache), one per running sequence%s; prefix "
+                "checkpoints %s\n",
+                static_cast<long long>(stats.state_slots), FormatByteSize(stats.state_slot_bytes).c_str(),
+                FormatByteSize(stats.state_slots * stats.state_slot_bytes).c_str(),
+                e.speculative.mode == SpeculativeMode::kOff ? "" : " (two while it verifies drafts)",
+                e.prefix_caching ? absl::StrCat("every ", e.state_checkpoint_interval,
+                                                " positions and at each prompt's last block, in the slots left over")
+                                       .c_str()
+                                 : "off");
+  }
   if (running.local_window > 0) {
     std::printf("local layers (window %d) keep blocks of their own, given back behind the window\n",
                 running.local_window);

@@ -50,6 +50,10 @@ ABSL_FLAG(bool, kv_free_behind_window, true,
 ABSL_FLAG(bool, prefix_caching, true,
           "Reuse the computed K/V of prompts' leading tokens (shared system prompts, earlier "
           "turns of a chat); finished sequences' blocks stay cached until memory is needed");
+ABSL_FLAG(int, state_checkpoint_interval, 1024,
+          "Models with recurrent layers (Qwen3.5, LFM2): keep a sequence's state as a prefix checkpoint "
+          "every this many prompt positions (a multiple of 32; 0: only at each prompt's last 32-position "
+          "boundary), so a later prompt with that prefix resumes from it instead of computing it");
 ABSL_FLAG(int, max_tokens_per_step, 256, "Token budget of one fused forward (prompts are chunked)");
 ABSL_FLAG(std::string, scheduler, "fusion", "fusion, dynamic, static or sequential");
 ABSL_FLAG(int, batch_delay_ms, 10, "dynamic scheduler: how long to gather a batch");
@@ -164,6 +168,11 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
                                                    o.engine.kv_cache.device_memory_fraction));
   }
   o.engine.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.engine.state_checkpoint_interval = absl::GetFlag(FLAGS_state_checkpoint_interval);
+  if (o.engine.state_checkpoint_interval < 0 || o.engine.state_checkpoint_interval % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--state_checkpoint_interval must be a multiple of 32 (or 0), got ",
+                                                   o.engine.state_checkpoint_interval));
+  }
   o.engine.kv_cache.free_behind_window = absl::GetFlag(FLAGS_kv_free_behind_window);
   o.engine.scheduler.batch_delay = absl::Milliseconds(absl::GetFlag(FLAGS_batch_delay_ms));
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
