@@ -316,6 +316,7 @@ int Run() {
     if (!cache.ok()) return 1;
     ForwardBatch b;
     b.AddSequence(BlockRange(0, KvCacheShape::BlocksFor(len)), 0, Tokens(len, cfg.vocab_size, 1));
+    if ((*cache)->shape().state_slots > 0) b.states.push_back(StateOf(0, 0));  // recurrent state in slot 0
     const double s = MedianSeconds(repeats, [&] {
       (void)gpt.Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence);
     });
@@ -338,16 +339,22 @@ int Run() {
     const int num_blocks = batch * KvCacheShape::BlocksFor(max_seq);
     std::vector<std::vector<int32_t>> blocks(batch);
     for (int s = 0; s < batch; ++s) blocks[s] = InterleavedBlocks(s, batch, max_seq);
-    auto cache = KvCache::Create(**backend, gpt.CacheShape(num_blocks, max_seq));
+    auto cache = KvCache::Create(**backend, gpt.CacheShape(num_blocks, max_seq, batch));
     if (!cache.ok()) {
       std::fprintf(stderr, "%s\n", std::string(cache.status().message()).c_str());
       return 1;
     }
+    // Sequence s at `pos`: its blocks, and its recurrent state (a hybrid
+    // model's) in slot s.
+    auto add = [&](ForwardBatch& b, const KvCache& c, int s, int pos, absl::Span<const int32_t> tokens) {
+      b.AddSequence(blocks[s], pos, tokens);
+      if (c.shape().state_slots > 0) b.states.push_back(StateOf(s, pos));
+    };
     // Each sequence starts with 128 tokens of context.
     auto fill = [&](CausalLm& m, KvCache& c) {
       for (int s = 0; s < batch; ++s) {
         ForwardBatch b;
-        b.AddSequence(blocks[s], 0, Tokens(context, cfg.vocab_size, s));
+        add(b, c, s, 0, Tokens(context, cfg.vocab_size, s));
         (void)m.Forward(b, c, LogitsFor::kLastRowsOfEachSequence);
       }
     };
@@ -359,7 +366,7 @@ int Run() {
       pos = context - steps / 2;
       for (int i = 0; i < steps; ++i, ++pos) {
         ForwardBatch b;
-        for (int s = 0; s < batch; ++s) b.AddSequence(blocks[s], pos, {(pos * 31 + s) % cfg.vocab_size});
+        for (int s = 0; s < batch; ++s) add(b, **cache, s, pos, {(pos * 31 + s) % cfg.vocab_size});
         if (greedy_on_device) {
           (void)gpt.ForwardGreedy(b, **cache);
         } else {
@@ -371,12 +378,12 @@ int Run() {
                 greedy_on_device ? ", best token on the device" : "",
                 batch * steps / sec, sec / steps * 1e3, batch * steps * flop_per_token / sec / 1e9);
     if (profile) {
-      auto pcache = KvCache::Create(prof, profiled->CacheShape(num_blocks, max_seq));
+      auto pcache = KvCache::Create(prof, profiled->CacheShape(num_blocks, max_seq, batch));
       if (!pcache.ok()) return 1;
       fill(*profiled, **pcache);
       auto step = [&] {
         ForwardBatch b;
-        for (int s = 0; s < batch; ++s) b.AddSequence(blocks[s], context, {(context * 31 + s) % cfg.vocab_size});
+        for (int s = 0; s < batch; ++s) add(b, **pcache, s, context, {(context * 31 + s) % cfg.vocab_size});
         (void)profiled->Forward(b, **pcache, LogitsFor::kLastRowsOfEachSequence);
       };
       PrintProfile("decode step", prof, step);

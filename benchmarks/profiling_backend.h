@@ -144,6 +144,26 @@ class ProfilingBackend final : public kernels::Backend {
                               const kernels::Tensor& out) override {
     return Timed("gather rows", [&] { return inner_.GatherLastRows(x, seqs, out); });
   }
+  absl::Status Copy(const kernels::Tensor& src, const kernels::Tensor& dst) override {
+    return Timed("copy", [&] { return inner_.Copy(src, dst); });
+  }
+  absl::Status Gate(const kernels::Tensor& x, const kernels::Tensor& gate, kernels::GateKind act,
+                    const kernels::Tensor& out) override {
+    return Timed("gate", [&] { return inner_.Gate(x, gate, act, out); });
+  }
+  absl::Status CausalConv(const kernels::Tensor& x, const kernels::SeqTable& seqs, const kernels::StateTable& states,
+                          const kernels::StateLayer& layer, const kernels::Tensor& w, kernels::ConvActivation act,
+                          const kernels::Tensor& out) override {
+    return Timed("causal conv", [&] { return inner_.CausalConv(x, seqs, states, layer, w, act, out); });
+  }
+  absl::Status GatedDeltaRule(const kernels::Tensor& qkv, const kernels::Tensor& b, const kernels::Tensor& a,
+                              const kernels::Tensor& decay_a, const kernels::Tensor& dt_bias,
+                              const kernels::SeqTable& seqs, const kernels::StateTable& states,
+                              const kernels::StateLayer& layer, const kernels::DeltaRuleParams& p,
+                              const kernels::Tensor& out) override {
+    return Timed("gated delta rule",
+                 [&] { return inner_.GatedDeltaRule(qkv, b, a, decay_a, dt_bias, seqs, states, layer, p, out); });
+  }
 
  private:
   template <typename F>

@@ -2,7 +2,8 @@
 // 1e-4 of tp=1 (1e-2 with bf16 linear layers or KV cache) and of Hugging
 // Face's, and identical greedy outputs, for GPT-2, GPT-J and the Llama
 // family (grouped-query attention: each rank keeps one of the two key/value
-// heads; Qwen2, Mistral, Phi-3 and Gemma 2 against transformers), on
+// heads; Qwen2, Mistral, Phi-3 and Gemma 2 against transformers; the hybrid
+// Qwen3.5 and LFM2, their recurrent heads and channels split), on
 // fixtures whose vocabularies (211, 301, 307, 311, 313, 317) do not divide
 // by 2 and on built-ins.
 // Every rank runs every test (the forwards are collective); rank 0 checks.
@@ -13,6 +14,7 @@
 #include <memory>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "dist/communicator.h"
 #include "engine/generate.h"
 #include "model/model_loader.h"
@@ -64,10 +66,10 @@ TEST_P(TensorParallelTest, LogitsMatchOneRankAtEveryPosition) {
   for (int len : {1, 7, P - 2}) {
     std::vector<int32_t> prompt(len);
     for (int i = 0; i < len; ++i) prompt[i] = (i * 37 + 11) % V;
-    ForwardBatch b;
-    b.AddSequence(testing::SeqBlocks(0, P), 0, prompt);
     auto tp_cache = testing::CacheFor(*tp_, 1, P);
     auto one_cache = testing::CacheFor(*one_, 1, P);
+    ForwardBatch b;
+    testing::AddCachedSequence(b, *tp_cache, 0, P, 0, prompt);
     std::vector<float> tp_logits, one_logits;
     ASSERT_TRUE(tp_->Forward(b, *tp_cache, LogitsFor::kEveryRow, &tp_logits).ok());
     ASSERT_TRUE(one_->Forward(b, *one_cache, LogitsFor::kEveryRow, &one_logits).ok());
@@ -96,7 +98,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("tests/golden/tiny_bf16_prefix", "builtin:tiny",
                                          "tests/golden/llama_gqa", "builtin:llama-tiny",
                                          // each expert's MLP split as a dense one
-                                         "builtin:mixtral-tiny"),
+                                         "builtin:mixtral-tiny",
+                                         // recurrent layers' heads and channels split
+                                         "builtin:qwen3.5-tiny", "builtin:lfm2-tiny"),
                        ::testing::Values(kernels::MatmulDtype::kF32, kernels::MatmulDtype::kBF16),
                        ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16)));
 
@@ -224,7 +228,8 @@ class TensorParallelGoldenTest : public ::testing::TestWithParam<const char*> {}
 
 TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
   const std::string dir = GetParam();
-  auto m = LoadModel(dir);
+  // A GGUF fixture is DIR/model.gguf beside its golden files.
+  auto m = LoadModel(absl::StrContains(dir, "/gguf_") ? dir + "/model.gguf" : dir);
   ASSERT_TRUE(m.ok());
   const int V = (*m)->info().vocab_size;
   ASSERT_EQ(V % 2, 1);
@@ -241,9 +246,9 @@ TEST_P(TensorParallelGoldenTest, MatchesTransformers) {
   CausalLm& tp = *model;
   for (size_t i = 0; i < golden.prompts.size(); ++i) {
     const std::vector<int32_t>& prompt = golden.prompts[i];
-    ForwardBatch b;
-    b.AddSequence(testing::SeqBlocks(0, (*m)->info().max_positions), 0, prompt);
     auto cache = testing::CacheFor(tp, 1, (*m)->info().max_positions);
+    ForwardBatch b;
+    testing::AddCachedSequence(b, *cache, 0, (*m)->info().max_positions, 0, prompt);
     std::vector<float> logits;
     ASSERT_TRUE(tp.Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
     if (!g_comm->world().is_leader()) continue;
@@ -289,7 +294,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            // rank, its gate whole
                                            "tests/golden/qwen2_moe_tiny",
                                            // a layer without rotary embeddings
-                                           "tests/golden/smollm3_tiny"));
+                                           "tests/golden/smollm3_tiny",
+                                           // hybrids: each rank the delta net's key
+                                           // heads and their value heads (grouped;
+                                           // tiled in the GGUF file), its band of
+                                           // the short convolutions' channels
+                                           "tests/golden/qwen35_tiny", "tests/golden/gguf_qwen35",
+                                           "tests/golden/lfm2_tiny", "tests/golden/gguf_lfm2"));
 
 }  // namespace
 }  // namespace flover

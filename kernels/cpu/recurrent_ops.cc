@@ -60,40 +60,50 @@ absl::Status CpuBackend::CausalConv(const Tensor& x, const SeqTable& seqs, const
   float* o = out.as<float>();
   // Channels in bands, so a long prompt and a wide decode batch both
   // spread over threads; each (sequence, band) is one task.
-  constexpr int64_t kBand = 256;
+  constexpr int64_t kBand = 512;
   const int64_t bands = (C + kBand - 1) / kBand;
   const int64_t tasks = int64_t{seqs.num_seqs} * bands;
   UseCpuThreadsHere();
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && seqs.num_rows > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
     const SeqRows& s = seqs.host[task / bands];
     const SeqState& st = states.host[task / bands];
-    const int64_t c0 = (task % bands) * kBand, c1 = std::min(C, c0 + kBand), n = c1 - c0;
-    // u: the W inputs before the rows (the read slot's window, or zeros),
-    // then the rows' own, for this band of channels.
-    std::vector<float> u(size_t(W + s.len) * n);
-    for (int j = 0; j < W; ++j) {
-      for (int64_t c = 0; c < n; ++c) {
-        u[size_t(j) * n + c] =
-            st.read == SeqState::kNoSlot ? 0.0f : layer.conv[st.read * layer.conv_elems + j * C + c0 + c];
-      }
-    }
+    const int64_t c0 = (task % bands) * kBand, c1 = std::min(C, c0 + kBand);
+    const float* before = st.read == SeqState::kNoSlot ? nullptr : layer.conv + st.read * layer.conv_elems;
+    // u[i] for i in [-W, len): the W inputs before the rows (the read
+    // slot's window, or zeros), then the rows.
+    auto u = [&](int i, int64_t c) -> float {
+      if (i >= 0) return xs[(s.row + i) * C + c];
+      return before == nullptr ? 0.0f : before[(W + i) * C + c];
+    };
+    static const float kZeros[kBand] = {};
+    const int64_t n = c1 - c0;
     for (int t = 0; t < s.len; ++t) {
-      std::copy(xs + (s.row + t) * C + c0, xs + (s.row + t) * C + c1, u.begin() + size_t(W + t) * n);
-    }
-    for (int t = 0; t < s.len; ++t) {
-      float* row = o + (s.row + t) * C + c0;
+      // Tap j reads input t - W + j: a row, the window before, or zeros.
+      float acc[kBand];
+      std::fill(acc, acc + n, 0.0f);
+      for (int j = 0; j < K; ++j) {
+        const int i = t - W + j;
+        const float* in = i >= 0 ? xs + (s.row + i) * C + c0
+                                 : (before == nullptr ? kZeros : before + (W + i) * C + c0);
+        const float* wj = ws + c0 * K + j;
 #pragma omp simd
-      for (int64_t c = 0; c < n; ++c) {
-        float sum = 0.0f;
-        for (int j = 0; j < K; ++j) sum += ws[(c0 + c) * K + j] * u[size_t(t + j) * n + c];
-        row[c] = act == ConvActivation::kSilu ? Silu(sum) : sum;
+        for (int64_t c = 0; c < n; ++c) acc[c] += wj[c * K] * in[c];
+      }
+      float* row = o + (s.row + t) * C + c0;
+      if (act == ConvActivation::kSilu) {
+#pragma omp simd
+        for (int64_t c = 0; c < n; ++c) row[c] = Silu(acc[c]);
+      } else {
+        std::copy(acc, acc + n, row);
       }
     }
-    // The write slot's window: the last W inputs.
+    // The write slot's window: the last W inputs, oldest first. In place
+    // (read == write) entry j takes entry len + j > j: ascending order reads
+    // each old entry before it is overwritten.
     float* window = layer.conv + st.write * layer.conv_elems;
     for (int j = 0; j < W; ++j) {
-      std::copy(u.begin() + size_t(s.len + j) * n, u.begin() + size_t(s.len + j + 1) * n, window + j * C + c0);
+      for (int64_t c = c0; c < c1; ++c) window[j * C + c] = u(s.len - W + j, c);
     }
   }
   return absl::OkStatus();
