@@ -164,6 +164,13 @@ class ProfilingBackend final : public kernels::Backend {
     return Timed("gated delta rule",
                  [&] { return inner_.GatedDeltaRule(qkv, b, a, decay_a, dt_bias, seqs, states, layer, p, out); });
   }
+  absl::Status SelectiveScan(const kernels::Tensor& xbc, const kernels::Tensor& dt, const kernels::Tensor& a,
+                             const kernels::Tensor& d, const kernels::Tensor& dt_bias, const kernels::SeqTable& seqs,
+                             const kernels::StateTable& states, const kernels::StateLayer& layer,
+                             const kernels::ScanParams& p, const kernels::Tensor& out) override {
+    return Timed("selective scan",
+                 [&] { return inner_.SelectiveScan(xbc, dt, a, d, dt_bias, seqs, states, layer, p, out); });
+  }
 
  private:
   template <typename F>

@@ -416,6 +416,20 @@ class Backend : public Allocator {
                                       const StateTable& states, const StateLayer& layer,
                                       const DeltaRuleParams& p, const Tensor& out) = 0;
 
+  // Mamba-2's selective scan (Granite 4.0-H, Nemotron-H) over each
+  // sequence's rows, its state S: [H, P, N] per slot (layer.scan_elems).
+  // For row t and head h (group g = h / (H / G)):
+  //   dt = clamp(softplus(dt[t, h] + dt_bias[h]), dt_min, dt_max)
+  //   S_h = exp(dt a[h]) S_h + (dt B_g) x_h^T   (S_h[p][n] += (dt B_g[n]) x_h[p])
+  //   out[t, h][p] = sum over n of S_h[p][n] C_g[n] (in an order fixed by
+  //   N alone), + d[h] x_h[p]
+  // xbc: f32 [T, H P + 2 G N] (x's heads, then B's groups, then C's: the
+  // convolution's output); dt: f32 [T, H]; a (= -exp(A_log)), d, dt_bias:
+  // f32 [1, H]; out: f32 [T, H P]. N <= kMaxScanStateSize.
+  virtual absl::Status SelectiveScan(const Tensor& xbc, const Tensor& dt, const Tensor& a, const Tensor& d,
+                                     const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                     const StateLayer& layer, const ScanParams& p, const Tensor& out) = 0;
+
   // out: f32 [S, C] = row (row + len - 1) of x: f32 [T, C] for each sequence:
   // the rows whose logits generation needs. A table of one-row entries
   // ({row r, len 1}) gathers any rows (a draft's rows being verified).

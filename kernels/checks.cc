@@ -444,4 +444,29 @@ absl::Status CheckGatedDeltaRuleArgs(const Tensor& qkv, const Tensor& b, const T
   return CheckStateTable(op, seqs, states, layer);
 }
 
+absl::Status CheckSelectiveScanArgs(const Tensor& xbc, const Tensor& dt, const Tensor& a, const Tensor& d,
+                                    const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                    const StateLayer& layer, const ScanParams& p, const Tensor& out) {
+  const char* op = "SelectiveScan";
+  if (p.heads < 1 || p.groups < 1 || p.heads % p.groups != 0 || p.head_dim < 1 || p.state_size < 1 ||
+      p.state_size > kMaxScanStateSize || !(p.dt_min >= 0) || !(p.dt_max >= p.dt_min)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", p.heads, " heads of ", p.head_dim, " in ", p.groups,
+                                                   " groups, state size ", p.state_size, ", dt in [", p.dt_min, ", ",
+                                                   p.dt_max, "] (heads a multiple of groups; state size 1 to ",
+                                                   kMaxScanStateSize, ")"));
+  }
+  const int64_t T = seqs.num_rows, H = p.heads, HP = H * p.head_dim, GN = int64_t{p.groups} * p.state_size;
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "xbc", xbc, T, HP + 2 * GN, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "dt", dt, T, H, {DType::kF32}));
+  for (auto [name, t] : {std::pair{"a", &a}, std::pair{"d", &d}, std::pair{"dt_bias", &dt_bias}}) {
+    FLOVER_RETURN_IF_ERROR(CheckTensor(op, name, *t, 1, H, {DType::kF32}));
+  }
+  FLOVER_RETURN_IF_ERROR(CheckTensor(op, "out", out, T, HP, {DType::kF32}));
+  if (layer.scan == nullptr || layer.scan_elems != HP * p.state_size) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": a scan state of ", layer.scan_elems, " values per slot for ",
+                                                   H, " heads of ", p.head_dim, " x ", p.state_size));
+  }
+  return CheckStateTable(op, seqs, states, layer);
+}
+
 }  // namespace flover::kernels

@@ -90,6 +90,9 @@ absl::Status CheckCausalConvArgs(const Tensor& x, const SeqTable& seqs, const St
 absl::Status CheckGatedDeltaRuleArgs(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
                                      const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
                                      const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out);
+absl::Status CheckSelectiveScanArgs(const Tensor& xbc, const Tensor& dt, const Tensor& a, const Tensor& d,
+                                    const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                    const StateLayer& layer, const ScanParams& p, const Tensor& out);
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out);
 
 }  // namespace flover::kernels

@@ -97,6 +97,23 @@ struct DeltaRuleParams {
   }
 };
 
+// Mamba-2's selective scan (SelectiveScan), this rank's heads: `heads`
+// heads of head_dim channels, in `groups` groups sharing B and C of
+// state_size each (head h reads group h / (heads / groups)); dt after
+// softplus is clamped to [dt_min, dt_max] (time_step_limit; 0 and +inf:
+// no clamp).
+struct ScanParams {
+  int heads = 0;
+  int head_dim = 0;
+  int groups = 0;
+  int state_size = 0;
+  float dt_min = 0.0f;
+  float dt_max = 3.402823466e38f;
+};
+
+// The largest Mamba-2 state size.
+inline constexpr int kMaxScanStateSize = 256;
+
 }  // namespace flover::kernels
 
 #endif  // FLOVER_KERNELS_OP_PARAMS_H_

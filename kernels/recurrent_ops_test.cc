@@ -1,5 +1,5 @@
 // The recurrent-layer ops of the backend contract (Gate, CausalConv,
-// GatedDeltaRule, and Copy for checkpoints) on every backend present: against naive double-precision
+// GatedDeltaRule, SelectiveScan, and Copy for checkpoints) on every backend present: against naive double-precision
 // references written here from the Hugging Face definitions, the CPU
 // backend's results, and themselves. Each op's step form (one row) and chunk
 // form (many rows) are one code path: a sequence run in one chunk, in
@@ -337,6 +337,81 @@ TEST_P(RecurrentOpsTest, GatedDeltaRuleReadsOneSlotAndWritesAnother) {
                                    arena.layer, DeltaRuleParams{3, 2, 8, 8, false}, out)
                      .ok());
     return got;
+  });
+}
+
+// Mamba-2's selective scan as transformers' mamba2_selective_state_update
+// computes it (in double): head h reads group h / (H / G).
+struct ScanRef {
+  ScanParams p;
+  std::vector<float> Run(const std::vector<float>& xbc, const std::vector<float>& dt, const std::vector<float>& a,
+                         const std::vector<float>& d, const std::vector<float>& dt_bias, int T,
+                         std::vector<double>* S) const {
+    const int H = p.heads, P = p.head_dim, N = p.state_size, width = H * P + 2 * p.groups * N;
+    std::vector<float> out(size_t(T) * H * P);
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < H; ++h) {
+        const int g = h / (H / p.groups);
+        const float* x = &xbc[size_t(t) * width + h * P];
+        const float* B = &xbc[size_t(t) * width + H * P + g * N];
+        const float* C = &xbc[size_t(t) * width + H * P + p.groups * N + g * N];
+        const double step = std::min<double>(std::max<double>(SoftplusD(double(dt[t * H + h]) + dt_bias[h]), p.dt_min),
+                                              p.dt_max);
+        const double decay = std::exp(step * a[h]);
+        for (int i = 0; i < P; ++i) {
+          double y = 0;
+          for (int n = 0; n < N; ++n) {
+            double& s = (*S)[(size_t(h) * P + i) * N + n];
+            s = s * decay + step * B[n] * x[i];
+            y += s * C[n];
+          }
+          out[size_t(t) * H * P + h * P + i] = static_cast<float>(y + double(d[h]) * x[i]);
+        }
+      }
+    }
+    return out;
+  }
+};
+
+TEST_P(RecurrentOpsTest, SelectiveScanMatchesTheRecurrenceInEveryCut) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-5, [](Dev& d) {
+    // Four heads of 6 in two groups, state 12; dt clamped above.
+    const ScanParams p{4, 6, 2, 12, 0.0f, 2.0f};
+    const int len = 40, width = p.heads * p.head_dim + 2 * p.groups * p.state_size, out_width = p.heads * p.head_dim;
+    const auto xbc = Random(len * width, 61), dt = Random(len * p.heads, 62);
+    std::vector<float> a = Random(p.heads, 63), dd = Random(p.heads, 64), dt_bias = Random(p.heads, 65);
+    for (float& v : a) v = -std::exp(v);
+    for (float& v : dt_bias) v += 1.5f;  // so that some steps reach the clamp
+    const Tensor at = d.Up(a, 1, p.heads), dtt = d.Up(dd, 1, p.heads), bt = d.Up(dt_bias, 1, p.heads);
+    const int64_t scan = int64_t{p.heads} * p.head_dim * p.state_size;
+    Arena arena(d, 4, 1, scan, 3.0f);
+    const RunCall op = [&](Dev& dev, const Tensor& in, const SeqTable& seqs, const StateTable& st, int T) {
+      const int row = seqs.num_seqs > 1 ? seqs.host[1].row : 0, pos = seqs.host[seqs.num_seqs - 1].pos;
+      std::vector<float> dts(size_t(row) * p.heads, 0.25f);
+      dts.insert(dts.end(), dt.begin() + size_t(pos) * p.heads, dt.begin() + size_t(pos + T - row) * p.heads);
+      const Tensor out = dev.New(DType::kF32, T, out_width);
+      EXPECT_TRUE(dev->SelectiveScan(in, dev.Up(dts, T, p.heads), at, dtt, bt, seqs, st, arena.layer, p, out).ok());
+      return out;
+    };
+    std::vector<float> whole = RunInCalls(d, arena, xbc, width, out_width, {len}, false, op);
+    whole.erase(whole.begin() + len * out_width);  // the unused one-value window
+    std::vector<double> S(scan, 0.0);
+    const std::vector<float> want = ScanRef{p}.Run(xbc, dt, a, dd, dt_bias, len, &S);
+    EXPECT_LT(RelErr(std::vector<float>(whole.begin(), whole.begin() + len * out_width), want), 1e-5);
+    EXPECT_LT(RelErr(std::vector<float>(whole.begin() + len * out_width, whole.end()),
+                     std::vector<float>(S.begin(), S.end())),
+              1e-5);
+    whole.insert(whole.begin() + len * out_width, 3.0f);
+    ExpectTheSameInEveryCut(d, arena, xbc, len, width, out_width, op, whole);
+    // Refused: groups that do not divide the heads.
+    const Tensor out = d.New(DType::kF32, len, out_width);
+    const std::vector<SeqRows> seqs = {{0, 0, len, 0}};
+    const std::vector<SeqState> states = {{SeqState::kNoSlot, 0}};
+    EXPECT_FALSE(d->SelectiveScan(d.Up(xbc, len, width), d.Up(dt, len, p.heads), at, dtt, bt, d.Seqs(seqs, len),
+                                  {states.data(), d.UpInts({-1, 0}, 1, 2)}, arena.layer,
+                                  ScanParams{4, 6, 3, 12, 0.0f, 2.0f}, out)
+                     .ok());
+    return whole;
   });
 }
 

@@ -87,6 +87,9 @@ class CpuBackend final : public Backend {
   absl::Status GatedDeltaRule(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
                               const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
                               const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out) override;
+  absl::Status SelectiveScan(const Tensor& xbc, const Tensor& dt, const Tensor& a, const Tensor& d,
+                             const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                             const StateLayer& layer, const ScanParams& p, const Tensor& out) override;
 
  private:
   CpuBackend(MatmulDtype dtype, KvDtype kv_dtype);

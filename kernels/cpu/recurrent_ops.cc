@@ -187,4 +187,59 @@ absl::Status CpuBackend::GatedDeltaRule(const Tensor& qkv, const Tensor& b, cons
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::SelectiveScan(const Tensor& xbc, const Tensor& dt, const Tensor& a, const Tensor& d,
+                                       const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                       const StateLayer& layer, const ScanParams& p, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckSelectiveScanArgs(xbc, dt, a, d, dt_bias, seqs, states, layer, p, out));
+  const int H = p.heads, P = p.head_dim, N = p.state_size, per_group = p.heads / p.groups;
+  const int64_t width = xbc.cols, b_at = int64_t{H} * P, c_at = b_at + int64_t{p.groups} * N, out_cols = out.cols;
+  const float* in = xbc.as<float>();
+  const float* dts = dt.as<float>();
+  const float* as = a.as<float>();
+  const float* ds = d.as<float>();
+  const float* bias = dt_bias.as<float>();
+  float* o = out.as<float>();
+  const int64_t tasks = int64_t{seqs.num_seqs} * H;
+  UseCpuThreadsHere();
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const SeqRows& s = seqs.host[task / H];
+    const SeqState& st = states.host[task / H];
+    const int h = static_cast<int>(task % H), g = h / per_group;
+    // S: [P, N], this head's state, carried through the rows in the write
+    // slot (which no other sequence of the call reads or writes).
+    float* S = layer.scan + st.write * layer.scan_elems + int64_t{h} * P * N;
+    if (st.read == SeqState::kNoSlot) {
+      std::fill(S, S + size_t(P) * N, 0.0f);
+    } else if (st.read != st.write) {
+      const float* from = layer.scan + st.read * layer.scan_elems + int64_t{h} * P * N;
+      std::copy(from, from + size_t(P) * N, S);
+    }
+    float dtb[kMaxScanStateSize];
+    for (int t = 0; t < s.len; ++t) {
+      const int64_t row = s.row + t;
+      const float* x = in + row * width + int64_t{h} * P;
+      const float* B = in + row * width + b_at + int64_t{g} * N;
+      const float* C = in + row * width + c_at + int64_t{g} * N;
+      const float step = std::min(std::max(Softplus(dts[row * H + h] + bias[h]), p.dt_min), p.dt_max);
+      const float decay = std::exp(step * as[h]);
+#pragma omp simd
+      for (int n = 0; n < N; ++n) dtb[n] = step * B[n];
+      float* y = o + row * out_cols + int64_t{h} * P;
+      for (int i = 0; i < P; ++i) {
+        float* Si = S + size_t(i) * N;
+        const float xi = x[i];
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int n = 0; n < N; ++n) {
+          Si[n] = Si[n] * decay + dtb[n] * xi;
+          sum += Si[n] * C[n];
+        }
+        y[i] = sum + ds[h] * xi;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace flover::kernels

@@ -719,6 +719,18 @@ absl::Status CudaBackend::GatedDeltaRule(const Tensor& qkv, const Tensor& b, con
                     "GatedDeltaRule");
 }
 
+absl::Status CudaBackend::SelectiveScan(const Tensor& xbc, const Tensor& dt, const Tensor& a, const Tensor& d,
+                                        const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
+                                        const StateLayer& layer, const ScanParams& p, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckSelectiveScanArgs(xbc, dt, a, d, dt_bias, seqs, states, layer, p, out));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchSelectiveScan(xbc.as<float>(), xbc.cols, dt.as<float>(), a.as<float>(), d.as<float>(),
+                                        dt_bias.as<float>(), seqs.device.as<int32_t>(), states.device.as<int32_t>(),
+                                        seqs.num_seqs, p, layer.scan, layer.scan_elems, out.as<float>(), out.cols,
+                                        stream_),
+                    "SelectiveScan");
+}
+
 absl::Status CudaBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckGatherLastRowsArgs(x, seqs, out));
   FLOVER_RETURN_IF_ERROR(Activate());

@@ -1326,6 +1326,51 @@ __global__ void GatedDeltaRuleKernel(const float* qkv, int64_t width, const floa
   }
 }
 
+// grid (num_seqs, H), block P: thread i holds row i of the head's state
+// S: [P, N] in the write slot, its rows in order of position; each sum over
+// n runs in index order.
+__global__ void SelectiveScanKernel(const float* xbc, int64_t width, const float* dt, const float* a,
+                                    const float* d, const float* dt_bias, const int32_t* seqs,
+                                    const int32_t* states, ScanParams p, float* scan, int64_t scan_elems,
+                                    float* out, int64_t out_cols) {
+  PdlPrologue();
+  __shared__ float dtb[kMaxScanStateSize], c[kMaxScanStateSize];
+  const int h = blockIdx.y, i = threadIdx.x, H = p.heads, P = p.head_dim, N = p.state_size;
+  const int g = h / (H / p.groups);
+  const int32_t* s = seqs + 4 * blockIdx.x;
+  const int len = s[2], row0 = s[3];
+  const int32_t read = states[2 * blockIdx.x], write = states[2 * blockIdx.x + 1];
+  float* S = scan + write * scan_elems + int64_t{h} * P * N;
+  if (read < 0) {
+    for (int n = 0; n < N; ++n) S[int64_t{i} * N + n] = 0.0f;
+  } else if (read != write) {
+    const float* from = scan + read * scan_elems + int64_t{h} * P * N;
+    for (int n = 0; n < N; ++n) S[int64_t{i} * N + n] = from[int64_t{i} * N + n];
+  }
+  const int64_t b_at = int64_t{H} * P, c_at = b_at + int64_t{p.groups} * N;
+  for (int t = 0; t < len; ++t) {
+    const int64_t row = row0 + t;
+    const float raw = dt[row * H + h] + dt_bias[h];
+    const float sp = raw > 20.0f ? raw : log1pf(expf(raw));
+    const float step = fminf(fmaxf(sp, p.dt_min), p.dt_max);
+    const float decay = expf(step * a[h]);
+    __syncthreads();
+    for (int n = i; n < N; n += blockDim.x) {
+      dtb[n] = step * xbc[row * width + b_at + int64_t{g} * N + n];
+      c[n] = xbc[row * width + c_at + int64_t{g} * N + n];
+    }
+    __syncthreads();
+    const float xi = xbc[row * width + int64_t{h} * P + i];
+    float sum = 0.0f;
+    for (int n = 0; n < N; ++n) {
+      const float v = S[int64_t{i} * N + n] * decay + dtb[n] * xi;
+      S[int64_t{i} * N + n] = v;
+      sum += v * c[n];
+    }
+    out[row * out_cols + int64_t{h} * P + i] = sum + d[h] * xi;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchEmbed(const int32_t* tokens, const int32_t* positions, int T, const float* wte,
@@ -1720,6 +1765,16 @@ cudaError_t LaunchGatedDeltaRule(const float* qkv, int64_t width, const float* b
   if (num_seqs == 0) return cudaSuccess;
   LaunchKernel(GatedDeltaRuleKernel, dim3(num_seqs, p.v_heads), p.v_dim, 0, stream, qkv, width, b, a, decay_a,
                dt_bias, seqs, states, p, scan, scan_elems, out, out_cols);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSelectiveScan(const float* xbc, int64_t width, const float* dt, const float* a, const float* d,
+                                const float* dt_bias, const int32_t* seqs, const int32_t* states, int num_seqs,
+                                const ScanParams& p, float* scan, int64_t scan_elems, float* out, int64_t out_cols,
+                                cudaStream_t stream) {
+  if (num_seqs == 0) return cudaSuccess;
+  LaunchKernel(SelectiveScanKernel, dim3(num_seqs, p.heads), p.head_dim, 0, stream, xbc, width, dt, a, d, dt_bias,
+               seqs, states, p, scan, scan_elems, out, out_cols);
   return cudaGetLastError();
 }
 

@@ -195,6 +195,14 @@ cudaError_t LaunchGatedDeltaRule(const float* qkv, int64_t width, const float* b
                                  const int32_t* states, int num_seqs, const DeltaRuleParams& p, float* scan,
                                  int64_t scan_elems, float* out, int64_t out_cols, cudaStream_t stream);
 
+// Mamba-2's selective scan (backend.h's SelectiveScan) of each sequence's
+// rows: xbc: f32 [T, width] (x, B, C), dt: f32 [T, H], a, d, dt_bias: f32
+// [H]; scan: [slots, scan_elems = H * P * N]; out: f32 [T, out_cols].
+cudaError_t LaunchSelectiveScan(const float* xbc, int64_t width, const float* dt, const float* a, const float* d,
+                                const float* dt_bias, const int32_t* seqs, const int32_t* states, int num_seqs,
+                                const ScanParams& p, float* scan, int64_t scan_elems, float* out, int64_t out_cols,
+                                cudaStream_t stream);
+
 }  // namespace flover::kernels::cuda
 
 #endif  // FLOVER_KERNELS_CUDA_CUDA_KERNELS_H_
