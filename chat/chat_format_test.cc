@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "chat/tool_calls.h"
 #include "nlohmann/json.hpp"
 
@@ -79,6 +81,28 @@ TEST(ChatFormatTest, BosOnceAndEachTemplatesEndOfTurn) {
   EXPECT_EQ(refused.status().message(), "System role not supported");
 }
 
+// The hybrid families' templates (Qwen3.5-4B's, LFM2-8B-A1B's, LFM2.5's,
+// from llama.cpp's models/templates) end an assistant turn with
+// <|im_end|>, a control token of SmolLM2's vocabulary (2): Qwen3.5's
+// writes an empty think block before the probe's reply, LFM2's a BOS and
+// no system prompt. Each shows the tools it is given.
+TEST(ChatFormatTest, HybridFamiliesEndATurnWithImEnd) {
+  const GgufText v = testing::LoadGgufText("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  ASSERT_NE(v.tokenizer, nullptr) << "run tools/setup.sh";
+  for (const char* name : {"qwen3.5", "lfm2", "lfm2.5", "lfm2.5-moe"}) {
+    auto f = ChatFormat::Create(Template(name), name, "", "", v.tokenizer);
+    ASSERT_TRUE(f.ok()) << name << ": " << f.status();
+    EXPECT_EQ((*f)->end_of_turn_ids(), std::vector<int32_t>{2}) << name;
+    EXPECT_TRUE((*f)->takes_tools()) << name;
+  }
+  // Without enable_thinking, Qwen3.5's prompt opens a think block.
+  auto qwen = ChatFormat::Create(Template("qwen3.5"), "qwen3.5", "", "", v.tokenizer);
+  ASSERT_TRUE(qwen.ok());
+  auto text = (*qwen)->Render({{"user", "Hi"}});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+}
+
 TEST(ChatFormatTest, ATemplateThatDoesNotParseIsRefusedNamingItsSource) {
   const GgufText spm = testing::LoadGgufText("tests/golden/gguf/vocab_spm.gguf");
   auto f = ChatFormat::Create("{% for m in messages %}", "model.gguf: tokenizer.chat_template", "", "",
@@ -112,29 +136,47 @@ Conversation FromGolden(const nlohmann::ordered_json& vars) {
   return c;
 }
 
+// Whether a golden case's messages are all a request can carry (text
+// content, calls; no content parts or reasoning) and its variables the
+// ones ChatFormat passes.
+bool RequestShaped(const nlohmann::ordered_json& vars) {
+  if (vars.contains("enable_thinking") || vars.contains("keep_past_thinking")) return false;
+  for (const auto& m : vars["messages"]) {
+    if (m.contains("reasoning_content") || !(m["content"].is_string() || m["content"].is_null())) return false;
+  }
+  return true;
+}
+
 // A template that takes tools gets them, and the calls in the history, as
 // transformers passes them: the same text as its apply_chat_template
-// (make_chat_template_golden.py).
+// (make_chat_template_golden.py), for Qwen2.5's shape and the hybrid
+// families' real templates (Qwen3.5's calls as <function=...> blocks of
+// parameters, LFM2.5's as Python-like calls).
 TEST(ChatFormatTest, ToolsAndCallsReachATemplateThatTakesThem) {
   const GgufText bpe = testing::LoadGgufText("tests/golden/gguf/vocab_llama_bpe.gguf");
   const auto cases = nlohmann::ordered_json::parse(
       testing::ReadFileOrEmpty("tests/golden/chat_templates/cases.json"), nullptr, false);
   ASSERT_FALSE(cases.is_discarded());
-  int checked = 0;
+  std::map<std::string, int> checked;
   for (const auto& c : cases) {
-    if (c["template"] != "qwen2.5" || c["variables"]["tools"].is_null() || !c.contains("output")) continue;
+    const std::string name = c["template"];
+    if (name != "qwen2.5" && name != "qwen3.5" && name != "lfm2" && name != "lfm2.5" && name != "lfm2.5-moe") {
+      continue;
+    }
+    if (c["variables"]["tools"].is_null() || !c.contains("output") || !RequestShaped(c["variables"])) continue;
     const auto& vars = c["variables"];
-    auto f = ChatFormat::Create(Template("qwen2.5"), "qwen2.5", vars["bos_token"], vars["eos_token"], bpe.tokenizer);
+    auto f = ChatFormat::Create(Template(name), name, vars["bos_token"], vars["eos_token"], bpe.tokenizer);
     ASSERT_TRUE(f.ok()) << f.status();
     EXPECT_TRUE((*f)->takes_tools());
     if (!vars["add_generation_prompt"].get<bool>()) continue;
     const Conversation conv = FromGolden(vars);
     auto text = (*f)->Render(conv.messages, conv.tools);
     ASSERT_TRUE(text.ok()) << text.status();
-    EXPECT_EQ(*text, c["output"].get<std::string>());
-    ++checked;
+    EXPECT_EQ(*text, c["output"].get<std::string>()) << name << " / " << c["conversation"].get<std::string>();
+    ++checked[name];
   }
-  EXPECT_GE(checked, 1);
+  EXPECT_EQ(checked["qwen2.5"], 1);
+  for (const char* name : {"qwen3.5", "lfm2", "lfm2.5", "lfm2.5-moe"}) EXPECT_EQ(checked[name], 3) << name;
 }
 
 // A template without tools (SmolLM2's) is told about them in its system

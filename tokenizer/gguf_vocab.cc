@@ -33,13 +33,18 @@ const std::vector<PreTokenizerKind>& PreTokenizerKinds() {
        {R"([\p{P}\$\+<=>\^~\|]+)",
         R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
         R"(\p{N}+)", R"([0-9][0-9][0-9])"}},
-      // Llama 3's tokenizer.json.
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"},
+      // Llama 3's tokenizer.json (and LFM2's, which llama.cpp treats as it).
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "lfm2"},
        {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
        false, true, true},
       // Qwen 2's: Llama 3's with one digit at a time.
       {{"qwen2", "deepseek-r1-qwen"},
        {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      // Qwen3.5's: Qwen 2's with combining marks (\p{M}) kept in letter runs
+      // and out of punctuation runs. As llama.cpp, without the NFC normalizer
+      // Qwen3.5's tokenizer.json has.
+      {{"qwen35"},
+       {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
       // StarCoder's and SmolLM's: Digits(individual_digits), then GPT-2's.
       {{"smollm", "starcoder", "refact", "codeshell", "exaone", "minerva"}, {R"(\p{N})"}, true},
       // GPT-2's ByteLevel alone.

@@ -3,11 +3,15 @@
 // (ids and text from the library for each tokenizer.json).
 #include "tokenizer/hf_tokenizer.h"
 
+#include <map>
+#include <utility>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "testing/files.h"
 #include "testing/golden.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/unicode.h"
 #include "util/file_util.h"
 #include "util/json.h"
@@ -106,6 +110,80 @@ TEST(HfTokenizerTest, ByteLevelLlama3Style) {
 }
 
 TEST(HfTokenizerTest, ByteLevelQwenStyle) { ExpectMatchesLibrary(*Load("qwen"), "qwen"); }
+
+// Qwen3.5's tokenizer.json pipeline (NFC; its split pattern, which keeps
+// combining marks \p{M} with letters; ByteLevel; no byte fallback) on text
+// with marks: Devanagari, Thai, Vietnamese, Hebrew points, Arabic harakat,
+// emoji with variation selectors and keycaps, stray and stacked marks.
+TEST(HfTokenizerTest, ByteLevelQwen35StyleKeepsMarksWithLetters) {
+  auto tok = Load("qwen35");
+  ASSERT_NE(tok, nullptr);
+  ExpectMatchesLibrary(*tok, "qwen35");
+  EXPECT_EQ(tok->TokenId("<|im_end|>"), 1202);
+  // A word with marks is one token of this vocabulary, as the pattern keeps
+  // it whole (Qwen 2's would cut it at each mark).
+  auto ids = tok->Encode("\u0939\u093f\u0928\u094d\u0926\u0940");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->size(), 1u);
+}
+
+// A fixture's tokenizer.json vocabulary as llama.cpp's converter writes it
+// into a GGUF file (special added tokens as control tokens, the others user
+// defined; BOS <|begin_of_text|> where there is one), under `pre`.
+GgufVocab AsGgufVocab(const std::string& kind, const std::string& pre) {
+  auto doc = ParseJsonObject(testing::ReadFileOrEmpty(kDir + kind + "/tokenizer.json"), kind);
+  EXPECT_TRUE(doc.ok()) << doc.status();
+  if (!doc.ok()) return {};
+  const auto& model = doc->fields().at("model").struct_value().fields();
+  std::map<int, std::pair<std::string, GgufTokenType>> by_id;
+  for (const auto& [text, id] : model.at("vocab").struct_value().fields()) {
+    by_id[static_cast<int>(id.number_value())] = {text, GgufTokenType::kNormal};
+  }
+  for (const auto& a : List(*doc, "added_tokens")) {
+    const auto& f = a.struct_value().fields();
+    by_id[static_cast<int>(f.at("id").number_value())] = {
+        f.at("content").string_value(),
+        f.at("special").bool_value() ? GgufTokenType::kControl : GgufTokenType::kUserDefined};
+  }
+  GgufVocab v;
+  v.model = "gpt2";
+  v.pre = pre;
+  for (const auto& [id, token] : by_id) {
+    EXPECT_EQ(id, static_cast<int>(v.tokens.size())) << kind << ": ids are not contiguous";
+    v.tokens.push_back(token.first);
+    v.types.push_back(static_cast<int32_t>(token.second));
+    if (token.first == "<|begin_of_text|>") v.bos_id = id;
+  }
+  for (const auto& m : model.at("merges").list_value().values()) {
+    v.merges.push_back(m.has_string_value() ? m.string_value()
+                                            : m.list_value().values(0).string_value() + " " +
+                                                  m.list_value().values(1).string_value());
+  }
+  return v;
+}
+
+// GGUF files of the hybrid families: llama.cpp's pre-tokenizers "qwen35"
+// (Qwen3.5's pattern, without the NFC its tokenizer.json has: two cases
+// with decomposed text differ from the qwen35 fixture) and "lfm2" (Llama
+// 3's, BOS added) give llama.cpp's own ids (hf_tokenizers/llama_cpp, from
+// make_tokenizer_golden.py).
+TEST(HfTokenizerTest, GgufQwen35AndLfm2TokenizeAsLlamaCppDoes) {
+  const google::protobuf::Struct all = Cases("llama_cpp");
+  ASSERT_EQ(all.fields_size(), 2);
+  for (const auto& [name, entry] : all.fields()) {
+    const auto& f = entry.struct_value().fields();
+    auto tok = HfTokenizer::FromGgufVocab(
+        AsGgufVocab(f.at("vocabulary").string_value(), f.at("pre").string_value()), name);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    ASSERT_GE(f.at("cases").list_value().values_size(), 30) << name;
+    for (const auto& c : f.at("cases").list_value().values()) {
+      const auto& cf = c.struct_value().fields();
+      auto ids = (*tok)->Encode(cf.at("text").string_value());
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_EQ(*ids, JsonIds(cf.at("ids"))) << name << ": " << cf.at("text").string_value();
+    }
+  }
+}
 
 TEST(HfTokenizerTest, Gpt2TokenizerJsonAndVocabMergesAgree) {
   auto json = Load("gpt2");

@@ -15,7 +15,7 @@ namespace {
 // Property sets a class may hold.
 constexpr uint32_t kPropLetter = 1, kPropNumber = 2, kPropSpace = 4, kPropNotLetter = 8,
                    kPropNotNumber = 16, kPropNotSpace = 32, kPropPunctuation = 64,
-                   kPropNotPunctuation = 128;
+                   kPropNotPunctuation = 128, kPropMark = 256, kPropNotMark = 512;
 
 // The longest quantifier range allowed on a group (each iteration of a group
 // is one level of recursion while matching).
@@ -34,7 +34,8 @@ bool HasProps(uint32_t props, char32_t c) {
          ((props & kPropSpace) && IsSpace(c)) || ((props & kPropNotLetter) && !IsLetter(c)) ||
          ((props & kPropNotNumber) && !IsNumber(c)) || ((props & kPropNotSpace) && !IsSpace(c)) ||
          ((props & kPropPunctuation) && IsPunctuation(c)) ||
-         ((props & kPropNotPunctuation) && !IsPunctuation(c));
+         ((props & kPropNotPunctuation) && !IsPunctuation(c)) ||
+         ((props & kPropMark) && IsMark(c)) || ((props & kPropNotMark) && !IsMark(c));
 }
 
 }  // namespace
@@ -254,6 +255,7 @@ class SplitRegex::Parser {
         if (name == "L") return prop(neg ? kPropNotLetter : kPropLetter);
         if (name == "N") return prop(neg ? kPropNotNumber : kPropNumber);
         if (name == "P") return prop(neg ? kPropNotPunctuation : kPropPunctuation);
+        if (name == "M") return prop(neg ? kPropNotMark : kPropMark);
         return Error(absl::StrCat("Unicode property \\p{", name, "} is not supported"));
       }
       case 'x':

@@ -1,12 +1,13 @@
 // The regular expressions tokenizer.json files split text with (the GPT-2,
-// Llama 3 and Qwen 2 pre-tokenizer patterns and others of their kind), as a
-// small backtracking matcher over Unicode code points with the semantics of
-// Oniguruma, which the `tokenizers` library uses: leftmost-first
+// Llama 3, Qwen 2 and Qwen3.5 pre-tokenizer patterns and others of their
+// kind), as a small backtracking matcher over Unicode code points with the
+// semantics of Oniguruma, which the `tokenizers` library uses: leftmost-first
 // alternation, greedy quantifiers, lookahead.
 //
 // Supported: literals and escapes (\r \n \t \f \v \x{..} \uXXXX, escaped
-// punctuation), ".", classes [...] / [^...] with ranges, \p{L} \p{N} \p{P} \s
-// and their negations \P{L} \P{N} \P{P} \S (inside and outside classes), groups (...)
+// punctuation), ".", classes [...] / [^...] with ranges, \p{L} \p{M} \p{N} \p{P}
+// \s and their negations \P{L} \P{M} \P{N} \P{P} \S (inside and outside
+// classes; \p{M}, the combining marks, for Qwen3.5's pattern), groups (...)
 // (?:...) (?i:...), lookahead (?=...) (?!...), alternation, and the greedy
 // quantifiers ? * + {n} {n,} {n,m}. A quantifier on a group is limited to
 // {0,1} ... {n,m} with m <= 16. Case-insensitive matching folds ASCII letters

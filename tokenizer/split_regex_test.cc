@@ -16,6 +16,10 @@ using ::testing::HasSubstr;
 
 constexpr char kLlama3[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5's: Qwen 2's with combining marks (\p{M}) kept in letter runs and
+// out of punctuation runs.
+constexpr char kQwen35[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr char kGpt2[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // Isolated split: matches and the gaps between them, in order.
@@ -52,6 +56,26 @@ TEST(SplitRegexTest, Llama3Pattern) {
   EXPECT_THAT(Split(kLlama3, "we'REx"), ElementsAre("we", "'RE", "x"));
   EXPECT_THAT(Split(kLlama3, "it'\u017fx"), ElementsAre("it", "'\u017f", "x"));
   EXPECT_THAT(Split(kLlama3, "\u0130'S"), ElementsAre("\u0130", "'S"));
+}
+
+TEST(SplitRegexTest, Qwen35PatternKeepsMarksWithLetters) {
+  // Devanagari's vowel signs and virama, Thai's tone marks, a decomposed
+  // accent, Hebrew points: one word each (Qwen 2's pattern cuts them apart).
+  EXPECT_THAT(Split(kQwen35, "\u0939\u093f\u0928\u094d\u0926\u0940 \u092d\u093e\u0937\u093e"),
+              ElementsAre("\u0939\u093f\u0928\u094d\u0926\u0940", " \u092d\u093e\u0937\u093e"));
+  EXPECT_THAT(Split(kQwen35, "\u0e17\u0e35\u0e48\u0e19\u0e35\u0e48 12"),
+              ElementsAre("\u0e17\u0e35\u0e48\u0e19\u0e35\u0e48", " ", "1", "2"));
+  EXPECT_THAT(Split(kQwen35, "e\u0301t\u00e9!\u0301"), ElementsAre("e\u0301t\u00e9", "!\u0301"));
+  EXPECT_THAT(Split(kQwen35, "\u05e9\u05c1\u05b8\u05dc\u05d5\u05b9\u05dd"),
+              ElementsAre("\u05e9\u05c1\u05b8\u05dc\u05d5\u05b9\u05dd"));
+  // Variation selectors are marks: they join the symbol before them.
+  EXPECT_THAT(Split(kQwen35, "\u2764\ufe0f\ufe0f?"), ElementsAre("\u2764\ufe0f\ufe0f", "?"));
+  EXPECT_THAT(Split(kQwen35, "x\u20dd\n\n \u0300"), ElementsAre("x\u20dd", "\n\n", " \u0300"));
+  EXPECT_THAT(Split(kQwen35, "x12'S"), ElementsAre("x", "1", "2", "'S"));
+  EXPECT_THAT(Split("\\P{M}+", "ab\u0301\u0302cd"), ElementsAre("ab", "\u0301\u0302", "cd"));
+  EXPECT_THAT(Split("[\\p{M}x]+", "ab\u0301x\u0302cd"), ElementsAre("ab", "\u0301x\u0302", "cd"));
+  EXPECT_TRUE(IsMark(0x0301) && IsMark(0x093F) && IsMark(0xFE0F) && IsMark(0x20DD));
+  EXPECT_FALSE(IsMark('a') || IsMark(0x0939) || IsMark(' '));
 }
 
 TEST(SplitRegexTest, Gpt2Pattern) {

@@ -121,6 +121,7 @@ void AppendUtf8(char32_t cp, std::string* out) {
 }
 
 bool IsLetter(char32_t cp) { return InRanges(kLetterRanges, cp); }
+bool IsMark(char32_t cp) { return InRanges(kMarkRanges, cp); }
 bool IsNumber(char32_t cp) { return InRanges(kNumberRanges, cp); }
 bool IsSpace(char32_t cp) { return InRanges(kSpaceRanges, cp); }
 bool IsPunctuation(char32_t cp) { return InRanges(kPunctuationRanges, cp); }

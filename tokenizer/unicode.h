@@ -1,6 +1,6 @@
 // UTF-8 decoding, the Unicode character classes pre-tokenizer patterns use
-// (letters, numbers, punctuation, white space as Python's `regex` defines
-// them), and normalization form C (Qwen's tokenizer.json normalizer).
+// (letters, marks, numbers, punctuation, white space as Python's `regex`
+// defines them), and normalization form C (Qwen's tokenizer.json normalizer).
 #ifndef FLOVER_TOKENIZER_UNICODE_H_
 #define FLOVER_TOKENIZER_UNICODE_H_
 
@@ -45,6 +45,7 @@ void AppendUtf8(char32_t cp, std::string* out);
 std::string NfcNormalize(absl::string_view utf8);
 
 bool IsLetter(char32_t cp);   // \p{L}
+bool IsMark(char32_t cp);     // \p{M}: combining marks (Qwen3.5 keeps them with letters)
 bool IsNumber(char32_t cp);   // \p{N}
 bool IsSpace(char32_t cp);    // \s
 bool IsPunctuation(char32_t cp);  // \p{P}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes tokenizer/unicode_tables.inc: the code-point ranges of the classes the
-pre-tokenizer patterns use (\\p{L}, \\p{N}, \\p{P}, \\s), read from the `regex`
+pre-tokenizer patterns use (\\p{L}, \\p{N}, \\p{P}, \\s, and \\p{M}, the marks
+Qwen3.5's pattern keeps with letters), read from the `regex`
 module that Hugging Face's GPT2Tokenizer itself uses, so our hand-written
 scanner splits text exactly as it does.
 
@@ -41,3 +42,4 @@ emit("kLetterRanges", r"\p{L}")
 emit("kNumberRanges", r"\p{N}")
 emit("kSpaceRanges", r"\s")
 emit("kPunctuationRanges", r"\p{P}")
+emit("kMarkRanges", r"\p{M}")

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes tests/golden/chat_templates/cases.json: chat templates rendered by
-transformers 4.44.2's own apply_chat_template machinery (its
-_compile_jinja_template: jinja2's ImmutableSandboxedEnvironment with
-trim_blocks and lstrip_blocks, tojson as json.dumps(ensure_ascii=False),
+transformers' own apply_chat_template machinery (render_jinja_template and
+its _compile_jinja_template: jinja2's ImmutableSandboxedEnvironment with
+trim_blocks and lstrip_blocks, the loopcontrols extension and the
+generation block, tojson as json.dumps(ensure_ascii=False),
 raise_exception), the oracle Flover's template interpreter must match byte
-for byte.
+for byte. Written with transformers 5.23.0 (jinja2 3.1.6); the cases of
+the templates before the hybrid families were first written with 4.44.2,
+and 5.23.0 renders every one of them byte for byte the same.
 
 Templates: SmolLM2-135M-Instruct's (from its GGUF file, as shipped), and ones
 written here in the shapes of the families people serve — Llama 3 (header
@@ -15,22 +18,37 @@ for assistant), Phi-3 — and a "kitchen sink" that uses every construct the
 interpreter claims (macros, namespace, filters, tests, string methods,
 slices, loop attributes, whitespace control of every kind, raw, filter and
 set blocks). The kitchen sink's break/continue need jinja2's loopcontrols
-extension, which transformers 4.44 does not load: that one case renders in
-the same environment with the extension added (as newer transformers do).
+extension, which transformers 4.44 did not load (5.x does).
+
+The hybrid families' real templates, from llama.cpp's models/templates at
+commit 34af94cd9 (LLAMA_CPP_GIT=its git directory; without it they are kept
+from templates.json): Qwen3.5-4B's (content parts and images, tools, calls
+as <function=...> blocks with <parameter=...>, tool responses folded into
+user turns, reasoning_content and <think> in content, enable_thinking) and
+LFM2's: LFM2.5-Instruct (keep_past_thinking), LFM2-8B-A1B (tool lists and
+responses in their tokens) and LFM2.5-8B-A1B (calls as Python-like calls,
+a generation block). Their conversations add reasoning, several calls,
+content parts, and the templates' own errors; Qwen3.5 renders each with
+enable_thinking absent, true and false, LFM2.5-Instruct with
+keep_past_thinking absent and true. Messages are stored as the template
+sees them (transformers copies a message's reasoning_content to thinking).
 
 Each case: template name, the variables (messages, add_generation_prompt,
 bos_token, eos_token, tools, documents — transformers passes tools and
 documents as None when there are none), and the output, or the error
-raise_exception raised.
+raised (raise_exception's, or a type error such as a list added to a
+string).
 
-    python3 tests/golden/make_chat_template_golden.py  (transformers 4.44.2, jinja2, gguf)
+    LLAMA_CPP_GIT=/path/to/llama.cpp/.git \\
+        python3 tests/golden/make_chat_template_golden.py  (transformers 5.x, jinja2, gguf)
 """
 import json
 import os
+import subprocess
 
 import gguf
 import jinja2
-from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+from transformers.utils.chat_template_utils import _alias_reasoning_fields, render_jinja_template
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMOLLM2 = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -207,18 +225,26 @@ LOOPCONTROLS = """{% for i in range(10) %}{% if i is odd %}{% continue %}{% endi
 {% for m in messages %}{% if m.role == 'assistant' %}{% break %}{% endif %}{{ m.role }} {% endfor %}"""
 
 
-def transformers_env(loopcontrols=False):
-    """transformers 4.44.2's compile of a template, optionally with
-    jinja2's loopcontrols extension added."""
-    compile_ = PreTrainedTokenizerBase._compile_jinja_template.__wrapped__
-    if not loopcontrols:
-        return lambda source: compile_(None, source)
+# name in templates.json -> file in llama.cpp's models/templates.
+FAMILY_TEMPLATES = {
+    "qwen3.5": "Qwen3.5-4B.jinja",
+    "lfm2.5": "LFM2.5-Instruct.jinja",
+    "lfm2": "LFM2-8B-A1B.jinja",
+    "lfm2.5-moe": "LFM2.5-8B-A1B.jinja",
+}
+LLAMA_CPP_COMMIT = "34af94cd9"
 
-    def with_loops(source):
-        template = compile_(None, "x")
-        env = template.environment.overlay(extensions=[jinja2.ext.loopcontrols])
-        return env.from_string(source)
-    return with_loops
+
+def family_templates():
+    git = os.environ.get("LLAMA_CPP_GIT")
+    if git:
+        return {name: subprocess.run(["git", "--git-dir", git, "show",
+                                      f"{LLAMA_CPP_COMMIT}:models/templates/{f}"],
+                                     check=True, capture_output=True, text=True).stdout
+                for name, f in FAMILY_TEMPLATES.items()}
+    with open(os.path.join(HERE, "chat_templates", "templates.json")) as f:
+        kept = json.load(f)
+    return {name: kept[name] for name in FAMILY_TEMPLATES}
 
 
 SYSTEM = {"role": "system", "content": "You are terse."}
@@ -248,6 +274,52 @@ CONVERSATIONS = {
     "empty": [],
 }
 
+REASONED = {"role": "assistant", "content": "4.", "reasoning_content": "\n2+2 is 4.\n"}
+THOUGHT_INLINE = {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\n  4, of course.  "}
+TWO_CALLS = {"role": "assistant", "content": "Let me check both.\n",
+             "tool_calls": [
+                 {"type": "function", "function": {"name": "get_weather",
+                                                   "arguments": {"city": "Paris", "days": 2}}},
+                 {"type": "function", "function": {"name": "search",
+                                                   "arguments": {"query": "caf\u00e9 \"best\"",
+                                                                 "filters": {"open": True, "tags": ["a", 1]},
+                                                                 "limit": None, "ids": [3, 4.5]}}}]}
+TOOL_RESULT2 = {"role": "tool", "name": "search", "content": "[\"Caf\u00e9 A\"]"}
+ANSWER = {"role": "assistant", "content": "It is 21 degrees. Caf\u00e9 A is open."}
+PARTS = {"role": "user", "content": [{"type": "text", "text": "Describe "}, {"type": "image"},
+                                     {"type": "text", "text": " and "}, {"type": "video"}]}
+SYSTEM_PARTS = {"role": "system", "content": [{"type": "text", "text": "  Be brief.  "}]}
+TOOLS2 = TOOLS + [{"type": "function", "function": {"name": "search", "description": "Search the web",
+                                                    "parameters": {"type": "object", "properties": {
+                                                        "query": {"type": "string"}}}}}]
+
+# The hybrid families' templates get these besides CONVERSATIONS.
+FAMILY_CONVERSATIONS = {
+    "reasoning": [SYSTEM, USER, REASONED, USER2],
+    "reasoning_last": [USER, REASONED],
+    "think_inline": [USER, THOUGHT_INLINE, USER2, THOUGHT_INLINE],
+    "two_calls": [SYSTEM, USER, TWO_CALLS, TOOL_RESULT, TOOL_RESULT2, ANSWER],
+    "tool_last": [USER, TWO_CALLS, TOOL_RESULT, TOOL_RESULT2],
+    "content_parts": [SYSTEM_PARTS, PARTS],
+    "system_late": [USER, SYSTEM],
+    "tool_only": [TOOL_RESULT],
+}
+FAMILY_TOOLS = {"tools": TOOLS, "two_calls": TOOLS2, "tool_last": TOOLS2}
+# Template variables each family's template reads beside transformers' own.
+FAMILY_OPTIONS = {
+    "qwen3.5": [{}, {"enable_thinking": True}, {"enable_thinking": False}],
+    "lfm2.5": [{}, {"keep_past_thinking": True}],
+}
+
+
+def render(source, variables):
+    """apply_chat_template's text: transformers' render_jinja_template."""
+    v = dict(variables)
+    messages = v.pop("messages")
+    v.pop("documents")
+    rendered, _ = render_jinja_template(conversations=[messages], chat_template=source, **v)
+    return rendered[0]
+
 
 def main():
     templates = {"llama3": LLAMA3, "inst": INST, "qwen2.5": QWEN, "gemma": GEMMA, "phi3": PHI3,
@@ -257,23 +329,27 @@ def main():
         templates["smollm2"] = r.fields["tokenizer.chat_template"].contents()
     else:
         raise SystemExit(f"run tools/setup.sh first: {SMOLLM2} holds SmolLM2's template")
+    templates.update(family_templates())
     cases = []
     for name, source in templates.items():
-        compile_ = transformers_env(loopcontrols=name == "loopcontrols")
-        template = compile_(source)
-        for conv_name, messages in CONVERSATIONS.items():
-            if conv_name == "empty" and name not in ("kitchen_sink", "phi3", "loopcontrols"):
+        family = name in FAMILY_TEMPLATES
+        conversations = dict(CONVERSATIONS, **(FAMILY_CONVERSATIONS if family else {}))
+        for conv_name, messages in conversations.items():
+            if conv_name == "empty" and name not in ("kitchen_sink", "phi3", "loopcontrols", "qwen3.5"):
                 continue  # the family templates index messages[0]
+            tools = FAMILY_TOOLS.get(conv_name) if family else TOOLS if conv_name == "tools" else None
             for agp in (True, False):
-                variables = {"messages": messages, "add_generation_prompt": agp,
-                             "bos_token": "<s>", "eos_token": "</s>",
-                             "tools": TOOLS if conv_name == "tools" else None, "documents": None}
-                case = {"template": name, "conversation": conv_name, "variables": variables}
-                try:
-                    case["output"] = template.render(**variables)
-                except jinja2.exceptions.TemplateError as e:
-                    case["error"] = str(e)
-                cases.append(case)
+                for options in FAMILY_OPTIONS.get(name, [{}]) if agp else [{}]:
+                    # The messages as the template sees them.
+                    variables = {"messages": _alias_reasoning_fields(messages), "add_generation_prompt": agp,
+                                 "bos_token": "<s>", "eos_token": "</s>",
+                                 "tools": tools, "documents": None, **options}
+                    case = {"template": name, "conversation": conv_name, "variables": variables}
+                    try:
+                        case["output"] = render(source, variables)
+                    except (jinja2.exceptions.TemplateError, TypeError) as e:
+                        case["error"] = str(e)  # raise_exception's, or a type error
+                    cases.append(case)
     out = os.path.join(HERE, "chat_templates")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "templates.json"), "w") as f:

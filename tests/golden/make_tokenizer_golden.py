@@ -30,15 +30,38 @@ Kinds written under tests/golden/hf_tokenizers/:
   edge        a hand-written vocabulary: ignore_merges reaching a token merges
               cannot, an unknown-token fallback with fuse_unk, Split with
               behavior Removed
+  qwen35      Qwen3.5's pipeline (transformers 5's Qwen3_5Tokenizer: NFC,
+              Split with its pattern, which keeps combining marks \p{M} in
+              letter runs, ByteLevel without its regex, BPE without byte
+              fallback, ByteLevel decoder) over a vocabulary trained here on
+              text with marks (Devanagari, Thai, Vietnamese, Hebrew points,
+              Arabic harakat, emoji with variation selectors); ChatML's
+              special tokens. Checked to be the pipeline Qwen3_5Tokenizer
+              builds when transformers has it (5.x; written with
+              tokenizers 0.23.3, transformers 5.23.0):
+                  python3 tests/golden/make_tokenizer_golden.py qwen35
+
+  llama_cpp   cases.json: llama.cpp's ids (llama-tokenize, special tokens
+              parsed) for the GGUF pre-tokenizers of the hybrid families on
+              these vocabularies, written as llama.cpp's converter writes a
+              tokenizer.json (gpt2 model, special added tokens as control
+              tokens): "qwen35" on qwen35's (no NFC: llama.cpp has none) and
+              "lfm2" (llama3's) on llama3's. Needs gguf and llama.cpp's
+              llama-tokenize built outside the repository:
+                  LLAMA_TOKENIZE=/path/to/llama-tokenize \\
+                      python3 tests/golden/make_tokenizer_golden.py llama_cpp
+
+Naming kinds on the command line writes only those.
 """
 import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 
 import sentencepiece as spm
-from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
                         pre_tokenizers, processors, trainers)
 from transformers import GPT2Tokenizer, GPT2TokenizerFast, LlamaTokenizerFast
 
@@ -49,6 +72,9 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3.5's (transformers' tokenization_qwen3_5.PRETOKENIZE_REGEX).
+QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
+                  r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 CORPUS = """
 The quick brown fox jumps over the lazy dog. It's what they'd said: we're here,
@@ -101,6 +127,42 @@ CASES = [
     "The server isn't down; it's fusing requests.",
     "▁ a literal metaspace ▁▁ and <0x41> text",
     "it'ſx we'REx a'LLb",
+]
+
+
+# Text with combining marks for the qwen35 fixture: its trainer's, repeated
+# so that merges join letters and their marks (as a word the pattern keeps
+# whole and Qwen 2's would cut), and its cases'.
+MARKS_CORPUS = """
+हिन्दी में लिखा गया पाठ, नमस्ते दुनिया। भारत की भाषाएँ।
+ภาษาไทยที่นี่ น้ำ ไม้ ก็ได้ ครับ ค่ะ สวัสดีครับ
+Tiếng Việt có dấu: người, được, những, Việt Nam, tiếng nói.
+שָׁלוֹם עֲלֵיכֶם בְּרֵאשִׁית בָּרָא
+السَّلَامُ عَلَيْكُمْ مُحَمَّد
+❤️ ☺️ ✌️ ✔️ 1️⃣ #️⃣ ©️ and ✌🏽 👍🏿 👨‍👩‍👧
+தமிழ் মাতৃভাষা বাংলা ಕನ್ನಡ
+"""
+
+MARK_CASES = [
+    "हिन्दी में लिखा गया पाठ",
+    "नमस्ते दुनिया। 12 बजे",
+    "ภาษาไทยที่นี่ น้ำ ไม้",
+    "Tiếng Việt có dấu: người được",
+    "Vie\u0302\u0323t decomposed and Vi\u1ec7t composed",
+    "שָׁלוֹם עֲלֵיכֶם",
+    "السَّلَامُ عَلَيْكُمْ",
+    "❤️ ☺️ ✌️ ✔\ufe0e text and emoji",
+    "1️⃣ #️⃣ keycaps x\u20dd enclosed",
+    "✌🏽 👍🏿 👨‍👩‍👧 family",
+    "stray marks: \u0301a \u0301\u0302! x\u0300\u0300\u0300 \u0301",
+    "Z\u0335\u0321a\u0337\u0322l\u0338g\u0334o text",
+    "தமிழ் বাংলা ಕನ್ನಡ",
+    "digits 12345 ٣٤٥ ١٢ ₂ ½ 9\u0301",
+    "She'd've it's I'LL we'Re they'ꞌd",
+    "a\n\n\n b \r\n\t\tc  \n  \u0301\n",
+    "mixed: café\u0301 ñ n\u0303 \u212b \u0958",
+    "<|im_start|>user\nनमस्ते<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_end|><|endoftext|> after",
 ]
 
 
@@ -281,14 +343,119 @@ def edge():
     write_cases(d, path, ["abc", "abcd", "xyz", "qqab", "abc cd  xyz qq"], seed=7)
 
 
+def qwen35(seed=8):
+    d = fresh("qwen35")
+    tok = Tokenizer(models.BPE(dropout=None, unk_token=None, continuing_subword_prefix="",
+                               end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN35_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1", special_tokens=[])
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=[],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus_lines() + MARKS_CORPUS.strip().split("\n") * 300, trainer)
+    # Training leaves these None; Qwen3_5Tokenizer spells "no affix" as "".
+    tok.model.continuing_subword_prefix = ""
+    tok.model.end_of_word_suffix = ""
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    path = os.path.join(d, "tokenizer.json")
+    tok.save(path)
+    try:
+        from transformers.models.qwen3_5 import tokenization_qwen3_5 as q35
+    except ImportError:
+        print("transformers has no Qwen3_5Tokenizer (needs 5.x): qwen35's pipeline not checked")
+    else:
+        # The same pipeline as the one transformers builds for Qwen3.5.
+        assert q35.PRETOKENIZE_REGEX == QWEN35_PATTERN
+        doc = json.load(open(path, encoding="utf-8"))
+        merges = [tuple(m) for m in doc["model"]["merges"]]
+        ref = json.loads(q35.Qwen3_5Tokenizer(vocab=doc["model"]["vocab"], merges=merges)
+                         .backend_tokenizer.to_str())
+        for key in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+            assert doc[key] == ref[key], (key, doc[key], ref[key])
+        strip = ("vocab", "merges")
+        assert ({k: v for k, v in doc["model"].items() if k not in strip} ==
+                {k: v for k, v in ref["model"].items() if k not in strip})
+    write_cases(d, path, MARK_CASES, seed)
+
+
+def llama_cpp():
+    import subprocess
+
+    import gguf
+
+    def tokenize(path, text):
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
+            f.write(text.encode("utf-8"))
+        try:
+            out = subprocess.run([os.environ["LLAMA_TOKENIZE"], "-m", path, "-f", f.name, "--ids",
+                                  "--no-escape", "--log-disable"],
+                                 check=True, capture_output=True, text=True).stdout
+        finally:
+            os.unlink(f.name)
+        return json.loads(out.strip().splitlines()[-1])
+
+    tmp = tempfile.mkdtemp()
+    out = {}
+    for name, kind, pre in [("qwen35", "qwen35", "qwen35"), ("lfm2", "llama3", "lfm2")]:
+        doc = json.load(open(os.path.join(OUT, kind, "tokenizer.json"), encoding="utf-8"))
+        by_id = {i: t for t, i in doc["model"]["vocab"].items()}
+        special = {}
+        for a in doc["added_tokens"]:
+            by_id[a["id"]] = a["content"]
+            special[a["id"]] = a["special"]
+        assert sorted(by_id) == list(range(len(by_id)))
+        path = os.path.join(tmp, name + ".gguf")
+        w = gguf.GGUFWriter(path, arch="llama")
+        # llama.cpp loads a model's hyper-parameters even for its vocabulary.
+        for add, value in [(w.add_context_length, 64), (w.add_embedding_length, 16),
+                           (w.add_block_count, 1), (w.add_feed_forward_length, 32),
+                           (w.add_head_count, 2), (w.add_head_count_kv, 2),
+                           (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_dimension_count, 8),
+                           (w.add_vocab_size, len(by_id))]:
+            add(value)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list([by_id[i] for i in range(len(by_id))])
+        w.add_token_types([(3 if special[i] else 4) if i in special else 1 for i in range(len(by_id))])
+        w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in doc["model"]["merges"]])
+        bos = doc["model"]["vocab"].get("<|begin_of_text|>", next(
+            (a["id"] for a in doc["added_tokens"] if a["content"] == "<|begin_of_text|>"), None))
+        if bos is not None:
+            w.add_bos_token_id(bos)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        cases = json.load(open(os.path.join(OUT, kind, "cases.json"), encoding="utf-8"))["encode"]
+        out[name] = {"vocabulary": kind, "pre": pre,
+                     "cases": [{"text": c["text"], "ids": tokenize(path, c["text"])}
+                               for c in cases if c["text"]]}
+    shutil.rmtree(tmp)
+    d = fresh("llama_cpp")
+    with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=0)
+
+
+KINDS = {
+    "llama3": lambda: byte_level("llama3", LLAMA3_PATTERN, ignore_merges=True, seed=1),
+    "qwen": lambda: byte_level("qwen", QWEN_PATTERN, ignore_merges=False, seed=2),
+    "gpt2": gpt2,
+    "gpt2_openai": gpt2_openai,
+    "spm": sentencepiece_kinds,
+    "edge": edge,
+    "qwen35": qwen35,
+    "llama_cpp": llama_cpp,
+}
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
-    byte_level("llama3", LLAMA3_PATTERN, ignore_merges=True, seed=1)
-    byte_level("qwen", QWEN_PATTERN, ignore_merges=False, seed=2)
-    gpt2()
-    gpt2_openai()
-    sentencepiece_kinds()
-    edge()
+    for name in sys.argv[1:] or KINDS:
+        KINDS[name]()
 
 
 if __name__ == "__main__":
