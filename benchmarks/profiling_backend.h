@@ -152,9 +152,9 @@ class ProfilingBackend final : public kernels::Backend {
     return Timed("gate", [&] { return inner_.Gate(x, gate, act, out); });
   }
   absl::Status CausalConv(const kernels::Tensor& x, const kernels::SeqTable& seqs, const kernels::StateTable& states,
-                          const kernels::StateLayer& layer, const kernels::Tensor& w, kernels::ConvActivation act,
-                          const kernels::Tensor& out) override {
-    return Timed("causal conv", [&] { return inner_.CausalConv(x, seqs, states, layer, w, act, out); });
+                          const kernels::StateLayer& layer, const kernels::Tensor& w, const kernels::Tensor* bias,
+                          kernels::ConvActivation act, const kernels::Tensor& out) override {
+    return Timed("causal conv", [&] { return inner_.CausalConv(x, seqs, states, layer, w, bias, act, out); });
   }
   absl::Status GatedDeltaRule(const kernels::Tensor& qkv, const kernels::Tensor& b, const kernels::Tensor& a,
                               const kernels::Tensor& decay_a, const kernels::Tensor& dt_bias,

@@ -395,11 +395,12 @@ class Backend : public Allocator {
   // of x: f32 [T, C], after the K - 1 inputs before them, which the state's
   // conv window holds, oldest first: layer.conv_elems = (K - 1) * C):
   // out[t, c] = act(sum over j = 0 .. K - 1, in order, of w[c, j] *
-  // u[t - (K - 1) + j, c]); its write slot's window then holds its last K - 1
-  // inputs. w: f32 [C, K], 2 <= K <= kMaxConvKernel; out: f32 [T, C], not x.
+  // u[t - (K - 1) + j, c], + bias[c] where there is one); its write slot's
+  // window then holds its last K - 1 inputs. w: f32 [C, K], 2 <= K <=
+  // kMaxConvKernel; bias: f32 [1, C] or null; out: f32 [T, C], not x.
   virtual absl::Status CausalConv(const Tensor& x, const SeqTable& seqs, const StateTable& states,
-                                  const StateLayer& layer, const Tensor& w, ConvActivation act,
-                                  const Tensor& out) = 0;
+                                  const StateLayer& layer, const Tensor& w, const Tensor* bias,
+                                  ConvActivation act, const Tensor& out) = 0;
 
   // The gated delta rule (Gated DeltaNet: Qwen3.5, Qwen3-Next) over each
   // sequence's rows, its state S: [Hv, dk, dv] per slot (layer.scan_elems).

@@ -398,9 +398,11 @@ absl::Status CheckStateTable(const char* op, const SeqTable& seqs, const StateTa
 }
 
 absl::Status CheckCausalConvArgs(const Tensor& x, const SeqTable& seqs, const StateTable& states,
-                                 const StateLayer& layer, const Tensor& w, ConvActivation act, const Tensor& out) {
+                                 const StateLayer& layer, const Tensor& w, const Tensor* bias, ConvActivation act,
+                                 const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("CausalConv", "x", x, seqs.num_rows, kAnySize, {DType::kF32}));
   FLOVER_RETURN_IF_ERROR(CheckTensor("CausalConv", "w", w, x.cols, kAnySize, {DType::kF32}));
+  if (bias != nullptr) FLOVER_RETURN_IF_ERROR(CheckTensor("CausalConv", "bias", *bias, 1, x.cols, {DType::kF32}));
   FLOVER_RETURN_IF_ERROR(CheckTensor("CausalConv", "out", out, x.rows, x.cols, {DType::kF32}));
   if (w.cols < 2 || w.cols > kMaxConvKernel) {
     return absl::InvalidArgumentError(

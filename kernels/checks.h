@@ -86,7 +86,8 @@ absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const K
 absl::Status CheckGateArgs(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out);
 absl::Status CheckStateTable(const char* op, const SeqTable& seqs, const StateTable& states, const StateLayer& layer);
 absl::Status CheckCausalConvArgs(const Tensor& x, const SeqTable& seqs, const StateTable& states,
-                                 const StateLayer& layer, const Tensor& w, ConvActivation act, const Tensor& out);
+                                 const StateLayer& layer, const Tensor& w, const Tensor* bias, ConvActivation act,
+                                 const Tensor& out);
 absl::Status CheckGatedDeltaRuleArgs(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
                                      const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
                                      const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out);

@@ -141,11 +141,12 @@ void ExpectTheSameInEveryCut(Dev& d, Arena& arena, const std::vector<float>& row
 
 // Causal convolution, K taps, as transformers' causal_conv1d_fn: zeros
 // before the first input, out[t] = act(sum_j w[j] x[t - (K - 1) + j]).
-std::vector<float> ConvRef(const std::vector<float>& x, const std::vector<float>& w, int T, int C, int K, bool silu) {
+std::vector<float> ConvRef(const std::vector<float>& x, const std::vector<float>& w, int T, int C, int K, bool silu,
+                           const std::vector<float>& bias = {}) {
   std::vector<float> out(size_t(T) * C);
   for (int t = 0; t < T; ++t) {
     for (int c = 0; c < C; ++c) {
-      double sum = 0;
+      double sum = bias.empty() ? 0.0 : bias[c];
       for (int j = 0; j < K; ++j) {
         const int i = t - (K - 1) + j;
         if (i >= 0) sum += double(w[c * K + j]) * x[size_t(i) * C + c];
@@ -157,21 +158,23 @@ std::vector<float> ConvRef(const std::vector<float>& x, const std::vector<float>
 }
 
 TEST_P(RecurrentOpsTest, CausalConvCarriesItsWindowAcrossEveryCut) {
-  for (const int K : {3, 4}) {
+  // With a bias (Mamba-2's) and without (the delta net's, LFM2's).
+  for (const int K : {3, 4})
+  for (const bool bias : {false, true}) {
     for (const ConvActivation act : {ConvActivation::kNone, ConvActivation::kSilu}) {
-      RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-6, [K, act](Dev& d) {
-        const int len = 40, C = 300;  // two bands of channels on the CPU
-        const auto x = Random(len * C, 11), w = Random(C * K, 12);
-        const Tensor wt = d.Up(w, C, K);
+      RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-6, [K, act, bias](Dev& d) {
+        const int len = 40, C = 700;  // two bands of channels on the CPU
+        const auto x = Random(len * C, 11), w = Random(C * K, 12), b = Random(C, 13);
+        const Tensor wt = d.Up(w, C, K), bt = d.Up(b, 1, C);
         Arena arena(d, 4, int64_t{K - 1} * C, 0, 7.0f);
         const RunCall op = [&](Dev& dev, const Tensor& in, const SeqTable& seqs, const StateTable& st, int T) {
           const Tensor out = dev.New(DType::kF32, T, C);
-          EXPECT_TRUE(dev->CausalConv(in, seqs, st, arena.layer, wt, act, out).ok());
+          EXPECT_TRUE(dev->CausalConv(in, seqs, st, arena.layer, wt, bias ? &bt : nullptr, act, out).ok());
           return out;
         };
         const std::vector<float> whole = RunInCalls(d, arena, x, C, C, {len}, false, op);
         const bool silu = act == ConvActivation::kSilu;
-        const std::vector<float> want = ConvRef(x, w, len, C, K, silu);
+        const std::vector<float> want = ConvRef(x, w, len, C, K, silu, bias ? b : std::vector<float>{});
         EXPECT_LT(RelErr(std::vector<float>(whole.begin(), whole.begin() + len * C), want), 1e-6);
         // The window left behind: the last K - 1 inputs, oldest first.
         EXPECT_EQ(std::vector<float>(whole.begin() + len * C, whole.end()),
@@ -193,7 +196,7 @@ TEST_P(RecurrentOpsTest, CausalConvReadsOneSlotAndWritesAnother) {
     const std::vector<SeqState> states = {{0, 2}};
     const Tensor out = d.New(DType::kF32, T, C);
     EXPECT_TRUE(d->CausalConv(d.Up(x, T, C), d.Seqs(seqs, T), {states.data(), d.UpInts({0, 2}, 1, 2)},
-                              arena.layer, d.Up(w, C, K), ConvActivation::kNone, out)
+                              arena.layer, d.Up(w, C, K), nullptr, ConvActivation::kNone, out)
                     .ok());
     EXPECT_EQ(arena.Conv(d, 0), window);  // read, not written
     // The window's inputs come before the rows.
@@ -206,11 +209,11 @@ TEST_P(RecurrentOpsTest, CausalConvReadsOneSlotAndWritesAnother) {
     // Refused: a table naming slots outside the layer, or no state past 0.
     const std::vector<SeqState> outside = {{0, 3}};
     EXPECT_FALSE(d->CausalConv(d.Up(x, T, C), d.Seqs(seqs, T), {outside.data(), d.UpInts({0, 3}, 1, 2)},
-                               arena.layer, d.Up(w, C, K), ConvActivation::kNone, out)
+                               arena.layer, d.Up(w, C, K), nullptr, ConvActivation::kNone, out)
                      .ok());
     const std::vector<SeqState> none = {{SeqState::kNoSlot, 1}};
     EXPECT_FALSE(d->CausalConv(d.Up(x, T, C), d.Seqs(seqs, T), {none.data(), d.UpInts({-1, 1}, 1, 2)},
-                               arena.layer, d.Up(w, C, K), ConvActivation::kNone, out)
+                               arena.layer, d.Up(w, C, K), nullptr, ConvActivation::kNone, out)
                      .ok());
     return got;
   });

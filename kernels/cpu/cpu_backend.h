@@ -83,7 +83,7 @@ class CpuBackend final : public Backend {
   // recurrent_ops.cc:
   absl::Status Gate(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out) override;
   absl::Status CausalConv(const Tensor& x, const SeqTable& seqs, const StateTable& states, const StateLayer& layer,
-                          const Tensor& w, ConvActivation act, const Tensor& out) override;
+                          const Tensor& w, const Tensor* bias, ConvActivation act, const Tensor& out) override;
   absl::Status GatedDeltaRule(const Tensor& qkv, const Tensor& b, const Tensor& a, const Tensor& decay_a,
                               const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
                               const StateLayer& layer, const DeltaRuleParams& p, const Tensor& out) override;

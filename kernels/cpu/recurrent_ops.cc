@@ -50,9 +50,10 @@ absl::Status CpuBackend::Gate(const Tensor& x, const Tensor& gate, GateKind act,
 }
 
 absl::Status CpuBackend::CausalConv(const Tensor& x, const SeqTable& seqs, const StateTable& states,
-                                    const StateLayer& layer, const Tensor& w, ConvActivation act,
+                                    const StateLayer& layer, const Tensor& w, const Tensor* bias, ConvActivation act,
                                     const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckCausalConvArgs(x, seqs, states, layer, w, act, out));
+  FLOVER_RETURN_IF_ERROR(CheckCausalConvArgs(x, seqs, states, layer, w, bias, act, out));
+  const float* bs = bias != nullptr ? bias->as<float>() : nullptr;
   const int64_t C = x.cols;
   const int K = static_cast<int>(w.cols), W = K - 1;
   const float* xs = x.as<float>();
@@ -91,6 +92,10 @@ absl::Status CpuBackend::CausalConv(const Tensor& x, const SeqTable& seqs, const
         for (int64_t c = 0; c < n; ++c) acc[c] += wj[c * K] * in[c];
       }
       float* row = o + (s.row + t) * C + c0;
+      if (bs != nullptr) {
+#pragma omp simd
+        for (int64_t c = 0; c < n; ++c) acc[c] += bs[c0 + c];
+      }
       if (act == ConvActivation::kSilu) {
 #pragma omp simd
         for (int64_t c = 0; c < n; ++c) row[c] = Silu(acc[c]);

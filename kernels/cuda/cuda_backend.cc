@@ -696,13 +696,13 @@ absl::Status CudaBackend::Gate(const Tensor& x, const Tensor& gate, GateKind act
 }
 
 absl::Status CudaBackend::CausalConv(const Tensor& x, const SeqTable& seqs, const StateTable& states,
-                                     const StateLayer& layer, const Tensor& w, ConvActivation act,
-                                     const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckCausalConvArgs(x, seqs, states, layer, w, act, out));
+                                     const StateLayer& layer, const Tensor& w, const Tensor* bias,
+                                     ConvActivation act, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckCausalConvArgs(x, seqs, states, layer, w, bias, act, out));
   FLOVER_RETURN_IF_ERROR(Activate());
   return CudaStatus(LaunchCausalConv(x.as<float>(), seqs.device.as<int32_t>(), states.device.as<int32_t>(),
                                      seqs.num_seqs, x.cols, static_cast<int>(w.cols), w.as<float>(),
-                                     act == ConvActivation::kSilu, layer.conv, layer.conv_elems, out.as<float>(),
+                                     bias != nullptr ? bias->as<float>() : nullptr, act == ConvActivation::kSilu, layer.conv, layer.conv_elems, out.as<float>(),
                                      stream_),
                     "CausalConv");
 }

@@ -1238,7 +1238,8 @@ __global__ void GateKernel(const float* x, const float* gate, GateKind act, floa
 // of the last K inputs (the read slot's K - 1 first, or zeros), the taps
 // summed in index order as the CPU does.
 __global__ void CausalConvKernel(const float* x, const int32_t* seqs, const int32_t* states, int64_t C, int K,
-                                 const float* w, bool silu, float* conv, int64_t conv_elems, float* out) {
+                                 const float* w, const float* bias, bool silu, float* conv, int64_t conv_elems,
+                                 float* out) {
   PdlPrologue();
   const int64_t c = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
   if (c >= C) return;
@@ -1257,6 +1258,7 @@ __global__ void CausalConvKernel(const float* x, const int32_t* seqs, const int3
     for (int j = 0; j < kMaxConvKernel; ++j) {
       if (j < K) sum += w[c * K + j] * u[j];
     }
+    if (bias != nullptr) sum += bias[c];
     out[(row + t) * C + c] = silu ? SiluF(sum) : sum;
 #pragma unroll
     for (int j = 0; j + 1 < kMaxConvKernel; ++j) {
@@ -1749,11 +1751,11 @@ cudaError_t LaunchGate(const float* x, const float* gate, GateKind act, float* o
 }
 
 cudaError_t LaunchCausalConv(const float* x, const int32_t* seqs, const int32_t* states, int num_seqs, int64_t C,
-                             int K, const float* w, bool silu, float* conv, int64_t conv_elems, float* out,
-                             cudaStream_t stream) {
+                             int K, const float* w, const float* bias, bool silu, float* conv, int64_t conv_elems,
+                             float* out, cudaStream_t stream) {
   if (num_seqs == 0) return cudaSuccess;
   const dim3 grid(num_seqs, static_cast<unsigned>((C + kElementwiseThreads - 1) / kElementwiseThreads));
-  LaunchKernel(CausalConvKernel, grid, kElementwiseThreads, 0, stream, x, seqs, states, C, K, w, silu, conv,
+  LaunchKernel(CausalConvKernel, grid, kElementwiseThreads, 0, stream, x, seqs, states, C, K, w, bias, silu, conv,
                conv_elems, out);
   return cudaGetLastError();
 }

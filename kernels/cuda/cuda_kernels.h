@@ -181,11 +181,11 @@ cudaError_t LaunchGate(const float* x, const float* gate, GateKind act, float* o
 // The depthwise causal convolution of each sequence's rows of x: f32 [T, C]
 // (seqs: i32 [num_seqs, 4]) after the K - 1 inputs its read slot's window
 // holds (states: i32 [num_seqs, 2], read and write; read < 0: zeros), into
-// out, with SiLU where `silu`; the write slot's window becomes its last
+// out, plus bias (null: none), with SiLU where `silu`; the write slot's window becomes its last
 // K - 1 inputs. conv: [slots, conv_elems = (K - 1) * C]; w: f32 [C, K].
 cudaError_t LaunchCausalConv(const float* x, const int32_t* seqs, const int32_t* states, int num_seqs, int64_t C,
-                             int K, const float* w, bool silu, float* conv, int64_t conv_elems, float* out,
-                             cudaStream_t stream);
+                             int K, const float* w, const float* bias, bool silu, float* conv, int64_t conv_elems,
+                             float* out, cudaStream_t stream);
 
 // The gated delta rule (backend.h's GatedDeltaRule) of each sequence's
 // rows: qkv: f32 [T, width], b, a: f32 [T, Hv], decay_a, dt_bias: f32 [Hv];

@@ -47,7 +47,7 @@ class GatedDeltaNetMixer final : public TokenMixer {
     const kernels::StateLayer state = s.cache.state(state_layer_);
     const kernels::StateTable states = s.states();
     FLOVER_RETURN_IF_ERROR(m.Apply(p_.qkv, h, in));
-    FLOVER_RETURN_IF_ERROR(backend.CausalConv(in, s.step.seqs, states, state, p_.conv, kernels::ConvActivation::kSilu,
+    FLOVER_RETURN_IF_ERROR(backend.CausalConv(in, s.step.seqs, states, state, p_.conv, nullptr, kernels::ConvActivation::kSilu,
                                               conv));
     FLOVER_RETURN_IF_ERROR(m.Apply(p_.b, h, b));
     FLOVER_RETURN_IF_ERROR(m.Apply(p_.a, h, a));
@@ -88,7 +88,7 @@ class ShortConvMixer final : public TokenMixer {
     FLOVER_RETURN_IF_ERROR(m.Apply(p_.b, h, b));
     FLOVER_RETURN_IF_ERROR(backend.Gate(x, b, kernels::GateKind::kIdentity, x));
     FLOVER_RETURN_IF_ERROR(backend.CausalConv(x, s.step.seqs, s.states(), s.cache.state(state_layer_), p_.conv,
-                                              kernels::ConvActivation::kNone, y));
+                                              nullptr, kernels::ConvActivation::kNone, y));
     FLOVER_RETURN_IF_ERROR(m.Apply(p_.c, h, c));
     FLOVER_RETURN_IF_ERROR(backend.Gate(y, c, kernels::GateKind::kIdentity, y));
     return m.Residual(p_.out, y, post, T);
