@@ -113,6 +113,9 @@ class ProfilingBackend final : public kernels::Backend {
   absl::Status Sigmoid(const kernels::Tensor& x) override {
     return Timed("sigmoid", [&] { return inner_.Sigmoid(x); });
   }
+  absl::Status Scale(const kernels::Tensor& x, float s) override {
+    return Timed("scale", [&] { return inner_.Scale(x, s); });
+  }
   absl::Status SoftCap(const kernels::Tensor& x, float cap) override {
     return Timed("softcap", [&] { return inner_.SoftCap(x, cap); });
   }

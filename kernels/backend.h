@@ -333,6 +333,10 @@ class Backend : public Allocator {
   // shared expert).
   virtual absl::Status Sigmoid(const Tensor& x) = 0;
 
+  // x: f32 [R, C] *= s, in place (Granite's residual multiplier on a
+  // branch, or on a mixture's router weights).
+  virtual absl::Status Scale(const Tensor& x, float s) = 0;
+
   // out: [M, N] = epilogue(x @ W + bias). x: [M, K], f32 or
   // activation_dtype(); bias: f32 [1, N] or null; out: f32 (kBiasGelu may
   // also write activation_dtype()).

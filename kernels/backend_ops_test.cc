@@ -418,6 +418,18 @@ std::vector<double> NaiveLinear(const std::vector<float>& x, int M, int K,
 
 // Mixture-of-experts routing: the k experts of largest logit (the lower id
 // among equals), weighted per scoring, against a double reference.
+TEST_P(OpsTest, Scale) {
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 0, [](Dev& d) {
+    const auto x = Random(3 * 11, 71);
+    const Tensor t = d.Up(x, 3, 11);
+    EXPECT_TRUE(d->Scale(t, 0.22f).ok());
+    const std::vector<float> got = d.Down(t);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], x[i] * 0.22f);
+    EXPECT_FALSE(d->Scale(t, INFINITY).ok());
+    return got;
+  });
+}
+
 TEST_P(OpsTest, Route) {
   RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-6, [](Dev& d) {
     const int T = 7, E = 8;

@@ -1,6 +1,7 @@
 #include "kernels/checks.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -343,6 +344,12 @@ absl::Status CheckPrepareWeightArgs(const HostValues& w, int K, int N, bool take
     return absl::InvalidArgumentError(
         absl::StrCat("PrepareWeight: weights must be f32, bf16 or f16, not ", DTypeName(w.dtype)));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckScaleArgs(const Tensor& x, float s) {
+  FLOVER_RETURN_IF_ERROR(CheckTensor("Scale", "x", x, kAnySize, kAnySize, {DType::kF32}));
+  if (!std::isfinite(s)) return absl::InvalidArgumentError(absl::StrCat("Scale: the factor ", s, " is not finite"));
   return absl::OkStatus();
 }
 

@@ -54,6 +54,7 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
 absl::Status CheckGluArgs(const Tensor& gate_up, GluKind kind, const Tensor& out, DType act);
 absl::Status CheckSoftCapArgs(const Tensor& x, float cap);
 absl::Status CheckSigmoidArgs(const Tensor& x);
+absl::Status CheckScaleArgs(const Tensor& x, float s);
 absl::Status CheckGroupRmsNormArgs(const Tensor& x, int first, int groups, const Tensor& gamma);
 absl::Status CheckRouteArgs(const Tensor& logits, const RouterParams& p, const Tensor& ids, const Tensor& weights);
 // `host_ids`: the ids, where the caller has them on the host (each is then

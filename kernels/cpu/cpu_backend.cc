@@ -505,6 +505,16 @@ absl::Status CpuBackend::Add(const Tensor& x, const Tensor& out) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::Scale(const Tensor& x, float s) {
+  FLOVER_RETURN_IF_ERROR(CheckScaleArgs(x, s));
+  float* v = x.as<float>();
+  const int64_t n = x.elements();
+  UseCpuThreadsHere();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) v[i] *= s;
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Copy(const Tensor& src, const Tensor& dst) {
   FLOVER_RETURN_IF_ERROR(CheckCopyArgs(src, dst));
   std::memcpy(dst.data, src.data, src.bytes());

@@ -69,6 +69,7 @@ class CpuBackend final : public Backend {
   absl::Status Glu(const Tensor& gate_up, GluKind kind, const Tensor& out) override;
   absl::Status SoftCap(const Tensor& x, float cap) override;
   absl::Status Sigmoid(const Tensor& x) override;
+  absl::Status Scale(const Tensor& x, float s) override;
   absl::Status GroupRmsNorm(const Tensor& x, int first, int groups, const Tensor& gamma, float eps) override;
   absl::Status Route(const Tensor& logits, const RouterParams& p, const Tensor& ids, const Tensor& weights) override;
   absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,

@@ -465,6 +465,12 @@ absl::Status CudaBackend::Add(const Tensor& x, const Tensor& out) {
   return CudaStatus(LaunchAdd(x.as<float>(), out.elements(), out.as<float>(), stream_), "Add");
 }
 
+absl::Status CudaBackend::Scale(const Tensor& x, float s) {
+  FLOVER_RETURN_IF_ERROR(CheckScaleArgs(x, s));
+  FLOVER_RETURN_IF_ERROR(Activate());
+  return CudaStatus(LaunchScale(x.as<float>(), x.elements(), s, stream_), "Scale");
+}
+
 absl::Status CudaBackend::Copy(const Tensor& src, const Tensor& dst) {
   FLOVER_RETURN_IF_ERROR(CheckCopyArgs(src, dst));
   FLOVER_RETURN_IF_ERROR(Activate());

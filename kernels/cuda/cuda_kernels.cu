@@ -735,6 +735,14 @@ __global__ void SoftCapKernel(float* x, int64_t n, float cap) {
   }
 }
 
+__global__ void ScaleKernel(float* x, int64_t n, float s) {
+  PdlPrologue();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] *= s;
+  }
+}
+
 __global__ void SigmoidKernel(float* x, int64_t n) {
   PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -1585,6 +1593,12 @@ cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   LaunchKernel(SoftCapKernel, Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream, x, n,
                cap);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScale(float* x, int64_t n, float s, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  LaunchKernel(ScaleKernel, Blocks(n, kElementwiseThreads), kElementwiseThreads, 0, stream, x, n, s);
   return cudaGetLastError();
 }
 

@@ -139,6 +139,8 @@ cudaError_t LaunchWeightedRowSum(const float* y, const float* weights, int T, in
 cudaError_t LaunchSoftCap(float* x, int64_t n, float cap, cudaStream_t stream);
 // x: f32 [n] = 1 / (1 + exp(-x)), in place.
 cudaError_t LaunchSigmoid(float* x, int64_t n, cudaStream_t stream);
+// x: f32 [n] *= s, in place.
+cudaError_t LaunchScale(float* x, int64_t n, float s, cudaStream_t stream);
 
 // out: [n] of out_dtype = x: f32 [n], rounded to nearest even.
 cudaError_t LaunchConvert(const float* x, int64_t n, void* out, DType out_dtype,

@@ -41,9 +41,9 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             b[kUp] = glu ? ForwardRuntime::BufferSpec{f32, T, 2 * F}
                          : ForwardRuntime::BufferSpec{f32, 1, 1};
             b[kMlp] = {act, T, F};
-            b[kBranch] = sandwich ? ForwardRuntime::BufferSpec{f32, T, C}
-                                  : ForwardRuntime::BufferSpec{f32, 1, 1};
-            b[kNormed] = b[kBranch];
+            b[kBranch] = sandwich || spec_.residual_scale != 1.0f ? ForwardRuntime::BufferSpec{f32, T, C}
+                                                                  : ForwardRuntime::BufferSpec{f32, 1, 1};
+            b[kNormed] = sandwich ? b[kBranch] : ForwardRuntime::BufferSpec{f32, 1, 1};
             b[kLast] = {f32, R, C};
             b[kLogits] = {f32, std::max(T, R), VL};
             const int E = spec_.moe.experts, k = E > 0 ? spec_.moe.router.k : 1,
@@ -64,14 +64,18 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             // value heads (the short convolution's channels in their place).
             const bool recurrent = spec_.StateLayerCount() > 0;
             const int TR = recurrent ? T : 1, Ch = std::max(shard_.conv_channels, 1);
-            const bool delta = spec_.RecurrentKind() == DecoderSpec::Mixer::kGatedDeltaNet;
-            const int Hv = delta ? shard_.dn_v_heads : Ch, Vd = delta ? shard_.dn_v_heads * spec_.recurrent.v_dim : Ch;
+            const DecoderSpec::Mixer kind = spec_.RecurrentKind();
+            const bool delta = kind == DecoderSpec::Mixer::kGatedDeltaNet, mamba = kind == DecoderSpec::Mixer::kMamba2;
+            const int H = delta ? shard_.dn_v_heads : mamba ? shard_.mamba_heads : Ch;
+            const int Vd = delta   ? shard_.dn_v_heads * spec_.recurrent.v_dim
+                           : mamba ? shard_.mamba_heads * spec_.recurrent.head_dim
+                                   : Ch;
             b[kRecIn] = {f32, TR, Ch};
             b[kRecConv] = {f32, TR, Ch};
             b[kRecGate] = {f32, TR, Vd};
-            b[kRecB] = {f32, TR, Hv};
-            b[kRecA] = {f32, TR, delta ? Hv : 1};
-            b[kRecOut] = {f32, TR, delta ? Vd : 1};
+            b[kRecB] = {f32, TR, H};
+            b[kRecA] = {f32, TR, delta || mamba ? H : 1};
+            b[kRecOut] = {f32, TR, delta || mamba ? Vd : 1};
             return b;
           },
           [this](int rank) { return VocabRange(spec_.vocab_size, {shard_spec_.tp_size, rank}); }) {}
@@ -109,7 +113,8 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
   // Row-split GEMMs add into the residual stream in their epilogue (one
   // rank), unless a norm comes between (kSandwich).
   LayerUploader up(backend_, spec_,
-                   spec_.block == Block::kSandwich ? Epilogue::kBias : runtime_.row_split_epilogue());
+                   spec_.block == Block::kSandwich || spec_.residual_scale != 1.0f ? Epilogue::kBias
+                                                                                  : runtime_.row_split_epilogue());
   for (DecoderLayerWeights& l : w.layers) {
     const int index = static_cast<int>(layers_.size());
     LayerParams p;
@@ -199,6 +204,8 @@ KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq, int state_slo
     shape.conv_state = int64_t{r.conv_kernel - 1} * shard_.conv_channels;
     if (spec_.RecurrentKind() == DecoderSpec::Mixer::kGatedDeltaNet) {
       shape.scan_state = int64_t{shard_.dn_v_heads} * r.k_dim * r.v_dim;
+    } else if (spec_.RecurrentKind() == DecoderSpec::Mixer::kMamba2) {
+      shape.scan_state = int64_t{shard_.mamba_heads} * r.head_dim * r.state_size;
     }
   }
   shape.heads = shard_.kv_heads;
@@ -257,11 +264,18 @@ absl::Status DecoderModel::Apply(const LinearSite& s, const Tensor& in, const Te
 absl::Status DecoderModel::Residual(const LinearSite& s, const Tensor& in, const Buffer& post,
                                     int T) {
   const Tensor x = runtime_.buffer(kX).Rows(0, T);
-  if (spec_.block != Block::kSandwich) return runtime_.RowSplitResidual(in, *s.w, OrNull(s.bias), x);
+  if (spec_.block != Block::kSandwich && spec_.residual_scale == 1.0f) {
+    return runtime_.RowSplitResidual(in, *s.w, OrNull(s.bias), x);
+  }
+  // The branch apart: normed (kSandwich) or scaled (residual_scale), then added.
   const Tensor branch = runtime_.buffer(kBranch).Rows(0, T);
-  const Tensor normed = runtime_.buffer(kNormed).Rows(0, T);
   FLOVER_RETURN_IF_ERROR(Apply(s, in, branch));
   FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(branch));
+  if (spec_.block != Block::kSandwich) {
+    FLOVER_RETURN_IF_ERROR(backend_.Scale(branch, spec_.residual_scale));
+    return backend_.Add(branch, x);
+  }
+  const Tensor normed = runtime_.buffer(kNormed).Rows(0, T);
   FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(branch, post.tensor(), spec_.norm_eps, normed));
   return backend_.Add(normed, x);
 }

@@ -1,6 +1,7 @@
 #include "model/decoder/decoder_spec.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <tuple>
 
@@ -26,6 +27,7 @@ DecoderSpec::Mixer DecoderSpec::RecurrentKind() const {
 }
 
 int DecoderSpec::Recurrent::conv_channels(int hidden) const {
+  if (heads > 0) return heads * head_dim + 2 * groups * state_size;
   return k_heads > 0 ? 2 * k_heads * k_dim + v_heads * v_dim : hidden;
 }
 
@@ -75,6 +77,20 @@ absl::Status DecoderSpec::Validate() const {
       return bad("the gated delta net's head sizes (key ", r.k_dim, ", value ", r.v_dim, ") must be in [1, ",
                  kernels::kMaxDeltaHeadDim, "]");
     }
+  }
+  if (recurrent_kind == Mixer::kMamba2) {
+    if (r.heads < 1 || r.groups < 1 || r.heads % r.groups != 0 || r.head_dim < 1 || r.state_size < 1 ||
+        r.state_size > kernels::kMaxScanStateSize) {
+      return bad("Mamba-2's ", r.heads, " heads of ", r.head_dim, " in ", r.groups, " groups with states of ",
+                 r.state_size, " (heads a multiple of groups; state size 1 to ", kernels::kMaxScanStateSize, ")");
+    }
+    if (!(r.dt_min >= 0) || !(r.dt_max >= r.dt_min)) {
+      return bad("Mamba-2's time step limits [", r.dt_min, ", ", r.dt_max, "] are not a range");
+    }
+  }
+  if (!(residual_scale > 0) || !std::isfinite(residual_scale)) return bad("the residual scale must be > 0");
+  if (residual_scale != 1.0f && block == Block::kSandwich) {
+    return bad("a residual scale with sandwich norms is not built");
   }
   if (attn_output_gate && qk_norm_whole) return bad("an attention output gate with whole-Q/K norms is not built");
   if (2 * inv_freq.size() > static_cast<size_t>(head_dim)) {
@@ -141,6 +157,11 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, " does not divide the short convolution's ", c.hidden, " channels"));
   }
+  if (c.RecurrentKind() == DecoderSpec::Mixer::kMamba2 && c.recurrent.groups % s.tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp=", s.tp_size, " does not divide Mamba-2's ", c.recurrent.groups,
+        " groups (each rank takes whole groups, the heads that share their B and C); run it with --tp=1"));
+  }
   if (c.qk_norm_whole && s.tp_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, ": this model norms Q and K across all heads at once (OLMoE), which "
@@ -173,6 +194,13 @@ DecoderShard DecoderShardOf(const DecoderSpec& c, const ShardSpec& s) {
   } else if (c.RecurrentKind() == DecoderSpec::Mixer::kShortConv) {
     out.conv_channels = c.hidden / s.tp_size;
     out.conv_channel_begin = s.tp_rank * out.conv_channels;
+  } else if (c.RecurrentKind() == DecoderSpec::Mixer::kMamba2) {
+    const DecoderSpec::Recurrent& r = c.recurrent;
+    out.mamba_groups = r.groups / s.tp_size;
+    out.mamba_group_begin = s.tp_rank * out.mamba_groups;
+    out.mamba_heads = r.heads / s.tp_size;
+    out.mamba_head_begin = s.tp_rank * out.mamba_heads;
+    out.conv_channels = out.mamba_heads * r.head_dim + 2 * out.mamba_groups * r.state_size;
   }
   return out;
 }

@@ -50,9 +50,13 @@ struct DecoderSpec {
   //                  the output projection (`recurrent`)
   //   kShortConv     LFM2's: B, C and x projections, y = C * conv(B * x),
   //                  the output projection (`recurrent.conv_kernel`)
+  //   kMamba2        Mamba-2 (Granite 4.0-H): x, B and C through a causal
+  //                  convolution (with a bias) and SiLU, the selective
+  //                  scan, times silu(z), an RMSNorm per group, the output
+  //                  projection (`recurrent`)
   // The recurrent kinds keep a state per sequence (KvCacheShape's state
   // slots), not K and V; a model's recurrent layers are all of one kind.
-  enum class Mixer { kAttention, kGatedDeltaNet, kShortConv };
+  enum class Mixer { kAttention, kGatedDeltaNet, kShortConv, kMamba2 };
   // n_layer entries, or empty: attention in every layer.
   std::vector<Mixer> mixers;
   Mixer mixer(int l) const { return mixers.empty() ? Mixer::kAttention : mixers[l]; }
@@ -76,9 +80,16 @@ struct DecoderSpec {
     int conv_kernel = 0;
     int k_heads = 0, v_heads = 0, k_dim = 0, v_dim = 0;
     bool tiled = false;
-    // The delta net's A as transformers stores it, A_log (the decay's
-    // factor is -exp(A_log)); false: as GGUF files store it, -exp(A_log).
+    // The delta net's and Mamba-2's A as transformers stores it, A_log (the
+    // decay's factor is -exp(A_log)); false: as GGUF files store it,
+    // -exp(A_log).
     bool a_log = true;
+    // Mamba-2: `heads` heads of head_dim channels, in `groups` groups whose
+    // heads share B and C of state_size values; dt clamped to [dt_min,
+    // dt_max]; its convolution has a bias where conv_bias.
+    int heads = 0, head_dim = 0, groups = 0, state_size = 0;
+    float dt_min = 0.0f, dt_max = 3.402823466e38f;
+    bool conv_bias = false;
     int conv_channels(int hidden) const;
   };
   Recurrent recurrent;
@@ -107,6 +118,10 @@ struct DecoderSpec {
   // The layers that turn by rotary embeddings (n_layer entries, or empty:
   // every layer): SmolLM3 leaves every fourth layer without (NoPE).
   std::vector<bool> rope_layers;
+
+  // Each branch's output (a mixer's, an MLP's) times this before it joins
+  // the residual stream (Granite's residual_multiplier); 1: none.
+  float residual_scale = 1.0f;
 
   // Attention's output times sigmoid(gate), gate a projection of the
   // layer's input (Qwen3.5: [Hq * D, C], each head's rows beside its Q's in
@@ -137,6 +152,9 @@ struct DecoderSpec {
     int experts = 0;
     int intermediate = 0;
     int shared_intermediate = 0;
+    // The shared expert's output scaled by sigmoid(x . shared_gate)
+    // (Qwen2-MoE, Qwen3.5-MoE), or added as it is (Granite's shared MLP).
+    bool shared_gated = true;
     kernels::RouterParams router;
     std::vector<bool> layers;
     bool sparse(int l) const { return experts > 0 && (layers.empty() || layers[l]); }
@@ -174,6 +192,9 @@ struct DecoderShard {
   int dn_k_heads = 0, dn_k_head_begin = 0;
   int dn_v_heads = 0, dn_v_head_begin = 0;
   int conv_channels = 0, conv_channel_begin = 0;
+  // Mamba-2: whole groups with their heads.
+  int mamba_groups = 0, mamba_group_begin = 0;
+  int mamba_heads = 0, mamba_head_begin = 0;
 };
 
 // OK when `spec.tp_size` divides the key/value heads (and so the query

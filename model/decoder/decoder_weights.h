@@ -35,8 +35,11 @@ struct DecoderLayerWeights {
   //   and dt_bias [Hv_local]; mixer_norm [dv] (the gated norm's weight)
   //   short convolution: in_b = B, in_gate = C, in_x = x ([C_local, C]
   //   each); conv [C_local, K]
+  //   Mamba-2: in_x = x, B and C ([conv channels_local, C]); in_gate = z
+  //   ([Hl * P, C]); in_a = dt's ([Hl, C]); conv, conv_b; decay_a (A_log),
+  //   dt_bias, d_skip (D) [Hl]; mixer_norm [Hl * P] (each group's own)
   StoredValues in_x, in_gate, in_b, in_a;
-  std::vector<float> conv, decay_a, dt_bias, mixer_norm;
+  std::vector<float> conv, conv_b, decay_a, dt_bias, d_skip, mixer_norm;
   StoredValues up;                    // kGelu: [C, F_local]; kGlu: gate then up
   std::vector<float> up_b;            // empty: none
   StoredValues down;                  // [F_local, C]

@@ -39,6 +39,8 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMixer(LayerUploader& up, const D
       return MakeGatedDeltaNetMixer(up, shard, spec.StateLayerOf(layer), w);
     case DecoderSpec::Mixer::kShortConv:
       return MakeShortConvMixer(up, shard, spec.StateLayerOf(layer), w);
+    case DecoderSpec::Mixer::kMamba2:
+      return MakeMamba2Mixer(up, shard, spec.StateLayerOf(layer), w);
   }
   return absl::InternalError(absl::StrCat("layer ", layer, " has a mixer of no known kind"));
 }

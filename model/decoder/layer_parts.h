@@ -36,7 +36,7 @@ enum Activation {
   kAttn,    // act [T, Hq_local * D]
   kUp,      // f32 [T, 2 F_local] (kGlu: gate and up)
   kMlp,     // act [T, F_local]: the MLP's activation
-  kBranch,  // f32 [T, C] (kSandwich): a branch's output before its norm
+  kBranch,  // f32 [T, C] (kSandwich, residual_scale): a branch's output before its norm or scale
   kNormed,  // f32 [T, C] (kSandwich): the branch normed
   kLast,    // f32 [R, C]: the rows whose logits are wanted
   kLogits,  // f32 [max(T, R), V_local]
@@ -57,8 +57,8 @@ enum Activation {
   kRecConv,  // f32 [T, Ch]: its output
   kRecGate,  // f32 [T, Hv dv | C]: the delta net's z, the short convolution's C
   kRecB,     // f32 [T, Hv | C]: the delta net's beta logits, the short convolution's B
-  kRecA,     // f32 [T, Hv]: the delta net's decay logits
-  kRecOut,   // f32 [T, Hv dv]: the delta rule's output
+  kRecA,     // f32 [T, Hv]: the delta net's decay logits, Mamba-2's dt
+  kRecOut,   // f32 [T, Hv dv]: the delta rule's output (Mamba-2's scan's)
   kNumActivations,
 };
 
@@ -161,6 +161,8 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeGatedDeltaNetMixer(LayerUploader
                                                                    int state_layer, DecoderLayerWeights& w);
 absl::StatusOr<std::unique_ptr<TokenMixer>> MakeShortConvMixer(LayerUploader& up, const DecoderShard& shard,
                                                                int state_layer, DecoderLayerWeights& w);
+absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMamba2Mixer(LayerUploader& up, const DecoderShard& shard,
+                                                            int state_layer, DecoderLayerWeights& w);
 
 }  // namespace flover
 

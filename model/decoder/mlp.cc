@@ -47,10 +47,12 @@ class DenseMlp final : public MlpStrategy {
 // (Route), each route's gate and up through its expert's GEMM (LinearById:
 // rows grouped by expert, one GEMM per expert), act(gate) * up, the down
 // GEMMs the same way, then x += the routes' outputs weighted by the router
-// (WeightedRowSum). With tensor parallelism each expert's down GEMM is
-// row-split: the routes' outputs are summed over ranks before the join. A
-// shared expert (its gate/up and down in shared_up/shared_down) adds
-// sigmoid(h . shared_gate) times its output the same way.
+// (WeightedRowSum; the weights times the spec's residual scale). With
+// tensor parallelism each expert's down GEMM is row-split: the routes'
+// outputs are summed over ranks before the join. A shared expert (its
+// gate/up and down in shared_up/shared_down) adds sigmoid(h . shared_gate)
+// times its output the same way, or (not gated: Granite's shared MLP) its
+// output as a dense MLP does.
 class MoeMlp final : public MlpStrategy {
  public:
   struct Shared {
@@ -76,17 +78,21 @@ class MoeMlp final : public MlpStrategy {
     FLOVER_RETURN_IF_ERROR(backend.Glu(up, spec.glu, act));
     FLOVER_RETURN_IF_ERROR(backend.LinearById(act, down_w_, ids, out));
     FLOVER_RETURN_IF_ERROR(m.AllReduce(out));
+    const float scale = spec.residual_scale;
+    if (scale != 1.0f) FLOVER_RETURN_IF_ERROR(backend.Scale(weights, scale));
     FLOVER_RETURN_IF_ERROR(backend.WeightedRowSum(out, weights, m.buffer(kX, T)));
     if (!shared_.has_value()) return absl::OkStatus();
     const Tensor gate_up = m.buffer(kUp, T).View(0, T, shared_->up.w->n());
     const Tensor mlp = m.buffer(kMlp, T).View(0, T, shared_->down.w->k());
-    const Tensor sout = m.buffer(kSharedOut, T), gate = m.buffer(kSharedGate, T);
     FLOVER_RETURN_IF_ERROR(m.Apply(shared_->up, h, gate_up));
     FLOVER_RETURN_IF_ERROR(backend.Glu(gate_up, spec.glu, mlp));
+    if (!spec.moe.shared_gated) return m.Residual(shared_->down, mlp, Buffer(), T);
+    const Tensor sout = m.buffer(kSharedOut, T), gate = m.buffer(kSharedGate, T);
     FLOVER_RETURN_IF_ERROR(m.Apply(shared_->down, mlp, sout));
     FLOVER_RETURN_IF_ERROR(m.AllReduce(sout));
     FLOVER_RETURN_IF_ERROR(m.Apply(shared_->gate, h, gate));
     FLOVER_RETURN_IF_ERROR(backend.Sigmoid(gate));
+    if (scale != 1.0f) FLOVER_RETURN_IF_ERROR(backend.Scale(gate, scale));
     return backend.WeightedRowSum(sout, gate, m.buffer(kX, T));
   }
   absl::Status Prepare(kernels::Backend& backend, int T) const override {
@@ -99,7 +105,7 @@ class MoeMlp final : public MlpStrategy {
     }
     if (shared_.has_value()) {
       for (const LinearSite* s : {&shared_->up, &shared_->down, &shared_->gate}) {
-        FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s->w, T, false, kernels::Epilogue::kBias));
+        if (s->w != nullptr) FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s->w, T, false, s->epilogue));
       }
     }
     return absl::OkStatus();
@@ -138,8 +144,12 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const De
       const int FS = shard.shared_inner;
       shared.emplace();
       FLOVER_RETURN_IF_ERROR(up.Site(l.up, none, C, 2 * FS, plain, &shared->up));
-      FLOVER_RETURN_IF_ERROR(up.Site(l.down, none, FS, C, plain, &shared->down));
-      FLOVER_RETURN_IF_ERROR(up.Site(l.shared_gate, none, C, 1, plain, &shared->gate));
+      if (spec.moe.shared_gated) {
+        FLOVER_RETURN_IF_ERROR(up.Site(l.down, none, FS, C, plain, &shared->down));
+        FLOVER_RETURN_IF_ERROR(up.Site(l.shared_gate, none, C, 1, plain, &shared->gate));
+      } else {  // into the residual stream as a dense MLP's down GEMM
+        FLOVER_RETURN_IF_ERROR(up.Site(l.down, none, FS, C, up.into_x(), &shared->down));
+      }
     }
     return std::make_unique<MoeMlp>(std::move(router), std::move(ups), std::move(downs), std::move(shared));
   }

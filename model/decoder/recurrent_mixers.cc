@@ -1,5 +1,5 @@
-// The recurrent token mixers of hybrid models: Qwen3.5's gated delta net and
-// LFM2's short convolution. Each keeps a state per sequence in the cache's
+// The recurrent token mixers of hybrid models: Qwen3.5's gated delta net,
+// LFM2's short convolution and Mamba-2 (Granite 4.0-H). Each keeps a state per sequence in the cache's
 // slots (the convolution's window; the delta rule's matrix), read and
 // written as the step's state table says, instead of K and V in blocks.
 #include <cmath>
@@ -103,6 +103,57 @@ class ShortConvMixer final : public TokenMixer {
   int state_layer_;
 };
 
+// Mamba-2 on this rank's groups and their heads: x, B and C through the
+// causal convolution (with its bias) and SiLU, the selective scan, times
+// silu(z), an RMSNorm over each group's channels (weights of its own), the
+// output projection.
+class Mamba2Mixer final : public TokenMixer {
+ public:
+  struct Parts {
+    LinearSite xbc, z, dt, out;
+    Buffer conv, conv_b, a, d, dt_bias, norm;
+  };
+  Mamba2Mixer(Parts p, int state_layer) : p_(std::move(p)), state_layer_(state_layer) {}
+
+  absl::Status Forward(LayerContext& m, const Tensor& h, const LayerStep& s, const Buffer& post) const override {
+    const DecoderSpec::Recurrent& r = m.spec().recurrent;
+    const DecoderShard& shard = m.shard();
+    kernels::Backend& backend = m.backend();
+    const int T = s.T, H = shard.mamba_heads, G = shard.mamba_groups, Ch = shard.conv_channels,
+              inner = H * r.head_dim;
+    const Tensor in = m.buffer(kRecIn, T).View(0, T, Ch), conv = m.buffer(kRecConv, T).View(0, T, Ch);
+    const Tensor z = m.buffer(kRecGate, T).View(0, T, inner), dt = m.buffer(kRecA, T).View(0, T, H);
+    const Tensor y = m.buffer(kRecOut, T).View(0, T, inner);
+    const kernels::StateLayer state = s.cache.state(state_layer_);
+    const kernels::StateTable states = s.states();
+    FLOVER_RETURN_IF_ERROR(m.Apply(p_.xbc, h, in));
+    FLOVER_RETURN_IF_ERROR(backend.CausalConv(in, s.step.seqs, states, state, p_.conv, OrNullTensor(p_.conv_b),
+                                              kernels::ConvActivation::kSilu, conv));
+    FLOVER_RETURN_IF_ERROR(m.Apply(p_.dt, h, dt));
+    const kernels::ScanParams params{H, r.head_dim, G, r.state_size, r.dt_min, r.dt_max};
+    FLOVER_RETURN_IF_ERROR(backend.SelectiveScan(conv, dt, p_.a, p_.d, p_.dt_bias, s.step.seqs, states, state, params,
+                                                 y));
+    FLOVER_RETURN_IF_ERROR(m.Apply(p_.z, h, z));
+    FLOVER_RETURN_IF_ERROR(backend.Gate(y, z, kernels::GateKind::kSilu, y));
+    // Each group's channels normed with its own weights.
+    const int group = inner / G;
+    for (int g = 0; g < G; ++g) {
+      FLOVER_RETURN_IF_ERROR(
+          backend.GroupRmsNorm(y, g * group, 1, p_.norm.tensor().View(g * group, 1, group), m.spec().norm_eps));
+    }
+    return m.Residual(p_.out, y, post, T);
+  }
+
+  absl::Status Prepare(kernels::Backend& backend, int T) const override {
+    return PrepareSites(backend, T, {&p_.xbc, &p_.z, &p_.dt, &p_.out});
+  }
+
+ private:
+  static const Tensor* OrNullTensor(const Buffer& b) { return b.empty() ? nullptr : &b.tensor(); }
+  Parts p_;
+  int state_layer_;
+};
+
 // A vector of exactly n values (an empty one is a missing parameter).
 absl::Status Vector(LayerUploader& up, std::vector<float>& host, int64_t n, const char* what, Buffer* out) {
   if (static_cast<int64_t>(host.size()) != n) {
@@ -113,6 +164,35 @@ absl::Status Vector(LayerUploader& up, std::vector<float>& host, int64_t n, cons
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMamba2Mixer(LayerUploader& up, const DecoderShard& shard,
+                                                            int state_layer, DecoderLayerWeights& l) {
+  const DecoderSpec& spec = up.spec();
+  const DecoderSpec::Recurrent& r = spec.recurrent;
+  const int C = spec.hidden, H = shard.mamba_heads, Ch = shard.conv_channels, K = r.conv_kernel,
+            inner = H * r.head_dim;
+  const kernels::Epilogue plain = kernels::Epilogue::kBias;
+  Mamba2Mixer::Parts p;
+  std::vector<float> none;
+  FLOVER_RETURN_IF_ERROR(up.Site(l.in_x, none, C, Ch, plain, &p.xbc));
+  FLOVER_RETURN_IF_ERROR(up.Site(l.in_gate, none, C, inner, plain, &p.z));
+  FLOVER_RETURN_IF_ERROR(up.Site(l.in_a, none, C, H, plain, &p.dt));
+  FLOVER_RETURN_IF_ERROR(up.Site(l.o, l.o_b, inner, C, up.into_x(), &p.out));
+  if (static_cast<int64_t>(l.conv.size()) != int64_t{Ch} * K) {
+    return absl::InvalidArgumentError(absl::StrCat("a Mamba-2 convolution has ", l.conv.size(), " weights, not ", Ch,
+                                                   " channels x ", K, " taps"));
+  }
+  FLOVER_RETURN_IF_ERROR(up.Values(l.conv, Ch, K, &p.conv));
+  if (r.conv_bias) FLOVER_RETURN_IF_ERROR(Vector(up, l.conv_b, Ch, "conv1d.bias", &p.conv_b));
+  if (r.a_log) {
+    for (float& v : l.decay_a) v = -std::exp(v);
+  }
+  FLOVER_RETURN_IF_ERROR(Vector(up, l.decay_a, H, "A_log", &p.a));
+  FLOVER_RETURN_IF_ERROR(Vector(up, l.d_skip, H, "D", &p.d));
+  FLOVER_RETURN_IF_ERROR(Vector(up, l.dt_bias, H, "dt_bias", &p.dt_bias));
+  FLOVER_RETURN_IF_ERROR(Vector(up, l.mixer_norm, inner, "norm", &p.norm));
+  return std::make_unique<Mamba2Mixer>(std::move(p), state_layer);
+}
 
 absl::StatusOr<std::unique_ptr<TokenMixer>> MakeGatedDeltaNetMixer(LayerUploader& up, const DecoderShard& shard,
                                                                    int state_layer, DecoderLayerWeights& l) {
