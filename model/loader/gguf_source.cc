@@ -130,6 +130,7 @@ class GgufSource final : public WeightSource {
     int64_t row0 = 0;
     std::vector<int64_t> shape;
     int missing_expert = -1;  // the tensor is there, but not with this expert
+    bool flat = false;        // read as one row of all its values (GgufNaming::flat)
   };
   View Resolve(absl::string_view hf) const {
     View v;
@@ -142,6 +143,12 @@ class GgufSource final : public WeightSource {
     if (v.shape.size() == 2) {
       for (const std::string& suffix : naming_.middle_one) {
         if (absl::EndsWith(v.name, suffix)) v.shape = {v.shape[0], 1, v.shape[1]};
+      }
+    }
+    for (const std::string& suffix : naming_.flat) {
+      if (absl::EndsWith(v.name, suffix) && v.shape.size() > 1) {
+        v.flat = true;
+        v.shape = {v.t->rows() * v.t->cols()};
       }
     }
     if (v.shape.size() == 1) {
@@ -182,7 +189,7 @@ class GgufSource final : public WeightSource {
           file_->name(), ": tensor '", name, "'", v.row0 > 0 || v.shape.size() < v.t->shape().size() ? " (an expert's part)" : "",
           " has shape ", ShapeString(v.shape), "; the model's hyper-parameters need ", ShapeString(shape)));
     }
-    const int64_t rows = v.shape.size() == 1 ? 1 : v.shape[0], cols = v.t->cols();
+    const int64_t rows = v.shape.size() == 1 ? 1 : v.shape[0], cols = v.flat ? v.shape[0] : v.t->cols();
     if (region.row_begin < 0 || region.row_end > (v.shape.size() == 2 ? rows : v.t->rows()) ||
         region.row_begin > region.row_end || region.col_begin < 0 || region.col_end > cols ||
         region.col_begin > region.col_end) {
@@ -213,6 +220,12 @@ class GgufSource final : public WeightSource {
     out->clear();
     if (region.numel() == 0) return absl::OkStatus();
     out->reserve(region.numel());
+    if (located->flat) {  // every row of the file's, as one
+      auto values = read(*t, 0, rows);
+      if (!values.ok()) return values.status();
+      out->insert(out->end(), values->begin() + region.col_begin, values->begin() + region.col_end);
+      return absl::OkStatus();
+    }
     auto it = naming_.permuted_heads.find(name);
     if (it == naming_.permuted_heads.end()) {  // the file's layout is transformers' (an expert's: its rows)
       auto values = read(*t, located->row0 + region.row_begin, located->row0 + region.row_end);

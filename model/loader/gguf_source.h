@@ -32,6 +32,10 @@ struct GgufNaming {
   // Names ending so whose [a, b] tensors are [a, 1, b] to transformers (a
   // depthwise convolution's kernel, squeezed by llama.cpp's converter).
   std::vector<std::string> middle_one;
+  // Names ending so whose tensors are 1-D to transformers, all their values
+  // in order (Mamba-2's A and D, [1, H] in llama.cpp's files; its norm,
+  // [G, D / G]).
+  std::vector<std::string> flat;
 };
 
 std::unique_ptr<WeightSource> GgufWeightSource(std::shared_ptr<const GgufFile> file, GgufNaming naming);

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/loader/random_blocks.h"
 
 namespace flover {
@@ -158,6 +159,89 @@ absl::StatusOr<std::vector<float>> GeneratedSource::Read(absl::string_view tenso
   return out;
 }
 
+bool SlicedSource::Has(absl::string_view tensor) const {
+  Slice s;
+  return locate_(tensor, &s) ? inner_->Has(s.tensor) : inner_->Has(tensor);
+}
+
+kernels::DType SlicedSource::StoredDtypeOf(absl::string_view tensor) const {
+  Slice s;
+  return inner_->StoredDtypeOf(locate_(tensor, &s) ? absl::string_view(s.tensor) : tensor);
+}
+
+absl::StatusOr<std::vector<TensorRegion>> SlicedSource::Regions(absl::string_view tensor, const Slice& s,
+                                                                const std::vector<int64_t>& shape,
+                                                                const TensorRegion& region) const {
+  const bool stacked = s.index >= 0;
+  const int64_t C = s.shape.back(), R = s.shape[s.shape.size() - 2];
+  if (s.shape.size() != (stacked ? 3u : 2u) || shape != std::vector<int64_t>{s.rows, C} || s.row_begin < 0 ||
+      s.row_begin + s.rows > R || (stacked && s.index >= s.shape[0])) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor, "' is rows ", s.row_begin, "..", s.row_begin + s.rows,
+        stacked ? absl::StrCat(" of matrix ", s.index) : std::string(), " of '", s.tensor, "' [",
+        absl::StrJoin(s.shape, ", "), "]; the model's hyper-parameters need [", absl::StrJoin(shape, ", "), "]"));
+  }
+  if (region.row_begin < 0 || region.row_end > s.rows || region.row_begin > region.row_end || region.col_begin < 0 ||
+      region.col_end > C || region.col_begin > region.col_end) {
+    return absl::OutOfRangeError(absl::StrCat("tensor '", tensor, "': region outside the tensor"));
+  }
+  std::vector<TensorRegion> out;
+  const int64_t r0 = s.row_begin + region.row_begin, r1 = s.row_begin + region.row_end;
+  if (!stacked) {
+    out.push_back({r0, r1, region.col_begin, region.col_end});
+  } else if (region.col_begin == 0 && region.col_end == C) {
+    // A 3-D tensor is [E, R * C] to a source: whole rows are one run.
+    out.push_back({s.index, s.index + 1, r0 * C, r1 * C});
+  } else {
+    for (int64_t r = r0; r < r1; ++r) {
+      out.push_back({s.index, s.index + 1, r * C + region.col_begin, r * C + region.col_end});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> SlicedSource::Read(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                                      const TensorRegion& region) const {
+  Slice s;
+  if (!locate_(tensor, &s)) return inner_->Read(tensor, shape, region);
+  auto regions = Regions(tensor, s, shape, region);
+  if (!regions.ok()) return regions.status();
+  // An empty region still checks the tensor is there with its shape.
+  if (region.numel() == 0) return inner_->Read(s.tensor, s.shape, TensorRegion{});
+  std::vector<float> out;
+  for (const TensorRegion& r : *regions) {
+    auto part = inner_->Read(s.tensor, s.shape, r);
+    if (!part.ok()) return part.status();
+    out.insert(out.end(), part->begin(), part->end());
+  }
+  return out;
+}
+
+absl::StatusOr<StoredValues> SlicedSource::ReadStored(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                                      const TensorRegion& region) const {
+  Slice s;
+  if (!locate_(tensor, &s)) return inner_->ReadStored(tensor, shape, region);
+  auto regions = Regions(tensor, s, shape, region);
+  if (!regions.ok()) return regions.status();
+  StoredValues out;
+  out.dtype = inner_->StoredDtypeOf(s.tensor);
+  if (region.numel() == 0) {
+    auto st = inner_->ReadStored(s.tensor, s.shape, TensorRegion{});
+    if (!st.ok()) return st.status();
+    return out;
+  }
+  for (const TensorRegion& r : *regions) {
+    auto part = inner_->ReadStored(s.tensor, s.shape, r);
+    if (!part.ok()) return part.status();
+    if (part->dtype != out.dtype || part->is_blocks()) {
+      return absl::InternalError(absl::StrCat("tensor '", s.tensor, "' read in another dtype"));
+    }
+    out.f32.insert(out.f32.end(), part->f32.begin(), part->f32.end());
+    out.bits.insert(out.bits.end(), part->bits.begin(), part->bits.end());
+  }
+  return out;
+}
+
 WeightRecipe Whole(std::string tensor, std::vector<int64_t> shape) {
   TensorInfo info;
   info.shape = shape;
@@ -239,14 +323,19 @@ absl::StatusOr<std::vector<float>> ReadRecipe(const WeightSource& source,
   auto values = Assemble<float>(recipe, [&](const WeightBlock& b) {
     return source.Read(b.tensor, b.shape, b.region);
   });
-  if (values.ok() && recipe.offset != 0.0f) {
-    for (float& v : *values) v += recipe.offset;
+  if (values.ok() && !recipe.exact()) {
+    for (float& v : *values) v = (v + recipe.offset) * recipe.scale;
   }
   return values;
 }
 
 WeightRecipe PlusOne(WeightRecipe recipe) {
   recipe.offset = 1.0f;
+  return recipe;
+}
+
+WeightRecipe Scaled(WeightRecipe recipe, float scale) {
+  recipe.scale *= scale;
   return recipe;
 }
 
@@ -263,7 +352,7 @@ namespace {
 // share under tensor parallelism: whole blocks) the kernels take.
 absl::StatusOr<std::optional<StoredValues>> ReadBlocks(const WeightSource& source,
                                                        const WeightRecipe& recipe) {
-  if (recipe.blocks.empty() || recipe.offset != 0.0f ||
+  if (recipe.blocks.empty() || !recipe.exact() ||
       (recipe.axis != WeightRecipe::kRows && recipe.blocks.size() > 1)) {
     return std::nullopt;
   }
@@ -327,7 +416,7 @@ absl::StatusOr<StoredValues> ReadRecipeStored(const WeightSource& source,
     dtype = d;
   }
   StoredValues out;
-  if (dtype == kernels::DType::kF32 || recipe.offset != 0.0f) {
+  if (dtype == kernels::DType::kF32 || !recipe.exact()) {
     auto values = ReadRecipe(source, recipe);
     if (!values.ok()) return values.status();
     out.f32 = std::move(*values);

@@ -118,6 +118,41 @@ class RenamedSource final : public WeightSource {
   Rename rename_;
 };
 
+// Another source where some tensors are rows of a larger one: `locate`
+// says, for a name the family asks for, which rows of which matrix hold it
+// (false: the name as it is in `inner`). A fused [gate | up] matrix's half,
+// or one expert of a 3-D tensor of experts (Qwen3.5-MoE's gate_up_proj
+// [E, 2F, C], Granite's input_linear), read as its own [rows, C] matrix.
+class SlicedSource final : public WeightSource {
+ public:
+  struct Slice {
+    std::string tensor;          // the tensor in `inner`
+    std::vector<int64_t> shape;  // its shape: [R, C], or [E, R, C]
+    int64_t index = -1;          // the matrix of a 3-D tensor; -1: 2-D
+    int64_t row_begin = 0, rows = 0;
+  };
+  using Locate = std::function<bool(absl::string_view, Slice*)>;
+  SlicedSource(std::unique_ptr<WeightSource> inner, Locate locate)
+      : inner_(std::move(inner)), locate_(std::move(locate)) {}
+  bool Has(absl::string_view tensor) const override;
+  absl::StatusOr<std::vector<float>> Read(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override;
+  absl::StatusOr<StoredValues> ReadStored(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                          const TensorRegion& region) const override;
+  kernels::DType StoredDtypeOf(absl::string_view tensor) const override;
+  std::string stored_dtype() const override { return inner_->stored_dtype(); }
+
+ private:
+  // The regions of the slice's tensor that hold `region` of the slice, in
+  // order (one when whole rows are asked for), or an error naming the
+  // shapes when `shape` is not the slice's.
+  absl::StatusOr<std::vector<TensorRegion>> Regions(absl::string_view tensor, const Slice& s,
+                                                    const std::vector<int64_t>& shape,
+                                                    const TensorRegion& region) const;
+  std::unique_ptr<WeightSource> inner_;
+  Locate locate_;
+};
+
 // Seeded random weights for the built-in models, the same for the same seed
 // whatever region is read: element i of tensor t is a pure function of
 // (seed, t, i). `kind` says which tensors exist and how they are filled.
@@ -164,8 +199,12 @@ struct WeightRecipe {
   enum Axis { kRows, kCols } axis = kRows;
   std::vector<WeightBlock> blocks;
   int64_t zeros = 0;  // no blocks: this many zeros (a bias another rank adds)
-  // Added to every value read, in float32 (Gemma's (1 + w) norm weights).
+  // Added to every value read, in float32 (Gemma's (1 + w) norm weights),
+  // then the sum times `scale` (Granite's logits divided by logits_scaling,
+  // folded into the final norm's weights).
   float offset = 0.0f;
+  float scale = 1.0f;
+  bool exact() const { return offset == 0.0f && scale == 1.0f; }
 };
 
 // A whole tensor, or rows / columns [begin, end) of it (a 1-D tensor's
@@ -178,6 +217,8 @@ WeightRecipe Zeros(int64_t n);
 // The recipe's values plus one: a norm weight stored as w for a (1 + w)
 // scale (Gemma), folded in as it is read.
 WeightRecipe PlusOne(WeightRecipe recipe);
+// The recipe's values times `scale`, in float32 as they are read.
+WeightRecipe Scaled(WeightRecipe recipe, float scale);
 // Several recipes' single blocks combined along `axis`.
 WeightRecipe Stack(WeightRecipe::Axis axis, std::vector<WeightRecipe> parts);
 

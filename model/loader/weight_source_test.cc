@@ -195,6 +195,43 @@ TEST(WeightSourceTest, GeneratedValuesDoNotDependOnTheRegionRead) {
   EXPECT_FALSE(source.Read("none", {4}, TensorRegion{}).ok());
 }
 
+// An expert's rows of a 3-D tensor of experts, and half of a fused 2-D
+// one, read as matrices of their own: whole rows (one region), a band of
+// columns (a region per row), the shape checked against the packed one.
+TEST(WeightSourceTest, SlicedTensorsAreRowsOfTheirPackedOnes) {
+  auto inner = std::make_unique<GeneratedSource>(
+      3, [](absl::string_view) { return GeneratedSource::Fill::kRandom; });
+  const GeneratedSource* packed = inner.get();
+  SlicedSource source(std::move(inner), [](absl::string_view name, SlicedSource::Slice* out) {
+    if (name == "expert2.up") *out = {"experts", {4, 10, 6}, 2, 5, 5};  // rows 5..9 of expert 2
+    else if (name == "shared.up") *out = {"fused", {8, 6}, -1, 4, 4};   // rows 4..7
+    else return false;
+    return true;
+  });
+  auto all = packed->Read("experts", {4, 10, 6}, TensorRegion{0, 4, 0, 60});
+  ASSERT_TRUE(all.ok());
+  const std::vector<float> expert2(all->begin() + 2 * 60, all->begin() + 3 * 60);
+  auto whole = source.Read("expert2.up", {5, 6}, TensorRegion{0, 5, 0, 6});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, Sub(expert2, 6, 5, 10, 0, 6));
+  auto band = source.Read("expert2.up", {5, 6}, TensorRegion{1, 4, 2, 5});
+  ASSERT_TRUE(band.ok()) << band.status();
+  EXPECT_EQ(*band, Sub(expert2, 6, 6, 9, 2, 5));
+  auto stored = source.ReadStored("expert2.up", {5, 6}, TensorRegion{1, 4, 2, 5});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->f32, *band);
+  auto fused = packed->Read("fused", {8, 6}, TensorRegion{0, 8, 0, 6});
+  auto half = source.Read("shared.up", {4, 6}, TensorRegion{0, 4, 1, 6});
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_EQ(*half, Sub(*fused, 6, 4, 8, 1, 6));
+  EXPECT_EQ(source.Read("other", {2, 2}, TensorRegion{0, 2, 0, 2}).ok(), true);  // as the inner source has it
+  auto wrong = source.Read("expert2.up", {6, 6}, TensorRegion{});
+  EXPECT_THAT(std::string(wrong.status().message()),
+              HasSubstr("tensor 'expert2.up' is rows 5..10 of matrix 2 of 'experts' [4, 10, 6]; the model's "
+                        "hyper-parameters need [6, 6]"));
+  EXPECT_FALSE(source.Read("expert2.up", {5, 6}, TensorRegion{0, 6, 0, 6}).ok());  // outside
+}
+
 TEST(WeightSourceTest, GeneratedBlocksAreRandomAccessAndReadAsTheirValues) {
   using kernels::BlockFormat;
   GeneratedSource source(
