@@ -386,6 +386,18 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"lfm2_static_bf16_spec", SchedulerPolicy::kStatic, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu", "builtin:lfm2-tiny",
                                  true},
+                      // Mamba-2 (a selective scan; a convolution with a
+                      // bias) beside experts, and Qwen3.5's delta net beside
+                      // experts.
+                      PolicyCase{"granite_fusion_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:granite-h-tiny", true},
+                      PolicyCase{"granite_dynamic_bf16", SchedulerPolicy::kDynamic, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:granite-h-tiny"},
+                      PolicyCase{"qwen35_moe_fusion_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "builtin:qwen3.5-moe-tiny", true},
                       PolicyCase{"cuda_qwen35_fusion_spec", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cuda",
                                  "builtin:qwen3.5-tiny", true},

@@ -103,11 +103,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(absl::string_view spec) {
     if (!absl::IsNotFound(llama.status())) return llama.status();
     return absl::NotFoundError(absl::StrCat(
         "unknown built-in model \"", name,
-        "\" (available: builtin:tiny, builtin:gpt2-small, builtin:gptj-1b, builtin:llama-tiny, "
-        "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, builtin:qwen3-0.6b, "
-        "builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
-        "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-0.8b, builtin:lfm2-tiny, "
-        "builtin:lfm2-1.2b)"));
+        "\" (available: builtin:tiny, builtin:gpt2-small, builtin:gptj-1b, ", BuiltinLlamaNames(), ")"));
   }
   const std::string path(spec);
   if (FileExists(path)) {  // a file: GGUF, whatever its name
@@ -152,11 +148,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
   if (!llama.ok()) {
     if (!absl::IsNotFound(llama.status())) return llama.status();
     return absl::InvalidArgumentError(absl::StrCat(
-        spec, ": only built-in Llama-family models come in random blocks (builtin:llama-tiny, "
-              "builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
-              "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, "
-              "builtin:gemma3-1b, builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, "
-              "builtin:qwen3.5-0.8b, builtin:lfm2-tiny, builtin:lfm2-1.2b)"));
+        spec, ": only built-in Llama-family models come in random blocks (", BuiltinLlamaNames(), ")"));
   }
   return std::unique_ptr<LoadedModel>(std::move(*llama));
 }

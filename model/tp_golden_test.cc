@@ -100,7 +100,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          // each expert's MLP split as a dense one
                                          "builtin:mixtral-tiny",
                                          // recurrent layers' heads and channels split
-                                         "builtin:qwen3.5-tiny", "builtin:lfm2-tiny"),
+                                         "builtin:qwen3.5-tiny", "builtin:lfm2-tiny",
+                                         // Mamba-2 by groups, beside experts
+                                         "builtin:granite-h-tiny"),
                        ::testing::Values(kernels::MatmulDtype::kF32, kernels::MatmulDtype::kBF16),
                        ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16)));
 
@@ -300,7 +302,15 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            // tiled in the GGUF file), its band of
                                            // the short convolutions' channels
                                            "tests/golden/qwen35_tiny", "tests/golden/gguf_qwen35",
-                                           "tests/golden/lfm2_tiny", "tests/golden/gguf_lfm2"));
+                                           "tests/golden/lfm2_tiny", "tests/golden/gguf_lfm2",
+                                           // hybrid mixtures: experts read from 3-D
+                                           // tensors by band, projections packed per
+                                           // key head, Mamba-2 by whole groups (and
+                                           // the heads that share their B and C)
+                                           "tests/golden/qwen35_moe_tiny", "tests/golden/gguf_qwen35_moe",
+                                           "tests/golden/qwen3_next_tiny", "tests/golden/gguf_qwen3next",
+                                           "tests/golden/granite_hybrid_tiny",
+                                           "tests/golden/gguf_granitehybrid"));
 
 }  // namespace
 }  // namespace flover

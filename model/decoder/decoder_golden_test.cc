@@ -227,6 +227,12 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gguf_qwen35", "qwen3_5_text", "F32", 2, true, {}},  // no vocabulary in these files
       {"lfm2_tiny", "lfm2", "F32", 2, true, {2}},
       {"gguf_lfm2", "lfm2", "F32", 2, true, {}},
+      {"qwen35_moe_tiny", "qwen3_5_moe_text", "F32", 2, false, {2}},
+      {"gguf_qwen35_moe", "qwen3_5_moe_text", "F32", 2, false, {}},
+      {"qwen3_next_tiny", "qwen3_next", "F32", 2, false, {2}},
+      {"gguf_qwen3next", "qwen3_next", "F32", 2, false, {}},
+      {"granite_hybrid_tiny", "granitemoehybrid", "F32", 2, true, {2}},
+      {"gguf_granitehybrid", "granitemoehybrid", "F32", 2, true, {}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -410,7 +416,24 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"gguf_qwen35", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"lfm2_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"lfm2_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kHybridBf16},
-            Case{"gguf_lfm2", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32}),
+            Case{"gguf_lfm2", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            // Hybrid mixtures (4 layers each, two of each kind; 8 experts, 2
+            // per token, prompts whose routing margins are clear in float64):
+            // Qwen3.5-MoE as released (experts in 3-D tensors, a gated shared
+            // expert), Qwen3-Next (its delta net's projections packed per
+            // key head), Granite 4.0-H (Mamba-2 with 2 groups, NoPE, its
+            // four multipliers, a shared MLP beside the experts), and their
+            // GGUF twins. bf16: the emulations route 7-18 of 772 token-layers
+            // otherwise than float64, so they are compared to their own.
+            Case{"qwen35_moe_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen35_moe_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kHybridBf16},
+            Case{"gguf_qwen35_moe", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen3_next_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"qwen3_next_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kHybridBf16},
+            Case{"gguf_qwen3next", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"granite_hybrid_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"granite_hybrid_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kHybridBf16},
+            Case{"gguf_granitehybrid", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);

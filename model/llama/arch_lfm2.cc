@@ -69,6 +69,7 @@ const LlamaArchitecture& Lfm2Arch() {
     a.qk_norm = true;
     a.tied_by_default = true;
     a.layer_types = true;
+    a.recurrent_layer = "conv";
     a.parse = ParseLfm2;
     a.gguf_parse = Lfm2Gguf;
     a.renames = {

@@ -18,9 +18,8 @@
 #include "util/status_macros.h"
 
 namespace flover {
-namespace {
 
-absl::Status ParseQwen3_5(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) {
+absl::Status ParseQwen3_5Linear(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c) {
   for (auto [key, out] : {std::pair{"linear_conv_kernel_dim", &c->conv_kernel},
                           std::pair{"linear_key_head_dim", &c->linear_k_dim},
                           std::pair{"linear_value_head_dim", &c->linear_v_dim},
@@ -30,13 +29,13 @@ absl::Status ParseQwen3_5(const google::protobuf::Struct& s, absl::string_view w
     if (!v.ok()) return v.status();
     *out = *v;
   }
-  if (JsonBoolField(s, "use_sliding_window", false)) return SlidingWindowRefused(what, "qwen3_5_text");
+  if (JsonBoolField(s, "use_sliding_window", false)) return SlidingWindowRefused(what, c->architecture);
   return absl::OkStatus();
 }
 
 // llama.cpp's qwen35 keys: the delta net's shapes under ssm.*, and which
 // layers are recurrent (every full_attention_interval-th is attention).
-absl::Status Qwen3_5Gguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
+absl::Status Qwen3_5LinearGguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, m...)); };
   auto get = [&](const char* key, int* out) -> absl::Status {
     FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(a + key));
@@ -61,41 +60,49 @@ absl::Status Qwen3_5Gguf(const GgufFile& f, const std::string& a, LlamaConfig* c
   }
   c->norms_stored_plus_one = true;
   c->decay_stored = true;
-  c->linear_tiled = true;
   return absl::OkStatus();
 }
 
-}  // namespace
+void Qwen3_5Entry(LlamaArchitecture* a) {
+  a->gguf = true;
+  a->default_head_dim = 256;
+  a->qk_norm = true;
+  a->zero_centered_norms = true;
+  a->attn_output_gate = true;
+  a->layer_types = true;
+  a->recurrent_layer = "linear_attention";
+  a->gguf_layer_names = {
+      {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+      {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+      {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+      {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+      {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+      {"linear_attn.in_proj_ba.weight", "ssm_ba.weight"},
+      {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+      {"linear_attn.A_log", "ssm_a"},
+      {"linear_attn.dt_bias", "ssm_dt.bias"},
+      {"linear_attn.norm.weight", "ssm_norm.weight"},
+      {"linear_attn.out_proj.weight", "ssm_out.weight"},
+  };
+  a->builtin = [](LlamaConfig* c) {
+    c->partial_rotary_factor = 0.25;
+    c->rotary_dim = c->head_dim / 4;
+  };
+}
 
 const LlamaArchitecture& Qwen3_5Arch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "qwen3_5_text";
     a.image_text_type = "qwen3_5";
-    a.gguf = true;
     a.gguf_name = "qwen35";
-    a.default_head_dim = 256;
-    a.qk_norm = true;
-    a.zero_centered_norms = true;
-    a.attn_output_gate = true;
-    a.layer_types = true;
-    a.parse = ParseQwen3_5;
-    a.gguf_parse = Qwen3_5Gguf;
-    a.gguf_layer_names = {
-        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
-        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
-        {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
-        {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
-        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
-        {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
-        {"linear_attn.A_log", "ssm_a"},
-        {"linear_attn.dt_bias", "ssm_dt.bias"},
-        {"linear_attn.norm.weight", "ssm_norm.weight"},
-        {"linear_attn.out_proj.weight", "ssm_out.weight"},
-    };
-    a.builtin = [](LlamaConfig* c) {
-      c->partial_rotary_factor = 0.25;
-      c->rotary_dim = c->head_dim / 4;
+    Qwen3_5Entry(&a);
+    a.parse = ParseQwen3_5Linear;
+    // llama.cpp's converter tiles the value heads over the key heads.
+    a.gguf_parse = [](const GgufFile& f, const std::string& prefix, LlamaConfig* c) {
+      FLOVER_RETURN_IF_ERROR(Qwen3_5LinearGguf(f, prefix, c));
+      c->linear_tiled = true;
+      return absl::OkStatus();
     };
     return a;
   }();

@@ -4,8 +4,9 @@ namespace flover {
 
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
   static const auto* table = new std::vector<const LlamaArchitecture*>{
-      &Gemma2Arch(), &Gemma3Arch(), &Lfm2Arch(),    &LlamaArch(),   &MistralArch(), &MixtralArch(),
-      &OlmoeArch(),  &Phi3Arch(),   &Qwen2Arch(),   &Qwen2MoeArch(), &Qwen3Arch(), &Qwen3_5Arch(),
+      &Gemma2Arch(),   &Gemma3Arch(),  &GraniteHybridArch(), &Lfm2Arch(),      &LlamaArch(),
+      &MistralArch(),  &MixtralArch(), &OlmoeArch(),         &Phi3Arch(),      &Qwen2Arch(),
+      &Qwen2MoeArch(), &Qwen3Arch(),   &Qwen3_5Arch(),       &Qwen3_5MoeArch(), &Qwen3NextArch(),
       &Qwen3MoeArch(), &SmolLM3Arch()};
   return *table;
 }
@@ -27,7 +28,7 @@ const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type) {
 const LlamaArchitecture* FindGgufArchitecture(absl::string_view name, bool experts) {
   for (const LlamaArchitecture* a : LlamaArchitectures()) {
     const absl::string_view file_name = a->gguf_name != nullptr ? a->gguf_name : a->model_type;
-    if (a->gguf && file_name == name && a->moe == experts) return a;
+    if (a->gguf && file_name == name && (a->moe == experts || a->experts_optional)) return a;
   }
   return nullptr;
 }

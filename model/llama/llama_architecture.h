@@ -1,7 +1,9 @@
 // The architectures of the Llama family, one file each (arch_llama.cc,
 // arch_qwen2.cc, arch_qwen3.cc, arch_mistral.cc, arch_phi3.cc,
-// arch_gemma2.cc, arch_gemma3.cc, and the mixtures of experts
-// arch_mixtral.cc, arch_qwen2_moe.cc, arch_qwen3_moe.cc, arch_olmoe.cc): what each
+// arch_gemma2.cc, arch_gemma3.cc, the mixtures of experts
+// arch_mixtral.cc, arch_qwen2_moe.cc, arch_qwen3_moe.cc, arch_olmoe.cc, and
+// the hybrids arch_qwen3_5.cc, arch_qwen3_5_moe.cc, arch_qwen3_next.cc,
+// arch_lfm2.cc, arch_granite_hybrid.cc): what each
 // adds to the skeleton the family shares — its config.json keys and
 // defaults, its changes to the DecoderSpec, how its weights are stored —
 // registered in one table. The family's config parsing, decoder spec,
@@ -83,8 +85,14 @@ struct LlamaArchitecture {
   // Attention's output times sigmoid(gate) (Qwen3.5: q_proj holds each
   // head's Q rows, then its gate's).
   bool attn_output_gate = false;
-  // Hybrid models: config.json's layer_types say each layer's kind.
+  // Hybrid models: config.json's layer_types say each layer's kind; with
+  // mamba_layers its recurrent layers are Mamba-2 (Granite's "mamba", which
+  // transformers 5 writes as "linear_attention").
   bool layer_types = false;
+  bool mamba_layers = false;
+  // Its recurrent layers' name in layer_types ("linear_attention", "conv",
+  // "mamba"): another recurrent kind is refused by name.
+  const char* recurrent_layer = nullptr;
   // The model_type of its image-text checkpoints (Qwen3.5's "qwen3_5"), whose
   // text_config is this architecture and whose language model's tensors are
   // under "model.language_model.".
@@ -98,6 +106,21 @@ struct LlamaArchitecture {
   std::vector<std::pair<const char*, const char*>> gguf_layer_names;
   // GGUF: the final norm's name where it is not output_norm.
   const char* gguf_output_norm = nullptr;
+  // A mixture's experts as 3-D tensors (after "model.layers.N."): each
+  // expert's gate rows then up rows [E, 2 Fe, C], and its down [E, C, Fe];
+  // read so where the checkpoint holds them (LlamaConfig::experts_packed).
+  const char* moe_packed_gate_up = nullptr;
+  const char* moe_packed_down = nullptr;
+  // Its shared expert's gate and up rows in one [2 Fs, C] tensor (after
+  // "model.layers.N."; Granite's shared_mlp.input_linear, which is the
+  // dense MLP of a Granite without experts), and whether a sigmoid gate
+  // scales the shared expert's output (Qwen2-MoE's, Qwen3.5-MoE's) or not
+  // (Granite's).
+  const char* shared_fused_up = nullptr;
+  bool shared_expert_gated = true;
+  // GGUF files of this architecture with experts and without are both it
+  // (Granite 4.0-H: -Tiny has experts, -Micro none).
+  bool experts_optional = false;
   int norms_per_layer() const { return gemma_norms ? 4 : 2; }
 };
 
@@ -113,6 +136,13 @@ void GemmaBlock(const LlamaConfig& c, DecoderSpec* s);
 // but hidden / heads for the 27B model (`large_layers` layers).
 absl::Status GemmaGguf(const GgufFile& f, const std::string& prefix, int large_layers, int64_t window_absent,
                        LlamaConfig* c);
+
+// What Qwen3.5, Qwen3.5-MoE and Qwen3-Next share (arch_qwen3_5.cc): the
+// gated delta net's config.json keys, and llama.cpp's keys for it (ssm.*,
+// full_attention_interval), its norms stored as 1 + w and A as -exp(A_log).
+absl::Status ParseQwen3_5Linear(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c);
+absl::Status Qwen3_5LinearGguf(const GgufFile& f, const std::string& prefix, LlamaConfig* c);
+void Qwen3_5Entry(LlamaArchitecture* a);
 
 // Every architecture of the family, by model_type.
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures();
@@ -138,7 +168,10 @@ const LlamaArchitecture& Qwen3MoeArch();
 const LlamaArchitecture& SmolLM3Arch();
 const LlamaArchitecture& OlmoeArch();
 const LlamaArchitecture& Qwen3_5Arch();
+const LlamaArchitecture& Qwen3_5MoeArch();
+const LlamaArchitecture& Qwen3NextArch();
 const LlamaArchitecture& Lfm2Arch();
+const LlamaArchitecture& GraniteHybridArch();
 
 }  // namespace flover
 

@@ -1,6 +1,8 @@
 #include "model/llama/llama_checkpoint.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "model/llama/llama_architecture.h"
 #include "model/llama/llama_gguf.h"
@@ -15,6 +17,46 @@ namespace {
 
 constexpr uint64_t kBuiltinSeed = 0x4c6c616d61ull;  // "Llama"
 
+// Where a tensor the recipes name (after StoredLlamaName) is rows of a
+// packed one in the checkpoint: an expert's gate, up or down of the 3-D
+// tensors a layer's experts are stored in (LlamaConfig::experts_packed),
+// the gate or up half of a fused shared MLP (Granite's).
+bool LocatePacked(const LlamaConfig& c, absl::string_view name, SlicedSource::Slice* out) {
+  const LlamaArchitecture& a = c.arch();
+  const std::string layers = c.text_prefix + "layers.";
+  if (!absl::ConsumePrefix(&name, layers)) return false;
+  const size_t dot = name.find('.');
+  int l = 0;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(name.substr(0, dot), &l)) return false;
+  const std::string p = absl::StrCat(layers, l, ".");
+  absl::string_view rest = name.substr(dot + 1);
+  const int64_t C = c.hidden;
+  if (a.shared_fused_up != nullptr) {
+    const int64_t F = c.experts > 0 ? c.shared_expert_intermediate : c.intermediate;
+    const std::string gate = c.experts > 0 ? "mlp.shared_expert.gate_proj.weight" : "mlp.gate_proj.weight";
+    const std::string up = c.experts > 0 ? "mlp.shared_expert.up_proj.weight" : "mlp.up_proj.weight";
+    if (rest == gate || rest == up) {
+      *out = {p + a.shared_fused_up, {2 * F, C}, -1, rest == gate ? 0 : F, F};
+      return true;
+    }
+  }
+  if (!c.experts_packed || !absl::ConsumePrefix(&rest, absl::StrCat(a.moe_experts, "."))) return false;
+  const size_t sep = rest.find('.');
+  int e = 0;
+  if (sep == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, sep), &e)) return false;
+  const absl::string_view proj = rest.substr(sep + 1);
+  const int64_t E = c.experts, F = c.expert_intermediate;
+  if (proj == "gate_proj.weight" || proj == "up_proj.weight") {
+    *out = {p + a.moe_packed_gate_up, {E, 2 * F, C}, e, proj == "gate_proj.weight" ? 0 : F, F};
+    return true;
+  }
+  if (proj == "down_proj.weight") {
+    *out = {p + a.moe_packed_down, {E, C, F}, e, 0, C};
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string StoredLlamaName(const LlamaConfig& c, absl::string_view name) {
@@ -27,6 +69,13 @@ std::string StoredLlamaName(const LlamaConfig& c, absl::string_view name) {
   }
   if (c.text_prefix != "model." && absl::StartsWith(out, "model.")) out = c.text_prefix + out.substr(6);
   return out;
+}
+
+std::string BuiltinLlamaNames() {
+  return "builtin:llama-tiny, builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
+         "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
+         "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-0.8b, "
+         "builtin:qwen3.5-moe-tiny, builtin:lfm2-tiny, builtin:lfm2-1.2b, builtin:granite-h-tiny";
 }
 
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
@@ -162,6 +211,50 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
                                                : LlamaConfig::LayerKind::kLinearAttention);
     }
     c.arch().builtin(&c);  // a quarter of each head turns
+  } else if (name == "qwen3.5-moe-tiny") {
+    // Qwen3.5-MoE (Qwen3.6-35B-A3B's layout) at qwen3.5-tiny's shapes: 8
+    // experts of width 32, 2 per token, and a gated shared expert.
+    FLOVER_ASSIGN_OR_RETURN(c, BuiltinLlamaConfig("qwen3.5-tiny"));
+    c.architecture = "qwen3_5_moe_text";
+    c.experts = 8;
+    c.experts_per_tok = 2;
+    c.expert_intermediate = 32;
+    c.shared_expert_intermediate = 64;
+    c.norm_topk_prob = true;
+  } else if (name == "granite-h-tiny") {
+    // Granite 4.0-H's layout at llama-tiny's width: Mamba-2 layers (8 heads
+    // of 16 in 2 groups, states of 16, 4 taps with a bias) and attention at
+    // layers 2 and 5 of 6 without rotary embeddings, 8 experts of width 32,
+    // 2 per token, beside a shared MLP; its four multipliers.
+    c.architecture = "granitemoehybrid";
+    c.n_layer = 6;
+    c.hidden = 64;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.head_dim = 16;
+    c.intermediate = 64;
+    c.vocab_size = 512;
+    c.max_positions = 512;
+    c.rms_norm_eps = 1e-5f;
+    c.tie_word_embeddings = true;
+    c.layer_kinds.assign(c.n_layer, LlamaConfig::LayerKind::kMamba2);
+    c.layer_kinds[2] = c.layer_kinds[5] = LlamaConfig::LayerKind::kAttention;
+    c.conv_kernel = 4;
+    c.mamba_heads = 8;
+    c.mamba_head_dim = 16;
+    c.mamba_groups = 2;
+    c.mamba_state = 16;
+    c.mamba_conv_bias = true;
+    c.experts = 8;
+    c.experts_per_tok = 2;
+    c.expert_intermediate = 32;
+    c.shared_expert_intermediate = 64;
+    c.norm_topk_prob = true;
+    c.embedding_multiplier = 12.0;
+    c.residual_multiplier = 0.22;
+    c.attention_multiplier = 0.25;
+    c.logits_scaling = 6.0;
+    c.no_rope = true;
   } else if (name == "lfm2-tiny" || name == "lfm2-1.2b") {
     // LFM2: short convolutions (3 taps) beside attention layers. tiny:
     // llama-tiny's width, 6 layers (two attention); 1.2b: LFM2-1.2B's
@@ -221,7 +314,22 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
     stored = std::string(DTypeName(t->dtype));
   }
   m->stored_dtype_ = stored;
+  // Experts stored as 3-D tensors (as released; save_pretrained writes them
+  // one by one).
+  const LlamaArchitecture& arch = m->config_.arch();
+  if (arch.moe_packed_gate_up != nullptr && m->config_.experts > 0) {
+    int first = 0;
+    while (first + 1 < m->config_.n_layer && !m->config_.sparse(first)) ++first;
+    m->config_.experts_packed =
+        ckpt->Find(StoredLlamaName(m->config_, absl::StrCat("model.layers.", first, ".", arch.moe_packed_gate_up))) !=
+        nullptr;
+  }
   m->source_ = std::make_unique<CheckpointSource>(std::move(*ckpt), "", stored);
+  if (m->config_.experts_packed || arch.shared_fused_up != nullptr) {
+    m->source_ = std::make_unique<SlicedSource>(
+        std::move(m->source_),
+        [c = m->config_](absl::string_view name, SlicedSource::Slice* out) { return LocatePacked(c, name, out); });
+  }
   if (m->config_.text_prefix != "model." || !m->config_.arch().renames.empty()) {
     m->source_ = std::make_unique<RenamedSource>(
         std::move(m->source_), [c = m->config_](absl::string_view name) { return StoredLlamaName(c, name); });

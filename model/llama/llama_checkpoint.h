@@ -60,6 +60,9 @@ class LlamaCheckpoint final : public DecoderCheckpoint {
 //               attention layer) and LFM2 (short convolutions beside
 //               attention), tiny or at the real model's shapes
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name);
+// The built-in Llama-family models' names, as "builtin:<name>, ..." for
+// messages.
+std::string BuiltinLlamaNames();
 
 // Where a checkpoint directory of `config`'s architecture holds the tensor
 // the recipes call `name` (Llama's names): its own names (LFM2's

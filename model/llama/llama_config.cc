@@ -158,17 +158,30 @@ absl::Status ParseLayerTypes(const Struct& s, absl::string_view what, LlamaConfi
     return absl::InvalidArgumentError(absl::StrCat(what, ": layer_types must be a list of strings"));
   }
   c->layer_kinds.clear();
+  const LlamaArchitecture& arch = c->arch();
   for (const Value& v : it->second.list_value().values()) {
     const std::string kind = v.kind_case() == Value::kStringValue ? v.string_value() : "";
+    // Granite's Mamba layers, as transformers 5 writes them.
+    const bool mamba_alias = arch.mamba_layers && kind == "linear_attention";
+    if (kind != "full_attention" && kind != "attention" && !mamba_alias &&
+        (arch.recurrent_layer == nullptr || kind != arch.recurrent_layer)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": layer_types holds \"", kind, "\" (", c->architecture,
+                                                     "'s layers are full_attention and ",
+                                                     arch.recurrent_layer != nullptr ? arch.recurrent_layer : "none else",
+                                                     ")"));
+    }
     if (kind == "full_attention" || kind == "attention") {
       c->layer_kinds.push_back(LlamaConfig::LayerKind::kAttention);
     } else if (kind == "linear_attention") {
-      c->layer_kinds.push_back(LlamaConfig::LayerKind::kLinearAttention);
+      c->layer_kinds.push_back(mamba_alias ? LlamaConfig::LayerKind::kMamba2
+                                           : LlamaConfig::LayerKind::kLinearAttention);
     } else if (kind == "conv") {
       c->layer_kinds.push_back(LlamaConfig::LayerKind::kShortConv);
+    } else if (kind == "mamba") {
+      c->layer_kinds.push_back(LlamaConfig::LayerKind::kMamba2);
     } else {
       return absl::InvalidArgumentError(absl::StrCat(what, ": layer_types holds \"", kind,
-                                                     "\" (Flover runs full_attention, linear_attention and conv)"));
+                                                     "\" (Flover runs full_attention, linear_attention, conv and mamba)"));
     }
   }
   return absl::OkStatus();
@@ -206,7 +219,9 @@ int64_t QkNormValues(const LlamaConfig& c) {
 int64_t MlpParameters(const LlamaConfig& c, int l, bool active) {
   const int64_t C = c.hidden;
   if (!c.sparse(l)) return 3 * C * c.intermediate;
-  const int64_t shared = c.shared_expert_intermediate > 0 ? 3 * C * c.shared_expert_intermediate + C : 0;
+  const int64_t shared = c.shared_expert_intermediate > 0
+                             ? 3 * C * c.shared_expert_intermediate + (c.arch().shared_expert_gated ? C : 0)
+                             : 0;
   return (active ? c.experts_per_tok : c.experts) * 3 * C * c.expert_intermediate + int64_t{c.experts} * C + shared;
 }
 
@@ -229,6 +244,14 @@ MixerParameters MixerParametersOf(const LlamaConfig& c, int l) {
     }
     case LlamaConfig::LayerKind::kShortConv:
       return {4 * C * C, C * c.conv_kernel};
+    case LlamaConfig::LayerKind::kMamba2: {
+      // in_proj [z | x | B | C | dt], out_proj; the convolution over x, B
+      // and C (and its bias), A, D, dt_bias and the norm.
+      const int64_t inner = int64_t{c.mamba_heads} * c.mamba_head_dim,
+                    channels = inner + 2 * int64_t{c.mamba_groups} * c.mamba_state;
+      return {C * (inner + channels + c.mamba_heads) + inner * C,
+              channels * (c.conv_kernel + (c.mamba_conv_bias ? 1 : 0)) + 3 * c.mamba_heads + inner};
+    }
   }
   return {};
 }
@@ -306,8 +329,9 @@ absl::Status LlamaConfig::Validate() const {
     }
     const bool linear = std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::kLinearAttention) > 0;
     const bool conv = std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::kShortConv) > 0;
-    if (linear && conv) return bad("layer_types mixes linear_attention and conv layers");
-    if ((linear || conv) && (conv_kernel < 2 || conv_kernel > 16)) {
+    const bool mamba = std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::kMamba2) > 0;
+    if (linear + conv + mamba > 1) return bad("layer_types mixes recurrent kinds (linear_attention, conv, mamba)");
+    if ((linear || conv || mamba) && (conv_kernel < 2 || conv_kernel > 16)) {
       return bad("the recurrent layers' convolution has ", conv_kernel, " taps (2 to 16)");
     }
     if (linear) {
@@ -319,6 +343,15 @@ absl::Status LlamaConfig::Validate() const {
         return bad("linear_key_head_dim (", linear_k_dim, ") and linear_value_head_dim (", linear_v_dim,
                    ") must be in [1, 256]");
       }
+    }
+    if (mamba) {
+      if (mamba_heads < 1 || mamba_groups < 1 || mamba_heads % mamba_groups != 0) {
+        return bad("mamba_n_heads (", mamba_heads, ") is not a multiple of mamba_n_groups (", mamba_groups, ")");
+      }
+      if (mamba_head_dim < 1 || mamba_head_dim > 256 || mamba_state < 1 || mamba_state > 256) {
+        return bad("mamba_d_head (", mamba_head_dim, ") and mamba_d_state (", mamba_state, ") must be in [1, 256]");
+      }
+      if (!(dt_min >= 0 && dt_max > dt_min)) return bad("time_step_limit must have 0 <= min < max");
     }
   }
   if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {

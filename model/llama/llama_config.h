@@ -106,8 +106,9 @@ struct LlamaConfig {
   // Hybrid models (architectures with LlamaArchitecture::layer_types):
   // each layer's kind, from config.json's layer_types ("full_attention",
   // "linear_attention": Qwen3.5's gated delta net, "conv": LFM2's short
-  // convolution); empty: attention in every layer.
-  enum class LayerKind : uint8_t { kAttention, kLinearAttention, kShortConv };
+  // convolution, "mamba": Granite 4.0-H's Mamba-2); empty: attention in
+  // every layer.
+  enum class LayerKind : uint8_t { kAttention, kLinearAttention, kShortConv, kMamba2 };
   std::vector<LayerKind> layer_kinds;
   // The recurrent layers' causal convolution (linear_conv_kernel_dim,
   // LFM2's conv_L_cache), and the gated delta net's heads
@@ -120,6 +121,28 @@ struct LlamaConfig {
   // value heads are together), and A stored as -exp(A_log).
   bool linear_tiled = false;
   bool decay_stored = false;
+  // Qwen3-Next's checkpoints pack q, k, v and z per key head in
+  // in_proj_qkvz (and b, a in in_proj_ba); llama.cpp's files keep q, k, v
+  // and z apart as Qwen3.5's do.
+  bool linear_qkvz_packed = false;
+  // Its b and a projections in one tensor, each key head's [b | a] for the
+  // value heads that read it (Qwen3-Next's in_proj_ba, llama.cpp's ssm_ba).
+  bool linear_ba_packed = false;
+  // Mamba-2 (Granite 4.0-H): mamba_heads heads of mamba_head_dim in
+  // mamba_groups groups with states of mamba_state; its convolution's bias;
+  // dt clamped to [dt_min, dt_max] (time_step_limit).
+  int mamba_heads = 0, mamba_head_dim = 0, mamba_groups = 0, mamba_state = 0;
+  bool mamba_conv_bias = false;
+  double dt_min = 0.0, dt_max = 3.402823466e38;
+  // Granite's multipliers: the embedding's rows, each branch's output
+  // before it joins the residual stream, attention's scores (in place of
+  // 1/sqrt(head_dim): 0), and the logits divided by logits_scaling; and
+  // attention without rotary embeddings (position_embedding_type "nope").
+  double embedding_multiplier = 1.0, residual_multiplier = 1.0, attention_multiplier = 0.0, logits_scaling = 1.0;
+  bool no_rope = false;
+  // The experts stored as 3-D tensors (the architecture's moe_packed_*
+  // names: transformers 5's Qwen3.5-MoE, Granite), not one set per expert.
+  bool experts_packed = false;
   // What the text model's tensor names start with in place of "model.":
   // Qwen3.5's released image-text checkpoints keep it under
   // "model.language_model." (its vision tower, "model.visual.", is not read).

@@ -112,10 +112,88 @@ TEST(LlamaConfigTest, HybridModelsKeysAndRefusals) {
   EXPECT_TRUE(lfm2->tie_word_embeddings);
   EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 40)"), HasSubstr("conv_L_cache"));
   EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "conv_bias": true)"), HasSubstr("conv_bias is not supported"));
-  EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "layer_types": ["conv", "linear_attention"])"),
+  EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "layer_types": ["conv", "conv"])"),
               HasSubstr("layer_types has no attention layer"));
   EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "layer_types": ["linear_attention", "full_attention"])"),
-              HasSubstr("linear_num_value_heads (0) is not a multiple"));
+              HasSubstr("layer_types holds \"linear_attention\" (lfm2's layers are full_attention and conv)"));
+}
+
+// The hybrid mixtures: Qwen3.5-MoE (always renormalised; no dense width in
+// its config), Qwen3-Next (projections packed per key head), Granite 4.0-H
+// (Mamba-2's keys, the multipliers, NoPE, transformers 5's
+// "linear_attention" for its Mamba layers) and their refusals by name.
+TEST(LlamaConfigTest, HybridMixturesKeysAndRefusals) {
+  using Kind = LlamaConfig::LayerKind;
+  const std::string linear = R"("linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
+      "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+      "layer_types": ["linear_attention", "full_attention"], "num_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48)";
+  std::string text = Config("qwen3_5_moe_text", linear);
+  text.erase(text.find(R"("intermediate_size": 96,)"), 24);
+  auto moe = ParseLlamaConfig(absl::StrCat(R"({"model_type": "qwen3_5_moe", "text_config": )", text, "}"), "c");
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  EXPECT_EQ(moe->architecture, "qwen3_5_moe_text");
+  EXPECT_EQ(moe->text_prefix, "model.language_model.");
+  EXPECT_TRUE(moe->norm_topk_prob);
+  EXPECT_EQ(moe->intermediate, 48);
+  EXPECT_EQ(moe->shared_expert_intermediate, 48);
+  EXPECT_EQ(LlamaDecoderSpec(*moe).moe.shared_gated, true);
+  auto next = ParseLlamaConfig(Config("qwen3_next", linear + R"(, "norm_topk_prob": false)"), "c");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->linear_qkvz_packed);
+  EXPECT_TRUE(next->linear_ba_packed);
+  EXPECT_FALSE(next->norm_topk_prob);
+  const std::string mamba = R"("layer_types": ["mamba", "attention"], "mamba_n_heads": 8, "mamba_d_head": 16,
+      "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_expand": 2, "mamba_d_conv": 4, "num_local_experts": 8,
+      "num_experts_per_tok": 2, "shared_intermediate_size": 48, "embedding_multiplier": 12,
+      "residual_multiplier": 0.22, "attention_multiplier": 0.125, "logits_scaling": 6,
+      "position_embedding_type": "nope")";
+  auto granite = ParseLlamaConfig(Config("granitemoehybrid", mamba), "c");
+  ASSERT_TRUE(granite.ok()) << granite.status();
+  EXPECT_EQ(granite->layer_kinds, (std::vector<Kind>{Kind::kMamba2, Kind::kAttention}));
+  EXPECT_EQ(granite->expert_intermediate, 96);
+  EXPECT_EQ(granite->shared_expert_intermediate, 48);
+  EXPECT_TRUE(granite->mamba_conv_bias);
+  const DecoderSpec spec = LlamaDecoderSpec(*granite);
+  EXPECT_TRUE(spec.inv_freq.empty());
+  EXPECT_FLOAT_EQ(spec.embed_scale, 12.0f);
+  EXPECT_FLOAT_EQ(spec.residual_scale, 0.22f);
+  EXPECT_FLOAT_EQ(spec.attention[1].scale, 0.125f);
+  EXPECT_FALSE(spec.moe.shared_gated);
+  EXPECT_EQ(spec.recurrent.conv_channels(64), 128 + 2 * 2 * 16);
+  // transformers 5 writes a Mamba layer as "linear_attention"; "auto" head size.
+  auto with = [](std::string s, const std::string& from, const std::string& to) {
+    return s.replace(s.find(from), from.size(), to);
+  };
+  const std::string v5 = with(with(mamba, R"(["mamba", "attention"])", R"(["linear_attention", "full_attention"])"),
+                              R"("mamba_d_head": 16)", R"("mamba_d_head": "auto")");
+  auto written = ParseLlamaConfig(Config("granitemoehybrid", v5), "c");
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->layer_kinds[0], Kind::kMamba2);
+  EXPECT_EQ(written->mamba_head_dim, 16);
+  // Micro: no experts, the shared MLP is the MLP.
+  auto dense =
+      ParseLlamaConfig(Config("granitemoehybrid", with(mamba, R"("num_local_experts": 8)", R"("num_local_experts": 0)")),
+                       "c");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ(dense->experts, 0);
+  EXPECT_EQ(dense->intermediate, 48);
+  auto refused = [&](const std::string& extra, const std::string& from, const std::string& to) {
+    return std::string(ParseLlamaConfig(Config("granitemoehybrid", with(extra, from, to)), "c").status().message());
+  };
+  EXPECT_THAT(refused(mamba, R"("mamba_n_groups": 2)", R"("mamba_n_groups": 3)"),
+              HasSubstr("mamba_n_heads (8) is not a multiple of mamba_n_groups (3)"));
+  EXPECT_THAT(refused(mamba, R"("mamba_d_head": 16)", R"("mamba_d_head": 32)"),
+              HasSubstr("mamba_n_heads (8) x mamba_d_head (32) is not mamba_expand x hidden_size (128)"));
+  EXPECT_THAT(refused(mamba, R"("position_embedding_type": "nope")", R"("position_embedding_type": "alibi")"),
+              HasSubstr("position_embedding_type \"alibi\""));
+  EXPECT_THAT(refused(mamba, R"("mamba_d_conv": 4)", R"("mamba_d_conv": 4, "mamba_proj_bias": true)"),
+              HasSubstr("mamba_proj_bias"));
+  EXPECT_THAT(refused(mamba, R"("mamba_d_conv": 4)", R"("mamba_d_conv": 4, "time_step_limit": [1, 0.5])"),
+              HasSubstr("time_step_limit"));
+  EXPECT_THAT(refused(mamba, R"("logits_scaling": 6)", R"("logits_scaling": 0)"), HasSubstr("logits_scaling"));
+  EXPECT_THAT(refused(mamba, R"(["mamba", "attention"])", R"(["conv", "attention"])"),
+              HasSubstr("layer_types holds \"conv\" (granitemoehybrid's layers are full_attention and mamba)"));
 }
 
 TEST(LlamaConfigTest, MistralSlidingWindow) {
@@ -205,9 +283,9 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
-              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, lfm2, llama, "
-                        "mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_5_text, qwen3_5, "
-                        "qwen3_moe, smollm3)"));
+              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, "
+                        "granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, "
+                        "qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next, qwen3_moe, smollm3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   std::ofstream(dir + "/config.json") << Config("falcon", "");
@@ -215,8 +293,9 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
               HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
-                        "gptj, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_5, "
-                        "qwen3_5_text, qwen3_moe, smollm3)"));
+                        "gptj, granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, "
+                        "qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next, "
+                        "smollm3)"));
 }
 
 // A mixture of experts' keys: which layers are sparse, and inconsistent

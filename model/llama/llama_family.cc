@@ -1,5 +1,6 @@
 #include "model/llama/llama_family.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -93,7 +94,7 @@ void MlpRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLaye
                                         RowSlice(p + "mlp.shared_expert.up_proj.weight", {FS, C}, s0, s1)}),
             &L.up);
       visit(ColSlice(p + "mlp.shared_expert.down_proj.weight", {C, FS}, s0, s1), &L.down);
-      visit(Whole(p + "mlp.shared_expert_gate.weight", {1, C}), &L.shared_gate);
+      if (a.shared_expert_gated) visit(Whole(p + "mlp.shared_expert_gate.weight", {1, C}), &L.shared_gate);
     }
     return;
   }
@@ -150,14 +151,31 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
     using Kind = LlamaConfig::LayerKind;
     s.mixers.push_back(kind == Kind::kAttention         ? DecoderSpec::Mixer::kAttention
                        : kind == Kind::kLinearAttention ? DecoderSpec::Mixer::kGatedDeltaNet
+                       : kind == Kind::kMamba2          ? DecoderSpec::Mixer::kMamba2
                                                         : DecoderSpec::Mixer::kShortConv);
   }
   s.recurrent = {c.conv_kernel, c.linear_k_heads, c.linear_v_heads, c.linear_k_dim, c.linear_v_dim,
                  c.linear_tiled, !c.decay_stored};
+  s.recurrent.heads = c.mamba_heads;
+  s.recurrent.head_dim = c.mamba_head_dim;
+  s.recurrent.groups = c.mamba_groups;
+  s.recurrent.state_size = c.mamba_state;
+  s.recurrent.dt_min = static_cast<float>(c.dt_min);
+  s.recurrent.dt_max = static_cast<float>(std::min(c.dt_max, 3.402823466e38));
+  s.recurrent.conv_bias = c.mamba_conv_bias;
+  // Granite's multipliers (1 elsewhere) and attention without rotary
+  // embeddings; its logits' divisor is in the final norm's weights.
+  s.embed_scale = static_cast<float>(c.embedding_multiplier);
+  s.residual_scale = static_cast<float>(c.residual_multiplier);
+  if (c.attention_multiplier > 0) {
+    for (kernels::AttentionParams& a : s.attention) a.scale = static_cast<float>(c.attention_multiplier);
+  }
+  if (c.no_rope) s.inv_freq.clear();
   if (c.experts > 0) {
     s.moe.experts = c.experts;
     s.moe.intermediate = c.expert_intermediate;
     s.moe.shared_intermediate = c.shared_expert_intermediate;
+    s.moe.shared_gated = c.arch().shared_expert_gated;
     s.moe.router.scoring = kernels::RouterParams::Scoring::kSoftmaxTopK;
     s.moe.router.k = c.experts_per_tok;
     s.moe.router.renormalize = c.norm_topk_prob;
@@ -182,7 +200,10 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
     return RowSlice("model.embed_tokens.weight", {V, C}, sh.vocab_begin, sh.vocab_end);
   };
   r.globals = [=](const DecoderShard& sh, DecoderWeights& w, const DecoderRecipes::Visit& visit) {
-    visit(norm("model.norm.weight", C), &w.norm);
+    // Granite's logits divided by logits_scaling: the final norm's weights.
+    visit(c.logits_scaling != 1.0 ? Scaled(norm("model.norm.weight", C), static_cast<float>(1.0 / c.logits_scaling))
+                                  : norm("model.norm.weight", C),
+          &w.norm);
     if (!c.tie_word_embeddings) {
       visit(RowSlice("lm_head.weight", {V, C}, sh.vocab_begin, sh.vocab_end), &w.lm_head);
     }

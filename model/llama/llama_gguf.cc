@@ -114,6 +114,8 @@ std::unique_ptr<WeightSource> GgufLlamaSource(std::shared_ptr<const GgufFile> fi
   // A recurrent layer's convolution: [channels, K] in llama.cpp's files,
   // [channels, 1, K] in transformers'.
   naming.middle_one = {"ssm_conv1d.weight", "shortconv.conv.weight"};
+  // Mamba-2's A and D ([1, H] there), its norm ([G, D / G]): vectors.
+  naming.flat = {"ssm_a", "ssm_d", "ssm_norm.weight"};
   // Qwen2-MoE's shared expert gate: [C] in llama.cpp's files, [1, C] in transformers'.
   naming.one_row = {"ffn_gate_inp_shexp.weight"};
   // llama.cpp's converter permutes Q by query heads and K by key/value
@@ -178,7 +180,10 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
                           std::pair{"feed_forward_length", &c.intermediate},
                           std::pair{"attention.head_count", &c.n_head},
                           std::pair{"context_length", &c.max_positions}}) {
-    if (auto st = get_int(key, out, true, int64_t{1} << 24); !st.ok()) {
+    // A mixture with no dense layer may leave out the dense MLP's width
+    // (qwen35moe): the experts' below.
+    const bool required = !(experts > 0 && out == &c.intermediate);
+    if (auto st = get_int(key, out, required, int64_t{1} << 24); !st.ok()) {
       if (const GgufValue* v = f.Find(a + key); v != nullptr && v->type == GgufType::kArray) {
         return refuse(a, key, " differs per layer, which Flover does not run");
       }
@@ -231,6 +236,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
       return st;
     }
     c.norm_topk_prob = family->gguf_moe_renormalize;
+    if (c.intermediate == 0) c.intermediate = c.expert_intermediate;
     if (auto st = get_int("expert_shared_feed_forward_length", &c.shared_expert_intermediate, false,
                           int64_t{1} << 24);
         !st.ok()) {
