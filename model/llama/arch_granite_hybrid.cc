@@ -142,20 +142,12 @@ absl::Status GraniteGguf(const GgufFile& f, const std::string& a, LlamaConfig* c
     if (kind == LlamaConfig::LayerKind::kShortConv) kind = LlamaConfig::LayerKind::kMamba2, mamba = true;
   }
   if (!mamba) return absl::OkStatus();
-  auto get = [&](const char* key, int* out) -> absl::Status {
-    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(a + key));
-    if (v < 1 || v > (1 << 20)) return refuse(key, " ", v, " is out of range");
-    *out = static_cast<int>(v);
-    return absl::OkStatus();
-  };
-  int inner = 0;
-  FLOVER_RETURN_IF_ERROR(get("ssm.conv_kernel", &c->conv_kernel));
-  FLOVER_RETURN_IF_ERROR(get("ssm.state_size", &c->mamba_state));
-  FLOVER_RETURN_IF_ERROR(get("ssm.group_count", &c->mamba_groups));
-  FLOVER_RETURN_IF_ERROR(get("ssm.time_step_rank", &c->mamba_heads));
-  FLOVER_RETURN_IF_ERROR(get("ssm.inner_size", &inner));
-  if (inner % c->mamba_heads != 0) return refuse("ssm.inner_size ", inner, " is not a multiple of its heads");
-  c->mamba_head_dim = inner / c->mamba_heads;
+  FLOVER_ASSIGN_OR_RETURN(const GgufSsmShapes ssm, ReadGgufSsmShapes(f, a));
+  c->conv_kernel = ssm.conv_kernel;
+  c->mamba_state = ssm.state_size;
+  c->mamba_groups = ssm.groups;
+  c->mamba_heads = ssm.heads;
+  c->mamba_head_dim = ssm.head_dim;
   int first = 0;
   while (c->layer_kinds[first] != LlamaConfig::LayerKind::kMamba2) ++first;
   c->mamba_conv_bias = f.FindTensor(absl::StrCat("blk.", first, ".ssm_conv1d.bias")) != nullptr;

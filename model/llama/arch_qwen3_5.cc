@@ -37,20 +37,12 @@ absl::Status ParseQwen3_5Linear(const google::protobuf::Struct& s, absl::string_
 // layers are recurrent (every full_attention_interval-th is attention).
 absl::Status Qwen3_5LinearGguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, m...)); };
-  auto get = [&](const char* key, int* out) -> absl::Status {
-    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(a + key));
-    if (v < 1 || v > (1 << 20)) return refuse(key, " ", v, " is out of range");
-    *out = static_cast<int>(v);
-    return absl::OkStatus();
-  };
-  int inner = 0;
-  FLOVER_RETURN_IF_ERROR(get("ssm.conv_kernel", &c->conv_kernel));
-  FLOVER_RETURN_IF_ERROR(get("ssm.state_size", &c->linear_k_dim));
-  FLOVER_RETURN_IF_ERROR(get("ssm.group_count", &c->linear_k_heads));
-  FLOVER_RETURN_IF_ERROR(get("ssm.time_step_rank", &c->linear_v_heads));
-  FLOVER_RETURN_IF_ERROR(get("ssm.inner_size", &inner));
-  if (inner % c->linear_v_heads != 0) return refuse("ssm.inner_size ", inner, " is not a multiple of its heads");
-  c->linear_v_dim = inner / c->linear_v_heads;
+  FLOVER_ASSIGN_OR_RETURN(const GgufSsmShapes ssm, ReadGgufSsmShapes(f, a));
+  c->conv_kernel = ssm.conv_kernel;
+  c->linear_k_dim = ssm.state_size;
+  c->linear_k_heads = ssm.groups;
+  c->linear_v_heads = ssm.heads;
+  c->linear_v_dim = ssm.head_dim;
   FLOVER_ASSIGN_OR_RETURN(const int64_t interval, f.GetIntOr(a + "full_attention_interval", 4));
   if (interval < 1 || interval > c->n_layer) return refuse("full_attention_interval ", interval, " is out of range");
   c->layer_kinds.clear();
@@ -60,6 +52,12 @@ absl::Status Qwen3_5LinearGguf(const GgufFile& f, const std::string& a, LlamaCon
   }
   c->norms_stored_plus_one = true;
   c->decay_stored = true;
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3_5TiledGguf(const GgufFile& f, const std::string& prefix, LlamaConfig* c) {
+  FLOVER_RETURN_IF_ERROR(Qwen3_5LinearGguf(f, prefix, c));
+  c->linear_tiled = true;  // llama.cpp's converter tiles the value heads over the key heads
   return absl::OkStatus();
 }
 
@@ -98,12 +96,7 @@ const LlamaArchitecture& Qwen3_5Arch() {
     a.gguf_name = "qwen35";
     Qwen3_5Entry(&a);
     a.parse = ParseQwen3_5Linear;
-    // llama.cpp's converter tiles the value heads over the key heads.
-    a.gguf_parse = [](const GgufFile& f, const std::string& prefix, LlamaConfig* c) {
-      FLOVER_RETURN_IF_ERROR(Qwen3_5LinearGguf(f, prefix, c));
-      c->linear_tiled = true;
-      return absl::OkStatus();
-    };
+    a.gguf_parse = Qwen3_5TiledGguf;
     return a;
   }();
   return entry;

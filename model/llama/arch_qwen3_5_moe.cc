@@ -45,11 +45,7 @@ const LlamaArchitecture& Qwen3_5MoeArch() {
     a.moe = true;
     a.gguf_moe_renormalize = true;
     a.parse = ParseQwen3_5Moe;
-    a.gguf_parse = [](const GgufFile& f, const std::string& prefix, LlamaConfig* c) {
-      FLOVER_RETURN_IF_ERROR(Qwen3_5LinearGguf(f, prefix, c));
-      c->linear_tiled = true;  // as qwen35's
-      return absl::OkStatus();
-    };
+    a.gguf_parse = Qwen3_5TiledGguf;  // as qwen35's
     a.moe_packed_gate_up = "mlp.experts.gate_up_proj";
     a.moe_packed_down = "mlp.experts.down_proj";
     return a;

@@ -1,5 +1,11 @@
 #include "model/llama/llama_architecture.h"
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/loader/gguf.h"
+#include "util/status_macros.h"
+
 namespace flover {
 
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
@@ -9,6 +15,26 @@ const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
       &Qwen2MoeArch(), &Qwen3Arch(),   &Qwen3_5Arch(),       &Qwen3_5MoeArch(), &Qwen3NextArch(),
       &Qwen3MoeArch(), &SmolLM3Arch()};
   return *table;
+}
+
+absl::StatusOr<GgufSsmShapes> ReadGgufSsmShapes(const GgufFile& f, const std::string& a) {
+  GgufSsmShapes out;
+  int inner = 0;
+  for (auto [key, value] : {std::pair{"ssm.conv_kernel", &out.conv_kernel}, std::pair{"ssm.state_size", &out.state_size},
+                            std::pair{"ssm.group_count", &out.groups}, std::pair{"ssm.time_step_rank", &out.heads},
+                            std::pair{"ssm.inner_size", &inner}}) {
+    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(a + key));
+    if (v < 1 || v > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, key, " ", v, " is out of range"));
+    }
+    *value = static_cast<int>(v);
+  }
+  if (inner % out.heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.name(), ": ", a, "ssm.inner_size ", inner, " is not a multiple of its ", out.heads, " heads"));
+  }
+  out.head_dim = inner / out.heads;
+  return out;
 }
 
 const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/struct.pb.h"
 #include "model/decoder/decoder_spec.h"
@@ -137,11 +138,22 @@ void GemmaBlock(const LlamaConfig& c, DecoderSpec* s);
 absl::Status GemmaGguf(const GgufFile& f, const std::string& prefix, int large_layers, int64_t window_absent,
                        LlamaConfig* c);
 
+// llama.cpp's ssm.* keys for a recurrent layer's shapes (Qwen's delta net,
+// Mamba-2): the convolution's taps, the state size, the groups (the delta
+// net's key heads), the heads (ssm.time_step_rank: its value heads) and each
+// head's size (ssm.inner_size over the heads).
+struct GgufSsmShapes {
+  int conv_kernel = 0, state_size = 0, groups = 0, heads = 0, head_dim = 0;
+};
+absl::StatusOr<GgufSsmShapes> ReadGgufSsmShapes(const GgufFile& f, const std::string& prefix);
+
 // What Qwen3.5, Qwen3.5-MoE and Qwen3-Next share (arch_qwen3_5.cc): the
 // gated delta net's config.json keys, and llama.cpp's keys for it (ssm.*,
 // full_attention_interval), its norms stored as 1 + w and A as -exp(A_log).
 absl::Status ParseQwen3_5Linear(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c);
 absl::Status Qwen3_5LinearGguf(const GgufFile& f, const std::string& prefix, LlamaConfig* c);
+// The same with the value heads tiled over the key heads (qwen35, qwen35moe).
+absl::Status Qwen3_5TiledGguf(const GgufFile& f, const std::string& prefix, LlamaConfig* c);
 void Qwen3_5Entry(LlamaArchitecture* a);
 
 // Every architecture of the family, by model_type.
