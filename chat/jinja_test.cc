@@ -50,7 +50,7 @@ TEST(JinjaTest, RendersAsTransformersDoesByteForByte) {
       ++errors;
     }
   }
-  EXPECT_EQ(outputs, 283);
+  EXPECT_EQ(outputs, 337);
   EXPECT_EQ(errors, 31);
 }
 

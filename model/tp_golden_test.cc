@@ -310,7 +310,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            "tests/golden/qwen35_moe_tiny", "tests/golden/gguf_qwen35_moe",
                                            "tests/golden/qwen3_next_tiny", "tests/golden/gguf_qwen3next",
                                            "tests/golden/granite_hybrid_tiny",
-                                           "tests/golden/gguf_granitehybrid"));
+                                           "tests/golden/gguf_granitehybrid",
+                                           "tests/golden/granite_micro_tiny"));
 
 }  // namespace
 }  // namespace flover

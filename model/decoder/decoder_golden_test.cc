@@ -233,6 +233,8 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gguf_qwen3next", "qwen3_next", "F32", 2, false, {}},
       {"granite_hybrid_tiny", "granitemoehybrid", "F32", 2, true, {2}},
       {"gguf_granitehybrid", "granitemoehybrid", "F32", 2, true, {}},
+      {"granite_micro_tiny", "granitemoehybrid", "F32", 2, true, {2}},
+      {"gguf_granite_micro", "granitemoehybrid", "F32", 2, true, {}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -433,7 +435,13 @@ INSTANTIATE_TEST_SUITE_P(
             Case{"gguf_qwen3next", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"granite_hybrid_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"granite_hybrid_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kHybridBf16},
-            Case{"gguf_granitehybrid", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32}),
+            Case{"gguf_granitehybrid", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            // Granite 4.0-H-Micro's layout: no experts, the shared MLP is each
+            // layer's MLP (input_linear's gate and up halves; llama.cpp's
+            // ffn_gate, ffn_up, ffn_down).
+            Case{"granite_micro_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"granite_micro_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kVsEmulation},
+            Case{"gguf_granite_micro", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);

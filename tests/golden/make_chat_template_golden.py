@@ -32,6 +32,14 @@ content parts, and the templates' own errors; Qwen3.5 renders each with
 enable_thinking absent, true and false, LFM2.5-Instruct with
 keep_past_thinking absent and true. Messages are stored as the template
 sees them (transformers copies a message's reasoning_content to thinking).
+And Granite 4.0's (ibm-granite-granite-4.0.jinja, the template the Granite
+4.0 models ship, the hybrid -H ones included: a system prompt built from
+the tools and the documents, or a default one; content parts joined by
+newlines; calls as <tool_call> JSON; tool responses folded into user
+turns; available_tools in place of tools), with two conversations of its
+own that pass documents (alone, and with tools and a system prompt), each
+rendered with available_tools absent and set. (llama.cpp's
+models/templates has no Qwen3-Next template at that commit.)
 
 Each case: template name, the variables (messages, add_generation_prompt,
 bos_token, eos_token, tools, documents — transformers passes tools and
@@ -231,6 +239,7 @@ FAMILY_TEMPLATES = {
     "lfm2.5": "LFM2.5-Instruct.jinja",
     "lfm2": "LFM2-8B-A1B.jinja",
     "lfm2.5-moe": "LFM2.5-8B-A1B.jinja",
+    "granite-4.0": "ibm-granite-granite-4.0.jinja",
 }
 LLAMA_CPP_COMMIT = "34af94cd9"
 
@@ -304,11 +313,19 @@ FAMILY_CONVERSATIONS = {
     "system_late": [USER, SYSTEM],
     "tool_only": [TOOL_RESULT],
 }
-FAMILY_TOOLS = {"tools": TOOLS, "two_calls": TOOLS2, "tool_last": TOOLS2}
+DOCUMENTS = [{"doc_id": 1, "title": "Paris weather", "text": "Sunny, 21 \u00b0C \"today\"."},
+             {"doc_id": 2, "title": "Caf\u00e9s", "text": "Caf\u00e9 A opens at 8.\nCaf\u00e9 B is shut."}]
+# Conversations of one family's template alone, and the documents they pass.
+TEMPLATE_CONVERSATIONS = {
+    "granite-4.0": {"documents": [USER], "documents_tools": [SYSTEM, USER]},
+}
+TEMPLATE_DOCUMENTS = {"documents": DOCUMENTS, "documents_tools": DOCUMENTS}
+FAMILY_TOOLS = {"tools": TOOLS, "two_calls": TOOLS2, "tool_last": TOOLS2, "documents_tools": TOOLS}
 # Template variables each family's template reads beside transformers' own.
 FAMILY_OPTIONS = {
     "qwen3.5": [{}, {"enable_thinking": True}, {"enable_thinking": False}],
     "lfm2.5": [{}, {"keep_past_thinking": True}],
+    "granite-4.0": [{}, {"available_tools": TOOLS2}],
 }
 
 
@@ -316,7 +333,6 @@ def render(source, variables):
     """apply_chat_template's text: transformers' render_jinja_template."""
     v = dict(variables)
     messages = v.pop("messages")
-    v.pop("documents")
     rendered, _ = render_jinja_template(conversations=[messages], chat_template=source, **v)
     return rendered[0]
 
@@ -333,7 +349,8 @@ def main():
     cases = []
     for name, source in templates.items():
         family = name in FAMILY_TEMPLATES
-        conversations = dict(CONVERSATIONS, **(FAMILY_CONVERSATIONS if family else {}))
+        conversations = dict(CONVERSATIONS, **(FAMILY_CONVERSATIONS if family else {}),
+                             **TEMPLATE_CONVERSATIONS.get(name, {}))
         for conv_name, messages in conversations.items():
             if conv_name == "empty" and name not in ("kitchen_sink", "phi3", "loopcontrols", "qwen3.5"):
                 continue  # the family templates index messages[0]
@@ -343,7 +360,7 @@ def main():
                     # The messages as the template sees them.
                     variables = {"messages": _alias_reasoning_fields(messages), "add_generation_prompt": agp,
                                  "bos_token": "<s>", "eos_token": "</s>",
-                                 "tools": tools, "documents": None, **options}
+                                 "tools": tools, "documents": TEMPLATE_DOCUMENTS.get(conv_name), **options}
                     case = {"template": name, "conversation": conv_name, "variables": variables}
                     try:
                         case["output"] = render(source, variables)

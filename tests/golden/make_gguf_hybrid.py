@@ -134,6 +134,24 @@ heads left grouped instead: 1.8.
                layers attn_q / attn_k with each head's rows permuted by
                LlamaModel.permute (the converter's undo_permute; harmless
                here: q and k alike, and no rope), attn_v, attn_output
+  gguf_granite_micro  granite_micro_tiny as "granitehybrid" (the same
+               GraniteHybridModel; GraniteMoeModel.modify_tensors without
+               experts):
+      keys     as gguf_granitehybrid's, but feed_forward_length 96 (TextModel
+               writes intermediate_size, whatever the experts: -Micro's
+               config.json has it equal to shared_intermediate_size, and
+               llama.cpp's granitehybrid reads ffn_gate / ffn_up / ffn_down
+               at n_ff = feed_forward_length when expert_count is 0; 32
+               there and llama.cpp refuses the file: ffn_gate has the wrong
+               shape), expert_count 0 and expert_used_count 0 (from
+               num_local_experts / num_experts_per_tok, both 0; 2 there and
+               llama.cpp asserts n_expert_used <= n_expert),
+               expert_shared_feed_forward_length 96 (written, read, unused
+               without experts)
+      tensors  as gguf_granitehybrid's, but per layer ffn_gate / ffn_up (the
+               halves of shared_mlp.input_linear [192, 64]: [96, 64] each)
+               and ffn_down (shared_mlp.output_linear [64, 96]) instead of
+               ffn_gate_inp, the experts and the *_shexp ones (46 tensors)
 
 Checked for these three (llama.cpp's converter run as above, with
 --no-mtp for the Qwens, on the HF fixtures): keys and tensors equal to the
@@ -141,15 +159,20 @@ byte; llama.cpp's logits at most 6.8e-6 (qwen35moe), 1.2e-5 (qwen3next) and
 2.4e-6 (granitehybrid) of the logit scale from logits.{i}, whole prompts and
 token by token, the same 32 greedy tokens; the V heads left grouped
 (qwen35moe), in_proj_qkvz's rows read as blocked (qwen3next) or B and C
-swapped (granitehybrid): 1.0 to 2.1. What llama.cpp does not take: a
-GraniteMoeHybrid config.json as transformers 5 writes it (layer_types
+swapped (granitehybrid): 1.0 to 2.1. And for gguf_granite_micro: every key
+and tensor equal to the converter's (their order too), llama.cpp's logits
+at most 1.7e-6 of the logit scale from logits.{i}, the same 32 greedy
+tokens; ffn_gate and ffn_up swapped: 1.1 to 2.1. What llama.cpp does not
+take: a GraniteMoeHybrid config.json as transformers 5 writes it (layer_types
 "linear_attention" / "full_attention": the converter looks for "attention",
 finds none and makes all layers Mamba ones, head_count_kv all 0; the
 fixture keeps the released "mamba" / "attention"), rope in a Granite hybrid
 with Mamba layers (position_embedding_type is ignored: rope only for Bamba
 or an all-attention model), a time_step_limit other than (0, inf) (no dt
-clamp), mamba_expand other than 2; Qwen3-Next only with experts in every
-layer.
+clamp), mamba_expand other than 2, and without experts an
+intermediate_size other than shared_intermediate_size or a
+num_experts_per_tok other than 0 (refused here); Qwen3-Next only with
+experts in every layer.
 
 Also general.type "model", general.file_type 0 (all F32) and
 general.quantization_version 2, as the converter writes them (it also writes
@@ -407,6 +430,14 @@ def granite_hybrid(src, path, vocab):
         sys.exit(f"{src}: llama.cpp clamps no dt, and takes mamba_expand 2 only")
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     has_experts = bool(cfg.get("num_local_experts"))
+    if not has_experts and (cfg["intermediate_size"] != cfg["shared_intermediate_size"]
+                            or cfg.get("num_experts_per_tok")):
+        # The converter writes intermediate_size as feed_forward_length, which
+        # llama.cpp reads ffn_gate / ffn_up / ffn_down at (the shared MLP's
+        # width), and num_experts_per_tok as expert_used_count, which it
+        # refuses without experts: -Micro's config.json has them so.
+        sys.exit(f"{src}: without experts llama.cpp needs intermediate_size = shared_intermediate_size "
+                 f"and num_experts_per_tok 0")
     d_inner = cfg["mamba_expand"] * cfg["hidden_size"]
     groups = cfg["mamba_n_groups"]
     w = begin(path, "granitehybrid")
@@ -500,7 +531,8 @@ def main(argv):
     for write, src, out in ((qwen35, "qwen35_tiny", "gguf_qwen35"), (lfm2, "lfm2_tiny", "gguf_lfm2"),
                             (qwen35moe, "qwen35_moe_tiny", "gguf_qwen35_moe"),
                             (qwen3next, "qwen3_next_tiny", "gguf_qwen3next"),
-                            (granite_hybrid, "granite_hybrid_tiny", "gguf_granitehybrid")):
+                            (granite_hybrid, "granite_hybrid_tiny", "gguf_granitehybrid"),
+                            (granite_hybrid, "granite_micro_tiny", "gguf_granite_micro")):
         write(src, os.path.join(root, out, "model.gguf"), vocab)
         if vocab is None:
             for name in ("golden.json", "golden_logits.safetensors"):

@@ -212,6 +212,27 @@ kind), so fewer flips compound.
                block_sparse_moe.input_linear.weight [8, 64, 64] (per expert
                32 gate rows, then 32 up rows), .output_linear.weight
                [8, 64, 32], .router.layer.weight [8, 64].
+  granite_micro_tiny  granite_hybrid_tiny's model as Granite 4.0-H-Micro
+               is laid out: num_local_experts 0, so each layer's MLP is the
+               shared MLP alone (transformers builds no block_sparse_moe and
+               runs shared_mlp(x) only; checked: no layer has one), 96 wide:
+               shared_mlp.input_linear.weight [192, 64] (96 gate rows, then
+               96 up rows), .output_linear.weight [64, 96]. As the released
+               -Micro config.json: num_experts_per_tok 0 and
+               intermediate_size 96 = shared_intermediate_size. transformers
+               reads neither without experts (intermediate_size 7 gives the
+               same logits bit for bit: checked), but llama.cpp's converter
+               writes intermediate_size as feed_forward_length, the width
+               llama.cpp reads ffn_gate / ffn_up / ffn_down at (another value
+               and the file does not load), and num_experts_per_tok as
+               expert_used_count, which llama.cpp refuses above its
+               expert_count 0. All else as granite_hybrid_tiny's (sizes,
+               Mamba-2, multipliers, NoPE, tied, the perturbations, the
+               released config.json's layer_types and no time_step_limit);
+               seed 300, picked among eight (300-307) for the greedy run's
+               gap and the bf16 floor. No routing, and no F.linear outside
+               an nn.Linear, so the bf16 emulation rounds the Linears'
+               operands only.
 
 Their float64 patches, as above, and: the routers (softmax(dtype=float) in
 Qwen3.5-MoE's / Qwen3-Next's TopKRouter; F.linear(...).float() in
@@ -254,6 +275,23 @@ make_gguf_hybrid.py's twins to within 6.8e-6 (qwen35moe), 1.2e-5
 (qwen3next) and 2.4e-6 (granitehybrid) of logits, with the same greedy
 tokens (CPU, F32, flash attention off).
 
+granite_micro_tiny (the same code and checks, less the routing ones):
+unpatched float64 narrows in 344 ops; patched minus unpatched float64
+logits 9.0e-8 (logits up to 0.19); the cached runs equal the full forward
+to 3.3e-15 / 2.3e-15 of the logit scale; from_pretrained gives logits bit
+for bit; transformers' own float32 is 2.1e-6 from logits; logits_bf16* are
+up to 0.027 of the logit scale from logits (median 0.011), the same
+roundings in float64 up to 0.0029 from them (median 1e-7); written out in
+float64 the Mamba-2 mixer (5e-16), the shared MLP (0) and the whole model
+(3.3e-15, every prompt); chunk sizes 1, 7, 128, 256 give the same logits
+(3.1e-15); greedy run 19 distinct tokens, best-vs-second gap 0.0044 of the
+logit scale. Checked to matter: as granite_hybrid_tiny's (multipliers,
+NoPE, in_proj's orders, the conv, A_log, D, dt_bias, the groups, the gated
+norm), the shared MLP's [gate | up] order and the shared MLP itself.
+llama.cpp reads make_gguf_hybrid.py's gguf_granite_micro to within 1.7e-6
+of logits, whole prompts and token by token, the same 32 greedy tokens;
+with its ffn_gate and ffn_up swapped, 1.1 to 2.1.
+
 Qwen3.5-MoE (text): Qwen3.5 above with the MLP replaced by, per token x
 (post_attention_layernorm's output, [64]):
     p = softmax(x @ mlp.gate.weight^T) over the 8 experts (float32 in
@@ -288,6 +326,7 @@ Granite 4.0-H (GraniteMoeHybridForCausalLM), residual h:
     per layer: x = rms(h, input_layernorm); h += residual_multiplier * mixer(x)
                x = rms(h, post_attention_layernorm);
                h += residual_multiplier * (moe(x) + shared_mlp(x))
+               (-Micro, num_local_experts 0: shared_mlp(x) alone)
     logits = rms(h, model.norm) @ E^T / logits_scaling   (tied; a divisor)
   rms(x, w) = x / sqrt(mean(x^2) + rms_norm_eps) * w (plain w everywhere).
   Attention (no biases, head_dim 64 / 4 = 16): NO rotary
@@ -299,7 +338,8 @@ Granite 4.0-H (GraniteMoeHybridForCausalLM), residual h:
     expert e: W = input_linear[e] [64, 64]: gate = W[:32] x, up = W[32:] x;
     sum_e w_e output_linear[e] @ (silu(gate) * up).
   shared_mlp(x): W = input_linear [96, 64]: output_linear @ (silu(W[:48] x)
-    * W[48:] x); added ungated.
+    * W[48:] x); added ungated (granite_micro_tiny: [192, 64], W[:96] and
+    W[96:], output_linear [64, 96]).
   Mamba-2 mixer (GraniteMoeHybridMambaLayer; d_inner D = 128, heads H = 8
   of P = 16, state N = 16, groups G = 2, kernel K = 4):
     zxbcdt = in_proj(x) [T, 328] = [z (D) | x (D) | B (G N) | C (G N) |
@@ -323,7 +363,7 @@ Granite 4.0-H (GraniteMoeHybridForCausalLM), residual h:
 
 Run in the oracle venv (torch 2.15 CPU, transformers 5.23.0):
     VENV/bin/python tests/golden/make_hybrid_golden.py [qwen35_tiny lfm2_tiny
-        qwen35_moe_tiny qwen3_next_tiny granite_hybrid_tiny]
+        qwen35_moe_tiny qwen3_next_tiny granite_hybrid_tiny granite_micro_tiny]
 """
 import contextlib
 import copy
@@ -947,12 +987,25 @@ def lfm2_must_matter(double, prompts, patches):
 # ---------------------------------------------------------------------------
 # Qwen3.5-MoE, Qwen3-Next, Granite 4.0-H: shared pieces.
 
-SEEDS = {"qwen35_moe_tiny": 318, "qwen3_next_tiny": 309, "granite_hybrid_tiny": 306}
+SEEDS = {"qwen35_moe_tiny": 318, "qwen3_next_tiny": 309, "granite_hybrid_tiny": 306, "granite_micro_tiny": 300}
 GRANITE_CHUNK = 16  # mamba_chunk_size (released: 256): 126 tokens span 8 chunks
 GRANITE_EMBED = 0.15  # the embeddings' scale (before embedding_multiplier 12)
 GRANITE_A = (0.05, 0.5)  # A = exp(A_log) drawn from U(GRANITE_A)
 GRANITE_DT = -1.0  # dt_bias = GRANITE_DT + 0.5 randn
 GRANITE_LAYERS = ["mamba", "attention", "mamba", "attention"]
+# Granite 4.0-H's MLPs: 8 experts of 32 (2 per token) beside a shared MLP of
+# 48 (as -Tiny); or no experts and the shared MLP alone, 96 wide (as -Micro,
+# whose released config.json has num_experts_per_tok 0 and intermediate_size
+# equal to shared_intermediate_size: transformers reads neither without
+# experts, llama.cpp's converter writes intermediate_size as
+# feed_forward_length, the width llama.cpp reads ffn_gate / ffn_up / ffn_down
+# at, and llama.cpp refuses an expert_used_count without experts).
+GRANITE_MLP = {
+    "granite_hybrid_tiny": dict(num_local_experts=8, num_experts_per_tok=2, intermediate_size=32,
+                                shared_intermediate_size=48),
+    "granite_micro_tiny": dict(num_local_experts=0, num_experts_per_tok=0, intermediate_size=96,
+                               shared_intermediate_size=96),
+}
 
 def check_fused(name, tensors, saved):
     """The model's fused expert tensors (gate_up_proj [E, 2I, H]: each
@@ -1570,7 +1623,9 @@ def granite_reference(model, prompt):
             y = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v[:, kv]).reshape(T, -1) @ a.o_proj.weight.T
         h = h + c.residual_multiplier * y
         x = rms(h, layer.post_attention_layernorm.weight, eps)
-        y = granite_moe_reference(layer.block_sparse_moe, x) + granite_mlp_reference(layer.shared_mlp, x)
+        y = granite_mlp_reference(layer.shared_mlp, x)
+        if layer.block_sparse_moe is not None:  # -Micro: the shared MLP alone
+            y = granite_moe_reference(layer.block_sparse_moe, x) + y
         h = h + c.residual_multiplier * y
     return rms(h, body.norm.weight, eps) @ model.lm_head.weight.T / c.logits_scaling
 
@@ -1589,14 +1644,14 @@ def released_granite_config(d):
     return d
 
 
-def granite():
+def granite(name):
     m = modeling_granitemoehybrid
     layer_types = GRANITE_LAYERS
-    config = GraniteMoeHybridConfig(vocab_size=331, hidden_size=64, intermediate_size=32, shared_intermediate_size=48,
+    config = GraniteMoeHybridConfig(vocab_size=331, hidden_size=64, **GRANITE_MLP[name],
                                     num_hidden_layers=len(layer_types), layer_types=layer_types, num_attention_heads=4,
                                     num_key_value_heads=2, position_embedding_type="nope",
                                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                                    num_local_experts=8, num_experts_per_tok=2, mamba_n_heads=8, mamba_d_state=16,
+                                    mamba_n_heads=8, mamba_d_state=16,
                                     mamba_n_groups=2, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=GRANITE_CHUNK,
                                     mamba_conv_bias=True, mamba_proj_bias=False,
                                     embedding_multiplier=12.0, attention_multiplier=0.125, residual_multiplier=0.22,
@@ -1620,29 +1675,51 @@ def granite():
 
     patches = granite_patches()
     layers = lambda model: model.model.layers  # noqa: E731
-    name = "granite_hybrid_tiny"
+    experts = config.num_local_experts > 0  # the F.linear of the experts and router (none in -Micro)
     double, prompts, logits = make(name, config, GraniteMoeHybridForCausalLM, None, patches,
-                                   attention_keys_values(layers), SEEDS[name], perturb, functional=True,
+                                   attention_keys_values(layers), SEEDS[name], perturb, functional=experts,
                                    layout="saved", edit_config=released_granite_config)
     check_reference(name, double, patches, prompts, logits)
     reload_pretrained(name, GraniteMoeHybridForCausalLM, patches, prompts, logits)
-    rounding_sensitivity(name, double, None, patches, prompts, attention_keys_values(layers), logits, functional=True)
-    return double, prompts, patches
+    rounding_sensitivity(name, double, None, patches, prompts, attention_keys_values(layers), logits,
+                         functional=experts)
+    return name, double, prompts, patches
 
 
-def granite_checks(double, prompts, patches):
-    m, name, long = modeling_granitemoehybrid, "granite_hybrid_tiny", prompts[3]
+def granite_dense_checks(name, double, patches, long):
+    """-Micro: no MoE block in any layer, and intermediate_size (the experts'
+    width, in config.json for llama.cpp) changes nothing."""
+    if any(l.block_sparse_moe is not None or l.has_experts for l in double.model.layers):
+        sys.exit(f"{name}: a layer has a MoE block")
+    width = {tuple(l.shared_mlp.input_linear.weight.shape) for l in double.model.layers}
+    config = copy.deepcopy(double.config)
+    config.intermediate_size = 7
+    other = double_of(double, config)
+    same = torch.equal(logits64(double, patches, long), logits64(other, patches, long))
+    print(f"  {name}: no MoE block; the shared MLP's input_linear {sorted(width)}; intermediate_size 7 instead "
+          f"of {double.config.intermediate_size}: logits {'bit for bit the same' if same else 'CHANGED'}")
+    if not same:
+        sys.exit(f"{name}: intermediate_size matters without experts")
+
+
+def granite_checks(name, double, prompts, patches):
+    m, long = modeling_granitemoehybrid, prompts[3]
+    experts = double.config.num_local_experts > 0
     mambas = lambda model: [l.mamba for l in model.model.layers if l.mamba is not None]  # noqa: E731
     formula_check(name, "the Mamba-2 mixer (selective scan token by token)", double, patches, long,
                   mambas(double), mamba2_reference)
-    formula_check(name, "the routed experts (top 2 router logits, softmax over them)", double, patches, long,
-                  [l.block_sparse_moe for l in double.model.layers], granite_moe_reference)
+    if experts:
+        formula_check(name, "the routed experts (top 2 router logits, softmax over them)", double, patches, long,
+                      [l.block_sparse_moe for l in double.model.layers], granite_moe_reference)
+    else:
+        granite_dense_checks(name, double, patches, long)
     formula_check(name, "the shared MLP", double, patches, long, [l.shared_mlp for l in double.model.layers],
                   granite_mlp_reference)
     with torch.no_grad():
         worst = max(((granite_reference(double, p) - logits64(double, patches, p)).abs().max()
                      / logits64(double, patches, p).abs().max()).item() for p in prompts)
-    print(f"  {name}: the whole model written out (multipliers, NoPE attention, experts + shared MLP) vs "
+    mlp = "experts + shared MLP" if experts else "the shared MLP alone"
+    print(f"  {name}: the whole model written out (multipliers, NoPE attention, {mlp}) vs "
           f"transformers: max |diff| / max |logit| = {worst:.3g}")
     if worst > 1e-12:
         sys.exit(f"{name}: the written-out model is not what transformers computes")
@@ -1656,9 +1733,10 @@ def granite_checks(double, prompts, patches):
         if err > 1e-12:
             sys.exit(f"{name}: the chunked scan depends on the chunk size")
     check_greedy_gap(name, double, patches)
-    check_routing(name, double, None, patches, prompts,
-                  lambda model: [l.block_sparse_moe.router for l in model.model.layers], 2,
-                  attention_keys_values(lambda model: model.model.layers))
+    if experts:
+        check_routing(name, double, None, patches, prompts,
+                      lambda model: [l.block_sparse_moe.router for l in model.model.layers], 2,
+                      attention_keys_values(lambda model: model.model.layers))
     dts, decays = [], []
     for mb, x, _ in module_io(double, patches, long, mambas(double)):
         raw = (x.reshape(-1, x.shape[-1]) @ mb.in_proj.weight.T)[:, -mb.num_heads:]
@@ -1729,6 +1807,25 @@ def granite_checks(double, prompts, patches):
     must_matter(name, double, patches, long, "the gate before the norm (norm(y * silu(z)) * w, not norm(y) * w * silu(z))",
                 alter=norm_then_gate)
 
+    if experts:
+        granite_moe_must_matter(name, double, patches, long)
+
+    def shared_up_gate(model):
+        with torch.no_grad():
+            for layer in model.model.layers:
+                w = layer.shared_mlp.input_linear.weight
+                w.copy_(w.roll(w.shape[0] // 2, 0))
+        return None
+    must_matter(name, double, patches, long, "the [gate | up] order of the shared MLP's input_linear", alter=shared_up_gate)
+
+    def no_shared(model):
+        return [l.shared_mlp.register_forward_hook(lambda mod, inp, out: torch.zeros_like(out)) for l in model.model.layers]
+    must_matter(name, double, patches, long, "the shared MLP", alter=no_shared)
+
+
+def granite_moe_must_matter(name, double, patches, long):
+    m = modeling_granitemoehybrid
+
     def rolled(model):
         with torch.no_grad():
             for layer in model.model.layers:
@@ -1752,18 +1849,6 @@ def granite_checks(double, prompts, patches):
         return None
     must_matter(name, double, patches, long, "the [gate | up] order of the experts' input_linear", alter=experts_up_gate)
 
-    def shared_up_gate(model):
-        with torch.no_grad():
-            for layer in model.model.layers:
-                w = layer.shared_mlp.input_linear.weight
-                w.copy_(w.roll(w.shape[0] // 2, 0))
-        return None
-    must_matter(name, double, patches, long, "the [gate | up] order of the shared MLP's input_linear", alter=shared_up_gate)
-
-    def no_shared(model):
-        return [l.shared_mlp.register_forward_hook(lambda mod, inp, out: torch.zeros_like(out)) for l in model.model.layers]
-    must_matter(name, double, patches, long, "the shared MLP", alter=no_shared)
-
 
 def main(names):
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
@@ -1778,11 +1863,12 @@ def main(names):
         qwen35_moe_checks(*qwen35_moe())
     if "qwen3_next_tiny" in names:
         qwen3_next_checks(*qwen3_next())
-    if "granite_hybrid_tiny" in names:
-        granite_checks(*granite())
+    for name in ("granite_hybrid_tiny", "granite_micro_tiny"):
+        if name in names:
+            granite_checks(*granite(name))
 
 
-ALL = ("qwen35_tiny", "lfm2_tiny", "qwen35_moe_tiny", "qwen3_next_tiny", "granite_hybrid_tiny")
+ALL = ("qwen35_tiny", "lfm2_tiny", "qwen35_moe_tiny", "qwen3_next_tiny", "granite_hybrid_tiny", "granite_micro_tiny")
 
 if __name__ == "__main__":
     main(sys.argv[1:] or ALL)
