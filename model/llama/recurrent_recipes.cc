@@ -16,11 +16,17 @@ namespace {
 // The rank's value heads as runs [first, end) of consecutive heads.
 std::vector<std::pair<int64_t, int64_t>> ValueHeadRuns(const LlamaConfig& c, const DecoderShard& sh) {
   if (!c.linear_tiled) return {{sh.dn_v_head_begin, sh.dn_v_head_begin + sh.dn_v_heads}};
-  // Tiled: head m * Hk + g reads key head g, for each of the Hv / Hk rounds m.
+  // Tiled: head m * Hk + g reads key head g, for each of the Hv / Hk rounds m;
+  // runs that meet are one (every key head's: all the value heads, so that a
+  // whole out_proj stays one tensor's columns, in its GGUF blocks).
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (int64_t m = 0; m < c.linear_v_heads / c.linear_k_heads; ++m) {
     const int64_t first = m * c.linear_k_heads + sh.dn_k_head_begin;
-    runs.push_back({first, first + sh.dn_k_heads});
+    if (!runs.empty() && runs.back().second == first) {
+      runs.back().second = first + sh.dn_k_heads;
+    } else {
+      runs.push_back({first, first + sh.dn_k_heads});
+    }
   }
   return runs;
 }
