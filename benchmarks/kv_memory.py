@@ -16,6 +16,21 @@
             package) that share a ~400-token system prompt, --prefix_caching
             on vs off, alternating: mean/p50/p90 time to first token and
             output tokens/s.
+  hybrid    Memory for one long sequence: builtin:qwen3.5-0.8b (Qwen3.5-0.8B's
+            shapes: 18 gated delta net layers, 6 attention layers) beside
+            builtin:qwen3-0.6b (Qwen3-0.6B's: 28 attention layers, the same
+            width 1024), bf16 KV cache: the bytes a position takes and a
+            sequence's recurrent state (the server's own accounting), what a
+            32,768-position context takes, and one real request of
+            --long_prompt tokens + 32 generated: the most bytes held
+            (Stats.kv_bytes_peak: blocks and state slot), prefill time.
+  hybrid_prefix  Prefix reuse on a hybrid (builtin:qwen3.5-0.8b, bf16
+            weights): Poisson requests whose token-id prompts share a
+            1,024-token prefix (a system prompt) and differ in a 64-token
+            tail, --prefix_caching on (the prefix resumes from a checkpoint
+            of the recurrent state beside the cached blocks) vs off
+            (a hybrid without checkpoints cannot reuse a prefix): time to
+            first token (first streamed token), alternating rounds.
   window    Two 8,064-position requests at once in a 256 MiB cache on
             builtin:mistral-1b (TinyLlama's shapes, every layer windowed to
             Mistral 7B's 4096 positions) and builtin:gemma3-1b (Gemma 3
@@ -26,7 +41,7 @@
             time; the outputs must be equal.
 
     tools/bazelw build //server:flover_server
-    .venv-test/bin/python benchmarks/kv_memory.py [--parts=capacity,overload,prefix,window] \\
+    .venv-test/bin/python benchmarks/kv_memory.py [--parts=capacity,overload,prefix,window,hybrid,hybrid_prefix] \\
         [--gguf=models/SmolLM2-135M-Instruct.Q4_1.gguf] [--rounds=2] [--rate=1.5]
 
 Greedy, ignore_eos; 2 threads; one client thread per request on the same
@@ -298,6 +313,108 @@ def window(args):
     print()
 
 
+def hybrid(args):
+    print("## A hybrid's memory: recurrent state beside the KV blocks\n")
+    print(f"bf16 weights and KV cache, --kv_cache_memory=4GiB, prefix caching off; the real request: "
+          f"{args.long_prompt:,} prompt tokens + 32 generated (greedy), --max_tokens_per_step=512.\n")
+    print("| model | KV bytes per position | recurrent state per sequence | one 32,768-position context | "
+          f"held at most for {args.long_prompt + 32:,} positions (measured) | same, from the accounting | "
+          "prefill s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for model, label in (("builtin:qwen3-0.6b", "Qwen3-0.6B shapes (28 attention layers)"),
+                         ("builtin:qwen3.5-0.8b", "Qwen3.5-0.8B shapes (6 attention + 18 delta net)")):
+        s = Server(f"--model={model}", "--dtype=bf16", "--kv_dtype=bf16", "--max_seq_len=32768",
+                   "--kv_cache_memory=4GiB", "--max_batch=4", "--max_tokens_per_step=512",
+                   "--prefix_caching=false")
+        try:
+            info = s.client.model_info()
+            slots, slot_bytes = 0, 0.0
+            for line in s.lines:  # "recurrent state: N slots of X MiB (...)"
+                if line.startswith("recurrent state:"):
+                    words = line.split()
+                    slots = int(words[2])
+                    slot_bytes = float(words[5]) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[words[6]]
+            capacity = s.metric("flover_kv_cache_capacity_bytes")
+            per_token = (capacity - slots * slot_bytes) / info.kv_cache_tokens
+            positions = args.long_prompt + 32
+            blocks = -(-positions // 32)
+            accounted = blocks * 32 * per_token + slot_bytes
+            whole = 32768 * per_token + slot_bytes
+            prompt = prompt_ids(args.long_prompt, 7, info.vocab_size)
+            t0 = time.monotonic()
+            first = None
+            for r in s.client.generate(token_ids=prompt, max_new_tokens=32, temperature=0, ignore_eos=True):
+                if first is None and r.token_ids:
+                    first = time.monotonic() - t0
+            peak = s.client.stats().kv_bytes_peak
+            print(f"| {label} | {per_token:,.0f} | {slot_bytes / 2**20:.1f} MiB | {whole / 2**20:,.0f} MiB | "
+                  f"{peak / 2**20:,.0f} MiB | {accounted / 2**20:,.0f} MiB | {first:.1f} |", flush=True)
+        finally:
+            s.close()
+    print()
+
+
+def hybrid_prefix(args):
+    model = "builtin:qwen3.5-0.8b"
+    rng = random.Random(args.seed)
+    system = prompt_ids(1024, 11, 248320)
+    t, plan = 0.0, []
+    for i in range(args.requests):
+        t += rng.expovariate(args.rate)
+        plan.append((t, system + prompt_ids(64, 1000 + i, 248320)))
+
+    def run(server):
+        ttft = [None] * len(plan)
+
+        def one(i):
+            time.sleep(max(0.0, t0 + plan[i][0] - time.monotonic()))
+            start = time.monotonic()
+            for r in server.client.generate(token_ids=plan[i][1], max_new_tokens=args.max_tokens, temperature=0,
+                                            ignore_eos=True):
+                if ttft[i] is None and r.token_ids:
+                    ttft[i] = time.monotonic() - start
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(plan))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return ttft, time.monotonic() - t0
+
+    got, hits = {}, {}
+    for r in range(args.rounds):
+        for caching in (["true", "false"] if r % 2 == 0 else ["false", "true"]):
+            s = Server(f"--model={model}", "--dtype=bf16", f"--prefix_caching={caching}", "--max_seq_len=4096",
+                       "--kv_cache_memory=2GiB")
+            try:
+                # Warm-up: one request first (with reuse on, its prefix is then cached, as a
+                # served system prompt would be).
+                list(s.client.generate(token_ids=plan[0][1][:1100], max_new_tokens=1, temperature=0))
+                ttft, wall = run(s)
+                got.setdefault(caching, []).append((ttft, wall))
+                st = s.client.stats()
+                hits[caching] = (st.prefix_cache_hit_tokens, st.prefix_cache_query_tokens, st.prompt_tokens)
+            finally:
+                s.close()
+            print(f"round {r + 1}: prefix_caching={caching} done", file=sys.stderr, flush=True)
+    print(f"## Prefix reuse on a hybrid: {args.requests} Poisson requests at {args.rate:g}/s, {model} (bf16), "
+          f"prompts of a shared 1,024-token prefix + 64 tokens of their own, {args.max_tokens} tokens each; "
+          f"medians of {args.rounds} rounds\n")
+    print("| --prefix_caching | TTFT mean ms | TTFT p50 ms | TTFT p90 ms | wall s | prefix hits / queries (tokens) "
+          "| prompt tokens computed |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    means = {}
+    for caching in ("true", "false"):
+        rows = got[caching]
+        stat = lambda f: statistics.median(f(sorted(x[0])) for x in rows)  # noqa: E731
+        means[caching] = stat(lambda v: statistics.mean(v)) * 1000
+        h, q, computed = hits[caching]
+        print(f"| {caching} | {means[caching]:.0f} | {stat(lambda v: v[len(v) // 2]) * 1000:.0f} | "
+              f"{stat(lambda v: v[int(len(v) * 0.9)]) * 1000:.0f} | "
+              f"{statistics.median(x[1] for x in rows):.1f} | {h:,} / {q:,} | {computed:,} |")
+    print(f"\nmean TTFT, reuse off / on: {means['false'] / means['true']:.1f}x\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="capacity,overload,prefix,window")
@@ -307,6 +424,7 @@ def main():
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--max_tokens", type=int, default=32)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--long_prompt", type=int, default=32000, help="hybrid: the real request's prompt tokens")
     args = ap.parse_args()
     if args.gguf and not os.path.exists(args.gguf):
         print(f"{args.gguf} is missing (tools/setup.sh fetches it); SmolLM2 parts skipped\n")
@@ -315,7 +433,8 @@ def main():
                          capture_output=True, text=True).stdout.strip()
     print(f"{time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores\n")
     for part in args.parts.split(","):
-        {"capacity": capacity, "overload": overload, "prefix": prefix, "window": window}[part](args)
+        {"capacity": capacity, "overload": overload, "prefix": prefix, "window": window, "hybrid": hybrid,
+         "hybrid_prefix": hybrid_prefix}[part](args)
 
 
 if __name__ == "__main__":

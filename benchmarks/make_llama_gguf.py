@@ -49,13 +49,16 @@ SHAPES = {
     ARCH, (22, 2048, 32, 4, 64, 5632, 32000, 2048, 1e4, 1e-5, 0, 0, "1b"))
 
 
-def vocab():
+def vocab(n_vocab=N_VOCAB):
+    """A synthetic SentencePiece-style vocabulary of n_vocab pieces (also
+    make_hybrid_gguf.py's): <unk>, <s>, </s>, the 256 byte tokens, then
+    distinct ASCII pieces, half with the word marker; (tokens, scores, types)."""
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     types += [gguf.TokenType.BYTE] * 256
     letters = "abcdefghijklmnopqrstuvwxyz"
     i = 0
-    while len(tokens) < N_VOCAB:
+    while len(tokens) < n_vocab:
         # Distinct ASCII pieces, half with the SentencePiece word marker.
         s, n = "", i
         while True:
@@ -66,7 +69,7 @@ def vocab():
         tokens.append(("\u2581" if i % 2 == 0 else "") + s)
         types.append(gguf.TokenType.NORMAL)
         i += 1
-    scores = [0.0] * 3 + [0.0] * 256 + [-float(k) for k in range(N_VOCAB - 259)]
+    scores = [0.0] * 3 + [0.0] * 256 + [-float(k) for k in range(n_vocab - 259)]
     return tokens, scores, types
 
 

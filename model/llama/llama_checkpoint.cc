@@ -174,7 +174,7 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.max_positions = 4096;
     c.rms_norm_eps = 1e-5f;
   } else if (name == "qwen3-0.6b") {
-    // Qwen3-0.6B's shapes (its vocabulary, a tied head).
+    // Qwen3-0.6B's shapes (its vocabulary, a tied head, its context).
     c.architecture = "qwen3";
     c.n_layer = 28;
     c.hidden = 1024;
@@ -183,7 +183,7 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.head_dim = 128;
     c.intermediate = 3072;
     c.vocab_size = 151936;
-    c.max_positions = 4096;
+    c.max_positions = 40960;  // as its config.json
     c.rope_theta = 1000000.0;
     c.tie_word_embeddings = true;
   } else if (name == "qwen3.5-tiny" || name == "qwen3.5-0.8b") {
