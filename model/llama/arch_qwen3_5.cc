@@ -30,6 +30,17 @@ absl::Status ParseQwen3_5Linear(const google::protobuf::Struct& s, absl::string_
     *out = *v;
   }
   if (JsonBoolField(s, "use_sliding_window", false)) return SlidingWindowRefused(what, c->architecture);
+  // The multi-token-prediction layer (mtp.*, beside the text model), read
+  // by --speculative=mtp alone; the released checkpoints have one.
+  if (JsonHas(s, "mtp_num_hidden_layers")) {
+    auto mtp = JsonIntField(s, "mtp_num_hidden_layers", 0, 1, what);
+    if (!mtp.ok()) return mtp.status();
+    c->mtp_layers = *mtp;
+  }
+  if (c->mtp_layers > 0 && JsonBoolField(s, "mtp_use_dedicated_embeddings", false)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": mtp_use_dedicated_embeddings true (an embedding table of the MTP layer's own) is not read"));
+  }
   return absl::OkStatus();
 }
 

@@ -147,6 +147,11 @@ struct LlamaConfig {
   // Qwen3.5's released image-text checkpoints keep it under
   // "model.language_model." (its vision tower, "model.visual.", is not read).
   std::string text_prefix = "model.";
+  // Qwen3.5's multi-token-prediction layers (mtp_num_hidden_layers; GGUF:
+  // nextn_predict_layers, appended after the model's block_count - these
+  // blocks): a drafter's, not part of the model's forward (n_layer excludes
+  // them).
+  int mtp_layers = 0;
   LayerKind layer_kind(int l) const { return layer_kinds.empty() ? LayerKind::kAttention : layer_kinds[l]; }
 
   // The entry of `architecture` (llama's for a name not in the table,

@@ -102,6 +102,18 @@ TEST(LlamaConfigTest, HybridModelsKeysAndRefusals) {
   EXPECT_THAT(refused("qwen3_5_text", three + R"(, "layer_types": ["linear_attention", "full_attention"])"),
               HasSubstr("linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)"));
   EXPECT_THAT(refused("qwen3_5_text", R"("linear_key_head_dim": 16)"), HasSubstr("linear_conv_kernel_dim"));
+  // The multi-token-prediction layer: one, sharing the model's embedding.
+  EXPECT_EQ(q->mtp_layers, 0);
+  auto mtp = ParseLlamaConfig(Config("qwen3_5_text", linear + R"(, "mtp_num_hidden_layers": 1,
+      "mtp_use_dedicated_embeddings": false, "layer_types": ["linear_attention", "full_attention"])"), "c");
+  ASSERT_TRUE(mtp.ok()) << mtp.status();
+  EXPECT_EQ(mtp->mtp_layers, 1);
+  EXPECT_EQ(mtp->n_layer, 2);  // not one of the model's layers
+  EXPECT_THAT(refused("qwen3_5_text", linear + R"(, "mtp_num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"])"),
+              HasSubstr("mtp_num_hidden_layers"));
+  EXPECT_THAT(refused("qwen3_5_text", linear + R"(, "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": true,
+                              "layer_types": ["linear_attention", "full_attention"])"),
+              HasSubstr("mtp_use_dedicated_embeddings true"));
   auto lfm2 = ParseLlamaConfig(Config("lfm2", R"("conv_L_cache": 3, "norm_eps": 1e-5, "full_attn_idxs": [1],
       "block_auto_adjust_ff_dim": true, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 32,
       "block_ff_dim": 128)"), "c");

@@ -190,6 +190,17 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
       return st;
     }
   }
+  // Multi-token-prediction layers (Qwen3.5's MTP, llama.cpp's nextn): the
+  // last nextn_predict_layers of block_count's blocks, not the model's.
+  if (auto nextn = f.GetInt(a + "nextn_predict_layers"); nextn.ok()) {
+    if (*nextn < 0 || *nextn >= c.n_layer) {
+      return refuse(a, "nextn_predict_layers ", *nextn, " is out of range (block_count ", c.n_layer, ")");
+    }
+    c.mtp_layers = static_cast<int>(*nextn);
+    c.n_layer -= c.mtp_layers;
+  } else if (!absl::IsNotFound(nextn.status())) {
+    return nextn.status();
+  }
   c.n_kv_head = c.n_head;
   if (const GgufValue* kv = f.Find(a + "attention.head_count_kv"); kv != nullptr && kv->type == GgufType::kArray) {
     // Per layer (LFM2): 0 for a layer that keeps no K and V (a short

@@ -131,6 +131,21 @@ TEST(LlamaGgufTest, ReadsHyperParameters) {
   EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
   EXPECT_EQ(c->rope_scaling.factor, 2.0);
   EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->mtp_layers, 0);
+}
+
+// llama.cpp's nextn blocks (Qwen3.5's MTP layer, written by its converter
+// unless told --no-mtp) follow the model's: block_count counts them.
+TEST(LlamaGgufTest, NextnBlocksAreNotTheModelsLayers) {
+  auto f = GgufFile::Open("tests/golden/gguf_qwen35/model.gguf");
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto c = LlamaConfigFromGguf(*f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_layer, 8);
+  EXPECT_EQ(c->mtp_layers, 1);
+  EXPECT_EQ(c->layer_kinds.size(), 8u);
+  EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.nextn_predict_layers", 1); }),
+              HasSubstr("nextn_predict_layers 1 is out of range (block_count 1)"));
 }
 
 TEST(LlamaGgufTest, RefusesWhatItCannotRunByName) {

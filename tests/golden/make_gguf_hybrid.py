@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes make_hybrid_golden.py's fixtures as llama.cpp's converter
-(convert_hf_to_gguf.py --outtype f32 --no-mtp; conversion/qwen.py's
+(convert_hf_to_gguf.py --outtype f32, --no-mtp but for gguf_qwen35; conversion/qwen.py's
 Qwen3_5TextModel, Qwen3_5MoeTextModel and Qwen3NextModel, conversion/lfm2.py's
 LFM2Model, conversion/granite.py's GraniteHybridModel and the base TextModel)
 writes them in GGUF, with their golden files (copied, as
@@ -54,7 +54,15 @@ heads left grouped instead: 1.8.
                the V rows of attn_qkv and the V channels of ssm_conv1d,
                the rows of attn_gate, ssm_beta, ssm_alpha, the entries of
                ssm_a and ssm_dt, the columns of ssm_out (ssm_norm is per
-               head dim, shared by all heads, so untouched)
+               head dim, shared by all heads, so untouched).
+               The MTP layer (qwen35_tiny's mtp.*, make_mtp_golden.py) as
+               the converter writes it without --no-mtp
+               (_Qwen35MtpMixin): block_count 9, nextn_predict_layers 1,
+               blk.8 a full-attention block under the names above plus
+               nextn.eh_proj (mtp.fc), nextn.enorm / nextn.hnorm
+               (pre_fc_norm_embedding / _hidden, 1 + w) and
+               nextn.shared_head_norm (mtp.norm, 1 + w); checked against
+               the converter run so: keys and all 123 tensors equal
   gguf_lfm2    lfm2_tiny as "lfm2":
       keys     block_count 6, context_length 128, embedding_length 64,
                feed_forward_length 96 (the effective MLP width:
@@ -215,6 +223,9 @@ QWEN35_LAYER = {
     "linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias",
     "linear_attn.conv1d.weight": "ssm_conv1d.weight", "linear_attn.norm.weight": "ssm_norm.weight",
     "linear_attn.out_proj.weight": "ssm_out.weight",
+    # Qwen3.5's MTP layer (mtp.*, read as block n_layer)
+    **{k: k for k in ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+                      "nextn.shared_head_norm.weight")},
     # Qwen3.5-MoE and Qwen3-Next: the MoE block (experts: see qwen_hybrid)
     "mlp.gate.weight": "ffn_gate_inp.weight",
     "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
@@ -244,6 +255,9 @@ LFM2_LAYER = {
     "self_attn.v_proj.weight": "attn_v.weight", "self_attn.out_proj.weight": "attn_output.weight",
     "self_attn.q_layernorm.weight": "attn_q_norm.weight", "self_attn.k_layernorm.weight": "attn_k_norm.weight",
 }
+# Qwen3.5's MTP layer's own tensors (mtp.*, block n_layer): llama.cpp's nextn names.
+MTP_GLOBAL = {"fc.weight": "nextn.eh_proj.weight", "pre_fc_norm_embedding.weight": "nextn.enorm.weight",
+              "pre_fc_norm_hidden.weight": "nextn.hnorm.weight", "norm.weight": "nextn.shared_head_norm.weight"}
 GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
           "model.embedding_norm.weight": "token_embd_norm.weight", "lm_head.weight": "output.weight"}
 
@@ -314,7 +328,9 @@ def qwen_hybrid(src, path, vocab, arch):
         sys.exit(f"{src}: rope_type {rope['rope_type']} is not written here")
     moe = cfg.get("num_experts") is not None
     w = begin(path, arch)
-    text_model_keys(w, cfg, cfg.get("intermediate_size"), cfg["num_key_value_heads"])
+    n_layer, n_mtp = cfg["num_hidden_layers"], cfg.get("mtp_num_hidden_layers", 0)
+    text_model_keys(w, {**cfg, "num_hidden_layers": n_layer + n_mtp}, cfg.get("intermediate_size"),
+                    cfg["num_key_value_heads"])
     if moe:  # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
         w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
@@ -328,6 +344,8 @@ def qwen_hybrid(src, path, vocab, arch):
     w.add_full_attention_interval(cfg.get("full_attention_interval", 4))
     w.add_rope_dimension_count(int(cfg["head_dim"] * rope.get("partial_rotary_factor", 0.25)))
     w.add_vocab_size(cfg["vocab_size"])  # the converter's set_vocab
+    if n_mtp > 0:  # _Qwen35MtpMixin.set_gguf_parameters: the MTP layers follow the model's
+        w.add_nextn_predict_layers(n_mtp)
 
     interval = cfg.get("full_attention_interval", 4)
     want = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
@@ -344,6 +362,13 @@ def qwen_hybrid(src, path, vocab, arch):
             continue
         t = state[hf].astype(np.float32)
         name = hf.replace("language_model.", "")
+        if name.startswith("mtp."):  # the MTP layer as block n_layer (the mixin's filter_tensors)
+            rest = name[len("mtp."):]
+            if rest.startswith("layers."):
+                mtp_layer, _, rest = rest[len("layers."):].partition(".")
+                name = f"model.layers.{n_layer + int(mtp_layer)}.{rest}"
+            else:
+                name = f"model.layers.{n_layer}.{MTP_GLOBAL[rest]}"
         _, _, rest = name.partition("model.layers.")
         layer, _, tail = rest.partition(".")
         if name in GLOBAL:
@@ -535,8 +560,9 @@ def main(argv):
                             (granite_hybrid, "granite_micro_tiny", "gguf_granite_micro")):
         write(src, os.path.join(root, out, "model.gguf"), vocab)
         if vocab is None:
-            for name in ("golden.json", "golden_logits.safetensors"):
-                shutil.copy(os.path.join(HERE, src, name), os.path.join(HERE, out, name))
+            for name in ("golden.json", "golden_logits.safetensors", "golden_mtp.json", "golden_mtp.safetensors"):
+                if os.path.exists(os.path.join(HERE, src, name)):  # the MTP layer's: qwen35_tiny's
+                    shutil.copy(os.path.join(HERE, src, name), os.path.join(HERE, out, name))
         print("wrote", os.path.join(root, out, "model.gguf"))
 
 
