@@ -56,6 +56,18 @@ class CausalLm {
   // never pauses to compile.
   virtual absl::Status PrepareForBatches(int max_rows, int max_logit_rows) = 0;
 
+  // Whether every Forward from now keeps each row's final hidden state (the
+  // residual stream after the final norm: the rows the head reads), for
+  // FinalHidden. A drafter that reads the model's hidden rows (Qwen3.5's
+  // multi-token prediction) asks for them; Unimplemented where a model
+  // cannot keep them.
+  virtual absl::Status KeepFinalHidden(bool on) {
+    return on ? absl::UnimplementedError("this model does not keep its final hidden rows") : absl::OkStatus();
+  }
+  // With KeepFinalHidden: the last Forward's rows, [T, hidden] in host
+  // memory in the batch's order, valid until the next Forward; else empty.
+  virtual absl::Span<const float> FinalHidden() const { return {}; }
+
   // Forward, copying the logits into `logits` (resized; cleared on ranks > 0).
   absl::Status Forward(const ForwardBatch& batch, KvCache& cache, LogitsFor which,
                        std::vector<float>* logits);

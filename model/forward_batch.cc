@@ -34,6 +34,7 @@ void ForwardBatch::Clear() {
   logit_rows.clear();
   states.clear();
   state_copies.clear();
+  hidden.clear();
 }
 
 int ForwardBatch::num_logit_rows() const {

@@ -36,6 +36,10 @@ struct ForwardBatch {
   // `first` into slot `second` (a prefix checkpoint of a sequence's state at
   // a block boundary, from the slot it was computed into).
   std::vector<std::pair<int32_t, int32_t>> state_copies;
+  // A multi-token-prediction model's second input (DecoderSpec::mtp_input):
+  // a row of the main model's final hidden state beside each token, [T,
+  // hidden] in host memory, row for row with `tokens`. Else empty.
+  std::vector<float> hidden;
 
   // Appends `new_tokens` of a sequence, the first at position `pos`, whose
   // KV blocks are `blocks` in order of position (the first

@@ -188,6 +188,12 @@ absl::Status ForwardRuntime::CheckStates(const ForwardBatch& b, const KvCacheSha
   return absl::OkStatus();
 }
 
+absl::Status ForwardRuntime::Relayout() {
+  const int rows = rows_, logit_rows = logit_rows_;
+  rows_ = logit_rows_ = 0;
+  return rows > 0 ? Reserve(rows, logit_rows) : absl::OkStatus();
+}
+
 absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
   if (rows <= rows_ && logit_rows <= logit_rows_) return absl::OkStatus();
   // Grow to at least what was there, so alternating shapes never reallocate.

@@ -57,6 +57,9 @@ class ForwardRuntime {
   // Makes every buffer big enough for `rows` rows and `logit_rows` rows of
   // logits (allocating only when a step is larger than any before).
   absl::Status Reserve(int rows, int logit_rows);
+  // Allocates the buffers again for the sizes reserved so far, after the
+  // layout changed (a model that keeps more per row from now on).
+  absl::Status Relayout();
   // Buffer `id` of the layout (its first rows serve smaller steps).
   const kernels::Tensor& buffer(int id) const { return buffers_[id].tensor(); }
 

@@ -51,6 +51,14 @@ class LoadedModel {
   virtual absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
       kernels::Backend& backend, Collectives* collectives = nullptr) const = 0;
 
+  // The model's multi-token-prediction layer (Qwen3.5's MTP: the drafter
+  // of --speculative=mtp) as a model of its own, on the backend `main` runs
+  // on and sharing main's embedding and head; `main` must be this model,
+  // instantiated on one rank. FailedPrecondition where the model has none.
+  virtual absl::StatusOr<std::unique_ptr<CausalLm>> InstantiateMtp(const CausalLm& /*main*/) const {
+    return absl::FailedPreconditionError(spec_ + " has no multi-token-prediction layer");
+  }
+
  protected:
   std::string spec_;
   std::string stored_dtype_ = "F32";

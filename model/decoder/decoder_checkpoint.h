@@ -28,10 +28,16 @@ class DecoderCheckpoint : public LoadedModel {
   // Only this rank's regions of each tensor are read, a layer at a time.
   absl::StatusOr<std::unique_ptr<CausalLm>> Instantiate(
       kernels::Backend& backend, Collectives* collectives = nullptr) const final;
+  absl::StatusOr<std::unique_ptr<CausalLm>> InstantiateMtp(const CausalLm& main) const final;
 
  protected:
   virtual DecoderSpec Spec() const = 0;
   virtual DecoderRecipes Recipes() const = 0;
+  // The multi-token-prediction layer's (DecoderSpec::mtp_input), where the
+  // model has one.
+  virtual bool HasMtp() const { return false; }
+  virtual DecoderSpec MtpSpec() const { return {}; }
+  virtual DecoderRecipes MtpRecipes() const { return {}; }
 
   // Every tensor the recipes name is in source_ with its shape (the data is
   // read when a rank needs it).

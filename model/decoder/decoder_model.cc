@@ -76,17 +76,47 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             b[kRecB] = {f32, TR, H};
             b[kRecA] = {f32, TR, delta || mamba ? H : 1};
             b[kRecOut] = {f32, TR, delta || mamba ? Vd : 1};
+            b[kHiddenIn] = spec_.mtp_input ? ForwardRuntime::BufferSpec{f32, T, C} : ForwardRuntime::BufferSpec{f32, 1, 1};
+            b[kHiddenOut] = keep_hidden_ ? ForwardRuntime::BufferSpec{f32, T, C} : ForwardRuntime::BufferSpec{f32, 1, 1};
             return b;
           },
           [this](int rank) { return VocabRange(spec_.vocab_size, {shard_spec_.tp_size, rank}); }) {}
 
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::CreateMtp(const DecoderSpec& spec,
+                                                                     const DecoderRecipes& recipes,
+                                                                     const ModelInfo& info,
+                                                                     const WeightSource& source,
+                                                                     const CausalLm& main) {
+  const auto* m = dynamic_cast<const DecoderModel*>(&main);
+  if (m == nullptr || !spec.mtp_input) {
+    return absl::InvalidArgumentError("a multi-token-prediction layer needs a decoder main model and spec");
+  }
+  if (m->shard_spec_.tp_size != 1) {
+    return absl::InvalidArgumentError("a multi-token-prediction layer shares a main model of one rank");
+  }
+  if (spec.hidden != m->spec_.hidden || spec.vocab_size != m->spec_.vocab_size) {
+    return absl::InvalidArgumentError("the multi-token-prediction layer's width or vocabulary is not its model's");
+  }
+  return Build(spec, recipes, info, source, m->backend_, nullptr, m->tables_);
+}
+
 absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Create(
     const DecoderSpec& spec, const DecoderRecipes& recipes, const ModelInfo& info,
     const WeightSource& source, kernels::Backend& backend, Collectives* collectives) {
+  return Build(spec, recipes, info, source, backend, collectives, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Build(
+    const DecoderSpec& spec, const DecoderRecipes& recipes, const ModelInfo& info, const WeightSource& source,
+    kernels::Backend& backend, Collectives* collectives, std::shared_ptr<Tables> shared) {
   FLOVER_RETURN_IF_ERROR(spec.Validate());
   const ShardSpec shard_spec = SpecOf(collectives);
   FLOVER_RETURN_IF_ERROR(ValidateDecoderShard(spec, shard_spec));
   std::unique_ptr<DecoderModel> model(new DecoderModel(spec, info, backend, collectives));
+  if (shared != nullptr) {
+    model->tables_ = std::move(shared);
+    model->shared_tables_ = true;
+  }
   // LinearById groups a step's rows by expert on the host, midway.
   if (spec.moe.experts > 0) model->runtime_.DisableRecording();
   const WeightRecipe embed = recipes.embedding(model->shard_);
@@ -140,6 +170,29 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
   if (static_cast<int>(layers_.size()) != spec_.n_layer) {
     return absl::InternalError("the globals must come after every layer");
   }
+  if (spec_.mtp_input) {
+    std::vector<float> none;
+    Buffer no_bias;
+    FLOVER_RETURN_IF_ERROR(up.Norm(w.mtp_enorm, none, &mtp_enorm_, &no_bias));
+    FLOVER_RETURN_IF_ERROR(up.Norm(w.mtp_hnorm, none, &mtp_hnorm_, &no_bias));
+    FLOVER_RETURN_IF_ERROR(up.Site(w.mtp_eh_e, none, C, C, Epilogue::kBias, &mtp_eh_e_));
+    // The hidden's half adds into the embedding's.
+    FLOVER_RETURN_IF_ERROR(up.Site(w.mtp_eh_h, none, C, C, Epilogue::kBiasResidual, &mtp_eh_h_));
+  }
+  FLOVER_RETURN_IF_ERROR(up.Norm(w.norm, w.norm_b, &norm_, &norm_b_));
+  if (spec_.position_table && shard_.adds_replicated_bias) {
+    FLOVER_RETURN_IF_ERROR(up.Values(w.position_table, spec_.max_positions, C, &positions_));
+    if (positions_.empty()) return absl::InvalidArgumentError("the model has no position table");
+  }
+  if (!spec_.inv_freq.empty()) {
+    std::vector<float> inv_freq = spec_.inv_freq;
+    FLOVER_RETURN_IF_ERROR(up.Values(inv_freq, 1, static_cast<int64_t>(inv_freq.size()), &inv_freq_));
+  }
+  if (!spec_.local_rope.empty()) {
+    std::vector<float> local = spec_.inv_freq_local;
+    FLOVER_RETURN_IF_ERROR(up.Values(local, 1, static_cast<int64_t>(local.size()), &inv_freq_local_));
+  }
+  if (shared_tables_) return absl::OkStatus();  // the main model's embedding and head
   const bool native = backend_.matmul_dtype() == kernels::MatmulDtype::kNative;
   // Native: the embedding as the file stores it, when it is blocks of one
   // format, is kept so on the backend (the file's bytes instead of 4 per
@@ -151,7 +204,7 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
     const int64_t count = static_cast<int64_t>(rows.blocks.size()) / kernels::BlockRowBytes(format, C);
     auto table = backend_.PrepareBlockRows(format, rows.blocks.data(), count, C);
     if (!table.ok()) return table.status();
-    embed_rows_ = std::move(*table);
+    tables_->embed_rows = std::move(*table);
     return absl::OkStatus();
   };
   // The head: lm_head when the checkpoint has one, else the embedding's
@@ -163,30 +216,17 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
     w.lm_head = std::move(*rows);
     if (native) FLOVER_RETURN_IF_ERROR(keep_embed_blocks(w.lm_head));
   }
-  FLOVER_RETURN_IF_ERROR(PrepareMatrixReleasing(backend_, w.lm_head, C, VL, WeightLayout::kOutIn, &head_.w));
-  FLOVER_RETURN_IF_ERROR(up.Values(w.lm_head_b, 1, VL, &head_.bias));
+  FLOVER_RETURN_IF_ERROR(PrepareMatrixReleasing(backend_, w.lm_head, C, VL, WeightLayout::kOutIn, &tables_->head.w));
+  FLOVER_RETURN_IF_ERROR(up.Values(w.lm_head_b, 1, VL, &tables_->head.bias));
   if (native && !tied) {
     auto rows = ReadRecipeStored(source, embed, /*keep_blocks=*/true);
     if (!rows.ok()) return rows.status();
     FLOVER_RETURN_IF_ERROR(keep_embed_blocks(*rows));
   }
-  if (embed_rows_ == nullptr) {
+  if (tables_->embed_rows == nullptr) {
     auto table = UploadRowsF32(backend_, source, embed, C, spec_.embed_scale);
     if (!table.ok()) return table.status();
-    embed_ = std::move(*table);
-  }
-  if (spec_.position_table && shard_.adds_replicated_bias) {
-    FLOVER_RETURN_IF_ERROR(up.Values(w.position_table, spec_.max_positions, C, &positions_));
-    if (positions_.empty()) return absl::InvalidArgumentError("the model has no position table");
-  }
-  FLOVER_RETURN_IF_ERROR(up.Norm(w.norm, w.norm_b, &norm_, &norm_b_));
-  if (!spec_.inv_freq.empty()) {
-    std::vector<float> inv_freq = spec_.inv_freq;
-    FLOVER_RETURN_IF_ERROR(up.Values(inv_freq, 1, static_cast<int64_t>(inv_freq.size()), &inv_freq_));
-  }
-  if (!spec_.local_rope.empty()) {
-    std::vector<float> local = spec_.inv_freq_local;
-    FLOVER_RETURN_IF_ERROR(up.Values(local, 1, static_cast<int64_t>(local.size()), &inv_freq_local_));
+    tables_->embed = std::move(*table);
   }
   return absl::OkStatus();
 }
@@ -245,8 +285,19 @@ absl::Status DecoderModel::PrepareForBatches(int max_rows, int max_logit_rows) {
     FLOVER_RETURN_IF_ERROR(l.mixer->Prepare(backend_, T));
     FLOVER_RETURN_IF_ERROR(l.mlp->Prepare(backend_, T));
   }
-  FLOVER_RETURN_IF_ERROR(prepare(head_, std::max(T, R)));
+  FLOVER_RETURN_IF_ERROR(prepare(tables_->head, std::max(T, R)));
+  if (spec_.mtp_input) {
+    FLOVER_RETURN_IF_ERROR(prepare(mtp_eh_e_, T));
+    FLOVER_RETURN_IF_ERROR(prepare(mtp_eh_h_, T));
+  }
   return runtime_.Reserve(T, R);
+}
+
+absl::Status DecoderModel::KeepFinalHidden(bool on) {
+  if (on == keep_hidden_) return absl::OkStatus();
+  keep_hidden_ = on;
+  hidden_ = {};
+  return runtime_.Relayout();  // kHiddenOut's rows
 }
 
 absl::Status DecoderModel::Norm(const Tensor& x, const Buffer& g, const Buffer& b,
@@ -288,6 +339,13 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
   auto step = runtime_.UploadStep(b);
   if (!step.ok()) return step.status();
   *R_out = R;
+  if (spec_.mtp_input) {  // the main model's hidden rows beside the tokens
+    if (b.hidden.size() != static_cast<size_t>(T) * spec_.hidden) {
+      return absl::InvalidArgumentError(absl::StrCat("a multi-token-prediction step needs ", T, " x ", spec_.hidden,
+                                                     " hidden values, got ", b.hidden.size()));
+    }
+    FLOVER_RETURN_IF_ERROR(backend_.Upload(b.hidden.data(), runtime_.buffer(kHiddenIn).Rows(0, T)));
+  }
   // Prefix checkpoints first (never part of a recorded step).
   for (const auto& [from, to] : b.state_copies) {
     for (int i = 0; i < cache.shape().state_layers; ++i) {
@@ -302,20 +360,28 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
   }
   // Everything after the upload: replayed from a recording for decode steps
   // where the backend records (ForwardRuntime::RunOps).
-  return runtime_.RunOps(&*step, cache, static_cast<int>(which), [&]() -> absl::Status {
+  const int variant = static_cast<int>(which) + (keep_hidden_ ? 2 : 0);
+  return runtime_.RunOps(&*step, cache, variant, [&]() -> absl::Status {
     auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
     const Tensor x = buf(kX, T), h = buf(kH, T);
 
     // x: [T, C] is the residual stream, replicated on every rank.
-    if (embed_rows_ == nullptr) {
-      FLOVER_RETURN_IF_ERROR(backend_.Embed(step->tokens, step->positions, embed_.tensor(),
+    const Tables& t = *tables_;
+    if (t.embed_rows == nullptr) {
+      FLOVER_RETURN_IF_ERROR(backend_.Embed(step->tokens, step->positions, t.embed.tensor(),
                                             shard_.vocab_begin, OrNull(positions_), x));
     } else {
-      FLOVER_RETURN_IF_ERROR(backend_.EmbedBlocks(step->tokens, step->positions, *embed_rows_,
+      FLOVER_RETURN_IF_ERROR(backend_.EmbedBlocks(step->tokens, step->positions, *t.embed_rows,
                                                   shard_.vocab_begin, spec_.embed_scale,
                                                   OrNull(positions_), x));
     }
     FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
+    if (spec_.mtp_input) {  // x = eh_e enorm(x) + eh_h hnorm(hidden)
+      FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, mtp_enorm_.tensor(), spec_.norm_eps, h));
+      FLOVER_RETURN_IF_ERROR(Apply(mtp_eh_e_, h, x));
+      FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(buf(kHiddenIn, T), mtp_hnorm_.tensor(), spec_.norm_eps, h));
+      FLOVER_RETURN_IF_ERROR(Apply(mtp_eh_h_, h, x));
+    }
     for (int l = 0; l < spec_.n_layer; ++l) {
       const LayerParams& p = layers_[l];
       FLOVER_RETURN_IF_ERROR(Norm(x, p.norm1, p.norm1_b, h));
@@ -325,6 +391,9 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
       FLOVER_RETURN_IF_ERROR(p.mlp->Forward(*this, h, p.post_mlp_norm, T));
     }
 
+    // Every row's final hidden state, where kept (the norm is row by row:
+    // the same values as the head's rows below).
+    if (keep_hidden_) FLOVER_RETURN_IF_ERROR(Norm(x, norm_, norm_b_, buf(kHiddenOut, T)));
     // The final norm and head only on the rows whose logits are wanted.
     Tensor rows = x;
     if (which == LogitsFor::kLastRowsOfEachSequence) {
@@ -333,7 +402,7 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
     }
     const Tensor hr = buf(kH, R), logits = buf(kLogits, R);
     FLOVER_RETURN_IF_ERROR(Norm(rows, norm_, norm_b_, hr));
-    FLOVER_RETURN_IF_ERROR(Apply(head_, hr, logits));
+    FLOVER_RETURN_IF_ERROR(Apply(t.head, hr, logits));
     if (spec_.final_softcap > 0) FLOVER_RETURN_IF_ERROR(backend_.SoftCap(logits, spec_.final_softcap));
     return absl::OkStatus();
   });
@@ -344,7 +413,24 @@ absl::StatusOr<absl::Span<float>> DecoderModel::Forward(const ForwardBatch& b, K
   FLOVER_RETURN_IF_ERROR(runtime_.CheckBatch(b, cache, CacheShape(1, 1)));
   int R = 0;
   const absl::Status run = Run(b, cache, which, &R);
-  return runtime_.Finish(run, runtime_.buffer(kLogits), R);
+  auto logits = runtime_.Finish(run, runtime_.buffer(kLogits), R);
+  if (logits.ok()) FLOVER_RETURN_IF_ERROR(FetchHidden(b.num_rows()));
+  return logits;
+}
+
+absl::Status DecoderModel::FetchHidden(int T) {
+  hidden_ = {};
+  if (!keep_hidden_ || T == 0) return absl::OkStatus();
+  const Tensor rows = runtime_.buffer(kHiddenOut).Rows(0, T);
+  const size_t n = static_cast<size_t>(T) * spec_.hidden;
+  if (const void* host = backend_.HostAddress(rows); host != nullptr) {
+    hidden_ = absl::MakeConstSpan(static_cast<const float*>(host), n);
+    return absl::OkStatus();
+  }
+  hidden_host_.resize(n);
+  FLOVER_RETURN_IF_ERROR(backend_.Download(rows, hidden_host_.data()));
+  hidden_ = absl::MakeConstSpan(hidden_host_);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Span<const int32_t>> DecoderModel::ForwardGreedy(const ForwardBatch& b,
@@ -352,7 +438,9 @@ absl::StatusOr<absl::Span<const int32_t>> DecoderModel::ForwardGreedy(const Forw
   FLOVER_RETURN_IF_ERROR(runtime_.CheckBatch(b, cache, CacheShape(1, 1)));
   int R = 0;
   const absl::Status run = Run(b, cache, LogitsFor::kLastRowsOfEachSequence, &R);
-  return runtime_.FinishGreedy(run, runtime_.buffer(kLogits), R);
+  auto best = runtime_.FinishGreedy(run, runtime_.buffer(kLogits), R);
+  if (best.ok()) FLOVER_RETURN_IF_ERROR(FetchHidden(b.num_rows()));
+  return best;
 }
 
 }  // namespace flover

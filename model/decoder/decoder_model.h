@@ -39,6 +39,14 @@ class DecoderModel final : public CausalLm, private LayerContext {
                                                               const WeightSource& source,
                                                               kernels::Backend& backend,
                                                               Collectives* collectives = nullptr);
+  // A multi-token-prediction layer (spec.mtp_input) of `main`, on main's
+  // backend and one rank: its embedding and head are main's own buffers
+  // (the recipes name neither), never a second copy.
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> CreateMtp(const DecoderSpec& spec,
+                                                                 const DecoderRecipes& recipes,
+                                                                 const ModelInfo& info,
+                                                                 const WeightSource& source,
+                                                                 const CausalLm& main);
 
   const ModelInfo& info() const override { return info_; }
   kernels::Backend& backend() const override { return backend_; }
@@ -50,6 +58,8 @@ class DecoderModel final : public CausalLm, private LayerContext {
   absl::StatusOr<absl::Span<const int32_t>> ForwardGreedy(const ForwardBatch& batch,
                                                           KvCache& cache) override;
   absl::Status PrepareForBatches(int max_rows, int max_logit_rows) override;
+  absl::Status KeepFinalHidden(bool on) override;
+  absl::Span<const float> FinalHidden() const override { return hidden_; }
 
  private:
   // A layer: its norms, its token mixer and its MLP.
@@ -59,6 +69,11 @@ class DecoderModel final : public CausalLm, private LayerContext {
     std::unique_ptr<MlpStrategy> mlp;
   };
 
+  struct Tables;
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> Build(const DecoderSpec& spec, const DecoderRecipes& recipes,
+                                                             const ModelInfo& info, const WeightSource& source,
+                                                             kernels::Backend& backend, Collectives* collectives,
+                                                             std::shared_ptr<Tables> shared);
   DecoderModel(const DecoderSpec& spec, const ModelInfo& info, kernels::Backend& backend,
                Collectives* collectives);
   // Puts a part of the weights (its layers, then, with `globals`, the
@@ -70,6 +85,8 @@ class DecoderModel final : public CausalLm, private LayerContext {
   absl::Status Norm(const kernels::Tensor& x, const kernels::Buffer& g, const kernels::Buffer& b,
                     const kernels::Tensor& out);
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
+  // After a forward's Finish: FinalHidden's rows of a T-row batch, where kept.
+  absl::Status FetchHidden(int T);
 
   // LayerContext: what the layers' parts run with.
   const DecoderSpec& spec() const override { return spec_; }
@@ -88,15 +105,27 @@ class DecoderModel final : public CausalLm, private LayerContext {
   DecoderShard shard_;
   ForwardRuntime runtime_;
   std::vector<LayerParams> layers_;
-  kernels::Buffer embed_;     // f32 [V_local, C], times spec.embed_scale; empty with:
-  // --dtype=native and an embedding stored in blocks: its V_local rows as
-  // the file stores them, on the backend (EmbedBlocks looks up a step's rows).
-  std::unique_ptr<kernels::BlockRows> embed_rows_;
+  // The embedding and the head, which a multi-token-prediction layer shares
+  // with its main model (CreateMtp).
+  struct Tables {
+    kernels::Buffer embed;  // f32 [V_local, C], times spec.embed_scale; empty with:
+    // --dtype=native and an embedding stored in blocks: its V_local rows as
+    // the file stores them, on the backend (EmbedBlocks looks up a step's rows).
+    std::unique_ptr<kernels::BlockRows> embed_rows;
+    LinearSite head;  // [V_local, C]
+  };
+  std::shared_ptr<Tables> tables_ = std::make_shared<Tables>();
+  bool shared_tables_ = false;  // tables_ are another model's (CreateMtp)
   kernels::Buffer positions_;  // f32 [P, C]; empty: none, or another rank adds it
   kernels::Buffer norm_, norm_b_;
   kernels::Buffer inv_freq_;  // f32 [1, R / 2]; empty: no rotary embeddings
   kernels::Buffer inv_freq_local_;  // the local layers' (spec_.local_rope); empty: none
-  LinearSite head_;           // [V_local, C]
+  // spec.mtp_input: the pair's norms and the halves of its projection.
+  kernels::Buffer mtp_enorm_, mtp_hnorm_;
+  LinearSite mtp_eh_e_, mtp_eh_h_;
+  bool keep_hidden_ = false;         // KeepFinalHidden
+  std::vector<float> hidden_host_;   // FetchHidden's copy where the backend's memory is not the host's
+  absl::Span<const float> hidden_;   // FinalHidden
 };
 
 }  // namespace flover

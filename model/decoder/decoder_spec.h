@@ -167,6 +167,14 @@ struct DecoderSpec {
   // > 0: logits = cap * tanh(logits / cap) (Gemma 2).
   float final_softcap = 0.0f;
 
+  // A multi-token-prediction layer (Qwen3.5's MTP; the model is its one
+  // layer): each row's input is a pair, its token and a row of the main
+  // model's final hidden state (ForwardBatch::hidden, after the main
+  // model's final norm), x = eh_e enorm(embed(token)) + eh_h hnorm(hidden)
+  // (the halves of its [C, 2C] projection over [embedding | hidden]); the
+  // final norm is the layer's own, the embedding and head the main model's.
+  bool mtp_input = false;
+
   // The window every attention layer attends within (the largest of
   // theirs), or 0 if some layer attends the whole context: positions a row
   // reads back.

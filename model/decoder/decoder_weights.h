@@ -59,6 +59,10 @@ struct DecoderWeights {
   std::vector<float> norm, norm_b;    // the final norm
   StoredValues lm_head;               // [V_local, C]; empty: tied to the embedding
   std::vector<float> lm_head_b;       // [V_local]; empty: none
+  // DecoderSpec::mtp_input: the pair's norms ([C]) and the two halves of
+  // its projection ([C, C] each: the embedding's columns, the hidden's).
+  std::vector<float> mtp_enorm, mtp_hnorm;
+  StoredValues mtp_eh_e, mtp_eh_h;
 };
 
 // A family's recipe table.

@@ -59,6 +59,8 @@ enum Activation {
   kRecB,     // f32 [T, Hv | C]: the delta net's beta logits, the short convolution's B
   kRecA,     // f32 [T, Hv]: the delta net's decay logits, Mamba-2's dt
   kRecOut,   // f32 [T, Hv dv]: the delta rule's output (Mamba-2's scan's)
+  kHiddenIn,   // f32 [T, C] (spec.mtp_input): the main model's hidden rows, uploaded
+  kHiddenOut,  // f32 [T, C] (KeepFinalHidden): every row after the final norm
   kNumActivations,
 };
 

@@ -92,6 +92,12 @@ void Qwen3_5Entry(LlamaArchitecture* a) {
       {"linear_attn.dt_bias", "ssm_dt.bias"},
       {"linear_attn.norm.weight", "ssm_norm.weight"},
       {"linear_attn.out_proj.weight", "ssm_out.weight"},
+      // The multi-token-prediction layer's own (block n_layer; the recipes
+      // use these names: LlamaMtpRecipes).
+      {"nextn.eh_proj.weight", "nextn.eh_proj.weight"},
+      {"nextn.enorm.weight", "nextn.enorm.weight"},
+      {"nextn.hnorm.weight", "nextn.hnorm.weight"},
+      {"nextn.shared_head_norm.weight", "nextn.shared_head_norm.weight"},
   };
   a->builtin = [](LlamaConfig* c) {
     c->partial_rotary_factor = 0.25;

@@ -60,6 +60,21 @@ bool LocatePacked(const LlamaConfig& c, absl::string_view name, SlicedSource::Sl
 }  // namespace
 
 std::string StoredLlamaName(const LlamaConfig& c, absl::string_view name) {
+  // The multi-token-prediction layer, which the recipes name as llama.cpp's
+  // files do (layer n_layer, its own tensors under nextn.): mtp.* beside the
+  // text model.
+  if (c.mtp_layers > 0) {
+    const std::string mtp = absl::StrCat("model.layers.", c.n_layer, ".");
+    if (absl::ConsumePrefix(&name, mtp)) {
+      for (auto [from, to] : {std::pair{"nextn.eh_proj.weight", "mtp.fc.weight"},
+                              std::pair{"nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight"},
+                              std::pair{"nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight"},
+                              std::pair{"nextn.shared_head_norm.weight", "mtp.norm.weight"}}) {
+        if (name == from) return to;
+      }
+      return absl::StrCat("mtp.layers.0.", name);
+    }
+  }
   std::string out(name);
   for (const auto& [from, to] : c.arch().renames) {
     if (const size_t at = out.find(from); at != std::string::npos) {
@@ -330,7 +345,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
         std::move(m->source_),
         [c = m->config_](absl::string_view name, SlicedSource::Slice* out) { return LocatePacked(c, name, out); });
   }
-  if (m->config_.text_prefix != "model." || !m->config_.arch().renames.empty()) {
+  if (m->config_.text_prefix != "model." || !m->config_.arch().renames.empty() || m->config_.mtp_layers > 0) {
     m->source_ = std::make_unique<RenamedSource>(
         std::move(m->source_), [c = m->config_](absl::string_view name) { return StoredLlamaName(c, name); });
   }

@@ -42,6 +42,9 @@ class LlamaCheckpoint final : public DecoderCheckpoint {
   LlamaCheckpoint() = default;
   DecoderSpec Spec() const override { return LlamaDecoderSpec(config_); }
   DecoderRecipes Recipes() const override { return LlamaRecipes(config_); }
+  bool HasMtp() const override { return config_.mtp_layers > 0; }
+  DecoderSpec MtpSpec() const override { return LlamaMtpSpec(config_); }
+  DecoderRecipes MtpRecipes() const override { return LlamaMtpRecipes(config_); }
 
   LlamaConfig config_;
 };

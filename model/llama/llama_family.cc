@@ -229,6 +229,61 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
   return r;
 }
 
+namespace {
+
+// The config with the multi-token-prediction layer as one more attention
+// layer after the model's (its index n_layer, as llama.cpp's files keep it).
+LlamaConfig WithMtpLayer(const LlamaConfig& c) {
+  LlamaConfig m = c;
+  m.n_layer = c.n_layer + 1;
+  if (!m.layer_kinds.empty()) m.layer_kinds.push_back(LlamaConfig::LayerKind::kAttention);
+  return m;
+}
+
+template <typename T>
+void KeepLast(std::vector<T>* v) {
+  if (!v->empty()) v->erase(v->begin(), v->end() - 1);
+}
+
+}  // namespace
+
+DecoderSpec LlamaMtpSpec(const LlamaConfig& c) {
+  const LlamaConfig m = WithMtpLayer(c);
+  DecoderSpec s = LlamaDecoderSpec(m);
+  s.n_layer = 1;
+  KeepLast(&s.mixers);
+  KeepLast(&s.attention);
+  KeepLast(&s.moe.layers);
+  KeepLast(&s.rope_layers);
+  KeepLast(&s.local_rope);
+  s.mtp_input = true;
+  return s;
+}
+
+DecoderRecipes LlamaMtpRecipes(const LlamaConfig& c) {
+  const LlamaConfig m = WithMtpLayer(c);
+  const DecoderRecipes base = LlamaRecipes(m);
+  const int n = c.n_layer;
+  const int64_t C = c.hidden;
+  DecoderRecipes r;
+  r.embedding = base.embedding;
+  r.layer = [base, n](int l, const DecoderShard& sh, DecoderLayerWeights& L, const DecoderRecipes::Visit& visit) {
+    base.layer(n + l, sh, L, visit);
+  };
+  // Its own norms and projection under llama.cpp's nextn names (the
+  // checkpoint's mtp.* through StoredLlamaName); the embedding and head are
+  // the model's.
+  r.globals = [m, n, C](const DecoderShard&, DecoderWeights& w, const DecoderRecipes::Visit& visit) {
+    const std::string p = absl::StrCat("model.layers.", n, ".nextn.");
+    visit(NormRecipe(m, p + "shared_head_norm.weight", C), &w.norm);
+    visit(NormRecipe(m, p + "enorm.weight", C), &w.mtp_enorm);
+    visit(NormRecipe(m, p + "hnorm.weight", C), &w.mtp_hnorm);
+    visit(ColSlice(p + "eh_proj.weight", {C, 2 * C}, 0, C), &w.mtp_eh_e);
+    visit(ColSlice(p + "eh_proj.weight", {C, 2 * C}, C, 2 * C), &w.mtp_eh_h);
+  };
+  return r;
+}
+
 absl::StatusOr<DecoderWeights> LoadLlamaWeights(const WeightSource& source,
                                                 const LlamaConfig& config, const ShardSpec& spec,
                                                 WeightPart part) {

@@ -27,6 +27,17 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& config);
 // q/k/v become one [(Hq + 2 Hkv) * D, C] matrix and gate/up one [2F, C].
 DecoderRecipes LlamaRecipes(const LlamaConfig& config);
 
+// Qwen3.5's multi-token-prediction layer (config.mtp_layers 1) on the
+// decoder skeleton: a one-layer spec (DecoderSpec::mtp_input) whose layer
+// is an attention layer of the model's (its MLP too), and its recipes under
+// the names llama.cpp's files give it, as layer n_layer:
+// "model.layers.{n_layer}.*" and its own "model.layers.{n_layer}.nextn.
+// {eh_proj,enorm,hnorm,shared_head_norm}.weight" (a Hugging Face
+// checkpoint's mtp.* through StoredLlamaName). No embedding or head: the
+// model's (DecoderModel::CreateMtp).
+DecoderSpec LlamaMtpSpec(const LlamaConfig& config);
+DecoderRecipes LlamaMtpRecipes(const LlamaConfig& config);
+
 // A recurrent layer's tensors (recurrent_recipes.cc): Qwen3.5's gated delta
 // net (linear_attn.*) on this rank's key heads and their value heads, or
 // LFM2's short convolution (conv.*) on this rank's band of channels.
