@@ -21,13 +21,14 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/drafter.h"
 #include "engine/kv_blocks.h"
 #include "engine/step_executor.h"
 #include "model/causal_lm.h"
 
 namespace flover {
 
-class DraftModel {
+class DraftModel final : public Drafter {
  public:
   // For up to `max_seqs` sequences of up to `max_seq_len` positions, steps
   // of up to `max_rows` rows; a KV cache of `kv_bytes` (0: what those
@@ -38,19 +39,14 @@ class DraftModel {
                                                             int max_seqs, int max_seq_len, int max_rows,
                                                             int64_t kv_bytes);
 
-  struct Ask {
-    uint64_t id = 0;                   // the sequence (the engine's request id)
-    absl::Span<const int32_t> tokens;  // all of its tokens; the last one sampled, not yet computed
-    int max_tokens = 0;                // drafts wanted, >= 1
-  };
   // The drafts for each ask, in order: up to max_tokens greedy tokens after
   // its tokens; none for a sequence whose earlier tokens do not fit this
   // call's `max_rows` (it computes a part of them now and drafts a later
   // step) or this cache (it drafts nothing until blocks free up).
-  absl::StatusOr<std::vector<std::vector<int32_t>>> Propose(absl::Span<const Ask> asks, int max_rows);
+  absl::StatusOr<std::vector<std::vector<int32_t>>> Propose(absl::Span<const Ask> asks, int max_rows) override;
 
   // A sequence that finished: its blocks go back.
-  void Forget(uint64_t id);
+  void Forget(uint64_t id) override;
 
   // Whether drafting for a sequence repays the tokens (its, the last one
   // sampled) this cache has still to compute first: at most
@@ -59,9 +55,9 @@ class DraftModel {
   // last chat of a burst reading its 656-token prompt for its last few
   // dozen tokens cost 7%).
   static constexpr int kPromptPerToken = 8;
-  bool Repays(uint64_t id, absl::Span<const int32_t> tokens, int tokens_left) const;
+  bool Repays(uint64_t id, absl::Span<const int32_t> tokens, int tokens_left) const override;
 
-  int max_rows() const { return max_rows_; }
+  int max_rows() const override { return max_rows_; }
   const CausalLm& model() const { return model_; }
 
  private:

@@ -158,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
     return absl::InvalidArgumentError("the engine runs on rank 0; other ranks run workers");
   }
   if (absl::Status st = ValidateSpeculativeOptions(options.speculative); !st.ok()) return st;
-  std::unique_ptr<DraftModel> draft;
+  std::unique_ptr<Drafter> draft;
   if (options.speculative.mode == SpeculativeMode::kDraft) {
     CausalLm* d = options.draft_model;
     if (d == nullptr) return absl::InvalidArgumentError("speculative mode draft needs a draft model");
@@ -190,7 +190,7 @@ absl::Status RunEngineWorker(CausalLm& model, const EngineOptions& options, Cont
 }
 
 Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
-               std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel)
+               std::unique_ptr<StepExecutor> executor, std::unique_ptr<Drafter> draft, ControlChannel* channel)
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
       draft_(std::move(draft)), channel_(channel),
       cache_(executor_->cache().shape(), options.scheduler.window, options.prefix_caching,
@@ -717,7 +717,7 @@ void Engine::ProposeDrafts() {
   const bool draft_model_drafts = draft_ != nullptr && decoding * (1 + o.max_tokens) <= o.max_step_rows;
   // With a draft model, the sequences it drafts for and how many tokens each.
   std::vector<Sequence*> asked;
-  std::vector<DraftModel::Ask> asks;
+  std::vector<Drafter::Ask> asks;
   for (const auto& sp : active_) {
     if (rows <= 0) break;
     Sequence& s = *sp;

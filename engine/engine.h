@@ -146,7 +146,7 @@ class Engine {
   struct Sequence;  // a request from submission to finish
 
   Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions& options,
-         std::unique_ptr<StepExecutor> executor, std::unique_ptr<DraftModel> draft, ControlChannel* channel);
+         std::unique_ptr<StepExecutor> executor, std::unique_ptr<Drafter> draft, ControlChannel* channel);
   bool tensor_parallel() const { return channel_ != nullptr && channel_->world().tp_size > 1; }
   // Fails every request and refuses new ones.
   void Fail(const absl::Status& error);
@@ -195,7 +195,7 @@ class Engine {
   const Tokenizer* tokenizer_;
   const EngineOptions options_;
   std::unique_ptr<StepExecutor> executor_;
-  std::unique_ptr<DraftModel> draft_;  // --speculative=draft, else null
+  std::unique_ptr<Drafter> draft_;  // --speculative=draft, else null
   ControlChannel* channel_;
 
   mutable std::mutex mu_;
