@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/draft_verifier.h"
+#include "engine/mtp_drafter.h"
 #include "engine/logits_processors.h"
 #include "engine/sequence_observer.h"
 #include "engine/text_output.h"
@@ -163,6 +164,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
     CausalLm* d = options.draft_model;
     if (d == nullptr) return absl::InvalidArgumentError("speculative mode draft needs a draft model");
     auto created = DraftModel::Create(*d, model.info(), s.max_batch, options.max_seq_len,
+                                      MaxRowsPerStep(s, options.max_seq_len), options.draft_kv_cache_bytes);
+    if (!created.ok()) return created.status();
+    draft = std::move(*created);
+  } else if (options.speculative.mode == SpeculativeMode::kMtp) {
+    if (options.mtp_model == nullptr) {
+      return absl::InvalidArgumentError("speculative mode mtp needs the model's multi-token-prediction layer");
+    }
+    if (channel != nullptr && channel->world().tp_size > 1) {
+      return absl::InvalidArgumentError("--speculative=mtp runs with one rank (no tensor parallelism)");
+    }
+    // Before the model's steps are prepared: it keeps its hidden rows.
+    auto created = MtpDrafter::Create(*options.mtp_model, model, s.max_batch, options.max_seq_len,
                                       MaxRowsPerStep(s, options.max_seq_len), options.draft_kv_cache_bytes);
     if (!created.ok()) return created.status();
     draft = std::move(*created);
@@ -696,10 +709,37 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     // Blocks now full of computed tokens that stand go to the prefix cache.
     if (!s.finished) cache_.Register(s.tokens, s.computed, s.cache);
   }
+  TellDrafter(plan);
   EraseFinished(active_);
   if (options_.speculative.mode != SpeculativeMode::kOff) ProposeDrafts();
   std::lock_guard<std::mutex> lock(mu_);
   cv_.notify_all();
+}
+
+void Engine::TellDrafter(const StepPlan& plan) {
+  if (draft_ == nullptr || options_.speculative.mode != SpeculativeMode::kMtp) return;
+  // Each sequence's rows that stand, with the model's hidden rows of them.
+  const absl::Span<const float> hidden = model_.FinalHidden();
+  const size_t C = static_cast<size_t>(model_.info().hidden);
+  size_t row = 0;
+  for (const ScheduledSequence& p : plan.seqs) {
+    const size_t first = row;
+    row += p.len;
+    Sequence& s = *by_id_[p.id];
+    if (s.finished || hidden.size() < row * C) continue;
+    const int standing = std::clamp(s.computed - p.pos, 0, p.len);
+    draft_->Computed(s.id, p.pos, standing, hidden.subspan(first * C, standing * C), s.tokens);
+  }
+  if (absl::Status st = draft_->StepDone(); !st.ok()) DrafterFailed(st);
+}
+
+void Engine::DrafterFailed(const absl::Status& st) {
+  // Drafts are only ever guesses, so the requests go on without them (and
+  // without the drafter from now on).
+  std::fprintf(stderr, "engine: the %s drafter failed, speculation is off from now: %s\n",
+               std::string(SpeculativeModeName(options_.speculative.mode)).c_str(),
+               std::string(st.message()).c_str());
+  draft_.reset();
 }
 
 void Engine::ProposeDrafts() {
@@ -740,7 +780,7 @@ void Engine::ProposeDrafts() {
       if (!s.pacer->Drafts()) continue;
       const int length = std::min({s.pacer->length(), room, rows});
       if (length < 1) continue;
-      if (o.mode == SpeculativeMode::kDraft) {
+      if (o.mode == SpeculativeMode::kDraft || o.mode == SpeculativeMode::kMtp) {
         if (!draft_model_drafts) continue;  // too many decoding, or it failed earlier
         if (!draft_->Repays(s.id, s.tokens, room)) continue;  // its prompt unread, too few tokens left
         asked.push_back(&s);
@@ -756,11 +796,7 @@ void Engine::ProposeDrafts() {
   if (asks.empty()) return;
   absl::StatusOr<std::vector<std::vector<int32_t>>> drafts = draft_->Propose(asks, draft_->max_rows());
   if (!drafts.ok()) {
-    // The draft model failed: its drafts are only ever guesses, so the
-    // requests go on without them (and without it from now on).
-    std::fprintf(stderr, "engine: the draft model failed, speculation is off from now: %s\n",
-                 std::string(drafts.status().message()).c_str());
-    draft_.reset();
+    DrafterFailed(drafts.status());
     return;
   }
   for (size_t i = 0; i < asked.size(); ++i) {

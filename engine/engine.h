@@ -57,6 +57,10 @@ struct EngineOptions {
   // max_batch sequences of max_seq_len could fill, within the default).
   CausalLm* draft_model = nullptr;
   int64_t draft_kv_cache_bytes = 0;
+  // --speculative=mtp: the model's multi-token-prediction layer
+  // (LoadedModel::InstantiateMtp; outlives the engine), on one rank; its KV
+  // cache takes draft_kv_cache_bytes.
+  CausalLm* mtp_model = nullptr;
   // The time arrivals, deadlines, batching windows and latency metrics are
   // measured in; null = absl::Now. Tests inject a manual clock so that a
   // deadline fires at a step of their choosing, not after a guessed time.
@@ -181,6 +185,10 @@ class Engine {
   // Sequences in decode that may speculate append draft tokens, verified in
   // the next step, within the step's draft rows (SpeculativeOptions).
   void ProposeDrafts();
+  // --speculative=mtp: what the step computed that stands, to the drafter.
+  void TellDrafter(const StepPlan& plan);
+  // A drafter's error: speculation goes on without it.
+  void DrafterFailed(const absl::Status& st);
   // The tokens of what `s`'s constraint fixes next (ConstraintState's
   // ForcedBytes, as the tokenizer spells them), at most `max_tokens`; none
   // without a constraint, a tokenizer or such bytes.
@@ -195,7 +203,7 @@ class Engine {
   const Tokenizer* tokenizer_;
   const EngineOptions options_;
   std::unique_ptr<StepExecutor> executor_;
-  std::unique_ptr<Drafter> draft_;  // --speculative=draft, else null
+  std::unique_ptr<Drafter> draft_;  // --speculative=draft or mtp, else null
   ControlChannel* channel_;
 
   mutable std::mutex mu_;

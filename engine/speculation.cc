@@ -10,7 +10,8 @@ absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(absl::string_view name) {
   if (name == "off") return SpeculativeMode::kOff;
   if (name == "ngram") return SpeculativeMode::kNgram;
   if (name == "draft") return SpeculativeMode::kDraft;
-  return absl::InvalidArgumentError(absl::StrCat("unknown speculative mode '", name, "' (off, ngram, draft)"));
+  if (name == "mtp") return SpeculativeMode::kMtp;
+  return absl::InvalidArgumentError(absl::StrCat("unknown speculative mode '", name, "' (off, ngram, draft, mtp)"));
 }
 
 absl::string_view SpeculativeModeName(SpeculativeMode mode) {
@@ -18,6 +19,7 @@ absl::string_view SpeculativeModeName(SpeculativeMode mode) {
     case SpeculativeMode::kOff: return "off";
     case SpeculativeMode::kNgram: return "ngram";
     case SpeculativeMode::kDraft: return "draft";
+    case SpeculativeMode::kMtp: return "mtp";
   }
   return "?";
 }

@@ -19,9 +19,10 @@ enum class SpeculativeMode {
   kOff,
   kNgram,  // prompt lookup: continue the latest earlier match of the last tokens
   kDraft,  // a draft model's greedy tokens (engine/draft_model.h)
+  kMtp,    // the model's multi-token-prediction layer's (engine/mtp_drafter.h)
 };
 
-absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(absl::string_view name);  // off, ngram, draft
+absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(absl::string_view name);  // off, ngram, draft, mtp
 absl::string_view SpeculativeModeName(SpeculativeMode mode);
 
 struct SpeculativeOptions {

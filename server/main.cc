@@ -58,6 +58,9 @@ struct Model {
   std::unique_ptr<ChatSupport> chat;           // rank 0 only
   ModelInfo info;
   std::string stored_dtype;
+  // --speculative=mtp: the model's multi-token-prediction layer (rank 0,
+  // one rank), sharing its embedding and head.
+  std::unique_ptr<CausalLm> mtp;
 };
 
 // Rank 0's ways in: gRPC always, HTTP for OpenAI and metrics on request.
@@ -116,6 +119,14 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
   }
   if (world.tp_size > 1) FLOVER_RETURN_IF_ERROR(loaded->CheckTensorParallel(world.tp_size));
   FLOVER_ASSIGN_OR_RETURN(m.model, loaded->Instantiate(*device.backend, device.collectives));
+  if (options.engine.speculative.mode == SpeculativeMode::kMtp) {
+    if (world.tp_size > 1) return absl::InvalidArgumentError("--speculative=mtp runs with one rank, not --tp=N");
+    auto mtp = loaded->InstantiateMtp(*m.model);
+    if (!mtp.ok()) {
+      return absl::Status(mtp.status().code(), absl::StrCat("--speculative=mtp: ", mtp.status().message()));
+    }
+    m.mtp = std::move(*mtp);
+  }
   return m;
 }
 
@@ -287,10 +298,13 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
   if (e.speculative.mode == SpeculativeMode::kOff) {
     std::printf("speculative decoding off\n");
   } else {
+    const bool mtp = e.speculative.mode == SpeculativeMode::kMtp;
     std::printf("speculative decoding %s%s%s (%s): up to %d draft tokens per sequence, in steps of up to %d rows\n",
                 std::string(SpeculativeModeName(e.speculative.mode)).c_str(),
                 options.draft_model.empty() ? "" : " by ", options.draft_model.c_str(),
-                options.draft_model.empty() ? "n-grams" : kernels::MatmulDtypeName(options.draft_backend.matmul),
+                mtp                           ? "the model's multi-token-prediction layer"
+                : options.draft_model.empty() ? "n-grams"
+                                              : kernels::MatmulDtypeName(options.draft_backend.matmul),
                 e.speculative.max_tokens, e.speculative.max_step_rows);
   }
   std::fflush(stdout);
@@ -356,6 +370,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     FLOVER_ASSIGN_OR_RETURN(draft, LoadDraftModel(options, device, model));
     options.engine.draft_model = draft.model.get();
   }
+  options.engine.mtp_model = model.mtp.get();
   const absl::Time create_start = absl::Now();
   FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::Create(*model.model, model.tokenizer.get(), options.engine, comm));

@@ -61,8 +61,9 @@ ABSL_FLAG(int, max_queue, 1024, "Waiting requests; more are refused with RESOURC
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for");
 ABSL_FLAG(std::string, speculative, "off",
           "Speculative decoding: off, ngram (draft tokens from earlier occurrences of each "
-          "sequence's last tokens) or draft (a draft model's greedy tokens: --draft_model), "
-          "verified in the fused step; outputs are bitwise the same");
+          "sequence's last tokens), draft (a draft model's greedy tokens: --draft_model) or mtp "
+          "(the model's own multi-token-prediction layer: Qwen3.5's; one rank), verified in the "
+          "fused step; outputs are bitwise the same");
 ABSL_FLAG(std::string, draft_model, "",
           "--speculative=draft: the model that drafts (a GGUF file, a directory or builtin:NAME with "
           "the model's vocabulary: the same file in native blocks for an f32 or bf16 model, or a "

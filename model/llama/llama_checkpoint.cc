@@ -226,6 +226,7 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
                                                : LlamaConfig::LayerKind::kLinearAttention);
     }
     c.arch().builtin(&c);  // a quarter of each head turns
+    c.mtp_layers = 1;      // a multi-token-prediction layer, as released
   } else if (name == "qwen3.5-moe-tiny") {
     // Qwen3.5-MoE (Qwen3.6-35B-A3B's layout) at qwen3.5-tiny's shapes: 8
     // experts of width 32, 2 per token, and a gated shared expert.

@@ -13,7 +13,7 @@ _DEPS = [
     "//third_party/system:gtest",
 ]
 
-def e2e_test(name, server_flags = [], tp = 1):
+def e2e_test(name, server_flags = [], tp = 1, data = []):
     """The server alone (tp 1) or as `tp` ranks under mpirun, with `server_flags`."""
     if tp == 1:
         server = ["$(location //server:flover_server)"]
@@ -36,6 +36,6 @@ def e2e_test(name, server_flags = [], tp = 1):
         data = [
             "//clients:flover_loadgen",
             "//server:flover_server",
-        ],
+        ] + data,
         deps = _DEPS,
     )
