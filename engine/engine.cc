@@ -726,7 +726,8 @@ void Engine::TellDrafter(const StepPlan& plan) {
     const size_t first = row;
     row += p.len;
     Sequence& s = *by_id_[p.id];
-    if (s.finished || hidden.size() < row * C) continue;
+    // A request that opted out of speculation costs the drafter nothing.
+    if (s.finished || !s.request.speculative || hidden.size() < row * C) continue;
     const int standing = std::clamp(s.computed - p.pos, 0, p.len);
     draft_->Computed(s.id, p.pos, standing, hidden.subspan(first * C, standing * C), s.tokens);
   }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
 
 namespace flover {
 namespace {
@@ -76,9 +78,9 @@ void MtpDrafter::Computed(uint64_t id, int32_t pos, int32_t rows, absl::Span<con
   }
 }
 
-absl::Status MtpDrafter::StepDone() {
-  // Every sequence's pending pairs, in fused steps of up to max_rows_ rows
-  // (a long prompt's over several).
+absl::Status MtpDrafter::ReadPairs(const std::function<bool(const Seq&)>& which) {
+  // The chosen sequences' pending pairs, in fused steps of up to max_rows_
+  // rows (a long prompt's over several).
   while (true) {
     struct Run {
       Seq* seq;
@@ -91,7 +93,7 @@ absl::Status MtpDrafter::StepDone() {
     for (auto& [id, s] : seqs_) {
       if (budget == 0) break;
       const int rows = std::min<int>(static_cast<int>(s.pending_tokens.size()), budget);
-      if (rows == 0) continue;
+      if (rows == 0 || !which(s)) continue;
       if (!Reserve(s, s.standing + rows)) {  // no room: its context goes, and comes back with its next rows
         dropped.push_back(id);
         continue;
@@ -123,12 +125,19 @@ absl::Status MtpDrafter::StepDone() {
   }
 }
 
+absl::Status MtpDrafter::StepDone() {
+  // A step's head is as dear as the model's own, so pairs wait for the
+  // sequence's next drafts (Propose reads them), unless they pile up (a
+  // prompt's chunk): then they are read now, their head once per step.
+  return ReadPairs([](const Seq& s) { return s.pending_tokens.size() >= kReadAtOnce; });
+}
+
 bool MtpDrafter::Repays(uint64_t id, absl::Span<const int32_t> tokens, int) const {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
   const Seq& s = it->second;
-  return s.next >= 0 && s.pending_tokens.empty() &&
-         static_cast<size_t>(s.base + s.standing) + 1 == tokens.size();
+  return (s.next >= 0 || !s.pending_tokens.empty()) &&
+         static_cast<size_t>(s.base + s.standing) + s.pending_tokens.size() + 1 == tokens.size();
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> MtpDrafter::Propose(absl::Span<const Ask> asks, int max_rows) {
@@ -141,11 +150,19 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> MtpDrafter::Propose(absl::Span
     std::vector<float> chain;
   };
   std::vector<Run> next;
+  // First the pairs the asks have not read yet (their first drafts with them).
+  absl::flat_hash_set<const Seq*> asked;
+  for (const Ask& a : asks) {
+    auto it = seqs_.find(a.id);
+    if (a.max_tokens >= 1 && it != seqs_.end() && Repays(a.id, a.tokens, a.max_tokens)) asked.insert(&it->second);
+  }
+  FLOVER_RETURN_IF_ERROR(ReadPairs([&](const Seq& s) { return asked.contains(&s); }));
   int rows = std::min(max_rows, max_rows_);
   for (size_t i = 0; i < asks.size(); ++i) {
     const Ask& a = asks[i];
     if (a.max_tokens < 1 || !Repays(a.id, a.tokens, a.max_tokens)) continue;
     Seq& s = seqs_[a.id];
+    if (s.next < 0) continue;  // its pairs did not fit this call's rows
     drafts[i].push_back(s.next);
     if (a.max_tokens > 1 && rows > 0 && Reserve(s, s.standing + a.max_tokens - 1)) {
       next.push_back({i, &s, s.chain});

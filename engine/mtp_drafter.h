@@ -12,7 +12,10 @@
 // sequence, the pairs (h_p, t_{p+1}) of every position the model computed
 // that stands: after each step the engine hands over the model's hidden
 // rows (Drafter::Computed) and the drafter reads them in one fused step of
-// its own (StepDone), so a draft costs one layer and the head. Drafts past
+// its own (when the sequence drafts next, or at the step's end where a
+// prompt's chunk piled them up), so a draft costs one layer and the head
+// (the head's read, as dear as the model's own, is paid only by steps that
+// draft). Drafts past
 // those pairs are written beyond them and overwritten by the next step's.
 // A prefix the model did not compute (a prefix-cache hit) has no hidden
 // rows: the layer's context then starts after it (rotary attention cannot
@@ -21,6 +24,7 @@
 #define FLOVER_ENGINE_MTP_DRAFTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -45,15 +49,17 @@ class MtpDrafter final : public Drafter {
   static absl::StatusOr<std::unique_ptr<MtpDrafter>> Create(CausalLm& mtp, CausalLm& model, int max_seqs,
                                                             int max_seq_len, int max_rows, int64_t kv_bytes);
 
-  // Drafts for the asks whose pairs are all read (the last sampled token's
-  // included): the layer's first greedy token, then up to max_tokens - 1
-  // more, one fused step each.
+  // Drafts for the asks whose pairs are all at hand (the last sampled
+  // token's included): their unread pairs read in one fused step, giving
+  // the layer's first greedy token, then up to max_tokens - 1 more, one
+  // fused step each.
   absl::StatusOr<std::vector<std::vector<int32_t>>> Propose(absl::Span<const Ask> asks, int max_rows) override;
   void Computed(uint64_t id, int32_t pos, int32_t rows, absl::Span<const float> hidden,
                 absl::Span<const int32_t> tokens) override;
   absl::Status StepDone() override;
   void Forget(uint64_t id) override;
-  // Whether the sequence's pairs are all read (nothing more to compute).
+  // Whether the sequence's pairs are all at hand (through its last sampled
+  // token), so that Propose drafts for it.
   bool Repays(uint64_t id, absl::Span<const int32_t> tokens, int tokens_left) const override;
   int max_rows() const override { return max_rows_; }
 
@@ -78,6 +84,11 @@ class MtpDrafter final : public Drafter {
   // Blocks for the layer's positions [0, positions) of `s`; false when the
   // pool has no room.
   bool Reserve(Seq& s, int positions);
+  // Reads the pending pairs of the sequences `which` picks, fused; each one
+  // left with none gets its first draft and the row that chains it.
+  absl::Status ReadPairs(const std::function<bool(const Seq&)>& which);
+  // Pending pairs read at a step's end rather than at the next drafts.
+  static constexpr size_t kReadAtOnce = 64;
 
   CausalLm& mtp_;
   std::unique_ptr<StepExecutor> executor_;

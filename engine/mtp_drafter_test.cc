@@ -77,9 +77,10 @@ TEST_F(MtpDrafterTest, DraftsAreTheReferencesChain) {
   EXPECT_FALSE(d->Repays(1, tokens_, 10));
   EXPECT_TRUE(Propose(*d, 1, tokens_, 4).empty());
   d->Computed(1, 0, n - 1, Rows(h, 0, n - 1), tokens_);
-  EXPECT_FALSE(d->Repays(1, tokens_, 10));  // read at the step's end
+  EXPECT_TRUE(d->Repays(1, tokens_, 10));  // at hand: read when it drafts
   ASSERT_TRUE(d->StepDone().ok());
   EXPECT_TRUE(d->Repays(1, tokens_, 10));
+  EXPECT_FALSE(d->Repays(1, std::vector<int32_t>(tokens_.begin(), tokens_.end() - 1), 10));
   EXPECT_EQ(Propose(*d, 1, tokens_, 4), drafts_);
   // In two steps (a prompt in chunks): the same.
   auto chunked = NewDrafter();
