@@ -92,7 +92,7 @@ import gguf  # noqa: E402
 from gguf.constants import GGMLQuantizationType as QT, LlamaFileType as FT  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import make_llama_gguf  # noqa: E402  (its synthetic vocabulary)
+import make_llama_gguf  # noqa: E402  (its synthetic vocabulary and BF16 writer)
 
 OUT = os.path.expandvars("${PERF_DIR}/models")
 ARCH = os.environ.get("ARCH", "qwen35")
@@ -229,14 +229,7 @@ def tensors(seed=0):
             yield name, t
 
 
-def bf16(t):
-    """t as BF16 bytes, a block of rows at a time (the rounding is 8 bytes an element)."""
-    rows = t.reshape(-1, t.shape[-1])
-    q = np.empty((rows.shape[0], 2 * rows.shape[1]), np.uint8)
-    step = max(1, (1 << 24) // rows.shape[1])
-    for r in range(0, rows.shape[0], step):
-        q[r:r + step] = gguf.quants.quantize(rows[r:r + step], QT.BF16)
-    return q
+bf16 = make_llama_gguf.bf16  # t as BF16 bytes, a block of rows at a time
 
 
 def write(kind):
