@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "chat/reply_reader.h"
 #include "chat/tool_calls.h"
 #include "server/request_session.h"
 #include "server/server_options.h"
@@ -268,7 +269,7 @@ struct Sample {
   std::optional<FinishEvent> finish;
   bool opened = false;
   bool done = false;  // streamed: its last chunk was sent
-  std::unique_ptr<ToolCallStream> tools;  // with tools: reads calls out of the text
+  std::unique_ptr<ReplyReader> reader;  // a chat reply's parts (its calls: with tools)
 };
 
 // Serves one parsed request, either endpoint: submit its samples, then the
@@ -327,14 +328,17 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
   const bool reads_calls = is_chat && serving.chat != nullptr && !parsed.request.tools.empty() &&
                            ToolChoiceOf(parsed.request) != ToolChoice::kNone;
   const std::string call_ids = absl::StrCat("call_", absl::Hex(CallIdSalt(), absl::kZeroPad16), "_");
-  auto id_prefix = [&](int i) { return parsed.n > 1 ? absl::StrCat(call_ids, i, "_") : call_ids; };
+  auto reading = [&](int i) {
+    ReplyReader::Options o;
+    if (reads_calls) o.tools = serving.chat->tool_format;
+    o.call_id_prefix = parsed.n > 1 ? absl::StrCat(call_ids, i, "_") : call_ids;
+    // The grammar holds the calls (request_convert refuses a choice it
+    // cannot hold), so a streamed call's arguments go out as written.
+    o.stream_arguments = parsed.stream;
+    return o;
+  };
   if (reads_calls) {
-    for (int i = 0; i < parsed.n; ++i) {
-      // The grammar holds the calls (request_convert refuses a choice it
-      // cannot hold), so a streamed call's arguments go out as written.
-      (*samples)[i].tools =
-          std::make_unique<ToolCallStream>(serving.chat->tool_format, id_prefix(i), /*stream_arguments=*/parsed.stream);
-    }
+    for (int i = 0; i < parsed.n; ++i) (*samples)[i].reader = std::make_unique<ReplyReader>(reading(i));
   }
   const int prompt_tokens = static_cast<int>(prompt.size());
   const std::string echo = parsed.echo ? tokenizer->Decode(prompt) : "";
@@ -366,8 +370,8 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
       }
       result.text += sample.finish->text;
       result.finish = *sample.finish;
-      if (reads_calls) {
-        ParsedReply reply = ParseToolCalls(serving.chat->tool_format, result.text, id_prefix(i));
+      if (sample.reader != nullptr) {
+        Reply reply = ReadReply(reading(i), result.text);
         result.text = std::move(reply.content);
         result.calls = std::move(reply.calls);
       }
@@ -409,19 +413,18 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             s.sink->Take(&more, &finish, wait);
             for (TokenEvent& t : more) tokens.push_back(std::move(t));
           }
-          // Events of the tool-call reader: content into `content`, calls as
+          // Events of the reply's reader: content into `content`, calls as
           // their stream chunks (returned): a call's id and name once it
           // begins, then its arguments as they are written.
-          auto split = [&](std::vector<ToolCallStream::Event> events, std::string* content) {
+          auto split = [&](std::vector<ReplyReader::Event> events, std::string* content) {
             std::string calls;
-            for (ToolCallStream::Event& e : events) {
+            for (ReplyReader::Event& e : events) {
               switch (e.kind) {
-                case ToolCallStream::Event::kContent: *content += e.content; break;
-                case ToolCallStream::Event::kCallBegin: calls += answer->CallBeginChunk(index, e.index, e.call); break;
-                case ToolCallStream::Event::kArguments:
-                  calls += answer->CallArgumentsChunk(index, e.index, e.content);
-                  break;
-                case ToolCallStream::Event::kCall: break;  // all of it was streamed
+                case ReplyReader::Event::kContent: *content += e.text; break;
+                case ReplyReader::Event::kCallBegin: calls += answer->CallBeginChunk(index, e.index, e.call); break;
+                case ReplyReader::Event::kArguments: calls += answer->CallArgumentsChunk(index, e.index, e.text); break;
+                case ReplyReader::Event::kReasoning:
+                case ReplyReader::Event::kCall: break;  // all of it was streamed
               }
             }
             return calls;
@@ -430,10 +433,10 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             std::string text;
             for (const TokenEvent& t : tokens) text += t.text;
             std::string content, calls;
-            if (s.tools == nullptr) {
+            if (s.reader == nullptr) {
               content = std::move(text);
             } else {
-              calls = split(s.tools->Push(text), &content);
+              calls = split(s.reader->Push(text), &content);
             }
             chunk += Event(answer->Chunk(index, content, tokens, nullptr));
             chunk += calls;
@@ -448,15 +451,15 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
             for (Sample& other : *samples) {
               if (&other != &s && !other.finish.has_value()) (void)engine.Cancel(other.id);
             }
-          } else if (s.tools == nullptr) {
+          } else if (s.reader == nullptr) {
             chunk += Event(answer->Chunk(index, finish->text, {}, &*finish));
             state->generated += finish->usage.generated_tokens;
           } else {
-            std::vector<ToolCallStream::Event> events = s.tools->Push(finish->text);
-            for (ToolCallStream::Event& e : s.tools->Finish()) events.push_back(std::move(e));
+            std::vector<ReplyReader::Event> events = s.reader->Push(finish->text);
+            for (ReplyReader::Event& e : s.reader->Finish()) events.push_back(std::move(e));
             std::string content;
             const std::string calls = split(std::move(events), &content);
-            const bool called = s.tools->calls() > 0;
+            const bool called = s.reader->calls() > 0;
             if (!content.empty()) chunk += Event(answer->Chunk(index, content, {}, nullptr));
             chunk += calls;
             chunk += Event(answer->Chunk(index, "", {}, &*finish, called));

@@ -1,0 +1,179 @@
+#include "chat/reply_reader.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace flover {
+namespace {
+
+constexpr absl::string_view kOpen = "<think>";
+constexpr absl::string_view kClose = "</think>";
+
+ReplyReader::Event FromToolEvent(ToolCallStream::Event& e) {
+  using E = ReplyReader::Event;
+  const E::Kind kind = e.kind == ToolCallStream::Event::kContent     ? E::kContent
+                       : e.kind == ToolCallStream::Event::kCallBegin ? E::kCallBegin
+                       : e.kind == ToolCallStream::Event::kArguments ? E::kArguments
+                                                                     : E::kCall;
+  return {kind, std::move(e.content), std::move(e.call), e.index};
+}
+
+bool IsSpace(char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); }
+
+// The length of the longest end of `text` that begins `tag` (a tag that may
+// be cut between two pieces of the stream).
+size_t TagPrefixAtEnd(absl::string_view text, absl::string_view tag) {
+  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
+    if (absl::StartsWith(tag, text.substr(text.size() - n))) return n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<ReasoningFormat> ReasoningFormatNamed(absl::string_view name) {
+  if (name == "none") return ReasoningFormat::kNone;
+  if (name == "think") return ReasoningFormat::kThinkTags;
+  return absl::InvalidArgumentError(absl::StrCat("unknown reasoning parser '", name, "' (none, think)"));
+}
+
+const char* ReasoningFormatName(ReasoningFormat format) {
+  return format == ReasoningFormat::kThinkTags ? "think" : "none";
+}
+
+ReasoningFormat ReasoningFormatOf(absl::string_view template_text) {
+  return absl::StrContains(template_text, kOpen) || absl::StrContains(template_text, kClose)
+             ? ReasoningFormat::kThinkTags
+             : ReasoningFormat::kNone;
+}
+
+bool StartsInReasoning(ReasoningFormat format, absl::string_view prompt) {
+  if (format != ReasoningFormat::kThinkTags) return false;
+  return absl::EndsWith(absl::StripTrailingAsciiWhitespace(prompt), kOpen);
+}
+
+ReplyReader::ReplyReader(Options options)
+    : options_(std::move(options)),
+      state_(options_.reasoning == ReasoningFormat::kNone ? State::kAnswer
+             : options_.starts_in_reasoning              ? State::kReasoning
+                                                         : State::kStart) {
+  if (options_.tools.has_value()) {
+    tools_ = std::make_unique<ToolCallStream>(*options_.tools, options_.call_id_prefix, options_.stream_arguments);
+  }
+}
+
+void ReplyReader::Answer(absl::string_view text, std::vector<Event>* out) {
+  if (text.empty()) return;
+  if (tools_ == nullptr) {
+    out->push_back({Event::kContent, std::string(text)});
+    return;
+  }
+  for (ToolCallStream::Event& e : tools_->Push(text)) out->push_back(FromToolEvent(e));
+}
+
+void ReplyReader::Reasoning(absl::string_view text, std::vector<Event>* out) {
+  // Whitespace after <think> goes; whitespace is held until text follows
+  // it (before </think> it goes too).
+  if (!reasoned_) {
+    text = absl::StripLeadingAsciiWhitespace(text);
+    if (text.empty()) return;
+  }
+  size_t end = text.size();
+  while (end > 0 && IsSpace(text[end - 1])) --end;
+  if (end == 0) {
+    held_space_.append(text.data(), text.size());
+    return;
+  }
+  out->push_back({Event::kReasoning, absl::StrCat(held_space_, text.substr(0, end))});
+  held_space_.assign(text.data() + end, text.size() - end);
+  reasoned_ = true;
+}
+
+std::vector<ReplyReader::Event> ReplyReader::Push(absl::string_view text) {
+  std::vector<Event> out;
+  if (state_ == State::kAnswer) {
+    Answer(text, &out);
+    return out;
+  }
+  pending_.append(text.data(), text.size());
+  while (!pending_.empty()) {
+    if (state_ == State::kStart) {
+      // The reply opens its reasoning itself, or it has none.
+      const absl::string_view rest = absl::StripLeadingAsciiWhitespace(pending_);
+      if (absl::StartsWith(rest, kOpen)) {
+        pending_ = std::string(rest.substr(kOpen.size()));
+        state_ = State::kReasoning;
+        continue;
+      }
+      if (absl::StartsWith(kOpen, rest)) break;  // "<th": wait for more
+      state_ = State::kAnswer;
+      std::string answer = std::move(pending_);
+      pending_.clear();
+      Answer(answer, &out);
+      break;
+    }
+    if (state_ == State::kReasoning) {
+      const size_t close = absl::string_view(pending_).find(kClose);
+      if (close != absl::string_view::npos) {
+        Reasoning(absl::string_view(pending_).substr(0, close), &out);
+        held_space_.clear();
+        pending_.erase(0, close + kClose.size());
+        state_ = State::kAnswerStart;
+        continue;
+      }
+      const size_t keep = TagPrefixAtEnd(pending_, kClose);
+      Reasoning(absl::string_view(pending_).substr(0, pending_.size() - keep), &out);
+      pending_.erase(0, pending_.size() - keep);
+      break;
+    }
+    // kAnswerStart: whitespace after </think> goes.
+    const absl::string_view rest = absl::StripLeadingAsciiWhitespace(pending_);
+    if (rest.empty()) {
+      pending_.clear();
+      break;
+    }
+    state_ = State::kAnswer;
+    const std::string answer(rest);
+    pending_.clear();
+    Answer(answer, &out);
+  }
+  return out;
+}
+
+std::vector<ReplyReader::Event> ReplyReader::Finish() {
+  std::vector<Event> out;
+  if (state_ == State::kStart) {
+    Answer(pending_, &out);  // "<th" and nothing more: an answer
+  } else if (state_ == State::kReasoning) {
+    Reasoning(pending_, &out);  // never closed: reasoning all the same
+  }
+  pending_.clear();
+  held_space_.clear();
+  state_ = State::kAnswer;
+  if (tools_ != nullptr) {
+    for (ToolCallStream::Event& e : tools_->Finish()) out.push_back(FromToolEvent(e));
+  }
+  return out;
+}
+
+Reply ReadReply(const ReplyReader::Options& options, absl::string_view text) {
+  ReplyReader reader(options);
+  std::vector<ReplyReader::Event> events = reader.Push(text);
+  for (ReplyReader::Event& e : reader.Finish()) events.push_back(std::move(e));
+  Reply reply;
+  for (ReplyReader::Event& e : events) {
+    if (e.kind == ReplyReader::Event::kReasoning) reply.reasoning += e.text;
+    if (e.kind == ReplyReader::Event::kContent) reply.content += e.text;
+    if (e.kind == ReplyReader::Event::kCall) reply.calls.push_back(std::move(e.call));
+  }
+  // As ParseToolCalls: with calls, the text left around them trimmed.
+  if (!reply.calls.empty()) reply.content = std::string(absl::StripAsciiWhitespace(reply.content));
+  return reply;
+}
+
+}  // namespace flover
