@@ -87,6 +87,7 @@ jinja::Value MessageValue(const ChatMessage& m) {
   }
   if (!m.tool_call_id.empty()) d.push_back({"tool_call_id", jinja::Value(m.tool_call_id)});
   if (!m.name.empty()) d.push_back({"name", jinja::Value(m.name)});
+  if (!m.reasoning_content.empty()) d.push_back({"reasoning_content", jinja::Value(m.reasoning_content)});
   return jinja::Value::MakeDict(std::move(d));
 }
 
@@ -129,7 +130,7 @@ std::vector<ChatMessage> WithToolsAsText(absl::Span<const ChatMessage> messages,
 
 absl::StatusOr<std::string> ChatFormat::RenderWith(absl::Span<const ChatMessage> messages,
                                                    absl::Span<const ToolFunction> tools,
-                                                   bool add_generation_prompt) const {
+                                                   bool add_generation_prompt, const std::string& kwargs) const {
   std::vector<ChatMessage> rewritten;
   const bool tools_as_text = !takes_tools_ && !tools.empty();
   if (tools_as_text) rewritten = WithToolsAsText(messages, tools);
@@ -137,7 +138,7 @@ absl::StatusOr<std::string> ChatFormat::RenderWith(absl::Span<const ChatMessage>
   for (const ChatMessage& m : tools_as_text ? absl::MakeConstSpan(rewritten) : messages) {
     list.push_back(MessageValue(m));
   }
-  const jinja::Dict variables = {
+  jinja::Dict variables = {
       {"messages", jinja::Value::MakeList(std::move(list))},
       {"add_generation_prompt", jinja::Value(add_generation_prompt)},
       {"bos_token", jinja::Value(bos_token_)},
@@ -145,17 +146,34 @@ absl::StatusOr<std::string> ChatFormat::RenderWith(absl::Span<const ChatMessage>
       {"tools", tools.empty() || tools_as_text ? jinja::Value::None() : ToolsValue(tools)},
       {"documents", jinja::Value::None()},
   };
+  if (!kwargs.empty()) {
+    auto extra = jinja::ParseJsonValue(kwargs, "chat_template_kwargs");
+    if (!extra.ok()) return extra.status();
+    if (!extra->is_dict()) return absl::InvalidArgumentError("chat_template_kwargs: must be an object");
+    const size_t own = variables.size();
+    for (const auto& [key, value] : extra->dict()) {
+      for (size_t i = 0; i < own; ++i) {
+        if (variables[i].first == key) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("chat_template_kwargs.", key, ": is set by the server, not the request"));
+        }
+      }
+      variables.push_back({key, value});
+    }
+  }
   return template_.Render(variables);
 }
 
 absl::StatusOr<std::string> ChatFormat::Render(absl::Span<const ChatMessage> messages,
-                                               absl::Span<const ToolFunction> tools) const {
-  return RenderWith(messages, tools, /*add_generation_prompt=*/true);
+                                               absl::Span<const ToolFunction> tools,
+                                               const std::string& kwargs) const {
+  return RenderWith(messages, tools, /*add_generation_prompt=*/true, kwargs);
 }
 
 absl::StatusOr<std::vector<int32_t>> ChatFormat::Tokenize(absl::Span<const ChatMessage> messages,
-                                                          absl::Span<const ToolFunction> tools) const {
-  auto text = Render(messages, tools);
+                                                          absl::Span<const ToolFunction> tools,
+                                                          const std::string& kwargs) const {
+  auto text = Render(messages, tools, kwargs);
   if (!text.ok()) return text.status();
   return tokenizer_->Encode(*text, /*add_special_tokens=*/false);
 }

@@ -43,11 +43,18 @@ class ChatFormat {
   // "arguments": the object}}. A template that takes no tools (takes_tools)
   // gets them described in the system message instead (tool_calls.h's
   // DescribeTools), its past calls as text and tool results as user turns.
+  // `kwargs`: a JSON object whose keys reach the template as variables
+  // (chat_template_kwargs: Qwen3's enable_thinking, gpt-oss's
+  // reasoning_effort); "" for none. A key the renderer sets itself
+  // (messages, tools, add_generation_prompt, bos_token, eos_token,
+  // documents) is InvalidArgument, as is anything but an object.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
-                                     absl::Span<const ToolFunction> tools = {}) const;
+                                     absl::Span<const ToolFunction> tools = {},
+                                     const std::string& kwargs = "") const;
   // Render, then the text's token ids.
   absl::StatusOr<std::vector<int32_t>> Tokenize(absl::Span<const ChatMessage> messages,
-                                                absl::Span<const ToolFunction> tools = {}) const;
+                                                absl::Span<const ToolFunction> tools = {},
+                                                const std::string& kwargs = "") const;
 
   // Whether the template shows the tools it is given (found by rendering
   // one); false: Render describes them itself.
@@ -63,7 +70,7 @@ class ChatFormat {
   ChatFormat() = default;
   absl::StatusOr<std::string> RenderWith(absl::Span<const ChatMessage> messages,
                                          absl::Span<const ToolFunction> tools,
-                                         bool add_generation_prompt) const;
+                                         bool add_generation_prompt, const std::string& kwargs = "") const;
   // `turns` rendered for a probe at start, without a system message first
   // and then with one: the first text `usable` accepts, or none.
   std::optional<std::string> RenderProbe(const std::vector<ChatMessage>& turns,

@@ -27,6 +27,10 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant
   std::string tool_call_id;          // tool: the call this answers
   std::string name;                  // optional
+  // assistant: the reasoning before its answer (OpenAI-style APIs'
+  // reasoning_content), which a template may show again (Qwen3's keeps the
+  // last turn's); empty: none.
+  std::string reasoning_content;
 };
 
 }  // namespace flover

@@ -115,7 +115,8 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
   m.tokenizer = loaded->tokenizer();
   if (world.is_leader()) {
     FLOVER_ASSIGN_OR_RETURN(m.chat, MakeChatSupport(options.chat_template, loaded->chat_template(),
-                                                    m.tokenizer, options.tool_call_parser));
+                                                    m.tokenizer, options.tool_call_parser,
+                                                    options.reasoning_parser));
   }
   if (world.tp_size > 1) FLOVER_RETURN_IF_ERROR(loaded->CheckTensorParallel(world.tp_size));
   FLOVER_ASSIGN_OR_RETURN(m.model, loaded->Instantiate(*device.backend, device.collectives));

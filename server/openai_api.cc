@@ -64,9 +64,11 @@ class CollectingSink final : public TokenSink {
 // chat.completion (chat.completion.chunk when streamed).
 class Answer {
  public:
+  // `reasons`: chat replies carry reasoning_content (a reasoning parser reads them).
   Answer(bool chat, std::string id, std::string model, const Tokenizer* tokenizer, bool logprobs,
-         int prompt_tokens)
+         int prompt_tokens, bool reasons = false)
       : chat_(chat),
+        reasons_(chat && reasons),
         id_(std::move(id)),
         created_(absl::ToUnixSeconds(absl::Now())),
         model_(std::move(model)),
@@ -83,6 +85,7 @@ class Answer {
     std::vector<TokenEvent> tokens;
     FinishEvent finish;
     std::vector<ToolCall> calls;
+    std::string reasoning;
   };
 
   // What choice `index`'s stream starts with: chat's role; completions'
@@ -94,8 +97,8 @@ class Answer {
   // A stream chunk of choice `index` with these tokens (the last one carries
   // `finish`).
   std::string Chunk(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
-                    const FinishEvent* finish, bool called = false) const {
-    return Object(Choice(index, text, tokens, finish, Part::kDelta, called), nullptr);
+                    const FinishEvent* finish, bool called = false, const std::string& reasoning = "") const {
+    return Object(Choice(index, text, tokens, finish, Part::kDelta, called, reasoning), nullptr);
   }
   // A call of choice `index` as OpenAI streams it: first a delta with its
   // id, type and name (arguments ""), then deltas with fragments of its
@@ -119,7 +122,8 @@ class Answer {
     int generated = 0;
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      Json choice = Choice(static_cast<int>(i), r.text, r.tokens, &r.finish, Part::kWhole, !r.calls.empty());
+      Json choice =
+          Choice(static_cast<int>(i), r.text, r.tokens, &r.finish, Part::kWhole, !r.calls.empty(), r.reasoning);
       if (!r.calls.empty()) {
         Json calls = Json::array();
         for (const ToolCall& c : r.calls) {
@@ -196,17 +200,21 @@ class Answer {
   }
 
   // `called`: the sample made tool calls (its finish reason says so).
+  // `reasoning`: the reply's reasoning (whole), or this chunk's.
   Json Choice(int index, const std::string& text, const std::vector<TokenEvent>& tokens,
-                     const FinishEvent* finish, Part part, bool called = false) const {
+                     const FinishEvent* finish, Part part, bool called = false,
+                     const std::string& reasoning = "") const {
     Json choice = {{"index", index}};
     if (!chat_) {
       choice["text"] = text;
     } else if (part == Part::kWhole) {
       choice["message"] = {{"role", "assistant"}, {"content", text}};
+      if (reasons_) choice["message"]["reasoning_content"] = reasoning.empty() ? Json(nullptr) : Json(reasoning);
     } else if (part == Part::kOpening) {
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
     } else {
       choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
+      if (!reasoning.empty()) choice["delta"]["reasoning_content"] = reasoning;
     }
     choice["logprobs"] = part == Part::kOpening ? Json(nullptr) : Logprobs(tokens);
     choice["finish_reason"] = finish == nullptr                          ? Json(nullptr)
@@ -241,6 +249,7 @@ class Answer {
   }
 
   const bool chat_;
+  const bool reasons_;
   const std::string id_;
   const int64_t created_;
   const std::string model_;
@@ -327,9 +336,21 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
   // sample's text in the server's tool-call format.
   const bool reads_calls = is_chat && serving.chat != nullptr && !parsed.request.tools.empty() &&
                            ToolChoiceOf(parsed.request) != ToolChoice::kNone;
+  // Chat replies' reasoning, split off by the server's reasoning parser; it
+  // starts at once where the prompt opened it.
+  const ReasoningFormat reasoning =
+      is_chat && serving.chat != nullptr ? serving.chat->reasoning : ReasoningFormat::kNone;
+  bool starts_in_reasoning = false;
+  if (reasoning != ReasoningFormat::kNone && tokenizer != nullptr) {
+    const size_t tail = std::min<size_t>(prompt.size(), 16);
+    starts_in_reasoning = StartsInReasoning(
+        reasoning, tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
+  }
   const std::string call_ids = absl::StrCat("call_", absl::Hex(CallIdSalt(), absl::kZeroPad16), "_");
   auto reading = [&](int i) {
     ReplyReader::Options o;
+    o.reasoning = reasoning;
+    o.starts_in_reasoning = starts_in_reasoning;
     if (reads_calls) o.tools = serving.chat->tool_format;
     o.call_id_prefix = parsed.n > 1 ? absl::StrCat(call_ids, i, "_") : call_ids;
     // The grammar holds the calls (request_convert refuses a choice it
@@ -337,14 +358,14 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
     o.stream_arguments = parsed.stream;
     return o;
   };
-  if (reads_calls) {
+  if (reads_calls || reasoning != ReasoningFormat::kNone) {
     for (int i = 0; i < parsed.n; ++i) (*samples)[i].reader = std::make_unique<ReplyReader>(reading(i));
   }
   const int prompt_tokens = static_cast<int>(prompt.size());
   const std::string echo = parsed.echo ? tokenizer->Decode(prompt) : "";
   auto answer = std::make_shared<Answer>(is_chat, absl::StrCat(is_chat ? "chatcmpl-" : "cmpl-", (*samples)[0].id),
                                          model, tokenizer, parsed.request.return_logprobs,
-                                         prompt_tokens);
+                                         prompt_tokens, reasoning != ReasoningFormat::kNone);
 
   if (!parsed.stream) {
     // The worker waits for the end. (A client that leaves meanwhile is
@@ -374,6 +395,7 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
         Reply reply = ReadReply(reading(i), result.text);
         result.text = std::move(reply.content);
         result.calls = std::move(reply.calls);
+        result.reasoning = std::move(reply.reasoning);
       }
     }
     res.set_content(answer->Whole(results), "application/json");
@@ -416,14 +438,14 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
           // Events of the reply's reader: content into `content`, calls as
           // their stream chunks (returned): a call's id and name once it
           // begins, then its arguments as they are written.
-          auto split = [&](std::vector<ReplyReader::Event> events, std::string* content) {
+          auto split = [&](std::vector<ReplyReader::Event> events, std::string* content, std::string* reasoning) {
             std::string calls;
             for (ReplyReader::Event& e : events) {
               switch (e.kind) {
                 case ReplyReader::Event::kContent: *content += e.text; break;
+                case ReplyReader::Event::kReasoning: *reasoning += e.text; break;
                 case ReplyReader::Event::kCallBegin: calls += answer->CallBeginChunk(index, e.index, e.call); break;
                 case ReplyReader::Event::kArguments: calls += answer->CallArgumentsChunk(index, e.index, e.text); break;
-                case ReplyReader::Event::kReasoning:
                 case ReplyReader::Event::kCall: break;  // all of it was streamed
               }
             }
@@ -432,13 +454,13 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
           if (!tokens.empty()) {
             std::string text;
             for (const TokenEvent& t : tokens) text += t.text;
-            std::string content, calls;
+            std::string content, calls, reasoning;
             if (s.reader == nullptr) {
               content = std::move(text);
             } else {
-              calls = split(s.reader->Push(text), &content);
+              calls = split(s.reader->Push(text), &content, &reasoning);
             }
-            chunk += Event(answer->Chunk(index, content, tokens, nullptr));
+            chunk += Event(answer->Chunk(index, content, tokens, nullptr, false, reasoning));
             chunk += calls;
           }
           if (!finish.has_value()) {
@@ -457,10 +479,12 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
           } else {
             std::vector<ReplyReader::Event> events = s.reader->Push(finish->text);
             for (ReplyReader::Event& e : s.reader->Finish()) events.push_back(std::move(e));
-            std::string content;
-            const std::string calls = split(std::move(events), &content);
+            std::string content, reasoning;
+            const std::string calls = split(std::move(events), &content, &reasoning);
             const bool called = s.reader->calls() > 0;
-            if (!content.empty()) chunk += Event(answer->Chunk(index, content, {}, nullptr));
+            if (!content.empty() || !reasoning.empty()) {
+              chunk += Event(answer->Chunk(index, content, {}, nullptr, false, reasoning));
+            }
             chunk += calls;
             chunk += Event(answer->Chunk(index, "", {}, &*finish, called));
             state->generated += finish->usage.generated_tokens;

@@ -167,6 +167,15 @@ absl::Status ParseMessages(const Json& body, ClientRequest* out) {
       if (!text.ok()) return text.status();
       message.content = std::move(*text);
     }
+    // An assistant's reasoning, as replies give it (reasoning_content; some
+    // clients send vLLM's newer "reasoning").
+    for (const char* key : {"reasoning_content", "reasoning"}) {
+      const Json* v = JsonField(item, key);
+      if (v == nullptr || v->is_null()) continue;
+      if (!v->is_string()) return Bad(absl::StrCat(at, ".", key), "must be a string");
+      if (message.role != "assistant") return Bad(absl::StrCat(at, ".", key), "only an assistant's message reasons");
+      message.reasoning_content = v->get<std::string>();
+    }
     for (auto [key, field] : {std::pair{"tool_call_id", &message.tool_call_id}, std::pair{"name", &message.name}}) {
       if (const Json* v = JsonField(item, key)) {
         if (!v->is_string()) return Bad(absl::StrCat(at, ".", key), "must be a string");
@@ -481,6 +490,29 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view body,
   return out;
 }
 
+// chat_template_kwargs (an object: the chat template's variables, Qwen3's
+// enable_thinking) and reasoning_effort (low, medium or high: the template's
+// reasoning_effort unless chat_template_kwargs sets it).
+absl::Status ParseTemplateKwargs(const Json& body, ClientRequest* out) {
+  Json kwargs = Json::object();
+  if (const Json* k = JsonField(body, "chat_template_kwargs"); k != nullptr && !k->is_null()) {
+    if (!k->is_object()) return Bad("chat_template_kwargs", "must be an object");
+    kwargs = *k;
+  }
+  if (const Json* e = JsonField(body, "reasoning_effort"); e != nullptr && !e->is_null()) {
+    const std::string effort = e->is_string() ? e->get<std::string>() : "";
+    if (effort != "low" && effort != "medium" && effort != "high") {
+      return Bad("reasoning_effort", "must be \"low\", \"medium\" or \"high\"");
+    }
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = effort;
+  }
+  if (const Json* m = JsonField(body, "max_reasoning_tokens"); m != nullptr && !m->is_null()) {
+    return Bad("max_reasoning_tokens", "is not supported yet (a reasoning budget)");
+  }
+  if (!kwargs.empty()) out->template_kwargs = kwargs.dump();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, absl::string_view served_model) {
   auto parsed = ParseBody(body);
   if (!parsed.ok()) return parsed.status();
@@ -491,6 +523,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body, absl::str
   if (absl::Status st = ParseMessages(b, &r); !st.ok()) return st;
   if (absl::Status st = ParseTools(b, &r); !st.ok()) return st;
   if (JsonField(b, "audio") != nullptr) return Bad("audio", "is not supported (text chat only)");
+  if (absl::Status st = ParseTemplateKwargs(b, &r); !st.ok()) return st;
   // max_completion_tokens is the current name; max_tokens the older one.
   if (absl::Status st = ParseMaxTokens(b, "max_tokens", &r); !st.ok()) return st;
   if (absl::Status st = ParseMaxTokens(b, "max_completion_tokens", &r); !st.ok()) return st;
@@ -513,6 +546,7 @@ absl::StatusOr<ClientRequest> ParseTokenizeRequest(absl::string_view body) {
   ClientRequest r;
   if (JsonField(*parsed, "messages") != nullptr) {
     if (absl::Status st = ParseMessages(*parsed, &r); !st.ok()) return st;
+    if (absl::Status st = ParseTemplateKwargs(*parsed, &r); !st.ok()) return st;
     return r;
   }
   Json& body_json = *parsed;

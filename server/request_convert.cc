@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/token_then_constraint.h"
 #include "util/field_error.h"
@@ -15,7 +16,7 @@ namespace {
 constexpr size_t kMaxMessages = 4096;
 
 absl::Status Messages(const std::vector<ChatMessage>& messages, const std::vector<ToolFunction>& tools,
-                      const ChatSupport* support, Request* r) {
+                      const std::string& kwargs, const ChatSupport* support, Request* r) {
   if (support == nullptr || support->format == nullptr) {
     return support != nullptr ? support->unavailable : ChatSupport().unavailable;
   }
@@ -34,10 +35,17 @@ absl::Status Messages(const std::vector<ChatMessage>& messages, const std::vecto
       return FieldError(absl::StrCat("messages[", i, "].tool_calls"), "only an assistant's message makes calls");
     }
   }
-  auto ids = chat->Tokenize(messages, tools);
+  auto ids = chat->Tokenize(messages, tools, kwargs);
   // A template's own error (roles that must alternate, say), or past a
   // rendering limit: the request's to fix either way.
-  if (!ids.ok()) return FieldError("messages", ids.status().message());
+  if (!ids.ok()) {
+    const std::string message(ids.status().message());
+    if (absl::StartsWith(message, "chat_template_kwargs")) {
+      const size_t colon = message.find(": ");
+      return FieldError(message.substr(0, colon), colon == std::string::npos ? message : message.substr(colon + 2));
+    }
+    return FieldError("messages", message);
+  }
   r->prompt = std::move(*ids);
   r->stop.end_of_turn_ids = chat->end_of_turn_ids();
   return absl::OkStatus();
@@ -247,7 +255,7 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
       }
       break;
     case ClientRequest::Prompt::kMessages:
-      if (absl::Status st = Messages(in.messages, in.tools, chat, &r); !st.ok()) return st;
+      if (absl::Status st = Messages(in.messages, in.tools, in.template_kwargs, chat, &r); !st.ok()) return st;
       break;
     case ClientRequest::Prompt::kNone:
       break;
@@ -322,8 +330,15 @@ int32_t SpecialMarkerToken(const Tokenizer* tokenizer, ToolCallFormat format) {
 absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
                                                              ChatTemplateInfo info,
                                                              std::shared_ptr<const Tokenizer> tokenizer,
-                                                             const std::string& tool_call_parser) {
+                                                             const std::string& tool_call_parser,
+                                                             const std::string& reasoning_parser) {
   auto chat = std::make_unique<ChatSupport>();
+  std::optional<ReasoningFormat> reasoning;
+  if (!reasoning_parser.empty() && reasoning_parser != "auto") {
+    auto named = ReasoningFormatNamed(reasoning_parser);
+    if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--reasoning_parser: ", named.status().message()));
+    reasoning = *named;
+  }
   if (!tool_call_parser.empty()) {
     auto named = ToolCallFormatNamed(tool_call_parser);
     if (!named.ok()) return absl::InvalidArgumentError(absl::StrCat("--tool_call_parser: ", named.status().message()));
@@ -356,6 +371,7 @@ absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& 
     chat->tool_format = ToolCallFormatOf((*format)->template_text());
     chat->tool_marker_token = SpecialMarkerToken(tokenizer.get(), chat->tool_format);
   }
+  chat->reasoning = reasoning.value_or(ReasoningFormatOf((*format)->template_text()));
   chat->format = std::move(*format);
   return chat;
 }

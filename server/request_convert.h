@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "chat/chat_format.h"
+#include "chat/reply_reader.h"
 #include "chat/tool_calls.h"
 #include "model/loader/chat_template_info.h"
 #include "tokenizer/tokenizer.h"
@@ -40,6 +41,9 @@ struct ChatSupport {
   // The id of mistral's [TOOL_CALLS] where the vocabulary holds it as one
   // special token, else -1: ToolCallGrammar's marker_token.
   int32_t tool_marker_token = -1;
+  // How replies reason (chat/reply_reader.h): --reasoning_parser, else the
+  // template's tags (ReasoningFormatOf), else none.
+  ReasoningFormat reasoning = ReasoningFormat::kNone;
   absl::Status unavailable = FieldError(
       "messages",
       "this model has no chat template; send text or token_ids, or start the server with "
@@ -53,10 +57,13 @@ struct ChatSupport {
 // model's own that does not is kept as the reason chat is refused.
 // `tool_call_parser`: --tool_call_parser ("" = from the template; an
 // unknown name is an error).
+// `reasoning_parser`: --reasoning_parser ("auto" or "" = from the
+// template; "none"; "think").
 absl::StatusOr<std::unique_ptr<ChatSupport>> MakeChatSupport(const std::string& flag,
                                                              ChatTemplateInfo info,
                                                              std::shared_ptr<const Tokenizer> tokenizer,
-                                                             const std::string& tool_call_parser = "");
+                                                             const std::string& tool_call_parser = "",
+                                                             const std::string& reasoning_parser = "");
 
 constexpr size_t kMaxRequestIdBytes = 256;
 
@@ -71,6 +78,9 @@ struct ClientRequest {
   std::string text;
   std::vector<uint32_t> token_ids;
   std::vector<ChatMessage> messages;  // roles checked in the conversion
+  // messages: variables for the chat template, a JSON object's text
+  // (chat_template_kwargs, with reasoning_effort in it); "" for none.
+  std::string template_kwargs;
   std::optional<float> temperature, top_p, repetition_penalty;
   float presence_penalty = 0, frequency_penalty = 0, min_p = 0;
   std::vector<std::pair<uint32_t, float>> logit_bias;

@@ -23,6 +23,10 @@ ABSL_FLAG(std::string, served_model_name, "",
           "empty: the GGUF file's name, else --model");
 ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file to use instead of the model's own");
+ABSL_FLAG(std::string, reasoning_parser, "auto",
+          "How chat replies' reasoning is split from their answer (reasoning_content): think "
+          "(<think>...</think>: Qwen3 / 3.5, SmolLM3, DeepSeek-R1), none (the text as it is), or "
+          "auto (think where the chat template writes those tags)");
 ABSL_FLAG(std::string, tool_call_parser, "",
           "How replies write tool calls: hermes, llama3_json or mistral (empty: from the chat template's "
           "markers; hermes for a template without tools, which are then described to the model in its "
@@ -138,6 +142,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.served_model_name = ServedName(absl::GetFlag(FLAGS_served_model_name), o.model, o.default_model);
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
   o.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
+  o.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
