@@ -31,6 +31,7 @@
 #include "server/api_keys.h"
 #include "server/flover_service.h"
 #include "server/http_server.h"
+#include "server/messages_api.h"
 #include "server/openai_api.h"
 #include "server/request_convert.h"
 #include "server/server_flags.h"
@@ -213,6 +214,7 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
         "--http_listen", options.http_listen, options.http_threads,
         [serving, &options, keys](httplib::Server& http) {
           AddOpenAiRoutes(http, serving, options.served_model_name, keys);
+          AddMessagesRoutes(http, serving, options.served_model_name, keys);
         },
         &f.openai);
   }

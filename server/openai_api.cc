@@ -28,37 +28,6 @@ void Fail(httplib::Response& res, const absl::Status& status) {
   res.set_content(OpenAiErrorBody(status), "application/json");
 }
 
-// Collects one request's events from the engine thread for an HTTP worker.
-class CollectingSink final : public TokenSink {
- public:
-  void OnToken(RequestId, const TokenEvent& e) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    tokens_.push_back(e);
-    cv_.notify_all();
-  }
-  void OnFinish(RequestId, const FinishEvent& e) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    finish_ = e;
-    cv_.notify_all();
-  }
-  // Moves out what has arrived, waiting up to `timeout` for something.
-  void Take(std::vector<TokenEvent>* tokens, std::optional<FinishEvent>* finish,
-            absl::Duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                 [&] { return !tokens_.empty() || finish_.has_value(); });
-    tokens->swap(tokens_);
-    tokens_.clear();
-    *finish = std::move(finish_);
-    finish_.reset();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<TokenEvent> tokens_;
-  std::optional<FinishEvent> finish_;
-};
 
 // One request's answer in its endpoint's JSON: a text_completion, or a
 // chat.completion (chat.completion.chunk when streamed).
@@ -534,8 +503,9 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
       res.set_content(
           OpenAiErrorBody(absl::NotFoundError(absl::StrCat(
               "no route for ", req.method, " ", req.path,
-              " (this server serves POST /v1/completions, POST /v1/chat/completions, GET "
-              "/v1/models, POST /tokenize, POST /detokenize, GET /health)"))),
+              " (this server serves POST /v1/completions, POST /v1/chat/completions, POST /v1/messages, "
+              "POST /v1/messages/count_tokens, GET /v1/models, POST /tokenize, POST /detokenize, GET "
+              "/health)"))),
           "application/json");
     }
   });

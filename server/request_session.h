@@ -5,11 +5,15 @@
 #ifndef FLOVER_SERVER_REQUEST_SESSION_H_
 #define FLOVER_SERVER_REQUEST_SESSION_H_
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/engine.h"
 #include "proto/flover.pb.h"
 #include "server/request_convert.h"
@@ -38,6 +42,38 @@ struct ServingContext {
 struct SubmittedRequest {
   RequestId id = 0;
   std::vector<int32_t> prompt;  // its tokens, after the chat template
+};
+
+// Collects one request's events from the engine thread for an HTTP worker.
+class CollectingSink final : public TokenSink {
+ public:
+  void OnToken(RequestId, const TokenEvent& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    tokens_.push_back(e);
+    cv_.notify_all();
+  }
+  void OnFinish(RequestId, const FinishEvent& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    finish_ = e;
+    cv_.notify_all();
+  }
+  // Moves out what has arrived, waiting up to `timeout` for something.
+  void Take(std::vector<TokenEvent>* tokens, std::optional<FinishEvent>* finish,
+            absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                 [&] { return !tokens_.empty() || finish_.has_value(); });
+    tokens->swap(tokens_);
+    tokens_.clear();
+    *finish = std::move(finish_);
+    finish_.reset();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TokenEvent> tokens_;
+  std::optional<FinishEvent> finish_;
 };
 
 // Converts `request`, lets `adjust` set what the front end decides (the

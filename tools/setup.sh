@@ -46,13 +46,13 @@ fi
 
 # From PyPI, in a virtual environment inside the clone (.venv-test,
 # git-ignored) that also sees Debian's grpcio and protobuf: the official
-# `openai` client for the HTTP API's test, matplotlib for
+# `openai` and `anthropic` clients for the HTTP APIs' tests, matplotlib for
 # `flover_loadgen --plot`, and jsonschema for benchmarks/schema_suite.py.
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if ! "$root/.venv-test/bin/python" -c "import openai, matplotlib, jsonschema" 2>/dev/null; then
+if ! "$root/.venv-test/bin/python" -c "import openai, anthropic, matplotlib, jsonschema" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages "$root/.venv-test"
   "$root/.venv-test/bin/pip" install --quiet --disable-pip-version-check \
-    "openai==3.54.0" "matplotlib==3.11.2" "jsonschema==4.26.0"
+    "openai==3.54.0" "anthropic==2.14.0" "matplotlib==3.11.2" "jsonschema==4.26.0"
 fi
 
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then

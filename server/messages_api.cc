@@ -1,0 +1,503 @@
+#include "server/messages_api.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "chat/reply_reader.h"
+#include "server/json_body.h"
+#include "server/status_util.h"
+#include "util/field_error.h"
+
+namespace flover::server {
+namespace {
+
+template <typename... Parts>
+absl::Status Bad(absl::string_view field, const Parts&... detail) {
+  return FieldError(field, absl::StrCat(detail...));
+}
+
+absl::StatusOr<std::string> RequiredString(const Json& obj, const char* key, const std::string& at) {
+  const Json* v = JsonField(obj, key);
+  if (v == nullptr || !v->is_string()) return Bad(absl::StrCat(at, ".", key), "must be a string");
+  return v->get<std::string>();
+}
+
+// A text-only content: a string, or a list of text blocks (joined by
+// newlines).
+absl::StatusOr<std::string> TextContent(const Json& content, const std::string& at) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return Bad(at, "must be a string or a list of text blocks");
+  std::vector<std::string> parts;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string block = absl::StrCat(at, "[", j, "]");
+    const Json& b = content[j];
+    if (!b.is_object()) return Bad(block, "must be an object");
+    auto type = RequiredString(b, "type", block);
+    if (!type.ok()) return type.status();
+    if (*type != "text") return Bad(block + ".type", "\"", *type, "\" is not supported here (text)");
+    auto text = RequiredString(b, "text", block);
+    if (!text.ok()) return text.status();
+    parts.push_back(*std::move(text));
+  }
+  return absl::StrJoin(parts, "\n");
+}
+
+// One turn's blocks into `out`: an assistant's text, thinking and
+// tool_use; a user's text and tool_result (each result its own tool turn,
+// before the user's text).
+absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_made, ClientRequest* out) {
+  const std::string at = absl::StrCat("messages[", i, "]");
+  if (!item.is_object()) return Bad(at, "must be an object");
+  auto role = RequiredString(item, "role", at);
+  if (!role.ok()) return role.status();
+  if (*role != "user" && *role != "assistant") return Bad(at + ".role", "must be \"user\" or \"assistant\"");
+  const Json* content = JsonField(item, "content");
+  if (content == nullptr) return Bad(at + ".content", "is required");
+  ChatMessage m{*role, ""};
+  if (content->is_string()) {
+    m.content = content->get<std::string>();
+    out->messages.push_back(std::move(m));
+    return absl::OkStatus();
+  }
+  if (!content->is_array()) return Bad(at + ".content", "must be a string or a list of blocks");
+  std::vector<std::string> texts;
+  for (size_t j = 0; j < content->size(); ++j) {
+    const std::string block = absl::StrCat(at, ".content[", j, "]");
+    const Json& b = (*content)[j];
+    if (!b.is_object()) return Bad(block, "must be an object");
+    auto type = RequiredString(b, "type", block);
+    if (!type.ok()) return type.status();
+    const bool assistant = *role == "assistant";
+    if (*type == "text") {
+      auto text = RequiredString(b, "text", block);
+      if (!text.ok()) return text.status();
+      texts.push_back(*std::move(text));
+    } else if (*type == "tool_use" && assistant) {
+      ToolCall call;
+      for (auto [key, field] : {std::pair{"id", &call.id}, std::pair{"name", &call.name}}) {
+        auto v = RequiredString(b, key, block);
+        if (!v.ok()) return v.status();
+        *field = *std::move(v);
+      }
+      const Json* input = JsonField(b, "input");
+      if (input == nullptr || !input->is_object()) return Bad(block + ".input", "must be an object");
+      call.arguments = input->dump();
+      calls_made->insert(call.id);
+      m.tool_calls.push_back(std::move(call));
+    } else if (*type == "thinking" && assistant) {
+      auto thinking = RequiredString(b, "thinking", block);
+      if (!thinking.ok()) return thinking.status();
+      m.reasoning_content += *thinking;
+    } else if (*type == "redacted_thinking" && assistant) {
+      // Another server's encrypted reasoning: nothing a template can show.
+    } else if (*type == "tool_result" && !assistant) {
+      auto id = RequiredString(b, "tool_use_id", block);
+      if (!id.ok()) return id.status();
+      if (calls_made->count(*id) == 0) {
+        return Bad(block + ".tool_use_id", "\"", *id, "\" answers no earlier tool_use");
+      }
+      ChatMessage result{"tool", ""};
+      result.tool_call_id = *id;
+      if (const Json* c = JsonField(b, "content")) {
+        auto text = TextContent(*c, block + ".content");
+        if (!text.ok()) return text.status();
+        result.content = *std::move(text);
+      }
+      out->messages.push_back(std::move(result));
+    } else if (*type == "image" || *type == "document" || *type == "search_result") {
+      return Bad(block + ".type", "\"", *type, "\" is not supported (text only)");
+    } else {
+      return Bad(block + ".type", "\"", *type, "\" is not a block a ", *role, " message holds here (",
+                 assistant ? "text, thinking, redacted_thinking, tool_use" : "text, tool_result", ")");
+    }
+  }
+  m.content = absl::StrJoin(texts, "\n");
+  if (texts.empty() && !m.tool_calls.empty()) m.null_content = true;
+  // A user turn of results alone adds no user message after them.
+  if (!texts.empty() || !m.tool_calls.empty() || !m.reasoning_content.empty() || m.role == "assistant" ||
+      content->empty()) {
+    out->messages.push_back(std::move(m));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTools(const Json& b, ClientRequest* r) {
+  if (const Json* tools = JsonField(b, "tools")) {
+    if (!tools->is_array()) return Bad("tools", "must be a list");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string at = absl::StrCat("tools[", i, "]");
+      const Json& t = (*tools)[i];
+      if (!t.is_object()) return Bad(at, "must be an object");
+      if (const Json* type = JsonField(t, "type"); type != nullptr && (!type->is_string() || *type != "custom")) {
+        return Bad(at + ".type", "server tools are not supported (client tools only: name, input_schema)");
+      }
+      ToolFunction f;
+      auto name = RequiredString(t, "name", at);
+      if (!name.ok()) return name.status();
+      f.name = *std::move(name);
+      if (const Json* d = JsonField(t, "description")) {
+        if (!d->is_string()) return Bad(at + ".description", "must be a string");
+        f.description = d->get<std::string>();
+      }
+      const Json* schema = JsonField(t, "input_schema");
+      if (schema == nullptr || !schema->is_object()) return Bad(at + ".input_schema", "must be an object");
+      f.parameters = schema->dump();
+      r->tools.push_back(std::move(f));
+    }
+  }
+  if (const Json* c = JsonField(b, "tool_choice")) {
+    if (!c->is_object()) return Bad("tool_choice", "must be an object");
+    auto type = RequiredString(*c, "type", "tool_choice");
+    if (!type.ok()) return type.status();
+    if (*type == "auto") {
+      r->tool_choice = ToolChoice::kAuto;
+    } else if (*type == "any") {
+      r->tool_choice = ToolChoice::kRequired;
+    } else if (*type == "none") {
+      r->tool_choice = ToolChoice::kNone;
+    } else if (*type == "tool") {
+      auto name = RequiredString(*c, "name", "tool_choice");
+      if (!name.ok()) return name.status();
+      r->tool_choice = ToolChoice::kNamed;
+      r->tool_choice_name = *std::move(name);
+    } else {
+      return Bad("tool_choice.type", "must be \"auto\", \"any\", \"tool\" or \"none\"");
+    }
+    auto serial = JsonBool(*c, "disable_parallel_tool_use", false, "tool_choice.disable_parallel_tool_use");
+    if (!serial.ok()) return serial.status();
+    r->parallel_tool_calls = !*serial;
+  }
+  return absl::OkStatus();
+}
+
+// A block of the answer as the API writes it.
+Json ToolUse(const ToolCall& call) {
+  Json input = Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  if (!input.is_object()) input = Json::object();
+  return {{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", std::move(input)}};
+}
+
+std::string Event(const char* type, const Json& data) {
+  return absl::StrCat("event: ", type, "\ndata: ", JsonText(data), "\n\n");
+}
+
+const char* ErrorTypeOf(int http) {
+  switch (http) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return "api_error";
+  }
+}
+
+void Fail(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusOf(status);
+  res.set_content(MessagesErrorBody(status), "application/json");
+}
+
+uint64_t IdSalt() {
+  static std::mutex mu;
+  static std::mt19937_64 bits(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  return bits();
+}
+
+// The reply's end as the API says it.
+Json StopReason(const FinishEvent& f, bool called) {
+  if (called) return "tool_use";
+  if (f.reason == FinishReason::kLength) return "max_tokens";
+  if (f.reason == FinishReason::kStop) return "stop_sequence";
+  return "end_turn";
+}
+
+// One streamed reply's blocks: each event of the reader goes into the open
+// block of its kind, or closes it and opens the next.
+class BlockWriter {
+ public:
+  std::string Add(const ReplyReader::Event& e) {
+    std::string out;
+    switch (e.kind) {
+      case ReplyReader::Event::kReasoning:
+        out += Open(Kind::kThinking, {{"type", "thinking"}, {"thinking", ""}});
+        out += Delta({{"type", "thinking_delta"}, {"thinking", e.text}});
+        break;
+      case ReplyReader::Event::kContent:
+        if (e.text.empty()) break;
+        out += Open(Kind::kText, {{"type", "text"}, {"text", ""}});
+        out += Delta({{"type", "text_delta"}, {"text", e.text}});
+        break;
+      case ReplyReader::Event::kCallBegin:
+        out += Close();
+        out += Open(Kind::kToolUse,
+                    {{"type", "tool_use"}, {"id", e.call.id}, {"name", e.call.name}, {"input", Json::object()}});
+        break;
+      case ReplyReader::Event::kArguments:
+        out += Delta({{"type", "input_json_delta"}, {"partial_json", e.text}});
+        break;
+      case ReplyReader::Event::kCall: break;  // streamed as it came
+    }
+    return out;
+  }
+  std::string Close() {
+    if (open_ == Kind::kNone) return "";
+    open_ = Kind::kNone;
+    return Event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
+  }
+
+ private:
+  enum class Kind { kNone, kThinking, kText, kToolUse };
+  std::string Open(Kind kind, Json block) {
+    if (open_ == kind && kind != Kind::kToolUse) return "";
+    std::string out = Close();
+    open_ = kind;
+    ++index_;
+    out += Event("content_block_start",
+                 {{"type", "content_block_start"}, {"index", index_}, {"content_block", std::move(block)}});
+    return out;
+  }
+  std::string Delta(Json delta) const {
+    return Event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", std::move(delta)}});
+  }
+  Kind open_ = Kind::kNone;
+  int index_ = -1;
+};
+
+void Serve(httplib::Response& res, const ServingContext& serving, const std::string& model,
+           const MessagesRequest& parsed) {
+  Engine& engine = serving.engine;
+  auto sink = std::make_shared<CollectingSink>();
+  auto submitted = SubmitRequest(serving, parsed.request, sink);
+  if (!submitted.ok()) return Fail(res, submitted.status());
+  const RequestId id = submitted->id;
+  const std::vector<int32_t>& prompt = submitted->prompt;
+  const int prompt_tokens = static_cast<int>(prompt.size());
+  ReplyReader::Options o;
+  o.reasoning = serving.chat != nullptr ? serving.chat->reasoning : ReasoningFormat::kNone;
+  if (o.reasoning != ReasoningFormat::kNone && serving.tokenizer != nullptr) {
+    const size_t tail = std::min<size_t>(prompt.size(), 16);
+    o.starts_in_reasoning =
+        StartsInReasoning(o.reasoning, serving.tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
+  }
+  if (serving.chat != nullptr && !parsed.request.tools.empty() && ToolChoiceOf(parsed.request) != ToolChoice::kNone) {
+    o.tools = serving.chat->tool_format;
+  }
+  o.call_id_prefix = absl::StrCat("toolu_", absl::Hex(IdSalt(), absl::kZeroPad16), "_");
+  o.stream_arguments = parsed.stream;
+  const std::string message_id = absl::StrCat("msg_", absl::Hex(IdSalt(), absl::kZeroPad16), id);
+  const std::vector<std::string> stops = parsed.request.stop_strings;
+  auto stop_sequence = [stops](const Json& reason) {
+    return reason == "stop_sequence" && stops.size() == 1 ? Json(stops[0]) : Json(nullptr);
+  };
+
+  if (!parsed.stream) {
+    std::string text;
+    std::optional<FinishEvent> finish;
+    while (!finish.has_value()) {
+      std::vector<TokenEvent> more;
+      sink->Take(&more, &finish, absl::Seconds(1));
+      for (const TokenEvent& t : more) text += t.text;
+    }
+    if (absl::Status st = EndStatus(*finish); !st.ok()) return Fail(res, st);
+    text += finish->text;
+    const Reply reply = ReadReply(o, text);
+    Json content = Json::array();
+    if (!reply.reasoning.empty()) {
+      content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
+    }
+    if (!reply.content.empty() || reply.calls.empty()) content.push_back({{"type", "text"}, {"text", reply.content}});
+    for (const ToolCall& c : reply.calls) content.push_back(ToolUse(c));
+    const Json reason = StopReason(*finish, !reply.calls.empty());
+    res.set_content(JsonText(Json{{"id", message_id},
+                                  {"type", "message"},
+                                  {"role", "assistant"},
+                                  {"model", model},
+                                  {"content", std::move(content)},
+                                  {"stop_reason", reason},
+                                  {"stop_sequence", stop_sequence(reason)},
+                                  {"usage",
+                                   {{"input_tokens", prompt_tokens},
+                                    {"output_tokens", finish->usage.generated_tokens}}}}),
+                    "application/json");
+    return;
+  }
+
+  struct State {
+    bool started = false, finished = false;
+    std::unique_ptr<ReplyReader> reader;
+    BlockWriter blocks;
+  };
+  auto state = std::make_shared<State>();
+  state->reader = std::make_unique<ReplyReader>(o);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [state, sink, model, message_id, prompt_tokens, stop_sequence](size_t, httplib::DataSink& out) {
+        std::string chunk;
+        if (!state->started) {
+          state->started = true;
+          chunk += Event("message_start",
+                         {{"type", "message_start"},
+                          {"message",
+                           {{"id", message_id},
+                            {"type", "message"},
+                            {"role", "assistant"},
+                            {"model", model},
+                            {"content", Json::array()},
+                            {"stop_reason", nullptr},
+                            {"stop_sequence", nullptr},
+                            {"usage", {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}}}});
+          chunk += Event("ping", {{"type", "ping"}});
+        }
+        std::vector<TokenEvent> tokens;
+        std::optional<FinishEvent> finish;
+        sink->Take(&tokens, &finish, absl::Milliseconds(100));
+        std::string text;
+        for (const TokenEvent& t : tokens) text += t.text;
+        if (finish.has_value()) text += finish->text;
+        for (const ReplyReader::Event& e : state->reader->Push(text)) chunk += state->blocks.Add(e);
+        if (finish.has_value()) {
+          state->finished = true;
+          if (absl::Status st = EndStatus(*finish); !st.ok()) {
+            chunk += Event("error", Json::parse(MessagesErrorBody(st)));
+          } else {
+            for (const ReplyReader::Event& e : state->reader->Finish()) chunk += state->blocks.Add(e);
+            chunk += state->blocks.Close();
+            const Json reason = StopReason(*finish, state->reader->calls() > 0);
+            chunk += Event("message_delta",
+                           {{"type", "message_delta"},
+                            {"delta", {{"stop_reason", reason}, {"stop_sequence", stop_sequence(reason)}}},
+                            {"usage", {{"output_tokens", finish->usage.generated_tokens}}}});
+            chunk += Event("message_stop", {{"type", "message_stop"}});
+          }
+        }
+        // A failed write means the client left: the releaser cancels.
+        if (!chunk.empty() && !out.write(chunk.data(), chunk.size())) return false;
+        if (state->finished) out.done();
+        return true;
+      },
+      [&engine, state, id](bool) {
+        if (!state->finished) (void)engine.Cancel(id);  // freed at the next step
+      });
+}
+
+}  // namespace
+
+absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, absl::string_view served_model) {
+  auto parsed = ParseJsonObjectBody(body, "request body");
+  if (!parsed.ok()) return parsed.status();
+  const Json& b = *parsed;
+  MessagesRequest out;
+  ClientRequest& r = out.request;
+  auto model = RequiredString(b, "model", "request");
+  if (!model.ok()) return Bad("model", "is required (a string)");
+  if (*model != served_model) {
+    return FieldError("model", absl::StrCat("\"", *model, "\" is not served here (this server serves \"", served_model, "\")"),
+                      absl::StatusCode::kNotFound);
+  }
+  for (const char* key : {"mcp_servers", "container"}) {
+    if (JsonField(b, key) != nullptr) return Bad(key, "is not supported");
+  }
+  const Json* max_tokens = JsonField(b, "max_tokens");
+  if (max_tokens == nullptr) return Bad("max_tokens", "is required");
+  auto n = JsonInteger(*max_tokens, "max_tokens", 1, 1 << 30, "must be an integer >= 1");
+  if (!n.ok()) return n.status();
+  r.max_new_tokens = static_cast<uint32_t>(*n);
+  r.prompt = ClientRequest::Prompt::kMessages;
+  if (const Json* system = JsonField(b, "system")) {
+    auto text = TextContent(*system, "system");
+    if (!text.ok()) return text.status();
+    r.messages.push_back({"system", *std::move(text)});
+  }
+  const Json* messages = JsonField(b, "messages");
+  if (messages == nullptr || !messages->is_array()) return Bad("messages", "must be a list");
+  if (messages->empty()) return Bad("messages", "is empty");
+  std::set<std::string> calls_made;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    if (absl::Status st = AddTurn((*messages)[i], i, &calls_made, &r); !st.ok()) return st;
+  }
+  if (absl::Status st = ParseTools(b, &r); !st.ok()) return st;
+  if (const Json* stops = JsonField(b, "stop_sequences")) {
+    if (!stops->is_array()) return Bad("stop_sequences", "must be a list of strings");
+    for (const Json& s : *stops) {
+      if (!s.is_string()) return Bad("stop_sequences", "must be a list of strings");
+      r.stop_strings.push_back(s.get<std::string>());
+    }
+  }
+  for (auto [key, field] : {std::pair{"temperature", &r.temperature}, std::pair{"top_p", &r.top_p}}) {
+    if (const Json* v = JsonField(b, key)) {
+      auto x = JsonNumber(*v, key, "must be a number");
+      if (!x.ok()) return x.status();
+      *field = static_cast<float>(*x);
+    }
+  }
+  if (const Json* v = JsonField(b, "top_k")) {
+    auto k = JsonInteger(*v, "top_k", 0, 1 << 30, "must be an integer >= 0");
+    if (!k.ok()) return k.status();
+    r.top_k = static_cast<int32_t>(*k);
+  }
+  auto stream = JsonBool(b, "stream", false, "stream");
+  if (!stream.ok()) return stream.status();
+  out.stream = *stream;
+  if (const Json* t = JsonField(b, "thinking")) {
+    if (!t->is_object()) return Bad("thinking", "must be an object");
+    auto type = RequiredString(*t, "type", "thinking");
+    if (!type.ok()) return type.status();
+    if (*type != "enabled" && *type != "disabled") return Bad("thinking.type", "must be \"enabled\" or \"disabled\"");
+    // The template's switch (Qwen3's enable_thinking); budget_tokens is
+    // accepted, not enforced (no reasoning budget yet).
+    r.template_kwargs = JsonText(Json{{"enable_thinking", *type == "enabled"}});
+  }
+  return out;
+}
+
+std::string MessagesErrorBody(const absl::Status& status) {
+  const int http = HttpStatusOf(status);
+  return JsonText(
+      Json{{"type", "error"}, {"error", {{"type", ErrorTypeOf(http)}, {"message", std::string(status.message())}}}});
+}
+
+void AddMessagesRoutes(httplib::Server& http, const ServingContext& serving, std::string model_name,
+                       const ApiKeys* keys) {
+  Engine& engine = serving.engine;
+  // With keys: x-api-key (Anthropic's header) or Authorization: Bearer.
+  auto authorized = [&engine, keys](const httplib::Request& req, httplib::Response& res) {
+    if (keys == nullptr) return true;
+    const std::string key = req.get_header_value("x-api-key");
+    absl::Status st = keys->Check(key.empty() ? req.get_header_value("Authorization") : "Bearer " + key);
+    if (st.ok()) return true;
+    Fail(res, CountRefusal(engine, st));
+    return false;
+  };
+  http.Post("/v1/messages", [serving, model_name, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto parsed = ParseMessagesRequest(req.body, model_name);
+    if (!parsed.ok()) return Fail(res, CountRefusal(serving.engine, parsed.status()));
+    Serve(res, serving, model_name, *parsed);
+  });
+  http.Post("/v1/messages/count_tokens",
+            [serving, model_name, authorized](const httplib::Request& req, httplib::Response& res) {
+              if (!authorized(req, res)) return;
+              // As /v1/messages reads it, max_tokens aside.
+              Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+              if (body.is_object() && !body.contains("max_tokens")) body["max_tokens"] = 1;
+              auto parsed = ParseMessagesRequest(body.is_discarded() ? req.body : body.dump(), model_name);
+              if (!parsed.ok()) return Fail(res, parsed.status());
+              auto converted = ToEngineRequest(parsed->request, serving.convert(), 0);
+              if (!converted.ok()) return Fail(res, converted.status());
+              res.set_content(JsonText(Json{{"input_tokens", converted->prompt.size()}}), "application/json");
+            });
+}
+
+}  // namespace flover::server
