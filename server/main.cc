@@ -32,6 +32,7 @@
 #include "server/flover_service.h"
 #include "server/http_server.h"
 #include "server/messages_api.h"
+#include "server/responses_api.h"
 #include "server/openai_api.h"
 #include "server/request_convert.h"
 #include "server/server_flags.h"
@@ -70,6 +71,7 @@ struct FrontEnds {
   std::unique_ptr<grpc::Server> grpc;
   std::string grpc_address;
   std::unique_ptr<HttpServer> metrics, openai;
+  std::unique_ptr<ResponseStore> responses;  // /v1/responses' stored responses
 };
 
 // CPU threads per rank: all cores for one rank, else the node's cores shared
@@ -209,12 +211,14 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
         AddMetricsRoute(http, [&engine, description] { return RenderMetrics(engine, description); });
       },
       &f.metrics);
+  f.responses = std::make_unique<ResponseStore>(options.responses_store);
   if (st.ok()) {
     st = start_http(
         "--http_listen", options.http_listen, options.http_threads,
-        [serving, &options, keys](httplib::Server& http) {
+        [serving, &options, keys, responses = f.responses.get()](httplib::Server& http) {
           AddOpenAiRoutes(http, serving, options.served_model_name, keys);
           AddMessagesRoutes(http, serving, options.served_model_name, keys);
+          AddResponsesRoutes(http, serving, options.served_model_name, *responses, keys);
         },
         &f.openai);
   }

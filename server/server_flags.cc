@@ -27,6 +27,9 @@ ABSL_FLAG(std::string, reasoning_parser, "auto",
           "How chat replies' reasoning is split from their answer (reasoning_content): think "
           "(<think>...</think>: Qwen3 / 3.5, SmolLM3, DeepSeek-R1), none (the text as it is), or "
           "auto (think where the chat template writes those tags)");
+ABSL_FLAG(int, responses_store, 1000,
+          "/v1/responses: how many stored responses (store: true) are kept in memory for "
+          "previous_response_id and GET, the least recently used evicted first (0: none)");
 ABSL_FLAG(std::string, tool_call_parser, "",
           "How replies write tool calls: hermes, llama3_json or mistral (empty: from the chat template's "
           "markers; hermes for a template without tools, which are then described to the model in its "
@@ -143,6 +146,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
   o.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   o.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);
+  if (absl::GetFlag(FLAGS_responses_store) < 0) return absl::InvalidArgumentError("--responses_store must be >= 0");
+  o.responses_store = static_cast<size_t>(absl::GetFlag(FLAGS_responses_store));
   o.listen = absl::GetFlag(FLAGS_listen);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
