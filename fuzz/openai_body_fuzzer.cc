@@ -1,5 +1,5 @@
-// Arbitrary bytes as the body of an OpenAI request (chat, completions,
-// tokenize, detokenize), parsed and then converted against GPT-2's
+// Arbitrary bytes as the body of an HTTP request (OpenAI's chat,
+// completions, tokenize, detokenize and responses; Anthropic's messages), parsed and then converted against GPT-2's
 // vocabulary and tokenizer with a chat template, choices, and JSON schemas,
 // regexes and grammars compiled by xgrammar (fuzz/gpt2_context.h): every
 // body must come back as a request or an error status (nlohmann-json's and
@@ -10,7 +10,9 @@
 #include <string>
 
 #include "fuzz/gpt2_context.h"
+#include "server/messages_api.h"
 #include "server/openai_request.h"
+#include "server/responses_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const flover::server::ConvertContext& context = flover::fuzz::Gpt2Context();
@@ -22,5 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto tokenize = flover::server::ParseTokenizeRequest(body);
   if (tokenize.ok()) (void)flover::server::ToEngineRequest(*tokenize, context, 7);
   (void)flover::server::ParseDetokenizeRequest(body, context.vocab_size);
+  auto messages = flover::server::ParseMessagesRequest(body, "m");
+  if (messages.ok()) (void)flover::server::ToEngineRequest(messages->request, context, 7);
+  auto responses = flover::server::ParseResponsesRequest(body, "m");
+  if (responses.ok()) (void)flover::server::ToEngineRequest(responses->request, context, 7);
   return 0;
 }
