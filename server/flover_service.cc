@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "chat/reply_reader.h"
 #include "chat/tool_calls.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits for messages
 #include "server/request_session.h"
@@ -115,6 +116,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     if (serving.chat != nullptr && !client.tools.empty() && ToolChoiceOf(client) != ToolChoice::kNone) {
       tool_format_ = serving.chat->tool_format;
     }
+    const ReasoningFormat reasoning = client.prompt == ClientRequest::Prompt::kMessages && serving.chat != nullptr
+                                          ? serving.chat->reasoning
+                                          : ReasoningFormat::kNone;
     auto submitted = SubmitRequest(serving, client, std::make_shared<Sink>(shared_from_this()),
                                    [context](Request& r) { r.deadline = ToAbslTime(context->deadline()); });
     if (!submitted.ok()) {
@@ -123,15 +127,50 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     }
     id_ = submitted->id;
     if (request_id_.empty()) request_id_ = absl::StrCat(id_);
+    if (reasoning != ReasoningFormat::kNone) {
+      // The reasoning apart from the answer (as reasoning_content in the
+      // OpenAI API), starting inside it where the prompt opened it.
+      ReplyReader::Options o;
+      o.reasoning = reasoning;
+      const std::vector<int32_t>& prompt = submitted->prompt;
+      if (serving.tokenizer != nullptr) {
+        const size_t tail = std::min<size_t>(prompt.size(), 16);
+        o.starts_in_reasoning = StartsInReasoning(
+            reasoning, serving.tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
+      }
+      // (mu_ is held: the engine's first callbacks wait for it.)
+      reader_ = std::make_unique<ReplyReader>(o);
+    }
     // A cancel that arrived before the id existed found nothing to cancel.
     if (context->IsCancelled()) (void)engine_.Cancel(id_);
+  }
+
+  // Text of the reply into `pending_`: as it is, or split by the reader
+  // (the answer's part into text and the calls' reading).
+  void Read(const std::string& text, bool finish) {
+    if (reader_ == nullptr) {
+      pending_.mutable_text()->append(text);
+      if (tool_format_.has_value()) all_text_ += text;
+      return;
+    }
+    std::vector<ReplyReader::Event> events = reader_->Push(text);
+    if (finish) {
+      for (ReplyReader::Event& e : reader_->Finish()) events.push_back(std::move(e));
+    }
+    for (const ReplyReader::Event& e : events) {
+      if (e.kind == ReplyReader::Event::kReasoning) {
+        pending_.mutable_reasoning()->append(e.text);
+      } else if (e.kind == ReplyReader::Event::kContent) {
+        pending_.mutable_text()->append(e.text);
+        if (tool_format_.has_value()) all_text_ += e.text;
+      }
+    }
   }
 
   void OnToken(const TokenEvent& e) {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.add_token_ids(static_cast<uint32_t>(e.token));
-    pending_.mutable_text()->append(e.text);
-    if (tool_format_.has_value()) all_text_ += e.text;
+    Read(e.text, /*finish=*/false);
     if (with_logprobs_) pending_.add_logprobs(e.logprob);
     if (!e.top_logprobs.empty()) {
       v1::TopLogprobs* top = pending_.add_top_logprobs();
@@ -148,10 +187,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     std::lock_guard<std::mutex> lock(mu_);
     end_status_ = ToGrpcStatus(EndStatus(e));
     if (end_status_.ok()) {
-      pending_.mutable_text()->append(e.text);
+      Read(e.text, /*finish=*/true);
       pending_.set_finish_reason(ToProto(e.reason));
       if (tool_format_.has_value()) {
-        all_text_ += e.text;
         const ParsedReply reply = ParseToolCalls(*tool_format_, all_text_, absl::StrCat("call_", request_id_, "_"));
         for (const ToolCall& c : reply.calls) {
           v1::ToolCall* out = pending_.add_tool_calls();
@@ -205,7 +243,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   std::string request_id_;
   bool with_logprobs_ = false;
   std::optional<ToolCallFormat> tool_format_;  // set: the reply's calls are read at its end
-  std::string all_text_;                       // with tool_format_: the whole reply so far
+  std::string all_text_;                       // with tool_format_: the whole reply so far (its answer)
+  std::unique_ptr<ReplyReader> reader_;        // messages with a reasoning parser: splits it off
   v1::GenerateResponse pending_;
   grpc::ByteBuffer in_flight_;  // the message being written, serialized
   bool has_pending_ = false;

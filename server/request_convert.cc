@@ -146,6 +146,7 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
       break;
     case v1::GenerateRequest::kMessages:
       r.prompt = ClientRequest::Prompt::kMessages;
+      r.template_kwargs = in.chat_template_kwargs();
       for (const v1::ChatMessage& m : in.messages().messages()) {
         ChatMessage message{m.role(), m.content()};
         for (const v1::ToolCall& c : m.tool_calls()) message.tool_calls.push_back({c.id(), c.name(), c.arguments()});
@@ -153,6 +154,7 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
         message.null_content = m.content().empty() && !message.tool_calls.empty();
         message.tool_call_id = m.tool_call_id();
         message.name = m.name();
+        message.reasoning_content = m.reasoning_content();
         r.messages.push_back(std::move(message));
       }
       break;

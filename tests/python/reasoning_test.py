@@ -56,6 +56,16 @@ class ReasoningTest(unittest.TestCase):
                 self.assertEqual(message.content, message.content.lstrip())
                 self.assertEqual(reasoning, got["reasoning_content"], extra)
                 self.assertEqual(content, message.content, extra)
+            # gRPC: the reasoning apart from the text, the same split.
+            msgs = list(s.client.generate(messages=ASK, regex=SHAPE, max_new_tokens=100, temperature=0))
+            whole, _, _ = whole_and_streamed(s, max_tokens=100, temperature=0, extra_body={"guided_regex": SHAPE})
+            self.assertEqual("".join(m.reasoning for m in msgs), whole.model_dump()["reasoning_content"])
+            self.assertEqual("".join(m.text for m in msgs), whole.content)
+            off = list(s.client.generate(messages=ASK, max_new_tokens=30, temperature=0,
+                                         regex=r"[A-Z][a-z]{1,8}( [a-z]{1,8}){1,4}\.",
+                                         chat_template_kwargs={"enable_thinking": False}))
+            self.assertEqual("".join(m.reasoning for m in off), "")
+            self.assertTrue("".join(m.text for m in off))
         finally:
             s.close()
 

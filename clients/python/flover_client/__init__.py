@@ -56,7 +56,7 @@ class FloverClient:
                  request_id="", timeout=None, presence_penalty=0.0, frequency_penalty=0.0,
                  logit_bias=None, min_p=0.0, choice=None, json_schema=None, regex=None,
                  grammar=None, tools=None, tool_choice=None, parallel_tool_calls=None,
-                 speculative=None):
+                 speculative=None, chat_template_kwargs=None):
         """One of `prompt` (text), `token_ids`, or `messages`: a list of
         {"role": "system" | "user" | "assistant" | "tool", "content": str},
         as OpenAI's (an assistant's "tool_calls", a tool's "tool_call_id"),
@@ -69,7 +69,10 @@ class FloverClient:
         "required" or a function's name; the last response then carries
         `tool_calls`. `speculative=False`: no speculative drafts for this
         request on a server started with --speculative (the output is the
-        same either way)."""
+        same either way). `chat_template_kwargs`: a dict of the chat
+        template's variables ({"enable_thinking": False}); with the server's
+        reasoning parser, each response's `reasoning` holds the reasoning
+        apart from `text`."""
         req = flover_pb2.GenerateRequest(request_id=request_id, return_logprobs=return_logprobs,
                                          top_logprobs=top_logprobs)
         if token_ids is not None:
@@ -86,6 +89,8 @@ class FloverClient:
                                        arguments=args if isinstance(args, str) else json.dumps(args))
         elif prompt is not None:
             req.text = prompt
+        if chat_template_kwargs is not None:
+            req.chat_template_kwargs = json.dumps(chat_template_kwargs)
         req.sampling.temperature = temperature
         req.sampling.top_k = top_k
         req.sampling.top_p = top_p
