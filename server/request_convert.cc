@@ -312,6 +312,21 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
     if (!compiled.ok()) return compiled.status();
     r.constraint = std::move(*compiled);
   }
+  // A reply that starts inside its reasoning (the prompt opened <think>):
+  // the constraint holds the answer, from the token that closes the
+  // reasoning on, where the vocabulary has one ("</think>": Qwen3 / 3.5,
+  // DeepSeek-R1); the reasoning before it is free.
+  if (r.constraint != nullptr && in.prompt == ClientRequest::Prompt::kMessages && chat != nullptr &&
+      chat->reasoning == ReasoningFormat::kThinkTags && tokenizer != nullptr) {
+    const size_t tail = std::min<size_t>(r.prompt.size(), 16);
+    if (StartsInReasoning(chat->reasoning, tokenizer->Decode(std::vector<int32_t>(r.prompt.end() - tail,
+                                                                                  r.prompt.end())))) {
+      auto close = tokenizer->Encode("</think>", /*add_special_tokens=*/false);
+      if (close.ok() && close->size() == 1 && (*close)[0] < r.constraint->vocab_size()) {
+        r.constraint = TokenThen((*close)[0], /*text_before=*/true, std::move(r.constraint));
+      }
+    }
+  }
   return r;
 }
 

@@ -1,0 +1,71 @@
+// A constraint on a reply that starts inside its reasoning (the prompt
+// opened <think>): free until the token that closes the reasoning, then
+// held; without the open tag (enable_thinking false) held from the start.
+// Qwen3.5's tokenizer fixture with its </think> added as one token, and a
+// thinking-shaped template (chat/templates/chatml_think.jinja).
+#include "server/request_convert.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "engine/grammar_constraint.h"
+#include "nlohmann/json.hpp"
+#include "testing/files.h"
+#include "model/loader/tokenizer_files.h"
+
+namespace flover::server {
+namespace {
+
+bool Allowed(const ConstraintState& s, int32_t token) {
+  return (s.AllowedNext()[token / 32] >> (token % 32)) & 1u;
+}
+
+TEST(RequestConvertTest, AConstraintHoldsTheAnswerAfterTheReasoning) {
+  nlohmann::json json = nlohmann::json::parse(testing::ReadFileOrEmpty("tests/golden/hf_tokenizers/qwen35/tokenizer.json"));
+  const int think_end = static_cast<int>(json["model"]["vocab"].size()) + 100;
+  json["added_tokens"].push_back({{"id", think_end}, {"content", "</think>"}, {"single_word", false},
+                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", false}});
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/qwen35_think";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  testing::WriteFile(dir + "/tokenizer.json", json.dump());
+  auto hf = LoadDirectoryTokenizer(dir, think_end + 1, "qwen3_5_text");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  std::shared_ptr<const Tokenizer> tokenizer = *hf;
+  ASSERT_EQ(tokenizer->Encode("</think>", false).value(), std::vector<int32_t>{think_end});
+  auto tokens = std::make_shared<TokenBytes>(*tokenizer);
+  GrammarConstraints grammars(tokens, {});
+  auto chat = MakeChatSupport("chat/templates/chatml_think.jinja", {}, tokenizer);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_EQ((*chat)->reasoning, ReasoningFormat::kThinkTags);
+  const ConvertContext context{tokenizer.get(), chat->get(), tokens, tokenizer->vocab_size(), &grammars};
+  ClientRequest in;
+  in.prompt = ClientRequest::Prompt::kMessages;
+  in.messages = {{"user", "Give me JSON."}};
+  in.constraint = ClientRequest::Constraint{ClientRequest::Constraint::Kind::kJsonObject, {}, "", "response_format"};
+  const int32_t word = tokenizer->Encode("Hello", false).value()[0];
+  const int32_t brace = tokenizer->Encode("{", false).value()[0];
+
+  auto r = ToEngineRequest(in, context, 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto state = r->constraint->Start();
+  EXPECT_TRUE(Allowed(*state, word));  // reasoning: free
+  ASSERT_TRUE(state->Accept(word).ok());
+  ASSERT_TRUE(Allowed(*state, think_end));
+  ASSERT_TRUE(state->Accept(think_end).ok());
+  EXPECT_FALSE(Allowed(*state, word));  // the answer: JSON
+  EXPECT_TRUE(Allowed(*state, brace));
+
+  // Thinking off: the prompt closed it, so JSON from the start.
+  in.template_kwargs = R"({"enable_thinking": false})";
+  auto off = ToEngineRequest(in, context, 1);
+  ASSERT_TRUE(off.ok()) << off.status();
+  auto held = off->constraint->Start();
+  EXPECT_FALSE(Allowed(*held, word));
+  EXPECT_TRUE(Allowed(*held, brace));
+}
+
+}  // namespace
+}  // namespace flover::server
