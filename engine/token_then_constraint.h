@@ -19,6 +19,15 @@ namespace flover {
 std::shared_ptr<const CompiledConstraint> TokenThen(int32_t token, bool text_before,
                                                     std::shared_ptr<const CompiledConstraint> then);
 
+// A reasoning budget: free text until the token that closes the reasoning
+// (`close`, below vocab_size), which is the only token allowed once
+// `budget` tokens came before it (so the reasoning ends, as llama.cpp's
+// --reasoning-budget ends it); after it, what `then` allows (null:
+// anything). The output may not end while the budget is spent and the
+// reasoning open.
+std::shared_ptr<const CompiledConstraint> ReasoningBudget(int32_t close, int budget, int vocab_size,
+                                                          std::shared_ptr<const CompiledConstraint> then);
+
 }  // namespace flover
 
 #endif  // FLOVER_ENGINE_TOKEN_THEN_CONSTRAINT_H_

@@ -455,9 +455,14 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, abs
     auto type = RequiredString(*t, "type", "thinking");
     if (!type.ok()) return type.status();
     if (*type != "enabled" && *type != "disabled") return Bad("thinking.type", "must be \"enabled\" or \"disabled\"");
-    // The template's switch (Qwen3's enable_thinking); budget_tokens is
-    // accepted, not enforced (no reasoning budget yet).
+    // The template's switch (Qwen3's enable_thinking), and budget_tokens as
+    // the reasoning budget.
     r.template_kwargs = JsonText(Json{{"enable_thinking", *type == "enabled"}});
+    if (const Json* budget = JsonField(*t, "budget_tokens"); budget != nullptr && *type == "enabled") {
+      auto n = JsonInteger(*budget, "thinking.budget_tokens", 0, 1 << 30, "must be an integer >= 0");
+      if (!n.ok()) return n.status();
+      r.max_reasoning_tokens = static_cast<uint32_t>(*n);
+    }
   }
   return out;
 }

@@ -36,7 +36,8 @@ struct MessagesRequest {
 // a tool_result must answer an earlier tool_use), tools (name, description,
 // input_schema) and tool_choice (auto, any, tool, none;
 // disable_parallel_tool_use), stop_sequences, temperature, top_p, top_k,
-// stream, thinking (enabled or disabled: the template's enable_thinking),
+// stream, thinking (enabled or disabled: the template's enable_thinking;
+// budget_tokens: max_reasoning_tokens),
 // metadata (ignored). Anything else it cannot do is refused naming the
 // field as the API spells it ("messages[1].content[0].tool_use_id").
 absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, absl::string_view served_model);

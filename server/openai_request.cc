@@ -507,7 +507,9 @@ absl::Status ParseTemplateKwargs(const Json& body, ClientRequest* out) {
     if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = effort;
   }
   if (const Json* m = JsonField(body, "max_reasoning_tokens"); m != nullptr && !m->is_null()) {
-    return Bad("max_reasoning_tokens", "is not supported yet (a reasoning budget)");
+    auto n = JsonInteger(*m, "max_reasoning_tokens", 0, 1 << 30, "must be an integer >= 0");
+    if (!n.ok()) return n.status();
+    out->max_reasoning_tokens = static_cast<uint32_t>(*n);
   }
   if (!kwargs.empty()) out->template_kwargs = kwargs.dump();
   return absl::OkStatus();

@@ -316,16 +316,25 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   // the constraint holds the answer, from the token that closes the
   // reasoning on, where the vocabulary has one ("</think>": Qwen3 / 3.5,
   // DeepSeek-R1); the reasoning before it is free.
-  if (r.constraint != nullptr && in.prompt == ClientRequest::Prompt::kMessages && chat != nullptr &&
+  // max_reasoning_tokens: once that many reasoning tokens came, the
+  // closing token is the only one allowed.
+  bool reasons = false;
+  int32_t close = -1;
+  if (in.prompt == ClientRequest::Prompt::kMessages && chat != nullptr &&
       chat->reasoning == ReasoningFormat::kThinkTags && tokenizer != nullptr) {
     const size_t tail = std::min<size_t>(r.prompt.size(), 16);
-    if (StartsInReasoning(chat->reasoning, tokenizer->Decode(std::vector<int32_t>(r.prompt.end() - tail,
-                                                                                  r.prompt.end())))) {
-      auto close = tokenizer->Encode("</think>", /*add_special_tokens=*/false);
-      if (close.ok() && close->size() == 1 && (*close)[0] < r.constraint->vocab_size()) {
-        r.constraint = TokenThen((*close)[0], /*text_before=*/true, std::move(r.constraint));
-      }
-    }
+    reasons = StartsInReasoning(chat->reasoning,
+                                tokenizer->Decode(std::vector<int32_t>(r.prompt.end() - tail, r.prompt.end())));
+    auto ids = tokenizer->Encode("</think>", /*add_special_tokens=*/false);
+    if (ids.ok() && ids->size() == 1 && (*ids)[0] < vocab_size) close = (*ids)[0];
+  }
+  if (reasons && close >= 0 && in.max_reasoning_tokens.has_value()) {
+    r.constraint = ReasoningBudget(close, static_cast<int>(*in.max_reasoning_tokens), vocab_size, std::move(r.constraint));
+  } else if (reasons && close >= 0 && r.constraint != nullptr) {
+    r.constraint = TokenThen(close, /*text_before=*/true, std::move(r.constraint));
+  } else if (reasons && in.max_reasoning_tokens.has_value()) {
+    return FieldError("max_reasoning_tokens",
+                      "needs a vocabulary that spells </think> as one token (the budget ends the reasoning with it)");
   }
   return r;
 }

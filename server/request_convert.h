@@ -81,6 +81,10 @@ struct ClientRequest {
   // messages: variables for the chat template, a JSON object's text
   // (chat_template_kwargs, with reasoning_effort in it); "" for none.
   std::string template_kwargs;
+  // The most tokens a reply that starts inside its reasoning may reason
+  // for before the server closes it (</think>), as llama.cpp's
+  // --reasoning-budget; unset: no limit.
+  std::optional<uint32_t> max_reasoning_tokens;
   std::optional<float> temperature, top_p, repetition_penalty;
   float presence_penalty = 0, frequency_penalty = 0, min_p = 0;
   std::vector<std::pair<uint32_t, float>> logit_bias;

@@ -58,6 +58,33 @@ TEST(RequestConvertTest, AConstraintHoldsTheAnswerAfterTheReasoning) {
   EXPECT_FALSE(Allowed(*state, word));  // the answer: JSON
   EXPECT_TRUE(Allowed(*state, brace));
 
+  // A reasoning budget of 2 tokens: then only </think>, then JSON; without
+  // a constraint, anything after it.
+  in.max_reasoning_tokens = 2;
+  auto budget = ToEngineRequest(in, context, 1);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  auto b = budget->constraint->Start();
+  ASSERT_TRUE(b->Accept(word).ok());
+  EXPECT_TRUE(b->Complete());  // may end while within the budget
+  ASSERT_TRUE(b->Accept(word).ok());
+  EXPECT_FALSE(Allowed(*b, word));  // spent: the reasoning must close
+  EXPECT_TRUE(Allowed(*b, think_end));
+  EXPECT_FALSE(b->Complete());
+  ASSERT_TRUE(b->Accept(think_end).ok());
+  EXPECT_TRUE(Allowed(*b, brace));
+  EXPECT_FALSE(Allowed(*b, word));
+  ClientRequest free = in;
+  free.constraint.reset();
+  auto unconstrained = ToEngineRequest(free, context, 1);
+  ASSERT_TRUE(unconstrained.ok()) << unconstrained.status();
+  auto u = unconstrained->constraint->Start();
+  ASSERT_TRUE(u->Accept(word).ok() && u->Accept(word).ok());
+  EXPECT_FALSE(Allowed(*u, word));
+  ASSERT_TRUE(u->Accept(think_end).ok());
+  EXPECT_TRUE(Allowed(*u, word));  // the answer: free
+  EXPECT_TRUE(u->Complete());
+  in.max_reasoning_tokens.reset();
+
   // Thinking off: the prompt closed it, so JSON from the start.
   in.template_kwargs = R"({"enable_thinking": false})";
   auto off = ToEngineRequest(in, context, 1);
