@@ -129,16 +129,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     if (request_id_.empty()) request_id_ = absl::StrCat(id_);
     if (reasoning != ReasoningFormat::kNone) {
       // The reasoning apart from the answer (as reasoning_content in the
-      // OpenAI API), starting inside it where the prompt opened it.
-      ReplyReader::Options o;
-      o.reasoning = reasoning;
-      const std::vector<int32_t>& prompt = submitted->prompt;
-      if (serving.tokenizer != nullptr) {
-        const size_t tail = std::min<size_t>(prompt.size(), 16);
-        o.starts_in_reasoning = StartsInReasoning(
-            reasoning, serving.tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
-      }
-      // (mu_ is held: the engine's first callbacks wait for it.)
+      // OpenAI API); calls are read from the answer at the end. (mu_ is
+      // held: the engine's first callbacks wait for it.)
+      ReplyReader::Options o = ReplyOptions(serving, client, submitted->prompt, "", false);
+      o.tools.reset();
       reader_ = std::make_unique<ReplyReader>(o);
     }
     // A cancel that arrived before the id existed found nothing to cancel.

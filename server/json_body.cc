@@ -1,9 +1,11 @@
 #include "server/json_body.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "util/field_error.h"
 
 namespace flover::server {
@@ -77,6 +79,33 @@ absl::StatusOr<bool> JsonBool(const Json& obj, absl::string_view key, bool dflt,
 
 std::string JsonText(const Json& value) {
   return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+absl::StatusOr<std::string> JsonTextParts(const Json& content, absl::string_view at,
+                                          std::initializer_list<absl::string_view> types) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return FieldError(at, "must be a string or a list of text parts");
+  std::string out;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string part = absl::StrCat(at, "[", j, "]");
+    if (!content[j].is_object()) return FieldError(part, "must be an object");
+    auto type = JsonStringField(content[j], "type", part);
+    if (!type.ok()) return type.status();
+    if (std::find(types.begin(), types.end(), *type) == types.end()) {
+      return FieldError(part + ".type",
+                        absl::StrCat("\"", *type, "\" is not supported here (text only: ", absl::StrJoin(types, ", "), ")"));
+    }
+    auto text = JsonStringField(content[j], "text", part);
+    if (!text.ok()) return text.status();
+    absl::StrAppend(&out, j > 0 ? "\n" : "", *text);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> JsonStringField(const Json& obj, absl::string_view key, absl::string_view at) {
+  const Json* v = JsonField(obj, key);
+  if (v == nullptr || !v->is_string()) return FieldError(absl::StrCat(at, ".", key), "must be a string");
+  return v->get<std::string>();
 }
 
 }  // namespace flover::server

@@ -6,6 +6,7 @@
 #define FLOVER_SERVER_JSON_BODY_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -36,6 +37,14 @@ absl::StatusOr<int64_t> JsonInteger(const Json& v, absl::string_view field, int6
 // A finite number.
 absl::StatusOr<double> JsonNumber(const Json& v, absl::string_view field,
                                   absl::string_view message);
+// obj[key], which must be a string: InvalidArgument "<at>.<key>: must be
+// a string" otherwise.
+absl::StatusOr<std::string> JsonStringField(const Json& obj, absl::string_view key, absl::string_view at);
+// Content that is text alone: a string, or a list of parts, each an
+// object whose "type" is one of `types` and whose "text" is a string,
+// joined by newlines. Refusals name the part ("<at>[1].type").
+absl::StatusOr<std::string> JsonTextParts(const Json& content, absl::string_view at,
+                                          std::initializer_list<absl::string_view> types);
 // obj[key] as a boolean; `dflt` when absent or null.
 absl::StatusOr<bool> JsonBool(const Json& obj, absl::string_view key, bool dflt,
                               absl::string_view field);

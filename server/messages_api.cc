@@ -24,39 +24,13 @@ absl::Status Bad(absl::string_view field, const Parts&... detail) {
   return FieldError(field, absl::StrCat(detail...));
 }
 
-absl::StatusOr<std::string> RequiredString(const Json& obj, const char* key, const std::string& at) {
-  const Json* v = JsonField(obj, key);
-  if (v == nullptr || !v->is_string()) return Bad(absl::StrCat(at, ".", key), "must be a string");
-  return v->get<std::string>();
-}
-
-// A text-only content: a string, or a list of text blocks (joined by
-// newlines).
-absl::StatusOr<std::string> TextContent(const Json& content, const std::string& at) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return Bad(at, "must be a string or a list of text blocks");
-  std::vector<std::string> parts;
-  for (size_t j = 0; j < content.size(); ++j) {
-    const std::string block = absl::StrCat(at, "[", j, "]");
-    const Json& b = content[j];
-    if (!b.is_object()) return Bad(block, "must be an object");
-    auto type = RequiredString(b, "type", block);
-    if (!type.ok()) return type.status();
-    if (*type != "text") return Bad(block + ".type", "\"", *type, "\" is not supported here (text)");
-    auto text = RequiredString(b, "text", block);
-    if (!text.ok()) return text.status();
-    parts.push_back(*std::move(text));
-  }
-  return absl::StrJoin(parts, "\n");
-}
-
 // One turn's blocks into `out`: an assistant's text, thinking and
 // tool_use; a user's text and tool_result (each result its own tool turn,
 // before the user's text).
 absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_made, ClientRequest* out) {
   const std::string at = absl::StrCat("messages[", i, "]");
   if (!item.is_object()) return Bad(at, "must be an object");
-  auto role = RequiredString(item, "role", at);
+  auto role = JsonStringField(item, "role", at);
   if (!role.ok()) return role.status();
   if (*role != "user" && *role != "assistant") return Bad(at + ".role", "must be \"user\" or \"assistant\"");
   const Json* content = JsonField(item, "content");
@@ -73,17 +47,17 @@ absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_ma
     const std::string block = absl::StrCat(at, ".content[", j, "]");
     const Json& b = (*content)[j];
     if (!b.is_object()) return Bad(block, "must be an object");
-    auto type = RequiredString(b, "type", block);
+    auto type = JsonStringField(b, "type", block);
     if (!type.ok()) return type.status();
     const bool assistant = *role == "assistant";
     if (*type == "text") {
-      auto text = RequiredString(b, "text", block);
+      auto text = JsonStringField(b, "text", block);
       if (!text.ok()) return text.status();
       texts.push_back(*std::move(text));
     } else if (*type == "tool_use" && assistant) {
       ToolCall call;
       for (auto [key, field] : {std::pair{"id", &call.id}, std::pair{"name", &call.name}}) {
-        auto v = RequiredString(b, key, block);
+        auto v = JsonStringField(b, key, block);
         if (!v.ok()) return v.status();
         *field = *std::move(v);
       }
@@ -93,13 +67,13 @@ absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_ma
       calls_made->insert(call.id);
       m.tool_calls.push_back(std::move(call));
     } else if (*type == "thinking" && assistant) {
-      auto thinking = RequiredString(b, "thinking", block);
+      auto thinking = JsonStringField(b, "thinking", block);
       if (!thinking.ok()) return thinking.status();
       m.reasoning_content += *thinking;
     } else if (*type == "redacted_thinking" && assistant) {
       // Another server's encrypted reasoning: nothing a template can show.
     } else if (*type == "tool_result" && !assistant) {
-      auto id = RequiredString(b, "tool_use_id", block);
+      auto id = JsonStringField(b, "tool_use_id", block);
       if (!id.ok()) return id.status();
       if (calls_made->count(*id) == 0) {
         return Bad(block + ".tool_use_id", "\"", *id, "\" answers no earlier tool_use");
@@ -107,7 +81,7 @@ absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_ma
       ChatMessage result{"tool", ""};
       result.tool_call_id = *id;
       if (const Json* c = JsonField(b, "content")) {
-        auto text = TextContent(*c, block + ".content");
+        auto text = JsonTextParts(*c, block + ".content", {"text"});
         if (!text.ok()) return text.status();
         result.content = *std::move(text);
       }
@@ -140,7 +114,7 @@ absl::Status ParseTools(const Json& b, ClientRequest* r) {
         return Bad(at + ".type", "server tools are not supported (client tools only: name, input_schema)");
       }
       ToolFunction f;
-      auto name = RequiredString(t, "name", at);
+      auto name = JsonStringField(t, "name", at);
       if (!name.ok()) return name.status();
       f.name = *std::move(name);
       if (const Json* d = JsonField(t, "description")) {
@@ -155,7 +129,7 @@ absl::Status ParseTools(const Json& b, ClientRequest* r) {
   }
   if (const Json* c = JsonField(b, "tool_choice")) {
     if (!c->is_object()) return Bad("tool_choice", "must be an object");
-    auto type = RequiredString(*c, "type", "tool_choice");
+    auto type = JsonStringField(*c, "type", "tool_choice");
     if (!type.ok()) return type.status();
     if (*type == "auto") {
       r->tool_choice = ToolChoice::kAuto;
@@ -164,7 +138,7 @@ absl::Status ParseTools(const Json& b, ClientRequest* r) {
     } else if (*type == "none") {
       r->tool_choice = ToolChoice::kNone;
     } else if (*type == "tool") {
-      auto name = RequiredString(*c, "name", "tool_choice");
+      auto name = JsonStringField(*c, "name", "tool_choice");
       if (!name.ok()) return name.status();
       r->tool_choice = ToolChoice::kNamed;
       r->tool_choice_name = *std::move(name);
@@ -205,13 +179,6 @@ const char* ErrorTypeOf(int http) {
 void Fail(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status);
   res.set_content(MessagesErrorBody(status), "application/json");
-}
-
-uint64_t IdSalt() {
-  static std::mutex mu;
-  static std::mt19937_64 bits(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mu);
-  return bits();
 }
 
 // The reply's end as the API says it.
@@ -283,34 +250,17 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
   const RequestId id = submitted->id;
   const std::vector<int32_t>& prompt = submitted->prompt;
   const int prompt_tokens = static_cast<int>(prompt.size());
-  ReplyReader::Options o;
-  o.reasoning = serving.chat != nullptr ? serving.chat->reasoning : ReasoningFormat::kNone;
-  if (o.reasoning != ReasoningFormat::kNone && serving.tokenizer != nullptr) {
-    const size_t tail = std::min<size_t>(prompt.size(), 16);
-    o.starts_in_reasoning =
-        StartsInReasoning(o.reasoning, serving.tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
-  }
-  if (serving.chat != nullptr && !parsed.request.tools.empty() && ToolChoiceOf(parsed.request) != ToolChoice::kNone) {
-    o.tools = serving.chat->tool_format;
-  }
-  o.call_id_prefix = absl::StrCat("toolu_", absl::Hex(IdSalt(), absl::kZeroPad16), "_");
-  o.stream_arguments = parsed.stream;
-  const std::string message_id = absl::StrCat("msg_", absl::Hex(IdSalt(), absl::kZeroPad16), id);
+  const ReplyReader::Options o = ReplyOptions(serving, parsed.request, prompt, RandomId("toolu_") + "_", parsed.stream);
+  const std::string message_id = absl::StrCat(RandomId("msg_"), id);
   const std::vector<std::string> stops = parsed.request.stop_strings;
   auto stop_sequence = [stops](const Json& reason) {
     return reason == "stop_sequence" && stops.size() == 1 ? Json(stops[0]) : Json(nullptr);
   };
 
   if (!parsed.stream) {
-    std::string text;
-    std::optional<FinishEvent> finish;
-    while (!finish.has_value()) {
-      std::vector<TokenEvent> more;
-      sink->Take(&more, &finish, absl::Seconds(1));
-      for (const TokenEvent& t : more) text += t.text;
-    }
-    if (absl::Status st = EndStatus(*finish); !st.ok()) return Fail(res, st);
-    text += finish->text;
+    auto [text, finish] = WholeReply(*sink);
+    if (absl::Status st = EndStatus(finish); !st.ok()) return Fail(res, st);
+    text += finish.text;
     const Reply reply = ReadReply(o, text);
     Json content = Json::array();
     if (!reply.reasoning.empty()) {
@@ -318,7 +268,7 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
     }
     if (!reply.content.empty() || reply.calls.empty()) content.push_back({{"type", "text"}, {"text", reply.content}});
     for (const ToolCall& c : reply.calls) content.push_back(ToolUse(c));
-    const Json reason = StopReason(*finish, !reply.calls.empty());
+    const Json reason = StopReason(finish, !reply.calls.empty());
     res.set_content(JsonText(Json{{"id", message_id},
                                   {"type", "message"},
                                   {"role", "assistant"},
@@ -328,7 +278,7 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
                                   {"stop_sequence", stop_sequence(reason)},
                                   {"usage",
                                    {{"input_tokens", prompt_tokens},
-                                    {"output_tokens", finish->usage.generated_tokens}}}}),
+                                    {"output_tokens", finish.usage.generated_tokens}}}}),
                     "application/json");
     return;
   }
@@ -400,7 +350,7 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, abs
   const Json& b = *parsed;
   MessagesRequest out;
   ClientRequest& r = out.request;
-  auto model = RequiredString(b, "model", "request");
+  auto model = JsonStringField(b, "model", "request");
   if (!model.ok()) return Bad("model", "is required (a string)");
   if (*model != served_model) {
     return FieldError("model", absl::StrCat("\"", *model, "\" is not served here (this server serves \"", served_model, "\")"),
@@ -416,7 +366,7 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, abs
   r.max_new_tokens = static_cast<uint32_t>(*n);
   r.prompt = ClientRequest::Prompt::kMessages;
   if (const Json* system = JsonField(b, "system")) {
-    auto text = TextContent(*system, "system");
+    auto text = JsonTextParts(*system, "system", {"text"});
     if (!text.ok()) return text.status();
     r.messages.push_back({"system", *std::move(text)});
   }
@@ -452,7 +402,7 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, abs
   out.stream = *stream;
   if (const Json* t = JsonField(b, "thinking")) {
     if (!t->is_object()) return Bad("thinking", "must be an object");
-    auto type = RequiredString(*t, "type", "thinking");
+    auto type = JsonStringField(*t, "type", "thinking");
     if (!type.ok()) return type.status();
     if (*type != "enabled" && *type != "disabled") return Bad("thinking.type", "must be \"enabled\" or \"disabled\"");
     // The template's switch (Qwen3's enable_thinking), and budget_tokens as

@@ -229,13 +229,6 @@ class Answer {
 
 std::string Event(const std::string& json) { return absl::StrCat("data: ", json, "\n\n"); }
 
-// Random bits for call ids, so ids differ across requests and restarts.
-uint64_t CallIdSalt() {
-  static std::mutex mu;
-  static std::mt19937_64 bits(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mu);
-  return bits();
-}
 
 // Serves one parsed request, either endpoint: submit, then the whole
 // answer, or a stream of server-sent events.
@@ -305,27 +298,15 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
   // sample's text in the server's tool-call format.
   const bool reads_calls = is_chat && serving.chat != nullptr && !parsed.request.tools.empty() &&
                            ToolChoiceOf(parsed.request) != ToolChoice::kNone;
-  // Chat replies' reasoning, split off by the server's reasoning parser; it
-  // starts at once where the prompt opened it.
+  // Chat replies' reasoning, split off by the server's reasoning parser.
   const ReasoningFormat reasoning =
       is_chat && serving.chat != nullptr ? serving.chat->reasoning : ReasoningFormat::kNone;
-  bool starts_in_reasoning = false;
-  if (reasoning != ReasoningFormat::kNone && tokenizer != nullptr) {
-    const size_t tail = std::min<size_t>(prompt.size(), 16);
-    starts_in_reasoning = StartsInReasoning(
-        reasoning, tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
-  }
-  const std::string call_ids = absl::StrCat("call_", absl::Hex(CallIdSalt(), absl::kZeroPad16), "_");
+  const std::string call_ids = RandomId("call_") + "_";
   auto reading = [&](int i) {
-    ReplyReader::Options o;
-    o.reasoning = reasoning;
-    o.starts_in_reasoning = starts_in_reasoning;
-    if (reads_calls) o.tools = serving.chat->tool_format;
-    o.call_id_prefix = parsed.n > 1 ? absl::StrCat(call_ids, i, "_") : call_ids;
     // The grammar holds the calls (request_convert refuses a choice it
     // cannot hold), so a streamed call's arguments go out as written.
-    o.stream_arguments = parsed.stream;
-    return o;
+    return ReplyOptions(serving, parsed.request, prompt, parsed.n > 1 ? absl::StrCat(call_ids, i, "_") : call_ids,
+                        parsed.stream);
   };
   if (reads_calls || reasoning != ReasoningFormat::kNone) {
     for (int i = 0; i < parsed.n; ++i) (*samples)[i].reader = std::make_unique<ReplyReader>(reading(i));

@@ -127,6 +127,13 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
 
 }  // namespace
 
+bool PromptOpensReasoning(const ChatSupport* chat, const Tokenizer* tokenizer, absl::Span<const int32_t> prompt) {
+  if (chat == nullptr || tokenizer == nullptr || chat->reasoning == ReasoningFormat::kNone) return false;
+  const size_t tail = std::min<size_t>(prompt.size(), 16);  // the generation prompt's end
+  return StartsInReasoning(chat->reasoning,
+                           tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
+}
+
 ToolChoice ToolChoiceOf(const ClientRequest& request) {
   if (request.tool_choice.has_value()) return *request.tool_choice;
   return request.tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
@@ -318,13 +325,9 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   // DeepSeek-R1); the reasoning before it is free.
   // max_reasoning_tokens: once that many reasoning tokens came, the
   // closing token is the only one allowed.
-  bool reasons = false;
+  const bool reasons = in.prompt == ClientRequest::Prompt::kMessages && PromptOpensReasoning(chat, tokenizer, r.prompt);
   int32_t close = -1;
-  if (in.prompt == ClientRequest::Prompt::kMessages && chat != nullptr &&
-      chat->reasoning == ReasoningFormat::kThinkTags && tokenizer != nullptr) {
-    const size_t tail = std::min<size_t>(r.prompt.size(), 16);
-    reasons = StartsInReasoning(chat->reasoning,
-                                tokenizer->Decode(std::vector<int32_t>(r.prompt.end() - tail, r.prompt.end())));
+  if (reasons && chat->reasoning == ReasoningFormat::kThinkTags) {
     auto ids = tokenizer->Encode("</think>", /*add_special_tokens=*/false);
     if (ids.ok() && ids->size() == 1 && (*ids)[0] < vocab_size) close = (*ids)[0];
   }

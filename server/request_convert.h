@@ -136,6 +136,11 @@ struct ConvertContext {
   GrammarConstraints* grammars = nullptr;
 };
 
+// Whether a chat reply to `prompt` (a rendered chat's tokens) starts
+// inside its reasoning: the server reads reasoning (chat->reasoning) and
+// the prompt's end opened it (StartsInReasoning).
+bool PromptOpensReasoning(const ChatSupport* chat, const Tokenizer* tokenizer, absl::Span<const int32_t> prompt);
+
 // `random_seed` is used when the request sets no seed.
 absl::StatusOr<Request> ToEngineRequest(const ClientRequest& request, const ConvertContext& context,
                                         uint64_t random_seed);

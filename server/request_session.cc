@@ -2,7 +2,41 @@
 
 #include <random>
 
+#include "absl/strings/str_cat.h"
+
 namespace flover::server {
+
+ReplyReader::Options ReplyOptions(const ServingContext& serving, const ClientRequest& request,
+                                  absl::Span<const int32_t> prompt, std::string call_id_prefix, bool stream) {
+  ReplyReader::Options o;
+  if (serving.chat != nullptr) o.reasoning = serving.chat->reasoning;
+  o.starts_in_reasoning = PromptOpensReasoning(serving.chat, serving.tokenizer, prompt);
+  if (serving.chat != nullptr && !request.tools.empty() && ToolChoiceOf(request) != ToolChoice::kNone) {
+    o.tools = serving.chat->tool_format;
+  }
+  o.call_id_prefix = std::move(call_id_prefix);
+  o.stream_arguments = stream;
+  return o;
+}
+
+std::string RandomId(absl::string_view prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 bits(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  return absl::StrCat(prefix, absl::Hex(bits(), absl::kZeroPad16));
+}
+
+std::pair<std::string, FinishEvent> WholeReply(CollectingSink& sink) {
+  std::string text;
+  std::optional<FinishEvent> finish;
+  while (!finish.has_value()) {
+    std::vector<TokenEvent> more;
+    sink.Take(&more, &finish, absl::Seconds(1));
+    for (const TokenEvent& t : more) text += t.text;
+  }
+  return {std::move(text), *std::move(finish)};
+}
+
 
 absl::StatusOr<SubmittedRequest> SubmitRequest(const ServingContext& serving,
                                                const ClientRequest& request,

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "chat/reply_reader.h"
 #include "engine/engine.h"
 #include "proto/flover.pb.h"
 #include "server/request_convert.h"
@@ -75,6 +76,22 @@ class CollectingSink final : public TokenSink {
   std::vector<TokenEvent> tokens_;
   std::optional<FinishEvent> finish_;
 };
+
+// How a chat front end reads the reply to `request`, submitted with
+// `prompt`: the server's reasoning parser (starting inside the reasoning
+// where the prompt opened it) and, where the request lets the model call
+// its tools, the tool-call format, calls named `call_id_prefix` + their
+// index and streamed argument by argument with `stream`.
+ReplyReader::Options ReplyOptions(const ServingContext& serving, const ClientRequest& request,
+                                  absl::Span<const int32_t> prompt, std::string call_id_prefix, bool stream);
+
+// `prefix` and 16 random hex digits: ids that differ across requests and
+// restarts.
+std::string RandomId(absl::string_view prefix);
+
+// Waits for the end of the request `sink` collects: its whole text and
+// its finish event.
+std::pair<std::string, FinishEvent> WholeReply(CollectingSink& sink);
 
 // Converts `request`, lets `adjust` set what the front end decides (the
 // call's deadline; chat's default length), and submits it with `sink`. A

@@ -23,32 +23,6 @@ absl::Status Bad(absl::string_view field, const Parts&... detail) {
   return FieldError(field, absl::StrCat(detail...));
 }
 
-absl::StatusOr<std::string> RequiredString(const Json& obj, const char* key, const std::string& at) {
-  const Json* v = JsonField(obj, key);
-  if (v == nullptr || !v->is_string()) return Bad(absl::StrCat(at, ".", key), "must be a string");
-  return v->get<std::string>();
-}
-
-// A message's content: a string, or text parts (input_text, output_text).
-absl::StatusOr<std::string> PartsText(const Json& content, const std::string& at) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return Bad(at, "must be a string or a list of parts");
-  std::vector<std::string> texts;
-  for (size_t j = 0; j < content.size(); ++j) {
-    const std::string part = absl::StrCat(at, "[", j, "]");
-    if (!content[j].is_object()) return Bad(part, "must be an object");
-    auto type = RequiredString(content[j], "type", part);
-    if (!type.ok()) return type.status();
-    if (*type != "input_text" && *type != "output_text" && *type != "text") {
-      return Bad(part + ".type", "\"", *type, "\" is not supported (input_text, output_text: text only)");
-    }
-    auto text = RequiredString(content[j], "text", part);
-    if (!text.ok()) return text.status();
-    texts.push_back(*std::move(text));
-  }
-  return absl::StrJoin(texts, "\n");
-}
-
 // The input's items as messages; calls answered by an output within the
 // input are checked here, the others (`unmatched`: their call ids and
 // fields) against the previous response when served.
@@ -82,14 +56,14 @@ absl::Status ParseInput(const Json& input, ClientRequest* r,
       type = t->get<std::string>();
     }
     if (type == "message") {
-      auto role = RequiredString(item, "role", at);
+      auto role = JsonStringField(item, "role", at);
       if (!role.ok()) return role.status();
       if (*role != "user" && *role != "system" && *role != "developer" && *role != "assistant") {
         return Bad(at + ".role", "must be \"user\", \"system\", \"developer\" or \"assistant\"");
       }
       const Json* content = JsonField(item, "content");
       if (content == nullptr) return Bad(at + ".content", "is required");
-      auto text = PartsText(*content, at + ".content");
+      auto text = JsonTextParts(*content, at + ".content", {"input_text", "output_text", "text"});
       if (!text.ok()) return text.status();
       if (*role == "assistant") {
         ChatMessage& m = assistant();
@@ -102,18 +76,18 @@ absl::Status ParseInput(const Json& input, ClientRequest* r,
       ToolCall call;
       for (auto [key, field] : {std::pair{"call_id", &call.id}, std::pair{"name", &call.name},
                                 std::pair{"arguments", &call.arguments}}) {
-        auto v = RequiredString(item, key, at);
+        auto v = JsonStringField(item, key, at);
         if (!v.ok()) return v.status();
         *field = *std::move(v);
       }
       calls.insert(call.id);
       assistant().tool_calls.push_back(std::move(call));
     } else if (type == "function_call_output") {
-      auto id = RequiredString(item, "call_id", at);
+      auto id = JsonStringField(item, "call_id", at);
       if (!id.ok()) return id.status();
       const Json* output = JsonField(item, "output");
       if (output == nullptr) return Bad(at + ".output", "is required");
-      auto text = PartsText(*output, at + ".output");
+      auto text = JsonTextParts(*output, at + ".output", {"input_text", "output_text", "text"});
       if (!text.ok()) return text.status();
       if (calls.count(*id) == 0) unmatched->push_back({*id, at + ".call_id"});
       ChatMessage result{"tool", *std::move(text)};
@@ -146,11 +120,11 @@ absl::Status ParseTools(const Json& b, ClientRequest* r) {
       const std::string at = absl::StrCat("tools[", i, "]");
       const Json& t = (*tools)[i];
       if (!t.is_object()) return Bad(at, "must be an object");
-      auto type = RequiredString(t, "type", at);
+      auto type = JsonStringField(t, "type", at);
       if (!type.ok()) return type.status();
       if (*type != "function") return Bad(at + ".type", "\"", *type, "\" is not supported (function tools only)");
       ToolFunction f;
-      auto name = RequiredString(t, "name", at);
+      auto name = JsonStringField(t, "name", at);
       if (!name.ok()) return name.status();
       f.name = *std::move(name);
       if (const Json* d = JsonField(t, "description")) {
@@ -177,7 +151,7 @@ absl::Status ParseTools(const Json& b, ClientRequest* r) {
         return Bad("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\"}");
       }
     } else if (c->is_object()) {
-      auto name = RequiredString(*c, "name", "tool_choice");
+      auto name = JsonStringField(*c, "name", "tool_choice");
       if (!name.ok()) return name.status();
       r->tool_choice = ToolChoice::kNamed;
       r->tool_choice_name = *std::move(name);
@@ -198,7 +172,7 @@ absl::Status ParseTextFormat(const Json& b, ResponsesRequest* out) {
   const Json* f = JsonField(*text, "format");
   if (f == nullptr) return absl::OkStatus();
   out->text_format = *f;
-  auto type = f->is_object() ? RequiredString(*f, "type", "text.format") : Bad("text.format", "must be an object");
+  auto type = f->is_object() ? JsonStringField(*f, "type", "text.format") : Bad("text.format", "must be an object");
   if (!type.ok()) return type.status();
   using Kind = ClientRequest::Constraint::Kind;
   if (*type == "json_object") {
@@ -214,15 +188,6 @@ absl::Status ParseTextFormat(const Json& b, ResponsesRequest* out) {
   }
   return absl::OkStatus();
 }
-
-uint64_t IdBits() {
-  static std::mutex mu;
-  static std::mt19937_64 bits(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mu);
-  return bits();
-}
-
-std::string NewId(const char* prefix) { return absl::StrCat(prefix, absl::Hex(IdBits(), absl::kZeroPad16)); }
 
 void Fail(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status);
@@ -241,7 +206,7 @@ class OutputWriter {
       case ReplyReader::Event::kReasoning:
         if (kind_ != Kind::kReasoning) {
           Close();
-          Open(Kind::kReasoning, {{"type", "reasoning"}, {"id", NewId("rs_")}, {"summary", Json::array()},
+          Open(Kind::kReasoning, {{"type", "reasoning"}, {"id", RandomId("rs_")}, {"summary", Json::array()},
                                   {"content", Json::array()}});
         }
         text_ += e.text;
@@ -255,7 +220,7 @@ class OutputWriter {
         break;
       case ReplyReader::Event::kCallBegin:
         Close();
-        Open(Kind::kCall, {{"type", "function_call"}, {"id", NewId("fc_")}, {"call_id", e.call.id},
+        Open(Kind::kCall, {{"type", "function_call"}, {"id", RandomId("fc_")}, {"call_id", e.call.id},
                            {"name", e.call.name}, {"arguments", ""}, {"status", "in_progress"}});
         break;
       case ReplyReader::Event::kArguments:
@@ -265,7 +230,7 @@ class OutputWriter {
       case ReplyReader::Event::kCall:
         if (kind_ != Kind::kCall) {  // not streamed argument by argument
           Close();
-          Open(Kind::kCall, {{"type", "function_call"}, {"id", NewId("fc_")}, {"call_id", e.call.id},
+          Open(Kind::kCall, {{"type", "function_call"}, {"id", RandomId("fc_")}, {"call_id", e.call.id},
                              {"name", e.call.name}, {"arguments", ""}, {"status", "in_progress"}});
         }
         text_ = e.call.arguments;
@@ -291,7 +256,7 @@ class OutputWriter {
   void OpenMessage() {
     Close();
     Open(Kind::kMessage,
-         {{"type", "message"}, {"id", NewId("msg_")}, {"status", "in_progress"}, {"role", "assistant"},
+         {{"type", "message"}, {"id", RandomId("msg_")}, {"status", "in_progress"}, {"role", "assistant"},
           {"content", Json::array()}});
     Send("response.content_part.added",
          {{"content_index", 0}, {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
@@ -447,19 +412,8 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
   const RequestId rid = submitted->id;
   const std::vector<int32_t>& prompt = submitted->prompt;
   const int prompt_tokens = static_cast<int>(prompt.size());
-  ReplyReader::Options o;
-  o.reasoning = serving.chat != nullptr ? serving.chat->reasoning : ReasoningFormat::kNone;
-  if (o.reasoning != ReasoningFormat::kNone && serving.tokenizer != nullptr) {
-    const size_t tail = std::min<size_t>(prompt.size(), 16);
-    o.starts_in_reasoning = StartsInReasoning(
-        o.reasoning, serving.tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
-  }
-  if (serving.chat != nullptr && !request.tools.empty() && ToolChoiceOf(request) != ToolChoice::kNone) {
-    o.tools = serving.chat->tool_format;
-  }
-  o.call_id_prefix = NewId("call_") + "_";
-  o.stream_arguments = parsed.stream;
-  const std::string id = NewId("resp_");
+  const ReplyReader::Options o = ReplyOptions(serving, request, prompt, RandomId("call_") + "_", parsed.stream);
+  const std::string id = RandomId("resp_");
   const int64_t created = absl::ToUnixSeconds(absl::Now());
   // Stores the finished response with its conversation.
   auto keep = [&store, id, conversation, stored = parsed.store](const Json& response) mutable {
@@ -469,20 +423,14 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
   };
 
   if (!parsed.stream) {
-    std::string text;
-    std::optional<FinishEvent> finish;
-    while (!finish.has_value()) {
-      std::vector<TokenEvent> more;
-      sink->Take(&more, &finish, absl::Seconds(1));
-      for (const TokenEvent& t : more) text += t.text;
-    }
-    if (absl::Status st = EndStatus(*finish); !st.ok()) return Fail(res, st);
-    text += finish->text;
+    auto [text, finish] = WholeReply(*sink);
+    if (absl::Status st = EndStatus(finish); !st.ok()) return Fail(res, st);
+    text += finish.text;
     ReplyReader reader(o);
     OutputWriter writer(nullptr);
     for (const ReplyReader::Event& e : reader.Push(text)) writer.Add(e);
     for (const ReplyReader::Event& e : reader.Finish()) writer.Add(e);
-    const Json response = ResponseObject(id, created, model, parsed, writer.Finish(), &*finish, prompt_tokens);
+    const Json response = ResponseObject(id, created, model, parsed, writer.Finish(), &finish, prompt_tokens);
     keep(response);
     res.set_content(JsonText(response), "application/json");
     return;
@@ -554,7 +502,7 @@ absl::StatusOr<ResponsesRequest> Parse(absl::string_view body, absl::string_view
   const Json& b = *parsed;
   ResponsesRequest out;
   ClientRequest& r = out.request;
-  auto model = RequiredString(b, "model", "request");
+  auto model = JsonStringField(b, "model", "request");
   if (!model.ok()) return Bad("model", "is required (a string)");
   if (*model != served_model) {
     return FieldError("model",
