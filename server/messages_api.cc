@@ -400,6 +400,31 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, abs
   auto stream = JsonBool(b, "stream", false, "stream");
   if (!stream.ok()) return stream.status();
   out.stream = *stream;
+  // output_config: a JSON Schema the answer must match (format), and the
+  // template's reasoning_effort (effort; xhigh and max as high).
+  Json kwargs = Json::object();
+  if (const Json* oc = JsonField(b, "output_config")) {
+    if (!oc->is_object()) return Bad("output_config", "must be an object");
+    if (const Json* f = JsonField(*oc, "format")) {
+      auto type = f->is_object() ? JsonStringField(*f, "type", "output_config.format")
+                                 : absl::StatusOr<std::string>(Bad("output_config.format", "must be an object"));
+      if (!type.ok()) return type.status();
+      if (*type != "json_schema") return Bad("output_config.format.type", "must be \"json_schema\"");
+      const Json* schema = JsonField(*f, "schema");
+      if (schema == nullptr || !schema->is_object()) {
+        return Bad("output_config.format.schema", "must be a JSON Schema (an object)");
+      }
+      r.constraint = ClientRequest::Constraint{ClientRequest::Constraint::Kind::kJsonSchema, {}, JsonText(*schema),
+                                               "output_config.format.schema"};
+    }
+    if (const Json* e = JsonField(*oc, "effort")) {
+      const std::string effort = e->is_string() ? e->get<std::string>() : "";
+      if (effort != "low" && effort != "medium" && effort != "high" && effort != "xhigh" && effort != "max") {
+        return Bad("output_config.effort", "must be \"low\", \"medium\", \"high\", \"xhigh\" or \"max\"");
+      }
+      kwargs["reasoning_effort"] = effort == "xhigh" || effort == "max" ? "high" : effort;
+    }
+  }
   if (const Json* t = JsonField(b, "thinking")) {
     if (!t->is_object()) return Bad("thinking", "must be an object");
     auto type = JsonStringField(*t, "type", "thinking");
@@ -407,13 +432,14 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, abs
     if (*type != "enabled" && *type != "disabled") return Bad("thinking.type", "must be \"enabled\" or \"disabled\"");
     // The template's switch (Qwen3's enable_thinking), and budget_tokens as
     // the reasoning budget.
-    r.template_kwargs = JsonText(Json{{"enable_thinking", *type == "enabled"}});
+    kwargs["enable_thinking"] = *type == "enabled";
     if (const Json* budget = JsonField(*t, "budget_tokens"); budget != nullptr && *type == "enabled") {
       auto n = JsonInteger(*budget, "thinking.budget_tokens", 0, 1 << 30, "must be an integer >= 0");
       if (!n.ok()) return n.status();
       r.max_reasoning_tokens = static_cast<uint32_t>(*n);
     }
   }
+  if (!kwargs.empty()) r.template_kwargs = JsonText(kwargs);
   return out;
 }
 

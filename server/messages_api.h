@@ -37,7 +37,8 @@ struct MessagesRequest {
 // input_schema) and tool_choice (auto, any, tool, none;
 // disable_parallel_tool_use), stop_sequences, temperature, top_p, top_k,
 // stream, thinking (enabled or disabled: the template's enable_thinking;
-// budget_tokens: max_reasoning_tokens),
+// budget_tokens: max_reasoning_tokens), output_config (format: a JSON
+// Schema for the answer; effort: the template's reasoning_effort),
 // metadata (ignored). Anything else it cannot do is refused naming the
 // field as the API spells it ("messages[1].content[0].tool_use_id").
 absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, absl::string_view served_model);

@@ -16,12 +16,18 @@ import openai_test  # noqa: E402
 from openai_test import CHAT_MODEL, Server  # noqa: E402
 
 import anthropic  # noqa: E402
+import pydantic  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
                             "required": ["city"], "additionalProperties": False}}
+
+
+class City(pydantic.BaseModel):
+    name: str
+    country: str
 
 
 def client(s):
@@ -107,6 +113,13 @@ class MessagesTest(unittest.TestCase):
         self.assertIn("messages[1].content[0].tool_use_id", str(e.exception))
         self.assertEqual(e.exception.body["error"]["type"], "invalid_request_error")
 
+    def test_structured_output_with_a_pydantic_model(self):
+        # output_config.format, as messages.parse sends it.
+        r = self.c.messages.parse(model=MODEL, max_tokens=64, output_format=City,
+                                  messages=[{"role": "user", "content": "Name a city in France as JSON."}],
+                                  extra_body={"temperature": 0})
+        self.assertIsInstance(r.parsed_output, City)
+
     def test_refusals_in_anthropics_shape(self):
         cases = [({"messages": ASK}, "max_tokens"),
                  ({"max_tokens": 8, "messages": []}, "messages"),
@@ -115,7 +128,9 @@ class MessagesTest(unittest.TestCase):
                   "messages[0].content[0].type"),
                  ({"max_tokens": 8, "messages": ASK, "tools": [{"name": "x"}]}, "tools[0].input_schema"),
                  ({"max_tokens": 8, "messages": ASK, "tool_choice": {"type": "maybe"}}, "tool_choice.type"),
-                 ({"max_tokens": 8, "messages": ASK, "thinking": {"type": "sometimes"}}, "thinking.type")]
+                 ({"max_tokens": 8, "messages": ASK, "thinking": {"type": "sometimes"}}, "thinking.type"),
+                 ({"max_tokens": 8, "messages": ASK, "output_config": {"format": {"type": "xml"}}},
+                  "output_config.format.type")]
         for body, field in cases:
             status, reply = self.s.post("/v1/messages", {"model": MODEL, **body})
             self.assertEqual(status, 400, (body, reply))
