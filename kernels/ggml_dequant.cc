@@ -194,6 +194,23 @@ void IQ4_XS(const uint8_t* b, float* y) {
   }
 }
 
+// MXFP4 (OCP microscaling; gpt-oss's experts): [e: e8m0][qs: 16]; values
+// are e2m1 codes doubled (ggml's kvalues_mxfp4) times half the scale 2^(e -
+// 127) (ggml_e8m0_to_fp32_half: the bits 0x00200000 << e below e = 2, else
+// (e - 1) << 23); value j < 16 at the low nibble of qs[j], j >= 16 at the
+// high nibble of qs[j - 16].
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+void MXFP4(const uint8_t* b, float* y) {
+  const uint32_t bits = b[0] < 2 ? (uint32_t{0x00200000} << b[0]) : (static_cast<uint32_t>(b[0] - 1) << 23);
+  float d;
+  std::memcpy(&d, &bits, 4);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kMxfp4Values[b[1 + j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(kMxfp4Values[b[1 + j] >> 4]);
+  }
+}
+
 }  // namespace
 
 void GgmlIQ4NLAsQ8_0(const uint8_t* src, int64_t blocks, uint8_t* dst) {
@@ -275,6 +292,7 @@ void GgmlDequantize(const GgmlTypeInfo& type, const uint8_t* src, int64_t n, flo
     case GgmlType::kQ6_K: block = Q6_K; break;
     case GgmlType::kIQ4_NL: block = IQ4_NL; break;
     case GgmlType::kIQ4_XS: block = IQ4_XS; break;
+    case GgmlType::kMXFP4: block = MXFP4; break;
     default: return;  // callers check `dequantizes` first
   }
   for (int64_t i = 0; i < blocks; ++i) block(src + i * type.type_size, dst + i * type.block_size);

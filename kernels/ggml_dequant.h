@@ -16,7 +16,7 @@ namespace flover::kernels {
 
 // Converts `n` values (a whole number of blocks) of a type that
 // dequantizes: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
-// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. `src` holds n / block_size blocks; no
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4. `src` holds n / block_size blocks; no
 // alignment needed.
 void GgmlDequantize(const GgmlTypeInfo& type, const uint8_t* src, int64_t n, float* dst);
 

@@ -29,6 +29,7 @@ enum class GgmlType : uint32_t {
   kIQ4_NL = 20,
   kIQ4_XS = 23,
   kBF16 = 30,
+  kMXFP4 = 39,
 };
 
 struct GgmlTypeInfo {
@@ -55,7 +56,7 @@ inline constexpr GgmlTypeInfo kGgmlTypes[] = {
     {26, "I32", 1, 4, false},       {27, "I64", 1, 8, false},
     {28, "F64", 1, 8, false},       {29, "IQ1_M", 256, 56, false},
     {30, "BF16", 1, 2, true},       {34, "TQ1_0", 256, 54, false},
-    {35, "TQ2_0", 256, 66, false},  {39, "MXFP4", 32, 17, false},
+    {35, "TQ2_0", 256, 66, false},  {39, "MXFP4", 32, 17, true},
 };
 
 // The type with id `type`, or null for an id ggml does not define.

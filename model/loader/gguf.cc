@@ -470,7 +470,7 @@ absl::StatusOr<std::vector<float>> GgufFile::ReadRows(const GgufTensor& t, int64
     return absl::InvalidArgumentError(absl::StrCat(
         name_, ": tensor '", t.name, "' is ", t.type->name,
         ", which Flover does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, "
-        "Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS are read)"));
+        "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 are read)"));
   }
   auto bytes = RowBytes(t, row_begin, row_end);
   if (!bytes.ok()) return bytes.status();

@@ -54,8 +54,8 @@ TEST(GgufQuantsTest, EveryTypeDequantizesAsGgufPyBitForBit) {
   }
   EXPECT_EQ(checked, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
                                             "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-                                            "IQ4_XS"}));
-  EXPECT_EQ(pairs, 15 + 7);  // random blocks for each, quantized data for 7
+                                            "IQ4_XS", "MXFP4"}));
+  EXPECT_EQ(pairs, 16 + 8);  // random blocks for each, quantized data for 8
 }
 
 // --dtype=native reads Q3_K rows as Q6_K blocks and IQ4_NL rows as Q8_0

@@ -4,7 +4,8 @@
 gguf/quants.gguf — every tensor type Flover dequantizes, each as tensor
   "<TYPE>.random" beside "<TYPE>.random.expected" (F32): what gguf-py's
   gguf.quants.dequantize makes of those blocks (the oracle, not a copy).
-  Types gguf-py can quantize (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16) are
+  Types gguf-py can quantize (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16,
+  MXFP4: gpt-oss's experts, 32 e2m1 values on an e8m0 scale) are
   quantized from normal data ("<TYPE>.quantized" beside
   "<TYPE>.quantized.expected"); every type also gets random blocks — all bit
   patterns of the packed values, with finite random f16 scales — so every
@@ -82,8 +83,9 @@ SCALE_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
     T.IQ4_NL: [0], T.IQ4_XS: [0],
+    T.MXFP4: [],  # its e8m0 scale byte is finite whatever its bits
 }
-QUANTIZABLE = [T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1]
+QUANTIZABLE = [T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.MXFP4]
 ROWS, COLS = 3, 512  # two 256-value super-blocks per row
 
 
@@ -108,7 +110,7 @@ def write_quants():
     w = gguf.GGUFWriter(os.path.join(OUT, "quants.gguf"), arch="flover-quants-test")
     # (Types added later go last, so the earlier tensors keep their bytes.)
     types = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
-             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]
+             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
     for qtype in types:
         name = qtype.name
         if qtype == T.F32:
