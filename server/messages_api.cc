@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "chat/reply_reader.h"
 #include "server/json_body.h"
+#include "server/reply_stream.h"
 #include "server/status_util.h"
 #include "util/field_error.h"
 
@@ -283,63 +284,32 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
     return;
   }
 
-  struct State {
-    bool started = false, finished = false;
-    std::unique_ptr<ReplyReader> reader;
-    BlockWriter blocks;
+  auto blocks = std::make_shared<BlockWriter>();
+  ReplyEvents events;
+  events.start = [model, message_id, prompt_tokens] {
+    return Event("message_start", {{"type", "message_start"},
+                                   {"message",
+                                    {{"id", message_id},
+                                     {"type", "message"},
+                                     {"role", "assistant"},
+                                     {"model", model},
+                                     {"content", Json::array()},
+                                     {"stop_reason", nullptr},
+                                     {"stop_sequence", nullptr},
+                                     {"usage", {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}}}}) +
+           Event("ping", {{"type", "ping"}});
   };
-  auto state = std::make_shared<State>();
-  state->reader = std::make_unique<ReplyReader>(o);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state, sink, model, message_id, prompt_tokens, stop_sequence](size_t, httplib::DataSink& out) {
-        std::string chunk;
-        if (!state->started) {
-          state->started = true;
-          chunk += Event("message_start",
-                         {{"type", "message_start"},
-                          {"message",
-                           {{"id", message_id},
-                            {"type", "message"},
-                            {"role", "assistant"},
-                            {"model", model},
-                            {"content", Json::array()},
-                            {"stop_reason", nullptr},
-                            {"stop_sequence", nullptr},
-                            {"usage", {{"input_tokens", prompt_tokens}, {"output_tokens", 0}}}}}});
-          chunk += Event("ping", {{"type", "ping"}});
-        }
-        std::vector<TokenEvent> tokens;
-        std::optional<FinishEvent> finish;
-        sink->Take(&tokens, &finish, absl::Milliseconds(100));
-        std::string text;
-        for (const TokenEvent& t : tokens) text += t.text;
-        if (finish.has_value()) text += finish->text;
-        for (const ReplyReader::Event& e : state->reader->Push(text)) chunk += state->blocks.Add(e);
-        if (finish.has_value()) {
-          state->finished = true;
-          if (absl::Status st = EndStatus(*finish); !st.ok()) {
-            chunk += Event("error", Json::parse(MessagesErrorBody(st)));
-          } else {
-            for (const ReplyReader::Event& e : state->reader->Finish()) chunk += state->blocks.Add(e);
-            chunk += state->blocks.Close();
-            const Json reason = StopReason(*finish, state->reader->calls() > 0);
-            chunk += Event("message_delta",
-                           {{"type", "message_delta"},
-                            {"delta", {{"stop_reason", reason}, {"stop_sequence", stop_sequence(reason)}}},
-                            {"usage", {{"output_tokens", finish->usage.generated_tokens}}}});
-            chunk += Event("message_stop", {{"type", "message_stop"}});
-          }
-        }
-        // A failed write means the client left: the releaser cancels.
-        if (!chunk.empty() && !out.write(chunk.data(), chunk.size())) return false;
-        if (state->finished) out.done();
-        return true;
-      },
-      [&engine, state, id](bool) {
-        if (!state->finished) (void)engine.Cancel(id);  // freed at the next step
-      });
+  events.event = [blocks](const ReplyReader::Event& e) { return blocks->Add(e); };
+  events.end = [blocks, stop_sequence](const FinishEvent& finish, int calls) {
+    const Json reason = StopReason(finish, calls > 0);
+    return blocks->Close() +
+           Event("message_delta", {{"type", "message_delta"},
+                                   {"delta", {{"stop_reason", reason}, {"stop_sequence", stop_sequence(reason)}}},
+                                   {"usage", {{"output_tokens", finish.usage.generated_tokens}}}}) +
+           Event("message_stop", {{"type", "message_stop"}});
+  };
+  events.error = [](const absl::Status& st) { return Event("error", Json::parse(MessagesErrorBody(st))); };
+  StreamReply(res, engine, id, sink, o, std::move(events));
 }
 
 }  // namespace
@@ -454,12 +424,10 @@ void AddMessagesRoutes(httplib::Server& http, const ServingContext& serving, std
   Engine& engine = serving.engine;
   // With keys: x-api-key (Anthropic's header) or Authorization: Bearer.
   auto authorized = [&engine, keys](const httplib::Request& req, httplib::Response& res) {
-    if (keys == nullptr) return true;
     const std::string key = req.get_header_value("x-api-key");
-    absl::Status st = keys->Check(key.empty() ? req.get_header_value("Authorization") : "Bearer " + key);
-    if (st.ok()) return true;
-    Fail(res, CountRefusal(engine, st));
-    return false;
+    absl::Status st = CheckApiKey(keys, engine, key.empty() ? req.get_header_value("Authorization") : "Bearer " + key);
+    if (!st.ok()) Fail(res, st);
+    return st.ok();
   };
   http.Post("/v1/messages", [serving, model_name, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "chat/reply_reader.h"
 #include "chat/tool_calls.h"
+#include "server/reply_stream.h"
 #include "server/request_session.h"
 #include "server/server_options.h"
 #include "server/status_util.h"
@@ -465,11 +466,9 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
   Engine& engine = serving.engine;
   // With keys, a request without a valid one is answered 401 (and counted).
   auto authorized = [&engine, keys](const httplib::Request& req, httplib::Response& res) {
-    if (keys == nullptr) return true;
-    absl::Status st = keys->Check(req.get_header_value("Authorization"));
-    if (st.ok()) return true;
-    Fail(res, CountRefusal(engine, st));
-    return false;
+    absl::Status st = CheckApiKey(keys, engine, req.get_header_value("Authorization"));
+    if (!st.ok()) Fail(res, st);
+    return st.ok();
   };
   // Errors cpp-httplib answers itself take OpenAI's shape too: a body over
   // the port's limit (413, refused before it is read) and a path with no

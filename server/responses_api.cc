@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "chat/reply_reader.h"
 #include "server/openai_request.h"
+#include "server/reply_stream.h"
 #include "server/status_util.h"
 #include "util/field_error.h"
 
@@ -436,64 +437,45 @@ void Serve(httplib::Response& res, const ServingContext& serving, const std::str
     return;
   }
 
-  struct State {
-    bool started = false, finished = false;
+  // The writer emits into `pending`, which each of the stream's callbacks
+  // hands over; events are numbered in order.
+  struct Events {
     int sequence = 0;
-    std::string pending;  // events not yet written
-    std::unique_ptr<ReplyReader> reader;
-    std::unique_ptr<OutputWriter> writer;
+    std::string pending;
   };
-  auto state = std::make_shared<State>();
-  state->reader = std::make_unique<ReplyReader>(o);
-  State* raw = state.get();
-  auto emit = [raw](const char* type, Json event) {
+  auto out = std::make_shared<Events>();
+  auto emit = [raw = out.get()](const char* type, Json event) {
     Json e = {{"type", type}, {"sequence_number", raw->sequence++}};
     for (auto& [k, v] : event.items()) e[k] = v;
     raw->pending += absl::StrCat("event: ", type, "\ndata: ", JsonText(e), "\n\n");
   };
-  state->writer = std::make_unique<OutputWriter>(emit);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state, sink, emit, id, created, model, parsed, prompt_tokens, keep](size_t, httplib::DataSink& out) mutable {
-        if (!state->started) {
-          state->started = true;
-          const Json in_progress = ResponseObject(id, created, model, parsed, Json::array(), nullptr, prompt_tokens);
-          emit("response.created", {{"response", in_progress}});
-          emit("response.in_progress", {{"response", in_progress}});
-        }
-        std::vector<TokenEvent> tokens;
-        std::optional<FinishEvent> finish;
-        sink->Take(&tokens, &finish, absl::Milliseconds(100));
-        std::string text;
-        for (const TokenEvent& t : tokens) text += t.text;
-        if (finish.has_value()) text += finish->text;
-        for (const ReplyReader::Event& e : state->reader->Push(text)) state->writer->Add(e);
-        if (finish.has_value()) {
-          state->finished = true;
-          if (absl::Status st = EndStatus(*finish); !st.ok()) {
-            emit("error", Json{{"code", absl::AsciiStrToLower(absl::StatusCodeToString(st.code()))},
-                               {"message", std::string(st.message())},
-                               {"param", nullptr}});
-          } else {
-            for (const ReplyReader::Event& e : state->reader->Finish()) state->writer->Add(e);
-            const Json response =
-                ResponseObject(id, created, model, parsed, state->writer->Finish(), &*finish, prompt_tokens);
-            keep(response);
-            emit(response["status"] == "completed" ? "response.completed" : "response.incomplete",
-                 {{"response", response}});
-          }
-        }
-        std::string chunk = std::move(state->pending);
-        state->pending.clear();
-        // A failed write means the client left: the releaser cancels.
-        if (!chunk.empty() && !out.write(chunk.data(), chunk.size())) return false;
-        if (state->finished) out.done();
-        return true;
-      },
-      [&engine, state, rid](bool) {
-        if (!state->finished) (void)engine.Cancel(rid);  // freed at the next step
-      });
+  auto writer = std::make_shared<OutputWriter>(emit);
+  auto take = [out] { return std::exchange(out->pending, ""); };
+  ReplyEvents events;
+  events.start = [emit, take, id, created, model, parsed, prompt_tokens] {
+    const Json in_progress = ResponseObject(id, created, model, parsed, Json::array(), nullptr, prompt_tokens);
+    emit("response.created", {{"response", in_progress}});
+    emit("response.in_progress", {{"response", in_progress}});
+    return take();
+  };
+  events.event = [writer, take](const ReplyReader::Event& e) {
+    writer->Add(e);
+    return take();
+  };
+  events.end = [writer, emit, take, id, created, model, parsed, prompt_tokens, keep](const FinishEvent& finish,
+                                                                                   int) mutable {
+    const Json response = ResponseObject(id, created, model, parsed, writer->Finish(), &finish, prompt_tokens);
+    keep(response);
+    emit(response["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", response}});
+    return take();
+  };
+  events.error = [emit, take](const absl::Status& st) {
+    emit("error", Json{{"code", absl::AsciiStrToLower(absl::StatusCodeToString(st.code()))},
+                       {"message", std::string(st.message())},
+                       {"param", nullptr}});
+    return take();
+  };
+  StreamReply(res, engine, rid, sink, o, std::move(events));
 }
 
 absl::StatusOr<ResponsesRequest> Parse(absl::string_view body, absl::string_view served_model, Unmatched* unmatched) {
@@ -607,11 +589,9 @@ void AddResponsesRoutes(httplib::Server& http, const ServingContext& serving, st
                         ResponseStore& store, const ApiKeys* keys) {
   Engine& engine = serving.engine;
   auto authorized = [&engine, keys](const httplib::Request& req, httplib::Response& res) {
-    if (keys == nullptr) return true;
-    absl::Status st = keys->Check(req.get_header_value("Authorization"));
-    if (st.ok()) return true;
-    Fail(res, CountRefusal(engine, st));
-    return false;
+    absl::Status st = CheckApiKey(keys, engine, req.get_header_value("Authorization"));
+    if (!st.ok()) Fail(res, st);
+    return st.ok();
   };
   http.Post("/v1/responses", [serving, model_name, authorized, &store](const httplib::Request& req,
                                                                         httplib::Response& res) {
