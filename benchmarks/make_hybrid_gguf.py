@@ -132,10 +132,6 @@ def is_attention(i):
     return i in LFM2_ATTENTION
 
 
-def vocab():
-    return make_llama_gguf.vocab(N_VOCAB)
-
-
 def hf_layer(i):
     """(HF name under the layer, GGUF name, numpy shape, kind) of layer i's
     tensors; kind is "matrix", "router" (a matrix kept F32), "norm", "a",
@@ -274,15 +270,7 @@ def write(kind):
         w.add_vocab_size(N_VOCAB)
         w.add_shortconv_l_cache(L_CACHE)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    tokens, scores, types = vocab()
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    make_llama_gguf.add_vocab(w, N_VOCAB)
     # Every tensor's info first, then the data tensor by tensor.
     f32 = lambda k: kind == "f32" or k != "matrix"  # noqa: E731
     for name, shape, k in layout():

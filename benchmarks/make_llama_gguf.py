@@ -128,6 +128,20 @@ def tensors(seed=0):
             yield name, (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
 
 
+def add_vocab(w, n_vocab=N_VOCAB):
+    """vocab(n_vocab) as the file's tokenizer: SentencePiece ("llama"), <unk>
+    0, <s> 1, </s> 2 (also make_hybrid_gguf.py's)."""
+    tokens, scores, types = vocab(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
 def bf16(t):
     """t as BF16 bytes, a block of rows at a time (the rounding is 8 bytes an element)."""
     rows = t.reshape(-1, t.shape[-1])
@@ -165,15 +179,7 @@ def write(kind):
         w.add_final_logit_softcapping(30.0)
         w.add_sliding_window(4096)
     w.add_file_type({"f32": FT.ALL_F32, "bf16": FT.MOSTLY_BF16}[kind])
-    tokens, scores, types = vocab()
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    add_vocab(w)
     # Every tensor's info first, then the data tensor by tensor.
     f32 = lambda name, shape: kind == "f32" or len(shape) == 1 or name.endswith("ffn_gate_inp.weight")  # noqa: E731
     for name, shape, _ in layout():
