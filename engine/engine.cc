@@ -717,8 +717,9 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
 }
 
 void Engine::TellDrafter(const StepPlan& plan) {
-  if (draft_ == nullptr || options_.speculative.mode != SpeculativeMode::kMtp) return;
-  // Each sequence's rows that stand, with the model's hidden rows of them.
+  if (draft_ == nullptr) return;
+  // Each sequence's rows that stand, with the model's hidden rows of them
+  // (none unless the drafter asked the model to keep them).
   const absl::Span<const float> hidden = model_.FinalHidden();
   const size_t C = static_cast<size_t>(model_.info().hidden);
   size_t row = 0;
@@ -727,9 +728,10 @@ void Engine::TellDrafter(const StepPlan& plan) {
     row += p.len;
     Sequence& s = *by_id_[p.id];
     // A request that opted out of speculation costs the drafter nothing.
-    if (s.finished || !s.request.speculative || hidden.size() < row * C) continue;
+    if (s.finished || !s.request.speculative) continue;
     const int standing = std::clamp(s.computed - p.pos, 0, p.len);
-    draft_->Computed(s.id, p.pos, standing, hidden.subspan(first * C, standing * C), s.tokens);
+    draft_->Computed(s.id, p.pos, standing, hidden.empty() ? hidden : hidden.subspan(first * C, standing * C),
+                     s.tokens);
   }
   if (absl::Status st = draft_->StepDone(); !st.ok()) DrafterFailed(st);
 }

@@ -185,7 +185,7 @@ class Engine {
   // Sequences in decode that may speculate append draft tokens, verified in
   // the next step, within the step's draft rows (SpeculativeOptions).
   void ProposeDrafts();
-  // --speculative=mtp: what the step computed that stands, to the drafter.
+  // With a drafter: what the step computed that stands (Drafter::Computed).
   void TellDrafter(const StepPlan& plan);
   // A drafter's error: speculation goes on without it.
   void DrafterFailed(const absl::Status& st);
