@@ -102,6 +102,24 @@ absl::StatusOr<std::string> JsonTextParts(const Json& content, absl::string_view
   return out;
 }
 
+absl::StatusOr<ToolFunction> JsonFunctionTool(const Json& obj, absl::string_view at, const char* schema_key,
+                                              bool schema_required) {
+  ToolFunction f;
+  auto name = JsonStringField(obj, "name", at);
+  if (!name.ok()) return name.status();
+  f.name = *std::move(name);
+  if (const Json* d = JsonField(obj, "description")) {
+    if (!d->is_string()) return FieldError(absl::StrCat(at, ".description"), "must be a string");
+    f.description = d->get<std::string>();
+  }
+  const Json* schema = JsonField(obj, schema_key);
+  if (schema != nullptr ? !schema->is_object() : schema_required) {
+    return FieldError(absl::StrCat(at, ".", schema_key), "must be a JSON Schema (an object)");
+  }
+  if (schema != nullptr) f.parameters = JsonText(*schema);
+  return f;
+}
+
 absl::StatusOr<std::string> JsonStringField(const Json& obj, absl::string_view key, absl::string_view at) {
   const Json* v = JsonField(obj, key);
   if (v == nullptr || !v->is_string()) return FieldError(absl::StrCat(at, ".", key), "must be a string");

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chat/chat_message.h"
 #include "nlohmann/json.hpp"
 
 namespace flover::server {
@@ -45,6 +46,11 @@ absl::StatusOr<std::string> JsonStringField(const Json& obj, absl::string_view k
 // joined by newlines. Refusals name the part ("<at>[1].type").
 absl::StatusOr<std::string> JsonTextParts(const Json& content, absl::string_view at,
                                           std::initializer_list<absl::string_view> types);
+// A function tool described in `obj` (at `at`): its "name" (required), its
+// "description", and its arguments' JSON Schema under `schema_key` (an
+// object; required where `schema_required`).
+absl::StatusOr<ToolFunction> JsonFunctionTool(const Json& obj, absl::string_view at, const char* schema_key,
+                                              bool schema_required);
 // obj[key] as a boolean; `dflt` when absent or null.
 absl::StatusOr<bool> JsonBool(const Json& obj, absl::string_view key, bool dflt,
                               absl::string_view field);

@@ -114,18 +114,9 @@ absl::Status ParseTools(const Json& b, ClientRequest* r) {
       if (const Json* type = JsonField(t, "type"); type != nullptr && (!type->is_string() || *type != "custom")) {
         return Bad(at + ".type", "server tools are not supported (client tools only: name, input_schema)");
       }
-      ToolFunction f;
-      auto name = JsonStringField(t, "name", at);
-      if (!name.ok()) return name.status();
-      f.name = *std::move(name);
-      if (const Json* d = JsonField(t, "description")) {
-        if (!d->is_string()) return Bad(at + ".description", "must be a string");
-        f.description = d->get<std::string>();
-      }
-      const Json* schema = JsonField(t, "input_schema");
-      if (schema == nullptr || !schema->is_object()) return Bad(at + ".input_schema", "must be an object");
-      f.parameters = schema->dump();
-      r->tools.push_back(std::move(f));
+      auto f = JsonFunctionTool(t, at, "input_schema", /*schema_required=*/true);
+      if (!f.ok()) return f.status();
+      r->tools.push_back(*std::move(f));
     }
   }
   if (const Json* c = JsonField(b, "tool_choice")) {

@@ -199,21 +199,15 @@ absl::Status ParseTools(const Json& body, ClientRequest* out) {
     if (!tools->is_array()) return Bad("tools", "must be a list");
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string at = absl::StrCat("tools[", i, "]");
-      ToolFunction f;
-      auto found = FunctionOf((*tools)[i], at, /*type_required=*/true, &f.name);
+      std::string name;
+      auto found = FunctionOf((*tools)[i], at, /*type_required=*/true, &name);
       if (!found.ok()) return found.status();
       const Json* function = *found;
-      if (const Json* d = JsonField(*function, "description")) {
-        if (!d->is_string()) return Bad(at + ".function.description", "must be a string");
-        f.description = d->get<std::string>();
-      }
-      if (const Json* p = JsonField(*function, "parameters")) {
-        if (!p->is_object()) return Bad(at + ".function.parameters", "must be a JSON Schema (an object)");
-        f.parameters = JsonText(*p);
-      }
+      auto f = JsonFunctionTool(*function, at + ".function", "parameters", /*schema_required=*/false);
+      if (!f.ok()) return f.status();
       auto strict = JsonBool(*function, "strict", false, at + ".function.strict");
       if (!strict.ok()) return strict.status();  // enforced either way
-      out->tools.push_back(std::move(f));
+      out->tools.push_back(*std::move(f));
     }
   }
   if (const Json* choice = JsonField(body, "tool_choice")) {

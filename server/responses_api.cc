@@ -124,19 +124,9 @@ absl::Status ParseTools(const Json& b, ClientRequest* r) {
       auto type = JsonStringField(t, "type", at);
       if (!type.ok()) return type.status();
       if (*type != "function") return Bad(at + ".type", "\"", *type, "\" is not supported (function tools only)");
-      ToolFunction f;
-      auto name = JsonStringField(t, "name", at);
-      if (!name.ok()) return name.status();
-      f.name = *std::move(name);
-      if (const Json* d = JsonField(t, "description")) {
-        if (!d->is_string()) return Bad(at + ".description", "must be a string");
-        f.description = d->get<std::string>();
-      }
-      if (const Json* p = JsonField(t, "parameters")) {
-        if (!p->is_object()) return Bad(at + ".parameters", "must be a JSON Schema (an object)");
-        f.parameters = JsonText(*p);
-      }
-      r->tools.push_back(std::move(f));
+      auto f = JsonFunctionTool(t, at, "parameters", /*schema_required=*/false);
+      if (!f.ok()) return f.status();
+      r->tools.push_back(*std::move(f));
     }
   }
   if (const Json* c = JsonField(b, "tool_choice")) {
