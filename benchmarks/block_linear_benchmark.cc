@@ -30,7 +30,7 @@
 
 ABSL_FLAG(std::string, shape, "576x1536", "KxN: input values per row x outputs (SmolLM2's gate/up)");
 ABSL_FLAG(std::string, rows, "1,4,32,512", "input rows per call");
-ABSL_FLAG(std::string, formats, "Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q4_K,Q5_K,Q6_K", "block formats");
+ABSL_FLAG(std::string, formats, "Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q4_K,Q5_K,Q6_K,MXFP4", "block formats");
 ABSL_FLAG(int, rounds, 7, "timed calls of each, alternating");
 ABSL_FLAG(int, threads, 2, "OpenMP threads");
 
@@ -98,7 +98,7 @@ int Run(int argc, char** argv) {
       if (name == kernels::InfoOf(g).name) f = g, found = true;
     }
     if (!found) {
-      std::fprintf(stderr, "--formats: %s is not one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K\n",
+      std::fprintf(stderr, "--formats: %s is not one of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4\n",
                    std::string(name).c_str());
       return 2;
     }

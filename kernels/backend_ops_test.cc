@@ -689,12 +689,13 @@ TEST_P(BlockLinearOpsTest, StackedFormatsMatchTheDequantizedWeights) {
   const int K = 512, M = 9;
   const BlockSpan spans[] = {{BlockFormat::kQ8_0, 5}, {BlockFormat::kQ4_0, 3}, {BlockFormat::kQ4_1, 6},
                              {BlockFormat::kQ4_K, 7}, {BlockFormat::kQ6_K, 4}, {BlockFormat::kQ5_0, 2},
-                             {BlockFormat::kQ5_1, 5}, {BlockFormat::kQ5_K, 3}};
+                             {BlockFormat::kQ5_1, 5}, {BlockFormat::kQ5_K, 3}, {BlockFormat::kMXFP4, 4}};
   std::vector<uint8_t> bytes;
   std::vector<float> w;
   std::vector<int> scale_values;  // per output: the CPU's input values per scale
   int N = 0;
-  for (int i = 0; i < 8; ++i) {
+  const int num_spans = static_cast<int>(std::size(spans));
+  for (int i = 0; i < num_spans; ++i) {
     const BlockFormat f = spans[i].format;
     const bool k_quant = f == BlockFormat::kQ4_K || f == BlockFormat::kQ5_K || f == BlockFormat::kQ6_K;
     scale_values.insert(scale_values.end(), spans[i].rows, k_quant ? 256 : 32);
@@ -704,7 +705,7 @@ TEST_P(BlockLinearOpsTest, StackedFormatsMatchTheDequantizedWeights) {
     w.insert(w.end(), values.begin(), values.end());
     N += spans[i].rows;
   }
-  auto weight = (*d)->PrepareWeight(HostValues(bytes.data(), spans, 8), K, N, WeightLayout::kOutIn);
+  auto weight = (*d)->PrepareWeight(HostValues(bytes.data(), spans, num_spans), K, N, WeightLayout::kOutIn);
   ASSERT_TRUE(weight.ok()) << weight.status();
   ASSERT_TRUE((*d)->PrepareLinear(**weight, M, true, Epilogue::kBiasGelu).ok());
   const std::vector<float> x = Random(M * K, 45), b = Random(N, 46);

@@ -25,6 +25,9 @@ enum class BlockFormat : uint8_t {
   kQ5_1,  // 32 values: f16 d, f16 m, 4 bytes of 5th bits, 16 of nibbles; w = d * q + m
   kQ5_K,  // 256 values: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min), 32
           // bytes of 5th bits, 128 bytes of nibbles;          w = d*sc * q - dmin*m
+  kMXFP4,  // 32 values: e8m0 e, 16 bytes of nibbles (OCP microscaling, gpt-oss's
+           // experts); w = 2^(e - 128) * kvalues[q], kvalues the e2m1 values
+           // doubled: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives
 };
 
 struct BlockFormatInfo {
@@ -37,7 +40,8 @@ struct BlockFormatInfo {
 // The format's ggml type (ggml_types.h holds its name and sizes).
 constexpr GgmlType GgmlTypeOfFormat(BlockFormat f) {
   constexpr GgmlType kType[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K,
-                                GgmlType::kQ6_K, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ5_K};
+                                GgmlType::kQ6_K, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ5_K,
+                                GgmlType::kMXFP4};
   return kType[static_cast<int>(f)];
 }
 
@@ -49,7 +53,8 @@ constexpr BlockFormatInfo InfoOf(BlockFormat f) {
 
 inline constexpr BlockFormat kAllBlockFormats[] = {
     BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ4_K,
-    BlockFormat::kQ6_K, BlockFormat::kQ5_0, BlockFormat::kQ5_1, BlockFormat::kQ5_K};
+    BlockFormat::kQ6_K, BlockFormat::kQ5_0, BlockFormat::kQ5_1, BlockFormat::kQ5_K,
+    BlockFormat::kMXFP4};
 
 // The format with ggml type id `type`; false when it has none here.
 inline bool BlockFormatOfGgmlType(uint32_t type, BlockFormat* out) {

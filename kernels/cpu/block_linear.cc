@@ -40,15 +40,18 @@ constexpr size_t kInputBlockBytes = 256 << 10;  // quantized input rows per pass
 //
 // Group headers (K-quants):  Q4_K, Q5_K: f16 d[16], f16 dmin[16];  Q6_K: f16 d[16]
 // Block headers:  Q8_0, Q4_0, Q5_0: f16 d[16];  Q4_1, Q5_1: f16 d[16], f16 m[16]
+//                 MXFP4: u8 e[16] (e8m0)
 //                 Q4_K, Q5_K: u8 sc[16], u8 m[16] (6 bits, unpacked)
 //                 Q6_K: s8 sc[2][16] (its sub-blocks of 16 values)
 // Codes (u8, the format's offset not taken out):
 //   Q8_0:  8 steps of 64 bytes (s8 + 128)
 //   Q4_*:  4 x 64 bytes: steps 2u and 2u + 1 in the low and high nibbles
+//   MXFP4: as Q4_*, the nibbles the file's e2m1 codes (the tiles look their
+//          values up, biased by 16: 4 .. 28)
 //   Q5_*:  as Q4_*, then per step 8 bytes of fifth bits (bit i: byte i)
 //   Q6_K:  as Q4_*, then 2 x 64 bytes of 2 high bits: steps 4v .. 4v + 3 in
 //          bits 0-1, 2-3, 4-5, 6-7
-// Bytes equal the file's for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K; Q4_K and
+// Bytes equal the file's for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K and MXFP4; Q4_K and
 // Q5_K take 4 more per 256 values, their 12 bytes of scales unpacked to 16.
 // ---------------------------------------------------------------------------
 
@@ -71,6 +74,7 @@ int BlockHeaderBytes(BlockFormat f) {
   switch (f) {
     case BlockFormat::kQ4_1:
     case BlockFormat::kQ5_1: return 64;
+    case BlockFormat::kMXFP4: return 16;
     default: return 32;
   }
 }
@@ -141,7 +145,8 @@ void UnpackCodes(BlockFormat f, const uint8_t* row, int K, uint8_t* codes) {
       }
       break;
     case BlockFormat::kQ4_0:
-    case BlockFormat::kQ4_1: {
+    case BlockFormat::kQ4_1:
+    case BlockFormat::kMXFP4: {
       const int bytes = InfoOf(f).block_bytes, at = bytes - 16;
       for (int b = 0; b < K / 32; ++b) {
         const uint8_t* qs = row + bytes * b + at;
@@ -245,6 +250,9 @@ void PackHeaders(BlockFormat f, const uint8_t* const* rows, int b, uint8_t* grou
         block[16 + j] = s[192 + 2 * (b % kGroupBlocks) + 1];
         break;
       }
+      case BlockFormat::kMXFP4:
+        block[j] = r[bytes * b];
+        break;
     }
   }
 }
@@ -336,6 +344,20 @@ struct V : VnniDots {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
   }
+  // MXFP4: 16 e8m0 scales as ggml_e8m0_to_fp32_half makes them (the bits
+  // 0x00200000 << e below e = 2, else (e - 1) << 23).
+  static F E8m0Half(const uint8_t* p) {
+    const I e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const I normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const I tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 low = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(low, normal, tiny));
+  }
+  // MXFP4: each byte's value in a table of 16 (the nibbles index it).
+  static I Lookup(I nibbles, const int8_t* table) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), nibbles);
+  }
   static I Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
   // The low (T even) or high nibbles of the 64 bytes of step pair T / 2.
   template <int T>
@@ -397,6 +419,17 @@ struct V8Base {
   static F Bytes(const uint8_t* p, bool is_signed) {
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * kHalf));
     return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+  }
+  static F E8m0Half(const uint8_t* p) {
+    const I e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * kHalf)));
+    const I normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const I tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const I low = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, low));
+  }
+  static I Lookup(I nibbles, const int8_t* table) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), nibbles);
   }
   static I Load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * kHalf)); }
   template <int T>
@@ -500,6 +533,10 @@ struct TwoHalves {
   }
   static F Halves(const uint8_t* p) { return {L::Halves(p), H::Halves(p)}; }
   static F Bytes(const uint8_t* p, bool is_signed) { return {L::Bytes(p, is_signed), H::Bytes(p, is_signed)}; }
+  static F E8m0Half(const uint8_t* p) { return {L::E8m0Half(p), H::E8m0Half(p)}; }
+  static I Lookup(I nibbles, const int8_t* table) {
+    return {L::Lookup(nibbles.lo, table), H::Lookup(nibbles.hi, table)};
+  }
   static I Load(const uint8_t* p) { return {L::Load(p), H::Load(p)}; }
   template <int T>
   static I Nibbles(const uint8_t* p) { return {L::Nibbles<T>(p), H::Nibbles<T>(p)}; }

@@ -1,5 +1,5 @@
 // Linear layers on weights kept in GGUF's quantized blocks (--dtype=native;
-// kernels/block_format.h): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K,
+// kernels/block_format.h): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and MXFP4,
 // read where they lie, with AVX-512 VNNI, AVX-VNNI or AVX2 (the widest that
 // the instruction set in use allows, cpu_isa.h).
 //
@@ -17,10 +17,12 @@
 //     products (vpdpbusd, the input's 4 codes broadcast) sum the weight's
 //     integer codes times q_x exactly in int32, the format's code offset
 //     (8 for Q4_0, 16 for Q5_0, 32 for Q6_K, 128 for Q8_0, whose s8 codes are
-//     biased to u8) taken out exactly as offset * s_x;
+//     biased to u8, 16 for MXFP4, whose doubled e2m1 values a table lookup
+//     biases to 4 .. 28) taken out exactly as offset * s_x;
 //   - that int32 becomes float32 and is added into the column's sum as
 //     float(dot) * (w_scale * d_x), w_scale being the block's scale as
-//     ggml's dequantization computes it (d, or d * sc in float32); then, for
+//     ggml's dequantization computes it (d, d * sc in float32, or MXFP4's
+//     2^(e - 128) from its e8m0 byte); then, for
 //     the formats with a minimum (Q4_1, Q5_1, Q4_K, Q5_K), w_min * (d_x * s_x)
 //     (w_min = m, or -(dmin * m) in float32 as ggml);
 //   - the blocks in order, one float32 sum per column; then the bias, gelu

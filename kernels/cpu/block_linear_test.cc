@@ -176,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, BlockLinearTest,
                                            Case{BlockFormat::kQ6_K, 256}, Case{BlockFormat::kQ6_K, 768},
                                            Case{BlockFormat::kQ5_0, 576}, Case{BlockFormat::kQ5_1, 192},
                                            Case{BlockFormat::kQ5_0, 64}, Case{BlockFormat::kQ5_1, 64},
-                                           Case{BlockFormat::kQ5_K, 256}, Case{BlockFormat::kQ5_K, 1280}),
+                                           Case{BlockFormat::kQ5_K, 256}, Case{BlockFormat::kQ5_K, 1280},
+                                           Case{BlockFormat::kMXFP4, 64}, Case{BlockFormat::kMXFP4, 2880}),
                          [](const auto& info) {
                            return std::string(InfoOf(info.param.format).name) + "_K" +
                                   std::to_string(info.param.K);
@@ -255,6 +256,44 @@ TEST(BlockLinearSpansTest, ZeroInputGroupsLeaveTheOthersAlone) {
 }
 
 // A NaN in the input gives NaN outputs, at either input scale.
+// MXFP4's smallest scales (e8m0 0 and 1: subnormal halves, 2^-128 and
+// 2^-127 as ggml's bits 0x00200000 << e) and the next ones, under inputs
+// large enough that every product is a normal float: each tile set gives
+// the dequantized weights times the quantized input.
+TEST(BlockLinearSpansTest, Mxfp4SubnormalScales) {
+  const int K = 128, N = 16;
+  std::vector<uint8_t> bytes = RandomRows(BlockFormat::kMXFP4, N, K, 11);
+  for (int n = 0; n < N; ++n) {
+    for (int b = 0; b < K / 32; ++b) bytes[17 * (n * K / 32 + b)] = static_cast<uint8_t>((n + b) % 4);
+  }
+  const std::vector<float> w = Dequantize(BlockFormat::kMXFP4, bytes.data(), N, K);
+  std::vector<float> x = RandomInput(1, K, 12);
+  for (float& v : x) v *= 1e30f;
+  std::vector<int8_t> q(K);
+  std::vector<BlockLinear::InputBlock> blocks(K / 32);
+  BlockLinear::QuantizeRow(x.data(), K, q.data(), blocks.data(), 32);
+  const BlockSpan span{BlockFormat::kMXFP4, N};
+  for (BlockLinear::Tiles tiles : {BlockLinear::Tiles::kAvx512Vnni, BlockLinear::Tiles::kAvx2Vnni,
+                                   BlockLinear::Tiles::kAvx2}) {
+    if (!BlockLinear::Runs(tiles)) continue;
+    BlockLinear linear;
+    linear.set_tiles(tiles);
+    auto weight = linear.Prepare(HostValues(bytes.data(), &span, 1), K, N, WeightLayout::kOutIn);
+    ASSERT_TRUE(weight.ok()) << weight.status();
+    std::vector<float> out(N);
+    linear.Run(x.data(), 1, **weight, nullptr, Epilogue::kBias, out.data());
+    for (int n = 0; n < N; ++n) {
+      double want = 0, magnitude = 0;
+      for (int k = 0; k < K; ++k) {
+        want += double{w[n * K + k]} * blocks[k / 32].dx * q[k];
+        magnitude += std::fabs(double{w[n * K + k]} * blocks[k / 32].dx * q[k]);
+      }
+      ASSERT_GT(magnitude, 1e-30) << n;  // normal floats, not flushed
+      EXPECT_NEAR(out[n], want, 4e-6 * magnitude) << "n=" << n;
+    }
+  }
+}
+
 TEST(BlockLinearSpansTest, NanInputsGiveNan) {
   if (absl::Status st = BlockLinear::CheckSupported(); !st.ok()) GTEST_SKIP() << "skipped: " << st.message();
   const int K = 512, N = 4;

@@ -1043,6 +1043,13 @@ __device__ inline Bytes32 Load32(const uint8_t* p) {
   return out;
 }
 
+// An MXFP4 code's value: e2m1 doubled (0, 1, 2, 3, 4, 6, 8, 12), bit 3 the sign.
+__device__ inline int Mxfp4Value(int q) {
+  const int m = q & 7;
+  const int v = m < 5 ? m : (m == 5 ? 6 : (m == 6 ? 8 : 12));
+  return (q & 8) ? -v : v;
+}
+
 // The 32 weights of sub-block s (values 32s .. 32s + 31) of one row.
 // kAligned: the row starts 16-byte aligned and its length is a multiple of
 // 16 bytes, so the K-quants' 32-byte runs of codes load 16 bytes at a time.
@@ -1113,6 +1120,16 @@ __device__ inline void Dequant32(const uint8_t* row, int s, float* w) {
     for (int l = 0; l < 32; ++l) {
       const int q = ((qs.b[l] >> shift) & 0xF) | (kFive ? ((qh.b[l] >> j) & 1) << 4 : 0);
       w[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+    }
+  } else if constexpr (F == BlockFormat::kMXFP4) {
+    // ggml_e8m0_to_fp32_half times the doubled e2m1 values (kvalues_mxfp4).
+    const uint8_t* b = row + 17 * s;
+    const uint32_t e = b[0];
+    const float d = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      w[i] = __fmul_rn(d, static_cast<float>(Mxfp4Value(b[1 + i] & 0xF)));
+      w[16 + i] = __fmul_rn(d, static_cast<float>(Mxfp4Value(b[1 + i] >> 4)));
     }
   } else {  // kQ6_K
     const uint8_t* b = row + 210 * (s / 8);
@@ -1719,6 +1736,7 @@ cudaError_t LaunchEmbedBlocks(BlockFormat format, const int32_t* tokens, const i
     case BlockFormat::kQ5_0: return launch(EmbedBlocksKernel<BlockFormat::kQ5_0>);
     case BlockFormat::kQ5_1: return launch(EmbedBlocksKernel<BlockFormat::kQ5_1>);
     case BlockFormat::kQ5_K: return launch(EmbedBlocksKernel<BlockFormat::kQ5_K>);
+    case BlockFormat::kMXFP4: return launch(EmbedBlocksKernel<BlockFormat::kMXFP4>);
   }
   return cudaErrorInvalidValue;
 }
@@ -1754,6 +1772,7 @@ cudaError_t LaunchBlockLinear(BlockFormat format, const float* x, int M, int K, 
     case BlockFormat::kQ5_K:
       return launch_either(BlockLinearKernel<BlockFormat::kQ5_K, true>,
                            BlockLinearKernel<BlockFormat::kQ5_K, false>);
+    case BlockFormat::kMXFP4: return launch(BlockLinearKernel<BlockFormat::kMXFP4, false>);
   }
   return cudaErrorInvalidValue;
 }

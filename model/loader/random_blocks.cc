@@ -55,6 +55,10 @@ std::vector<uint8_t> RandomBlockRows(kernels::BlockFormat f, int rows, int K, ui
         put(blk + 2, scale(rng) * unit / 64);
         break;
       case BlockFormat::kQ6_K: put(blk + 208, scale(rng) * unit / 1024); break;
+      case BlockFormat::kMXFP4:
+        // e8m0: values 2^(e - 128) * (up to 12), about unit / 4 per code.
+        blk[0] = static_cast<uint8_t>(std::lround(128.0 + std::log2(scale(rng) * unit / 4)));
+        break;
     }
   }
   return out;
