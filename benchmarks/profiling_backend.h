@@ -103,8 +103,9 @@ class ProfilingBackend final : public kernels::Backend {
     return Timed("route", [&] { return inner_.Route(logits, p, ids, weights); });
   }
   absl::Status LinearById(const kernels::Tensor& x, absl::Span<const kernels::Weight* const> experts,
-                          const kernels::Tensor& ids, const kernels::Tensor& out) override {
-    return Timed("linear_by_id", [&] { return inner_.LinearById(x, experts, ids, out); });
+                          const kernels::Tensor* bias, const kernels::Tensor& ids,
+                          const kernels::Tensor& out) override {
+    return Timed("linear_by_id", [&] { return inner_.LinearById(x, experts, bias, ids, out); });
   }
   absl::Status WeightedRowSum(const kernels::Tensor& y, const kernels::Tensor& weights,
                               const kernels::Tensor& out) override {

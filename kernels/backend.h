@@ -367,7 +367,8 @@ class Backend : public Allocator {
   virtual absl::Status Route(const Tensor& logits, const RouterParams& p, const Tensor& ids,
                              const Tensor& weights) = 0;
 
-  // out: f32 [T * k, N], row t * k + j = x_r @ experts[ids[t, j]], where
+  // out: f32 [T * k, N], row t * k + j = x_r @ experts[ids[t, j]] (+ row
+  // ids[t, j] of bias: f32 [E, N], gpt-oss's expert biases; null: none), where
   // x_r is row t of x: [T, K] or row t * k + j of x: [T * k, K] (f32 or
   // activation_dtype()); ids: i32 [T, k] as Route writes them, each below
   // experts.size(); every expert's k() = K and n() = N. The rows are
@@ -376,7 +377,7 @@ class Backend : public Allocator {
   // alone: independent of the other rows and of which experts they chose.
   // May wait for the device (the grouping is worked out on the host).
   virtual absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts,
-                                  const Tensor& ids, const Tensor& out) = 0;
+                                  const Tensor* bias, const Tensor& ids, const Tensor& out) = 0;
 
   // out: f32 [T, C] += the sum over j = 0, 1, ..., k - 1 (in that order) of
   // weights[t, j] * y[t * k + j]: the experts' outputs joined with their

@@ -332,15 +332,16 @@ TEST_P(OpsTest, Rope) {
   });
 }
 
-// Gated MLP activations: silu(gate) * up (SwiGLU) and gelu_tanh(gate) * up
-// (GeGLU), into f32 and the activation dtype, against double.
+// Gated MLP activations: silu(gate) * up (SwiGLU), gelu_tanh(gate) * up
+// (GeGLU) and gpt-oss's clamped SwiGLU, into f32 and the activation dtype,
+// against double (inputs up to 12 in magnitude: the clamps at 7 bite).
 TEST_P(OpsTest, Glu) {
   Ran ran;
-  for (GluKind kind : {GluKind::kSilu, GluKind::kGeluTanh}) {
+  for (GluKind kind : {GluKind::kSilu, GluKind::kGeluTanh, GluKind::kSwigluOai}) {
     for (MatmulDtype matmul : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
       ran.Run(device(), matmul, KvDtype::kF32, 1e-2, [kind](Dev& d) {
         const int T = 7, F = 301;
-        auto gu = Random(T * 2 * F, 34, 6.0f);
+        auto gu = Random(T * 2 * F, 34, 12.0f);
         const DType act = d->activation_dtype();
         const Tensor out = d.New(act, T, F);
         EXPECT_TRUE(d->Glu(d.Up(gu, T, 2 * F), kind, out).ok());
@@ -348,8 +349,13 @@ TEST_P(OpsTest, Glu) {
         for (int t = 0; t < T; ++t) {
           for (int f = 0; f < F; ++f) {
             const double g = gu[t * 2 * F + f], u = gu[t * 2 * F + F + f];
-            const double a = kind == GluKind::kSilu ? g / (1 + std::exp(-g)) : GeluRef(g);
-            want[t * F + f] = RoundTo(static_cast<float>(a * u), act);
+            double a = kind == GluKind::kSilu ? g / (1 + std::exp(-g)) : GeluRef(g), v = u;
+            if (kind == GluKind::kSwigluOai) {  // transformers' GptOssExperts; inputs past +-7 clamp
+              const double gc = std::min(g, 7.0);
+              a = gc / (1 + std::exp(-1.702 * gc));
+              v = std::clamp(u, -7.0, 7.0) + 1;
+            }
+            want[t * F + f] = RoundTo(static_cast<float>(a * v), act);
           }
         }
         const std::vector<float> got = d.Down(out);
@@ -504,8 +510,19 @@ TEST_P(OpsTest, LinearByIdAndWeightedRowSum) {
       std::vector<float> all;
       for (const std::vector<float>* in : {&x, &per_route}) {
         const int rows = in == &x ? T : T * k;
-        EXPECT_TRUE(d->LinearById(d.Up(*in, rows, K), experts, id_t, out).ok());
+        EXPECT_TRUE(d->LinearById(d.Up(*in, rows, K), experts, nullptr, id_t, out).ok());
         const std::vector<float> got = d.Down(out);
+        {  // Each expert's bias (gpt-oss): its row joins the routes that chose it.
+          const std::vector<float> bias = Random(E * N, 74);
+          const Tensor bias_t = d.Up(bias, E, N), biased = d.New(DType::kF32, T * k, N);
+          EXPECT_TRUE(d->LinearById(d.Up(*in, rows, K), experts, &bias_t, id_t, biased).ok());
+          const std::vector<float> with = d.Down(biased);
+          std::vector<double> want(with.size());
+          for (int r = 0; r < T * k; ++r) {
+            for (int n = 0; n < N; ++n) want[r * N + n] = double{got[r * N + n]} + bias[ids[r] * N + n];
+          }
+          EXPECT_LT(RelErr(with, want), 1e-6);
+        }
         const std::vector<float> xr = RoundedTo(*in, wt);
         std::vector<double> want;
         for (int r = 0; r < T * k; ++r) {
@@ -522,7 +539,7 @@ TEST_P(OpsTest, LinearByIdAndWeightedRowSum) {
           const std::vector<float> one(in->begin() + (in == &x ? t : t * k) * K,
                                        in->begin() + (in == &x ? t + 1 : (t + 1) * k) * K);
           const Tensor one_out = d.New(DType::kF32, k, N);
-          EXPECT_TRUE(d->LinearById(d.Up(one, one_rows, K), experts, d.UpInts(one_ids, 1, k), one_out).ok());
+          EXPECT_TRUE(d->LinearById(d.Up(one, one_rows, K), experts, nullptr, d.UpInts(one_ids, 1, k), one_out).ok());
           EXPECT_EQ(d.Down(one_out), std::vector<float>(got.begin() + t * k * N, got.begin() + (t + 1) * k * N)) << t;
         }
         all.insert(all.end(), got.begin(), got.end());
@@ -543,7 +560,7 @@ TEST_P(OpsTest, LinearByIdAndWeightedRowSum) {
       EXPECT_LT(RelErr(got, want), 1e-5);
       all.insert(all.end(), got.begin(), got.end());
       // An expert that is not there is refused.
-      EXPECT_EQ(d->LinearById(d.Up(x, T, K), experts, d.UpInts(std::vector<int32_t>(T * k, E), T, k), out).code(),
+      EXPECT_EQ(d->LinearById(d.Up(x, T, K), experts, nullptr, d.UpInts(std::vector<int32_t>(T * k, E), T, k), out).code(),
                 absl::StatusCode::kInvalidArgument);
       return all;
     });

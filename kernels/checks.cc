@@ -184,7 +184,7 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
 }
 
 absl::Status CheckGluArgs(const Tensor& gate_up, GluKind kind, const Tensor& out, DType act) {
-  if (kind != GluKind::kSilu && kind != GluKind::kGeluTanh) {
+  if (kind != GluKind::kSilu && kind != GluKind::kGeluTanh && kind != GluKind::kSwigluOai) {
     return absl::InvalidArgumentError(absl::StrCat("Glu: unknown kind ", static_cast<int>(kind)));
   }
   FLOVER_RETURN_IF_ERROR(CheckTensor("Glu", "gate_up", gate_up, kAnySize, kAnySize, {DType::kF32}));
@@ -228,8 +228,8 @@ absl::Status CheckRouteArgs(const Tensor& logits, const RouterParams& p, const T
   return CheckTensor("Route", "weights", weights, logits.rows, p.k, {DType::kF32});
 }
 
-absl::Status CheckLinearByIdArgs(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
-                                 const Tensor& out, DType act, const int32_t* host_ids) {
+absl::Status CheckLinearByIdArgs(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
+                                 const Tensor& ids, const Tensor& out, DType act, const int32_t* host_ids) {
   if (experts.empty() || static_cast<int64_t>(experts.size()) > kMaxExperts) {
     return absl::InvalidArgumentError(absl::StrCat("LinearById: ", experts.size(), " experts"));
   }
@@ -246,6 +246,10 @@ absl::Status CheckLinearByIdArgs(const Tensor& x, absl::Span<const Weight* const
   }
   FLOVER_RETURN_IF_ERROR(CheckTensor("LinearById", "x", x, x.rows, K, {DType::kF32, act}));
   FLOVER_RETURN_IF_ERROR(CheckTensor("LinearById", "out", out, T * k, N, {DType::kF32}));
+  if (bias != nullptr) {
+    FLOVER_RETURN_IF_ERROR(
+        CheckTensor("LinearById", "bias", *bias, static_cast<int64_t>(experts.size()), N, {DType::kF32}));
+  }
   if (host_ids != nullptr) {
     for (int64_t r = 0; r < T * k; ++r) {
       if (host_ids[r] < 0 || host_ids[r] >= static_cast<int64_t>(experts.size())) {

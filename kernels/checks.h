@@ -59,7 +59,8 @@ absl::Status CheckGroupRmsNormArgs(const Tensor& x, int first, int groups, const
 absl::Status CheckRouteArgs(const Tensor& logits, const RouterParams& p, const Tensor& ids, const Tensor& weights);
 // `host_ids`: the ids, where the caller has them on the host (each is then
 // checked against experts.size()), or null.
-absl::Status CheckLinearByIdArgs(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
+absl::Status CheckLinearByIdArgs(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
+                                 const Tensor& ids,
                                  const Tensor& out, DType act, const int32_t* host_ids);
 absl::Status CheckWeightedRowSumArgs(const Tensor& y, const Tensor& weights, const Tensor& out);
 // x: [M, w.k()] of f32 or `x_dtype`; out: [M, w.n()] f32 (or `act` for

@@ -72,19 +72,23 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   // key/value head, as Llama's), and Qwen3's and Llama 3's head dim of 128.
   // Then the parameters families differ in: a sliding window shorter than
   // some contexts (Mistral), a scale other than 1/sqrt(D) with soft-capped
-  // scores (Gemma 2), and both.
+  // scores (Gemma 2), and both; then attention sinks (gpt-oss: a logit per
+  // query head in the softmax's denominator) with a window.
   struct Case {
     MatmulDtype matmul;
     int D, group;
     AttentionParams params;
+    bool sinks = false;
   };
   const AttentionParams plain, window{0, 0, 9}, capped{0.3f, 1.5f, 0}, both{0.2f, 2.0f, 33};
   for (const Case c : {Case{MatmulDtype::kF32, 64, 1, plain}, Case{MatmulDtype::kBF16, 64, 1, plain},
                        Case{MatmulDtype::kF32, 12, 1, plain}, Case{MatmulDtype::kF32, 32, 2, plain},
                        Case{MatmulDtype::kF32, 64, 2, window}, Case{MatmulDtype::kF32, 12, 1, capped},
                        Case{MatmulDtype::kBF16, 64, 1, both}, Case{MatmulDtype::kF32, 128, 2, plain},
-                       Case{MatmulDtype::kBF16, 128, 2, window}}) {
-    ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group, params = c.params](Dev& d) {
+                       Case{MatmulDtype::kBF16, 128, 2, window}, Case{MatmulDtype::kF32, 64, 2, window, true},
+                       Case{MatmulDtype::kBF16, 32, 1, plain, true}}) {
+    ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group, with_sinks = c.sinks](Dev& d) {
+      AttentionParams params = c.params;
       const int H = 3, HQ = H * group, N = 12, HD = H * D, QD = HQ * D;
       const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]
       KvLayer kv{nullptr, nullptr, N, H, D, kvd};
@@ -111,6 +115,10 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
       }
       const int T = 73;
       auto qkv = Random(T * W, 17);
+      // Sinks of either sign, some above every score of a row.
+      const std::vector<float> sinks = Random(HQ, 18, 4.0f);
+      const Tensor sinks_t = d.Up(sinks, 1, HQ);
+      if (with_sinks) params.sinks = sinks_t.as<float>();
       const DType act = d->activation_dtype();
       const Tensor out = d.New(act, T, QD);
       const Tensor qkv_t = d.Up(qkv, T, W);
@@ -142,7 +150,7 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
             const int first = params.window > 0 ? std::max(0, n - params.window) : 0;
             const double scale = params.scale > 0 ? params.scale : 1 / std::sqrt(double(D));
             std::vector<double> w(n, 0.0);
-            double mx = -1e300, sum = 0;
+            double mx = with_sinks ? sinks[qh] : -1e300, sum = 0;
             for (int p = first; p < n; ++p) {
               double dot = 0;
               for (int dd = 0; dd < D; ++dd) dot += qkv[r * W + qh * D + dd] * key(p, dd);
@@ -151,6 +159,7 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
               mx = std::max(mx, w[p]);
             }
             for (int p = first; p < n; ++p) sum += (w[p] = std::exp(w[p] - mx));
+            if (with_sinks) sum += std::exp(sinks[qh] - mx);
             for (int dd = 0; dd < D; ++dd) {
               double acc = 0;
               for (int p = first; p < n; ++p) acc += w[p] / sum * value(p, dd);

@@ -17,13 +17,24 @@ struct AttentionParams {
   float softcap = 0.0f;
   // > 0: a row at position p attends positions [p - window + 1, p] only.
   int window = 0;
+  // Attention sinks (gpt-oss): null, or one logit per query head (the
+  // heads of `qkv`, in the backend's memory) that joins each row's softmax
+  // as one more score with no value: its denominator grows by exp(sink).
+  const float* sinks = nullptr;
 };
 
 // The activation of a gated MLP: out = act(gate) * up.
 enum class GluKind {
   kSilu,      // SwiGLU (Llama, Qwen2, Mistral, Phi-3)
   kGeluTanh,  // GeGLU with gelu's tanh approximation (Gemma 2's gelu_pytorch_tanh)
+  // gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7),
+  // out = g * sigmoid(1.702 g) * (u + 1).
+  kSwigluOai,
 };
+// kSwigluOai's constants (transformers' GptOssExperts: alpha, and the
+// config's swiglu_limit as every released checkpoint has it).
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
 
 // How a mixture-of-experts router turns a row's logits over E experts into
 // k experts and their weights.

@@ -148,7 +148,7 @@ void WeightedSum(const float* w, int64_t ld, const HeadBlocks<T>& h, int first, 
 // positions outside [first, n) are never read back.
 template <int kG, typename T>
 void AttendRows(const float* q, const HeadBlocks<T>& h, int first, int n, int D, float softcap,
-                float* scores, int64_t ld, float* out) {
+                const float* sinks, float* scores, int64_t ld, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
   const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
   for (int b = b0; b < nb; ++b) {
@@ -162,7 +162,9 @@ void AttendRows(const float* q, const HeadBlocks<T>& h, int first, int n, int D,
     if (softcap > 0) {  // as transformers: s / cap, tanh, * cap
       for (int j = first; j < n; ++j) sg[j] = std::tanh(sg[j] / softcap) * softcap;
     }
-    float max_score = -INFINITY;
+    // A sink joins the softmax as a score of its own (after the scores, as
+    // transformers' eager attention concatenates it), with no value.
+    float max_score = sinks != nullptr ? sinks[g] : -INFINITY;
     for (int j = first; j < n; ++j) max_score = std::max(max_score, sg[j]);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -170,6 +172,7 @@ void AttendRows(const float* q, const HeadBlocks<T>& h, int first, int n, int D,
       sg[j] = ExpF(sg[j] - max_score);
       sum += sg[j];
     }
+    if (sinks != nullptr) sum += ExpF(sinks[g] - max_score);
     const float inv = 1.0f / sum;
 #pragma omp simd
     for (int j = first; j < n; ++j) sg[j] *= inv;
@@ -276,10 +279,11 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
         const int n = seq.pos + task.first_row + i + 1;
         const int first = params.window > 0 ? std::max(0, n - params.window) : 0;
         float* to = out + (row + i) * QD + int64_t{task.head} * D;
+        const float* sinks = params.sinks != nullptr ? params.sinks + task.head : nullptr;
         if (together == 2) {
-          AttendRows<2>(q.data(), head, first, n, D, params.softcap, scores.data(), ld, to);
+          AttendRows<2>(q.data(), head, first, n, D, params.softcap, sinks, scores.data(), ld, to);
         } else {
-          AttendRows<1>(q.data(), head, first, n, D, params.softcap, scores.data(), ld, to);
+          AttendRows<1>(q.data(), head, first, n, D, params.softcap, sinks, scores.data(), ld, to);
         }
       }
     }
@@ -604,9 +608,9 @@ absl::Status CpuBackend::Route(const Tensor& logits, const RouterParams& p, cons
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
-                                    const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, ids, out, activation_dtype(), ids.as<int32_t>()));
+absl::Status CpuBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
+                                    const Tensor& ids, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, bias, ids, out, activation_dtype(), ids.as<int32_t>()));
   const int64_t R = ids.rows * ids.cols, k = ids.cols, K = x.cols, N = out.cols;
   if (R == 0) return absl::OkStatus();
   const bool per_route = x.rows == R;
@@ -623,7 +627,9 @@ absl::Status CpuBackend::LinearById(const Tensor& x, absl::Span<const Weight* co
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t b = g.begin[e], n = g.begin[e + 1] - b;
     if (n == 0) continue;
-    FLOVER_RETURN_IF_ERROR(Linear(in.Rows(b, n), *experts[e], nullptr, Epilogue::kBias, res.Rows(b, n)));
+    const Tensor expert_bias = bias != nullptr ? bias->Rows(e, 1) : Tensor{};
+    FLOVER_RETURN_IF_ERROR(Linear(in.Rows(b, n), *experts[e], bias != nullptr ? &expert_bias : nullptr,
+                                  Epilogue::kBias, res.Rows(b, n)));
   }
   for (int64_t i = 0; i < R; ++i) {
     std::memcpy(out.as<float>() + int64_t{g.routes[i]} * N, res.as<float>() + i * N, N * sizeof(float));
@@ -700,15 +706,21 @@ absl::Status CpuBackend::Glu(const Tensor& gate_up, GluKind kind, const Tensor& 
   const int64_t T = out.rows, F = out.cols;
   const float* in = gate_up.as<float>();
   float* o = out.as<float>();
-  const bool gelu = kind == GluKind::kGeluTanh;
   UseCpuThreadsHere();
 #pragma omp parallel for schedule(static) if (T > 8)
   for (int64_t t = 0; t < T; ++t) {
     const float* g = in + t * 2 * F;
     const float* u = g + F;
-    if (gelu) {
+    if (kind == GluKind::kGeluTanh) {
 #pragma omp simd
       for (int64_t f = 0; f < F; ++f) o[t * F + f] = GeluNewF(g[f]) * u[f];
+    } else if (kind == GluKind::kSwigluOai) {
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) {
+        const float gc = std::min(g[f], kSwigluOaiLimit);
+        const float uc = std::clamp(u[f], -kSwigluOaiLimit, kSwigluOaiLimit);
+        o[t * F + f] = gc / (1.0f + ExpF(-kSwigluOaiAlpha * gc)) * (uc + 1.0f);
+      }
     } else {
 #pragma omp simd
       for (int64_t f = 0; f < F; ++f) o[t * F + f] = g[f] / (1.0f + ExpF(-g[f])) * u[f];

@@ -72,7 +72,8 @@ class CpuBackend final : public Backend {
   absl::Status Scale(const Tensor& x, float s) override;
   absl::Status GroupRmsNorm(const Tensor& x, int first, int groups, const Tensor& gamma, float eps) override;
   absl::Status Route(const Tensor& logits, const RouterParams& p, const Tensor& ids, const Tensor& weights) override;
-  absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
+  absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
+                          const Tensor& ids,
                           const Tensor& out) override;
   absl::Status WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) override;
   absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,

@@ -512,7 +512,7 @@ absl::Status CudaBackend::Glu(const Tensor& gate_up, GluKind kind, const Tensor&
   FLOVER_RETURN_IF_ERROR(CheckGluArgs(gate_up, kind, out, activation_dtype()));
   FLOVER_RETURN_IF_ERROR(Activate());
   return CudaStatus(LaunchGlu(gate_up.as<float>(), static_cast<int>(out.rows),
-                              static_cast<int>(out.cols), kind == GluKind::kGeluTanh, out.data,
+                              static_cast<int>(out.cols), kind, out.data,
                               out.dtype, stream_),
                     "Glu");
 }
@@ -552,14 +552,14 @@ absl::Status CudaBackend::Route(const Tensor& logits, const RouterParams& p, con
 // rows move by index on the device. The index and the grouped rows live in
 // work space that outlasts the call (kExpertRows), so nothing is allocated
 // or freed per call and the experts' GEMMs need not be waited for here.
-absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor& ids,
-                                     const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, ids, out, activation_dtype(), nullptr));
+absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
+                                     const Tensor& ids, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, bias, ids, out, activation_dtype(), nullptr));
   const int64_t R = ids.rows * ids.cols, k = ids.cols, K = x.cols, N = out.cols;
   if (R == 0) return absl::OkStatus();
   std::vector<int32_t> host_ids(R);
   FLOVER_RETURN_IF_ERROR(Download(ids, host_ids.data()));
-  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, ids, out, activation_dtype(), host_ids.data()));
+  FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, bias, ids, out, activation_dtype(), host_ids.data()));
   const ExpertGroups g = GroupByExpert(host_ids.data(), R, static_cast<int>(experts.size()));
   // Row 0: each grouped row's source row of x; row 1: its route (where its
   // result goes).
@@ -587,7 +587,9 @@ absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* c
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t b = g.begin[e], n = g.begin[e + 1] - b;
     if (n == 0) continue;
-    FLOVER_RETURN_IF_ERROR(Linear(in.Rows(b, n), *experts[e], nullptr, Epilogue::kBias, res.Rows(b, n)));
+    const Tensor expert_bias = bias != nullptr ? bias->Rows(e, 1) : Tensor{};
+    FLOVER_RETURN_IF_ERROR(Linear(in.Rows(b, n), *experts[e], bias != nullptr ? &expert_bias : nullptr,
+                                  Epilogue::kBias, res.Rows(b, n)));
   }
   return CudaStatus(LaunchCopyRows(res.data, nullptr, out.data, sources + R, static_cast<int>(R),
                                    N * sizeof(float), stream_),

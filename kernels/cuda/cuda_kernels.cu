@@ -662,16 +662,20 @@ __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* in
 }
 
 // act(gate) * up: silu, or gelu's tanh form (as GeluKernel).
-template <typename OutT, bool kGelu>
+template <typename OutT, GluKind kKind>
 __global__ void GluKernel(const float* gate_up, int64_t n, int F, OutT* out) {
   PdlPrologue();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / F, f = i % F;
-    const float g = gate_up[t * 2 * F + f], u = gate_up[t * 2 * F + F + f];
+    float g = gate_up[t * 2 * F + f], u = gate_up[t * 2 * F + F + f];
     float a;
-    if constexpr (kGelu) {
+    if constexpr (kKind == GluKind::kGeluTanh) {
       a = g / (1.0f + expf(-2.0f * (0.7978845608028654f * (g + 0.044715f * g * g * g))));
+    } else if constexpr (kKind == GluKind::kSwigluOai) {
+      g = fminf(g, kSwigluOaiLimit);
+      u = fminf(fmaxf(u, -kSwigluOaiLimit), kSwigluOaiLimit) + 1.0f;
+      a = g / (1.0f + expf(-kSwigluOaiAlpha * g));
     } else {
       a = g / (1.0f + expf(-g));
     }
@@ -877,14 +881,18 @@ __global__ void __launch_bounds__(kAttentionThreads)
     weights[j] = acc;
     local_max = fmaxf(local_max, acc);
   }
-  const float mx = BlockReduce<true>(local_max, red);
+  // A sink (gpt-oss) joins the softmax as a score with no value: here when
+  // the row is one chunk, else in the merge.
+  const float sink = params.sinks != nullptr && chunks == 1 ? params.sinks[h] : -INFINITY;
+  const float mx = fmaxf(BlockReduce<true>(local_max, red), sink);
   float local_sum = 0.0f;
   for (int j = tid; j < len; j += kAttentionThreads) {
     const float e = expf(weights[j] - mx);
     weights[j] = e;
     local_sum += e;
   }
-  const float sum = BlockReduce<false>(local_sum, red);
+  float sum = BlockReduce<false>(local_sum, red);
+  if (sink > -INFINITY) sum += expf(sink - mx);
   if (chunks == 1) {
     const float inv = 1.0f / sum;
     for (int j = tid; j < len; j += kAttentionThreads) weights[j] *= inv;
@@ -935,7 +943,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // chunk after chunk: o = sum_c o_c e^(m_c - m) / sum_c l_c e^(m_c - m).
 template <typename OutT>
 __global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, int D, int window,
-                                     const float* work, int max_chunks, OutT* out) {
+                                     const float* sinks, const float* work, int max_chunks, OutT* out) {
   PdlPrologue();
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int s = FindSeq(seqs, num_seqs, row);
@@ -943,9 +951,10 @@ __global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, i
   const int chunks = (n - FirstAttended(n, window) + kAttentionChunk - 1) / kAttentionChunk;
   if (chunks == 1) return;
   const float* parts = work + (static_cast<int64_t>(row) * H + h) * max_chunks * (D + 2);
-  float m = -INFINITY;
+  const float sink = sinks != nullptr ? sinks[h] : -INFINITY;
+  float m = sink;
   for (int c = 0; c < chunks; ++c) m = fmaxf(m, parts[c * (D + 2) + D]);
-  float l = 0.0f, o = 0.0f;
+  float l = sinks != nullptr ? expf(sink - m) : 0.0f, o = 0.0f;
   for (int c = 0; c < chunks; ++c) {
     const float* part = parts + c * (D + 2);
     const float scale = expf(part[D] - m);
@@ -989,7 +998,7 @@ cudaError_t Attend(const float* qkv, const int32_t* seqs, const int32_t* block_i
   }
   if (chunks > 1) {
     LaunchKernel(AttentionMergeKernel<OutT>, dim3(T, q_heads), kv.head_dim, 0, stream, seqs,
-                 num_seqs, q_heads, kv.head_dim, params.window, work, chunks,
+                 num_seqs, q_heads, kv.head_dim, params.window, params.sinks, work, chunks,
                  static_cast<OutT*>(out));
   }
   return cudaGetLastError();
@@ -1546,21 +1555,21 @@ cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_fr
   return cudaGetLastError();
 }
 
-template <bool kGelu>
+template <GluKind kKind>
 cudaError_t LaunchGluOf(const float* gate_up, int64_t n, int F, void* out, DType out_dtype,
                         cudaStream_t stream) {
   const int blocks = Blocks(n, kElementwiseThreads);
   switch (out_dtype) {
     case DType::kF32:
-      LaunchKernel(GluKernel<float, kGelu>, blocks, kElementwiseThreads, 0, stream, gate_up, n, F,
+      LaunchKernel(GluKernel<float, kKind>, blocks, kElementwiseThreads, 0, stream, gate_up, n, F,
                    static_cast<float*>(out));
       break;
     case DType::kBF16:
-      LaunchKernel(GluKernel<__nv_bfloat16, kGelu>, blocks, kElementwiseThreads, 0, stream, gate_up,
+      LaunchKernel(GluKernel<__nv_bfloat16, kKind>, blocks, kElementwiseThreads, 0, stream, gate_up,
                    n, F, static_cast<__nv_bfloat16*>(out));
       break;
     case DType::kF16:
-      LaunchKernel(GluKernel<__half, kGelu>, blocks, kElementwiseThreads, 0, stream, gate_up, n, F,
+      LaunchKernel(GluKernel<__half, kKind>, blocks, kElementwiseThreads, 0, stream, gate_up, n, F,
                    static_cast<__half*>(out));
       break;
     default:
@@ -1569,12 +1578,16 @@ cudaError_t LaunchGluOf(const float* gate_up, int64_t n, int F, void* out, DType
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, DType out_dtype,
+cudaError_t LaunchGlu(const float* gate_up, int T, int F, GluKind kind, void* out, DType out_dtype,
                       cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(T) * F;
   if (n == 0) return cudaSuccess;
-  return gelu ? LaunchGluOf<true>(gate_up, n, F, out, out_dtype, stream)
-              : LaunchGluOf<false>(gate_up, n, F, out, out_dtype, stream);
+  switch (kind) {
+    case GluKind::kSilu: return LaunchGluOf<GluKind::kSilu>(gate_up, n, F, out, out_dtype, stream);
+    case GluKind::kGeluTanh: return LaunchGluOf<GluKind::kGeluTanh>(gate_up, n, F, out, out_dtype, stream);
+    case GluKind::kSwigluOai: return LaunchGluOf<GluKind::kSwigluOai>(gate_up, n, F, out, out_dtype, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchGroupRmsNorm(float* x, int T, int W, int first, int groups, int G, const float* gamma,

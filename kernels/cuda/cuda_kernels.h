@@ -113,7 +113,7 @@ cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_fr
 
 // out: [T, F] of out_dtype = act(gate_up[:, :F]) * gate_up[:, F:], act
 // silu or (gelu) gelu's tanh form.
-cudaError_t LaunchGlu(const float* gate_up, int T, int F, bool gelu, void* out, DType out_dtype,
+cudaError_t LaunchGlu(const float* gate_up, int T, int F, GluKind kind, void* out, DType out_dtype,
                       cudaStream_t stream);
 
 // x: f32 [T, W]: each of `groups` groups of G columns from column `first`

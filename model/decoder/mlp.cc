@@ -74,9 +74,9 @@ class MoeMlp final : public MlpStrategy {
                  out = m.buffer(kExpertOut, T * k);
     FLOVER_RETURN_IF_ERROR(m.Apply(router_, h, logits));
     FLOVER_RETURN_IF_ERROR(backend.Route(logits, spec.moe.router, ids, weights));
-    FLOVER_RETURN_IF_ERROR(backend.LinearById(h, up_w_, ids, up));
+    FLOVER_RETURN_IF_ERROR(backend.LinearById(h, up_w_, nullptr, ids, up));
     FLOVER_RETURN_IF_ERROR(backend.Glu(up, spec.glu, act));
-    FLOVER_RETURN_IF_ERROR(backend.LinearById(act, down_w_, ids, out));
+    FLOVER_RETURN_IF_ERROR(backend.LinearById(act, down_w_, nullptr, ids, out));
     FLOVER_RETURN_IF_ERROR(m.AllReduce(out));
     const float scale = spec.residual_scale;
     if (scale != 1.0f) FLOVER_RETURN_IF_ERROR(backend.Scale(weights, scale));
