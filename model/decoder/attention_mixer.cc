@@ -21,9 +21,9 @@ class AttentionMixer final : public TokenMixer {
   // `kv_layer`: the layer's K and V in the cache (its index among the
   // attention layers).
   AttentionMixer(LinearSite qkv, LinearSite o, std::optional<LinearSite> gate, Buffer q_norm, Buffer k_norm,
-                 int kv_layer)
+                 Buffer sinks, int kv_layer)
       : qkv_(std::move(qkv)), o_(std::move(o)), gate_(std::move(gate)), q_norm_(std::move(q_norm)),
-        k_norm_(std::move(k_norm)), kv_layer_(kv_layer) {}
+        k_norm_(std::move(k_norm)), sinks_(std::move(sinks)), kv_layer_(kv_layer) {}
 
   absl::Status Forward(LayerContext& m, const Tensor& h, const LayerStep& s, const Buffer& post) const override {
     const DecoderSpec& spec = m.spec();
@@ -49,13 +49,15 @@ class AttentionMixer final : public TokenMixer {
     const kernels::SeqTable& table = s.cache.shape().local(kv_layer_) ? s.step.local_seqs : s.step.seqs;
     const kernels::KvLayer kv = s.cache.layer(kv_layer_);
     FLOVER_RETURN_IF_ERROR(backend.AppendKv(qkv, table, kv));
+    kernels::AttentionParams params = spec.attention[l];
+    if (!sinks_.empty()) params.sinks = sinks_.tensor().as<float>();
     if (!gate_.has_value()) {
-      FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, spec.attention[l], attn));
+      FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, params, attn));
       return m.Residual(o_, attn, post, s.T);
     }
     // Gated: attention's output (f32) times sigmoid(h @ gate), in place.
     const Tensor gated = m.buffer(kGated, s.T), gate = m.buffer(kGateIn, s.T);
-    FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, spec.attention[l], gated));
+    FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, params, gated));
     FLOVER_RETURN_IF_ERROR(m.Apply(*gate_, h, gate));
     FLOVER_RETURN_IF_ERROR(backend.Gate(gated, gate, kernels::GateKind::kSigmoid, gated));
     return m.Residual(o_, gated, post, s.T);
@@ -73,6 +75,7 @@ class AttentionMixer final : public TokenMixer {
   LinearSite qkv_, o_;
   std::optional<LinearSite> gate_;  // spec.attn_output_gate
   Buffer q_norm_, k_norm_;  // spec.qk_norm
+  Buffer sinks_;            // spec.attention_sinks: this rank's query heads'
   int kv_layer_;
 };
 
@@ -93,6 +96,14 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up
     FLOVER_RETURN_IF_ERROR(up.Values(l.q_norm, 1, qn, &q_norm));
     FLOVER_RETURN_IF_ERROR(up.Values(l.k_norm, 1, kn, &k_norm));
   }
+  Buffer sinks;
+  if (spec.attention_sinks) {
+    if (static_cast<int>(l.sinks.size()) != shard.q_heads) {
+      return absl::InvalidArgumentError(absl::StrCat("attention sinks: ", l.sinks.size(), " values for ",
+                                                     shard.q_heads, " query heads"));
+    }
+    FLOVER_RETURN_IF_ERROR(up.Values(l.sinks, 1, shard.q_heads, &sinks));
+  }
   LinearSite qkv, o;
   FLOVER_RETURN_IF_ERROR(up.Site(l.qkv, l.qkv_b, C, W, kernels::Epilogue::kBias, &qkv));
   FLOVER_RETURN_IF_ERROR(up.Site(l.o, l.o_b, QL, C, up.into_x(), &o));
@@ -102,7 +113,7 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up
     FLOVER_RETURN_IF_ERROR(up.Site(l.attn_gate, none, C, QL, kernels::Epilogue::kBias, &gate.emplace()));
   }
   return std::make_unique<AttentionMixer>(std::move(qkv), std::move(o), std::move(gate), std::move(q_norm),
-                                          std::move(k_norm), kv_layer);
+                                          std::move(k_norm), std::move(sinks), kv_layer);
 }
 
 }  // namespace flover

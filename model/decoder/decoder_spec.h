@@ -131,6 +131,9 @@ struct DecoderSpec {
   // Per-head RMSNorm of Q and K (weights q_norm, k_norm: [head_dim], shared
   // by the heads) after the projection, before rotary (Qwen3, Gemma 3).
   bool qk_norm = false;
+  // A learned sink logit per query head in every attention layer's softmax
+  // (gpt-oss; the weight `sinks`: [n_head]; kernels::AttentionParams).
+  bool attention_sinks = false;
   // With qk_norm: one RMSNorm over all of Q and one over all of K instead
   // (q_norm: [n_head * head_dim], k_norm: [n_kv_head * head_dim]; OLMoE).
   // A norm across heads needs every head on one rank: tensor parallelism is
@@ -155,6 +158,8 @@ struct DecoderSpec {
     // The shared expert's output scaled by sigmoid(x . shared_gate)
     // (Qwen2-MoE, Qwen3.5-MoE), or added as it is (Granite's shared MLP).
     bool shared_gated = true;
+    // The router and every expert's gate/up and down have biases (gpt-oss).
+    bool biases = false;
     kernels::RouterParams router;
     std::vector<bool> layers;
     bool sparse(int l) const { return experts > 0 && (layers.empty() || layers[l]); }

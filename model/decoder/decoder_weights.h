@@ -26,6 +26,7 @@ struct DecoderLayerWeights {
   std::vector<float> norm2, norm2_b;  // before the MLP (kParallel: unused)
   std::vector<float> post_attn_norm, post_mlp_norm;  // kSandwich only
   std::vector<float> q_norm, k_norm;  // [head_dim]: qk_norm only
+  std::vector<float> sinks;           // [Hq_local]: attention_sinks only
   StoredValues attn_gate;             // [Hq_local * D, C]: attn_output_gate only
   // A recurrent layer (DecoderSpec::Mixer): `o` is its output projection
   // ([channels_local of the [channels, C] product]).
@@ -50,6 +51,9 @@ struct DecoderLayerWeights {
   StoredValues shared_gate;               // [1, C], whole on every rank (shared expert)
   std::vector<StoredValues> expert_up;    // per expert: gate then up, [2 Fe_local, C]
   std::vector<StoredValues> expert_down;  // per expert: [Fe_local, C] of the [C, Fe] product
+  // moe.biases: the router's [E]; each expert's gate then up band [E, 2 Fe_local];
+  // each expert's down [E, C] (zeros on ranks > 0).
+  std::vector<float> router_b, expert_up_b, expert_down_b;
 };
 
 struct DecoderWeights {

@@ -58,9 +58,11 @@ class MoeMlp final : public MlpStrategy {
   struct Shared {
     LinearSite up, down, gate;
   };
-  MoeMlp(LinearSite router, std::vector<LinearSite> up, std::vector<LinearSite> down,
+  // up_b, down_b: the experts' biases ([E, 2 Fe_local], [E, C]; empty: none).
+  MoeMlp(LinearSite router, std::vector<LinearSite> up, std::vector<LinearSite> down, Buffer up_b, Buffer down_b,
          std::optional<Shared> shared)
-      : router_(std::move(router)), up_(std::move(up)), down_(std::move(down)), shared_(std::move(shared)) {
+      : router_(std::move(router)), up_(std::move(up)), down_(std::move(down)), up_b_(std::move(up_b)),
+        down_b_(std::move(down_b)), shared_(std::move(shared)) {
     for (const LinearSite& s : up_) up_w_.push_back(s.w.get());
     for (const LinearSite& s : down_) down_w_.push_back(s.w.get());
   }
@@ -74,9 +76,10 @@ class MoeMlp final : public MlpStrategy {
                  out = m.buffer(kExpertOut, T * k);
     FLOVER_RETURN_IF_ERROR(m.Apply(router_, h, logits));
     FLOVER_RETURN_IF_ERROR(backend.Route(logits, spec.moe.router, ids, weights));
-    FLOVER_RETURN_IF_ERROR(backend.LinearById(h, up_w_, nullptr, ids, up));
+    const Tensor up_b = up_b_.empty() ? Tensor{} : up_b_.tensor(), down_b = down_b_.empty() ? Tensor{} : down_b_.tensor();
+    FLOVER_RETURN_IF_ERROR(backend.LinearById(h, up_w_, up_b_.empty() ? nullptr : &up_b, ids, up));
     FLOVER_RETURN_IF_ERROR(backend.Glu(up, spec.glu, act));
-    FLOVER_RETURN_IF_ERROR(backend.LinearById(act, down_w_, nullptr, ids, out));
+    FLOVER_RETURN_IF_ERROR(backend.LinearById(act, down_w_, down_b_.empty() ? nullptr : &down_b, ids, out));
     FLOVER_RETURN_IF_ERROR(m.AllReduce(out));
     const float scale = spec.residual_scale;
     if (scale != 1.0f) FLOVER_RETURN_IF_ERROR(backend.Scale(weights, scale));
@@ -97,10 +100,11 @@ class MoeMlp final : public MlpStrategy {
   }
   absl::Status Prepare(kernels::Backend& backend, int T) const override {
     // An expert sees at most T rows: a row's k experts are distinct.
-    FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*router_.w, T, false, router_.epilogue));
+    FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*router_.w, T, !router_.bias.empty(), router_.epilogue));
     for (const auto* sites : {&up_, &down_}) {
+      const bool bias = !(sites == &up_ ? up_b_ : down_b_).empty();
       for (const LinearSite& s : *sites) {
-        FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s.w, T, false, kernels::Epilogue::kBias));
+        FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s.w, T, bias, kernels::Epilogue::kBias));
       }
     }
     if (shared_.has_value()) {
@@ -114,6 +118,7 @@ class MoeMlp final : public MlpStrategy {
  private:
   LinearSite router_;
   std::vector<LinearSite> up_, down_;
+  Buffer up_b_, down_b_;
   std::optional<Shared> shared_;
   std::vector<const kernels::Weight*> up_w_, down_w_;
 };
@@ -133,7 +138,17 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const De
     }
     std::vector<float> none;
     LinearSite router;
-    FLOVER_RETURN_IF_ERROR(up.Site(l.router, none, C, E, plain, &router));
+    FLOVER_RETURN_IF_ERROR(up.Site(l.router, l.router_b, C, E, plain, &router));
+    Buffer up_b, down_b;
+    if (spec.moe.biases) {
+      if (static_cast<int64_t>(l.expert_up_b.size()) != int64_t{E} * 2 * FE ||
+          static_cast<int64_t>(l.expert_down_b.size()) != int64_t{E} * C) {
+        return absl::InvalidArgumentError(absl::StrCat("the experts' biases: ", l.expert_up_b.size(), " and ",
+                                                       l.expert_down_b.size(), " values for ", E, " experts"));
+      }
+      FLOVER_RETURN_IF_ERROR(up.Values(l.expert_up_b, E, 2 * FE, &up_b));
+      FLOVER_RETURN_IF_ERROR(up.Values(l.expert_down_b, E, C, &down_b));
+    }
     std::vector<LinearSite> ups(E), downs(E);
     for (int e = 0; e < E; ++e) {
       FLOVER_RETURN_IF_ERROR(up.Site(l.expert_up[e], none, C, 2 * FE, plain, &ups[e]));
@@ -151,7 +166,8 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const De
         FLOVER_RETURN_IF_ERROR(up.Site(l.down, none, FS, C, up.into_x(), &shared->down));
       }
     }
-    return std::make_unique<MoeMlp>(std::move(router), std::move(ups), std::move(downs), std::move(shared));
+    return std::make_unique<MoeMlp>(std::move(router), std::move(ups), std::move(downs), std::move(up_b),
+                                    std::move(down_b), std::move(shared));
   }
   const bool glu = spec.mlp == DecoderSpec::Mlp::kGlu;
   const int FL = shard.inner;

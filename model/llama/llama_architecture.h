@@ -3,7 +3,7 @@
 // arch_gemma2.cc, arch_gemma3.cc, the mixtures of experts
 // arch_mixtral.cc, arch_qwen2_moe.cc, arch_qwen3_moe.cc, arch_olmoe.cc, and
 // the hybrids arch_qwen3_5.cc, arch_qwen3_5_moe.cc, arch_qwen3_next.cc,
-// arch_lfm2.cc, arch_granite_hybrid.cc): what each
+// arch_lfm2.cc, arch_granite_hybrid.cc, and gpt-oss, arch_gpt_oss.cc): what each
 // adds to the skeleton the family shares — its config.json keys and
 // defaults, its changes to the DecoderSpec, how its weights are stored —
 // registered in one table. The family's config parsing, decoder spec,
@@ -13,6 +13,7 @@
 #ifndef FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
 #define FLOVER_MODEL_LLAMA_LLAMA_ARCHITECTURE_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,7 @@ namespace flover {
 
 struct LlamaConfig;
 class GgufFile;
+class WeightSource;
 
 struct LlamaArchitecture {
   const char* model_type = "";  // config.json's model_type (and GGUF's general.architecture)
@@ -51,6 +53,9 @@ struct LlamaArchitecture {
   // when the config does not say, head_dim when absent (0: hidden / heads).
   const char* activation = "silu";
   bool qkv_bias = false;
+  // config.json's attention_bias is read by the architecture's parse hook
+  // (gpt-oss: biases on q, k, v and o), not refused.
+  bool attention_bias = false;
   bool tied_by_default = false;
   int default_head_dim = 0;
   // Its own keys (sliding windows, scalars), read after model_type and the
@@ -122,6 +127,12 @@ struct LlamaArchitecture {
   // GGUF files of this architecture with experts and without are both it
   // (Granite 4.0-H: -Tiny has experts, -Micro none).
   bool experts_optional = false;
+  // A checkpoint directory's weights as the recipes ask for them, where the
+  // architecture stores them otherwise than a rename or a row slice can say
+  // (gpt-oss's experts: [E, C, 2F] with gate and up interleaved); null: as
+  // they are.
+  std::unique_ptr<WeightSource> (*checkpoint_source)(std::unique_ptr<WeightSource> inner,
+                                                     const LlamaConfig& c) = nullptr;
   int norms_per_layer() const { return gemma_norms ? 4 : 2; }
 };
 
@@ -184,6 +195,7 @@ const LlamaArchitecture& Qwen3_5MoeArch();
 const LlamaArchitecture& Qwen3NextArch();
 const LlamaArchitecture& Lfm2Arch();
 const LlamaArchitecture& GraniteHybridArch();
+const LlamaArchitecture& GptOssArch();
 
 }  // namespace flover
 

@@ -346,6 +346,7 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
         std::move(m->source_),
         [c = m->config_](absl::string_view name, SlicedSource::Slice* out) { return LocatePacked(c, name, out); });
   }
+  if (arch.checkpoint_source != nullptr) m->source_ = arch.checkpoint_source(std::move(m->source_), m->config_);
   if (m->config_.text_prefix != "model." || !m->config_.arch().renames.empty() || m->config_.mtp_layers > 0) {
     m->source_ = std::make_unique<RenamedSource>(
         std::move(m->source_), [c = m->config_](absl::string_view name) { return StoredLlamaName(c, name); });

@@ -82,8 +82,35 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
     }
     return absl::OkStatus();
   }
+  if (type == "yarn") {
+    out->type = RopeScaling::Type::kYarn;
+    for (const char* key : {"mscale", "mscale_all_dim"}) {
+      if (JsonHas(r, key)) return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling ", key, " is not supported"));
+    }
+    auto original = JsonIntField(r, "original_max_position_embeddings", 1, kMaxPositions, what);
+    if (!original.ok()) return original.status();
+    out->original_max_positions = static_cast<int>(*original);
+    auto fast = JsonNumberField(r, "beta_fast", 32.0, what);
+    auto slow = JsonNumberField(r, "beta_slow", 1.0, what);
+    if (!fast.ok()) return fast.status();
+    if (!slow.ok()) return slow.status();
+    out->beta_fast = *fast;
+    out->beta_slow = *slow;
+    if (!(out->beta_fast > 0 && out->beta_slow > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling beta_fast and beta_slow must be > 0"));
+    }
+    out->truncate = JsonBoolField(r, "truncate", true);
+    out->attention_factor = out->factor <= 1 ? 1.0 : 0.1 * std::log(out->factor) + 1.0;
+    if (JsonHas(r, "attention_factor")) {
+      auto af = JsonNumberField(r, "attention_factor", 1.0, what);
+      if (!af.ok()) return af.status();
+      if (!(*af > 0)) return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling attention_factor must be > 0"));
+      out->attention_factor = *af;
+    }
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      what, ": rope_scaling type \"", type, "\" is not supported (linear, llama3, longrope)"));
+      what, ": rope_scaling type \"", type, "\" is not supported (linear, llama3, longrope, yarn)"));
 }
 
 }  // namespace
@@ -290,6 +317,9 @@ absl::Status LlamaConfig::Validate() const {
   if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) return bad("rms_norm_eps must be in (0, 1)");
   if (!(rope_theta > 1)) return bad("rope_theta must be > 1");
   if (sliding_window < 0) return bad("sliding_window must be >= 0, got ", sliding_window);
+  if (!sliding_layers.empty() && static_cast<int>(sliding_layers.size()) != n_layer) {
+    return bad("layer_types has ", sliding_layers.size(), " entries for ", n_layer, " layers");
+  }
   if (query_pre_attn_scalar < 0 || attn_logit_softcapping < 0 || final_logit_softcapping < 0) {
     return bad("query_pre_attn_scalar and soft-capping must be >= 0");
   }
@@ -412,7 +442,9 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                     c.architecture, " (only ", act, ")");
     }
   }
-  if (JsonBoolField(s, "attention_bias", false)) return refuse("attention_bias is not supported");
+  if (JsonBoolField(s, "attention_bias", false) && !arch.attention_bias) {
+    return refuse("attention_bias is not supported");
+  }
   if (JsonBoolField(s, "mlp_bias", false)) return refuse("mlp_bias is not supported");
   if (JsonHas(s, "pretraining_tp")) {
     auto tp = JsonIntField(s, "pretraining_tp", 1, 1, what);
@@ -554,6 +586,31 @@ void ServeLlamaContext(LlamaConfig* c, int positions) {
   c->max_positions = r.use_long ? r.long_max_positions : std::min(r.long_max_positions, r.original_max_positions);
 }
 
+namespace {
+
+// Frequency i of R rotary dims under YaRN, as transformers'
+// _compute_yarn_parameters: the dim that turns `rotations` times over the
+// original context bounds the ramp; below it (low dims, high frequencies)
+// the frequency is kept, above it divided by the factor.
+float YarnFrequency(const RopeScaling& r, double base, int R, int i, float f) {
+  auto dim_of = [&](double rotations) {
+    return R * std::log(r.original_max_positions / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = dim_of(r.beta_fast), high = dim_of(r.beta_slow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(R - 1));
+  if (low == high) high += 0.001;  // as transformers: no singularity
+  const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+  const double keep = 1 - ramp;  // the extrapolation's share
+  return static_cast<float>(f / r.factor * (1 - keep) + double{f} * keep);
+}
+
+}  // namespace
+
 std::vector<float> RopeInvFreq(const LlamaConfig& c) {
   std::vector<float> inv = RotaryInvFreq(static_cast<float>(c.rope_theta), c.rotary());
   const RopeScaling& r = c.rope_scaling;
@@ -573,6 +630,7 @@ std::vector<float> RopeInvFreq(const LlamaConfig& c) {
         f = static_cast<float>((1 - smooth) * f / r.factor + smooth * f);
       }
     }
+    if (r.type == RopeScaling::Type::kYarn) f = YarnFrequency(r, c.rope_theta, c.rotary(), static_cast<int>(i), f);
     if (r.type == RopeScaling::Type::kLongRope) f = f / (r.use_long ? r.long_factor[i] : r.short_factor[i]);
     if (!c.rope_freq_factors.empty()) f = f / c.rope_freq_factors[i];
     inv[i] = f;

@@ -24,7 +24,13 @@ struct RopeScaling {
   // when it serves more, up to long_max_positions (ServeLlamaContext), and
   // cos/sin scaled by sqrt(1 + ln(long_max / original) / ln(original)) in
   // both cases.
-  enum class Type { kNone, kLinear, kLlama3, kLongRope };
+  // kYarn (gpt-oss): the frequencies below the ramp [low, high] between the
+  // dims that turn beta_fast and beta_slow times over the original context
+  // divided by the factor, those above kept, the ramp's between
+  // interpolated; with truncate the ramp's ends floored and ceiled (as
+  // transformers' default; gpt-oss's config turns it off); cos and sin
+  // times attention_factor (0.1 ln(factor) + 1 unless the config says).
+  enum class Type { kNone, kLinear, kLlama3, kLongRope, kYarn };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only:
@@ -33,7 +39,10 @@ struct RopeScaling {
   int original_max_positions = 8192;
   // longrope only:
   std::vector<float> short_factor, long_factor;
-  double attention_factor = 1.0;  // the cos/sin scale
+  double attention_factor = 1.0;  // the cos/sin scale (longrope, yarn)
+  // yarn only (original_max_positions is its original context):
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
   int long_max_positions = 0;     // max_position_embeddings: what the long factors reach
   bool use_long = false;          // the long factors (serving past original_max_positions)
 };
@@ -64,6 +73,17 @@ struct LlamaConfig {
   // > 0: every layer attends to the last sliding_window positions only
   // (Mistral's sliding_window; Gemma 2's even layers only).
   int sliding_window = 0;
+  // Per layer, 1 where the window applies and 0 where the layer attends to
+  // everything (gpt-oss's layer_types of sliding_attention and
+  // full_attention); empty: the window applies to every layer.
+  std::vector<int32_t> sliding_layers;
+  // gpt-oss: a bias on attention's output projection (its attention_bias
+  // puts biases on q, k, v and o), a learned sink logit per query head
+  // (self_attn.sinks), and biases on the router and on each expert's gate,
+  // up and down projections.
+  bool o_bias = false;
+  bool attention_sinks = false;
+  bool moe_biases = false;
   // Gemma 2: > 0, attention scores are scaled by query_pre_attn_scalar^-1/2
   // (else head_dim^-1/2); > 0, scores and logits are soft-capped.
   double query_pre_attn_scalar = 0;

@@ -134,6 +134,64 @@ TEST(LlamaConfigTest, HybridModelsKeysAndRefusals) {
 // its config), Qwen3-Next (projections packed per key head), Granite 4.0-H
 // (Mamba-2's keys, the multipliers, NoPE, transformers 5's
 // "linear_attention" for its Mamba layers) and their refusals by name.
+// gpt-oss: its keys, YaRN against transformers 5.23's _compute_yarn_parameters
+// for the released rope_scaling on a head of 16 (truncate false, and true:
+// only the ramp's dims move), and what is refused by name.
+TEST(LlamaConfigTest, GptOssKeysYarnAndRefusals) {
+  const std::string keys = R"("head_dim": 16, "num_local_experts": 8, "num_experts_per_tok": 4,
+      "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"], "rope_theta": 150000,
+      "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+      "original_max_position_embeddings": 4096, "truncate": TRUNCATE})";
+  auto with = [&](const std::string& truncate, const std::string& extra) {
+    std::string k = keys;
+    k.replace(k.find("TRUNCATE"), 8, truncate);
+    return ParseLlamaConfig(Config("gpt_oss", k + extra), "c");
+  };
+  auto c = with("false", "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qkv_bias && c->o_bias && c->attention_sinks && c->moe_biases);
+  EXPECT_EQ(c->experts, 8);
+  EXPECT_EQ(c->expert_intermediate, 96);
+  const DecoderSpec spec = LlamaDecoderSpec(*c);
+  EXPECT_EQ(spec.attention[0].window, 8);
+  EXPECT_EQ(spec.attention[1].window, 0);
+  EXPECT_TRUE(spec.attention_sinks);
+  EXPECT_TRUE(spec.moe.biases);
+  EXPECT_EQ(spec.glu, kernels::GluKind::kSwigluOai);
+  EXPECT_EQ(spec.moe.router.scoring, kernels::RouterParams::Scoring::kTopKSoftmax);
+  EXPECT_NEAR(spec.rope_scale, 1.3465735902799727, 1e-6);
+  const std::vector<double> want = {1.0, 0.22541800141334534, 0.05081327259540558, 0.006794959306716919,
+                                    0.0004564839182421565, 1.818833698052913e-05, 4.099978468730114e-06,
+                                    9.242089618055616e-07};
+  const std::vector<float> got = RopeInvFreq(*c);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-7 * want[i]) << i;
+  auto truncated = with("true", "");
+  ASSERT_TRUE(truncated.ok()) << truncated.status();
+  EXPECT_NEAR(RopeInvFreq(*truncated)[3], 0.007755465339869261, 2e-9);
+  EXPECT_NEAR(RopeInvFreq(*truncated)[4], 0.0009144543437287211, 2e-10);
+  auto refused = [&](const std::string& extra) { return std::string(with("false", extra).status().message()); };
+  EXPECT_THAT(refused(R"(, "swiglu_limit": 10.0)"), HasSubstr("swiglu_limit 10 is not supported"));
+  std::string bad_types = keys;
+  bad_types.replace(bad_types.find("\"full_attention\"]"), 17, "\"chunked_attention\"]");
+  bad_types.replace(bad_types.find("TRUNCATE"), 8, "false");
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("gpt_oss", bad_types), "c").status().message()),
+              HasSubstr("layer_types holds \"chunked_attention\""));
+  std::string one_type = keys;
+  one_type.replace(one_type.find(", \"full_attention\""), 18, "");
+  one_type.replace(one_type.find("TRUNCATE"), 8, "false");
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("gpt_oss", one_type), "c").status().message()),
+              HasSubstr("layer_types has 1 entries for 2 layers"));
+  std::string mscale = keys;
+  mscale.replace(mscale.find("\"truncate\""), 0, "\"mscale\": 1.0, ");
+  mscale.replace(mscale.find("TRUNCATE"), 8, "false");
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("gpt_oss", mscale), "c").status().message()),
+              HasSubstr("rope_scaling mscale is not supported"));
+  // attention_bias stays refused where the architecture does not read it.
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("llama", R"("attention_bias": true)"), "c").status().message()),
+              HasSubstr("attention_bias is not supported"));
+}
+
 TEST(LlamaConfigTest, HybridMixturesKeysAndRefusals) {
   using Kind = LlamaConfig::LayerKind;
   const std::string linear = R"("linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
@@ -296,7 +354,7 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
               HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, "
-                        "granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, "
+                        "gpt_oss, granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, "
                         "qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next, qwen3_moe, smollm3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
@@ -305,7 +363,7 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
               HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
-                        "gptj, granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, "
+                        "gpt_oss, gptj, granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, "
                         "qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next, "
                         "smollm3)"));
 }

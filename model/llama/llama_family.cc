@@ -63,6 +63,12 @@ void AttentionRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, Decod
     visit(norm(p + "self_attn.k_norm.weight", D), &L.k_norm);
   }
   visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), &L.o);
+  if (c.o_bias) {  // added once: by rank 0
+    visit(sh.adds_replicated_bias ? Whole(p + "self_attn.o_proj.bias", {C}) : Zeros(C), &L.o_b);
+  }
+  if (c.attention_sinks) {  // this rank's query heads'
+    visit(ColSlice(p + "self_attn.sinks", {c.n_head}, sh.q_head_begin, sh.q_head_begin + sh.q_heads), &L.sinks);
+  }
 }
 
 // A layer's MLP: dense, or the experts' (and the shared expert's).
@@ -86,6 +92,14 @@ void MlpRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLaye
                                         RowSlice(absl::StrCat(x, a.moe_up, ".weight"), {FE, C}, e0, e1)}),
             &L.expert_up[e]);
       visit(ColSlice(absl::StrCat(x, a.moe_down, ".weight"), {C, FE}, e0, e1), &L.expert_down[e]);
+    }
+    if (c.moe_biases) {  // the router's whole; each expert's band of gate and up; down's once (rank 0)
+      const std::string x = absl::StrCat(p, a.moe_experts, ".");
+      visit(Whole(absl::StrCat(p, a.moe_router, ".bias"), {E}), &L.router_b);
+      visit(Stack(WeightRecipe::kCols, {ColSlice(x + "gate_bias", {E, FE}, e0, e1),
+                                        ColSlice(x + "up_bias", {E, FE}, e0, e1)}),
+            &L.expert_up_b);
+      visit(sh.adds_replicated_bias ? Whole(x + "down_bias", {E, C}) : Zeros(E * C), &L.expert_down_b);
     }
     if (c.shared_expert_intermediate > 0) {  // Qwen2-MoE's: a band of it, and its gate whole
       const int64_t FS = c.shared_expert_intermediate;
@@ -129,14 +143,14 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   s.inv_freq = RopeInvFreq(c);
   s.rope_style = kernels::RopeStyle::kHalf;
   // LongRoPE scales cos and sin: the turned dims of q and k.
-  if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+  if (c.rope_scaling.type == RopeScaling::Type::kLongRope || c.rope_scaling.type == RopeScaling::Type::kYarn) {
     s.rope_scale = static_cast<float>(c.rope_scaling.attention_factor);
   }
   for (int l = 0; l < c.n_layer; ++l) {
     kernels::AttentionParams a;
     if (c.query_pre_attn_scalar > 0) a.scale = static_cast<float>(1.0 / std::sqrt(c.query_pre_attn_scalar));
     a.softcap = c.attn_logit_softcapping;
-    a.window = c.sliding_window;
+    a.window = c.sliding_layers.empty() || c.sliding_layers[l] != 0 ? c.sliding_window : 0;
     s.attention.push_back(a);
   }
   s.final_softcap = c.final_logit_softcapping;
@@ -146,6 +160,7 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   }
   s.qk_norm = c.arch().qk_norm;
   s.qk_norm_whole = c.arch().qk_norm_whole;
+  s.attention_sinks = c.attention_sinks;
   s.attn_output_gate = c.arch().attn_output_gate;
   for (LlamaConfig::LayerKind kind : c.layer_kinds) {
     using Kind = LlamaConfig::LayerKind;
@@ -179,6 +194,7 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
     s.moe.router.scoring = kernels::RouterParams::Scoring::kSoftmaxTopK;
     s.moe.router.k = c.experts_per_tok;
     s.moe.router.renormalize = c.norm_topk_prob;
+    s.moe.biases = c.moe_biases;
     bool all = true;
     for (int l = 0; l < c.n_layer; ++l) all = all && c.sparse(l);
     if (!all) {

@@ -1,6 +1,7 @@
 #include "model/llama/llama_gguf.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -164,7 +165,8 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   // Biases on q, k and v (Qwen2's, always; a llama file's where it has them);
   // none on the attention's output projection.
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
-  if (f.FindTensor("blk.0.attn_output.bias") != nullptr) {
+  c.o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
+  if (f.FindTensor("blk.0.attn_output.bias") != nullptr && !family->attention_bias) {
     return refuse("attn_output.bias: a bias on the attention's output is not supported");
   }
   auto get_int = [&](const std::string& key, int* out, bool required, int64_t max) -> absl::Status {
@@ -282,8 +284,29 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     if (!(factor >= 1.0)) return refuse(a, "rope.scaling.factor must be >= 1, got ", factor);
     c.rope_scaling.type = RopeScaling::Type::kLinear;
     c.rope_scaling.factor = factor;
+  } else if (scaling == "yarn") {
+    // As llama.cpp: rope.scaling.original_context_length, the betas 32 and 1
+    // unless rope.scaling.yarn_beta_*, the ramp's ends floored and ceiled,
+    // cos and sin times 0.1 ln(factor) + 1 (times rope.scaling.attn_factor).
+    RopeScaling& r = c.rope_scaling;
+    if (!(factor >= 1.0)) return refuse(a, "rope.scaling.factor must be >= 1, got ", factor);
+    r.type = RopeScaling::Type::kYarn;
+    r.factor = factor;
+    FLOVER_ASSIGN_OR_RETURN(const int64_t original, f.GetIntOr(a + "rope.scaling.original_context_length", 0));
+    if (original < 1 || original > (int64_t{1} << 24)) {
+      return refuse(a, "rope.scaling.original_context_length ", original, " is out of range (yarn needs it)");
+    }
+    r.original_max_positions = static_cast<int>(original);
+    FLOVER_ASSIGN_OR_RETURN(r.beta_fast, f.GetFloatOr(a + "rope.scaling.yarn_beta_fast", 32.0));
+    FLOVER_ASSIGN_OR_RETURN(r.beta_slow, f.GetFloatOr(a + "rope.scaling.yarn_beta_slow", 1.0));
+    FLOVER_ASSIGN_OR_RETURN(const double attn, f.GetFloatOr(a + "rope.scaling.attn_factor", 1.0));
+    if (!(r.beta_fast > 0 && r.beta_slow > 0 && attn > 0)) {
+      return refuse(a, "rope.scaling's yarn betas and attn_factor must be > 0");
+    }
+    r.truncate = true;
+    r.attention_factor = attn * (factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0);
   } else if (scaling != "none" && scaling != "linear") {
-    return refuse(a, "rope.scaling.type \"", scaling, "\" is not supported (none, linear)");
+    return refuse(a, "rope.scaling.type \"", scaling, "\" is not supported (none, linear, yarn)");
   }
   if (const GgufTensor* freqs = f.FindTensor("rope_freqs.weight")) {
     if (freqs->ne != std::vector<int64_t>{c.rotary() / 2}) {

@@ -29,10 +29,10 @@ namespace flover {
 // block_count, embedding_length,
 // feed_forward_length, attention.head_count(_kv), attention.key_length,
 // context_length, attention.layer_norm_rms_epsilon, rope.freq_base, rope
-// scaling (linear, or llama3 as a rope_freqs.weight tensor of factors), the
-// vocabulary from the embedding's rows; tied when there is no output.weight.
-// What Flover cannot run (partial rotary, experts, yarn, another
-// architecture) is refused by name. EOS and BOS ids are left to the
+// scaling (linear, llama3 as a rope_freqs.weight tensor of factors, or
+// yarn), the vocabulary from the embedding's rows; tied when there is no
+// output.weight. What Flover cannot run (another rope scaling, per-layer
+// shapes, another architecture) is refused by name. EOS and BOS ids are left to the
 // tokenizer's metadata (gguf_tokenizer).
 absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& file);
 

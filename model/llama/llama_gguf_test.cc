@@ -167,8 +167,10 @@ TEST(LlamaGgufTest, RefusesWhatItCannotRunByName) {
               HasSubstr("llama.expert_used_count 9 is out of range"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.expert_count", 2000); }),
               HasSubstr("llama.expert_count 2000 is out of range"));
+  EXPECT_THAT(ConfigError([](GgufWriter& w) { w.String("llama.rope.scaling.type", "longrope"); }),
+              HasSubstr("llama.rope.scaling.type \"longrope\" is not supported (none, linear, yarn)"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.String("llama.rope.scaling.type", "yarn"); }),
-              HasSubstr("llama.rope.scaling.type \"yarn\" is not supported (none, linear)"));
+              HasSubstr("llama.rope.scaling.original_context_length 0 is out of range (yarn needs it)"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.attention.head_count_kv", 3); }),
               HasSubstr("num_attention_heads (2) is not a multiple of num_key_value_heads (3)"));
   EXPECT_THAT(ConfigError([](GgufWriter& w) { w.U32("llama.attention.value_length", 2); }),
