@@ -15,7 +15,10 @@ namespace {
 // Property sets a class may hold.
 constexpr uint32_t kPropLetter = 1, kPropNumber = 2, kPropSpace = 4, kPropNotLetter = 8,
                    kPropNotNumber = 16, kPropNotSpace = 32, kPropPunctuation = 64,
-                   kPropNotPunctuation = 128, kPropMark = 256, kPropNotMark = 512;
+                   kPropNotPunctuation = 128, kPropMark = 256, kPropNotMark = 512,
+                   // The letters' categories, \p{Lu} ... \p{Lo} (o200k's pattern).
+                   kPropUpper = 1024, kPropLower = 2048, kPropTitle = 4096, kPropModifier = 8192,
+                   kPropOtherLetter = 16384;
 
 // The longest quantifier range allowed on a group (each iteration of a group
 // is one level of recursion while matching).
@@ -35,7 +38,12 @@ bool HasProps(uint32_t props, char32_t c) {
          ((props & kPropNotNumber) && !IsNumber(c)) || ((props & kPropNotSpace) && !IsSpace(c)) ||
          ((props & kPropPunctuation) && IsPunctuation(c)) ||
          ((props & kPropNotPunctuation) && !IsPunctuation(c)) ||
-         ((props & kPropMark) && IsMark(c)) || ((props & kPropNotMark) && !IsMark(c));
+         ((props & kPropMark) && IsMark(c)) || ((props & kPropNotMark) && !IsMark(c)) ||
+         ((props & kPropUpper) && IsLetterOf(LetterCategory::kUpper, c)) ||
+         ((props & kPropLower) && IsLetterOf(LetterCategory::kLower, c)) ||
+         ((props & kPropTitle) && IsLetterOf(LetterCategory::kTitle, c)) ||
+         ((props & kPropModifier) && IsLetterOf(LetterCategory::kModifier, c)) ||
+         ((props & kPropOtherLetter) && IsLetterOf(LetterCategory::kOther, c));
 }
 
 }  // namespace
@@ -256,6 +264,13 @@ class SplitRegex::Parser {
         if (name == "N") return prop(neg ? kPropNotNumber : kPropNumber);
         if (name == "P") return prop(neg ? kPropNotPunctuation : kPropPunctuation);
         if (name == "M") return prop(neg ? kPropNotMark : kPropMark);
+        for (auto [category, bit] : {std::pair{"Lu", kPropUpper}, std::pair{"Ll", kPropLower},
+                                     std::pair{"Lt", kPropTitle}, std::pair{"Lm", kPropModifier},
+                                     std::pair{"Lo", kPropOtherLetter}}) {
+          if (name != category) continue;
+          if (neg) return Error(absl::StrCat("\\P{", name, "} is not supported"));
+          return prop(bit);
+        }
         return Error(absl::StrCat("Unicode property \\p{", name, "} is not supported"));
       }
       case 'x':

@@ -7,7 +7,8 @@
 // Supported: literals and escapes (\r \n \t \f \v \x{..} \uXXXX, escaped
 // punctuation), ".", classes [...] / [^...] with ranges, \p{L} \p{M} \p{N} \p{P}
 // \s and their negations \P{L} \P{M} \P{N} \P{P} \S (inside and outside
-// classes; \p{M}, the combining marks, for Qwen3.5's pattern), groups (...)
+// classes; \p{M}, the combining marks, for Qwen3.5's pattern), the letter
+// categories \p{Lu} \p{Ll} \p{Lt} \p{Lm} \p{Lo} (o200k's), groups (...)
 // (?:...) (?i:...), lookahead (?=...) (?!...), alternation, and the greedy
 // quantifiers ? * + {n} {n,} {n,m}. A quantifier on a group is limited to
 // {0,1} ... {n,m} with m <= 16. Case-insensitive matching folds ASCII letters

@@ -126,6 +126,17 @@ bool IsNumber(char32_t cp) { return InRanges(kNumberRanges, cp); }
 bool IsSpace(char32_t cp) { return InRanges(kSpaceRanges, cp); }
 bool IsPunctuation(char32_t cp) { return InRanges(kPunctuationRanges, cp); }
 
+bool IsLetterOf(LetterCategory category, char32_t cp) {
+  switch (category) {
+    case LetterCategory::kUpper: return InRanges(kUpperRanges, cp);
+    case LetterCategory::kLower: return InRanges(kLowerRanges, cp);
+    case LetterCategory::kTitle: return InRanges(kTitleRanges, cp);
+    case LetterCategory::kModifier: return InRanges(kModifierLetterRanges, cp);
+    case LetterCategory::kOther: return InRanges(kOtherLetterRanges, cp);
+  }
+  return false;
+}
+
 }  // namespace flover
 
 namespace flover {

@@ -49,6 +49,10 @@ bool IsMark(char32_t cp);     // \p{M}: combining marks (Qwen3.5 keeps them with
 bool IsNumber(char32_t cp);   // \p{N}
 bool IsSpace(char32_t cp);    // \s
 bool IsPunctuation(char32_t cp);  // \p{P}
+// The letters' general categories (o200k's pattern names them):
+// \p{Lu} \p{Ll} \p{Lt} \p{Lm} \p{Lo}.
+enum class LetterCategory { kUpper, kLower, kTitle, kModifier, kOther };
+bool IsLetterOf(LetterCategory category, char32_t cp);
 
 }  // namespace flover
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes tokenizer/unicode_tables.inc: the code-point ranges of the classes the
-pre-tokenizer patterns use (\\p{L}, \\p{N}, \\p{P}, \\s, and \\p{M}, the marks
-Qwen3.5's pattern keeps with letters), read from the `regex`
+pre-tokenizer patterns use (\\p{L}, \\p{N}, \\p{P}, \\s, \\p{M}, the marks
+Qwen3.5's pattern keeps with letters, and the letter categories Lu, Ll, Lt,
+Lm and Lo of o200k's pattern, gpt-oss's), read from the `regex`
 module that Hugging Face's GPT2Tokenizer itself uses, so our hand-written
 scanner splits text exactly as it does.
 
@@ -43,3 +44,8 @@ emit("kNumberRanges", r"\p{N}")
 emit("kSpaceRanges", r"\s")
 emit("kPunctuationRanges", r"\p{P}")
 emit("kMarkRanges", r"\p{M}")
+emit("kUpperRanges", r"\p{Lu}")
+emit("kLowerRanges", r"\p{Ll}")
+emit("kTitleRanges", r"\p{Lt}")
+emit("kModifierLetterRanges", r"\p{Lm}")
+emit("kOtherLetterRanges", r"\p{Lo}")
