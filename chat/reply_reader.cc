@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "chat/harmony_reader.h"
 
 namespace flover {
 namespace {
@@ -39,14 +40,21 @@ size_t TagPrefixAtEnd(absl::string_view text, absl::string_view tag) {
 absl::StatusOr<ReasoningFormat> ReasoningFormatNamed(absl::string_view name) {
   if (name == "none") return ReasoningFormat::kNone;
   if (name == "think") return ReasoningFormat::kThinkTags;
-  return absl::InvalidArgumentError(absl::StrCat("unknown reasoning parser '", name, "' (none, think)"));
+  if (name == "harmony") return ReasoningFormat::kHarmony;
+  return absl::InvalidArgumentError(absl::StrCat("unknown reasoning parser '", name, "' (none, think, harmony)"));
 }
 
 const char* ReasoningFormatName(ReasoningFormat format) {
-  return format == ReasoningFormat::kThinkTags ? "think" : "none";
+  switch (format) {
+    case ReasoningFormat::kThinkTags: return "think";
+    case ReasoningFormat::kHarmony: return "harmony";
+    case ReasoningFormat::kNone: break;
+  }
+  return "none";
 }
 
 ReasoningFormat ReasoningFormatOf(absl::string_view template_text) {
+  if (absl::StrContains(template_text, "<|channel|>")) return ReasoningFormat::kHarmony;
   return absl::StrContains(template_text, kOpen) || absl::StrContains(template_text, kClose)
              ? ReasoningFormat::kThinkTags
              : ReasoningFormat::kNone;
@@ -62,9 +70,19 @@ ReplyReader::ReplyReader(Options options)
       state_(options_.reasoning == ReasoningFormat::kNone ? State::kAnswer
              : options_.starts_in_reasoning              ? State::kReasoning
                                                          : State::kStart) {
-  if (options_.tools.has_value()) {
+  if (options_.reasoning == ReasoningFormat::kHarmony) {
+    harmony_ = std::make_unique<HarmonyReader>(options_.tools.has_value(), options_.call_id_prefix,
+                                               options_.stream_arguments);
+  } else if (options_.tools.has_value()) {
     tools_ = std::make_unique<ToolCallStream>(*options_.tools, options_.call_id_prefix, options_.stream_arguments);
   }
+}
+
+ReplyReader::~ReplyReader() = default;
+
+int ReplyReader::calls() const {
+  if (harmony_ != nullptr) return harmony_->calls();
+  return tools_ != nullptr ? tools_->calls() : 0;
 }
 
 void ReplyReader::Answer(absl::string_view text, std::vector<Event>* out) {
@@ -95,6 +113,7 @@ void ReplyReader::Reasoning(absl::string_view text, std::vector<Event>* out) {
 }
 
 std::vector<ReplyReader::Event> ReplyReader::Push(absl::string_view text) {
+  if (harmony_ != nullptr) return harmony_->Push(text);
   std::vector<Event> out;
   if (state_ == State::kAnswer) {
     Answer(text, &out);
@@ -146,6 +165,7 @@ std::vector<ReplyReader::Event> ReplyReader::Push(absl::string_view text) {
 }
 
 std::vector<ReplyReader::Event> ReplyReader::Finish() {
+  if (harmony_ != nullptr) return harmony_->Finish();
   std::vector<Event> out;
   if (state_ == State::kStart) {
     Answer(pending_, &out);  // "<th" and nothing more: an answer

@@ -14,6 +14,9 @@
 //          DeepSeek-R1). Whitespace next to the tags is dropped; a
 //          reasoning the reply never closes (cut off by its length) is
 //          reasoning all the same.
+//   harmony gpt-oss's channels (chat/harmony_reader.h): analysis is the
+//          reasoning, final the content, commentary calls to functions.*
+//          the tool calls (whatever `tools` says: the format is harmony's).
 #ifndef FLOVER_CHAT_REPLY_READER_H_
 #define FLOVER_CHAT_REPLY_READER_H_
 
@@ -28,13 +31,15 @@
 
 namespace flover {
 
-enum class ReasoningFormat { kNone, kThinkTags };
+class HarmonyReader;
 
-// "none", "think"; InvalidArgument naming the choices.
+enum class ReasoningFormat { kNone, kThinkTags, kHarmony };
+
+// "none", "think", "harmony"; InvalidArgument naming the choices.
 absl::StatusOr<ReasoningFormat> ReasoningFormatNamed(absl::string_view name);
 const char* ReasoningFormatName(ReasoningFormat format);
-// The format a chat template's replies reason in: think where it writes
-// <think> or </think>; none otherwise.
+// The format a chat template's replies reason in: harmony where it writes
+// <|channel|>, think where it writes <think> or </think>; none otherwise.
 ReasoningFormat ReasoningFormatOf(absl::string_view template_text);
 // Whether a reply to `prompt` (the rendered prompt's text, or its end)
 // starts inside its reasoning: the prompt ends with an opened <think>.
@@ -61,9 +66,10 @@ class ReplyReader {
   };
 
   explicit ReplyReader(Options options);
+  ~ReplyReader();
   std::vector<Event> Push(absl::string_view text);
   std::vector<Event> Finish();
-  int calls() const { return tools_ != nullptr ? tools_->calls() : 0; }
+  int calls() const;
 
  private:
   // The answer's text on to the tool-call reader (or out as content).
@@ -72,6 +78,7 @@ class ReplyReader {
 
   const Options options_;
   std::unique_ptr<ToolCallStream> tools_;
+  std::unique_ptr<HarmonyReader> harmony_;  // ReasoningFormat::kHarmony: reads it all
   enum class State { kStart, kReasoning, kAnswerStart, kAnswer } state_;
   std::string pending_;       // text that may be the start of a tag
   std::string held_space_;    // reasoning's whitespace, held until text follows it
