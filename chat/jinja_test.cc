@@ -54,6 +54,36 @@ TEST(JinjaTest, RendersAsTransformersDoesByteForByte) {
   EXPECT_EQ(errors, 31);
 }
 
+// gpt-oss's chat template (PyPI trl 1.16.0's copy of the original) as
+// transformers 5.23.0 renders it (tests/golden/harmony/renderings.json,
+// make_renderings.py), byte for byte but the date strftime_now gives (the
+// fixture's is pinned); where the template writes what openai-harmony 0.0.8
+// renders for the same conversation (7 of the 18: the default system
+// message, each reasoning effort, an earlier turn's analysis dropped, the
+// browser tool), ours is harmony's text too.
+TEST(JinjaTest, RendersGptOssHarmonyPromptsAsTransformers) {
+  const Value fixture = LoadJson("tests/golden/harmony/renderings.json");
+  auto t = Template::Parse(fixture.Find("template")->string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::string date = fixture.Find("current_date")->string();
+  int same_as_harmony = 0;
+  for (const Value& c : fixture.Find("cases")->list()) {
+    const std::string name = c.Find("name")->string();
+    auto out = t->Render(c.Find("variables")->dict());
+    ASSERT_TRUE(out.ok()) << name << ": " << out.status();
+    std::string text = *out;
+    const size_t at = text.find("Current date: ");
+    ASSERT_NE(at, std::string::npos) << name;
+    text.replace(at + 14, 10, date);
+    EXPECT_EQ(text, c.Find("output")->string()) << name;
+    if (c.Find("same_as_harmony")->Truthy()) {
+      EXPECT_EQ(text, c.Find("harmony")->string()) << name;
+      ++same_as_harmony;
+    }
+  }
+  EXPECT_EQ(same_as_harmony, 7);
+}
+
 std::string ErrorOf(absl::string_view source, const Dict& vars = {}, RenderLimits limits = {}) {
   auto t = Template::Parse(source);
   if (!t.ok()) return std::string(t.status().message());

@@ -108,6 +108,12 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
     }
   }
   if (choice == ToolChoice::kNone) return nullptr;
+  if (context.chat != nullptr && context.chat->reasoning == ReasoningFormat::kHarmony) {
+    // gpt-oss calls on its commentary channel, read from the reply
+    // (chat/harmony_reader.h); no grammar holds them yet.
+    if (choice == ToolChoice::kAuto) return nullptr;
+    return FieldError("tool_choice", "gpt-oss's harmony calls are read, not yet enforced: send \"auto\"");
+  }
   if (in.constraint.has_value()) {
     return FieldError("tool_choice",
                       absl::StrCat("calls are enforced by a grammar, and ", in.constraint->field,
@@ -315,6 +321,9 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   if (*tool_constraint != nullptr) {
     r.constraint = std::move(*tool_constraint);
   } else if (in.constraint.has_value()) {
+    // gpt-oss (harmony): the grammar holds the reply from its first token,
+    // which then writes no channel headers (special tokens are outside every
+    // grammar): the answer alone, read as content.
     auto compiled = CompileConstraint(*in.constraint, context);
     if (!compiled.ok()) return compiled.status();
     r.constraint = std::move(*compiled);
@@ -326,6 +335,9 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   // max_reasoning_tokens: once that many reasoning tokens came, the
   // closing token is the only one allowed.
   const bool reasons = in.prompt == ClientRequest::Prompt::kMessages && PromptOpensReasoning(chat, tokenizer, r.prompt);
+  if (chat != nullptr && chat->reasoning == ReasoningFormat::kHarmony && in.max_reasoning_tokens.has_value()) {
+    return FieldError("max_reasoning_tokens", "gpt-oss's harmony replies take reasoning_effort, not a budget");
+  }
   int32_t close = -1;
   if (reasons && chat->reasoning == ReasoningFormat::kThinkTags) {
     auto ids = tokenizer->Encode("</think>", /*add_special_tokens=*/false);
