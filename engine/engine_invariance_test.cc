@@ -344,6 +344,16 @@ INSTANTIATE_TEST_SUITE_P(
                       // between batches and so between experts' groups, and
                       // each still equals its run alone; with preemption,
                       // the dynamic scheduler, bf16, and speculative drafts.
+                      // gpt-oss: sinks, windows on every other layer (16
+                      // positions), experts with biases, top-4 then softmax.
+                      PolicyCase{"gpt_oss_fusion_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:gpt-oss-tiny",
+                                 true},
+                      PolicyCase{"gpt_oss_dynamic_bf16", SchedulerPolicy::kDynamic, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:gpt-oss-tiny"},
+                      PolicyCase{"gpt_oss_fusion_no_prefix_reuse", SchedulerPolicy::kFusion, Kv::kNoReuse,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:gpt-oss-tiny"},
                       PolicyCase{"moe_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:mixtral-tiny"},

@@ -153,8 +153,22 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
   return std::unique_ptr<LoadedModel>(std::move(*llama));
 }
 
+// Whether a Hugging Face directory's config.json says its weights are in
+// MXFP4 (gpt-oss's released checkpoints: quantization_config.quant_method).
+bool DirectoryInMxfp4(absl::string_view spec) {
+  auto text = ReadFile(absl::StrCat(spec, "/config.json"));
+  if (!text.ok()) return false;
+  auto config = ParseJsonObject(*text, "config.json");
+  if (!config.ok()) return false;
+  auto q = config->fields().find("quantization_config");
+  if (q == config->fields().end() || !q->second.has_struct_value()) return false;
+  auto method = q->second.struct_value().fields().find("quant_method");
+  return method != q->second.struct_value().fields().end() && method->second.string_value() == "mxfp4";
+}
+
 kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view device) {
   if (device != "cpu") return kernels::MatmulDtype::kF32;
+  if (DirectoryInMxfp4(spec) && kernels::BlockLinear::CheckSupported().ok()) return kernels::MatmulDtype::kNative;
   const std::optional<GgufFile> file = OpenIfGguf(spec);
   if (!file.has_value() || !kernels::BlockLinear::CheckSupported().ok()) return kernels::MatmulDtype::kF32;
   for (const GgufTensor& t : file->tensors()) {

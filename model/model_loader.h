@@ -44,7 +44,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadBuiltinInBlocks(absl::string_vi
 // Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; Q3_K as Q6_K, IQ4_NL as Q8_0) (every CPU the kernels start on); f32
 // otherwise (CUDA's block kernels ran on an H100 but are slower than bf16
 // there: docs/gpu.md), and for anything
-// it cannot read (LoadModel reports that).
+// it cannot read (LoadModel reports that). A Hugging Face directory in
+// MXFP4 (quantization_config's quant_method, gpt-oss's releases) is native
+// on the CPU too: its experts stay in their blocks.
 kernels::MatmulDtype AutoMatmulDtype(absl::string_view spec, absl::string_view device);
 
 // With --dtype=native, the matrices of GGUF file `spec` that no block kernel

@@ -102,7 +102,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          // recurrent layers' heads and channels split
                                          "builtin:qwen3.5-tiny", "builtin:lfm2-tiny",
                                          // Mamba-2 by groups, beside experts
-                                         "builtin:granite-h-tiny"),
+                                         "builtin:granite-h-tiny",
+                                         // sinks by query heads; o's and the
+                                         // experts' down biases added once
+                                         "builtin:gpt-oss-tiny"),
                        ::testing::Values(kernels::MatmulDtype::kF32, kernels::MatmulDtype::kBF16),
                        ::testing::Values(kernels::KvDtype::kF32, kernels::KvDtype::kBF16)));
 
@@ -311,7 +314,12 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            "tests/golden/qwen3_next_tiny", "tests/golden/gguf_qwen3next",
                                            "tests/golden/granite_hybrid_tiny",
                                            "tests/golden/gguf_granitehybrid",
-                                           "tests/golden/granite_micro_tiny"));
+                                           "tests/golden/granite_micro_tiny",
+                                           // gpt-oss: each rank its query heads'
+                                           // sinks, its band of every expert and
+                                           // of their gate/up biases (MXFP4 blocks
+                                           // cut at a block in the GGUF twin)
+                                           "tests/golden/gpt_oss_tiny", "tests/golden/gguf_gpt_oss"));
 
 }  // namespace
 }  // namespace flover

@@ -90,7 +90,8 @@ std::string BuiltinLlamaNames() {
   return "builtin:llama-tiny, builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
          "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
          "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-0.8b, "
-         "builtin:qwen3.5-moe-tiny, builtin:lfm2-tiny, builtin:lfm2-1.2b, builtin:granite-h-tiny";
+         "builtin:qwen3.5-moe-tiny, builtin:lfm2-tiny, builtin:lfm2-1.2b, builtin:granite-h-tiny, "
+         "builtin:gpt-oss-tiny, builtin:gpt-oss-20b";
 }
 
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
@@ -271,6 +272,25 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.attention_multiplier = 0.25;
     c.logits_scaling = 6.0;
     c.no_rope = true;
+  } else if (name == "gpt-oss-tiny" || name == "gpt-oss-20b") {
+    // gpt-oss: tiny at llama-tiny's width (4 layers, a window of 16 on the
+    // even ones, 8 experts of 64, 4 per token); 20b: gpt-oss-20b's shapes
+    // (24 layers of 2880, 64 query heads of 64 over 8, 32 experts of 2880,
+    // 4 per token, a window of 128, the o200k vocabulary's 201,088 rows).
+    const bool tiny = name == "gpt-oss-tiny";
+    c.architecture = "gpt_oss";
+    c.n_layer = tiny ? 4 : 24;
+    c.hidden = tiny ? 64 : 2880;
+    c.n_head = tiny ? 4 : 64;
+    c.n_kv_head = tiny ? 2 : 8;
+    c.head_dim = tiny ? 16 : 64;
+    c.intermediate = c.expert_intermediate = tiny ? 64 : 2880;
+    c.experts = tiny ? 8 : 32;
+    c.experts_per_tok = 4;
+    c.vocab_size = tiny ? 512 : 201088;
+    c.max_positions = tiny ? 512 : 131072;
+    c.sliding_window = tiny ? 16 : 128;
+    c.arch().builtin(&c);
   } else if (name == "lfm2-tiny" || name == "lfm2-1.2b") {
     // LFM2: short convolutions (3 taps) beside attention layers. tiny:
     // llama-tiny's width, 6 layers (two attention); 1.2b: LFM2-1.2B's

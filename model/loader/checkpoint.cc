@@ -89,6 +89,14 @@ absl::StatusOr<std::vector<float>> Checkpoint::ReadFloatRegion(
   return (*file)->ReadFloatRegion(tensor, expected_shape, region);
 }
 
+absl::StatusOr<std::vector<uint8_t>> Checkpoint::ReadBytesRegion(absl::string_view tensor,
+                                                                 const std::vector<int64_t>& expected_shape,
+                                                                 const TensorRegion& region) const {
+  auto file = FileOf(tensor);
+  if (!file.ok()) return file.status();
+  return (*file)->ReadBytesRegion(tensor, expected_shape, region);
+}
+
 absl::StatusOr<StoredValues> Checkpoint::ReadRegion(absl::string_view tensor,
                                                     const std::vector<int64_t>& expected_shape,
                                                     const TensorRegion& region) const {

@@ -33,6 +33,10 @@ class Checkpoint {
   absl::StatusOr<StoredValues> ReadRegion(absl::string_view tensor,
                                           const std::vector<int64_t>& expected_shape,
                                           const TensorRegion& region) const;
+  // As SafetensorsFile::ReadBytesRegion (a U8 tensor's bytes).
+  absl::StatusOr<std::vector<uint8_t>> ReadBytesRegion(absl::string_view tensor,
+                                                       const std::vector<int64_t>& expected_shape,
+                                                       const TensorRegion& region) const;
   int num_files() const { return static_cast<int>(files_.size()); }
   const std::string& name() const { return name_; }
 

@@ -186,7 +186,7 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloat(
 
 absl::StatusOr<SafetensorsFile::RegionSpan> SafetensorsFile::Locate(
     absl::string_view tensor, const std::vector<int64_t>& expected_shape,
-    const TensorRegion& region) const {
+    const TensorRegion& region, bool bytes) const {
   const TensorInfo* info = Find(tensor);
   if (info == nullptr) {
     return absl::NotFoundError(absl::StrCat(name_, ": missing tensor '", tensor, "'"));
@@ -206,13 +206,17 @@ absl::StatusOr<SafetensorsFile::RegionSpan> SafetensorsFile::Locate(
   }
   int elem = 0;
   switch (info->dtype) {
-    case DType::kF32: elem = 4; break;
+    case DType::kF32: elem = bytes ? 0 : 4; break;
     case DType::kF16:
-    case DType::kBF16: elem = 2; break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": tensor '", tensor, "' has dtype ", DTypeName(info->dtype),
-                       "; weights must be F32, F16 or BF16"));
+    case DType::kBF16: elem = bytes ? 0 : 2; break;
+    case DType::kU8: elem = bytes ? 1 : 0; break;
+    default: break;
+  }
+  if (elem == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": tensor '", tensor, "' has dtype ",
+                                                   DTypeName(info->dtype),
+                                                   bytes ? "; MXFP4 blocks and scales must be U8"
+                                                         : "; weights must be F32, F16 or BF16"));
   }
   const int64_t cols = all.cols();
   const int64_t base = data_start_ + info->begin;
@@ -227,6 +231,20 @@ absl::StatusOr<SafetensorsFile::RegionSpan> SafetensorsFile::Locate(
 
 void SafetensorsFile::Release(const RegionSpan& span) const {
   if (span.end_byte > span.first_byte) storage_->Release(span.first_byte, span.end_byte);
+}
+
+absl::StatusOr<std::vector<uint8_t>> SafetensorsFile::ReadBytesRegion(
+    absl::string_view tensor, const std::vector<int64_t>& expected_shape, const TensorRegion& region) const {
+  auto span = Locate(tensor, expected_shape, region, /*bytes=*/true);
+  if (!span.ok()) return span.status();
+  std::vector<uint8_t> out(region.numel());
+  if (region.numel() == 0) return out;
+  for (int64_t r = region.row_begin; r < region.row_end; ++r) {
+    std::memcpy(out.data() + (r - region.row_begin) * region.cols(),
+                span->data + r * span->row_bytes + span->col_offset, region.cols());
+  }
+  Release(*span);
+  return out;
 }
 
 absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloatRegion(

@@ -120,6 +120,11 @@ class SafetensorsFile {
   absl::StatusOr<StoredValues> ReadRegion(absl::string_view tensor,
                                           const std::vector<int64_t>& expected_shape,
                                           const TensorRegion& region) const;
+  // The region of a U8 tensor as its bytes (gpt-oss's MXFP4 blocks and
+  // scales); other dtypes are refused.
+  absl::StatusOr<std::vector<uint8_t>> ReadBytesRegion(absl::string_view tensor,
+                                                       const std::vector<int64_t>& expected_shape,
+                                                       const TensorRegion& region) const;
 
  private:
   SafetensorsFile() = default;
@@ -136,9 +141,10 @@ class SafetensorsFile {
   };
   // Checks the tensor (present, `expected_shape`, a float dtype) and that
   // `region` lies within it.
+  // `bytes`: a U8 tensor, as ReadBytesRegion reads it (else F32, F16, BF16).
   absl::StatusOr<RegionSpan> Locate(absl::string_view tensor,
                                     const std::vector<int64_t>& expected_shape,
-                                    const TensorRegion& region) const;
+                                    const TensorRegion& region, bool bytes = false) const;
   // Drops the span's pages from this process's resident set.
   void Release(const RegionSpan& span) const;
 

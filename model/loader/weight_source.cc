@@ -339,6 +339,17 @@ WeightRecipe Scaled(WeightRecipe recipe, float scale) {
   return recipe;
 }
 
+absl::StatusOr<std::vector<uint8_t>> WeightSource::ReadBytes(absl::string_view tensor, const std::vector<int64_t>&,
+                                                             const TensorRegion&) const {
+  return absl::UnimplementedError(absl::StrCat("'", tensor, "' is not a tensor of bytes here"));
+}
+
+absl::StatusOr<std::vector<uint8_t>> CheckpointSource::ReadBytes(absl::string_view tensor,
+                                                                 const std::vector<int64_t>& shape,
+                                                                 const TensorRegion& region) const {
+  return checkpoint_.ReadBytesRegion(Resolve(tensor), shape, region);
+}
+
 absl::StatusOr<std::vector<uint8_t>> WeightSource::ReadBlockRows(absl::string_view tensor,
                                                                  const std::vector<int64_t>&,
                                                                  int64_t, int64_t) const {

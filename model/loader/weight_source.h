@@ -58,6 +58,10 @@ class WeightSource {
                                                              const std::vector<int64_t>& shape,
                                                              int64_t row_begin,
                                                              int64_t row_end) const;
+  // `region` of a tensor of bytes (U8: a checkpoint's MXFP4 blocks and
+  // scales) as they are; Unimplemented where the source has none.
+  virtual absl::StatusOr<std::vector<uint8_t>> ReadBytes(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                                         const TensorRegion& region) const;
 };
 
 // A checkpoint directory. `alias_prefix`: a tensor missing under its name is
@@ -77,6 +81,8 @@ class CheckpointSource final : public WeightSource {
                                           const TensorRegion& region) const override;
   kernels::DType StoredDtypeOf(absl::string_view tensor) const override;
   std::string stored_dtype() const override { return stored_dtype_; }
+  absl::StatusOr<std::vector<uint8_t>> ReadBytes(absl::string_view tensor, const std::vector<int64_t>& shape,
+                                                 const TensorRegion& region) const override;
 
  private:
   std::string Resolve(absl::string_view tensor) const;
