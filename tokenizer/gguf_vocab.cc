@@ -45,6 +45,10 @@ const std::vector<PreTokenizerKind>& PreTokenizerKinds() {
       // Qwen3.5's tokenizer.json has.
       {{"qwen35"},
        {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      // o200k (gpt-oss; llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT4O): upper-case
+      // runs apart from lower-case ones, by the letters' categories.
+      {{"gpt-4o", "o200k"},
+       {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
       // StarCoder's and SmolLM's: Digits(individual_digits), then GPT-2's.
       {{"smollm", "starcoder", "refact", "codeshell", "exaone", "minerva"}, {R"(\p{N})"}, true},
       // GPT-2's ByteLevel alone.

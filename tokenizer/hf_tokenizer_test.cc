@@ -162,14 +162,22 @@ GgufVocab AsGgufVocab(const std::string& kind, const std::string& pre) {
   return v;
 }
 
-// GGUF files of the hybrid families: llama.cpp's pre-tokenizers "qwen35"
-// (Qwen3.5's pattern, without the NFC its tokenizer.json has: two cases
-// with decomposed text differ from the qwen35 fixture) and "lfm2" (Llama
-// 3's, BOS added) give llama.cpp's own ids (hf_tokenizers/llama_cpp, from
-// make_tokenizer_golden.py).
-TEST(HfTokenizerTest, GgufQwen35AndLfm2TokenizeAsLlamaCppDoes) {
+// o200k's pattern (gpt-oss: letter runs split by case, by the letters'
+// categories) over a vocabulary trained with it, as the library encodes.
+TEST(HfTokenizerTest, O200kPatternMatchesTheLibrary) {
+  auto tok = Load("o200k");
+  ASSERT_NE(tok, nullptr);
+  ExpectMatchesLibrary(*tok, "o200k");
+}
+
+// GGUF files of the hybrid families and gpt-oss: llama.cpp's pre-tokenizers
+// "qwen35" (Qwen3.5's pattern, without the NFC its tokenizer.json has: two
+// cases with decomposed text differ from the qwen35 fixture), "lfm2" (Llama
+// 3's, BOS added) and "gpt-4o" (o200k's) give llama.cpp's own ids
+// (hf_tokenizers/llama_cpp, from make_tokenizer_golden.py).
+TEST(HfTokenizerTest, GgufQwen35Lfm2AndGpt4oTokenizeAsLlamaCppDoes) {
   const google::protobuf::Struct all = Cases("llama_cpp");
-  ASSERT_EQ(all.fields_size(), 2);
+  ASSERT_EQ(all.fields_size(), 3);
   for (const auto& [name, entry] : all.fields()) {
     const auto& f = entry.struct_value().fields();
     auto tok = HfTokenizer::FromGgufVocab(

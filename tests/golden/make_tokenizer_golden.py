@@ -40,13 +40,17 @@ Kinds written under tests/golden/hf_tokenizers/:
               builds when transformers has it (5.x; written with
               tokenizers 0.23.3, transformers 5.23.0):
                   python3 tests/golden/make_tokenizer_golden.py qwen35
+  o200k       o200k's pattern (gpt-oss, GPT-4o: upper- and lower-case runs by
+              the letters' categories \p{Lu} \p{Ll} \p{Lt} \p{Lm} \p{Lo}),
+              ignore_merges as its tokenizer.json has, over a vocabulary
+              trained here (the real one's ranks are 28 MB)
 
   llama_cpp   cases.json: llama.cpp's ids (llama-tokenize, special tokens
               parsed) for the GGUF pre-tokenizers of the hybrid families on
               these vocabularies, written as llama.cpp's converter writes a
               tokenizer.json (gpt2 model, special added tokens as control
               tokens): "qwen35" on qwen35's (no NFC: llama.cpp has none) and
-              "lfm2" (llama3's) on llama3's. Needs gguf and llama.cpp's
+              "lfm2" (llama3's) on llama3's, "gpt-4o" (o200k's) on o200k's. Needs gguf and llama.cpp's
               llama-tokenize built outside the repository:
                   LLAMA_TOKENIZE=/path/to/llama-tokenize \\
                       python3 tests/golden/make_tokenizer_golden.py llama_cpp
@@ -73,6 +77,11 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 # Qwen3.5's (transformers' tokenization_qwen3_5.PRETOKENIZE_REGEX).
+# o200k's (gpt-oss, GPT-4o): by the letters' categories.
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+                 r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
                   r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -400,7 +409,7 @@ def llama_cpp():
 
     tmp = tempfile.mkdtemp()
     out = {}
-    for name, kind, pre in [("qwen35", "qwen35", "qwen35"), ("lfm2", "llama3", "lfm2")]:
+    for name, kind, pre in [("qwen35", "qwen35", "qwen35"), ("lfm2", "llama3", "lfm2"), ("o200k", "o200k", "gpt-4o")]:
         doc = json.load(open(os.path.join(OUT, kind, "tokenizer.json"), encoding="utf-8"))
         by_id = {i: t for t, i in doc["model"]["vocab"].items()}
         special = {}
@@ -448,6 +457,7 @@ KINDS = {
     "spm": sentencepiece_kinds,
     "edge": edge,
     "qwen35": qwen35,
+    "o200k": lambda: byte_level("o200k", O200K_PATTERN, ignore_merges=True, seed=9),
     "llama_cpp": llama_cpp,
 }
 
