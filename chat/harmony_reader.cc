@@ -67,8 +67,29 @@ size_t TerminatorPrefixAtEnd(absl::string_view text) {
 
 }  // namespace
 
-HarmonyReader::HarmonyReader(bool tools, std::string call_id_prefix, bool stream_arguments)
-    : tools_(tools), call_id_prefix_(std::move(call_id_prefix)), stream_arguments_(stream_arguments) {}
+std::string HarmonyOpenHeader(absl::string_view prompt_tail) {
+  if (!absl::EndsWith(prompt_tail, kMessage)) return "";
+  absl::string_view header = prompt_tail.substr(0, prompt_tail.size() - kMessage.size());
+  const size_t start = header.rfind(kStart);
+  if (start != absl::string_view::npos) header = header.substr(start + kStart.size());
+  // A header, not the end of another message's body.
+  if (header.find(kMessage) != absl::string_view::npos || header.find(kEnd) != absl::string_view::npos) return "";
+  return std::string(header);
+}
+
+std::string HarmonyCallHeader(absl::string_view function) {
+  return absl::StrCat(kChannel, "commentary to=", kFunctions, function, " <|constrain|>json", kMessage);
+}
+
+HarmonyReader::HarmonyReader(bool tools, std::string call_id_prefix, bool stream_arguments,
+                             absl::string_view open_header)
+    : tools_(tools), call_id_prefix_(std::move(call_id_prefix)), stream_arguments_(stream_arguments) {
+  if (open_header.empty()) return;
+  std::vector<Event> begun;
+  Begin(open_header, &begun);
+  opened_ = std::move(begun);  // its kCallBegin, with the first Push's events
+  state_ = State::kBody;
+}
 
 void HarmonyReader::Begin(absl::string_view header, std::vector<Event>* out) {
   first_ = false;
@@ -122,7 +143,8 @@ void HarmonyReader::End(std::vector<Event>* out) {
 }
 
 std::vector<HarmonyReader::Event> HarmonyReader::Push(absl::string_view text) {
-  std::vector<Event> out;
+  std::vector<Event> out = std::move(opened_);
+  opened_.clear();
   pending_.append(text.data(), text.size());
   while (!pending_.empty()) {
     if (state_ == State::kDone) {  // nothing follows <|return|> or <|call|>
@@ -172,7 +194,8 @@ std::vector<HarmonyReader::Event> HarmonyReader::Push(absl::string_view text) {
 }
 
 std::vector<HarmonyReader::Event> HarmonyReader::Finish() {
-  std::vector<Event> out;
+  std::vector<Event> out = std::move(opened_);
+  opened_.clear();
   if (state_ == State::kBody) {
     Body(pending_, &out);  // cut off by its length: the message so far
     End(&out);

@@ -29,10 +29,20 @@
 
 namespace flover {
 
+// The header of the message a prompt's text ends inside (it ends with
+// <|message|>: the server opened a call for the model), or "" when it ends
+// elsewhere.
+std::string HarmonyOpenHeader(absl::string_view prompt_tail);
+// The header that opens a call of `function` on the commentary channel, as
+// gpt-oss writes one after "<|start|>assistant".
+std::string HarmonyCallHeader(absl::string_view function);
+
 class HarmonyReader {
  public:
   using Event = ReplyReader::Event;
-  HarmonyReader(bool tools, std::string call_id_prefix, bool stream_arguments);
+  // `open_header`: the reply starts in the body of the message whose
+  // header the prompt wrote (HarmonyOpenHeader); "" for none.
+  HarmonyReader(bool tools, std::string call_id_prefix, bool stream_arguments, absl::string_view open_header = "");
   std::vector<Event> Push(absl::string_view text);
   std::vector<Event> Finish();
   int calls() const { return calls_; }
@@ -55,6 +65,7 @@ class HarmonyReader {
   std::string name_;        // kCall: the function's
   std::string arguments_;   // kCall: the body so far
   int calls_ = 0;
+  std::vector<Event> opened_;  // the open message's kCallBegin, not yet returned
 };
 
 }  // namespace flover

@@ -26,8 +26,9 @@ struct Expected {
   std::vector<ToolCall> calls;
 };
 
-Reply Read(const std::vector<std::string>& pieces, bool tools) {
+Reply Read(const std::vector<std::string>& pieces, bool tools, const std::string& open_header = "") {
   ReplyReader::Options o;
+  o.open_header = open_header;
   o.reasoning = ReasoningFormat::kHarmony;
   if (tools) o.tools = ToolCallFormat::kHermes;  // harmony's own calls whatever the tool format
   o.call_id_prefix = "call_";
@@ -130,6 +131,25 @@ TEST(HarmonyReaderTest, CallsOnlyWithToolsAndValidArguments) {
   const Reply two = Read({call.substr(0, call.size() - 8), "<|end|><|start|>assistant", call}, true);
   ASSERT_EQ(two.calls.size(), 2u);
   EXPECT_EQ(two.calls[1].id, "call_1");
+}
+
+// A call the server opened in the prompt (a named tool_choice): the reply
+// is its body, whole or cut anywhere, with or without <|call|>.
+TEST(HarmonyReaderTest, ACallThePromptOpened) {
+  const std::string prompt = "<|start|>user<|message|>Weather?<|end|><|start|>assistant" + HarmonyCallHeader("get");
+  const std::string header = HarmonyOpenHeader(prompt);
+  EXPECT_EQ(header, "assistant<|channel|>commentary to=functions.get <|constrain|>json");
+  EXPECT_EQ(HarmonyOpenHeader("<|start|>user<|message|>Hi<|end|><|start|>assistant"), "");
+  EXPECT_EQ(HarmonyOpenHeader("<|channel|>final<|message|>a <|message|>"), "");
+  for (const std::string body : {"{\"city\": \"Oslo\"}<|call|>", "{\"city\": \"Oslo\"}"}) {
+    for (size_t cut = 0; cut <= body.size(); ++cut) {
+      const Reply r = Read({body.substr(0, cut), body.substr(cut)}, true, header);
+      ASSERT_EQ(r.calls.size(), 1u) << cut;
+      EXPECT_EQ(r.calls[0].name, "get");
+      EXPECT_EQ(Json::parse(r.calls[0].arguments), Json::parse("{\"city\": \"Oslo\"}"));
+      EXPECT_EQ(r.content, "");
+    }
+  }
 }
 
 TEST(HarmonyReaderTest, FormatByNameAndTemplate) {

@@ -72,7 +72,7 @@ ReplyReader::ReplyReader(Options options)
                                                          : State::kStart) {
   if (options_.reasoning == ReasoningFormat::kHarmony) {
     harmony_ = std::make_unique<HarmonyReader>(options_.tools.has_value(), options_.call_id_prefix,
-                                               options_.stream_arguments);
+                                               options_.stream_arguments, options_.open_header);
   } else if (options_.tools.has_value()) {
     tools_ = std::make_unique<ToolCallStream>(*options_.tools, options_.call_id_prefix, options_.stream_arguments);
   }

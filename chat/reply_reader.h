@@ -50,6 +50,9 @@ class ReplyReader {
   struct Options {
     ReasoningFormat reasoning = ReasoningFormat::kNone;
     bool starts_in_reasoning = false;  // StartsInReasoning of the prompt
+    // harmony: the header of the message the prompt opened (HarmonyOpenHeader),
+    // whose body the reply starts in; "" for none.
+    std::string open_header;
     // Read calls out of the answer in this format (ToolCallStream), with
     // ids call_id_prefix + their index; streamed argument by argument
     // where stream_arguments.

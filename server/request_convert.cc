@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "chat/harmony_reader.h"
 #include "engine/token_then_constraint.h"
 #include "util/field_error.h"
 #include "util/file_util.h"
@@ -80,6 +81,18 @@ bool ValidToolName(const std::string& name) {
 
 // The tools' own checks, and the grammar that enforces the request's
 // tool_choice (null for none).
+// The tool a harmony reply is made to call: the named one, or the only one
+// when any call is required; -1 for none of those.
+int HarmonyForcedCall(const ClientRequest& in) {
+  const ToolChoice choice = ToolChoiceOf(in);
+  if (choice == ToolChoice::kRequired && in.tools.size() == 1) return 0;
+  if (choice != ToolChoice::kNamed) return -1;
+  for (size_t i = 0; i < in.tools.size(); ++i) {
+    if (in.tools[i].name == in.tool_choice_name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const ClientRequest& in,
                                                                          const ConvertContext& context) {
   const ToolChoice choice = ToolChoiceOf(in);
@@ -110,9 +123,26 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
   if (choice == ToolChoice::kNone) return nullptr;
   if (context.chat != nullptr && context.chat->reasoning == ReasoningFormat::kHarmony) {
     // gpt-oss calls on its commentary channel, read from the reply
-    // (chat/harmony_reader.h); no grammar holds them yet.
+    // (chat/harmony_reader.h). auto: as the model writes them. A named
+    // function (or required with one tool): the prompt opens the call's
+    // message (HarmonyForcedCall) and the function's schema holds its body.
     if (choice == ToolChoice::kAuto) return nullptr;
-    return FieldError("tool_choice", "gpt-oss's harmony calls are read, not yet enforced: send \"auto\"");
+    const int forced = HarmonyForcedCall(in);
+    if (forced < 0) {
+      return FieldError("tool_choice", "gpt-oss's harmony calls are enforced for a named function (or required "
+                                       "with one tool): name the function, or send \"auto\"");
+    }
+    if (in.constraint.has_value()) {
+      return FieldError("tool_choice", absl::StrCat("the call is enforced by a grammar, and ", in.constraint->field,
+                                                    " asks for another; send tool_choice \"auto\" with it"));
+    }
+    if (context.grammars == nullptr) {
+      return FieldError("tool_choice", "this server cannot enforce tool calls (no grammars)",
+                        absl::StatusCode::kFailedPrecondition);
+    }
+    const std::string& schema = enforced[forced].parameters;
+    return context.grammars->JsonSchema(schema.empty() ? std::string(R"({"type": "object"})") : schema,
+                                        "tool_choice");
   }
   if (in.constraint.has_value()) {
     return FieldError("tool_choice",
@@ -318,6 +348,14 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
   r.top_logprobs = static_cast<int>(in.top_logprobs);
   auto tool_constraint = ToolConstraint(in, context);
   if (!tool_constraint.ok()) return tool_constraint.status();
+  if (chat != nullptr && chat->reasoning == ReasoningFormat::kHarmony && in.prompt == ClientRequest::Prompt::kMessages &&
+      *tool_constraint != nullptr) {
+    // The call's message opened: the reply is its body.
+    auto header = tokenizer->Encode(HarmonyCallHeader(in.tools[HarmonyForcedCall(in)].name),
+                                    /*add_special_tokens=*/false);
+    if (!header.ok()) return FieldError("tool_choice", header.status().message());
+    r.prompt.insert(r.prompt.end(), header->begin(), header->end());
+  }
   if (*tool_constraint != nullptr) {
     r.constraint = std::move(*tool_constraint);
   } else if (in.constraint.has_value()) {

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "chat/harmony_reader.h"
 
 namespace flover::server {
 
@@ -11,6 +12,12 @@ ReplyReader::Options ReplyOptions(const ServingContext& serving, const ClientReq
   ReplyReader::Options o;
   if (serving.chat != nullptr) o.reasoning = serving.chat->reasoning;
   o.starts_in_reasoning = PromptOpensReasoning(serving.chat, serving.tokenizer, prompt);
+  if (o.reasoning == ReasoningFormat::kHarmony && serving.tokenizer != nullptr) {
+    // A call the server opened (a named tool_choice): its header's tokens.
+    const size_t tail = std::min<size_t>(prompt.size(), 64);
+    o.open_header = HarmonyOpenHeader(
+        serving.tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
+  }
   if (serving.chat != nullptr && !request.tools.empty() && ToolChoiceOf(request) != ToolChoice::kNone) {
     o.tools = serving.chat->tool_format;
   }

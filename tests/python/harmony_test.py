@@ -6,8 +6,10 @@ of the original) and --reasoning_parser=harmony; a regex holds its replies
 to harmony's shape (SmolLM2 spells the channel tokens as text; the reader
 reads text), so these check the server's path: the analysis channel as
 reasoning_content and the final one as content, a commentary call to
-functions.* as tool_calls, the same streamed and whole; reasoning_effort in
-the system message; and what harmony does not take yet, refused by name."""
+functions.* as tool_calls, the same streamed and whole; a named function
+(or required with one tool) opened by the server and its arguments held by
+the schema; reasoning_effort in the system message; and what harmony does
+not take yet, refused by name."""
 import json
 import os
 import sys
@@ -76,6 +78,17 @@ class HarmonyTest(unittest.TestCase):
             self.assertEqual(calls[0]["name"], "get_weather")
             self.assertEqual(json.loads(calls[0]["arguments"]), json.loads(call.function.arguments))
             self.assertFalse(content)
+            # A named function (or required with one tool): the server opens
+            # the call, its schema holds the arguments.
+            for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+                choice_, _, content, calls = whole_and_streamed(
+                    s, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=60, temperature=0)
+                self.assertEqual(choice_.finish_reason, "tool_calls", choice)
+                call = choice_.message.tool_calls[0]
+                self.assertEqual(call.function.name, "get_weather")
+                self.assertIsInstance(json.loads(call.function.arguments)["city"], str)
+                self.assertEqual(json.loads(calls[0]["arguments"]), json.loads(call.function.arguments))
+                self.assertFalse(content)
             # reasoning_effort reaches the system message.
             for effort in ("low", "high"):
                 status, tokens = s.post("/tokenize", {"messages": ASK, "reasoning_effort": effort})
@@ -83,7 +96,10 @@ class HarmonyTest(unittest.TestCase):
                 status, text = s.post("/detokenize", {"tokens": tokens["tokens"]})
                 self.assertIn(f"Reasoning: {effort}", text["content"])
             # Not taken yet, said by name.
-            for body, field in (({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),
+            two = TOOLS + [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+            for body, field in (({"tool_choice": "required", "tools": two}, "tool_choice"),
+                                ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                                  "tools": TOOLS, "response_format": {"type": "json_object"}}, "tool_choice"),
                                 ({"max_reasoning_tokens": 10}, "max_reasoning_tokens")):
                 with self.assertRaises(openai.BadRequestError) as e:
                     s.openai.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, extra_body=body)
