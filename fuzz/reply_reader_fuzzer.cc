@@ -1,7 +1,8 @@
 // Arbitrary model output read as a chat reply (chat/reply_reader.h): its
 // reasoning, content and calls are the same whether it arrives whole or in
-// pieces of any size, whatever the reasoning and tool-call formats and
-// whether the prompt opened the reasoning. The input's first byte picks
+// pieces of any size, whatever the reasoning format (think tags, none,
+// gpt-oss's harmony channels), the tool-call format and whether the prompt
+// opened the reasoning (harmony: a call's message). The input's first byte picks
 // those and the piece size; the rest is the reply.
 #include <cstddef>
 #include <cstdint>
@@ -21,11 +22,16 @@ void Check(bool ok) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   flover::ReplyReader::Options o;
-  o.reasoning = data[0] % 2 == 0 ? flover::ReasoningFormat::kThinkTags : flover::ReasoningFormat::kNone;
-  o.starts_in_reasoning = data[0] / 2 % 2 == 1;
-  if (data[0] / 4 % 2 == 1) o.tools = flover::ToolCallFormat::kHermes;
+  const int format = data[0] % 3;
+  o.reasoning = format == 0   ? flover::ReasoningFormat::kThinkTags
+                : format == 1 ? flover::ReasoningFormat::kNone
+                              : flover::ReasoningFormat::kHarmony;
+  o.starts_in_reasoning = data[0] / 3 % 2 == 1;
+  // harmony: a call the prompt opened, its body the reply.
+  if (format == 2 && o.starts_in_reasoning) o.open_header = "assistant<|channel|>commentary to=functions.f <|constrain|>json";
+  if (data[0] / 6 % 2 == 1) o.tools = flover::ToolCallFormat::kHermes;
   o.call_id_prefix = "c";
-  const size_t piece = 1 + data[0] / 8 % 16;
+  const size_t piece = 1 + data[0] / 12 % 16;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   const flover::Reply whole = flover::ReadReply(o, text);
   flover::ReplyReader reader(o);
