@@ -608,37 +608,12 @@ def rounding_sensitivity(double, patches, prompts, logits):
 
 
 def check_routing(double, patches, prompts):
-    """make_hybrid_golden.py's check_routing with this emulation: every expert used in every layer, at
-    least 8 distinct expert sets, the 4th and 5th routing probabilities (softmax over all 8 router
-    logits, biases included) at least MIN_MARGIN apart in float64 and both bf16 emulations."""
-    k = TOP_K
-    routers = lambda model: [l.mlp.router for l in layers(model)]  # noqa: E731
-    runs = prompts + [mh.greedy_sequence(NAME)]
-    ref = mh.routes(double, routers, lambda: [mh.logits64(double, patches, p) for p in runs])
-    margins, counts, sets = {}, [], []
-    for j, probs in sorted(ref.items()):
-        top = probs.topk(k + 1, -1)
-        counts.append(torch.bincount(top.indices[:, :k].flatten(), minlength=probs.shape[-1]).tolist())
-        sets.append(len({tuple(sorted(row)) for row in top.indices[:, :k].tolist()}))
-        margins.setdefault("float64", []).append((top.values[:, k - 1] - top.values[:, k]).min().item())
-        if min(counts[-1]) == 0 or sets[-1] < 8:
-            sys.exit(f"{NAME}: MoE layer {j}'s router does not spread the tokens over the experts")
-    print(f"  {NAME}: routing, top {k} of {len(counts[0])} experts in {len(ref)} layers over "
-          f"{next(iter(ref.values())).shape[0]} tokens (prompts and greedy sequence): expert uses per layer "
-          f"from {min(min(c) for c in counts)} to {max(max(c) for c in counts)}, {min(sets)} or more distinct "
-          f"expert sets per layer")
-    model = copy.deepcopy(double).float()
-    chosen = lambda v: v.topk(k, -1).indices.sort(-1).values  # noqa: E731
-    for kind, kv in (("bf16", False), ("bf16kv", True)):
-        low = mh.routes(model, routers, lambda: emulated_logits(model, runs, kv))
-        flips = sum(int((chosen(low[j]) != chosen(ref[j])).any(-1).sum()) for j in ref)
-        margins[kind] = [(lambda t: t[:, k - 1] - t[:, k])(v.topk(k + 1, -1).values).min().item() for v in low.values()]
-        print(f"    the {kind} emulation routes {flips} of {sum(v.shape[0] for v in ref.values())} token-layers "
-              f"otherwise than float64")
-    print("    smallest k-th vs (k+1)-th probability margin: "
-          + ", ".join(f"{min(v):.2e} ({kind})" for kind, v in margins.items()))
-    if min(min(v) for v in margins.values()) < mh.MIN_MARGIN:
-        sys.exit(f"{NAME}: a routing near-tie (margin under {mh.MIN_MARGIN:g}) makes the goldens fragile")
+    """make_hybrid_golden.py's check_routing with this family's bf16 emulation: every expert used in
+    every layer, at least 8 distinct expert sets, the 4th and 5th routing probabilities (softmax over
+    all 8 router logits, biases included) at least MIN_MARGIN apart in float64 and both bf16
+    emulations."""
+    mh.check_routing(NAME, double, m, patches, prompts, lambda model: [l.mlp.router for l in layers(model)],
+                     TOP_K, None, emulate=emulated_logits)
 
 
 # ---------------------------------------------------------------------------

@@ -1153,12 +1153,15 @@ def routes(model, routers, run):
     return {j: torch.cat(v) for j, v in record.items()}
 
 
-def check_routing(name, double, module, patches, prompts, routers, k, round_values):
+def check_routing(name, double, module, patches, prompts, routers, k, round_values, emulate=None):
     """As make_moe_golden.py: every expert used in every MoE layer, at least
     8 distinct expert sets, and over the prompts and the greedy sequence the
     k-th and (k+1)-th routing probabilities at least MIN_MARGIN apart in
     float64 and in both bf16 emulations (whose logits_bf16* follow their own
-    routing: how often it differs from float64's is printed)."""
+    routing: how often it differs from float64's is printed). `emulate(model,
+    runs, kv)`: a family's own bf16 emulation (make_gpt_oss_golden.py's)."""
+    if emulate is None:
+        emulate = lambda model, runs, kv: emulated_logits(model, module, runs, kv, round_values, True)  # noqa: E731
     runs = prompts + [greedy_sequence(name)]
     ref = routes(double, routers, lambda: [logits64(double, patches, p) for p in runs])
     margins, counts, sets = {}, [], []
@@ -1176,7 +1179,7 @@ def check_routing(name, double, module, patches, prompts, routers, k, round_valu
     model = copy.deepcopy(double).float()
     chosen = lambda v: v.topk(k, -1).indices.sort(-1).values  # noqa: E731
     for kind, kv in (("bf16", False), ("bf16kv", True)):
-        low = routes(model, routers, lambda: emulated_logits(model, module, runs, kv, round_values, True))
+        low = routes(model, routers, lambda: emulate(model, runs, kv))
         flips = sum(int((chosen(low[j]) != chosen(ref[j])).any(-1).sum()) for j in ref)
         margins[kind] = [(lambda t: t[:, k - 1] - t[:, k])(v.topk(k + 1, -1).values).min().item() for v in low.values()]
         print(f"    the {kind} emulation routes {flips} of {sum(v.shape[0] for v in ref.values())} token-layers "
