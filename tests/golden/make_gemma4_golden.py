@@ -124,7 +124,7 @@ rms0(x) the same without w:
   F ("proportional"): n = int(0.25 * Df // 2) pairs rotate, inv_freq_j = 1e6^(-2j/Df) for j < n (the
   exponent over Df, not over 2n), 0 for n <= j < Df/2 (those pairs do not rotate).
 
-gguf_gemma4 / gguf_gemma4_moe, as conversion/gemma.py Gemma4Model (over Gemma3Model and TextModel) of
+gguf_gemma4 / gguf_gemma4_moe, as llama.cpp/conversion/gemma.py Gemma4Model (over Gemma3Model and TextModel) of
 llama.cpp (a tree with ggml 0.20.1, no git metadata) writes them. Checked against that converter (--outtype
 f32, a stand-in vocabulary "none") run on gemma4_tiny / gemma4_moe_tiny: every key (type and value, in the
 same order) and all 98 / 89 tensors byte for byte, in the same order; it adds general.name and
@@ -844,7 +844,7 @@ def checks(name, spec, model, double, prompts, logits, patches):
 
 
 # ---------------------------------------------------------------------------
-# The GGUF twins, as llama.cpp's converter (conversion/gemma.py Gemma4Model,
+# The GGUF twins, as llama.cpp's converter (llama.cpp/conversion/gemma.py Gemma4Model,
 # over Gemma3Model and TextModel) writes the released checkpoints, F32.
 
 GGUF_GLOBAL = {"embed_tokens.weight": "token_embd.weight", "embed_tokens_per_layer.weight": "per_layer_token_embd.weight",

@@ -117,7 +117,7 @@ The model, as transformers 5.23 computes it, residual h = E[token] (unscaled), p
     act = (up + 1) * gate * sigmoid(1.702 gate); y_e = act @ down_proj[e] + down_proj_bias[e];
     moe(x) = sum_e w_e y_e (the down bias inside the weighting).
 
-gguf_gpt_oss, as conversion/gpt_oss.py GptOssModel (+ base TextModel) of llama.cpp (a tree with
+gguf_gpt_oss, as llama.cpp/conversion/gpt_oss.py GptOssModel (+ base TextModel) of llama.cpp (a tree with
 ggml 0.20.1, no git metadata) writes the released checkpoint. Checked against that converter
 (--outtype f32, a stand-in vocabulary "none") run on a copy of gpt_oss_tiny packed as released
 (experts as *_blocks / *_scales in transformers' nibble order, hf_mxfp4 below; config.json with
@@ -805,7 +805,7 @@ def must_matter_checks(double, patches, long):
 
 
 # ---------------------------------------------------------------------------
-# The GGUF twin, as llama.cpp's converter (conversion/gpt_oss.py GptOssModel
+# The GGUF twin, as llama.cpp's converter (llama.cpp/conversion/gpt_oss.py GptOssModel
 # on the released MXFP4 checkpoint) writes it.
 
 GGUF_LAYER = {

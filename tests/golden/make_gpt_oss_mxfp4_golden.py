@@ -201,12 +201,12 @@ def check_ggml(gguf, experts):
     if tuple(gguf.quants.MXFP4.kvalues) != GGML_KVALUES:
         die("gguf-py's MXFP4 kvalues differ")
     transform = None
-    try:  # llama.cpp's converter, conversion/gpt_oss.py (gguf-py's parent directory on sys.path)
+    try:  # llama.cpp's converter, llama.cpp/conversion/gpt_oss.py (gguf-py's parent directory on sys.path)
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(gguf.__file__)))))
         from conversion.gpt_oss import GptOssModel
         transform = GptOssModel.transform_nibble_layout
     except Exception as exc:  # noqa: BLE001
-        print(f"  {DST}: llama.cpp's conversion/gpt_oss.py not importable ({type(exc).__name__}): its repacking "
+        print(f"  {DST}: llama.cpp's llama.cpp/conversion/gpt_oss.py not importable ({type(exc).__name__}): its repacking "
               f"not compared")
     reader = None
     gguf_path = os.path.join(HERE, "gguf_gpt_oss", "model.gguf")
