@@ -96,7 +96,19 @@ absl::StatusOr<GgufText> ReadGgufText(const GgufFile& f, int model_vocab_size) {
                           std::pair{"tokenizer.ggml.eom_token_id", &eom}}) {
     if (auto st = OptionalId(f, key, out); !st.ok()) return st;
   }
-  for (int32_t id : {vocab->eos_id, eot, eom}) {
+  // gpt-oss's harmony (llama.cpp's converter writes <|return|> as the EOS):
+  // a reply also ends at <|call|>, a tool call's end, as llama.cpp ends it
+  // (<|end|>, between the analysis and the answer, does not end one).
+  int32_t call = -1;
+  const auto harmony = [&](const char* text) -> int32_t {
+    for (size_t i = 0; i < vocab->tokens.size(); ++i) {
+      const bool control = i < vocab->types.size() && vocab->types[i] == static_cast<int32_t>(GgufTokenType::kControl);
+      if (control && vocab->tokens[i] == text) return static_cast<int32_t>(i);
+    }
+    return -1;
+  };
+  if (vocab->eos_id >= 0 && harmony("<|return|>") == vocab->eos_id) call = harmony("<|call|>");
+  for (int32_t id : {vocab->eos_id, eot, eom, call}) {
     if (id < 0) continue;
     if (id >= model_vocab_size) {
       return absl::InvalidArgumentError(

@@ -19,7 +19,8 @@ struct GgufText {
   std::shared_ptr<const HfTokenizer> tokenizer;  // null: the file has no tokenizer
   // eos_token_id, then eot_token_id and eom_token_id where they differ: a
   // chat model's end of turn ends generation as its EOS does (llama.cpp
-  // stops at all of them).
+  // stops at all of them); with harmony's <|return|> as the EOS (gpt-oss),
+  // its <|call|> too.
   std::vector<int32_t> eos_ids;
   int32_t bos_id = -1;
   std::string chat_template;  // tokenizer.chat_template, or ""

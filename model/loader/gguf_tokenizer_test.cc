@@ -151,6 +151,32 @@ TEST(GgufTokenizerTest, RefusesWhatItCannotTokenizeByName) {
   EXPECT_EQ(LoadError([](GgufWriter& w) { w.String("general.name", "x"); }), "loaded");
 }
 
+// gpt-oss's files (<|return|> the EOS): a tool call's <|call|> ends a reply
+// too, and <|end|> (between its channels' messages) does not.
+TEST(GgufTokenizerTest, HarmonyCallEndsGenerationAsItsReturnDoes) {
+  GgufWriter w;
+  w.String("tokenizer.ggml.model", "gpt2").String("tokenizer.ggml.pre", "gpt-4o");
+  w.Strings("tokenizer.ggml.tokens", {"a", "b", "<|return|>", "<|end|>", "<|call|>"});
+  w.Array<int32_t>("tokenizer.ggml.token_type", GgufWriter::kI32, {1, 1, 3, 3, 3});
+  w.U32("tokenizer.ggml.eos_token_id", 2);
+  auto file = GgufFile::Parse(w.Bytes(), "v.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto text = ReadGgufText(*file, 5);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->eos_ids, (std::vector<int32_t>{2, 4}));
+  // Another EOS: <|call|> is just a token.
+  GgufWriter other;
+  other.String("tokenizer.ggml.model", "gpt2").String("tokenizer.ggml.pre", "gpt2");
+  other.Strings("tokenizer.ggml.tokens", {"a", "b", "</s>", "<|end|>", "<|call|>"});
+  other.Array<int32_t>("tokenizer.ggml.token_type", GgufWriter::kI32, {1, 1, 3, 3, 3});
+  other.U32("tokenizer.ggml.eos_token_id", 2);
+  auto file2 = GgufFile::Parse(other.Bytes(), "v.gguf");
+  ASSERT_TRUE(file2.ok());
+  auto text2 = ReadGgufText(*file2, 5);
+  ASSERT_TRUE(text2.ok()) << text2.status();
+  EXPECT_EQ(text2->eos_ids, (std::vector<int32_t>{2}));
+}
+
 TEST(GgufTokenizerTest, AVocabularyLargerThanTheModelIsRefused) {
   GgufWriter w;
   w.String("tokenizer.ggml.model", "gpt2").String("tokenizer.ggml.pre", "gpt2");
