@@ -79,8 +79,6 @@ bool ValidToolName(const std::string& name) {
                      [](char c) { return absl::ascii_isalnum(c) || c == '_' || c == '-'; });
 }
 
-// The tools' own checks, and the grammar that enforces the request's
-// tool_choice (null for none).
 // The tool a harmony reply is made to call: the named one, or the only one
 // when any call is required; -1 for none of those.
 int HarmonyForcedCall(const ClientRequest& in) {
@@ -93,6 +91,8 @@ int HarmonyForcedCall(const ClientRequest& in) {
   return -1;
 }
 
+// The tools' own checks, and the grammar that enforces the request's
+// tool_choice (null for none).
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const ClientRequest& in,
                                                                          const ConvertContext& context) {
   const ToolChoice choice = ToolChoiceOf(in);
