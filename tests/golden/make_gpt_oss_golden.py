@@ -552,59 +552,14 @@ def make(seed):
 # Checks of the float64 reference.
 
 def check_reference(double, patches, prompts, logits):
-    long = prompts[3]
-    watch = mh.DtypeWatch()
-    with watch:
-        exact = mh.logits64(double, patches, long)
-    if watch.narrow:
-        sys.exit(f"{NAME}: the float64 forward still narrows: {watch.narrow}")
-    watch = mh.DtypeWatch()
-    with watch, torch.no_grad():
-        plain = double(torch.tensor([long]), use_cache=False).logits[0]
-    print(f"  {NAME}: unpatched float64 forward narrows in {sum(watch.narrow.values())} ops "
-          f"({', '.join(sorted(watch.narrow))})")
-    print(f"  {NAME}: max |patched - unpatched float64| = {(exact - plain).abs().max().item():.3g} "
-          f"(logits up to {exact.abs().max().item():.3g})")
-    # full forward == token by token with the (sliding-window) cache, and == 30 + 20 then token by token
-    scale = exact.abs().max().item()
-    for split in ((1,) * len(long), (30, 20) + (1,) * (len(long) - 50)):
-        rows, cache, at = [], None, 0
-        watch = mh.DtypeWatch()
-        with mh.patched(patches), torch.no_grad(), watch:
-            for n in split:
-                out = double(torch.tensor([long[at:at + n]]), past_key_values=cache, use_cache=True)
-                cache, at = out.past_key_values, at + n
-                rows.append(out.logits[0])
-        if watch.narrow:
-            sys.exit(f"{NAME}: the cached float64 forward narrows: {watch.narrow}")
-        err = (torch.cat(rows) - exact).abs().max().item() / scale
-        what = "token by token" if split[0] == 1 else "prefill 30 + 20, then token by token"
-        print(f"  {NAME}: {what} with the cache vs full forward: max |diff| / max |logit| = {err:.3g}")
-        if err > 1e-12:
-            sys.exit(f"{NAME}: the cached run differs from the full forward")
-    if not torch.equal(exact.float(), logits["logits.3"]):
-        sys.exit(f"{NAME}: logits.3 is not the checked reference")
+    """make_hybrid_golden.py's: nothing narrower than float64, and the cached runs (prefill 30 + 20:
+    the long prompt is 62 tokens) equal the full forward."""
+    mh.check_reference(NAME, double, patches, prompts, logits, prefill=(30, 20))
 
 
 def rounding_sensitivity(double, patches, prompts, logits):
-    """As make_hybrid_golden.py's: transformers' own float32, and the bf16 emulation with float64
-    arithmetic between the same roundings."""
-    with torch.no_grad():
-        f32 = [double.float()(torch.tensor([p]), use_cache=False).logits[0] for p in prompts]
-        double.double()
-    rows = torch.cat([(a - logits[f"logits.{i}"]).abs().max(1).values / logits[f"logits.{i}"].abs().max(1).values
-                      for i, a in enumerate(f32)])
-    print(f"  {NAME}: transformers in float32 vs logits (float64): max {rows.max().item():.3g}")
-    for kind, kv in (("bf16", False), ("bf16kv", True)):
-        with mh.patched(patches):
-            again = emulated_logits(double, prompts, kv)
-        rows = torch.cat([(a.float() - logits[f"logits_{kind}.{i}"]).abs().max(1).values
-                          / logits[f"logits_{kind}.{i}"].abs().max(1).values for i, a in enumerate(again)])
-        away = torch.cat([(logits[f"logits_{kind}.{i}"] - logits[f"logits.{i}"]).abs().max(1).values
-                          / logits[f"logits.{i}"].abs().max(1).values for i in range(len(prompts))])
-        print(f"  {NAME}: logits_{kind} vs logits (float64): max {away.max().item():.3g}, median "
-              f"{away.median().item():.3g}; the same roundings in float64 vs logits_{kind}: max "
-              f"{rows.max().item():.3g}, median {rows.median().item():.3g}")
+    """make_hybrid_golden.py's with this family's bf16 emulation."""
+    mh.rounding_sensitivity(NAME, double, m, patches, prompts, None, logits, emulate=emulated_logits)
 
 
 def check_routing(double, patches, prompts):

@@ -685,7 +685,9 @@ def make(name, config, model_class, module, patches, round_values, seed, perturb
 # ---------------------------------------------------------------------------
 # Checks of the float64 reference.
 
-def check_reference(name, double, patches, prompts, logits):
+def check_reference(name, double, patches, prompts, logits, prefill=(50, 50)):
+    """(a) and (b) below; `prefill`: the two chunks before the token-by-token
+    run (fit to the long prompt's length)."""
     long = prompts[3]
     # (a) nothing narrower than float64 anywhere in the patched forward
     watch = DtypeWatch()
@@ -702,9 +704,9 @@ def check_reference(name, double, patches, prompts, logits):
     print(f"  {name}: max |patched - unpatched float64| = {(exact - plain).abs().max().item():.3g} "
           f"(logits up to {exact.abs().max().item():.3g})")
     # (b) full forward == token by token with the cache (generate-style),
-    # and == prefill 50, 50 more, then token by token
+    # and == the two prefill chunks, then token by token
     scale = exact.abs().max().item()
-    for split in ((1,) * len(long), (50, 50) + (1,) * (len(long) - 100)):
+    for split in ((1,) * len(long), tuple(prefill) + (1,) * (len(long) - sum(prefill))):
         rows, cache, at = [], None, 0
         watch = DtypeWatch()
         with patched(patches), torch.no_grad(), watch:
@@ -716,7 +718,7 @@ def check_reference(name, double, patches, prompts, logits):
             sys.exit(f"{name}: the cached float64 forward narrows: {watch.narrow}")
         step = torch.cat(rows)
         err = (step - exact).abs().max().item() / scale
-        what = "token by token" if split[0] == 1 else "prefill 50 + 50, then token by token"
+        what = "token by token" if split[0] == 1 else f"prefill {prefill[0]} + {prefill[1]}, then token by token"
         print(f"  {name}: {what} with the cache vs full forward: max |diff| / max |logit| = {err:.3g}")
         if err > 1e-12:
             sys.exit(f"{name}: the cached run differs from the full forward")
@@ -724,12 +726,16 @@ def check_reference(name, double, patches, prompts, logits):
         sys.exit(f"{name}: logits.3 is not the checked reference")
 
 
-def rounding_sensitivity(name, double, module, patches, prompts, round_values, logits, functional=False):
+def rounding_sensitivity(name, double, module, patches, prompts, round_values, logits, functional=False,
+                         emulate=None):
     """The bf16 emulation again with float64 arithmetic between the same
     roundings: how far an implementation that rounds exactly where
     emulated_logits does, but computes the rest differently, may land from
     logits_bf16*.{i} (a value on a bf16 rounding boundary rounds the other
-    way). Printed, for the tolerances of the tests that read the fixture."""
+    way). Printed, for the tolerances of the tests that read the fixture.
+    `emulate(model, prompts, kv)`: a family's own bf16 emulation."""
+    if emulate is None:
+        emulate = lambda model, runs, kv: emulated_logits(model, module, runs, kv, round_values, functional)  # noqa: E731
     with torch.no_grad():  # transformers' own float32 (its float32 casts and all)
         f32 = [double.float()(torch.tensor([p]), use_cache=False).logits[0] for p in prompts]
         double.double()
@@ -738,7 +744,7 @@ def rounding_sensitivity(name, double, module, patches, prompts, round_values, l
     print(f"  {name}: transformers in float32 vs logits (float64): max {rows.max().item():.3g}")
     for kind, kv in (("bf16", False), ("bf16kv", True)):
         with patched(patches):
-            again = emulated_logits(double, module, prompts, kv, round_values, functional)
+            again = emulate(double, prompts, kv)
         rows = torch.cat([(a.float() - logits[f"logits_{kind}.{i}"]).abs().max(1).values
                           / logits[f"logits_{kind}.{i}"].abs().max(1).values for i, a in enumerate(again)])
         away = torch.cat([(logits[f"logits_{kind}.{i}"] - logits[f"logits.{i}"]).abs().max(1).values
