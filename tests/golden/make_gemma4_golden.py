@@ -372,33 +372,16 @@ def routers(model):
     return [l.router.proj for l in layers(model) if l.enable_moe_block]
 
 
-def routes(model, run):
-    """The softmax over the router logits (tokens x experts; router.proj's output) of each MoE layer over what
-    `run()` computes (make_hybrid_golden.py's routes reads a router's first output, a tuple there)."""
-    record = {}
-    hooks = [r.register_forward_hook(
-        lambda mod, inp, out, j=j: record.setdefault(j, []).append(
-            torch.softmax(out.detach().double().reshape(-1, out.shape[-1]), -1)))
-        for j, r in enumerate(routers(model))]
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for h in hooks:
-            h.remove()
-    return {j: torch.cat(v) for j, v in record.items()}
-
-
 def route_margins(model, patches, runs, k):
     """Per MoE layer, the smallest k-th minus (k+1)-th routing probability (softmax over all router logits) over
     `runs`: float64, and both bf16 emulations (which follow their own routing)."""
     def smallest(rec):
         return [(lambda t: (t[:, k - 1] - t[:, k]).min().item())(v.topk(k + 1, -1).values) for _, v in sorted(rec.items())]
     double = mh.double_of(model)
-    out = {"float64": smallest(routes(double, lambda: [mh.logits64(double, patches, p) for p in runs]))}
+    out = {"float64": smallest(mh.routes(double, routers, lambda: [mh.logits64(double, patches, p) for p in runs]))}
     f = copy.deepcopy(double).float()
     for kind, kv in (("bf16", False), ("bf16kv", True)):
-        out[kind] = smallest(routes(f, lambda: emulated_logits(f, runs, kv)))
+        out[kind] = smallest(mh.routes(f, routers, lambda: emulated_logits(f, runs, kv)))
     return out
 
 
@@ -632,35 +615,10 @@ def formula_checks(name, double, patches, prompts):
 
 
 def check_routing(name, double, patches, prompts, k):
-    """make_hybrid_golden.py's check_routing with this emulation: every expert used in every layer, at least 8
-    distinct expert sets, the k-th and (k+1)-th routing probabilities (softmax over all router logits) at least
-    MIN_MARGIN apart in float64 and both bf16 emulations."""
-    runs = prompts + [mh.greedy_sequence(name)]
-    ref = routes(double, lambda: [mh.logits64(double, patches, p) for p in runs])
-    margins, counts, sets = {}, [], []
-    for j, probs in sorted(ref.items()):
-        top = probs.topk(k + 1, -1)
-        counts.append(torch.bincount(top.indices[:, :k].flatten(), minlength=probs.shape[-1]).tolist())
-        sets.append(len({tuple(sorted(row)) for row in top.indices[:, :k].tolist()}))
-        margins.setdefault("float64", []).append((top.values[:, k - 1] - top.values[:, k]).min().item())
-        if min(counts[-1]) == 0 or sets[-1] < 8:
-            sys.exit(f"{name}: MoE layer {j}'s router does not spread the tokens over the experts")
-    print(f"  {name}: routing, top {k} of {len(counts[0])} experts in {len(ref)} layers over "
-          f"{next(iter(ref.values())).shape[0]} tokens (prompts and greedy sequence): expert uses per layer "
-          f"from {min(min(c) for c in counts)} to {max(max(c) for c in counts)}, {min(sets)} or more distinct "
-          f"expert sets per layer")
-    model = copy.deepcopy(double).float()
-    chosen = lambda v: v.topk(k, -1).indices.sort(-1).values  # noqa: E731
-    for kind, kv in (("bf16", False), ("bf16kv", True)):
-        low = routes(model, lambda: emulated_logits(model, runs, kv))
-        flips = sum(int((chosen(low[j]) != chosen(ref[j])).any(-1).sum()) for j in ref)
-        margins[kind] = [(lambda t: t[:, k - 1] - t[:, k])(v.topk(k + 1, -1).values).min().item() for v in low.values()]
-        print(f"    the {kind} emulation routes {flips} of {sum(v.shape[0] for v in ref.values())} token-layers "
-              f"otherwise than float64")
-    print("    smallest k-th vs (k+1)-th probability margin: "
-          + ", ".join(f"{min(v):.2e} ({kind})" for kind, v in margins.items()))
-    if min(min(v) for v in margins.values()) < mh.MIN_MARGIN:
-        sys.exit(f"{name}: a routing near-tie (margin under {mh.MIN_MARGIN:g}) makes the goldens fragile")
+    """make_hybrid_golden.py's check_routing with this family's bf16 emulation: every expert used in every
+    layer, at least 8 distinct expert sets, the k-th and (k+1)-th routing probabilities (softmax over all router
+    logits: router.proj's output) at least MIN_MARGIN apart in float64 and both bf16 emulations."""
+    mh.check_routing(name, double, m, patches, prompts, routers, k, None, emulate=emulated_logits)
 
 
 def must_matter_checks(name, spec, double, patches, long):

@@ -1142,13 +1142,18 @@ def check_greedy_gap(name, double, patches):
         sys.exit(f"{name}: a near-tie in the greedy run makes it fragile")
 
 
+def _router_logits(out):
+    """A router module's logits: its output, or the first of a tuple."""
+    return out[0] if isinstance(out, tuple) else out
+
+
 def routes(model, routers, run):
     """The softmax over the router logits (tokens x experts) of each of
     `routers(model)`, over what `run()` computes."""
     record = {}
     hooks = [r.register_forward_hook(
         lambda mod, inp, out, j=j: record.setdefault(j, []).append(
-            torch.softmax(out[0].detach().double().reshape(-1, out[0].shape[-1]), -1)))
+            torch.softmax(_router_logits(out).detach().double().reshape(-1, _router_logits(out).shape[-1]), -1)))
         for j, r in enumerate(routers(model))]
     try:
         with torch.no_grad():
