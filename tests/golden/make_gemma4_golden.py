@@ -360,61 +360,14 @@ def perturb(model, spec, seed):
                 s.copy_(lo2 + (hi2 - lo2) * torch.rand(s.shape, generator=g))
 
 
-def greedy(double, patches, prompt, steps=32):
-    seq = list(prompt)
-    with torch.no_grad():
-        for _ in range(steps):
-            seq.append(int(mh.logits64(double, patches, seq)[-1].argmax()))
-    return seq
-
-
 def routers(model):
     return [l.router.proj for l in layers(model) if l.enable_moe_block]
 
 
-def route_margins(model, patches, runs, k):
-    """Per MoE layer, the smallest k-th minus (k+1)-th routing probability (softmax over all router logits) over
-    `runs`: float64, and both bf16 emulations (which follow their own routing)."""
-    def smallest(rec):
-        return [(lambda t: (t[:, k - 1] - t[:, k]).min().item())(v.topk(k + 1, -1).values) for _, v in sorted(rec.items())]
-    double = mh.double_of(model)
-    out = {"float64": smallest(mh.routes(double, routers, lambda: [mh.logits64(double, patches, p) for p in runs]))}
-    f = copy.deepcopy(double).float()
-    for kind, kv in (("bf16", False), ("bf16kv", True)):
-        out[kind] = smallest(mh.routes(f, routers, lambda: emulated_logits(f, runs, kv)))
-    return out
-
-
 def tune_routers(name, model, seed, prompts, k):
-    """As make_gpt_oss_golden.py's tune_routers (Gemma 4's router has no bias: its proj weight gets the nudge):
-    layer by layer, router.proj.weight + ROUTER_NUDGE * randn (seeded by the sweep, the layer and the trial;
-    trial 0 leaves it as it is) until every token of that layer is ROUTER_CLEAR * MIN_MARGIN clear of a tie in
-    float64 and both bf16 emulations; repeated until no layer needs a nudge."""
-    patches, chosen = gemma4_patches(), {}
-    for sweep in range(12):
-        changed = False
-        for j, r in enumerate(routers(model)):
-            base = r.weight.detach().clone()
-            for t in range(400):
-                with torch.no_grad():
-                    if t:
-                        g = torch.Generator().manual_seed(seed * 100000 + sweep * 10000 + j * 1000 + t)
-                        r.weight.copy_(base + ROUTER_NUDGE * torch.randn(base.shape, generator=g))
-                    else:
-                        r.weight.copy_(base)
-                runs = prompts + [greedy(mh.double_of(model), patches, prompts[1])]
-                worst = min(v[j] for v in route_margins(model, patches, runs, k).values())
-                if worst >= ROUTER_CLEAR * mh.MIN_MARGIN:
-                    break
-            else:
-                sys.exit(f"{name}: no router nudge clears layer {j}'s routing ties")
-            if t:
-                changed = True
-                chosen.setdefault(j, []).append((sweep, t))
-        if not changed:
-            print(f"{name}: router weights nudged (MoE layer: [(sweep, trial), ...]) {chosen}")
-            return
-    sys.exit(f"{name}: the router nudges do not settle")
+    """make_hybrid_golden.py's tune_routers; Gemma 4's router has no bias: its proj weight gets the nudges."""
+    mh.tune_routers(name, model, seed, prompts, k, routers, lambda r: r.weight, gemma4_patches(), emulated_logits,
+                    ROUTER_NUDGE, ROUTER_CLEAR, "weight")
 
 
 def make(name, spec, seed):
@@ -454,7 +407,7 @@ def make(name, spec, seed):
     with torch.no_grad():
         for i, p in enumerate(prompts):
             logits[f"logits.{i}"] = mh.logits64(double, patches, p).float().contiguous()
-        seq = greedy(double, patches, prompts[1])
+        seq = mh.greedy(double, patches, prompts[1])
     for kind, kv in (("bf16", False), ("bf16kv", True)):
         for i, l in enumerate(emulated_logits(model, prompts, kv)):
             logits[f"logits_{kind}.{i}"] = l

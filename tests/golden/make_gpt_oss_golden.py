@@ -430,65 +430,18 @@ def perturb(model, seed):
             ex.down_proj_bias.copy_(DOWN_BIAS * torch.randn(ex.down_proj_bias.shape, generator=g))
 
 
-def greedy(double, patches, prompt, steps=32):
-    seq = list(prompt)
-    with torch.no_grad():
-        for _ in range(steps):
-            seq.append(int(mh.logits64(double, patches, seq)[-1].argmax()))
-    return seq
-
-
 def routers(model):
     return [l.mlp.router for l in layers(model)]
-
-
-def route_margins(model, patches, runs):
-    """Per layer, the smallest k-th minus (k+1)-th routing probability (softmax over all router logits)
-    over `runs`: float64, and both bf16 emulations (which follow their own routing)."""
-    def smallest(rec):
-        return [(lambda t: (t[:, TOP_K - 1] - t[:, TOP_K]).min().item())(v.topk(TOP_K + 1, -1).values)
-                for _, v in sorted(rec.items())]
-    double = mh.double_of(model)
-    out = {"float64": smallest(mh.routes(double, routers, lambda: [mh.logits64(double, patches, p) for p in runs]))}
-    f = copy.deepcopy(double).float()
-    for kind, kv in (("bf16", False), ("bf16kv", True)):
-        out[kind] = smallest(mh.routes(f, routers, lambda: emulated_logits(f, runs, kv)))
-    return out
 
 
 def tune_routers(model, seed, prompts):
     """With 8 experts, top 4, the 4th and 5th routing probabilities are the middle two, the closest: over
     the 129 tokens of the prompts and the greedy sequence, times 4 layers, times float64 and the two bf16
     emulations, a random draw leaves some token within MIN_MARGIN of a tie (in none of 32 seeds tried
-    with an earlier setting of these weights was every token clear). So, layer by layer, the router's bias gets + ROUTER_NUDGE * randn (seeded by the sweep, the
-    layer and the trial; trial 0 leaves it as it is) until every token of that layer is ROUTER_CLEAR *
-    MIN_MARGIN clear of a tie in all three; layer j's routing depends on layers <= j, and on the later
-    ones through the greedy sequence only, so the sweep is repeated until no layer needs a nudge."""
-    patches, chosen = gpt_oss_patches(), {}
-    for sweep in range(12):
-        changed = False
-        for j, r in enumerate(routers(model)):
-            base = r.bias.detach().clone()
-            for t in range(400):
-                with torch.no_grad():
-                    if t:
-                        g = torch.Generator().manual_seed(seed * 100000 + sweep * 10000 + j * 1000 + t)
-                        r.bias.copy_(base + ROUTER_NUDGE * torch.randn(base.shape, generator=g))
-                    else:
-                        r.bias.copy_(base)
-                runs = prompts + [greedy(mh.double_of(model), patches, prompts[1])]
-                worst = min(v[j] for v in route_margins(model, patches, runs).values())
-                if worst >= ROUTER_CLEAR * mh.MIN_MARGIN:
-                    break
-            else:
-                sys.exit(f"{NAME}: no router bias nudge clears layer {j}'s routing ties")
-            if t:
-                changed = True
-                chosen.setdefault(j, []).append((sweep, t))
-        if not changed:
-            print(f"{NAME}: router biases nudged (layer: [(sweep, trial), ...]) {chosen}")
-            return
-    sys.exit(f"{NAME}: the router nudges do not settle")
+    with an earlier setting of these weights was every token clear). So the routers' biases get
+    make_hybrid_golden.py's tune_routers nudges."""
+    mh.tune_routers(NAME, model, seed, prompts, TOP_K, routers, lambda r: r.bias, gpt_oss_patches(), emulated_logits,
+                    ROUTER_NUDGE, ROUTER_CLEAR, "bias")
 
 
 def make(seed):

@@ -1164,6 +1164,66 @@ def routes(model, routers, run):
     return {j: torch.cat(v) for j, v in record.items()}
 
 
+def greedy(double, patches, prompt, steps=32):
+    """`steps` greedy tokens after `prompt`, each by a full recompute in float64."""
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(steps):
+            seq.append(int(logits64(double, patches, seq)[-1].argmax()))
+    return seq
+
+
+def route_margins(model, patches, runs, k, routers, emulate):
+    """Per MoE layer, the smallest k-th minus (k+1)-th routing probability
+    (softmax over all router logits) over `runs`: float64, and both bf16
+    emulations (`emulate(model, runs, kv)`; they follow their own routing)."""
+    def smallest(rec):
+        return [(lambda t: (t[:, k - 1] - t[:, k]).min().item())(v.topk(k + 1, -1).values) for _, v in sorted(rec.items())]
+    double = double_of(model)
+    out = {"float64": smallest(routes(double, routers, lambda: [logits64(double, patches, p) for p in runs]))}
+    f = copy.deepcopy(double).float()
+    for kind, kv in (("bf16", False), ("bf16kv", True)):
+        out[kind] = smallest(routes(f, routers, lambda: emulate(f, runs, kv)))
+    return out
+
+
+def tune_routers(name, model, seed, prompts, k, routers, param, patches, emulate, nudge, clear, what):
+    """With k of E experts a random draw may leave some token within
+    MIN_MARGIN of a routing tie in float64 or a bf16 emulation. So, layer by
+    layer, `param(router)` (the router's bias, or its weight: `what`) gets +
+    nudge * randn (seeded by the sweep, the layer and the trial; trial 0
+    leaves it as it is) until every token of the prompts and the greedy run
+    is clear * MIN_MARGIN clear of a tie in all three; layer j's routing
+    depends on layers <= j, and on the later ones through the greedy
+    sequence only, so the sweep is repeated until no layer needs a nudge."""
+    chosen = {}
+    for sweep in range(12):
+        changed = False
+        for j, r in enumerate(routers(model)):
+            target = param(r)
+            base = target.detach().clone()
+            for t in range(400):
+                with torch.no_grad():
+                    if t:
+                        g = torch.Generator().manual_seed(seed * 100000 + sweep * 10000 + j * 1000 + t)
+                        target.copy_(base + nudge * torch.randn(base.shape, generator=g))
+                    else:
+                        target.copy_(base)
+                runs = prompts + [greedy(double_of(model), patches, prompts[1])]
+                worst = min(v[j] for v in route_margins(model, patches, runs, k, routers, emulate).values())
+                if worst >= clear * MIN_MARGIN:
+                    break
+            else:
+                sys.exit(f"{name}: no router {what} nudge clears layer {j}'s routing ties")
+            if t:
+                changed = True
+                chosen.setdefault(j, []).append((sweep, t))
+        if not changed:
+            print(f"{name}: router {what} nudged (MoE layer: [(sweep, trial), ...]) {chosen}")
+            return
+    sys.exit(f"{name}: the router nudges do not settle")
+
+
 def check_routing(name, double, module, patches, prompts, routers, k, round_values, emulate=None):
     """As make_moe_golden.py: every expert used in every MoE layer, at least
     8 distinct expert sets, and over the prompts and the greedy sequence the
