@@ -170,7 +170,6 @@ Run in the oracle venv (torch 2.15 CPU, transformers 5.23.0) with llama.cpp's gg
 (NAME: gemma4_tiny, gemma4_moe_tiny; all by default; --gguf-only rewrites the GGUF twins from the HF
 directories). Deterministic: a rerun writes the same bytes (checked). About three minutes on 2 cores.
 """
-import copy
 import json
 import math
 import os

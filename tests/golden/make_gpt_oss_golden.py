@@ -180,7 +180,6 @@ Run in the oracle venv (torch 2.15 CPU, transformers 5.23.0) with llama.cpp's gg
 (--gguf-only rewrites gguf_gpt_oss from gpt_oss_tiny's files). Deterministic: a rerun writes the
 same bytes (checked). About a minute on 2 cores.
 """
-import copy
 import json
 import math
 import os
