@@ -19,7 +19,6 @@
 // otherwise. llama.cpp's GGUF files (arch
 // "gpt-oss") keep them as Flover's other mixtures do, MXFP4 blocks with
 // ffn_*_exps.bias beside.
-#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +75,13 @@ absl::Status ParseGptOss(const Struct& s, absl::string_view what, LlamaConfig* c
   return absl::OkStatus();
 }
 
+// The window on even layers, the whole context on odd ones: the released
+// config's layer_types, and llama.cpp's swa pattern 2.
+void WindowEvenLayers(LlamaConfig* c) {
+  c->sliding_layers.clear();
+  for (int l = 0; l < c->n_layer; ++l) c->sliding_layers.push_back(l % 2 == 0 ? 1 : 0);
+}
+
 // llama.cpp's gpt-oss files: the window on even layers (its swa pattern 2),
 // YaRN as transformers computes it for the released config (the ramp not
 // truncated: files do not record that), biases on q, k, v and o.
@@ -88,8 +94,7 @@ absl::Status GptOssGguf(const GgufFile& f, const std::string& a, LlamaConfig* c)
     return refuse(a, "attention.sliding_window ", window, " is out of range");
   }
   c->sliding_window = static_cast<int>(window);
-  c->sliding_layers.clear();
-  for (int l = 0; l < c->n_layer; ++l) c->sliding_layers.push_back(l % 2 == 0 ? 1 : 0);
+  WindowEvenLayers(c);
   // The family's reading took the YaRN keys; gpt-oss's ramp is not truncated.
   c->rope_scaling.truncate = false;
   return absl::OkStatus();
@@ -106,9 +111,8 @@ void GptOssBuiltin(LlamaConfig* c) {
   r.factor = 32.0;
   r.original_max_positions = 4096;
   r.truncate = false;
-  r.attention_factor = 0.1 * std::log(r.factor) + 1.0;
-  c->sliding_layers.clear();
-  for (int l = 0; l < c->n_layer; ++l) c->sliding_layers.push_back(l % 2 == 0 ? 1 : 0);
+  r.attention_factor = YarnAttentionFactor(r.factor);
+  WindowEvenLayers(c);
 }
 
 void GptOssSpec(const LlamaConfig& c, DecoderSpec* s) {

@@ -100,7 +100,7 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
       return absl::InvalidArgumentError(absl::StrCat(what, ": rope_scaling beta_fast and beta_slow must be > 0"));
     }
     out->truncate = JsonBoolField(r, "truncate", true);
-    out->attention_factor = out->factor <= 1 ? 1.0 : 0.1 * std::log(out->factor) + 1.0;
+    out->attention_factor = YarnAttentionFactor(out->factor);
     if (JsonHas(r, "attention_factor")) {
       auto af = JsonNumberField(r, "attention_factor", 1.0, what);
       if (!af.ok()) return af.status();
@@ -585,6 +585,8 @@ void ServeLlamaContext(LlamaConfig* c, int positions) {
   r.use_long = positions > r.original_max_positions && r.long_max_positions > r.original_max_positions;
   c->max_positions = r.use_long ? r.long_max_positions : std::min(r.long_max_positions, r.original_max_positions);
 }
+
+double YarnAttentionFactor(double factor) { return factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0; }
 
 namespace {
 

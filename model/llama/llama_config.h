@@ -220,6 +220,11 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
 // The family-independent description.
 ModelInfo InfoOf(const LlamaConfig& config);
 
+// YaRN's scale of cos and sin for a context stretched `factor` times, as
+// transformers and llama.cpp compute it: 0.1 ln(factor) + 1 (1 for no
+// stretch).
+double YarnAttentionFactor(double factor);
+
 // inv_freq[i] for i < R / 2 (R = rotary(): head_dim, or the partial
 // rotary dims): 1 / theta^(2i / R), with the
 // config's rope scaling applied as Hugging Face's transformers applies it

@@ -1,7 +1,6 @@
 #include "model/llama/llama_gguf.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -304,7 +303,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
       return refuse(a, "rope.scaling's yarn betas and attn_factor must be > 0");
     }
     r.truncate = true;
-    r.attention_factor = attn * (factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0);
+    r.attention_factor = attn * YarnAttentionFactor(factor);
   } else if (scaling != "none" && scaling != "linear") {
     return refuse(a, "rope.scaling.type \"", scaling, "\" is not supported (none, linear, yarn)");
   }
