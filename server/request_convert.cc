@@ -121,29 +121,10 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
     }
   }
   if (choice == ToolChoice::kNone) return nullptr;
-  if (context.chat != nullptr && context.chat->reasoning == ReasoningFormat::kHarmony) {
-    // gpt-oss calls on its commentary channel, read from the reply
-    // (chat/harmony_reader.h). auto: as the model writes them. A named
-    // function (or required with one tool): the prompt opens the call's
-    // message (HarmonyForcedCall) and the function's schema holds its body.
-    if (choice == ToolChoice::kAuto) return nullptr;
-    const int forced = HarmonyForcedCall(in);
-    if (forced < 0) {
-      return FieldError("tool_choice", "gpt-oss's harmony calls are enforced for a named function (or required "
-                                       "with one tool): name the function, or send \"auto\"");
-    }
-    if (in.constraint.has_value()) {
-      return FieldError("tool_choice", absl::StrCat("the call is enforced by a grammar, and ", in.constraint->field,
-                                                    " asks for another; send tool_choice \"auto\" with it"));
-    }
-    if (context.grammars == nullptr) {
-      return FieldError("tool_choice", "this server cannot enforce tool calls (no grammars)",
-                        absl::StatusCode::kFailedPrecondition);
-    }
-    const std::string& schema = enforced[forced].parameters;
-    return context.grammars->JsonSchema(schema.empty() ? std::string(R"({"type": "object"})") : schema,
-                                        "tool_choice");
-  }
+  // gpt-oss calls on its commentary channel, read from the reply
+  // (chat/harmony_reader.h): auto needs no grammar.
+  const bool harmony = context.chat != nullptr && context.chat->reasoning == ReasoningFormat::kHarmony;
+  if (harmony && choice == ToolChoice::kAuto) return nullptr;
   if (in.constraint.has_value()) {
     return FieldError("tool_choice",
                       absl::StrCat("calls are enforced by a grammar, and ", in.constraint->field,
@@ -152,6 +133,18 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
   if (context.token_bytes == nullptr || context.grammars == nullptr || context.chat == nullptr) {
     return FieldError("tool_choice", "this server cannot enforce tool calls (no tokenizer or grammars)",
                       absl::StatusCode::kFailedPrecondition);
+  }
+  if (harmony) {
+    // A named function (or required with one tool): the prompt opens the
+    // call's message (ToEngineRequest) and the function's schema holds its body.
+    const int forced = HarmonyForcedCall(in);
+    if (forced < 0) {
+      return FieldError("tool_choice", "gpt-oss's harmony calls are enforced for a named function (or required "
+                                       "with one tool): name the function, or send \"auto\"");
+    }
+    const std::string& schema = enforced[forced].parameters;
+    return context.grammars->JsonSchema(schema.empty() ? std::string(R"({"type": "object"})") : schema,
+                                        "tool_choice");
   }
   auto tag = ToolCallGrammar(context.chat->tool_format, enforced, choice, in.tool_choice_name,
                              in.parallel_tool_calls, context.chat->tool_marker_token);
