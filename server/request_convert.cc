@@ -157,7 +157,8 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
 }  // namespace
 
 bool PromptOpensReasoning(const ChatSupport* chat, const Tokenizer* tokenizer, absl::Span<const int32_t> prompt) {
-  if (chat == nullptr || tokenizer == nullptr || chat->reasoning == ReasoningFormat::kNone) return false;
+  // Only think tags open in a prompt (StartsInReasoning): nothing to decode otherwise.
+  if (chat == nullptr || tokenizer == nullptr || chat->reasoning != ReasoningFormat::kThinkTags) return false;
   const size_t tail = std::min<size_t>(prompt.size(), 16);  // the generation prompt's end
   return StartsInReasoning(chat->reasoning,
                            tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
