@@ -354,6 +354,11 @@ INSTANTIATE_TEST_SUITE_P(
                                  "builtin:gpt-oss-tiny"},
                       PolicyCase{"gpt_oss_fusion_no_prefix_reuse", SchedulerPolicy::kFusion, Kv::kNoReuse,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:gpt-oss-tiny"},
+                      // MXFP4 experts run in their blocks (the GGUF fixture,
+                      // --dtype=native): preempted, prefix hits, speculated.
+                      PolicyCase{"gpt_oss_native_mxfp4_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kNative, kernels::KvDtype::kF32, "cpu",
+                                 "tests/golden/gguf_gpt_oss/model.gguf", true},
                       PolicyCase{"moe_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:mixtral-tiny"},
