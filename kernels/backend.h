@@ -313,7 +313,7 @@ class Backend : public Allocator {
                                     float eps) = 0;
 
   // Rotary position embeddings, in place on the Q and K parts of qkv: f32
-  // [T, (q_heads + 2 * kv_heads) * head_dim] (V untouched). In every head,
+  // [T, (q_heads + 2 * kv_heads) * head_dim] (V untouched; kv_heads 0: Q alone). In every head,
   // dim pair i (per p.style) turns by the angle positions[t] * inv_freq[i]
   // (f32 product); dims past 2 * inv_freq.cols stay as they are.
   // positions: i32 [1, T]; inv_freq: f32 [1, R/2] with R <= head_dim.

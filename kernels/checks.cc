@@ -170,7 +170,7 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
                            const RopeParams& p) {
   FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "inv_freq", inv_freq, 1, kAnySize, {DType::kF32}));
   const int64_t R = 2 * inv_freq.cols, D = p.head_dim;
-  if (p.q_heads < 1 || p.kv_heads < 1 || R < 2 || R > D) {
+  if (p.q_heads < 1 || p.kv_heads < 0 || R < 2 || R > D) {  // kv_heads 0: Q alone
     return absl::InvalidArgumentError(absl::StrCat("Rope: ", p.q_heads, " query heads, ", p.kv_heads,
                                                    " key/value heads of dim ", D, ", ", R,
                                                    " of them rotary"));
@@ -276,9 +276,9 @@ absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bia
   return absl::OkStatus();
 }
 
-int QueryHeads(const Tensor& qkv, const KvLayer& kv) {
+int QueryHeads(const Tensor& qkv, const KvLayer& kv, bool q_only) {
   if (kv.head_dim < 1) return 0;
-  return static_cast<int>(qkv.cols / kv.head_dim) - 2 * kv.heads;
+  return static_cast<int>(qkv.cols / kv.head_dim) - (q_only ? 0 : 2 * kv.heads);
 }
 
 namespace {
@@ -286,15 +286,15 @@ namespace {
 // qkv and the KV layer of an AppendKv or Attention call (`op`; the window
 // as CheckSeqTable's).
 absl::Status CheckQkvAndKv(const char* op, const Tensor& qkv, const SeqTable& seqs,
-                           const KvLayer& kv, KvDtype kv_dtype, int window) {
+                           const KvLayer& kv, KvDtype kv_dtype, int window, bool q_only = false) {
   FLOVER_RETURN_IF_ERROR(CheckSeqTable(op, seqs, &kv, window));
   FLOVER_RETURN_IF_ERROR(
       CheckTensor(op, "qkv", qkv, seqs.num_rows, kAnySize, {DType::kF32}));
-  const int q_heads = QueryHeads(qkv, kv);
+  const int q_heads = QueryHeads(qkv, kv, q_only);
   if (kv.heads < 1 || kv.head_dim < 1 || qkv.cols % kv.head_dim != 0 || q_heads < kv.heads ||
       q_heads % kv.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": qkv has ", qkv.cols, " columns, not (q_heads + 2 x ", kv.heads,
+        op, ": qkv has ", qkv.cols, " columns, not (q_heads", q_only ? "" : absl::StrCat(" + 2 x ", kv.heads),
         ") x head_dim ", kv.head_dim, " with q_heads a multiple of the ", kv.heads,
         " key/value heads"));
   }
@@ -322,9 +322,9 @@ absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const K
                                                    p.softcap, ", window ", p.window,
                                                    " (each must be >= 0 and finite)"));
   }
-  FLOVER_RETURN_IF_ERROR(CheckQkvAndKv("Attention", qkv, seqs, kv, kv_dtype, p.window));
+  FLOVER_RETURN_IF_ERROR(CheckQkvAndKv("Attention", qkv, seqs, kv, kv_dtype, p.window, p.q_only));
   return CheckTensor("Attention", "out", out, seqs.num_rows,
-                     int64_t{QueryHeads(qkv, kv)} * kv.head_dim, {DType::kF32, act});
+                     int64_t{QueryHeads(qkv, kv, p.q_only)} * kv.head_dim, {DType::kF32, act});
 }
 
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out) {

@@ -68,8 +68,9 @@ absl::Status CheckWeightedRowSumArgs(const Tensor& y, const Tensor& weights, con
 absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bias,
                              Epilogue epilogue, const Tensor& out, DType x_dtype, DType act);
 // The query heads of an attention call: qkv is [T, (q_heads + 2 *
-// kv.heads) * head_dim] (CheckAttentionArgs checks it).
-int QueryHeads(const Tensor& qkv, const KvLayer& kv);
+// kv.heads) * head_dim], or [T, q_heads * head_dim] where q_only
+// (CheckAttentionArgs checks it).
+int QueryHeads(const Tensor& qkv, const KvLayer& kv, bool q_only = false);
 
 // Also that kv holds `kv_dtype`, the element type the backend keeps, and
 // that the query heads are a whole multiple of the key/value heads.

@@ -322,6 +322,51 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
   }
 }
 
+// A layer that reads the K and V another layer appended (Gemma 4's shared
+// KV) passes Q alone (AttentionParams::q_only): its output is bitwise what
+// attention over the full [Q | K | V] rows gives, with and without a window
+// and grouped-query attention, and Rope turns a Q-only row (kv_heads 0) as
+// it turns the Q part of a full one.
+TEST_P(KvOpsTest, QOnlyRowsReadTheCachedKeysAndValuesAsFullRowsDo) {
+  std::string skip;
+  auto d = MakeDev(device(), MatmulDtype::kF32, kv_dtype(), &skip);
+  if (d == nullptr) GTEST_SKIP() << device() << ": " << skip;
+  for (const int window : {0, 5}) {
+    for (const int Hq : {2, 4}) {
+      const int H = 2, D = 32, T = 21, W = (Hq + 2 * H) * D;
+      KvLayer kv{nullptr, nullptr, 4, H, D, kv_dtype()};
+      const Arena k0(kv_dtype(), kv.elements(), 50), v0(kv_dtype(), kv.elements(), 51);
+      const Tensor kt = k0.Upload(*d), vt = v0.Upload(*d);
+      kv.k = kt.data;
+      kv.v = vt.data;
+      const std::vector<int32_t> blocks = {3, 1};
+      const std::vector<SeqRows> seqs = {{0, 2, T, 0}};
+      const SeqTable table = d->Seqs(seqs, T, blocks);
+      std::vector<float> full = Random(size_t(T) * W, 52), q_only;
+      for (int t = 0; t < T; ++t) {
+        q_only.insert(q_only.end(), full.begin() + size_t(t) * W, full.begin() + size_t(t) * W + Hq * D);
+      }
+      std::vector<int32_t> positions(T);
+      for (int t = 0; t < T; ++t) positions[t] = 2 + t;
+      const Tensor pos = d->UpInts(positions, 1, T);
+      const Tensor inv_freq = d->Up(Random(D / 4, 53), 1, D / 4);
+      const Tensor full_t = d->Up(full, T, W), q_t = d->Up(q_only, T, Hq * D);
+      ASSERT_TRUE((*d)->Rope(full_t, pos, inv_freq, RopeParams{Hq, H, D}).ok());
+      ASSERT_TRUE((*d)->Rope(q_t, pos, inv_freq, RopeParams{Hq, 0, D}).ok());
+      ASSERT_TRUE((*d)->AppendKv(full_t, table, kv).ok());
+      AttentionParams p;
+      p.window = window;
+      const Tensor out_full = d->New(DType::kF32, T, Hq * D), out_q = d->New(DType::kF32, T, Hq * D);
+      ASSERT_TRUE((*d)->Attention(full_t, table, kv, p, out_full).ok());
+      p.q_only = true;
+      ASSERT_TRUE((*d)->Attention(q_t, table, kv, p, out_q).ok());
+      EXPECT_EQ(d->Down(out_full), d->Down(out_q)) << "window " << window << ", " << Hq << " query heads";
+      // A Q-only row is not [Q | K | V]: AppendKv refuses it.
+      EXPECT_FALSE((*d)->AppendKv(q_t, table, kv).ok());
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DevicesKvDtypes, KvOpsTest,
                          ::testing::Combine(::testing::Values("cpu", "cuda"),
                                             ::testing::Values(KvDtype::kF32, KvDtype::kBF16)),

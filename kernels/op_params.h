@@ -21,6 +21,9 @@ struct AttentionParams {
   // heads of `qkv`, in the backend's memory) that joins each row's softmax
   // as one more score with no value: its denominator grows by exp(sink).
   const float* sinks = nullptr;
+  // qkv holds Q alone, [T, Hq * D], not [Q | K | V]: the layer reads the K
+  // and V another layer appended (Gemma 4's shared KV).
+  bool q_only = false;
 };
 
 // The activation of a gated MLP: out = act(gate) * up.

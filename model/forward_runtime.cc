@@ -27,7 +27,8 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
     return absl::InvalidArgumentError("the KV cache belongs to another backend than the model");
   }
   if (cs.layers != expected.layers || cs.heads != expected.heads ||
-      cs.head_dim != expected.head_dim || cs.state_layers != expected.state_layers ||
+      cs.head_dim != expected.head_dim || cs.layer_heads != expected.layer_heads ||
+      cs.layer_head_dim != expected.layer_head_dim || cs.state_layers != expected.state_layers ||
       cs.conv_state != expected.conv_state || cs.scan_state != expected.scan_state) {
     return absl::InvalidArgumentError("KV cache shape does not match the model");
   }

@@ -25,6 +25,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
   if (s.layers < 1 || s.heads < 1 || s.head_dim < 1 || s.num_blocks < 1 || s.max_seq < 1) {
     return absl::InvalidArgumentError("KV cache shape must be positive in every dimension");
   }
+  if ((!s.layer_heads.empty() && static_cast<int>(s.layer_heads.size()) != s.layers) ||
+      s.layer_heads.size() != s.layer_head_dim.size()) {
+    return absl::InvalidArgumentError("per-layer KV heads and head sizes need one entry per layer each");
+  }
+  for (int l = 0; l < s.layers; ++l) {
+    if (s.heads_of(l) < 1 || s.head_dim_of(l) < 1) {
+      return absl::InvalidArgumentError("KV cache shape must be positive in every dimension");
+    }
+  }
   if (s.local_blocks < 0 || (s.local_blocks > 0 && (static_cast<int>(s.local_layers.size()) != s.layers ||
                                                     s.local_window < 1 || s.local_layer_count() < 1 ||
                                                     s.global_layer_count() < 1))) {
@@ -77,13 +86,16 @@ kernels::KvLayer KvCache::layer(int i) const {
   // The global layers' K and V first, each [k | v] over num_blocks blocks;
   // then the local layers', over local_blocks.
   const bool local = shape_.local(i);
-  int index = 0;  // among the layers of its kind
-  for (int l = 0; l < i; ++l) index += shape_.local(l) == local;
-  kernels::KvLayer kv{nullptr, nullptr, local ? shape_.local_blocks : shape_.num_blocks, shape_.heads,
-                      shape_.head_dim, shape_.dtype};
-  const int64_t bytes = kv.elements() * kernels::KvDtypeBytes(shape_.dtype);  // of k, and of v
-  char* base = static_cast<char*>(data_.tensor().data) + 2 * bytes * index +
-               (local ? shape_.bytes_per_block() * shape_.num_blocks : 0);
+  const int64_t elem = kernels::KvDtypeBytes(shape_.dtype);
+  const int64_t blocks = local ? shape_.local_blocks : shape_.num_blocks;
+  int64_t offset = local ? shape_.bytes_per_block() * shape_.num_blocks : 0;
+  for (int l = 0; l < i; ++l) {
+    if (shape_.local(l) == local) offset += 2 * shape_.row_of(l) * KvCacheShape::kBlockSize * blocks * elem;
+  }
+  kernels::KvLayer kv{nullptr, nullptr, static_cast<int>(blocks), shape_.heads_of(i), shape_.head_dim_of(i),
+                      shape_.dtype};
+  const int64_t bytes = kv.elements() * elem;  // of k, and of v
+  char* base = static_cast<char*>(data_.tensor().data) + offset;
   kv.k = base;
   kv.v = base + bytes;
   return kv;

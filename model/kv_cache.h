@@ -25,6 +25,13 @@ struct KvCacheShape {
   int layers = 0;
   int heads = 0;  // local heads (all of them without tensor parallelism)
   int head_dim = 0;
+  // Each layer's where they differ (Gemma 4's global layers), `layers`
+  // entries each, or empty: every layer's are heads and head_dim.
+  std::vector<int> layer_heads, layer_head_dim;
+  int heads_of(int l) const { return layer_heads.empty() ? heads : layer_heads[l]; }
+  int head_dim_of(int l) const { return layer_head_dim.empty() ? head_dim : layer_head_dim[l]; }
+  // K (or V) of one position in layer l: its values.
+  int64_t row_of(int l) const { return int64_t{heads_of(l)} * head_dim_of(l); }
   kernels::KvDtype dtype = kernels::KvDtype::kF32;
   int num_blocks = 0;
   // The most positions one sequence may reach: what a step's launches are
@@ -61,20 +68,22 @@ struct KvCacheShape {
   int global_layer_count() const { return layers - local_layer_count(); }
   int local_layer_count() const;
   // K and V of one token in every layer of the shared blocks.
-  int64_t bytes_per_token() const {
-    return int64_t{2} * global_layer_count() * heads * head_dim * kernels::KvDtypeBytes(dtype);
-  }
+  int64_t bytes_per_token() const { return LayerBytes(false); }
   int64_t bytes_per_block() const { return bytes_per_token() * kBlockSize; }
   // One local block: K and V of kBlockSize positions in every local layer.
-  int64_t bytes_per_local_block() const {
-    return int64_t{2} * local_layer_count() * heads * head_dim * kernels::KvDtypeBytes(dtype) * kBlockSize;
-  }
+  int64_t bytes_per_local_block() const { return local_blocks > 0 ? LayerBytes(true) * kBlockSize : 0; }
   // One state slot: every recurrent layer's state.
   int64_t bytes_per_state_slot() const { return int64_t{4} * state_layers * (conv_state + scan_state); }
   // The K/V blocks' bytes, and with the state slots.
   int64_t kv_bytes() const { return bytes_per_block() * num_blocks + bytes_per_local_block() * local_blocks; }
   int64_t bytes() const { return kv_bytes() + bytes_per_state_slot() * state_slots; }
   int64_t tokens() const { return int64_t{num_blocks} * kBlockSize; }
+  // K and V of one token in the layers that are local (or not).
+  int64_t LayerBytes(bool in_local) const {
+    int64_t values = 0;
+    for (int l = 0; l < layers; ++l) values += local(l) == in_local ? 2 * row_of(l) : 0;
+    return values * kernels::KvDtypeBytes(dtype);
+  }
   static int BlocksFor(int64_t positions) {
     return static_cast<int>(kernels::KvLayer::BlocksFor(positions));
   }

@@ -239,7 +239,7 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
   const int D = kv.head_dim;
   const int group = q_heads / H;
   const int64_t QD = int64_t{q_heads} * D, HD = int64_t{H} * D;
-  const int64_t row_stride = QD + 2 * HD;  // [Q | K | V]
+  const int64_t row_stride = params.q_only ? QD : QD + 2 * HD;  // [Q | K | V], or Q alone
   const T* const keys = static_cast<const T*>(kv.k);
   const T* const values = static_cast<const T*>(kv.v);
 
@@ -779,9 +779,9 @@ absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, cons
                                    const AttentionParams& p, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, p, out, kv_dtype_, DType::kF32));
   if (kv.dtype == KvDtype::kBF16) {
-    AttentionOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), p, out.as<float>());
+    AttentionOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv, p.q_only), p, out.as<float>());
   } else {
-    AttentionOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv), p, out.as<float>());
+    AttentionOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv, p.q_only), p, out.as<float>());
   }
   return absl::OkStatus();
 }

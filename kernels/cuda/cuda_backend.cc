@@ -680,7 +680,7 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
   }
   if (seqs.num_rows == 0) return absl::OkStatus();
   FLOVER_RETURN_IF_ERROR(Activate());
-  const int q_heads = QueryHeads(qkv, kv);
+  const int q_heads = QueryHeads(qkv, kv, p.q_only);
   float* work = nullptr;
   const int64_t floats =
       AttentionWorkspaceFloats(seqs.num_rows, q_heads, kv.head_dim, seqs.max_context);

@@ -848,7 +848,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int len = min(n - p0, kAttentionChunk);
   const int D = kFixedD > 0 ? kFixedD : kv.head_dim;
   const int64_t HD = static_cast<int64_t>(H) * D;  // a row of out; Q's part of a row of qkv
-  const int64_t row_stride = HD + 2 * static_cast<int64_t>(kv_heads) * D;
+  // [Q | K | V], or Q alone (a layer that reads another's K and V).
+  const int64_t row_stride = HD + (params.q_only ? 0 : 2 * static_cast<int64_t>(kv_heads) * D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float scale = params.scale > 0 ? params.scale : 1.0f / sqrtf(static_cast<float>(D));
   const float softcap = params.softcap;

@@ -29,34 +29,40 @@ class AttentionMixer final : public TokenMixer {
     const DecoderSpec& spec = m.spec();
     const DecoderShard& shard = m.shard();
     kernels::Backend& backend = m.backend();
-    const Tensor qkv = m.buffer(kQkv, s.T), attn = m.buffer(kAttn, s.T);
+    const int l = s.layer, D = spec.head_dim_of(l);
+    // A layer that reads another's K and V projects Q alone.
+    const bool owns_kv = spec.kv_owner(l) == l;
+    const int kv_heads = owns_kv ? shard.kv_heads_of(spec, l) : 0;
+    const Tensor qkv = m.buffer(kQkv, s.T).View(0, s.T, (shard.q_heads + 2 * kv_heads) * D);
+    const Tensor attn = m.buffer(kAttn, s.T).View(0, s.T, shard.q_heads * D);
     FLOVER_RETURN_IF_ERROR(m.Apply(qkv_, h, qkv));
     if (spec.qk_norm) {  // each head of Q, then of K, on its own; or all of Q, then all of K
       const int groups_q = spec.qk_norm_whole ? 1 : shard.q_heads;
-      const int groups_k = spec.qk_norm_whole ? 1 : shard.kv_heads;
+      const int groups_k = spec.qk_norm_whole ? 1 : kv_heads;
       FLOVER_RETURN_IF_ERROR(backend.GroupRmsNorm(qkv, 0, groups_q, q_norm_, spec.norm_eps));
-      FLOVER_RETURN_IF_ERROR(
-          backend.GroupRmsNorm(qkv, shard.q_heads * spec.head_dim, groups_k, k_norm_, spec.norm_eps));
+      if (owns_kv) {
+        FLOVER_RETURN_IF_ERROR(backend.GroupRmsNorm(qkv, shard.q_heads * D, groups_k, k_norm_, spec.norm_eps));
+      }
     }
-    const int l = s.layer;
     if (!m.inv_freq(false).empty() && (spec.rope_layers.empty() || spec.rope_layers[l])) {
       const bool local = !spec.local_rope.empty() && spec.local_rope[l];
-      const kernels::RopeParams rope{shard.q_heads, shard.kv_heads, spec.head_dim, spec.rope_style,
-                                     spec.rope_scale};
+      const kernels::RopeParams rope{shard.q_heads, kv_heads, D, spec.rope_style, spec.rope_scale};
       FLOVER_RETURN_IF_ERROR(backend.Rope(qkv, s.step.positions, m.inv_freq(local).tensor(), rope));
     }
     // A local layer reads its own blocks where the cache keeps them apart.
     const kernels::SeqTable& table = s.cache.shape().local(kv_layer_) ? s.step.local_seqs : s.step.seqs;
     const kernels::KvLayer kv = s.cache.layer(kv_layer_);
-    FLOVER_RETURN_IF_ERROR(backend.AppendKv(qkv, table, kv));
+    if (owns_kv) FLOVER_RETURN_IF_ERROR(backend.AppendKv(qkv, table, kv));
     kernels::AttentionParams params = spec.attention[l];
+    params.q_only = !owns_kv;
     if (!sinks_.empty()) params.sinks = sinks_.tensor().as<float>();
     if (!gate_.has_value()) {
       FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, params, attn));
       return m.Residual(o_, attn, post, s.T);
     }
     // Gated: attention's output (f32) times sigmoid(h @ gate), in place.
-    const Tensor gated = m.buffer(kGated, s.T), gate = m.buffer(kGateIn, s.T);
+    const Tensor gated = m.buffer(kGated, s.T).View(0, s.T, shard.q_heads * D);
+    const Tensor gate = m.buffer(kGateIn, s.T).View(0, s.T, shard.q_heads * D);
     FLOVER_RETURN_IF_ERROR(backend.Attention(qkv, table, kv, params, gated));
     FLOVER_RETURN_IF_ERROR(m.Apply(*gate_, h, gate));
     FLOVER_RETURN_IF_ERROR(backend.Gate(gated, gate, kernels::GateKind::kSigmoid, gated));
@@ -82,19 +88,21 @@ class AttentionMixer final : public TokenMixer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up, const DecoderShard& shard,
-                                                               int kv_layer, DecoderLayerWeights& l) {
+                                                               int layer, DecoderLayerWeights& l) {
   const DecoderSpec& spec = up.spec();
-  const int C = spec.hidden, D = spec.head_dim, QL = shard.q_heads * D,
-            W = (shard.q_heads + 2 * shard.kv_heads) * D;
+  const bool owns_kv = spec.kv_owner(layer) == layer;
+  const int kv_heads = owns_kv ? shard.kv_heads_of(spec, layer) : 0;
+  const int C = spec.hidden, D = spec.head_dim_of(layer), QL = shard.q_heads * D,
+            W = (shard.q_heads + 2 * kv_heads) * D;
   Buffer q_norm, k_norm;
   if (spec.qk_norm) {  // per head: [D]; whole (one rank): [Hq * D] and [Hkv * D]
-    const int qn = spec.qk_norm_whole ? QL : D, kn = spec.qk_norm_whole ? shard.kv_heads * D : D;
+    const int qn = spec.qk_norm_whole ? QL : D, kn = !owns_kv ? 0 : spec.qk_norm_whole ? kv_heads * D : D;
     if (static_cast<int>(l.q_norm.size()) != qn || static_cast<int>(l.k_norm.size()) != kn) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the model's Q/K norms need weights of ", qn, " and ", kn, " values"));
+          absl::StrCat("layer ", layer, "'s Q/K norms need weights of ", qn, " and ", kn, " values"));
     }
     FLOVER_RETURN_IF_ERROR(up.Values(l.q_norm, 1, qn, &q_norm));
-    FLOVER_RETURN_IF_ERROR(up.Values(l.k_norm, 1, kn, &k_norm));
+    if (owns_kv) FLOVER_RETURN_IF_ERROR(up.Values(l.k_norm, 1, kn, &k_norm));
   }
   Buffer sinks;
   if (spec.attention_sinks) {
@@ -113,7 +121,7 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up
     FLOVER_RETURN_IF_ERROR(up.Site(l.attn_gate, none, C, QL, kernels::Epilogue::kBias, &gate.emplace()));
   }
   return std::make_unique<AttentionMixer>(std::move(qkv), std::move(o), std::move(gate), std::move(q_norm),
-                                          std::move(k_norm), std::move(sinks), kv_layer);
+                                          std::move(k_norm), std::move(sinks), spec.KvLayerOf(layer));
 }
 
 }  // namespace flover

@@ -25,8 +25,8 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
       runtime_(
           backend, collectives, spec.vocab_size, spec.max_positions, spec.hidden,
           [this](int T, int R) {
-            const int C = spec_.hidden, D = spec_.head_dim,
-                      W = (shard_.q_heads + 2 * shard_.kv_heads) * D, FL = shard_.inner,
+            const int C = spec_.hidden, D = spec_.MaxHeadDim(),
+                      W = spec_.MaxQkvWidth(shard_.q_heads, shard_.tp_size), FL = MaxInner(),
                       VL = shard_.vocab_end - shard_.vocab_begin;
             const bool glu = spec_.mlp == DecoderSpec::Mlp::kGlu;
             const bool sandwich = spec_.block == Block::kSandwich;
@@ -250,6 +250,13 @@ KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq, int state_slo
   }
   shape.heads = shard_.kv_heads;
   shape.head_dim = spec_.head_dim;
+  if (!spec_.layer_attention.empty()) {  // the layers that keep K and V, in order
+    for (int l = 0; l < spec_.n_layer; ++l) {
+      if (spec_.mixer(l) != DecoderSpec::Mixer::kAttention || spec_.kv_owner(l) != l) continue;
+      shape.layer_heads.push_back(shard_.kv_heads_of(spec_, l));
+      shape.layer_head_dim.push_back(spec_.head_dim_of(l));
+    }
+  }
   shape.dtype = backend_.kv_dtype();
   shape.num_blocks = num_blocks;
   shape.max_seq = max_seq;
@@ -258,7 +265,7 @@ KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq, int state_slo
   // blocks of their own (the engine's choice: local_blocks).
   if (shape.window == 0) {
     for (int l = 0; l < spec_.n_layer; ++l) {
-      if (spec_.mixer(l) != DecoderSpec::Mixer::kAttention) continue;
+      if (spec_.mixer(l) != DecoderSpec::Mixer::kAttention || spec_.kv_owner(l) != l) continue;
       const kernels::AttentionParams& a = spec_.attention[l];
       if (a.window > 0 && shape.local_window > 0 && a.window != shape.local_window) {
         shape.local_layers.clear();
@@ -271,6 +278,12 @@ KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq, int state_slo
     if (shape.local_window == 0) shape.local_layers.clear();
   }
   return shape;
+}
+
+int DecoderModel::MaxInner() const {
+  int inner = shard_.inner;
+  for (int l = 0; l < spec_.n_layer; ++l) inner = std::max(inner, shard_.inner_of(spec_, l));
+  return inner;
 }
 
 absl::Status DecoderModel::PrepareForBatches(int max_rows, int max_logit_rows) {

@@ -87,6 +87,8 @@ class DecoderModel final : public CausalLm, private LayerContext {
   absl::Status Run(const ForwardBatch& b, KvCache& cache, LogitsFor which, int* R);
   // After a forward's Finish: FinalHidden's rows of a T-row batch, where kept.
   absl::Status FetchHidden(int T);
+  // The widest dense MLP band of any layer on this rank.
+  int MaxInner() const;
 
   // LayerContext: what the layers' parts run with.
   const DecoderSpec& spec() const override { return spec_; }

@@ -32,13 +32,36 @@ int DecoderSpec::Recurrent::conv_channels(int hidden) const {
 }
 
 int DecoderSpec::KvLayerCount() const {
-  if (mixers.empty()) return n_layer;
-  return static_cast<int>(std::count(mixers.begin(), mixers.end(), Mixer::kAttention));
+  int count = 0;
+  for (int l = 0; l < n_layer; ++l) count += mixer(l) == Mixer::kAttention && kv_owner(l) == l;
+  return count;
 }
 
 int DecoderSpec::KvLayerOf(int l) const {
-  if (mixers.empty()) return l;
-  return static_cast<int>(std::count(mixers.begin(), mixers.begin() + l, Mixer::kAttention));
+  const int owner = kv_owner(l);
+  int index = 0;
+  for (int i = 0; i < owner; ++i) index += mixer(i) == Mixer::kAttention && kv_owner(i) == i;
+  return index;
+}
+
+int DecoderSpec::StateLayerCount() const { return StateLayerOf(n_layer); }
+
+int DecoderSpec::StateLayerOf(int l) const {
+  int index = 0;
+  for (int i = 0; i < l; ++i) index += mixer(i) != Mixer::kAttention;
+  return index;
+}
+
+int DecoderSpec::MaxHeadDim() const {
+  int d = head_dim;
+  for (const LayerAttention& a : layer_attention) d = std::max(d, a.head_dim);
+  return d;
+}
+
+int DecoderSpec::MaxQkvWidth(int q_heads, int tp_size) const {
+  int w = (q_heads + 2 * n_kv_head / tp_size) * head_dim;
+  for (const LayerAttention& a : layer_attention) w = std::max(w, (q_heads + 2 * a.kv_heads / tp_size) * a.head_dim);
+  return w;
 }
 
 absl::Status DecoderSpec::Validate() const {
@@ -55,6 +78,37 @@ absl::Status DecoderSpec::Validate() const {
   }
   if (!mixers.empty() && static_cast<int>(mixers.size()) != n_layer) {
     return bad(mixers.size(), " layer kinds (mixers) for ", n_layer, " layers");
+  }
+  if (!layer_attention.empty()) {
+    if (static_cast<int>(layer_attention.size()) != n_layer) {
+      return bad(layer_attention.size(), " layer attention shapes for ", n_layer, " layers");
+    }
+    for (int l = 0; l < n_layer; ++l) {
+      const LayerAttention& a = layer_attention[l];
+      if (a.kv_heads < 1 || a.head_dim < 1 || n_head % a.kv_heads != 0) {
+        return bad("layer ", l, ": ", n_head, " query heads over ", a.kv_heads, " key/value heads of ", a.head_dim,
+                   " (key/value heads must be positive and divide the query heads)");
+      }
+      if (a.kv_from >= 0) {
+        if (a.kv_from >= l || mixer(a.kv_from) != Mixer::kAttention || layer_attention[a.kv_from].kv_from >= 0 ||
+            mixer(l) != Mixer::kAttention) {
+          return bad("layer ", l, " reads the K and V of layer ", a.kv_from,
+                     ", which must be an earlier attention layer that writes its own");
+        }
+        const LayerAttention& o = layer_attention[a.kv_from];
+        if (o.kv_heads != a.kv_heads || o.head_dim != a.head_dim || attention[a.kv_from].window != attention[l].window) {
+          return bad("layer ", l, " reads the K and V of layer ", a.kv_from, ", whose heads or window differ");
+        }
+      }
+    }
+  }
+  if (!layer_intermediate.empty()) {
+    if (static_cast<int>(layer_intermediate.size()) != n_layer) {
+      return bad(layer_intermediate.size(), " MLP widths for ", n_layer, " layers");
+    }
+    for (int f : layer_intermediate) {
+      if (f < 1) return bad("an MLP width of ", f);
+    }
   }
   if (KvLayerCount() < 1) return bad("a decoder needs at least one attention layer");
   const Mixer recurrent_kind = RecurrentKind();
@@ -93,13 +147,15 @@ absl::Status DecoderSpec::Validate() const {
     return bad("a residual scale with sandwich norms is not built");
   }
   if (attn_output_gate && qk_norm_whole) return bad("an attention output gate with whole-Q/K norms is not built");
-  if (2 * inv_freq.size() > static_cast<size_t>(head_dim)) {
-    return bad("rotary embeddings turn ", 2 * inv_freq.size(), " dims of a ", head_dim,
-               "-dim head");
+  if (!local_rope.empty() && (static_cast<int>(local_rope.size()) != n_layer || inv_freq_local.empty())) {
+    return bad("a second rotary table needs a mark per layer and frequencies");
   }
-  if (!local_rope.empty() &&
-      (static_cast<int>(local_rope.size()) != n_layer || inv_freq_local.size() != inv_freq.size())) {
-    return bad("a second rotary table needs a mark per layer and as many frequencies as the first");
+  for (int l = 0; l < n_layer && !inv_freq.empty(); ++l) {
+    if (mixer(l) != Mixer::kAttention) continue;
+    const size_t turned = 2 * (!local_rope.empty() && local_rope[l] ? inv_freq_local : inv_freq).size();
+    if (turned > static_cast<size_t>(head_dim_of(l))) {
+      return bad("rotary embeddings turn ", turned, " dims of layer ", l, "'s ", head_dim_of(l), "-dim heads");
+    }
   }
   if (!rope_layers.empty() && static_cast<int>(rope_layers.size()) != n_layer) {
     return bad(rope_layers.size(), " rotary marks for ", n_layer, " layers");
@@ -137,6 +193,16 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
         "--tp=", s.tp_size, " does not divide the model's ", c.n_kv_head,
         c.n_kv_head == c.n_head ? " attention heads" : " key/value heads"));
   }
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (c.kv_heads_of(l) % s.tp_size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--tp=", s.tp_size, " does not divide layer ", l, "'s ",
+                                                     c.kv_heads_of(l), " key/value heads"));
+    }
+    if (c.intermediate_of(l) % s.tp_size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tp=", s.tp_size, " does not divide the MLP width ", c.intermediate_of(l)));
+    }
+  }
   if (c.intermediate % s.tp_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, " does not divide the MLP width ", c.intermediate));
@@ -173,6 +239,8 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
 
 DecoderShard DecoderShardOf(const DecoderSpec& c, const ShardSpec& s) {
   DecoderShard out;
+  out.tp_size = s.tp_size;
+  out.tp_rank = s.tp_rank;
   out.kv_heads = c.n_kv_head / s.tp_size;
   out.kv_head_begin = s.tp_rank * out.kv_heads;
   out.q_heads = c.n_head / s.tp_size;  // whole groups: n_head is a multiple of n_kv_head

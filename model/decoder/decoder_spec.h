@@ -19,6 +19,11 @@ struct DecoderSpec {
   int n_layer = 0, hidden = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
   int intermediate = 0;  // the MLP's width (each half of a gated MLP)
   int vocab_size = 0, max_positions = 0;
+  // Each layer's MLP width where the layers differ (Gemma 4's double-wide
+  // MLPs in its KV-sharing layers), n_layer entries, or empty: every layer's
+  // is `intermediate`.
+  std::vector<int> layer_intermediate;
+  int intermediate_of(int l) const { return layer_intermediate.empty() ? intermediate : layer_intermediate[l]; }
 
   // Every norm's kind: LayerNorm has a bias, RMSNorm none. A (1 + w)
   // weight (Gemma) is folded in by the family's recipe, not here.
@@ -62,12 +67,36 @@ struct DecoderSpec {
   Mixer mixer(int l) const { return mixers.empty() ? Mixer::kAttention : mixers[l]; }
   // The layers that keep K and V in the KV cache (the attention layers),
   // and layer l's index among them (l must be one).
+  // A layer that reads another's K and V (kv_from) keeps none: it is not
+  // counted, and KvLayerOf gives the index of the layer it reads.
   int KvLayerCount() const;
   int KvLayerOf(int l) const;
   // The recurrent layers (those of another kind), and layer l's index among
   // them: its state in the cache's slots.
-  int StateLayerCount() const { return n_layer - KvLayerCount(); }
-  int StateLayerOf(int l) const { return l - KvLayerOf(l); }
+  int StateLayerCount() const;
+  int StateLayerOf(int l) const;
+
+  // Each attention layer's geometry where the layers differ (Gemma 4's
+  // global layers have wider heads and fewer key/value heads than its local
+  // ones), n_layer entries, or empty: every layer has n_kv_head key/value
+  // heads of head_dim (and n_head query heads of it, always).
+  //   kv_from  -1: the layer writes its own K and V; else an earlier
+  //            attention layer of the same geometry whose cached K and V it
+  //            reads (Gemma 4's shared KV: the layer projects Q alone)
+  struct LayerAttention {
+    int kv_heads = 0, head_dim = 0;
+    int kv_from = -1;
+  };
+  std::vector<LayerAttention> layer_attention;
+  int kv_heads_of(int l) const { return layer_attention.empty() ? n_kv_head : layer_attention[l].kv_heads; }
+  int head_dim_of(int l) const { return layer_attention.empty() ? head_dim : layer_attention[l].head_dim; }
+  // The layer whose K and V layer l reads: l itself unless it shares.
+  int kv_owner(int l) const {
+    return layer_attention.empty() || layer_attention[l].kv_from < 0 ? l : layer_attention[l].kv_from;
+  }
+  // The widest head of any attention layer, and the widest [Q | K | V] row.
+  int MaxHeadDim() const;
+  int MaxQkvWidth(int q_heads, int tp_size) const;
   // The recurrent layers' kind (kAttention where there are none).
   Mixer RecurrentKind() const;
 
@@ -193,9 +222,10 @@ struct DecoderSpec {
 // their key/value heads, a band of the MLP, a vocabulary range (embedding
 // and head); the row-split layers' biases are added by rank 0 alone.
 struct DecoderShard {
+  int tp_size = 1, tp_rank = 0;
   int q_heads = 0, q_head_begin = 0;
-  int kv_heads = 0, kv_head_begin = 0;
-  int inner = 0, inner_begin = 0;
+  int kv_heads = 0, kv_head_begin = 0;  // of n_kv_head; a layer's own: kv_heads_of
+  int inner = 0, inner_begin = 0;       // of intermediate; a layer's own: inner_of
   int expert_inner = 0, expert_inner_begin = 0;  // each expert's band (moe)
   int shared_inner = 0, shared_inner_begin = 0;  // the shared expert's band (moe)
   int vocab_begin = 0, vocab_end = 0;
@@ -208,6 +238,13 @@ struct DecoderShard {
   // Mamba-2: whole groups with their heads.
   int mamba_groups = 0, mamba_group_begin = 0;
   int mamba_heads = 0, mamba_head_begin = 0;
+
+  // Layer l's key/value heads on this rank, and the first's index; its
+  // dense MLP's band.
+  int kv_heads_of(const DecoderSpec& c, int l) const { return c.kv_heads_of(l) / tp_size; }
+  int kv_head_begin_of(const DecoderSpec& c, int l) const { return tp_rank * kv_heads_of(c, l); }
+  int inner_of(const DecoderSpec& c, int l) const { return c.intermediate_of(l) / tp_size; }
+  int inner_begin_of(const DecoderSpec& c, int l) const { return tp_rank * inner_of(c, l); }
 };
 
 // OK when `spec.tp_size` divides the key/value heads (and so the query

@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMixer(LayerUploader& up, const D
   const DecoderSpec& spec = up.spec();
   switch (spec.mixer(layer)) {
     case DecoderSpec::Mixer::kAttention:
-      return MakeAttentionMixer(up, shard, spec.KvLayerOf(layer), w);
+      return MakeAttentionMixer(up, shard, layer, w);
     case DecoderSpec::Mixer::kGatedDeltaNet:
       return MakeGatedDeltaNetMixer(up, shard, spec.StateLayerOf(layer), w);
     case DecoderSpec::Mixer::kShortConv:

@@ -153,10 +153,10 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMixer(LayerUploader& up, const D
 absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const DecoderShard& shard, int layer,
                                                      DecoderLayerWeights& w);
 
-// Each mixer kind's own (one file each). `kv_layer`: the layer's K and V
-// in the cache (its index among the layers that keep them).
+// Each mixer kind's own (one file each). Attention's K and V in the cache
+// are those of the layer's kv_owner (DecoderSpec::KvLayerOf).
 absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up, const DecoderShard& shard,
-                                                               int kv_layer, DecoderLayerWeights& w);
+                                                               int layer, DecoderLayerWeights& w);
 // `state_layer`: the layer's state in the cache's slots (its index among
 // the recurrent layers).
 absl::StatusOr<std::unique_ptr<TokenMixer>> MakeGatedDeltaNetMixer(LayerUploader& up, const DecoderShard& shard,

@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const De
                                     std::move(down_b), std::move(shared));
   }
   const bool glu = spec.mlp == DecoderSpec::Mlp::kGlu;
-  const int FL = shard.inner;
+  const int FL = shard.inner_of(spec, layer);
   LinearSite ups, downs;
   FLOVER_RETURN_IF_ERROR(
       up.Site(l.up, l.up_b, C, glu ? 2 * FL : FL, glu ? plain : kernels::Epilogue::kBiasGelu, &ups));
