@@ -371,7 +371,8 @@ absl::Status CheckGateArgs(const Tensor& x, const Tensor& gate, GateKind act, co
   FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "x", x, kAnySize, kAnySize, {DType::kF32}));
   FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "gate", gate, x.rows, x.cols, {DType::kF32}));
   FLOVER_RETURN_IF_ERROR(CheckTensor("Gate", "out", out, x.rows, x.cols, {DType::kF32}));
-  if (act != GateKind::kIdentity && act != GateKind::kSigmoid && act != GateKind::kSilu) {
+  if (act != GateKind::kIdentity && act != GateKind::kSigmoid && act != GateKind::kSilu &&
+      act != GateKind::kGeluTanh) {
     return absl::InvalidArgumentError("Gate: unknown activation");
   }
   return absl::OkStatus();

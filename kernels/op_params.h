@@ -73,11 +73,14 @@ struct RopeParams {
 };
 
 // out = x * act(gate), elementwise (Gate): Qwen3.5's attention output gate
-// (sigmoid), a gated RMSNorm's gate (silu), LFM2's B * x and C * y (identity).
+// (sigmoid), a gated RMSNorm's gate (silu), LFM2's B * x and C * y
+// (identity), Gemma 4's per-layer input times its gate (gelu's tanh form,
+// as Glu's kGeluTanh computes it).
 enum class GateKind {
   kIdentity,
   kSigmoid,
   kSilu,
+  kGeluTanh,
 };
 
 // What follows a causal convolution (CausalConv): nothing (LFM2's short

@@ -20,6 +20,7 @@
 namespace flover::kernels {
 namespace {
 
+using ::flover::testing::GeluRef;
 using ::flover::testing::Random;
 using ::flover::testing::RelErr;
 using testing::Dev;
@@ -35,7 +36,7 @@ class RecurrentOpsTest : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(RecurrentOpsTest, GateEachActivation) {
-  for (const GateKind act : {GateKind::kIdentity, GateKind::kSigmoid, GateKind::kSilu}) {
+  for (const GateKind act : {GateKind::kIdentity, GateKind::kSigmoid, GateKind::kSilu, GateKind::kGeluTanh}) {
     RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-6, [act](Dev& d) {
       const int T = 5, C = 37;
       const auto x = Random(T * C, 1), g = Random(T * C, 2);
@@ -44,7 +45,10 @@ TEST_P(RecurrentOpsTest, GateEachActivation) {
       const std::vector<float> got = d.Down(out);
       std::vector<float> want(T * C);
       for (int i = 0; i < T * C; ++i) {
-        const double f = act == GateKind::kIdentity ? g[i] : act == GateKind::kSigmoid ? SigmoidD(g[i]) : SiluD(g[i]);
+        const double f = act == GateKind::kIdentity  ? g[i]
+                         : act == GateKind::kSigmoid ? SigmoidD(g[i])
+                         : act == GateKind::kSilu    ? SiluD(g[i])
+                                                     : GeluRef(g[i]);
         want[i] = static_cast<float>(x[i] * f);
       }
       EXPECT_LT(RelErr(got, want), 1e-6);

@@ -45,6 +45,10 @@ absl::Status CpuBackend::Gate(const Tensor& x, const Tensor& gate, GateKind act,
 #pragma omp parallel for simd schedule(static) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) o[i] = xs[i] * Silu(g[i]);
       break;
+    case GateKind::kGeluTanh:
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) o[i] = xs[i] * GeluNewF(g[i]);
+      break;
   }
   return absl::OkStatus();
 }

@@ -1263,7 +1263,10 @@ __global__ void GateKernel(const float* x, const float* gate, GateKind act, floa
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
-    const float f = act == GateKind::kSigmoid ? 1.0f / (1.0f + expf(-g)) : (act == GateKind::kSilu ? SiluF(g) : g);
+    const float f = act == GateKind::kSigmoid    ? 1.0f / (1.0f + expf(-g))
+                    : act == GateKind::kSilu     ? SiluF(g)
+                    : act == GateKind::kGeluTanh ? g / (1.0f + expf(-2.0f * (0.7978845608028654f * (g + 0.044715f * g * g * g))))
+                                                 : g;
     out[i] = x[i] * f;
   }
 }
