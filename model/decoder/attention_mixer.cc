@@ -21,9 +21,9 @@ class AttentionMixer final : public TokenMixer {
   // `kv_layer`: the layer's K and V in the cache (its index among the
   // attention layers).
   AttentionMixer(LinearSite qkv, LinearSite o, std::optional<LinearSite> gate, Buffer q_norm, Buffer k_norm,
-                 Buffer sinks, int kv_layer)
+                 Buffer v_norm, Buffer sinks, int kv_layer)
       : qkv_(std::move(qkv)), o_(std::move(o)), gate_(std::move(gate)), q_norm_(std::move(q_norm)),
-        k_norm_(std::move(k_norm)), sinks_(std::move(sinks)), kv_layer_(kv_layer) {}
+        k_norm_(std::move(k_norm)), v_norm_(std::move(v_norm)), sinks_(std::move(sinks)), kv_layer_(kv_layer) {}
 
   absl::Status Forward(LayerContext& m, const Tensor& h, const LayerStep& s, const Buffer& post) const override {
     const DecoderSpec& spec = m.spec();
@@ -43,6 +43,10 @@ class AttentionMixer final : public TokenMixer {
       if (owns_kv) {
         FLOVER_RETURN_IF_ERROR(backend.GroupRmsNorm(qkv, shard.q_heads * D, groups_k, k_norm_, spec.norm_eps));
       }
+    }
+    if (!v_norm_.empty()) {  // each head of V, without a weight (ones)
+      FLOVER_RETURN_IF_ERROR(
+          backend.GroupRmsNorm(qkv, (shard.q_heads + kv_heads) * D, kv_heads, v_norm_, spec.norm_eps));
     }
     if (!m.inv_freq(false).empty() && (spec.rope_layers.empty() || spec.rope_layers[l])) {
       const bool local = !spec.local_rope.empty() && spec.local_rope[l];
@@ -81,6 +85,7 @@ class AttentionMixer final : public TokenMixer {
   LinearSite qkv_, o_;
   std::optional<LinearSite> gate_;  // spec.attn_output_gate
   Buffer q_norm_, k_norm_;  // spec.qk_norm
+  Buffer v_norm_;           // spec.v_norm (a layer that keeps K and V): ones [D]
   Buffer sinks_;            // spec.attention_sinks: this rank's query heads'
   int kv_layer_;
 };
@@ -104,6 +109,11 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up
     FLOVER_RETURN_IF_ERROR(up.Values(l.q_norm, 1, qn, &q_norm));
     if (owns_kv) FLOVER_RETURN_IF_ERROR(up.Values(l.k_norm, 1, kn, &k_norm));
   }
+  Buffer v_norm;
+  if (spec.v_norm && owns_kv) {
+    std::vector<float> ones(D, 1.0f);
+    FLOVER_RETURN_IF_ERROR(up.Values(ones, 1, D, &v_norm));
+  }
   Buffer sinks;
   if (spec.attention_sinks) {
     if (static_cast<int>(l.sinks.size()) != shard.q_heads) {
@@ -121,7 +131,8 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeAttentionMixer(LayerUploader& up
     FLOVER_RETURN_IF_ERROR(up.Site(l.attn_gate, none, C, QL, kernels::Epilogue::kBias, &gate.emplace()));
   }
   return std::make_unique<AttentionMixer>(std::move(qkv), std::move(o), std::move(gate), std::move(q_norm),
-                                          std::move(k_norm), std::move(sinks), spec.KvLayerOf(layer));
+                                          std::move(k_norm), std::move(v_norm), std::move(sinks),
+                                          spec.KvLayerOf(layer));
 }
 
 }  // namespace flover

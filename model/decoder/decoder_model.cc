@@ -41,9 +41,13 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             b[kUp] = glu ? ForwardRuntime::BufferSpec{f32, T, 2 * F}
                          : ForwardRuntime::BufferSpec{f32, 1, 1};
             b[kMlp] = {act, T, F};
-            b[kBranch] = sandwich || spec_.residual_scale != 1.0f ? ForwardRuntime::BufferSpec{f32, T, C}
-                                                                  : ForwardRuntime::BufferSpec{f32, 1, 1};
-            b[kNormed] = sandwich ? b[kBranch] : ForwardRuntime::BufferSpec{f32, 1, 1};
+            const int P = spec_.per_layer_input;
+            b[kBranch] = sandwich || spec_.residual_scale != 1.0f || P > 0 ? ForwardRuntime::BufferSpec{f32, T, C}
+                                                                           : ForwardRuntime::BufferSpec{f32, 1, 1};
+            b[kNormed] = sandwich || P > 0 ? b[kBranch] : ForwardRuntime::BufferSpec{f32, 1, 1};
+            const ForwardRuntime::BufferSpec ple{f32, P > 0 ? T : 1, std::max(P, 1)};
+            b[kEmbed0] = P > 0 ? ForwardRuntime::BufferSpec{f32, T, C} : ForwardRuntime::BufferSpec{f32, 1, 1};
+            b[kPleIn] = b[kPleTok] = b[kPleGate] = ple;
             b[kLast] = {f32, R, C};
             b[kLogits] = {f32, std::max(T, R), VL};
             const int E = spec_.moe.experts, k = E > 0 ? spec_.moe.router.k : 1,
@@ -164,6 +168,18 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
     auto mlp = MakeMlp(up, shard_, index, l);
     if (!mlp.ok()) return mlp.status();
     p.mlp = std::move(*mlp);
+    if (spec_.per_layer_input > 0) {
+      auto ple = MakePerLayerInput(up, index, l);
+      if (!ple.ok()) return ple.status();
+      p.ple = std::move(*ple);
+    }
+    if (spec_.layer_scale) {
+      if (l.layer_scale.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("layer ", index, "'s output scale has ", l.layer_scale.size(),
+                                                       " values, not 1"));
+      }
+      p.scale = l.layer_scale[0];
+    }
     layers_.push_back(std::move(p));
   }
   if (!globals) return absl::OkStatus();
@@ -297,6 +313,7 @@ absl::Status DecoderModel::PrepareForBatches(int max_rows, int max_logit_rows) {
   for (const LayerParams& l : layers_) {
     FLOVER_RETURN_IF_ERROR(l.mixer->Prepare(backend_, T));
     FLOVER_RETURN_IF_ERROR(l.mlp->Prepare(backend_, T));
+    if (l.ple != nullptr) FLOVER_RETURN_IF_ERROR(l.ple->Prepare(backend_, T));
   }
   FLOVER_RETURN_IF_ERROR(prepare(tables_->head, std::max(T, R)));
   if (spec_.mtp_input) {
@@ -389,6 +406,8 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
                                                   OrNull(positions_), x));
     }
     FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
+    // The embedding as the per-layer inputs read it.
+    if (spec_.per_layer_input > 0) FLOVER_RETURN_IF_ERROR(backend_.Copy(x, buf(kEmbed0, T)));
     if (spec_.mtp_input) {  // x = eh_e enorm(x) + eh_h hnorm(hidden)
       FLOVER_RETURN_IF_ERROR(backend_.RmsNorm(x, mtp_enorm_.tensor(), spec_.norm_eps, h));
       FLOVER_RETURN_IF_ERROR(Apply(mtp_eh_e_, h, x));
@@ -402,6 +421,8 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
       // kParallel: the MLP reads norm1(x) too, still in h.
       if (spec_.block != Block::kParallel) FLOVER_RETURN_IF_ERROR(Norm(x, p.norm2, p.norm2_b, h));
       FLOVER_RETURN_IF_ERROR(p.mlp->Forward(*this, h, p.post_mlp_norm, T));
+      if (p.ple != nullptr) FLOVER_RETURN_IF_ERROR(p.ple->Forward(*this, step->tokens, step->positions, T));
+      if (spec_.layer_scale) FLOVER_RETURN_IF_ERROR(backend_.Scale(x, p.scale));
     }
 
     // Every row's final hidden state, where kept (the norm is row by row:

@@ -67,6 +67,8 @@ class DecoderModel final : public CausalLm, private LayerContext {
     kernels::Buffer norm1, norm1_b, norm2, norm2_b, post_attn_norm, post_mlp_norm;
     std::unique_ptr<TokenMixer> mixer;
     std::unique_ptr<MlpStrategy> mlp;
+    std::unique_ptr<PerLayerInput> ple;  // spec.per_layer_input; null: none
+    float scale = 1.0f;                  // spec.layer_scale
   };
 
   struct Tables;

@@ -160,6 +160,8 @@ struct DecoderSpec {
   // Per-head RMSNorm of Q and K (weights q_norm, k_norm: [head_dim], shared
   // by the heads) after the projection, before rotary (Qwen3, Gemma 3).
   bool qk_norm = false;
+  // V RMS-normed per head without a weight, after the projection (Gemma 4).
+  bool v_norm = false;
   // A learned sink logit per query head in every attention layer's softmax
   // (gpt-oss; the weight `sinks`: [n_head]; kernels::AttentionParams).
   bool attention_sinks = false;
@@ -200,6 +202,18 @@ struct DecoderSpec {
 
   // > 0: logits = cap * tanh(logits / cap) (Gemma 2).
   float final_softcap = 0.0f;
+
+  // Gemma 4's per-layer inputs (per_layer_input P > 0): layer l adds, after
+  // its MLP, post_norm(proj(gelu_tanh(x gate) * in_l)) to the residual
+  // stream x, where in_l = (rms(e0 model_proj_l * C^-1/2, proj_norm) +
+  // table_l[token] * sqrt(P)) * 2^-1/2, e0 being the model's scaled
+  // embedding of the row's token (DecoderLayerWeights' ple_*: the layer's P
+  // columns of the per-layer table and rows of the model's projection). Every
+  // rank computes them whole.
+  int per_layer_input = 0;
+  // Every layer's output, the whole residual stream, times a scalar of its
+  // own (Gemma 4's layer_scalar).
+  bool layer_scale = false;
 
   // A multi-token-prediction layer (Qwen3.5's MTP; the model is its one
   // layer): each row's input is a pair, its token and a row of the main

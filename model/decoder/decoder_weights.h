@@ -54,6 +54,14 @@ struct DecoderLayerWeights {
   // moe.biases: the router's [E]; each expert's gate then up band [E, 2 Fe_local];
   // each expert's down [E, C] (zeros on ranks > 0).
   std::vector<float> router_b, expert_up_b, expert_down_b;
+  // DecoderSpec::layer_scale: [1].
+  std::vector<float> layer_scale;
+  // DecoderSpec::per_layer_input (P), whole on every rank: this layer's
+  // [V_ple, P] columns of the per-layer table and [P, C] rows of the model's
+  // projection, the projection's norm [P], the gate [P, C], the projection
+  // back [C, P] and its norm [C].
+  StoredValues ple_table, ple_model_proj, ple_gate, ple_proj;
+  std::vector<float> ple_proj_norm, ple_post_norm;
 };
 
 struct DecoderWeights {

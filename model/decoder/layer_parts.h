@@ -61,6 +61,11 @@ enum Activation {
   kRecOut,   // f32 [T, Hv dv]: the delta rule's output (Mamba-2's scan's)
   kHiddenIn,   // f32 [T, C] (spec.mtp_input): the main model's hidden rows, uploaded
   kHiddenOut,  // f32 [T, C] (KeepFinalHidden): every row after the final norm
+  // Per-layer inputs (spec.per_layer_input P):
+  kEmbed0,   // f32 [T, C]: the model's embedding of each row
+  kPleIn,    // f32 [T, P]: the layer's input
+  kPleTok,   // f32 [T, P]: its table's rows
+  kPleGate,  // f32 [T, P]: its gate
   kNumActivations,
 };
 
@@ -120,6 +125,17 @@ class MlpStrategy {
   virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
 };
 
+// Gemma 4's per-layer input (DecoderSpec::per_layer_input): Forward adds
+// the layer's to the residual stream (kX), from the rows' tokens and their
+// embedding (kEmbed0).
+class PerLayerInput {
+ public:
+  virtual ~PerLayerInput() = default;
+  virtual absl::Status Forward(LayerContext& m, const kernels::Tensor& tokens, const kernels::Tensor& positions,
+                               int T) const = 0;
+  virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
+};
+
 // Puts one layer's host weights on the backend, releasing each host tensor
 // once it is there, so the host copy shrinks as the backend's grows.
 class LayerUploader {
@@ -129,6 +145,7 @@ class LayerUploader {
       : backend_(backend), spec_(spec), into_x_(into_x) {}
 
   const DecoderSpec& spec() const { return spec_; }
+  kernels::Backend& backend() const { return backend_; }
   kernels::Epilogue into_x() const { return into_x_; }
   // host as f32 [rows, cols] (empty host: an empty buffer).
   absl::Status Values(std::vector<float>& host, int64_t rows, int64_t cols, kernels::Buffer* out);
@@ -152,6 +169,8 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMixer(LayerUploader& up, const D
                                                       int layer, DecoderLayerWeights& w);
 absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const DecoderShard& shard, int layer,
                                                      DecoderLayerWeights& w);
+absl::StatusOr<std::unique_ptr<PerLayerInput>> MakePerLayerInput(LayerUploader& up, int layer,
+                                                                  DecoderLayerWeights& w);
 
 // Each mixer kind's own (one file each). Attention's K and V in the cache
 // are those of the layer's kv_owner (DecoderSpec::KvLayerOf).

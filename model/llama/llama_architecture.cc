@@ -10,7 +10,7 @@ namespace flover {
 
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
   static const auto* table = new std::vector<const LlamaArchitecture*>{
-      &Gemma2Arch(),   &Gemma3Arch(),  &GptOssArch(),        &GraniteHybridArch(), &Lfm2Arch(),      &LlamaArch(),
+      &Gemma2Arch(),   &Gemma3Arch(),  &Gemma4Arch(),  &GptOssArch(),        &GraniteHybridArch(), &Lfm2Arch(),      &LlamaArch(),
       &MistralArch(),  &MixtralArch(), &OlmoeArch(),         &Phi3Arch(),      &Qwen2Arch(),
       &Qwen2MoeArch(), &Qwen3Arch(),   &Qwen3_5Arch(),       &Qwen3_5MoeArch(), &Qwen3NextArch(),
       &Qwen3MoeArch(), &SmolLM3Arch()};

@@ -3,7 +3,8 @@
 // arch_gemma2.cc, arch_gemma3.cc, the mixtures of experts
 // arch_mixtral.cc, arch_qwen2_moe.cc, arch_qwen3_moe.cc, arch_olmoe.cc, and
 // the hybrids arch_qwen3_5.cc, arch_qwen3_5_moe.cc, arch_qwen3_next.cc,
-// arch_lfm2.cc, arch_granite_hybrid.cc, and gpt-oss, arch_gpt_oss.cc): what each
+// arch_lfm2.cc, arch_granite_hybrid.cc, gpt-oss, arch_gpt_oss.cc, and Gemma 4,
+// arch_gemma4.cc): what each
 // adds to the skeleton the family shares — its config.json keys and
 // defaults, its changes to the DecoderSpec, how its weights are stored —
 // registered in one table. The family's config parsing, decoder spec,
@@ -23,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "google/protobuf/struct.pb.h"
 #include "model/decoder/decoder_spec.h"
+#include "model/decoder/decoder_weights.h"
 
 namespace flover {
 
@@ -133,6 +135,17 @@ struct LlamaArchitecture {
   // they are.
   std::unique_ptr<WeightSource> (*checkpoint_source)(std::unique_ptr<WeightSource> inner,
                                                      const LlamaConfig& c) = nullptr;
+  // Gemma 4: the sandwich's norms (and the Q/K norms) scale by w, not by
+  // (1 + w).
+  bool plain_norms = false;
+  // GGUF: its keys may hold a value per layer (Gemma 4's feed_forward_length
+  // and attention.head_count_kv), which its gguf_parse reads; the family
+  // takes the first layer's.
+  bool gguf_layer_arrays = false;
+  // A layer's parameters beyond the family's (Gemma 4's per-layer input and
+  // scalar), visited after them.
+  void (*layer_recipes)(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLayerWeights& out,
+                        const DecoderRecipes::Visit& visit) = nullptr;
   int norms_per_layer() const { return gemma_norms ? 4 : 2; }
 };
 
@@ -196,6 +209,7 @@ const LlamaArchitecture& Qwen3NextArch();
 const LlamaArchitecture& Lfm2Arch();
 const LlamaArchitecture& GraniteHybridArch();
 const LlamaArchitecture& GptOssArch();
+const LlamaArchitecture& Gemma4Arch();
 
 }  // namespace flover
 

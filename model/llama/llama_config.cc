@@ -229,6 +229,15 @@ bool IsLlamaFamily(absl::string_view model_type) {
   return std::find(types.begin(), types.end(), model_type) != types.end();
 }
 
+int LlamaConfig::kv_from(int l) const {
+  const int first_shared = n_layer - kv_shared_layers;
+  if (kv_shared_layers <= 0 || l < first_shared) return -1;
+  for (int j = first_shared - 1; j >= 0; --j) {
+    if (global_layer(j) == global_layer(l)) return j;
+  }
+  return -1;
+}
+
 bool LlamaConfig::sparse(int l) const {
   return experts > 0 && (l + 1) % sparse_step == 0 &&
          std::find(dense_layers.begin(), dense_layers.end(), l) == dense_layers.end();
@@ -237,15 +246,17 @@ bool LlamaConfig::sparse(int l) const {
 namespace {
 
 // The Q/K norms' values per layer.
-int64_t QkNormValues(const LlamaConfig& c) {
+int64_t QkNormValues(const LlamaConfig& c, int l) {
   if (!c.arch().qk_norm) return 0;
-  return c.arch().qk_norm_whole ? c.q_dim() + c.kv_dim() : 2 * c.head_dim;
+  return c.arch().qk_norm_whole ? c.q_dim() + c.kv_dim() : (c.kv_from(l) >= 0 ? 1 : 2) * c.head_dim_of(l);
 }
 
 // Layer l's MLP parameters: all of them, or those a token goes through.
 int64_t MlpParameters(const LlamaConfig& c, int l, bool active) {
   const int64_t C = c.hidden;
-  if (!c.sparse(l)) return 3 * C * c.intermediate;
+  // Gemma 4's per-layer input: its gate, projection and norm.
+  const int64_t ple = c.ple_dim > 0 ? 2 * C * c.ple_dim : 0;
+  if (!c.sparse(l)) return 3 * C * c.intermediate_of(l) + ple;
   const int64_t shared = c.shared_expert_intermediate > 0
                              ? 3 * C * c.shared_expert_intermediate + (c.arch().shared_expert_gated ? C : 0)
                              : 0;
@@ -260,9 +271,12 @@ struct MixerParameters {
 MixerParameters MixerParametersOf(const LlamaConfig& c, int l) {
   const int64_t C = c.hidden;
   switch (c.layer_kind(l)) {
-    case LlamaConfig::LayerKind::kAttention:
-      return {C * c.q_dim() * (c.arch().attn_output_gate ? 2 : 1) + 2 * C * c.kv_dim() + int64_t{c.q_dim()} * C,
-              QkNormValues(c) + (c.qkv_bias ? c.q_dim() + 2 * c.kv_dim() : 0)};
+    case LlamaConfig::LayerKind::kAttention: {
+      const int64_t Q = int64_t{c.n_head} * c.head_dim_of(l),
+                    KV = c.kv_from(l) >= 0 ? 0 : int64_t{c.kv_heads_of(l)} * c.head_dim_of(l) * (c.v_is_k(l) ? 1 : 2);
+      return {C * Q * (c.arch().attn_output_gate ? 2 : 1) + C * KV + Q * C,
+              QkNormValues(c, l) + (c.qkv_bias ? c.q_dim() + 2 * c.kv_dim() : 0)};
+    }
     case LlamaConfig::LayerKind::kLinearAttention: {
       const int64_t Vd = int64_t{c.linear_v_heads} * c.linear_v_dim,
                     channels = 2 * int64_t{c.linear_k_heads} * c.linear_k_dim + Vd;
@@ -293,7 +307,9 @@ int64_t LlamaConfig::num_parameters() const {
     const MixerParameters mixer = MixerParametersOf(*this, l);
     layers += norms * C + mixer.matmul + mixer.other + MlpParameters(*this, l, /*active=*/false);
   }
-  return V * C * (tie_word_embeddings ? 1 : 2) + layers + C;
+  // Gemma 4's per-layer inputs: their table, projection and norm.
+  const int64_t ple = ple_dim > 0 ? int64_t{ple_vocab} * n_layer * ple_dim + C * n_layer * ple_dim + ple_dim : 0;
+  return V * C * (tie_word_embeddings ? 1 : 2) + layers + C + ple;
 }
 
 absl::Status LlamaConfig::Validate() const {
@@ -383,6 +399,34 @@ absl::Status LlamaConfig::Validate() const {
       }
       if (!(dt_min >= 0 && dt_max > dt_min)) return bad("time_step_limit must have 0 <= min < max");
     }
+  }
+  if (global_head_dim < 0 || global_head_dim % 2 != 0 || global_head_dim > 1024) {
+    return bad("global_head_dim must be even and in [0, 1024], got ", global_head_dim);
+  }
+  if (global_kv_heads < 0 || (global_kv_heads > 0 && n_head % global_kv_heads != 0)) {
+    return bad("num_attention_heads (", n_head, ") is not a multiple of num_global_key_value_heads (",
+               global_kv_heads, ")");
+  }
+  if ((global_head_dim > 0 || global_kv_heads > 0 || k_eq_v || global_rope_angles > 0) &&
+      std::count(sliding_layers.begin(), sliding_layers.end(), 0) == 0) {
+    return bad("global_head_dim, num_global_key_value_heads, attention_k_eq_v and proportional rope need "
+               "global layers (full_attention in layer_types)");
+  }
+  const int global_dim = global_head_dim > 0 ? global_head_dim : head_dim;
+  if (global_rope_angles < 0 || global_rope_angles > global_dim / 2) {
+    return bad("the global layers turn ", global_rope_angles, " frequencies of their heads' ", global_dim / 2);
+  }
+  if (kv_shared_layers < 0 || kv_shared_layers >= n_layer) {
+    return bad("num_kv_shared_layers (", kv_shared_layers, ") must be in [0, ", n_layer, ")");
+  }
+  for (int l = n_layer - kv_shared_layers; l < n_layer; ++l) {
+    if (kv_from(l) < 0) {
+      return bad("num_kv_shared_layers: layer ", l, " shares K and V, but no earlier layer of its kind keeps them");
+    }
+  }
+  if (ple_dim < 0 || ple_dim > kMaxDim || (ple_dim > 0 && (ple_vocab < 1 || ple_vocab > kMaxVocab))) {
+    return bad("hidden_size_per_layer_input (", ple_dim, ") and vocab_size_per_layer_input (", ple_vocab,
+               ") are out of range");
   }
   if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
     return bad("the rotary dims (", rotary_dim, ") must be even and at most the head's ", head_dim);
@@ -514,7 +558,12 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                     c.rotary_dim, " dims (must be even and at least 2)");
     }
   }
-  if (rope != &s) {
+  // rope_parameters keyed by layer type (Gemma 4's): the architecture's
+  // hook read them.
+  const bool by_layer_type = JsonHas(*rope, "full_attention") || JsonHas(*rope, "sliding_attention");
+  if (by_layer_type && arch.parse == nullptr) return refuse("rope_parameters by layer type are not supported");
+  if (by_layer_type) {
+  } else if (rope != &s) {
     // rope_parameters' rope_type is the scaling (default: none).
     Struct scaling;
     (*scaling.mutable_fields())["rope_scaling"].mutable_struct_value()->CopyFrom(*rope);

@@ -174,6 +174,36 @@ struct LlamaConfig {
   int mtp_layers = 0;
   LayerKind layer_kind(int l) const { return layer_kinds.empty() ? LayerKind::kAttention : layer_kinds[l]; }
 
+  // Gemma 4. Its global layers (0 in sliding_layers) have heads of
+  // global_head_dim (0: head_dim) and global_kv_heads key/value heads (0:
+  // n_kv_head), with V the raw output of K's projection where k_eq_v; they
+  // turn by global_rope_theta, only their first global_rope_angles
+  // frequencies of global_head_dim / 2 (transformers' "proportional" rope:
+  // the others stand still). The local ones turn by rope_local_base. The
+  // last kv_shared_layers layers read the K and V of the last earlier layer
+  // of their kind and keep none; with double_wide_mlp their MLPs are twice
+  // intermediate wide. Per-layer inputs of ple_dim values (0: none), from a
+  // table of ple_vocab rows; every layer's output times a scalar of its own
+  // where layer_scalars.
+  int global_head_dim = 0, global_kv_heads = 0;
+  bool k_eq_v = false;
+  double global_rope_theta = 0;
+  int global_rope_angles = 0;
+  int kv_shared_layers = 0;
+  bool double_wide_mlp = false;
+  int ple_dim = 0, ple_vocab = 0;
+  bool layer_scalars = false;
+  // Layer l is global (sliding_layers marks it 0).
+  bool global_layer(int l) const { return !sliding_layers.empty() && sliding_layers[l] == 0; }
+  int head_dim_of(int l) const { return global_head_dim > 0 && global_layer(l) ? global_head_dim : head_dim; }
+  int kv_heads_of(int l) const { return global_kv_heads > 0 && global_layer(l) ? global_kv_heads : n_kv_head; }
+  bool v_is_k(int l) const { return k_eq_v && global_layer(l); }
+  // The layer whose K and V layer l reads (-1: its own).
+  int kv_from(int l) const;
+  int intermediate_of(int l) const {
+    return double_wide_mlp && kv_from(l) >= 0 ? 2 * intermediate : intermediate;
+  }
+
   // The entry of `architecture` (llama's for a name not in the table,
   // which Validate refuses).
   const LlamaArchitecture& arch() const;

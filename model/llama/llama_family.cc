@@ -14,7 +14,8 @@ namespace {
 // A norm's weight, (1 + w) for Gemma's and Qwen3.5's (in GGUF files the
 // one is already added).
 WeightRecipe NormRecipe(const LlamaConfig& c, std::string name, int64_t n) {
-  const bool plus_one = (c.arch().gemma_norms || c.arch().zero_centered_norms) && !c.norms_stored_plus_one;
+  const bool plus_one =
+      (c.arch().gemma_norms || c.arch().zero_centered_norms) && !c.arch().plain_norms && !c.norms_stored_plus_one;
   WeightRecipe w = Whole(std::move(name), {n});
   return plus_one ? PlusOne(std::move(w)) : w;
 }
@@ -23,11 +24,22 @@ WeightRecipe NormRecipe(const LlamaConfig& c, std::string name, int64_t n) {
 void AttentionRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLayerWeights& L,
                       const DecoderRecipes::Visit& visit) {
   auto norm = [&](std::string name, int64_t n) { return NormRecipe(c, std::move(name), n); };
-  const int64_t C = c.hidden, D = c.head_dim, Q = c.q_dim(), KV = c.kv_dim();
+  // This layer's heads (Gemma 4's global layers differ from its local ones).
+  const int64_t C = c.hidden, D = c.head_dim_of(l), Q = int64_t{c.n_head} * D, KV = int64_t{c.kv_heads_of(l)} * D;
+  const int64_t kv_local = c.kv_heads_of(l) / sh.tp_size;
   const bool fused = c.arch().fused_projections;
   const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
-  const int64_t k0 = sh.kv_head_begin * D, k1 = k0 + sh.kv_heads * D;
+  const int64_t k0 = sh.tp_rank * kv_local * D, k1 = k0 + kv_local * D;
   const std::string p = absl::StrCat("model.layers.", l, ".");
+  if (c.kv_from(l) >= 0) {  // reads another layer's K and V: Q alone (Gemma 4)
+    visit(RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1), &L.qkv);
+    if (c.arch().qk_norm) visit(norm(p + "self_attn.q_norm.weight", D), &L.q_norm);
+    visit(ColSlice(p + "self_attn.o_proj.weight", {C, Q}, q0, q1), &L.o);
+    return;
+  }
+  // V is K's projection where the layer has no v_proj (Gemma 4's global
+  // layers with attention_k_eq_v): the same rows twice.
+  const std::string v_proj = c.v_is_k(l) ? "self_attn.k_proj.weight" : "self_attn.v_proj.weight";
   // Q by query heads, K and V by key/value heads: whole GQA groups.
   if (c.arch().attn_output_gate) {
     // q_proj: [2Q, C], each head's Q rows then its gate's.
@@ -46,7 +58,7 @@ void AttentionRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, Decod
   } else {
     visit(Stack(WeightRecipe::kRows, {RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1),
                                       RowSlice(p + "self_attn.k_proj.weight", {KV, C}, k0, k1),
-                                      RowSlice(p + "self_attn.v_proj.weight", {KV, C}, k0, k1)}),
+                                      RowSlice(p + v_proj, {KV, C}, k0, k1)}),
           &L.qkv);
   }
   if (c.qkv_bias) {  // one row of the q, k and v biases side by side
@@ -75,9 +87,9 @@ void AttentionRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, Decod
 // A layer's MLP: dense, or the experts' (and the shared expert's).
 void MlpRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLayerWeights& L,
                 const DecoderRecipes::Visit& visit) {
-  const int64_t C = c.hidden, F = c.intermediate;
+  const int64_t C = c.hidden, F = c.intermediate_of(l);
   const bool fused = c.arch().fused_projections;
-  const int64_t f0 = sh.inner_begin, f1 = f0 + sh.inner;
+  const int64_t f0 = sh.tp_rank * (F / sh.tp_size), f1 = f0 + F / sh.tp_size;
   const std::string p = absl::StrCat("model.layers.", l, ".");
   if (c.sparse(l)) {  // the router whole; each expert's band of its MLP, as a dense MLP's
     const LlamaArchitecture& a = c.arch();
@@ -157,6 +169,13 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   for (int32_t v : c.rope_layers) s.rope_layers.push_back(v != 0);
   if (c.rope_layers.empty() && c.no_rope_interval > 0) {
     for (int l = 0; l < c.n_layer; ++l) s.rope_layers.push_back((l + 1) % c.no_rope_interval != 0);
+  }
+  // Layers whose heads, cache or MLP differ from the others' (Gemma 4).
+  if (c.global_head_dim > 0 || c.global_kv_heads > 0 || c.kv_shared_layers > 0) {
+    for (int l = 0; l < c.n_layer; ++l) s.layer_attention.push_back({c.kv_heads_of(l), c.head_dim_of(l), c.kv_from(l)});
+  }
+  if (c.double_wide_mlp) {
+    for (int l = 0; l < c.n_layer; ++l) s.layer_intermediate.push_back(c.intermediate_of(l));
   }
   s.qk_norm = c.arch().qk_norm;
   s.qk_norm_whole = c.arch().qk_norm_whole;
@@ -241,6 +260,7 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
       AttentionRecipes(c, l, sh, L, visit);
     }
     MlpRecipes(c, l, sh, L, visit);
+    if (c.arch().layer_recipes != nullptr) c.arch().layer_recipes(c, l, sh, L, visit);
   };
   return r;
 }

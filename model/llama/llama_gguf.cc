@@ -57,6 +57,10 @@ constexpr std::pair<const char*, const char*> kExpertNames[] = {
 };
 constexpr std::pair<const char*, const char*> kGlobalNames[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
+    // Gemma 4's per-layer inputs.
+    {"model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"},
+    {"model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},
+    {"model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
     {"model.norm.weight", "output_norm.weight"},
     {"lm_head.weight", "output.weight"},
 };
@@ -184,6 +188,11 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     // A mixture with no dense layer may leave out the dense MLP's width
     // (qwen35moe): the experts' below.
     const bool required = !(experts > 0 && out == &c.intermediate);
+    if (const GgufValue* v = f.Find(a + key);
+        v != nullptr && v->type == GgufType::kArray && family->gguf_layer_arrays && !v->integers.empty()) {
+      *out = static_cast<int>(std::clamp<int64_t>(v->integers[0], 0, int64_t{1} << 24));  // gguf_parse reads them all
+      continue;
+    }
     if (auto st = get_int(key, out, required, int64_t{1} << 24); !st.ok()) {
       if (const GgufValue* v = f.Find(a + key); v != nullptr && v->type == GgufType::kArray) {
         return refuse(a, key, " differs per layer, which Flover does not run");
@@ -203,7 +212,11 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
     return nextn.status();
   }
   c.n_kv_head = c.n_head;
-  if (const GgufValue* kv = f.Find(a + "attention.head_count_kv"); kv != nullptr && kv->type == GgufType::kArray) {
+  if (const GgufValue* kv = f.Find(a + "attention.head_count_kv");
+      kv != nullptr && kv->type == GgufType::kArray && family->gguf_layer_arrays) {
+    // Per layer (Gemma 4's global layers): the architecture's gguf_parse reads them.
+    c.n_kv_head = kv->integers.empty() ? 0 : static_cast<int>(std::clamp<int64_t>(kv->integers[0], 0, 1 << 17));
+  } else if (const GgufValue* kv = f.Find(a + "attention.head_count_kv"); kv != nullptr && kv->type == GgufType::kArray) {
     // Per layer (LFM2): 0 for a layer that keeps no K and V (a short
     // convolution), the attention layers' count for the others.
     FLOVER_ASSIGN_OR_RETURN(const std::vector<int64_t>* counts, f.GetInts(a + "attention.head_count_kv"));
