@@ -359,6 +359,19 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"gpt_oss_native_mxfp4_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kNative, kernels::KvDtype::kF32, "cpu",
                                  "tests/golden/gguf_gpt_oss/model.gguf", true},
+                      // Gemma 4: global layers of wider heads over one KV
+                      // head (V = K), local ones windowed in blocks of their
+                      // own, the last layers reading earlier layers' K and V
+                      // (no blocks of their own), per-layer inputs.
+                      PolicyCase{"gemma4_fusion_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu", "builtin:gemma4-tiny",
+                                 true},
+                      PolicyCase{"gemma4_dynamic_bf16", SchedulerPolicy::kDynamic, Kv::kRoomy,
+                                 kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
+                                 "builtin:gemma4-tiny"},
+                      PolicyCase{"gemma4_gguf_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "tests/golden/gguf_gemma4/model.gguf"},
                       PolicyCase{"moe_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:mixtral-tiny"},

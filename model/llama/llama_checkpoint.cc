@@ -91,7 +91,7 @@ std::string BuiltinLlamaNames() {
          "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
          "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-0.8b, "
          "builtin:qwen3.5-moe-tiny, builtin:lfm2-tiny, builtin:lfm2-1.2b, builtin:granite-h-tiny, "
-         "builtin:gpt-oss-tiny, builtin:gpt-oss-20b";
+         "builtin:gpt-oss-tiny, builtin:gpt-oss-20b, builtin:gemma4-tiny, builtin:gemma4-e2b";
 }
 
 absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
@@ -291,6 +291,38 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.max_positions = tiny ? 512 : 131072;
     c.sliding_window = tiny ? 16 : 128;
     c.arch().builtin(&c);
+  } else if (name == "gemma4-tiny" || name == "gemma4-e2b") {
+    // Gemma 4. tiny: llama-tiny's width, 6 layers (every third global, with
+    // heads of 32 over one KV head and V = K; a window of 16 on the others),
+    // the last 3 reading layers 1 and 2's K and V with double-wide MLPs,
+    // per-layer inputs of 16. e2b: Gemma 4 E2B's text shapes (35 layers of
+    // 1536, 8 query heads of 256 over 1, 512 on every fifth layer; a window
+    // of 512; the last 20 layers sharing, MLPs of 6144 and 12288; per-layer
+    // inputs of 256; the 262,144-row vocabulary).
+    const bool tiny = name == "gemma4-tiny";
+    c.architecture = "gemma4_text";
+    c.n_layer = tiny ? 6 : 35;
+    c.hidden = tiny ? 64 : 1536;
+    c.n_head = tiny ? 4 : 8;
+    c.n_kv_head = tiny ? 2 : 1;
+    c.head_dim = tiny ? 16 : 256;
+    c.global_head_dim = tiny ? 32 : 512;
+    c.global_kv_heads = 1;
+    c.k_eq_v = tiny;
+    c.intermediate = tiny ? 96 : 6144;
+    c.double_wide_mlp = true;
+    c.kv_shared_layers = tiny ? 3 : 20;
+    c.ple_dim = tiny ? 16 : 256;
+    c.vocab_size = c.ple_vocab = tiny ? 512 : 262144;
+    c.max_positions = tiny ? 512 : 131072;
+    c.sliding_window = tiny ? 16 : 512;
+    for (int l = 0; l < c.n_layer; ++l) c.sliding_layers.push_back((l + 1) % (tiny ? 3 : 5) != 0 ? 1 : 0);
+    c.rope_theta = c.global_rope_theta = 1e6;
+    c.rope_local_base = 1e4;
+    c.global_rope_angles = c.global_head_dim / 8;  // partial_rotary_factor 0.25
+    c.layer_scalars = true;
+    c.tie_word_embeddings = true;
+    c.final_logit_softcapping = 30.0f;
   } else if (name == "lfm2-tiny" || name == "lfm2-1.2b") {
     // LFM2: short convolutions (3 taps) beside attention layers. tiny:
     // llama-tiny's width, 6 layers (two attention); 1.2b: LFM2-1.2B's

@@ -336,7 +336,7 @@ std::unique_ptr<WeightSource> GeneratedLlamaSource(const LlamaConfig& config, ui
         using Fill = GeneratedSource::Fill;
         if (name == "lm_head.weight" && tied) return Fill::kAbsent;
         if (absl::EndsWith(name, ".bias")) return Fill::kZeros;
-        if (absl::EndsWith(name, "norm.weight")) return Fill::kOnes;
+        if (absl::EndsWith(name, "norm.weight") || absl::EndsWith(name, ".layer_scalar")) return Fill::kOnes;
         // The linear layers (blocks when a format is given; the embedding
         // stays float, as a GGUF file's may).
         if (absl::EndsWith(name, "_proj.weight") || name == "lm_head.weight" ||
