@@ -372,6 +372,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"gemma4_gguf_fusion_tight_kv", SchedulerPolicy::kFusion, Kv::kTight,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "tests/golden/gguf_gemma4/model.gguf"},
+                      // 26B-A4B's layout: experts beside the dense MLP.
+                      PolicyCase{"gemma4_moe_fusion_tight_kv_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
+                                 "tests/golden/gguf_gemma4_moe/model.gguf", true},
                       PolicyCase{"moe_fusion", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, "cpu",
                                  "builtin:mixtral-tiny"},

@@ -474,6 +474,27 @@ TEST_P(OpsTest, Route) {
         all.insert(all.end(), got.begin(), got.end());
       }
     }
+    // Per-expert scales (Gemma 4's) multiply the chosen experts' weights
+    // last: the same choice, each weight times its expert's scale, bitwise.
+    {
+      RouterParams p;
+      p.k = 3;
+      p.renormalize = true;
+      const Tensor ids = d.New(DType::kI32, T, 3), weights = d.New(DType::kF32, T, 3);
+      EXPECT_TRUE(d->Route(d.Up(logits, T, E), p, ids, weights).ok());
+      std::vector<int32_t> plain_ids(T * 3), scaled_ids(T * 3);
+      EXPECT_TRUE(d->Download(ids, plain_ids.data()).ok());
+      const std::vector<float> plain = d.Down(weights);
+      const std::vector<float> scales = Random(E, 52, 1.0f);
+      const Tensor scale_t = d.Up(scales, 1, E);
+      p.expert_scale = scale_t.as<float>();
+      EXPECT_TRUE(d->Route(d.Up(logits, T, E), p, ids, weights).ok());
+      EXPECT_TRUE(d->Download(ids, scaled_ids.data()).ok());
+      const std::vector<float> scaled = d.Down(weights);
+      EXPECT_EQ(scaled_ids, plain_ids);
+      for (int i = 0; i < T * 3; ++i) EXPECT_EQ(scaled[i], plain[i] * scales[plain_ids[i]]) << i;
+      all.insert(all.end(), scaled.begin(), scaled.end());
+    }
     RouterParams too_many;
     too_many.k = E + 1;
     EXPECT_EQ(d->Route(d.Up(logits, T, E), too_many, d.New(DType::kI32, T, E + 1), d.New(DType::kF32, T, E + 1))

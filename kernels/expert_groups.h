@@ -71,6 +71,9 @@ FLOVER_HOST_DEVICE inline void RouteRow(const float* logits, int E, const Router
     for (int j = 0; j < p.k; ++j) sum += exp_fn(logits[ids[j]] - top);
     for (int j = 0; j < p.k; ++j) weights[j] = exp_fn(logits[ids[j]] - top) / sum;
   }
+  if (p.expert_scale != nullptr) {
+    for (int j = 0; j < p.k; ++j) weights[j] *= p.expert_scale[ids[j]];
+  }
 }
 
 }  // namespace flover::kernels

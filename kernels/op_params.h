@@ -51,6 +51,9 @@ struct RouterParams {
   // kSoftmaxTopK: the k weights divided by their sum (Mixtral, Qwen3-MoE;
   // Qwen2-MoE's and OLMoE's norm_topk_prob).
   bool renormalize = false;
+  // Null, or a scale per expert (in the backend's memory) that multiplies
+  // its weight last (Gemma 4's per_expert_scale).
+  const float* expert_scale = nullptr;
 };
 
 // Which dims of a head rotary embeddings turn together.

@@ -43,6 +43,21 @@ absl::StatusOr<kernels::Buffer> UploadRowsF32(kernels::Backend& backend, const W
                                               const WeightRecipe& recipe, int64_t cols,
                                               float scale = 1.0f, int64_t chunk_rows = 2048);
 
+// A one-block row recipe [rows, bands * cols] split into `bands` tables
+// [rows, cols] (band b: columns [b cols, (b + 1) cols); Gemma 4's per-layer
+// embedding table, a band per layer), read `chunk_rows` rows at a time, so
+// the file is read once. With `keep_blocks` and a tensor in blocks whose
+// band is whole blocks the backend's block kernels take (BlockRowsFit), each
+// band keeps the file's blocks (`blocks`); otherwise each is f32 (`f32`),
+// times `scale`.
+struct ColumnBands {
+  std::vector<kernels::Buffer> f32;
+  std::vector<std::unique_ptr<kernels::BlockRows>> blocks;
+};
+absl::StatusOr<ColumnBands> UploadColumnBands(kernels::Backend& backend, const WeightSource& source,
+                                              const WeightRecipe& recipe, int bands, int64_t cols, float scale,
+                                              bool keep_blocks, int64_t chunk_rows = 4096);
+
 // The buffer as an op argument: null when empty (no bias).
 inline const kernels::Tensor* OrNull(const kernels::Buffer& b) {
   return b.empty() ? nullptr : &b.tensor();

@@ -99,7 +99,8 @@ class DecoderGoldenTest
       ForwardBatch b;
       testing::AddCachedSequence(b, *cache, 0, ckpt_->info().max_positions, pos,
                                  absl::MakeConstSpan(&prompt[pos], len));
-      EXPECT_TRUE(model_->Forward(b, *cache, LogitsFor::kEveryRow, &logits).ok());
+      const absl::Status st = model_->Forward(b, *cache, LogitsFor::kEveryRow, &logits);
+      EXPECT_TRUE(st.ok()) << st;
       all.insert(all.end(), logits.begin(), logits.end());
       pos += len;
     }
@@ -258,6 +259,8 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
       {"gpt_oss_mxfp4_tiny", "gpt_oss", "F32", 2, false, {2}},
       {"gemma4_tiny", "gemma4_text", "F32", 2, true, {1}},
       {"gguf_gemma4", "gemma4_text", "F32", 2, true, {}},  // no vocabulary in the file
+      {"gemma4_moe_tiny", "gemma4_text", "F32", 2, true, {1}},
+      {"gguf_gemma4_moe", "gemma4_text", "F32", 2, true, {}},
   };
   const Expected* e = nullptr;
   for (const Expected& x : all) {
@@ -491,7 +494,12 @@ INSTANTIATE_TEST_SUITE_P(
             // rope; and its GGUF twin, byte for byte llama.cpp's converter's.
             Case{"gemma4_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
             Case{"gemma4_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kHybridBf16},
-            Case{"gguf_gemma4", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32}),
+            Case{"gguf_gemma4", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            // 26B-A4B's layout: 8 experts (top 2) beside the dense MLP in every
+            // layer, as 3-D tensors; and its GGUF twin (gate and up fused).
+            Case{"gemma4_moe_tiny", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32},
+            Case{"gemma4_moe_tiny", kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, kHybridBf16},
+            Case{"gguf_gemma4_moe", kernels::MatmulDtype::kF32, kernels::KvDtype::kF32, kF32}),
         ::testing::Values("cpu", "cuda")),
     [](const auto& info) {
       const Case& c = std::get<0>(info.param);

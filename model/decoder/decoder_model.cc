@@ -1,6 +1,7 @@
 #include "model/decoder/decoder_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "model/weight_upload.h"
@@ -58,7 +59,7 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
             b[kExpertUp] = {f32, TE * k, 2 * FE};
             b[kExpertAct] = {act, TE * k, FE};
             b[kExpertOut] = {f32, TE * k, E > 0 ? C : 1};
-            const bool shared = spec_.moe.shared_intermediate > 0;
+            const bool shared = spec_.moe.shared_intermediate > 0 || spec_.moe.beside_dense;
             b[kSharedOut] = {f32, shared ? T : 1, shared ? C : 1};
             b[kSharedGate] = {f32, shared ? T : 1, 1};
             const int QL = spec_.attn_output_gate ? shard_.q_heads * D : 1, TG = spec_.attn_output_gate ? T : 1;
@@ -124,6 +125,14 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Build(
   // LinearById groups a step's rows by expert on the host, midway.
   if (spec.moe.experts > 0) model->runtime_.DisableRecording();
   const WeightRecipe embed = recipes.embedding(model->shard_);
+  if (spec.per_layer_input > 0) {  // the per-layer table, a band per layer, read once
+    if (!recipes.per_layer_table) return absl::InvalidArgumentError("the model has no per-layer embedding table");
+    auto bands = UploadColumnBands(backend, source, recipes.per_layer_table(), spec.n_layer, spec.per_layer_input,
+                                   std::sqrt(static_cast<float>(spec.per_layer_input)),
+                                   backend.matmul_dtype() == kernels::MatmulDtype::kNative);
+    if (!bands.ok()) return bands.status();
+    model->ple_tables_ = std::move(*bands);
+  }
   for (int l = 0; l <= spec.n_layer; ++l) {
     // Layer by layer, then the globals, then the embedding a block of rows
     // at a time.
@@ -169,7 +178,12 @@ absl::Status DecoderModel::Upload(DecoderWeights& w, const WeightSource& source,
     if (!mlp.ok()) return mlp.status();
     p.mlp = std::move(*mlp);
     if (spec_.per_layer_input > 0) {
-      auto ple = MakePerLayerInput(up, index, l);
+      const bool native = !ple_tables_.blocks.empty();
+      if (index >= static_cast<int>(native ? ple_tables_.blocks.size() : ple_tables_.f32.size())) {
+        return absl::InternalError("the per-layer tables are not read");
+      }
+      auto ple = MakePerLayerInput(up, index, l, native ? kernels::Buffer() : std::move(ple_tables_.f32[index]),
+                                   native ? std::move(ple_tables_.blocks[index]) : nullptr);
       if (!ple.ok()) return ple.status();
       p.ple = std::move(*ple);
     }

@@ -23,6 +23,7 @@
 #include "model/decoder/decoder_weights.h"
 #include "model/decoder/layer_parts.h"
 #include "model/forward_runtime.h"
+#include "model/weight_upload.h"
 #include "model/loader/gguf_quants.h"
 
 namespace flover {
@@ -127,6 +128,9 @@ class DecoderModel final : public CausalLm, private LayerContext {
   // spec.mtp_input: the pair's norms and the halves of its projection.
   kernels::Buffer mtp_enorm_, mtp_hnorm_;
   LinearSite mtp_eh_e_, mtp_eh_h_;
+  // spec.per_layer_input: each layer's band of the per-layer table, until
+  // the layer's part takes it.
+  ColumnBands ple_tables_;
   bool keep_hidden_ = false;         // KeepFinalHidden
   std::vector<float> hidden_host_;   // FetchHidden's copy where the backend's memory is not the host's
   absl::Span<const float> hidden_;   // FinalHidden

@@ -172,7 +172,9 @@ absl::Status DecoderSpec::Validate() const {
     if (moe.intermediate < 1) return bad("the experts' MLP width must be positive");
     if (moe.shared_intermediate < 0) return bad("the shared expert's MLP width must be >= 0");
     if (mlp != Mlp::kGlu) return bad("experts are gated MLPs: a mixture of experts needs Mlp::kGlu");
-    if (block != Block::kSequential) return bad("a mixture of experts runs in sequential blocks only");
+    if (block != (moe.beside_dense ? Block::kSandwich : Block::kSequential)) {
+      return bad("a mixture of experts runs in sequential blocks only (beside a dense MLP: sandwich blocks)");
+    }
     if (!moe.layers.empty() && static_cast<int>(moe.layers.size()) != n_layer) {
       return bad(moe.layers.size(), " mixture-of-experts marks for ", n_layer, " layers");
     }

@@ -191,6 +191,13 @@ struct DecoderSpec {
     bool shared_gated = true;
     // The router and every expert's gate/up and down have biases (gpt-oss).
     bool biases = false;
+    // Gemma 4's (26B-A4B): beside the experts, the dense MLP of the spec's
+    // `intermediate` on the MLP's normed input h. The router reads the
+    // residual stream x normed by router_scale (times C^-1/2), each expert's
+    // weight times its per-expert scale; the experts read x through a norm of
+    // their own; the block's post-MLP norm takes dense_norm(dense(h)) +
+    // experts_norm(experts) (DecoderLayerWeights' moe_*). Sandwich blocks.
+    bool beside_dense = false;
     kernels::RouterParams router;
     std::vector<bool> layers;
     bool sparse(int l) const { return experts > 0 && (layers.empty() || layers[l]); }

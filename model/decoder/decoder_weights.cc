@@ -14,6 +14,8 @@ void ForEach(const DecoderSpec& model, const DecoderRecipes& recipes, const Shar
   if (!part.globals) return;
   if (part.embedding) visit(recipes.embedding(shard), &w.embed);
   recipes.globals(shard, w, visit);
+  // The per-layer table is read apart (UploadColumnBands); only checked here.
+  if (part.embedding && recipes.per_layer_table) visit(recipes.per_layer_table(), ParamDest());
 }
 
 }  // namespace

@@ -54,13 +54,17 @@ struct DecoderLayerWeights {
   // moe.biases: the router's [E]; each expert's gate then up band [E, 2 Fe_local];
   // each expert's down [E, C] (zeros on ranks > 0).
   std::vector<float> router_b, expert_up_b, expert_down_b;
+  // moe.beside_dense (Gemma 4): the router's norm weight [C] (router.scale),
+  // each expert's scale [E], the experts' input norm [C], the dense MLP's and
+  // the experts' output norms [C] (the dense MLP in up and down).
+  std::vector<float> moe_router_norm, moe_expert_scale, moe_pre_norm, moe_dense_norm, moe_experts_norm;
   // DecoderSpec::layer_scale: [1].
   std::vector<float> layer_scale;
   // DecoderSpec::per_layer_input (P), whole on every rank: this layer's
-  // [V_ple, P] columns of the per-layer table and [P, C] rows of the model's
-  // projection, the projection's norm [P], the gate [P, C], the projection
-  // back [C, P] and its norm [C].
-  StoredValues ple_table, ple_model_proj, ple_gate, ple_proj;
+  // [P, C] rows of the model's projection, the projection's norm [P], the
+  // gate [P, C], the projection back [C, P] and its norm [C] (its band of the
+  // per-layer table: DecoderRecipes::per_layer_table).
+  StoredValues ple_model_proj, ple_gate, ple_proj;
   std::vector<float> ple_proj_norm, ple_post_norm;
 };
 
@@ -87,6 +91,9 @@ struct DecoderRecipes {
   // Visits the parameters outside the layers but the embedding: the
   // position table, final norm, head (absent when tied), head bias.
   std::function<void(const DecoderShard&, DecoderWeights& out, const Visit&)> globals;
+  // DecoderSpec::per_layer_input: the per-layer embedding table [V_ple,
+  // n_layer * P], whole (DecoderModel splits it by layer as it reads it).
+  std::function<WeightRecipe()> per_layer_table;
 };
 
 // Reads this rank's part of the weights; a missing tensor or one whose

@@ -169,8 +169,11 @@ absl::StatusOr<std::unique_ptr<TokenMixer>> MakeMixer(LayerUploader& up, const D
                                                       int layer, DecoderLayerWeights& w);
 absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const DecoderShard& shard, int layer,
                                                      DecoderLayerWeights& w);
+// `table`: its band of the per-layer table, f32 times sqrt(P), or `blocks`
+// as the file stores them.
 absl::StatusOr<std::unique_ptr<PerLayerInput>> MakePerLayerInput(LayerUploader& up, int layer,
-                                                                  DecoderLayerWeights& w);
+                                                                  DecoderLayerWeights& w, kernels::Buffer table,
+                                                                  std::unique_ptr<kernels::BlockRows> blocks);
 
 // Each mixer kind's own (one file each). Attention's K and V in the cache
 // are those of the layer's kv_owner (DecoderSpec::KvLayerOf).

@@ -1,7 +1,9 @@
 // A decoder layer's MLP strategies: the dense MLP (gelu or gated) and a
 // mixture of experts.
+#include <cmath>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/decoder/layer_parts.h"
@@ -123,6 +125,130 @@ class MoeMlp final : public MlpStrategy {
   std::vector<const kernels::Weight*> up_w_, down_w_;
 };
 
+// Gemma 4's mixture beside a dense MLP (DecoderSpec::Moe::beside_dense):
+//   f = dense_norm(dense(h)) + experts_norm(sum of w_e expert_e(pre_norm(x)))
+//   x += post(f)
+// the router's logits from rms(x) * router_scale * C^-1/2 (the norm's
+// weight), its weights times the chosen experts' scales (Route). The dense
+// and expert down GEMMs are row-split under tensor parallelism: each output
+// is summed over ranks before its norm.
+class DenseAndExpertsMlp final : public MlpStrategy {
+ public:
+  DenseAndExpertsMlp(LinearSite up, LinearSite down, LinearSite router, std::vector<LinearSite> experts_up,
+                     std::vector<LinearSite> experts_down, Buffer router_norm, Buffer expert_scale, Buffer pre_norm,
+                     Buffer dense_norm, Buffer experts_norm)
+      : up_(std::move(up)), down_(std::move(down)), router_(std::move(router)), experts_up_(std::move(experts_up)),
+        experts_down_(std::move(experts_down)), router_norm_(std::move(router_norm)),
+        expert_scale_(std::move(expert_scale)), pre_norm_(std::move(pre_norm)), dense_norm_(std::move(dense_norm)),
+        experts_norm_(std::move(experts_norm)) {
+    for (const LinearSite& s : experts_up_) up_w_.push_back(s.w.get());
+    for (const LinearSite& s : experts_down_) down_w_.push_back(s.w.get());
+  }
+  absl::Status Forward(LayerContext& m, const Tensor& h, const Buffer& post, int T) const override {
+    const DecoderSpec& spec = m.spec();
+    kernels::Backend& backend = m.backend();
+    const float eps = spec.norm_eps;
+    const int k = spec.moe.router.k;
+    const Tensor x = m.buffer(kX, T), dense = m.buffer(kSharedOut, T), normed = m.buffer(kNormed, T),
+                 sum = m.buffer(kBranch, T);
+    // The dense MLP on h, summed over ranks, normed.
+    const Tensor gate_up = m.buffer(kUp, T).View(0, T, up_.w->n());
+    const Tensor act = m.buffer(kMlp, T).View(0, T, down_.w->k());
+    FLOVER_RETURN_IF_ERROR(m.Apply(up_, h, gate_up));
+    FLOVER_RETURN_IF_ERROR(backend.Glu(gate_up, spec.glu, act));
+    FLOVER_RETURN_IF_ERROR(m.Apply(down_, act, dense));
+    FLOVER_RETURN_IF_ERROR(m.AllReduce(dense));
+    FLOVER_RETURN_IF_ERROR(backend.RmsNorm(dense, dense_norm_.tensor(), eps, normed));
+    // The router, then the experts on their own norm of x (h is free now).
+    const Tensor logits = m.buffer(kRouter, T), ids = m.buffer(kExpertIds, T), weights = m.buffer(kExpertWeights, T);
+    const Tensor up = m.buffer(kExpertUp, T * k), expert_act = m.buffer(kExpertAct, T * k),
+                 out = m.buffer(kExpertOut, T * k);
+    FLOVER_RETURN_IF_ERROR(backend.RmsNorm(x, router_norm_.tensor(), eps, h));
+    FLOVER_RETURN_IF_ERROR(m.Apply(router_, h, logits));
+    kernels::RouterParams router = spec.moe.router;
+    router.expert_scale = expert_scale_.tensor().as<float>();
+    FLOVER_RETURN_IF_ERROR(backend.Route(logits, router, ids, weights));
+    FLOVER_RETURN_IF_ERROR(backend.RmsNorm(x, pre_norm_.tensor(), eps, h));
+    FLOVER_RETURN_IF_ERROR(backend.LinearById(h, up_w_, nullptr, ids, up));
+    FLOVER_RETURN_IF_ERROR(backend.Glu(up, spec.glu, expert_act));
+    FLOVER_RETURN_IF_ERROR(backend.LinearById(expert_act, down_w_, nullptr, ids, out));
+    FLOVER_RETURN_IF_ERROR(m.AllReduce(out));
+    FLOVER_RETURN_IF_ERROR(GrowZeros(backend, T));
+    FLOVER_RETURN_IF_ERROR(backend.Copy(zeros_.tensor().Rows(0, T), sum));
+    FLOVER_RETURN_IF_ERROR(backend.WeightedRowSum(out, weights, sum));
+    // f = the two normed, then x += post(f).
+    FLOVER_RETURN_IF_ERROR(backend.RmsNorm(sum, experts_norm_.tensor(), eps, dense));
+    FLOVER_RETURN_IF_ERROR(backend.Add(normed, dense));
+    FLOVER_RETURN_IF_ERROR(backend.RmsNorm(dense, post.tensor(), eps, normed));
+    return backend.Add(normed, x);
+  }
+  absl::Status Prepare(kernels::Backend& backend, int T) const override {
+    for (const LinearSite* s : {&up_, &down_, &router_}) {
+      FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s->w, T, false, s->epilogue));
+    }
+    for (const auto* sites : {&experts_up_, &experts_down_}) {
+      for (const LinearSite& s : *sites) FLOVER_RETURN_IF_ERROR(backend.PrepareLinear(*s.w, T, false, s.epilogue));
+    }
+    return GrowZeros(backend, T);
+  }
+
+ private:
+  LinearSite up_, down_, router_;
+  std::vector<LinearSite> experts_up_, experts_down_;
+  Buffer router_norm_, expert_scale_, pre_norm_, dense_norm_, experts_norm_;
+  std::vector<const kernels::Weight*> up_w_, down_w_;
+  mutable Buffer zeros_;  // f32 [T, C] of zeros: where the experts' sum starts
+
+  // zeros_ of at least T rows (a MoE step is never recorded: Forward may
+  // allocate).
+  absl::Status GrowZeros(kernels::Backend& backend, int T) const {
+    if (!zeros_.empty() && zeros_.tensor().rows >= T) return absl::OkStatus();
+    const int C = static_cast<int>(router_.w->k());
+    auto zeros = backend.Allocate(kernels::DType::kF32, T, C);
+    if (!zeros.ok()) return zeros.status();
+    const std::vector<float> host(static_cast<size_t>(T) * C, 0.0f);
+    FLOVER_RETURN_IF_ERROR(backend.Upload(host.data(), zeros->tensor()));
+    zeros_ = std::move(*zeros);
+    return absl::OkStatus();
+  }
+};
+
+// Gemma 4's: its dense MLP (l.up, l.down), router, experts and norms.
+absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeDenseAndExpertsMlp(LayerUploader& up, const DecoderShard& shard,
+                                                                    int layer, DecoderLayerWeights& l) {
+  const DecoderSpec& spec = up.spec();
+  const int C = spec.hidden, E = spec.moe.experts, FE = shard.expert_inner, FL = shard.inner_of(spec, layer);
+  const kernels::Epilogue plain = kernels::Epilogue::kBias;
+  if (static_cast<int>(l.expert_up.size()) != E || static_cast<int>(l.expert_down.size()) != E ||
+      static_cast<int>(l.moe_expert_scale.size()) != E) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": ", l.expert_up.size(), " experts' weights and ",
+                                                   l.moe_expert_scale.size(), " scales for ", E, " experts"));
+  }
+  std::vector<float> none;
+  LinearSite dense_up, dense_down, router;
+  FLOVER_RETURN_IF_ERROR(up.Site(l.up, none, C, 2 * FL, plain, &dense_up));
+  FLOVER_RETURN_IF_ERROR(up.Site(l.down, none, FL, C, plain, &dense_down));
+  FLOVER_RETURN_IF_ERROR(up.Site(l.router, none, C, E, plain, &router));
+  std::vector<LinearSite> ups(E), downs(E);
+  for (int e = 0; e < E; ++e) {
+    FLOVER_RETURN_IF_ERROR(up.Site(l.expert_up[e], none, C, 2 * FE, plain, &ups[e]));
+    FLOVER_RETURN_IF_ERROR(up.Site(l.expert_down[e], none, FE, C, plain, &downs[e]));
+  }
+  // The router's norm weight: router.scale times C^-1/2, in float32.
+  const float inv_sqrt_c = 1.0f / std::sqrt(static_cast<float>(C));
+  for (float& v : l.moe_router_norm) v *= inv_sqrt_c;
+  Buffer router_norm, expert_scale, pre_norm, dense_norm, experts_norm, no_bias;
+  FLOVER_RETURN_IF_ERROR(up.Norm(l.moe_router_norm, none, &router_norm, &no_bias));
+  FLOVER_RETURN_IF_ERROR(up.Values(l.moe_expert_scale, 1, E, &expert_scale));
+  FLOVER_RETURN_IF_ERROR(up.Norm(l.moe_pre_norm, none, &pre_norm, &no_bias));
+  FLOVER_RETURN_IF_ERROR(up.Norm(l.moe_dense_norm, none, &dense_norm, &no_bias));
+  FLOVER_RETURN_IF_ERROR(up.Norm(l.moe_experts_norm, none, &experts_norm, &no_bias));
+  return std::make_unique<DenseAndExpertsMlp>(std::move(dense_up), std::move(dense_down), std::move(router),
+                                              std::move(ups), std::move(downs), std::move(router_norm),
+                                              std::move(expert_scale), std::move(pre_norm), std::move(dense_norm),
+                                              std::move(experts_norm));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const DecoderShard& shard, int layer,
@@ -130,6 +256,7 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const De
   const DecoderSpec& spec = up.spec();
   const int C = spec.hidden;
   const kernels::Epilogue plain = kernels::Epilogue::kBias;
+  if (spec.moe.sparse(layer) && spec.moe.beside_dense) return MakeDenseAndExpertsMlp(up, shard, layer, l);
   if (spec.moe.sparse(layer)) {
     const int E = spec.moe.experts, FE = shard.expert_inner;
     if (static_cast<int>(l.expert_up.size()) != E || static_cast<int>(l.expert_down.size()) != E) {

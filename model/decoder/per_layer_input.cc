@@ -68,28 +68,12 @@ class PleInput final : public PerLayerInput {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PerLayerInput>> MakePerLayerInput(LayerUploader& up, int layer,
-                                                                  DecoderLayerWeights& l) {
+                                                                  DecoderLayerWeights& l, kernels::Buffer table,
+                                                                  std::unique_ptr<kernels::BlockRows> blocks) {
   const DecoderSpec& spec = up.spec();
-  kernels::Backend& backend = up.backend();
   const int C = spec.hidden, P = spec.per_layer_input;
-  if (l.ple_table.empty() || l.ple_table.size() % P != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, "'s per-layer input table has ",
-                                                   l.ple_table.size(), " values, not rows of ", P));
-  }
-  const int64_t rows = l.ple_table.size() / P;
-  Buffer table;
-  std::unique_ptr<kernels::BlockRows> blocks;
-  if (l.ple_table.is_blocks() && l.ple_table.spans.size() == 1) {
-    auto prepared = backend.PrepareBlockRows(l.ple_table.spans[0].format, l.ple_table.blocks.data(), rows, P);
-    if (!prepared.ok()) return prepared.status();
-    blocks = std::move(*prepared);
-    l.ple_table.Release();
-  } else {
-    std::vector<float> values = l.ple_table.ToFloat();
-    l.ple_table.Release();
-    const float scale = std::sqrt(static_cast<float>(P));
-    for (float& v : values) v *= scale;
-    FLOVER_RETURN_IF_ERROR(up.Values(values, rows, P, &table));
+  if (table.empty() == (blocks == nullptr)) {
+    return absl::InternalError(absl::StrCat("layer ", layer, " has no per-layer input table"));
   }
   if (static_cast<int>(l.ple_proj_norm.size()) != P) {
     return absl::InvalidArgumentError(absl::StrCat("layer ", layer, "'s per-layer projection norm has ",

@@ -19,8 +19,11 @@
 //     per_layer_input;
 //   - each layer's output times its layer_scalar; the final logits
 //     soft-capped.
-// The released checkpoints' vision and audio towers are not read. The
-// 26B-A4B mixture (enable_moe_block) is refused.
+//   - the 26B-A4B mixture (enable_moe_block): in every layer, top-k of a
+//     softmax over all experts, renormalised, each expert's weight times its
+//     per_expert_scale, beside the dense MLP (DecoderSpec::Moe::beside_dense);
+//     the experts as 3-D tensors, gate rows then up rows.
+// The released checkpoints' vision and audio towers are not read.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -53,8 +56,11 @@ const Struct* ObjectField(const Struct& s, const char* key) {
 
 absl::Status ParseGemma4(const Struct& s, absl::string_view what, LlamaConfig* c) {
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
-  if (JsonBoolField(s, "enable_moe_block", false)) {
-    return refuse("enable_moe_block (Gemma 4's 26B-A4B mixture) is not supported yet");
+  if (JsonBoolField(s, "enable_moe_block", false)) {  // 26B-A4B: experts beside the dense MLP in every layer
+    FLOVER_ASSIGN_OR_RETURN(c->experts, JsonIntField(s, "num_experts", 1, 1024, what));
+    FLOVER_ASSIGN_OR_RETURN(c->experts_per_tok, JsonIntField(s, "top_k_experts", 1, c->experts, what));
+    FLOVER_ASSIGN_OR_RETURN(c->expert_intermediate, JsonIntField(s, "moe_intermediate_size", 1, 1 << 20, what));
+    c->norm_topk_prob = true;
   }
   if (auto it = s.fields().find("use_bidirectional_attention");
       it != s.fields().end() && it->second.kind_case() == Value::kStringValue && it->second.string_value() == "all") {
@@ -250,6 +256,7 @@ void Gemma4Spec(const LlamaConfig& c, DecoderSpec* s) {
   s->v_norm = true;
   s->layer_scale = c.layer_scalars;
   s->per_layer_input = c.ple_dim;
+  s->moe.beside_dense = c.experts > 0;
   // The global layers: a full-width table at their theta, the frequencies
   // past global_rope_angles zero; the local ones their own.
   const int Dg = c.global_head_dim > 0 ? c.global_head_dim : c.head_dim;
@@ -267,13 +274,24 @@ void Gemma4Spec(const LlamaConfig& c, DecoderSpec* s) {
 }
 
 // Gemma 4's per-layer parameters beyond the family's.
-void Gemma4LayerRecipes(const LlamaConfig& c, int l, const DecoderShard&, DecoderLayerWeights& L,
+void Gemma4LayerRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, DecoderLayerWeights& L,
                         const DecoderRecipes::Visit& visit) {
   const std::string p = absl::StrCat("model.layers.", l, ".");
   const int64_t C = c.hidden, P = c.ple_dim, N = c.n_layer;
   if (c.layer_scalars) visit(Whole(p + "layer_scalar", {1}), &L.layer_scale);
+  if (c.sparse(l)) {  // the dense MLP beside the experts (the family's recipes read those), and the norms
+    const int64_t F = c.intermediate, f0 = sh.tp_rank * (F / sh.tp_size), f1 = f0 + F / sh.tp_size;
+    visit(Stack(WeightRecipe::kRows, {RowSlice(p + "mlp.gate_proj.weight", {F, C}, f0, f1),
+                                      RowSlice(p + "mlp.up_proj.weight", {F, C}, f0, f1)}),
+          &L.up);
+    visit(ColSlice(p + "mlp.down_proj.weight", {C, F}, f0, f1), &L.down);
+    visit(Whole(p + "router.scale", {C}), &L.moe_router_norm);
+    visit(Whole(p + "router.per_expert_scale", {c.experts}), &L.moe_expert_scale);
+    visit(Whole(p + "pre_feedforward_layernorm_2.weight", {C}), &L.moe_pre_norm);
+    visit(Whole(p + "post_feedforward_layernorm_1.weight", {C}), &L.moe_dense_norm);
+    visit(Whole(p + "post_feedforward_layernorm_2.weight", {C}), &L.moe_experts_norm);
+  }
   if (P == 0) return;
-  visit(ColSlice("model.embed_tokens_per_layer.weight", {c.ple_vocab, N * P}, l * P, (l + 1) * P), &L.ple_table);
   visit(RowSlice("model.per_layer_model_projection.weight", {N * P, C}, l * P, (l + 1) * P), &L.ple_model_proj);
   visit(Whole("model.per_layer_projection_norm.weight", {P}), &L.ple_proj_norm);
   visit(Whole(p + "per_layer_input_gate.weight", {P, C}), &L.ple_gate);
@@ -296,7 +314,20 @@ const LlamaArchitecture& Gemma4Arch() {
     a.parse = ParseGemma4;
     a.spec = Gemma4Spec;
     a.layer_recipes = Gemma4LayerRecipes;
-    a.gguf_layer_names = {{"per_layer_input_gate.weight", "inp_gate.weight"},
+    a.experts_optional = true;
+    a.gguf_moe_renormalize = true;
+    a.moe_router = "router.proj";
+    a.moe_experts = "experts";
+    a.moe_packed_gate_up = "experts.gate_up_proj";
+    a.moe_packed_down = "experts.down_proj";
+    a.gguf_fused_gate_up = true;
+    a.gguf_layer_names = {{"router.proj.weight", "ffn_gate_inp.weight"},
+                          {"router.scale", "ffn_gate_inp.scale"},
+                          {"router.per_expert_scale", "ffn_down_exps.scale"},
+                          {"pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"},
+                          {"post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"},
+                          {"post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"},
+                          {"per_layer_input_gate.weight", "inp_gate.weight"},
                           {"per_layer_projection.weight", "proj.weight"},
                           {"post_per_layer_input_norm.weight", "post_norm.weight"},
                           {"layer_scalar", "layer_output_scale.weight"}};

@@ -112,6 +112,10 @@ struct LlamaArchitecture {
   // GGUF: a layer's tensor (after "model.layers.N.") by llama.cpp's name
   // (after "blk.N."), where it differs from Llama's files or is its own.
   std::vector<std::pair<const char*, const char*>> gguf_layer_names;
+  // GGUF: a layer's experts' gate and up in one 3-D tensor,
+  // ffn_gate_up_exps ([E, 2 Fe, C]: each expert's gate rows, then its up
+  // rows; Gemma 4), not two.
+  bool gguf_fused_gate_up = false;
   // GGUF: the final norm's name where it is not output_norm.
   const char* gguf_output_norm = nullptr;
   // A mixture's experts as 3-D tensors (after "model.layers.N."): each

@@ -623,7 +623,9 @@ ModelInfo InfoOf(const LlamaConfig& c) {
   for (int l = 0; l < c.n_layer; ++l) norms += MixerParametersOf(c, l).other;
   int64_t idle_experts = 0;
   for (int l = 0; l < c.n_layer; ++l) idle_experts += MlpParameters(c, l, false) - MlpParameters(c, l, true);
-  info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms - idle_experts +
+  // Gemma 4's per-layer table: a token reads one row of it.
+  const int64_t ple_table = c.ple_dim > 0 ? int64_t{c.ple_vocab} * c.n_layer * c.ple_dim : 0;
+  info.matmul_parameters = c.num_parameters() - int64_t{c.vocab_size} * c.hidden - norms - idle_experts - ple_table +
                            (c.tie_word_embeddings ? int64_t{c.vocab_size} * c.hidden : 0);
   return info;
 }

@@ -243,6 +243,11 @@ DecoderRecipes LlamaRecipes(const LlamaConfig& c) {
       visit(RowSlice("lm_head.weight", {V, C}, sh.vocab_begin, sh.vocab_end), &w.lm_head);
     }
   };
+  if (c.ple_dim > 0) {  // Gemma 4's per-layer embeddings
+    r.per_layer_table = [=] {
+      return Whole("model.embed_tokens_per_layer.weight", {c.ple_vocab, int64_t{c.n_layer} * c.ple_dim});
+    };
+  }
   r.layer = [=](int l, const DecoderShard& sh, DecoderLayerWeights& L,
                 const DecoderRecipes::Visit& visit) {
     const std::string p = absl::StrCat("model.layers.", l, ".");

@@ -92,13 +92,19 @@ std::string GgufName(absl::string_view hf, const LlamaArchitecture& arch, int* e
   for (const auto& [from, to] : kLayerNames) {
     if (rest == from) return absl::StrCat("blk.", layer, ".", to);
   }
-  if (!(absl::ConsumePrefix(&rest, "mlp.experts.") || absl::ConsumePrefix(&rest, "block_sparse_moe.experts.")) ||
+  if (!(absl::ConsumePrefix(&rest, "mlp.experts.") || absl::ConsumePrefix(&rest, "block_sparse_moe.experts.") ||
+        absl::ConsumePrefix(&rest, absl::StrCat(arch.moe_experts, "."))) ||
       !absl::ConsumeSuffix(&rest, ".weight")) {
     return "";
   }
   const size_t sep = rest.find('.');
   int e = 0;
   if (sep == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, sep), &e) || e < 0) return "";
+  const absl::string_view proj = rest.substr(sep + 1);
+  if (arch.gguf_fused_gate_up && (proj == "gate_proj" || proj == "up_proj")) {
+    *expert = e;
+    return absl::StrCat("blk.", layer, ".ffn_gate_up_exps.weight");
+  }
   for (const auto& [from, to] : kExpertNames) {
     if (rest.substr(sep + 1) == from) {
       *expert = e;
@@ -115,6 +121,11 @@ std::unique_ptr<WeightSource> GgufLlamaSource(std::shared_ptr<const GgufFile> fi
   GgufNaming naming;
   const LlamaArchitecture* arch = &config.arch();
   naming.name = [arch](absl::string_view hf, int* expert) { return GgufName(hf, *arch, expert); };
+  if (arch->gguf_fused_gate_up) {  // gate's rows, then up's
+    naming.half = [](absl::string_view hf) {
+      return absl::EndsWith(hf, ".gate_proj.weight") ? 0 : absl::EndsWith(hf, ".up_proj.weight") ? 1 : -1;
+    };
+  }
   // A recurrent layer's convolution: [channels, K] in llama.cpp's files,
   // [channels, 1, K] in transformers'.
   naming.middle_one = {"ssm_conv1d.weight", "shortconv.conv.weight"};

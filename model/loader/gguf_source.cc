@@ -163,6 +163,10 @@ class GgufSource final : public WeightSource {
     }
     v.row0 = expert * v.shape[1];
     v.shape = {v.shape[1], v.shape[2]};
+    if (const int half = naming_.half ? naming_.half(hf) : -1; half >= 0 && v.shape[0] % 2 == 0) {
+      v.shape[0] /= 2;
+      v.row0 += half * v.shape[0];
+    }
     return v;
   }
   const GgufTensor* Find(absl::string_view hf) const {

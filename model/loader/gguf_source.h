@@ -24,6 +24,10 @@ struct GgufNaming {
   // The GGUF tensor of a transformers name ("" for none); for an expert's
   // matrix, the layer's merged tensor with *expert = its index (else -1).
   std::function<std::string(absl::string_view hf, int* expert)> name;
+  // For an expert's matrix in a tensor that fuses two per expert (Gemma 4's
+  // ffn_gate_up_exps: gate rows, then up rows): 0 for the first half of its
+  // rows, 1 for the second; -1 (or no function) for all of them.
+  std::function<int(absl::string_view hf)> half;
   // Tensors whose rows (a bias's elements) the converter permuted within
   // each head, for its rotary kernel's interleaved pairs: name -> heads.
   std::map<std::string, int, std::less<>> permuted_heads;
