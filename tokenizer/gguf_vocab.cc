@@ -67,9 +67,12 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromGgufVocab(const Gg
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", parts...));
   };
   const bool spm = v.model == "llama";
-  if (!spm && v.model != "gpt2") {
+  // Gemma 4's: BPE merges over raw UTF-8 with SentencePiece's spaces (U+2581)
+  // and byte tokens, as llama.cpp runs it.
+  const bool spm_bpe = v.model == "gemma4";
+  if (!spm && !spm_bpe && v.model != "gpt2") {
     return err("tokenizer.ggml.model \"", v.model,
-               "\" is not supported (gpt2: byte-level BPE; llama: SentencePiece)");
+               "\" is not supported (gpt2: byte-level BPE; llama: SentencePiece; gemma4: SentencePiece-style BPE)");
   }
   const int64_t n = static_cast<int64_t>(v.tokens.size());
   if (n == 0 || n > kMaxTokens) return err("tokenizer.ggml.tokens holds ", n, " tokens");
@@ -85,7 +88,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromGgufVocab(const Gg
     if (id >= n) return err("tokenizer.ggml.", key, " ", id, " is outside the ", n, " tokens");
   }
   const PreTokenizerKind* pre = nullptr;
-  if (!spm) {
+  if (!spm && !spm_bpe) {
     for (const PreTokenizerKind& k : PreTokenizerKinds()) {
       if (std::find(k.names.begin(), k.names.end(), v.pre) != k.names.end()) pre = &k;
     }
@@ -122,6 +125,19 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromGgufVocab(const Gg
     }
   }
 
+  // tokenizer.ggml.merges: "a b" by rank.
+  auto add_merges = [&]() -> absl::Status {
+    for (size_t rank = 0; rank < v.merges.size(); ++rank) {
+      const std::string& m = v.merges[rank];
+      const size_t space = m.find(' ', 1);  // as llama.cpp: a pair may start with a space
+      const std::string where = absl::StrCat(what, ": tokenizer.ggml.merges[", rank, "]");
+      if (space == std::string::npos) return absl::InvalidArgumentError(absl::StrCat(where, " has no space"));
+      FLOVER_RETURN_IF_ERROR(t->AddMerge(absl::string_view(m).substr(0, space),
+                                         absl::string_view(m).substr(space + 1),
+                                         static_cast<int32_t>(rank), where));
+    }
+    return absl::OkStatus();
+  };
   if (spm) {
     // Every pair of tokens whose concatenation is a token merges into it;
     // the higher its score, the earlier. Equal scores share a rank, so the
@@ -157,16 +173,30 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromGgufVocab(const Gg
       strip.strip_start = 1;
       t->decoder_.push_back(strip);
     }
+  } else if (spm_bpe) {
+    // llama.cpp's gemma4: spaces as U+2581 (no prefix unless the file asks),
+    // the text cut into runs of newlines and runs of the rest, a run of
+    // newlines that is a token taken whole, merges by rank, byte tokens for
+    // what the vocabulary lacks.
+    FLOVER_RETURN_IF_ERROR(add_merges());
+    t->byte_fallback_ = true;
+    t->unk_id_ = v.unk_id;
+    t->whole_newline_runs_ = true;
+    const std::string kSpace = "\xE2\x96\x81";
+    if (v.add_space_prefix.value_or(false)) t->normalizer_.push_back({NormalizerStep::kPrepend, kSpace, ""});
+    t->normalizer_.push_back({NormalizerStep::kReplace, " ", kSpace});
+    PreTokenizerStep split;
+    split.kind = PreTokenizerStep::kSplit;
+    auto re = SplitRegex::Compile(R"([^\n]+|[\n]+)");
+    if (!re.ok()) return re.status();
+    split.regex = std::make_shared<const SplitRegex>(std::move(*re));
+    split.behavior = PreTokenizerStep::kIsolated;
+    t->pre_tokenizer_.push_back(std::move(split));
+    t->has_decoder_ = true;
+    t->decoder_ = {DecoderStep{DecoderStep::kReplace, kSpace, " "}, DecoderStep{DecoderStep::kByteFallback},
+                   DecoderStep{DecoderStep::kFuse}};
   } else {
-    for (size_t rank = 0; rank < v.merges.size(); ++rank) {
-      const std::string& m = v.merges[rank];
-      const size_t space = m.find(' ', 1);  // as llama.cpp: a pair may start with a space
-      const std::string where = absl::StrCat(what, ": tokenizer.ggml.merges[", rank, "]");
-      if (space == std::string::npos) return absl::InvalidArgumentError(absl::StrCat(where, " has no space"));
-      FLOVER_RETURN_IF_ERROR(t->AddMerge(absl::string_view(m).substr(0, space),
-                                         absl::string_view(m).substr(space + 1),
-                                         static_cast<int32_t>(rank), where));
-    }
+    FLOVER_RETURN_IF_ERROR(add_merges());
     t->ignore_merges_ = pre->ignore_merges;
     for (const char* pattern : pre->splits) {
       PreTokenizerStep split;
@@ -185,7 +215,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromGgufVocab(const Gg
     t->decoder_ = {DecoderStep{DecoderStep::kByteLevel}};
   }
 
-  const bool add_bos = v.add_bos.value_or(spm || pre->add_bos);
+  const bool add_bos = v.add_bos.value_or(spm || spm_bpe || pre->add_bos);
   const bool add_eos = v.add_eos.value_or(false);
   if (add_bos) {
     if (v.bos_id < 0) return err("add_bos_token is set but the file names no tokenizer.ggml.bos_token_id");

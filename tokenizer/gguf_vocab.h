@@ -30,7 +30,7 @@ enum class GgufTokenType : int32_t {
 };
 
 struct GgufVocab {
-  std::string model;                // tokenizer.ggml.model: "gpt2" or "llama"
+  std::string model;                // tokenizer.ggml.model: "gpt2", "llama" or "gemma4"
   std::string pre;                  // tokenizer.ggml.pre ("" when absent: "default")
   std::vector<std::string> tokens;  // by id
   std::vector<int32_t> types;       // by id; empty when the file has none (all normal)

@@ -18,7 +18,7 @@ using hf_internal::Bytes;
 
 void HfTokenizer::Bpe(absl::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return;
-  if (ignore_merges_) {
+  if (ignore_merges_ || (whole_newline_runs_ && word.find_first_not_of('\n') == absl::string_view::npos)) {
     if (auto it = model_vocab_.find(word); it != model_vocab_.end()) {
       ids->push_back(it->second);
       return;

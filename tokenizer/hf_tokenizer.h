@@ -160,6 +160,9 @@ class HfTokenizer final : public Tokenizer {
   absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  // A word of newlines alone that is a token is that token (llama.cpp's
+  // gemma4 tokenizer; other words merge as usual).
+  bool whole_newline_runs_ = false;
   int32_t byte_token_[256];  // "<0xNN>" ids for byte_fallback, or -1
 
   std::vector<NormalizerStep> normalizer_;

@@ -193,6 +193,46 @@ TEST(HfTokenizerTest, GgufQwen35Lfm2AndGpt4oTokenizeAsLlamaCppDoes) {
   }
 }
 
+// Gemma 4's GGUF tokenizer model "gemma4" (SentencePiece-style BPE: U+2581
+// spaces, merges over raw UTF-8, byte tokens, runs of newlines apart and
+// taken whole where they are a token) gives llama.cpp's own ids, and
+// decodes back to the text (hf_tokenizers/llama_cpp_gemma4, from
+// make_tokenizer_golden.py).
+TEST(HfTokenizerTest, GgufGemma4TokenizesAsLlamaCppDoes) {
+  auto doc = ParseJsonObject(testing::ReadFileOrEmpty(std::string(kDir) + "llama_cpp_gemma4/cases.json"), "gemma4");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const auto& f = doc->fields();
+  GgufVocab v;
+  v.model = "gemma4";
+  v.pre = "gemma4";
+  for (const auto& t : List(*doc, "tokens")) v.tokens.push_back(t.string_value());
+  for (const auto& t : List(*doc, "types")) v.types.push_back(static_cast<int32_t>(t.number_value()));
+  for (const auto& m : List(*doc, "merges")) v.merges.push_back(m.string_value());
+  v.bos_id = static_cast<int32_t>(f.at("bos").number_value());
+  v.eos_id = static_cast<int32_t>(f.at("eos").number_value());
+  v.add_space_prefix = false;
+  auto tok = HfTokenizer::FromGgufVocab(v, "gemma4");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ASSERT_GE(List(*doc, "cases").size(), 30);
+  int round_trips = 0;
+  for (const auto& c : List(*doc, "cases")) {
+    const auto& cf = c.struct_value().fields();
+    const std::string& text = cf.at("text").string_value();
+    auto ids = (*tok)->Encode(text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, JsonIds(cf.at("ids"))) << text;
+    if (text.find('<') == std::string::npos) {  // no special token's text
+      EXPECT_EQ((*tok)->Decode(std::vector<int32_t>(ids->begin() + 1, ids->end())), text);
+      ++round_trips;
+    }
+  }
+  EXPECT_GE(round_trips, 20);
+  // A model of another name is refused, naming the ones read.
+  v.model = "ugm";
+  EXPECT_THAT(std::string(HfTokenizer::FromGgufVocab(v, "x").status().message()),
+              ::testing::HasSubstr("gemma4: SentencePiece-style BPE"));
+}
+
 TEST(HfTokenizerTest, Gpt2TokenizerJsonAndVocabMergesAgree) {
   auto json = Load("gpt2");
   ASSERT_NE(json, nullptr);

@@ -55,11 +55,17 @@ Kinds written under tests/golden/hf_tokenizers/:
                   LLAMA_TOKENIZE=/path/to/llama-tokenize \\
                       python3 tests/golden/make_tokenizer_golden.py llama_cpp
 
+  llama_cpp_gemma4  cases.json: llama.cpp's ids for its "gemma4" tokenizer
+              model (Gemma 4's GGUF files) on spm_legacy's vocabulary and
+              merges, the vocabulary itself in the file (the same way:
+              LLAMA_TOKENIZE=... ... llama_cpp_gemma4)
+
 Naming kinds on the command line writes only those.
 """
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -449,6 +455,75 @@ def llama_cpp():
         json.dump(out, f, ensure_ascii=False, indent=0)
 
 
+def llama_cpp_gemma4():
+    """llama.cpp's "gemma4" tokenizer (SentencePiece-style BPE: spaces as
+    U+2581, merges from tokenizer.ggml.merges over raw UTF-8, no space
+    prefix, byte tokens for what the vocabulary lacks, text split at runs of
+    newlines) on spm_legacy's vocabulary and merges, as Gemma 4's converter
+    writes it (byte tokens of type BYTE, special ones CONTROL), with two
+    Gemma-style tokens of runs of newlines added as normal tokens."""
+    import subprocess
+
+    import gguf
+
+    doc = json.load(open(os.path.join(OUT, "spm_legacy", "tokenizer.json"), encoding="utf-8"))
+    by_id = {i: t for t, i in doc["model"]["vocab"].items()}
+    special = {a["id"] for a in doc["added_tokens"] if a["special"]}
+    for a in doc["added_tokens"]:
+        by_id[a["id"]] = a["content"]
+    for extra in ("\n\n", "\n\n\n"):
+        by_id[len(by_id)] = extra
+    assert sorted(by_id) == list(range(len(by_id)))
+    tokens = [by_id[i] for i in range(len(by_id))]
+    types = [3 if i in special else 6 if re.fullmatch(r"<0x[0-9A-F]{2}>", t) else 1 for i, t in enumerate(tokens)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in doc["model"]["merges"]]
+    tmp = tempfile.mkdtemp()
+    path = os.path.join(tmp, "gemma4.gguf")
+    w = gguf.GGUFWriter(path, arch="llama")
+    for add, value in [(w.add_context_length, 64), (w.add_embedding_length, 16),
+                       (w.add_block_count, 1), (w.add_feed_forward_length, 32),
+                       (w.add_head_count, 2), (w.add_head_count_kv, 2),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_dimension_count, 8),
+                       (w.add_vocab_size, len(tokens))]:
+        add(value)
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(doc["model"]["vocab"].get("<s>", 1))
+    w.add_eos_token_id(doc["model"]["vocab"].get("</s>", 2))
+    w.add_add_space_prefix(False)
+    w.add_add_bos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    def tokenize(text):
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
+            f.write(text.encode("utf-8"))
+        try:
+            out = subprocess.run([os.environ["LLAMA_TOKENIZE"], "-m", path, "-f", f.name, "--ids",
+                                  "--no-escape", "--log-disable"],
+                                 check=True, capture_output=True, text=True).stdout
+        finally:
+            os.unlink(f.name)
+        return json.loads(out.strip().splitlines()[-1])
+
+    cases = json.load(open(os.path.join(OUT, "spm_legacy", "cases.json"), encoding="utf-8"))["encode"]
+    texts = [c["text"] for c in cases if c["text"]] + [
+        "a\n\nb", "line one\nline two\n\n\nthree", "\n", "\n\n\n\n", "  leading and trailing  ",
+        "tab\there", "<s>hello</s> world", "ünïcödé ✓ 漢字 🙂", "x\n y\n\n z"]
+    out = {"tokens": tokens, "types": types, "merges": merges,
+           "bos": doc["model"]["vocab"].get("<s>", 1), "eos": doc["model"]["vocab"].get("</s>", 2),
+           "cases": [{"text": t, "ids": tokenize(t)} for t in texts]}
+    shutil.rmtree(tmp)
+    d = fresh("llama_cpp_gemma4")
+    with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=0)
+
+
 KINDS = {
     "llama3": lambda: byte_level("llama3", LLAMA3_PATTERN, ignore_merges=True, seed=1),
     "qwen": lambda: byte_level("qwen", QWEN_PATTERN, ignore_merges=False, seed=2),
@@ -459,6 +534,7 @@ KINDS = {
     "qwen35": qwen35,
     "o200k": lambda: byte_level("o200k", O200K_PATTERN, ignore_merges=True, seed=9),
     "llama_cpp": llama_cpp,
+    "llama_cpp_gemma4": llama_cpp_gemma4,
 }
 
 
