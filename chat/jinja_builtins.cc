@@ -402,6 +402,33 @@ absl::StatusOr<Value> FilterSort(const Value& v, CallArgs& a) {
   return Value::MakeList(std::move(out));
 }
 
+// jinja2's dictsort: a mapping's (key, value) pairs sorted by key (or by
+// value), strings compared lower-cased unless case_sensitive; stable.
+absl::StatusOr<Value> FilterDictsort(const Value& v, CallArgs& a) {
+  if (!v.is_mapping()) return TypeError("dictsort needs a mapping, not ", v.TypeName());
+  const bool case_sensitive = Arg(a, 0, "case_sensitive").Truthy();
+  const Value by = Arg(a, 1, "by", Value("key"));
+  const bool reverse = Arg(a, 2, "reverse").Truthy();
+  if (!by.is_string() || (by.string() != "key" && by.string() != "value")) {
+    return absl::InvalidArgumentError("You can only sort by either 'key' or 'value'");
+  }
+  const bool by_key = by.string() == "key";
+  std::vector<std::pair<Value, Value>> keyed;
+  for (const auto& [k, x] : v.dict()) {
+    keyed.emplace_back(SortKey(by_key ? Value(k) : x, case_sensitive), Value::MakeList({Value(k), x}, true));
+  }
+  absl::Status error;
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+    auto lt = reverse ? Less(y.first, x.first) : Less(x.first, y.first);
+    if (!lt.ok()) error = lt.status();
+    return lt.ok() && *lt;
+  });
+  if (!error.ok()) return error;
+  List out;
+  for (auto& [k, pair] : keyed) out.push_back(std::move(pair));
+  return Value::MakeList(std::move(out));
+}
+
 absl::StatusOr<Value> FilterRound(const Value& v, CallArgs& a) {
   if (!v.is_number()) return TypeError("round needs a number, not ", v.TypeName());
   const Value precision = Arg(a, 0, "precision", Value(int64_t{0}));
@@ -510,6 +537,7 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          if (!n.ok()) return n.status();
          return Value(*n);
        }},
+      {"dictsort", FilterDictsort},
       {"default", [](const Value& v, CallArgs& a) -> absl::StatusOr<Value> {
          const bool boolean = Arg(a, 1, "boolean").Truthy();
          if (v.is_undefined() || (boolean && !v.Truthy())) return Arg(a, 0, "default_value", Value(""));

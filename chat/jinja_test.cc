@@ -84,6 +84,37 @@ TEST(JinjaTest, RendersGptOssHarmonyPromptsAsTransformers) {
   EXPECT_EQ(same_as_harmony, 7);
 }
 
+// Google's Gemma 4 chat templates (E2B/E4B's and 31B/26B-A4B's, as their
+// repositories ship them: tests/golden/gemma4_chat/SOURCE.md) as
+// transformers 5.23.0's apply_chat_template renders them: turns, system and
+// developer roles, thinking on and off, earlier reasoning kept or dropped,
+// tools with a schema, tool calls and their results, an image part; and the
+// template's own refusal of a tool call whose arguments are a string.
+TEST(JinjaTest, RendersGemma4PromptsAsTransformers) {
+  for (const char* file : {"renderings.json", "renderings_large.json"}) {
+    const Value fixture = LoadJson(std::string("tests/golden/gemma4_chat/") + file);
+    auto t = Template::Parse(fixture.Find("template")->string());
+    ASSERT_TRUE(t.ok()) << file << ": " << t.status();
+    int outputs = 0;
+    for (const Value& c : fixture.Find("cases")->list()) {
+      const std::string name = c.Find("name")->string();
+      auto out = t->Render(c.Find("variables")->dict());
+      ASSERT_TRUE(out.ok()) << file << " " << name << ": " << out.status();
+      EXPECT_EQ(*out, c.Find("output")->string()) << file << " " << name;
+      ++outputs;
+    }
+    EXPECT_GE(outputs, 20) << file;
+    for (const Value& c : fixture.Find("error_cases")->list()) {
+      auto out = t->Render(c.Find("variables")->dict());
+      ASSERT_FALSE(out.ok()) << file << " " << c.Find("name")->string() << " rendered";
+      // transformers' message is the exception's type, then raise_exception's text.
+      std::string error = c.Find("error")->string();
+      if (error.rfind("TemplateError: ", 0) == 0) error = error.substr(15);
+      EXPECT_THAT(std::string(out.status().message()), HasSubstr(error)) << file;
+    }
+  }
+}
+
 std::string ErrorOf(absl::string_view source, const Dict& vars = {}, RenderLimits limits = {}) {
   auto t = Template::Parse(source);
   if (!t.ok()) return std::string(t.status().message());
