@@ -262,6 +262,16 @@ class Backend : public Allocator {
                                                                       const uint8_t* bytes,
                                                                       int64_t rows, int cols) = 0;
 
+  // Rows of host memory read in place (a mapped file's): row r of `rows`,
+  // `cols` values in `format`, at base + r * row_stride; `owner` keeps the
+  // memory alive as long as the rows. Unimplemented where the backend cannot
+  // read host memory (CUDA): callers copy with PrepareBlockRows instead.
+  virtual absl::StatusOr<std::unique_ptr<BlockRows>> MapBlockRows(BlockFormat format, const uint8_t* base,
+                                                                  int64_t rows, int cols, int64_t row_stride,
+                                                                  std::shared_ptr<const void> owner) {
+    return absl::UnimplementedError("this backend does not read host memory in place");
+  }
+
   // ---- Ops ----------------------------------------------------------------
   // out: f32 [T, C] = wte_rows[tokens[t] - vocab_begin] (zero when the token
   // is outside [vocab_begin, vocab_begin + wte_rows.rows): another tensor-

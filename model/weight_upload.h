@@ -48,8 +48,10 @@ absl::StatusOr<kernels::Buffer> UploadRowsF32(kernels::Backend& backend, const W
 // embedding table, a band per layer), read `chunk_rows` rows at a time, so
 // the file is read once. With `keep_blocks` and a tensor in blocks whose
 // band is whole blocks the backend's block kernels take (BlockRowsFit), each
-// band keeps the file's blocks (`blocks`); otherwise each is f32 (`f32`),
-// times `scale`.
+// band keeps the file's blocks (`blocks`): read in place from the mapped
+// file where the source maps it and the backend reads host memory (the CPU:
+// rows are paged in as tokens use them), else copied; otherwise each band is
+// f32 (`f32`), times `scale`.
 struct ColumnBands {
   std::vector<kernels::Buffer> f32;
   std::vector<std::unique_ptr<kernels::BlockRows>> blocks;

@@ -430,23 +430,29 @@ absl::Status EmbedEach(const char* op, const Tensor& tokens, const Tensor& posit
   return absl::OkStatus();
 }
 
-// The rows as stored, in host memory.
+// The rows as stored, in host memory: a copy of its own, or memory another
+// owner keeps (a mapped file's), each row `stride` bytes after the last.
 class CpuBlockRows final : public BlockRows {
  public:
   CpuBlockRows(BlockFormat format, const uint8_t* bytes, int64_t rows, int cols)
-      : format_(format), rows_(rows), cols_(cols), row_bytes_(BlockRowBytes(format, cols)),
-        bytes_(bytes, bytes + rows * row_bytes_) {}
+      : format_(format), rows_(rows), cols_(cols), stride_(BlockRowBytes(format, cols)),
+        bytes_(bytes, bytes + rows * stride_), base_(bytes_.data()) {}
+  CpuBlockRows(BlockFormat format, const uint8_t* base, int64_t rows, int cols, int64_t stride,
+               std::shared_ptr<const void> owner)
+      : format_(format), rows_(rows), cols_(cols), stride_(stride), base_(base), owner_(std::move(owner)) {}
   BlockFormat format() const override { return format_; }
   int64_t rows() const override { return rows_; }
   int cols() const override { return cols_; }
-  const uint8_t* row(int64_t r) const { return bytes_.data() + r * row_bytes_; }
+  const uint8_t* row(int64_t r) const { return base_ + r * stride_; }
 
  private:
   BlockFormat format_;
   int64_t rows_;
   int cols_;
-  int64_t row_bytes_;
-  std::vector<uint8_t> bytes_;
+  int64_t stride_;
+  std::vector<uint8_t> bytes_;  // empty for mapped rows
+  const uint8_t* base_;
+  std::shared_ptr<const void> owner_;
 };
 
 }  // namespace
@@ -466,6 +472,17 @@ absl::StatusOr<std::unique_ptr<BlockRows>> CpuBackend::PrepareBlockRows(BlockFor
                                                                         int64_t rows, int cols) {
   FLOVER_RETURN_IF_ERROR(CheckBlockRowsArgs(format, bytes, rows, cols));
   return std::unique_ptr<BlockRows>(new CpuBlockRows(format, bytes, rows, cols));
+}
+
+absl::StatusOr<std::unique_ptr<BlockRows>> CpuBackend::MapBlockRows(BlockFormat format, const uint8_t* base,
+                                                                    int64_t rows, int cols, int64_t row_stride,
+                                                                    std::shared_ptr<const void> owner) {
+  FLOVER_RETURN_IF_ERROR(CheckBlockRowsArgs(format, base, rows, cols));
+  if (row_stride < BlockRowBytes(format, cols)) {
+    return absl::InvalidArgumentError(absl::StrCat("MapBlockRows: rows ", row_stride, " bytes apart hold ",
+                                                   BlockRowBytes(format, cols), " bytes each"));
+  }
+  return std::unique_ptr<BlockRows>(new CpuBlockRows(format, base, rows, cols, row_stride, std::move(owner)));
 }
 
 absl::Status CpuBackend::EmbedBlocks(const Tensor& tokens, const Tensor& positions,

@@ -54,6 +54,9 @@ class CpuBackend final : public Backend {
 
   absl::Status Embed(const Tensor& tokens, const Tensor& positions, const Tensor& wte_rows,
                      int vocab_begin, const Tensor* wpe, const Tensor& out) override;
+  absl::StatusOr<std::unique_ptr<BlockRows>> MapBlockRows(BlockFormat format, const uint8_t* base, int64_t rows,
+                                                          int cols, int64_t row_stride,
+                                                          std::shared_ptr<const void> owner) override;
   absl::Status EmbedBlocks(const Tensor& tokens, const Tensor& positions, const BlockRows& table,
                            int vocab_begin, float scale, const Tensor* wpe,
                            const Tensor& out) override;

@@ -79,6 +79,26 @@ class GgufSource final : public WeightSource {
   // permuted tensor's rows put back in transformers' order (a row is its
   // own blocks, so rows move whole), read a run at a time: all of them, or
   // a head's when permuted.
+  absl::StatusOr<MappedRows> MapBlockRows(absl::string_view tensor, const std::vector<int64_t>& shape) const override {
+    const TensorRegion region{0, shape.size() == 2 ? shape[0] : 0, 0, shape.size() == 2 ? shape[1] : 0};
+    auto located = Locate(tensor, shape, region);
+    if (!located.ok()) return located.status();
+    const GgufTensor& t = *located->t;
+    MappedRows out;
+    if (shape.size() != 2 || located->row0 != 0 || located->flat || located->shape != t.shape() ||
+        naming_.permuted_heads.count(t.name) > 0 || kernels::GgmlStandInFor(t.type->id) != nullptr ||
+        !GgufRowsFormat(t.type->id, &out.format)) {
+      return absl::UnimplementedError(absl::StrCat("'", tensor, "' is not mapped as its own blocks"));
+    }
+    auto bytes = file_->RowBytes(t, 0, t.rows());
+    if (!bytes.ok()) return bytes.status();
+    out.data = reinterpret_cast<const uint8_t*>(bytes->data());
+    out.rows = t.rows();
+    out.row_bytes = t.row_bytes();
+    out.owner = file_;
+    return out;
+  }
+
   absl::StatusOr<std::vector<uint8_t>> ReadBlockRows(absl::string_view tensor,
                                                      const std::vector<int64_t>& shape,
                                                      int64_t row_begin, int64_t row_end) const override {

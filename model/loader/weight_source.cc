@@ -350,6 +350,11 @@ absl::StatusOr<std::vector<uint8_t>> CheckpointSource::ReadBytes(absl::string_vi
   return checkpoint_.ReadBytesRegion(Resolve(tensor), shape, region);
 }
 
+absl::StatusOr<WeightSource::MappedRows> WeightSource::MapBlockRows(absl::string_view tensor,
+                                                                   const std::vector<int64_t>&) const {
+  return absl::UnimplementedError(absl::StrCat("'", tensor, "' is not in mapped memory"));
+}
+
 absl::StatusOr<std::vector<uint8_t>> WeightSource::ReadBlockRows(absl::string_view tensor,
                                                                  const std::vector<int64_t>&,
                                                                  int64_t, int64_t) const {

@@ -62,6 +62,19 @@ class WeightSource {
   // scales) as they are; Unimplemented where the source has none.
   virtual absl::StatusOr<std::vector<uint8_t>> ReadBytes(absl::string_view tensor, const std::vector<int64_t>& shape,
                                                          const TensorRegion& region) const;
+  // All rows of a tensor in blocks where the source holds them in memory it
+  // maps (a GGUF file's), as they are, for a backend that reads them in place
+  // (Backend::MapBlockRows): the first row's address, each next one
+  // row_bytes on; `owner` keeps the mapping alive. Unimplemented where the
+  // source has no such memory or the rows are not the tensor's own (an
+  // expert's, permuted, a type run as another).
+  struct MappedRows {
+    const uint8_t* data = nullptr;
+    int64_t rows = 0, row_bytes = 0;
+    kernels::BlockFormat format = kernels::BlockFormat::kQ8_0;
+    std::shared_ptr<const void> owner;
+  };
+  virtual absl::StatusOr<MappedRows> MapBlockRows(absl::string_view tensor, const std::vector<int64_t>& shape) const;
 };
 
 // A checkpoint directory. `alias_prefix`: a tensor missing under its name is
