@@ -113,8 +113,9 @@ absl::Status ParseGemma4(const Struct& s, absl::string_view what, LlamaConfig* c
     c->global_head_dim = dim;
     c->global_kv_heads = kv;
   }
-  FLOVER_ASSIGN_OR_RETURN(const int shared, JsonIntField(s, "num_kv_shared_layers", 0, layers - 1, what));
-  if (JsonHas(s, "num_kv_shared_layers")) c->kv_shared_layers = shared;
+  if (JsonHas(s, "num_kv_shared_layers")) {
+    FLOVER_ASSIGN_OR_RETURN(c->kv_shared_layers, JsonIntField(s, "num_kv_shared_layers", 0, layers - 1, what));
+  }
   c->double_wide_mlp = JsonBoolField(s, "use_double_wide_mlp", false);
   if (JsonHas(s, "hidden_size_per_layer_input")) {
     FLOVER_ASSIGN_OR_RETURN(c->ple_dim, JsonIntField(s, "hidden_size_per_layer_input", 0, 1 << 16, what));

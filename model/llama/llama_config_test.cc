@@ -192,6 +192,86 @@ TEST(LlamaConfigTest, GptOssKeysYarnAndRefusals) {
               HasSubstr("attention_bias is not supported"));
 }
 
+// Gemma 4 as released (an image-text config whose text_config is
+// gemma4_text): its global layers' heads, the layers that read an earlier
+// layer's K and V, proportional rope, per-layer inputs; transformers'
+// per_layer_config spelling; and inconsistent configs refused by field.
+TEST(LlamaConfigTest, Gemma4KeysAndRefusals) {
+  auto parse = [](const std::string& text_extra,
+                  const std::string& layer_types = R"(["sliding_attention", "sliding_attention", "full_attention",
+                                                      "sliding_attention", "sliding_attention", "full_attention"])",
+                  const std::string& shared = "3") {
+    return ParseLlamaConfig(absl::StrCat(R"({"model_type": "gemma4", "vision_config": {"hidden_size": 8},
+        "text_config": {"model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 6,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96,
+        "vocab_size": 331, "max_position_embeddings": 4096, "sliding_window": 8, "layer_types": )",
+                                         layer_types, R"(, "attention_k_eq_v": true,
+        "num_kv_shared_layers": )", shared, R"(, "use_double_wide_mlp": true, "hidden_size_per_layer_input": 16,
+        "vocab_size_per_layer_input": 331, "final_logit_softcapping": 30.0,
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+          "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}})",
+                                         text_extra, "}}"),
+                            "c");
+  };
+  auto c = parse(R"(, "global_head_dim": 32, "num_global_key_value_heads": 1)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "gemma4_text");
+  EXPECT_EQ(c->text_prefix, "model.language_model.");
+  const DecoderSpec s = LlamaDecoderSpec(*c);
+  ASSERT_EQ(s.layer_attention.size(), 6u);
+  EXPECT_EQ(s.layer_attention[0].head_dim, 16);
+  EXPECT_EQ(s.layer_attention[0].kv_heads, 2);
+  EXPECT_EQ(s.layer_attention[2].head_dim, 32);
+  EXPECT_EQ(s.layer_attention[2].kv_heads, 1);
+  // The last three read the last earlier layer of their kind.
+  EXPECT_EQ(s.layer_attention[2].kv_from, -1);
+  EXPECT_EQ(s.layer_attention[3].kv_from, 1);
+  EXPECT_EQ(s.layer_attention[4].kv_from, 1);
+  EXPECT_EQ(s.layer_attention[5].kv_from, 2);
+  EXPECT_EQ(s.KvLayerCount(), 3);
+  EXPECT_EQ(s.layer_intermediate, (std::vector<int>{96, 96, 96, 192, 192, 192}));
+  EXPECT_EQ(s.per_layer_input, 16);
+  EXPECT_TRUE(s.v_norm && s.layer_scale && s.qk_norm);
+  EXPECT_EQ(s.attention[0].window, 8);
+  EXPECT_EQ(s.attention[2].window, 0);
+  EXPECT_EQ(s.attention[2].scale, 1.0f);
+  EXPECT_EQ(s.final_softcap, 30.0f);
+  // Proportional rope: 16 frequencies of 1e6^(-2j/32), the first 4 turning.
+  ASSERT_EQ(s.inv_freq.size(), 16u);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_NEAR(s.inv_freq[j], j < 4 ? std::pow(1e6, -2.0 * j / 32) : 0.0, 1e-7) << j;
+  }
+  ASSERT_EQ(s.inv_freq_local.size(), 8u);
+  EXPECT_NEAR(s.inv_freq_local[1], std::pow(1e4, -2.0 / 16), 1e-7);
+  EXPECT_TRUE(s.Validate().ok()) << s.Validate();
+  // transformers' save_pretrained spelling of the same.
+  auto saved = parse(R"(, "per_layer_config": {"2": {"head_dim": 32, "num_key_value_heads": 1},
+                        "5": {"head_dim": 32, "num_key_value_heads": 1}})");
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->global_head_dim, 32);
+  EXPECT_EQ(saved->global_kv_heads, 1);
+  const std::string types6 = R"(["sliding_attention", "sliding_attention", "full_attention",
+                                  "sliding_attention", "sliding_attention", "full_attention"])";
+  auto refused = [&](const std::string& extra, const std::string& types = "", const std::string& shared = "3") {
+    auto r = parse(extra, types.empty() ? types6 : types, shared);
+    return std::string(r.status().message());
+  };
+  EXPECT_THAT(refused(R"(, "global_head_dim": 32)", "", "6"), HasSubstr("num_kv_shared_layers"));
+  EXPECT_THAT(refused(R"(, "global_head_dim": 32)", R"(["sliding_attention", "full_attention"])"),
+              HasSubstr("layer_types has 2 entries for 6 layers"));
+  // Layers 4 and 5 share, but no earlier layer is global.
+  EXPECT_THAT(refused(R"(, "global_head_dim": 32)",
+                      R"(["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                         "sliding_attention", "full_attention"])",
+                      "2"),
+              HasSubstr("no earlier layer of its kind keeps them"));
+  EXPECT_THAT(refused(R"(, "per_layer_config": {"1": {"head_dim": 32}})"),
+              HasSubstr("per_layer_config names \"1\", which is not a full_attention layer"));
+  EXPECT_THAT(refused(R"(, "global_head_dim": 32, "use_bidirectional_attention": "all")"),
+              HasSubstr("use_bidirectional_attention"));
+  EXPECT_THAT(refused(R"(, "global_head_dim": 33)"), HasSubstr("global_head_dim must be even"));
+}
+
 TEST(LlamaConfigTest, HybridMixturesKeysAndRefusals) {
   using Kind = LlamaConfig::LayerKind;
   const std::string linear = R"("linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
@@ -354,7 +434,7 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
               HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, "
-                        "gpt_oss, granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, "
+                        "gemma4_text, gemma4, gpt_oss, granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, "
                         "qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next, qwen3_moe, smollm3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
@@ -362,7 +442,7 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   auto loaded = LoadModel(dir);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
-              HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gpt2, "
+              HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gemma4, gemma4_text, gpt2, "
                         "gpt_oss, gptj, granitemoehybrid, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, "
                         "qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next, "
                         "smollm3)"));
