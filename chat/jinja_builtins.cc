@@ -378,6 +378,21 @@ absl::StatusOr<Value> FilterMap(const Value& v, CallArgs& a) {
   return Value::MakeList(std::move(out));
 }
 
+// `keyed`'s items in order of their keys (stable; the greatest first with
+// `reverse`), as a list.
+absl::StatusOr<Value> SortedByKey(std::vector<std::pair<Value, Value>> keyed, bool reverse) {
+  absl::Status error;
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+    auto lt = reverse ? Less(y.first, x.first) : Less(x.first, y.first);
+    if (!lt.ok()) error = lt.status();
+    return lt.ok() && *lt;
+  });
+  if (!error.ok()) return error;
+  List out;
+  for (auto& [k, item] : keyed) out.push_back(std::move(item));
+  return Value::MakeList(std::move(out));
+}
+
 absl::StatusOr<Value> FilterSort(const Value& v, CallArgs& a) {
   auto items = Iterate(v);
   if (!items.ok()) return items.status();
@@ -390,16 +405,7 @@ absl::StatusOr<Value> FilterSort(const Value& v, CallArgs& a) {
     if (!key.ok()) return key.status();
     keyed.emplace_back(SortKey(*key, case_sensitive), item);
   }
-  absl::Status error;
-  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-    auto lt = reverse ? Less(y.first, x.first) : Less(x.first, y.first);
-    if (!lt.ok()) error = lt.status();
-    return lt.ok() && *lt;
-  });
-  if (!error.ok()) return error;
-  List out;
-  for (auto& [k, item] : keyed) out.push_back(std::move(item));
-  return Value::MakeList(std::move(out));
+  return SortedByKey(std::move(keyed), reverse);
 }
 
 // jinja2's dictsort: a mapping's (key, value) pairs sorted by key (or by
@@ -417,16 +423,7 @@ absl::StatusOr<Value> FilterDictsort(const Value& v, CallArgs& a) {
   for (const auto& [k, x] : v.dict()) {
     keyed.emplace_back(SortKey(by_key ? Value(k) : x, case_sensitive), Value::MakeList({Value(k), x}, true));
   }
-  absl::Status error;
-  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-    auto lt = reverse ? Less(y.first, x.first) : Less(x.first, y.first);
-    if (!lt.ok()) error = lt.status();
-    return lt.ok() && *lt;
-  });
-  if (!error.ok()) return error;
-  List out;
-  for (auto& [k, pair] : keyed) out.push_back(std::move(pair));
-  return Value::MakeList(std::move(out));
+  return SortedByKey(std::move(keyed), reverse);
 }
 
 absl::StatusOr<Value> FilterRound(const Value& v, CallArgs& a) {
