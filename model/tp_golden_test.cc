@@ -319,7 +319,14 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGoldenTest,
                                            // sinks, its band of every expert and
                                            // of their gate/up biases (MXFP4 blocks
                                            // cut at a block in the GGUF twin)
-                                           "tests/golden/gpt_oss_tiny", "tests/golden/gguf_gpt_oss"));
+                                           "tests/golden/gpt_oss_tiny", "tests/golden/gguf_gpt_oss",
+                                           // Gemma 4: global layers' one key/value
+                                           // head kept on both ranks, layers reading
+                                           // an earlier layer's K and V, per-layer
+                                           // inputs on every rank; the mixture
+                                           // beside its dense MLP
+                                           "tests/golden/gemma4_tiny", "tests/golden/gguf_gemma4",
+                                           "tests/golden/gemma4_moe_tiny", "tests/golden/gguf_gemma4_moe"));
 
 }  // namespace
 }  // namespace flover

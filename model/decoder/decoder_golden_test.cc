@@ -294,11 +294,8 @@ TEST_P(DecoderGoldenTest, DescribedAsLoaded) {
     EXPECT_TRUE(absl::StrContains(tp2.message(), "--tp=1")) << tp2;
   }
   // Gemma 4's global layers have one key/value head here (as E2B's): two
-  // ranks cannot split it, said with the layer.
-  if (std::string(e->architecture) == "gemma4_text") {
-    EXPECT_EQ(tp2.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(tp2.message(), "1 key/value heads")) << tp2;
-  }
+  // ranks keep it each (tp_golden_test runs them).
+  if (std::string(e->architecture) == "gemma4_text") EXPECT_TRUE(tp2.ok()) << tp2;
 }
 
 // F32 vs transformers' F32; bf16 vs transformers' emulation of the same

@@ -59,8 +59,11 @@ int DecoderSpec::MaxHeadDim() const {
 }
 
 int DecoderSpec::MaxQkvWidth(int q_heads, int tp_size) const {
-  int w = (q_heads + 2 * n_kv_head / tp_size) * head_dim;
-  for (const LayerAttention& a : layer_attention) w = std::max(w, (q_heads + 2 * a.kv_heads / tp_size) * a.head_dim);
+  auto width = [&](int kv_heads, int dim) {
+    return (q_heads + 2 * DecoderShard::KvBand(kv_heads, tp_size, 0).count) * dim;
+  };
+  int w = width(n_kv_head, head_dim);
+  for (const LayerAttention& a : layer_attention) w = std::max(w, width(a.kv_heads, a.head_dim));
   return w;
 }
 
@@ -190,15 +193,22 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat("tp rank ", s.tp_rank, " of ", s.tp_size,
                                                    " is out of range"));
   }
-  if (c.n_kv_head % s.tp_size != 0) {
+  // Key/value heads split by rank, or (fewer than ranks) each kept whole on
+  // the ranks whose query heads read it.
+  auto splits = [&](int kv) { return kv % s.tp_size == 0 || (kv < s.tp_size && s.tp_size % kv == 0); };
+  if (c.n_head % s.tp_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp=", s.tp_size, " does not divide the model's ", c.n_head, " attention heads"));
+  }
+  if (!splits(c.n_kv_head)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, " does not divide the model's ", c.n_kv_head,
         c.n_kv_head == c.n_head ? " attention heads" : " key/value heads"));
   }
   for (int l = 0; l < c.n_layer; ++l) {
-    if (c.kv_heads_of(l) % s.tp_size != 0) {
+    if (!splits(c.kv_heads_of(l))) {
       return absl::InvalidArgumentError(absl::StrCat("--tp=", s.tp_size, " does not divide layer ", l, "'s ",
-                                                     c.kv_heads_of(l), " key/value heads"));
+                                                     c.kv_heads_of(l), " key/value heads, nor do they divide it"));
     }
     if (c.intermediate_of(l) % s.tp_size != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -243,8 +253,9 @@ DecoderShard DecoderShardOf(const DecoderSpec& c, const ShardSpec& s) {
   DecoderShard out;
   out.tp_size = s.tp_size;
   out.tp_rank = s.tp_rank;
-  out.kv_heads = c.n_kv_head / s.tp_size;
-  out.kv_head_begin = s.tp_rank * out.kv_heads;
+  const DecoderShard::Band kv = DecoderShard::KvBand(c.n_kv_head, s.tp_size, s.tp_rank);
+  out.kv_heads = kv.count;
+  out.kv_head_begin = kv.begin;
   out.q_heads = c.n_head / s.tp_size;  // whole groups: n_head is a multiple of n_kv_head
   out.q_head_begin = s.tp_rank * out.q_heads;
   out.inner = c.intermediate / s.tp_size;

@@ -260,10 +260,23 @@ struct DecoderShard {
   int mamba_groups = 0, mamba_group_begin = 0;
   int mamba_heads = 0, mamba_head_begin = 0;
 
+  // A rank's key/value heads of `kv_heads`: a band of kv_heads / tp whole
+  // heads, or, with fewer heads than ranks (tp a multiple of them: Gemma 4's
+  // one head), the one head its query heads read, kept on every rank that
+  // reads it (replicated, as vLLM does).
+  struct Band {
+    int begin = 0, count = 0;
+  };
+  static Band KvBand(int kv_heads, int tp, int rank) {
+    if (kv_heads >= tp) return {rank * (kv_heads / tp), kv_heads / tp};
+    return {rank * kv_heads / tp, 1};
+  }
   // Layer l's key/value heads on this rank, and the first's index; its
   // dense MLP's band.
-  int kv_heads_of(const DecoderSpec& c, int l) const { return c.kv_heads_of(l) / tp_size; }
-  int kv_head_begin_of(const DecoderSpec& c, int l) const { return tp_rank * kv_heads_of(c, l); }
+  int kv_heads_of(const DecoderSpec& c, int l) const { return KvBand(c.kv_heads_of(l), tp_size, tp_rank).count; }
+  int kv_head_begin_of(const DecoderSpec& c, int l) const {
+    return KvBand(c.kv_heads_of(l), tp_size, tp_rank).begin;
+  }
   int inner_of(const DecoderSpec& c, int l) const { return c.intermediate_of(l) / tp_size; }
   int inner_begin_of(const DecoderSpec& c, int l) const { return tp_rank * inner_of(c, l); }
 };

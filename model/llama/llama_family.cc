@@ -26,10 +26,10 @@ void AttentionRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, Decod
   auto norm = [&](std::string name, int64_t n) { return NormRecipe(c, std::move(name), n); };
   // This layer's heads (Gemma 4's global layers differ from its local ones).
   const int64_t C = c.hidden, D = c.head_dim_of(l), Q = int64_t{c.n_head} * D, KV = int64_t{c.kv_heads_of(l)} * D;
-  const int64_t kv_local = c.kv_heads_of(l) / sh.tp_size;
+  const DecoderShard::Band kv = DecoderShard::KvBand(c.kv_heads_of(l), sh.tp_size, sh.tp_rank);
   const bool fused = c.arch().fused_projections;
   const int64_t q0 = sh.q_head_begin * D, q1 = q0 + sh.q_heads * D;
-  const int64_t k0 = sh.tp_rank * kv_local * D, k1 = k0 + kv_local * D;
+  const int64_t k0 = int64_t{kv.begin} * D, k1 = k0 + int64_t{kv.count} * D;
   const std::string p = absl::StrCat("model.layers.", l, ".");
   if (c.kv_from(l) >= 0) {  // reads another layer's K and V: Q alone (Gemma 4)
     visit(RowSlice(p + "self_attn.q_proj.weight", {Q, C}, q0, q1), &L.qkv);
