@@ -377,6 +377,12 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
   m->config_ = *config;
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
+  // The base model saved alone (Qwen3Model: embedding checkpoints such as
+  // Qwen3-Embedding): its tensors without the "model." prefix, no head.
+  if (m->config_.text_prefix == "model." && ckpt->Find("model.embed_tokens.weight") == nullptr &&
+      ckpt->Find("embed_tokens.weight") != nullptr) {
+    m->config_.text_prefix = "";
+  }
   std::string stored = "F32";
   if (const TensorInfo* t = ckpt->Find(StoredLlamaName(m->config_, "model.embed_tokens.weight"))) {
     stored = std::string(DTypeName(t->dtype));

@@ -165,7 +165,8 @@ struct LlamaConfig {
   bool experts_packed = false;
   // What the text model's tensor names start with in place of "model.":
   // Qwen3.5's released image-text checkpoints keep it under
-  // "model.language_model." (its vision tower, "model.visual.", is not read).
+  // "model.language_model." (its vision tower, "model.visual.", is not read);
+  // a base model saved alone (Qwen3-Embedding) has none ("").
   std::string text_prefix = "model.";
   // Qwen3.5's multi-token-prediction layers (mtp_num_hidden_layers; GGUF:
   // nextn_predict_layers, appended after the model's block_count - these
