@@ -78,13 +78,15 @@ absl::StatusOr<ColumnBands> UploadColumnBands(kernels::Backend& backend, const W
   ColumnBands out;
   kernels::BlockFormat format;
   if (keep_blocks && source.BlockFormatOf(block.tensor, &format) && kernels::BlockRowsFit(format, cols) &&
-      cols % kernels::InfoOf(format).block_values == 0 && all.row_begin == 0 && R == block.shape[0]) {
-    // Read in place where the source maps the file and the backend reads
-    // host memory: each band the file's own bytes, paged in as rows are used.
-    auto mapped = source.MapBlockRows(block.tensor, block.shape);
+      cols % kernels::InfoOf(format).block_values == 0) {
+    const int64_t row_bytes = kernels::BlockRowBytes(format, bands * cols), band_bytes = kernels::BlockRowBytes(format, cols);
+    // Read in place where the source maps the whole tensor and the backend
+    // reads host memory: each band the file's own bytes, paged in as rows
+    // are used.
+    auto mapped = all.row_begin == 0 && R == block.shape[0] ? source.MapBlockRows(block.tensor, block.shape)
+                                                            : absl::UnimplementedError("some rows");
     if (mapped.ok() && mapped->format == format && mapped->rows == R) {
-      const int64_t band_bytes = kernels::BlockRowBytes(format, cols);
-      for (int b = 0; b < bands && mapped.ok(); ++b) {
+      for (int b = 0; b < bands; ++b) {
         auto table = backend.MapBlockRows(format, mapped->data + b * band_bytes, R, static_cast<int>(cols),
                                           mapped->row_bytes, mapped->owner);
         if (!table.ok()) break;
@@ -93,11 +95,8 @@ absl::StatusOr<ColumnBands> UploadColumnBands(kernels::Backend& backend, const W
       if (static_cast<int>(out.blocks.size()) == bands) return out;
       out.blocks.clear();
     }
-  }
-  if (keep_blocks && source.BlockFormatOf(block.tensor, &format) && kernels::BlockRowsFit(format, cols) &&
-      cols % kernels::InfoOf(format).block_values == 0) {
-    // Each band's blocks, row by row, then on the backend one band at a time.
-    const int64_t row_bytes = kernels::BlockRowBytes(format, bands * cols), band_bytes = kernels::BlockRowBytes(format, cols);
+    // Otherwise each band's blocks copied, row by row, then on the backend
+    // one band at a time.
     std::vector<std::vector<uint8_t>> host(bands, std::vector<uint8_t>(static_cast<size_t>(R * band_bytes)));
     for (int64_t r = 0; r < R; r += chunk_rows) {
       const int64_t n = std::min(chunk_rows, R - r);

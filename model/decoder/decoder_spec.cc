@@ -215,10 +215,6 @@ absl::Status ValidateDecoderShard(const DecoderSpec& c, const ShardSpec& s) {
           "--tp=", s.tp_size, " does not divide the MLP width ", c.intermediate_of(l)));
     }
   }
-  if (c.intermediate % s.tp_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tp=", s.tp_size, " does not divide the MLP width ", c.intermediate));
-  }
   if (c.moe.experts > 0 && c.moe.intermediate % s.tp_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tp=", s.tp_size, " does not divide the experts' MLP width ", c.moe.intermediate));

@@ -125,6 +125,21 @@ class MoeMlp final : public MlpStrategy {
   std::vector<const kernels::Weight*> up_w_, down_w_;
 };
 
+// Each expert's gate/up [C -> 2 Fe] and down [Fe -> C] GEMMs (no biases:
+// a mixture's biases are rows beside them), host weights released.
+absl::Status UploadExperts(LayerUploader& up, DecoderLayerWeights& l, int FE, std::vector<LinearSite>* ups,
+                           std::vector<LinearSite>* downs) {
+  const int C = up.spec().hidden, E = static_cast<int>(l.expert_up.size());
+  std::vector<float> none;
+  ups->resize(E);
+  downs->resize(E);
+  for (int e = 0; e < E; ++e) {
+    FLOVER_RETURN_IF_ERROR(up.Site(l.expert_up[e], none, C, 2 * FE, kernels::Epilogue::kBias, &(*ups)[e]));
+    FLOVER_RETURN_IF_ERROR(up.Site(l.expert_down[e], none, FE, C, kernels::Epilogue::kBias, &(*downs)[e]));
+  }
+  return absl::OkStatus();
+}
+
 // Gemma 4's mixture beside a dense MLP (DecoderSpec::Moe::beside_dense):
 //   f = dense_norm(dense(h)) + experts_norm(sum of w_e expert_e(pre_norm(x)))
 //   x += post(f)
@@ -229,11 +244,8 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeDenseAndExpertsMlp(LayerUploade
   FLOVER_RETURN_IF_ERROR(up.Site(l.up, none, C, 2 * FL, plain, &dense_up));
   FLOVER_RETURN_IF_ERROR(up.Site(l.down, none, FL, C, plain, &dense_down));
   FLOVER_RETURN_IF_ERROR(up.Site(l.router, none, C, E, plain, &router));
-  std::vector<LinearSite> ups(E), downs(E);
-  for (int e = 0; e < E; ++e) {
-    FLOVER_RETURN_IF_ERROR(up.Site(l.expert_up[e], none, C, 2 * FE, plain, &ups[e]));
-    FLOVER_RETURN_IF_ERROR(up.Site(l.expert_down[e], none, FE, C, plain, &downs[e]));
-  }
+  std::vector<LinearSite> ups, downs;
+  FLOVER_RETURN_IF_ERROR(UploadExperts(up, l, FE, &ups, &downs));
   // The router's norm weight: router.scale times C^-1/2, in float32.
   const float inv_sqrt_c = 1.0f / std::sqrt(static_cast<float>(C));
   for (float& v : l.moe_router_norm) v *= inv_sqrt_c;
@@ -276,11 +288,8 @@ absl::StatusOr<std::unique_ptr<MlpStrategy>> MakeMlp(LayerUploader& up, const De
       FLOVER_RETURN_IF_ERROR(up.Values(l.expert_up_b, E, 2 * FE, &up_b));
       FLOVER_RETURN_IF_ERROR(up.Values(l.expert_down_b, E, C, &down_b));
     }
-    std::vector<LinearSite> ups(E), downs(E);
-    for (int e = 0; e < E; ++e) {
-      FLOVER_RETURN_IF_ERROR(up.Site(l.expert_up[e], none, C, 2 * FE, plain, &ups[e]));
-      FLOVER_RETURN_IF_ERROR(up.Site(l.expert_down[e], none, FE, C, plain, &downs[e]));
-    }
+    std::vector<LinearSite> ups, downs;
+    FLOVER_RETURN_IF_ERROR(UploadExperts(up, l, FE, &ups, &downs));
     std::optional<MoeMlp::Shared> shared;
     if (spec.moe.shared_intermediate > 0) {
       const int FS = shard.shared_inner;

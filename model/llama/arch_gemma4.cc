@@ -185,9 +185,11 @@ absl::Status Gemma4Gguf(const GgufFile& f, const std::string& a, LlamaConfig* c)
   auto per_layer = [&](const char* key, int64_t max, std::vector<int64_t>* out) -> absl::Status {
     const GgufValue* v = f.Find(a + key);
     if (v == nullptr) return refuse(key, " is missing");
-    out->assign(c->n_layer, v->integer);
-    if (v->array_size() > 0 || !v->integers.empty()) {
-      if (v->integers.size() != size_t(c->n_layer)) return refuse(key, " has ", v->integers.size(), " entries");
+    if (v->type != GgufType::kArray) {
+      out->assign(c->n_layer, v->integer);
+    } else if (v->integers.size() != size_t(c->n_layer)) {
+      return refuse(key, " has ", v->integers.size(), " entries for ", c->n_layer, " layers");
+    } else {
       *out = v->integers;
     }
     for (int64_t x : *out) {
