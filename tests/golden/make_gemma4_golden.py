@@ -393,12 +393,7 @@ def make(name, spec, seed):
                     sys.exit(f"{name}: save_pretrained writes {k} otherwise")
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     os.chmod(os.path.join(out_dir, "model.safetensors"), 0o644)
-    path = os.path.join(out_dir, "config.json")
-    cfg.to_json_file(path)
-    with open(path) as f:
-        edited = released_config(json.load(f), spec)
-    with open(path, "w") as f:
-        f.write(json.dumps(edited, indent=2, sort_keys=True) + "\n")
+    mh.write_config(out_dir, cfg, lambda d: released_config(d, spec))
 
     patches = gemma4_patches()
     logits = {}
@@ -410,14 +405,7 @@ def make(name, spec, seed):
     for kind, kv in (("bf16", False), ("bf16kv", True)):
         for i, l in enumerate(emulated_logits(model, prompts, kv)):
             logits[f"logits_{kind}.{i}"] = l
-    save_file(logits, os.path.join(out_dir, "golden_logits.safetensors"))
-    os.chmod(os.path.join(out_dir, "golden_logits.safetensors"), 0o644)
-    with open(os.path.join(out_dir, "golden.json"), "w") as f:
-        json.dump({"prompts": prompts, "greedy_prompt": prompts[1],
-                   "greedy_output": seq[len(prompts[1]):], "stored_dtype": "float32"}, f)
-    if len(set(seq[len(prompts[1]):])) < 8:
-        sys.exit(f"{name}: the greedy run repeats itself: {seq[len(prompts[1]):]}")
-    print(f"{name}: greedy {seq[len(prompts[1]):]}")
+    mh.write_goldens(out_dir, name, prompts, logits, seq)
     return model, double, prompts, logits, patches
 
 

@@ -465,12 +465,7 @@ def make(seed):
                     sys.exit(f"{NAME}: save_pretrained writes {k} otherwise")
     save_file(tensors, os.path.join(out_dir, "model.safetensors"))
     os.chmod(os.path.join(out_dir, "model.safetensors"), 0o644)
-    path = os.path.join(out_dir, "config.json")
-    cfg.to_json_file(path)
-    with open(path) as f:
-        edited = released_config(json.load(f))
-    with open(path, "w") as f:
-        f.write(json.dumps(edited, indent=2, sort_keys=True) + "\n")
+    mh.write_config(out_dir, cfg, released_config)
 
     patches = gpt_oss_patches()
     logits = {}
@@ -478,9 +473,7 @@ def make(seed):
     with torch.no_grad():
         for i, p in enumerate(prompts):
             logits[f"logits.{i}"] = mh.logits64(double, patches, p).float().contiguous()
-        seq = list(prompts[1])
-        for _ in range(32):
-            seq.append(int(mh.logits64(double, patches, seq)[-1].argmax()))
+    seq = mh.greedy(double, patches, prompts[1])
     for kind, kv in (("bf16", False), ("bf16kv", True)):
         for i, l in enumerate(emulated_logits(model, prompts, kv)):
             logits[f"logits_{kind}.{i}"] = l
@@ -489,14 +482,7 @@ def make(seed):
     with torch.no_grad(), mh.patched([(m.GptOssExperts, "forward", EXPERTS_NATIVE)]):
         for i, p in enumerate(prompts):
             logits[f"logits_native.{i}"] = mh.logits64(double, patches, p).float().contiguous()
-    save_file(logits, os.path.join(out_dir, "golden_logits.safetensors"))
-    os.chmod(os.path.join(out_dir, "golden_logits.safetensors"), 0o644)
-    with open(os.path.join(out_dir, "golden.json"), "w") as f:
-        json.dump({"prompts": prompts, "greedy_prompt": prompts[1],
-                   "greedy_output": seq[len(prompts[1]):], "stored_dtype": "float32"}, f)
-    if len(set(seq[len(prompts[1]):])) < 8:
-        sys.exit(f"{NAME}: the greedy run repeats itself: {seq[len(prompts[1]):]}")
-    print(f"{NAME}: greedy {seq[len(prompts[1]):]}")
+    mh.write_goldens(out_dir, NAME, prompts, logits, seq)
     return model, double, prompts, logits, patches
 
 

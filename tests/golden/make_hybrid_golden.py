@@ -648,13 +648,7 @@ def make(name, config, model_class, module, patches, round_values, seed, perturb
         check_fused(name, tensors, saved)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"))
     os.chmod(os.path.join(out_dir, "model.safetensors"), 0o644)  # save_file writes 0600
-    config.to_json_file(os.path.join(out_dir, "config.json"))
-    if edit_config is not None:
-        path = os.path.join(out_dir, "config.json")
-        with open(path) as f:
-            edited = edit_config(json.load(f))
-        with open(path, "w") as f:
-            f.write(json.dumps(edited, indent=2, sort_keys=True) + "\n")  # as to_json_file
+    write_config(out_dir, config, edit_config)
 
     text = config.get_text_config()
     V, P = text.vocab_size, positions or text.max_position_embeddings
@@ -665,12 +659,30 @@ def make(name, config, model_class, module, patches, round_values, seed, perturb
     with torch.no_grad():
         for i, p in enumerate(prompts):
             logits[f"logits.{i}"] = logits64(double, patches, p).float().contiguous()
-        seq = list(prompts[1])
-        for _ in range(32):
-            seq.append(int(logits64(double, patches, seq)[-1].argmax()))
+    seq = greedy(double, patches, prompts[1])
     for kind, kv in (("bf16", False), ("bf16kv", True)):
         for i, l in enumerate(emulated_logits(model, module, prompts, kv, round_values, functional)):
             logits[f"logits_{kind}.{i}"] = l
+    write_goldens(out_dir, name, prompts, logits, seq)
+    return double, prompts, logits
+
+
+def write_config(out_dir, config, edit=None):
+    """config.json as to_json_file writes it, then `edit` (a dict -> dict:
+    the keys as the released checkpoint spells them) written back the same way."""
+    path = os.path.join(out_dir, "config.json")
+    config.to_json_file(path)
+    if edit is not None:
+        with open(path) as f:
+            edited = edit(json.load(f))
+        with open(path, "w") as f:
+            f.write(json.dumps(edited, indent=2, sort_keys=True) + "\n")  # as to_json_file
+
+
+def write_goldens(out_dir, name, prompts, logits, seq):
+    """golden_logits.safetensors (`logits`) and golden.json (the prompts, and
+    the greedy continuation `seq` of prompts[1]); refuses a greedy run that
+    repeats itself, which would test little."""
     save_file(logits, os.path.join(out_dir, "golden_logits.safetensors"))
     os.chmod(os.path.join(out_dir, "golden_logits.safetensors"), 0o644)
     with open(os.path.join(out_dir, "golden.json"), "w") as f:
@@ -679,7 +691,6 @@ def make(name, config, model_class, module, patches, round_values, seed, perturb
     if len(set(seq[len(prompts[1]):])) < 8:
         sys.exit(f"{name}: the greedy run repeats itself: {seq[len(prompts[1]):]}")
     print(f"{name}: greedy {seq[len(prompts[1]):]}")
-    return double, prompts, logits
 
 
 # ---------------------------------------------------------------------------
