@@ -397,45 +397,18 @@ def qwen35(seed=8):
     write_cases(d, path, MARK_CASES, seed)
 
 
-def llama_tokenize(path, text):
-    """llama.cpp's ids for `text` (special tokens parsed) with the vocabulary of GGUF `path`."""
-    import subprocess
-
-    with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
-        f.write(text.encode("utf-8"))
-    try:
-        out = subprocess.run([os.environ["LLAMA_TOKENIZE"], "-m", path, "-f", f.name, "--ids",
-                              "--no-escape", "--log-disable"],
-                             check=True, capture_output=True, text=True).stdout
-    finally:
-        os.unlink(f.name)
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def vocab_gguf(path, n_vocab):
-    """A GGUF writer for a vocabulary alone (the caller adds the tokenizer's keys, then
-    finish_gguf): llama.cpp loads a model's hyper-parameters even for its vocabulary."""
-    import gguf
-
-    w = gguf.GGUFWriter(path, arch="llama")
-    for add, value in [(w.add_context_length, 64), (w.add_embedding_length, 16),
-                       (w.add_block_count, 1), (w.add_feed_forward_length, 32),
-                       (w.add_head_count, 2), (w.add_head_count_kv, 2),
-                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_dimension_count, 8),
-                       (w.add_vocab_size, n_vocab)]:
-        add(value)
-    return w
-
-
-def finish_gguf(w):
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+def gguf_vocab_tools():
+    """make_gguf_golden.py's GGUF vocabulary helpers (it needs gguf-py): a tiny
+    model's hyper-parameters for a vocabulary file, finishing the file, and
+    llama-tokenize's ids."""
+    import make_gguf_golden as g
+    return g.tiny_hparams, g.finish, g.llama_tokenize
 
 
 def llama_cpp():
-    tokenize = llama_tokenize
+    import gguf
+
+    tiny_hparams, finish, tokenize = gguf_vocab_tools()
     tmp = tempfile.mkdtemp()
     out = {}
     for name, kind, pre in [("qwen35", "qwen35", "qwen35"), ("lfm2", "llama3", "lfm2"), ("o200k", "o200k", "gpt-4o")]:
@@ -447,7 +420,8 @@ def llama_cpp():
             special[a["id"]] = a["special"]
         assert sorted(by_id) == list(range(len(by_id)))
         path = os.path.join(tmp, name + ".gguf")
-        w = vocab_gguf(path, len(by_id))
+        w = gguf.GGUFWriter(path, arch="llama")
+        tiny_hparams(w, len(by_id))
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre(pre)
         w.add_token_list([by_id[i] for i in range(len(by_id))])
@@ -457,7 +431,7 @@ def llama_cpp():
             (a["id"] for a in doc["added_tokens"] if a["content"] == "<|begin_of_text|>"), None))
         if bos is not None:
             w.add_bos_token_id(bos)
-        finish_gguf(w)
+        finish(w)
         cases = json.load(open(os.path.join(OUT, kind, "cases.json"), encoding="utf-8"))["encode"]
         out[name] = {"vocabulary": kind, "pre": pre,
                      "cases": [{"text": c["text"], "ids": tokenize(path, c["text"])}
@@ -475,6 +449,9 @@ def llama_cpp_gemma4():
     newlines) on spm_legacy's vocabulary and merges, as Gemma 4's converter
     writes it (byte tokens of type BYTE, special ones CONTROL), with two
     Gemma-style tokens of runs of newlines added as normal tokens."""
+    import gguf
+
+    tiny_hparams, finish, llama_tokenize = gguf_vocab_tools()
     doc = json.load(open(os.path.join(OUT, "spm_legacy", "tokenizer.json"), encoding="utf-8"))
     by_id = {i: t for t, i in doc["model"]["vocab"].items()}
     special = {a["id"] for a in doc["added_tokens"] if a["special"]}
@@ -488,7 +465,8 @@ def llama_cpp_gemma4():
     merges = [m if isinstance(m, str) else " ".join(m) for m in doc["model"]["merges"]]
     tmp = tempfile.mkdtemp()
     path = os.path.join(tmp, "gemma4.gguf")
-    w = vocab_gguf(path, len(tokens))
+    w = gguf.GGUFWriter(path, arch="llama")
+    tiny_hparams(w, len(tokens))
     w.add_tokenizer_model("gemma4")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * len(tokens))
@@ -498,7 +476,7 @@ def llama_cpp_gemma4():
     w.add_eos_token_id(doc["model"]["vocab"].get("</s>", 2))
     w.add_add_space_prefix(False)
     w.add_add_bos_token(True)
-    finish_gguf(w)
+    finish(w)
 
     cases = json.load(open(os.path.join(OUT, "spm_legacy", "cases.json"), encoding="utf-8"))["encode"]
     texts = [c["text"] for c in cases if c["text"]] + [
