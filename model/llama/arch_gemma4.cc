@@ -313,6 +313,7 @@ const LlamaArchitecture& Gemma4Arch() {
     a.gguf = true;
     a.gguf_name = "gemma4";
     a.gguf_layer_arrays = true;
+    a.rope_by_layer_type = true;
     a.gguf_parse = Gemma4Gguf;
     a.parse = ParseGemma4;
     a.spec = Gemma4Spec;

@@ -142,6 +142,9 @@ struct LlamaArchitecture {
   // Gemma 4: the sandwich's norms (and the Q/K norms) scale by w, not by
   // (1 + w).
   bool plain_norms = false;
+  // config.json's rope_parameters are keyed by layer type
+  // (sliding_attention, full_attention), read by its parse hook (Gemma 4).
+  bool rope_by_layer_type = false;
   // GGUF: its keys may hold a value per layer (Gemma 4's feed_forward_length
   // and attention.head_count_kv), which its gguf_parse reads; the family
   // takes the first layer's.

@@ -561,8 +561,15 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   // rope_parameters keyed by layer type (Gemma 4's): the architecture's
   // hook read them.
   const bool by_layer_type = JsonHas(*rope, "full_attention") || JsonHas(*rope, "sliding_attention");
-  if (by_layer_type && arch.parse == nullptr) return refuse("rope_parameters by layer type are not supported");
+  if (by_layer_type && !arch.rope_by_layer_type) {
+    return refuse("rope_parameters by layer type are not supported for model_type ", c.architecture);
+  }
+  if (rope != &s && !by_layer_type && arch.rope_by_layer_type) {
+    return refuse("rope_parameters must be given by layer type (sliding_attention, full_attention) for model_type ",
+                  c.architecture);
+  }
   if (by_layer_type) {
+    // Read by the architecture's hook (Gemma 4's).
   } else if (rope != &s) {
     // rope_parameters' rope_type is the scaling (default: none).
     Struct scaling;

@@ -270,6 +270,13 @@ TEST(LlamaConfigTest, Gemma4KeysAndRefusals) {
   EXPECT_THAT(refused(R"(, "global_head_dim": 32, "use_bidirectional_attention": "all")"),
               HasSubstr("use_bidirectional_attention"));
   EXPECT_THAT(refused(R"(, "global_head_dim": 33)"), HasSubstr("global_head_dim must be even"));
+  // rope_parameters by layer type only where the architecture reads them so.
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("llama", R"("rope_parameters": {"full_attention":
+                                                     {"rope_type": "default", "rope_theta": 10000.0}})"),
+                                           "c")
+                              .status()
+                              .message()),
+              HasSubstr("rope_parameters by layer type are not supported for model_type llama"));
 }
 
 TEST(LlamaConfigTest, HybridMixturesKeysAndRefusals) {
