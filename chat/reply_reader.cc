@@ -12,8 +12,13 @@
 namespace flover {
 namespace {
 
-constexpr absl::string_view kOpen = "<think>";
-constexpr absl::string_view kClose = "</think>";
+// The tags around a reply's reasoning, by format.
+struct Tags {
+  absl::string_view open, close;
+};
+constexpr Tags kThink = {"<think>", "</think>"};
+constexpr Tags kChannel = {"<|channel>thought", "<channel|>"};  // Gemma 4
+Tags TagsOf(ReasoningFormat format) { return format == ReasoningFormat::kChannel ? kChannel : kThink; }
 
 ReplyReader::Event FromToolEvent(ToolCallStream::Event& e) {
   using E = ReplyReader::Event;
@@ -41,13 +46,16 @@ absl::StatusOr<ReasoningFormat> ReasoningFormatNamed(absl::string_view name) {
   if (name == "none") return ReasoningFormat::kNone;
   if (name == "think") return ReasoningFormat::kThinkTags;
   if (name == "harmony") return ReasoningFormat::kHarmony;
-  return absl::InvalidArgumentError(absl::StrCat("unknown reasoning parser '", name, "' (none, think, harmony)"));
+  if (name == "gemma4") return ReasoningFormat::kChannel;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown reasoning parser '", name, "' (none, think, harmony, gemma4)"));
 }
 
 const char* ReasoningFormatName(ReasoningFormat format) {
   switch (format) {
     case ReasoningFormat::kThinkTags: return "think";
     case ReasoningFormat::kHarmony: return "harmony";
+    case ReasoningFormat::kChannel: return "gemma4";
     case ReasoningFormat::kNone: break;
   }
   return "none";
@@ -55,14 +63,20 @@ const char* ReasoningFormatName(ReasoningFormat format) {
 
 ReasoningFormat ReasoningFormatOf(absl::string_view template_text) {
   if (absl::StrContains(template_text, "<|channel|>")) return ReasoningFormat::kHarmony;
-  return absl::StrContains(template_text, kOpen) || absl::StrContains(template_text, kClose)
+  if (absl::StrContains(template_text, kChannel.open)) return ReasoningFormat::kChannel;
+  return absl::StrContains(template_text, kThink.open) || absl::StrContains(template_text, kThink.close)
              ? ReasoningFormat::kThinkTags
              : ReasoningFormat::kNone;
 }
 
 bool StartsInReasoning(ReasoningFormat format, absl::string_view prompt) {
-  if (format != ReasoningFormat::kThinkTags) return false;
-  return absl::EndsWith(absl::StripTrailingAsciiWhitespace(prompt), kOpen);
+  if (format != ReasoningFormat::kThinkTags && format != ReasoningFormat::kChannel) return false;
+  return absl::EndsWith(absl::StripTrailingAsciiWhitespace(prompt), TagsOf(format).open);
+}
+
+absl::string_view ReasoningCloseTag(ReasoningFormat format) {
+  if (format != ReasoningFormat::kThinkTags && format != ReasoningFormat::kChannel) return "";
+  return TagsOf(format).close;
 }
 
 ReplyReader::ReplyReader(Options options)
@@ -120,16 +134,17 @@ std::vector<ReplyReader::Event> ReplyReader::Push(absl::string_view text) {
     return out;
   }
   pending_.append(text.data(), text.size());
+  const Tags tags = TagsOf(options_.reasoning);
   while (!pending_.empty()) {
     if (state_ == State::kStart) {
       // The reply opens its reasoning itself, or it has none.
       const absl::string_view rest = absl::StripLeadingAsciiWhitespace(pending_);
-      if (absl::StartsWith(rest, kOpen)) {
-        pending_ = std::string(rest.substr(kOpen.size()));
+      if (absl::StartsWith(rest, tags.open)) {
+        pending_ = std::string(rest.substr(tags.open.size()));
         state_ = State::kReasoning;
         continue;
       }
-      if (absl::StartsWith(kOpen, rest)) break;  // "<th": wait for more
+      if (absl::StartsWith(tags.open, rest)) break;  // "<th": wait for more
       state_ = State::kAnswer;
       std::string answer = std::move(pending_);
       pending_.clear();
@@ -137,15 +152,15 @@ std::vector<ReplyReader::Event> ReplyReader::Push(absl::string_view text) {
       break;
     }
     if (state_ == State::kReasoning) {
-      const size_t close = absl::string_view(pending_).find(kClose);
+      const size_t close = absl::string_view(pending_).find(tags.close);
       if (close != absl::string_view::npos) {
         Reasoning(absl::string_view(pending_).substr(0, close), &out);
         held_space_.clear();
-        pending_.erase(0, close + kClose.size());
+        pending_.erase(0, close + tags.close.size());
         state_ = State::kAnswerStart;
         continue;
       }
-      const size_t keep = TagPrefixAtEnd(pending_, kClose);
+      const size_t keep = TagPrefixAtEnd(pending_, tags.close);
       Reasoning(absl::string_view(pending_).substr(0, pending_.size() - keep), &out);
       pending_.erase(0, pending_.size() - keep);
       break;

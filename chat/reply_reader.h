@@ -14,6 +14,9 @@
 //          DeepSeek-R1). Whitespace next to the tags is dropped; a
 //          reasoning the reply never closes (cut off by its length) is
 //          reasoning all the same.
+//   gemma4 Gemma 4's thought channel, <|channel>thought ... <channel|>,
+//          read as think's tags are (the template's generation prompt
+//          opens it after a tool's response when thinking is on).
 //   harmony gpt-oss's channels (chat/harmony_reader.h): analysis is the
 //          reasoning, final the content, commentary calls to functions.*
 //          the tool calls (whatever `tools` says: the format is harmony's).
@@ -33,17 +36,22 @@ namespace flover {
 
 class HarmonyReader;
 
-enum class ReasoningFormat { kNone, kThinkTags, kHarmony };
+enum class ReasoningFormat { kNone, kThinkTags, kHarmony, kChannel };
 
-// "none", "think", "harmony"; InvalidArgument naming the choices.
+// "none", "think", "harmony", "gemma4"; InvalidArgument naming the choices.
 absl::StatusOr<ReasoningFormat> ReasoningFormatNamed(absl::string_view name);
 const char* ReasoningFormatName(ReasoningFormat format);
 // The format a chat template's replies reason in: harmony where it writes
-// <|channel|>, think where it writes <think> or </think>; none otherwise.
+// <|channel|>, gemma4 where it writes <|channel>thought, think where it
+// writes <think> or </think>; none otherwise.
 ReasoningFormat ReasoningFormatOf(absl::string_view template_text);
 // Whether a reply to `prompt` (the rendered prompt's text, or its end)
-// starts inside its reasoning: the prompt ends with an opened <think>.
+// starts inside its reasoning: the prompt ends with an opened <think> (or
+// Gemma 4's <|channel>thought).
 bool StartsInReasoning(ReasoningFormat format, absl::string_view prompt);
+// The text that closes a reasoning a prompt can open ("</think>",
+// "<channel|>"); "" for formats whose prompts open none.
+absl::string_view ReasoningCloseTag(ReasoningFormat format);
 
 class ReplyReader {
  public:

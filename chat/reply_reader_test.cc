@@ -119,7 +119,77 @@ TEST(ReplyReaderTest, CallsAfterTheReasoning) {
   EXPECT_EQ(inside.content, "ok");
 }
 
+// Gemma 4 thinks in a channel: <|channel>thought\n...\n<channel|>, which
+// its template writes back into earlier turns the same way; thinking off
+// (the large template) or after a tool's result, the prompt may open or
+// close it.
+TEST(ReplyReaderTest, Gemma4ThoughtChannel) {
+  ReplyReader::Options o;
+  o.reasoning = ReasoningFormat::kChannel;
+  ExpectSplit(o, "<|channel>thought\nThe user wants 2+2.\nIt is 4.\n<channel|>The answer is 4.",
+              "The user wants 2+2.\nIt is 4.", "The answer is 4.");
+  ExpectSplit(o, "<|channel>thought\n<channel|>Hi there.", "", "Hi there.");
+  ExpectSplit(o, "Hi <|channel> there", "", "Hi <|channel> there");
+  ExpectSplit(o, "<|channel>thought\nstill going <chan", "still going <chan", "");
+  ExpectSplit(o, "<think>x</think>y", "", "<think>x</think>y");
+  o.starts_in_reasoning = true;
+  ExpectSplit(o, "The tool said 21C.\n<channel|>It is 21C in Paris.", "The tool said 21C.", "It is 21C in Paris.");
+  EXPECT_TRUE(StartsInReasoning(ReasoningFormat::kChannel, "<tool_response|><|channel>thought\n"));
+  EXPECT_FALSE(StartsInReasoning(ReasoningFormat::kChannel, "<|turn>model\n<|channel>thought\n<channel|>"));
+  EXPECT_FALSE(StartsInReasoning(ReasoningFormat::kChannel, "<|turn>model\n"));
+  EXPECT_EQ(ReasoningCloseTag(ReasoningFormat::kChannel), "<channel|>");
+  EXPECT_EQ(ReasoningCloseTag(ReasoningFormat::kThinkTags), "</think>");
+  EXPECT_EQ(ReasoningCloseTag(ReasoningFormat::kHarmony), "");
+}
+
+TEST(ReplyReaderTest, Gemma4CallsAfterTheThought) {
+  ReplyReader::Options o;
+  o.reasoning = ReasoningFormat::kChannel;
+  o.tools = ToolCallFormat::kGemma4;
+  o.call_id_prefix = "c_";
+  o.stream_arguments = true;
+  const std::string text =
+      "<|channel>thought\nI need the weather.\n<channel|><|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,"
+      "unit:<|\"|>celsius<|\"|>}<tool_call|><|tool_call>call:get_time{}<tool_call|>";
+  const Reply whole = ReadReply(o, text);
+  EXPECT_EQ(whole.reasoning, "I need the weather.");
+  EXPECT_EQ(whole.content, "");
+  ASSERT_EQ(whole.calls.size(), 2u);
+  EXPECT_EQ(whole.calls[0].name, "get_weather");
+  EXPECT_EQ(whole.calls[0].arguments, R"({"city":"Paris","unit":"celsius"})");
+  EXPECT_EQ(whole.calls[1].name, "get_time");
+  EXPECT_EQ(whole.calls[1].arguments, "{}");
+  EXPECT_EQ(whole.calls[1].id, "c_1");
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    const Reply s = Streamed(o, text, cut);
+    EXPECT_EQ(s.reasoning, whole.reasoning) << cut;
+    ASSERT_EQ(s.calls.size(), 2u) << cut;
+    EXPECT_EQ(s.calls[0].arguments, whole.calls[0].arguments) << cut;
+  }
+  // A reply that calls at once (no thought): no content, cut anywhere.
+  const std::string at_once = text.substr(text.find("<|tool_call>"));
+  for (size_t cut = 0; cut <= at_once.size(); ++cut) {
+    const Reply s = Streamed(o, at_once, cut);
+    EXPECT_EQ(s.content, "") << cut;
+    EXPECT_EQ(s.calls.size(), 2u) << cut;
+  }
+  EXPECT_EQ(ByteByByte(o, at_once).content, "");
+  // The stream names a call before its arguments end, and gives them once.
+  ReplyReader r(o);
+  std::vector<ReplyReader::Event> events = r.Push(text.substr(0, text.find("Paris")));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().kind, ReplyReader::Event::kCallBegin);
+  EXPECT_EQ(events.back().call.name, "get_weather");
+  events = r.Push(text.substr(text.find("Paris")));
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, ReplyReader::Event::kArguments);
+  EXPECT_EQ(events[0].text, whole.calls[0].arguments);
+  EXPECT_EQ(events[1].kind, ReplyReader::Event::kCall);
+}
+
 TEST(ReplyReaderTest, FormatsByName) {
+  EXPECT_EQ(ReasoningFormatNamed("gemma4").value(), ReasoningFormat::kChannel);
+  EXPECT_EQ(ReasoningFormatOf("{{- '<|channel>thought\\n' + thinking_text -}}"), ReasoningFormat::kChannel);
   EXPECT_EQ(ReasoningFormatNamed("think").value(), ReasoningFormat::kThinkTags);
   EXPECT_EQ(ReasoningFormatNamed("none").value(), ReasoningFormat::kNone);
   EXPECT_FALSE(ReasoningFormatNamed("deepseek").ok());

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "chat/gemma4_calls.h"
 #include "nlohmann/json.hpp"
 
 namespace flover {
@@ -27,6 +28,7 @@ std::vector<std::string> Markers(ToolCallFormat f) {
     case ToolCallFormat::kHermes: return {kHermesOpen};
     case ToolCallFormat::kLlama3Json: return {kLlamaOpen, kPythonTag};
     case ToolCallFormat::kMistral: return {kMistralOpen};
+    case ToolCallFormat::kGemma4: return {std::string(kGemma4CallOpen)};
   }
   return {};
 }
@@ -109,11 +111,12 @@ size_t MarkerPrefixAtEnd(absl::string_view text, const std::vector<std::string>&
 }  // namespace
 
 absl::StatusOr<ToolCallFormat> ToolCallFormatNamed(absl::string_view name) {
-  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+  for (ToolCallFormat f :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral, ToolCallFormat::kGemma4}) {
     if (name == ToolCallFormatName(f)) return f;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown tool call format '", name, "' (hermes, llama3_json, mistral)"));
+      absl::StrCat("unknown tool call format '", name, "' (hermes, llama3_json, mistral, gemma4)"));
 }
 
 const char* ToolCallFormatName(ToolCallFormat format) {
@@ -121,11 +124,13 @@ const char* ToolCallFormatName(ToolCallFormat format) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kGemma4: return "gemma4";
   }
   return "";
 }
 
 ToolCallFormat ToolCallFormatOf(absl::string_view template_text) {
+  if (absl::StrContains(template_text, absl::StrCat(kGemma4CallOpen, "call:"))) return ToolCallFormat::kGemma4;
   if (absl::StrContains(template_text, kHermesOpen)) return ToolCallFormat::kHermes;
   if (absl::StrContains(template_text, kMistralOpen)) return ToolCallFormat::kMistral;
   if (absl::StrContains(template_text, kPythonTag) || absl::StrContains(template_text, "<|start_header_id|>")) {
@@ -134,10 +139,16 @@ ToolCallFormat ToolCallFormatOf(absl::string_view template_text) {
   return ToolCallFormat::kHermes;
 }
 
+std::vector<std::string> ToolCallSpecialTexts(ToolCallFormat format) {
+  if (format != ToolCallFormat::kGemma4) return {};
+  return {std::string(kGemma4CallOpen), std::string(kGemma4CallClose), std::string(kGemma4Quote)};
+}
+
 const char* ToolCallMarker(ToolCallFormat format) {
   switch (format) {
     case ToolCallFormat::kHermes: return kHermesOpen;
     case ToolCallFormat::kMistral: return kMistralOpen;
+    case ToolCallFormat::kGemma4: return kGemma4CallOpen.data();
     case ToolCallFormat::kLlama3Json: return "";
   }
   return "";
@@ -158,8 +169,17 @@ absl::StatusOr<ToolCallGrammarSpec> ToolCallGrammar(ToolCallFormat format, const
     Json arguments;
   };
   std::vector<Call> calls;
-  for (const ToolFunction& t : tools) {
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ToolFunction& t = tools[i];
     if (choice == ToolChoice::kNamed && t.name != named) continue;
+    if (format == ToolCallFormat::kGemma4) {
+      // The template's notation, not JSON: a grammar of its own per schema.
+      auto ebnf = Gemma4ArgumentsGrammar(t.parameters, absl::StrCat("tools[", i, "].function.parameters"));
+      if (!ebnf.ok()) return ebnf.status();
+      calls.push_back({absl::StrCat(kGemma4CallOpen, "call:", t.name), std::string(kGemma4CallClose),
+                       Json{{"type", "grammar"}, {"grammar", *ebnf}}});
+      continue;
+    }
     Json schema = t.parameters.empty() ? Json{{"type", "object"}} : Json::parse(t.parameters, nullptr, false);
     if (schema.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("the parameters of ", t.name, " are not JSON"));
     const std::string name = Json(t.name).dump();
@@ -216,12 +236,17 @@ absl::StatusOr<ToolCallGrammarSpec> ToolCallGrammar(ToolCallFormat format, const
                                 kMistralOpen, nullptr);
     return spec;
   }
-  // hermes and llama3_json: one tag per call, more calls after a separator.
+  // hermes, llama3_json and gemma4: one tag per call, more calls after a
+  // separator (gemma4's follow one another).
+  const bool gemma4 = format == ToolCallFormat::kGemma4;
   Json more;
-  if (several) {
+  if (several && gemma4) {
+    more = {{"type", "star"}, {"content", any_of(tags)}};
+  } else if (several) {
     more = {{"type", "star"}, {"content", sequence(Json::array({text(hermes ? "\n" : "; "), any_of(tags)}))}};
   }
-  spec.structural_tag = reply(std::move(tags), hermes ? kHermesOpen : "{\"name\": ", std::move(more));
+  const std::string trigger = gemma4 ? std::string(kGemma4CallOpen) : hermes ? kHermesOpen : "{\"name\": ";
+  spec.structural_tag = reply(std::move(tags), trigger, std::move(more));
   return spec;
 }
 
@@ -406,6 +431,7 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
     scan_ = CallScan();
     return true;
   }
+  if (format_ == ToolCallFormat::kGemma4) return StepGemma4(out, final);
   // A call's JSON: an object (a list for mistral) after optional whitespace.
   ScanCall(out);
   size_t start = 0;
@@ -468,6 +494,46 @@ bool ToolCallStream::Step(std::vector<Event>* out, bool final) {
   buffer_.erase(0, consumed);
   marker_.clear();
   for (ToolCall& c : calls) EmitCall(std::move(c), out);
+  scan_ = CallScan();
+  after_call_ = true;
+  return true;
+}
+
+bool ToolCallStream::StepGemma4(std::vector<Event>* out, bool final) {
+  const size_t close = absl::string_view(buffer_).find(kGemma4CallClose);
+  if (close == std::string::npos) {
+    // Its name is known before its arguments end: the call's start streams.
+    if (stream_arguments_ && !scan_.begun) {
+      const std::string name = Gemma4CallName(buffer_);
+      if (!name.empty()) {
+        scan_.begun = true;
+        EmitBegin(name, out);
+      }
+    }
+    if (!final) return false;
+  }
+  const size_t end = close == std::string::npos ? buffer_.size() : close + kGemma4CallClose.size();
+  std::optional<Gemma4Call> call;
+  if (close != std::string::npos) call = ReadGemma4Call(absl::string_view(buffer_).substr(0, close));
+  in_call_ = false;
+  if (!call.has_value()) {
+    // Not a call (or cut off): the marker and its text are content.
+    const std::string text = marker_ + buffer_.substr(0, end);
+    buffer_.erase(0, end);
+    marker_.clear();
+    scan_ = CallScan();
+    EmitText(text, out);
+    return true;
+  }
+  buffer_.erase(0, end);
+  marker_.clear();
+  const bool begun = scan_.begun;
+  ToolCall c;
+  c.name = std::move(call->name);
+  c.arguments = std::move(call->arguments);
+  if (begun) EmitArguments(c.arguments, out);  // the notation is no JSON: one fragment, at the end
+  scan_.begun = begun;
+  EmitCall(std::move(c), out);
   scan_ = CallScan();
   after_call_ = true;
   return true;

@@ -9,7 +9,10 @@
 //   llama3_json  {"name": "f", "parameters": {...}}, calls separated by
 //                ';' (Llama 3.1+ with JSON tools);
 //   mistral      [TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]
-//                (Mistral 7B v0.3 and others of its tokenizer v3).
+//                (Mistral 7B v0.3 and others of its tokenizer v3);
+//   gemma4       <|tool_call>call:f{key:<|"|>text<|"|>,...}<tool_call|>,
+//                once per call, in its template's own notation
+//                (chat/gemma4_calls.h), read into JSON.
 // A call's "arguments" may also be spelled "parameters", in every format.
 #ifndef FLOVER_CHAT_TOOL_CALLS_H_
 #define FLOVER_CHAT_TOOL_CALLS_H_
@@ -26,14 +29,14 @@
 
 namespace flover {
 
-enum class ToolCallFormat { kHermes, kLlama3Json, kMistral };
+enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kGemma4 };
 
-// "hermes", "llama3_json", "mistral"; InvalidArgument naming the choices.
+// "hermes", "llama3_json", "mistral", "gemma4"; InvalidArgument naming the choices.
 absl::StatusOr<ToolCallFormat> ToolCallFormatNamed(absl::string_view name);
 const char* ToolCallFormatName(ToolCallFormat format);
 // The format a chat template writes calls in, read from its markers
-// ([TOOL_CALLS]: mistral; <|python_tag|> or Llama 3's headers: llama3_json);
-// hermes otherwise.
+// ([TOOL_CALLS]: mistral; <|python_tag|> or Llama 3's headers: llama3_json;
+// <|tool_call>call: gemma4); hermes otherwise.
 ToolCallFormat ToolCallFormatOf(absl::string_view template_text);
 
 // What a request lets the model do with its tools (OpenAI's tool_choice).
@@ -62,8 +65,15 @@ struct ToolCallGrammarSpec {
 absl::StatusOr<ToolCallGrammarSpec> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& tools,
                                                     ToolChoice choice, const std::string& named, bool parallel,
                                                     int32_t marker_token = -1);
+// The special tokens' texts a format's calls are written with, which its
+// grammar must let those tokens spell (TokenBytes): Gemma 4's <|tool_call>,
+// <tool_call|> and <|"|>; none for the others (their markers are text, or
+// mistral's one token that starts its grammar).
+std::vector<std::string> ToolCallSpecialTexts(ToolCallFormat format);
+
 // The text that starts a format's calls: "<tool_call>", "[TOOL_CALLS]",
-// and "" for llama3_json (whose calls start with their own JSON).
+// "<|tool_call>", and "" for llama3_json (whose calls start with their own
+// JSON).
 const char* ToolCallMarker(ToolCallFormat format);
 
 // A reply read as it arrives: text comes out as content, except calls
@@ -119,6 +129,8 @@ class ToolCallStream {
 
   // Reads what it can of buffer_ into `out`; false when it needs more text.
   bool Step(std::vector<Event>* out, bool final);
+  // Step inside a gemma4 call (after its marker): up to its closing marker.
+  bool StepGemma4(std::vector<Event>* out, bool final);
   // Text as content: whitespace at its end is held until text follows
   // (whitespace before and after calls is dropped).
   void EmitText(absl::string_view text, std::vector<Event>* out);

@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "chat/gemma4_calls.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "testing/files.h"
 
 namespace flover {
 namespace {
@@ -230,7 +232,74 @@ TEST(ToolCallsTest, MistralCalls) {
   ExpectEveryPieceSize(ToolCallFormat::kMistral, text, {"call_0:f{\"a\":\"b\"}", "call_1:g{}"});
 }
 
+// Gemma 4's calls as Google's template writes them (calls.json: rendered by
+// transformers from each case's arguments): each reads back to its
+// arguments, whole and in pieces of any size, after text or not.
+TEST(ToolCallsTest, Gemma4CallsReadBackToTheirArguments) {
+  const std::string file = testing::ReadFileOrEmpty("tests/golden/gemma4_chat/calls.json");
+  ASSERT_FALSE(file.empty());
+  const Json cases = Json::parse(file)["cases"];
+  ASSERT_GE(cases.size(), 8u);
+  for (const Json& c : cases) {
+    const std::string rendered = c["rendered"];
+    for (const std::string& before : {std::string(), std::string("Let me check. ")}) {
+      const std::string text = before + rendered;
+      const ParsedReply whole = ParseToolCalls(ToolCallFormat::kGemma4, text, "call_");
+      ASSERT_EQ(whole.calls.size(), 1u) << text;
+      EXPECT_EQ(whole.calls[0].name, c["function"].get<std::string>());
+      EXPECT_EQ(Json::parse(whole.calls[0].arguments), c["arguments"]) << c["name"];
+      EXPECT_EQ(whole.content, before.empty() ? "" : "Let me check.");
+      std::vector<std::string> want;
+      if (!before.empty()) want.push_back("Let me check.");
+      want.push_back("call_0:" + whole.calls[0].name + whole.calls[0].arguments);
+      ExpectEveryPieceSize(ToolCallFormat::kGemma4, text, want);
+    }
+  }
+}
+
+TEST(ToolCallsTest, Gemma4WhatIsNoCallIsContent) {
+  // Cut off, not its notation, or a key twice: the text as it came.
+  for (const std::string text : {"<|tool_call>call:f{a:<|\"|>x", "<|tool_call>call:f{a:x}<tool_call|>",
+                                 "<|tool_call>call:f{a:1,a:2}<tool_call|>", "<|tool_call>f{}<tool_call|>",
+                                 "<|tool_call>call:f{a:1} trailing<tool_call|>"}) {
+    const ParsedReply r = ParseToolCalls(ToolCallFormat::kGemma4, text, "call_");
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+  // Whitespace between parts, keys quoted: read all the same.
+  const auto call = ReadGemma4Call(" call:f{ <|\"|>a b<|\"|> : [ 1 , true ] , c :{}}");
+  ASSERT_TRUE(call.has_value());
+  EXPECT_EQ(call->arguments, R"({"a b":[1,true],"c":{}})");
+  // The notation's strings are raw bytes: what is no UTF-8 becomes U+FFFD.
+  const auto bytes = ReadGemma4Call("call:f{a:<|\"|>o\x98k<|\"|>}");
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_EQ(bytes->arguments, "{\"a\":\"o\xef\xbf\xbdk\"}");
+}
+
+TEST(ToolCallsTest, Gemma4GrammarsRefuseWhatTheNotationCannotHold) {
+  for (const auto& [schema, word] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "object", "properties": {"s": {"type": "string", "pattern": "^a$"}}})", "'pattern'"},
+           {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}}})", "'minimum'"},
+           {R"({"type": "object", "properties": {"a:b": {"type": "integer"}}})", "'a:b' cannot be written bare"},
+           {R"({"type": "object", "properties": {"r": {"$ref": "https://x/y"}}})", "#/"},
+           {R"({"type": "object", "additionalProperties": {"type": "integer"}})", "additionalProperties"},
+           {R"({"type": "array"})", "an object"}}) {
+    auto g = Gemma4ArgumentsGrammar(schema, "tools[0].function.parameters");
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_NE(g.status().message().find(word), std::string::npos) << g.status();
+    EXPECT_NE(g.status().message().find("tools[0].function.parameters"), std::string::npos) << g.status();
+  }
+  // Descriptions, titles and defaults describe: they are left alone.
+  EXPECT_TRUE(Gemma4ArgumentsGrammar(
+                  R"({"type": "object", "title": "T", "properties": {"a": {"type": "string", "description": "d",
+                      "default": "x"}}, "$defs": {}})",
+                  "p")
+                  .ok());
+}
+
 TEST(ToolCallsTest, FormatsByNameAndByTemplate) {
+  EXPECT_EQ(*ToolCallFormatNamed("gemma4"), ToolCallFormat::kGemma4);
+  EXPECT_EQ(ToolCallFormatOf("{{- '<|tool_call>call:' + function['name'] + '{' -}}"), ToolCallFormat::kGemma4);
   EXPECT_EQ(*ToolCallFormatNamed("llama3_json"), ToolCallFormat::kLlama3Json);
   EXPECT_FALSE(ToolCallFormatNamed("qwen").ok());
   EXPECT_EQ(ToolCallFormatOf("{{ '<tool_call>' }}"), ToolCallFormat::kHermes);

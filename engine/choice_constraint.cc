@@ -14,12 +14,15 @@ namespace flover {
 // byte and token length).
 constexpr size_t kMaxChoicesTotalBytes = 64 << 10;
 
-TokenBytes::TokenBytes(const Tokenizer& tokenizer) {
+TokenBytes::TokenBytes(const Tokenizer& tokenizer, const std::vector<std::string>& spelled) {
   const int V = tokenizer.vocab_size();
   bytes_.resize(V);
   for (int32_t id = 0; id < V; ++id) {
-    if (tokenizer.IsSpecial(id)) continue;
     bytes_[id] = tokenizer.DecodeBytes({id});
+    if (tokenizer.IsSpecial(id) && std::find(spelled.begin(), spelled.end(), bytes_[id]) == spelled.end()) {
+      bytes_[id].clear();
+      continue;
+    }
     if (bytes_[id].empty()) continue;
     by_bytes_[bytes_[id]].push_back(id);
     longest_ = std::max(longest_, bytes_[id].size());

@@ -20,10 +20,13 @@
 namespace flover {
 
 // Each token's bytes (tokenizer.DecodeBytes), and the tokens of each byte
-// string. Special tokens and tokens with no bytes never spell anything.
+// string. Special tokens and tokens with no bytes never spell anything,
+// except the special tokens whose text is one of `spelled` (a chat format's
+// markers that its grammars hold, as Gemma 4's <|tool_call> and <|"|>): they
+// spell their text, beside any ordinary tokens that spell it too.
 class TokenBytes {
  public:
-  explicit TokenBytes(const Tokenizer& tokenizer);
+  explicit TokenBytes(const Tokenizer& tokenizer, const std::vector<std::string>& spelled = {});
   int vocab_size() const { return static_cast<int>(bytes_.size()); }
   const std::string& Of(int32_t id) const { return bytes_[id]; }
   // The tokens whose bytes are exactly `s` (null: none).

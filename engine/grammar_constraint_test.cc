@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "testing/backends.h"
 #include "testing/collecting_sink.h"
+#include "testing/files.h"
 #include "util/field_error.h"
 
 namespace flover {
@@ -422,6 +423,87 @@ TEST_F(GrammarConstraintTest, MistralCallsStartWithTheMarkerToken) {
   EXPECT_TRUE(Walk(*as_text, tok, "Let me see. [TOOL_CALLS] [" + g + "]").complete);
   EXPECT_FALSE(Walk(*as_text, tok, "Let me see. [TOOL_CALLS] [" + g + ", " + f + "]").accepted);
   EXPECT_TRUE(Walk(*as_text, tok, "Plain words.").complete);
+}
+
+// Gemma 4's calls (<|tool_call>call:f{key:value}<tool_call|>, in its
+// template's notation): the grammar built from each schema takes the call
+// Google's template renders for those arguments (calls.json, rendered by
+// transformers) and refuses calls that break the schema or the order the
+// template writes keys in.
+TEST_F(GrammarConstraintTest, Gemma4CallGrammarsTakeWhatTheTemplateWrites) {
+  const nlohmann::json cases =
+      nlohmann::json::parse(testing::ReadFileOrEmpty("tests/golden/gemma4_chat/calls.json"))["cases"];
+  ASSERT_GE(cases.size(), 8u);
+  const Tokenizer& tok = *loaded_->tokenizer();
+  auto compile = [&](const std::vector<ToolFunction>& tools, ToolChoice choice, const std::string& named,
+                     bool parallel) {
+    auto tag = ToolCallGrammar(ToolCallFormat::kGemma4, tools, choice, named, parallel);
+    EXPECT_TRUE(tag.ok()) << tag.status();
+    auto c = grammars_->StructuralTag(tag->structural_tag, "tool_choice");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  for (const nlohmann::json& c : cases) {
+    const std::vector<ToolFunction> tools = {{c["function"], "", c["parameters"].dump()}};
+    const std::string call = c["rendered"];
+    EXPECT_TRUE(Walk(*compile(tools, ToolChoice::kNamed, c["function"], false), tok, call).complete) << call;
+    EXPECT_TRUE(Walk(*compile(tools, ToolChoice::kAuto, "", true), tok, "Sure. " + call + call).complete) << call;
+  }
+  const std::vector<ToolFunction> tools = {
+      {"f", "", R"({"type": "object", "properties": {"n": {"type": "integer"}, "Mode": {"enum": ["a", "b"]},
+                   "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["n"]})"},
+      {"g", "", ""}};
+  const std::string q = "<|\"|>";
+  auto required = compile(tools, ToolChoice::kRequired, "", false);
+  EXPECT_TRUE(Walk(*required, tok, "<|tool_call>call:f{n:3}<tool_call|>").complete);
+  EXPECT_TRUE(Walk(*required, tok, "<|tool_call>call:f{Mode:" + q + "b" + q + ",n:-7,tags:[" + q + "x < y" + q + "]}<tool_call|>")
+                  .complete);
+  EXPECT_TRUE(Walk(*required, tok, "<|tool_call>call:g{any:{k:[1,null]}}<tool_call|>").complete);
+  for (const std::string& bad : std::vector<std::string>{"<|tool_call>call:f{}<tool_call|>",                        // n is required
+                                "<|tool_call>call:f{n:3,Mode:" + q + "b" + q + "}",        // keys out of order
+                                "<|tool_call>call:f{n:" + q + "3" + q + "}",               // a string, not a number
+                                "<|tool_call>call:f{n:3,x:1}",                             // no such property
+                                "<|tool_call>call:f{Mode:" + q + "c" + q,                   // not in the enum
+                                "<|tool_call>call:f{n:3,tags:[" + q + "a<|b",              // "<|" inside a string
+                                "<|tool_call>call:h{}", "Sure <|tool_call>call:f{n:3}<tool_call|>"}) {
+    EXPECT_FALSE(Walk(*required, tok, bad).accepted) << bad;
+  }
+  EXPECT_FALSE(Walk(*required, tok, "<|tool_call>call:f{n:3}<tool_call|><|tool_call>call:g{}").accepted);  // one call
+
+  // Gemma 4's vocabulary holds the markers as special tokens: where the
+  // format asks for them (ToolCallSpecialTexts), they spell their text.
+  const int32_t quote = tok.vocab_size() - 2;
+  class QuoteToken : public WithSpecialToken {
+   public:
+    QuoteToken(const Tokenizer& base, int32_t id) : WithSpecialToken(base, id), id_(id) {}
+    std::string DecodeBytes(absl::Span<const int32_t> ids) const override {
+      std::string out;
+      for (int32_t id : ids) out += id == id_ ? std::string("<|\"|>") : WithSpecialToken::DecodeBytes({id});
+      return out;
+    }
+
+   private:
+    const int32_t id_;
+  } special(tok, quote);
+  auto ids = [&](const std::string& text) { return testing::ValueOrDie(tok.Encode(text, false), "encode"); };
+  std::vector<int32_t> with_token = ids("<|tool_call>call:f{n:1,tags:[");
+  with_token.push_back(quote);
+  for (int32_t id : ids("x")) with_token.push_back(id);
+  with_token.push_back(quote);
+  std::vector<int32_t> tail = ids("]}<tool_call|>");
+  with_token.insert(with_token.end(), tail.begin(), tail.end());
+  for (bool spelled : {false, true}) {
+    GrammarConstraints grammars(
+        std::make_shared<TokenBytes>(special, spelled ? ToolCallSpecialTexts(ToolCallFormat::kGemma4)
+                                                      : std::vector<std::string>{}),
+        loaded_->info().eos_token_ids);
+    auto tag = ToolCallGrammar(ToolCallFormat::kGemma4, {tools[0]}, ToolChoice::kRequired, "", false);
+    ASSERT_TRUE(tag.ok());
+    auto c = grammars.StructuralTag(tag->structural_tag, "tool_choice");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(WalkIds(**c, with_token).complete, spelled);
+  }
+  EXPECT_TRUE(ToolCallSpecialTexts(ToolCallFormat::kHermes).empty());
 }
 
 // What xgrammar 0.2.8 would drop of a JSON Schema is refused (issue 37),

@@ -1,7 +1,7 @@
 // Arbitrary model output read as a chat reply (chat/reply_reader.h): its
 // reasoning, content and calls are the same whether it arrives whole or in
 // pieces of any size, whatever the reasoning format (think tags, none,
-// gpt-oss's harmony channels), the tool-call format and whether the prompt
+// gpt-oss's harmony channels, Gemma 4's thought channel), the tool-call format and whether the prompt
 // opened the reasoning (harmony: a call's message). The input's first byte picks
 // those and the piece size; the rest is the reply.
 #include <cstddef>
@@ -22,16 +22,24 @@ void Check(bool ok) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   flover::ReplyReader::Options o;
+  // 0-191 pick think, none or harmony as they always did; 192-255 Gemma 4's
+  // thought channel and call notation.
+  const bool gemma4 = data[0] >= 192;
   const int format = data[0] % 3;
-  o.reasoning = format == 0   ? flover::ReasoningFormat::kThinkTags
+  o.reasoning = gemma4        ? flover::ReasoningFormat::kChannel
+                : format == 0 ? flover::ReasoningFormat::kThinkTags
                 : format == 1 ? flover::ReasoningFormat::kNone
                               : flover::ReasoningFormat::kHarmony;
-  o.starts_in_reasoning = data[0] / 3 % 2 == 1;
+  o.starts_in_reasoning = (gemma4 ? data[0] : data[0] / 3) % 2 == 1;
   // harmony: a call the prompt opened, its body the reply.
-  if (format == 2 && o.starts_in_reasoning) o.open_header = "assistant<|channel|>commentary to=functions.f <|constrain|>json";
-  if (data[0] / 6 % 2 == 1) o.tools = flover::ToolCallFormat::kHermes;
+  if (!gemma4 && format == 2 && o.starts_in_reasoning) {
+    o.open_header = "assistant<|channel|>commentary to=functions.f <|constrain|>json";
+  }
+  if ((gemma4 ? data[0] / 2 : data[0] / 6) % 2 == 1) {
+    o.tools = gemma4 ? flover::ToolCallFormat::kGemma4 : flover::ToolCallFormat::kHermes;
+  }
   o.call_id_prefix = "c";
-  const size_t piece = 1 + data[0] / 12 % 16;
+  const size_t piece = 1 + (gemma4 ? data[0] / 4 : data[0] / 12) % 16;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   const flover::Reply whole = flover::ReadReply(o, text);
   flover::ReplyReader reader(o);

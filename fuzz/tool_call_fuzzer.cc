@@ -4,7 +4,8 @@
 // it finds has a name and arguments that are a JSON object. Streaming the
 // arguments changes none of that, and every call that comes out whole was
 // begun with its id and name, and its fragments since parse to its
-// arguments. The input's first byte picks the format, the piece size and
+// arguments. The input's first byte picks the format (Gemma 4's notation
+// too), the piece size and
 // whether arguments stream; the rest is the reply.
 #include <cstddef>
 #include <cstdint>
@@ -27,9 +28,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   using flover::ToolCallFormat;
   const ToolCallFormat formats[] = {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral};
-  const ToolCallFormat format = formats[data[0] % 3];
-  const size_t piece = 1 + data[0] / 3 % 16;
-  const bool stream_arguments = data[0] / 48 % 2 == 1;
+  // 0-191 pick hermes, llama3_json or mistral as they always did; 192-255
+  // pick gemma4 (its template's notation).
+  const bool gemma4 = data[0] >= 192;
+  const ToolCallFormat format = gemma4 ? ToolCallFormat::kGemma4 : formats[data[0] % 3];
+  const size_t piece = 1 + (gemma4 ? data[0] % 16 : data[0] / 3 % 16);
+  const bool stream_arguments = (gemma4 ? data[0] / 16 : data[0] / 48) % 2 == 1;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
 
   const flover::ParsedReply whole = flover::ParseToolCalls(format, text, "c");

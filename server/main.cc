@@ -23,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "chat/tool_calls.h"
 #include "dist/communicator.h"
 #include "engine/engine.h"
 #include "kernels/backend_factory.h"
@@ -180,7 +181,9 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
   // cache), for constrained requests.
   ServingContext serving{engine, model.tokenizer.get(), model.chat.get()};
   if (model.tokenizer != nullptr) {
-    serving.token_bytes = std::make_shared<const TokenBytes>(*model.tokenizer);
+    serving.token_bytes = std::make_shared<const TokenBytes>(
+        *model.tokenizer, model.chat != nullptr ? ToolCallSpecialTexts(model.chat->tool_format)
+                                                : std::vector<std::string>{});
     serving.grammars =
         std::make_shared<GrammarConstraints>(serving.token_bytes, model.info.eos_token_ids);
   }

@@ -157,8 +157,8 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ToolConstraint(const C
 }  // namespace
 
 bool PromptOpensReasoning(const ChatSupport* chat, const Tokenizer* tokenizer, absl::Span<const int32_t> prompt) {
-  // Only think tags open in a prompt (StartsInReasoning): nothing to decode otherwise.
-  if (chat == nullptr || tokenizer == nullptr || chat->reasoning != ReasoningFormat::kThinkTags) return false;
+  // Only think tags (and Gemma 4's channel) open in a prompt (StartsInReasoning): nothing to decode otherwise.
+  if (chat == nullptr || tokenizer == nullptr || ReasoningCloseTag(chat->reasoning).empty()) return false;
   const size_t tail = std::min<size_t>(prompt.size(), 16);  // the generation prompt's end
   return StartsInReasoning(chat->reasoning,
                            tokenizer->Decode(std::vector<int32_t>(prompt.end() - tail, prompt.end())));
@@ -371,8 +371,8 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
     return FieldError("max_reasoning_tokens", "gpt-oss's harmony replies take reasoning_effort, not a budget");
   }
   int32_t close = -1;
-  if (reasons && chat->reasoning == ReasoningFormat::kThinkTags) {
-    auto ids = tokenizer->Encode("</think>", /*add_special_tokens=*/false);
+  if (reasons) {
+    auto ids = tokenizer->Encode(ReasoningCloseTag(chat->reasoning), /*add_special_tokens=*/false);
     if (ids.ok() && ids->size() == 1 && (*ids)[0] < vocab_size) close = (*ids)[0];
   }
   if (reasons && close >= 0 && in.max_reasoning_tokens.has_value()) {
@@ -381,7 +381,8 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
     r.constraint = TokenThen(close, /*text_before=*/true, std::move(r.constraint));
   } else if (reasons && in.max_reasoning_tokens.has_value()) {
     return FieldError("max_reasoning_tokens",
-                      "needs a vocabulary that spells </think> as one token (the budget ends the reasoning with it)");
+                      absl::StrCat("needs a vocabulary that spells ", ReasoningCloseTag(chat->reasoning),
+                                   " as one token (the budget ends the reasoning with it)"));
   }
   return r;
 }

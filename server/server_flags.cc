@@ -25,13 +25,14 @@ ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file to use instead of the model's own");
 ABSL_FLAG(std::string, reasoning_parser, "auto",
           "How chat replies' reasoning is split from their answer (reasoning_content): think "
-          "(<think>...</think>: Qwen3 / 3.5, SmolLM3, DeepSeek-R1), none (the text as it is), or "
-          "auto (think where the chat template writes those tags)");
+          "(<think>...</think>: Qwen3 / 3.5, SmolLM3, DeepSeek-R1), harmony (gpt-oss's channels), gemma4 "
+          "(Gemma 4's <|channel>thought...<channel|>), none (the text as it is), or auto (from the chat "
+          "template's tags)");
 ABSL_FLAG(int, responses_store, 1000,
           "/v1/responses: how many stored responses (store: true) are kept in memory for "
           "previous_response_id and GET, the least recently used evicted first (0: none)");
 ABSL_FLAG(std::string, tool_call_parser, "",
-          "How replies write tool calls: hermes, llama3_json or mistral (empty: from the chat template's "
+          "How replies write tool calls: hermes, llama3_json, mistral or gemma4 (empty: from the chat template's "
           "markers; hermes for a template without tools, which are then described to the model in its "
           "system message)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "Address to serve on; port 0 picks a free port");

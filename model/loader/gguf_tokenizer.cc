@@ -99,16 +99,25 @@ absl::StatusOr<GgufText> ReadGgufText(const GgufFile& f, int model_vocab_size) {
   // gpt-oss's harmony (llama.cpp's converter writes <|return|> as the EOS):
   // a reply also ends at <|call|>, a tool call's end, as llama.cpp ends it
   // (<|end|>, between the analysis and the answer, does not end one).
-  int32_t call = -1;
-  const auto harmony = [&](const char* text) -> int32_t {
+  // Gemma 4: a turn ends at <turn|>, and a turn of tool calls at
+  // <|tool_response>, where the tools' results are to come (llama.cpp ends
+  // both; its converter writes the markers as user-defined tokens).
+  int32_t call = -1, turn_end = -1, tool_response = -1;
+  const auto find = [&](const char* text, bool user_defined) -> int32_t {
     for (size_t i = 0; i < vocab->tokens.size(); ++i) {
-      const bool control = i < vocab->types.size() && vocab->types[i] == static_cast<int32_t>(GgufTokenType::kControl);
-      if (control && vocab->tokens[i] == text) return static_cast<int32_t>(i);
+      const int32_t type = i < vocab->types.size() ? vocab->types[i] : -1;
+      const bool marked = type == static_cast<int32_t>(GgufTokenType::kControl) ||
+                          (user_defined && type == static_cast<int32_t>(GgufTokenType::kUserDefined));
+      if (marked && vocab->tokens[i] == text) return static_cast<int32_t>(i);
     }
     return -1;
   };
-  if (vocab->eos_id >= 0 && harmony("<|return|>") == vocab->eos_id) call = harmony("<|call|>");
-  for (int32_t id : {vocab->eos_id, eot, eom, call}) {
+  if (vocab->eos_id >= 0 && find("<|return|>", false) == vocab->eos_id) call = find("<|call|>", false);
+  if (vocab->model == "gemma4") {
+    turn_end = find("<turn|>", true);
+    tool_response = find("<|tool_response>", true);
+  }
+  for (int32_t id : {vocab->eos_id, eot, eom, call, turn_end, tool_response}) {
     if (id < 0) continue;
     if (id >= model_vocab_size) {
       return absl::InvalidArgumentError(

@@ -177,6 +177,23 @@ TEST(GgufTokenizerTest, HarmonyCallEndsGenerationAsItsReturnDoes) {
   EXPECT_EQ(text2->eos_ids, (std::vector<int32_t>{2}));
 }
 
+// Gemma 4's files (llama.cpp writes <turn|> and <|tool_response> as
+// user-defined tokens): a turn ends at <turn|>, a turn of calls at
+// <|tool_response>, beside the EOS, as llama.cpp ends them.
+TEST(GgufTokenizerTest, Gemma4TurnsEndAtTheirMarkers) {
+  GgufWriter w;
+  w.String("tokenizer.ggml.model", "gemma4");
+  w.Strings("tokenizer.ggml.tokens", {"<pad>", "<eos>", "<bos>", "\xe2\x96\x81a", "<turn|>", "<|tool_response>"});
+  w.Array<int32_t>("tokenizer.ggml.token_type", GgufWriter::kI32, {3, 3, 3, 1, 4, 4});
+  w.Array<float>("tokenizer.ggml.scores", GgufWriter::kF32, {0, 0, 0, -1, 0, 0});
+  w.U32("tokenizer.ggml.eos_token_id", 1).U32("tokenizer.ggml.bos_token_id", 2);
+  auto file = GgufFile::Parse(w.Bytes(), "v.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto text = ReadGgufText(*file, 6);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->eos_ids, (std::vector<int32_t>{1, 4, 5}));
+}
+
 TEST(GgufTokenizerTest, AVocabularyLargerThanTheModelIsRefused) {
   GgufWriter w;
   w.String("tokenizer.ggml.model", "gpt2").String("tokenizer.ggml.pre", "gpt2");
