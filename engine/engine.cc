@@ -74,6 +74,13 @@ struct Engine::Sequence {
   int constraint_ahead = 0;
   // Its tokens and drafts: what the scheduler sees as known.
   int known() const { return static_cast<int>(tokens.size() + drafts.size()); }
+  // An embedding request: the hidden rows its pooling reads, gathered as
+  // its prompt is computed (every row for mean, the first for CLS, the last
+  // for last-token pooling). Mean and CLS take no cached prefix (its rows
+  // were never computed for it), so they start over when preempted.
+  std::vector<float> pooled_rows;
+  bool embedding() const { return request.embed.has_value(); }
+  bool takes_prefix() const { return !embedding() || request.embed->kind == Pooling::Kind::kLast; }
 };
 
 namespace {
@@ -180,6 +187,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(CausalLm& model,
     if (!created.ok()) return created.status();
     draft = std::move(*created);
   }
+  if (options.embeddings) {
+    if (channel != nullptr && channel->world().tp_size > 1) {
+      return absl::InvalidArgumentError("embeddings run with one rank (no tensor parallelism)");
+    }
+    // Before the model's steps are prepared: it keeps its hidden rows.
+    if (absl::Status st = model.KeepFinalHidden(true); !st.ok()) return st;
+  }
   auto executor = CreateStepExecutor(model, options, channel);
   if (!executor.ok()) return executor.status();
   // The scheduler counts on blocks behind a window coming back, and on
@@ -230,6 +244,18 @@ absl::Status Engine::Validate(const Request& r) const {
     if (r.prompt[i] < 0 || r.prompt[i] >= config.vocab_size) {
       return bad("prompt", "token id ", r.prompt[i], " at index ", i,
                  " is outside the vocabulary (", config.vocab_size, ")");
+    }
+  }
+  if (r.embed.has_value()) {
+    if (!options_.embeddings) {
+      return FieldError("input", "this server does not serve embeddings (start it with --embeddings)",
+                        absl::StatusCode::kFailedPrecondition);
+    }
+    if (r.embed_dims < 0 || r.embed_dims > config.hidden) {
+      return bad("dimensions", "must be in [1, ", config.hidden, "] (the model's hidden size), got ", r.embed_dims);
+    }
+    if (r.constraint != nullptr || r.return_logprobs) {
+      return bad("input", "an embedding request generates nothing: no constraint, no logprobs");
     }
   }
   const StopConditions& stop = r.stop;
@@ -323,6 +349,7 @@ void Engine::PublishOccupancyLocked() {
 absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSink> sink) {
   if (sink == nullptr) return FieldError("sink", "is null");
   if (absl::Status st = Validate(request); !st.ok()) return st;
+  if (request.embed.has_value()) request.speculative = false;  // nothing to draft
   // A constraint works out its first mask here, on the caller's thread.
   std::unique_ptr<ConstraintState> constraint =
       request.constraint != nullptr ? request.constraint->Start() : nullptr;
@@ -422,11 +449,12 @@ void Engine::Shutdown(absl::Duration drain_timeout) {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error) {
+void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error, std::vector<float> embedding) {
   if (seq.finished) return;
   seq.finished = true;
   FinishEvent ev;
   ev.reason = reason;
+  ev.embedding = std::move(embedding);
   ev.usage = {static_cast<int>(seq.request.prompt.size()), seq.generated};
   for (const auto& observer : seq.observers) observer->OnFinish(ev);
   ev.error = std::move(error);
@@ -538,7 +566,8 @@ bool Engine::Plan(StepPlan* plan) {
     const Sequence& s = *queue_[i];
     const int known = static_cast<int>(s.tokens.size());
     int local_idle = 0;
-    const KvBlockPool::Hit hit = i < candidates ? cache_.UsableHit(s.tokens, known - 1, &local_idle) : KvBlockPool::Hit{};
+    const KvBlockPool::Hit hit = i < candidates && s.takes_prefix() ? cache_.UsableHit(s.tokens, known - 1, &local_idle)
+                                                                    : KvBlockPool::Hit{};
     queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle,
                       cache_.NextCheckpoint(hit.tokens, known)});
   }
@@ -566,7 +595,8 @@ bool Engine::Plan(StepPlan* plan) {
     seq->running = true;
     // The plan admitted no more than the free state slots.
     (void)cache_.AcquireState(seq->cache);
-    seq->computed = cache_.TakeCachedPrefix(seq->tokens, seq->cache);
+    seq->computed = seq->takes_prefix() ? cache_.TakeCachedPrefix(seq->tokens, seq->cache) : 0;
+    seq->pooled_rows.clear();  // (again, after a preemption)
     metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
     by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
@@ -627,14 +657,25 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     int rows;       // its rows of logits
   };
   std::vector<Sampling> sampling;
+  std::vector<Sequence*> embedded;  // embedding requests whose prompts are now computed
   int logit_row = 0;
+  size_t hidden_row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     Sequence& s = *by_id_[plan.seqs[i].id];
     const ScheduledSequence& p = plan.seqs[i];
     const int rows = step_.batch.logit_rows_of(i);
     logit_row += rows;
+    hidden_row += p.len;
     prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
     if (s.finished) continue;
+    if (s.embedding()) {
+      GatherPooledRows(s, p, hidden_row - p.len);
+      s.computed += p.len;
+      cache_.StepDone(s.cache);
+      if (s.takes_prefix()) cache_.Register(s.tokens, s.computed, s.cache);
+      if (s.computed == static_cast<int>(s.tokens.size())) embedded.push_back(&s);
+      continue;
+    }
     // Where this chunk was to leave a checkpoint of recurrent state.
     const int checkpoint = cache_.NextCheckpoint(s.computed, s.known());
     s.computed += p.len;
@@ -709,11 +750,45 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     // Blocks now full of computed tokens that stand go to the prefix cache.
     if (!s.finished) cache_.Register(s.tokens, s.computed, s.cache);
   }
+  for (Sequence* s : embedded) FinishEmbedding(*s);
   TellDrafter(plan);
   EraseFinished(active_);
   if (options_.speculative.mode != SpeculativeMode::kOff) ProposeDrafts();
   std::lock_guard<std::mutex> lock(mu_);
   cv_.notify_all();
+}
+
+void Engine::GatherPooledRows(Sequence& s, const ScheduledSequence& p, size_t first_row) {
+  const absl::Span<const float> hidden = model_.FinalHidden();
+  const size_t C = static_cast<size_t>(model_.info().hidden);
+  const int T = static_cast<int>(s.tokens.size());
+  auto take = [&](int row) {  // the chunk's row at that position
+    const float* at = hidden.data() + (first_row + (row - p.pos)) * C;
+    s.pooled_rows.insert(s.pooled_rows.end(), at, at + C);
+  };
+  switch (s.request.embed->kind) {
+    case Pooling::Kind::kMean:
+      for (int row = p.pos; row < p.pos + p.len; ++row) take(row);
+      break;
+    case Pooling::Kind::kCls:
+      if (p.pos == 0) take(0);
+      break;
+    case Pooling::Kind::kLast:
+      if (p.pos + p.len == T) take(T - 1);
+      break;
+  }
+}
+
+void Engine::FinishEmbedding(Sequence& s) {
+  const int C = model_.info().hidden;
+  const int rows = static_cast<int>(s.pooled_rows.size()) / C;
+  auto vector = Pool(s.pooled_rows, rows, C, *s.request.embed, s.request.embed_dims);
+  s.pooled_rows.clear();
+  if (!vector.ok()) {
+    Finish(s, FinishReason::kError, vector.status());
+    return;
+  }
+  Finish(s, FinishReason::kStop, absl::OkStatus(), std::move(*vector));
 }
 
 void Engine::TellDrafter(const StepPlan& plan) {

@@ -61,6 +61,9 @@ struct EngineOptions {
   // (LoadedModel::InstantiateMtp; outlives the engine), on one rank; its KV
   // cache takes draft_kv_cache_bytes.
   CausalLm* mtp_model = nullptr;
+  // Takes embedding requests (Request::embed): the model keeps its final
+  // hidden rows of every step (a [rows, hidden] copy per step). One rank.
+  bool embeddings = false;
   // The time arrivals, deadlines, batching windows and latency metrics are
   // measured in; null = absl::Now. Tests inject a manual clock so that a
   // deadline fires at a step of their choosing, not after a guessed time.
@@ -193,7 +196,13 @@ class Engine {
   // ForcedBytes, as the tokenizer spells them), at most `max_tokens`; none
   // without a constraint, a tokenizer or such bytes.
   std::vector<int32_t> ForcedDraft(Sequence& s, int max_tokens) const;
-  void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus());
+  void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus(),
+              std::vector<float> embedding = {});
+  // An embedding request's rows of this step (the chunk `p`, from the
+  // step's hidden row `first_row`) that its pooling reads, kept.
+  void GatherPooledRows(Sequence& s, const ScheduledSequence& p, size_t first_row);
+  // Its prompt computed: its vector pooled from the rows, and its finish.
+  void FinishEmbedding(Sequence& s);
   // Appends a sampled token, emits it, and decides whether the sequence stops.
   void Emit(Sequence& seq, int32_t token, float logprob,
             std::vector<std::pair<int32_t, float>> top, absl::Time now);

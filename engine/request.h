@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "engine/constraint.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "model/pooling.h"
 
 namespace flover {
 
@@ -51,6 +53,12 @@ struct Request {
   // May draft tokens to verify when the engine speculates (it never changes
   // the output; a client may still opt out, e.g. to measure without it).
   bool speculative = true;
+  // An embedding request: the prompt is computed in the fused steps as any
+  // prompt is, nothing is generated, and the finish event carries the
+  // prompt's final hidden rows pooled so (model/pooling.h), cut to
+  // embed_dims values (0: all). Needs an engine made with embeddings on.
+  std::optional<Pooling> embed;
+  int embed_dims = 0;
 };
 
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError };
@@ -78,6 +86,7 @@ struct FinishEvent {
   Usage usage;
   std::string text;     // text held back until the end, if any
   absl::Status error;   // set when reason is kError
+  std::vector<float> embedding;  // an embedding request's vector (reason kStop)
 };
 
 // Receives a request's tokens, then exactly one finish event. Called on the

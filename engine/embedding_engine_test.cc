@@ -1,0 +1,176 @@
+// Embedding requests in the engine (Request::embed): prompt-only sequences
+// in the same fused steps as generation, on the tiny Qwen3-Embedding-shaped
+// fixture (tests/golden/qwen3_embedding_tiny). Each vector equals
+// sentence-transformers' float64 embedding of the same input (within 2e-6),
+// and is bitwise the model's own rows pooled from one whole forward of the
+// prompt, whatever it was fused with, however the scheduler cut it, and
+// after a prefix-cache hit (last-token pooling) or none (mean and CLS take
+// no cached prefix: their rows must be computed).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/model_loader.h"
+#include "model/pooling.h"
+#include "testing/backends.h"
+#include "testing/collecting_sink.h"
+#include "testing/files.h"
+#include "util/field_error.h"
+#include "util/json.h"
+
+namespace flover {
+namespace {
+
+using google::protobuf::Value;
+using testing::CollectingSink;
+
+constexpr char kDir[] = "tests/golden/qwen3_embedding_tiny";
+
+struct Case {
+  std::string name;
+  std::vector<int32_t> ids;
+  std::vector<float> want;  // sentence-transformers, float64
+};
+
+std::vector<Case> Cases() {
+  auto golden = ParseJsonObject(testing::ReadFileOrEmpty(std::string(kDir) + "/golden.json"), "golden.json");
+  EXPECT_TRUE(golden.ok()) << golden.status();
+  std::vector<Case> out;
+  if (!golden.ok()) return out;
+  for (const Value& c : golden->fields().at("cases").list_value().values()) {
+    const auto& f = c.struct_value().fields();
+    Case k{f.at("name").string_value(), {}, {}};
+    for (const Value& x : f.at("input_ids").list_value().values()) k.ids.push_back(static_cast<int32_t>(x.number_value()));
+    for (const Value& x : f.at("embedding").list_value().values()) k.want.push_back(static_cast<float>(x.number_value()));
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+class EmbeddingEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loaded_ = testing::ValueOrDie(LoadModel(kDir), kDir);
+    backend_ = testing::CpuBackend();
+    model_ = testing::ModelOn(*backend_, *loaded_);
+    reference_ = testing::ModelOn(*backend_, *loaded_);
+    ASSERT_TRUE(reference_->KeepFinalHidden(true).ok());
+    EngineOptions o;
+    o.scheduler.max_batch = 16;
+    o.scheduler.max_tokens_per_step = 48;  // the longest prompt (263 tokens) goes in chunks
+    o.max_seq_len = 320;
+    o.embeddings = true;
+    engine_ = testing::ValueOrDie(Engine::Create(*model_, loaded_->tokenizer().get(), o), "engine");
+  }
+
+  // The model's own rows of `ids` from one whole forward, pooled (while the
+  // engine is idle: the two models share the backend).
+  std::vector<float> Reference(const std::vector<int32_t>& ids, const Pooling& pooling) {
+    auto cache = testing::CacheFor(*reference_, 1, 320);
+    ForwardBatch b;
+    testing::AddCachedSequence(b, *cache, 0, 320, 0, ids);
+    std::vector<float> logits;
+    EXPECT_TRUE(reference_->Forward(b, *cache, LogitsFor::kLastRowsOfEachSequence, &logits).ok());
+    const absl::Span<const float> rows = reference_->FinalHidden();
+    return testing::ValueOrDie(Pool(rows, static_cast<int>(ids.size()), static_cast<int>(rows.size() / ids.size()),
+                                    pooling),
+                               "pool");
+  }
+
+  std::shared_ptr<CollectingSink> Submit(const std::vector<int32_t>& ids, const Pooling& pooling) {
+    Request r;
+    r.prompt = ids;
+    r.embed = pooling;
+    auto sink = std::make_shared<CollectingSink>();
+    EXPECT_TRUE(engine_->Submit(r, sink).ok());
+    return sink;
+  }
+  std::vector<float> Vector(CollectingSink& sink) {
+    EXPECT_TRUE(sink.Wait());
+    EXPECT_EQ(sink.finish().reason, FinishReason::kStop);
+    EXPECT_TRUE(sink.tokens().empty());
+    EXPECT_EQ(sink.finish().usage.generated_tokens, 0);
+    return sink.finish().embedding;
+  }
+
+  std::unique_ptr<LoadedModel> loaded_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<CausalLm> model_, reference_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EmbeddingEngineTest, VectorsMatchSentenceTransformersFusedOrAloneWithAndWithoutPrefixHits) {
+  const std::vector<Case> cases = Cases();
+  ASSERT_EQ(cases.size(), 11u);
+  const Pooling last{Pooling::Kind::kLast, true};
+  // Alone, one after another.
+  std::vector<std::vector<float>> alone;
+  for (const Case& c : cases) {
+    alone.push_back(Vector(*Submit(c.ids, last)));
+    ASSERT_EQ(alone.back().size(), c.want.size()) << c.name;
+    double worst = 0;
+    for (size_t i = 0; i < c.want.size(); ++i) worst = std::max(worst, std::fabs(double{alone.back()[i]} - c.want[i]));
+    EXPECT_LT(worst, 2e-6) << c.name;
+    EXPECT_EQ(alone.back(), Reference(c.ids, last)) << c.name;
+  }
+  const int64_t hits_before = engine_->Stats().prefix_hit_tokens;
+  // All at once, beside a generating request: each the same bits. The long
+  // prompt was run alone above, so it now starts from cached blocks.
+  Request chat;
+  chat.prompt = cases[0].ids;
+  chat.stop.max_new_tokens = 8;
+  chat.stop.ignore_eos = true;
+  auto chat_alone = std::make_shared<CollectingSink>();
+  ASSERT_TRUE(engine_->Submit(chat, chat_alone).ok());
+  ASSERT_TRUE(chat_alone->Wait());
+  auto chat_fused = std::make_shared<CollectingSink>();
+  ASSERT_TRUE(engine_->Submit(chat, chat_fused).ok());
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  for (const Case& c : cases) sinks.push_back(Submit(c.ids, last));
+  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(Vector(*sinks[i]), alone[i]) << cases[i].name;
+  ASSERT_TRUE(chat_fused->Wait());
+  EXPECT_EQ(chat_fused->tokens(), chat_alone->tokens());
+  EXPECT_GT(engine_->Stats().prefix_hit_tokens, hits_before);
+}
+
+TEST_F(EmbeddingEngineTest, MeanAndClsReadEveryRowTheyPoolAndTakeNoCachedPrefix) {
+  const std::vector<Case> cases = Cases();
+  for (Pooling::Kind kind : {Pooling::Kind::kMean, Pooling::Kind::kCls}) {
+    const Pooling pooling{kind, kind == Pooling::Kind::kMean};
+    // (The reference runs while the engine is idle: they share a backend.)
+    std::vector<std::vector<float>> want;
+    for (const Case& c : cases) want.push_back(Reference(c.ids, pooling));
+    // Twice: a cached prefix would have left rows out the second time.
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::shared_ptr<CollectingSink>> sinks;
+      for (const Case& c : cases) sinks.push_back(Submit(c.ids, pooling));
+      for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(Vector(*sinks[i]), want[i]) << cases[i].name << " " << round;
+    }
+  }
+}
+
+TEST_F(EmbeddingEngineTest, BadRequestsAreRefusedByName) {
+  Request r;
+  r.prompt = {1, 2, 3};
+  r.embed = Pooling{};
+  r.embed_dims = 100000;
+  auto st = engine_->Submit(r, std::make_shared<CollectingSink>()).status();
+  EXPECT_EQ(ErrorField(st), "dimensions") << st;
+  // An engine made without embeddings refuses them.
+  auto plain_model = testing::ModelOn(*backend_, *loaded_);
+  EngineOptions o;
+  o.max_seq_len = 320;
+  auto plain = testing::ValueOrDie(Engine::Create(*plain_model, loaded_->tokenizer().get(), o), "engine");
+  r.embed_dims = 0;
+  st = plain->Submit(r, std::make_shared<CollectingSink>()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("--embeddings"));
+}
+
+}  // namespace
+}  // namespace flover
