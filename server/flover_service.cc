@@ -10,7 +10,9 @@
 #include "chat/reply_reader.h"
 #include "chat/tool_calls.h"
 #include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits for messages
+#include "server/embeddings_api.h"
 #include "server/request_session.h"
+#include "util/field_error.h"
 #include "server/status_util.h"
 
 namespace flover::server {
@@ -266,6 +268,42 @@ absl::Status Authenticate(const ApiKeys* keys, const grpc::CallbackServerContext
 grpc::ServerWriteReactor<grpc::ByteBuffer>* FloverService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return GenerateReactor::Start(serving_, keys_, context, *request);
+}
+
+grpc::ServerUnaryReactor* FloverService::Embed(grpc::CallbackServerContext* context,
+                                               const v1::EmbedRequest* request, v1::EmbedResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto refuse = [&](absl::Status st) {
+    reactor->Finish(ToGrpcStatus(CountRefusal(engine_, std::move(st))));
+    return reactor;
+  };
+  if (absl::Status st = Authenticate(keys_, *context); !st.ok()) return refuse(st);
+  if (!serving_.pooling.has_value()) {
+    return refuse(FieldError("texts", "this server does not serve embeddings (start it with --embeddings)",
+                             absl::StatusCode::kFailedPrecondition));
+  }
+  if (request->texts_size() > 0 && request->token_ids_size() > 0) {
+    return refuse(FieldError("token_ids", "send texts or token_ids, not both"));
+  }
+  const int n = request->texts_size() + request->token_ids_size();
+  if (n == 0) return refuse(FieldError("texts", "no inputs: send texts or token_ids"));
+  if (n > kMaxEmbeddingInputs) return refuse(FieldError("texts", absl::StrCat("at most ", kMaxEmbeddingInputs, " inputs, got ", n)));
+  std::vector<std::vector<int32_t>> ids;
+  for (const v1::TokenIds& t : request->token_ids()) ids.emplace_back(t.ids().begin(), t.ids().end());
+  auto prompts = EmbeddingPrompts(serving_, {request->texts().begin(), request->texts().end()}, std::move(ids));
+  if (!prompts.ok()) return refuse(prompts.status());
+  uint32_t tokens = 0;
+  for (const auto& p : *prompts) tokens += static_cast<uint32_t>(p.size());
+  response->set_prompt_tokens(tokens);
+  SubmitEmbeddings(engine_, std::move(*prompts), *serving_.pooling, static_cast<int>(request->dimensions()),
+                   [reactor, response](absl::StatusOr<std::vector<std::vector<float>>> vectors) {
+                     if (!vectors.ok()) return reactor->Finish(ToGrpcStatus(vectors.status()));
+                     for (const std::vector<float>& v : *vectors) {
+                       response->add_embeddings()->mutable_values()->Add(v.begin(), v.end());
+                     }
+                     reactor->Finish(grpc::Status::OK);
+                   });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContext* context,

@@ -46,6 +46,9 @@ class FloverService final
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
                                      v1::Stats* response) override;
+  // With --embeddings (serving.pooling set); else FAILED_PRECONDITION.
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context, const v1::EmbedRequest* request,
+                                  v1::EmbedResponse* response) override;
 
  private:
   ServingContext serving_;

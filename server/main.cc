@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "chat/tool_calls.h"
@@ -29,7 +30,10 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "model/model_loader.h"
+#include "model/loader/gguf.h"
+#include "model/pooling.h"
 #include "server/api_keys.h"
+#include "server/embeddings_api.h"
 #include "server/flover_service.h"
 #include "server/http_server.h"
 #include "server/messages_api.h"
@@ -73,6 +77,7 @@ struct FrontEnds {
   std::string grpc_address;
   std::unique_ptr<HttpServer> metrics, openai;
   std::unique_ptr<ResponseStore> responses;  // /v1/responses' stored responses
+  std::string embeddings;                    // with --embeddings: its pooling, for the log
 };
 
 // CPU threads per rank: all cores for one rank, else the node's cores shared
@@ -173,6 +178,32 @@ absl::StatusOr<DraftModelHolder> LoadDraftModel(const ServerOptions& options, co
   return d;
 }
 
+// --pooling: named (and L2-normalised), or as the model's files say
+// (sentence-transformers' modules.json and 1_Pooling in a directory, a GGUF
+// file's <arch>.pooling_type), else the last token's row, normalised; and
+// where it came from, for the log.
+absl::StatusOr<std::pair<Pooling, std::string>> ResolvePooling(const std::string& flag, const std::string& model) {
+  if (flag != "auto") {
+    auto kind = PoolingKindNamed(flag);
+    if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("--pooling: ", kind.status().message()));
+    return std::pair<Pooling, std::string>{Pooling{*kind, true}, "--pooling"};
+  }
+  std::optional<Pooling> found;
+  std::string from;
+  if (absl::EndsWith(model, ".gguf")) {
+    FLOVER_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(model));
+    FLOVER_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
+    FLOVER_ASSIGN_OR_RETURN(int64_t type, file.GetIntOr(arch + ".pooling_type", 0));
+    found = PoolingFromGguf(type);
+    from = arch + ".pooling_type";
+  } else if (!absl::StartsWith(model, "builtin:")) {
+    FLOVER_ASSIGN_OR_RETURN(found, ReadDirectoryPooling(model));
+    from = "modules.json";
+  }
+  if (!found.has_value()) return std::pair<Pooling, std::string>{Pooling{}, "the default (the model's files name none)"};
+  return std::pair<Pooling, std::string>{*found, from};
+}
+
 absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& engine,
                                          const Model& model, const ModelDescription& description,
                                          const ApiKeys* keys) {
@@ -180,6 +211,13 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
   // Built once: the vocabulary as bytes, and the grammar compiler (its
   // cache), for constrained requests.
   ServingContext serving{engine, model.tokenizer.get(), model.chat.get()};
+  if (options.embeddings) {
+    FLOVER_ASSIGN_OR_RETURN(auto resolved, ResolvePooling(options.pooling, options.model));
+    const Pooling& pooling = resolved.first;
+    serving.pooling = pooling;
+    f.embeddings = absl::StrCat("embeddings: POST /v1/embeddings, ", PoolingKindName(pooling.kind), " pooling",
+                                pooling.normalize ? ", L2-normalised" : "", " (", resolved.second, ")");
+  }
   if (model.tokenizer != nullptr) {
     serving.token_bytes = std::make_shared<const TokenBytes>(
         *model.tokenizer, model.chat != nullptr ? ToolCallSpecialTexts(model.chat->tool_format)
@@ -222,6 +260,7 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
           AddOpenAiRoutes(http, serving, options.served_model_name, keys);
           AddMessagesRoutes(http, serving, options.served_model_name, keys);
           AddResponsesRoutes(http, serving, options.served_model_name, *responses, keys);
+          if (options.embeddings) AddEmbeddingsRoutes(http, serving, options.served_model_name, keys);
         },
         &f.openai);
   }
@@ -240,6 +279,7 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
   std::printf("listening on %s\n", f.grpc_address.c_str());
   if (f.metrics != nullptr) std::printf("metrics on %s/metrics\n", f.metrics->url().c_str());
   if (f.openai != nullptr) std::printf("openai api on %s/v1\n", f.openai->url().c_str());
+  if (!f.embeddings.empty()) std::printf("%s\n", f.embeddings.c_str());
   const ModelInfo& c = model.info;
   const std::string experts =
       c.experts > 0 ? absl::StrCat(", ", c.experts, " experts (", c.experts_per_token, " per token)") : "";

@@ -484,8 +484,8 @@ void AddOpenAiRoutes(httplib::Server& http, const ServingContext& serving, std::
           OpenAiErrorBody(absl::NotFoundError(absl::StrCat(
               "no route for ", req.method, " ", req.path,
               " (this server serves POST /v1/completions, POST /v1/chat/completions, POST /v1/messages, "
-              "POST /v1/messages/count_tokens, GET /v1/models, POST /tokenize, POST /detokenize, GET "
-              "/health)"))),
+              "POST /v1/messages/count_tokens, POST /v1/responses, POST /v1/embeddings (with --embeddings), GET "
+              "/v1/models, POST /tokenize, POST /detokenize, GET /health)"))),
           "application/json");
     }
   });

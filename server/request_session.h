@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "chat/reply_reader.h"
 #include "engine/engine.h"
+#include "model/pooling.h"
 #include "proto/flover.pb.h"
 #include "server/request_convert.h"
 #include "tokenizer/tokenizer.h"
@@ -32,6 +33,8 @@ struct ServingContext {
   const ChatSupport* chat = nullptr;
   std::shared_ptr<const TokenBytes> token_bytes;
   std::shared_ptr<GrammarConstraints> grammars;  // JSON schemas, regexes, grammars
+  // With --embeddings: how an input's hidden rows are pooled (else none).
+  std::optional<Pooling> pooling;
 
   // What request_convert needs of it.
   ConvertContext convert() const {

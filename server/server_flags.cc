@@ -28,6 +28,14 @@ ABSL_FLAG(std::string, reasoning_parser, "auto",
           "(<think>...</think>: Qwen3 / 3.5, SmolLM3, DeepSeek-R1), harmony (gpt-oss's channels), gemma4 "
           "(Gemma 4's <|channel>thought...<channel|>), none (the text as it is), or auto (from the chat "
           "template's tags)");
+ABSL_FLAG(bool, embeddings, false,
+          "Serve POST /v1/embeddings: each input a prompt-only sequence in the same fused steps as "
+          "chat, its final hidden rows pooled (--pooling); the model keeps its hidden rows of every "
+          "step (one rank)");
+ABSL_FLAG(std::string, pooling, "auto",
+          "--embeddings: how a sequence's hidden rows become one vector: last, mean or cls, "
+          "L2-normalised; auto: as the model's files say (sentence-transformers' modules.json and "
+          "1_Pooling, GGUF's pooling_type), else last");
 ABSL_FLAG(int, responses_store, 1000,
           "/v1/responses: how many stored responses (store: true) are kept in memory for "
           "previous_response_id and GET, the least recently used evicted first (0: none)");
@@ -149,6 +157,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);
   if (absl::GetFlag(FLAGS_responses_store) < 0) return absl::InvalidArgumentError("--responses_store must be >= 0");
   o.responses_store = static_cast<size_t>(absl::GetFlag(FLAGS_responses_store));
+  o.embeddings = absl::GetFlag(FLAGS_embeddings);
+  o.pooling = absl::GetFlag(FLAGS_pooling);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);
@@ -167,6 +177,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (!policy.ok()) return policy.status();
   o.engine.scheduler.policy = *policy;
   o.engine.scheduler.max_batch = absl::GetFlag(FLAGS_max_batch);
+  o.engine.embeddings = o.embeddings;
   o.engine.scheduler.max_tokens_per_step = absl::GetFlag(FLAGS_max_tokens_per_step);
   if (!absl::GetFlag(FLAGS_kv_cache_memory).empty()) {
     auto bytes = ParseByteSize(absl::GetFlag(FLAGS_kv_cache_memory));

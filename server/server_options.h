@@ -32,6 +32,8 @@ struct ServerOptions {
   std::string tool_call_parser;              // --tool_call_parser: hermes, llama3_json, mistral
   std::string reasoning_parser = "auto";     // --reasoning_parser: auto, none, think
   size_t responses_store = 1000;             // --responses_store: /v1/responses kept for previous_response_id
+  bool embeddings = false;                   // --embeddings: serve /v1/embeddings (engine.embeddings too)
+  std::string pooling = "auto";              // --pooling: auto (the model's files), last, mean, cls
   std::string listen = "127.0.0.1:50051";    // port 0 picks a free port
   int threads = 0;                           // CPU threads per rank; 0 = cores / local ranks
   int tp = 1;                                // tensor-parallel ranks (mpirun -np tp)

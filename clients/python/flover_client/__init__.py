@@ -142,3 +142,12 @@ class FloverClient:
     def stats(self, timeout=10):
         return self.stub.GetStats(flover_pb2.GetStatsRequest(), timeout=timeout,
                                   metadata=self.metadata)
+
+    def embed(self, texts=None, token_ids=None, dimensions=0, timeout=60):
+        """Embeddings of `texts` (or lists of `token_ids`), in order, as lists
+        of floats: the server must run with --embeddings."""
+        req = flover_pb2.EmbedRequest(texts=texts or [], dimensions=dimensions)
+        for ids in token_ids or []:
+            req.token_ids.add().ids.extend(ids)
+        reply = self.stub.Embed(req, timeout=timeout, metadata=self.metadata)
+        return [list(e.values) for e in reply.embeddings]

@@ -29,6 +29,11 @@ class FloverStub(object):
                 request_serializer=flover__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=flover__pb2.Stats.FromString,
                 )
+        self.Embed = channel.unary_unary(
+                '/flover.v1.Flover/Embed',
+                request_serializer=flover__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=flover__pb2.EmbedResponse.FromString,
+                )
 
 
 class FloverServicer(object):
@@ -54,6 +59,15 @@ class FloverServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Embeddings (a server started with --embeddings): each input a
+        prompt-only sequence in the same fused steps as generation, its final
+        hidden rows pooled as the model's files say (or --pooling).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FloverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -71,6 +85,11 @@ def add_FloverServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=flover__pb2.GetStatsRequest.FromString,
                     response_serializer=flover__pb2.Stats.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=flover__pb2.EmbedRequest.FromString,
+                    response_serializer=flover__pb2.EmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,5 +149,22 @@ class Flover(object):
         return grpc.experimental.unary_unary(request, target, '/flover.v1.Flover/GetStats',
             flover__pb2.GetStatsRequest.SerializeToString,
             flover__pb2.Stats.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/flover.v1.Flover/Embed',
+            flover__pb2.EmbedRequest.SerializeToString,
+            flover__pb2.EmbedResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
