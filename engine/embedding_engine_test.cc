@@ -1,4 +1,5 @@
-// Embedding requests in the engine (Request::embed): prompt-only sequences
+// Embedding and scoring requests in the engine (Request::embed,
+// Request::score_tokens). Embedding requests: prompt-only sequences
 // in the same fused steps as generation, on the tiny Qwen3-Embedding-shaped
 // fixture (tests/golden/qwen3_embedding_tiny). Each vector equals
 // sentence-transformers' float64 embedding of the same input (within 2e-6),
@@ -152,6 +153,58 @@ TEST_F(EmbeddingEngineTest, MeanAndClsReadEveryRowTheyPoolAndTakeNoCachedPrefix)
       for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(Vector(*sinks[i]), want[i]) << cases[i].name << " " << round;
     }
   }
+}
+
+// Scoring requests (Request::score_tokens): a tiny Qwen3-Reranker-style
+// checkpoint's logits of "yes" and "no" at each pair's last position, as
+// transformers computes them in float64 (make_rerank_golden.py), alone and
+// fused with each other: the same bits.
+TEST(ScoringEngineTest, LogitsOfTheScoreTokensAtThePromptsEnd) {
+  constexpr char kReranker[] = "tests/golden/qwen3_reranker_tiny";
+  auto golden = ParseJsonObject(testing::ReadFileOrEmpty(std::string(kReranker) + "/golden.json"), "golden.json");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  auto loaded = testing::ValueOrDie(LoadModel(kReranker), kReranker);
+  auto backend = testing::CpuBackend();
+  auto model = testing::ModelOn(*backend, *loaded);
+  EngineOptions o;
+  o.max_seq_len = 256;
+  o.scheduler.max_tokens_per_step = 64;  // prompts of 96-118 tokens in chunks
+  auto engine = testing::ValueOrDie(Engine::Create(*model, loaded->tokenizer().get(), o), "engine");
+  const auto& ids = golden->fields().at("token_ids").struct_value().fields();
+  const std::vector<int32_t> yes_no = {static_cast<int32_t>(ids.at("yes").number_value()),
+                                       static_cast<int32_t>(ids.at("no").number_value())};
+  auto submit = [&](const Value& pair) {
+    Request r;
+    for (const Value& x : pair.struct_value().fields().at("input_ids").list_value().values()) {
+      r.prompt.push_back(static_cast<int32_t>(x.number_value()));
+    }
+    r.score_tokens = yes_no;
+    auto sink = std::make_shared<CollectingSink>();
+    EXPECT_TRUE(engine->Submit(r, sink).ok());
+    return sink;
+  };
+  auto logits = [](CollectingSink& sink) {
+    EXPECT_TRUE(sink.Wait());
+    EXPECT_EQ(sink.finish().reason, FinishReason::kStop);
+    EXPECT_TRUE(sink.tokens().empty());
+    return sink.finish().logits;
+  };
+  const auto& pairs = golden->fields().at("pairs").list_value().values();
+  std::vector<std::vector<float>> alone;
+  for (const Value& pair : pairs) {
+    alone.push_back(logits(*submit(pair)));
+    const auto& f = pair.struct_value().fields();
+    ASSERT_EQ(alone.back().size(), 2u);
+    EXPECT_NEAR(alone.back()[0], f.at("logit_yes").number_value(), 1e-5);
+    EXPECT_NEAR(alone.back()[1], f.at("logit_no").number_value(), 1e-5);
+  }
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  for (const Value& pair : pairs) sinks.push_back(submit(pair));
+  for (size_t i = 0; i < sinks.size(); ++i) EXPECT_EQ(logits(*sinks[i]), alone[i]) << i;
+  Request bad;
+  bad.prompt = {1, 2};
+  bad.score_tokens = {100000};
+  EXPECT_EQ(ErrorField(engine->Submit(bad, std::make_shared<CollectingSink>()).status()), "score_tokens");
 }
 
 TEST_F(EmbeddingEngineTest, BadRequestsAreRefusedByName) {

@@ -77,10 +77,14 @@ struct Engine::Sequence {
   // An embedding request: the hidden rows its pooling reads, gathered as
   // its prompt is computed (every row for mean, the first for CLS, the last
   // for last-token pooling). Mean and CLS take no cached prefix (its rows
-  // were never computed for it), so they start over when preempted.
+  // were never computed for it), so they start over when preempted. A
+  // scoring request's logits of its score_tokens, once its prompt is done.
   std::vector<float> pooled_rows;
   bool embedding() const { return request.embed.has_value(); }
+  bool scoring() const { return !request.score_tokens.empty(); }
   bool takes_prefix() const { return !embedding() || request.embed->kind == Pooling::Kind::kLast; }
+  // Embedding and scoring requests compute their prompt and generate nothing.
+  bool prompt_only() const { return embedding() || scoring(); }
 };
 
 namespace {
@@ -258,6 +262,16 @@ absl::Status Engine::Validate(const Request& r) const {
       return bad("input", "an embedding request generates nothing: no constraint, no logprobs");
     }
   }
+  if (!r.score_tokens.empty()) {
+    if (r.embed.has_value()) return bad("score_tokens", "a request embeds or scores, not both");
+    if (r.score_tokens.size() > static_cast<size_t>(kMaxScoreTokens)) {
+      return bad("score_tokens", "at most ", kMaxScoreTokens, ", got ", r.score_tokens.size());
+    }
+    for (int32_t id : r.score_tokens) {
+      if (id < 0 || id >= config.vocab_size) return bad("score_tokens", "token id ", id, " is outside the vocabulary");
+    }
+    if (r.constraint != nullptr) return bad("score_tokens", "a scoring request generates nothing: no constraint");
+  }
   const StopConditions& stop = r.stop;
   if (stop.max_new_tokens < 1 || stop.max_new_tokens > options_.max_new_tokens_limit) {
     return bad("max_new_tokens", "must be in [1, ", options_.max_new_tokens_limit, "], got ",
@@ -349,7 +363,7 @@ void Engine::PublishOccupancyLocked() {
 absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSink> sink) {
   if (sink == nullptr) return FieldError("sink", "is null");
   if (absl::Status st = Validate(request); !st.ok()) return st;
-  if (request.embed.has_value()) request.speculative = false;  // nothing to draft
+  if (request.embed.has_value() || !request.score_tokens.empty()) request.speculative = false;  // nothing to draft
   // A constraint works out its first mask here, on the caller's thread.
   std::unique_ptr<ConstraintState> constraint =
       request.constraint != nullptr ? request.constraint->Start() : nullptr;
@@ -449,12 +463,14 @@ void Engine::Shutdown(absl::Duration drain_timeout) {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error, std::vector<float> embedding) {
+void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error, std::vector<float> embedding,
+                    std::vector<float> logits) {
   if (seq.finished) return;
   seq.finished = true;
   FinishEvent ev;
   ev.reason = reason;
   ev.embedding = std::move(embedding);
+  ev.logits = std::move(logits);
   ev.usage = {static_cast<int>(seq.request.prompt.size()), seq.generated};
   for (const auto& observer : seq.observers) observer->OnFinish(ev);
   ev.error = std::move(error);
@@ -638,7 +654,7 @@ bool Engine::Plan(StepPlan* plan) {
 bool Engine::PlainGreedyStep(const StepPlan& plan) const {
   for (const ScheduledSequence& p : plan.seqs) {
     const Sequence& s = *by_id_.at(p.id);
-    if (!s.sampler.PlainGreedy() || s.request.return_logprobs) return false;
+    if (!s.sampler.PlainGreedy() || s.request.return_logprobs || s.scoring()) return false;
   }
   return !plan.seqs.empty();
 }
@@ -668,12 +684,20 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     hidden_row += p.len;
     prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
     if (s.finished) continue;
-    if (s.embedding()) {
-      GatherPooledRows(s, p, hidden_row - p.len);
+    if (s.prompt_only()) {
+      if (s.embedding()) GatherPooledRows(s, p, hidden_row - p.len);
       s.computed += p.len;
       cache_.StepDone(s.cache);
       if (s.takes_prefix()) cache_.Register(s.tokens, s.computed, s.cache);
-      if (s.computed == static_cast<int>(s.tokens.size())) embedded.push_back(&s);
+      if (s.computed == static_cast<int>(s.tokens.size())) {
+        if (s.scoring()) {
+          // Its last logit row is the prompt's last position.
+          const size_t V = static_cast<size_t>(model_.info().vocab_size);
+          const float* row = logits.data() + static_cast<size_t>(logit_row - 1) * V;
+          for (int32_t id : s.request.score_tokens) s.pooled_rows.push_back(row[id]);
+        }
+        embedded.push_back(&s);
+      }
       continue;
     }
     // Where this chunk was to leave a checkpoint of recurrent state.
@@ -750,7 +774,13 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     // Blocks now full of computed tokens that stand go to the prefix cache.
     if (!s.finished) cache_.Register(s.tokens, s.computed, s.cache);
   }
-  for (Sequence* s : embedded) FinishEmbedding(*s);
+  for (Sequence* s : embedded) {
+    if (s->scoring()) {
+      Finish(*s, FinishReason::kStop, absl::OkStatus(), {}, std::move(s->pooled_rows));
+    } else {
+      FinishEmbedding(*s);
+    }
+  }
   TellDrafter(plan);
   EraseFinished(active_);
   if (options_.speculative.mode != SpeculativeMode::kOff) ProposeDrafts();

@@ -197,7 +197,7 @@ class Engine {
   // without a constraint, a tokenizer or such bytes.
   std::vector<int32_t> ForcedDraft(Sequence& s, int max_tokens) const;
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus(),
-              std::vector<float> embedding = {});
+              std::vector<float> embedding = {}, std::vector<float> logits = {});
   // An embedding request's rows of this step (the chunk `p`, from the
   // step's hidden row `first_row`) that its pooling reads, kept.
   void GatherPooledRows(Sequence& s, const ScheduledSequence& p, size_t first_row);

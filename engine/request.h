@@ -59,7 +59,13 @@ struct Request {
   // embed_dims values (0: all). Needs an engine made with embeddings on.
   std::optional<Pooling> embed;
   int embed_dims = 0;
+  // A scoring request (rerank): prompt-only too, and the finish event
+  // carries the model's logits of these tokens at the prompt's last
+  // position (Qwen3-Reranker's "yes" and "no"). At most kMaxScoreTokens.
+  std::vector<int32_t> score_tokens;
 };
+
+inline constexpr int kMaxScoreTokens = 16;
 
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError };
 constexpr int kNumFinishReasons = 6;
@@ -87,6 +93,7 @@ struct FinishEvent {
   std::string text;     // text held back until the end, if any
   absl::Status error;   // set when reason is kError
   std::vector<float> embedding;  // an embedding request's vector (reason kStop)
+  std::vector<float> logits;     // a scoring request's logits of its score_tokens (reason kStop)
 };
 
 // Receives a request's tokens, then exactly one finish event. Called on the
