@@ -1,5 +1,5 @@
 // Arbitrary bytes as the body of an HTTP request (OpenAI's chat,
-// completions, tokenize, detokenize, responses and embeddings; Anthropic's messages), parsed and then converted against GPT-2's
+// completions, tokenize, detokenize, responses, embeddings and rerank; Anthropic's messages), parsed and then converted against GPT-2's
 // vocabulary and tokenizer with a chat template, choices, and JSON schemas,
 // regexes and grammars compiled by xgrammar (fuzz/gpt2_context.h): every
 // body must come back as a request or an error status (nlohmann-json's and
@@ -12,6 +12,7 @@
 #include "fuzz/gpt2_context.h"
 #include "server/embeddings_api.h"
 #include "server/messages_api.h"
+#include "server/rerank_api.h"
 #include "server/openai_request.h"
 #include "server/responses_api.h"
 
@@ -30,5 +31,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto responses = flover::server::ParseResponsesRequest(body, "m");
   if (responses.ok()) (void)flover::server::ToEngineRequest(responses->request, context, 7);
   (void)flover::server::ParseEmbeddingsRequest(body, "m");
+  (void)flover::server::ParseRerankRequest(body, "m");
   return 0;
 }

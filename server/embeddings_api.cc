@@ -143,13 +143,12 @@ class EmbeddingBatch : public std::enable_shared_from_this<EmbeddingBatch> {
     const size_t index_;
   };
 
-  void Submit(std::vector<std::vector<int32_t>> prompts, const Pooling& pooling, int dimensions) {
+  void Submit(std::vector<std::vector<int32_t>> prompts, const std::function<void(Request&)>& configure) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       Request r;
       r.prompt = std::move(prompts[i]);
       r.stop.max_new_tokens = 1;  // nothing is generated; its room is counted
-      r.embed = pooling;
-      r.embed_dims = dimensions;
+      configure(r);
       auto id = engine_.Submit(std::move(r), std::make_shared<Sink>(shared_from_this(), i));
       if (!id.ok()) {
         const absl::Status st = id.status();
@@ -166,12 +165,13 @@ class EmbeddingBatch : public std::enable_shared_from_this<EmbeddingBatch> {
  private:
   void Finished(size_t index, const FinishEvent& e) {
     absl::Status st = EndStatus(e);
-    if (st.ok() && e.embedding.empty()) st = absl::InternalError("no embedding came back");
+    const std::vector<float>& values = e.embedding.empty() ? e.logits : e.embedding;
+    if (st.ok() && values.empty()) st = absl::InternalError("no embedding or scores came back");
     if (!st.ok()) return Fail(st);
     EmbeddingsDone done;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      vectors_[index] = e.embedding;
+      vectors_[index] = values;
       if (--left_ > 0 || !done_) return;
       done = std::move(done_);
     }
@@ -206,7 +206,16 @@ class EmbeddingBatch : public std::enable_shared_from_this<EmbeddingBatch> {
 void SubmitEmbeddings(Engine& engine, std::vector<std::vector<int32_t>> prompts, const Pooling& pooling,
                       int dimensions, EmbeddingsDone done) {
   auto batch = std::make_shared<EmbeddingBatch>(engine, prompts.size(), std::move(done));
-  batch->Submit(std::move(prompts), pooling, dimensions);
+  batch->Submit(std::move(prompts), [&](Request& r) {
+    r.embed = pooling;
+    r.embed_dims = dimensions;
+  });
+}
+
+void SubmitScores(Engine& engine, std::vector<std::vector<int32_t>> prompts, std::vector<int32_t> score_tokens,
+                  EmbeddingsDone done) {
+  auto batch = std::make_shared<EmbeddingBatch>(engine, prompts.size(), std::move(done));
+  batch->Submit(std::move(prompts), [&](Request& r) { r.score_tokens = score_tokens; });
 }
 
 void AddEmbeddingsRoutes(httplib::Server& http, const ServingContext& serving, std::string model_name,

@@ -60,6 +60,11 @@ using EmbeddingsDone = std::function<void(absl::StatusOr<std::vector<std::vector
 void SubmitEmbeddings(Engine& engine, std::vector<std::vector<int32_t>> prompts, const Pooling& pooling,
                       int dimensions, EmbeddingsDone done);
 
+// The same for scoring requests (Request::score_tokens): each prompt's
+// logits of `score_tokens` at its last position.
+void SubmitScores(Engine& engine, std::vector<std::vector<int32_t>> prompts, std::vector<int32_t> score_tokens,
+                  EmbeddingsDone done);
+
 // Registers POST /v1/embeddings on `http`: every input pooled with
 // serving.pooling (set: the server takes embeddings).
 void AddEmbeddingsRoutes(httplib::Server& http, const ServingContext& serving, std::string model_name,

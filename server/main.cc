@@ -34,6 +34,7 @@
 #include "model/pooling.h"
 #include "server/api_keys.h"
 #include "server/embeddings_api.h"
+#include "server/rerank_api.h"
 #include "server/flover_service.h"
 #include "server/http_server.h"
 #include "server/messages_api.h"
@@ -225,6 +226,11 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
     serving.grammars =
         std::make_shared<GrammarConstraints>(serving.token_bytes, model.info.eos_token_ids);
   }
+  std::optional<RerankFormat> rerank;
+  if (options.rerank) {
+    if (model.tokenizer == nullptr) return absl::FailedPreconditionError("--rerank: the model has no tokenizer");
+    FLOVER_ASSIGN_OR_RETURN(rerank, Qwen3RerankFormat(*model.tokenizer));
+  }
   f.service = std::make_unique<FloverService>(serving, description, keys);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -256,11 +262,12 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
   if (st.ok()) {
     st = start_http(
         "--http_listen", options.http_listen, options.http_threads,
-        [serving, &options, keys, responses = f.responses.get()](httplib::Server& http) {
+        [serving, &options, keys, rerank, responses = f.responses.get()](httplib::Server& http) {
           AddOpenAiRoutes(http, serving, options.served_model_name, keys);
           AddMessagesRoutes(http, serving, options.served_model_name, keys);
           AddResponsesRoutes(http, serving, options.served_model_name, *responses, keys);
           if (options.embeddings) AddEmbeddingsRoutes(http, serving, options.served_model_name, keys);
+          if (rerank.has_value()) AddRerankRoutes(http, serving, options.served_model_name, *rerank, keys);
         },
         &f.openai);
   }
@@ -280,6 +287,7 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
   if (f.metrics != nullptr) std::printf("metrics on %s/metrics\n", f.metrics->url().c_str());
   if (f.openai != nullptr) std::printf("openai api on %s/v1\n", f.openai->url().c_str());
   if (!f.embeddings.empty()) std::printf("%s\n", f.embeddings.c_str());
+  if (options.rerank) std::printf("rerank: POST /v1/rerank and /rerank (Qwen3-Reranker's prompt, yes / no)\n");
   const ModelInfo& c = model.info;
   const std::string experts =
       c.experts > 0 ? absl::StrCat(", ", c.experts, " experts (", c.experts_per_token, " per token)") : "";

@@ -36,6 +36,10 @@ ABSL_FLAG(std::string, pooling, "auto",
           "--embeddings: how a sequence's hidden rows become one vector: last, mean or cls, "
           "L2-normalised; auto: as the model's files say (sentence-transformers' modules.json and "
           "1_Pooling, GGUF's pooling_type), else last");
+ABSL_FLAG(bool, rerank, false,
+          "Serve POST /v1/rerank and /rerank (Jina / Cohere shape): each (query, document) pair as "
+          "Qwen3-Reranker's prompt, scored sigmoid(logit(yes) - logit(no)) at its last position, in the "
+          "same fused steps as chat");
 ABSL_FLAG(int, responses_store, 1000,
           "/v1/responses: how many stored responses (store: true) are kept in memory for "
           "previous_response_id and GET, the least recently used evicted first (0: none)");
@@ -159,6 +163,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.responses_store = static_cast<size_t>(absl::GetFlag(FLAGS_responses_store));
   o.embeddings = absl::GetFlag(FLAGS_embeddings);
   o.pooling = absl::GetFlag(FLAGS_pooling);
+  o.rerank = absl::GetFlag(FLAGS_rerank);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.tp = absl::GetFlag(FLAGS_tp);

@@ -34,6 +34,7 @@ struct ServerOptions {
   size_t responses_store = 1000;             // --responses_store: /v1/responses kept for previous_response_id
   bool embeddings = false;                   // --embeddings: serve /v1/embeddings (engine.embeddings too)
   std::string pooling = "auto";              // --pooling: auto (the model's files), last, mean, cls
+  bool rerank = false;                       // --rerank: serve /v1/rerank and /rerank (Qwen3-Reranker)
   std::string listen = "127.0.0.1:50051";    // port 0 picks a free port
   int threads = 0;                           // CPU threads per rank; 0 = cores / local ranks
   int tp = 1;                                // tensor-parallel ranks (mpirun -np tp)

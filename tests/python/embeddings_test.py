@@ -97,6 +97,45 @@ class EmbeddingsTest(unittest.TestCase):
             plain.close()
 
 
+    def test_rerank_matches_the_model_cards_scores(self):
+        """/v1/rerank and /rerank on a tiny Qwen3-Reranker-style checkpoint
+        (tests/golden/qwen3_reranker_tiny, make_rerank_golden.py): each pair's
+        relevance is sigmoid(logit(yes) - logit(no)) of the model card's prompt,
+        against transformers in float64 (within 1e-5), sorted, cut to top_n."""
+        d = "tests/golden/qwen3_reranker_tiny"
+        with open(os.path.join(d, "golden.json")) as f:
+            golden = json.load(f)
+        s = Server(f"--model={d}", "--max_seq_len=512", "--threads=2", "--rerank")
+        try:
+            for case in golden["rerank_requests"]:
+                body = dict(case["request"])
+                body.pop("model")
+                for path in ("/v1/rerank", "/rerank"):
+                    status, got = s.post(path, body)
+                    self.assertEqual(status, 200, got)
+                    want = case["expected_results_sorted"]
+                    self.assertEqual([r["index"] for r in got["results"]], [r["index"] for r in want], path)
+                    for g, w in zip(got["results"], want):
+                        self.assertAlmostEqual(g["relevance_score"], w["relevance_score"], delta=1e-5)
+                    self.assertEqual(got["usage"]["prompt_tokens"],
+                                     sum(p["n_tokens"] for p in golden["pairs"] if p["query"] == body["query"]))
+                top = dict(body, top_n=2, return_documents=True)
+                status, got = s.post("/v1/rerank", top)
+                self.assertEqual(status, 200, got)
+                self.assertEqual(len(got["results"]), 2)
+                first = got["results"][0]
+                self.assertEqual(first["document"]["text"], body["documents"][first["index"]])
+            for body, field in (({"documents": ["a"]}, "query"), ({"query": "q", "documents": []}, "documents"),
+                                ({"query": "q", "documents": ["a", 3]}, "documents[1]"),
+                                ({"query": "q", "documents": ["a"], "top_n": 0}, "top_n"),
+                                ({"query": "q", "documents": ["a"], "rank": 1}, "rank")):
+                status, got = s.post("/v1/rerank", body)
+                self.assertEqual(status, 400, got)
+                self.assertIn(field, got["error"]["message"])
+        finally:
+            s.close()
+
+
 if __name__ == "__main__":
     openai_test.SERVER = sys.argv[1]
     openai_test.LOADGEN = sys.argv[2]
