@@ -223,6 +223,18 @@ TEST_F(EmbeddingEngineTest, BadRequestsAreRefusedByName) {
   st = plain->Submit(r, std::make_shared<CollectingSink>()).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("--embeddings"));
+  // An embedding model's engine takes embeddings only; a prompt past the
+  // context is refused naming it (not max_new_tokens).
+  auto only_model = testing::ModelOn(*backend_, *loaded_);
+  o.embeddings = o.embedding_only = true;
+  auto only = testing::ValueOrDie(Engine::Create(*only_model, loaded_->tokenizer().get(), o), "engine");
+  Request generate;
+  generate.prompt = {1, 2, 3};
+  EXPECT_EQ(ErrorField(only->Submit(generate, std::make_shared<CollectingSink>()).status()), "model");
+  r.prompt.assign(320, 5);
+  EXPECT_EQ(ErrorField(only->Submit(r, std::make_shared<CollectingSink>()).status()), "prompt");
+  r.prompt.assign(319, 5);
+  EXPECT_TRUE(only->Submit(r, std::make_shared<CollectingSink>()).ok());
 }
 
 }  // namespace

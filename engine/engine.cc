@@ -250,6 +250,10 @@ absl::Status Engine::Validate(const Request& r) const {
                  " is outside the vocabulary (", config.vocab_size, ")");
     }
   }
+  if (options_.embedding_only && !r.embed.has_value() && r.score_tokens.empty()) {
+    return bad("model", "is an embedding model (its files name a pooling): it answers /v1/embeddings (gRPC Embed), "
+                        "not generation");
+  }
   if (r.embed.has_value()) {
     if (!options_.embeddings) {
       return FieldError("input", "this server does not serve embeddings (start it with --embeddings)",
@@ -271,6 +275,10 @@ absl::Status Engine::Validate(const Request& r) const {
       if (id < 0 || id >= config.vocab_size) return bad("score_tokens", "token id ", id, " is outside the vocabulary");
     }
     if (r.constraint != nullptr) return bad("score_tokens", "a scoring request generates nothing: no constraint");
+  }
+  if ((r.embed.has_value() || !r.score_tokens.empty()) && static_cast<int64_t>(r.prompt.size()) >= options_.max_seq_len) {
+    return bad("prompt", "has ", r.prompt.size(), " tokens; at most ", options_.max_seq_len - 1,
+               " fit (max_seq_len ", options_.max_seq_len, ")");
   }
   const StopConditions& stop = r.stop;
   if (stop.max_new_tokens < 1 || stop.max_new_tokens > options_.max_new_tokens_limit) {
@@ -362,6 +370,9 @@ void Engine::PublishOccupancyLocked() {
 
 absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSink> sink) {
   if (sink == nullptr) return FieldError("sink", "is null");
+  // A prompt-only request generates nothing: one position of room, as a
+  // request of one token has (its max_new_tokens is not its client's).
+  if (request.embed.has_value() || !request.score_tokens.empty()) request.stop.max_new_tokens = 1;
   if (absl::Status st = Validate(request); !st.ok()) return st;
   if (request.embed.has_value() || !request.score_tokens.empty()) request.speculative = false;  // nothing to draft
   // A constraint works out its first mask here, on the caller's thread.

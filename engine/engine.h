@@ -64,6 +64,9 @@ struct EngineOptions {
   // Takes embedding requests (Request::embed): the model keeps its final
   // hidden rows of every step (a [rows, hidden] copy per step). One rank.
   bool embeddings = false;
+  // An embedding model: only embedding and scoring requests are taken (a
+  // generation request is refused naming `model`).
+  bool embedding_only = false;
   // The time arrivals, deadlines, batching windows and latency metrics are
   // measured in; null = absl::Now. Tests inject a manual clock so that a
   // deadline fires at a step of their choosing, not after a guessed time.

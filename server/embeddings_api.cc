@@ -152,8 +152,8 @@ class EmbeddingBatch : public std::enable_shared_from_this<EmbeddingBatch> {
       auto id = engine_.Submit(std::move(r), std::make_shared<Sink>(shared_from_this(), i));
       if (!id.ok()) {
         const absl::Status st = id.status();
-        Fail(prompts.size() > 1 && ErrorField(st) == "prompt"
-                 ? FieldError(absl::StrCat("input[", i, "]"), st.message(), st.code())
+        Fail(ErrorField(st) == "prompt"
+                 ? FieldError(prompts.size() > 1 ? absl::StrCat("input[", i, "]") : "input", st.message(), st.code())
                  : st);
         return;
       }

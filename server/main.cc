@@ -179,16 +179,17 @@ absl::StatusOr<DraftModelHolder> LoadDraftModel(const ServerOptions& options, co
   return d;
 }
 
-// --pooling: named (and L2-normalised), or as the model's files say
-// (sentence-transformers' modules.json and 1_Pooling in a directory, a GGUF
-// file's <arch>.pooling_type), else the last token's row, normalised; and
-// where it came from, for the log.
-absl::StatusOr<std::pair<Pooling, std::string>> ResolvePooling(const std::string& flag, const std::string& model) {
-  if (flag != "auto") {
-    auto kind = PoolingKindNamed(flag);
-    if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("--pooling: ", kind.status().message()));
-    return std::pair<Pooling, std::string>{Pooling{*kind, true}, "--pooling"};
-  }
+// How embeddings pool: --pooling names it (L2-normalised), or the model's
+// files do (sentence-transformers' modules.json and 1_Pooling in a
+// directory, a GGUF file's <arch>.pooling_type), else the last token's row,
+// normalised. A model whose files name a pooling is an embedding model.
+struct PoolingChoice {
+  Pooling pooling;
+  std::string from;             // for the log
+  bool named_by_model = false;  // the model's files name one
+};
+
+absl::StatusOr<PoolingChoice> ResolvePooling(const std::string& flag, const std::string& model) {
   std::optional<Pooling> found;
   std::string from;
   if (absl::EndsWith(model, ".gguf")) {
@@ -201,23 +202,35 @@ absl::StatusOr<std::pair<Pooling, std::string>> ResolvePooling(const std::string
     FLOVER_ASSIGN_OR_RETURN(found, ReadDirectoryPooling(model));
     from = "modules.json";
   }
-  if (!found.has_value()) return std::pair<Pooling, std::string>{Pooling{}, "the default (the model's files name none)"};
-  return std::pair<Pooling, std::string>{*found, from};
+  PoolingChoice choice;
+  choice.named_by_model = found.has_value();
+  if (flag != "auto") {
+    auto kind = PoolingKindNamed(flag);
+    if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("--pooling: ", kind.status().message()));
+    choice.pooling = {*kind, true};
+    choice.from = "--pooling";
+  } else if (found.has_value()) {
+    choice.pooling = *found;
+    choice.from = from;
+  } else {
+    choice.from = "the default: the model's files name none";
+  }
+  return choice;
 }
 
 absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& engine,
                                          const Model& model, const ModelDescription& description,
-                                         const ApiKeys* keys) {
+                                         const ApiKeys* keys, const PoolingChoice& pooling) {
   FrontEnds f;
   // Built once: the vocabulary as bytes, and the grammar compiler (its
   // cache), for constrained requests.
   ServingContext serving{engine, model.tokenizer.get(), model.chat.get()};
   if (options.embeddings) {
-    FLOVER_ASSIGN_OR_RETURN(auto resolved, ResolvePooling(options.pooling, options.model));
-    const Pooling& pooling = resolved.first;
-    serving.pooling = pooling;
-    f.embeddings = absl::StrCat("embeddings: POST /v1/embeddings, ", PoolingKindName(pooling.kind), " pooling",
-                                pooling.normalize ? ", L2-normalised" : "", " (", resolved.second, ")");
+    serving.pooling = pooling.pooling;
+    f.embeddings = absl::StrCat(
+        "embeddings: POST /v1/embeddings, ", PoolingKindName(pooling.pooling.kind), " pooling",
+        pooling.pooling.normalize ? ", L2-normalised" : "", " (", pooling.from, ")",
+        options.engine.embedding_only ? "; an embedding model: generation requests are refused" : "");
   }
   if (model.tokenizer != nullptr) {
     serving.token_bytes = std::make_shared<const TokenBytes>(
@@ -429,6 +442,14 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     options.engine.draft_model = draft.model.get();
   }
   options.engine.mtp_model = model.mtp.get();
+  // An embedding model (its files name a pooling) serves embeddings, and
+  // nothing else; a generative one with --embeddings, both.
+  FLOVER_ASSIGN_OR_RETURN(PoolingChoice pooling, ResolvePooling(options.pooling, options.model));
+  if (pooling.named_by_model) {
+    options.embeddings = true;
+    options.engine.embedding_only = true;
+  }
+  options.engine.embeddings = options.embeddings;
   const absl::Time create_start = absl::Now();
   FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::Create(*model.model, model.tokenizer.get(), options.engine, comm));
@@ -442,7 +463,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   description.device = device.name;
   description.device_name = device_info.name;
   description.device_memory_bytes = device_info.total_bytes;
-  FLOVER_ASSIGN_OR_RETURN(FrontEnds front, StartFrontEnds(options, *engine, model, description, keys.get()));
+  FLOVER_ASSIGN_OR_RETURN(FrontEnds front, StartFrontEnds(options, *engine, model, description, keys.get(), pooling));
   PrintStartup(options, front, *engine, model, device_info, device.name, world.tp_size, create_time);
   return Drain(WaitForStop(signals, *engine, keys.get()), options, *engine, front);
 }

@@ -143,7 +143,7 @@ void AddRerankRoutes(httplib::Server& http, const ServingContext& serving, std::
       if (absl::StartsWith(field, "input[")) {
         return Fail(res, FieldError(absl::StrCat("documents", field.substr(5)), st.message(), st.code()));
       }
-      return Fail(res, field == "prompt" ? FieldError("documents[0]", st.message(), st.code()) : st);
+      return Fail(res, field == "input" ? FieldError("documents[0]", st.message(), st.code()) : st);
     }
     std::vector<double> score(logits->size());
     for (size_t i = 0; i < score.size(); ++i) {

@@ -8,8 +8,9 @@ the model's tokenizer (the query instruction as the client writes it, the EOS
 the post-processor appends), token ids as given, base64 the same floats,
 `dimensions` Matryoshka-truncated and renormalised; many inputs in one request
 come back in order; gRPC's Embed gives the same vectors; what is wrong is
-refused by name; and a server started without --embeddings has no such
-route.""" 
+refused by name; the embedding model serves embeddings without --embeddings
+and refuses generation; and a generative model's server started without
+--embeddings has no such route."""
 import base64
 import json
 import os
@@ -37,8 +38,8 @@ class EmbeddingsTest(unittest.TestCase):
     def test_vectors_match_sentence_transformers(self):
         with open(os.path.join(MODEL_DIR, "golden.json")) as f:
             cases = json.load(f)["cases"]
-        s = Server(f"--model={MODEL_DIR}", "--max_seq_len=512", "--threads=2", "--embeddings",
-                   "--max_tokens_per_step=64")
+        # An embedding model (its modules.json names a pooling): that is its role, without --embeddings.
+        s = Server(f"--model={MODEL_DIR}", "--max_seq_len=512", "--threads=2", "--max_tokens_per_step=64")
         try:
             name = s.openai.models.list().data[0].id
             # Every input at once (fused, the long one in chunks), in order.
@@ -76,6 +77,14 @@ class EmbeddingsTest(unittest.TestCase):
                 self.assertIn(field, str(e.exception))
             with self.assertRaises(openai.NotFoundError):
                 s.openai.embeddings.create(model="other", input="x")
+            # Past the context, and generation from an embedding model: refused by name.
+            with self.assertRaises(openai.BadRequestError) as e:
+                s.openai.embeddings.create(model=name, input=[[5] * 600])
+            self.assertIn("input", str(e.exception))
+            self.assertIn("at most 511", str(e.exception))
+            with self.assertRaises(openai.BadRequestError) as e:
+                s.openai.completions.create(model=name, prompt="Hello", max_tokens=4)
+            self.assertIn("embedding model", str(e.exception))
             # gRPC's Embed: the same vectors as the HTTP API's.
             vectors = s.client.embed(texts=[c["model_input"] for c in cases[:4]])
             self.assertEqual(vectors, [d.embedding for d in got.data[:4]])
@@ -86,7 +95,7 @@ class EmbeddingsTest(unittest.TestCase):
             self.assertIn("token_ids", e.exception.details())
         finally:
             s.close()
-        plain = Server(f"--model={MODEL_DIR}", "--max_seq_len=512", "--threads=2")
+        plain = Server(f"--model={openai_test.CHAT_MODEL}", "--max_seq_len=512", "--threads=2")
         try:
             with self.assertRaises(openai.NotFoundError):
                 plain.openai.embeddings.create(model="x", input="hello")
