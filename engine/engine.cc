@@ -74,12 +74,12 @@ struct Engine::Sequence {
   int constraint_ahead = 0;
   // Its tokens and drafts: what the scheduler sees as known.
   int known() const { return static_cast<int>(tokens.size() + drafts.size()); }
-  // An embedding request: the hidden rows its pooling reads, gathered as
-  // its prompt is computed (every row for mean, the first for CLS, the last
-  // for last-token pooling). Mean and CLS take no cached prefix (its rows
-  // were never computed for it), so they start over when preempted. A
-  // scoring request's logits of its score_tokens, once its prompt is done.
-  std::vector<float> pooled_rows;
+  // An embedding request: its rows pooled as its prompt's chunks compute
+  // (made at admission). Mean and CLS take no cached prefix (its rows were
+  // never computed for it), so they start over when preempted.
+  std::optional<PoolingSum> pooled;
+  // A scoring request's logits of its score_tokens, once its prompt is done.
+  std::vector<float> scores;
   bool embedding() const { return request.embed.has_value(); }
   bool scoring() const { return !request.score_tokens.empty(); }
   bool takes_prefix() const { return !embedding() || request.embed->kind == Pooling::Kind::kLast; }
@@ -623,7 +623,8 @@ bool Engine::Plan(StepPlan* plan) {
     // The plan admitted no more than the free state slots.
     (void)cache_.AcquireState(seq->cache);
     seq->computed = seq->takes_prefix() ? cache_.TakeCachedPrefix(seq->tokens, seq->cache) : 0;
-    seq->pooled_rows.clear();  // (again, after a preemption)
+    // (Again, after a preemption: its rows are computed again.)
+    if (seq->embedding()) seq->pooled.emplace(*seq->request.embed, model_.info().hidden);
     metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
     by_id_[seq->id] = seq.get();
     active_.push_back(std::move(seq));
@@ -684,7 +685,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     int rows;       // its rows of logits
   };
   std::vector<Sampling> sampling;
-  std::vector<Sequence*> embedded;  // embedding requests whose prompts are now computed
+  std::vector<Sequence*> prompts_done;  // embedding and scoring requests whose prompts are computed
   int logit_row = 0;
   size_t hidden_row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -696,7 +697,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     prompt_rows += std::max(0, std::min<int>(p.pos + p.len, s.request.prompt.size()) - p.pos);
     if (s.finished) continue;
     if (s.prompt_only()) {
-      if (s.embedding()) GatherPooledRows(s, p, hidden_row - p.len);
+      if (s.embedding()) PoolRows(s, p, hidden_row - p.len);
       s.computed += p.len;
       cache_.StepDone(s.cache);
       if (s.takes_prefix()) cache_.Register(s.tokens, s.computed, s.cache);
@@ -705,9 +706,9 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
           // Its last logit row is the prompt's last position.
           const size_t V = static_cast<size_t>(model_.info().vocab_size);
           const float* row = logits.data() + static_cast<size_t>(logit_row - 1) * V;
-          for (int32_t id : s.request.score_tokens) s.pooled_rows.push_back(row[id]);
+          for (int32_t id : s.request.score_tokens) s.scores.push_back(row[id]);
         }
-        embedded.push_back(&s);
+        prompts_done.push_back(&s);
       }
       continue;
     }
@@ -785,11 +786,16 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     // Blocks now full of computed tokens that stand go to the prefix cache.
     if (!s.finished) cache_.Register(s.tokens, s.computed, s.cache);
   }
-  for (Sequence* s : embedded) {
+  for (Sequence* s : prompts_done) {
     if (s->scoring()) {
-      Finish(*s, FinishReason::kStop, absl::OkStatus(), {}, std::move(s->pooled_rows));
+      Finish(*s, FinishReason::kStop, absl::OkStatus(), {}, std::move(s->scores));
+      continue;
+    }
+    auto vector = s->pooled->Finish(s->request.embed_dims);
+    if (!vector.ok()) {
+      Finish(*s, FinishReason::kError, vector.status());
     } else {
-      FinishEmbedding(*s);
+      Finish(*s, FinishReason::kStop, absl::OkStatus(), std::move(*vector));
     }
   }
   TellDrafter(plan);
@@ -799,37 +805,11 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
   cv_.notify_all();
 }
 
-void Engine::GatherPooledRows(Sequence& s, const ScheduledSequence& p, size_t first_row) {
+void Engine::PoolRows(Sequence& s, const ScheduledSequence& p, size_t first_row) {
   const absl::Span<const float> hidden = model_.FinalHidden();
   const size_t C = static_cast<size_t>(model_.info().hidden);
-  const int T = static_cast<int>(s.tokens.size());
-  auto take = [&](int row) {  // the chunk's row at that position
-    const float* at = hidden.data() + (first_row + (row - p.pos)) * C;
-    s.pooled_rows.insert(s.pooled_rows.end(), at, at + C);
-  };
-  switch (s.request.embed->kind) {
-    case Pooling::Kind::kMean:
-      for (int row = p.pos; row < p.pos + p.len; ++row) take(row);
-      break;
-    case Pooling::Kind::kCls:
-      if (p.pos == 0) take(0);
-      break;
-    case Pooling::Kind::kLast:
-      if (p.pos + p.len == T) take(T - 1);
-      break;
-  }
-}
-
-void Engine::FinishEmbedding(Sequence& s) {
-  const int C = model_.info().hidden;
-  const int rows = static_cast<int>(s.pooled_rows.size()) / C;
-  auto vector = Pool(s.pooled_rows, rows, C, *s.request.embed, s.request.embed_dims);
-  s.pooled_rows.clear();
-  if (!vector.ok()) {
-    Finish(s, FinishReason::kError, vector.status());
-    return;
-  }
-  Finish(s, FinishReason::kStop, absl::OkStatus(), std::move(*vector));
+  if (hidden.size() < (first_row + p.len) * C) return;  // none kept: Finish says no rows
+  s.pooled->Add(hidden.subspan(first_row * C, p.len * C), p.pos, p.len, static_cast<int>(s.tokens.size()));
 }
 
 void Engine::TellDrafter(const StepPlan& plan) {

@@ -202,10 +202,8 @@ class Engine {
   void Finish(Sequence& seq, FinishReason reason, absl::Status error = absl::OkStatus(),
               std::vector<float> embedding = {}, std::vector<float> logits = {});
   // An embedding request's rows of this step (the chunk `p`, from the
-  // step's hidden row `first_row`) that its pooling reads, kept.
-  void GatherPooledRows(Sequence& s, const ScheduledSequence& p, size_t first_row);
-  // Its prompt computed: its vector pooled from the rows, and its finish.
-  void FinishEmbedding(Sequence& s);
+  // step's hidden row `first_row`) into its pooling.
+  void PoolRows(Sequence& s, const ScheduledSequence& p, size_t first_row);
   // Appends a sampled token, emits it, and decides whether the sequence stops.
   void Emit(Sequence& seq, int32_t token, float logprob,
             std::vector<std::pair<int32_t, float>> top, absl::Time now);

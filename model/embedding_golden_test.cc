@@ -154,5 +154,26 @@ TEST(PoolingTest, KindsNormalisationAndDimensions) {
   EXPECT_FALSE(none->has_value());
 }
 
+// Pooled as the engine pools, a chunk at a time: the same bits as Pool over
+// the rows at once, for every kind and every cut.
+TEST(PoolingTest, ChunkByChunkIsPoolAtOnce) {
+  constexpr int T = 7, C = 5;
+  std::vector<float> rows(T * C);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = std::sin(0.37f * static_cast<float>(i + 1)) * 3.1f;
+  for (Pooling::Kind kind : {Pooling::Kind::kMean, Pooling::Kind::kCls, Pooling::Kind::kLast}) {
+    const Pooling p{kind, true};
+    const std::vector<float> whole = *Pool(rows, T, C, p, 3);
+    for (int cut = 1; cut < T; ++cut) {
+      PoolingSum sum(p, C);
+      for (int at = 0; at < T; at += cut) {
+        const int n = std::min(cut, T - at);
+        sum.Add(absl::MakeConstSpan(rows).subspan(static_cast<size_t>(at) * C, static_cast<size_t>(n) * C), at, n, T);
+      }
+      EXPECT_EQ(*sum.Finish(3), whole) << static_cast<int>(kind) << " cut " << cut;
+    }
+  }
+  EXPECT_FALSE(PoolingSum(Pooling{}, C).Finish(0).ok());  // no rows
+}
+
 }  // namespace
 }  // namespace flover

@@ -84,31 +84,49 @@ std::optional<Pooling> PoolingFromGguf(int64_t pooling_type) {
   }
 }
 
+void PoolingSum::Add(absl::Span<const float> rows, int position, int n, int T) {
+  const size_t C = sum_.size();
+  if (pooling_.kind == Pooling::Kind::kMean) {
+    for (int t = 0; t < n; ++t) {
+      for (size_t c = 0; c < C; ++c) sum_[c] += rows[static_cast<size_t>(t) * C + c];
+    }
+    rows_ += n;
+    return;
+  }
+  const int keep = pooling_.kind == Pooling::Kind::kLast ? T - 1 : 0;
+  if (keep < position || keep >= position + n) return;
+  const float* row = rows.data() + static_cast<size_t>(keep - position) * C;
+  for (size_t c = 0; c < C; ++c) sum_[c] = row[c];
+  rows_ = 1;
+}
+
+absl::StatusOr<std::vector<float>> PoolingSum::Finish(int dims) const {
+  const int C = static_cast<int>(sum_.size());
+  if (rows_ < 1) return absl::InvalidArgumentError("pooling no rows");
+  if (dims < 0 || dims > C) {
+    return absl::InvalidArgumentError(absl::StrCat("dimensions ", dims, " is outside [1, ", C, "]"));
+  }
+  std::vector<double> v = sum_;
+  if (pooling_.kind == Pooling::Kind::kMean) {
+    for (double& x : v) x /= rows_;
+  }
+  const int D = dims > 0 ? dims : C;
+  double norm = 0.0;
+  for (int c = 0; c < D; ++c) norm += v[c] * v[c];
+  // torch.nn.functional.normalize's eps.
+  const double scale = pooling_.normalize ? 1.0 / std::max(std::sqrt(norm), 1e-12) : 1.0;
+  std::vector<float> out(D);
+  for (int c = 0; c < D; ++c) out[c] = static_cast<float>(v[c] * scale);
+  return out;
+}
+
 absl::StatusOr<std::vector<float>> Pool(absl::Span<const float> rows, int T, int C, const Pooling& pooling, int dims) {
   if (T < 1 || C < 1 || rows.size() != static_cast<size_t>(T) * C) {
     return absl::InvalidArgumentError(absl::StrCat("pooling ", rows.size(), " values as ", T, " rows of ", C));
   }
-  if (dims < 0 || dims > C) {
-    return absl::InvalidArgumentError(absl::StrCat("dimensions ", dims, " is outside [1, ", C, "]"));
-  }
-  std::vector<double> sum(C, 0.0);
-  if (pooling.kind == Pooling::Kind::kMean) {
-    for (int t = 0; t < T; ++t) {
-      for (int c = 0; c < C; ++c) sum[c] += rows[static_cast<size_t>(t) * C + c];
-    }
-    for (double& v : sum) v /= T;
-  } else {
-    const int t = pooling.kind == Pooling::Kind::kLast ? T - 1 : 0;
-    for (int c = 0; c < C; ++c) sum[c] = rows[static_cast<size_t>(t) * C + c];
-  }
-  const int D = dims > 0 ? dims : C;
-  double norm = 0.0;
-  for (int c = 0; c < D; ++c) norm += sum[c] * sum[c];
-  // torch.nn.functional.normalize's eps.
-  const double scale = pooling.normalize ? 1.0 / std::max(std::sqrt(norm), 1e-12) : 1.0;
-  std::vector<float> out(D);
-  for (int c = 0; c < D; ++c) out[c] = static_cast<float>(sum[c] * scale);
-  return out;
+  PoolingSum sum(pooling, C);
+  sum.Add(rows, 0, T, T);
+  return sum.Finish(dims);
 }
 
 }  // namespace flover

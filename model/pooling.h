@@ -38,6 +38,24 @@ absl::StatusOr<std::optional<Pooling>> ReadDirectoryPooling(const std::string& d
 // others: nullopt), normalised as llama.cpp's embeddings are.
 std::optional<Pooling> PoolingFromGguf(int64_t pooling_type);
 
+// A sequence's rows pooled as they come, in order of position, a chunk at a
+// time (the engine's steps): the mean's running sum in double (the same
+// additions in the same order as Pool's), or the one row CLS or last-token
+// pooling keeps; never every row. Finish gives what Pool gives.
+class PoolingSum {
+ public:
+  PoolingSum(const Pooling& pooling, int C) : pooling_(pooling), sum_(C, 0.0) {}
+  // Rows [position, position + n) of a sequence of T positions ([n, C]).
+  void Add(absl::Span<const float> rows, int position, int n, int T);
+  absl::StatusOr<std::vector<float>> Finish(int dims) const;
+  int rows() const { return rows_; }
+
+ private:
+  Pooling pooling_;
+  std::vector<double> sum_;
+  int rows_ = 0;  // rows added (the mean's), or 1 once the kept row came
+};
+
 // One sequence's embedding from its rows ([T, C], in order of position),
 // its first `dims` values (0: all; Matryoshka models) renormalised where
 // the pooling normalises. Sums in double, in row order: the same bits for

@@ -32,7 +32,7 @@ from tokenizers import AddedToken
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # ---- template (verbatim from QwenLM/Qwen3-Embedding README.md @ f4ad0c4, and
-#      llama.cpp conversion/qwen.py Qwen3Model.set_gguf_parameters) ----------
+#      llama.cpp/conversion/qwen.py Qwen3Model.set_gguf_parameters) ----------
 SYSTEM = ('Judge whether the Document meets the requirements based on the Query and the '
           'Instruct provided. Note that the answer can only be "yes" or "no".')
 PREFIX = "<|im_start|>system\n" + SYSTEM + "<|im_end|>\n<|im_start|>user\n"
@@ -130,7 +130,7 @@ def main():
         f.write("# Qwen3-Reranker tiny random test checkpoint\n\n"
                 "Random weights; only for testing the rerank code path (template, yes/no logits).\n"
                 "The '# Qwen3-Reranker' heading is what llama.cpp's convert_hf_to_gguf.py "
-                "(conversion/qwen.py, Qwen3Model._is_qwen3_reranker) looks for.\n")
+                "(llama.cpp/conversion/qwen.py, Qwen3Model._is_qwen3_reranker) looks for.\n")
 
     from transformers import Qwen3Config, Qwen3ForCausalLM, AutoTokenizer
     cfg = Qwen3Config(
