@@ -16,6 +16,7 @@
 #include "server/reply_stream.h"
 #include "server/status_util.h"
 #include "util/field_error.h"
+#include "util/status_macros.h"
 
 namespace flover::server {
 namespace {
@@ -45,21 +46,9 @@ absl::StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(absl::string_view body,
   auto parsed = ParseJsonObjectBody(body, "request body");
   if (!parsed.ok()) return parsed.status();
   const Json& b = *parsed;
-  for (auto it = b.begin(); it != b.end(); ++it) {
-    const std::string& k = it.key();
-    if (k != "model" && k != "input" && k != "encoding_format" && k != "dimensions" && k != "user") {
-      return Bad(k, "is not an embeddings field (model, input, encoding_format, dimensions, user)");
-    }
-  }
-  if (const Json* m = JsonField(b, "model")) {
-    if (!m->is_string()) return Bad("model", "must be a string");
-    if (m->get<std::string>() != served_model) {
-      return FieldError("model",
-                        absl::StrCat("\"", m->get<std::string>(), "\" is not served here (this server serves \"",
-                                     served_model, "\")"),
-                        absl::StatusCode::kNotFound);
-    }
-  }
+  FLOVER_RETURN_IF_ERROR(
+      CheckKnownFields(b, {"model", "input", "encoding_format", "dimensions", "user"}, "an embeddings"));
+  FLOVER_RETURN_IF_ERROR(CheckServedModel(b, served_model, /*required=*/false));
   EmbeddingsRequest out;
   const Json* input = JsonField(b, "input");
   if (input == nullptr) return Bad("input", "is required");

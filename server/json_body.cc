@@ -120,6 +120,31 @@ absl::StatusOr<ToolFunction> JsonFunctionTool(const Json& obj, absl::string_view
   return f;
 }
 
+absl::Status CheckServedModel(const Json& body, absl::string_view served_model, bool required) {
+  const Json* m = JsonField(body, "model");
+  if (m == nullptr && !required) return absl::OkStatus();
+  if (m == nullptr || !m->is_string()) {
+    return FieldError("model", required ? "is required (a string)" : "must be a string");
+  }
+  if (m->get<std::string>() != served_model) {
+    return FieldError("model",
+                      absl::StrCat("\"", m->get<std::string>(), "\" is not served here (this server serves \"",
+                                   served_model, "\")"),
+                      absl::StatusCode::kNotFound);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKnownFields(const Json& body, std::initializer_list<absl::string_view> known,
+                              absl::string_view what) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
+      return FieldError(it.key(), absl::StrCat("is not ", what, " field (", absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> JsonStringField(const Json& obj, absl::string_view key, absl::string_view at) {
   const Json* v = JsonField(obj, key);
   if (v == nullptr || !v->is_string()) return FieldError(absl::StrCat(at, ".", key), "must be a string");

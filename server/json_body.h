@@ -55,6 +55,14 @@ absl::StatusOr<ToolFunction> JsonFunctionTool(const Json& obj, absl::string_view
 absl::StatusOr<bool> JsonBool(const Json& obj, absl::string_view key, bool dflt,
                               absl::string_view field);
 
+// The body's "model" (a string) is `served_model`, or NotFound naming what
+// is served; absent, it is InvalidArgument where `required`.
+absl::Status CheckServedModel(const Json& body, absl::string_view served_model, bool required);
+// Every key of `body` is one of `known`; else InvalidArgument naming the
+// first other ("is not a WHAT field (known...)").
+absl::Status CheckKnownFields(const Json& body, std::initializer_list<absl::string_view> known,
+                              absl::string_view what);
+
 // A value as compact JSON text; bytes that are not UTF-8 (a token's partial
 // character, a client's malformed string echoed in an error) become U+FFFD,
 // so the text is always valid JSON.

@@ -311,12 +311,7 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(absl::string_view body, abs
   const Json& b = *parsed;
   MessagesRequest out;
   ClientRequest& r = out.request;
-  auto model = JsonStringField(b, "model", "request");
-  if (!model.ok()) return Bad("model", "is required (a string)");
-  if (*model != served_model) {
-    return FieldError("model", absl::StrCat("\"", *model, "\" is not served here (this server serves \"", served_model, "\")"),
-                      absl::StatusCode::kNotFound);
-  }
+  if (absl::Status st = CheckServedModel(b, served_model, /*required=*/true); !st.ok()) return st;
   for (const char* key : {"mcp_servers", "container"}) {
     if (JsonField(b, key) != nullptr) return Bad(key, "is not supported");
   }

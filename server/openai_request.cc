@@ -337,16 +337,7 @@ absl::Status ReadFloat(const Json& obj, const char* key, Field* field) {
 
 // What both endpoints take: model, sampling, stopping, streaming.
 absl::Status ParseShared(const Json& b, absl::string_view served_model, OpenAiRequest* out) {
-  if (const Json* m = JsonField(b, "model")) {
-    if (!m->is_string()) return Bad("model", "must be a string");
-    if (m->get<std::string>() != served_model) {
-      return FieldError("model",
-                        absl::StrCat("\"", m->get<std::string>(),
-                                     "\" is not served here (this server serves \"", served_model,
-                                     "\")"),
-                        absl::StatusCode::kNotFound);
-    }
-  }
+  if (absl::Status st = CheckServedModel(b, served_model, /*required=*/false); !st.ok()) return st;
   if (absl::Status st = RequireNeutral(b); !st.ok()) return st;
   if (const Json* v = JsonField(b, "n")) {
     auto n = JsonInteger(*v, "n", 1, 1 << 30, "must be a positive integer");

@@ -16,6 +16,7 @@
 #include "server/reply_stream.h"
 #include "server/status_util.h"
 #include "util/field_error.h"
+#include "util/status_macros.h"
 
 namespace flover::server {
 namespace {
@@ -59,22 +60,9 @@ absl::StatusOr<RerankRequest> ParseRerankRequest(absl::string_view body, absl::s
   auto parsed = ParseJsonObjectBody(body, "request body");
   if (!parsed.ok()) return parsed.status();
   const Json& b = *parsed;
-  for (auto it = b.begin(); it != b.end(); ++it) {
-    const std::string& k = it.key();
-    if (k != "model" && k != "query" && k != "documents" && k != "top_n" && k != "return_documents" &&
-        k != "instruction") {
-      return Bad(k, "is not a rerank field (model, query, documents, top_n, return_documents, instruction)");
-    }
-  }
-  if (const Json* m = JsonField(b, "model")) {
-    if (!m->is_string()) return Bad("model", "must be a string");
-    if (m->get<std::string>() != served_model) {
-      return FieldError("model",
-                        absl::StrCat("\"", m->get<std::string>(), "\" is not served here (this server serves \"",
-                                     served_model, "\")"),
-                        absl::StatusCode::kNotFound);
-    }
-  }
+  FLOVER_RETURN_IF_ERROR(CheckKnownFields(
+      b, {"model", "query", "documents", "top_n", "return_documents", "instruction"}, "a rerank"));
+  FLOVER_RETURN_IF_ERROR(CheckServedModel(b, served_model, /*required=*/false));
   RerankRequest out;
   const Json* query = JsonField(b, "query");
   if (query == nullptr || !query->is_string()) return Bad("query", "is required, a string");

@@ -474,13 +474,7 @@ absl::StatusOr<ResponsesRequest> Parse(absl::string_view body, absl::string_view
   const Json& b = *parsed;
   ResponsesRequest out;
   ClientRequest& r = out.request;
-  auto model = JsonStringField(b, "model", "request");
-  if (!model.ok()) return Bad("model", "is required (a string)");
-  if (*model != served_model) {
-    return FieldError("model",
-                      absl::StrCat("\"", *model, "\" is not served here (this server serves \"", served_model, "\")"),
-                      absl::StatusCode::kNotFound);
-  }
+  if (absl::Status st = CheckServedModel(b, served_model, /*required=*/true); !st.ok()) return st;
   for (const char* key : {"conversation", "prompt", "background", "include"}) {
     if (const Json* v = JsonField(b, key); v != nullptr && !(v->is_array() && v->empty())) {
       return Bad(key, "is not supported");

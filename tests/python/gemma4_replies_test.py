@@ -13,16 +13,15 @@ from the function's schema in Gemma's notation."""
 import json
 import os
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import openai_test  # noqa: E402
+from harmony_test import MODEL, whole_and_streamed  # noqa: E402  (the same model, whole and streamed)
 from openai_test import CHAT_MODEL, Server  # noqa: E402
 
 import openai  # noqa: E402
 
-MODEL = "SmolLM2-135M-Instruct.Q4_1"
 ASK = [{"role": "user", "content": "What is two plus two?"}]
 ANSWER = (r"<\|channel>thought\n[a-z]{1,8}( [a-z]{1,8}){2,5}\n<channel\|>"
           r"[A-Z][a-z]{1,8}( [a-z]{1,8}){1,4}\.")
@@ -32,21 +31,6 @@ TOOLS = [{"type": "function", "function": {
         "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]},
         "days": {"type": "integer", "enum": [1, 2, 3]}}, "required": ["city"]}}},
     {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
-
-
-def whole_and_streamed(s, **kw):
-    whole = s.openai.chat.completions.create(model=MODEL, **kw)
-    reasoning, content, calls = "", "", {}
-    for chunk in s.openai.chat.completions.create(model=MODEL, stream=True, **kw):
-        for c in chunk.choices:
-            delta = c.delta.model_dump()
-            reasoning += delta.get("reasoning_content") or ""
-            content += delta.get("content") or ""
-            for t in delta.get("tool_calls") or []:
-                call = calls.setdefault(t["index"], {"name": "", "arguments": ""})
-                call["name"] += (t.get("function") or {}).get("name") or ""
-                call["arguments"] += (t.get("function") or {}).get("arguments") or ""
-    return whole.choices[0], reasoning, content, calls
 
 
 class Gemma4RepliesTest(unittest.TestCase):
