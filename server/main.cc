@@ -220,7 +220,8 @@ absl::StatusOr<PoolingChoice> ResolvePooling(const std::string& flag, const std:
 
 absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& engine,
                                          const Model& model, const ModelDescription& description,
-                                         const ApiKeys* keys, const PoolingChoice& pooling) {
+                                         const ApiKeys* keys, const PoolingChoice& pooling,
+                                         std::optional<RerankFormat> rerank) {
   FrontEnds f;
   // Built once: the vocabulary as bytes, and the grammar compiler (its
   // cache), for constrained requests.
@@ -239,8 +240,7 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
     serving.grammars =
         std::make_shared<GrammarConstraints>(serving.token_bytes, model.info.eos_token_ids);
   }
-  std::optional<RerankFormat> rerank;
-  if (options.rerank) {
+  if (options.rerank && !rerank.has_value()) {
     if (model.tokenizer == nullptr) return absl::FailedPreconditionError("--rerank: the model has no tokenizer");
     FLOVER_ASSIGN_OR_RETURN(rerank, Qwen3RerankFormat(*model.tokenizer));
   }
@@ -450,6 +450,16 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     options.engine.embedding_only = true;
   }
   options.engine.embeddings = options.embeddings;
+  std::optional<RerankFormat> rerank_format;
+  // llama.cpp's reranker files keep the answer's two rows apart (cls.output)
+  // and drop an untied lm_head: a reranker, read through its hidden rows.
+  if (absl::EndsWith(options.model, ".gguf")) {
+    FLOVER_ASSIGN_OR_RETURN(rerank_format, GgufRerankFormat(options.model, model.info.hidden));
+    if (rerank_format.has_value()) {
+      options.rerank = true;
+      options.engine.embeddings = options.engine.embedding_only = true;
+    }
+  }
   const absl::Time create_start = absl::Now();
   FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::Create(*model.model, model.tokenizer.get(), options.engine, comm));
@@ -463,7 +473,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   description.device = device.name;
   description.device_name = device_info.name;
   description.device_memory_bytes = device_info.total_bytes;
-  FLOVER_ASSIGN_OR_RETURN(FrontEnds front, StartFrontEnds(options, *engine, model, description, keys.get(), pooling));
+  FLOVER_ASSIGN_OR_RETURN(FrontEnds front, StartFrontEnds(options, *engine, model, description, keys.get(), pooling,
+                                                                rerank_format));
   PrintStartup(options, front, *engine, model, device_info, device.name, world.tp_size, create_time);
   return Drain(WaitForStop(signals, *engine, keys.get()), options, *engine, front);
 }

@@ -10,6 +10,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/loader/gguf.h"
+#include "model/pooling.h"
 #include "server/embeddings_api.h"
 #include "server/json_body.h"
 #include "server/openai_request.h"
@@ -54,6 +56,30 @@ absl::StatusOr<RerankFormat> Qwen3RerankFormat(const Tokenizer& tokenizer) {
     *id = (*ids)[0];
   }
   return f;
+}
+
+absl::StatusOr<std::optional<RerankFormat>> GgufRerankFormat(const std::string& path, int hidden) {
+  FLOVER_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
+  const GgufTensor* cls = file.FindTensor("cls.output.weight");
+  if (cls == nullptr) return std::optional<RerankFormat>();
+  FLOVER_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
+  const std::string labels_key = arch + ".classifier.output_labels";
+  auto labels = file.GetStrings(labels_key);
+  if (!labels.ok() || **labels != std::vector<std::string>{"yes", "no"}) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": cls.output.weight is read as Qwen3-Reranker's (yes, no) rows, and ", labels_key,
+        " does not say [\"yes\", \"no\"]"));
+  }
+  if (cls->cols() != hidden || cls->rows() != 2) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": cls.output.weight is [", cls->rows(), ", ",
+                                                      cls->cols(), "], not [2, ", hidden, "]"));
+  }
+  FLOVER_ASSIGN_OR_RETURN(std::vector<float> rows, file.ReadRows(*cls, 0, 2));
+  RerankFormat f;
+  f.default_instruction = kDefaultInstruction;
+  f.head_yes.assign(rows.begin(), rows.begin() + hidden);
+  f.head_no.assign(rows.begin() + hidden, rows.end());
+  return std::optional<RerankFormat>(std::move(f));
 }
 
 absl::StatusOr<RerankRequest> ParseRerankRequest(absl::string_view body, absl::string_view served_model) {
@@ -121,8 +147,13 @@ void AddRerankRoutes(httplib::Server& http, const ServingContext& serving, std::
     }
     std::promise<absl::StatusOr<std::vector<std::vector<float>>>> promise;
     auto future = promise.get_future();
-    SubmitScores(engine, std::move(prompts), {format.yes, format.no},
-                 [&promise](absl::StatusOr<std::vector<std::vector<float>>> v) { promise.set_value(std::move(v)); });
+    auto answer = [&promise](absl::StatusOr<std::vector<std::vector<float>>> v) { promise.set_value(std::move(v)); };
+    const bool head = !format.head_yes.empty();
+    if (head) {  // the last position's final hidden row, as it is
+      SubmitEmbeddings(engine, std::move(prompts), Pooling{Pooling::Kind::kLast, false}, 0, answer);
+    } else {     // the logits of yes and no there
+      SubmitScores(engine, std::move(prompts), {format.yes, format.no}, answer);
+    }
     auto logits = future.get();
     if (!logits.ok()) {
       const absl::Status st = logits.status();
@@ -135,7 +166,13 @@ void AddRerankRoutes(httplib::Server& http, const ServingContext& serving, std::
     }
     std::vector<double> score(logits->size());
     for (size_t i = 0; i < score.size(); ++i) {
-      const double diff = double{(*logits)[i][0]} - double{(*logits)[i][1]};
+      const std::vector<float>& v = (*logits)[i];
+      double diff = 0;
+      if (head) {
+        for (size_t c = 0; c < v.size(); ++c) diff += double{v[c]} * (double{format.head_yes[c]} - format.head_no[c]);
+      } else {
+        diff = double{v[0]} - double{v[1]};
+      }
       score[i] = 1.0 / (1.0 + std::exp(-diff));  // softmax([no, yes])[yes]
     }
     std::vector<size_t> order(score.size());

@@ -29,9 +29,13 @@ namespace flover::server {
 // The most documents one request may rank.
 inline constexpr int kMaxRerankDocuments = 1024;
 
-// Qwen3-Reranker's prompt and its two answer tokens.
+// Qwen3-Reranker's prompt and how its answer is read: the model's logits of
+// its two answer tokens, or, for llama.cpp's reranker GGUF files (which
+// drop an untied lm_head and keep those two rows as `cls.output`), the
+// final hidden row times those rows.
 struct RerankFormat {
   int32_t yes = -1, no = -1;
+  std::vector<float> head_yes, head_no;  // cls.output's rows; empty: the logits
   std::string default_instruction;
   // The prompt's text for one pair.
   std::string Prompt(absl::string_view instruction, absl::string_view query, absl::string_view document) const;
@@ -39,6 +43,10 @@ struct RerankFormat {
 // FailedPrecondition naming what the vocabulary lacks ("yes" and "no" as
 // one token each).
 absl::StatusOr<RerankFormat> Qwen3RerankFormat(const Tokenizer& tokenizer);
+// A GGUF file's reranker head (llama.cpp's converter: pooling_type 4,
+// classifier.output_labels ["yes", "no"], cls.output.weight [2, hidden]):
+// the format with those rows, or nullopt for a file that has none.
+absl::StatusOr<std::optional<RerankFormat>> GgufRerankFormat(const std::string& path, int hidden);
 
 struct RerankRequest {
   std::string query;

@@ -114,7 +114,15 @@ class EmbeddingsTest(unittest.TestCase):
         d = "tests/golden/qwen3_reranker_tiny"
         with open(os.path.join(d, "golden.json")) as f:
             golden = json.load(f)
-        s = Server(f"--model={d}", "--max_seq_len=512", "--threads=2", "--rerank")
+        # The directory with --rerank (the logits of yes and no), and llama.cpp's
+        # reranker GGUF of it, which serves rerank by itself (no lm_head: its
+        # cls.output rows times the last hidden row) and refuses generation.
+        for flags in ((f"--model={d}", "--rerank"), ("--model=tests/golden/gguf_qwen3_reranker/model.gguf",)):
+            with self.subTest(flags=flags):
+                self.rerank_checks(golden, flags)
+
+    def rerank_checks(self, golden, flags):
+        s = Server(*flags, "--max_seq_len=512", "--threads=2")
         try:
             for case in golden["rerank_requests"]:
                 body = dict(case["request"])
@@ -141,6 +149,10 @@ class EmbeddingsTest(unittest.TestCase):
                 status, got = s.post("/v1/rerank", body)
                 self.assertEqual(status, 400, got)
                 self.assertIn(field, got["error"]["message"])
+            if flags[0].endswith(".gguf"):
+                status, got = s.post("/v1/completions", {"prompt": "yes", "max_tokens": 2})
+                self.assertEqual(status, 400, got)
+                self.assertIn("model", got["error"]["message"])
         finally:
             s.close()
 
