@@ -240,8 +240,10 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
     serving.grammars =
         std::make_shared<GrammarConstraints>(serving.token_bytes, model.info.eos_token_ids);
   }
+  if (options.rerank && model.tokenizer == nullptr) {
+    return absl::FailedPreconditionError("--rerank: the model has no tokenizer (rerank takes text)");
+  }
   if (options.rerank && !rerank.has_value()) {
-    if (model.tokenizer == nullptr) return absl::FailedPreconditionError("--rerank: the model has no tokenizer");
     FLOVER_ASSIGN_OR_RETURN(rerank, Qwen3RerankFormat(*model.tokenizer));
   }
   f.service = std::make_unique<FloverService>(serving, description, keys);
