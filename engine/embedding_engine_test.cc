@@ -207,6 +207,57 @@ TEST(ScoringEngineTest, LogitsOfTheScoreTokensAtThePromptsEnd) {
   EXPECT_EQ(ErrorField(engine->Submit(bad, std::make_shared<CollectingSink>()).status()), "score_tokens");
 }
 
+// Under preemption: a cache of 12 blocks, 9 of them a generating request's
+// long prompt, which takes one more block every 32 tokens it writes while
+// embedding requests' prompts fill the rest; each time, the newest
+// unfinished prompt gives its blocks back and is computed again later (a
+// mean-pooled one starts its sum over). Every vector is the same bits as
+// the reference's.
+TEST_F(EmbeddingEngineTest, UnderPreemptionVectorsEqualTheReference) {
+  const std::vector<Case> cases = Cases();
+  const Pooling mean{Pooling::Kind::kMean, true};
+  size_t longest = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].ids.size() > cases[longest].ids.size()) longest = i;
+  }
+  std::vector<std::vector<float>> want;
+  for (const Case& c : cases) want.push_back(Reference(c.ids, mean));
+  auto tight_model = testing::ModelOn(*backend_, *loaded_);
+  EngineOptions o;
+  o.max_seq_len = 320;
+  o.embeddings = true;
+  o.scheduler.max_batch = 16;
+  o.scheduler.max_tokens_per_step = 16;  // prompts take many steps, while the chat grows
+  o.kv_cache.bytes = 12 * tight_model->CacheShape(1, 1).bytes_per_block();
+  auto tight = testing::ValueOrDie(Engine::Create(*tight_model, loaded_->tokenizer().get(), o), "engine");
+  Request chat;
+  chat.prompt = cases[longest].ids;
+  chat.stop.max_new_tokens = 48;
+  chat.stop.ignore_eos = true;
+  auto chat_sink = std::make_shared<CollectingSink>();
+  ASSERT_TRUE(tight->Submit(chat, chat_sink).ok());
+  std::vector<std::pair<size_t, std::shared_ptr<CollectingSink>>> sinks;
+  for (int round = 0; round < 4; ++round) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (i == longest) continue;  // (it would wait for the chat's blocks)
+      Request r;
+      r.prompt = cases[i].ids;
+      r.embed = mean;
+      sinks.push_back({i, std::make_shared<CollectingSink>()});
+      ASSERT_TRUE(tight->Submit(r, sinks.back().second).ok());
+    }
+  }
+  int64_t prompts = static_cast<int64_t>(chat.prompt.size());
+  for (auto& [i, sink] : sinks) {
+    EXPECT_EQ(Vector(*sink), want[i]) << cases[i].name;
+    prompts += static_cast<int64_t>(cases[i].ids.size());
+  }
+  ASSERT_TRUE(chat_sink->Wait());
+  // Preempted prompts were computed again: more prompt tokens than sent.
+  EXPECT_GT(tight->Stats().preemptions, 0);
+  EXPECT_GT(tight->Stats().prompt_tokens, prompts);
+}
+
 TEST_F(EmbeddingEngineTest, BadRequestsAreRefusedByName) {
   Request r;
   r.prompt = {1, 2, 3};

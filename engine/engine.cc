@@ -83,8 +83,7 @@ struct Engine::Sequence {
   bool embedding() const { return request.embed.has_value(); }
   bool scoring() const { return !request.score_tokens.empty(); }
   bool takes_prefix() const { return !embedding() || request.embed->kind == Pooling::Kind::kLast; }
-  // Embedding and scoring requests compute their prompt and generate nothing.
-  bool prompt_only() const { return embedding() || scoring(); }
+  bool prompt_only() const { return PromptOnly(request); }
 };
 
 namespace {
@@ -250,7 +249,7 @@ absl::Status Engine::Validate(const Request& r) const {
                  " is outside the vocabulary (", config.vocab_size, ")");
     }
   }
-  if (options_.embedding_only && !r.embed.has_value() && r.score_tokens.empty()) {
+  if (options_.embedding_only && !PromptOnly(r)) {
     return bad("model", "is an embedding model (its files name a pooling): it answers /v1/embeddings (gRPC Embed), "
                         "not generation");
   }
@@ -276,7 +275,7 @@ absl::Status Engine::Validate(const Request& r) const {
     }
     if (r.constraint != nullptr) return bad("score_tokens", "a scoring request generates nothing: no constraint");
   }
-  if ((r.embed.has_value() || !r.score_tokens.empty()) && static_cast<int64_t>(r.prompt.size()) >= options_.max_seq_len) {
+  if (PromptOnly(r) && static_cast<int64_t>(r.prompt.size()) >= options_.max_seq_len) {
     return bad("prompt", "has ", r.prompt.size(), " tokens; at most ", options_.max_seq_len - 1,
                " fit (max_seq_len ", options_.max_seq_len, ")");
   }
@@ -372,9 +371,9 @@ absl::StatusOr<RequestId> Engine::Queue(Request request, std::shared_ptr<TokenSi
   if (sink == nullptr) return FieldError("sink", "is null");
   // A prompt-only request generates nothing: one position of room, as a
   // request of one token has (its max_new_tokens is not its client's).
-  if (request.embed.has_value() || !request.score_tokens.empty()) request.stop.max_new_tokens = 1;
+  if (PromptOnly(request)) request.stop.max_new_tokens = 1;
   if (absl::Status st = Validate(request); !st.ok()) return st;
-  if (request.embed.has_value() || !request.score_tokens.empty()) request.speculative = false;  // nothing to draft
+  if (PromptOnly(request)) request.speculative = false;  // nothing to draft
   // A constraint works out its first mask here, on the caller's thread.
   std::unique_ptr<ConstraintState> constraint =
       request.constraint != nullptr ? request.constraint->Start() : nullptr;

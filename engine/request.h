@@ -67,6 +67,9 @@ struct Request {
 
 inline constexpr int kMaxScoreTokens = 16;
 
+// An embedding or scoring request: its prompt is computed, nothing generated.
+inline bool PromptOnly(const Request& r) { return r.embed.has_value() || !r.score_tokens.empty(); }
+
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError };
 constexpr int kNumFinishReasons = 6;
 absl::string_view FinishReasonName(FinishReason reason);

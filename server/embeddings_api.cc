@@ -135,8 +135,7 @@ class EmbeddingBatch : public std::enable_shared_from_this<EmbeddingBatch> {
   void Submit(std::vector<std::vector<int32_t>> prompts, const std::function<void(Request&)>& configure) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       Request r;
-      r.prompt = std::move(prompts[i]);
-      r.stop.max_new_tokens = 1;  // nothing is generated; its room is counted
+      r.prompt = std::move(prompts[i]);  // (the engine gives it one position of room)
       configure(r);
       auto id = engine_.Submit(std::move(r), std::make_shared<Sink>(shared_from_this(), i));
       if (!id.ok()) {
