@@ -182,7 +182,7 @@ class GrammarWriter {
   }
   // The generic parts, added once each.
   std::string Generic(const std::string& kind) {
-    if (generic_.empty()) {
+    if (!generic_added_) {
       rules_["g_str"] = absl::StrCat(Literal(kGemma4Quote), " g_char* ", Literal(kGemma4Quote));
       // A string's text holds no "<|" and does not end in "<" (so no
       // delimiter starts inside it).
@@ -194,7 +194,7 @@ class GrammarWriter {
       rules_["g_dict"] = "\"{\" (g_key \":\" g_value (\",\" g_key \":\" g_value)*)? \"}\"";
       rules_["g_list"] = "\"[\" (g_value (\",\" g_value)*)? \"]\"";
       rules_["g_value"] = "g_str | g_num | g_bool | \"null\" | g_dict | g_list";
-      generic_ = "done";
+      generic_added_ = true;
     }
     return "g_" + kind;
   }
@@ -378,7 +378,7 @@ class GrammarWriter {
   const std::string field_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
-  std::string generic_;
+  bool generic_added_ = false;  // the g_* rules
   int depth_ = 0;
 };
 

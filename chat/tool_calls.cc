@@ -527,12 +527,12 @@ bool ToolCallStream::StepGemma4(std::vector<Event>* out, bool final) {
   }
   buffer_.erase(0, end);
   marker_.clear();
-  const bool begun = scan_.begun;
   ToolCall c;
   c.name = std::move(call->name);
   c.arguments = std::move(call->arguments);
-  if (begun) EmitArguments(c.arguments, out);  // the notation is no JSON: one fragment, at the end
-  scan_.begun = begun;
+  // Begun: its arguments as one fragment, at the end (the notation is no
+  // JSON); otherwise EmitCall sends its start and arguments.
+  if (scan_.begun) EmitArguments(c.arguments, out);
   EmitCall(std::move(c), out);
   scan_ = CallScan();
   after_call_ = true;
