@@ -189,13 +189,14 @@ struct PoolingChoice {
   bool named_by_model = false;  // the model's files name one
 };
 
-absl::StatusOr<PoolingChoice> ResolvePooling(const std::string& flag, const std::string& model) {
+// `gguf`: the model's file, when it is one.
+absl::StatusOr<PoolingChoice> ResolvePooling(const std::string& flag, const std::string& model,
+                                             const GgufFile* gguf) {
   std::optional<Pooling> found;
   std::string from;
-  if (absl::EndsWith(model, ".gguf")) {
-    FLOVER_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(model));
-    FLOVER_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
-    FLOVER_ASSIGN_OR_RETURN(int64_t type, file.GetIntOr(arch + ".pooling_type", 0));
+  if (gguf != nullptr) {
+    FLOVER_ASSIGN_OR_RETURN(std::string arch, gguf->GetString("general.architecture"));
+    FLOVER_ASSIGN_OR_RETURN(int64_t type, gguf->GetIntOr(arch + ".pooling_type", 0));
     found = PoolingFromGguf(type);
     from = arch + ".pooling_type";
   } else if (!absl::StartsWith(model, "builtin:")) {
@@ -446,7 +447,13 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   options.engine.mtp_model = model.mtp.get();
   // An embedding model (its files name a pooling) serves embeddings, and
   // nothing else; a generative one with --embeddings, both.
-  FLOVER_ASSIGN_OR_RETURN(PoolingChoice pooling, ResolvePooling(options.pooling, options.model));
+  // (A GGUF file's metadata, read once more for what the loader does not keep.)
+  std::optional<GgufFile> gguf;
+  if (absl::EndsWith(options.model, ".gguf")) {
+    FLOVER_ASSIGN_OR_RETURN(gguf, GgufFile::Open(options.model));
+  }
+  FLOVER_ASSIGN_OR_RETURN(PoolingChoice pooling,
+                          ResolvePooling(options.pooling, options.model, gguf ? &*gguf : nullptr));
   if (pooling.named_by_model) {
     options.embeddings = true;
     options.engine.embedding_only = true;
@@ -455,8 +462,8 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   std::optional<RerankFormat> rerank_format;
   // llama.cpp's reranker files keep the answer's two rows apart (cls.output)
   // and drop an untied lm_head: a reranker, read through its hidden rows.
-  if (absl::EndsWith(options.model, ".gguf")) {
-    FLOVER_ASSIGN_OR_RETURN(rerank_format, GgufRerankFormat(options.model, model.info.hidden));
+  if (gguf.has_value()) {
+    FLOVER_ASSIGN_OR_RETURN(rerank_format, GgufRerankFormat(*gguf, model.info.hidden));
     if (rerank_format.has_value()) {
       options.rerank = true;
       options.engine.embeddings = options.engine.embedding_only = true;

@@ -58,8 +58,8 @@ absl::StatusOr<RerankFormat> Qwen3RerankFormat(const Tokenizer& tokenizer) {
   return f;
 }
 
-absl::StatusOr<std::optional<RerankFormat>> GgufRerankFormat(const std::string& path, int hidden) {
-  FLOVER_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
+absl::StatusOr<std::optional<RerankFormat>> GgufRerankFormat(const GgufFile& file, int hidden) {
+  const std::string& path = file.name();
   const GgufTensor* cls = file.FindTensor("cls.output.weight");
   if (cls == nullptr) return std::optional<RerankFormat>();
   FLOVER_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/loader/gguf.h"
 #include "server/api_keys.h"
 #include "server/request_session.h"
 #include "tokenizer/tokenizer.h"
@@ -46,7 +47,7 @@ absl::StatusOr<RerankFormat> Qwen3RerankFormat(const Tokenizer& tokenizer);
 // A GGUF file's reranker head (llama.cpp's converter: pooling_type 4,
 // classifier.output_labels ["yes", "no"], cls.output.weight [2, hidden]):
 // the format with those rows, or nullopt for a file that has none.
-absl::StatusOr<std::optional<RerankFormat>> GgufRerankFormat(const std::string& path, int hidden);
+absl::StatusOr<std::optional<RerankFormat>> GgufRerankFormat(const GgufFile& file, int hidden);
 
 struct RerankRequest {
   std::string query;
