@@ -71,6 +71,25 @@ async def workload(url, model, passages, batch, concurrency):
     return vectors, duration
 
 
+def take_turns(rounds, start, run):
+    """Each round, llama.cpp's server and Flover's, each started (start(program)
+    -> (proc, url)), run (run(program, url) -> (seconds, output)) and stopped,
+    the order alternating. Returns each program's seconds per round and its
+    last output."""
+    times = {"llama.cpp": [], "flover": []}
+    outputs = {}
+    for r in range(rounds):
+        for program in (["llama.cpp", "flover"] if r % 2 == 0 else ["flover", "llama.cpp"]):
+            proc, url = start(program)
+            try:
+                seconds, outputs[program] = run(program, url)
+                times[program].append(seconds)
+            finally:
+                stop(proc)
+            print(f"round {r + 1}, {program}: {seconds:.1f} s", file=sys.stderr, flush=True)
+    return times, outputs
+
+
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
@@ -105,21 +124,13 @@ def main():
     passages = [[rng.randrange(args.vocab_low, args.vocab_high) for _ in range(rng.randint(args.min, args.max))]
                 for _ in range(args.passages)]
     tokens = sum(len(p) for p in passages)
-    times = {"llama.cpp": [], "flover": []}
-    vectors = {}
-    for r in range(args.rounds):
-        order = ["llama.cpp", "flover"] if r % 2 == 0 else ["flover", "llama.cpp"]
-        for program in order:
-            proc, url = start(program, args)
-            try:
-                model = "x" if program == "llama.cpp" else os.path.basename(args.gguf)[:-5]
-                asyncio.run(workload(url, model, passages[:args.batch], args.batch, 1))  # warm-up
-                got, duration = asyncio.run(workload(url, model, passages, args.batch, args.concurrency))
-                times[program].append(duration)
-                vectors[program] = got
-            finally:
-                stop(proc)
-            print(f"round {r + 1}, {program}: {duration:.1f} s", file=sys.stderr, flush=True)
+
+    def run(program, url):
+        model = "x" if program == "llama.cpp" else os.path.basename(args.gguf)[:-5]
+        asyncio.run(workload(url, model, passages[:args.batch], args.batch, 1))  # warm-up
+        got, duration = asyncio.run(workload(url, model, passages, args.batch, args.concurrency))
+        return duration, got
+    times, vectors = take_turns(args.rounds, lambda program: start(program, args), run)
     agree = [cosine(a, b) for a, b in zip(vectors["llama.cpp"], vectors["flover"])]
     print(f"{os.path.basename(args.gguf)}, {args.threads} threads; {args.passages} passages of {args.min}-{args.max} "
           f"tokens ({tokens} tokens), {args.batch} per request, {args.concurrency} requests in flight; last-token "

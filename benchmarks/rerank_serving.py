@@ -22,8 +22,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_serving import ROOT, free_port, stop, wait_ready  # noqa: E402
-from embeddings_serving import roofline  # noqa: E402
+from chat_serving import ROOT, free_port, wait_ready  # noqa: E402
+from embeddings_serving import roofline, take_turns  # noqa: E402
 
 WORDS = ("the capital of china is beijing gravity force attracts two bodies towards each other it gives weight "
          "to physical objects machine learning models can rank documents in seconds paris france large city "
@@ -90,19 +90,13 @@ def main():
     work = [(" ".join(rng.choice(WORDS) for _ in range(8)),
              [" ".join(rng.choice(WORDS) for _ in range(rng.randint(args.min, args.max))) for _ in range(args.docs)])
             for _ in range(args.requests)]
-    times = {"llama.cpp": [], "flover": []}
-    scores = {}
-    for r in range(args.rounds):
-        for program in (["llama.cpp", "flover"] if r % 2 == 0 else ["flover", "llama.cpp"]):
-            proc, url = start(program, args)
-            try:
-                rerank(url, work[0][0], work[0][1][:2])  # warm-up
-                t0 = time.monotonic()
-                scores[program] = [rerank(url, q, docs) for q, docs in work]
-                times[program].append(time.monotonic() - t0)
-            finally:
-                stop(proc)
-            print(f"round {r + 1}, {program}: {times[program][-1]:.1f} s", file=sys.stderr, flush=True)
+
+    def run(program, url):
+        rerank(url, work[0][0], work[0][1][:2])  # warm-up
+        t0 = time.monotonic()
+        got = [rerank(url, q, docs) for q, docs in work]
+        return time.monotonic() - t0, got
+    times, scores = take_turns(args.rounds, lambda program: start(program, args), run)
     n = args.docs * args.requests
     print(f"{os.path.basename(args.gguf)}, {args.threads} threads; {args.requests} requests of {args.docs} documents "
           f"({args.min}-{args.max} words) one after another; llama-server -np {args.parallel}; Flover "

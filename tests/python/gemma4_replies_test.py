@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import openai_test  # noqa: E402
-from harmony_test import MODEL, whole_and_streamed  # noqa: E402  (the same model, whole and streamed)
+from harmony_test import MODEL, check_split, whole_and_streamed  # noqa: E402  (the same model and checks)
 from openai_test import CHAT_MODEL, Server  # noqa: E402
 
 import openai  # noqa: E402
@@ -38,14 +38,7 @@ class Gemma4RepliesTest(unittest.TestCase):
         s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=1024", "--threads=2",
                    "--chat_template=tests/golden/gemma4_chat/chat_template.jinja")
         try:
-            for extra in ({"temperature": 0}, {"temperature": 0.9, "seed": 5}):
-                choice, reasoning, content, _ = whole_and_streamed(
-                    s, messages=ASK, max_tokens=120, extra_body={"guided_regex": ANSWER}, **extra)
-                got = choice.message.model_dump()
-                self.assertRegex(got["reasoning_content"], r"^[a-z]+( [a-z]+)+$")
-                self.assertRegex(choice.message.content, r"^[A-Z][a-z]+( [a-z]+)+\.$")
-                self.assertEqual(reasoning, got["reasoning_content"], extra)
-                self.assertEqual(content, choice.message.content, extra)
+            check_split(self, s, ASK, ANSWER)
             # A named function, or required: the grammar holds the call in
             # Gemma's notation; the reply's calls are JSON.
             for tool_choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):

@@ -49,6 +49,20 @@ def whole_and_streamed(s, **kw):
     return whole.choices[0], reasoning, content, calls
 
 
+def check_split(test, s, ask, answer):
+    """A reply held to `answer` (a regex: a few lowercase words of reasoning,
+    then a capitalised sentence), greedy and sampled: its reasoning and
+    content as expected, the same streamed and whole."""
+    for extra in ({"temperature": 0}, {"temperature": 0.9, "seed": 5}):
+        choice, reasoning, content, _ = whole_and_streamed(
+            s, messages=ask, max_tokens=120, extra_body={"guided_regex": answer}, **extra)
+        got = choice.message.model_dump()
+        test.assertRegex(got["reasoning_content"], r"^[a-z]+( [a-z]+)+$")
+        test.assertRegex(choice.message.content, r"^[A-Z][a-z]+( [a-z]+)+\.$")
+        test.assertEqual(reasoning, got["reasoning_content"], extra)
+        test.assertEqual(content, choice.message.content, extra)
+
+
 class HarmonyTest(unittest.TestCase):
     def test_channels_calls_and_refusals(self):
         with open("tests/golden/harmony/renderings.json") as f:
@@ -58,14 +72,7 @@ class HarmonyTest(unittest.TestCase):
         s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=1024", "--threads=2", f"--chat_template={f.name}",
                    "--reasoning_parser=harmony")
         try:
-            for extra in ({"temperature": 0}, {"temperature": 0.9, "seed": 5}):
-                choice, reasoning, content, _ = whole_and_streamed(
-                    s, messages=ASK, max_tokens=120, extra_body={"guided_regex": ANSWER}, **extra)
-                got = choice.message.model_dump()
-                self.assertRegex(got["reasoning_content"], r"^[a-z]+( [a-z]+)+$")
-                self.assertRegex(choice.message.content, r"^[A-Z][a-z]+( [a-z]+)+\.$")
-                self.assertEqual(reasoning, got["reasoning_content"], extra)
-                self.assertEqual(content, choice.message.content, extra)
+            check_split(self, s, ASK, ANSWER)
             # A call on the commentary channel is a tool call, whole and streamed.
             choice, reasoning, content, calls = whole_and_streamed(
                 s, messages=ASK, tools=TOOLS, max_tokens=120, temperature=0, extra_body={"guided_regex": CALL})
