@@ -190,7 +190,7 @@ void Run() {
               absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_num_requests),
               absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_output_len).c_str(),
               absl::GetFlag(FLAGS_max_batch), (*backend)->Device().name.c_str(), kernels::CpuThreads(),
-              kernels::MatmulDtypeName(dtypes->matmul), kernels::KvDtypeName(dtypes->kv));
+              kernels::MatmulDtypeName(dtypes->matmul), kernels::KvFormatName(dtypes->kv).c_str());
   std::printf("| gap ms | scheduler | total s | mean s | p50 s | p99 s | TTFT mean s | TTFT p99 s | tok/s | steps | preemptions |\n");
   std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   // One untimed run first: buffers, KV pages and oneDNN primitives are

@@ -307,7 +307,7 @@ int Run() {
               "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
               spec.c_str(), cfg.architecture.c_str(), options->device.c_str(),
               (*backend)->Device().name.c_str(), (*model)->stored_dtype().c_str(),
-              kernels::MatmulDtypeName(dtype), kernels::KvDtypeName(options->kv),
+              kernels::MatmulDtypeName(dtype), kernels::KvFormatName(options->kv).c_str(),
               kernels::CpuThreads(), flop_per_token / 1e6);
 
   std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");

@@ -24,7 +24,7 @@ class ProfilingBackend final : public kernels::Backend {
   std::string_view name() const override { return inner_.name(); }
   kernels::DeviceInfo Device() const override { return inner_.Device(); }
   kernels::MatmulDtype matmul_dtype() const override { return inner_.matmul_dtype(); }
-  kernels::KvDtype kv_dtype() const override { return inner_.kv_dtype(); }
+  kernels::KvFormat kv_format() const override { return inner_.kv_format(); }
   kernels::DType activation_dtype() const override { return inner_.activation_dtype(); }
 
   // Memory belongs to the inner backend (its Buffers free themselves there).

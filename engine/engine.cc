@@ -229,9 +229,11 @@ Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions&
   stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
   stats_.kv_tokens_total = shape.tokens();
+  stats_.kv_bytes_per_token = shape.bytes_per_token();
   stats_.state_slots = shape.state_slots;
   stats_.state_slot_bytes = shape.bytes_per_state_slot();
   metrics_.kv_bytes_total.Set(static_cast<double>(shape.bytes()));
+  metrics_.kv_bytes_per_token.Set(static_cast<double>(shape.bytes_per_token()));
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -673,7 +675,6 @@ bool Engine::PlainGreedyStep(const StepPlan& plan) const {
 void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl::Time now) {
   const absl::Span<float> logits = result.logits;
   const absl::Span<const int32_t> best = result.best;
-  const bool greedy = !best.empty();
   int64_t prompt_rows = 0;
   // Sequences whose known tokens are now all computed sample (the others
   // were prompt chunks, or a preempted sequence's tokens computed again),

@@ -84,6 +84,9 @@ struct EngineStats {
   int64_t kv_bytes_peak = 0;    // the most kv_bytes_in_use has been
   int64_t kv_bytes_total = 0;
   int64_t kv_tokens_total = 0;  // the cache's capacity in positions
+  // K and V of one position in every layer (--kv_dtype decides it; local
+  // layers' blocks apart are not counted).
+  int64_t kv_bytes_per_token = 0;
   // Models with recurrent layers: the cache's state slots (running
   // sequences' and prefix checkpoints'), each this many bytes (in
   // kv_bytes_total too); 0 without.

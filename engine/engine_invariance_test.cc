@@ -96,7 +96,7 @@ struct PolicyCase {
   SchedulerPolicy policy;
   Kv kv;
   kernels::MatmulDtype dtype = kernels::MatmulDtype::kF32;
-  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
+  kernels::KvFormat kv_dtype = kernels::KvDtype::kF32;
   const char* device = "cpu";
   const char* model = "builtin:tiny";
   bool speculative = false;
@@ -305,6 +305,19 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"llama_fusion_bf16", SchedulerPolicy::kFusion, Kv::kRoomy,
                                  kernels::MatmulDtype::kBF16, kernels::KvDtype::kBF16, "cpu",
                                  "builtin:llama-tiny"},
+                      // Quantized KV caches (heads of 32 dims): each row
+                      // quantized once when written, so prefix hits,
+                      // preemption's recompute and refused drafts leave every
+                      // output as it is alone; keys and values apart too.
+                      PolicyCase{"llama_fusion_tight_kv_q8_0_spec", SchedulerPolicy::kFusion, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kQ8_0, "cpu",
+                                 "builtin:llama-tiny-hd32", true},
+                      PolicyCase{"llama_fusion_kv_q4_0_spec", SchedulerPolicy::kFusion, Kv::kRoomy,
+                                 kernels::MatmulDtype::kF32, kernels::KvDtype::kQ4_0, "cpu",
+                                 "builtin:llama-tiny-hd32", true},
+                      PolicyCase{"llama_dynamic_tight_kv_q8_0_q4_0", SchedulerPolicy::kDynamic, Kv::kTight,
+                                 kernels::MatmulDtype::kF32, {kernels::KvDtype::kQ8_0, kernels::KvDtype::kQ4_0},
+                                 "cpu", "builtin:llama-tiny-hd32"},
                       // Every layer windowed (40 positions): sequences give
                       // back the blocks behind their windows as they go, and
                       // prefix hits, preemption and drafts rolled back still

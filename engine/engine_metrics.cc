@@ -114,6 +114,10 @@ void EngineMetrics::Write(prometheus::TextWriter& out) const {
         kv_bytes_cached.Value());
   gauge("flover_kv_cache_capacity_bytes", "Bytes of KV cache (per tensor-parallel rank).",
         kv_bytes_total.Value());
+  gauge("flover_kv_cache_bytes_per_token",
+        "Bytes of K and V one position takes in every layer, as --kv_dtype stores them (per "
+        "tensor-parallel rank).",
+        kv_bytes_per_token.Value());
 
   counter("flover_steps_total", "Fused forward passes run.", steps);
   histogram("flover_step_duration_seconds",

@@ -51,6 +51,7 @@ class EngineMetrics {
   prometheus::Gauge kv_bytes_in_use;  // blocks running sequences hold
   prometheus::Gauge kv_bytes_cached;  // idle blocks kept for prefix reuse
   prometheus::Gauge kv_bytes_total;
+  prometheus::Gauge kv_bytes_per_token;
 
   // Steps.
   prometheus::Counter steps;

@@ -155,7 +155,7 @@ struct DeviceInfo {
 struct BackendOptions {
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (the Nth GPU of this host)
   MatmulDtype matmul = MatmulDtype::kF32;
-  KvDtype kv = KvDtype::kF32;
+  KvFormat kv;  // keys' and values' dtypes (--kv_dtype)
   // Replay recorded steps (CUDA graphs) where the backend can (--cuda_graphs).
   bool record_steps = true;
 };
@@ -183,9 +183,9 @@ class Backend : public Allocator {
   virtual std::string_view name() const = 0;  // "cpu" or "cuda"
   virtual DeviceInfo Device() const = 0;
   virtual MatmulDtype matmul_dtype() const = 0;
-  // The element type Attention keeps K and V in; the KV cache
-  // is sized from it.
-  virtual KvDtype kv_dtype() const = 0;
+  // How Attention keeps K and V (each its dtype); the KV cache is sized
+  // from it.
+  virtual KvFormat kv_format() const = 0;
   // The dtype callers should keep Linear's inputs in (LayerNorm, Attention
   // and gelu outputs): f32 on the CPU (which rounds inside Linear), the
   // matmul dtype on CUDA. Either way a row sees the same rounding.

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/module_loader.h"
 
@@ -101,11 +102,23 @@ absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
       absl::StrCat("--dtype: must be f32, auto, bf16, f16, int8 or native, got '", name, "'"));
 }
 
-absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
-  if (name == "f32") return KvDtype::kF32;
-  if (name == "bf16") return KvDtype::kBF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--kv_dtype: must be f32 or bf16, got '", name, "'"));
+absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(name, ',');
+  KvDtype dtypes[2];
+  for (size_t i = 0; i < parts.size() && parts.size() <= 2; ++i) {
+    bool known = false;
+    for (KvDtype d : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kQ8_0, KvDtype::kQ4_0}) {
+      if (parts[i] == KvDtypeName(d)) {
+        dtypes[i] = d;
+        known = true;
+      }
+    }
+    if (!known) break;
+    if (i + 1 == parts.size()) return parts.size() == 1 ? KvFormat(dtypes[0]) : KvFormat(dtypes[0], dtypes[1]);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--kv_dtype: must be f32, bf16, q8_0 or q4_0, or keys' and values' apart as K,V (e.g. q8_0,q4_0), got '",
+      name, "'"));
 }
 
 absl::Status ValidateDevice(absl::string_view device) { return KindOf(device).status(); }

@@ -43,8 +43,10 @@ void RegisterBackendKind(BackendKind kind);
 // Whether a device runs it is its backend's to say.
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name);
 
-// "f32" or "bf16" (a --kv_dtype flag's value); InvalidArgument otherwise.
-absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name);
+// A --kv_dtype flag's value: "f32", "bf16", "q8_0" or "q4_0" for keys and
+// values both, or "K,V" for each its own (keys first); InvalidArgument
+// otherwise. Whether a device runs it is its backend's to say.
+absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name);
 
 // A registered kind's name, or NAME:N for one with ordinals (a --device
 // flag's value); InvalidArgument naming the choices otherwise.

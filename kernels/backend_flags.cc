@@ -19,8 +19,10 @@ ABSL_FLAG(std::string, dtype, "auto",
           "dequantized in registers, never run on a GPU yet). FLOVER_CPU_ISA=avx2|avx2_vnni|"
           "avx512|avx512_vnni|avx512_bf16 caps the CPU kernels' instruction set");
 ABSL_FLAG(std::string, kv_dtype, "f32",
-          "KV cache element type: f32, or bf16 (half the memory and attention reads; "
-          "keys/values rounded to bfloat16, f32 math)");
+          "KV cache format: f32; bf16 (half the memory and attention reads; keys/values rounded "
+          "to bfloat16, f32 math); q8_0 or q4_0 (cpu only: ggml's blocks, a half scale per 32 "
+          "values of a head's row, 8.5 or 4.5 bits a value, each row quantized once when written; "
+          "head dims a multiple of 32); or keys' and values' apart as K,V, e.g. q8_0,q4_0");
 
 ABSL_FLAG(bool, cuda_graphs, true,
           "cuda: record decode steps as CUDA graphs and replay them (one per batch size), "
@@ -40,7 +42,7 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags(
     if (!matmul.ok()) return matmul.status();
     o.matmul = *matmul;
   }
-  auto kv = ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  auto kv = ParseKvFormat(absl::GetFlag(FLAGS_kv_dtype));
   if (!kv.ok()) return kv.status();
   o.kv = *kv;
   o.record_steps = absl::GetFlag(FLAGS_cuda_graphs);

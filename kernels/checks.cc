@@ -286,7 +286,7 @@ namespace {
 // qkv and the KV layer of an AppendKv or Attention call (`op`; the window
 // as CheckSeqTable's).
 absl::Status CheckQkvAndKv(const char* op, const Tensor& qkv, const SeqTable& seqs,
-                           const KvLayer& kv, KvDtype kv_dtype, int window, bool q_only = false) {
+                           const KvLayer& kv, KvFormat kv_format, int window, bool q_only = false) {
   FLOVER_RETURN_IF_ERROR(CheckSeqTable(op, seqs, &kv, window));
   FLOVER_RETURN_IF_ERROR(
       CheckTensor(op, "qkv", qkv, seqs.num_rows, kAnySize, {DType::kF32}));
@@ -298,10 +298,16 @@ absl::Status CheckQkvAndKv(const char* op, const Tensor& qkv, const SeqTable& se
         ") x head_dim ", kv.head_dim, " with q_heads a multiple of the ", kv.heads,
         " key/value heads"));
   }
-  if (kv.dtype != kv_dtype) {
+  if (kv.format != kv_format) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": the KV layer holds ",
-                                                   KvDtypeName(kv.dtype), ", this backend keeps ",
-                                                   KvDtypeName(kv_dtype)));
+                                                   KvFormatName(kv.format), ", this backend keeps ",
+                                                   KvFormatName(kv_format)));
+  }
+  if (!KvDtypeHolds(kv.format.k, kv.head_dim) || !KvDtypeHolds(kv.format.v, kv.head_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", KvFormatName(kv.format),
+                                                   " cannot hold heads of ", kv.head_dim,
+                                                   " dims (quantized formats need multiples of ",
+                                                   kKvQuantGroup, ")"));
   }
   return absl::OkStatus();
 }
@@ -309,12 +315,12 @@ absl::Status CheckQkvAndKv(const char* op, const Tensor& qkv, const SeqTable& se
 }  // namespace
 
 absl::Status CheckAppendKvArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                               KvDtype kv_dtype) {
-  return CheckQkvAndKv("AppendKv", qkv, seqs, kv, kv_dtype, kAppendOnly);
+                               KvFormat kv_format) {
+  return CheckQkvAndKv("AppendKv", qkv, seqs, kv, kv_format, kAppendOnly);
 }
 
 absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                                const AttentionParams& p, const Tensor& out, KvDtype kv_dtype,
+                                const AttentionParams& p, const Tensor& out, KvFormat kv_format,
                                 DType act) {
   if (!(p.scale >= 0 && p.scale < 1e30f) || !(p.softcap >= 0 && p.softcap < 1e30f) ||
       p.window < 0) {
@@ -322,7 +328,7 @@ absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const K
                                                    p.softcap, ", window ", p.window,
                                                    " (each must be >= 0 and finite)"));
   }
-  FLOVER_RETURN_IF_ERROR(CheckQkvAndKv("Attention", qkv, seqs, kv, kv_dtype, p.window, p.q_only));
+  FLOVER_RETURN_IF_ERROR(CheckQkvAndKv("Attention", qkv, seqs, kv, kv_format, p.window, p.q_only));
   return CheckTensor("Attention", "out", out, seqs.num_rows,
                      int64_t{QueryHeads(qkv, kv, p.q_only)} * kv.head_dim, {DType::kF32, act});
 }

@@ -72,14 +72,14 @@ absl::Status CheckLinearArgs(const Tensor& x, const Weight& w, const Tensor* bia
 // (CheckAttentionArgs checks it).
 int QueryHeads(const Tensor& qkv, const KvLayer& kv, bool q_only = false);
 
-// Also that kv holds `kv_dtype`, the element type the backend keeps, and
+// Also that kv holds `kv_format`, the format the backend keeps, and
 // that the query heads are a whole multiple of the key/value heads.
 absl::Status CheckAppendKvArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                               KvDtype kv_dtype);
+                               KvFormat kv_format);
 // As CheckAppendKvArgs, and out's shape and the params (a finite scale and
 // soft-cap, neither negative; a window of 0 or more).
 absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
-                                const AttentionParams& p, const Tensor& out, KvDtype kv_dtype,
+                                const AttentionParams& p, const Tensor& out, KvFormat kv_format,
                                 DType act);
 // The recurrent ops' (backend.h): tensors as stated there, a sequence table
 // whose rows cover the batch, a state table of one read and one write slot

@@ -5,6 +5,7 @@
 #define FLOVER_KERNELS_KV_LAYER_H_
 
 #include <cstdint>
+#include <string>
 
 namespace flover::kernels {
 
@@ -22,29 +23,83 @@ struct SeqRows {
 };
 static_assert(sizeof(SeqRows) == 4 * sizeof(int32_t), "SeqRows is uploaded as int32[4]");
 
-// How keys and values are stored. kBF16 halves the cache and the bytes
+// How keys (or values) are stored. kBF16 halves the cache and the bytes
 // attention reads per step; values are rounded to nearest even when written
-// and every product and sum stays float32.
+// and every product and sum stays float32. kQ8_0 and kQ4_0 quantize each
+// row once, when it is written, exactly as ggml's q8_0 and q4_0 blocks do
+// (a half-precision scale per 32 consecutive values of a head's row, int8
+// or 4-bit codes), and attention reads the codes in place; they need head
+// dims that are multiples of 32.
 enum class KvDtype {
   kF32,
   kBF16,
+  kQ8_0,
+  kQ4_0,
 };
 
-inline const char* KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kBF16 ? "bf16" : "f32"; }
-inline int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kBF16 ? 2 : 4; }
+// Values that share one scale in kQ8_0 and kQ4_0 (ggml's QK8_0 and QK4_0).
+constexpr int kKvQuantGroup = 32;
+
+inline const char* KvDtypeName(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kBF16: return "bf16";
+    case KvDtype::kQ8_0: return "q8_0";
+    case KvDtype::kQ4_0: return "q4_0";
+    default: return "f32";
+  }
+}
+inline bool KvDtypeQuantized(KvDtype dtype) { return dtype == KvDtype::kQ8_0 || dtype == KvDtype::kQ4_0; }
+// Whether rows of head_dim values can be stored as dtype.
+inline bool KvDtypeHolds(KvDtype dtype, int head_dim) {
+  return head_dim > 0 && (!KvDtypeQuantized(dtype) || head_dim % kKvQuantGroup == 0);
+}
+
+// Keys' and values' storage: the same (one dtype converts to a format) or
+// each its own (llama.cpp's -ctk / -ctv).
+struct KvFormat {
+  KvDtype k = KvDtype::kF32;
+  KvDtype v = KvDtype::kF32;
+  constexpr KvFormat() = default;
+  constexpr KvFormat(KvDtype both) : k(both), v(both) {}  // NOLINT: one dtype for both, on purpose
+  constexpr KvFormat(KvDtype keys, KvDtype values) : k(keys), v(values) {}
+  bool operator==(const KvFormat& o) const { return k == o.k && v == o.v; }
+  bool operator!=(const KvFormat& o) const { return !(*this == o); }
+};
+
+// "q8_0", or keys' and values' "q8_0,q4_0" where they differ (what
+// --kv_dtype reads).
+inline std::string KvFormatName(KvFormat f) {
+  return f.k == f.v ? KvDtypeName(f.k) : std::string(KvDtypeName(f.k)) + "," + KvDtypeName(f.v);
+}
+
+// Bytes of one head's block (kBlockSize positions of head_dim values) in
+// `dtype`. Quantized: the codes, then the scales (half bits), apart so both
+// are read as aligned vectors: q8_0 32 + 2 bytes per 32 values, q4_0 16 + 2.
+inline int64_t KvHeadBlockBytes(KvDtype dtype, int head_dim);
 
 // One layer's K and V in the backend's memory: `num_blocks` blocks of
 // kBlockSize positions for every (local) head, head-major so that one
 // head's consecutive blocks are consecutive in memory (a sequence's blocks
 // often are: block-major cost 5-9% of decode at batch 32 on the CPU,
 // docs/performance.md).
-//   k: [heads, num_blocks, head_dim, kBlockSize]
-//   v: [heads, num_blocks, kBlockSize, head_dim]
+//   k: [heads, num_blocks] head blocks, each [head_dim, kBlockSize] keys
+//   v: [heads, num_blocks] head blocks, each [kBlockSize, head_dim] values
 // A sequence owns a list of blocks (any blocks, in any order: a block table),
 // so the cache holds as many sequences as their positions fill, not slots x
 // the longest context. Keys are transposed within a block: a query's scores
 // over the block's positions are multiply-adds over positions (vector lanes
 // on a CPU, the threads of a warp on a GPU) with no horizontal sums.
+//
+// Quantized head blocks keep that arrangement for their codes, with each
+// row's scales beside them (g: a group of 32 dims, j: a position):
+//   q8_0 keys:   int8 codes [head_dim][kBlockSize], scales [head_dim / 32][kBlockSize]
+//   q8_0 values: int8 codes [kBlockSize][head_dim], scales [kBlockSize][head_dim / 32]
+//   q4_0 keys:   bytes [head_dim / 2][kBlockSize]: byte (g * 16 + i, j) holds dim
+//                g * 32 + i in its low nibble and g * 32 + 16 + i in its high one
+//                (ggml's pairing); scales as q8_0's
+//   q4_0 values: bytes [kBlockSize][head_dim / 2], the same pairing along a
+//                row (a row's bytes are its ggml q4_0 blocks' codes); scales as q8_0's
+// A value is its scale times its code (q4_0: the nibble minus 8).
 struct KvLayer {
   static constexpr int kBlockSize = 32;
   // A block table entry for positions no row of the step attends in any
@@ -52,26 +107,42 @@ struct KvLayer {
   // Kernels never read it; the checks refuse it wherever a row would.
   static constexpr int32_t kNoBlock = -1;
 
-  void* k = nullptr;  // elements of `dtype`: float, or bfloat16 bits (uint16_t)
-  void* v = nullptr;
+  void* k = nullptr;  // head blocks of format.k
+  void* v = nullptr;  // head blocks of format.v
   int32_t num_blocks = 0;
   int32_t heads = 0;
   int32_t head_dim = 0;
-  KvDtype dtype = KvDtype::kF32;
+  KvFormat format;
 
-  // Offsets below count elements of `dtype`, the same in k and v.
-
-  // Head `head` of block `block`: [head_dim, kBlockSize] keys, or
-  // [kBlockSize, head_dim] values.
-  int64_t head_block(int32_t block, int head) const {
-    return (int64_t{head} * num_blocks + block) * head_dim * kBlockSize;
+  int64_t key_block_bytes() const { return KvHeadBlockBytes(format.k, head_dim); }
+  int64_t value_block_bytes() const { return KvHeadBlockBytes(format.v, head_dim); }
+  // Byte offsets of head `head` of block `block` in k, and in v.
+  int64_t key_block(int32_t block, int head) const {
+    return (int64_t{head} * num_blocks + block) * key_block_bytes();
   }
-  // Elements of k (and of v).
-  int64_t elements() const { return int64_t{num_blocks} * heads * head_dim * kBlockSize; }
+  int64_t value_block(int32_t block, int head) const {
+    return (int64_t{head} * num_blocks + block) * value_block_bytes();
+  }
+  // Bytes of k, and of v.
+  int64_t key_bytes() const { return int64_t{num_blocks} * heads * key_block_bytes(); }
+  int64_t value_bytes() const { return int64_t{num_blocks} * heads * value_block_bytes(); }
+  // f32 and bf16 head blocks: the element index of key dim d at position j
+  // (keys) and of value dim d at position j (values).
   static int64_t key_offset(int d, int j) { return int64_t{d} * kBlockSize + j; }
   int64_t value_offset(int j, int d) const { return int64_t{j} * head_dim + d; }
   static int64_t BlocksFor(int64_t positions) { return (positions + kBlockSize - 1) / kBlockSize; }
 };
+
+inline int64_t KvHeadBlockBytes(KvDtype dtype, int head_dim) {
+  const int64_t values = int64_t{head_dim} * KvLayer::kBlockSize;
+  const int64_t scales = 2 * values / kKvQuantGroup;
+  switch (dtype) {
+    case KvDtype::kBF16: return 2 * values;
+    case KvDtype::kQ8_0: return values + scales;
+    case KvDtype::kQ4_0: return values / 2 + scales;
+    default: return 4 * values;
+  }
+}
 
 // One recurrent layer's per-sequence state in the backend's memory (the
 // short convolutions and scans of hybrid models): `slots` slots, each the

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/ggml_quant.h"
 #include "kernels/cpu/vec_math.h"
 #include "testing/numerics.h"
 #include "testing/op_harness.h"
@@ -28,44 +30,145 @@ using testing::Ran;
 using testing::RoundedTo;
 using testing::RoundTo;
 
-// A K or V arena of either KV dtype: host content, uploaded to the backend.
-struct Arena {
-  Arena(KvDtype dtype, size_t n, uint32_t seed) : dtype(dtype), values(Random(n, seed)) {
-    for (float& v : values) v = Stored(v);
+// A key or value as a head block of `dtype` holds it (kv_layer.h's
+// layouts, read here from their description): dim d of position j.
+float Decode(const uint8_t* block, KvDtype dtype, bool key, int D, int d, int j) {
+  constexpr int kJ = KvLayer::kBlockSize;
+  float f = 0;
+  switch (dtype) {
+    case KvDtype::kF32:
+      std::memcpy(&f, block + 4 * (key ? d * kJ + j : j * D + d), 4);
+      return f;
+    case KvDtype::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, block + 2 * (key ? d * kJ + j : j * D + d), 2);
+      return Bf16ToFloat(b);
+    }
+    default: break;
   }
-  // What storing x keeps.
-  float Stored(float x) const { return dtype == KvDtype::kBF16 ? Bf16ToFloat(ToBf16(x)) : x; }
-  DType elem() const { return dtype == KvDtype::kBF16 ? DType::kBF16 : DType::kF32; }
-  Tensor Upload(Dev& d) const { return d.Up(values, 1, int64_t(values.size()), elem()); }
+  const bool q8 = dtype == KvDtype::kQ8_0;
+  const uint8_t* scales = block + (q8 ? D * kJ : D * kJ / 2);
+  const int g = d / 32, i = d % 32;
+  uint16_t scale;
+  std::memcpy(&scale, scales + 2 * (key ? g * kJ + j : j * (D / 32) + g), 2);
+  int code;
+  if (q8) {
+    code = static_cast<int8_t>(block[key ? d * kJ + j : j * D + d]);
+  } else {
+    const uint8_t byte = key ? block[(g * 16 + i % 16) * kJ + j] : block[(j * D + g * 32) / 2 + i % 16];
+    code = (i < 16 ? byte & 15 : byte >> 4) - 8;
+  }
+  return testing::HalfToFloat(scale) * static_cast<float>(code);
+}
+
+// A row of D values as `dtype` stores it: bf16 rounded, q8_0 / q4_0 each
+// group of 32 quantized as ggml does (kernels/ggml_quant, checked against
+// gguf-py) and scaled back.
+std::vector<float> StoredRow(KvDtype dtype, const float* x, int D) {
+  std::vector<float> out(x, x + D);
+  if (dtype == KvDtype::kBF16) {
+    for (float& v : out) v = Bf16ToFloat(ToBf16(v));
+  } else if (KvDtypeQuantized(dtype)) {
+    for (int g0 = 0; g0 < D; g0 += 32) {
+      uint16_t scale;
+      int codes[32];
+      if (dtype == KvDtype::kQ8_0) {
+        int8_t c[32];
+        QuantizeQ8_0Group(x + g0, c, &scale);
+        for (int i = 0; i < 32; ++i) codes[i] = c[i];
+      } else {
+        uint8_t c[16];
+        QuantizeQ4_0Group(x + g0, c, &scale);
+        for (int i = 0; i < 16; ++i) {
+          codes[i] = (c[i] & 15) - 8;
+          codes[16 + i] = (c[i] >> 4) - 8;
+        }
+      }
+      for (int i = 0; i < 32; ++i) out[g0 + i] = testing::HalfToFloat(scale) * static_cast<float>(codes[i]);
+    }
+  }
+  return out;
+}
+
+// A layer's k (or v) in one KV dtype: host bytes of content a cache could
+// hold (random values, or random codes with small scales), uploaded to the
+// backend and read back value by value.
+struct Arena {
+  Arena(const KvLayer& kv, bool key, uint32_t seed)
+      : dtype(key ? kv.format.k : kv.format.v), key(key), D(kv.head_dim),
+        bytes(key ? kv.key_bytes() : kv.value_bytes()) {
+    const int64_t per_block = KvHeadBlockBytes(dtype, D);
+    if (!KvDtypeQuantized(dtype)) {
+      const std::vector<float> v = Random(bytes.size() / (dtype == KvDtype::kBF16 ? 2 : 4), seed);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (dtype == KvDtype::kBF16) {
+          const uint16_t b = ToBf16(v[i]);
+          std::memcpy(&bytes[2 * i], &b, 2);
+        } else {
+          std::memcpy(&bytes[4 * i], &v[i], 4);
+        }
+      }
+      return;
+    }
+    const std::vector<float> codes = Random(bytes.size(), seed, 127.0f);
+    const std::vector<float> scales = Random(bytes.size(), seed + 1, 0.01f);
+    const int64_t code_bytes = int64_t{D} * KvLayer::kBlockSize / (dtype == KvDtype::kQ8_0 ? 1 : 2);
+    for (size_t at = 0; at < bytes.size(); at += per_block) {
+      for (int64_t i = 0; i < per_block; ++i) {
+        if (i < code_bytes) {
+          bytes[at + i] = static_cast<uint8_t>(static_cast<int>(codes[at + i]) & 0xff);
+        } else if ((i - code_bytes) % 2 == 0) {
+          const uint16_t h = testing::HalfBits(testing::RoundTo(std::abs(scales[at + i]) + 1e-3f, DType::kF16));
+          std::memcpy(&bytes[at + i], &h, 2);
+        }
+      }
+    }
+  }
+  Tensor Upload(Dev& d) const {
+    const Tensor t = d.New(DType::kF32, 1, static_cast<int64_t>(bytes.size() / 4));
+    EXPECT_TRUE(d->Upload(bytes.data(), t).ok());
+    return t;
+  }
+  // Dim dd of head h at position p of a sequence with these blocks, as
+  // `content` (these bytes, or another copy of the layer's) holds it.
+  float At(const KvLayer& kv, const std::vector<uint8_t>& content, const std::vector<int32_t>& blocks, int h,
+           int dd, int p) const {
+    const int32_t block = blocks[p / KvLayer::kBlockSize];
+    const int64_t at = key ? kv.key_block(block, h) : kv.value_block(block, h);
+    return Decode(content.data() + at, dtype, key, D, dd, p % KvLayer::kBlockSize);
+  }
+  float At(const KvLayer& kv, const std::vector<int32_t>& blocks, int h, int dd, int p) const {
+    return At(kv, bytes, blocks, h, dd, p);
+  }
+  std::vector<uint8_t> Down(Dev& d, const Tensor& t) const {
+    std::vector<uint8_t> out(bytes.size());
+    EXPECT_TRUE(d->Download(t, out.data()).ok());
+    return out;
+  }
 
   KvDtype dtype;
-  std::vector<float> values;
+  bool key;
+  int D;
+  std::vector<uint8_t> bytes;
 };
 
-class KvOpsTest : public ::testing::TestWithParam<std::tuple<const char*, KvDtype>> {
+class KvOpsTest : public ::testing::TestWithParam<std::tuple<const char*, KvFormat>> {
  protected:
   std::string device() const { return std::get<0>(GetParam()); }
-  KvDtype kv_dtype() const { return std::get<1>(GetParam()); }
+  KvFormat kv_format() const { return std::get<1>(GetParam()); }
+  bool quantized() const { return KvDtypeQuantized(kv_format().k) || KvDtypeQuantized(kv_format().v); }
 };
-
-// Where key (head h, dim dd, position p) and value (h, dd, p) of a
-// sequence with these blocks are in a layer's k and v.
-int64_t KeyAt(const KvLayer& kv, const std::vector<int32_t>& blocks, int h, int dd, int p) {
-  return kv.head_block(blocks[p / KvLayer::kBlockSize], h) +
-         KvLayer::key_offset(dd, p % KvLayer::kBlockSize);
-}
-int64_t ValueAt(const KvLayer& kv, const std::vector<int32_t>& blocks, int h, int dd, int p) {
-  return kv.head_block(blocks[p / KvLayer::kBlockSize], h) + kv.value_offset(p % KvLayer::kBlockSize, dd);
-}
 
 // Four sequences with scattered blocks, at different positions, with 1 to
 // 45 rows each: a decode row, a fresh prompt and continued chunks; two of
 // them share their first block (a cached prefix both only read); with and
-// without grouped-query attention. With a bf16 cache the reference reads
-// the stored (rounded) keys and values. The output goes to f32 and (CUDA
-// bf16) to the activation dtype.
+// without grouped-query attention. The reference reads the keys and values
+// as stored (bf16: rounded; q8_0 / q4_0: quantized as ggml does, decoded
+// from the documented layout). The output goes to f32 and (CUDA bf16) to
+// the activation dtype. Quantized formats run the cases whose head dims
+// are multiples of 32.
 TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
-  const KvDtype kvd = kv_dtype();
+  const KvFormat kvf = kv_format();
   Ran ran;
   // GPT-2's head dim, one that is not a multiple of a warp (the fixtures'
   // heads are 4 to 16 wide), grouped-query attention (2 query heads per
@@ -87,13 +190,13 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
                        Case{MatmulDtype::kBF16, 64, 1, both}, Case{MatmulDtype::kF32, 128, 2, plain},
                        Case{MatmulDtype::kBF16, 128, 2, window}, Case{MatmulDtype::kF32, 64, 2, window, true},
                        Case{MatmulDtype::kBF16, 32, 1, plain, true}}) {
-    ran.Run(device(), c.matmul, kvd, 1e-2, [&, D = c.D, group = c.group, with_sinks = c.sinks](Dev& d) {
+    if (c.D % 32 != 0 && quantized()) continue;
+    ran.Run(device(), c.matmul, kvf, 1e-2, [&, D = c.D, group = c.group, with_sinks = c.sinks](Dev& d) {
       AttentionParams params = c.params;
       const int H = 3, HQ = H * group, N = 12, HD = H * D, QD = HQ * D;
       const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]
-      KvLayer kv{nullptr, nullptr, N, H, D, kvd};
-      const int64_t elements = kv.elements();
-      const Arena k_before(kvd, elements, 15), v_before(kvd, elements, 16);
+      KvLayer kv{nullptr, nullptr, N, H, D, kvf};
+      const Arena k_before(kv, true, 15), v_before(kv, false, 16);
       const Tensor kt = k_before.Upload(d), vt = v_before.Upload(d);
       kv.k = kt.data;
       kv.v = vt.data;
@@ -126,10 +229,19 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
       EXPECT_TRUE(d->AppendKv(qkv_t, seq_table, kv).ok());
       EXPECT_TRUE(d->Attention(qkv_t, seq_table, kv, params, out).ok());
       const std::vector<float> got = d.Down(out);
-      const std::vector<float> k_after = d.Down(kt), v_after = d.Down(vt);
+      const std::vector<uint8_t> k_after = k_before.Down(d, kt), v_after = v_before.Down(d, vt);
 
       std::vector<double> want(T * QD);
-      std::vector<bool> written(elements, false);
+      // Positions each (block, head) had written.
+      std::vector<bool> written(size_t(N) * H * KvLayer::kBlockSize, false);
+      // The new rows' K and V as stored.
+      std::vector<std::vector<float>> k_new(T * H), v_new(T * H);
+      for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < H; ++h) {
+          k_new[t * H + h] = StoredRow(kvf.k, &qkv[t * W + QD + h * D], D);
+          v_new[t * H + h] = StoredRow(kvf.v, &qkv[t * W + QD + HD + h * D], D);
+        }
+      }
       for (size_t si = 0; si < seqs.size(); ++si) {
         const SeqRows& s = seqs[si];
         const std::vector<int32_t>& blocks = lists[si];
@@ -138,12 +250,12 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
           // The key/value history: old cache content before pos, the new
           // rows (as stored) after.
           auto key = [&](int p, int dd) -> double {
-            if (p < s.pos) return k_before.values[KeyAt(kv, blocks, h, dd, p)];
-            return k_before.Stored(qkv[(s.row + p - s.pos) * W + QD + h * D + dd]);
+            if (p < s.pos) return k_before.At(kv, blocks, h, dd, p);
+            return k_new[(s.row + p - s.pos) * H + h][dd];
           };
           auto value = [&](int p, int dd) -> double {
-            if (p < s.pos) return v_before.values[ValueAt(kv, blocks, h, dd, p)];
-            return v_before.Stored(qkv[(s.row + p - s.pos) * W + QD + HD + h * D + dd]);
+            if (p < s.pos) return v_before.At(kv, blocks, h, dd, p);
+            return v_new[(s.row + p - s.pos) * H + h][dd];
           };
           for (int i = 0; i < s.len; ++i) {
             const int r = s.row + i, n = s.pos + i + 1;
@@ -166,23 +278,29 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
               want[r * QD + qh * D + dd] = RoundTo(static_cast<float>(acc), act);
             }
             // The new row's K/V landed in the block of its position.
+            const int p = s.pos + i;
             for (int dd = 0; dd < D; ++dd) {
-              const int64_t ki = KeyAt(kv, blocks, h, dd, s.pos + i), vi = ValueAt(kv, blocks, h, dd, s.pos + i);
-              EXPECT_EQ(k_after[ki], key(s.pos + i, dd));
-              EXPECT_EQ(v_after[vi], value(s.pos + i, dd));
-              written[ki] = true;
-              written[vi] = true;
+              EXPECT_EQ(k_before.At(kv, k_after, blocks, h, dd, p), key(p, dd));
+              EXPECT_EQ(v_before.At(kv, v_after, blocks, h, dd, p), value(p, dd));
             }
+            written[(size_t(blocks[p / KvLayer::kBlockSize]) * H + h) * KvLayer::kBlockSize +
+                    p % KvLayer::kBlockSize] = true;
           }
         }
       }
       EXPECT_LT(RelErr(got, want), act == DType::kF32 ? 1e-5 : 8e-3);
       // Nothing else changed: the shared block, the blocks of nobody, the
       // positions no row wrote.
-      for (int64_t i = 0; i < elements; ++i) {
-        if (written[i]) continue;
-        EXPECT_EQ(k_after[i], k_before.values[i]) << i;
-        EXPECT_EQ(v_after[i], v_before.values[i]) << i;
+      for (int32_t block = 0; block < N; ++block) {
+        for (int h = 0; h < H; ++h) {
+          for (int j = 0; j < KvLayer::kBlockSize; ++j) {
+            if (written[(size_t(block) * H + h) * KvLayer::kBlockSize + j]) continue;
+            for (int dd = 0; dd < D; ++dd) {
+              EXPECT_EQ(k_before.At(kv, k_after, {block}, h, dd, j), k_before.At(kv, {block}, h, dd, j));
+              EXPECT_EQ(v_before.At(kv, v_after, {block}, h, dd, j), v_before.At(kv, {block}, h, dd, j));
+            }
+          }
+        }
       }
       return got;
     });
@@ -194,11 +312,12 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
 // sequence's positions, or params out of range, are refused naming the
 // problem; nothing is written.
 TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
-  RUN_OR_SKIP(device(), MatmulDtype::kF32, kv_dtype(), 0, [&](Dev& d) {
-    const int H = 1, D = 8, N = 2;
-    KvLayer kv{nullptr, nullptr, N, H, D, kv_dtype()};
-    const Arena k0(kv_dtype(), kv.elements(), 50);
-    const Tensor kt = k0.Upload(d), vt = k0.Upload(d);
+  const int D = quantized() ? 32 : 8;
+  RUN_OR_SKIP(device(), MatmulDtype::kF32, kv_format(), 0, [&](Dev& d) {
+    const int H = 1, N = 2;
+    KvLayer kv{nullptr, nullptr, N, H, D, kv_format()};
+    const Arena k0(kv, true, 50), v0(kv, false, 50);
+    const Tensor kt = k0.Upload(d), vt = v0.Upload(d);
     kv.k = kt.data;
     kv.v = vt.data;
     const std::vector<float> qkv = Random(3 * D, 51);
@@ -234,9 +353,9 @@ TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
         d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {-2, 1}), kv, window, out);
     EXPECT_EQ(other_negative.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(other_negative.message().find("is -2"), std::string::npos) << other_negative;
-    EXPECT_EQ(d.Down(kt), k0.values);
+    EXPECT_EQ(k0.Down(d, kt), k0.bytes);
     EXPECT_TRUE(d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {KvLayer::kNoBlock, 1}), kv, window, out).ok());
-    return d.Down(kt);
+    return d.Down(out);
   });
 }
 
@@ -246,7 +365,7 @@ TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
 // positions.
 TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
   std::string skip;
-  auto d = MakeDev(device(), MatmulDtype::kF32, kv_dtype(), &skip);
+  auto d = MakeDev(device(), MatmulDtype::kF32, kv_format(), &skip);
   if (d == nullptr) GTEST_SKIP() << device() << ": " << skip;
   // Plain, and with a window (several GPU chunks wide) and soft-capping.
   for (const AttentionParams params : {AttentionParams{}, AttentionParams{0, 30.0f, 700}})
@@ -266,9 +385,8 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
     // them back.
     auto run = [&](const std::vector<std::vector<int>>& chunks_per_call, bool with_others,
                    const std::vector<int32_t>& blocks, bool give_back = false) {
-      KvLayer kv{nullptr, nullptr, N, H, D, kv_dtype()};
-      const int64_t elements = kv.elements();
-      const Arena k0(kv_dtype(), elements, 40), v0(kv_dtype(), elements, 41);
+      KvLayer kv{nullptr, nullptr, N, H, D, kv_format()};
+      const Arena k0(kv, true, 40), v0(kv, false, 41);
       const Tensor kt = k0.Upload(*d), vt = v0.Upload(*d);
       kv.k = kt.data;
       kv.v = vt.data;
@@ -329,13 +447,13 @@ TEST_P(KvOpsTest, AttentionDoesNotDependOnBatchChunkingOrBlocks) {
 // it turns the Q part of a full one.
 TEST_P(KvOpsTest, QOnlyRowsReadTheCachedKeysAndValuesAsFullRowsDo) {
   std::string skip;
-  auto d = MakeDev(device(), MatmulDtype::kF32, kv_dtype(), &skip);
+  auto d = MakeDev(device(), MatmulDtype::kF32, kv_format(), &skip);
   if (d == nullptr) GTEST_SKIP() << device() << ": " << skip;
   for (const int window : {0, 5}) {
     for (const int Hq : {2, 4}) {
       const int H = 2, D = 32, T = 21, W = (Hq + 2 * H) * D;
-      KvLayer kv{nullptr, nullptr, 4, H, D, kv_dtype()};
-      const Arena k0(kv_dtype(), kv.elements(), 50), v0(kv_dtype(), kv.elements(), 51);
+      KvLayer kv{nullptr, nullptr, 4, H, D, kv_format()};
+      const Arena k0(kv, true, 50), v0(kv, false, 51);
       const Tensor kt = k0.Upload(*d), vt = v0.Upload(*d);
       kv.k = kt.data;
       kv.v = vt.data;
@@ -367,12 +485,18 @@ TEST_P(KvOpsTest, QOnlyRowsReadTheCachedKeysAndValuesAsFullRowsDo) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DevicesKvDtypes, KvOpsTest,
+// Every format, and keys and values apart (q8_0 keys with q4_0 values, as
+// llama.cpp users pair them; bf16 keys with q8_0 values).
+INSTANTIATE_TEST_SUITE_P(DevicesKvFormats, KvOpsTest,
                          ::testing::Combine(::testing::Values("cpu", "cuda"),
-                                            ::testing::Values(KvDtype::kF32, KvDtype::kBF16)),
+                                            ::testing::Values(KvFormat(KvDtype::kF32), KvFormat(KvDtype::kBF16),
+                                                              KvFormat(KvDtype::kQ8_0), KvFormat(KvDtype::kQ4_0),
+                                                              KvFormat(KvDtype::kQ8_0, KvDtype::kQ4_0),
+                                                              KvFormat(KvDtype::kBF16, KvDtype::kQ8_0))),
                          [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) + "_" +
-                                  KvDtypeName(std::get<1>(info.param));
+                           std::string name = KvFormatName(std::get<1>(info.param));
+                           std::replace(name.begin(), name.end(), ',', '_');
+                           return std::string(std::get<0>(info.param)) + "_" + name;
                          });
 
 }  // namespace

@@ -32,10 +32,10 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
       cs.conv_state != expected.conv_state || cs.scan_state != expected.scan_state) {
     return absl::InvalidArgumentError("KV cache shape does not match the model");
   }
-  if (cs.dtype != backend_.kv_dtype()) {
+  if (cs.format != backend_.kv_format()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "KV cache holds ", kernels::KvDtypeName(cs.dtype), " but the backend keeps K/V in ",
-        kernels::KvDtypeName(backend_.kv_dtype())));
+        "KV cache holds ", kernels::KvFormatName(cs.format), " but the backend keeps K/V in ",
+        kernels::KvFormatName(backend_.kv_format())));
   }
   if (b.seqs.empty()) return absl::InvalidArgumentError("empty batch");
   if (b.positions.size() != b.tokens.size()) {

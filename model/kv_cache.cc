@@ -46,10 +46,17 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
     return absl::InvalidArgumentError(
         "recurrent state needs slots, recurrent layers and a state size, each positive, or none of them");
   }
-  if (s.dtype != backend.kv_dtype()) {
+  if (s.format != backend.kv_format()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a KV cache of ", kernels::KvDtypeName(s.dtype), " on a backend that keeps K/V in ",
-        kernels::KvDtypeName(backend.kv_dtype())));
+        "a KV cache of ", kernels::KvFormatName(s.format), " on a backend that keeps K/V in ",
+        kernels::KvFormatName(backend.kv_format())));
+  }
+  for (int l = 0; l < s.layers; ++l) {
+    if (!kernels::KvDtypeHolds(s.format.k, s.head_dim_of(l)) || !kernels::KvDtypeHolds(s.format.v, s.head_dim_of(l))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv_dtype=", kernels::KvFormatName(s.format), " cannot hold this model's heads of ", s.head_dim_of(l),
+          " dims (layer ", l, "): q8_0 and q4_0 need head dims that are multiples of ", kernels::kKvQuantGroup));
+    }
   }
   const kernels::DeviceInfo device = backend.Device();
   const double mib = static_cast<double>(s.bytes()) / (1 << 20);
@@ -57,13 +64,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend& backe
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the KV cache (%d blocks of %d positions = %d tokens, %s) needs %.0f MiB but %s has %.0f "
         "MiB free; lower --kv_cache_memory",
-        s.num_blocks, KvCacheShape::kBlockSize, s.tokens(), kernels::KvDtypeName(s.dtype), mib,
+        s.num_blocks, KvCacheShape::kBlockSize, s.tokens(), kernels::KvFormatName(s.format), mib,
         device.name, static_cast<double>(device.free_bytes) / (1 << 20)));
   }
-  // Elements pair up (K and V), so the cache is a whole number of either type.
-  const kernels::DType elem =
-      s.dtype == kernels::KvDtype::kBF16 ? kernels::DType::kBF16 : kernels::DType::kF32;
-  auto data = backend.Allocate(elem, 1, s.kv_bytes() / kernels::KvDtypeBytes(s.dtype));
+  // Every head block is a whole number of floats (a head dim that
+  // quantizes is a multiple of 32), so the cache is too.
+  auto data = backend.Allocate(kernels::DType::kF32, 1, s.kv_bytes() / 4);
   kernels::Buffer states;
   if (data.ok() && s.state_slots > 0) {
     auto allocated = backend.Allocate(kernels::DType::kF32, 1, s.bytes_per_state_slot() / 4 * s.state_slots);
@@ -86,18 +92,16 @@ kernels::KvLayer KvCache::layer(int i) const {
   // The global layers' K and V first, each [k | v] over num_blocks blocks;
   // then the local layers', over local_blocks.
   const bool local = shape_.local(i);
-  const int64_t elem = kernels::KvDtypeBytes(shape_.dtype);
   const int64_t blocks = local ? shape_.local_blocks : shape_.num_blocks;
   int64_t offset = local ? shape_.bytes_per_block() * shape_.num_blocks : 0;
   for (int l = 0; l < i; ++l) {
-    if (shape_.local(l) == local) offset += 2 * shape_.row_of(l) * KvCacheShape::kBlockSize * blocks * elem;
+    if (shape_.local(l) == local) offset += shape_.token_bytes_of(l) * KvCacheShape::kBlockSize * blocks;
   }
   kernels::KvLayer kv{nullptr, nullptr, static_cast<int>(blocks), shape_.heads_of(i), shape_.head_dim_of(i),
-                      shape_.dtype};
-  const int64_t bytes = kv.elements() * elem;  // of k, and of v
+                      shape_.format};
   char* base = static_cast<char*>(data_.tensor().data) + offset;
   kv.k = base;
-  kv.v = base + bytes;
+  kv.v = base + kv.key_bytes();
   return kv;
 }
 

@@ -32,7 +32,7 @@ struct KvCacheShape {
   int head_dim_of(int l) const { return layer_head_dim.empty() ? head_dim : layer_head_dim[l]; }
   // K (or V) of one position in layer l: its values.
   int64_t row_of(int l) const { return int64_t{heads_of(l)} * head_dim_of(l); }
-  kernels::KvDtype dtype = kernels::KvDtype::kF32;
+  kernels::KvFormat format;  // keys' and values' dtypes
   int num_blocks = 0;
   // The most positions one sequence may reach: what a step's launches are
   // sized for when they must not depend on the batch (recorded steps).
@@ -78,11 +78,17 @@ struct KvCacheShape {
   int64_t kv_bytes() const { return bytes_per_block() * num_blocks + bytes_per_local_block() * local_blocks; }
   int64_t bytes() const { return kv_bytes() + bytes_per_state_slot() * state_slots; }
   int64_t tokens() const { return int64_t{num_blocks} * kBlockSize; }
+  // K and V of one token in layer l: each head's share of a block.
+  int64_t token_bytes_of(int l) const {
+    return int64_t{heads_of(l)} *
+           (kernels::KvHeadBlockBytes(format.k, head_dim_of(l)) + kernels::KvHeadBlockBytes(format.v, head_dim_of(l))) /
+           kBlockSize;
+  }
   // K and V of one token in the layers that are local (or not).
   int64_t LayerBytes(bool in_local) const {
-    int64_t values = 0;
-    for (int l = 0; l < layers; ++l) values += local(l) == in_local ? 2 * row_of(l) : 0;
-    return values * kernels::KvDtypeBytes(dtype);
+    int64_t bytes = 0;
+    for (int l = 0; l < layers; ++l) bytes += local(l) == in_local ? token_bytes_of(l) : 0;
+    return bytes;
   }
   static int BlocksFor(int64_t positions) {
     return static_cast<int>(kernels::KvLayer::BlocksFor(positions));

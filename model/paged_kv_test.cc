@@ -39,7 +39,7 @@ TEST_P(PagedKvTest, ScatteredReusedBlocksComputeWhatAContiguousCacheDoes) {
   const int max_seq = 96, pool_blocks = 10;  // room for ~3 full sequences
   auto cache = KvCache::Create(*backend, model->CacheShape(pool_blocks, max_seq));
   ASSERT_TRUE(cache.ok()) << cache.status();
-  ASSERT_EQ((*cache)->shape().dtype, kv_dtype);
+  ASSERT_EQ((*cache)->shape().format, kernels::KvFormat(kv_dtype));
 
   std::mt19937 rng(11);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -268,6 +268,44 @@ TEST_P(PagedKvTest, LocalLayersInBlocksOfTheirOwn) {
   EXPECT_NE(st.message().find("the local block table has 2 ids for a block table of 5"), std::string::npos) << st;
   st = run(apart, {6, 2, 4, 0, 7}, &got);
   EXPECT_NE(st.message().find("KV block 7 is outside the cache (7 local blocks)"), std::string::npos) << st;
+}
+
+// A position's bytes in each format, counted from ggml's block sizes (q8_0:
+// 34 bytes per 32 values, q4_0: 18), with keys and values apart; a cache
+// whose heads a quantized format cannot hold is refused naming the flag;
+// layer i's K and V follow layer i - 1's, each as long as its format makes it.
+TEST(KvCacheShapeTest, BytesPerTokenOfEachFormat) {
+  using kernels::KvDtype;
+  using kernels::KvFormat;
+  KvCacheShape s;
+  s.layers = 2;
+  s.heads = 2;
+  s.head_dim = 64;
+  s.num_blocks = 3;
+  s.max_seq = 96;
+  const std::pair<KvFormat, int64_t> cases[] = {
+      {KvDtype::kF32, 2 * 2 * 2 * 64 * 4}, {KvDtype::kBF16, 2 * 2 * 2 * 64 * 2},
+      {KvDtype::kQ8_0, 2 * 2 * 2 * 68},    {KvDtype::kQ4_0, 2 * 2 * 2 * 36},
+      {KvFormat(KvDtype::kQ8_0, KvDtype::kQ4_0), 2 * 2 * (68 + 36)}};
+  for (const auto& [format, bytes] : cases) {
+    s.format = format;
+    EXPECT_EQ(s.bytes_per_token(), bytes) << kernels::KvFormatName(format);
+    auto backend = testing::CpuBackend(kernels::MatmulDtype::kF32, format);
+    auto cache = KvCache::Create(*backend, s);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    const kernels::KvLayer l0 = (*cache)->layer(0), l1 = (*cache)->layer(1);
+    EXPECT_EQ(static_cast<char*>(l0.v) - static_cast<char*>(l0.k), l0.key_bytes());
+    EXPECT_EQ(static_cast<char*>(l1.k) - static_cast<char*>(l0.k), bytes / 2 * 3 * KvCacheShape::kBlockSize);
+    EXPECT_EQ(l0.key_bytes() + l0.value_bytes(), bytes / 2 * 3 * KvCacheShape::kBlockSize);
+  }
+  s.head_dim = 48;
+  s.format = KvDtype::kQ4_0;
+  auto backend = testing::CpuBackend(kernels::MatmulDtype::kF32, KvDtype::kQ4_0);
+  auto refused = KvCache::Create(*backend, s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--kv_dtype=q4_0 cannot hold this model's heads of 48 dims"),
+            std::string::npos)
+      << refused.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypesAndDevices, PagedKvTest,

@@ -339,6 +339,7 @@ grpc::ServerUnaryReactor* FloverService::GetModelInfo(grpc::CallbackServerContex
   info->set_scheduler(std::string(SchedulerPolicyName(o.scheduler.policy)));
   info->set_prefix_caching(o.prefix_caching);
   info->set_kv_cache_tokens(engine_.Stats().kv_tokens_total);
+  info->set_kv_cache_bytes_per_token(engine_.Stats().kv_bytes_per_token);
   info->set_eos_token_id(c.eos_token_ids.empty() ? -1 : c.eos_token_ids.front());
   for (int32_t id : c.eos_token_ids) info->add_eos_token_ids(id);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

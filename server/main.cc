@@ -341,11 +341,12 @@ void PrintStartup(const ServerOptions& options, const FrontEnds& f, const Engine
   }
   const EngineStats stats = engine.Stats();
   const EngineOptions& e = options.engine;
-  std::printf("KV cache: %s per rank = %lld tokens (blocks of %d), %s; up to %d sequences of up to "
+  std::printf("KV cache: %s per rank = %lld tokens (blocks of %d), %s, %s per token; up to %d sequences of up to "
               "%d positions; prefix caching %s; tp %d; scheduler %s, %d CPU threads per rank\n",
               FormatByteSize(stats.kv_bytes_total).c_str(),
               static_cast<long long>(stats.kv_tokens_total), KvCacheShape::kBlockSize,
-              kernels::KvDtypeName(options.backend.kv), e.scheduler.max_batch, e.max_seq_len,
+              kernels::KvFormatName(options.backend.kv).c_str(), FormatByteSize(stats.kv_bytes_per_token).c_str(),
+              e.scheduler.max_batch, e.max_seq_len,
               e.prefix_caching ? "on" : "off", tp,
               std::string(SchedulerPolicyName(e.scheduler.policy)).c_str(), kernels::CpuThreads());
   const SchedulerOptions& running = engine.options().scheduler;  // what the engine made of them
@@ -477,7 +478,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
   const kernels::DeviceInfo device_info = device.backend->Device();
   ModelDescription description{options.model, model.stored_dtype,
                                kernels::MatmulDtypeName(options.backend.matmul),
-                               kernels::KvDtypeName(options.backend.kv), world.tp_size};
+                               kernels::KvFormatName(options.backend.kv), world.tp_size};
   description.served_name = options.served_model_name;
   description.device = device.name;
   description.device_name = device_info.name;

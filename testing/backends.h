@@ -39,7 +39,7 @@ T ValueOrDie(absl::StatusOr<T> v, const char* what) {
 inline std::unique_ptr<kernels::Backend> BackendForTest(
     const std::string& device, std::string* skip,
     kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
-    kernels::KvDtype kv = kernels::KvDtype::kF32, bool record_steps = true) {
+    kernels::KvFormat kv = kernels::KvDtype::kF32, bool record_steps = true) {
   kernels::BackendOptions options;
   options.device = device;
   options.matmul = matmul;
@@ -48,7 +48,8 @@ inline std::unique_ptr<kernels::Backend> BackendForTest(
   auto backend = kernels::CreateBackend(options);
   if (backend.ok()) return std::move(*backend);
   const absl::StatusCode code = backend.status().code();
-  const bool unsupported_dtype = backend.status().message().find("--dtype=") != std::string::npos;
+  // --dtype= or --kv_dtype=: a format the device does not offer.
+  const bool unsupported_dtype = backend.status().message().find("dtype=") != std::string::npos;
   if (DeviceRequired(device) && !unsupported_dtype) {
     ADD_FAILURE() << device << " is required here (FLOVER_REQUIRE_DEVICES): " << backend.status();
     *skip = "required device failed";
@@ -75,7 +76,7 @@ inline absl::Status CpuSupports(kernels::MatmulDtype matmul) {
 // A CPU backend that must exist (f32 matmul and KV unless asked otherwise).
 inline std::unique_ptr<kernels::Backend> CpuBackend(
     kernels::MatmulDtype matmul = kernels::MatmulDtype::kF32,
-    kernels::KvDtype kv = kernels::KvDtype::kF32) {
+    kernels::KvFormat kv = kernels::KvDtype::kF32) {
   kernels::BackendOptions options;
   options.matmul = matmul;
   options.kv = kv;

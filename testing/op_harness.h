@@ -143,7 +143,7 @@ class Dev {
 };
 
 // The backend for (device, dtypes), or null with *skip set.
-inline std::unique_ptr<Dev> MakeDev(const std::string& device, MatmulDtype matmul, KvDtype kv,
+inline std::unique_ptr<Dev> MakeDev(const std::string& device, MatmulDtype matmul, KvFormat kv,
                              std::string* skip) {
   BackendOptions o;
   o.device = device;
@@ -153,8 +153,8 @@ inline std::unique_ptr<Dev> MakeDev(const std::string& device, MatmulDtype matmu
   if (!b.ok()) {
     *skip = std::string(b.status().message());
     // A device that must run here fails the test; a dtype it does not
-    // offer (f16 on the CPU) is still a skip.
-    if (::flover::testing::DeviceRequired(device) && skip->find("--dtype=") == std::string::npos) {
+    // offer (f16 on the CPU, q8_0 KV on CUDA) is still a skip.
+    if (::flover::testing::DeviceRequired(device) && skip->find("dtype=") == std::string::npos) {
       ADD_FAILURE() << device << " is required here (FLOVER_REQUIRE_DEVICES): " << *skip;
     }
     return nullptr;
@@ -167,7 +167,7 @@ inline std::unique_ptr<Dev> MakeDev(const std::string& device, MatmulDtype matmu
 // CPU backend with the same dtypes, comparing the two outputs within `tol`.
 // Returns false (with *skip set) when the device cannot run here.
 using Case = std::function<std::vector<float>(Dev&)>;
-inline bool RunOnDeviceAndCpu(const std::string& device, MatmulDtype matmul, KvDtype kv, double tol,
+inline bool RunOnDeviceAndCpu(const std::string& device, MatmulDtype matmul, KvFormat kv, double tol,
                        const Case& run_case, std::string* skip) {
   auto dev = MakeDev(device, matmul, kv, skip);
   if (dev == nullptr) return false;
@@ -198,13 +198,13 @@ inline bool RunOnDeviceAndCpu(const std::string& device, MatmulDtype matmul, KvD
 // cannot, and skips only when nothing ran.
 class Ran {
  public:
-  void Run(const std::string& device, MatmulDtype matmul, KvDtype kv, double tol, const Case& fn) {
+  void Run(const std::string& device, MatmulDtype matmul, KvFormat kv, double tol, const Case& fn) {
     std::string skip;
     if (RunOnDeviceAndCpu(device, matmul, kv, tol, fn, &skip)) {
       ++ran_;
     } else {
       std::printf("%s %s/%s not run: %s\n", device.c_str(), MatmulDtypeName(matmul),
-                  KvDtypeName(kv), skip.c_str());
+                  KvFormatName(kv).c_str(), skip.c_str());
       skip_ = skip;
     }
   }

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -8,12 +9,14 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
 #include "kernels/ggml_dequant.h"
+#include "kernels/ggml_quant.h"
 #include "kernels/expert_groups.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_threads.h"
@@ -46,18 +49,40 @@ inline float Load(uint16_t x) { return Bf16ToFloat(x); }
 inline void Store(float x, float* to) { *to = x; }
 inline void Store(float x, uint16_t* to) { *to = ToBf16(x); }
 
+// The element type of an f32 or bf16 head block.
+template <KvDtype F>
+using Elem = std::conditional_t<F == KvDtype::kBF16, uint16_t, float>;
+
+// Bytes of a quantized head block's codes, [head_dim x kBlockSize] codes
+// of 8 or 4 bits; its scales follow them (kv_layer.h).
+template <KvDtype F>
+constexpr int64_t CodeBytes(int D) {
+  return F == KvDtype::kQ8_0 ? int64_t{D} * KvLayer::kBlockSize : int64_t{D} * KvLayer::kBlockSize / 2;
+}
+
+// 32 half-precision scales as float (exact).
+inline void ScalesOf(const uint16_t* h, float* out) {
+  for (int i = 0; i < 32; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+}
+inline float ScaleOf(uint16_t h) { return _cvtsh_ss(h); }
+
+// A q4_0 code as its value before scaling: the nibble minus 8.
+inline float Low(uint8_t b) { return static_cast<float>((b & 15) - 8); }
+inline float High(uint8_t b) { return static_cast<float>((b >> 4) - 8); }
+
 // One (sequence, key/value head)'s blocks in a layer: where position p's key
 // and value are.
-template <typename T>
 struct HeadBlocks {
-  const T* keys;          // the layer's k
-  const T* values;        // the layer's v
+  const uint8_t* keys;    // the layer's k
+  const uint8_t* values;  // the layer's v
   const int32_t* blocks;  // the sequence's block list
   const KvLayer* kv;
   int head;
 
-  const T* key_block(int b) const { return keys + kv->head_block(blocks[b], head); }
-  const T* value_block(int b) const { return values + kv->head_block(blocks[b], head); }
+  const uint8_t* key_block(int b) const { return keys + kv->key_block(blocks[b], head); }
+  const uint8_t* value_block(int b) const { return values + kv->value_block(blocks[b], head); }
 };
 
 // Attention reads each key and value from memory once for kG query heads
@@ -66,25 +91,103 @@ struct HeadBlocks {
 // its own and in the same order whatever kG is: a head's result does not
 // depend on the heads beside it.
 
-// Scores of kG queries against one block of keys: s_g[j] = sum_d q_g[d]
-// k[d][j], accumulated over d in order. The block's scores stay in
-// registers across the d loop, so each multiply-add loads only the key (from
-// memory for the first query, from L1 for the second). q: [kG][D]; block:
-// [D, kBlockSize]; scores: kG rows of stride ld.
-template <int kG, typename T>
-void ScoreBlock(const float* q, const T* block, int D, const T* next, float* scores, int64_t ld) {
+// Scores of kG queries against one block of keys (stored as KF): s_g[j] =
+// sum_d q_g[d] k[d][j], accumulated over d in order; for quantized keys,
+// sum over each group of 32 dims of (sum_d q_g[d] code[d][j]) * scale[j].
+// The block's scores stay in registers across the d loop, so each
+// multiply-add loads only the key (from memory for the first query, from
+// L1 for the second). q: [kG][D]; scores: kG rows of stride ld.
+template <int kG, KvDtype KF>
+void ScoreBlock(const float* q, const uint8_t* block, int D, const uint8_t* next, float* scores, int64_t ld) {
   constexpr int kJ = KvLayer::kBlockSize;
   float acc[kG][kJ] = {};
-  for (int d = 0; d < D; ++d) {
-    const T* kd = block + int64_t{d} * kJ;
-    PrefetchRow(next + int64_t{d} * kJ, kJ);
-    for (int g = 0; g < kG; ++g) {  // the row again from L1 for each query
-      const float qd = q[int64_t{g} * D + d];
+  if constexpr (KF == KvDtype::kF32 || KF == KvDtype::kBF16) {
+    using T = Elem<KF>;
+    const T* keys = reinterpret_cast<const T*>(block);
+    const T* ahead = reinterpret_cast<const T*>(next);
+    for (int d = 0; d < D; ++d) {
+      const T* kd = keys + int64_t{d} * kJ;
+      PrefetchRow(ahead + int64_t{d} * kJ, kJ);
+      for (int g = 0; g < kG; ++g) {  // the row again from L1 for each query
+        const float qd = q[int64_t{g} * D + d];
 #pragma omp simd
-      for (int j = 0; j < kJ; ++j) acc[g][j] += qd * Load(kd[j]);
+        for (int j = 0; j < kJ; ++j) acc[g][j] += qd * Load(kd[j]);
+      }
+    }
+  } else {
+    const uint16_t* scales = reinterpret_cast<const uint16_t*>(block + CodeBytes<KF>(D));
+    PrefetchRow(next + CodeBytes<KF>(D), 2 * D);
+    for (int g0 = 0; g0 < D; g0 += kKvQuantGroup) {
+      float part[kG][kJ] = {};
+      if constexpr (KF == KvDtype::kQ8_0) {
+        const int8_t* codes = reinterpret_cast<const int8_t*>(block);
+        for (int d = g0; d < g0 + kKvQuantGroup; ++d) {
+          const int8_t* kd = codes + int64_t{d} * kJ;
+          PrefetchRow(next + int64_t{d} * kJ, kJ);
+          for (int g = 0; g < kG; ++g) {
+            const float qd = q[int64_t{g} * D + d];
+#pragma omp simd
+            for (int j = 0; j < kJ; ++j) part[g][j] += qd * static_cast<float>(kd[j]);
+          }
+        }
+      } else {  // q4_0: byte row g0 / 2 + i holds dims g0 + i and g0 + 16 + i
+        for (int i = 0; i < kKvQuantGroup / 2; ++i) {
+          const uint8_t* kb = block + int64_t{g0 / 2 + i} * kJ;
+          PrefetchRow(next + int64_t{g0 / 2 + i} * kJ, kJ);
+          for (int g = 0; g < kG; ++g) {
+            const float lo = q[int64_t{g} * D + g0 + i], hi = q[int64_t{g} * D + g0 + 16 + i];
+#pragma omp simd
+            for (int j = 0; j < kJ; ++j) part[g][j] += lo * Low(kb[j]) + hi * High(kb[j]);
+          }
+        }
+      }
+      float s[kJ];
+      ScalesOf(scales + int64_t{g0 / kKvQuantGroup} * kJ, s);
+      for (int g = 0; g < kG; ++g) {
+#pragma omp simd
+        for (int j = 0; j < kJ; ++j) acc[g][j] += part[g][j] * s[j];
+      }
     }
   }
   for (int g = 0; g < kG; ++g) std::copy(acc[g], acc[g] + kJ, scores + g * ld);
+}
+
+// acc[g][0, n) += w[g] * value row `row`'s dims [d0, d0 + n) (stored as
+// VF; n a multiple of 32 for quantized values, each group's weight times
+// its scale first), for the kG weights w[g].
+template <int kG, KvDtype VF>
+inline void AddValueRow(const uint8_t* block, int D, int row, int d0, int n, const float* w, float* acc,
+                        int64_t acc_stride) {
+  if constexpr (VF == KvDtype::kF32 || VF == KvDtype::kBF16) {
+    const Elem<VF>* v = reinterpret_cast<const Elem<VF>*>(block) + int64_t{row} * D + d0;
+    for (int g = 0; g < kG; ++g) {
+      float* a = acc + g * acc_stride;
+#pragma omp simd
+      for (int d = 0; d < n; ++d) a[d] += w[g] * Load(v[d]);
+    }
+  } else {
+    const uint16_t* scales =
+        reinterpret_cast<const uint16_t*>(block + CodeBytes<VF>(D)) + int64_t{row} * (D / kKvQuantGroup);
+    for (int c = 0; c < n; c += kKvQuantGroup) {
+      const float scale = ScaleOf(scales[(d0 + c) / kKvQuantGroup]);
+      for (int g = 0; g < kG; ++g) {
+        const float ws = w[g] * scale;
+        float* a = acc + g * acc_stride + c;
+        if constexpr (VF == KvDtype::kQ8_0) {
+          const int8_t* v = reinterpret_cast<const int8_t*>(block) + int64_t{row} * D + d0 + c;
+#pragma omp simd
+          for (int d = 0; d < kKvQuantGroup; ++d) a[d] += ws * static_cast<float>(v[d]);
+        } else {
+          const uint8_t* v = block + (int64_t{row} * D + d0 + c) / 2;
+#pragma omp simd
+          for (int i = 0; i < kKvQuantGroup / 2; ++i) {
+            a[i] += ws * Low(v[i]);
+            a[16 + i] += ws * High(v[i]);
+          }
+        }
+      }
+    }
+  }
 }
 
 // out_g[0, D) = sum_j w_g[j] v[j] over positions [first, n) of `h`, for
@@ -96,27 +199,24 @@ void ScoreBlock(const float* q, const T* block, int D, const T* next, float* sco
 // are summed while the next block's are fetched. kD = 0 reads D and sums
 // into `out` (128 that way took 12% of Qwen3-0.6B's batch-32 decode step
 // more, 2026-11-27).
-template <int kG, int kD, typename T>
-void WeightedSum(const float* w, int64_t ld, const HeadBlocks<T>& h, int first, int n, int D,
-                 float* out) {
+template <int kG, int kD, KvDtype VF>
+void WeightedSum(const float* w, int64_t ld, const HeadBlocks& h, int first, int n, int D, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
   const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
+  const int64_t row_bytes = KvHeadBlockBytes(VF, D) / kJ;  // a row's share, to fetch ahead
+  float wj[kG];
   if constexpr (kD > 0) {
     constexpr int kSlice = std::min(kD, 128 / kG);
     for (int d0 = 0; d0 < kD; d0 += kSlice) {
       float acc[kG][kSlice] = {};
       for (int b = b0; b < nb; ++b) {
-        const T* v = h.value_block(b) + d0;
-        const T* next = (b + 1 < nb ? h.value_block(b + 1) : h.value_block(b)) + d0;
+        const uint8_t* v = h.value_block(b);
+        const uint8_t* next = b + 1 < nb ? h.value_block(b + 1) : v;
         const int rows = std::min(kJ, n - b * kJ);
         for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
-          PrefetchRow(next + int64_t{j} * kD, kSlice);
-          const T* vj = v + int64_t{j} * kD;
-          for (int g = 0; g < kG; ++g) {  // the row again from L1 for each head
-            const float wj = w[g * ld + int64_t{b} * kJ + j];
-#pragma omp simd
-            for (int d = 0; d < kSlice; ++d) acc[g][d] += wj * Load(vj[d]);
-          }
+          PrefetchRow(next + j * row_bytes, static_cast<int>(row_bytes * kSlice / kD));
+          for (int g = 0; g < kG; ++g) wj[g] = w[g * ld + int64_t{b} * kJ + j];
+          AddValueRow<kG, VF>(v, kD, j, d0, kSlice, wj, &acc[0][0], kSlice);
         }
       }
       for (int g = 0; g < kG; ++g) std::copy(acc[g], acc[g] + kSlice, out + int64_t{g} * kD + d0);
@@ -124,16 +224,11 @@ void WeightedSum(const float* w, int64_t ld, const HeadBlocks<T>& h, int first, 
   } else {
     std::fill(out, out + int64_t{kG} * D, 0.0f);
     for (int b = b0; b < nb; ++b) {
-      const T* v = h.value_block(b);
+      const uint8_t* v = h.value_block(b);
       const int rows = std::min(kJ, n - b * kJ);
       for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
-        const T* vj = v + int64_t{j} * D;
-        for (int g = 0; g < kG; ++g) {
-          const float wj = w[g * ld + int64_t{b} * kJ + j];
-          float* o = out + int64_t{g} * D;
-#pragma omp simd
-          for (int d = 0; d < D; ++d) o[d] += wj * Load(vj[d]);
-        }
+        for (int g = 0; g < kG; ++g) wj[g] = w[g * ld + int64_t{b} * kJ + j];
+        AddValueRow<kG, VF>(v, D, j, 0, D, wj, out, D);
       }
     }
   }
@@ -146,16 +241,16 @@ void WeightedSum(const float* w, int64_t ld, const HeadBlocks<T>& h, int first, 
 // this one function, in order of position whatever blocks hold them, which
 // is what makes attention batch-invariant. Blocks are scored whole;
 // positions outside [first, n) are never read back.
-template <int kG, typename T>
-void AttendRows(const float* q, const HeadBlocks<T>& h, int first, int n, int D, float softcap,
+template <int kG, KvDtype KF, KvDtype VF>
+void AttendRows(const float* q, const HeadBlocks& h, int first, int n, int D, float softcap,
                 const float* sinks, float* scores, int64_t ld, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
   const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
   for (int b = b0; b < nb; ++b) {
     // While scoring a block, fetch the next one, or after the last the first
     // values (as many as a block's worth of lines).
-    const T* next = b + 1 < nb ? h.key_block(b + 1) : h.value_block(b0);
-    ScoreBlock<kG>(q, h.key_block(b), D, next, scores + int64_t{b} * kJ, ld);
+    const uint8_t* next = b + 1 < nb ? h.key_block(b + 1) : h.value_block(b0);
+    ScoreBlock<kG, KF>(q, h.key_block(b), D, next, scores + int64_t{b} * kJ, ld);
   }
   for (int g = 0; g < kG; ++g) {
     float* sg = scores + g * ld;
@@ -178,11 +273,11 @@ void AttendRows(const float* q, const HeadBlocks<T>& h, int first, int n, int D,
     for (int j = first; j < n; ++j) sg[j] *= inv;
   }
   if (D == 64) {
-    WeightedSum<kG, 64>(scores, ld, h, first, n, D, out);
+    WeightedSum<kG, 64, VF>(scores, ld, h, first, n, D, out);
   } else if (D == 128) {
-    WeightedSum<kG, 128>(scores, ld, h, first, n, D, out);
+    WeightedSum<kG, 128, VF>(scores, ld, h, first, n, D, out);
   } else {
-    WeightedSum<kG, 0>(scores, ld, h, first, n, D, out);
+    WeightedSum<kG, 0, VF>(scores, ld, h, first, n, D, out);
   }
 }
 
@@ -191,17 +286,60 @@ void AttendRows(const float* q, const HeadBlocks<T>& h, int first, int n, int D,
 // out of 16 AVX2 registers), 2 faster on Qwen3-0.6B's and Llama-1B's.
 inline int HeadsTogether(int group) { return group % 2 == 0 ? 2 : 1; }
 
-// Writes each row's K and V (stored as T: float or bfloat16 bits) into the
-// block of its position; see CpuBackend::AppendKv.
-template <typename T>
+// One head's key row x[0, D) into position j of its block (stored as KF):
+// quantized rows group by group as ggml quantizes them (kernels/ggml_quant).
+template <KvDtype KF>
+void StoreKey(const float* x, int D, int j, uint8_t* block) {
+  constexpr int kJ = KvLayer::kBlockSize;
+  if constexpr (KF == KvDtype::kF32 || KF == KvDtype::kBF16) {
+    Elem<KF>* keys = reinterpret_cast<Elem<KF>*>(block);
+    for (int d = 0; d < D; ++d) Store(x[d], &keys[KvLayer::key_offset(d, j)]);
+  } else {
+    uint16_t* scales = reinterpret_cast<uint16_t*>(block + CodeBytes<KF>(D));
+    for (int g0 = 0; g0 < D; g0 += kKvQuantGroup) {
+      uint16_t* scale = &scales[int64_t{g0 / kKvQuantGroup} * kJ + j];
+      if constexpr (KF == KvDtype::kQ8_0) {
+        int8_t codes[kKvQuantGroup];
+        QuantizeQ8_0Group(x + g0, codes, scale);
+        for (int d = 0; d < kKvQuantGroup; ++d) block[int64_t{g0 + d} * kJ + j] = static_cast<uint8_t>(codes[d]);
+      } else {
+        uint8_t codes[kKvQuantGroup / 2];
+        QuantizeQ4_0Group(x + g0, codes, scale);
+        for (int i = 0; i < kKvQuantGroup / 2; ++i) block[int64_t{g0 / 2 + i} * kJ + j] = codes[i];
+      }
+    }
+  }
+}
+
+// One head's value row x[0, D) into row j of its block (stored as VF).
+template <KvDtype VF>
+void StoreValue(const float* x, int D, int j, uint8_t* block) {
+  if constexpr (VF == KvDtype::kF32 || VF == KvDtype::kBF16) {
+    Elem<VF>* to = reinterpret_cast<Elem<VF>*>(block) + int64_t{j} * D;
+    for (int d = 0; d < D; ++d) Store(x[d], &to[d]);
+  } else {
+    uint16_t* scales = reinterpret_cast<uint16_t*>(block + CodeBytes<VF>(D)) + int64_t{j} * (D / kKvQuantGroup);
+    for (int g0 = 0; g0 < D; g0 += kKvQuantGroup) {
+      if constexpr (VF == KvDtype::kQ8_0) {
+        QuantizeQ8_0Group(x + g0, reinterpret_cast<int8_t*>(block) + int64_t{j} * D + g0, &scales[g0 / kKvQuantGroup]);
+      } else {
+        QuantizeQ4_0Group(x + g0, block + (int64_t{j} * D + g0) / 2, &scales[g0 / kKvQuantGroup]);
+      }
+    }
+  }
+}
+
+// Writes each row's K and V (stored as KF and VF) into the block of its
+// position; see CpuBackend::AppendKv.
+template <KvDtype KF, KvDtype VF>
 void AppendOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int q_heads) {
   constexpr int kJ = KvLayer::kBlockSize;
   const SeqRows* seqs = table.host;
   const int H = kv.heads, D = kv.head_dim;
   const int64_t QD = int64_t{q_heads} * D, HD = int64_t{H} * D;
   const int64_t row_stride = QD + 2 * HD;  // [Q | K | V]
-  T* const keys = static_cast<T*>(kv.k);
-  T* const values = static_cast<T*>(kv.v);
+  uint8_t* const keys = static_cast<uint8_t*>(kv.k);
+  uint8_t* const values = static_cast<uint8_t*>(kv.v);
   // A decode step's few rows are copied faster than threads wake up (at
   // batch 1 a parallel region per layer cost GPT-2 ~1% of a step).
   const bool parallel = int64_t{table.num_rows} * HD >= kParallelAppendElements;
@@ -214,22 +352,18 @@ void AppendOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int 
       for (int i = 0; i < seq.len; ++i) {
         const float* row = qkv + (int64_t{seq.row} + i) * row_stride;
         const int pos = seq.pos + i;
-        const int64_t base = kv.head_block(blocks[pos / kJ], h);
-        const float* k = row + QD + int64_t{h} * D;
-        const float* v = row + QD + HD + int64_t{h} * D;
-        for (int d = 0; d < D; ++d) Store(k[d], &keys[base + KvLayer::key_offset(d, pos % kJ)]);
-        T* v_to = values + base + kv.value_offset(pos % kJ, 0);
-        for (int d = 0; d < D; ++d) Store(v[d], &v_to[d]);
+        StoreKey<KF>(row + QD + int64_t{h} * D, D, pos % kJ, keys + kv.key_block(blocks[pos / kJ], h));
+        StoreValue<VF>(row + QD + HD + int64_t{h} * D, D, pos % kJ, values + kv.value_block(blocks[pos / kJ], h));
       }
     }
   }
 }
 
-// Attention with K and V stored as T (float or bfloat16 bits), `q_heads`
-// query heads sharing the cache's kv.heads key/value heads in groups of
-// q_heads / kv.heads (grouped-query attention; equal counts without it);
-// see CpuBackend::Attention.
-template <typename T>
+// Attention with K and V stored as KF and VF, `q_heads` query heads
+// sharing the cache's kv.heads key/value heads in groups of q_heads /
+// kv.heads (grouped-query attention; equal counts without it); see
+// CpuBackend::Attention.
+template <KvDtype KF, KvDtype VF>
 void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, int q_heads,
                    const AttentionParams& params, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
@@ -240,8 +374,8 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
   const int group = q_heads / H;
   const int64_t QD = int64_t{q_heads} * D, HD = int64_t{H} * D;
   const int64_t row_stride = params.q_only ? QD : QD + 2 * HD;  // [Q | K | V], or Q alone
-  const T* const keys = static_cast<const T*>(kv.k);
-  const T* const values = static_cast<const T*>(kv.v);
+  const uint8_t* const keys = static_cast<const uint8_t*>(kv.k);
+  const uint8_t* const values = static_cast<const uint8_t*>(kv.v);
 
   // Tasks of (sequence, kG query heads of one group, block of rows), so a
   // long prompt spreads over threads as well as a wide decode batch does.
@@ -269,7 +403,7 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
     for (int t = 0; t < num_tasks; ++t) {
       const Task& task = tasks[t];
       const SeqRows& seq = seqs[task.seq];
-      const HeadBlocks<T> head{keys, values, table.block_ids + seq.blocks, &kv, task.head / group};
+      const HeadBlocks head{keys, values, table.block_ids + seq.blocks, &kv, task.head / group};
       const int64_t row = int64_t{seq.row} + task.first_row;
       // Every row goes through the same kernel, so a row's result never
       // depends on how the batch around it was formed.
@@ -281,22 +415,49 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
         float* to = out + (row + i) * QD + int64_t{task.head} * D;
         const float* sinks = params.sinks != nullptr ? params.sinks + task.head : nullptr;
         if (together == 2) {
-          AttendRows<2>(q.data(), head, first, n, D, params.softcap, sinks, scores.data(), ld, to);
+          AttendRows<2, KF, VF>(q.data(), head, first, n, D, params.softcap, sinks, scores.data(), ld, to);
         } else {
-          AttendRows<1>(q.data(), head, first, n, D, params.softcap, sinks, scores.data(), ld, to);
+          AttendRows<1, KF, VF>(q.data(), head, first, n, D, params.softcap, sinks, scores.data(), ld, to);
         }
       }
     }
   }
 }
 
+// Op<KF, VF>::fn for the format's dtypes: the kernels' instance for them.
+template <template <KvDtype, KvDtype> class Op, KvDtype KF>
+constexpr auto ForValueDtype(KvDtype v) {
+  switch (v) {
+    case KvDtype::kBF16: return Op<KF, KvDtype::kBF16>::fn;
+    case KvDtype::kQ8_0: return Op<KF, KvDtype::kQ8_0>::fn;
+    case KvDtype::kQ4_0: return Op<KF, KvDtype::kQ4_0>::fn;
+    default: return Op<KF, KvDtype::kF32>::fn;
+  }
+}
+template <template <KvDtype, KvDtype> class Op>
+constexpr auto ForFormat(KvFormat f) {
+  switch (f.k) {
+    case KvDtype::kBF16: return ForValueDtype<Op, KvDtype::kBF16>(f.v);
+    case KvDtype::kQ8_0: return ForValueDtype<Op, KvDtype::kQ8_0>(f.v);
+    case KvDtype::kQ4_0: return ForValueDtype<Op, KvDtype::kQ4_0>(f.v);
+    default: return ForValueDtype<Op, KvDtype::kF32>(f.v);
+  }
+}
+template <KvDtype KF, KvDtype VF>
+struct AppendOp {
+  static constexpr auto fn = &AppendOver<KF, VF>;
+};
+template <KvDtype KF, KvDtype VF>
+struct AttentionOp {
+  static constexpr auto fn = &AttentionOver<KF, VF>;
+};
 // Host memory is aligned for the widest vector loads and for oneDNN.
 constexpr size_t kAlignment = 64;
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype,
-                                                               KvDtype kv_dtype) {
+                                                               KvFormat kv_format) {
   FLOVER_RETURN_IF_ERROR(CheckCpuIsa());
   const absl::Status supported =
       dtype == MatmulDtype::kInt8     ? Int8Linear::CheckSupported()
@@ -307,14 +468,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
   }
-  return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_dtype));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_format));
 }
 
-CpuBackend::CpuBackend(MatmulDtype dtype, KvDtype kv_dtype)
+CpuBackend::CpuBackend(MatmulDtype dtype, KvFormat kv_format)
     : linear_(dtype == MatmulDtype::kInt8 || dtype == MatmulDtype::kNative ? MatmulDtype::kF32 : dtype),
       int8_(dtype == MatmulDtype::kInt8 ? std::make_unique<Int8Linear>() : nullptr),
       blocks_(dtype == MatmulDtype::kNative ? std::make_unique<BlockLinear>() : nullptr),
-      kv_dtype_(kv_dtype) {
+      kv_format_(kv_format) {
   if (FmaLinear::Replaces(linear_.dtype())) fma_ = std::make_unique<FmaLinear>(linear_.dtype());
 }
 
@@ -783,23 +944,16 @@ absl::Status CpuBackend::Linear(const Tensor& x, const Weight& w, const Tensor* 
 }
 
 absl::Status CpuBackend::AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) {
-  FLOVER_RETURN_IF_ERROR(CheckAppendKvArgs(qkv, seqs, kv, kv_dtype_));
-  if (kv.dtype == KvDtype::kBF16) {
-    AppendOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv));
-  } else {
-    AppendOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv));
-  }
+  FLOVER_RETURN_IF_ERROR(CheckAppendKvArgs(qkv, seqs, kv, kv_format_));
+  ForFormat<AppendOp>(kv.format)(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv));
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                    const AttentionParams& p, const Tensor& out) {
-  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, p, out, kv_dtype_, DType::kF32));
-  if (kv.dtype == KvDtype::kBF16) {
-    AttentionOver<uint16_t>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv, p.q_only), p, out.as<float>());
-  } else {
-    AttentionOver<float>(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv, p.q_only), p, out.as<float>());
-  }
+  FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, p, out, kv_format_, DType::kF32));
+  ForFormat<AttentionOp>(kv.format)(qkv.as<float>(), seqs, kv, QueryHeads(qkv, kv, p.q_only), p,
+                                    out.as<float>());
   return absl::OkStatus();
 }
 

@@ -25,7 +25,7 @@ class CpuBackend final : public Backend {
   // blocks run on every CPU with AVX2 (bf16 on oneDNN where the CPU has
   // AVX-512 BF16, else on FmaLinear). A bf16 KV cache runs anywhere.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
-      MatmulDtype dtype = MatmulDtype::kF32, KvDtype kv_dtype = KvDtype::kF32);
+      MatmulDtype dtype = MatmulDtype::kF32, KvFormat kv_format = KvDtype::kF32);
 
   std::string_view name() const override { return "cpu"; }
   DeviceInfo Device() const override;
@@ -34,7 +34,7 @@ class CpuBackend final : public Backend {
     if (int8_ != nullptr) return MatmulDtype::kInt8;
     return fma_ != nullptr ? fma_->dtype() : linear_.dtype();
   }
-  KvDtype kv_dtype() const override { return kv_dtype_; }
+  KvFormat kv_format() const override { return kv_format_; }
 
   absl::StatusOr<Buffer> Allocate(DType dtype, int64_t rows, int64_t cols) override;
   void Free(void* data) override;
@@ -97,7 +97,7 @@ class CpuBackend final : public Backend {
                              const StateLayer& layer, const ScanParams& p, const Tensor& out) override;
 
  private:
-  CpuBackend(MatmulDtype dtype, KvDtype kv_dtype);
+  CpuBackend(MatmulDtype dtype, KvFormat kv_format);
 
   OneDnnLinear linear_;                // f32 and bf16 (f32 when int8_ is set)
   // Instead of linear_ where oneDNN's kernels for its dtype would let a row
@@ -105,7 +105,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<FmaLinear> fma_;
   std::unique_ptr<Int8Linear> int8_;  // --dtype=int8
   std::unique_ptr<BlockLinear> blocks_;  // --dtype=native: quantized blocks
-  KvDtype kv_dtype_;
+  KvFormat kv_format_;
   // LinearById's gathered inputs and grouped outputs, grown to the largest
   // call and kept (a prompt's routes are tens of MiB: allocated per call,
   // their pages were faulted in anew each time).

@@ -87,6 +87,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
     return absl::FailedPreconditionError(
         "--dtype=int8 runs on the CPU backend only; on CUDA use f32, bf16, f16 or native");
   }
+  if (options.kv.k != options.kv.v || KvDtypeQuantized(options.kv.k)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--kv_dtype=", KvFormatName(options.kv),
+        ": the CUDA backend keeps keys and values in f32 or bf16, both the same; q8_0 and q4_0 run on the CPU"));
+  }
   int ordinal = 0;
   if (options.device.size() > 5 && !absl::SimpleAtoi(options.device.substr(5), &ordinal)) {
     return absl::InvalidArgumentError(absl::StrCat("--device=", options.device, ": bad GPU number"));

@@ -36,7 +36,7 @@ class CudaBackend final : public Backend, private Roofline {
   std::string_view name() const override { return "cuda"; }
   DeviceInfo Device() const override;
   MatmulDtype matmul_dtype() const override { return matmul_; }
-  KvDtype kv_dtype() const override { return kv_; }
+  KvFormat kv_format() const override { return kv_; }
   DType activation_dtype() const override { return ToDType(matmul_); }
 
   absl::StatusOr<Buffer> Allocate(DType dtype, int64_t rows, int64_t cols) override;
@@ -102,7 +102,7 @@ class CudaBackend final : public Backend, private Roofline {
                              const StateLayer& layer, const ScanParams& p, const Tensor& out) override;
 
  private:
-  CudaBackend(int ordinal, MatmulDtype matmul, KvDtype kv) : ordinal_(ordinal), matmul_(matmul), kv_(kv) {}
+  CudaBackend(int ordinal, MatmulDtype matmul, KvFormat kv) : ordinal_(ordinal), matmul_(matmul), kv_(kv) {}
   // --dtype=native: a matrix of GGUF blocks uploaded as the file stores them.
   absl::StatusOr<std::unique_ptr<Weight>> PrepareBlocks(const HostValues& stored, int K, int N,
                                                         WeightLayout layout);
@@ -123,7 +123,7 @@ class CudaBackend final : public Backend, private Roofline {
 
   int ordinal_;
   MatmulDtype matmul_;
-  KvDtype kv_;
+  KvFormat kv_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<LtGemm> gemm_;

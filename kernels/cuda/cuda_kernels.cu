@@ -1691,7 +1691,7 @@ cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, const int32_t*
                            int num_seqs, int T, int q_heads, const KvLayer& kv, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const dim3 grid(T, kv.heads);
-  if (kv.dtype == KvDtype::kBF16) {
+  if (kv.format.k == KvDtype::kBF16) {
     LaunchKernel(KvAppendKernel<__nv_bfloat16>, grid, kv.head_dim, 0, stream, qkv, seqs, num_seqs,
                  q_heads, kv.heads, ViewOf(kv, block_ids), static_cast<__nv_bfloat16*>(kv.k),
                  static_cast<__nv_bfloat16*>(kv.v));
@@ -1716,7 +1716,7 @@ cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t
   if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim || kv.heads < 1 || q_heads % kv.heads != 0) {
     return cudaErrorInvalidValue;
   }
-  if (kv.dtype == KvDtype::kBF16) {
+  if (kv.format.k == KvDtype::kBF16) {
     return AttendKv<__nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
                                    params, out, out_dtype, workspace, stream);
   }

@@ -287,7 +287,7 @@ KvCacheShape DecoderModel::CacheShape(int num_blocks, int max_seq, int state_slo
       shape.layer_head_dim.push_back(spec_.head_dim_of(l));
     }
   }
-  shape.dtype = backend_.kv_dtype();
+  shape.format = backend_.kv_format();
   shape.num_blocks = num_blocks;
   shape.max_seq = max_seq;
   shape.window = spec_.KvWindow();

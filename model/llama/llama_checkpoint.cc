@@ -87,7 +87,7 @@ std::string StoredLlamaName(const LlamaConfig& c, absl::string_view name) {
 }
 
 std::string BuiltinLlamaNames() {
-  return "builtin:llama-tiny, builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
+  return "builtin:llama-tiny, builtin:llama-tiny-hd32, builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
          "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
          "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-0.8b, "
          "builtin:qwen3.5-moe-tiny, builtin:lfm2-tiny, builtin:lfm2-1.2b, builtin:granite-h-tiny, "
@@ -123,6 +123,13 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.max_positions = 2048;
     c.rope_theta = 10000.0;
     c.rms_norm_eps = 1e-5f;
+  } else if (name == "llama-tiny-hd32") {
+    // llama-tiny with heads of 32 dims (two query heads to one key/value
+    // head): the narrowest a q8_0 / q4_0 KV cache holds.
+    c = *BuiltinLlamaConfig("llama-tiny");
+    c.n_head = 2;
+    c.n_kv_head = 1;
+    c.head_dim = 32;
   } else if (name == "mistral-tiny") {
     // llama-tiny's shapes, every layer attending its last 40 positions (not
     // a whole number of KV blocks).

@@ -177,6 +177,11 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(stats.max_running, 4)
             self.assertEqual(stats.steps, steps)
             self.assertEqual(stats.kv_bytes_total, value(m, "flover_kv_cache_capacity_bytes"))
+            # K and V of one position in every layer, f32: the model's shape says how many.
+            mi = client.model_info()
+            per_token = mi.n_layer * 2 * mi.n_kv_head * (mi.n_embd // mi.n_head) * 4
+            self.assertEqual(value(m, "flover_kv_cache_bytes_per_token"), per_token)
+            self.assertEqual(mi.kv_cache_bytes_per_token, per_token)
 
             check = subprocess.run([PROMTOOL, "check", "metrics"], input=scrape(url),
                                    capture_output=True, text=True)
