@@ -107,7 +107,7 @@ absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name) {
   KvDtype dtypes[2];
   for (size_t i = 0; i < parts.size() && parts.size() <= 2; ++i) {
     bool known = false;
-    for (KvDtype d : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kQ8_0, KvDtype::kQ4_0}) {
+    for (KvDtype d : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kQ8_0, KvDtype::kQ4_0, KvDtype::kFp8}) {
       if (parts[i] == KvDtypeName(d)) {
         dtypes[i] = d;
         known = true;
@@ -117,7 +117,7 @@ absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name) {
     if (i + 1 == parts.size()) return parts.size() == 1 ? KvFormat(dtypes[0]) : KvFormat(dtypes[0], dtypes[1]);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--kv_dtype: must be f32, bf16, q8_0 or q4_0, or keys' and values' apart as K,V (e.g. q8_0,q4_0), got '",
+      "--kv_dtype: must be f32, bf16, q8_0, q4_0 or fp8, or keys' and values' apart as K,V (e.g. q8_0,q4_0), got '",
       name, "'"));
 }
 

@@ -43,7 +43,7 @@ void RegisterBackendKind(BackendKind kind);
 // Whether a device runs it is its backend's to say.
 absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name);
 
-// A --kv_dtype flag's value: "f32", "bf16", "q8_0" or "q4_0" for keys and
+// A --kv_dtype flag's value: "f32", "bf16", "q8_0", "q4_0" or "fp8" for keys and
 // values both, or "K,V" for each its own (keys first); InvalidArgument
 // otherwise. Whether a device runs it is its backend's to say.
 absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name);

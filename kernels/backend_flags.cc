@@ -22,7 +22,8 @@ ABSL_FLAG(std::string, kv_dtype, "f32",
           "KV cache format: f32; bf16 (half the memory and attention reads; keys/values rounded "
           "to bfloat16, f32 math); q8_0 or q4_0 (cpu only: ggml's blocks, a half scale per 32 "
           "values of a head's row, 8.5 or 4.5 bits a value, each row quantized once when written; "
-          "head dims a multiple of 32); or keys' and values' apart as K,V, e.g. q8_0,q4_0");
+          "head dims a multiple of 32); fp8 (cuda only: e4m3 with a scale of 1, past +-448 saturated); or "
+          "keys' and values' apart as K,V, e.g. q8_0,q4_0");
 
 ABSL_FLAG(bool, cuda_graphs, true,
           "cuda: record decode steps as CUDA graphs and replay them (one per batch size), "

@@ -29,12 +29,15 @@ static_assert(sizeof(SeqRows) == 4 * sizeof(int32_t), "SeqRows is uploaded as in
 // row once, when it is written, exactly as ggml's q8_0 and q4_0 blocks do
 // (a half-precision scale per 32 consecutive values of a head's row, int8
 // or 4-bit codes), and attention reads the codes in place; they need head
-// dims that are multiples of 32.
+// dims that are multiples of 32 (CPU). kFp8 (CUDA) stores each value as an
+// OCP e4m3 float with a scale of 1, as vLLM's uncalibrated fp8 cache does:
+// rounded to nearest even, magnitudes past 448 saturated.
 enum class KvDtype {
   kF32,
   kBF16,
   kQ8_0,
   kQ4_0,
+  kFp8,
 };
 
 // Values that share one scale in kQ8_0 and kQ4_0 (ggml's QK8_0 and QK4_0).
@@ -45,6 +48,7 @@ inline const char* KvDtypeName(KvDtype dtype) {
     case KvDtype::kBF16: return "bf16";
     case KvDtype::kQ8_0: return "q8_0";
     case KvDtype::kQ4_0: return "q4_0";
+    case KvDtype::kFp8: return "fp8";
     default: return "f32";
   }
 }
@@ -126,7 +130,7 @@ struct KvLayer {
   // Bytes of k, and of v.
   int64_t key_bytes() const { return int64_t{num_blocks} * heads * key_block_bytes(); }
   int64_t value_bytes() const { return int64_t{num_blocks} * heads * value_block_bytes(); }
-  // f32 and bf16 head blocks: the element index of key dim d at position j
+  // f32, bf16 and fp8 head blocks: the element index of key dim d at position j
   // (keys) and of value dim d at position j (values).
   static int64_t key_offset(int d, int j) { return int64_t{d} * kBlockSize + j; }
   int64_t value_offset(int j, int d) const { return int64_t{j} * head_dim + d; }
@@ -140,6 +144,7 @@ inline int64_t KvHeadBlockBytes(KvDtype dtype, int head_dim) {
     case KvDtype::kBF16: return 2 * values;
     case KvDtype::kQ8_0: return values + scales;
     case KvDtype::kQ4_0: return values / 2 + scales;
+    case KvDtype::kFp8: return values;
     default: return 4 * values;
   }
 }

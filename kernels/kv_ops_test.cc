@@ -30,6 +30,30 @@ using testing::Ran;
 using testing::RoundedTo;
 using testing::RoundTo;
 
+// OCP e4m3 (bias 7, no infinities, S.1111.111 NaN) as float, from the
+// definition.
+float E4m3ToFloat(uint8_t b) {
+  const int exp = (b >> 3) & 15, mant = b & 7;
+  const float v = exp == 0 ? std::ldexp(mant / 8.0f, -6) : std::ldexp(1.0f + mant / 8.0f, exp - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+// The e4m3 nearest x (ties to the even code; past 448 the largest), found
+// by trying every finite code.
+uint8_t E4m3Of(float x) {
+  int best = 0;
+  double best_err = INFINITY;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;  // NaN
+    const double err = std::abs(double{E4m3ToFloat(static_cast<uint8_t>(c))} - x);
+    if (err < best_err || (err == best_err && (c & 1) == 0 && (best & 1) == 1)) {
+      best = c;
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(best);
+}
+
 // A key or value as a head block of `dtype` holds it (kv_layer.h's
 // layouts, read here from their description): dim d of position j.
 float Decode(const uint8_t* block, KvDtype dtype, bool key, int D, int d, int j) {
@@ -44,6 +68,8 @@ float Decode(const uint8_t* block, KvDtype dtype, bool key, int D, int d, int j)
       std::memcpy(&b, block + 2 * (key ? d * kJ + j : j * D + d), 2);
       return Bf16ToFloat(b);
     }
+    case KvDtype::kFp8:
+      return E4m3ToFloat(block[key ? d * kJ + j : j * D + d]);
     default: break;
   }
   const bool q8 = dtype == KvDtype::kQ8_0;
@@ -68,6 +94,8 @@ std::vector<float> StoredRow(KvDtype dtype, const float* x, int D) {
   std::vector<float> out(x, x + D);
   if (dtype == KvDtype::kBF16) {
     for (float& v : out) v = Bf16ToFloat(ToBf16(v));
+  } else if (dtype == KvDtype::kFp8) {
+    for (float& v : out) v = E4m3ToFloat(E4m3Of(v));
   } else if (KvDtypeQuantized(dtype)) {
     for (int g0 = 0; g0 < D; g0 += 32) {
       uint16_t scale;
@@ -99,9 +127,12 @@ struct Arena {
         bytes(key ? kv.key_bytes() : kv.value_bytes()) {
     const int64_t per_block = KvHeadBlockBytes(dtype, D);
     if (!KvDtypeQuantized(dtype)) {
-      const std::vector<float> v = Random(bytes.size() / (dtype == KvDtype::kBF16 ? 2 : 4), seed);
+      const int size = dtype == KvDtype::kBF16 ? 2 : dtype == KvDtype::kFp8 ? 1 : 4;
+      const std::vector<float> v = Random(bytes.size() / size, seed);
       for (size_t i = 0; i < v.size(); ++i) {
-        if (dtype == KvDtype::kBF16) {
+        if (dtype == KvDtype::kFp8) {
+          bytes[i] = E4m3Of(v[i]);
+        } else if (dtype == KvDtype::kBF16) {
           const uint16_t b = ToBf16(v[i]);
           std::memcpy(&bytes[2 * i], &b, 2);
         } else {
@@ -486,13 +517,15 @@ TEST_P(KvOpsTest, QOnlyRowsReadTheCachedKeysAndValuesAsFullRowsDo) {
 }
 
 // Every format, and keys and values apart (q8_0 keys with q4_0 values, as
-// llama.cpp users pair them; bf16 keys with q8_0 values).
+// llama.cpp users pair them; bf16 keys with q8_0 values). Each backend runs
+// the formats it keeps (q8_0 / q4_0 the CPU, fp8 CUDA) and skips the rest.
 INSTANTIATE_TEST_SUITE_P(DevicesKvFormats, KvOpsTest,
                          ::testing::Combine(::testing::Values("cpu", "cuda"),
                                             ::testing::Values(KvFormat(KvDtype::kF32), KvFormat(KvDtype::kBF16),
                                                               KvFormat(KvDtype::kQ8_0), KvFormat(KvDtype::kQ4_0),
                                                               KvFormat(KvDtype::kQ8_0, KvDtype::kQ4_0),
-                                                              KvFormat(KvDtype::kBF16, KvDtype::kQ8_0))),
+                                                              KvFormat(KvDtype::kBF16, KvDtype::kQ8_0),
+                                                              KvFormat(KvDtype::kFp8))),
                          [](const auto& info) {
                            std::string name = KvFormatName(std::get<1>(info.param));
                            std::replace(name.begin(), name.end(), ',', '_');

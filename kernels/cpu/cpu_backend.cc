@@ -468,6 +468,10 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(MatmulDtype dtype
     return absl::FailedPreconditionError(
         absl::StrCat("--dtype=", MatmulDtypeName(dtype), ": ", st.message()));
   }
+  if (kv_format.k == KvDtype::kFp8 || kv_format.v == KvDtype::kFp8) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--kv_dtype=", KvFormatName(kv_format), ": fp8 runs on CUDA only; the CPU keeps f32, bf16, q8_0 or q4_0"));
+  }
   return std::unique_ptr<CpuBackend>(new CpuBackend(dtype, kv_format));
 }
 

@@ -23,7 +23,8 @@ class CpuBackend final : public Backend {
   // above this CPU (cpu_isa.h) and a matmul dtype it has no optimized kernel
   // for: int8 needs AVX-512 VNNI, f16 runs on CUDA only. f32, bf16 and native
   // blocks run on every CPU with AVX2 (bf16 on oneDNN where the CPU has
-  // AVX-512 BF16, else on FmaLinear). A bf16 KV cache runs anywhere.
+  // AVX-512 BF16, else on FmaLinear). f32, bf16, q8_0 and q4_0 KV caches
+  // run anywhere (any pair of them); fp8 is refused (CUDA only).
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
       MatmulDtype dtype = MatmulDtype::kF32, KvFormat kv_format = KvDtype::kF32);
 

@@ -90,7 +90,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
   if (options.kv.k != options.kv.v || KvDtypeQuantized(options.kv.k)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--kv_dtype=", KvFormatName(options.kv),
-        ": the CUDA backend keeps keys and values in f32 or bf16, both the same; q8_0 and q4_0 run on the CPU"));
+        ": the CUDA backend keeps keys and values in f32, bf16 or fp8, both the same; q8_0 and q4_0 run on "
+        "the CPU"));
   }
   int ordinal = 0;
   if (options.device.size() > 5 && !absl::SimpleAtoi(options.device.substr(5), &ordinal)) {

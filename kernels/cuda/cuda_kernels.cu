@@ -3,6 +3,7 @@
 // then a fixed shuffle tree, then warps in index order. No atomics.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +22,7 @@ constexpr int kAttentionWarps = kAttentionThreads / 32;
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ToFloat(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
 
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
@@ -35,6 +37,11 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
 template <>
 __device__ __forceinline__ __half FromFloat<__half>(float x) {
   return __float2half_rn(x);
+}
+// e4m3, rounded to nearest even, saturated to +-448 (the fp8 KV cache).
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 FromFloat<__nv_fp8_e4m3>(float x) {
+  return __nv_fp8_e4m3(x);
 }
 
 __device__ __forceinline__ float WarpSum(float v) {
@@ -1691,7 +1698,11 @@ cudaError_t LaunchKvAppend(const float* qkv, const int32_t* seqs, const int32_t*
                            int num_seqs, int T, int q_heads, const KvLayer& kv, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const dim3 grid(T, kv.heads);
-  if (kv.format.k == KvDtype::kBF16) {
+  if (kv.format.k == KvDtype::kFp8) {
+    LaunchKernel(KvAppendKernel<__nv_fp8_e4m3>, grid, kv.head_dim, 0, stream, qkv, seqs, num_seqs,
+                 q_heads, kv.heads, ViewOf(kv, block_ids), static_cast<__nv_fp8_e4m3*>(kv.k),
+                 static_cast<__nv_fp8_e4m3*>(kv.v));
+  } else if (kv.format.k == KvDtype::kBF16) {
     LaunchKernel(KvAppendKernel<__nv_bfloat16>, grid, kv.head_dim, 0, stream, qkv, seqs, num_seqs,
                  q_heads, kv.heads, ViewOf(kv, block_ids), static_cast<__nv_bfloat16*>(kv.k),
                  static_cast<__nv_bfloat16*>(kv.v));
@@ -1715,6 +1726,10 @@ cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t
   if (T == 0) return cudaSuccess;
   if (kv.head_dim < 1 || kv.head_dim > kMaxHeadDim || kv.heads < 1 || q_heads % kv.heads != 0) {
     return cudaErrorInvalidValue;
+  }
+  if (kv.format.k == KvDtype::kFp8) {
+    return AttendKv<__nv_fp8_e4m3>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
+                                   params, out, out_dtype, workspace, stream);
   }
   if (kv.format.k == KvDtype::kBF16) {
     return AttendKv<__nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,

@@ -101,7 +101,8 @@ expect_error "max_new_tokens must be" --model=builtin:tiny --prompt_ids=1 --max_
 expect_error "\-\-dtype: must be f32, auto, bf16, f16, int8 or native, got 'fp8'" --model=builtin:tiny --prompt_ids=1 --dtype=fp8
 expect_error "\-\-dtype=f16: the CPU backend runs f32, bf16 and int8" --model=builtin:tiny --prompt_ids=1 --dtype=f16
 expect_error "\-\-device: must be cpu, cuda or cuda:N, got 'tpu'" --model=builtin:tiny --prompt_ids=1 --device=tpu
-expect_error "\-\-kv_dtype: must be f32, bf16, q8_0 or q4_0, or keys' and values' apart as K,V (e.g. q8_0,q4_0), got 'int8'" --model=builtin:tiny --prompt_ids=1 --kv_dtype=int8
-expect_error "\-\-kv_dtype: must be f32, bf16, q8_0 or q4_0" --model=builtin:tiny --prompt_ids=1 --kv_dtype=q8_0,q4_0,f32
+expect_error "\-\-kv_dtype: must be f32, bf16, q8_0, q4_0 or fp8, or keys' and values' apart as K,V (e.g. q8_0,q4_0), got 'int8'" --model=builtin:tiny --prompt_ids=1 --kv_dtype=int8
+expect_error "\-\-kv_dtype: must be f32, bf16, q8_0, q4_0 or fp8" --model=builtin:tiny --prompt_ids=1 --kv_dtype=q8_0,q4_0,f32
+expect_error "\-\-kv_dtype=fp8: fp8 runs on CUDA only" --model=builtin:tiny --prompt_ids=1 --kv_dtype=fp8
 expect_error "\-\-kv_dtype=q8_0 cannot hold this model's heads of 16 dims" --model=builtin:tiny --prompt_ids=1 --kv_dtype=q8_0
 echo "flover_generate contract: all checks passed"

@@ -590,9 +590,10 @@ TEST_F(ServerTest, DevicesThatCannotRunStopTheServer) {
 
 // --dtype=bf16 and --kv_dtype=bf16 are reported, the KV cache is half the
 // size, and a request's tokens still do not depend on what it was fused
-// with. An unknown --dtype or --kv_dtype stops the server at start.
+// with. An unknown --dtype or --kv_dtype, or fp8 KV on the CPU, stops the
+// server at start.
 TEST_F(ServerTest, Bf16LinearLayersAndKvCacheKeepRequestsIndependent) {
-  for (const char* bad : {"--dtype=fp8", "--kv_dtype=fp8"}) {
+  for (const char* bad : {"--dtype=fp8", "--kv_dtype=int4", "--kv_dtype=fp8"}) {
     EXPECT_NE(testing::RunCommand({g_server, "--model=builtin:tiny", "--listen=127.0.0.1:0", bad},
                                   std::chrono::seconds(60)),
               0)
