@@ -15,8 +15,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <vector>
+
+#include <unistd.h>
 
 #include "absl/strings/str_format.h"
 
@@ -49,6 +52,10 @@ ABSL_FLAG(bool, greedy_on_device, false,
 ABSL_FLAG(std::string, model, "builtin:gpt2-small", "Model directory or builtin:NAME");
 ABSL_FLAG(std::string, prefill_lengths, "128,512", "Prompt lengths of the prefill rows");
 ABSL_FLAG(std::string, decode_batches, "1,8,32,64", "Batch sizes of the decode rows");
+ABSL_FLAG(int, decode_context, 128,
+          "Positions of context each decoding sequence has. Past 128 the cache is filled by writing "
+          "a pattern into every block (cpu only) instead of a prefill: a step reads the same bytes, "
+          "and 32 prefills of 16K positions would take longer than the measurement");
 ABSL_FLAG(std::string, random_blocks, "",
           "A GGUF block format (Q4_K, Q8_0, ...): a built-in Llama-family model's linear layers "
           "are random rows of blocks in it, for --dtype=native without a GGUF file");
@@ -303,12 +310,13 @@ int Run() {
     if (!plans.empty()) std::printf("\n");
   }
   const double flop_per_token = 2.0 * cfg.matmul_parameters;
-  std::printf("%s (%s) on %s (%s), %s weights, linear layers in %s, KV cache in %s, "
-              "%d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
+  std::printf("%s (%s) on %s (%s), %s weights, linear layers in %s, KV cache in %s (%lld bytes per "
+              "token), %d threads (OpenMP), %.0f MFLOP per token (GEMMs)\n\n",
               spec.c_str(), cfg.architecture.c_str(), options->device.c_str(),
               (*backend)->Device().name.c_str(), (*model)->stored_dtype().c_str(),
               kernels::MatmulDtypeName(dtype), kernels::KvFormatName(options->kv).c_str(),
-              kernels::CpuThreads(), flop_per_token / 1e6);
+              static_cast<long long>(gpt.CacheShape(1, 1).bytes_per_token()), kernels::CpuThreads(),
+              flop_per_token / 1e6);
 
   std::printf("| workload | tokens/s | ms per step | GFLOP/s |\n|---|---:|---:|---:|\n");
   for (int len : IntList(absl::GetFlag(FLAGS_prefill_lengths))) {
@@ -331,18 +339,32 @@ int Run() {
     }
     std::fflush(stdout);
   }
-  const int context = 128;
+  const int context = absl::GetFlag(FLAGS_decode_context);
   const int max_seq = context + steps + 2;
+  if (context > 128 && options->device != "cpu") {
+    std::fprintf(stderr, "--decode_context past 128 fills the cache on the CPU only\n");
+    return 1;
+  }
   for (int batch : IntList(absl::GetFlag(FLAGS_decode_batches))) {
     // Each sequence's blocks interleaved with the others', as a block pool
     // leaves them after churn.
     const int num_blocks = batch * KvCacheShape::BlocksFor(max_seq);
     std::vector<std::vector<int32_t>> blocks(batch);
     for (int s = 0; s < batch; ++s) blocks[s] = InterleavedBlocks(s, batch, max_seq);
-    auto cache = KvCache::Create(**backend, gpt.CacheShape(num_blocks, max_seq, batch));
+    // A long context at a wide batch may not fit: say so and go on (on the
+    // CPU an allocation past the memory would succeed and then be killed).
+    const KvCacheShape shape = gpt.CacheShape(num_blocks, max_seq, batch);
+    const double available = static_cast<double>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    if (options->device == "cpu" && shape.bytes() > 0.85 * available) {
+      std::printf("| decode batch %d (context %d) | does not fit: %.1f GiB of KV cache, %.1f GiB free |\n", batch,
+                  context, shape.bytes() / double(1 << 30), available / double(1 << 30));
+      continue;
+    }
+    auto cache = KvCache::Create(**backend, shape);
     if (!cache.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(cache.status().message()).c_str());
-      return 1;
+      std::printf("| decode batch %d (context %d) | does not fit: %s |\n", batch, context,
+                  std::string(cache.status().message()).c_str());
+      continue;
     }
     // Sequence s at `pos`: its blocks, and its recurrent state (a hybrid
     // model's) in slot s.
@@ -350,8 +372,18 @@ int Run() {
       b.AddSequence(blocks[s], pos, tokens);
       if (c.shape().state_slots > 0) b.states.push_back(StateOf(s, pos));
     };
-    // Each sequence starts with 128 tokens of context.
+    // Each sequence starts with `context` positions of context: prefilled,
+    // or (long contexts) every block's K and V a pattern that is a small
+    // normal value in each format (0x11 bytes).
     auto fill = [&](CausalLm& m, KvCache& c) {
+      if (context > 128) {
+        for (int l = 0; l < c.shape().layers; ++l) {
+          const kernels::KvLayer kv = c.layer(l);
+          std::memset(kv.k, 0x11, kv.key_bytes());
+          std::memset(kv.v, 0x11, kv.value_bytes());
+        }
+        return;
+      }
       for (int s = 0; s < batch; ++s) {
         ForwardBatch b;
         add(b, c, s, 0, Tokens(context, cfg.vocab_size, s));
@@ -360,21 +392,28 @@ int Run() {
     };
     fill(gpt, **cache);
     int pos = context;
-    // Each repetition decodes positions [120, 136) again (for 16 steps), so
-    // the context is 128 on average over the timed steps.
+    // Each repetition decodes positions [context - 8, context + 8) again
+    // (for 16 steps), so the context is `context` on average over the timed
+    // steps.
+    absl::Status failed;  // a step that fails (past the model's positions) is reported, not timed
     const double sec = MedianSeconds(repeats, [&] {
       pos = context - steps / 2;
-      for (int i = 0; i < steps; ++i, ++pos) {
+      for (int i = 0; i < steps && failed.ok(); ++i, ++pos) {
         ForwardBatch b;
         for (int s = 0; s < batch; ++s) add(b, **cache, s, pos, {(pos * 31 + s) % cfg.vocab_size});
         if (greedy_on_device) {
-          (void)gpt.ForwardGreedy(b, **cache);
+          failed = gpt.ForwardGreedy(b, **cache).status();
         } else {
-          (void)gpt.Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence);
+          failed = gpt.Forward(b, **cache, LogitsFor::kLastRowsOfEachSequence).status();
         }
       }
     });
-    std::printf("| decode batch %d (context 128)%s | %.0f | %.2f | %.0f |\n", batch,
+    if (!failed.ok()) {
+      std::printf("| decode batch %d (context %d) | failed: %s |\n", batch, context,
+                  std::string(failed.message()).c_str());
+      continue;
+    }
+    std::printf("| decode batch %d (context %d)%s | %.0f | %.2f | %.0f |\n", batch, context,
                 greedy_on_device ? ", best token on the device" : "",
                 batch * steps / sec, sec / steps * 1e3, batch * steps * flop_per_token / sec / 1e9);
     if (profile) {
