@@ -53,11 +53,19 @@ inline void Store(float x, uint16_t* to) { *to = ToBf16(x); }
 template <KvDtype F>
 using Elem = std::conditional_t<F == KvDtype::kBF16, uint16_t, float>;
 
-// Bytes of a quantized head block's codes, [head_dim x kBlockSize] codes
-// of 8 or 4 bits; its scales follow them (kv_layer.h).
+// Bytes of `values` consecutive values (codes, for quantized formats) in
+// a head block of F: where value n of a row-major block starts, and (all
+// head_dim x kBlockSize of them) where a quantized block's scales start.
 template <KvDtype F>
-constexpr int64_t CodeBytes(int D) {
-  return F == KvDtype::kQ8_0 ? int64_t{D} * KvLayer::kBlockSize : int64_t{D} * KvLayer::kBlockSize / 2;
+constexpr int64_t CodeBytesOf(int64_t values) {
+  return F == KvDtype::kF32 ? 4 * values : F == KvDtype::kBF16 ? 2 * values : F == KvDtype::kQ8_0 ? values : values / 2;
+}
+
+// A quantized head block's scales (half bits), after its codes.
+template <KvDtype F, typename Byte>
+auto BlockScales(Byte* block, int D) {
+  using Half = std::conditional_t<std::is_const_v<Byte>, const uint16_t, uint16_t>;
+  return reinterpret_cast<Half*>(block + CodeBytesOf<F>(int64_t{D} * KvLayer::kBlockSize));
 }
 
 // 32 half-precision scales as float (exact).
@@ -115,8 +123,8 @@ void ScoreBlock(const float* q, const uint8_t* block, int D, const uint8_t* next
       }
     }
   } else {
-    const uint16_t* scales = reinterpret_cast<const uint16_t*>(block + CodeBytes<KF>(D));
-    PrefetchRow(next + CodeBytes<KF>(D), 2 * D);
+    const uint16_t* scales = BlockScales<KF>(block, D);
+    PrefetchRow(BlockScales<KF>(next, D), D / kKvQuantGroup * kJ);
     for (int g0 = 0; g0 < D; g0 += kKvQuantGroup) {
       float part[kG][kJ] = {};
       if constexpr (KF == KvDtype::kQ8_0) {
@@ -166,8 +174,7 @@ inline void AddValueRow(const uint8_t* block, int D, int row, int d0, int n, con
       for (int d = 0; d < n; ++d) a[d] += w[g] * Load(v[d]);
     }
   } else {
-    const uint16_t* scales =
-        reinterpret_cast<const uint16_t*>(block + CodeBytes<VF>(D)) + int64_t{row} * (D / kKvQuantGroup);
+    const uint16_t* scales = BlockScales<VF>(block, D) + int64_t{row} * (D / kKvQuantGroup);
     for (int c = 0; c < n; c += kKvQuantGroup) {
       const float scale = ScaleOf(scales[(d0 + c) / kKvQuantGroup]);
       for (int g = 0; g < kG; ++g) {
@@ -203,7 +210,6 @@ template <int kG, int kD, KvDtype VF>
 void WeightedSum(const float* w, int64_t ld, const HeadBlocks& h, int first, int n, int D, float* out) {
   constexpr int kJ = KvLayer::kBlockSize;
   const int b0 = first / kJ, nb = static_cast<int>(KvLayer::BlocksFor(n));
-  const int64_t row_bytes = KvHeadBlockBytes(VF, D) / kJ;  // a row's share, to fetch ahead
   float wj[kG];
   if constexpr (kD > 0) {
     constexpr int kSlice = std::min(kD, 128 / kG);
@@ -214,7 +220,7 @@ void WeightedSum(const float* w, int64_t ld, const HeadBlocks& h, int first, int
         const uint8_t* next = b + 1 < nb ? h.value_block(b + 1) : v;
         const int rows = std::min(kJ, n - b * kJ);
         for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
-          PrefetchRow(next + j * row_bytes, static_cast<int>(row_bytes * kSlice / kD));
+          PrefetchRow(next + CodeBytesOf<VF>(int64_t{j} * kD + d0), static_cast<int>(CodeBytesOf<VF>(kSlice)));
           for (int g = 0; g < kG; ++g) wj[g] = w[g * ld + int64_t{b} * kJ + j];
           AddValueRow<kG, VF>(v, kD, j, d0, kSlice, wj, &acc[0][0], kSlice);
         }
@@ -295,7 +301,7 @@ void StoreKey(const float* x, int D, int j, uint8_t* block) {
     Elem<KF>* keys = reinterpret_cast<Elem<KF>*>(block);
     for (int d = 0; d < D; ++d) Store(x[d], &keys[KvLayer::key_offset(d, j)]);
   } else {
-    uint16_t* scales = reinterpret_cast<uint16_t*>(block + CodeBytes<KF>(D));
+    uint16_t* scales = BlockScales<KF>(block, D);
     for (int g0 = 0; g0 < D; g0 += kKvQuantGroup) {
       uint16_t* scale = &scales[int64_t{g0 / kKvQuantGroup} * kJ + j];
       if constexpr (KF == KvDtype::kQ8_0) {
@@ -318,7 +324,7 @@ void StoreValue(const float* x, int D, int j, uint8_t* block) {
     Elem<VF>* to = reinterpret_cast<Elem<VF>*>(block) + int64_t{j} * D;
     for (int d = 0; d < D; ++d) Store(x[d], &to[d]);
   } else {
-    uint16_t* scales = reinterpret_cast<uint16_t*>(block + CodeBytes<VF>(D)) + int64_t{j} * (D / kKvQuantGroup);
+    uint16_t* scales = BlockScales<VF>(block, D) + int64_t{j} * (D / kKvQuantGroup);
     for (int g0 = 0; g0 < D; g0 += kKvQuantGroup) {
       if constexpr (VF == KvDtype::kQ8_0) {
         QuantizeQ8_0Group(x + g0, reinterpret_cast<int8_t*>(block) + int64_t{j} * D + g0, &scales[g0 / kKvQuantGroup]);
