@@ -58,7 +58,10 @@ using Elem = std::conditional_t<F == KvDtype::kBF16, uint16_t, float>;
 // head_dim x kBlockSize of them) where a quantized block's scales start.
 template <KvDtype F>
 constexpr int64_t CodeBytesOf(int64_t values) {
-  return F == KvDtype::kF32 ? 4 * values : F == KvDtype::kBF16 ? 2 * values : F == KvDtype::kQ8_0 ? values : values / 2;
+  return F == KvDtype::kF32    ? 4 * values
+         : F == KvDtype::kBF16 ? 2 * values
+         : F == KvDtype::kQ8_0 ? values
+                               : values / 2;
 }
 
 // A quantized head block's scales (half bits), after its codes.
