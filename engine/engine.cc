@@ -621,7 +621,10 @@ bool Engine::Plan(StepPlan* plan) {
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
     seq->running = true;
-    // The plan admitted no more than the free state slots.
+    // The plan admitted no more than the free state slots, idle checkpoints
+    // counted; one an admission before this one pinned since (its prefix
+    // resumes from it) is not free after all, and the sequence waits for a
+    // slot below.
     (void)cache_.AcquireState(seq->cache);
     seq->computed = seq->takes_prefix() ? cache_.TakeCachedPrefix(seq->tokens, seq->cache) : 0;
     // (Again, after a preemption: its rows are computed again.)
@@ -642,6 +645,9 @@ bool Engine::Plan(StepPlan* plan) {
   step_.batch.state_copies = cache_.TakePendingCopies();
   for (const ScheduledSequence& p : plan->seqs) {
     Sequence& s = *by_id_[p.id];
+    // A sequence with recurrent state and no slot yet sits the step out
+    // until one frees (a running sequence's, or an idle checkpoint's).
+    if (!cache_.AcquireState(s.cache)) continue;
     const int need = KvCacheShape::BlocksFor(p.pos + p.len) - static_cast<int>(s.cache.ids.size());
     if (p.pos != s.computed || !cache_.Allocate(need, s.cache)) continue;
     runs.push_back(p);

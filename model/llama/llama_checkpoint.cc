@@ -89,7 +89,7 @@ std::string StoredLlamaName(const LlamaConfig& c, absl::string_view name) {
 std::string BuiltinLlamaNames() {
   return "builtin:llama-tiny, builtin:llama-tiny-hd32, builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
          "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
-         "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-0.8b, "
+         "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-tiny-hd32, builtin:qwen3.5-0.8b, "
          "builtin:qwen3.5-moe-tiny, builtin:lfm2-tiny, builtin:lfm2-1.2b, builtin:granite-h-tiny, "
          "builtin:gpt-oss-tiny, builtin:gpt-oss-20b, builtin:gemma4-tiny, builtin:gemma4-e2b";
 }
@@ -209,17 +209,19 @@ absl::StatusOr<LlamaConfig> BuiltinLlamaConfig(absl::string_view name) {
     c.max_positions = 40960;  // as its config.json
     c.rope_theta = 1000000.0;
     c.tie_word_embeddings = true;
-  } else if (name == "qwen3.5-tiny" || name == "qwen3.5-0.8b") {
+  } else if (name == "qwen3.5-tiny" || name == "qwen3.5-tiny-hd32" || name == "qwen3.5-0.8b") {
     // Qwen3.5: three gated delta net layers to one attention layer. tiny:
-    // llama-tiny's width, 8 layers, value heads two to a key head; 0.8b:
-    // Qwen3.5-0.8B's shapes (its vocabulary, a tied head).
-    const bool tiny = name == "qwen3.5-tiny";
+    // llama-tiny's width, 8 layers, value heads two to a key head (hd32:
+    // attention heads of 32, two query heads to one key/value head, which a
+    // q8_0 / q4_0 KV cache holds); 0.8b: Qwen3.5-0.8B's shapes (its
+    // vocabulary, a tied head).
+    const bool tiny = name != "qwen3.5-0.8b", hd32 = name == "qwen3.5-tiny-hd32";
     c.architecture = "qwen3_5_text";
     c.n_layer = tiny ? 8 : 24;
     c.hidden = tiny ? 64 : 1024;
-    c.n_head = tiny ? 4 : 8;
-    c.n_kv_head = 2;
-    c.head_dim = tiny ? 16 : 256;
+    c.n_head = hd32 ? 2 : tiny ? 4 : 8;
+    c.n_kv_head = hd32 ? 1 : 2;
+    c.head_dim = hd32 ? 32 : tiny ? 16 : 256;
     c.intermediate = tiny ? 128 : 3584;
     c.vocab_size = tiny ? 512 : 248320;
     c.max_positions = tiny ? 512 : 32768;
