@@ -49,7 +49,9 @@ TEST(GgmlQuantTest, GroupsAreQuantizedAsGgufPyDoes) {
     QuantizeQ4_0Group(x, codes4, &d4);
     EXPECT_EQ(d8, q8[0] | (q8[1] << 8)) << "group " << gi;
     EXPECT_EQ(d4, q4[0] | (q4[1] << 8)) << "group " << gi;
-    for (int i = 0; i < 32; ++i) EXPECT_EQ(static_cast<uint8_t>(codes8[i]), q8[2 + i]) << "group " << gi << " value " << i;
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_EQ(static_cast<uint8_t>(codes8[i]), q8[2 + i]) << "group " << gi << " value " << i;
+    }
     for (int i = 0; i < 16; ++i) EXPECT_EQ(codes4[i], q4[2 + i]) << "group " << gi << " byte " << i;
   }
 }

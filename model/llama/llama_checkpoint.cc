@@ -87,9 +87,10 @@ std::string StoredLlamaName(const LlamaConfig& c, absl::string_view name) {
 }
 
 std::string BuiltinLlamaNames() {
-  return "builtin:llama-tiny, builtin:llama-tiny-hd32, builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, builtin:gemma2-1b, "
-         "builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, builtin:gemma3-1b, "
-         "builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-tiny-hd32, builtin:qwen3.5-0.8b, "
+  return "builtin:llama-tiny, builtin:llama-tiny-hd32, builtin:llama-1b, builtin:qwen2-1b, builtin:phi3-1b, "
+         "builtin:gemma2-1b, builtin:qwen3-0.6b, builtin:mistral-tiny, builtin:mistral-1b, builtin:gemma3-tiny, "
+         "builtin:gemma3-1b, builtin:mixtral-tiny, builtin:olmoe-1b, builtin:qwen3.5-tiny, builtin:qwen3.5-tiny-hd32, "
+         "builtin:qwen3.5-0.8b, "
          "builtin:qwen3.5-moe-tiny, builtin:lfm2-tiny, builtin:lfm2-1.2b, builtin:granite-h-tiny, "
          "builtin:gpt-oss-tiny, builtin:gpt-oss-20b, builtin:gemma4-tiny, builtin:gemma4-e2b";
 }
