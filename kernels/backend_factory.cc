@@ -1,6 +1,7 @@
 #include "kernels/backend_factory.h"
 
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -103,18 +104,17 @@ absl::StatusOr<MatmulDtype> ParseMatmulDtype(absl::string_view name) {
 }
 
 absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name) {
-  const std::vector<absl::string_view> parts = absl::StrSplit(name, ',');
-  KvDtype dtypes[2];
-  for (size_t i = 0; i < parts.size() && parts.size() <= 2; ++i) {
-    bool known = false;
+  auto dtype_of = [](absl::string_view s) -> std::optional<KvDtype> {
     for (KvDtype d : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kQ8_0, KvDtype::kQ4_0, KvDtype::kFp8}) {
-      if (parts[i] == KvDtypeName(d)) {
-        dtypes[i] = d;
-        known = true;
-      }
+      if (s == KvDtypeName(d)) return d;
     }
-    if (!known) break;
-    if (i + 1 == parts.size()) return parts.size() == 1 ? KvFormat(dtypes[0]) : KvFormat(dtypes[0], dtypes[1]);
+    return std::nullopt;
+  };
+  // One dtype for both, or keys' and values'.
+  const std::vector<absl::string_view> parts = absl::StrSplit(name, ',');
+  if (parts.size() <= 2) {
+    const std::optional<KvDtype> k = dtype_of(parts.front()), v = dtype_of(parts.back());
+    if (k.has_value() && v.has_value()) return KvFormat(*k, *v);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "--kv_dtype: must be f32, bf16, q8_0, q4_0 or fp8, or keys' and values' apart as K,V (e.g. q8_0,q4_0), got '",

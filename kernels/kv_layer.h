@@ -76,6 +76,19 @@ inline std::string KvFormatName(KvFormat f) {
   return f.k == f.v ? KvDtypeName(f.k) : std::string(KvDtypeName(f.k)) + "," + KvDtypeName(f.v);
 }
 
+// Bytes of `values` consecutive values in `dtype`, a quantized one's codes
+// alone: where value n of a row-major head block starts, and (for all of a
+// block's values) where a quantized block's scales start.
+constexpr int64_t KvCodeBytes(KvDtype dtype, int64_t values) {
+  switch (dtype) {
+    case KvDtype::kBF16: return 2 * values;
+    case KvDtype::kQ8_0: return values;
+    case KvDtype::kQ4_0: return values / 2;
+    case KvDtype::kFp8: return values;
+    default: return 4 * values;
+  }
+}
+
 // Bytes of one head's block (kBlockSize positions of head_dim values) in
 // `dtype`. Quantized: the codes, then the scales (half bits), apart so both
 // are read as aligned vectors: q8_0 32 + 2 bytes per 32 values, q4_0 16 + 2.
@@ -130,23 +143,15 @@ struct KvLayer {
   // Bytes of k, and of v.
   int64_t key_bytes() const { return int64_t{num_blocks} * heads * key_block_bytes(); }
   int64_t value_bytes() const { return int64_t{num_blocks} * heads * value_block_bytes(); }
-  // f32, bf16 and fp8 head blocks: the element index of key dim d at position j
-  // (keys) and of value dim d at position j (values).
+  // f32, bf16 and fp8 head blocks: the element index of key dim d at
+  // position j (a value's is j * head_dim + d).
   static int64_t key_offset(int d, int j) { return int64_t{d} * kBlockSize + j; }
-  int64_t value_offset(int j, int d) const { return int64_t{j} * head_dim + d; }
   static int64_t BlocksFor(int64_t positions) { return (positions + kBlockSize - 1) / kBlockSize; }
 };
 
 inline int64_t KvHeadBlockBytes(KvDtype dtype, int head_dim) {
   const int64_t values = int64_t{head_dim} * KvLayer::kBlockSize;
-  const int64_t scales = 2 * values / kKvQuantGroup;
-  switch (dtype) {
-    case KvDtype::kBF16: return 2 * values;
-    case KvDtype::kQ8_0: return values + scales;
-    case KvDtype::kQ4_0: return values / 2 + scales;
-    case KvDtype::kFp8: return values;
-    default: return 4 * values;
-  }
+  return KvCodeBytes(dtype, values) + (KvDtypeQuantized(dtype) ? 2 * values / kKvQuantGroup : 0);
 }
 
 // One recurrent layer's per-sequence state in the backend's memory (the

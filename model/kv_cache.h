@@ -30,8 +30,6 @@ struct KvCacheShape {
   std::vector<int> layer_heads, layer_head_dim;
   int heads_of(int l) const { return layer_heads.empty() ? heads : layer_heads[l]; }
   int head_dim_of(int l) const { return layer_head_dim.empty() ? head_dim : layer_head_dim[l]; }
-  // K (or V) of one position in layer l: its values.
-  int64_t row_of(int l) const { return int64_t{heads_of(l)} * head_dim_of(l); }
   kernels::KvFormat format;  // keys' and values' dtypes
   int num_blocks = 0;
   // The most positions one sequence may reach: what a step's launches are

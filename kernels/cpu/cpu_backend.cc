@@ -53,22 +53,11 @@ inline void Store(float x, uint16_t* to) { *to = ToBf16(x); }
 template <KvDtype F>
 using Elem = std::conditional_t<F == KvDtype::kBF16, uint16_t, float>;
 
-// Bytes of `values` consecutive values (codes, for quantized formats) in
-// a head block of F: where value n of a row-major block starts, and (all
-// head_dim x kBlockSize of them) where a quantized block's scales start.
-template <KvDtype F>
-constexpr int64_t CodeBytesOf(int64_t values) {
-  return F == KvDtype::kF32    ? 4 * values
-         : F == KvDtype::kBF16 ? 2 * values
-         : F == KvDtype::kQ8_0 ? values
-                               : values / 2;
-}
-
 // A quantized head block's scales (half bits), after its codes.
 template <KvDtype F, typename Byte>
 auto BlockScales(Byte* block, int D) {
   using Half = std::conditional_t<std::is_const_v<Byte>, const uint16_t, uint16_t>;
-  return reinterpret_cast<Half*>(block + CodeBytesOf<F>(int64_t{D} * KvLayer::kBlockSize));
+  return reinterpret_cast<Half*>(block + KvCodeBytes(F, int64_t{D} * KvLayer::kBlockSize));
 }
 
 // 32 half-precision scales as float (exact).
@@ -223,7 +212,7 @@ void WeightedSum(const float* w, int64_t ld, const HeadBlocks& h, int first, int
         const uint8_t* next = b + 1 < nb ? h.value_block(b + 1) : v;
         const int rows = std::min(kJ, n - b * kJ);
         for (int j = std::max(0, first - b * kJ); j < rows; ++j) {
-          PrefetchRow(next + CodeBytesOf<VF>(int64_t{j} * kD + d0), static_cast<int>(CodeBytesOf<VF>(kSlice)));
+          PrefetchRow(next + KvCodeBytes(VF, int64_t{j} * kD + d0), static_cast<int>(KvCodeBytes(VF, kSlice)));
           for (int g = 0; g < kG; ++g) wj[g] = w[g * ld + int64_t{b} * kJ + j];
           AddValueRow<kG, VF>(v, kD, j, d0, kSlice, wj, &acc[0][0], kSlice);
         }
