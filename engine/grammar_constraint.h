@@ -18,30 +18,15 @@
 #include "absl/status/statusor.h"
 #include "engine/choice_constraint.h"
 #include "engine/constraint.h"
+#include "engine/json_schema.h"
 
 namespace flover {
 
-// Bounds on what a request may send.
-inline constexpr size_t kMaxSchemaBytes = 64 << 10;
+// Bounds on what a request may send (a schema's, and the nesting limit, are
+// in engine/json_schema.h).
 inline constexpr size_t kMaxRegexBytes = 4 << 10;
 inline constexpr size_t kMaxGrammarBytes = 64 << 10;
 inline constexpr int64_t kGrammarCacheBytes = int64_t{256} << 20;
-// The deepest nesting a schema ({ and [), a grammar or a regex (parentheses)
-// may have: xgrammar recurses on it (deep inputs overflow a thread's stack)
-// and converts schemas in time about cubic in it (44 ms at depth 100, 2.5 s
-// at 400), with no way to cancel a compile.
-inline constexpr int kMaxConstraintDepth = 64;
-
-// What JsonSchema refuses before compiling: size, depth, not JSON, and
-// keywords that would not be enforced (each named, with the JSON pointer of
-// where it sits, "#/properties/a/required", under `field`).
-absl::Status CheckJsonSchema(const std::string& schema, const std::string& field);
-// CheckJsonSchema's checks, and the schema as xgrammar is to compile it:
-// `date`, `time`, `date-time` and `ipv4` formats become patterns that hold
-// them to the standard where xgrammar's own are looser (the day against
-// the month, a leap second only at 23:59:60 UTC, octets without leading
-// zeros). The schema's text unchanged where it has none.
-absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const std::string& field);
 
 class GrammarConstraints {
  public:

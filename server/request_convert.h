@@ -22,6 +22,7 @@
 #include "tokenizer/tokenizer.h"
 #include "engine/choice_constraint.h"
 #include "engine/grammar_constraint.h"
+#include "engine/json_schema.h"
 #include "engine/request.h"
 #include "proto/flover.pb.h"
 #include "util/field_error.h"
