@@ -169,8 +169,9 @@ TEST_F(GrammarConstraintTest, RefusalsNameTheFieldAndSayWhy) {
   EXPECT_THAT(error(grammars_->JsonSchema(
                   R"({"type": "object", "properties": {"a": {"not": {"type": "string"}}}})", "s")),
               HasSubstr("the keyword not"));
-  EXPECT_THAT(error(grammars_->JsonSchema(R"({"allOf": [{"type": "object"}, {"required": ["a"]}]})", "s")),
-              HasSubstr("allOf"));
+  EXPECT_THAT(error(grammars_->JsonSchema(R"({"allOf": [{"type": "string", "pattern": "^a"}, {"pattern": "b$"}]})",
+                                          "s")),
+              HasSubstr("allOf"));  // two patterns are not one
   EXPECT_TRUE(grammars_->JsonSchema(
                   R"({"type": "object", "properties": {"not": {"type": "string"}}, "uniqueItems": false})",
                   "s").ok());
@@ -534,28 +535,37 @@ class JsonSchemaRefusalTest : public GrammarConstraintTest {
   }
 };
 
-TEST_F(JsonSchemaRefusalTest, SiblingsOfRefAnyOfOneOfAllOfAreRefusedUnlessTheBranchesImplyThem) {
+TEST_F(JsonSchemaRefusalTest, SiblingsOfRefAnyOfOneOfAllOfAreMergedIntoTheBranches) {
   // xgrammar keeps only the first of $ref, const, enum, anyOf, oneOf, allOf
-  // and type in a schema object.
+  // and type in a schema object: the others are merged into each branch,
+  // the $ref's target or the allOf's one schema, and enforced there.
+  ExpectEnforced(R"({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 3})",
+                 {"3", "\"s\""}, {"2", "null"});
+  ExpectEnforced(R"({"type": "object", "properties": {"p": {"type": "object",
+                     "additionalProperties": false, "anyOf": [{"type": "object"}]}}})",
+                 {R"({"p": {}})"}, {R"({"p": {"x": 1}})"});
+  ExpectEnforced(R"({"$defs": {"list": {"type": "array"}}, "$ref": "#/$defs/list", "maxItems": 1})",
+                 {"[1]", "[]"}, {"[1, 2]", "{}"});
+  ExpectEnforced(R"({"allOf": [{"type": "string"}], "maxLength": 2})", {"\"ab\""}, {"\"abc\"", "1"});
+  ExpectEnforced(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+                               {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})",
+                 {R"({"a": 1, "b": "x"})", R"({"b": "x"})"}, {R"({"a": 1})", R"({"a": "x", "b": "x"})"});
+  ExpectEnforced(R"({"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"],
+                     "additionalProperties": false,
+                     "oneOf": [{"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}},
+                               {"properties": {"kind": {"const": "b"}}}]})",
+                 {R"({"kind": "a"})", R"({"kind": "b"})"}, {R"({"kind": "c"})", R"({"kind": "a", "y": 1})", "{}"});
+  // A branch with keywords but no type reads as any JSON: split by type.
+  ExpectEnforced(R"({"anyOf": [{"type": "null"}, {"required": ["a"]}]})",
+                 {"null", R"({"a": 1})", "3"}, {"{}"});
+  // Merged oneOf branches still must be provably exclusive.
   EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {"type": "integer"}},
                           "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})"),
-              HasSubstr("json_schema: the keyword properties beside oneOf is not supported at #/properties "
-                        "(it would not be enforced: xgrammar enforces only the oneOf there; "
-                        "repeat properties in each branch)"));
-  EXPECT_THAT(Refusal(R"({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 3})"),
-              HasSubstr("the keyword minimum beside anyOf is not supported at #/minimum"));
-  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"p": {"type": "object",
-                          "additionalProperties": false, "anyOf": [{"type": "object"}]}}})"),
-              HasSubstr("the keyword additionalProperties beside anyOf is not supported at "
-                        "#/properties/p/additionalProperties"));
-  EXPECT_THAT(Refusal(R"({"$defs": {"list": {"type": "array"}}, "$ref": "#/$defs/list", "maxItems": 1})"),
-              HasSubstr("the keyword maxItems beside $ref is not supported at #/maxItems (it would not be "
-                        "enforced: xgrammar enforces only the $ref there; repeat maxItems in the schema it names)"));
-  EXPECT_THAT(Refusal(R"({"allOf": [{"type": "string"}], "maxLength": 2})"),
-              HasSubstr("the keyword maxLength beside allOf is not supported at #/maxLength"));
-  // A branch with keywords but no type reads as any JSON value.
-  EXPECT_THAT(Refusal(R"({"anyOf": [{"type": "null"}, {"required": ["a"]}]})"),
-              HasSubstr("the keyword required without a type is not supported at #/anyOf/1/required"));
+              HasSubstr("json_schema: the keyword oneOf (with branches not provably exclusive) is not supported at "
+                        "#/oneOf"));
+  // Keywords that cannot be one (two patterns) keep the refusal.
+  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a", "allOf": [{"pattern": "b$"}]})"),
+              HasSubstr("beside allOf is not supported"));
 
   // Annotations beside them are fine; so is a keyword every branch repeats
   // or implies (a type, by its properties), and a branch that is any JSON.
@@ -582,16 +592,24 @@ TEST_F(JsonSchemaRefusalTest, SiblingsOfRefAnyOfOneOfAllOfAreRefusedUnlessTheBra
                  {R"({"l": [1, 2]})"}, {R"({"l": ["x"]})"});
 }
 
-TEST_F(JsonSchemaRefusalTest, EnumOrConstBesideKeywordsSomeValueFailsAreRefused) {
-  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"role": {"type": "string", "enum": ["a", null]}}})"),
-              HasSubstr("the keyword type beside enum is not supported at #/properties/role/type (it would not "
-                        "be enforced: xgrammar enforces only the enum there, and its value null fails type)"));
+TEST_F(JsonSchemaRefusalTest, EnumOrConstBesideKeywordsKeepTheValuesThatPass) {
+  // The listed values are checked against the keywords beside them (a
+  // validator for values: types, bounds, patterns, not, if/then/else,
+  // nested schemas); those that fail are dropped, and the keywords with
+  // them.
+  ExpectEnforced(R"({"type": "object", "properties": {"role": {"type": "string", "enum": ["a", null]}}})",
+                 {R"({"role": "a"})"}, {R"({"role": null})"});
   EXPECT_THAT(Refusal(R"({"type": "integer", "const": 3, "minimum": 5})"),
-              HasSubstr("the keyword minimum beside const is not supported at #/minimum"));
-  // Where it cannot cheaply tell (a pattern), it refuses and says so.
-  EXPECT_THAT(Refusal(R"({"type": "string", "enum": ["abc"], "pattern": "^a"})"),
-              HasSubstr("the keyword pattern beside enum is not supported at #/pattern (it would not be enforced: "
-                        "xgrammar enforces only the enum there, and not every value of it is known to pass pattern)"));
+              HasSubstr("json_schema: no value is valid under this schema"));
+  ExpectEnforced(R"({"type": "string", "enum": ["abc", "bcd"], "pattern": "^a"})", {"\"abc\""}, {"\"bcd\""});
+  ExpectEnforced(R"({"allOf": [{"enum": [1, "x", [1, 2]]}, {"not": {"type": "string"}}]})",
+                 {"1", "[1, 2]"}, {"\"x\"", "[1]", "[1, 2, 3]"});
+  ExpectEnforced(R"({"enum": [{"a": 1}, {"a": 2}], "if": {"properties": {"a": {"const": 1}}},
+                     "then": false})",
+                 {R"({"a": 2})"}, {R"({"a": 1})", R"({"a": 2, "b": 1})"});
+  // A format it cannot decide for a value keeps the refusal.
+  EXPECT_THAT(Refusal(R"({"type": "string", "enum": ["x"], "format": "email", "anyOf": [{"type": "string"}]})"),
+              HasSubstr("the keyword format beside enum"));
   ExpectEnforced(R"({"enum": ["a", 1, null]})", {"\"a\"", "1", "null"}, {"\"b\"", "2"});
   ExpectEnforced(R"({"type": "string", "enum": ["red", "green"], "maxLength": 5, "description": "c"})",
                  {"\"red\"", "\"green\""}, {"\"blue\"", "3"});
@@ -600,16 +618,16 @@ TEST_F(JsonSchemaRefusalTest, EnumOrConstBesideKeywordsSomeValueFailsAreRefused)
   ExpectEnforced(R"({"type": "number", "const": 2, "minimum": 1, "multipleOf": 2})", {"2"}, {"3"});
 }
 
-TEST_F(JsonSchemaRefusalTest, ValidationKeywordsWithoutTypePropertiesOrItemsAreRefused) {
-  // Without type, properties or items, xgrammar reads a schema as any JSON.
-  EXPECT_THAT(Refusal(R"({"required": ["a"]})"),
-              HasSubstr("the keyword required without a type is not supported at #/required (it would not be "
-                        "enforced: xgrammar reads a schema with no type, properties or items as any JSON value)"));
-  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"x": {"pattern": "^a"}}})"),
-              HasSubstr("the keyword pattern without a type is not supported at #/properties/x/pattern"));
-  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"d": {"format": "date-time"}}})"),
-              HasSubstr("the keyword format without a type is not supported at #/properties/d/format"));
-  EXPECT_THAT(Refusal(R"({"minimum": 0})"), HasSubstr("the keyword minimum without a type"));
+TEST_F(JsonSchemaRefusalTest, ValidationKeywordsWithoutTypePropertiesOrItemsAreSplitByType) {
+  // Without type, properties or items, xgrammar reads a schema as any JSON:
+  // the keywords go to a branch of the type each constrains, beside one
+  // for every other type.
+  ExpectEnforced(R"({"required": ["a"]})", {R"({"a": 1})", "3", "\"s\""}, {"{}"});
+  ExpectEnforced(R"({"type": "object", "properties": {"x": {"pattern": "^a"}}})",
+                 {R"({"x": "ab"})", R"({"x": 3})"}, {R"({"x": "b"})"});
+  ExpectEnforced(R"({"type": "object", "properties": {"d": {"format": "date-time"}}})",
+                 {R"({"d": "2024-01-01T00:00:00Z"})", R"({"d": 1})"}, {R"({"d": "x"})"});
+  ExpectEnforced(R"({"minimum": 0})", {"0", "\"s\"", "null"}, {"-1"});
   // Properties or items say what it is; annotations, unknown keywords and
   // keywords that ask for nothing are fine.
   ExpectEnforced(R"({"properties": {"a": {"type": "integer"}}, "required": ["a"]})",
@@ -619,20 +637,63 @@ TEST_F(JsonSchemaRefusalTest, ValidationKeywordsWithoutTypePropertiesOrItemsAreR
                  {"3", "\"s\"", "{}"}, {});
 }
 
-TEST_F(JsonSchemaRefusalTest, RequiredMembersMustBeInProperties) {
-  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]})"),
-              HasSubstr("the keyword required (naming \"b\", not in properties) is not supported at #/required "
-                        "(it would not be enforced: xgrammar enforces only the required members properties "
-                        "lists)"));
-  EXPECT_THAT(Refusal(R"({"type": "object", "additionalProperties": {"type": "string"}, "required": ["k"]})"),
-              HasSubstr("required (naming \"k\", not in properties) is not supported at #/required"));
-  EXPECT_THAT(Refusal(R"({"type": "array", "items": {"type": "object", "required": ["x"]}})"),
-              HasSubstr("at #/items/required"));
+TEST_F(JsonSchemaRefusalTest, RequiredMembersNotInPropertiesAreListed) {
+  // Listed with the schema additionalProperties gives a member (any value
+  // where it gives none).
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]})",
+                 {R"({"a": 1, "b": 2})"}, {R"({"a": 1})"});
+  ExpectEnforced(R"({"type": "object", "additionalProperties": {"type": "string"}, "required": ["k"]})",
+                 {R"({"k": "v"})"}, {R"({"k": 1})", "{}"});
+  ExpectEnforced(R"({"type": "array", "items": {"type": "object", "required": ["x"]}})",
+                 {R"([{"x": 1}])"}, {"[{}]"});
+  // With no other member allowed, the object is impossible: still refused.
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {}}, "required": ["b"],
+                          "additionalProperties": false})"),
+              HasSubstr("required (naming \"b\", not in properties) is not supported at #/required"));
   ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
                      "required": ["a"], "additionalProperties": false})",
                  {R"({"a": 1})", R"({"a": 1, "b": "x"})"}, {R"({"b": "x"})", R"({"a": 1, "c": 2})"});
   // required beside a type that is not object constrains nothing.
   ExpectEnforced(R"({"type": "string", "required": ["a"]})", {"\"s\""}, {"{}"});
+}
+
+// JSON Schema searches a pattern in the string; xgrammar matches the whole
+// string: an end not anchored takes any text there.
+TEST_F(JsonSchemaRefusalTest, PatternsAreSearchedAsTheStandardSays) {
+  ExpectEnforced(R"({"type": "string", "pattern": "^ab"})", {"\"ab\"", "\"abc\""}, {"\"xab\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "[0-9]$"})", {"\"x1\"", "\"1\""}, {"\"1x\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "cat|dog"})", {"\"a dog!\"", "\"cat\""}, {"\"cow\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "^[a-z]+$"})", {"\"abc\""}, {"\"abc1\""});
+  // Rewritten once, wherever the pattern sits (a branch, merged with the
+  // keywords beside it, is rewritten again).
+  ExpectEnforced(R"({"type": "string", "anyOf": [{"enum": ["a", "b"]}, {"type": "string", "pattern": "^c-[a-z-]*$"}]})",
+                 {"\"c-ab\"", "\"a\""}, {"\"c-Ab\"", "\"xc-ab\""});
+}
+
+// Lengths beside a pattern of one character (class) repeated become that
+// class repeated within both bounds; patternProperties are held to their
+// schemas (and additionalProperties false: only named members or members a
+// pattern matches are generated); a dependency of a required member is
+// required.
+TEST_F(JsonSchemaRefusalTest, LengthsBesidePatternsPatternPropertiesAndDependenciesAreEnforced) {
+  ExpectEnforced(R"({"type": "string", "pattern": "^[a-z0-9_]+$", "minLength": 2, "maxLength": 4})",
+                 {"\"ab\"", "\"a_1z\""}, {"\"a\"", "\"abcde\"", "\"AB\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "^\\d{2,8}$", "maxLength": 3})", {"\"123\""},
+                 {"\"1234\"", "\"1\""});
+  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a.b$", "maxLength": 3})"),
+              HasSubstr("minLength / maxLength with pattern"));
+  ExpectEnforced(R"({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}})",
+                 {R"({"x-a": 1})", "{}"}, {R"({"x-a": "s"})"});
+  ExpectEnforced(R"({"type": "object", "properties": {"x-id": {"type": "number"}, "name": {"type": "string"}},
+                     "patternProperties": {"^x-": {"type": "integer"}, "^x-i": {"minimum": 3}}})",
+                 {R"({"x-id": 4, "name": "n"})", R"({"x-b": 3})"},
+                 {R"({"x-id": 1.5})", R"({"x-id": 2})", R"({"x-b": "s"})", R"({"x-ib": 1})"});
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                     "required": ["a"], "dependentRequired": {"a": ["b"]}})",
+                 {R"({"a": 1, "b": 2})"}, {R"({"a": 1})"});
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}})"),
+              HasSubstr("the keyword dependentRequired is not supported"));
+  ExpectEnforced(R"({"type": "array", "uniqueItems": true, "maxItems": 1})", {"[1]"}, {"[1, 1]"});
 }
 
 TEST_F(JsonSchemaRefusalTest, PatternBesideAFormatXgrammarChecksIsRefused) {
@@ -661,7 +722,8 @@ TEST_F(JsonSchemaRefusalTest, RefsOtherThanLocalJsonPointersAreRefused) {
                         "value)"));
   EXPECT_THAT(Refusal(R"({"$ref": "other.json#/a"})"), HasSubstr("the keyword $ref \"other.json#/a\""));
   // What a $ref names is checked where it is, once (recursion included).
-  EXPECT_THAT(Refusal(R"({"$defs": {"a": {"type": "object", "required": ["z"]}}, "$ref": "#/$defs/a"})"),
+  EXPECT_THAT(Refusal(R"({"$defs": {"a": {"type": "object", "required": ["z"], "additionalProperties": false}},
+                          "$ref": "#/$defs/a"})"),
               HasSubstr("at #/$defs/a/required"));
   ExpectEnforced(R"({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"},
                                                                      "v": {"type": "integer"}},
@@ -767,6 +829,7 @@ TEST_F(JsonSchemaRefusalTest, MultipleOfOnlyAsAWholeNumberUpTo1024AndPointersAre
   EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a/b~c": {"$dynamicRef": "#x"}}})"),
               HasSubstr("the keyword $dynamicRef is not supported at #/properties/a~1b~0c/$dynamicRef"));
 }
+
 
 }  // namespace
 }  // namespace flover

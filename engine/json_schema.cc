@@ -1,5 +1,8 @@
 #include "engine/json_schema.h"
 
+#include "engine/json_schema_keywords.h"
+#include "engine/json_schema_rewrite.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,7 +15,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "util/field_error.h"
 
 namespace flover {
@@ -52,272 +54,8 @@ int NestingDepth(const std::string& text, char open, char close, char also_open,
   return deepest;
 }
 
+namespace schema {
 namespace {
-
-using Json = nlohmann::json;
-
-// What `schema` has at `key`, or null (never throws, whatever the JSON).
-const Json* Member(const Json& schema, absl::string_view key) {
-  if (!schema.is_object()) return nullptr;
-  auto it = schema.find(std::string(key));
-  return it == schema.end() ? nullptr : &*it;
-}
-
-// One reference token of a JSON pointer (RFC 6901: ~ and / escaped).
-std::string PointerToken(absl::string_view key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// JSON types as bit sets. An integer is a number whose value is whole (as
-// JSON Schema reads 1.0).
-enum : uint8_t {
-  kNull = 1,
-  kBoolean = 2,
-  kObject = 4,
-  kArray = 8,
-  kString = 16,
-  kInteger = 32,
-  kFraction = 64,  // a number that is not whole
-  kNumber = kInteger | kFraction,
-  kAnyType = 127,
-  kInProgress = 128,  // SchemaWalk::Types' mark of a schema it is still working on
-};
-
-uint8_t TypeOf(const Json& value) {
-  switch (value.type()) {
-    case Json::value_t::null: return kNull;
-    case Json::value_t::boolean: return kBoolean;
-    case Json::value_t::object: return kObject;
-    case Json::value_t::array: return kArray;
-    case Json::value_t::string: return kString;
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return kInteger;
-    case Json::value_t::number_float: {
-      const double d = value.get<double>();
-      return std::isfinite(d) && std::floor(d) == d ? kInteger : kFraction;
-    }
-    default: return kAnyType;
-  }
-}
-
-// The types a `type` keyword names (a name or a list), or 0 where it is not
-// one xgrammar reads.
-uint8_t NamedTypes(const Json& type) {
-  auto one = [](const Json& name) -> uint8_t {
-    if (!name.is_string()) return 0;
-    const std::string& n = name.get_ref<const std::string&>();
-    if (n == "null") return kNull;
-    if (n == "boolean") return kBoolean;
-    if (n == "object") return kObject;
-    if (n == "array") return kArray;
-    if (n == "string") return kString;
-    if (n == "integer") return kInteger;
-    if (n == "number") return kNumber;
-    return 0;
-  };
-  if (!type.is_array()) return one(type);
-  uint8_t types = 0;
-  for (const Json& name : type) {
-    const uint8_t t = one(name);
-    if (t == 0) return 0;
-    types |= t;
-  }
-  return types;
-}
-
-// The formats JSON Schema (2020-12) defines, and those of them xgrammar
-// 0.2.8 checks (JSONFormatToRegexPattern). Any other format is an
-// annotation, as the standard reads one it does not define.
-bool StandardFormat(const std::string& f) {
-  static const char* const kFormats[] = {
-      "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
-      "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
-      "json-pointer", "relative-json-pointer", "regex"};
-  return std::find(std::begin(kFormats), std::end(kFormats), f) != std::end(kFormats);
-}
-bool CheckedFormat(const std::string& f) {
-  static const char* const kFormats[] = {
-      "date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uri",
-      "uri-reference", "uuid", "uri-template", "json-pointer", "relative-json-pointer"};
-  return std::find(std::begin(kFormats), std::end(kFormats), f) != std::end(kFormats);
-}
-
-// Patterns for the formats whose xgrammar regex is looser than the
-// standard: its `date` (and the date in `date-time`) takes any day up to 31
-// in any month ("2024-02-30"); its `time` a leap second at any minute
-// ("12:30:60Z"); its `ipv4` leading zeros ("010.1.1.1", which the JSON
-// Schema test suite refuses: octal to some readers). These check the day
-// against the month and February 29 against the year (RFC 3339's
-// full-date), take second 60 only at 23:59:60 UTC (RFC 3339 5.7; a stricter
-// reading than a leap second at that minute in any offset), and octets
-// without leading zeros. "" for any other format.
-std::string StrictFormatPattern(const std::string& f) {
-  static const std::string kDate =
-      "(\\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|\\d{4}-(0[469]|11)-(0[1-9]|[12]\\d|30)|"
-      "\\d{4}-02-(0[1-9]|1\\d|2[0-8])|"
-      "(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)";
-  // The fraction is spelled out in each branch: xgrammar 0.2.8's patterns
-  // take "001Z" for [0-5]\d(\.\d+)?Z (an optional group of a character and
-  // a repeated class after a digit).
-  static const std::string kOffset = "(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
-  static const std::string kUtc = "(Z|[+-]00:00)";
-  static const std::string kTime = "(([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(" + kOffset + "|\\.\\d+" + kOffset +
-                                   ")|23:59:60(" + kUtc + "|\\.\\d+" + kUtc + "))";
-  static const std::string kOctet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]\\d|\\d)";
-  if (f == "date") return "^" + kDate + "$";
-  if (f == "time") return "^" + kTime + "$";
-  if (f == "date-time") return "^" + kDate + "T" + kTime + "$";
-  if (f == "ipv4") return "^(" + kOctet + "\\.){3}" + kOctet + "$";
-  return "";
-}
-
-// The types of instance the validation keyword `key: arg` constrains (it
-// passes any other), or 0 for annotations, unknown keywords and holders
-// ($defs).
-uint8_t KeywordTypes(const std::string& key, const Json& arg) {
-  static const std::map<std::string, uint8_t>* const kKeywords = new std::map<std::string, uint8_t>{
-      {"type", kAnyType}, {"enum", kAnyType}, {"const", kAnyType}, {"anyOf", kAnyType},
-      {"oneOf", kAnyType}, {"allOf", kAnyType}, {"not", kAnyType}, {"if", kAnyType},
-      {"then", kAnyType}, {"else", kAnyType}, {"$ref", kAnyType}, {"$dynamicRef", kAnyType},
-      {"$recursiveRef", kAnyType},
-      {"minLength", kString}, {"maxLength", kString}, {"pattern", kString}, {"format", kString},
-      {"minimum", kNumber}, {"maximum", kNumber}, {"exclusiveMinimum", kNumber},
-      {"exclusiveMaximum", kNumber}, {"multipleOf", kNumber},
-      {"items", kArray}, {"prefixItems", kArray}, {"minItems", kArray}, {"maxItems", kArray},
-      {"uniqueItems", kArray}, {"contains", kArray}, {"minContains", kArray},
-      {"maxContains", kArray}, {"unevaluatedItems", kArray},
-      {"properties", kObject}, {"required", kObject}, {"additionalProperties", kObject},
-      {"patternProperties", kObject}, {"propertyNames", kObject}, {"minProperties", kObject},
-      {"maxProperties", kObject}, {"dependentRequired", kObject}, {"dependentSchemas", kObject},
-      {"dependencies", kObject}, {"unevaluatedProperties", kObject}};
-  auto it = kKeywords->find(key);
-  if (it == kKeywords->end()) return 0;
-  if (key == "format" && !(arg.is_string() && StandardFormat(arg.get<std::string>()))) return 0;
-  return it->second;
-}
-
-// Whether `key: arg` constrains nothing (minLength 0, required [], ...).
-bool Vacuous(const std::string& key, const Json& arg) {
-  if (key == "minLength" || key == "minItems" || key == "minProperties") {
-    return arg.is_number() && arg.get<double>() == 0;
-  }
-  if (key == "required" || key == "prefixItems" || key == "allOf") return arg.is_array() && arg.empty();
-  if (key == "uniqueItems") return arg.is_boolean() && !arg.get<bool>();
-  if (key == "properties" || key == "patternProperties") return arg.is_object() && arg.empty();
-  if (key == "items" || key == "additionalProperties" || key == "unevaluatedItems" ||
-      key == "unevaluatedProperties" || key == "propertyNames") {
-    return (arg.is_boolean() && arg.get<bool>()) || (arg.is_object() && arg.empty());
-  }
-  return false;
-}
-
-// -1, 0 or 1 as number a is below, equal to or above number b.
-int Compare(const Json& a, const Json& b) {
-  if (a.is_number_integer() && b.is_number_integer() && !a.is_number_unsigned() && !b.is_number_unsigned()) {
-    const int64_t x = a.get<int64_t>(), y = b.get<int64_t>();
-    return x < y ? -1 : (x > y ? 1 : 0);
-  }
-  const double x = a.get<double>(), y = b.get<double>();
-  return x < y ? -1 : (x > y ? 1 : 0);
-}
-
-double CodePoints(const std::string& s) {
-  return static_cast<double>(std::count_if(
-      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-}
-
-// Whether the regex `pattern` holds a lookahead or lookbehind ((?=, (?!,
-// (?<=, (?<!) outside a character class: xgrammar's regex automaton skips
-// them (logging a warning), matching as if they were not there.
-bool HasLookaround(const std::string& pattern) {
-  bool in_class = false;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c == '\\') {
-      ++i;
-    } else if (in_class) {
-      in_class = c != ']';
-    } else if (c == '[') {
-      in_class = true;
-    } else if (c == '(' && pattern.compare(i, 2, "(?") == 0) {
-      const size_t at = pattern[i + 2] == '<' ? i + 3 : i + 2;
-      if (at < pattern.size() && (pattern[at] == '=' || pattern[at] == '!')) return true;
-    }
-  }
-  return false;
-}
-
-enum class Verdict { kYes, kNo, kUnknown };
-
-// Whether the instance `value` satisfies `key: arg`, where that is cheap to
-// know (types, bounds, lengths, sizes, required; never a pattern or format).
-Verdict Satisfies(const Json& value, const std::string& key, const Json& arg) {
-  const uint8_t applies = KeywordTypes(key, arg);
-  if (applies == 0 || Vacuous(key, arg) || (applies & TypeOf(value)) == 0) return Verdict::kYes;
-  auto yes = [](bool b) { return b ? Verdict::kYes : Verdict::kNo; };
-  if (key == "type") {
-    const uint8_t types = NamedTypes(arg);
-    return types == 0 ? Verdict::kUnknown : yes((types & TypeOf(value)) != 0);
-  }
-  if (key == "const") return yes(value == arg);
-  if (key == "enum") {
-    if (!arg.is_array()) return Verdict::kUnknown;
-    return yes(std::find(arg.begin(), arg.end(), value) != arg.end());
-  }
-  if (key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum") {
-    if (!arg.is_number()) return Verdict::kUnknown;
-    const int c = Compare(value, arg);
-    if (key == "minimum") return yes(c >= 0);
-    if (key == "maximum") return yes(c <= 0);
-    return yes(key == "exclusiveMinimum" ? c > 0 : c < 0);
-  }
-  if (key == "multipleOf") {
-    // Whole numbers only (nlohmann reads those not negative as unsigned).
-    auto whole = [](const Json& n) -> std::optional<int64_t> {
-      if (n.is_number_unsigned() && n.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) return n.get<int64_t>();
-      if (n.is_number_integer() && !n.is_number_unsigned()) return n.get<int64_t>();
-      return std::nullopt;
-    };
-    const std::optional<int64_t> v = whole(value), m = whole(arg);
-    if (!v || !m || *m <= 0) return Verdict::kUnknown;
-    return yes(*v % *m == 0);
-  }
-  if (key == "required") {
-    if (!arg.is_array()) return Verdict::kUnknown;
-    for (const Json& name : arg) {
-      if (!name.is_string()) return Verdict::kUnknown;
-      if (!value.contains(name.get<std::string>())) return Verdict::kNo;
-    }
-    return Verdict::kYes;
-  }
-  if (!arg.is_number()) return Verdict::kUnknown;
-  const double bound = arg.get<double>();
-  if (key == "minLength") return yes(CodePoints(value.get<std::string>()) >= bound);
-  if (key == "maxLength") return yes(CodePoints(value.get<std::string>()) <= bound);
-  if (key == "minItems" || key == "minProperties") return yes(static_cast<double>(value.size()) >= bound);
-  if (key == "maxItems" || key == "maxProperties") return yes(static_cast<double>(value.size()) <= bound);
-  return Verdict::kUnknown;
-}
-
-// Whether `schema` lists its values (const, or enum); if so, whether every
-// one passes `pred`.
-template <typename Pred>
-std::optional<bool> AllListed(const Json& schema, Pred pred) {
-  if (const Json* c = Member(schema, "const")) return pred(*c);
-  const Json* e = Member(schema, "enum");
-  if (e == nullptr || !e->is_array()) return std::nullopt;
-  return std::all_of(e->begin(), e->end(), pred);
-}
 
 // A refusal: the keyword (and what of it), the JSON pointer (a URI
 // fragment) to the keyword that would go unenforced, and why, if more is
@@ -336,7 +74,10 @@ struct Unenforced {
 // implies it (a type every enum value has, or every anyOf branch repeats).
 class SchemaWalk {
  public:
-  explicit SchemaWalk(const Json& root) : root_(root) {
+  // `rewritten`: the schema is RewriteForXgrammar's, whose patternProperties
+  // xgrammar enforces where additionalProperties is false (it has held
+  // named members and overlapping patterns to each other's schemas).
+  SchemaWalk(const Json& root, bool rewritten) : root_(root), rewritten_(rewritten) {
     // Before 2019-09, JSON Schema ignored a $ref's siblings, as xgrammar does.
     if (const Json* dialect = Member(root, "$schema"); dialect != nullptr && dialect->is_string()) {
       const std::string& d = dialect->get_ref<const std::string&>();
@@ -609,6 +350,10 @@ class SchemaWalk {
       if (arg == nullptr) continue;
       // uniqueItems: false asks for nothing.
       if (std::string(key) == "uniqueItems" && arg->is_boolean() && !arg->get<bool>()) continue;
+      if (rewritten_ && std::string(key) == "patternProperties" && arg->is_object()) {
+        const Json* additional = Member(schema, "additionalProperties");
+        if (additional != nullptr && additional->is_boolean() && !additional->get<bool>()) continue;
+      }
       return Unenforced{key, here(key)};
     }
     if (const Json* all = Member(schema, "allOf"); all != nullptr && all->is_array() && all->size() > 1) {
@@ -779,6 +524,11 @@ class SchemaWalk {
       }
       const Json* additional = Member(schema, "additionalProperties");
       if (additional != nullptr && additional->is_object()) next->push_back({additional, here("additionalProperties")});
+      if (const Json* patterns = Member(schema, "patternProperties"); patterns != nullptr && patterns->is_object()) {
+        for (const auto& [pattern, sub] : patterns->items()) {
+          next->push_back({&sub, absl::StrCat(here("patternProperties"), "/", PointerToken(pattern))});
+        }
+      }
     }
     return std::nullopt;
   }
@@ -791,13 +541,26 @@ class SchemaWalk {
   }
 
   const Json& root_;
+  bool rewritten_;
   bool refs_alone_ = false;  // the schema's $schema is a draft before 2019-09
   int64_t budget_ = kBudget;
   std::map<std::pair<const Json*, bool>, uint8_t> types_;  // Types' answers (kInProgress while it works)
   std::vector<std::string> strict_formats_;
 };
 
+// Whether `doc` has something at the JSON pointer (a URI fragment, "#/a/b").
+bool Holds(const Json& doc, const std::string& pointer) {
+  if (pointer.empty() || pointer[0] != '#') return false;
+  try {
+    doc.at(Json::json_pointer(pointer.substr(1)));
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
+}  // namespace schema
 
 absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const std::string& field) {
   if (schema.size() > kMaxSchemaBytes) {
@@ -806,27 +569,56 @@ absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const 
   if (NestingDepth(schema, '{', '}', '[', ']', "\"", /*classes=*/false, kMaxConstraintDepth) < 0) {
     return FieldError(field, absl::StrCat("nested deeper than ", kMaxConstraintDepth, " levels"));
   }
-  const nlohmann::json parsed = nlohmann::json::parse(schema, nullptr, /*allow_exceptions=*/false);
+  const schema::Json parsed = schema::Json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return FieldError(field, "not valid JSON");
-  SchemaWalk walk(parsed);
-  if (const std::optional<Unenforced> found = walk.Run()) {
-    // A pointer may quote long member names: keep its ends.
-    std::string pointer = found->pointer;
-    if (pointer.size() > 240) {
-      pointer = absl::StrCat(pointer.substr(0, 80), "...", pointer.substr(pointer.size() - 150));
-    }
-    return FieldError(field, absl::StrCat("the keyword ", found->keyword, " is not supported at ", pointer,
-                                          " (it would not be enforced", found->why.empty() ? "" : ": ", found->why,
-                                          ")"));
+  // The schema rewritten into forms xgrammar enforces (engine/
+  // json_schema_rewrite.h), if the walk finds nothing unenforced in it;
+  // else the schema as sent, and the walk's refusal names the keyword
+  // where the client wrote it.
+  std::optional<schema::Json> rewritten = schema::RewriteForXgrammar(parsed);
+  if (rewritten && rewritten->is_boolean() && !rewritten->get<bool>()) {
+    return FieldError(field, "no value is valid under this schema (its keywords contradict each other)");
   }
-  if (walk.strict_formats().empty()) return schema;
-  // The same document in its own member order (the grammar writes
-  // properties in the schema's order), each such format now its pattern.
-  nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(schema, nullptr, /*allow_exceptions=*/false);
-  for (const std::string& at : walk.strict_formats()) {
+  const schema::Json* chosen = nullptr;
+  std::vector<std::string> strict_formats;
+  std::optional<schema::Unenforced> found;
+  if (rewritten) {
+    schema::SchemaWalk walk(*rewritten, /*rewritten=*/true);
+    found = walk.Run();
+    if (!found) {
+      chosen = &*rewritten;
+      strict_formats = walk.strict_formats();
+    }
+  }
+  if (chosen == nullptr) {
+    // What the rewrite could not fix is what to name, where the client's
+    // schema has the place it names; else the client's schema's own first
+    // refusal (the rewrite moved or merged what it names).
+    schema::SchemaWalk walk(parsed, /*rewritten=*/false);
+    std::optional<schema::Unenforced> own = walk.Run();
+    if (own) {
+      if (found && !schema::Holds(parsed, found->pointer)) found = std::move(own);
+      if (!found) found = std::move(own);
+      // A pointer may quote long member names: keep its ends.
+      std::string pointer = found->pointer;
+      if (pointer.size() > 240) {
+        pointer = absl::StrCat(pointer.substr(0, 80), "...", pointer.substr(pointer.size() - 150));
+      }
+      return FieldError(field, absl::StrCat("the keyword ", found->keyword, " is not supported at ", pointer,
+                                            " (it would not be enforced", found->why.empty() ? "" : ": ",
+                                            found->why, ")"));
+    }
+    chosen = &parsed;
+    strict_formats = walk.strict_formats();
+  }
+  if ((chosen == &parsed || *chosen == parsed) && strict_formats.empty()) return schema;
+  // The document in its own member order (the grammar writes properties in
+  // the schema's order), each such format now its pattern.
+  schema::Json out = *chosen;
+  for (const std::string& at : strict_formats) {
     try {
-      nlohmann::ordered_json& string = ordered.at(nlohmann::ordered_json::json_pointer(at.substr(1)));
-      const std::string pattern = StrictFormatPattern(string.at("format").get<std::string>());
+      schema::Json& string = out.at(schema::Json::json_pointer(at.substr(1)));
+      const std::string pattern = schema::StrictFormatPattern(string.at("format").get<std::string>());
       string.erase("format");
       string["pattern"] = pattern;
     } catch (const std::exception&) {
@@ -834,7 +626,7 @@ absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const 
       // unescaped ~): that schema keeps xgrammar's own format check.
     }
   }
-  return ordered.dump();
+  return out.dump();
 }
 
 absl::Status CheckJsonSchema(const std::string& schema, const std::string& field) {

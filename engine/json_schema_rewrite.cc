@@ -1,0 +1,1118 @@
+#include "engine/json_schema_rewrite.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <numeric>
+#include <regex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace flover::schema {
+namespace {
+
+bool IsSpecial(char c) { return std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos; }
+
+// Where the pattern's top-level alternation bars and its anchors are: false
+// where an anchor sits anywhere but at the very start or end.
+struct PatternShape {
+  bool starts = false, ends = false, alternation = false, inner_anchor = false;
+};
+PatternShape ShapeOf(const std::string& p) {
+  PatternShape shape;
+  int depth = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      ++i;
+    } else if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+      if (i + 1 < p.size() && p[i + 1] == '^') ++i;  // a negated class
+      if (i + 1 < p.size() && p[i + 1] == ']') ++i;  // "[]...]": the ] is a member
+    } else if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      --depth;
+    } else if (c == '|' && depth == 0) {
+      shape.alternation = true;
+    } else if (c == '^') {
+      if (i == 0) {
+        shape.starts = true;
+      } else {
+        shape.inner_anchor = true;
+      }
+    } else if (c == '$') {
+      if (i + 1 == p.size()) {
+        shape.ends = true;
+      } else {
+        shape.inner_anchor = true;
+      }
+    }
+  }
+  return shape;
+}
+
+// A pattern that is one character (a class, an escape such as \d, ".", or
+// a literal) and a quantifier: the character and the bounds, or nullopt.
+struct Repeated {
+  std::string atom;
+  int64_t min = 1, max = 1;  // max -1: unbounded
+};
+std::optional<Repeated> RepeatedAtom(const std::string& p) {
+  if (p.empty()) return std::nullopt;
+  Repeated r;
+  size_t i = 0;
+  if (p[0] == '[') {
+    i = 1;
+    if (i < p.size() && p[i] == '^') ++i;
+    if (i < p.size() && p[i] == ']') ++i;
+    while (i < p.size() && p[i] != ']') i += p[i] == '\\' ? 2 : 1;
+    if (i >= p.size()) return std::nullopt;
+    ++i;
+  } else if (p[0] == '\\') {
+    if (p.size() < 2 || std::string("dDwWsS").find(p[1]) == std::string::npos) {
+      if (p.size() < 2 || std::isalnum(static_cast<unsigned char>(p[1]))) return std::nullopt;
+    }
+    i = 2;
+  } else if (p[0] == '.' || !IsSpecial(p[0])) {
+    i = 1;
+    // A literal UTF-8 character is one code point: take its continuation bytes.
+    while (i < p.size() && (static_cast<unsigned char>(p[i]) & 0xC0) == 0x80) ++i;
+  } else {
+    return std::nullopt;
+  }
+  r.atom = p.substr(0, i);
+  const std::string q = p.substr(i);
+  if (q.empty()) return r;
+  if (q == "*") return Repeated{r.atom, 0, -1};
+  if (q == "+") return Repeated{r.atom, 1, -1};
+  if (q == "?") return Repeated{r.atom, 0, 1};
+  if (q.front() != '{' || q.back() != '}') return std::nullopt;
+  const std::string inner = q.substr(1, q.size() - 2);
+  const size_t comma = inner.find(',');
+  auto number = [](const std::string& s, int64_t* out) {
+    if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    *out = std::stoll(s);
+    return true;
+  };
+  if (comma == std::string::npos) {
+    if (!number(inner, &r.min)) return std::nullopt;
+    r.max = r.min;
+    return r;
+  }
+  if (!number(inner.substr(0, comma), &r.min)) return std::nullopt;
+  if (comma + 1 == inner.size()) {
+    r.max = -1;
+    return r;
+  }
+  if (!number(inner.substr(comma + 1), &r.max) || r.max < r.min) return std::nullopt;
+  return r;
+}
+
+// The literal text every match of an anchored pattern starts with (up to
+// the first special character; a character a quantifier follows is not
+// sure), or nullopt where the pattern is not anchored at its start.
+std::optional<std::string> AnchoredPrefix(const std::string& p) {
+  if (p.empty() || p[0] != '^' || ShapeOf(p).alternation) return std::nullopt;
+  std::string prefix;
+  size_t i = 1;
+  while (i < p.size() && !IsSpecial(p[i])) prefix += p[i++];
+  if (i < p.size() && (p[i] == '?' || p[i] == '*' || p[i] == '{') && !prefix.empty()) prefix.pop_back();
+  return prefix;
+}
+
+// Whether no string can match both patterns (searched): both anchored at
+// the start with literal prefixes that part before either ends.
+bool ProvablyDisjoint(const std::string& a, const std::string& b) {
+  const std::optional<std::string> pa = AnchoredPrefix(a), pb = AnchoredPrefix(b);
+  if (!pa || !pb) return false;
+  const size_t n = std::min(pa->size(), pb->size());
+  return pa->compare(0, n, *pb, 0, n) != 0;
+}
+
+// Whether `pattern` finds a match in `text` (ECMA-262, as JSON Schema
+// reads it), or nullopt where std::regex cannot tell (a syntax it lacks,
+// or input too long to try safely).
+std::optional<bool> Searches(const std::string& pattern, const std::string& text) {
+  if (pattern.size() > 1024 || text.size() > 256) return std::nullopt;
+  try {
+    return std::regex_search(text, std::regex(pattern, std::regex::ECMAScript));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+const char* const kTypeNames[] = {"null", "boolean", "object", "array", "string"};
+const uint8_t kTypeBits[] = {kNull, kBoolean, kObject, kArray, kString};
+
+// The `type` keyword naming exactly `types` (a name, or a list).
+Json TypeKeyword(uint8_t types) {
+  Json names = Json::array();
+  for (size_t i = 0; i < 5; ++i) {
+    if (types & kTypeBits[i]) names.push_back(kTypeNames[i]);
+  }
+  if ((types & kNumber) == kNumber) {
+    names.push_back("number");
+  } else if (types & kInteger) {
+    names.push_back("integer");
+  }
+  return names.size() == 1 ? names[0] : names;
+}
+
+// Keywords that hold subschemas or say where a schema sits, never
+// constraints of their own.
+bool Holder(const std::string& key) {
+  return key == "$defs" || key == "definitions" || key == "$schema" || key == "$id" || key == "$anchor";
+}
+
+// A keyword whose meaning does not depend on its siblings, so that two
+// schemas' conjunction may hold it from either.
+bool SelfContained(const std::string& key) {
+  static const std::set<std::string>* const kDependent = new std::set<std::string>{
+      "properties", "patternProperties", "additionalProperties", "unevaluatedProperties", "items",
+      "prefixItems", "additionalItems", "unevaluatedItems", "$ref", "anyOf", "oneOf", "allOf",
+      "if", "then", "else", "minContains", "maxContains", "contains"};
+  return kDependent->count(key) == 0;
+}
+
+class Rewriter {
+ public:
+  explicit Rewriter(const Json& root) : root_(root) {
+    if (const Json* dialect = Member(root, "$schema"); dialect != nullptr && dialect->is_string()) {
+      const std::string& d = dialect->get_ref<const std::string&>();
+      for (const char* draft : {"draft-03/", "draft-04/", "draft-06/", "draft-07/"}) {
+        refs_alone_ = refs_alone_ || d.find(draft) != std::string::npos;
+      }
+    }
+  }
+
+  std::optional<Json> Run() {
+    std::optional<Json> out = Flatten(root_, 0);
+    if (!out || budget_ <= 0) return std::nullopt;
+    ExpandListed(&*out, 0);
+    return out;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+  static constexpr size_t kMaxBranches = 64;
+  static constexpr int64_t kBudget = 20000;  // merges, inlined $refs and branches together
+
+  bool Spend(int64_t steps = 1) { return (budget_ -= steps) > 0; }
+
+  // The schema a local $ref names in the original document ("#", or a JSON
+  // pointer from "#/" with ~0 and ~1 escapes), or null.
+  const Json* Resolve(const Json& ref) const {
+    if (!ref.is_string()) return nullptr;
+    const std::string& uri = ref.get_ref<const std::string&>();
+    if (uri == "#") return &root_;
+    if (uri.size() < 2 || uri[0] != '#' || uri[1] != '/') return nullptr;
+    try {
+      return &root_.at(Json::json_pointer(uri.substr(1)));
+    } catch (const std::exception&) {
+      return nullptr;
+    }
+  }
+
+  // The target of `ref`, flattened, to stand in its place beside other
+  // keywords; nullopt for a reference it is already inside (a recursive
+  // schema cannot be inlined) or one it cannot resolve.
+  std::optional<Json> Inline(const Json& ref, int depth) {
+    const Json* target = Resolve(ref);
+    if (target == nullptr || !Spend()) return std::nullopt;
+    const std::string uri = ref.get<std::string>();
+    if (!inlining_.insert(uri).second) return std::nullopt;
+    std::optional<Json> out = Flatten(*target, depth + 1);
+    inlining_.erase(uri);
+    if (out && out->is_object()) {
+      for (const char* holder : {"$defs", "definitions", "$schema", "$id"}) out->erase(holder);
+    }
+    return out;
+  }
+
+  // `schema` with its subschemas flattened and its own keywords rewritten.
+  std::optional<Json> Flatten(const Json& schema, int depth) {
+    if (!schema.is_object()) return schema;
+    if (depth > kMaxDepth || !Spend()) return std::nullopt;
+    static const std::set<std::string>* const kMaps = new std::set<std::string>{
+        "properties", "patternProperties", "$defs", "definitions", "dependentSchemas"};
+    static const std::set<std::string>* const kOne = new std::set<std::string>{
+        "items", "additionalProperties", "additionalItems", "contains", "propertyNames", "not", "if", "then",
+        "else", "unevaluatedItems", "unevaluatedProperties"};
+    static const std::set<std::string>* const kLists =
+        new std::set<std::string>{"prefixItems", "anyOf", "oneOf", "allOf", "items"};
+    Json node = Json::object();
+    for (const auto& item : schema.items()) {
+      const std::string& key = item.key();
+      const Json& value = item.value();
+      if (kMaps->count(key) && value.is_object()) {
+        Json out = Json::object();
+        for (const auto& member : value.items()) {
+          std::optional<Json> sub = Flatten(member.value(), depth + 1);
+          if (!sub) return std::nullopt;
+          out[member.key()] = std::move(*sub);
+        }
+        node[key] = std::move(out);
+      } else if (kOne->count(key) && value.is_object()) {
+        std::optional<Json> sub = Flatten(value, depth + 1);
+        if (!sub) return std::nullopt;
+        node[key] = std::move(*sub);
+      } else if (kLists->count(key) && value.is_array()) {
+        Json out = Json::array();
+        for (const Json& element : value) {
+          std::optional<Json> sub = Flatten(element, depth + 1);
+          if (!sub) return std::nullopt;
+          out.push_back(std::move(*sub));
+        }
+        // A branch no value matches (false, or a rewrite found it so)
+        // changes neither an anyOf nor a oneOf; xgrammar refuses one.
+        if (key == "anyOf" || key == "oneOf") {
+          Json live = Json::array();
+          for (Json& b : out) {
+            if (!(b.is_boolean() && !b.get<bool>())) live.push_back(std::move(b));
+          }
+          if (live.empty()) return Json(false);
+          out = std::move(live);
+        }
+        node[key] = std::move(out);
+      } else {
+        node[key] = value;
+      }
+    }
+    return Combine(std::move(node), depth);
+  }
+
+  // A node whose subschemas are flattened: its $ref, allOf, anyOf and oneOf
+  // merged with the keywords beside them, where there are any.
+  std::optional<Json> Combine(Json node, int depth) {
+    if (Member(node, "const") != nullptr || Member(node, "enum") != nullptr) {
+      if (std::optional<Json> listed = ListedOnly(node)) return listed;
+    }
+    const Json* ref = Member(node, "$ref");
+    const Json* all = Member(node, "allOf");
+    const Json* any = Member(node, "anyOf");
+    const Json* one = Member(node, "oneOf");
+    bool siblings = false;
+    for (const auto& item : node.items()) {
+      const std::string& key = item.key();
+      if (key == "$ref" || key == "allOf" || key == "anyOf" || key == "oneOf") continue;
+      siblings = siblings || (KeywordTypes(key, item.value()) != 0 && !Vacuous(key, item.value()));
+    }
+    const int combinators = (ref != nullptr) + (all != nullptr) + (any != nullptr) + (one != nullptr);
+    const bool lone_all = all == nullptr || (all->is_array() && all->size() <= 1);
+    if (combinators == 0 || (!siblings && combinators == 1 && lone_all)) return Local(std::move(node));
+    if (ref != nullptr && refs_alone_) return node;  // before 2019-09 its siblings mean nothing
+    // Malformed combinators are xgrammar's to refuse, with its message.
+    for (const Json* list : {all, any, one}) {
+      if (list != nullptr && (!list->is_array() || list->empty())) return node;
+    }
+    Json base = Json::object(), holders = Json::object();
+    for (const auto& item : node.items()) {
+      const std::string& key = item.key();
+      if (key == "$ref" || key == "allOf" || key == "anyOf" || key == "oneOf") continue;
+      (Holder(key) ? holders : base)[key] = item.value();
+    }
+    std::optional<Json> conj = Local(std::move(base));
+    if (!conj) return std::nullopt;
+    std::vector<Json> parts;
+    if (ref != nullptr) {
+      std::optional<Json> target = Inline(*ref, depth);
+      if (!target) return std::nullopt;
+      parts.push_back(std::move(*target));
+    }
+    if (all != nullptr) parts.insert(parts.end(), all->begin(), all->end());
+    if (any != nullptr) parts.push_back(Json{{"anyOf", *any}});
+    if (one != nullptr) parts.push_back(Json{{"oneOf", *one}});
+    for (const Json& part : parts) {
+      conj = Merge(*conj, part, depth);
+      if (!conj) return std::nullopt;
+    }
+    if (conj->is_object()) {
+      for (const auto& item : holders.items()) (*conj)[item.key()] = item.value();
+    }
+    return conj;
+  }
+
+  // `node` (with const or enum) as the values it lists that pass all its
+  // other keywords, each decided by Validate, and its annotations; false
+  // where none passes; nullopt where some value cannot be decided.
+  std::optional<Json> ListedOnly(const Json& node) {
+    const bool is_const = Member(node, "const") != nullptr;
+    const Json values = is_const ? Json::array({node.at("const")}) : node.at("enum");
+    if (!values.is_array()) return std::nullopt;
+    Json rest = Json::object(), out = Json::object();
+    for (const auto& item : node.items()) {
+      const std::string& key = item.key();
+      if (key == "const" || key == "enum") continue;
+      const bool validates = KeywordTypes(key, item.value()) != 0 || key == "if" || key == "prefixItems" ||
+                             key == "additionalItems" || key == "dependentSchemas";
+      (validates ? rest : out)[key] = item.value();
+    }
+    if (rest.empty()) return std::nullopt;  // nothing to decide
+    Json kept = Json::array();
+    for (const Json& v : values) {
+      const Verdict r = Validate(v, rest, 0);
+      if (r == Verdict::kUnknown) return std::nullopt;
+      if (r == Verdict::kYes) kept.push_back(v);
+    }
+    if (kept.empty()) return Json(false);
+    if (is_const) {
+      out["const"] = kept[0];
+    } else {
+      out["enum"] = std::move(kept);
+    }
+    return out;
+  }
+
+  // xgrammar writes a listed object or array compactly ({"a":1}), unlike
+  // the rest of its JSON ({"a": 1}): everywhere in `schema`, an enum or
+  // const with such values and no other validation keyword becomes schemas
+  // of exactly those values (an anyOf, the scalars' enum one branch).
+  void ExpandListed(Json* schema, int depth) {
+    if (depth > kMaxDepth) return;
+    if (schema->is_array()) {
+      for (Json& x : *schema) ExpandListed(&x, depth + 1);
+      return;
+    }
+    if (!schema->is_object()) return;
+    for (auto& item : schema->items()) {
+      if (item.key() != "enum" && item.key() != "const") ExpandListed(&item.value(), depth + 1);
+    }
+    const bool is_const = schema->contains("const");
+    if (!is_const && !schema->contains("enum")) return;
+    const Json values = is_const ? Json::array({(*schema)["const"]}) : (*schema)["enum"];
+    if (!values.is_array() || std::none_of(values.begin(), values.end(), [](const Json& v) {
+          return v.is_structured();
+        })) {
+      return;
+    }
+    Json out = Json::object();
+    for (const auto& item : schema->items()) {
+      if (item.key() == "enum" || item.key() == "const") continue;
+      if (KeywordTypes(item.key(), item.value()) != 0) return;  // the walk decides
+      out[item.key()] = item.value();
+    }
+    Json scalars = Json::array(), branches = Json::array();
+    for (const Json& v : values) {
+      if (v.is_structured()) {
+        branches.push_back(SchemaOfValue(v));
+      } else {
+        scalars.push_back(v);
+      }
+    }
+    if (!scalars.empty()) branches.push_back(Json{{"enum", std::move(scalars)}});
+    if (branches.size() == 1) {
+      for (const auto& item : branches[0].items()) out[item.key()] = item.value();
+    } else {
+      out["anyOf"] = std::move(branches);
+    }
+    *schema = std::move(out);
+  }
+
+  // The schema whose only valid instance is `v` (JSON equality: members
+  // in any order, 1 and 1.0 alike).
+  static Json SchemaOfValue(const Json& v) {
+    if (v.is_object()) {
+      Json properties = Json::object(), required = Json::array();
+      for (const auto& member : v.items()) {
+        properties[member.key()] = SchemaOfValue(member.value());
+        required.push_back(member.key());
+      }
+      return Json{{"type", "object"}, {"properties", std::move(properties)}, {"required", std::move(required)},
+                  {"additionalProperties", false}};
+    }
+    if (v.is_array()) {
+      Json items = Json::array();
+      for (const Json& x : v) items.push_back(SchemaOfValue(x));
+      const size_t n = items.size();
+      return Json{{"type", "array"}, {"prefixItems", std::move(items)}, {"items", false}, {"minItems", n}};
+    }
+    return Json{{"const", v}};
+  }
+
+  static Verdict Not(Verdict v) {
+    return v == Verdict::kUnknown ? v : (v == Verdict::kYes ? Verdict::kNo : Verdict::kYes);
+  }
+
+  // Whether the instance `v` is valid under `s`, as JSON Schema reads it,
+  // where that can be told here (not formats, dynamic references or
+  // unevaluated members; patterns by std::regex).
+  Verdict Validate(const Json& v, const Json& s, int depth) {
+    if (s.is_boolean()) return s.get<bool>() ? Verdict::kYes : Verdict::kNo;
+    if (!s.is_object() || depth > kMaxDepth || !Spend()) return Verdict::kUnknown;
+    const Json* ref = Member(s, "$ref");
+    if (ref != nullptr && refs_alone_) {
+      const Json* target = Resolve(*ref);
+      return target == nullptr ? Verdict::kUnknown : Validate(v, *target, depth + 1);
+    }
+    bool unknown = false;
+    for (const auto& item : s.items()) {
+      const std::string& key = item.key();
+      const Verdict r = Keyword(v, s, key, item.value(), depth);
+      if (r == Verdict::kNo) return r;
+      unknown = unknown || r == Verdict::kUnknown;
+    }
+    return unknown ? Verdict::kUnknown : Verdict::kYes;
+  }
+
+  // All of `verdicts` (kNo if any is, else kUnknown if any is).
+  static Verdict All(const std::vector<Verdict>& verdicts) {
+    Verdict out = Verdict::kYes;
+    for (Verdict r : verdicts) {
+      if (r == Verdict::kNo) return r;
+      if (r == Verdict::kUnknown) out = r;
+    }
+    return out;
+  }
+
+  Verdict Keyword(const Json& v, const Json& s, const std::string& key, const Json& arg, int depth) {
+    auto sub = [&](const Json& x, const Json& schema) { return Validate(x, schema, depth + 1); };
+    if (key == "$ref") {
+      const Json* target = Resolve(arg);
+      return target == nullptr ? Verdict::kUnknown : sub(v, *target);
+    }
+    if (key == "not") return Not(sub(v, arg));
+    if (key == "allOf" || key == "anyOf" || key == "oneOf") {
+      if (!arg.is_array()) return Verdict::kUnknown;
+      std::vector<Verdict> each;
+      for (const Json& b : arg) each.push_back(sub(v, b));
+      if (key == "allOf") return All(each);
+      const auto yes = std::count(each.begin(), each.end(), Verdict::kYes);
+      const auto maybe = std::count(each.begin(), each.end(), Verdict::kUnknown);
+      if (key == "anyOf") return yes > 0 ? Verdict::kYes : (maybe > 0 ? Verdict::kUnknown : Verdict::kNo);
+      if (yes > 1) return Verdict::kNo;
+      if (maybe > 0) return Verdict::kUnknown;
+      return yes == 1 ? Verdict::kYes : Verdict::kNo;
+    }
+    if (key == "if") {
+      const Verdict c = sub(v, arg);
+      if (c == Verdict::kUnknown) return c;
+      const Json* branch = Member(s, c == Verdict::kYes ? "then" : "else");
+      return branch == nullptr ? Verdict::kYes : sub(v, *branch);
+    }
+    if (key == "then" || key == "else") return Verdict::kYes;  // read by "if"
+    if (key == "$dynamicRef" || key == "$recursiveRef" || key == "unevaluatedItems" ||
+        key == "unevaluatedProperties") {
+      return Verdict::kUnknown;
+    }
+    if (key == "pattern") {
+      if (!v.is_string() || !arg.is_string()) return Verdict::kYes;
+      const std::optional<bool> m = Searches(arg.get<std::string>(), v.get<std::string>());
+      return !m ? Verdict::kUnknown : (*m ? Verdict::kYes : Verdict::kNo);
+    }
+    if (key == "format") {
+      return v.is_string() && KeywordTypes(key, arg) != 0 ? Verdict::kUnknown : Verdict::kYes;
+    }
+    if (key == "multipleOf" && v.is_number() && TypeOf(v) != kInteger) return Verdict::kUnknown;
+    if (v.is_array()) {
+      if (key == "items" || key == "prefixItems" || key == "additionalItems") {
+        std::vector<Verdict> each;
+        const Json* prefix = Member(s, "prefixItems");
+        const Json* items = Member(s, "items");
+        if (key == "prefixItems" && arg.is_array()) {
+          for (size_t i = 0; i < arg.size() && i < v.size(); ++i) each.push_back(sub(v[i], arg[i]));
+        } else if (key == "items" && arg.is_array()) {  // before 2020-12: a tuple
+          for (size_t i = 0; i < arg.size() && i < v.size(); ++i) each.push_back(sub(v[i], arg[i]));
+        } else if (key == "items") {
+          const size_t start = prefix != nullptr && prefix->is_array() ? prefix->size() : 0;
+          for (size_t i = start; i < v.size(); ++i) each.push_back(sub(v[i], arg));
+        } else if (key == "additionalItems" && items != nullptr && items->is_array()) {
+          for (size_t i = items->size(); i < v.size(); ++i) each.push_back(sub(v[i], arg));
+        }
+        return All(each);
+      }
+      if (key == "contains") {
+        int64_t yes = 0, maybe = 0;
+        for (const Json& x : v) {
+          const Verdict r = sub(x, arg);
+          yes += r == Verdict::kYes;
+          maybe += r == Verdict::kUnknown;
+        }
+        const Json* lo = Member(s, "minContains");
+        const Json* hi = Member(s, "maxContains");
+        const double min = lo != nullptr && lo->is_number() ? lo->get<double>() : 1;
+        const double max = hi != nullptr && hi->is_number() ? hi->get<double>() : 1e300;
+        if (yes >= min && yes + maybe <= max) return Verdict::kYes;
+        if (yes + maybe < min || yes > max) return Verdict::kNo;
+        return Verdict::kUnknown;
+      }
+      if (key == "uniqueItems") {
+        if (!arg.is_boolean() || !arg.get<bool>()) return Verdict::kYes;
+        for (size_t i = 0; i < v.size(); ++i) {
+          for (size_t j = i + 1; j < v.size(); ++j) {
+            if (!Spend()) return Verdict::kUnknown;
+            if (v[i] == v[j]) return Verdict::kNo;
+          }
+        }
+        return Verdict::kYes;
+      }
+    }
+    if (v.is_object()) {
+      if (key == "properties" || key == "patternProperties" || key == "additionalProperties") {
+        const Json* properties = Member(s, "properties");
+        const Json* patterns = Member(s, "patternProperties");
+        std::vector<Verdict> each;
+        for (const auto& member : v.items()) {
+          const std::string& name = member.key();
+          const bool named = properties != nullptr && properties->is_object() && properties->contains(name);
+          if (key == "properties") {
+            if (named) each.push_back(sub(member.value(), properties->at(name)));
+            continue;
+          }
+          bool matched = false;
+          if (patterns != nullptr && patterns->is_object()) {
+            for (const auto& p : patterns->items()) {
+              const std::optional<bool> m = Searches(p.key(), name);
+              if (!m) return Verdict::kUnknown;
+              if (!*m) continue;
+              matched = true;
+              if (key == "patternProperties") each.push_back(sub(member.value(), p.value()));
+            }
+          }
+          if (key == "additionalProperties" && !named && !matched) each.push_back(sub(member.value(), arg));
+        }
+        return All(each);
+      }
+      if (key == "propertyNames") {
+        std::vector<Verdict> each;
+        for (const auto& member : v.items()) each.push_back(sub(Json(member.key()), arg));
+        return All(each);
+      }
+      if (key == "dependencies" || key == "dependentRequired" || key == "dependentSchemas") {
+        if (!arg.is_object()) return Verdict::kUnknown;
+        std::vector<Verdict> each;
+        for (const auto& dep : arg.items()) {
+          if (!v.contains(dep.key())) continue;
+          each.push_back(dep.value().is_array() ? Satisfies(v, "required", dep.value()) : sub(v, dep.value()));
+        }
+        return All(each);
+      }
+    }
+    if (key == "minContains" || key == "maxContains") return Verdict::kYes;  // read by "contains"
+    return Satisfies(v, key, arg);
+  }
+
+  // Whether `schema` is an anyOf or oneOf and nothing else that validates.
+  static const char* UnionKind(const Json& schema) {
+    const char* kind = nullptr;
+    for (const auto& item : schema.items()) {
+      const std::string& key = item.key();
+      if ((key == "anyOf" || key == "oneOf") && item.value().is_array() && kind == nullptr) {
+        kind = key == "anyOf" ? "anyOf" : "oneOf";
+      } else if (KeywordTypes(key, item.value()) != 0 && !Vacuous(key, item.value())) {
+        return nullptr;
+      }
+    }
+    return kind;
+  }
+
+  // The conjunction of two flattened schemas, as one schema.
+  std::optional<Json> Merge(const Json& a, const Json& b, int depth) {
+    if (depth > kMaxDepth || !Spend()) return std::nullopt;
+    if (a.is_boolean()) return a.get<bool>() ? b : a;
+    if (b.is_boolean()) return b.get<bool>() ? a : b;
+    if (!a.is_object() || !b.is_object()) return std::nullopt;
+    for (const auto& pair : {std::pair<const Json*, const Json*>{&a, &b}, {&b, &a}}) {
+      const Json& x = *pair.first;
+      const Json& y = *pair.second;
+      if (const char* kind = UnionKind(x)) {  // (u1 | u2) & y = (u1 & y) | (u2 & y)
+        Json branches = Json::array();
+        for (const Json& u : x.at(kind)) {
+          std::optional<Json> m = Merge(u, y, depth + 1);
+          if (!m) return std::nullopt;
+          if (m->is_boolean() && !m->get<bool>()) continue;  // matches nothing
+          branches.push_back(std::move(*m));
+        }
+        if (branches.size() > kMaxBranches || !Spend(static_cast<int64_t>(branches.size()))) return std::nullopt;
+        if (branches.empty()) return Json(false);
+        if (branches.size() == 1) return branches[0];
+        Json out = Json::object();
+        out[kind] = std::move(branches);
+        return out;
+      }
+      if (const Json* ref = Member(x, "$ref")) {
+        std::optional<Json> target = Inline(*ref, depth);
+        if (!target) return std::nullopt;
+        Json rest = x;
+        rest.erase("$ref");
+        std::optional<Json> with = Merge(rest, *target, depth + 1);
+        if (!with) return std::nullopt;
+        return Merge(*with, y, depth + 1);
+      }
+      if (Member(x, "allOf") != nullptr || Member(x, "anyOf") != nullptr || Member(x, "oneOf") != nullptr) {
+        std::optional<Json> combined = Combine(x, depth + 1);
+        if (!combined || *combined == x) return std::nullopt;
+        return Merge(*combined, y, depth + 1);
+      }
+    }
+    Json out = a;
+    if (!MergeObjects(b, &out, depth)) return std::nullopt;
+    if (out.is_boolean()) return out;
+    if (!MergeKeywords(a, b, &out, depth)) return std::nullopt;
+    if (out.is_boolean()) return out;
+    return Local(std::move(out));
+  }
+
+  // properties, additionalProperties and patternProperties of `b` into
+  // `out` (a copy of `a`): each member held to both sides' schemas for it.
+  bool MergeObjects(const Json& b, Json* out, int depth) {
+    Json& a = *out;
+    auto has_any = [](const Json& s, std::initializer_list<const char*> keys) {
+      return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return Member(s, k) != nullptr; });
+    };
+    const bool a_obj = has_any(a, {"properties", "additionalProperties", "patternProperties"});
+    const bool b_obj = has_any(b, {"properties", "additionalProperties", "patternProperties"});
+    if (!b_obj) return true;
+    if (!a_obj) {
+      for (const char* key : {"properties", "additionalProperties", "patternProperties"}) {
+        if (const Json* v = Member(b, key)) a[key] = *v;
+      }
+      return true;
+    }
+    if (has_any(a, {"patternProperties"}) || has_any(b, {"patternProperties"}) ||
+        has_any(a, {"unevaluatedProperties"}) || has_any(b, {"unevaluatedProperties"})) {
+      return false;
+    }
+    static const Json kEmpty = Json::object();
+    static const Json kTrue = true;
+    const Json* pa = Member(a, "properties");
+    const Json* pb = Member(b, "properties");
+    if ((pa != nullptr && !pa->is_object()) || (pb != nullptr && !pb->is_object())) return false;
+    const Json& props_a = pa != nullptr ? *pa : kEmpty;
+    const Json& props_b = pb != nullptr ? *pb : kEmpty;
+    const Json* ap_a = Member(a, "additionalProperties");
+    const Json* ap_b = Member(b, "additionalProperties");
+    std::set<std::string> required;
+    for (const Json* s : {static_cast<const Json*>(&a), &b}) {
+      if (const Json* r = Member(*s, "required"); r != nullptr && r->is_array()) {
+        for (const Json& n : *r) {
+          if (n.is_string()) required.insert(n.get<std::string>());
+        }
+      }
+    }
+    std::optional<Json> ap = ap_a == nullptr && ap_b == nullptr
+                                 ? std::optional<Json>(Json())
+                                 : Merge(ap_a != nullptr ? *ap_a : kTrue, ap_b != nullptr ? *ap_b : kTrue, depth + 1);
+    if (!ap) return false;
+    const bool ap_false = ap->is_boolean() && !ap->get<bool>();
+    std::vector<std::string> names;
+    for (const auto& item : props_a.items()) names.push_back(item.key());
+    for (const auto& item : props_b.items()) {
+      if (!props_a.contains(item.key())) names.push_back(item.key());
+    }
+    Json props = Json::object();
+    for (const std::string& name : names) {
+      const Json& sa = props_a.contains(name) ? props_a.at(name) : (ap_a != nullptr ? *ap_a : kTrue);
+      const Json& sb = props_b.contains(name) ? props_b.at(name) : (ap_b != nullptr ? *ap_b : kTrue);
+      std::optional<Json> m = Merge(sa, sb, depth + 1);
+      if (!m) return false;
+      if (m->is_boolean() && !m->get<bool>()) {
+        if (required.count(name)) {
+          a = false;  // a member both require and one forbids
+          return true;
+        }
+        if (ap_false) continue;  // forbidden, as any member not listed is
+        return false;            // one name forbidden among others allowed: not expressible here
+      }
+      props[name] = std::move(*m);
+    }
+    a["properties"] = std::move(props);
+    if (ap->is_null()) {
+      a.erase("additionalProperties");
+    } else {
+      a["additionalProperties"] = std::move(*ap);
+    }
+    return true;
+  }
+
+  // The other keywords of `b` into `out` (a copy of `a`, objects merged).
+  bool MergeKeywords(const Json& a, const Json& b, Json* out, int depth) {
+    for (const auto& item : b.items()) {
+      const std::string& key = item.key();
+      const Json& vb = item.value();
+      if (key == "properties" || key == "additionalProperties" || key == "patternProperties") continue;
+      const Json* va = Member(a, key);
+      if (va == nullptr) {
+        if (!SelfContained(key) && key != "items" && key != "prefixItems") return false;
+        if (key == "items" && Member(a, "prefixItems") != nullptr) return false;
+        if (key == "prefixItems" && Member(a, "items") != nullptr) return false;
+        (*out)[key] = vb;
+        continue;
+      }
+      if (*va == vb) continue;
+      if (KeywordTypes(key, vb) == 0) continue;  // an annotation: a's stays
+      if (key == "type") {
+        const uint8_t ta = NamedTypes(*va), tb = NamedTypes(vb);
+        if (ta == 0 || tb == 0) return false;
+        if ((ta & tb) == 0) {
+          *out = false;
+          return true;
+        }
+        (*out)[key] = TypeKeyword(ta & tb);
+      } else if (key == "required") {
+        if (!va->is_array() || !vb.is_array()) return false;
+        Json r = *va;
+        for (const Json& n : vb) {
+          if (std::find(r.begin(), r.end(), n) == r.end()) r.push_back(n);
+        }
+        (*out)[key] = std::move(r);
+      } else if (key == "enum") {
+        if (!va->is_array() || !vb.is_array()) return false;
+        Json e = Json::array();
+        for (const Json& v : *va) {
+          if (std::find(vb.begin(), vb.end(), v) != vb.end()) e.push_back(v);
+        }
+        if (e.empty()) {
+          *out = false;
+          return true;
+        }
+        (*out)[key] = std::move(e);
+      } else if (key == "const") {
+        *out = false;  // two different values
+        return true;
+      } else if (key == "minimum" || key == "exclusiveMinimum" || key == "minLength" || key == "minItems" ||
+                 key == "minProperties") {
+        if (!va->is_number() || !vb.is_number()) return false;
+        if (Compare(vb, *va) > 0) (*out)[key] = vb;
+      } else if (key == "maximum" || key == "exclusiveMaximum" || key == "maxLength" || key == "maxItems" ||
+                 key == "maxProperties") {
+        if (!va->is_number() || !vb.is_number()) return false;
+        if (Compare(vb, *va) < 0) (*out)[key] = vb;
+      } else if (key == "uniqueItems") {
+        (*out)[key] = va->is_boolean() && vb.is_boolean() && (va->get<bool>() || vb.get<bool>());
+      } else if (key == "multipleOf") {
+        if (TypeOf(*va) != kInteger || TypeOf(vb) != kInteger || va->get<double>() <= 0 || vb.get<double>() <= 0) {
+          return false;
+        }
+        const int64_t x = va->get<int64_t>(), y = vb.get<int64_t>();
+        const int64_t l = x / std::gcd(x, y) * y;
+        if (l > (int64_t{1} << 40)) return false;
+        (*out)[key] = l;
+      } else if (key == "items") {
+        if (!va->is_object() && !va->is_boolean()) return false;
+        if (!vb.is_object() && !vb.is_boolean()) return false;
+        std::optional<Json> m = Merge(*va, vb, depth + 1);
+        if (!m) return false;
+        (*out)[key] = std::move(*m);
+      } else if (key == "dependentRequired") {
+        if (!va->is_object() || !vb.is_object()) return false;
+        Json d = *va;
+        for (const auto& dep : vb.items()) {
+          if (!d.contains(dep.key())) {
+            d[dep.key()] = dep.value();
+            continue;
+          }
+          if (!d[dep.key()].is_array() || !dep.value().is_array()) return false;
+          for (const Json& n : dep.value()) d[dep.key()].push_back(n);
+        }
+        (*out)[key] = std::move(d);
+      } else {
+        return false;  // two different patterns, formats, nots, ...: not one keyword
+      }
+    }
+    if (out->is_object()) {
+      for (const char* key : {"minLength", "minItems", "minProperties", "minimum"}) {
+        const std::string max = std::string("max") + (key + 3);
+        const Json* lo = Member(*out, key);
+        const Json* hi = Member(*out, max);
+        if (lo != nullptr && hi != nullptr && lo->is_number() && hi->is_number() && Compare(*lo, *hi) > 0) {
+          *out = false;  // bounds no value meets
+          return true;
+        }
+      }
+    }
+    return true;
+  }
+
+  // The rewrites of one schema object, keywords beside no combinator.
+  std::optional<Json> Local(Json node) {
+    if (!node.is_object()) return node;
+    if (Member(node, "$ref") != nullptr || Member(node, "anyOf") != nullptr || Member(node, "oneOf") != nullptr ||
+        Member(node, "allOf") != nullptr) {
+      return node;
+    }
+    // Listed values beside keywords that decide them: keep the values
+    // that pass, drop the keywords.
+    if (Member(node, "const") != nullptr || Member(node, "enum") != nullptr) {
+      if (std::optional<Json> listed = ListedOnly(node)) return listed;
+      Json values = Member(node, "const") != nullptr ? Json::array({node.at("const")}) : node.at("enum");
+      if (!values.is_array()) return node;
+      Json kept = Json::array();
+      std::vector<std::string> decided;
+      for (const auto& item : node.items()) {
+        const std::string& key = item.key();
+        if (key == "const" || key == "enum" || KeywordTypes(key, item.value()) == 0) continue;
+        bool decides = true;
+        for (const Json& v : values) decides = decides && Satisfies(v, key, item.value()) != Verdict::kUnknown;
+        if (decides) decided.push_back(key);
+      }
+      if (decided.empty()) return node;
+      for (const Json& v : values) {
+        const bool pass = std::all_of(decided.begin(), decided.end(), [&](const std::string& key) {
+          return Satisfies(v, key, node.at(key)) == Verdict::kYes;
+        });
+        if (pass) kept.push_back(v);
+      }
+      if (kept.empty()) return Json(false);
+      for (const std::string& key : decided) node.erase(key);
+      if (Member(node, "const") != nullptr && kept.size() == 1) {
+        node["const"] = kept[0];
+      } else {
+        node.erase("const");
+        node["enum"] = std::move(kept);
+      }
+      return node;
+    }
+    const Json* type = Member(node, "type");
+    bool shaped = type != nullptr;
+    for (const char* key : {"properties", "additionalProperties", "unevaluatedProperties", "patternProperties",
+                            "items", "prefixItems", "unevaluatedItems"}) {
+      shaped = shaped || Member(node, key) != nullptr;
+    }
+    if (!shaped) return SplitByType(std::move(node));
+    const uint8_t types = type != nullptr ? NamedTypes(*type) : kAnyType;
+    if (types & kString) {
+      if (!StringRewrites(&node)) return std::nullopt;
+      if (node.is_boolean()) return node;
+    }
+    if (types & kObject) {
+      if (!ObjectRewrites(&node)) return std::nullopt;
+      if (node.is_boolean()) return node;
+    }
+    if (const Json* unique = Member(node, "uniqueItems"); unique != nullptr && unique->is_boolean()) {
+      const Json* max = Member(node, "maxItems");
+      if (!unique->get<bool>() || (max != nullptr && max->is_number() && max->get<double>() <= 1)) {
+        node.erase("uniqueItems");
+      }
+    }
+    return node;
+  }
+
+  // A schema with validation keywords and no type: an anyOf of one branch
+  // per type its keywords constrain, and one for the types they do not.
+  std::optional<Json> SplitByType(Json node) {
+    Json annotations = Json::object();
+    std::vector<std::pair<std::string, Json>> keywords;
+    uint8_t constrained = 0;
+    for (const auto& item : node.items()) {
+      const uint8_t t = KeywordTypes(item.key(), item.value());
+      if (t == 0 || Vacuous(item.key(), item.value())) {
+        annotations[item.key()] = item.value();
+      } else {
+        keywords.push_back({item.key(), item.value()});
+        constrained |= t;
+      }
+    }
+    if (keywords.empty()) return node;
+    Json branches = Json::array();
+    const uint8_t kGroups[] = {kNull, kBoolean, kObject, kArray, kString, kNumber};
+    for (uint8_t group : kGroups) {
+      if ((constrained & group) == 0) continue;
+      Json branch = Json::object();
+      branch["type"] = TypeKeyword(group);
+      for (const auto& [key, value] : keywords) {
+        if (KeywordTypes(key, value) & group) branch[key] = value;
+      }
+      std::optional<Json> local = Local(std::move(branch));
+      if (!local) return std::nullopt;
+      if (local->is_boolean() && !local->get<bool>()) continue;
+      branches.push_back(std::move(*local));
+    }
+    const uint8_t rest = kAnyType & ~constrained;
+    if (rest != 0) branches.push_back(Json{{"type", TypeKeyword(rest)}});
+    if (branches.empty()) return Json(false);
+    if (branches.size() == 1) {
+      Json only = std::move(branches[0]);
+      if (only.is_object()) {
+        for (const auto& item : annotations.items()) only[item.key()] = item.value();
+      }
+      return only;
+    }
+    annotations["anyOf"] = std::move(branches);
+    return annotations;
+  }
+
+  // pattern searched, and lengths beside a pattern of one character.
+  bool StringRewrites(Json* node) {
+    Json& s = *node;
+    const Json* pattern = Member(s, "pattern");
+    if (pattern == nullptr || !pattern->is_string()) return true;
+    const std::string p = pattern->get<std::string>();
+    const Json* lo = Member(s, "minLength");
+    const Json* hi = Member(s, "maxLength");
+    if (lo != nullptr || hi != nullptr) {
+      const PatternShape shape = ShapeOf(p);
+      std::optional<Repeated> r;
+      if (shape.starts && shape.ends && !shape.alternation && !shape.inner_anchor) {
+        r = RepeatedAtom(p.substr(1, p.size() - 2));
+      }
+      if (!r || (lo != nullptr && TypeOf(*lo) != kInteger) || (hi != nullptr && TypeOf(*hi) != kInteger)) {
+        s["pattern"] = FullMatchPattern(p);
+        return true;  // the walk refuses the lengths beside it
+      }
+      int64_t min = std::max<int64_t>(r->min, lo != nullptr ? lo->get<int64_t>() : 0);
+      int64_t max = r->max;
+      if (hi != nullptr) max = max < 0 ? hi->get<int64_t>() : std::min<int64_t>(max, hi->get<int64_t>());
+      if (max >= 0 && min > max) {
+        *node = false;
+        return true;
+      }
+      s["pattern"] = absl::StrCat("^", r->atom, "{", min, ",", max < 0 ? "" : absl::StrCat(max), "}$");
+      s.erase("minLength");
+      s.erase("maxLength");
+      return true;
+    }
+    s["pattern"] = FullMatchPattern(p);
+    return true;
+  }
+
+  // Members of `node` are copied before it changes: an ordered JSON object
+  // is a vector, so adding a member moves the others.
+  bool ObjectRewrites(Json* node) {
+    Json& s = *node;
+    // A member no value is valid for (false): an object with it required
+    // is none; else it is left out, where no other member may be there.
+    if (s.contains("properties") && s["properties"].is_object()) {
+      const Json names = s.contains("required") ? s["required"] : Json::array();
+      const bool closed = s.contains("additionalProperties") && s["additionalProperties"] == Json(false) &&
+                          !s.contains("patternProperties");
+      Json kept = Json::object();
+      for (const auto& member : s["properties"].items()) {
+        if (!(member.value().is_boolean() && !member.value().get<bool>())) {
+          kept[member.key()] = member.value();
+        } else if (names.is_array() && std::find(names.begin(), names.end(), Json(member.key())) != names.end()) {
+          if (!s.contains("type") || NamedTypes(s["type"]) != kObject) return false;  // other types may pass
+          *node = false;
+          return true;
+        } else if (!closed) {
+          kept[member.key()] = member.value();  // xgrammar says it cannot take it
+        }
+      }
+      s["properties"] = std::move(kept);
+    }
+    Json patterns_in = s.contains("patternProperties") ? s["patternProperties"] : Json();
+    if (!patterns_in.is_object() || patterns_in.empty()) patterns_in = Json();
+    const Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json();
+    const bool ap_false = ap.is_boolean() && !ap.get<bool>();
+    // dependentRequired (or dependencies' lists) of a required member.
+    for (const char* key : {"dependentRequired", "dependencies"}) {
+      if (!s.contains(key) || !s[key].is_object()) continue;
+      Json deps = s[key];
+      Json names = s.contains("required") && s["required"].is_array() ? s["required"] : Json::array();
+      auto listed = [&](const Json& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+      std::vector<std::string> done;
+      for (const auto& item : deps.items()) {
+        if (!item.value().is_array()) continue;
+        const bool trigger_required = listed(Json(item.key()));
+        const bool all_required = std::all_of(item.value().begin(), item.value().end(), listed);
+        if (trigger_required || all_required) done.push_back(item.key());
+        if (trigger_required && !all_required) {
+          for (const Json& n : item.value()) {
+            if (!listed(n)) names.push_back(n);
+          }
+        }
+      }
+      if (done.empty()) continue;
+      for (const std::string& d : done) deps.erase(d);
+      s["required"] = std::move(names);
+      if (deps.empty()) {
+        s.erase(key);
+      } else {
+        s[key] = std::move(deps);
+      }
+    }
+    // Required members properties does not list: listed, with the schema
+    // of a member not listed.
+    const Json required = s.contains("required") ? s["required"] : Json();
+    if (required.is_array()) {
+      for (const Json& name : required) {
+        if (!name.is_string()) continue;
+        const std::string& n = name.get_ref<const std::string&>();
+        if (s.contains("properties") && (!s["properties"].is_object() || s["properties"].contains(n))) continue;
+        bool matched = false;
+        if (patterns_in.is_object()) {
+          for (const auto& item : patterns_in.items()) {
+            const std::optional<bool> m = Searches(item.key(), n);
+            if (!m) return false;
+            matched = matched || *m;
+          }
+        }
+        if (ap_false && !matched) continue;  // unsatisfiable; the walk says so
+        if (!s.contains("properties")) s["properties"] = Json::object();
+        s["properties"][n] = matched || ap.is_null() ? Json::object() : ap;
+      }
+    }
+    if (patterns_in.is_object()) {
+      // Each key's pattern searched; patterns that may match one key held
+      // to each other's schemas; named members matching one held to it.
+      std::vector<std::pair<std::string, Json>> patterns;
+      for (const auto& item : patterns_in.items()) patterns.push_back({item.key(), item.value()});
+      std::vector<Json> schemas;
+      for (size_t i = 0; i < patterns.size(); ++i) {
+        std::optional<Json> held = patterns[i].second;
+        for (size_t j = 0; j < patterns.size() && held; ++j) {
+          if (j == i || ProvablyDisjoint(patterns[i].first, patterns[j].first)) continue;
+          held = Merge(*held, patterns[j].second, 0);
+        }
+        if (!held) return false;
+        schemas.push_back(std::move(*held));
+      }
+      if (s.contains("properties") && s["properties"].is_object()) {
+        for (auto& member : s["properties"].items()) {
+          for (const auto& [pattern, schema] : patterns) {
+            const std::optional<bool> m = Searches(pattern, member.key());
+            if (!m) return false;
+            if (!*m) continue;
+            std::optional<Json> held = Merge(member.value(), schema, 0);
+            if (!held) return false;
+            member.value() = std::move(*held);
+          }
+        }
+      }
+      Json rewritten = Json::object();
+      for (size_t i = 0; i < patterns.size(); ++i) {
+        const std::string full = FullMatchPattern(patterns[i].first);
+        if (rewritten.contains(full)) return false;
+        rewritten[full] = std::move(schemas[i]);
+      }
+      s["patternProperties"] = std::move(rewritten);
+      s["additionalProperties"] = false;
+    }
+    return true;
+  }
+
+  const Json& root_;
+  bool refs_alone_ = false;
+  int64_t budget_ = kBudget;
+  std::set<std::string> inlining_;  // $refs being inlined (a cycle is not)
+};
+
+}  // namespace
+
+std::string FullMatchPattern(const std::string& pattern) {
+  const PatternShape shape = ShapeOf(pattern);
+  if (shape.inner_anchor) return pattern;
+  if (shape.alternation) {
+    if (shape.starts || shape.ends) return pattern;
+    return absl::StrCat("^.*(", pattern, ").*$");
+  }
+  // Anchored at both ends, so that a pattern rewritten once is not again.
+  std::string core = pattern;
+  if (shape.ends) core.pop_back();
+  if (shape.starts) core.erase(0, 1);
+  return absl::StrCat("^", shape.starts ? "" : ".*", core, shape.ends ? "" : ".*", "$");
+}
+
+std::optional<Json> RewriteForXgrammar(const Json& root) { return Rewriter(root).Run(); }
+
+}  // namespace flover::schema
