@@ -607,6 +607,11 @@ TEST_F(JsonSchemaRefusalTest, EnumOrConstBesideKeywordsKeepTheValuesThatPass) {
   ExpectEnforced(R"({"enum": [{"a": 1}, {"a": 2}], "if": {"properties": {"a": {"const": 1}}},
                      "then": false})",
                  {R"({"a": 2})"}, {R"({"a": 1})", R"({"a": 2, "b": 1})"});
+  // A pattern a backtracking matcher could take exponential time on is not
+  // tried on the values (a request must not stall the server): refused.
+  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^(a+)+$",
+                          "enum": ["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"]})"),
+              HasSubstr("the keyword pattern beside enum"));
   // A format it cannot decide for a value keeps the refusal.
   EXPECT_THAT(Refusal(R"({"type": "string", "enum": ["x"], "format": "email", "anyOf": [{"type": "string"}]})"),
               HasSubstr("the keyword format beside enum"));

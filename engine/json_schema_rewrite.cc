@@ -143,8 +143,39 @@ bool ProvablyDisjoint(const std::string& a, const std::string& b) {
 // Whether `pattern` finds a match in `text` (ECMA-262, as JSON Schema
 // reads it), or nullopt where std::regex cannot tell (a syntax it lacks,
 // or input too long to try safely).
+// Whether a group that repeats (*, + or {}) holds a repetition or an
+// alternation: a backtracking matcher such as std::regex can take time
+// exponential in the text on those ("(a+)+b").
+bool NestedRepetition(const std::string& p) {
+  std::vector<bool> inner;  // per open group: holds a repetition or |
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      ++i;
+    } else if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+    } else if (c == '(') {
+      inner.push_back(false);
+    } else if (c == ')') {
+      if (inner.empty()) return true;
+      const bool risky = inner.back();
+      inner.pop_back();
+      const char next = i + 1 < p.size() ? p[i + 1] : 0;
+      const bool repeats = next == '*' || next == '+' || next == '{';
+      if (risky && repeats) return true;
+      if (!inner.empty() && (risky || repeats)) inner.back() = true;
+    } else if ((c == '*' || c == '+' || c == '{' || c == '|') && !inner.empty()) {
+      inner.back() = true;
+    }
+  }
+  return false;
+}
+
 std::optional<bool> Searches(const std::string& pattern, const std::string& text) {
-  if (pattern.size() > 1024 || text.size() > 256) return std::nullopt;
+  if (pattern.size() > 1024 || text.size() > 256 || NestedRepetition(pattern)) return std::nullopt;
   try {
     return std::regex_search(text, std::regex(pattern, std::regex::ECMAScript));
   } catch (const std::exception&) {
