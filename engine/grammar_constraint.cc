@@ -126,10 +126,11 @@ xgrammar::TokenizerInfo InfoFor(const TokenBytes& tokens, const std::vector<int3
 }  // namespace
 
 struct GrammarConstraints::Impl {
-  Impl(const TokenBytes& tokens, std::vector<int32_t> ends)
-      : end_ids(std::move(ends)),
-        vocab_size(tokens.vocab_size()),
-        compiler(InfoFor(tokens, end_ids), /*max_threads=*/2, /*cache_enabled=*/true,
+  Impl(std::shared_ptr<const TokenBytes> token_bytes, std::vector<int32_t> ends)
+      : tokens(std::move(token_bytes)),
+        end_ids(std::move(ends)),
+        vocab_size(tokens->vocab_size()),
+        compiler(InfoFor(*tokens, end_ids), /*max_threads=*/2, /*cache_enabled=*/true,
                  kGrammarCacheBytes) {
     // xgrammar's JSON strings take raw control characters (U+0000-U+001F),
     // which JSON forbids (RFC 8259: they must be escaped), and compact JSON
@@ -137,7 +138,7 @@ struct GrammarConstraints::Impl {
     // holding one.
     auto controls = std::make_shared<std::vector<uint32_t>>(TokenMaskWords(vocab_size), 0);
     for (int32_t id = 0; id < vocab_size; ++id) {
-      for (unsigned char c : tokens.Of(id)) {
+      for (unsigned char c : tokens->Of(id)) {
         if (c < 0x20) {
           AddToken(*controls, id);
           break;
@@ -159,8 +160,18 @@ struct GrammarConstraints::Impl {
     }
   }
 
+  // What each token does in a JSON string, for string limits: worked out
+  // on the first request that asks for them.
+  std::shared_ptr<const JsonStringTable> StringTable() {
+    std::call_once(string_table_once, [&] { string_table = std::make_shared<const JsonStringTable>(*tokens); });
+    return string_table;
+  }
+
+  std::shared_ptr<const TokenBytes> tokens;
   std::vector<int32_t> end_ids;
   int vocab_size;
+  std::once_flag string_table_once;
+  std::shared_ptr<const JsonStringTable> string_table;
   std::shared_ptr<const std::vector<uint32_t>> json_forbidden;  // tokens with control bytes
   std::mutex mu;  // the compiler, one compile at a time
   xgrammar::GrammarCompiler compiler;
@@ -168,30 +179,32 @@ struct GrammarConstraints::Impl {
 
 GrammarConstraints::GrammarConstraints(std::shared_ptr<const TokenBytes> tokens,
                                        std::vector<int32_t> end_ids)
-    : impl_(std::make_unique<Impl>(*tokens, std::move(end_ids))) {}
+    : impl_(std::make_unique<Impl>(std::move(tokens), std::move(end_ids))) {}
 
 GrammarConstraints::~GrammarConstraints() = default;
 
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::JsonSchema(
-    const std::string& schema, const std::string& field) {
+    const std::string& schema, const std::string& field, JsonStringLimits limits) {
   absl::StatusOr<std::string> enforced = EnforcedJsonSchema(schema, field);
   if (!enforced.ok()) return enforced.status();
   // JSON Schema's own defaults (additional properties allowed unless the
   // schema says otherwise). Compact JSON: free whitespace lets a model
   // loop on spaces (a known failure of any_whitespace in vLLM).
-  return impl_->Compile(
+  auto compiled = impl_->Compile(
       field,
       [&] {
         return impl_->compiler.CompileJSONSchema(*enforced, /*any_whitespace=*/false, std::nullopt,
                                                  std::nullopt, /*strict_mode=*/false);
       },
       impl_->json_forbidden);
+  if (!compiled.ok() || !limits.any()) return compiled;
+  return WithJsonStringLimits(*std::move(compiled), impl_->tokens, impl_->StringTable(), limits);
 }
 
-absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::AnyJson(
-    const std::string& field) {
+absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::AnyJson(const std::string& field,
+                                                                                      JsonStringLimits limits) {
   // OpenAI's json_object: a JSON object (not any JSON value).
-  return JsonSchema(R"({"type": "object"})", field);
+  return JsonSchema(R"({"type": "object"})", field, limits);
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Regex(

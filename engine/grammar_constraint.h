@@ -19,6 +19,7 @@
 #include "engine/choice_constraint.h"
 #include "engine/constraint.h"
 #include "engine/json_schema.h"
+#include "engine/json_string_limits.h"
 
 namespace flover {
 
@@ -46,9 +47,13 @@ class GrammarConstraints {
   // format, a format the standard defines that xgrammar does not check;
   // $refs other than "#" and "#/..."; oneOf branches not provably
   // exclusive (xgrammar enforces anyOf). Thread-safe.
+  // `limits` on the output's string values (engine/json_string_limits.h),
+  // none by default.
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> JsonSchema(const std::string& schema,
-                                                                      const std::string& field);
-  absl::StatusOr<std::shared_ptr<const CompiledConstraint>> AnyJson(const std::string& field);
+                                                                      const std::string& field,
+                                                                      JsonStringLimits limits = {});
+  absl::StatusOr<std::shared_ptr<const CompiledConstraint>> AnyJson(const std::string& field,
+                                                                   JsonStringLimits limits = {});
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> Regex(const std::string& regex,
                                                                  const std::string& field);
   // xgrammar's EBNF (GBNF-like: `root ::= "yes" | "no"`), rule `root` first.

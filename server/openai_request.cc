@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -319,6 +320,27 @@ absl::Status ParseConstraint(const Json& b, ClientRequest* r) {
     return Bad(found[1].field == "choice" ? "guided_choice" : found[1].field,
                "only one constraint per request (response_format, guided_choice, guided_json, "
                "guided_regex or guided_grammar)");
+  }
+  // Limits on a JSON output's string values (engine/json_string_limits.h).
+  JsonStringLimits limits;
+  for (const auto& [key, lo, hi, out] :
+       {std::tuple<const char*, int, int, int*>{"max_string_length", 1, kMaxStringLengthLimit, &limits.max_length},
+        std::tuple<const char*, int, int, int*>{"max_string_repeats", kMinStringRepeats, kMaxStringRepeats,
+                                                &limits.max_repeats}}) {
+    const Json* v = JsonField(b, key);
+    if (v == nullptr || v->is_null()) continue;
+    if (!v->is_number_integer() || v->get<int64_t>() < lo || v->get<int64_t>() > hi) {
+      return Bad(key, "must be an integer from ", lo, " to ", hi);
+    }
+    *out = static_cast<int>(v->get<int64_t>());
+  }
+  if (limits.any()) {
+    const bool json = !found.empty() && (found[0].kind == Kind::kJsonSchema || found[0].kind == Kind::kJsonObject);
+    if (!json) {
+      return Bad(limits.max_length > 0 ? "max_string_length" : "max_string_repeats",
+                 "applies only to JSON output (response_format json_schema or json_object, or guided_json)");
+    }
+    found[0].string_limits = limits;
   }
   if (!found.empty()) r->constraint = std::move(found[0]);
   return absl::OkStatus();

@@ -81,6 +81,35 @@ TEST(OpenAiApiTest, ConstraintsFromResponseFormatAndTheGuidedFields) {
   EXPECT_THAT(choice->request.constraint->choices, ::testing::ElementsAre("a", "b"));
 }
 
+TEST(OpenAiApiTest, StringLimitsGoWithAJsonConstraintOnly) {
+  auto limited = ParseCompletionRequest(
+      R"({"prompt": "x", "guided_json": {"type": "object"}, "max_string_length": 64, "max_string_repeats": 4})",
+      kModel);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  EXPECT_EQ(limited->request.constraint->string_limits.max_length, 64);
+  EXPECT_EQ(limited->request.constraint->string_limits.max_repeats, 4);
+  auto object = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_object"}, "max_string_length": 8})", kModel);
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_EQ(object->request.constraint->string_limits.max_length, 8);
+  EXPECT_EQ(object->request.constraint->string_limits.max_repeats, 0);
+  auto error = [](const std::string& body) {
+    auto r = ParseCompletionRequest(body, kModel);
+    EXPECT_FALSE(r.ok()) << body;
+    return r.ok() ? std::string() : ErrorField(r.status()) + "|" + std::string(r.status().message());
+  };
+  EXPECT_THAT(error(R"({"prompt": "x", "max_string_length": 8})"),
+              HasSubstr("max_string_length|max_string_length: applies only to JSON output"));
+  EXPECT_THAT(error(R"({"prompt": "x", "guided_regex": "a+", "max_string_repeats": 3})"),
+              HasSubstr("max_string_repeats|max_string_repeats: applies only to JSON output"));
+  EXPECT_THAT(error(R"({"prompt": "x", "guided_json": {}, "max_string_length": 0})"),
+              HasSubstr("max_string_length: must be an integer from 1 to 1048576"));
+  EXPECT_THAT(error(R"({"prompt": "x", "guided_json": {}, "max_string_repeats": 1})"),
+              HasSubstr("max_string_repeats: must be an integer from 2 to 64"));
+  EXPECT_THAT(error(R"({"prompt": "x", "guided_json": {}, "max_string_length": "8"})"),
+              HasSubstr("max_string_length: must be an integer"));
+}
+
 TEST(OpenAiApiTest, PenaltiesBiasAndMinP) {
   auto r = ParseCompletionRequest(
       R"({"prompt": "x", "presence_penalty": 0.5, "frequency_penalty": -1, "min_p": 0.1,

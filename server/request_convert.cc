@@ -58,13 +58,27 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
   if (context.token_bytes == nullptr) {
     return FieldError(c.field, "the model has no tokenizer, so its output cannot be constrained");
   }
+  if (c.string_limits.any()) {
+    if (c.kind != Kind::kJsonSchema && c.kind != Kind::kJsonObject) {
+      return FieldError(c.string_limits.max_length > 0 ? "constraint.max_string_length" : "constraint.max_string_repeats",
+                        "applies only to JSON output (json_schema or json_object)");
+    }
+    if (c.string_limits.max_length > kMaxStringLengthLimit) {
+      return FieldError("constraint.max_string_length", absl::StrCat("at most ", kMaxStringLengthLimit));
+    }
+    if (c.string_limits.max_repeats != 0 &&
+        (c.string_limits.max_repeats < kMinStringRepeats || c.string_limits.max_repeats > kMaxStringRepeats)) {
+      return FieldError("constraint.max_string_repeats",
+                        absl::StrCat("must be from ", kMinStringRepeats, " to ", kMaxStringRepeats));
+    }
+  }
   if (c.kind == Kind::kChoice) return CompileChoices(c.choices, context.token_bytes);
   if (context.grammars == nullptr) {
     return FieldError(c.field, "this server compiles no grammars", absl::StatusCode::kUnimplemented);
   }
   switch (c.kind) {
-    case Kind::kJsonSchema: return context.grammars->JsonSchema(c.text, c.field);
-    case Kind::kJsonObject: return context.grammars->AnyJson(c.field);
+    case Kind::kJsonSchema: return context.grammars->JsonSchema(c.text, c.field, c.string_limits);
+    case Kind::kJsonObject: return context.grammars->AnyJson(c.field, c.string_limits);
     case Kind::kRegex: return context.grammars->Regex(c.text, c.field);
     case Kind::kGrammar: return context.grammars->Grammar(c.text, c.field);
     case Kind::kChoice: break;
@@ -240,7 +254,9 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
     case v1::Constraint::KIND_NOT_SET:
       break;
   }
-  if (!spec.field.empty()) r.constraint = std::move(spec);
+  spec.string_limits.max_length = static_cast<int>(std::min<uint32_t>(c.max_string_length(), INT32_MAX));
+  spec.string_limits.max_repeats = static_cast<int>(std::min<uint32_t>(c.max_string_repeats(), INT32_MAX));
+  if (!spec.field.empty() || spec.string_limits.any()) r.constraint = std::move(spec);
   for (const v1::Tool& t : in.tools()) r.tools.push_back({t.name(), t.description(), t.parameters()});
   switch (in.tool_choice().mode()) {
     case v1::ToolChoice::NONE: r.tool_choice = ToolChoice::kNone; break;

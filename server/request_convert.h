@@ -105,6 +105,7 @@ struct ClientRequest {
     std::vector<std::string> choices;  // kChoice
     std::string text;                  // the schema, regex or grammar
     std::string field;
+    JsonStringLimits string_limits;    // kJsonSchema and kJsonObject
   };
   std::optional<Constraint> constraint;
   // Functions the model may call (messages only), and what it may do with

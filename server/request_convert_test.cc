@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -92,6 +93,44 @@ TEST(RequestConvertTest, AConstraintHoldsTheAnswerAfterTheReasoning) {
   auto held = off->constraint->Start();
   EXPECT_FALSE(Allowed(*held, word));
   EXPECT_TRUE(Allowed(*held, brace));
+}
+
+// gRPC's Constraint carries the string limits beside json_schema or
+// json_object; beside any other kind (or none) they are refused by name.
+TEST(RequestConvertTest, GrpcStringLimitsGoWithAJsonConstraintOnly) {
+  const nlohmann::json json =
+      nlohmann::json::parse(testing::ReadFileOrEmpty("tests/golden/hf_tokenizers/qwen35/tokenizer.json"));
+  int vocab = static_cast<int>(json["model"]["vocab"].size());
+  for (const auto& added : json["added_tokens"]) vocab = std::max(vocab, added["id"].get<int>() + 1);
+  auto tokenizer = LoadDirectoryTokenizer("tests/golden/hf_tokenizers/qwen35", vocab, "qwen3_5_text");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto tokens = std::make_shared<TokenBytes>(**tokenizer);
+  GrammarConstraints grammars(tokens, {});
+  const ConvertContext context{tokenizer->get(), nullptr, tokens, (*tokenizer)->vocab_size(), &grammars};
+  v1::GenerateRequest in;
+  in.mutable_token_ids()->add_ids(1);
+  in.mutable_constraint()->set_json_object(true);
+  in.mutable_constraint()->set_max_string_length(16);
+  in.mutable_constraint()->set_max_string_repeats(4);
+  const ClientRequest client = FromProto(in);
+  ASSERT_TRUE(client.constraint.has_value());
+  EXPECT_EQ(client.constraint->string_limits.max_length, 16);
+  EXPECT_EQ(client.constraint->string_limits.max_repeats, 4);
+  EXPECT_TRUE(ToEngineRequest(client, context, 1).ok());
+  in.mutable_constraint()->set_regex("a+");
+  auto regex = ToEngineRequest(FromProto(in), context, 1);
+  ASSERT_FALSE(regex.ok());
+  EXPECT_EQ(regex.status().message(),
+            "constraint.max_string_length: applies only to JSON output (json_schema or json_object)");
+  in.mutable_constraint()->set_json_object(true);
+  in.mutable_constraint()->set_max_string_repeats(65);
+  auto repeats = ToEngineRequest(FromProto(in), context, 1);
+  ASSERT_FALSE(repeats.ok());
+  EXPECT_EQ(repeats.status().message(), "constraint.max_string_repeats: must be from 2 to 64");
+  v1::GenerateRequest none;
+  none.mutable_token_ids()->add_ids(1);
+  none.mutable_constraint()->set_max_string_repeats(3);
+  EXPECT_FALSE(ToEngineRequest(FromProto(none), context, 1).ok());
 }
 
 }  // namespace
