@@ -607,6 +607,14 @@ TEST_F(JsonSchemaRefusalTest, EnumOrConstBesideKeywordsKeepTheValuesThatPass) {
   ExpectEnforced(R"({"enum": [{"a": 1}, {"a": 2}], "if": {"properties": {"a": {"const": 1}}},
                      "then": false})",
                  {R"({"a": 2})"}, {R"({"a": 1})", R"({"a": 2, "b": 1})"});
+  // A member no listed value can be: never generated (nor any member not
+  // named, which xgrammar cannot tell from it).
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]},
+                                                     "b": {"type": "integer"}}})",
+                 {R"({"b": 1})", "{}"}, {R"({"a": "x"})", R"({"a": {}})"});
+  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}},
+                          "required": ["a"]})"),
+              HasSubstr("no value is valid under this schema"));
   // A pattern a backtracking matcher could take exponential time on is not
   // tried on the values (a request must not stall the server): refused.
   EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^(a+)+$",

@@ -1012,12 +1012,12 @@ class Rewriter {
   bool ObjectRewrites(Json* node) {
     Json& s = *node;
     // A member no value is valid for (false): an object with it required
-    // is none; else it is left out, where no other member may be there.
+    // is none; else it is left out, and so is any member not listed (fewer
+    // instances: xgrammar cannot allow all names but one).
     if (s.contains("properties") && s["properties"].is_object()) {
       const Json names = s.contains("required") ? s["required"] : Json::array();
-      const bool closed = s.contains("additionalProperties") && s["additionalProperties"] == Json(false) &&
-                          !s.contains("patternProperties");
       Json kept = Json::object();
+      bool dropped = false;
       for (const auto& member : s["properties"].items()) {
         if (!(member.value().is_boolean() && !member.value().get<bool>())) {
           kept[member.key()] = member.value();
@@ -1025,11 +1025,15 @@ class Rewriter {
           if (!s.contains("type") || NamedTypes(s["type"]) != kObject) return false;  // other types may pass
           *node = false;
           return true;
-        } else if (!closed) {
-          kept[member.key()] = member.value();  // xgrammar says it cannot take it
+        } else {
+          dropped = true;
         }
       }
-      s["properties"] = std::move(kept);
+      if (dropped) {
+        if (s.contains("patternProperties")) return false;
+        s["properties"] = std::move(kept);
+        s["additionalProperties"] = false;
+      }
     }
     Json patterns_in = s.contains("patternProperties") ? s["patternProperties"] : Json();
     if (!patterns_in.is_object() || patterns_in.empty()) patterns_in = Json();
