@@ -69,6 +69,9 @@ ABSL_FLAG(std::string, maskbench, "",
 ABSL_FLAG(int, max_instance_bytes, 16384, "--maskbench: skip test instances longer than this (as written)");
 ABSL_FLAG(int, examples, 5, "--maskbench: example file names printed per kind of failure");
 ABSL_FLAG(std::string, failures, "", "--maskbench: write every failure (file, test, where) to this file");
+ABSL_FLAG(std::string, print_enforced, "",
+          "Print the schema in this file (a schema, or MaskBench's {\"schema\": ...}) as the server hands it to "
+          "xgrammar (EnforcedJsonSchema: rewritten, strict formats), or why it is refused; nothing else runs");
 ABSL_FLAG(bool, compact, false, "--maskbench: write instances with \",\" and \":\" (no spaces) instead");
 
 namespace {
@@ -600,6 +603,14 @@ int RunMaskBench(const std::string& root, const flover::Tokenizer& tokenizer,
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   namespace fs = std::filesystem;
+  if (const std::string file = absl::GetFlag(FLAGS_print_enforced); !file.empty()) {
+    std::ifstream in(file);
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_object() && doc.contains("schema") && doc.contains("tests")) doc = doc["schema"];
+    auto enforced = flover::EnforcedJsonSchema(doc.dump(), "schema");
+    std::printf("%s\n", enforced.ok() ? enforced->c_str() : std::string(enforced.status().message()).c_str());
+    return enforced.ok() ? 0 : 1;
+  }
   const std::string root = absl::GetFlag(FLAGS_schemas);
   const std::string maskbench = absl::GetFlag(FLAGS_maskbench);
   if (!maskbench.empty() ? !fs::is_directory(maskbench) : root.empty() || !fs::is_directory(root)) {
