@@ -830,6 +830,15 @@ TEST_F(JsonSchemaRefusalTest, OneOfMustBeProvablyExclusive) {
                        "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
                        "discriminator": {"propertyName": "pet_type"}}}})",
                  {R"({"pet": {"pet_type": "cat", "meows": 3}})"}, {R"({"pet": {"pet_type": "cow", "meows": 3}})"});
+  // A discriminator no branch requires (an empty object matches both, which
+  // oneOf refuses) becomes required in each: fewer instances, exclusive.
+  ExpectEnforced(R"({"oneOf": [
+                       {"type": "object", "properties": {"country": {"enum": ["CAN"]}, "state": {"type": "string"}}},
+                       {"$ref": "#/$defs/mex"}],
+                     "$defs": {"mex": {"type": "object", "properties": {"country": {"const": "MEX"},
+                                                                        "zip": {"type": "string"}}}}})",
+                 {R"({"country": "CAN", "state": "ON"})", R"({"country": "MEX", "zip": "1"})"},
+                 {"{}", R"({"state": "ON"})", R"({"country": "USA"})"});
 }
 
 TEST_F(JsonSchemaRefusalTest, MultipleOfOnlyAsAWholeNumberUpTo1024AndPointersAreEscaped) {

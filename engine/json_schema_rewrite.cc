@@ -231,6 +231,7 @@ class Rewriter {
     std::optional<Json> out = Flatten(root_, 0);
     if (!out || budget_ <= 0) return std::nullopt;
     ExpandListed(&*out, 0);
+    if (!Discriminate(&*out, 0) || budget_ <= 0) return std::nullopt;
     return out;
   }
 
@@ -448,6 +449,93 @@ class Rewriter {
       out["anyOf"] = std::move(branches);
     }
     *schema = std::move(out);
+  }
+
+  // oneOf branches that are objects told apart by a member each holds to
+  // listed values no other branch lists (a discriminator such as "kind")
+  // but that not every pair requires: the member becomes required in each
+  // branch (fewer instances: an object without it matched one branch, or
+  // two, which oneOf refuses). xgrammar enforces oneOf as anyOf, exact
+  // only where no value matches two branches. False where a branch's $ref
+  // to inline goes past what Inline can do.
+  bool Discriminate(Json* schema, int depth) {
+    if (depth > kMaxDepth || !Spend()) return false;
+    if (schema->is_array()) {
+      for (Json& x : *schema) {
+        if (!Discriminate(&x, depth + 1)) return false;
+      }
+      return true;
+    }
+    if (!schema->is_object()) return true;
+    for (auto& item : schema->items()) {
+      if (item.key() != "enum" && item.key() != "const" && !Discriminate(&item.value(), depth + 1)) return false;
+    }
+    if (!schema->contains("oneOf") || !(*schema)["oneOf"].is_array() || (*schema)["oneOf"].size() < 2) return true;
+    Json& branches = (*schema)["oneOf"];
+    // Each branch as it reads (a lone $ref's target), and its listed values
+    // of a member.
+    std::vector<Json> read;
+    for (const Json& b : branches) {
+      if (!b.is_object()) return true;
+      const Json* ref = Member(b, "$ref");
+      if (ref != nullptr && b.size() == 1) {
+        const Json* target = Resolve(*ref);
+        if (target == nullptr || !target->is_object()) return true;
+        read.push_back(*target);
+      } else if (ref != nullptr) {
+        return true;
+      } else {
+        read.push_back(b);
+      }
+    }
+    auto listed = [](const Json& branch, const std::string& name) -> std::optional<Json> {
+      const Json* properties = Member(branch, "properties");
+      const Json* member = properties == nullptr ? nullptr : Member(*properties, name);
+      if (member == nullptr) return std::nullopt;
+      if (const Json* c = Member(*member, "const")) return Json::array({*c});
+      const Json* e = Member(*member, "enum");
+      if (e == nullptr || !e->is_array()) return std::nullopt;
+      return *e;
+    };
+    auto requires_member = [](const Json& branch, const std::string& name) {
+      const Json* r = Member(branch, "required");
+      return r != nullptr && r->is_array() && std::find(r->begin(), r->end(), Json(name)) != r->end();
+    };
+    const Json* first = Member(read[0], "properties");
+    if (first == nullptr || !first->is_object()) return true;
+    for (const auto& candidate : first->items()) {
+      const std::string& name = candidate.key();
+      std::vector<Json> values;
+      for (const Json& b : read) {
+        std::optional<Json> v = listed(b, name);
+        if (!v) break;
+        values.push_back(std::move(*v));
+      }
+      if (values.size() != read.size()) continue;
+      bool apart = true, needed = false;
+      for (size_t i = 0; i < values.size() && apart; ++i) {
+        for (size_t j = i + 1; j < values.size() && apart; ++j) {
+          for (const Json& v : values[i]) apart = apart && std::find(values[j].begin(), values[j].end(), v) == values[j].end();
+          needed = needed || (!requires_member(read[i], name) && !requires_member(read[j], name));
+        }
+      }
+      if (!apart) continue;
+      if (!needed) return true;
+      for (size_t i = 0; i < read.size(); ++i) {
+        if (requires_member(read[i], name)) continue;
+        Json b = branches[i];
+        if (b.contains("$ref")) {
+          std::optional<Json> target = Inline(b["$ref"], depth);
+          if (!target || !target->is_object()) return false;
+          b = std::move(*target);
+        }
+        if (!b.contains("required") || !b["required"].is_array()) b["required"] = Json::array();
+        b["required"].push_back(name);
+        branches[i] = std::move(b);
+      }
+      return true;
+    }
+    return true;
   }
 
   // The schema whose only valid instance is `v` (JSON equality: members
