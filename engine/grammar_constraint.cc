@@ -215,7 +215,8 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Re
   if (NestingDepth(regex, '(', ')', 0, 0, "", /*classes=*/true, kMaxConstraintDepth) < 0) {
     return FieldError(field, absl::StrCat("groups nested deeper than ", kMaxConstraintDepth, " levels"));
   }
-  return impl_->Compile(field, [&] { return impl_->compiler.CompileRegex(regex); });
+  const std::string safe = RegexForXgrammar(regex);
+  return impl_->Compile(field, [&] { return impl_->compiler.CompileRegex(safe); });
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarConstraints::Grammar(

@@ -853,5 +853,24 @@ TEST_F(JsonSchemaRefusalTest, MultipleOfOnlyAsAWholeNumberUpTo1024AndPointersAre
 }
 
 
+// xgrammar 0.2.8 drops the start of an optional group that ends in a
+// repetition ("^ab(-c+)?$" took "abc"; a BCP 47 tag pattern took
+// "invalid"); patterns and regexes reach it with such groups as {0,1}.
+TEST_F(JsonSchemaRefusalTest, OptionalGroupsEndingInARepetitionKeepTheirStart) {
+  ExpectEnforced(R"({"type": "string", "pattern": "^ab(-c+)?$"})", {"\"ab\"", "\"ab-cc\""}, {"\"abc\"", "\"ab-\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "^[a-z]{2}(-[a-z]{5,8})?$"})", {"\"ab\"", "\"ab-cdefg\""},
+                 {"\"abcd\"", "\"abcdefg\""});
+  ExpectEnforced(R"({"type": "string",
+                     "pattern": "^[a-zA-Z]{2,3}(-[a-zA-Z]{4})?(-([a-zA-Z]{2}|[0-9]{3}))?(-[a-zA-Z]{5,8})?$"})",
+                 {"\"en\"", "\"zh-Hant-TW\""}, {"\"invalid\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "^x[)?]$"})", {"\"x)\"", "\"x?\""}, {"\"x\""});
+  auto regex = grammars_->Regex("ab(-d-c+)?", "regex");
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  const Tokenizer& tok = *loaded_->tokenizer();
+  EXPECT_TRUE(Walk(**regex, tok, "ab-d-cc").complete);
+  EXPECT_FALSE(Walk(**regex, tok, "abc").complete);
+  EXPECT_FALSE(Walk(**regex, tok, "ab-c").complete);
+  EXPECT_EQ(RegexForXgrammar("a(b)?c[(x)?]\\)?(d)??"), "a(b){0,1}c[(x)?]\\)?(d)??");
+}
 }  // namespace
 }  // namespace flover

@@ -54,6 +54,36 @@ int NestingDepth(const std::string& text, char open, char close, char also_open,
   return deepest;
 }
 
+std::string RegexForXgrammar(const std::string& regex) {
+  std::string out;
+  out.reserve(regex.size() + 8);
+  bool in_class = false;
+  for (size_t i = 0; i < regex.size(); ++i) {
+    const char c = regex[i];
+    if (c == '\\') {
+      out += c;
+      if (i + 1 < regex.size()) out += regex[++i];
+      continue;
+    }
+    if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+      out += c;
+      if (i + 1 < regex.size() && regex[i + 1] == '^') out += regex[++i];
+      if (i + 1 < regex.size() && regex[i + 1] == ']') out += regex[++i];  // "[]...]": a member
+      continue;
+    } else if (c == ')' && i + 1 < regex.size() && regex[i + 1] == '?' &&
+               !(i + 2 < regex.size() && regex[i + 2] == '?')) {
+      out += "){0,1}";
+      ++i;
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 namespace schema {
 namespace {
 

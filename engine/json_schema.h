@@ -18,6 +18,13 @@ namespace flover {
 
 // Bounds on what a request may send.
 inline constexpr size_t kMaxSchemaBytes = 64 << 10;
+// `regex` as xgrammar 0.2.8 is to be given it: an optional group, "(...)?",
+// is written "(...){0,1}", the same language. xgrammar's regex converter
+// drops the start of an optional group that ends in a repetition: it takes
+// "abc" for "^ab(-c+)?$" and "001Z" for "[0-5]\d(\.\d+)?Z"; its {0,1}
+// is right. Escapes and character classes are left as they are.
+std::string RegexForXgrammar(const std::string& regex);
+
 // The deepest nesting a schema ({ and [), a grammar or a regex (parentheses)
 // may have: xgrammar recurses on it (deep inputs overflow a thread's stack)
 // and converts schemas in time about cubic in it (44 ms at depth 100, 2.5 s

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/json_schema.h"
 
 namespace flover::schema {
 namespace {
@@ -1224,16 +1225,16 @@ class Rewriter {
 
 std::string FullMatchPattern(const std::string& pattern) {
   const PatternShape shape = ShapeOf(pattern);
-  if (shape.inner_anchor) return pattern;
+  if (shape.inner_anchor) return RegexForXgrammar(pattern);
   if (shape.alternation) {
-    if (shape.starts || shape.ends) return pattern;
-    return absl::StrCat("^.*(", pattern, ").*$");
+    if (shape.starts || shape.ends) return RegexForXgrammar(pattern);
+    return RegexForXgrammar(absl::StrCat("^.*(", pattern, ").*$"));
   }
   // Anchored at both ends, so that a pattern rewritten once is not again.
   std::string core = pattern;
   if (shape.ends) core.pop_back();
   if (shape.starts) core.erase(0, 1);
-  return absl::StrCat("^", shape.starts ? "" : ".*", core, shape.ends ? "" : ".*", "$");
+  return RegexForXgrammar(absl::StrCat("^", shape.starts ? "" : ".*", core, shape.ends ? "" : ".*", "$"));
 }
 
 std::optional<Json> RewriteForXgrammar(const Json& root) { return Rewriter(root).Run(); }
