@@ -742,13 +742,16 @@ class Rewriter {
     if (a.is_boolean()) return a.get<bool>() ? b : a;
     if (b.is_boolean()) return b.get<bool>() ? a : b;
     if (!a.is_object() || !b.is_object()) return std::nullopt;
-    for (const auto& pair : {std::pair<const Json*, const Json*>{&a, &b}, {&b, &a}}) {
-      const Json& x = *pair.first;
-      const Json& y = *pair.second;
+    // The schema x stands for, merged with y, a's members first (the
+    // grammar writes properties in that order, as the client wrote them).
+    for (const bool x_is_a : {true, false}) {
+      const Json& x = x_is_a ? a : b;
+      const Json& y = x_is_a ? b : a;
+      auto with_y = [&](const Json& from_x) { return x_is_a ? Merge(from_x, y, depth + 1) : Merge(y, from_x, depth + 1); };
       if (const char* kind = UnionKind(x)) {  // (u1 | u2) & y = (u1 & y) | (u2 & y)
         Json branches = Json::array();
         for (const Json& u : x.at(kind)) {
-          std::optional<Json> m = Merge(u, y, depth + 1);
+          std::optional<Json> m = with_y(u);
           if (!m) return std::nullopt;
           if (m->is_boolean() && !m->get<bool>()) continue;  // matches nothing
           branches.push_back(std::move(*m));
@@ -765,14 +768,14 @@ class Rewriter {
         if (!target) return std::nullopt;
         Json rest = x;
         rest.erase("$ref");
-        std::optional<Json> with = Merge(rest, *target, depth + 1);
+        std::optional<Json> with = Merge(*target, rest, depth + 1);
         if (!with) return std::nullopt;
-        return Merge(*with, y, depth + 1);
+        return with_y(*with);
       }
       if (Member(x, "allOf") != nullptr || Member(x, "anyOf") != nullptr || Member(x, "oneOf") != nullptr) {
         std::optional<Json> combined = Combine(x, depth + 1);
         if (!combined || *combined == x) return std::nullopt;
-        return Merge(*combined, y, depth + 1);
+        return with_y(*combined);
       }
     }
     Json out = a;
