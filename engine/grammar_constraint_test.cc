@@ -687,7 +687,7 @@ TEST_F(JsonSchemaRefusalTest, PatternsAreSearchedAsTheStandardSays) {
 // class repeated within both bounds; patternProperties are held to their
 // schemas (and additionalProperties false: only named members or members a
 // pattern matches are generated); a dependency of a required member is
-// required.
+// required, of another an anyOf of the object without it and with both.
 TEST_F(JsonSchemaRefusalTest, LengthsBesidePatternsPatternPropertiesAndDependenciesAreEnforced) {
   ExpectEnforced(R"({"type": "string", "pattern": "^[a-z0-9_]+$", "minLength": 2, "maxLength": 4})",
                  {"\"ab\"", "\"a_1z\""}, {"\"a\"", "\"abcde\"", "\"AB\""});
@@ -704,8 +704,13 @@ TEST_F(JsonSchemaRefusalTest, LengthsBesidePatternsPatternPropertiesAndDependenc
   ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                      "required": ["a"], "dependentRequired": {"a": ["b"]}})",
                  {R"({"a": 1, "b": 2})"}, {R"({"a": 1})"});
-  EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}})"),
-              HasSubstr("the keyword dependentRequired is not supported"));
+  // Of a member not required: the object without it, or with it and its
+  // dependencies (a schema's merged).
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}})",
+                 {R"({"a": 1, "b": 2})", R"({"b": 2})", "{}"}, {R"({"a": 1})"});
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}, "c": {"type": "string"}},
+                     "dependentSchemas": {"a": {"properties": {"c": {"const": "x"}}, "required": ["c"]}}})",
+                 {R"({"a": 1, "c": "x"})", R"({"c": "y"})"}, {R"({"a": 1})", R"({"a": 1, "c": "y"})"});
   ExpectEnforced(R"({"type": "array", "uniqueItems": true, "maxItems": 1})", {"[1]"}, {"[1, 1]"});
 }
 

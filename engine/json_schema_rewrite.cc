@@ -1158,6 +1158,48 @@ class Rewriter {
         s[key] = std::move(deps);
       }
     }
+    // A dependency of a member that is not required: an anyOf of the
+    // object without the member (closed to members not named: fewer
+    // instances where it was open) and the object with it and what it
+    // depends on (its list required, or its schema merged).
+    for (const char* key : {"dependentRequired", "dependencies", "dependentSchemas"}) {
+      if (!s.contains(key) || !s[key].is_object() || s[key].empty()) continue;
+      if (patterns_in.is_object()) return false;
+      const std::string name = s[key].begin().key();
+      const Json depends = s[key].begin().value();
+      Json rest = s;
+      rest[key].erase(name);
+      if (rest[key].empty()) rest.erase(key);
+      Json absent = rest;
+      if (absent.contains("properties") && absent["properties"].is_object()) absent["properties"].erase(name);
+      absent["additionalProperties"] = false;
+      Json present = rest;
+      if (!present.contains("required") || !present["required"].is_array()) present["required"] = Json::array();
+      std::vector<Json> names = {Json(name)};
+      if (depends.is_array()) names.insert(names.end(), depends.begin(), depends.end());
+      for (const Json& n : names) {
+        if (std::find(present["required"].begin(), present["required"].end(), n) == present["required"].end()) {
+          present["required"].push_back(n);
+        }
+      }
+      std::optional<Json> with = depends.is_array() ? std::optional<Json>(present) : Merge(present, depends, 0);
+      if (!with || !Spend(2)) return false;
+      std::optional<Json> a = Local(std::move(absent));
+      std::optional<Json> b = Local(std::move(*with));
+      if (!a || !b) return false;
+      Json branches = Json::array();
+      for (Json* branch : {&*a, &*b}) {
+        if (!(branch->is_boolean() && !branch->get<bool>())) branches.push_back(std::move(*branch));
+      }
+      if (branches.empty()) {
+        *node = false;
+      } else if (branches.size() == 1) {
+        *node = std::move(branches[0]);
+      } else {
+        *node = Json{{"anyOf", std::move(branches)}};
+      }
+      return true;
+    }
     // Required members properties does not list: listed, with the schema
     // of a member not listed.
     const Json required = s.contains("required") ? s["required"] : Json();

@@ -11,8 +11,12 @@
 //   (an anyOf of one branch per type);
 // - required members properties does not list: listed, with the schema
 //   additionalProperties gives them;
-// - dependentRequired (and dependencies' lists) where the member is
-//   required: its dependencies required too;
+// - dependentRequired / dependentSchemas / dependencies: of a required
+//   member, its list required (its schema merged); of another, an anyOf of
+//   the object without the member (closed to members not named: fewer)
+//   and with it and its dependencies;
+// - oneOf of objects with a discriminator no branch requires: required in
+//   each branch (fewer: an object without it matched two, or one);
 // - pattern: JSON Schema searches, xgrammar matches the whole string, so a
 //   pattern not anchored at an end gets ".*" there;
 // - pattern beside minLength / maxLength: one character (class) repeated
