@@ -113,12 +113,14 @@ def engine_seconds(metrics_url):
                               "flover_steps_total")]
 
 
-async def burst(client, model, n, max_tokens, constrained):
+async def burst(client, model, n, max_tokens, constrained, extra=None):
     async def one(i):
         kw = {}
         if constrained:
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "city", "schema": SCHEMA}}
+            if extra:
+                kw["extra_body"] = extra
         r = await client.chat.completions.create(
             model=model, max_tokens=max_tokens, temperature=0,
             messages=[{"role": "user", "content": f"Describe {CITIES[i % len(CITIES)]} as JSON: "
@@ -151,13 +153,17 @@ async def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--llama_server", help="llama.cpp's llama-server binary: the peer, same file")
+    parser.add_argument("--extra", default="",
+                        help='JSON merged into each constrained request to Flover, e.g. '
+                             '\'{"max_string_length": 64, "max_string_repeats": 4}\' (string limits)')
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     proc, base, metrics_url = start(args)
     try:
         client = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=600)
         model = (await client.models.list()).data[0].id
-        await burst(client, model, 4, 8, True)  # warm-up (compiles the schema once)
+        extra = json.loads(args.extra) if args.extra else None
+        await burst(client, model, 4, 8, True, extra)  # warm-up (compiles the schema once)
         print(f"# {os.path.basename(args.model)}, max_tokens {args.max_tokens}, greedy, "
               f"{args.threads} threads, {args.rounds} rounds (medians)")
         print("| concurrency | unconstrained tok/s | constrained tok/s | ratio | "
@@ -172,7 +178,7 @@ async def main():
             for round_ in range(args.rounds):
                 for constrained in ((False, True) if round_ % 2 == 0 else (True, False)):
                     before = engine_seconds(metrics_url)
-                    wall, tokens, ok = await burst(client, model, c, args.max_tokens, constrained)
+                    wall, tokens, ok = await burst(client, model, c, args.max_tokens, constrained, extra)
                     after = engine_seconds(metrics_url)
                     for k in range(3):
                         engine[constrained][k] += after[k] - before[k]
