@@ -876,6 +876,13 @@ TEST_F(JsonSchemaRefusalTest, OptionalGroupsEndingInARepetitionKeepTheirStart) {
   EXPECT_FALSE(Walk(**regex, tok, "abc").complete);
   EXPECT_FALSE(Walk(**regex, tok, "ab-c").complete);
   EXPECT_EQ(RegexForXgrammar("a(b)?c[(x)?]\\)?(d)??"), "a(b){0,1}c[(x)?]\\)?(d)??");
+  // Counts past 128, which xgrammar fails to compile, in pieces of 128.
+  EXPECT_EQ(RegexForXgrammar("^[a-z]{1,255}$"), "^[a-z]{1}[a-z]{0,128}[a-z]{0,126}$");
+  EXPECT_EQ(RegexForXgrammar("x(ab){300,}\\d{2}"), "x(ab){128}(ab){128}(ab){44}(ab)*\\d{2}");
+  ExpectEnforced(R"({"type": "string", "pattern": "^[a-z]{1,255}$"})",
+                 {"\"a\"", "\"" + std::string(255, 'q') + "\""}, {"\"\"", "\"" + std::string(256, 'q') + "\""});
+  ExpectEnforced(R"({"type": "object", "patternProperties": {"^k[0-9]{1,200}$": {"type": "integer"}}})",
+                 {R"({"k12": 3})"}, {R"({"k12": "x"})", R"({"x": 1})"});
 }
 }  // namespace
 }  // namespace flover

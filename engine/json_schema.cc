@@ -54,30 +54,122 @@ int NestingDepth(const std::string& text, char open, char close, char also_open,
   return deepest;
 }
 
+namespace {
+
+// `{m}`, `{m,}` or `{m,n}` at regex[i]: its bounds (max -1: none) and its
+// length, or nullopt.
+std::optional<std::pair<std::pair<int64_t, int64_t>, size_t>> CountedQuantifier(const std::string& regex, size_t i) {
+  if (i >= regex.size() || regex[i] != '{') return std::nullopt;
+  const size_t close = regex.find('}', i);
+  if (close == std::string::npos) return std::nullopt;
+  const std::string inner = regex.substr(i + 1, close - i - 1);
+  const size_t comma = inner.find(',');
+  auto number = [](const std::string& t, int64_t* out) {
+    if (t.empty() || t.size() > 6 || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    *out = std::stoll(t);
+    return true;
+  };
+  int64_t lo = 0, hi = 0;
+  if (comma == std::string::npos) {
+    if (!number(inner, &lo)) return std::nullopt;
+    hi = lo;
+  } else {
+    if (!number(inner.substr(0, comma), &lo)) return std::nullopt;
+    if (comma + 1 == inner.size()) {
+      hi = -1;
+    } else if (!number(inner.substr(comma + 1), &hi) || hi < lo) {
+      return std::nullopt;
+    }
+  }
+  return std::make_pair(std::make_pair(lo, hi), close - i + 1);
+}
+
+}  // namespace
+
 std::string RegexForXgrammar(const std::string& regex) {
+  // xgrammar's converter fails ("per_rule_fsm_hashes") on a count past
+  // 128: a longer one is written as counts of at most 128 in a row (the
+  // same language: "x{0,100}x{0,100}" is "x{0,200}").
+  constexpr int64_t kMaxCount = 128;
+  constexpr int64_t kMaxPieces = 64;
   std::string out;
   out.reserve(regex.size() + 8);
+  std::vector<size_t> groups;           // where each open group starts in `out`
+  size_t atom = std::string::npos;      // where the last atom starts in `out`
   bool in_class = false;
   for (size_t i = 0; i < regex.size(); ++i) {
     const char c = regex[i];
+    if (in_class) {
+      out += c;
+      if (c == '\\' && i + 1 < regex.size()) {
+        out += regex[++i];
+      } else if (c == ']') {
+        in_class = false;
+      }
+      continue;
+    }
     if (c == '\\') {
+      atom = out.size();
       out += c;
       if (i + 1 < regex.size()) out += regex[++i];
       continue;
     }
-    if (in_class) {
-      in_class = c != ']';
-    } else if (c == '[') {
+    if (c == '[') {
+      atom = out.size();
       in_class = true;
       out += c;
       if (i + 1 < regex.size() && regex[i + 1] == '^') out += regex[++i];
       if (i + 1 < regex.size() && regex[i + 1] == ']') out += regex[++i];  // "[]...]": a member
       continue;
-    } else if (c == ')' && i + 1 < regex.size() && regex[i + 1] == '?' &&
-               !(i + 2 < regex.size() && regex[i + 2] == '?')) {
-      out += "){0,1}";
-      ++i;
+    }
+    if (c == '(') {
+      groups.push_back(out.size());
+      atom = std::string::npos;
+      out += c;
       continue;
+    }
+    if (c == ')') {
+      atom = groups.empty() ? std::string::npos : groups.back();
+      if (!groups.empty()) groups.pop_back();
+      if (i + 1 < regex.size() && regex[i + 1] == '?' && !(i + 2 < regex.size() && regex[i + 2] == '?')) {
+        out += "){0,1}";  // an optional group (see the header)
+        ++i;
+        atom = std::string::npos;
+        continue;
+      }
+      out += c;
+      continue;
+    }
+    if (c == '{' && atom != std::string::npos) {
+      const auto counted = CountedQuantifier(regex, i);
+      if (counted) {
+        const auto [lo, hi] = counted->first;
+        const int64_t top = hi < 0 ? lo : hi;
+        if (top > kMaxCount && top / kMaxCount + 2 <= kMaxPieces) {
+          const std::string unit = out.substr(atom);
+          out.erase(atom);
+          for (int64_t left = lo; left > 0; left -= kMaxCount) {
+            out += absl::StrCat(unit, "{", std::min(left, kMaxCount), "}");
+          }
+          if (hi < 0) {
+            out += absl::StrCat(unit, "*");
+          } else {
+            for (int64_t left = hi - lo; left > 0; left -= kMaxCount) {
+              out += absl::StrCat(unit, "{0,", std::min(left, kMaxCount), "}");
+            }
+          }
+          i += counted->second - 1;
+          atom = std::string::npos;
+          continue;
+        }
+      }
+    }
+    if (c == '|' || c == '^' || c == '$' || c == '*' || c == '+' || c == '?' || c == '{' || c == '}') {
+      atom = std::string::npos;
+    } else {
+      atom = out.size();
     }
     out += c;
   }

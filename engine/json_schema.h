@@ -18,11 +18,13 @@ namespace flover {
 
 // Bounds on what a request may send.
 inline constexpr size_t kMaxSchemaBytes = 64 << 10;
-// `regex` as xgrammar 0.2.8 is to be given it: an optional group, "(...)?",
-// is written "(...){0,1}", the same language. xgrammar's regex converter
-// drops the start of an optional group that ends in a repetition: it takes
-// "abc" for "^ab(-c+)?$" and "001Z" for "[0-5]\d(\.\d+)?Z"; its {0,1}
-// is right. Escapes and character classes are left as they are.
+// `regex` as xgrammar 0.2.8 is to be given it, the same language written
+// around two of its bugs: an optional group, "(...)?", is written
+// "(...){0,1}" (its converter drops the start of an optional group that
+// ends in a repetition: it took "abc" for "^ab(-c+)?$" and "001Z" for
+// "[0-5]\d(\.\d+)?Z"); a count past 128 ("[a-z]{1,255}", which it fails to
+// compile) as counts of at most 128 in a row ("{1,128}{0,127}"). Escapes
+// and character classes are left as they are.
 std::string RegexForXgrammar(const std::string& regex);
 
 // The deepest nesting a schema ({ and [), a grammar or a regex (parentheses)
