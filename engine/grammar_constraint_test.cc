@@ -701,6 +701,11 @@ TEST_F(JsonSchemaRefusalTest, LengthsBesidePatternsPatternPropertiesAndDependenc
                      "patternProperties": {"^x-": {"type": "integer"}, "^x-i": {"minimum": 3}}})",
                  {R"({"x-id": 4, "name": "n"})", R"({"x-b": 3})"},
                  {R"({"x-id": 1.5})", R"({"x-id": 2})", R"({"x-b": "s"})", R"({"x-ib": 1})"});
+  // xgrammar may write a named member through a pattern it matches: the
+  // pattern's values are held to the member's schema too.
+  ExpectEnforced(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-f]{4}$"}},
+                     "patternProperties": {"^[a-z]{1,300}$": {"type": ["string", "integer"]}}})",
+                 {R"({"id": "abcd"})", R"({"key": "bcde"})"}, {R"({"id": "abc"})", R"({"id": 3})"});
   ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                      "required": ["a"], "dependentRequired": {"a": ["b"]}})",
                  {R"({"a": 1, "b": 2})"}, {R"({"a": 1})"});

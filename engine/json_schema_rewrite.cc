@@ -1236,20 +1236,32 @@ class Rewriter {
         if (!held) return false;
         schemas.push_back(std::move(*held));
       }
+      // xgrammar may write a named member through a pattern it matches, so
+      // such a pattern's schema is held to the member's too (fewer: other
+      // names it matches get values both allow; none where they clash).
       if (s.contains("properties") && s["properties"].is_object()) {
         for (auto& member : s["properties"].items()) {
-          for (const auto& [pattern, schema] : patterns) {
-            const std::optional<bool> m = Searches(pattern, member.key());
+          for (size_t i = 0; i < patterns.size(); ++i) {
+            const std::optional<bool> m = Searches(patterns[i].first, member.key());
             if (!m) return false;
             if (!*m) continue;
-            std::optional<Json> held = Merge(member.value(), schema, 0);
+            std::optional<Json> held = Merge(member.value(), patterns[i].second, 0);
             if (!held) return false;
             member.value() = std::move(*held);
+          }
+        }
+        for (const auto& member : s["properties"].items()) {
+          for (size_t i = 0; i < patterns.size(); ++i) {
+            if (!Searches(patterns[i].first, member.key()).value_or(true)) continue;
+            std::optional<Json> held = Merge(schemas[i], member.value(), 0);
+            if (!held) return false;
+            schemas[i] = std::move(*held);
           }
         }
       }
       Json rewritten = Json::object();
       for (size_t i = 0; i < patterns.size(); ++i) {
+        if (schemas[i].is_boolean() && !schemas[i].get<bool>()) continue;  // no member through it
         const std::string full = FullMatchPattern(patterns[i].first);
         if (rewritten.contains(full)) return false;
         rewritten[full] = std::move(schemas[i]);
