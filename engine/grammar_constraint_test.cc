@@ -693,7 +693,14 @@ TEST_F(JsonSchemaRefusalTest, LengthsBesidePatternsPatternPropertiesAndDependenc
                  {"\"ab\"", "\"a_1z\""}, {"\"a\"", "\"abcde\"", "\"AB\""});
   ExpectEnforced(R"({"type": "string", "pattern": "^\\d{2,8}$", "maxLength": 3})", {"\"123\""},
                  {"\"1234\"", "\"1\""});
-  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a.b$", "maxLength": 3})"),
+  ExpectEnforced(R"({"type": "string", "pattern": "^[a-z][a-z0-9-]*$", "maxLength": 5})",
+                 {"\"a-b1\"", "\"abcde\"", "\"a\""}, {"\"abcdef\"", "\"1abc\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "^\\d{3}-\\d+$", "minLength": 6})", {"\"123-45\""},
+                 {"\"123-4\""});
+  ExpectEnforced(R"({"type": "string", "pattern": "^ab?c$", "minLength": 3})", {"\"abc\""}, {"\"ac\""});
+  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a.b$", "maxLength": 2})"),
+              HasSubstr("no value is valid"));
+  EXPECT_THAT(Refusal(R"({"type": "string", "pattern": "^a+b+$", "maxLength": 3})"),
               HasSubstr("minLength / maxLength with pattern"));
   ExpectEnforced(R"({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}})",
                  {R"({"x-a": 1})", "{}"}, {R"({"x-a": "s"})"});

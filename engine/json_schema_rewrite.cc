@@ -120,6 +120,48 @@ std::optional<Repeated> RepeatedAtom(const std::string& p) {
   return r;
 }
 
+// A pattern that is characters in a row, each with its quantifier
+// ("[a-z][a-z0-9-]*", "\\d{3}-\\d+"): each with its bounds, or nullopt.
+std::optional<std::vector<Repeated>> AtomSequence(const std::string& p) {
+  std::vector<Repeated> out;
+  size_t i = 0;
+  while (i < p.size()) {
+    size_t end = i;
+    if (p[i] == '[') {
+      end = i + 1;
+      if (end < p.size() && p[end] == '^') ++end;
+      if (end < p.size() && p[end] == ']') ++end;
+      while (end < p.size() && p[end] != ']') end += p[end] == '\\' ? 2 : 1;
+      if (end >= p.size()) return std::nullopt;
+      ++end;
+    } else if (p[i] == '\\') {
+      if (i + 1 >= p.size() || (std::isalnum(static_cast<unsigned char>(p[i + 1])) &&
+                                std::string("dDwWsS").find(p[i + 1]) == std::string::npos)) {
+        return std::nullopt;
+      }
+      end = i + 2;
+    } else if (p[i] == '.' || !IsSpecial(p[i])) {
+      end = i + 1;
+      while (end < p.size() && (static_cast<unsigned char>(p[end]) & 0xC0) == 0x80) ++end;
+    } else {
+      return std::nullopt;
+    }
+    size_t q = end;
+    if (q < p.size() && (p[q] == '*' || p[q] == '+' || p[q] == '?')) {
+      ++q;
+    } else if (q < p.size() && p[q] == '{') {
+      const size_t close = p.find('}', q);
+      if (close == std::string::npos) return std::nullopt;
+      q = close + 1;
+    }
+    std::optional<Repeated> r = RepeatedAtom(p.substr(i, q - i));
+    if (!r || out.size() >= 64) return std::nullopt;
+    out.push_back(*r);
+    i = q;
+  }
+  return out;
+}
+
 // The literal text every match of an anchored pattern starts with (up to
 // the first special character; a character a quantifier follows is not
 // sure), or nullopt where the pattern is not anchored at its start.
@@ -1074,23 +1116,52 @@ class Rewriter {
     const Json* lo = Member(s, "minLength");
     const Json* hi = Member(s, "maxLength");
     if (lo != nullptr || hi != nullptr) {
+      // Characters in a row with at most one count not fixed: that count
+      // takes what the lengths leave ("^[a-z][a-z0-9-]*$" with maxLength
+      // 63 becomes "^[a-z][a-z0-9-]{0,62}$").
       const PatternShape shape = ShapeOf(p);
-      std::optional<Repeated> r;
+      std::optional<std::vector<Repeated>> atoms;
       if (shape.starts && shape.ends && !shape.alternation && !shape.inner_anchor) {
-        r = RepeatedAtom(p.substr(1, p.size() - 2));
+        atoms = AtomSequence(p.substr(1, p.size() - 2));
       }
-      if (!r || (lo != nullptr && TypeOf(*lo) != kInteger) || (hi != nullptr && TypeOf(*hi) != kInteger)) {
+      const bool whole = (lo == nullptr || TypeOf(*lo) == kInteger) && (hi == nullptr || TypeOf(*hi) == kInteger);
+      size_t variable = 0, variables = 0;
+      int64_t fixed = 0;
+      if (atoms) {
+        for (size_t k = 0; k < atoms->size(); ++k) {
+          if ((*atoms)[k].min != (*atoms)[k].max) {
+            variable = k;
+            ++variables;
+          } else {
+            fixed += (*atoms)[k].min;
+          }
+        }
+      }
+      if (!atoms || atoms->empty() || !whole || variables > 1) {
         s["pattern"] = FullMatchPattern(p);
         return true;  // the walk refuses the lengths beside it
       }
-      int64_t min = std::max<int64_t>(r->min, lo != nullptr ? lo->get<int64_t>() : 0);
-      int64_t max = r->max;
-      if (hi != nullptr) max = max < 0 ? hi->get<int64_t>() : std::min<int64_t>(max, hi->get<int64_t>());
-      if (max >= 0 && min > max) {
-        *node = false;
-        return true;
+      const int64_t want_lo = lo != nullptr ? lo->get<int64_t>() : 0;
+      const int64_t want_hi = hi != nullptr ? hi->get<int64_t>() : -1;
+      if (variables == 0) {  // one length: in the bounds, or no string is
+        if (fixed < want_lo || (want_hi >= 0 && fixed > want_hi)) {
+          *node = false;
+          return true;
+        }
+      } else {
+        Repeated& r = (*atoms)[variable];
+        r.min = std::max<int64_t>(r.min, want_lo - fixed);
+        if (want_hi >= 0) r.max = r.max < 0 ? want_hi - fixed : std::min<int64_t>(r.max, want_hi - fixed);
+        if (r.max >= 0 && r.min > r.max) {
+          *node = false;
+          return true;
+        }
       }
-      s["pattern"] = absl::StrCat("^", r->atom, "{", min, ",", max < 0 ? "" : absl::StrCat(max), "}$");
+      std::string rebuilt = "^";
+      for (const Repeated& r : *atoms) {
+        absl::StrAppend(&rebuilt, r.atom, "{", r.min, ",", r.max < 0 ? "" : absl::StrCat(r.max), "}");
+      }
+      s["pattern"] = RegexForXgrammar(rebuilt + "$");
       s.erase("minLength");
       s.erase("maxLength");
       return true;

@@ -19,8 +19,9 @@
 //   each branch (fewer: an object without it matched two, or one);
 // - pattern: JSON Schema searches, xgrammar matches the whole string, so a
 //   pattern not anchored at an end gets ".*" there;
-// - pattern beside minLength / maxLength: one character (class) repeated
-//   becomes that class repeated within both bounds;
+// - pattern beside minLength / maxLength: characters in a row with at most
+//   one count not fixed ("^[a-z][a-z0-9-]*$"): that count takes what the
+//   lengths leave;
 // - patternProperties: each key's pattern searched as above, a named member
 //   matching a pattern held to both schemas, patterns that may match the
 //   same key held to each other's schemas, and additionalProperties
