@@ -697,7 +697,14 @@ absl::StatusOr<std::string> EnforcedJsonSchema(const std::string& schema, const 
   // json_schema_rewrite.h), if the walk finds nothing unenforced in it;
   // else the schema as sent, and the walk's refusal names the keyword
   // where the client wrote it.
-  std::optional<schema::Json> rewritten = schema::RewriteForXgrammar(parsed);
+  std::optional<schema::Json> rewritten;
+  try {
+    rewritten = schema::RewriteForXgrammar(parsed);
+  } catch (const std::exception&) {
+    // A shape the rewrites did not expect (they check what they read, so
+    // this is a bug): the schema as sent, refused or not by the walk.
+    rewritten.reset();
+  }
   if (rewritten && rewritten->is_boolean() && !rewritten->get<bool>()) {
     return FieldError(field, "no value is valid under this schema (its keywords contradict each other)");
   }
