@@ -1293,6 +1293,11 @@ class Rewriter {
       }
     }
     if (patterns_in.is_object()) {
+      // xgrammar skips lookarounds: a key pattern with one is not enforced
+      // (the walk refuses the patternProperties as sent).
+      for (const auto& item : patterns_in.items()) {
+        if (HasLookaround(item.key())) return false;
+      }
       // Each key's pattern searched; patterns that may match one key held
       // to each other's schemas; named members matching one held to it.
       std::vector<std::pair<std::string, Json>> patterns;
