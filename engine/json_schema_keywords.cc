@@ -172,21 +172,13 @@ double CodePoints(const std::string& s) {
 // (?<=, (?<!) outside a character class: xgrammar's regex automaton skips
 // them (logging a warning), matching as if they were not there.
 bool HasLookaround(const std::string& pattern) {
-  bool in_class = false;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c == '\\') {
-      ++i;
-    } else if (in_class) {
-      in_class = c != ']';
-    } else if (c == '[') {
-      in_class = true;
-    } else if (c == '(' && pattern.compare(i, 2, "(?") == 0) {
-      const size_t at = pattern[i + 2] == '<' ? i + 3 : i + 2;
-      if (at < pattern.size() && (pattern[at] == '=' || pattern[at] == '!')) return true;
-    }
-  }
-  return false;
+  bool found = false;
+  ForEachRegexStructure(pattern, [&](size_t i) {
+    if (pattern.compare(i, 2, "(?") != 0) return;
+    const size_t at = i + 2 < pattern.size() && pattern[i + 2] == '<' ? i + 3 : i + 2;
+    found = found || (at < pattern.size() && (pattern[at] == '=' || pattern[at] == '!'));
+  });
+  return found;
 }
 
 // Whether the instance `value` satisfies `key: arg`, where that is cheap to

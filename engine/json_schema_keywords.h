@@ -67,6 +67,25 @@ bool Vacuous(const std::string& key, const Json& arg);
 // -1, 0 or 1 as number a is below, equal to or above number b.
 int Compare(const Json& a, const Json& b);
 double CodePoints(const std::string& s);
+// Calls each(i) for each character of the regex `p` that is structure:
+// not escaped ("\\x" is passed over) and outside a character class ("[...]",
+// with "[^" and a leading "]" inside it, is passed over whole).
+template <typename Each>
+void ForEachRegexStructure(const std::string& p, Each each) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\') {
+      ++i;
+    } else if (p[i] == '[') {
+      if (i + 1 < p.size() && p[i + 1] == '^') ++i;
+      if (i + 1 < p.size() && p[i + 1] == ']') ++i;
+      while (i + 1 < p.size() && p[i + 1] != ']') i += p[i + 1] == '\\' ? 2 : 1;
+      ++i;  // the closing ]
+    } else {
+      each(i);
+    }
+  }
+}
+
 // Whether the regex `pattern` holds a lookahead or lookbehind ((?=, (?!,
 // (?<=, (?<!) outside a character class: xgrammar's regex automaton skips
 // them (logging a warning), matching as if they were not there.

@@ -27,37 +27,20 @@ struct PatternShape {
 PatternShape ShapeOf(const std::string& p) {
   PatternShape shape;
   int depth = 0;
-  bool in_class = false;
-  for (size_t i = 0; i < p.size(); ++i) {
+  ForEachRegexStructure(p, [&](size_t i) {
     const char c = p[i];
-    if (c == '\\') {
-      ++i;
-    } else if (in_class) {
-      in_class = c != ']';
-    } else if (c == '[') {
-      in_class = true;
-      if (i + 1 < p.size() && p[i + 1] == '^') ++i;  // a negated class
-      if (i + 1 < p.size() && p[i + 1] == ']') ++i;  // "[]...]": the ] is a member
-    } else if (c == '(') {
+    if (c == '(') {
       ++depth;
     } else if (c == ')') {
       --depth;
     } else if (c == '|' && depth == 0) {
       shape.alternation = true;
     } else if (c == '^') {
-      if (i == 0) {
-        shape.starts = true;
-      } else {
-        shape.inner_anchor = true;
-      }
+      (i == 0 ? shape.starts : shape.inner_anchor) = true;
     } else if (c == '$') {
-      if (i + 1 == p.size()) {
-        shape.ends = true;
-      } else {
-        shape.inner_anchor = true;
-      }
+      (i + 1 == p.size() ? shape.ends : shape.inner_anchor) = true;
     }
-  }
+  });
   return shape;
 }
 
@@ -183,40 +166,37 @@ bool ProvablyDisjoint(const std::string& a, const std::string& b) {
   return pa->compare(0, n, *pb, 0, n) != 0;
 }
 
-// Whether `pattern` finds a match in `text` (ECMA-262, as JSON Schema
-// reads it), or nullopt where std::regex cannot tell (a syntax it lacks,
-// or input too long to try safely).
 // Whether a group that repeats (*, + or {}) holds a repetition or an
 // alternation: a backtracking matcher such as std::regex can take time
 // exponential in the text on those ("(a+)+b").
 bool NestedRepetition(const std::string& p) {
   std::vector<bool> inner;  // per open group: holds a repetition or |
-  bool in_class = false;
-  for (size_t i = 0; i < p.size(); ++i) {
+  bool risky = false;
+  ForEachRegexStructure(p, [&](size_t i) {
     const char c = p[i];
-    if (c == '\\') {
-      ++i;
-    } else if (in_class) {
-      in_class = c != ']';
-    } else if (c == '[') {
-      in_class = true;
-    } else if (c == '(') {
+    if (c == '(') {
       inner.push_back(false);
     } else if (c == ')') {
-      if (inner.empty()) return true;
-      const bool risky = inner.back();
+      if (inner.empty()) {
+        risky = true;
+        return;
+      }
+      const bool holds = inner.back();
       inner.pop_back();
       const char next = i + 1 < p.size() ? p[i + 1] : 0;
       const bool repeats = next == '*' || next == '+' || next == '{';
-      if (risky && repeats) return true;
-      if (!inner.empty() && (risky || repeats)) inner.back() = true;
+      risky = risky || (holds && repeats);
+      if (!inner.empty() && (holds || repeats)) inner.back() = true;
     } else if ((c == '*' || c == '+' || c == '{' || c == '|') && !inner.empty()) {
       inner.back() = true;
     }
-  }
-  return false;
+  });
+  return risky;
 }
 
+// Whether `pattern` finds a match in `text` (ECMA-262, as JSON Schema
+// reads it), or nullopt where std::regex cannot tell (a syntax it lacks,
+// or input too long to try safely).
 std::optional<bool> Searches(const std::string& pattern, const std::string& text) {
   if (pattern.size() > 1024 || text.size() > 256 || NestedRepetition(pattern)) return std::nullopt;
   try {
