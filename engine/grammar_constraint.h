@@ -36,17 +36,12 @@ class GrammarConstraints {
   ~GrammarConstraints();
 
   // Each refuses what cannot be compiled with InvalidArgument naming
-  // `field` and saying why (xgrammar's message), past the size and depth
-  // limits, and JSON Schema keywords xgrammar 0.2.8 would ignore, naming
-  // the keyword and its JSON pointer: not, if/then/else, uniqueItems,
-  // contains, dependent*, patternProperties, propertyNames, unevaluated*,
-  // $dynamicRef, allOf with several branches; a keyword beside $ref,
-  // const, enum, anyOf, oneOf or allOf that what xgrammar keeps of them
-  // does not imply; validation keywords with no type (nor properties or
-  // items); required members properties does not list; pattern beside a
-  // format, a format the standard defines that xgrammar does not check;
-  // $refs other than "#" and "#/..."; oneOf branches not provably
-  // exclusive (xgrammar enforces anyOf). Thread-safe.
+  // `field` and saying why (xgrammar's message), and past the size and
+  // depth limits. A JSON Schema is first rewritten into forms xgrammar
+  // 0.2.8 enforces exactly (engine/json_schema_rewrite.h); what no rewrite
+  // makes exact is refused by keyword and JSON pointer (EnforcedJsonSchema,
+  // engine/json_schema.h; docs/api.md lists them). A regex reaches xgrammar
+  // around its bugs (RegexForXgrammar). Thread-safe.
   // `limits` on the output's string values (engine/json_string_limits.h),
   // none by default.
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> JsonSchema(const std::string& schema,
