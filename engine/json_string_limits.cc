@@ -22,8 +22,17 @@ struct JsonLexer {
   int64_t chars = 0;
   std::string stack;  // '{' and '['
   std::string tail;   // the open string's last bytes (kMaxTail at most)
+  // With items tracked (max_item_repeats): per open array, its item being
+  // written, the last one finished and how many in a row were alike.
+  struct Items {
+    std::string current, last;
+    int alike = 0;
+  };
+  bool track_items = false;
+  std::vector<Items> arrays;  // one per '[' in `stack`
 
   void Step(unsigned char c) {
+    if (track_items) Item(c);
     if (in_string) {
       if (escape == 0 && c == '"') {
         in_string = false;
@@ -68,6 +77,45 @@ struct JsonLexer {
     }
   }
   bool in_value() const { return in_string && !is_key; }
+
+  // The innermost array's item text, before Step moves on (the array's
+  // own '[', ',' and ']' are not an item's; nested ones are).
+  void Item(unsigned char c) {
+    constexpr size_t kMaxItem = 4096;  // longer items are not compared
+    const bool structure = !in_string && !stack.empty() && stack.back() == '[';
+    if (structure && c == ',') {
+      Items& a = arrays.back();
+      if (a.current == a.last) {
+        ++a.alike;
+      } else {
+        a.last = a.current;
+        a.alike = 1;
+      }
+      a.current.clear();
+      return;
+    }
+    if (!in_string && c == '[') {
+      if (!arrays.empty() && arrays.back().current.size() < kMaxItem) arrays.back().current.push_back('[');
+      arrays.push_back(Items());
+      return;
+    }
+    if (structure && c == ']') {
+      arrays.pop_back();
+      if (!arrays.empty() && arrays.back().current.size() < kMaxItem) arrays.back().current.push_back(']');
+      return;
+    }
+    const bool space = !in_string && (c == ' ' || c == '\n' || c == '\t' || c == '\r');
+    if (!arrays.empty() && !space && arrays.back().current.size() < kMaxItem) {
+      arrays.back().current.push_back(static_cast<char>(c));
+    }
+  }
+  // Whether the innermost array's item so far is the last one again, which
+  // has already come `repeats` - 1 times in a row.
+  bool RepeatingItem(int repeats) const {
+    return !in_string && !stack.empty() && stack.back() == '[' && !arrays.empty() &&
+           !arrays.back().current.empty() && arrays.back().alike >= repeats - 1 &&
+           arrays.back().current == arrays.back().last;
+  }
 };
 
 // Whether the open string's bytes end with a unit of 1-32 bytes repeated
@@ -90,6 +138,7 @@ class LimitedState final : public ConstraintState {
   LimitedState(std::unique_ptr<ConstraintState> inner, const TokenBytes& tokens, const JsonStringTable& table,
                JsonStringLimits limits)
       : inner_(std::move(inner)), tokens_(tokens), table_(table), limits_(limits) {
+    lexer_.track_items = limits_.max_item_repeats > 0;
     Refresh();
   }
   const std::vector<uint32_t>& AllowedNext() const override {
@@ -114,6 +163,14 @@ class LimitedState final : public ConstraintState {
   std::string ForcedBytes() override { return narrowed_ ? "" : inner_->ForcedBytes(); }
 
  private:
+  // Whether `token` starts (after spaces) with a comma.
+  bool StartsWithComma(int32_t token) const {
+    for (char c : tokens_.Of(token)) {
+      if (c != ' ' && c != '\n' && c != '\t' && c != '\r') return c == ',';
+    }
+    return false;
+  }
+
   // Whether `token`, from where the lexer is, keeps the limits.
   bool Keeps(int32_t token, bool close_now) const {
     if (lexer_.in_string) {
@@ -145,14 +202,17 @@ class LimitedState final : public ConstraintState {
       near = lexer_.in_string ? (lexer_.in_value() && lexer_.chars + table_.longest() > limits_.max_length)
                               : table_.longest() > limits_.max_length;
     }
-    if (!close_now && !near) return;
+    const bool no_more_items = limits_.max_item_repeats > 0 && lexer_.RepeatingItem(limits_.max_item_repeats);
+    if (!close_now && !near && !no_more_items) return;
     const std::vector<uint32_t>& allowed = inner_->AllowedNext();
     mask_.assign(allowed.size(), 0);
     bool any = false;
     for (size_t w = 0; w < allowed.size(); ++w) {
       for (uint32_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
         const int32_t t = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
-        if (t >= table_.vocab_size() || !Keeps(t, close_now)) continue;
+        if (t >= table_.vocab_size()) continue;
+        if (no_more_items && StartsWithComma(t)) continue;
+        if ((close_now || near) && !Keeps(t, close_now)) continue;
         mask_[w] |= 1u << (t % 32);
         any = true;
       }

@@ -9,7 +9,10 @@
 //   it, or close the string in time, are allowed;
 // - max_repeats: a string value that ends with a unit of 1 to 32 bytes
 //   repeated this many times in a row, over at least 16 bytes, is closed
-//   at once ("1.1.1.1.1.1.1.1." with 4 repeats and more than 16 bytes).
+//   at once ("1.1.1.1.1.1.1.1." with 4 repeats and more than 16 bytes);
+// - max_item_repeats: an array whose last items are this many alike (the
+//   same text) takes no more ("[1, 1, 1" with 3 may only close, or write
+//   the item on into another).
 // Where the grammar itself allows no token that would keep a limit (a
 // minLength, a pattern or a format asks for more), the grammar's mask
 // stands: the limits never leave a sequence without a next token.
@@ -27,8 +30,9 @@ namespace flover {
 
 struct JsonStringLimits {
   int max_length = 0;   // 0: none
-  int max_repeats = 0;  // 0: none
-  bool any() const { return max_length > 0 || max_repeats > 0; }
+  int max_repeats = 0;       // 0: none
+  int max_item_repeats = 0;  // 0: none
+  bool any() const { return max_length > 0 || max_repeats > 0 || max_item_repeats > 0; }
 };
 
 // Bounds on what a request may ask.

@@ -112,7 +112,32 @@ TEST_F(JsonStringLimitsTest, AValueEndingInARepeatedUnitIsClosed) {
   EXPECT_TRUE(state->Complete());
 }
 
+TEST_F(JsonStringLimitsTest, AnArrayTakesNoMoreThanMaxItemRepeatsAlikeInARow) {
+  auto c = Schema(R"({"type": "object", "properties": {"v": {"type": "array", "items": {}}}})",
+                  {0, 0, /*max_item_repeats=*/3});
+  // The third "1" may only close the array, or go on into another item.
+  auto state = c->Start();
+  EXPECT_EQ(WalkBytes(*state, "{\"v\": [1, 1, 1, 1]}"), "{\"v\": [1, 1, 1");
+  EXPECT_EQ(WalkBytes(*state, "2, 1]}"), "2, 1]}");
+  EXPECT_TRUE(state->Complete());
+  // Objects and nested arrays are items too; items alike but apart count
+  // from one again.
+  state = c->Start();
+  const std::string objects = "{\"v\": [{\"a\": [1, 1]}, {\"a\": [1, 1]}, {\"a\": [1, 1]}, {\"a\": [1]}]}";
+  EXPECT_EQ(WalkBytes(*state, objects), "{\"v\": [{\"a\": [1, 1]}, {\"a\": [1, 1]}, {\"a\": [1, 1]}");
+  state = c->Start();
+  const std::string apart = "{\"v\": [\"x\", \"x\", \"y\", \"x\", \"x\", [\",\", 2], [\",\", 2]]}";
+  EXPECT_EQ(WalkBytes(*state, apart), apart);
+  EXPECT_TRUE(state->Complete());
+}
+
 TEST_F(JsonStringLimitsTest, WhereTheGrammarNeedsMoreItsMaskStands) {
+  // minItems 4 beside max_item_repeats 2: the grammar's 4 come first.
+  auto items = Schema(R"({"type": "array", "items": {"const": 0}, "minItems": 4})", {0, 0, 2});
+  auto list = items->Start();
+  EXPECT_EQ(WalkBytes(*list, "[0, 0, 0, 0, 0]"), "[0, 0, 0, 0");
+  EXPECT_EQ(WalkBytes(*list, "]"), "]");
+  EXPECT_TRUE(list->Complete());
   // minLength 8 beside max_length 3 (and repeats of "a"): the grammar's 8
   // come first, then the string closes as soon as it may.
   auto c = Schema(R"({"type": "string", "minLength": 8})", {/*max_length=*/3, /*max_repeats=*/2});

@@ -326,7 +326,9 @@ absl::Status ParseConstraint(const Json& b, ClientRequest* r) {
   for (const auto& [key, lo, hi, out] :
        {std::tuple<const char*, int, int, int*>{"max_string_length", 1, kMaxStringLengthLimit, &limits.max_length},
         std::tuple<const char*, int, int, int*>{"max_string_repeats", kMinStringRepeats, kMaxStringRepeats,
-                                                &limits.max_repeats}}) {
+                                                &limits.max_repeats},
+        std::tuple<const char*, int, int, int*>{"max_item_repeats", kMinStringRepeats, kMaxStringRepeats,
+                                                &limits.max_item_repeats}}) {
     const Json* v = JsonField(b, key);
     if (v == nullptr || v->is_null()) continue;
     if (!v->is_number_integer() || v->get<int64_t>() < lo || v->get<int64_t>() > hi) {
@@ -337,7 +339,9 @@ absl::Status ParseConstraint(const Json& b, ClientRequest* r) {
   if (limits.any()) {
     const bool json = !found.empty() && (found[0].kind == Kind::kJsonSchema || found[0].kind == Kind::kJsonObject);
     if (!json) {
-      return Bad(limits.max_length > 0 ? "max_string_length" : "max_string_repeats",
+      return Bad(limits.max_length > 0    ? "max_string_length"
+                 : limits.max_repeats > 0 ? "max_string_repeats"
+                                          : "max_item_repeats",
                  "applies only to JSON output (response_format json_schema or json_object, or guided_json)");
     }
     found[0].string_limits = limits;

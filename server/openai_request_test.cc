@@ -83,11 +83,13 @@ TEST(OpenAiApiTest, ConstraintsFromResponseFormatAndTheGuidedFields) {
 
 TEST(OpenAiApiTest, StringLimitsGoWithAJsonConstraintOnly) {
   auto limited = ParseCompletionRequest(
-      R"({"prompt": "x", "guided_json": {"type": "object"}, "max_string_length": 64, "max_string_repeats": 4})",
+      R"({"prompt": "x", "guided_json": {"type": "object"}, "max_string_length": 64, "max_string_repeats": 4,
+          "max_item_repeats": 3})",
       kModel);
   ASSERT_TRUE(limited.ok()) << limited.status();
   EXPECT_EQ(limited->request.constraint->string_limits.max_length, 64);
   EXPECT_EQ(limited->request.constraint->string_limits.max_repeats, 4);
+  EXPECT_EQ(limited->request.constraint->string_limits.max_item_repeats, 3);
   auto object = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_object"}, "max_string_length": 8})", kModel);
   ASSERT_TRUE(object.ok()) << object.status();
@@ -106,6 +108,10 @@ TEST(OpenAiApiTest, StringLimitsGoWithAJsonConstraintOnly) {
               HasSubstr("max_string_length: must be an integer from 1 to 1048576"));
   EXPECT_THAT(error(R"({"prompt": "x", "guided_json": {}, "max_string_repeats": 1})"),
               HasSubstr("max_string_repeats: must be an integer from 2 to 64"));
+  EXPECT_THAT(error(R"({"prompt": "x", "guided_choice": ["a"], "max_item_repeats": 3})"),
+              HasSubstr("max_item_repeats|max_item_repeats: applies only to JSON output"));
+  EXPECT_THAT(error(R"({"prompt": "x", "guided_json": {}, "max_item_repeats": 65})"),
+              HasSubstr("max_item_repeats: must be an integer from 2 to 64"));
   EXPECT_THAT(error(R"({"prompt": "x", "guided_json": {}, "max_string_length": "8"})"),
               HasSubstr("max_string_length: must be an integer"));
 }

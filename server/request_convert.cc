@@ -60,16 +60,20 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
   }
   if (c.string_limits.any()) {
     if (c.kind != Kind::kJsonSchema && c.kind != Kind::kJsonObject) {
-      return FieldError(c.string_limits.max_length > 0 ? "constraint.max_string_length" : "constraint.max_string_repeats",
+      return FieldError(c.string_limits.max_length > 0    ? "constraint.max_string_length"
+                        : c.string_limits.max_repeats > 0 ? "constraint.max_string_repeats"
+                                                          : "constraint.max_item_repeats",
                         "applies only to JSON output (json_schema or json_object)");
     }
     if (c.string_limits.max_length > kMaxStringLengthLimit) {
       return FieldError("constraint.max_string_length", absl::StrCat("at most ", kMaxStringLengthLimit));
     }
-    if (c.string_limits.max_repeats != 0 &&
-        (c.string_limits.max_repeats < kMinStringRepeats || c.string_limits.max_repeats > kMaxStringRepeats)) {
-      return FieldError("constraint.max_string_repeats",
-                        absl::StrCat("must be from ", kMinStringRepeats, " to ", kMaxStringRepeats));
+    for (const auto& [repeats, name] : {std::pair<int, const char*>{c.string_limits.max_repeats,
+                                                                     "constraint.max_string_repeats"},
+                                        {c.string_limits.max_item_repeats, "constraint.max_item_repeats"}}) {
+      if (repeats != 0 && (repeats < kMinStringRepeats || repeats > kMaxStringRepeats)) {
+        return FieldError(name, absl::StrCat("must be from ", kMinStringRepeats, " to ", kMaxStringRepeats));
+      }
     }
   }
   if (c.kind == Kind::kChoice) return CompileChoices(c.choices, context.token_bytes);
@@ -256,6 +260,7 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
   }
   spec.string_limits.max_length = static_cast<int>(std::min<uint32_t>(c.max_string_length(), INT32_MAX));
   spec.string_limits.max_repeats = static_cast<int>(std::min<uint32_t>(c.max_string_repeats(), INT32_MAX));
+  spec.string_limits.max_item_repeats = static_cast<int>(std::min<uint32_t>(c.max_item_repeats(), INT32_MAX));
   if (!spec.field.empty() || spec.string_limits.any()) r.constraint = std::move(spec);
   for (const v1::Tool& t : in.tools()) r.tools.push_back({t.name(), t.description(), t.parameters()});
   switch (in.tool_choice().mode()) {

@@ -112,10 +112,12 @@ TEST(RequestConvertTest, GrpcStringLimitsGoWithAJsonConstraintOnly) {
   in.mutable_constraint()->set_json_object(true);
   in.mutable_constraint()->set_max_string_length(16);
   in.mutable_constraint()->set_max_string_repeats(4);
+  in.mutable_constraint()->set_max_item_repeats(5);
   const ClientRequest client = FromProto(in);
   ASSERT_TRUE(client.constraint.has_value());
   EXPECT_EQ(client.constraint->string_limits.max_length, 16);
   EXPECT_EQ(client.constraint->string_limits.max_repeats, 4);
+  EXPECT_EQ(client.constraint->string_limits.max_item_repeats, 5);
   EXPECT_TRUE(ToEngineRequest(client, context, 1).ok());
   in.mutable_constraint()->set_regex("a+");
   auto regex = ToEngineRequest(FromProto(in), context, 1);
