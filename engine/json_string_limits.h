@@ -1,9 +1,9 @@
-// Limits on the strings of a JSON constraint's output, enforced on top of
-// its mask (engine/constraint.h): a grammar that allows any string lets a
-// small model repeat "1.1.1.1..." or "1234567890..." under greedy decoding
-// until max_tokens, and the JSON is never closed. Both limits apply to
-// string values (not member names), are off by default, and a request
-// asks for them:
+// Limits on the strings and arrays of a JSON constraint's output, enforced
+// on top of its mask (engine/constraint.h): a grammar that allows any
+// string or any number of items lets a small model repeat "1.1.1.1...",
+// "1234567890..." or the same item under greedy decoding until max_tokens,
+// and the JSON is never closed. The string limits apply to string values
+// (not member names); all are off by default, and a request asks for them:
 // - max_length: a string value holds at most this many characters (code
 //   points; an escape counts as one); near the bound only tokens that keep
 //   it, or close the string in time, are allowed;
