@@ -109,12 +109,43 @@ struct JsonLexer {
       arrays.back().current.push_back(static_cast<char>(c));
     }
   }
-  // Whether the innermost array's item so far is the last one again, which
-  // has already come `repeats` - 1 times in a row.
-  bool RepeatingItem(int repeats) const {
-    return !in_string && !stack.empty() && stack.back() == '[' && !arrays.empty() &&
-           !arrays.back().current.empty() && arrays.back().alike >= repeats - 1 &&
-           arrays.back().current == arrays.back().last;
+  // Whether the innermost array's last item has come `repeats` - 1 times
+  // in a row and the item being written may still be it again.
+  bool MayRepeatItem(int repeats) const {
+    if (arrays.empty() || arrays.back().alike < repeats - 1) return false;
+    const Items& a = arrays.back();
+    return a.last.compare(0, a.current.size(), a.current) == 0;
+  }
+  // Whether `bytes`, from here, finish the innermost array's item as the
+  // last one again and go on past it (its ',').
+  bool RepeatsItemWith(const std::string& bytes) const {
+    const Items& a = arrays.back();
+    std::string item = a.current;
+    bool str = in_string;
+    int esc = escape, depth = 0;  // depth below the array's own
+    for (unsigned char c : bytes) {
+      if (str) {
+        if (esc == 0 && c == '"') {
+          str = false;
+        } else if (esc == 1) {
+          esc = c == 'u' ? 2 : 0;
+        } else if (esc >= 2) {
+          esc = esc == 5 ? 0 : esc + 1;
+        } else if (c == '\\') {
+          esc = 1;
+        }
+        item.push_back(static_cast<char>(c));
+        continue;
+      }
+      if (depth == 0 && c == ',') return item == a.last;
+      if (depth == 0 && c == ']') return false;
+      if (c == '[' || c == '{') ++depth;
+      if (c == ']' || c == '}') --depth;
+      if (c == '"') str = true;
+      if (c != ' ' && c != '\n' && c != '\t' && c != '\r') item.push_back(static_cast<char>(c));
+      if (item.size() > a.last.size()) return false;
+    }
+    return false;
   }
 };
 
@@ -163,14 +194,6 @@ class LimitedState final : public ConstraintState {
   std::string ForcedBytes() override { return narrowed_ ? "" : inner_->ForcedBytes(); }
 
  private:
-  // Whether `token` starts (after spaces) with a comma.
-  bool StartsWithComma(int32_t token) const {
-    for (char c : tokens_.Of(token)) {
-      if (c != ' ' && c != '\n' && c != '\t' && c != '\r') return c == ',';
-    }
-    return false;
-  }
-
   // Whether `token`, from where the lexer is, keeps the limits.
   bool Keeps(int32_t token, bool close_now) const {
     if (lexer_.in_string) {
@@ -202,7 +225,7 @@ class LimitedState final : public ConstraintState {
       near = lexer_.in_string ? (lexer_.in_value() && lexer_.chars + table_.longest() > limits_.max_length)
                               : table_.longest() > limits_.max_length;
     }
-    const bool no_more_items = limits_.max_item_repeats > 0 && lexer_.RepeatingItem(limits_.max_item_repeats);
+    const bool no_more_items = limits_.max_item_repeats > 0 && lexer_.MayRepeatItem(limits_.max_item_repeats);
     if (!close_now && !near && !no_more_items) return;
     const std::vector<uint32_t>& allowed = inner_->AllowedNext();
     mask_.assign(allowed.size(), 0);
@@ -211,7 +234,7 @@ class LimitedState final : public ConstraintState {
       for (uint32_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
         const int32_t t = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
         if (t >= table_.vocab_size()) continue;
-        if (no_more_items && StartsWithComma(t)) continue;
+        if (no_more_items && lexer_.RepeatsItemWith(tokens_.Of(t))) continue;
         if ((close_now || near) && !Keeps(t, close_now)) continue;
         mask_[w] |= 1u << (t % 32);
         any = true;

@@ -120,6 +120,17 @@ TEST_F(JsonStringLimitsTest, AnArrayTakesNoMoreThanMaxItemRepeatsAlikeInARow) {
   EXPECT_EQ(WalkBytes(*state, "{\"v\": [1, 1, 1, 1]}"), "{\"v\": [1, 1, 1");
   EXPECT_EQ(WalkBytes(*state, "2, 1]}"), "2, 1]}");
   EXPECT_TRUE(state->Complete());
+  // Whole tokens are held to it too: none that closes the third and goes on.
+  state = c->Start();
+  WalkBytes(*state, "{\"v\": [\"ab\", \"ab\", \"a");
+  for (int32_t t = 0; t < tokens_->vocab_size(); ++t) {
+    if (!HasToken(state->AllowedNext(), t)) continue;
+    const std::string& bytes = tokens_->Of(t);
+    EXPECT_NE(bytes.rfind("b\",", 0), 0u) << bytes;
+    EXPECT_NE(bytes.rfind("b\", ", 0), 0u) << bytes;
+  }
+  EXPECT_TRUE(HasToken(state->AllowedNext(), ByteToken('b')));  // the item itself, then "]"
+  EXPECT_EQ(WalkBytes(*state, "b\", \"ab\"]}"), "b\"");
   // Objects and nested arrays are items too; items alike but apart count
   // from one again.
   state = c->Start();
