@@ -78,12 +78,24 @@ struct JsonLexer {
   }
   bool in_value() const { return in_string && !is_key; }
 
-  // The innermost array's item text, before Step moves on (the array's
-  // own '[', ',' and ']' are not an item's; nested ones are).
+  // The open arrays' item texts, before Step moves on: each byte is part
+  // of the item every enclosing array is writing, except an array's own
+  // '[', ',' and ']' (a nested array's are its enclosing items' text), and
+  // spaces outside strings.
   void Item(unsigned char c) {
-    constexpr size_t kMaxItem = 4096;  // longer items are not compared
-    const bool structure = !in_string && !stack.empty() && stack.back() == '[';
-    if (structure && c == ',') {
+    auto append = [](Items& a, char b) {
+      constexpr size_t kMaxItem = 4096;  // longer items are not compared
+      if (a.current.size() < kMaxItem) a.current.push_back(b);
+    };
+    const bool outside = !in_string;
+    const bool innermost_array = outside && !stack.empty() && stack.back() == '[';
+    if (outside && c == '[') {
+      for (Items& a : arrays) append(a, '[');
+      arrays.push_back(Items());
+      return;
+    }
+    if (innermost_array && c == ',' && !arrays.empty()) {
+      for (size_t k = 0; k + 1 < arrays.size(); ++k) append(arrays[k], ',');
       Items& a = arrays.back();
       if (a.current == a.last) {
         ++a.alike;
@@ -94,20 +106,13 @@ struct JsonLexer {
       a.current.clear();
       return;
     }
-    if (!in_string && c == '[') {
-      if (!arrays.empty() && arrays.back().current.size() < kMaxItem) arrays.back().current.push_back('[');
-      arrays.push_back(Items());
-      return;
-    }
-    if (structure && c == ']') {
+    if (innermost_array && c == ']' && !arrays.empty()) {
       arrays.pop_back();
-      if (!arrays.empty() && arrays.back().current.size() < kMaxItem) arrays.back().current.push_back(']');
+      for (Items& a : arrays) append(a, ']');
       return;
     }
-    const bool space = !in_string && (c == ' ' || c == '\n' || c == '\t' || c == '\r');
-    if (!arrays.empty() && !space && arrays.back().current.size() < kMaxItem) {
-      arrays.back().current.push_back(static_cast<char>(c));
-    }
+    if (outside && (c == ' ' || c == '\n' || c == '\t' || c == '\r')) return;
+    for (Items& a : arrays) append(a, static_cast<char>(c));
   }
   // Whether the innermost array's last item has come `repeats` - 1 times
   // in a row and the item being written may still be it again.

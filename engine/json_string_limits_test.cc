@@ -136,6 +136,12 @@ TEST_F(JsonStringLimitsTest, AnArrayTakesNoMoreThanMaxItemRepeatsAlikeInARow) {
   state = c->Start();
   const std::string objects = "{\"v\": [{\"a\": [1, 1]}, {\"a\": [1, 1]}, {\"a\": [1, 1]}, {\"a\": [1]}]}";
   EXPECT_EQ(WalkBytes(*state, objects), "{\"v\": [{\"a\": [1, 1]}, {\"a\": [1, 1]}, {\"a\": [1, 1]}");
+  // Items that differ inside (nested arrays, arrays in objects) are not
+  // alike, however deep the difference.
+  state = c->Start();
+  const std::string nested = "{\"v\": [[1, 2], [1, 3], [1, 4], {\"a\": [5]}, {\"a\": [6]}, {\"a\": [7]}]}";
+  EXPECT_EQ(WalkBytes(*state, nested), nested);
+  EXPECT_TRUE(state->Complete());
   state = c->Start();
   const std::string apart = "{\"v\": [\"x\", \"x\", \"y\", \"x\", \"x\", [\",\", 2], [\",\", 2]]}";
   EXPECT_EQ(WalkBytes(*state, apart), apart);
