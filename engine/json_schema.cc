@@ -54,40 +54,6 @@ int NestingDepth(const std::string& text, char open, char close, char also_open,
   return deepest;
 }
 
-namespace {
-
-// `{m}`, `{m,}` or `{m,n}` at regex[i]: its bounds (max -1: none) and its
-// length, or nullopt.
-std::optional<std::pair<std::pair<int64_t, int64_t>, size_t>> CountedQuantifier(const std::string& regex, size_t i) {
-  if (i >= regex.size() || regex[i] != '{') return std::nullopt;
-  const size_t close = regex.find('}', i);
-  if (close == std::string::npos) return std::nullopt;
-  const std::string inner = regex.substr(i + 1, close - i - 1);
-  const size_t comma = inner.find(',');
-  auto number = [](const std::string& t, int64_t* out) {
-    if (t.empty() || t.size() > 6 || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return false;
-    }
-    *out = std::stoll(t);
-    return true;
-  };
-  int64_t lo = 0, hi = 0;
-  if (comma == std::string::npos) {
-    if (!number(inner, &lo)) return std::nullopt;
-    hi = lo;
-  } else {
-    if (!number(inner.substr(0, comma), &lo)) return std::nullopt;
-    if (comma + 1 == inner.size()) {
-      hi = -1;
-    } else if (!number(inner.substr(comma + 1), &hi) || hi < lo) {
-      return std::nullopt;
-    }
-  }
-  return std::make_pair(std::make_pair(lo, hi), close - i + 1);
-}
-
-}  // namespace
-
 std::string RegexForXgrammar(const std::string& regex) {
   // xgrammar's converter fails ("per_rule_fsm_hashes") on a count past
   // 128: a longer one is written as counts of at most 128 in a row (the
@@ -143,9 +109,8 @@ std::string RegexForXgrammar(const std::string& regex) {
       continue;
     }
     if (c == '{' && atom != std::string::npos) {
-      const auto counted = CountedQuantifier(regex, i);
-      if (counted) {
-        const auto [lo, hi] = counted->first;
+      if (const std::optional<schema::Counted> counted = schema::CountedQuantifier(regex, i)) {
+        const int64_t lo = counted->min, hi = counted->max;
         const int64_t top = hi < 0 ? lo : hi;
         if (top > kMaxCount && top / kMaxCount + 2 <= kMaxPieces) {
           const std::string unit = out.substr(atom);
@@ -160,7 +125,7 @@ std::string RegexForXgrammar(const std::string& regex) {
               out += absl::StrCat(unit, "{0,", std::min(left, kMaxCount), "}");
             }
           }
-          i += counted->second - 1;
+          i += counted->length - 1;
           atom = std::string::npos;
           continue;
         }
@@ -199,15 +164,7 @@ class SchemaWalk {
   // `rewritten`: the schema is RewriteForXgrammar's, whose patternProperties
   // xgrammar enforces where additionalProperties is false (it has held
   // named members and overlapping patterns to each other's schemas).
-  SchemaWalk(const Json& root, bool rewritten) : root_(root), rewritten_(rewritten) {
-    // Before 2019-09, JSON Schema ignored a $ref's siblings, as xgrammar does.
-    if (const Json* dialect = Member(root, "$schema"); dialect != nullptr && dialect->is_string()) {
-      const std::string& d = dialect->get_ref<const std::string&>();
-      for (const char* draft : {"draft-03/", "draft-04/", "draft-06/", "draft-07/"}) {
-        refs_alone_ = refs_alone_ || d.find(draft) != std::string::npos;
-      }
-    }
-  }
+  SchemaWalk(const Json& root, bool rewritten) : root_(root), rewritten_(rewritten), refs_alone_(RefsAlone(root)) {}
 
   std::optional<Unenforced> Run() {
     Next stack = {{&root_, "#"}};
@@ -664,7 +621,7 @@ class SchemaWalk {
 
   const Json& root_;
   bool rewritten_;
-  bool refs_alone_ = false;  // the schema's $schema is a draft before 2019-09
+  bool refs_alone_;  // the schema's $schema is a draft before 2019-09
   int64_t budget_ = kBudget;
   std::map<std::pair<const Json*, bool>, uint8_t> types_;  // Types' answers (kInProgress while it works)
   std::vector<std::string> strict_formats_;

@@ -171,6 +171,45 @@ double CodePoints(const std::string& s) {
 // Whether the regex `pattern` holds a lookahead or lookbehind ((?=, (?!,
 // (?<=, (?<!) outside a character class: xgrammar's regex automaton skips
 // them (logging a warning), matching as if they were not there.
+bool RefsAlone(const Json& root) {
+  const Json* dialect = Member(root, "$schema");
+  if (dialect == nullptr || !dialect->is_string()) return false;
+  const std::string& d = dialect->get_ref<const std::string&>();
+  for (const char* draft : {"draft-03/", "draft-04/", "draft-06/", "draft-07/"}) {
+    if (d.find(draft) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::optional<Counted> CountedQuantifier(const std::string& p, size_t i) {
+  if (i >= p.size() || p[i] != '{') return std::nullopt;
+  const size_t close = p.find('}', i);
+  if (close == std::string::npos) return std::nullopt;
+  const std::string inner = p.substr(i + 1, close - i - 1);
+  const size_t comma = inner.find(',');
+  auto number = [](const std::string& t, int64_t* out) {
+    if (t.empty() || t.size() > 9 || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    *out = std::stoll(t);
+    return true;
+  };
+  Counted counted;
+  counted.length = close - i + 1;
+  if (comma == std::string::npos) {
+    if (!number(inner, &counted.min)) return std::nullopt;
+    counted.max = counted.min;
+    return counted;
+  }
+  if (!number(inner.substr(0, comma), &counted.min)) return std::nullopt;
+  if (comma + 1 == inner.size()) {
+    counted.max = -1;
+  } else if (!number(inner.substr(comma + 1), &counted.max) || counted.max < counted.min) {
+    return std::nullopt;
+  }
+  return counted;
+}
+
 bool HasLookaround(const std::string& pattern) {
   bool found = false;
   ForEachRegexStructure(pattern, [&](size_t i) {

@@ -26,6 +26,10 @@ inline const Json* Member(const Json& schema, absl::string_view key) {
   return it == schema.end() ? nullptr : &*it;
 }
 
+// Whether the document's $schema is a draft before 2019-09, where a
+// $ref's siblings are ignored (as xgrammar ignores them).
+bool RefsAlone(const Json& root);
+
 // One reference token of a JSON pointer (RFC 6901: ~ and / escaped).
 std::string PointerToken(absl::string_view key);
 
@@ -85,6 +89,14 @@ void ForEachRegexStructure(const std::string& p, Each each) {
     }
   }
 }
+
+// A counted quantifier, `{m}`, `{m,}` or `{m,n}`, at p[i] (m and n of at
+// most 9 digits, n >= m): its bounds (max -1: none) and its length in p.
+struct Counted {
+  int64_t min = 0, max = 0;
+  size_t length = 0;
+};
+std::optional<Counted> CountedQuantifier(const std::string& p, size_t i);
 
 // Whether the regex `pattern` holds a lookahead or lookbehind ((?=, (?!,
 // (?<=, (?<!) outside a character class: xgrammar's regex automaton skips

@@ -44,64 +44,36 @@ PatternShape ShapeOf(const std::string& p) {
   return shape;
 }
 
-// A pattern that is one character (a class, an escape such as \d, ".", or
-// a literal) and a quantifier: the character and the bounds, or nullopt.
+// Where the one character of `p` at i ends (a class, an escape such as
+// \d, ".", or a literal, a UTF-8 one whole), or npos where there is none.
+size_t AtomEnd(const std::string& p, size_t i) {
+  if (i >= p.size()) return std::string::npos;
+  if (p[i] == '[') {
+    size_t end = i + 1;
+    if (end < p.size() && p[end] == '^') ++end;
+    if (end < p.size() && p[end] == ']') ++end;
+    while (end < p.size() && p[end] != ']') end += p[end] == '\\' ? 2 : 1;
+    return end >= p.size() ? std::string::npos : end + 1;
+  }
+  if (p[i] == '\\') {
+    if (i + 1 >= p.size()) return std::string::npos;
+    const char e = p[i + 1];
+    if (std::isalnum(static_cast<unsigned char>(e)) && std::string("dDwWsS").find(e) == std::string::npos) {
+      return std::string::npos;
+    }
+    return i + 2;
+  }
+  if (p[i] != '.' && IsSpecial(p[i])) return std::string::npos;
+  size_t end = i + 1;
+  while (end < p.size() && (static_cast<unsigned char>(p[end]) & 0xC0) == 0x80) ++end;
+  return end;
+}
+
+// A character and its quantifier: the character and the bounds.
 struct Repeated {
   std::string atom;
   int64_t min = 1, max = 1;  // max -1: unbounded
 };
-std::optional<Repeated> RepeatedAtom(const std::string& p) {
-  if (p.empty()) return std::nullopt;
-  Repeated r;
-  size_t i = 0;
-  if (p[0] == '[') {
-    i = 1;
-    if (i < p.size() && p[i] == '^') ++i;
-    if (i < p.size() && p[i] == ']') ++i;
-    while (i < p.size() && p[i] != ']') i += p[i] == '\\' ? 2 : 1;
-    if (i >= p.size()) return std::nullopt;
-    ++i;
-  } else if (p[0] == '\\') {
-    if (p.size() < 2 || std::string("dDwWsS").find(p[1]) == std::string::npos) {
-      if (p.size() < 2 || std::isalnum(static_cast<unsigned char>(p[1]))) return std::nullopt;
-    }
-    i = 2;
-  } else if (p[0] == '.' || !IsSpecial(p[0])) {
-    i = 1;
-    // A literal UTF-8 character is one code point: take its continuation bytes.
-    while (i < p.size() && (static_cast<unsigned char>(p[i]) & 0xC0) == 0x80) ++i;
-  } else {
-    return std::nullopt;
-  }
-  r.atom = p.substr(0, i);
-  const std::string q = p.substr(i);
-  if (q.empty()) return r;
-  if (q == "*") return Repeated{r.atom, 0, -1};
-  if (q == "+") return Repeated{r.atom, 1, -1};
-  if (q == "?") return Repeated{r.atom, 0, 1};
-  if (q.front() != '{' || q.back() != '}') return std::nullopt;
-  const std::string inner = q.substr(1, q.size() - 2);
-  const size_t comma = inner.find(',');
-  auto number = [](const std::string& s, int64_t* out) {
-    if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return false;
-    }
-    *out = std::stoll(s);
-    return true;
-  };
-  if (comma == std::string::npos) {
-    if (!number(inner, &r.min)) return std::nullopt;
-    r.max = r.min;
-    return r;
-  }
-  if (!number(inner.substr(0, comma), &r.min)) return std::nullopt;
-  if (comma + 1 == inner.size()) {
-    r.max = -1;
-    return r;
-  }
-  if (!number(inner.substr(comma + 1), &r.max) || r.max < r.min) return std::nullopt;
-  return r;
-}
 
 // A pattern that is characters in a row, each with its quantifier
 // ("[a-z][a-z0-9-]*", "\\d{3}-\\d+"): each with its bounds, or nullopt.
@@ -109,38 +81,22 @@ std::optional<std::vector<Repeated>> AtomSequence(const std::string& p) {
   std::vector<Repeated> out;
   size_t i = 0;
   while (i < p.size()) {
-    size_t end = i;
-    if (p[i] == '[') {
-      end = i + 1;
-      if (end < p.size() && p[end] == '^') ++end;
-      if (end < p.size() && p[end] == ']') ++end;
-      while (end < p.size() && p[end] != ']') end += p[end] == '\\' ? 2 : 1;
-      if (end >= p.size()) return std::nullopt;
-      ++end;
-    } else if (p[i] == '\\') {
-      if (i + 1 >= p.size() || (std::isalnum(static_cast<unsigned char>(p[i + 1])) &&
-                                std::string("dDwWsS").find(p[i + 1]) == std::string::npos)) {
-        return std::nullopt;
-      }
-      end = i + 2;
-    } else if (p[i] == '.' || !IsSpecial(p[i])) {
-      end = i + 1;
-      while (end < p.size() && (static_cast<unsigned char>(p[end]) & 0xC0) == 0x80) ++end;
-    } else {
-      return std::nullopt;
+    const size_t end = AtomEnd(p, i);
+    if (end == std::string::npos || out.size() >= 64) return std::nullopt;
+    Repeated r{p.substr(i, end - i)};
+    i = end;
+    if (i < p.size() && (p[i] == '*' || p[i] == '+' || p[i] == '?')) {
+      r.min = p[i] == '+' ? 1 : 0;
+      r.max = p[i] == '?' ? 1 : -1;
+      ++i;
+    } else if (i < p.size() && p[i] == '{') {
+      const std::optional<Counted> counted = CountedQuantifier(p, i);
+      if (!counted) return std::nullopt;
+      r.min = counted->min;
+      r.max = counted->max;
+      i += counted->length;
     }
-    size_t q = end;
-    if (q < p.size() && (p[q] == '*' || p[q] == '+' || p[q] == '?')) {
-      ++q;
-    } else if (q < p.size() && p[q] == '{') {
-      const size_t close = p.find('}', q);
-      if (close == std::string::npos) return std::nullopt;
-      q = close + 1;
-    }
-    std::optional<Repeated> r = RepeatedAtom(p.substr(i, q - i));
-    if (!r || out.size() >= 64) return std::nullopt;
-    out.push_back(*r);
-    i = q;
+    out.push_back(std::move(r));
   }
   return out;
 }
@@ -241,14 +197,7 @@ bool SelfContained(const std::string& key) {
 
 class Rewriter {
  public:
-  explicit Rewriter(const Json& root) : root_(root) {
-    if (const Json* dialect = Member(root, "$schema"); dialect != nullptr && dialect->is_string()) {
-      const std::string& d = dialect->get_ref<const std::string&>();
-      for (const char* draft : {"draft-03/", "draft-04/", "draft-06/", "draft-07/"}) {
-        refs_alone_ = refs_alone_ || d.find(draft) != std::string::npos;
-      }
-    }
-  }
+  explicit Rewriter(const Json& root) : root_(root), refs_alone_(RefsAlone(root)) {}
 
   std::optional<Json> Run() {
     std::optional<Json> out = Flatten(root_, 0);
@@ -1329,7 +1278,7 @@ class Rewriter {
   }
 
   const Json& root_;
-  bool refs_alone_ = false;
+  bool refs_alone_;  // the schema's $schema is a draft before 2019-09
   int64_t budget_ = kBudget;
   std::set<std::string> inlining_;  // $refs being inlined (a cycle is not)
 };

@@ -13,6 +13,14 @@ namespace {
 // how many characters it holds and where an escape is; outside, in what
 // containers and whether a member name comes next. The grammar makes the
 // text JSON, so this never has to say what is wrong with it.
+// The escape state after byte `c` inside a JSON string, from `escape`
+// (0: none; 1: after '\'; 2-5: after "\u" and 0-3 hex digits).
+int EscapeAfter(int escape, unsigned char c) {
+  if (escape == 1) return c == 'u' ? 2 : 0;
+  if (escape >= 2) return escape == 5 ? 0 : escape + 1;
+  return c == '\\' ? 1 : 0;
+}
+
 struct JsonLexer {
   static constexpr size_t kMaxDepth = 4096;
   static constexpr size_t kMaxTail = 32 * kMaxStringRepeats;
@@ -39,16 +47,9 @@ struct JsonLexer {
         if (is_key) expect_key = false;
         return;
       }
-      if (escape == 1) {
-        escape = c == 'u' ? 2 : 0;
-      } else if (escape >= 2) {
-        escape = escape == 5 ? 0 : escape + 1;
-      } else if (c == '\\') {
-        escape = 1;
-        ++chars;
-      } else if ((c & 0xC0) != 0x80) {
-        ++chars;  // an ASCII byte or a character's first byte
-      }
+      // A character's first byte counts (an escape counts at its '\').
+      if (escape == 0 && (c & 0xC0) != 0x80) ++chars;
+      escape = EscapeAfter(escape, c);
       tail.push_back(static_cast<char>(c));
       if (tail.size() > 2 * kMaxTail) tail.erase(0, tail.size() - kMaxTail);
       return;
@@ -132,12 +133,8 @@ struct JsonLexer {
       if (str) {
         if (esc == 0 && c == '"') {
           str = false;
-        } else if (esc == 1) {
-          esc = c == 'u' ? 2 : 0;
-        } else if (esc >= 2) {
-          esc = esc == 5 ? 0 : esc + 1;
-        } else if (c == '\\') {
-          esc = 1;
+        } else {
+          esc = EscapeAfter(esc, c);
         }
         item.push_back(static_cast<char>(c));
         continue;
@@ -211,8 +208,15 @@ class LimitedState final : public ConstraintState {
       return !e.closes || e.later <= cap;
     }
     // Outside a string, with a bound shorter than some token: the token's
-    // own strings, as the lexer reads them.
-    JsonLexer copy = lexer_;
+    // own strings, as the lexer reads them (its lexical state only: the
+    // string's tail and the arrays' items are not this question's).
+    JsonLexer copy;
+    copy.in_string = lexer_.in_string;
+    copy.is_key = lexer_.is_key;
+    copy.expect_key = lexer_.expect_key;
+    copy.escape = lexer_.escape;
+    copy.chars = lexer_.chars;
+    copy.stack = lexer_.stack;
     for (unsigned char c : tokens_.Of(token)) {
       copy.Step(c);
       if (copy.in_value() && copy.chars > limits_.max_length) return false;
