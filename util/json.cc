@@ -58,6 +58,17 @@ absl::StatusOr<int> JsonIntField(const google::protobuf::Struct& s,
   return static_cast<int>(*v);
 }
 
+absl::StatusOr<int> JsonIntFieldOr(const google::protobuf::Struct& s,
+                                   absl::string_view key, int dflt, int64_t min,
+                                   int64_t max, absl::string_view what) {
+  auto it = s.fields().find(std::string(key));
+  if (it == s.fields().end() ||
+      it->second.kind_case() == google::protobuf::Value::kNullValue) {
+    return dflt;
+  }
+  return JsonIntField(s, key, min, max, what);
+}
+
 absl::StatusOr<double> JsonNumberField(const google::protobuf::Struct& s,
                                        absl::string_view key, double dflt,
                                        absl::string_view what) {

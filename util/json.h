@@ -30,6 +30,10 @@ bool JsonHas(const google::protobuf::Struct& s, absl::string_view key);
 absl::StatusOr<int> JsonIntField(const google::protobuf::Struct& s,
                                  absl::string_view key, int64_t min,
                                  int64_t max, absl::string_view what);
+// An optional integer field in [min, max]; `dflt` when absent or null.
+absl::StatusOr<int> JsonIntFieldOr(const google::protobuf::Struct& s,
+                                   absl::string_view key, int dflt, int64_t min,
+                                   int64_t max, absl::string_view what);
 // An optional finite number; `dflt` when absent or null.
 absl::StatusOr<double> JsonNumberField(const google::protobuf::Struct& s,
                                        absl::string_view key, double dflt,

@@ -88,8 +88,7 @@ absl::Status ParseGemma4(const Struct& s, absl::string_view what, LlamaConfig* c
   // The global layers' heads: per_layer_config (as transformers saves it)
   // or global_head_dim and num_global_key_value_heads (as released).
   c->k_eq_v = JsonBoolField(s, "attention_k_eq_v", false);
-  FLOVER_ASSIGN_OR_RETURN(const double head_dim, JsonNumberField(s, "global_head_dim", 512, what));
-  c->global_head_dim = static_cast<int>(head_dim);
+  FLOVER_ASSIGN_OR_RETURN(c->global_head_dim, JsonIntFieldOr(s, "global_head_dim", 512, 0, 1 << 16, what));
   if (c->k_eq_v && JsonHas(s, "num_global_key_value_heads")) {
     FLOVER_ASSIGN_OR_RETURN(c->global_kv_heads, JsonIntField(s, "num_global_key_value_heads", 1, 1 << 16, what));
   }
@@ -102,13 +101,13 @@ absl::Status ParseGemma4(const Struct& s, absl::string_view what, LlamaConfig* c
         return refuse("per_layer_config names \"", key, "\", which is not a full_attention layer");
       }
       const Struct& entry = value.struct_value();
-      FLOVER_ASSIGN_OR_RETURN(const double d, JsonNumberField(entry, "head_dim", 0, what));
-      FLOVER_ASSIGN_OR_RETURN(const double h, JsonNumberField(entry, "num_key_value_heads", 0, what));
+      FLOVER_ASSIGN_OR_RETURN(const int d, JsonIntFieldOr(entry, "head_dim", 0, 0, 1 << 16, what));
+      FLOVER_ASSIGN_OR_RETURN(const int h, JsonIntFieldOr(entry, "num_key_value_heads", 0, 0, 1 << 16, what));
       if ((dim > 0 && d != dim) || (kv > 0 && h != kv)) {
         return refuse("per_layer_config gives the full_attention layers different heads");
       }
-      dim = static_cast<int>(d);
-      kv = static_cast<int>(h);
+      dim = d;
+      kv = h;
     }
     c->global_head_dim = dim;
     c->global_kv_heads = kv;

@@ -38,6 +38,9 @@ absl::Status ParseLfm2(const google::protobuf::Struct& s, absl::string_view what
     ff = static_cast<int>(2 * ff / 3);
     auto multiplier = JsonNumberField(s, "block_ffn_dim_multiplier", 1.0, what);
     if (!multiplier.ok()) return multiplier.status();
+    if (!(*multiplier > 0 && *multiplier <= 64)) {
+      return refuse("block_ffn_dim_multiplier ", *multiplier, " is out of range (0, 64]");
+    }
     ff = static_cast<int>(*multiplier * ff);
     auto multiple = JsonIntField(s, "block_multiple_of", 1, 1 << 20, what);
     if (!multiple.ok()) return multiple.status();

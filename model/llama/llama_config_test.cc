@@ -123,6 +123,9 @@ TEST(LlamaConfigTest, HybridModelsKeysAndRefusals) {
   EXPECT_FLOAT_EQ(lfm2->rms_norm_eps, 1e-5f);
   EXPECT_TRUE(lfm2->tie_word_embeddings);
   EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 40)"), HasSubstr("conv_L_cache"));
+  EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "block_auto_adjust_ff_dim": true,
+      "block_ffn_dim_multiplier": 1e300, "block_multiple_of": 32, "block_ff_dim": 128)"),
+              HasSubstr("block_ffn_dim_multiplier"));
   EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "conv_bias": true)"), HasSubstr("conv_bias is not supported"));
   EXPECT_THAT(refused("lfm2", R"("conv_L_cache": 3, "layer_types": ["conv", "conv"])"),
               HasSubstr("layer_types has no attention layer"));
@@ -270,6 +273,11 @@ TEST(LlamaConfigTest, Gemma4KeysAndRefusals) {
   EXPECT_THAT(refused(R"(, "global_head_dim": 32, "use_bidirectional_attention": "all")"),
               HasSubstr("use_bidirectional_attention"));
   EXPECT_THAT(refused(R"(, "global_head_dim": 33)"), HasSubstr("global_head_dim must be even"));
+  // Numbers past int's range are refused by name, not converted (a fuzzer's find).
+  EXPECT_THAT(refused(R"(, "global_head_dim": 3.2e77)"), HasSubstr("global_head_dim must be an integer in [0, 65536]"));
+  EXPECT_THAT(refused(R"(, "global_head_dim": 32.5)"), HasSubstr("global_head_dim must be an integer in [0, 65536]"));
+  EXPECT_THAT(refused(R"(, "per_layer_config": {"2": {"head_dim": 1e300, "num_key_value_heads": 1}})"),
+              HasSubstr("head_dim must be an integer in [0, 65536], got 1e+300"));
   // rope_parameters by layer type only where the architecture reads them so.
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("llama", R"("rope_parameters": {"full_attention":
                                                      {"rope_type": "default", "rope_theta": 10000.0}})"),
