@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "chat/tool_calls.h"
 #include "engine/engine.h"
@@ -558,9 +559,13 @@ TEST_F(JsonSchemaRefusalTest, SiblingsOfRefAnyOfOneOfAllOfAreMergedIntoTheBranch
   // A branch with keywords but no type reads as any JSON: split by type.
   ExpectEnforced(R"({"anyOf": [{"type": "null"}, {"required": ["a"]}]})",
                  {"null", R"({"a": 1})", "3"}, {"{}"});
-  // Merged oneOf branches still must be provably exclusive.
+  // Merged oneOf branches still must be exclusive: here each forbids the
+  // other's member (a member only required, b, is listed with any value).
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                     "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})",
+                 {R"({"a": 1})", R"({"b": "x"})"}, {R"({"a": 1, "b": 2})", "{}", R"({"b": 1, "a": 2})"});
   EXPECT_THAT(Refusal(R"({"type": "object", "properties": {"a": {"type": "integer"}},
-                          "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})"),
+                          "oneOf": [{"required": ["a"]}, {"properties": {"b": {"type": "string"}}}]})"),
               HasSubstr("json_schema: the keyword oneOf (with branches not provably exclusive) is not supported at "
                         "#/oneOf"));
   // Keywords that cannot be one (two patterns) keep the refusal.
@@ -861,6 +866,44 @@ TEST_F(JsonSchemaRefusalTest, OneOfMustBeProvablyExclusive) {
                                                                         "zip": {"type": "string"}}}}})",
                  {R"({"country": "CAN", "state": "ON"})", R"({"country": "MEX", "zip": "1"})"},
                  {"{}", R"({"state": "ON"})", R"({"country": "USA"})"});
+  // Branches that say only which members the object holds (required, not
+  // required) become one anyOf branch per way to hold exactly one branch's
+  // members: a member another branch needs is left out (false, which
+  // closes the object: fewer instances), so "exactly one" is exact.
+  const std::string shapes = R"({"type": "object", "properties": {
+      "radius": {"type": "number"}, "length": {"type": "number"}, "width": {"type": "number"}},
+      "oneOf": [{"required": ["radius"]}, {"required": ["length", "width"], "description": "a rectangle"}]})";
+  ExpectEnforced(shapes, {R"({"radius": 1})", R"({"length": 1, "width": 2})", R"({"radius": 1, "width": 2})"},
+                 {"{}", R"({"length": 1})", R"({"radius": 1, "length": 1, "width": 2})",
+                  R"({"length": 1, "width": 2, "radius": 1})"});
+  EXPECT_THAT(*EnforcedJsonSchema(shapes, "f"), HasSubstr(R"("anyOf")"));
+  // not beside oneOf's branches and on its own; a lone branch left needs
+  // no anyOf and no closing where nothing is left out.
+  ExpectEnforced(R"({"type": "object", "properties": {"q": {"type": "integer"}, "n": {"type": "integer"},
+                       "z": {"type": "integer"}},
+                     "oneOf": [{"type": "object", "required": ["q", "n"]},
+                               {"type": "object", "required": ["z"], "not": {"required": ["n"]}}]})",
+                 {R"({"q": 1, "n": 2})", R"({"q": 1, "n": 2, "z": 3})", R"({"z": 3})", R"({"q": 1, "z": 3})"},
+                 {"{}", R"({"q": 1})", R"({"z": 3, "n": 2})"});
+  ExpectEnforced(R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                     "not": {"required": ["a", "b"]}})",
+                 {"{}", R"({"a": 1})", R"({"b": 2})"}, {R"({"a": 1, "b": 2})"});
+  // A oneOf no object meets is refused as such; one on a schema that is
+  // not only an object's (a string meets every such branch) stays refused.
+  EXPECT_THAT(Refusal(R"({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["a"]}]})"),
+              HasSubstr("no value is valid under this schema"));
+  EXPECT_THAT(Refusal(R"({"oneOf": [{"required": ["a"]}, {"required": ["b"]}]})"),
+              HasSubstr("not provably exclusive"));
+  // Past 64 branches (12 branches of 6 members each: 6^11 ways) the oneOf
+  // stays refused, found out within the rewrite's budget.
+  std::string many = R"({"type": "object", "oneOf": [)";
+  for (int b = 0; b < 12; ++b) {
+    many += b ? ", {\"required\": [" : "{\"required\": [";
+    for (int m = 0; m < 6; ++m) absl::StrAppend(&many, m ? ", " : "", "\"m", b, "_", m, "\"");
+    many += "]}";
+  }
+  many += "]}";
+  EXPECT_THAT(Refusal(many), HasSubstr("not provably exclusive"));
 }
 
 TEST_F(JsonSchemaRefusalTest, MultipleOfOnlyAsAWholeNumberUpTo1024AndPointersAreEscaped) {

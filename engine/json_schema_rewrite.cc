@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <map>
+#include <optional>
 #include <numeric>
 #include <regex>
 #include <set>
@@ -293,7 +295,196 @@ class Rewriter {
         node[key] = value;
       }
     }
+    if (!Presence(schema, &node)) return Json(false);
     return Combine(std::move(node), depth);
+  }
+
+  // Which members an object holds, as a disjunction of terms; a term maps
+  // a member to present (true) or absent (false). No terms: no object.
+  using Term = std::map<std::string, bool>;
+  using Terms = std::vector<Term>;
+
+  // a and b: each pair of terms joined, those that contradict dropped, and
+  // any term holding another's literals dropped (it adds nothing); nullopt
+  // past kMaxBranches terms.
+  std::optional<Terms> And(const Terms& a, const Terms& b) {
+    Terms joined;
+    for (const Term& x : a) {
+      for (const Term& y : b) {
+        if (!Spend()) return std::nullopt;
+        Term t = x;
+        bool contradicts = false;
+        for (const auto& [name, present] : y) {
+          auto [it, added] = t.emplace(name, present);
+          contradicts = contradicts || (!added && it->second != present);
+        }
+        if (!contradicts) joined.push_back(std::move(t));
+      }
+    }
+    auto holds = [](const Term& big, const Term& small) {
+      return std::all_of(small.begin(), small.end(), [&](const auto& literal) {
+        auto it = big.find(literal.first);
+        return it != big.end() && it->second == literal.second;
+      });
+    };
+    Terms out;
+    for (size_t i = 0; i < joined.size(); ++i) {
+      bool redundant = false;
+      for (size_t j = 0; j < joined.size() && !redundant; ++j) {
+        // j's literals within i's: i adds nothing (of equal terms, the later goes)
+        redundant = j != i && holds(joined[i], joined[j]) && (joined[i] != joined[j] || j < i);
+      }
+      if (!redundant) out.push_back(joined[i]);
+    }
+    if (out.size() > kMaxBranches) return std::nullopt;
+    return out;
+  }
+
+  // Not a: each term's literals negated, one of them, for every term.
+  std::optional<Terms> Negate(const Terms& a) {
+    Terms out = {Term{}};
+    for (const Term& t : a) {
+      Terms clause;
+      for (const auto& [name, present] : t) clause.push_back(Term{{name, !present}});
+      std::optional<Terms> next = And(out, clause);
+      if (!next) return std::nullopt;
+      out = std::move(*next);
+    }
+    return out;
+  }
+
+  // A subschema of an object schema that says only which members the
+  // object holds (required, not, annotations, type object), as terms;
+  // nullopt for any other.
+  std::optional<Terms> PresenceTerms(const Json& s, int depth) {
+    static const std::set<std::string>* const kNotes = new std::set<std::string>{
+        "description", "title", "$comment", "examples", "default", "deprecated", "readOnly", "writeOnly"};
+    if (s.is_boolean()) return s.get<bool>() ? Terms{Term{}} : Terms{};
+    if (!s.is_object() || depth > kMaxDepth) return std::nullopt;
+    Terms out = {Term{}};
+    for (const auto& item : s.items()) {
+      const std::string& key = item.key();
+      const Json& v = item.value();
+      std::optional<Terms> part;
+      if (key == "required" && v.is_array()) {
+        Term t;
+        for (const Json& n : v) {
+          if (!n.is_string()) return std::nullopt;
+          t[n.get<std::string>()] = true;
+        }
+        part = Terms{t};
+      } else if (key == "not") {
+        std::optional<Terms> inner = PresenceTerms(v, depth + 1);
+        if (!inner) return std::nullopt;
+        part = Negate(*inner);
+      } else if (key == "type" && NamedTypes(v) == kObject) {
+        continue;  // the object schema it sits in says so too
+      } else if (kNotes->count(key)) {
+        continue;
+      } else if (key == "properties" && v.is_object() &&
+                 std::all_of(v.begin(), v.end(), [](const Json& m) { return m == Json(true) || m == Json::object(); })) {
+        continue;  // members listed with any value (a required member not in properties is so listed)
+      } else {
+        return std::nullopt;
+      }
+      if (!part) return std::nullopt;
+      std::optional<Terms> next = And(out, *part);
+      if (!next) return std::nullopt;
+      out = std::move(*next);
+    }
+    return out;
+  }
+
+  // The terms of an object schema's presence-only oneOf and not (their
+  // keywords added to *done); nullopt where there are none, or past the
+  // budget.
+  std::optional<Terms> PresenceFormula(const Json& schema, std::vector<std::string>* done) {
+    const Json* one_of = Member(schema, "oneOf");
+    const Json* not_schema = Member(schema, "not");
+    Terms formula = {Term{}};
+    bool any = false;
+    if (one_of != nullptr && one_of->is_array() && one_of->size() >= 2) {
+      std::vector<Terms> branches;
+      for (const Json& b : *one_of) {
+        std::optional<Terms> t = PresenceTerms(b, 0);
+        if (!t) break;
+        branches.push_back(std::move(*t));
+      }
+      if (branches.size() == one_of->size()) {
+        Terms one;
+        for (size_t i = 0; i < branches.size() && one.size() <= kMaxBranches; ++i) {
+          std::optional<Terms> only = branches[i];
+          for (size_t j = 0; j < branches.size() && only; ++j) {
+            if (j == i) continue;
+            std::optional<Terms> other = Negate(branches[j]);
+            only = other ? And(*only, *other) : std::nullopt;
+          }
+          if (!only) return std::nullopt;
+          one.insert(one.end(), only->begin(), only->end());
+        }
+        std::optional<Terms> next = And(formula, one);
+        if (!next) return std::nullopt;
+        formula = std::move(*next);
+        any = true;
+        done->push_back("oneOf");
+      }
+    }
+    if (not_schema != nullptr) {
+      std::optional<Terms> inner = PresenceTerms(*not_schema, 0);
+      std::optional<Terms> negated = inner ? Negate(*inner) : std::nullopt;
+      std::optional<Terms> next = negated ? And(formula, *negated) : std::nullopt;
+      if (next) {
+        formula = std::move(*next);
+        any = true;
+        done->push_back("not");
+      }
+    }
+    if (!any) return std::nullopt;
+    return formula;
+  }
+
+  // An object schema's oneOf and not that say only which members it holds
+  // (oneOf: [{required: [a]}, {required: [b]}]) become an anyOf with one
+  // branch per term: its present members required, its absent ones false
+  // (which closes the object, as ObjectRewrites says: fewer instances).
+  // "Exactly one" is then exact: each term holds one branch's members and,
+  // for every other branch, lacks one it requires. They are read as
+  // `schema` wrote them (flattened, a branch's lone required is split by
+  // type). False where no object is valid.
+  bool Presence(const Json& schema, Json* node) {
+    if (!node->contains("type") || NamedTypes((*node)["type"]) != kObject) return true;
+    // Its own share of the budget, all of it back where nothing changes.
+    const int64_t saved = budget_, share = std::min<int64_t>(budget_, 4096);
+    budget_ = share;
+    std::vector<std::string> done;
+    std::optional<Terms> formula = PresenceFormula(schema, &done);
+    budget_ = formula ? saved - (share - budget_) : saved;
+    if (!formula) return true;
+    if (formula->empty()) return false;
+    for (const std::string& key : done) node->erase(key);
+    if (formula->size() == 1 && (*formula)[0].empty()) return true;
+    Json branches = Json::array();
+    for (const Term& t : *formula) {
+      Json b = Json::object(), required = Json::array(), absent = Json::object();
+      for (const auto& [name, present] : t) {
+        if (present) {
+          required.push_back(name);
+        } else {
+          absent[name] = false;
+        }
+      }
+      if (!required.empty()) b["required"] = std::move(required);
+      if (!absent.empty()) b["properties"] = std::move(absent);
+      branches.push_back(std::move(b));
+    }
+    Json part = branches.size() == 1 ? branches[0] : Json{{"anyOf", std::move(branches)}};
+    if (!node->contains("anyOf") && part.contains("anyOf")) {
+      (*node)["anyOf"] = std::move(part["anyOf"]);
+    } else {
+      if (!node->contains("allOf") || !(*node)["allOf"].is_array()) (*node)["allOf"] = Json::array();
+      (*node)["allOf"].push_back(std::move(part));
+    }
+    return true;
   }
 
   // A node whose subschemas are flattened: its $ref, allOf, anyOf and oneOf
@@ -816,7 +1007,8 @@ class Rewriter {
           return true;
         }
         if (ap_false) continue;  // forbidden, as any member not listed is
-        return false;            // one name forbidden among others allowed: not expressible here
+        props[name] = false;     // for ObjectRewrites (Merge ends in Local), which closes the object
+        continue;
       }
       props[name] = std::move(*m);
     }
@@ -1123,6 +1315,11 @@ class Rewriter {
       }
       if (dropped) {
         if (s.contains("patternProperties")) return false;
+        // A member required but not listed keeps the schema it had.
+        const Json had = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
+        for (const Json& n : names.is_array() ? names : Json::array()) {
+          if (n.is_string() && !kept.contains(n.get<std::string>())) kept[n.get<std::string>()] = had;
+        }
         s["properties"] = std::move(kept);
         s["additionalProperties"] = false;
       }
