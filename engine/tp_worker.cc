@@ -12,7 +12,9 @@ enum Command : int32_t { kRun = 1, kStop = 2 };
 // positions x n_rows, seqs (blocks, pos, len, row) x n_seqs, the block
 // table x n_block_ids, the local block table x n_local_block_ids, logit
 // rows x n_seqs, state slots (read, write) x n_states (0 or n_seqs), state
-// copies (from, to) x n_copies.
+// copies (from, to) x n_copies, given rows (row, count) x n_given; then,
+// where n_embeds > 0, a second message of n_embeds floats (the given
+// rows' values).
 struct Header {
   int32_t command = kStop;
   int32_t n_rows = 0;
@@ -21,9 +23,11 @@ struct Header {
   int32_t n_local_block_ids = 0;
   int32_t n_states = 0;
   int32_t n_copies = 0;
+  int32_t n_given = 0;
+  int32_t n_embeds = 0;
   int64_t words() const {
     return 2 * int64_t{n_rows} + 5 * int64_t{n_seqs} + int64_t{n_block_ids} + int64_t{n_local_block_ids} +
-           2 * int64_t{n_states} + 2 * int64_t{n_copies};
+           2 * int64_t{n_states} + 2 * int64_t{n_copies} + 2 * int64_t{n_given};
   }
 };
 
@@ -37,7 +41,11 @@ absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
   const ForwardBatch& batch = step.batch;
   Header h{kRun, batch.num_rows(), static_cast<int32_t>(batch.seqs.size()),
            static_cast<int32_t>(batch.block_ids.size()), static_cast<int32_t>(batch.local_block_ids.size()),
-           static_cast<int32_t>(batch.states.size()), static_cast<int32_t>(batch.state_copies.size())};
+           static_cast<int32_t>(batch.states.size()), static_cast<int32_t>(batch.state_copies.size()),
+           static_cast<int32_t>(batch.given.size()), static_cast<int32_t>(batch.embeds.size())};
+  if (batch.embeds.size() > static_cast<size_t>(kMaxStepWords)) {
+    return absl::InvalidArgumentError("a step's given input rows are too many to send to the other ranks");
+  }
   std::vector<int32_t> payload;
   payload.reserve(h.words());
   payload.insert(payload.end(), batch.tokens.begin(), batch.tokens.end());
@@ -50,8 +58,11 @@ absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
   for (size_t i = 0; i < batch.seqs.size(); ++i) payload.push_back(batch.logit_rows_of(i));
   for (const kernels::SeqState& st : batch.states) payload.insert(payload.end(), {st.read, st.write});
   for (const auto& [from, to] : batch.state_copies) payload.insert(payload.end(), {from, to});
+  for (const ForwardBatch::GivenRows& g : batch.given) payload.insert(payload.end(), {g.row, g.count});
   if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
-  return channel.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0);
+  if (absl::Status st = channel.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0); !st.ok()) return st;
+  if (batch.embeds.empty()) return absl::OkStatus();
+  return channel.Broadcast(const_cast<float*>(batch.embeds.data()), batch.embeds.size() * sizeof(float), 0);
 }
 
 absl::Status BroadcastStop(ControlChannel& channel) {
@@ -67,7 +78,8 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
     if (h.command == kStop) return absl::OkStatus();
     if (h.command != kRun || h.n_rows < 0 || h.n_seqs < 0 || h.n_block_ids < 0 || h.n_local_block_ids < 0 ||
-        h.n_states < 0 || h.n_copies < 0 || h.words() > kMaxStepWords) {
+        h.n_states < 0 || h.n_copies < 0 || h.n_given < 0 || h.n_embeds < 0 || h.words() > kMaxStepWords ||
+        h.n_embeds > kMaxStepWords) {
       return absl::DataLossError("malformed step from rank 0");
     }
     payload.resize(h.words());
@@ -91,6 +103,14 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     p += h.n_seqs;
     for (int i = 0; i < h.n_states; ++i, p += 2) batch.states.push_back({p[0], p[1]});
     for (int i = 0; i < h.n_copies; ++i, p += 2) batch.state_copies.push_back({p[0], p[1]});
+    for (int i = 0; i < h.n_given; ++i, p += 2) batch.given.push_back({p[0], p[1]});
+    if (h.n_embeds > 0) {
+      batch.embeds.resize(h.n_embeds);
+      if (absl::Status st = channel.Broadcast(batch.embeds.data(), batch.embeds.size() * sizeof(float), 0);
+          !st.ok()) {
+        return st;
+      }
+    }
     // The executor validates the step. An invalid one (InvalidArgument) is
     // refused alike on every rank, at the same point, so the ranks stay in
     // step and rank 0 fails only that step's requests; anything else ends

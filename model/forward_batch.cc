@@ -35,6 +35,13 @@ void ForwardBatch::Clear() {
   states.clear();
   state_copies.clear();
   hidden.clear();
+  given.clear();
+  embeds.clear();
+}
+
+void ForwardBatch::GiveRows(int32_t first_row, absl::Span<const float> values, int width) {
+  given.push_back({first_row, static_cast<int32_t>(values.size() / width)});
+  embeds.insert(embeds.end(), values.begin(), values.end());
 }
 
 int ForwardBatch::num_logit_rows() const {

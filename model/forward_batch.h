@@ -40,6 +40,19 @@ struct ForwardBatch {
   // a row of the main model's final hidden state beside each token, [T,
   // hidden] in host memory, row for row with `tokens`. Else empty.
   std::vector<float> hidden;
+  // Rows whose input embedding is given instead of looked up in the token
+  // table (an image's features in place of its placeholder tokens): spans
+  // of rows, in order and apart, their values [sum of counts, hidden] in
+  // host memory in `embeds`, span after span. The token at such a row
+  // stays (the cache's blocks and prefix keys name it); its table row is
+  // not read. The given rows replace the whole input embedding (no
+  // embedding scale applies). Else empty.
+  struct GivenRows {
+    int32_t row = 0;
+    int32_t count = 0;
+  };
+  std::vector<GivenRows> given;
+  std::vector<float> embeds;
 
   // Appends `new_tokens` of a sequence, the first at position `pos`, whose
   // KV blocks are `blocks` in order of position (the first
@@ -50,6 +63,9 @@ struct ForwardBatch {
   // The same, with the local layers' blocks (as many).
   void AddSequence(absl::Span<const int32_t> blocks, absl::Span<const int32_t> local_blocks, int32_t pos,
                    absl::Span<const int32_t> new_tokens, int32_t logit_rows = 1);
+  // Gives rows first_row .. first_row + values.size() / width - 1 their
+  // input embeddings, `width` values a row (see `given`).
+  void GiveRows(int32_t first_row, absl::Span<const float> values, int width);
   void Clear();
   int num_rows() const { return static_cast<int>(tokens.size()); }
   int num_logit_rows() const;            // the sum of logit_rows

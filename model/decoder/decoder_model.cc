@@ -375,6 +375,30 @@ absl::Status DecoderModel::Residual(const LinearSite& s, const Tensor& in, const
   return backend_.Add(normed, x);
 }
 
+namespace {
+
+// The batch's given rows (ForwardBatch::given) lie within it, in order and
+// apart, with hidden values each.
+absl::Status CheckGivenRows(const ForwardBatch& b, int hidden) {
+  int64_t next = 0, rows = 0;
+  for (const ForwardBatch::GivenRows& g : b.given) {
+    if (g.count < 1 || g.row < next || int64_t{g.row} + g.count > b.num_rows()) {
+      return absl::InvalidArgumentError(absl::StrCat("given input rows ", g.row, "..", int64_t{g.row} + g.count - 1,
+                                                     " are out of order or outside the batch's ", b.num_rows(),
+                                                     " rows"));
+    }
+    next = int64_t{g.row} + g.count;
+    rows += g.count;
+  }
+  if (b.embeds.size() != static_cast<size_t>(rows) * hidden) {
+    return absl::InvalidArgumentError(absl::StrCat("given input rows need ", rows, " x ", hidden, " values, got ",
+                                                   b.embeds.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor which,
                                int* R_out) {
   const int T = b.num_rows();
@@ -390,6 +414,7 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
     }
     FLOVER_RETURN_IF_ERROR(backend_.Upload(b.hidden.data(), runtime_.buffer(kHiddenIn).Rows(0, T)));
   }
+  FLOVER_RETURN_IF_ERROR(CheckGivenRows(b, spec_.hidden));
   // Prefix checkpoints first (never part of a recorded step).
   for (const auto& [from, to] : b.state_copies) {
     for (int i = 0; i < cache.shape().state_layers; ++i) {
@@ -405,7 +430,7 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
   // Everything after the upload: replayed from a recording for decode steps
   // where the backend records (ForwardRuntime::RunOps).
   const int variant = static_cast<int>(which) + (keep_hidden_ ? 2 : 0);
-  return runtime_.RunOps(&*step, cache, variant, [&]() -> absl::Status {
+  const auto ops = [&]() -> absl::Status {
     auto buf = [&](Activation id, int rows) { return runtime_.buffer(id).Rows(0, rows); };
     const Tensor x = buf(kX, T), h = buf(kH, T);
 
@@ -420,6 +445,12 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
                                                   OrNull(positions_), x));
     }
     FLOVER_RETURN_IF_ERROR(runtime_.AllReduce(x));
+    // Given rows over the table's (every rank holds them whole).
+    size_t given_at = 0;
+    for (const ForwardBatch::GivenRows& g : b.given) {
+      FLOVER_RETURN_IF_ERROR(backend_.Upload(b.embeds.data() + given_at, x.Rows(g.row, g.count)));
+      given_at += static_cast<size_t>(g.count) * spec_.hidden;
+    }
     // The embedding as the per-layer inputs read it.
     if (spec_.per_layer_input > 0) FLOVER_RETURN_IF_ERROR(backend_.Copy(x, buf(kEmbed0, T)));
     if (spec_.mtp_input) {  // x = eh_e enorm(x) + eh_h hnorm(hidden)
@@ -453,7 +484,9 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
     FLOVER_RETURN_IF_ERROR(Apply(t.head, hr, logits));
     if (spec_.final_softcap > 0) FLOVER_RETURN_IF_ERROR(backend_.SoftCap(logits, spec_.final_softcap));
     return absl::OkStatus();
-  });
+  };
+  // Given rows go up midway: such a step is never recorded.
+  return b.given.empty() ? runtime_.RunOps(&*step, cache, variant, ops) : ops();
 }
 
 absl::StatusOr<absl::Span<float>> DecoderModel::Forward(const ForwardBatch& b, KvCache& cache,
