@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -38,10 +39,33 @@ absl::string_view FinishReasonName(FinishReason reason) {
   return "?";
 }
 
+namespace {
+
+// `r`'s prompt as the prefix cache keys it: each given row a negative id
+// (never a token) mixed from its span's key and its place in the span, so
+// K/V is reused only where the same content stands at the same place.
+std::vector<int32_t> PrefixKeys(const Request& r) {
+  std::vector<int32_t> keys = r.prompt;
+  for (const GivenPromptRows& g : r.given_rows) {
+    for (int32_t i = 0; i < g.count; ++i) {
+      uint64_t x = g.key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);  // splitmix64
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+      x ^= x >> 31;
+      keys[g.position + i] = -1 - static_cast<int32_t>(x & 0x7ffffffe);
+    }
+  }
+  return keys;
+}
+
+}  // namespace
+
 struct Engine::Sequence {
   Sequence(RequestId id, Request r, std::shared_ptr<TokenSink> s, absl::Time now)
       : id(id), request(std::move(r)), sink(std::move(s)), arrival(now),
-        sampler(request.sampling, request.prompt.size()), tokens(request.prompt) {}
+        sampler(request.sampling, request.prompt.size()), tokens(request.prompt) {
+    if (!request.given_rows.empty()) keys = PrefixKeys(request);
+  }
 
   RequestId id;
   Request request;
@@ -50,6 +74,11 @@ struct Engine::Sequence {
   absl::Time first_token, last_token;  // set from the first generated token on
   Sampler sampler;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
+  // With given prompt rows: `tokens` as the prefix cache keys them, each
+  // given row a negative id made from its span's key and place (see
+  // PrefixKeys); else empty, and the cache keys `tokens`.
+  std::vector<int32_t> keys;
+  const std::vector<int32_t>& prefix_keys() const { return keys.empty() ? tokens : keys; }
   bool running = false;         // admitted (else queued, maybe after a preemption)
   int computed = 0;             // tokens whose K/V are in `blocks`
   SequenceCache cache;         // its blocks and state slot, while running (CacheManager)
@@ -249,6 +278,23 @@ absl::Status Engine::Validate(const Request& r) const {
     if (r.prompt[i] < 0 || r.prompt[i] >= config.vocab_size) {
       return bad("prompt", "token id ", r.prompt[i], " at index ", i,
                  " is outside the vocabulary (", config.vocab_size, ")");
+    }
+  }
+  int64_t next = 0;
+  for (size_t i = 0; i < r.given_rows.size(); ++i) {
+    const GivenPromptRows& g = r.given_rows[i];
+    if (g.count < 1 || g.position < next || int64_t{g.position} + g.count > static_cast<int64_t>(r.prompt.size())) {
+      return bad("given_rows", "span ", i, " (prompt rows ", g.position, "..", int64_t{g.position} + g.count - 1,
+                 ") is empty, out of order or outside the prompt's ", r.prompt.size(), " tokens");
+    }
+    next = int64_t{g.position} + g.count;
+    const size_t want = static_cast<size_t>(g.count) * config.hidden;
+    if (g.values == nullptr || g.values->size() != want) {
+      return bad("given_rows", "span ", i, " needs ", g.count, " x ", config.hidden, " values, got ",
+                 g.values == nullptr ? 0 : g.values->size());
+    }
+    for (float v : *g.values) {
+      if (!std::isfinite(v)) return bad("given_rows", "span ", i, " holds a value that is not finite");
     }
   }
   if (options_.embedding_only && !PromptOnly(r)) {
@@ -520,6 +566,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status error, std:
 void Engine::Emit(Sequence& seq, int32_t token, float logprob,
                   std::vector<std::pair<int32_t, float>> top, absl::Time now) {
   seq.tokens.push_back(token);
+  if (!seq.keys.empty()) seq.keys.push_back(token);
   ++seq.generated;
   if (seq.generated == 1) {
     seq.first_token = now;
@@ -594,7 +641,7 @@ bool Engine::Plan(StepPlan* plan) {
     const Sequence& s = *queue_[i];
     const int known = static_cast<int>(s.tokens.size());
     int local_idle = 0;
-    const KvBlockPool::Hit hit = i < candidates && s.takes_prefix() ? cache_.UsableHit(s.tokens, known - 1, &local_idle)
+    const KvBlockPool::Hit hit = i < candidates && s.takes_prefix() ? cache_.UsableHit(s.prefix_keys(), known - 1, &local_idle)
                                                                     : KvBlockPool::Hit{};
     queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle,
                       cache_.NextCheckpoint(hit.tokens, known)});
@@ -626,7 +673,7 @@ bool Engine::Plan(StepPlan* plan) {
     // resumes from it) is not free after all, and the sequence waits for a
     // slot below.
     (void)cache_.AcquireState(seq->cache);
-    seq->computed = seq->takes_prefix() ? cache_.TakeCachedPrefix(seq->tokens, seq->cache) : 0;
+    seq->computed = seq->takes_prefix() ? cache_.TakeCachedPrefix(seq->prefix_keys(), seq->cache) : 0;
     // (Again, after a preemption: its rows are computed again.)
     if (seq->embedding()) seq->pooled.emplace(*seq->request.embed, model_.info().hidden);
     metrics_.queue_time.Observe(absl::ToDoubleSeconds(now - seq->arrival));
@@ -658,7 +705,17 @@ bool Engine::Plan(StepPlan* plan) {
     for (int i = p.pos; i < p.pos + p.len; ++i) {
       rows_.push_back(i < static_cast<int>(s.tokens.size()) ? s.tokens[i] : s.drafts[i - s.tokens.size()]);
     }
+    const int first_row = step_.batch.num_rows();
     step_.batch.AddSequence(s.cache.ids, s.cache.local_ids, p.pos, rows_, s.drafts.empty() ? 1 : p.len);
+    // Given prompt rows within the chunk.
+    for (const GivenPromptRows& g : s.request.given_rows) {
+      const int from = std::max(g.position, p.pos), to = std::min(g.position + g.count, p.pos + p.len);
+      if (from >= to) continue;
+      const size_t C = static_cast<size_t>(model_.info().hidden);
+      step_.batch.GiveRows(first_row + (from - p.pos),
+                           absl::MakeConstSpan(g.values->data() + (from - g.position) * C, (to - from) * C),
+                           model_.info().hidden);
+    }
     if (cache_.has_state()) step_.batch.states.push_back(cache_.StepState(s.cache, p.pos, !s.drafts.empty()));
   }
   plan->seqs = std::move(runs);
@@ -706,7 +763,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
       if (s.embedding()) PoolRows(s, p, hidden_row - p.len);
       s.computed += p.len;
       cache_.StepDone(s.cache);
-      if (s.takes_prefix()) cache_.Register(s.tokens, s.computed, s.cache);
+      if (s.takes_prefix()) cache_.Register(s.prefix_keys(), s.computed, s.cache);
       if (s.computed == static_cast<int>(s.tokens.size())) {
         if (s.scoring()) {
           // Its last logit row is the prompt's last position.
@@ -728,8 +785,8 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
       continue;
     }
-    cache_.Register(s.tokens, s.computed, s.cache);
-    if (checkpoint > 0 && s.computed == checkpoint) cache_.Checkpoint(s.tokens, s.computed, s.cache);
+    cache_.Register(s.prefix_keys(), s.computed, s.cache);
+    if (checkpoint > 0 && s.computed == checkpoint) cache_.Checkpoint(s.prefix_keys(), s.computed, s.cache);
     if (s.computed == static_cast<int>(s.tokens.size())) {
       sampling.push_back({static_cast<int>(i), logit_row - rows, rows});
     }
@@ -790,7 +847,7 @@ void Engine::ProcessOutputs(const StepPlan& plan, const StepResult& result, absl
     }
     s.constraint_ahead = 0;
     // Blocks now full of computed tokens that stand go to the prefix cache.
-    if (!s.finished) cache_.Register(s.tokens, s.computed, s.cache);
+    if (!s.finished) cache_.Register(s.prefix_keys(), s.computed, s.cache);
   }
   for (Sequence* s : prompts_done) {
     if (s->scoring()) {

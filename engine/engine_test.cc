@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/generate.h"
+#include "model/loader/safetensors.h"
 #include "model/model_loader.h"
 #include "testing/collecting_sink.h"
 #include "testing/manual_clock.h"
@@ -614,6 +615,71 @@ TEST_F(EngineTest, FinishedBlocksStayCachedUntilMemoryIsNeeded) {
   EXPECT_EQ(third->tokens(), first->tokens());
   EXPECT_EQ(engine_->Stats().prefix_hit_tokens, 64);  // no new hit
   EXPECT_EQ(engine_->Stats().preemptions, 0);
+}
+
+// Given prompt rows (an image's features, issue 56) stand in for their
+// tokens: rows equal to other tokens' table rows (read from the checkpoint)
+// generate what those tokens generate, fused beside another request; the
+// prefix cache reuses their K/V only for the same key at the same place.
+TEST_F(EngineTest, GivenPromptRowsStandForTokensAndKeyThePrefixCache) {
+  EngineOptions o = Options();
+  o.max_seq_len = 96;  // the model's positions
+  Start("tests/golden/llama_gqa", o);
+  const int C = model_->info().hidden, V = model_->info().vocab_size;
+  auto file = SafetensorsFile::Open("tests/golden/llama_gqa/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto table = file->ReadFloat("model.embed_tokens.weight", {V, C});
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<int32_t> prompt(40), swapped;
+  for (int i = 0; i < 40; ++i) prompt[i] = (i * 7 + 3) % V;
+  swapped = prompt;
+  auto values = std::make_shared<std::vector<float>>();
+  for (int i = 0; i < 3; ++i) {
+    swapped[5 + i] = 100 + i;
+    values->insert(values->end(), table->begin() + (100 + i) * C, table->begin() + (101 + i) * C);
+  }
+  auto with_rows = [&](uint64_t key) {
+    Request r = Greedy(prompt, 8);
+    r.given_rows.push_back({5, 3, values, key});
+    return r;
+  };
+  const std::vector<int32_t> want = GreedyAlone(swapped, 8);
+  ASSERT_NE(want, GreedyAlone(prompt, 8));
+
+  auto beside = Submit(Greedy({1, 2, 3, 4, 5, 6, 7}, 12)).second;
+  auto first = Submit(with_rows(1)).second;
+  ASSERT_TRUE(first->Wait() && beside->Wait());
+  EXPECT_EQ(first->tokens(), want);
+  EXPECT_EQ(engine_->Stats().prefix_hit_tokens, 0);
+  // The same content again: its first block (32 positions) is reused.
+  auto again = Submit(with_rows(1)).second;
+  ASSERT_TRUE(again->Wait());
+  EXPECT_EQ(again->tokens(), want);
+  EXPECT_EQ(engine_->Stats().prefix_hit_tokens, 32);
+  // The same tokens without the rows, or with rows of another key: no reuse.
+  auto plain = Submit(Greedy(prompt, 8)).second;
+  auto other = Submit(with_rows(2)).second;
+  ASSERT_TRUE(plain->Wait() && other->Wait());
+  EXPECT_EQ(plain->tokens(), GreedyAlone(prompt, 8));
+  EXPECT_EQ(other->tokens(), want);
+  EXPECT_EQ(engine_->Stats().prefix_hit_tokens, 32);
+
+  // Spans that do not fit are refused by name.
+  Request bad = with_rows(1);
+  bad.given_rows[0].position = 38;
+  EXPECT_THAT(SubmitError(bad), HasSubstr("given_rows|given_rows: span 0 (prompt rows 38..40) is empty, out of order or "
+                                          "outside the prompt's 40 tokens"));
+  bad = with_rows(1);
+  bad.given_rows.push_back({6, 1, values, 3});
+  EXPECT_THAT(SubmitError(bad), HasSubstr("span 1 (prompt rows 6..6) is empty, out of order"));
+  bad = with_rows(1);
+  bad.given_rows[0].count = 2;
+  EXPECT_THAT(SubmitError(bad), HasSubstr("given_rows|given_rows: span 0 needs 2 x 64 values, got 192"));
+  bad = with_rows(1);
+  auto nan = std::make_shared<std::vector<float>>(*values);
+  (*nan)[7] = std::nanf("");
+  bad.given_rows[0].values = nan;
+  EXPECT_THAT(SubmitError(bad), HasSubstr("span 0 holds a value that is not finite"));
 }
 
 TEST_F(EngineTest, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {

@@ -38,8 +38,24 @@ struct StopConditions {
 // The most alternatives a request may ask for per token.
 inline constexpr int kMaxTopLogprobs = 20;
 
+// Prompt rows whose input embedding is given instead of looked up in the
+// token table (an image's features in place of its placeholder tokens):
+// `count` rows from prompt index `position`, count x hidden values. `key`
+// names what the values were computed from (a hash of the image): the
+// prefix cache reuses K/V across requests only where their spans have the
+// same keys at the same places, so spans with one key must hold the same
+// values.
+struct GivenPromptRows {
+  int32_t position = 0;
+  int32_t count = 0;
+  std::shared_ptr<const std::vector<float>> values;
+  uint64_t key = 0;
+};
+
 struct Request {
   std::vector<int32_t> prompt;
+  // Spans of the prompt whose rows are given, in order and apart.
+  std::vector<GivenPromptRows> given_rows;
   SamplingParams sampling;
   StopConditions stop;
   absl::Time deadline = absl::InfiniteFuture();
