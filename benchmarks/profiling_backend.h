@@ -144,6 +144,10 @@ class ProfilingBackend final : public kernels::Backend {
                          const kernels::Tensor& out) override {
     return Timed("attention", [&] { return inner_.Attention(qkv, seqs, kv, p, out); });
   }
+  absl::Status EncoderAttention(const kernels::Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
+                                float scale, const kernels::Tensor& out) override {
+    return Timed("encoder attention", [&] { return inner_.EncoderAttention(qkv, group_ends, heads, scale, out); });
+  }
   absl::Status GatherLastRows(const kernels::Tensor& x, const kernels::SeqTable& seqs,
                               const kernels::Tensor& out) override {
     return Timed("gather rows", [&] { return inner_.GatherLastRows(x, seqs, out); });

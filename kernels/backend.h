@@ -368,6 +368,16 @@ class Backend : public Allocator {
   virtual absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                  const AttentionParams& p, const Tensor& out) = 0;
 
+  // Bidirectional self-attention within groups of rows (a vision encoder's
+  // images): qkv: f32 [T, 3 * heads * D], a row being Q, K and V of `heads`
+  // heads each; group_ends: host memory, each group's end row, increasing,
+  // the last T (group g is rows [end of g - 1, end of g)). Every row attends
+  // to every row of its group, scores scaled by `scale` (0: 1 / sqrt(D)),
+  // softmax in f32 in order of row, so a row's result is the same in any
+  // batch. out: f32 [T, heads * D].
+  virtual absl::Status EncoderAttention(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
+                                        float scale, const Tensor& out) = 0;
+
   // ---- Mixture of experts ---------------------------------------------------
   // A router's choice for each row of logits: f32 [T, E]: ids: i32 [T, p.k],
   // the k experts of largest score (in decreasing order; of equal scores

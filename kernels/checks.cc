@@ -333,6 +333,24 @@ absl::Status CheckAttentionArgs(const Tensor& qkv, const SeqTable& seqs, const K
                      int64_t{QueryHeads(qkv, kv, p.q_only)} * kv.head_dim, {DType::kF32, act});
 }
 
+absl::Status CheckEncoderAttentionArgs(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
+                                       float scale, const Tensor& out) {
+  auto bad = [](auto&&... what) { return absl::InvalidArgumentError(absl::StrCat("EncoderAttention: ", what...)); };
+  if (heads < 1 || qkv.cols % (3 * int64_t{heads}) != 0) {
+    return bad("qkv's ", qkv.cols, " columns are not Q, K and V of ", heads, " heads");
+  }
+  if (!std::isfinite(scale) || scale < 0) return bad("scale ", scale, " must be finite and not negative");
+  FLOVER_RETURN_IF_ERROR(CheckTensor("EncoderAttention", "qkv", qkv, kAnySize, qkv.cols, {DType::kF32}));
+  FLOVER_RETURN_IF_ERROR(CheckTensor("EncoderAttention", "out", out, qkv.rows, qkv.cols / 3, {DType::kF32}));
+  int64_t begin = 0;
+  for (int32_t end : group_ends) {
+    if (end <= begin) return bad("group ends must increase from 1, got ", end, " after ", begin);
+    begin = end;
+  }
+  if (begin != qkv.rows) return bad("the groups end at row ", begin, ", not at the ", qkv.rows, " rows");
+  return absl::OkStatus();
+}
+
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckSeqTable("GatherLastRows", seqs, nullptr));
   FLOVER_RETURN_IF_ERROR(

@@ -97,6 +97,10 @@ absl::Status CheckGatedDeltaRuleArgs(const Tensor& qkv, const Tensor& b, const T
 absl::Status CheckSelectiveScanArgs(const Tensor& xbc, const Tensor& dt, const Tensor& a, const Tensor& d,
                                     const Tensor& dt_bias, const SeqTable& seqs, const StateTable& states,
                                     const StateLayer& layer, const ScanParams& p, const Tensor& out);
+// qkv [T, 3 * heads * D], out [T, heads * D], both f32; groups ending at
+// increasing rows, the last T; a finite scale of 0 or more.
+absl::Status CheckEncoderAttentionArgs(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
+                                       float scale, const Tensor& out);
 absl::Status CheckGatherLastRowsArgs(const Tensor& x, const SeqTable& seqs, const Tensor& out);
 
 }  // namespace flover::kernels

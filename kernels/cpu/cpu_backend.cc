@@ -959,6 +959,49 @@ absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, cons
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::EncoderAttention(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
+                                          float scale, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckEncoderAttentionArgs(qkv, group_ends, heads, scale, out));
+  const int64_t H = heads, D = qkv.cols / (3 * H), W = qkv.cols;
+  const float s = scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(D));
+  const float* x = qkv.as<float>();
+  float* y = out.as<float>();
+  std::vector<int32_t> begins(group_ends.size());
+  for (size_t g = 1; g < group_ends.size(); ++g) begins[g] = group_ends[g - 1];
+  // One task per (row, head): scores over its group in order of row.
+#pragma omp parallel
+  {
+    std::vector<float> p;
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t task = 0; task < qkv.rows * H; ++task) {
+      const int64_t t = task / H, h = task % H;
+      const size_t g = std::upper_bound(group_ends.begin(), group_ends.end(), static_cast<int32_t>(t)) -
+                       group_ends.begin();
+      const int64_t b = begins[g], n = group_ends[g] - b;
+      const float* q = x + t * W + h * D;
+      p.resize(n);
+      float top = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* k = x + (b + j) * W + (H + h) * D;
+        float dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += q[d] * k[d];
+        p[j] = dot * s;
+        top = std::max(top, p[j]);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += p[j] = std::exp(p[j] - top);
+      float* o = y + t * H * D + h * D;
+      std::fill(o, o + D, 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* v = x + (b + j) * W + (2 * H + h) * D;
+        const float w = p[j] / sum;
+        for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckGatherLastRowsArgs(x, seqs, out));
   const int64_t C = x.cols;

@@ -85,6 +85,8 @@ class CpuBackend final : public Backend {
   absl::Status AppendKv(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv) override;
   absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                          const AttentionParams& p, const Tensor& out) override;
+  absl::Status EncoderAttention(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads, float scale,
+                                const Tensor& out) override;
   absl::Status GatherLastRows(const Tensor& x, const SeqTable& seqs, const Tensor& out) override;
   // recurrent_ops.cc:
   absl::Status Gate(const Tensor& x, const Tensor& gate, GateKind act, const Tensor& out) override;

@@ -677,6 +677,13 @@ absl::Status CudaBackend::AppendKv(const Tensor& qkv, const SeqTable& seqs, cons
                     "KV append");
 }
 
+absl::Status CudaBackend::EncoderAttention(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
+                                           float scale, const Tensor& out) {
+  FLOVER_RETURN_IF_ERROR(CheckEncoderAttentionArgs(qkv, group_ends, heads, scale, out));
+  return absl::UnimplementedError("EncoderAttention (a vision encoder's) is not on the GPU yet; run vision "
+                                  "models on the CPU");
+}
+
 absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                     const AttentionParams& p, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckAttentionArgs(qkv, seqs, kv, p, out, kv_, activation_dtype()));
