@@ -306,7 +306,7 @@ void Gemma4LayerRecipes(const LlamaConfig& c, int l, const DecoderShard& sh, Dec
 const LlamaArchitecture& Gemma4Arch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a = GemmaArchitecture("gemma4_text");
-    a.image_text_type = "gemma4";
+    a.image_text = {{"gemma4"}};
     a.plain_norms = true;
     a.qk_norm = true;
     a.gguf = true;

@@ -109,7 +109,7 @@ const LlamaArchitecture& Qwen3_5Arch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "qwen3_5_text";
-    a.image_text_type = "qwen3_5";
+    a.image_text = {{"qwen3_5"}};
     a.gguf_name = "qwen35";
     Qwen3_5Entry(&a);
     a.parse = ParseQwen3_5Linear;

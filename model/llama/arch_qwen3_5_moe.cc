@@ -39,7 +39,7 @@ const LlamaArchitecture& Qwen3_5MoeArch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "qwen3_5_moe_text";
-    a.image_text_type = "qwen3_5_moe";
+    a.image_text = {{"qwen3_5_moe"}};
     a.gguf_name = "qwen35moe";
     Qwen3_5Entry(&a);
     a.moe = true;

@@ -44,9 +44,13 @@ const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type) {
   return nullptr;
 }
 
-const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type) {
+const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type, std::string* text_prefix) {
   for (const LlamaArchitecture* a : LlamaArchitectures()) {
-    if (a->image_text_type != nullptr && model_type == a->image_text_type) return a;
+    for (const LlamaArchitecture::ImageText& it : a->image_text) {
+      if (model_type != it.model_type) continue;
+      *text_prefix = it.text_prefix;
+      return a;
+    }
   }
   return nullptr;
 }

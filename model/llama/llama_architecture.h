@@ -101,10 +101,14 @@ struct LlamaArchitecture {
   // Its recurrent layers' name in layer_types ("linear_attention", "conv",
   // "mamba"): another recurrent kind is refused by name.
   const char* recurrent_layer = nullptr;
-  // The model_type of its image-text checkpoints (Qwen3.5's "qwen3_5"), whose
-  // text_config is this architecture and whose language model's tensors are
-  // under "model.language_model.".
-  const char* image_text_type = nullptr;
+  // Its image-text checkpoints (Qwen3.5's "qwen3_5"): their model_type,
+  // whose text_config is this architecture, and the prefix of their
+  // language model's tensors.
+  struct ImageText {
+    const char* model_type;
+    const char* text_prefix = "model.language_model.";
+  };
+  std::vector<ImageText> image_text;
   // Where its checkpoints name a tensor otherwise than Llama's: each
   // (part of Llama's name, the architecture's), e.g. LFM2's
   // (".input_layernorm.", ".operator_norm.").
@@ -190,7 +194,7 @@ void Qwen3_5Entry(LlamaArchitecture* a);
 // Every architecture of the family, by model_type.
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures();
 // The architecture whose image-text checkpoints have `model_type`, or null.
-const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type);
+const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type, std::string* text_prefix);
 // The architecture of `model_type`, or null.
 const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type);
 // The architecture a GGUF file of general.architecture `name` is read as

@@ -120,7 +120,7 @@ const std::vector<std::string>& LlamaFamilyTypes() {
     auto* names = new std::vector<std::string>;
     for (const LlamaArchitecture* a : LlamaArchitectures()) {
       names->push_back(a->model_type);
-      if (a->image_text_type != nullptr) names->push_back(a->image_text_type);
+      for (const LlamaArchitecture::ImageText& it : a->image_text) names->push_back(it.model_type);
     }
     return names;
   }();
@@ -458,7 +458,8 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   // An image-text checkpoint of a text architecture (Qwen3.5's "qwen3_5"):
   // its text_config is the language model, read as that architecture; its
   // vision tower is not read.
-  if (const LlamaArchitecture* text = FindLlamaTextOf(c.architecture); text != nullptr) {
+  std::string text_prefix;
+  if (const LlamaArchitecture* text = FindLlamaTextOf(c.architecture, &text_prefix); text != nullptr) {
     auto it = top->fields().find("text_config");
     if (it == top->fields().end() || it->second.kind_case() != Value::kStructValue) {
       return refuse("model_type \"", c.architecture, "\" needs a text_config object");
@@ -470,7 +471,7 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                     "\"");
     }
     c.architecture = text->model_type;
-    c.text_prefix = "model.language_model.";
+    c.text_prefix = text_prefix;
   }
   const Struct& s = *top;
   const LlamaArchitecture& arch = c.arch();
