@@ -11,6 +11,9 @@ const LlamaArchitecture& LlamaArch() {
   static const LlamaArchitecture entry = [] {
     LlamaArchitecture a;
     a.model_type = "llama";
+    // SmolVLM (transformers' Idefics3 and SmolVLM classes): a Llama under
+    // model.text_model.; its vision tower is model/vision's to read.
+    a.image_text = {{"idefics3", "model.text_model."}, {"smolvlm", "model.text_model."}};
     a.gguf = true;
     a.gguf_permuted_qk = true;
     a.parse = [](const google::protobuf::Struct& s, absl::string_view what, LlamaConfig*) {

@@ -1,0 +1,256 @@
+#include "model/vision/vision_encoder.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/loader/checkpoint.h"
+#include "util/file_util.h"
+#include "util/json.h"
+#include "util/status_macros.h"
+
+namespace flover {
+
+using kernels::Buffer;
+
+using kernels::Epilogue;
+using kernels::Tensor;
+using kernels::Weight;
+using kernels::WeightLayout;
+
+struct VisionEncoder::Layer {
+  Buffer ln1_gamma, ln1_beta, ln2_gamma, ln2_beta;
+  std::unique_ptr<Weight> qkv, out, fc1, fc2;
+  Buffer qkv_bias, out_bias, fc1_bias, fc2_bias;
+};
+
+VisionEncoder::VisionEncoder(kernels::Backend& backend, VisionInfo info) : backend_(backend), info_(info) {}
+VisionEncoder::~VisionEncoder() = default;
+
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+constexpr const char* kTower = "model.vision_model.";
+
+// The vision side of config.json.
+absl::StatusOr<VisionInfo> ParseVision(const Struct& top, const std::string& what) {
+  auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
+  auto type = top.fields().find("model_type");
+  const std::string model_type = type != top.fields().end() ? type->second.string_value() : "";
+  if (model_type != "idefics3" && model_type != "smolvlm") {
+    return absl::NotFoundError(absl::StrCat(what, ": model_type \"", model_type,
+                                            "\" has no vision tower Flover runs (idefics3, smolvlm)"));
+  }
+  auto object = [&](const char* key) -> const Struct* {
+    auto it = top.fields().find(key);
+    return it != top.fields().end() && it->second.kind_case() == Value::kStructValue ? &it->second.struct_value()
+                                                                                      : nullptr;
+  };
+  const Struct* v = object("vision_config");
+  const Struct* text = object("text_config");
+  if (v == nullptr || text == nullptr) return refuse("model_type ", model_type, " needs vision_config and text_config");
+  VisionInfo info;
+  FLOVER_ASSIGN_OR_RETURN(info.tile, JsonIntFieldOr(*v, "image_size", 224, 1, 4096, what));
+  FLOVER_ASSIGN_OR_RETURN(info.patch, JsonIntFieldOr(*v, "patch_size", 32, 1, 256, what));
+  FLOVER_ASSIGN_OR_RETURN(info.channels, JsonIntFieldOr(*v, "num_channels", 3, 3, 3, what));
+  FLOVER_ASSIGN_OR_RETURN(info.hidden, JsonIntFieldOr(*v, "hidden_size", 1152, 1, 1 << 14, what));
+  FLOVER_ASSIGN_OR_RETURN(info.heads, JsonIntFieldOr(*v, "num_attention_heads", 16, 1, 256, what));
+  FLOVER_ASSIGN_OR_RETURN(info.layers, JsonIntFieldOr(*v, "num_hidden_layers", 12, 1, 256, what));
+  FLOVER_ASSIGN_OR_RETURN(info.intermediate, JsonIntFieldOr(*v, "intermediate_size", 3072, 1, 1 << 16, what));
+  FLOVER_ASSIGN_OR_RETURN(const double eps, JsonNumberField(*v, "layer_norm_eps", 1e-6, what));
+  if (!(eps > 0 && eps < 1)) return refuse("vision_config.layer_norm_eps must be in (0, 1)");
+  info.norm_eps = static_cast<float>(eps);
+  if (auto act = v->fields().find("hidden_act");
+      act != v->fields().end() && act->second.string_value() != "gelu_pytorch_tanh") {
+    return refuse("vision_config.hidden_act \"", act->second.string_value(), "\" is not supported (gelu_pytorch_tanh)");
+  }
+  if (info.tile % info.patch != 0) return refuse("vision_config.image_size ", info.tile, " is not a whole number of patches");
+  if (info.hidden % info.heads != 0) return refuse("vision_config.hidden_size is not a whole number of heads");
+  FLOVER_ASSIGN_OR_RETURN(info.scale, JsonIntFieldOr(top, "scale_factor", 2, 1, 16, what));
+  if (info.patches_per_side() % info.scale != 0) {
+    return refuse("scale_factor ", info.scale, " does not divide the ", info.patches_per_side(), " patches a side");
+  }
+  FLOVER_ASSIGN_OR_RETURN(info.out_width, JsonIntField(*text, "hidden_size", 1, 1 << 17, what));
+  FLOVER_ASSIGN_OR_RETURN(info.image_token, JsonIntField(top, "image_token_id", 0, (1 << 24) - 1, what));
+  return info;
+}
+
+}  // namespace
+
+std::vector<float> PixelShuffle(absl::Span<const float> rows, int n, int d, int s) {
+  const int m = n / s;
+  std::vector<float> out(rows.size());
+  for (int I = 0; I < m; ++I) {
+    for (int J = 0; J < m; ++J) {
+      float* o = out.data() + (static_cast<size_t>(I) * m + J) * d * s * s;
+      for (int dy = 0; dy < s; ++dy) {
+        for (int dx = 0; dx < s; ++dx) {
+          const float* in = rows.data() + (static_cast<size_t>(I * s + dy) * n + (J * s + dx)) * d;
+          std::memcpy(o + (dy * s + dx) * d, in, d * sizeof(float));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const std::string& dir,
+                                                                   kernels::Backend& backend) {
+  const std::string what = dir + "/config.json";
+  FLOVER_ASSIGN_OR_RETURN(const std::string text, ReadFile(what));
+  FLOVER_ASSIGN_OR_RETURN(const Struct top, ParseJsonObject(text, what));
+  FLOVER_ASSIGN_OR_RETURN(const VisionInfo info, ParseVision(top, what));
+  FLOVER_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
+  std::unique_ptr<VisionEncoder> e(new VisionEncoder(backend, info));
+  const int64_t D = info.hidden, F = info.intermediate, K = int64_t{info.channels} * info.patch * info.patch;
+
+  auto read = [&](const std::string& name, std::vector<int64_t> shape) { return ckpt.ReadFloat(name, shape); };
+  auto up = [&](const std::vector<float>& values, int64_t rows, int64_t cols) -> absl::StatusOr<Buffer> {
+    FLOVER_ASSIGN_OR_RETURN(Buffer b, backend.Allocate(kernels::DType::kF32, rows, cols));
+    FLOVER_RETURN_IF_ERROR(backend.Upload(values.data(), b.tensor()));
+    return b;
+  };
+  auto vector = [&](const std::string& name, int64_t n) -> absl::StatusOr<Buffer> {
+    FLOVER_ASSIGN_OR_RETURN(std::vector<float> v, read(name, {n}));
+    return up(v, 1, n);
+  };
+  // An nn.Linear's [out, in] rows, stacked from `names` (q, k, v into one).
+  auto linear = [&](const std::vector<std::string>& names, int64_t in,
+                    int64_t out) -> absl::StatusOr<std::unique_ptr<Weight>> {
+    std::vector<float> w;
+    for (const std::string& name : names) {
+      FLOVER_ASSIGN_OR_RETURN(std::vector<float> part, read(name, {out, in}));
+      w.insert(w.end(), part.begin(), part.end());
+    }
+    return backend.PrepareWeight(w.data(), static_cast<int>(in), static_cast<int>(out * names.size()),
+                                 WeightLayout::kOutIn);
+  };
+  auto biases = [&](const std::vector<std::string>& names, int64_t n) -> absl::StatusOr<Buffer> {
+    std::vector<float> b;
+    for (const std::string& name : names) {
+      FLOVER_ASSIGN_OR_RETURN(std::vector<float> part, read(name, {n}));
+      b.insert(b.end(), part.begin(), part.end());
+    }
+    return up(b, 1, static_cast<int64_t>(b.size()));
+  };
+
+  const std::string emb = std::string(kTower) + "embeddings.";
+  // The patch convolution (kernel = stride = patch) as a product over each
+  // patch's values in (channel, y, x) order.
+  FLOVER_ASSIGN_OR_RETURN(std::vector<float> conv, read(emb + "patch_embedding.weight", {D, info.channels, info.patch, info.patch}));
+  FLOVER_ASSIGN_OR_RETURN(e->patch_, backend.PrepareWeight(conv.data(), static_cast<int>(K), static_cast<int>(D),
+                                                           WeightLayout::kOutIn));
+  FLOVER_ASSIGN_OR_RETURN(e->patch_bias_, vector(emb + "patch_embedding.bias", D));
+  FLOVER_ASSIGN_OR_RETURN(std::vector<float> pos, read(emb + "position_embedding.weight", {info.patches(), D}));
+  FLOVER_ASSIGN_OR_RETURN(e->positions_, up(pos, info.patches(), D));
+  for (int l = 0; l < info.layers; ++l) {
+    const std::string p = absl::StrCat(kTower, "encoder.layers.", l, ".");
+    Layer layer;
+    FLOVER_ASSIGN_OR_RETURN(layer.ln1_gamma, vector(p + "layer_norm1.weight", D));
+    FLOVER_ASSIGN_OR_RETURN(layer.ln1_beta, vector(p + "layer_norm1.bias", D));
+    FLOVER_ASSIGN_OR_RETURN(layer.ln2_gamma, vector(p + "layer_norm2.weight", D));
+    FLOVER_ASSIGN_OR_RETURN(layer.ln2_beta, vector(p + "layer_norm2.bias", D));
+    const std::string a = p + "self_attn.";
+    FLOVER_ASSIGN_OR_RETURN(layer.qkv, linear({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, D, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.qkv_bias, biases({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.out, linear({a + "out_proj.weight"}, D, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.out_bias, biases({a + "out_proj.bias"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.fc1, linear({p + "mlp.fc1.weight"}, D, F));
+    FLOVER_ASSIGN_OR_RETURN(layer.fc1_bias, biases({p + "mlp.fc1.bias"}, F));
+    FLOVER_ASSIGN_OR_RETURN(layer.fc2, linear({p + "mlp.fc2.weight"}, F, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.fc2_bias, biases({p + "mlp.fc2.bias"}, D));
+    e->layers_.push_back(std::move(layer));
+  }
+  FLOVER_ASSIGN_OR_RETURN(e->post_gamma_, vector(std::string(kTower) + "post_layernorm.weight", D));
+  FLOVER_ASSIGN_OR_RETURN(e->post_beta_, vector(std::string(kTower) + "post_layernorm.bias", D));
+  const int64_t shuffled = D * info.scale * info.scale;
+  FLOVER_ASSIGN_OR_RETURN(e->projection_,
+                          linear({"model.connector.modality_projection.proj.weight"}, shuffled, info.out_width));
+  return e;
+}
+
+absl::StatusOr<std::vector<float>> VisionEncoder::Tower(absl::Span<const float> tiles, int n) {
+  const int S = info_.tile, P = info_.patch, G = info_.patches_per_side(), N = info_.patches();
+  const int64_t C = info_.channels, D = info_.hidden, F = info_.intermediate, K = C * P * P;
+  if (n < 1 || tiles.size() != static_cast<size_t>(n) * C * S * S) {
+    return absl::InvalidArgumentError(absl::StrCat("vision tower: ", n, " tiles of ", C, " x ", S, " x ", S,
+                                                   " pixels need ", int64_t{n} * C * S * S, " values, got ",
+                                                   tiles.size()));
+  }
+  const int64_t T = int64_t{n} * N;
+  // Each patch's pixels in (channel, y, x) order, patches row-major.
+  std::vector<float> patches(T * K);
+  for (int t = 0; t < n; ++t) {
+    for (int gy = 0; gy < G; ++gy) {
+      for (int gx = 0; gx < G; ++gx) {
+        float* row = patches.data() + ((int64_t{t} * N) + gy * G + gx) * K;
+        for (int c = 0; c < C; ++c) {
+          for (int y = 0; y < P; ++y) {
+            const float* src = tiles.data() + ((int64_t{t} * C + c) * S + gy * P + y) * S + gx * P;
+            std::memcpy(row + (c * P + y) * P, src, P * sizeof(float));
+          }
+        }
+      }
+    }
+  }
+  auto alloc = [&](int64_t cols) { return backend_.Allocate(kernels::DType::kF32, T, cols); };
+  FLOVER_ASSIGN_OR_RETURN(Buffer in, alloc(K));
+  FLOVER_ASSIGN_OR_RETURN(Buffer x, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(Buffer h, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(Buffer qkv, alloc(3 * D));
+  FLOVER_ASSIGN_OR_RETURN(Buffer att, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(Buffer mlp, alloc(F));
+  FLOVER_RETURN_IF_ERROR(backend_.Upload(patches.data(), in.tensor()));
+  const Tensor pb = patch_bias_.tensor();
+  FLOVER_RETURN_IF_ERROR(backend_.Linear(in.tensor(), *patch_, &pb, Epilogue::kBias, x.tensor()));
+  for (int t = 0; t < n; ++t) FLOVER_RETURN_IF_ERROR(backend_.Add(positions_.tensor(), x.tensor().Rows(int64_t{t} * N, N)));
+  std::vector<int32_t> ends(n);
+  for (int t = 0; t < n; ++t) ends[t] = (t + 1) * N;
+  for (const Layer& l : layers_) {
+    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), l.ln1_gamma.tensor(), l.ln1_beta.tensor(), info_.norm_eps, h.tensor()));
+    const Tensor qb = l.qkv_bias.tensor(), ob = l.out_bias.tensor(), b1 = l.fc1_bias.tensor(), b2 = l.fc2_bias.tensor();
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h.tensor(), *l.qkv, &qb, Epilogue::kBias, qkv.tensor()));
+    FLOVER_RETURN_IF_ERROR(backend_.EncoderAttention(qkv.tensor(), ends, info_.heads, 0.0f, att.tensor()));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(att.tensor(), *l.out, &ob, Epilogue::kBiasResidual, x.tensor()));
+    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), l.ln2_gamma.tensor(), l.ln2_beta.tensor(), info_.norm_eps, h.tensor()));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h.tensor(), *l.fc1, &b1, Epilogue::kBiasGelu, mlp.tensor()));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(mlp.tensor(), *l.fc2, &b2, Epilogue::kBiasResidual, x.tensor()));
+  }
+  FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), post_gamma_.tensor(), post_beta_.tensor(), info_.norm_eps, h.tensor()));
+  std::vector<float> out(T * D);
+  FLOVER_RETURN_IF_ERROR(backend_.Download(h.tensor(), out.data()));
+  FLOVER_RETURN_IF_ERROR(backend_.Synchronize());
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> VisionEncoder::Connect(absl::Span<const float> tower_rows, int n) {
+  const int N = info_.patches(), G = info_.patches_per_side(), s = info_.scale, D = info_.hidden;
+  if (n < 1 || tower_rows.size() != static_cast<size_t>(n) * N * D) {
+    return absl::InvalidArgumentError(absl::StrCat("vision connector: ", n, " tiles need ", int64_t{n} * N * D,
+                                                   " values, got ", tower_rows.size()));
+  }
+  std::vector<float> shuffled;
+  shuffled.reserve(tower_rows.size());
+  for (int t = 0; t < n; ++t) {
+    const std::vector<float> tile = PixelShuffle(tower_rows.subspan(static_cast<size_t>(t) * N * D, N * D), G, D, s);
+    shuffled.insert(shuffled.end(), tile.begin(), tile.end());
+  }
+  const int64_t R = int64_t{n} * info_.rows_per_tile(), W = int64_t{D} * s * s;
+  FLOVER_ASSIGN_OR_RETURN(Buffer in, backend_.Allocate(kernels::DType::kF32, R, W));
+  FLOVER_ASSIGN_OR_RETURN(Buffer out, backend_.Allocate(kernels::DType::kF32, R, info_.out_width));
+  FLOVER_RETURN_IF_ERROR(backend_.Upload(shuffled.data(), in.tensor()));
+  FLOVER_RETURN_IF_ERROR(backend_.Linear(in.tensor(), *projection_, nullptr, Epilogue::kBias, out.tensor()));
+  std::vector<float> features(R * info_.out_width);
+  FLOVER_RETURN_IF_ERROR(backend_.Download(out.tensor(), features.data()));
+  FLOVER_RETURN_IF_ERROR(backend_.Synchronize());
+  return features;
+}
+
+absl::StatusOr<std::vector<float>> VisionEncoder::Encode(absl::Span<const float> tiles, int n) {
+  FLOVER_ASSIGN_OR_RETURN(std::vector<float> rows, Tower(tiles, n));
+  return Connect(rows, n);
+}
+
+}  // namespace flover

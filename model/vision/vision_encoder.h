@@ -1,0 +1,85 @@
+// A vision-language model's image side: its vision tower and the connector
+// that turns the tower's rows into rows of the language model's input
+// embeddings (an image's features, which the engine gives in place of the
+// image's placeholder tokens: Request::given_rows).
+//
+// SmolVLM / SmolVLM2 (transformers' Idefics3 and SmolVLM classes): a SigLIP
+// tower (a patch embedding, learned positions, pre-norm encoder layers of
+// bidirectional attention and a gelu-tanh MLP, all with biases, a final
+// LayerNorm) over tiles of image_size pixels, then the connector: a pixel
+// shuffle by scale_factor (each s x s block of patches into one row) and
+// one projection without bias. Each tile gives (image_size / patch_size)^2
+// / scale_factor^2 rows.
+#ifndef FLOVER_MODEL_VISION_VISION_ENCODER_H_
+#define FLOVER_MODEL_VISION_VISION_ENCODER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+
+namespace flover {
+
+struct VisionInfo {
+  int tile = 0;        // a tile's side in pixels (vision_config.image_size)
+  int patch = 0;       // a patch's side in pixels
+  int channels = 3;
+  int hidden = 0;      // the tower's width
+  int heads = 0;
+  int layers = 0;
+  int intermediate = 0;
+  float norm_eps = 1e-6f;
+  int scale = 1;       // the connector's pixel shuffle factor
+  int out_width = 0;   // the language model's hidden size
+  int image_token = -1;  // the placeholder token whose rows a tile's features give
+  int patches_per_side() const { return tile / patch; }
+  int patches() const { return patches_per_side() * patches_per_side(); }
+  int rows_per_tile() const { return patches() / (scale * scale); }
+};
+
+class VisionEncoder {
+ public:
+  // The image side of the checkpoint in `dir` (its config.json's
+  // vision_config, scale_factor, text_config.hidden_size and
+  // image_token_id; tensors under model.vision_model. and model.connector.),
+  // on `backend`. A checkpoint without one is NotFound; a config Flover does
+  // not run is InvalidArgument, naming the field.
+  static absl::StatusOr<std::unique_ptr<VisionEncoder>> Load(const std::string& dir, kernels::Backend& backend);
+  ~VisionEncoder();
+
+  const VisionInfo& info() const { return info_; }
+
+  // The tower's final rows (after its last LayerNorm) for `n` tiles of
+  // normalised pixels, host f32 [n, channels, tile, tile]: host f32
+  // [n * patches, hidden], each tile's patches in row-major order. A tile's
+  // rows do not depend on the other tiles (bitwise).
+  absl::StatusOr<std::vector<float>> Tower(absl::Span<const float> tiles, int n);
+  // The connector on the tower's rows of n tiles: host f32 [n *
+  // rows_per_tile, out_width].
+  absl::StatusOr<std::vector<float>> Connect(absl::Span<const float> tower_rows, int n);
+  // Both: the tiles' features, as the language model takes them.
+  absl::StatusOr<std::vector<float>> Encode(absl::Span<const float> tiles, int n);
+
+ private:
+  struct Layer;
+  VisionEncoder(kernels::Backend& backend, VisionInfo info);
+
+  kernels::Backend& backend_;
+  VisionInfo info_;
+  std::unique_ptr<kernels::Weight> patch_, projection_;
+  kernels::Buffer patch_bias_, positions_, post_gamma_, post_beta_;
+  std::vector<Layer> layers_;
+};
+
+// The pixel shuffle of SmolVLM's connector on one tile's rows, host f32
+// [n * n, d] (n patches a side) into [(n / s)^2, d * s * s]: out row I *
+// (n / s) + J holds the patches (I * s + dy, J * s + dx), dy slower, each
+// d values.
+std::vector<float> PixelShuffle(absl::Span<const float> rows, int n, int d, int s);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_VISION_VISION_ENCODER_H_
