@@ -5,7 +5,7 @@
 #   tools/fuzz.sh [SECONDS_PER_TARGET] [NAME...]     (default 60 s; NAMEs:
 #                                                     safetensors config tokenizer request gguf
 #                                                     chat_template openai_body tool_call
-#                                                     reply_reader)
+#                                                     reply_reader image)
 #
 # Each starts from its committed seeds (fuzz/corpus/NAME) plus what earlier
 # runs here found (.bazel-root/fuzz-work/NAME, not committed). A crash stops
@@ -19,7 +19,7 @@ cd "$root"
 seconds="${1:-60}"
 [ $# -gt 0 ] && shift
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(safetensors config tokenizer request gguf chat_template openai_body tool_call reply_reader)
+[ ${#names[@]} -gt 0 ] || names=(safetensors config tokenizer request gguf chat_template openai_body tool_call reply_reader image)
 clang="$(command -v clang-14 || command -v clang || true)"
 [ -n "$clang" ] || { echo "tools/fuzz.sh: needs clang (apt install clang)" >&2; exit 1; }
 

@@ -1,0 +1,311 @@
+#include "model/vision/image.h"
+
+// clang-format off
+#include <csetjmp>
+#include <cstdio>
+#include <png.h>
+#include <jpeglib.h>
+// clang-format on
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace flover {
+namespace {
+
+absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
+
+absl::Status CheckSize(const char* format, int64_t width, int64_t height, const ImageLimits& limits) {
+  if (width < 1 || height < 1 || width > (1 << 24) || height > (1 << 24) || width * height > limits.max_pixels) {
+    return Bad(absl::StrCat("the ", format, " image is ", width, " x ", height, " pixels; at most ", limits.max_pixels,
+                            " pixels are taken"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- PNG ---------------------------------------------------------------------
+
+struct PngReader {
+  absl::string_view bytes;
+  size_t at = 0;
+  char error[200] = "";
+  jmp_buf jump;
+};
+
+void PngRead(png_structp png, png_bytep out, png_size_t n) {
+  auto* r = static_cast<PngReader*>(png_get_io_ptr(png));
+  if (r->bytes.size() - r->at < n) png_error(png, "the file ends early (truncated)");
+  std::memcpy(out, r->bytes.data() + r->at, n);
+  r->at += n;
+}
+
+void PngError(png_structp png, png_const_charp message) {
+  auto* r = static_cast<PngReader*>(png_get_error_ptr(png));
+  std::snprintf(r->error, sizeof(r->error), "%s", message);
+  longjmp(r->jump, 1);
+}
+
+void PngWarning(png_structp, png_const_charp) {}
+
+// Decodes into *out (RGB or RGBA per *channels); false with r.error set.
+// Nothing with a destructor lives in this frame past setjmp.
+bool DecodePngInto(PngReader& r, const ImageLimits& limits, std::vector<uint8_t>* out, int* width, int* height,
+                   int* channels, absl::Status* size_error) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, PngError, PngWarning);
+  if (png == nullptr) {
+    std::snprintf(r.error, sizeof(r.error), "out of memory");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  std::vector<png_bytep>* rows = new std::vector<png_bytep>;
+  if (setjmp(r.jump)) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    delete rows;
+    return false;
+  }
+  png_set_read_fn(png, &r, PngRead);
+  png_set_user_limits(png, 1 << 24, 1 << 24);
+  png_read_info(png, info);
+  const int64_t w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  if (absl::Status st = CheckSize("PNG", w, h, limits); !st.ok()) {
+    *size_error = st;
+    png_destroy_read_struct(&png, &info, nullptr);
+    delete rows;
+    return false;
+  }
+  png_set_expand(png);  // palette and low grey bit depths to 8 bits, tRNS to alpha
+  png_set_strip_16(png);
+  png_set_gray_to_rgb(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const int c = png_get_channels(png, info);
+  if (c != 3 && c != 4) png_error(png, "an unexpected channel count after conversion");
+  out->resize(static_cast<size_t>(w) * h * c);
+  rows->resize(h);
+  for (int64_t y = 0; y < h; ++y) (*rows)[y] = out->data() + static_cast<size_t>(y) * w * c;
+  png_read_image(png, rows->data());
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  delete rows;
+  *width = static_cast<int>(w);
+  *height = static_cast<int>(h);
+  *channels = c;
+  return true;
+}
+
+// ---- JPEG --------------------------------------------------------------------
+
+struct JpegError {
+  jpeg_error_mgr base;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX] = "";
+};
+
+void JpegExit(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<JpegError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  longjmp(e->jump, 1);
+}
+
+void JpegSilent(j_common_ptr, int) {}
+
+bool DecodeJpegInto(absl::string_view bytes, const ImageLimits& limits, std::vector<uint8_t>* out, int* width,
+                    int* height, char* error, size_t error_size, absl::Status* size_error) {
+  jpeg_decompress_struct cinfo;
+  JpegError err;
+  cinfo.err = jpeg_std_error(&err.base);
+  err.base.error_exit = JpegExit;
+  err.base.emit_message = JpegSilent;
+  if (setjmp(err.jump)) {
+    std::snprintf(error, error_size, "%s", err.message);
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  if (absl::Status st = CheckSize("JPEG", cinfo.image_width, cinfo.image_height, limits); !st.ok()) {
+    *size_error = st;
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    std::snprintf(error, error_size, "CMYK JPEG images are not supported");
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  cinfo.out_color_space = JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  const int w = static_cast<int>(cinfo.output_width), h = static_cast<int>(cinfo.output_height);
+  out->resize(static_cast<size_t>(w) * h * 3);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = out->data() + static_cast<size_t>(cinfo.output_scanline) * w * 3;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  *width = w;
+  *height = h;
+  return true;
+}
+
+// ---- Pillow's resampling -----------------------------------------------------
+
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+double Sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x *= M_PI;
+  return std::sin(x) / x;
+}
+
+double Lanczos(double x) { return (x >= -3.0 && x < 3.0) ? Sinc(x) * Sinc(x / 3.0) : 0.0; }
+
+// For each output pixel of a pass from `in` to `out` pixels: the first
+// input pixel it reads, how many, and their fixed-point weights (ksize a
+// pixel).
+struct Coefficients {
+  int ksize = 0;
+  std::vector<int> first, count;
+  std::vector<int32_t> weights;
+};
+
+Coefficients Precompute(int in, int out) {
+  Coefficients c;
+  const double scale = static_cast<double>(in) / out;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = 3.0 * filterscale;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.first.resize(out);
+  c.count.resize(out);
+  c.weights.assign(static_cast<size_t>(out) * c.ksize, 0);
+  std::vector<double> k(c.ksize);
+  for (int xx = 0; xx < out; ++xx) {
+    const double center = (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    // Truncation toward zero, then clamped, as the reference computes it.
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in) xmax = in;
+    xmax -= xmin;
+    double total = 0.0;
+    int x = 0;
+    for (; x < xmax; ++x) {
+      const double w = Lanczos((x + xmin - center + 0.5) * ss);
+      k[x] = w;
+      total += w;
+    }
+    for (x = 0; x < xmax; ++x) {
+      if (total != 0.0) k[x] /= total;
+    }
+    for (; x < c.ksize; ++x) k[x] = 0;
+    c.first[xx] = xmin;
+    c.count[xx] = xmax;
+    for (x = 0; x < c.ksize; ++x) {
+      const double v = k[x] * (1 << kPrecisionBits);
+      c.weights[static_cast<size_t>(xx) * c.ksize + x] = static_cast<int32_t>(v < 0 ? v - 0.5 : v + 0.5);
+    }
+  }
+  return c;
+}
+
+uint8_t Clip8(int64_t v) {
+  v >>= kPrecisionBits;
+  return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+}  // namespace
+
+absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits& limits) {
+  if (static_cast<int64_t>(bytes.size()) > limits.max_bytes) {
+    return Bad(absl::StrCat("the image is ", bytes.size(), " bytes; at most ", limits.max_bytes, " are taken"));
+  }
+  static const char kPng[] = "\x89PNG\r\n\x1a\n";
+  RgbImage image;
+  absl::Status size_error;
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPng, 8) == 0) {
+    PngReader r;
+    r.bytes = bytes;
+    std::vector<uint8_t> raw;
+    int channels = 0;
+    if (!DecodePngInto(r, limits, &raw, &image.width, &image.height, &channels, &size_error)) {
+      if (!size_error.ok()) return size_error;
+      return Bad(absl::StrCat("the PNG image cannot be decoded: ", r.error));
+    }
+    if (channels == 3) {
+      image.pixels = std::move(raw);
+      return image;
+    }
+    // Onto white: c * a / 255 + 255 * (1 - a / 255), rounded.
+    const size_t n = static_cast<size_t>(image.width) * image.height;
+    image.pixels.resize(n * 3);
+    for (size_t i = 0; i < n; ++i) {
+      const int a = raw[i * 4 + 3];
+      for (int c = 0; c < 3; ++c) {
+        image.pixels[i * 3 + c] = static_cast<uint8_t>((raw[i * 4 + c] * a + 255 * (255 - a) + 127) / 255);
+      }
+    }
+    return image;
+  }
+  if (bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF && static_cast<uint8_t>(bytes[1]) == 0xD8 &&
+      static_cast<uint8_t>(bytes[2]) == 0xFF) {
+    char error[JMSG_LENGTH_MAX + 64] = "";
+    if (!DecodeJpegInto(bytes, limits, &image.pixels, &image.width, &image.height, error, sizeof(error),
+                        &size_error)) {
+      if (!size_error.ok()) return size_error;
+      return Bad(absl::StrCat("the JPEG image cannot be decoded: ", error));
+    }
+    return image;
+  }
+  if (bytes.size() >= 12 && std::memcmp(bytes.data(), "RIFF", 4) == 0 && std::memcmp(bytes.data() + 8, "WEBP", 4) == 0) {
+    return Bad("WebP images are not supported yet (PNG and JPEG are)");
+  }
+  return Bad("the image is neither PNG nor JPEG (its first bytes name no format Flover reads)");
+}
+
+RgbImage ResizeLanczos(const RgbImage& image, int width, int height) {
+  RgbImage in = image;
+  if (width != image.width) {
+    const Coefficients h = Precompute(image.width, width);
+    // Only the rows the vertical pass reads (all of them where it reads any).
+    RgbImage out;
+    out.width = width;
+    out.height = image.height;
+    out.pixels.resize(static_cast<size_t>(width) * image.height * 3);
+    for (int y = 0; y < image.height; ++y) {
+      for (int xx = 0; xx < width; ++xx) {
+        const int32_t* k = h.weights.data() + static_cast<size_t>(xx) * h.ksize;
+        for (int c = 0; c < 3; ++c) {
+          int64_t ss = int64_t{1} << (kPrecisionBits - 1);
+          for (int x = 0; x < h.count[xx]; ++x) ss += int64_t{image.at(y, x + h.first[xx], c)} * k[x];
+          out.pixels[(static_cast<size_t>(y) * width + xx) * 3 + c] = Clip8(ss);
+        }
+      }
+    }
+    in = std::move(out);
+  }
+  if (height == in.height) return in;
+  const Coefficients v = Precompute(in.height, height);
+  RgbImage out;
+  out.width = in.width;
+  out.height = height;
+  out.pixels.resize(static_cast<size_t>(in.width) * height * 3);
+  for (int yy = 0; yy < height; ++yy) {
+    const int32_t* k = v.weights.data() + static_cast<size_t>(yy) * v.ksize;
+    for (int x = 0; x < in.width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        int64_t ss = int64_t{1} << (kPrecisionBits - 1);
+        for (int y = 0; y < v.count[yy]; ++y) ss += int64_t{in.at(y + v.first[yy], x, c)} * k[y];
+        out.pixels[(static_cast<size_t>(yy) * in.width + x) * 3 + c] = Clip8(ss);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace flover

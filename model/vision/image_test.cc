@@ -1,0 +1,136 @@
+// Decoding and the SmolVLM processor against transformers' processor (the
+// Pillow one) on the fixture's PNGs: the pixels of every tile bit for bit
+// and the prompt text; bad bytes are refused saying why.
+#include "model/vision/image.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <jpeglib.h>
+
+#include "absl/strings/str_replace.h"
+#include "model/loader/safetensors.h"
+#include "model/vision/idefics3_processor.h"
+#include "nlohmann/json.hpp"
+
+namespace flover {
+namespace {
+
+constexpr char kDir[] = "tests/golden/idefics3_tiny";
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Idefics3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
+  auto config = LoadIdefics3ProcessorConfig(kDir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->longest_edge, 96);
+  EXPECT_EQ(config->tile, 32);
+  EXPECT_EQ(config->rows_per_tile, 16);
+  auto golden = SafetensorsFile::Open(std::string(kDir) + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  std::ifstream in(std::string(kDir) + "/golden.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  for (const std::string c : {"gradient", "gradient_nosplit", "two_images"}) {
+    const auto& cm = meta["cases"][c];
+    Idefics3ProcessorConfig cc = *config;
+    if (cm["processor_kwargs"].contains("do_image_splitting")) cc.split = cm["processor_kwargs"]["do_image_splitting"];
+    std::vector<float> pixels;
+    std::string prompt = cm["prompt"];
+    size_t at = 0;
+    int index = 0;
+    for (const auto& name : cm["images"]) {
+      auto image = DecodeImage(Read(absl::StrCat(kDir, "/", meta["images"][name.get<std::string>()]["file"].get<std::string>())));
+      ASSERT_TRUE(image.ok()) << image.status();
+      EXPECT_EQ(image->width, meta["images"][name.get<std::string>()]["width"].get<int>());
+      const ProcessedImage p = ProcessIdefics3Image(*image, cc);
+      EXPECT_EQ(p.rows, cm["rows"][index].get<int>()) << c;
+      EXPECT_EQ(p.cols, cm["cols"][index].get<int>()) << c;
+      pixels.insert(pixels.end(), p.pixels.begin(), p.pixels.end());
+      at = prompt.find("<image>", at);
+      ASSERT_NE(at, std::string::npos);
+      prompt.replace(at, 7, p.text);
+      at += p.text.size();
+      ++index;
+    }
+    EXPECT_EQ(prompt, cm["expanded_prompt"].get<std::string>()) << c;
+    const TensorInfo* t = golden->Find(c + ".pixel_values");
+    ASSERT_NE(t, nullptr);
+    auto want = golden->ReadFloat(c + ".pixel_values", t->shape);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(pixels.size(), want->size()) << c;
+    size_t differ = 0;
+    for (size_t i = 0; i < pixels.size(); ++i) differ += pixels[i] != (*want)[i];
+    EXPECT_EQ(differ, 0u) << c << ": pixels that differ from transformers' processor";
+  }
+}
+
+// A JPEG written here (libjpeg, quality 95) decodes to its size and close
+// to its pixels; grey too.
+std::string Jpeg(int w, int h, bool grey) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buf, &size);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = grey ? 1 : 3;
+  cinfo.in_color_space = grey ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 95, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<unsigned char> row(w * cinfo.input_components);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w * cinfo.input_components; ++x) row[x] = static_cast<unsigned char>((x * 7 + y * 3) % 256 / 2 + 60);
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::string out(reinterpret_cast<char*>(buf), size);
+  jpeg_destroy_compress(&cinfo);
+  free(buf);
+  return out;
+}
+
+TEST(DecodeImageTest, JpegAndRefusals) {
+  for (bool grey : {false, true}) {
+    auto image = DecodeImage(Jpeg(40, 24, grey));
+    ASSERT_TRUE(image.ok()) << image.status();
+    EXPECT_EQ(image->width, 40);
+    EXPECT_EQ(image->height, 24);
+    const int want = (5 * 7 * (grey ? 1 : 3) + 4 * 3) % 256 / 2 + 60;  // pixel (x 5, y 4), first channel
+    EXPECT_NEAR(image->at(4, 5, 0), want, 12);
+    if (grey) EXPECT_EQ(image->at(4, 5, 0), image->at(4, 5, 2));
+  }
+  const std::string png = Read(std::string(kDir) + "/gradient_37x23.png");
+  const std::string jpeg = Jpeg(40, 24, false);
+  auto message = [](absl::string_view bytes, ImageLimits limits = {}) {
+    auto r = DecodeImage(bytes, limits);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  EXPECT_NE(message(png.substr(0, png.size() / 2)).find("the PNG image cannot be decoded"), std::string::npos);
+  EXPECT_NE(message(jpeg.substr(0, 200)).find("the JPEG image cannot be decoded"), std::string::npos);
+  EXPECT_NE(message("GIF89a....").find("neither PNG nor JPEG"), std::string::npos);
+  EXPECT_NE(message("RIFF0000WEBPVP8 ").find("WebP images are not supported yet"), std::string::npos);
+  ImageLimits small;
+  small.max_pixels = 100;
+  EXPECT_NE(message(png, small).find("the PNG image is 37 x 23 pixels; at most 100 pixels are taken"),
+            std::string::npos);
+  EXPECT_NE(message(jpeg, small).find("the JPEG image is 40 x 24 pixels"), std::string::npos);
+  small.max_bytes = 10;
+  EXPECT_NE(message(png, small).find("at most 10 are taken"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace flover
