@@ -79,6 +79,12 @@ struct Engine::Sequence {
   // PrefixKeys); else empty, and the cache keys `tokens`.
   std::vector<int32_t> keys;
   const std::vector<int32_t>& prefix_keys() const { return keys.empty() ? tokens : keys; }
+  // Its images' features as they are encoded (EncodeImages): those of the
+  // first image_rows.size() images, then `partial` rows of the next one's
+  // first partial_tiles tiles.
+  std::vector<std::shared_ptr<const std::vector<float>>> image_rows;
+  std::vector<float> partial;
+  int partial_tiles = 0;
   bool running = false;         // admitted (else queued, maybe after a preemption)
   int computed = 0;             // tokens whose K/V are in `blocks`
   SequenceCache cache;         // its blocks and state slot, while running (CacheManager)
@@ -278,6 +284,31 @@ absl::Status Engine::Validate(const Request& r) const {
     if (r.prompt[i] < 0 || r.prompt[i] >= config.vocab_size) {
       return bad("prompt", "token id ", r.prompt[i], " at index ", i,
                  " is outside the vocabulary (", config.vocab_size, ")");
+    }
+  }
+  if (!r.images.empty()) {
+    if (options_.vision == nullptr) {
+      return bad("images", "this model takes no images (it has no vision encoder Flover runs)");
+    }
+    if (!r.given_rows.empty()) return bad("images", "a request gives images or given_rows, not both");
+    const VisionInfo& v = options_.vision->info();
+    const size_t per_tile = static_cast<size_t>(v.channels) * v.tile * v.tile;
+    int64_t tiles = 0;
+    for (size_t i = 0; i < r.images.size(); ++i) {
+      const PromptImage& im = r.images[i];
+      if (im.num_tiles < 1 || im.tiles == nullptr || im.tiles->size() != im.num_tiles * per_tile) {
+        return bad("images", "image ", i, " needs ", im.num_tiles, " tiles of ", per_tile, " values, got ",
+                   im.tiles == nullptr ? 0 : im.tiles->size());
+      }
+      tiles += im.num_tiles;
+    }
+    if (tiles > options_.max_image_tiles) {
+      return bad("images", "the images make ", tiles, " tiles; at most ", options_.max_image_tiles, " are taken");
+    }
+    const int64_t slots = std::count(r.prompt.begin(), r.prompt.end(), v.image_token);
+    if (slots != tiles * v.rows_per_tile()) {
+      return bad("images", "the prompt holds ", slots, " image tokens (id ", v.image_token, ") for ", tiles,
+                 " tiles of ", v.rows_per_tile(), " rows");
     }
   }
   int64_t next = 0;
@@ -504,8 +535,10 @@ void Engine::Fail(const absl::Status& error) {
   }
   for (auto& s : active_) Finish(*s, FinishReason::kError, error);
   for (auto& s : queue_) Finish(*s, FinishReason::kError, error);
+  for (auto& s : encoding_) Finish(*s, FinishReason::kError, error);
   active_.clear();
   queue_.clear();
+  encoding_.clear();
 }
 
 void Engine::Shutdown(absl::Duration drain_timeout) {
@@ -602,6 +635,7 @@ absl::Time Engine::NextWakeup() const {
   absl::Time t = absl::InfiniteFuture();
   for (const auto& s : queue_) t = std::min(t, s->request.deadline);
   for (const auto& s : active_) t = std::min(t, s->request.deadline);
+  for (const auto& s : encoding_) t = std::min(t, s->request.deadline);
   if (!queue_.empty()) {
     const SchedulerOptions& o = options_.scheduler;
     if (o.policy == SchedulerPolicy::kDynamic) t = std::min(t, queue_.front()->arrival + o.batch_delay);
@@ -978,6 +1012,100 @@ std::vector<int32_t> Engine::ForcedDraft(Sequence& s, int max_tokens) const {
   return *std::move(ids);
 }
 
+bool Engine::EncodeImages() {
+  if (encoding_.empty()) return false;
+  VisionEncoder& vision = *options_.vision;
+  const VisionInfo& v = vision.info();
+  const size_t per_tile = static_cast<size_t>(v.channels) * v.tile * v.tile;
+  const size_t rows_per_tile = static_cast<size_t>(v.rows_per_tile()) * v.out_width;
+  int budget = std::max(1, options_.vision_tiles_per_step);
+  while (!encoding_.empty() && budget > 0) {
+    Sequence& s = *encoding_.front();
+    const std::vector<PromptImage>& images = s.request.images;
+    while (s.image_rows.size() < images.size() && budget > 0) {
+      const PromptImage& im = images[s.image_rows.size()];
+      if (s.partial_tiles == 0) {
+        if (auto kept = features_.find(im.key); kept != features_.end()) {
+          kept->second.last_use = ++feature_uses_;
+          s.image_rows.push_back(kept->second.rows);
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.image_cache_hits;
+          continue;
+        }
+      }
+      const int n = std::min(budget, im.num_tiles - s.partial_tiles);
+      auto rows = vision.Encode(absl::MakeConstSpan(im.tiles->data() + s.partial_tiles * per_tile, n * per_tile), n);
+      if (!rows.ok()) {
+        Finish(s, FinishReason::kError, rows.status());
+        break;
+      }
+      s.partial.insert(s.partial.end(), rows->begin(), rows->end());
+      s.partial_tiles += n;
+      budget -= n;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.image_tiles_encoded += n;
+      }
+      if (s.partial_tiles < im.num_tiles) break;
+      auto done = std::make_shared<const std::vector<float>>(std::move(s.partial));
+      s.partial = {};
+      s.partial_tiles = 0;
+      s.image_rows.push_back(done);
+      // Kept by key, the least recently used going first past the budget.
+      const int64_t bytes = static_cast<int64_t>(done->size() * sizeof(float));
+      if (bytes <= options_.vision_cache_bytes) {
+        features_[im.key] = {done, ++feature_uses_};
+        features_bytes_ += bytes;
+        while (features_bytes_ > options_.vision_cache_bytes) {
+          auto oldest = std::min_element(features_.begin(), features_.end(), [](const auto& a, const auto& b) {
+            return a.second.last_use < b.second.last_use;
+          });
+          features_bytes_ -= static_cast<int64_t>(oldest->second.rows->size() * sizeof(float));
+          features_.erase(oldest);
+        }
+      }
+    }
+    if (s.finished) {
+      encoding_.pop_front();
+      continue;
+    }
+    if (s.image_rows.size() < images.size()) break;
+    // Every image encoded: its tiles' rows to the image tokens, in order,
+    // each tile's run of rows keyed by its image and place.
+    std::unique_ptr<Sequence> seq = std::move(encoding_.front());
+    encoding_.pop_front();
+    const std::vector<int32_t>& prompt = seq->request.prompt;
+    size_t at = 0;
+    for (size_t i = 0; i < images.size(); ++i) {
+      for (int t = 0; t < images[i].num_tiles; ++t) {
+        const float* rows = seq->image_rows[i]->data() + t * rows_per_tile;
+        size_t taken = 0;
+        while (taken < static_cast<size_t>(v.rows_per_tile())) {
+          while (prompt[at] != v.image_token) ++at;
+          size_t end = at;
+          while (end < prompt.size() && prompt[end] == v.image_token &&
+                 taken + (end - at) < static_cast<size_t>(v.rows_per_tile())) {
+            ++end;
+          }
+          const size_t count = end - at;
+          auto values = std::make_shared<const std::vector<float>>(rows + taken * v.out_width,
+                                                                   rows + (taken + count) * v.out_width);
+          const uint64_t key = images[i].key ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(t + 1)) ^
+                               (static_cast<uint64_t>(taken) << 48);
+          seq->request.given_rows.push_back(
+              {static_cast<int32_t>(at), static_cast<int32_t>(count), std::move(values), key});
+          taken += count;
+          at = end;
+        }
+      }
+    }
+    seq->keys = PrefixKeys(seq->request);
+    seq->image_rows.clear();
+    queue_.push_back(std::move(seq));
+  }
+  return true;
+}
+
 bool Engine::Step() {
   StepPlan plan;
   if (!Plan(&plan)) return false;
@@ -1016,10 +1144,10 @@ void Engine::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       while (!stop_ && incoming_.empty() && cancels_.empty() && queue_.empty() &&
-             active_.empty()) {
+             active_.empty() && encoding_.empty()) {
         cv_.wait(lock);
       }
-      for (auto& s : incoming_) queue_.push_back(std::move(s));
+      for (auto& s : incoming_) (s->request.images.empty() ? queue_ : encoding_).push_back(std::move(s));
       incoming_.clear();
       cancels.swap(cancels_);
       stopping = stop_;
@@ -1034,18 +1162,21 @@ void Engine::Loop() {
     };
     for (auto& s : queue_) expire(*s);
     for (auto& s : active_) expire(*s);
+    for (auto& s : encoding_) expire(*s);
     EraseFinished(queue_);
     EraseFinished(active_);
+    EraseFinished(encoding_);
     if (stopping) {
       if (tensor_parallel()) (void)BroadcastStop(*channel_);  // release the workers
       return;
     }
-    if (!Step()) {
+    const bool encoded = EncodeImages();
+    if (!Step() && !encoded) {
       const absl::Time wake = NextWakeup();
       std::unique_lock<std::mutex> lock(mu_);
       if (incoming_.empty() && cancels_.empty() && !stop_) {
         if (wake == absl::InfiniteFuture()) {
-          if (queue_.empty() && active_.empty()) continue;  // the wait above handles it
+          if (queue_.empty() && active_.empty() && encoding_.empty()) continue;  // the wait above handles it
           cv_.wait(lock);
         } else {
           cv_.wait_for(lock, absl::ToChronoNanoseconds(std::max(wake - Now(), absl::ZeroDuration())));

@@ -35,6 +35,7 @@
 #include "engine/draft_verifier.h"
 #include "engine/speculation.h"
 #include "engine/step_executor.h"
+#include "model/vision/vision_encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace flover {
@@ -73,6 +74,16 @@ struct EngineOptions {
   // Moving an injected clock does not wake an idle engine: the next
   // request, cancel or step does. Shutdown's drain timeout is always real time.
   std::function<absl::Time()> clock;
+  // A vision model's image side (outlives the engine; rank 0): requests may
+  // hold images (Request::images). Between steps the engine encodes at most
+  // vision_tiles_per_step tiles, so that running sequences keep decoding
+  // while a large image is encoded; a request's prompt is scheduled once
+  // its images are. Features are kept by image key, up to
+  // vision_cache_bytes, so an image sent again is not encoded again.
+  VisionEncoder* vision = nullptr;
+  int vision_tiles_per_step = 4;
+  int64_t vision_cache_bytes = int64_t{256} << 20;
+  int max_image_tiles = 256;  // per request
 };
 
 struct EngineStats {
@@ -99,6 +110,8 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;    // of those, found in the prefix cache
   int64_t preemptions = 0;
   int64_t submitted = 0;
+  int64_t image_tiles_encoded = 0;   // by the vision encoder
+  int64_t image_cache_hits = 0;      // images whose features were kept
   int64_t draft_tokens = 0;     // speculative drafts verified
   int64_t accepted_tokens = 0;  // of those, taken
   std::array<int64_t, kNumFinishReasons> finished{};  // by FinishReason
@@ -211,6 +224,10 @@ class Engine {
   void Emit(Sequence& seq, int32_t token, float logprob,
             std::vector<std::pair<int32_t, float>> top, absl::Time now);
   absl::Time NextWakeup() const;
+  // Encodes up to vision_tiles_per_step tiles of the oldest sequences in
+  // encoding_, and moves each sequence whose images are all encoded to
+  // queue_ with its given rows. Returns whether it did anything.
+  bool EncodeImages();
 
   CausalLm& model_;
   const Tokenizer* tokenizer_;
@@ -234,6 +251,16 @@ class Engine {
   // Loop-thread state.
   CacheManager cache_;  // the blocks and state slots each running sequence holds
   std::deque<std::unique_ptr<Sequence>> queue_;
+  // Sequences whose images are being encoded, oldest first; each joins
+  // queue_ once its images are (EncodeImages).
+  std::deque<std::unique_ptr<Sequence>> encoding_;
+  // Encoded images' features by key, and the order they were last used in.
+  struct KeptFeatures {
+    std::shared_ptr<const std::vector<float>> rows;
+    int64_t last_use = 0;
+  };
+  absl::flat_hash_map<uint64_t, KeptFeatures> features_;
+  int64_t features_bytes_ = 0, feature_uses_ = 0;
   std::vector<std::unique_ptr<Sequence>> active_;  // in admission order
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences
   StepInput step_;

@@ -52,8 +52,24 @@ struct GivenPromptRows {
   uint64_t key = 0;
 };
 
+// An image in a vision model's prompt: its tiles of normalised pixels
+// (VisionEncoder's input, num_tiles x channels x tile x tile), which the
+// engine's vision encoder turns into the rows its image tokens are given.
+// The request's images' tiles, in order, fill its prompt's image tokens in
+// order, rows_per_tile each. `key` names the image's content (a hash of
+// its bytes and the processor's settings): the encoder's cache and the
+// prefix cache go by it, so one key must always mean the same tiles.
+struct PromptImage {
+  std::shared_ptr<const std::vector<float>> tiles;
+  int num_tiles = 0;
+  uint64_t key = 0;
+};
+
 struct Request {
   std::vector<int32_t> prompt;
+  // A vision model's images, encoded by the engine (EngineOptions::vision)
+  // before the prompt runs; given_rows are then made from them.
+  std::vector<PromptImage> images;
   // Spans of the prompt whose rows are given, in order and apart.
   std::vector<GivenPromptRows> given_rows;
   SamplingParams sampling;

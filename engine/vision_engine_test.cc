@@ -1,0 +1,149 @@
+// Image requests through the engine (issue 56) on the tiny SmolVLM fixture
+// (tests/golden/make_idefics3_golden.py): the engine encodes a request's
+// tiles between steps, gives the features to its image tokens and
+// generates transformers' greedy tokens, fused beside a text request that
+// keeps decoding while the image is encoded; the same image again is
+// neither encoded nor computed again (its features and K/V are kept).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/loader/safetensors.h"
+#include "model/model_loader.h"
+#include "model/vision/vision_encoder.h"
+#include "nlohmann/json.hpp"
+#include "testing/backends.h"
+#include "testing/collecting_sink.h"
+
+namespace flover {
+namespace {
+
+constexpr char kDir[] = "tests/golden/idefics3_tiny";
+
+class VisionEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto loaded = LoadModel(kDir);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    loaded_ = std::move(*loaded);
+    model_ = testing::ModelOn(*backend_, *loaded_);
+    auto vision = VisionEncoder::Load(kDir, *backend_);
+    ASSERT_TRUE(vision.ok()) << vision.status();
+    vision_ = std::move(*vision);
+    auto golden = SafetensorsFile::Open(std::string(kDir) + "/golden.safetensors");
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    std::ifstream in(std::string(kDir) + "/golden.json");
+    meta_ = nlohmann::json::parse(in);
+    for (const std::string c : {"gradient", "two_images"}) {
+      const TensorInfo* t = golden->Find(c + ".pixel_values");
+      ASSERT_NE(t, nullptr);
+      auto px = golden->ReadFloat(c + ".pixel_values", t->shape);
+      ASSERT_TRUE(px.ok()) << px.status();
+      pixels_[c] = std::move(*px);
+    }
+  }
+  void Start(int tiles_per_step) {
+    EngineOptions o;
+    o.scheduler.max_batch = 4;
+    o.max_seq_len = 512;
+    o.vision = vision_.get();
+    o.vision_tiles_per_step = tiles_per_step;
+    auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = std::move(*e);
+  }
+  // The case's prompt with its images (tiles cut from its pixels in order:
+  // the gradient's 7, then the checker's 10), greedy, 8 tokens.
+  Request ImageRequest(const std::string& c, uint64_t first_key = 1) {
+    Request r;
+    r.prompt = meta_["cases"][c]["input_ids"].get<std::vector<int32_t>>();
+    r.sampling.temperature = 0;
+    r.stop.max_new_tokens = 8;
+    r.stop.ignore_eos = true;
+    const size_t per_tile = 3 * 32 * 32;
+    const std::vector<int> tiles = c == "gradient" ? std::vector<int>{7} : std::vector<int>{7, 10};
+    size_t at = 0;
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      auto px = std::make_shared<std::vector<float>>(pixels_[c].begin() + at * per_tile,
+                                                     pixels_[c].begin() + (at + tiles[i]) * per_tile);
+      r.images.push_back({px, tiles[i], first_key + i});
+      at += tiles[i];
+    }
+    return r;
+  }
+  std::vector<int32_t> Greedy(const std::string& c) { return meta_["cases"][c]["greedy_8"].get<std::vector<int32_t>>(); }
+
+  std::unique_ptr<kernels::Backend> backend_ = testing::CpuBackend();
+  std::unique_ptr<LoadedModel> loaded_;
+  std::unique_ptr<CausalLm> model_;
+  std::unique_ptr<VisionEncoder> vision_;
+  std::unique_ptr<Engine> engine_;
+  nlohmann::json meta_;
+  std::map<std::string, std::vector<float>> pixels_;
+};
+
+TEST_F(VisionEngineTest, ImagesAreEncodedBetweenStepsAndGenerateTransformersTokens) {
+  Start(/*tiles_per_step=*/1);
+  // A text request decodes while the image's 7 tiles are encoded, one a step.
+  Request text;
+  text.prompt = {1, 60, 61, 62, 63};
+  text.sampling.temperature = 0;
+  text.stop.max_new_tokens = 40;
+  text.stop.ignore_eos = true;
+  auto text_sink = std::make_shared<testing::CollectingSink>();
+  auto image_sink = std::make_shared<testing::CollectingSink>();
+  std::atomic<int> submitted_at{-1}, text_at_first_image_token{-1};
+  text_sink->AtToken(2, [&] {
+    submitted_at = 2;
+    auto id = engine_->Submit(ImageRequest("gradient"), image_sink);
+    EXPECT_TRUE(id.ok()) << id.status();
+  });
+  image_sink->AtToken(1, [&] { text_at_first_image_token = static_cast<int>(text_sink->tokens().size()); });
+  ASSERT_TRUE(engine_->Submit(text, text_sink).ok());
+  ASSERT_TRUE(text_sink->Wait() && image_sink->Wait());
+  EXPECT_EQ(image_sink->tokens(), Greedy("gradient"));
+  EXPECT_EQ(engine_->Stats().image_tiles_encoded, 7);
+  // The text request kept decoding: a token a step while the 7 tiles were
+  // encoded (the last one's maybe in the image's own first step).
+  EXPECT_GE(text_at_first_image_token - submitted_at, 6);
+
+  // The same image again: its features are kept and its K/V reused.
+  const int64_t hits = engine_->Stats().prefix_hit_tokens;
+  auto again = std::make_shared<testing::CollectingSink>();
+  ASSERT_TRUE(engine_->Submit(ImageRequest("gradient"), again).ok());
+  ASSERT_TRUE(again->Wait());
+  EXPECT_EQ(again->tokens(), Greedy("gradient"));
+  EXPECT_EQ(engine_->Stats().image_tiles_encoded, 7);
+  EXPECT_EQ(engine_->Stats().image_cache_hits, 1);
+  EXPECT_GE(engine_->Stats().prefix_hit_tokens - hits, 128);  // its whole blocks
+}
+
+TEST_F(VisionEngineTest, TwoImagesFusedWithAnotherImageRequestAndRefusals) {
+  Start(/*tiles_per_step=*/4);
+  auto one = std::make_shared<testing::CollectingSink>();
+  auto two = std::make_shared<testing::CollectingSink>();
+  ASSERT_TRUE(engine_->Submit(ImageRequest("gradient", 10), one).ok());
+  ASSERT_TRUE(engine_->Submit(ImageRequest("two_images", 20), two).ok());
+  ASSERT_TRUE(one->Wait() && two->Wait());
+  EXPECT_EQ(one->tokens(), Greedy("gradient"));
+  EXPECT_EQ(two->tokens(), Greedy("two_images"));
+  EXPECT_EQ(engine_->Stats().image_tiles_encoded, 7 + 17);
+
+  auto refusal = [&](const Request& r) {
+    auto id = engine_->Submit(r, std::make_shared<testing::CollectingSink>());
+    EXPECT_FALSE(id.ok());
+    return std::string(id.status().message());
+  };
+  Request r = ImageRequest("gradient");
+  r.images[0].num_tiles = 6;
+  EXPECT_NE(refusal(r).find("image 0 needs 6 tiles of 3072 values, got 21504"), std::string::npos);
+  r = ImageRequest("gradient");
+  r.prompt.erase(std::find(r.prompt.begin(), r.prompt.end(), vision_->info().image_token));
+  EXPECT_NE(refusal(r).find("the prompt holds 111 image tokens (id 358) for 7 tiles of 16 rows"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace flover
