@@ -72,8 +72,16 @@ jinja::Value JsonOrString(const std::string& json) {
 }
 
 jinja::Value MessageValue(const ChatMessage& m) {
-  jinja::Dict d = {{"role", jinja::Value(m.role)},
-                   {"content", m.null_content ? jinja::Value::None() : jinja::Value(m.content)}};
+  jinja::Value content = m.null_content ? jinja::Value::None() : jinja::Value(m.content);
+  if (!m.parts.empty()) {
+    jinja::List parts;
+    for (const ChatMessage::Part& p : m.parts) {
+      parts.push_back(p.image ? jinja::Value::MakeDict({{"type", jinja::Value("image")}})
+                              : jinja::Value::MakeDict({{"type", jinja::Value("text")}, {"text", jinja::Value(p.text)}}));
+    }
+    content = jinja::Value::MakeList(std::move(parts));
+  }
+  jinja::Dict d = {{"role", jinja::Value(m.role)}, {"content", std::move(content)}};
   if (!m.tool_calls.empty()) {
     jinja::List calls;
     for (const ToolCall& c : m.tool_calls) {

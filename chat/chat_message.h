@@ -31,6 +31,14 @@ struct ChatMessage {
   // reasoning_content), which a template may show again (Qwen3's keeps the
   // last turn's); empty: none.
   std::string reasoning_content;
+  // Where the content holds images: its parts in order, each an image or a
+  // text (a template that walks a message's content sees {"type":
+  // "image"} and {"type": "text", "text": ...}); empty for text alone.
+  struct Part {
+    bool image = false;
+    std::string text;
+  };
+  std::vector<Part> parts;
 };
 
 }  // namespace flover

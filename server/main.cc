@@ -21,6 +21,8 @@
 #include <thread>
 
 #include "absl/flags/parse.h"
+#include <filesystem>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -30,6 +32,8 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "model/model_loader.h"
+#include "model/vision/idefics3_processor.h"
+#include "model/vision/vision_encoder.h"
 #include "model/loader/gguf.h"
 #include "model/pooling.h"
 #include "server/api_keys.h"
@@ -69,6 +73,11 @@ struct Model {
   // --speculative=mtp: the model's multi-token-prediction layer (rank 0,
   // one rank), sharing its embedding and head.
   std::unique_ptr<CausalLm> mtp;
+  // A vision model's image side (rank 0): its tower on a CPU backend of its
+  // own (EncoderAttention is not on the GPU yet), and its processor.
+  std::unique_ptr<kernels::Backend> vision_backend;
+  std::unique_ptr<VisionEncoder> vision;
+  Idefics3ProcessorConfig image_processor;
 };
 
 // Rank 0's ways in: gRPC always, HTTP for OpenAI and metrics on request.
@@ -127,6 +136,25 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
     FLOVER_ASSIGN_OR_RETURN(m.chat, MakeChatSupport(options.chat_template, loaded->chat_template(),
                                                     m.tokenizer, options.tool_call_parser,
                                                     options.reasoning_parser));
+  }
+  if (world.is_leader() && std::filesystem::is_directory(options.model)) {
+    FLOVER_ASSIGN_OR_RETURN(m.vision_backend, kernels::CreateBackend(kernels::BackendOptions{}));
+    auto vision = VisionEncoder::Load(options.model, *m.vision_backend);
+    if (vision.ok()) {
+      m.vision = std::move(*vision);
+      FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadIdefics3ProcessorConfig(options.model));
+      if (m.image_processor.rows_per_tile != m.vision->info().rows_per_tile() ||
+          m.image_processor.tile != m.vision->info().tile) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            options.model, ": the processor's tiles (", m.image_processor.tile, " px, ", m.image_processor.rows_per_tile,
+            " rows) are not the vision tower's (", m.vision->info().tile, " px, ", m.vision->info().rows_per_tile(),
+            " rows)"));
+      }
+    } else if (vision.status().code() != absl::StatusCode::kNotFound) {
+      return vision.status();
+    } else {
+      m.vision_backend.reset();
+    }
   }
   if (world.tp_size > 1) FLOVER_RETURN_IF_ERROR(loaded->CheckTensorParallel(world.tp_size));
   FLOVER_ASSIGN_OR_RETURN(m.model, loaded->Instantiate(*device.backend, device.collectives));
@@ -227,6 +255,10 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
   // Built once: the vocabulary as bytes, and the grammar compiler (its
   // cache), for constrained requests.
   ServingContext serving{engine, model.tokenizer.get(), model.chat.get()};
+  if (model.vision != nullptr) {
+    serving.vision = &model.vision->info();
+    serving.image_processor = &model.image_processor;
+  }
   if (options.embeddings) {
     serving.pooling = pooling.pooling;
     f.embeddings = absl::StrCat(
@@ -446,6 +478,7 @@ absl::Status Serve(ServerOptions options, const sigset_t& signals, Communicator*
     options.engine.draft_model = draft.model.get();
   }
   options.engine.mtp_model = model.mtp.get();
+  options.engine.vision = model.vision.get();
   // An embedding model (its files name a pooling) serves embeddings, and
   // nothing else; a generative one with --embeddings, both.
   // (A GGUF file's metadata, read once more for what the loader does not keep.)

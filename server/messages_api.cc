@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "chat/reply_reader.h"
@@ -44,6 +45,8 @@ absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_ma
   }
   if (!content->is_array()) return Bad(at + ".content", "must be a string or a list of blocks");
   std::vector<std::string> texts;
+  std::vector<ChatMessage::Part> parts;  // kept where an image is among them
+  bool any_image = false;
   for (size_t j = 0; j < content->size(); ++j) {
     const std::string block = absl::StrCat(at, ".content[", j, "]");
     const Json& b = (*content)[j];
@@ -54,7 +57,26 @@ absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_ma
     if (*type == "text") {
       auto text = JsonStringField(b, "text", block);
       if (!text.ok()) return text.status();
+      parts.push_back({false, *text});
       texts.push_back(*std::move(text));
+    } else if (*type == "image" && !assistant) {
+      // {"source": {"type": "base64", "media_type": ..., "data": ...}}; no URLs.
+      const Json* source = JsonField(b, "source");
+      if (source == nullptr || !source->is_object()) return Bad(block + ".source", "must be an object");
+      auto kind = JsonStringField(*source, "type", block + ".source");
+      if (!kind.ok()) return kind.status();
+      if (*kind != "base64") {
+        return Bad(block + ".source.type", "\"", *kind, "\" is not supported (base64; the server fetches no URLs)");
+      }
+      auto data = JsonStringField(*source, "data", block + ".source");
+      if (!data.ok()) return data.status();
+      std::string bytes;
+      if (!absl::Base64Unescape(*data, &bytes) || bytes.empty()) {
+        return Bad(block + ".source.data", "does not decode as base64");
+      }
+      out->images.push_back({std::move(bytes), block});
+      parts.push_back({true, ""});
+      any_image = true;
     } else if (*type == "tool_use" && assistant) {
       ToolCall call;
       for (auto [key, field] : {std::pair{"id", &call.id}, std::pair{"name", &call.name}}) {
@@ -87,17 +109,18 @@ absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_ma
         result.content = *std::move(text);
       }
       out->messages.push_back(std::move(result));
-    } else if (*type == "image" || *type == "document" || *type == "search_result") {
-      return Bad(block + ".type", "\"", *type, "\" is not supported (text only)");
+    } else if (*type == "document" || *type == "search_result") {
+      return Bad(block + ".type", "\"", *type, "\" is not supported (text and image)");
     } else {
       return Bad(block + ".type", "\"", *type, "\" is not a block a ", *role, " message holds here (",
                  assistant ? "text, thinking, redacted_thinking, tool_use" : "text, tool_result", ")");
     }
   }
   m.content = absl::StrJoin(texts, "\n");
+  if (any_image) m.parts = std::move(parts);
   if (texts.empty() && !m.tool_calls.empty()) m.null_content = true;
   // A user turn of results alone adds no user message after them.
-  if (!texts.empty() || !m.tool_calls.empty() || !m.reasoning_content.empty() || m.role == "assistant" ||
+  if (!texts.empty() || any_image || !m.tool_calls.empty() || !m.reasoning_content.empty() || m.role == "assistant" ||
       content->empty()) {
     out->messages.push_back(std::move(m));
   }

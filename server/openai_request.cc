@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -74,26 +75,66 @@ absl::Status ParsePrompt(const Json& body, ClientRequest* out) {
   return Bad("prompt", "must be a string or a list of token ids");
 }
 
-// A chat message's content: a string, or a list of text parts (joined with
-// newlines, as vLLM joins them for templates that take strings).
-absl::StatusOr<std::string> MessageContent(const Json& v, const std::string& where) {
-  if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) return Bad(where, "must be a string or a list of text parts");
+// An image_url part's image: the bytes of its data: URL
+// ("data:image/png;base64,..."); remote URLs are refused.
+absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& at) {
+  const Json* image = JsonField(part, "image_url");
+  const Json* url = image != nullptr && image->is_object() ? JsonField(*image, "url") : image;
+  if (url == nullptr || !url->is_string()) return Bad(at + ".image_url.url", "must be a string");
+  const std::string& u = url->get_ref<const std::string&>();
+  if (!absl::StartsWith(u, "data:")) {
+    return Bad(at + ".image_url.url", "only data: URLs are taken (the server fetches no remote images)");
+  }
+  const size_t comma = u.find(',');
+  if (comma == std::string::npos || !absl::EndsWith(absl::string_view(u).substr(0, comma), ";base64")) {
+    return Bad(at + ".image_url.url", "a data: URL must be base64 (data:image/png;base64,...)");
+  }
+  std::string bytes;
+  if (!absl::Base64Unescape(absl::string_view(u).substr(comma + 1), &bytes) || bytes.empty()) {
+    return Bad(at + ".image_url.url", "the data: URL's base64 does not decode");
+  }
+  return bytes;
+}
+
+// A chat message's content into *message: a string, or a list of text
+// parts (joined with newlines, as vLLM joins them for templates that take
+// strings) and images (image_url parts: their bytes appended to *images,
+// and the message's parts kept in order for the template).
+absl::Status MessageContent(const Json& v, const std::string& where, ChatMessage* message,
+                            std::vector<ClientImage>* images) {
+  if (v.is_string()) {
+    message->content = v.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!v.is_array()) return Bad(where, "must be a string or a list of text and image_url parts");
   std::vector<std::string> texts;
+  std::vector<ChatMessage::Part> parts;
+  bool any_image = false;
   for (size_t j = 0; j < v.size(); ++j) {
     const Json& part = v[j];
     const std::string at = absl::StrCat(where, "[", j, "]");
     if (!part.is_object()) return Bad(at, "must be an object");
     const Json* type = JsonField(part, "type");
     if (type == nullptr || !type->is_string()) return Bad(at + ".type", "is required");
-    if (type->get<std::string>() != "text") {
-      return Bad(at + ".type", "'", type->get<std::string>(), "' is not supported (text only)");
+    if (*type == "image_url") {
+      auto bytes = ImageUrlBytes(part, at);
+      if (!bytes.ok()) return bytes.status();
+      images->push_back({*std::move(bytes), at});
+      parts.push_back({true, ""});
+      any_image = true;
+      continue;
+    }
+    if (*type != "text") {
+      return Bad(at + ".type", "'", type->get<std::string>(), "' is not supported (text and image_url)");
     }
     const Json* text = JsonField(part, "text");
     if (text == nullptr || !text->is_string()) return Bad(at + ".text", "must be a string");
     texts.push_back(text->get<std::string>());
+    parts.push_back({false, text->get<std::string>()});
   }
-  return absl::StrJoin(texts, "\n");
+  message->content = absl::StrJoin(texts, "\n");
+  if (any_image) message->parts = std::move(parts);
+  return absl::OkStatus();
 }
 
 // A call's or a tool's {"type": "function", "function": {"name", ...}} at
@@ -164,9 +205,7 @@ absl::Status ParseMessages(const Json& body, ClientRequest* out) {
       if (message.tool_calls.empty()) return Bad(at + ".content", "is required");
       message.null_content = true;
     } else {
-      auto text = MessageContent(*content, at + ".content");
-      if (!text.ok()) return text.status();
-      message.content = std::move(*text);
+      if (absl::Status st = MessageContent(*content, at + ".content", &message, &out->images); !st.ok()) return st;
     }
     // An assistant's reasoning, as replies give it (reasoning_content; some
     // clients send vLLM's newer "reasoning").

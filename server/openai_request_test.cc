@@ -267,7 +267,23 @@ TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
   EXPECT_THAT(error(R"({"messages": [{"content": "x"}]})"), HasSubstr("messages[0].role: must be a string"));
   EXPECT_THAT(error(R"({"messages": [{"role": "user"}]})"), HasSubstr("messages[0].content: is required"));
   EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})"),
-              HasSubstr("messages[0].content[0].type: 'image_url' is not supported (text only)"));
+              HasSubstr("messages[0].content[0].image_url.url: must be a string"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})"),
+              HasSubstr("messages[0].content[0].type: 'input_audio' is not supported (text and image_url)"));
+  EXPECT_THAT(error(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+                                     "image_url": {"url": "data:image/png;base64,%%%"}}]}]})"),
+              HasSubstr("messages[0].content[0].image_url.url: the data: URL's base64 does not decode"));
+  // An image part's bytes, and the message's parts in order for the template.
+  auto parsed = ParseChatRequest(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}]}]})",
+                                 kModel);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->request.images.size(), 1u);
+  EXPECT_EQ(parsed->request.images[0].bytes, "hi");
+  EXPECT_EQ(parsed->request.images[0].field, "messages[0].content[1]");
+  ASSERT_EQ(parsed->request.messages[0].parts.size(), 2u);
+  EXPECT_FALSE(parsed->request.messages[0].parts[0].image);
+  EXPECT_TRUE(parsed->request.messages[0].parts[1].image);
   EXPECT_THAT(error(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{}]}]})"),
               HasSubstr("messages[0].tool_calls[0].function: must be an object"));
   EXPECT_THAT(error(R"({"messages": [{"role": "assistant", "function_call": {}}]})"),
@@ -298,7 +314,7 @@ TEST(OpenAiApiTest, ChatRefusalsNameTheField) {
   EXPECT_EQ(wrong_model.status().code(), absl::StatusCode::kNotFound);
   // Errors name their field beside the message, not only in it.
   EXPECT_EQ(ErrorField(wrong_model.status()), "model");
-  EXPECT_EQ(ErrorField(ParseChatRequest(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+  EXPECT_EQ(ErrorField(ParseChatRequest(R"({"messages": [{"role": "user", "content": [{"type": "audio"}]}]})",
                                         kModel)
                            .status()),
             "messages[0].content[0].type");

@@ -1,6 +1,9 @@
 #include "server/request_convert.h"
 
+#include <openssl/sha.h>
+
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -9,6 +12,7 @@
 #include "engine/token_then_constraint.h"
 #include "util/field_error.h"
 #include "util/file_util.h"
+#include "util/status_macros.h"
 
 namespace flover::server {
 
@@ -16,8 +20,43 @@ namespace {
 
 constexpr size_t kMaxMessages = 4096;
 
+// The prompt's images (ClientRequest::images) processed for the vision
+// encoder: each one's tiles into r->images, keyed by a hash of its bytes,
+// and the rendered `text` with each of the template's image placeholders
+// (in order) replaced by the image's tokens' text.
+absl::Status AddImages(const std::vector<ClientImage>& images, const ConvertContext& context, std::string* text,
+                       Request* r) {
+  if (images.size() > static_cast<size_t>(context.max_images)) {
+    return FieldError("messages", absl::StrCat("at most ", context.max_images, " images, got ", images.size()));
+  }
+  static const std::string kPlaceholder = "<image>";
+  size_t at = 0;
+  for (const ClientImage& image : images) {
+    auto decoded = DecodeImage(image.bytes, context.image_limits);
+    if (!decoded.ok()) return FieldError(image.field, decoded.status().message());
+    ProcessedImage p = ProcessIdefics3Image(*decoded, *context.image_processor);
+    at = text->find(kPlaceholder, at);
+    if (at == std::string::npos) {
+      return FieldError(image.field, "the chat template wrote no <image> for this image");
+    }
+    text->replace(at, kPlaceholder.size(), p.text);
+    at += p.text.size();
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    SHA256(reinterpret_cast<const unsigned char*>(image.bytes.data()), image.bytes.size(), digest);
+    uint64_t key = 0;
+    std::memcpy(&key, digest, sizeof(key));
+    key ^= context.image_processor->split ? 0x5bd1e995u : 0;  // the same bytes tiled otherwise are other tiles
+    r->images.push_back({std::make_shared<const std::vector<float>>(std::move(p.pixels)), p.tiles, key});
+  }
+  if (text->find(kPlaceholder, at) != std::string::npos) {
+    return FieldError("messages", "the text holds <image> itself; it stands for an image part here");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Messages(const std::vector<ChatMessage>& messages, const std::vector<ToolFunction>& tools,
-                      const std::string& kwargs, const ChatSupport* support, Request* r) {
+                      const std::string& kwargs, const ChatSupport* support, const std::vector<ClientImage>& images,
+                      const ConvertContext& context, Request* r) {
   if (support == nullptr || support->format == nullptr) {
     return support != nullptr ? support->unavailable : ChatSupport().unavailable;
   }
@@ -36,7 +75,22 @@ absl::Status Messages(const std::vector<ChatMessage>& messages, const std::vecto
       return FieldError(absl::StrCat("messages[", i, "].tool_calls"), "only an assistant's message makes calls");
     }
   }
-  auto ids = chat->Tokenize(messages, tools, kwargs);
+  if (!images.empty() && (context.vision == nullptr || context.image_processor == nullptr)) {
+    return FieldError(images[0].field, "this model takes no images: it has no vision encoder Flover runs");
+  }
+  absl::StatusOr<std::vector<int32_t>> ids;
+  if (images.empty()) {
+    ids = chat->Tokenize(messages, tools, kwargs);
+  } else {
+    absl::StatusOr<std::string> text = chat->Render(messages, tools, kwargs);
+    if (text.ok()) {
+      FLOVER_RETURN_IF_ERROR(AddImages(images, context, &*text, r));
+      if (context.tokenizer == nullptr) return FieldError("messages", "the model has no tokenizer");
+      ids = context.tokenizer->Encode(*text, /*add_special_tokens=*/false);
+    } else {
+      ids = text.status();
+    }
+  }
   // A template's own error (roles that must alternate, say), or past a
   // rendering limit: the request's to fix either way.
   if (!ids.ok()) {
@@ -315,7 +369,10 @@ absl::StatusOr<Request> ToEngineRequest(const ClientRequest& in, const ConvertCo
       }
       break;
     case ClientRequest::Prompt::kMessages:
-      if (absl::Status st = Messages(in.messages, in.tools, in.template_kwargs, chat, &r); !st.ok()) return st;
+      if (absl::Status st = Messages(in.messages, in.tools, in.template_kwargs, chat, in.images, context, &r);
+          !st.ok()) {
+        return st;
+      }
       break;
     case ClientRequest::Prompt::kNone:
       break;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "model/vision/idefics3_processor.h"
+#include "model/vision/vision_encoder.h"
 #include "absl/status/statusor.h"
 #include "chat/chat_format.h"
 #include "chat/reply_reader.h"
@@ -73,12 +75,22 @@ constexpr size_t kMaxRequestIdBytes = 256;
 // (an unset optional gets the shared default). gRPC's GenerateRequest
 // (FromProto) and an OpenAI body (openai_request) both become one, so both
 // front ends tokenize, render chats, default and refuse alike.
+// An image a request sends: its bytes (PNG or JPEG) and the field it came
+// in (what a refusal names: "messages[0].content[1]").
+struct ClientImage {
+  std::string bytes;
+  std::string field;
+};
+
 struct ClientRequest {
   std::string request_id;
   enum class Prompt { kNone, kText, kTokenIds, kMessages } prompt = Prompt::kNone;
   std::string text;
   std::vector<uint32_t> token_ids;
   std::vector<ChatMessage> messages;  // roles checked in the conversion
+  // The images the messages hold, in order of their image parts
+  // (ChatMessage::parts).
+  std::vector<ClientImage> images;
   // messages: variables for the chat template, a JSON object's text
   // (chat_template_kwargs, with reasoning_effort in it); "" for none.
   std::string template_kwargs;
@@ -136,6 +148,13 @@ struct ConvertContext {
   std::shared_ptr<const TokenBytes> token_bytes;
   int vocab_size = 0;
   GrammarConstraints* grammars = nullptr;
+  // A vision model's image side (null: images refused): the encoder's
+  // shapes and its processor's settings, and the bounds on what a request
+  // sends.
+  const VisionInfo* vision = nullptr;
+  const Idefics3ProcessorConfig* image_processor = nullptr;
+  ImageLimits image_limits;
+  int max_images = 16;  // per request
 };
 
 // Whether a chat reply to `prompt` (a rendered chat's tokens) starts

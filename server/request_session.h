@@ -35,10 +35,16 @@ struct ServingContext {
   std::shared_ptr<GrammarConstraints> grammars;  // JSON schemas, regexes, grammars
   // With --embeddings: how an input's hidden rows are pooled (else none).
   std::optional<Pooling> pooling;
+  // A vision model's image side (else null: images refused).
+  const VisionInfo* vision = nullptr;
+  const Idefics3ProcessorConfig* image_processor = nullptr;
 
   // What request_convert needs of it.
   ConvertContext convert() const {
-    return {tokenizer, chat, token_bytes, engine.model().info().vocab_size, grammars.get()};
+    ConvertContext c{tokenizer, chat, token_bytes, engine.model().info().vocab_size, grammars.get()};
+    c.vision = vision;
+    c.image_processor = image_processor;
+    return c;
   }
 };
 

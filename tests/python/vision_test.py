@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Images through the real flover_server on loopback, driven by the official
+`openai` package: the tiny SmolVLM fixture (tests/golden/idefics3_tiny,
+written by make_idefics3_golden.py with transformers 5.23 in float64) takes a
+PNG as a data: URL in an image_url part, and answers with transformers'
+greedy tokens for the same chat; the prompt it computed is the processor's
+(its token count). What cannot be taken is a 400 naming the part: an image
+to a text-only model, a remote URL, bytes that are not an image."""
+import base64
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openai_test  # noqa: E402
+from openai_test import CHAT_MODEL, Server  # noqa: E402
+
+import openai  # noqa: E402
+
+FIXTURE = "tests/golden/idefics3_tiny"
+
+
+def data_url(path):
+    with open(path, "rb") as f:
+        return "data:image/png;base64," + base64.b64encode(f.read()).decode()
+
+
+class VisionTest(unittest.TestCase):
+    def test_image_chats_match_transformers(self):
+        with open(os.path.join(FIXTURE, "golden.json")) as f:
+            golden = json.load(f)
+        s = Server(f"--model={FIXTURE}", "--max_seq_len=1024", "--threads=2")
+        try:
+            model = s.openai.models.list().data[0].id
+            for case, text in (("gradient", "What is this?"), ("two_images", None)):
+                want = golden["cases"][case]
+                pictures = [data_url(os.path.join(FIXTURE, golden["images"][name]["file"]))
+                            for name in want["images"]]
+                if text is not None:
+                    content = [{"type": "image_url", "image_url": {"url": pictures[0]}},
+                               {"type": "text", "text": text}]
+                else:  # as the golden's template wrote it: image, "and", image, "?"
+                    content = [{"type": "image_url", "image_url": {"url": pictures[0]}},
+                               {"type": "text", "text": "and"},
+                               {"type": "image_url", "image_url": {"url": pictures[1]}},
+                               {"type": "text", "text": "?"}]
+                reply = s.openai.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": content}], max_tokens=8, temperature=0,
+                    logprobs=True)
+                self.assertEqual(reply.usage.prompt_tokens, len(want["input_ids"]), case)
+                status, expected = s.post("/detokenize", {"tokens": want["greedy_8"]})
+                self.assertEqual(status, 200, expected)
+                self.assertEqual(reply.choices[0].message.content, expected["content"], case)
+                self.assertEqual(reply.usage.completion_tokens, 8, case)
+            # The Messages API's image block: the same chat, the same answer.
+            want = golden["cases"]["gradient"]
+            with open(os.path.join(FIXTURE, "gradient_37x23.png"), "rb") as f:
+                png = base64.b64encode(f.read()).decode()
+            status, reply = s.post("/v1/messages", {
+                "model": model, "max_tokens": 8, "temperature": 0, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+                    {"type": "text", "text": "What is this?"}]}]})
+            self.assertEqual(status, 200, reply)
+            status, expected = s.post("/detokenize", {"tokens": want["greedy_8"]})
+            self.assertEqual(reply["content"][0]["text"], expected["content"])
+            self.assertEqual(reply["usage"]["input_tokens"], len(want["input_ids"]))
+            status, refused = s.post("/v1/messages", {
+                "model": model, "max_tokens": 8, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]})
+            self.assertEqual(status, 400, refused)
+            self.assertIn("messages[0].content[0].source.type", json.dumps(refused))
+            # Refusals, naming the part.
+            bad = [({"url": "https://example.com/cat.png"}, "only data: URLs are taken"),
+                   ({"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}, "neither PNG nor JPEG"),
+                   ({"url": "data:image/png,rawbytes"}, "must be base64")]
+            for image_url, why in bad:
+                with self.assertRaises(openai.BadRequestError) as e:
+                    s.openai.chat.completions.create(model=model, max_tokens=2, messages=[{"role": "user", "content": [
+                        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": image_url}]}])
+                self.assertIn("messages[0].content[1]", str(e.exception))
+                self.assertIn(why, str(e.exception))
+        finally:
+            s.close()
+        # A text-only model takes no image.
+        s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=256", "--threads=2")
+        try:
+            model = s.openai.models.list().data[0].id
+            with self.assertRaises(openai.BadRequestError) as e:
+                s.openai.chat.completions.create(model=model, max_tokens=2, messages=[{"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": data_url(os.path.join(FIXTURE, "gradient_37x23.png"))}}]}])
+            self.assertIn("messages[0].content[0]", str(e.exception))
+            self.assertIn("this model takes no images", str(e.exception))
+        finally:
+            s.close()
+
+
+if __name__ == "__main__":
+    openai_test.SERVER = sys.argv[1]
+    openai_test.LOADGEN = sys.argv[2]
+    sys.argv = sys.argv[:1]
+    unittest.main()
