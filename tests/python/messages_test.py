@@ -125,6 +125,8 @@ class MessagesTest(unittest.TestCase):
                  ({"max_tokens": 8, "messages": []}, "messages"),
                  ({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
                  ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+                  "messages[0].content[0].source.type"),
+                 ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
                   "messages[0].content[0].type"),
                  ({"max_tokens": 8, "messages": ASK, "tools": [{"name": "x"}]}, "tools[0].input_schema"),
                  ({"max_tokens": 8, "messages": ASK, "tool_choice": {"type": "maybe"}}, "tool_choice.type"),

@@ -897,7 +897,9 @@ class ChatTest(unittest.TestCase):
                  "assistant, tool)", "messages[0].role"),
                 (dict(messages=[{"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": "http://x"}}]}]),
-                 "'image_url' is not supported (text only)", "messages[0].content[0].type"),
+                 "only data: URLs are taken", "messages[0].content[0].image_url.url"),
+                (dict(messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]),
+                 "'input_audio' is not supported (text and image_url)", "messages[0].content[0].type"),
                 (dict(messages=self.QUESTION, n=17), "n: at most 16, got 17", "n"),
                 (dict(messages=self.QUESTION, top_logprobs=2), "needs logprobs: true", "top_logprobs"),
                 (dict(messages=self.QUESTION, max_tokens=300), "exceeds max_seq_len (256)", "max_tokens"),
@@ -912,8 +914,11 @@ class ChatTest(unittest.TestCase):
                 (dict(messages=self.QUESTION, tools=self.TOOLS, response_format={"type": "json_object"}),
                  "send tool_choice \"none\" with it", "tool_choice"),
                 (dict(messages=self.QUESTION, tools=[{"type": "function", "function": {
-                    "name": "f", "parameters": {"type": "object", "not": {}}}}]),
+                    "name": "f", "parameters": {"type": "object", "not": {"properties": {"a": {"type": "string"}}}}}}]),
                  "the keyword not is not supported", "tools[0].function.parameters"),
+                (dict(messages=self.QUESTION, tools=[{"type": "function", "function": {
+                    "name": "f", "parameters": {"type": "object", "not": {}}}}]),
+                 "no value is valid under this schema", "tools[0].function.parameters"),
                 (dict(messages=self.QUESTION, tools=self.TOOLS, tool_choice={"type": "function"}),
                  "tool_choice: must be none, auto, required", "tool_choice"),
             ]
