@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,9 @@ ABSL_FLAG(std::string, prompt_ids, "", "Prompt as comma-separated token ids");
 ABSL_FLAG(std::string, chat, "",
           "A user message, sent as a conversation through the model's chat template");
 ABSL_FLAG(std::string, system, "", "With --chat: a system message before it");
+ABSL_FLAG(std::vector<std::string>, image, {},
+          "With --chat: image files (PNG or JPEG, comma-separated) the user message shows before its text, for a "
+          "vision model");
 ABSL_FLAG(int, max_new_tokens, 16, "Tokens to generate");
 ABSL_FLAG(double, temperature, 1.0, "0 = greedy");
 ABSL_FLAG(int, top_k, 0, "0 = no limit");
@@ -103,7 +108,21 @@ int main(int argc, char** argv) {
     }
     flover::v1::ChatMessage* m = messages->add_messages();
     m->set_role("user");
-    m->set_content(absl::GetFlag(FLAGS_chat));
+    if (absl::GetFlag(FLAGS_image).empty()) {
+      m->set_content(absl::GetFlag(FLAGS_chat));
+    } else {
+      for (const std::string& path : absl::GetFlag(FLAGS_image)) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+          std::fprintf(stderr, "flover_client: --image: cannot open %s\n", path.c_str());
+          return 2;
+        }
+        std::ostringstream bytes;
+        bytes << in.rdbuf();
+        m->add_parts()->set_image(bytes.str());
+      }
+      m->add_parts()->set_text(absl::GetFlag(FLAGS_chat));
+    }
   } else {
     req.set_text(absl::GetFlag(FLAGS_prompt));
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "chat/harmony_reader.h"
 #include "engine/token_then_constraint.h"
 #include "util/field_error.h"
@@ -256,8 +257,28 @@ ClientRequest FromProto(const v1::GenerateRequest& in) {
     case v1::GenerateRequest::kMessages:
       r.prompt = ClientRequest::Prompt::kMessages;
       r.template_kwargs = in.chat_template_kwargs();
-      for (const v1::ChatMessage& m : in.messages().messages()) {
+      for (int i = 0; i < in.messages().messages_size(); ++i) {
+        const v1::ChatMessage& m = in.messages().messages(i);
         ChatMessage message{m.role(), m.content()};
+        // Parts in place of the content: texts joined, images in order.
+        if (m.parts_size() > 0) {
+          std::vector<std::string> texts;
+          for (int j = 0; j < m.parts_size(); ++j) {
+            const v1::ContentPart& p = m.parts(j);
+            if (p.kind_case() == v1::ContentPart::kImage) {
+              r.images.push_back({p.image(), absl::StrCat("messages[", i, "].parts[", j, "]")});
+              message.parts.push_back({true, ""});
+            } else {
+              texts.push_back(p.text());
+              message.parts.push_back({false, p.text()});
+            }
+          }
+          message.content = absl::StrJoin(texts, "\n");
+          if (std::none_of(message.parts.begin(), message.parts.end(),
+                           [](const ChatMessage::Part& p) { return p.image; })) {
+            message.parts.clear();
+          }
+        }
         for (const v1::ToolCall& c : m.tool_calls()) message.tool_calls.push_back({c.id(), c.name(), c.arguments()});
         // An assistant's turn of calls alone: content null, as OpenAI's.
         message.null_content = m.content().empty() && !message.tool_calls.empty();

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Images through the real flover_server on loopback, driven by the official
-`openai` package: the tiny SmolVLM fixture (tests/golden/idefics3_tiny,
+`openai` package (and the Messages API, gRPC through the Python client, and
+flover_client --image): the tiny SmolVLM fixture (tests/golden/idefics3_tiny,
 written by make_idefics3_golden.py with transformers 5.23 in float64) takes a
 PNG as a data: URL in an image_url part, and answers with transformers'
 greedy tokens for the same chat; the prompt it computed is the processor's
@@ -9,6 +10,7 @@ to a text-only model, a remote URL, bytes that are not an image."""
 import base64
 import json
 import os
+import subprocess
 import sys
 import unittest
 
@@ -70,6 +72,19 @@ class VisionTest(unittest.TestCase):
                     {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]})
             self.assertEqual(status, 400, refused)
             self.assertIn("messages[0].content[0].source.type", json.dumps(refused))
+            # gRPC: the Python client's image parts, and flover_client --image.
+            png_bytes = base64.b64decode(png)
+            ids, text, _, last = s.grpc_generate(
+                messages=[{"role": "user", "content": [{"type": "image", "image": png_bytes},
+                                                       {"type": "text", "text": "What is this?"}]}],
+                max_new_tokens=8, temperature=0)
+            self.assertEqual(list(ids), want["greedy_8"])
+            self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]))
+            out = subprocess.run([CLIENT, f"--target={s.grpc}", "--chat=What is this?",
+                                  f"--image={os.path.join(FIXTURE, 'gradient_37x23.png')}", "--max_new_tokens=8",
+                                  "--temperature=0"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout, expected["content"] + "\n[length]\n")
             # Refusals, naming the part.
             bad = [({"url": "https://example.com/cat.png"}, "only data: URLs are taken"),
                    ({"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}, "neither PNG nor JPEG"),
@@ -97,6 +112,6 @@ class VisionTest(unittest.TestCase):
 
 if __name__ == "__main__":
     openai_test.SERVER = sys.argv[1]
-    openai_test.LOADGEN = sys.argv[2]
+    CLIENT = sys.argv[2]
     sys.argv = sys.argv[:1]
     unittest.main()

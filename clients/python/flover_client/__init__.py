@@ -59,7 +59,10 @@ class FloverClient:
                  speculative=None, chat_template_kwargs=None):
         """One of `prompt` (text), `token_ids`, or `messages`: a list of
         {"role": "system" | "user" | "assistant" | "tool", "content": str},
-        as OpenAI's (an assistant's "tool_calls", a tool's "tool_call_id"),
+        as OpenAI's (an assistant's "tool_calls", a tool's "tool_call_id");
+        for a vision model a message's content may be a list of parts,
+        {"type": "text", "text": str} and {"type": "image", "image": bytes}
+        (PNG or JPEG),
         rendered with the model's chat template (the reply ends at its end of
         turn). `logit_bias`: {token_id: bias}; at most one constraint:
         `choice` (a list of strings the output must be exactly one of),
@@ -79,9 +82,16 @@ class FloverClient:
             req.token_ids.ids.extend(token_ids)
         elif messages is not None:
             for m in messages:
-                msg = req.messages.messages.add(role=m["role"], content=m.get("content") or "",
+                content = m.get("content") or ""
+                msg = req.messages.messages.add(role=m["role"], content=content if isinstance(content, str) else "",
                                                 tool_call_id=m.get("tool_call_id", ""),
                                                 name=m.get("name", ""))
+                if not isinstance(content, str):
+                    for part in content:
+                        if part["type"] == "image":
+                            msg.parts.add(image=part["image"])
+                        else:
+                            msg.parts.add(text=part["text"])
                 for call in m.get("tool_calls") or ():
                     f = call["function"]
                     args = f.get("arguments", "{}")
