@@ -56,8 +56,10 @@ void TileSize(int w, int h, int tile, int* out_w, int* out_h) {
     w = static_cast<int>(h * aspect);
     w = up(w);
   }
-  *out_w = w;
-  *out_h = h;
+  // A side so thin it rounds to nothing (transformers would fail on it):
+  // one tile.
+  *out_w = std::max(w, tile);
+  *out_h = std::max(h, tile);
 }
 
 }  // namespace

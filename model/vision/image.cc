@@ -269,6 +269,8 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits&
 }
 
 RgbImage ResizeLanczos(const RgbImage& image, int width, int height) {
+  width = std::max(width, 1);
+  height = std::max(height, 1);
   RgbImage in = image;
   if (width != image.width) {
     const Coefficients h = Precompute(image.width, width);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -69,6 +70,28 @@ TEST(Idefics3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
     size_t differ = 0;
     for (size_t i = 0; i < pixels.size(); ++i) differ += pixels[i] != (*want)[i];
     EXPECT_EQ(differ, 0u) << c << ": pixels that differ from transformers' processor";
+  }
+}
+
+// Images far from square still make whole tiles: a side that would round
+// to nothing is one tile.
+TEST(Idefics3ProcessorTest, ThinImagesMakeWholeTiles) {
+  Idefics3ProcessorConfig config;
+  config.longest_edge = 96;
+  config.tile = 32;
+  config.rows_per_tile = 4;
+  for (auto [w, h] : {std::pair{1, 5000}, std::pair{5000, 1}, std::pair{3, 97}}) {
+    RgbImage image;
+    image.width = w;
+    image.height = h;
+    image.pixels.assign(static_cast<size_t>(w) * h * 3, 200);
+    const ProcessedImage p = ProcessIdefics3Image(image, config);
+    EXPECT_GE(p.tiles, 1) << w << "x" << h;
+    EXPECT_EQ(p.pixels.size(), static_cast<size_t>(p.tiles) * 3 * 32 * 32) << w << "x" << h;
+    EXPECT_EQ(p.tiles, p.rows * p.cols + 1) << w << "x" << h;
+    // A flat grey image stays flat: (200 / 255 - 0.5) / 0.5 everywhere.
+    const float want = (static_cast<float>(200 * (1.0 / 255)) - 0.5f) / 0.5f;
+    EXPECT_TRUE(std::all_of(p.pixels.begin(), p.pixels.end(), [&](float v) { return v == want; })) << w << "x" << h;
   }
 }
 
