@@ -959,6 +959,62 @@ absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, cons
   return absl::OkStatus();
 }
 
+namespace {
+
+// kQ query rows of one head against the n keys of their group (laid out by
+// dimension, [D, n]) and its values: each row's scores in order of d, its
+// softmax, its weighted sum in order of key; kQ rows share each pass over
+// the keys and values (the same sums, in the same order, as one row alone).
+template <int kQ>
+void EncoderAttentionRows(const float* const* q, const float* keys, const float* values, int64_t value_stride,
+                          int64_t n, int64_t D, float scale, float* p, float* const* out) {
+  // p: [n, kQ], the rows' scores side by side, so each step over a key
+  // updates kQ contiguous sums.
+  std::fill(p, p + n * kQ, 0.0f);
+  for (int64_t d = 0; d < D; ++d) {
+    float qd[kQ];
+    for (int r = 0; r < kQ; ++r) qd[r] = q[r][d] * scale;
+    const float* kd = keys + d * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float k = kd[j];
+      float* pj = p + j * kQ;
+#pragma omp simd
+      for (int r = 0; r < kQ; ++r) pj[r] += qd[r] * k;
+    }
+  }
+  float top[kQ], sum[kQ], inv[kQ];
+  for (int r = 0; r < kQ; ++r) {
+    top[r] = -INFINITY;
+    sum[r] = 0.0f;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    for (int r = 0; r < kQ; ++r) top[r] = std::max(top[r], p[j * kQ + r]);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    float* pj = p + j * kQ;
+#pragma omp simd
+    for (int r = 0; r < kQ; ++r) {
+      pj[r] = ExpF(pj[r] - top[r]);
+      sum[r] += pj[r];
+    }
+  }
+  for (int r = 0; r < kQ; ++r) {
+    inv[r] = 1.0f / sum[r];
+    std::fill(out[r], out[r] + D, 0.0f);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const float* v = values + j * value_stride;
+    for (int r = 0; r < kQ; ++r) {
+      const float w = p[j * kQ + r] * inv[r];
+      float* o = out[r];
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status CpuBackend::EncoderAttention(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
                                           float scale, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckEncoderAttentionArgs(qkv, group_ends, heads, scale, out));
@@ -966,36 +1022,52 @@ absl::Status CpuBackend::EncoderAttention(const Tensor& qkv, absl::Span<const in
   const float s = scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(D));
   const float* x = qkv.as<float>();
   float* y = out.as<float>();
-  std::vector<int32_t> begins(group_ends.size());
-  for (size_t g = 1; g < group_ends.size(); ++g) begins[g] = group_ends[g - 1];
-  // One task per (row, head): scores over its group in order of row.
+  // Tasks of up to kRows query rows of one group and head. Each lays its
+  // keys out by dimension so that the scores, the softmax and the weighted
+  // sum are loops GCC vectorizes, kQ rows at a time; a row's sums run in the
+  // same order whatever else is in the batch (its group decides them).
+  constexpr int64_t kRows = 32;
+  constexpr int kQ = 8;
+  struct Task {
+    int64_t begin, n, first, rows, h;
+  };
+  std::vector<Task> tasks;
+  int64_t begin = 0;
+  for (int32_t end : group_ends) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t r = begin; r < end; r += kRows) tasks.push_back({begin, end - begin, r, std::min(kRows, end - r), h});
+    }
+    begin = end;
+  }
+  UseCpuThreadsHere();
 #pragma omp parallel
   {
-    std::vector<float> p;
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t task = 0; task < qkv.rows * H; ++task) {
-      const int64_t t = task / H, h = task % H;
-      const size_t g = std::upper_bound(group_ends.begin(), group_ends.end(), static_cast<int32_t>(t)) -
-                       group_ends.begin();
-      const int64_t b = begins[g], n = group_ends[g] - b;
-      const float* q = x + t * W + h * D;
-      p.resize(n);
-      float top = -INFINITY;
+    std::vector<float> keys, p;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      const Task& task = tasks[t];
+      const int64_t n = task.n;
+      keys.resize(D * n);
+      p.resize(kQ * n);
       for (int64_t j = 0; j < n; ++j) {
-        const float* k = x + (b + j) * W + (H + h) * D;
-        float dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += q[d] * k[d];
-        p[j] = dot * s;
-        top = std::max(top, p[j]);
+        const float* k = x + (task.begin + j) * W + (H + task.h) * D;
+        for (int64_t d = 0; d < D; ++d) keys[d * n + j] = k[d];
       }
-      float sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += p[j] = std::exp(p[j] - top);
-      float* o = y + t * H * D + h * D;
-      std::fill(o, o + D, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* v = x + (b + j) * W + (2 * H + h) * D;
-        const float w = p[j] / sum;
-        for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
+      const float* values = x + task.begin * W + (2 * H + task.h) * D;
+      const float* q[kQ];
+      float* o[kQ];
+      int64_t i = task.first;
+      for (; i + kQ <= task.first + task.rows; i += kQ) {
+        for (int r = 0; r < kQ; ++r) {
+          q[r] = x + (i + r) * W + task.h * D;
+          o[r] = y + (i + r) * H * D + task.h * D;
+        }
+        EncoderAttentionRows<kQ>(q, keys.data(), values, W, n, D, s, p.data(), o);
+      }
+      for (; i < task.first + task.rows; ++i) {
+        q[0] = x + i * W + task.h * D;
+        o[0] = y + i * H * D + task.h * D;
+        EncoderAttentionRows<1>(q, keys.data(), values, W, n, D, s, p.data(), o);
       }
     }
   }

@@ -103,10 +103,34 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const std::st
   FLOVER_ASSIGN_OR_RETURN(const Struct top, ParseJsonObject(text, what));
   FLOVER_ASSIGN_OR_RETURN(const VisionInfo info, ParseVision(top, what));
   FLOVER_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
+  return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return ckpt.ReadFloat(name, shape);
+  });
+}
+
+absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Random(const VisionInfo& info, kernels::Backend& backend,
+                                                                     uint64_t seed) {
+  return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    // Norm weights near 1, everything else small, as trained weights are.
+    const bool norm = name.find("norm") != std::string::npos && name.find(".weight") != std::string::npos;
+    std::vector<float> v(n);
+    uint64_t x = seed ^ std::hash<std::string>{}(name);
+    for (float& f : v) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const float u = static_cast<float>((x >> 40) & 0xffffff) / (1 << 24) - 0.5f;
+      f = norm ? 1.0f + 0.1f * u : 0.04f * u;
+    }
+    return absl::StatusOr<std::vector<float>>(std::move(v));
+  });
+}
+
+absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const VisionInfo& info, kernels::Backend& backend,
+                                                                    const Reader& read) {
   std::unique_ptr<VisionEncoder> e(new VisionEncoder(backend, info));
   const int64_t D = info.hidden, F = info.intermediate, K = int64_t{info.channels} * info.patch * info.patch;
 
-  auto read = [&](const std::string& name, std::vector<int64_t> shape) { return ckpt.ReadFloat(name, shape); };
   auto up = [&](const std::vector<float>& values, int64_t rows, int64_t cols) -> absl::StatusOr<Buffer> {
     FLOVER_ASSIGN_OR_RETURN(Buffer b, backend.Allocate(kernels::DType::kF32, rows, cols));
     FLOVER_RETURN_IF_ERROR(backend.Upload(values.data(), b.tensor()));

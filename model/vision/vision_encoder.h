@@ -13,6 +13,8 @@
 #ifndef FLOVER_MODEL_VISION_VISION_ENCODER_H_
 #define FLOVER_MODEL_VISION_VISION_ENCODER_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +50,9 @@ class VisionEncoder {
   // on `backend`. A checkpoint without one is NotFound; a config Flover does
   // not run is InvalidArgument, naming the field.
   static absl::StatusOr<std::unique_ptr<VisionEncoder>> Load(const std::string& dir, kernels::Backend& backend);
+  // A tower of `info`'s shapes with seeded random weights, for benchmarks.
+  static absl::StatusOr<std::unique_ptr<VisionEncoder>> Random(const VisionInfo& info, kernels::Backend& backend,
+                                                               uint64_t seed);
   ~VisionEncoder();
 
   const VisionInfo& info() const { return info_; }
@@ -65,7 +70,11 @@ class VisionEncoder {
 
  private:
   struct Layer;
+  using Reader = std::function<absl::StatusOr<std::vector<float>>(const std::string& name,
+                                                                  const std::vector<int64_t>& shape)>;
   VisionEncoder(kernels::Backend& backend, VisionInfo info);
+  static absl::StatusOr<std::unique_ptr<VisionEncoder>> Build(const VisionInfo& info, kernels::Backend& backend,
+                                                              const Reader& read);
 
   kernels::Backend& backend_;
   VisionInfo info_;
