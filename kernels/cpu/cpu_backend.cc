@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "oneapi/dnnl/dnnl.h"
 #include "absl/strings/str_format.h"
 #include "kernels/checks.h"
 #include "kernels/ggml_dequant.h"
@@ -959,62 +960,6 @@ absl::Status CpuBackend::Attention(const Tensor& qkv, const SeqTable& seqs, cons
   return absl::OkStatus();
 }
 
-namespace {
-
-// kQ query rows of one head against the n keys of their group (laid out by
-// dimension, [D, n]) and its values: each row's scores in order of d, its
-// softmax, its weighted sum in order of key; kQ rows share each pass over
-// the keys and values (the same sums, in the same order, as one row alone).
-template <int kQ>
-void EncoderAttentionRows(const float* const* q, const float* keys, const float* values, int64_t value_stride,
-                          int64_t n, int64_t D, float scale, float* p, float* const* out) {
-  // p: [n, kQ], the rows' scores side by side, so each step over a key
-  // updates kQ contiguous sums.
-  std::fill(p, p + n * kQ, 0.0f);
-  for (int64_t d = 0; d < D; ++d) {
-    float qd[kQ];
-    for (int r = 0; r < kQ; ++r) qd[r] = q[r][d] * scale;
-    const float* kd = keys + d * n;
-    for (int64_t j = 0; j < n; ++j) {
-      const float k = kd[j];
-      float* pj = p + j * kQ;
-#pragma omp simd
-      for (int r = 0; r < kQ; ++r) pj[r] += qd[r] * k;
-    }
-  }
-  float top[kQ], sum[kQ], inv[kQ];
-  for (int r = 0; r < kQ; ++r) {
-    top[r] = -INFINITY;
-    sum[r] = 0.0f;
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    for (int r = 0; r < kQ; ++r) top[r] = std::max(top[r], p[j * kQ + r]);
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    float* pj = p + j * kQ;
-#pragma omp simd
-    for (int r = 0; r < kQ; ++r) {
-      pj[r] = ExpF(pj[r] - top[r]);
-      sum[r] += pj[r];
-    }
-  }
-  for (int r = 0; r < kQ; ++r) {
-    inv[r] = 1.0f / sum[r];
-    std::fill(out[r], out[r] + D, 0.0f);
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const float* v = values + j * value_stride;
-    for (int r = 0; r < kQ; ++r) {
-      const float w = p[j * kQ + r] * inv[r];
-      float* o = out[r];
-#pragma omp simd
-      for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
-    }
-  }
-}
-
-}  // namespace
-
 absl::Status CpuBackend::EncoderAttention(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
                                           float scale, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckEncoderAttentionArgs(qkv, group_ends, heads, scale, out));
@@ -1022,54 +967,44 @@ absl::Status CpuBackend::EncoderAttention(const Tensor& qkv, absl::Span<const in
   const float s = scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(D));
   const float* x = qkv.as<float>();
   float* y = out.as<float>();
-  // Tasks of up to kRows query rows of one group and head. Each lays its
-  // keys out by dimension so that the scores, the softmax and the weighted
-  // sum are loops GCC vectorizes, kQ rows at a time; a row's sums run in the
-  // same order whatever else is in the batch (its group decides them).
-  constexpr int64_t kRows = 32;
-  constexpr int kQ = 8;
-  struct Task {
-    int64_t begin, n, first, rows, h;
-  };
-  std::vector<Task> tasks;
+  UseCpuThreadsHere();
+  // Per group and head, two oneDNN products over the rows in place (Q K^T,
+  // then P V) and the softmax between them. Each group's products have its
+  // own shapes and nothing else in them, so a row's result is the same in
+  // any batch.
+  std::vector<float> scores;
   int64_t begin = 0;
   for (int32_t end : group_ends) {
+    const int64_t n = end - begin;
+    scores.resize(n * n);
     for (int64_t h = 0; h < H; ++h) {
-      for (int64_t r = begin; r < end; r += kRows) tasks.push_back({begin, end - begin, r, std::min(kRows, end - r), h});
+      const float* q = x + begin * W + h * D;
+      const float* k = x + begin * W + (H + h) * D;
+      const float* v = x + begin * W + (2 * H + h) * D;
+      if (dnnl_sgemm('N', 'T', n, n, D, s, q, W, k, W, 0.0f, scores.data(), n) != dnnl_success) {
+        return absl::InternalError("EncoderAttention: oneDNN's sgemm failed (scores)");
+      }
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = scores.data() + i * n;
+        float top = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) top = std::max(top, row[j]);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < n; ++j) {
+          row[j] = ExpF(row[j] - top);
+          sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+      }
+      if (dnnl_sgemm('N', 'N', n, D, n, 1.0f, scores.data(), n, v, W, 0.0f, y + begin * H * D + h * D, H * D) !=
+          dnnl_success) {
+        return absl::InternalError("EncoderAttention: oneDNN's sgemm failed (values)");
+      }
     }
     begin = end;
-  }
-  UseCpuThreadsHere();
-#pragma omp parallel
-  {
-    std::vector<float> keys, p;
-#pragma omp for schedule(dynamic, 1)
-    for (size_t t = 0; t < tasks.size(); ++t) {
-      const Task& task = tasks[t];
-      const int64_t n = task.n;
-      keys.resize(D * n);
-      p.resize(kQ * n);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* k = x + (task.begin + j) * W + (H + task.h) * D;
-        for (int64_t d = 0; d < D; ++d) keys[d * n + j] = k[d];
-      }
-      const float* values = x + task.begin * W + (2 * H + task.h) * D;
-      const float* q[kQ];
-      float* o[kQ];
-      int64_t i = task.first;
-      for (; i + kQ <= task.first + task.rows; i += kQ) {
-        for (int r = 0; r < kQ; ++r) {
-          q[r] = x + (i + r) * W + task.h * D;
-          o[r] = y + (i + r) * H * D + task.h * D;
-        }
-        EncoderAttentionRows<kQ>(q, keys.data(), values, W, n, D, s, p.data(), o);
-      }
-      for (; i < task.first + task.rows; ++i) {
-        q[0] = x + i * W + task.h * D;
-        o[0] = y + i * H * D + task.h * D;
-        EncoderAttentionRows<1>(q, keys.data(), values, W, n, D, s, p.data(), o);
-      }
-    }
   }
   return absl::OkStatus();
 }
