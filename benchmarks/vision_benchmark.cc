@@ -6,7 +6,7 @@
 // backend's own product at the tower's widest shape as the roofline, all
 // in one run.
 //
-//   .bazel-root/bin/benchmarks/vision_benchmark [--repeats=3] [--threads=N]
+//   .bazel-root/bin/benchmarks/vision_benchmark [--repeats=3] [--threads=N] [--bf16]
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 
 ABSL_FLAG(int, repeats, 3, "Timed runs per size (the median is printed)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0: every core)");
+ABSL_FLAG(bool, bf16, false, "The products in bf16 (as flover_server --dtype=bf16 runs the tower)");
 
 namespace {
 
@@ -46,7 +47,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_threads) > 0) flover::kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
-  auto cpu = flover::kernels::CreateBackend(flover::kernels::BackendOptions{});
+  flover::kernels::BackendOptions options;
+  if (absl::GetFlag(FLAGS_bf16)) options.matmul = flover::kernels::MatmulDtype::kBF16;
+  auto cpu = flover::kernels::CreateBackend(options);
   if (!cpu.ok()) {
     std::fprintf(stderr, "vision_benchmark: %s\n", std::string(cpu.status().message()).c_str());
     return 1;
@@ -95,7 +98,8 @@ int main(int argc, char** argv) {
     const double s = MedianSeconds(std::max(3, repeats), [&] {
       (void)(*cpu)->Linear(in->tensor(), **weight, nullptr, flover::kernels::Epilogue::kBias, out->tensor());
     });
-    std::printf("\nRoofline, same run: the backend's f32 product [%d,%d]x[%d,%d]: %.0f GFLOP/s\n", M, K, K, Nn,
+    std::printf("\nRoofline, same run: the backend's %s product [%d,%d]x[%d,%d]: %.0f GFLOP/s\n",
+                flover::kernels::MatmulDtypeName(options.matmul), M, K, K, Nn,
                 2.0 * M * K * Nn / s / 1e9);
   }
   return 0;

@@ -208,7 +208,8 @@ class Server:
 
 def flover_server(a, port):
     argv = [a.flover_bin, f"--model={a.ckpt}", f"--http_listen=127.0.0.1:{port}", "--listen=127.0.0.1:0",
-            f"--threads={a.threads}", f"--max_seq_len={a.max_seq_len}", f"--max_batch={a.n_parallel}"]
+            f"--threads={a.threads}", f"--max_seq_len={a.max_seq_len}", f"--max_batch={a.n_parallel}",
+            *a.flover_flags.split()]
     return Server("flover", argv, port, os.path.join(a.logdir, "flover.log"), a.nice)
 
 
@@ -290,6 +291,7 @@ def main():
     ap.add_argument("--llama-bin", default=LLAMA_BIN)
     ap.add_argument("--servers", default="flover,llama")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--flover-flags", default="", help="more flover_server flags, e.g. --dtype=bf16")
     ap.add_argument("--n-parallel", type=int, default=16, help="flover --max_batch / llama -np")
     ap.add_argument("--max-seq-len", type=int, default=2048, help="flover --max_seq_len")
     ap.add_argument("--n-single", type=int, default=3)

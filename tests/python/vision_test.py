@@ -105,6 +105,21 @@ class VisionTest(unittest.TestCase):
                 self.assertIn(why, str(e.exception))
         finally:
             s.close()
+        # --dtype=bf16: the tower's products in bf16 too (where the CPU runs
+        # them): the same prompt, a whole answer (bf16 may pick other tokens).
+        if not TP2:
+            s = Server(f"--model={FIXTURE}", "--max_seq_len=1024", "--threads=2", "--dtype=bf16")
+            try:
+                model = s.openai.models.list().data[0].id
+                want = golden["cases"]["gradient"]
+                reply = s.openai.chat.completions.create(
+                    model=model, max_tokens=8, temperature=0, messages=[{"role": "user", "content": [
+                        {"type": "image_url", "image_url": {"url": data_url(os.path.join(FIXTURE, "gradient_37x23.png"))}},
+                        {"type": "text", "text": "What is this?"}]}], extra_body={"ignore_eos": True})
+                self.assertEqual(reply.usage.prompt_tokens, len(want["input_ids"]))
+                self.assertEqual(reply.usage.completion_tokens, 8)
+            finally:
+                s.close()
         # A text-only model takes no image.
         s = Server(f"--model={CHAT_MODEL}", "--max_seq_len=256", "--threads=2")
         try:
