@@ -219,6 +219,34 @@ uint8_t Clip8(int64_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+// One pass of Pillow's resampling: along rows (`horizontal`, to `size`
+// pixels a row) or along columns (to `size` rows), each output sample the
+// rounded fixed-point sum of its input taps in order.
+RgbImage ResamplePass(const RgbImage& in, int size, bool horizontal) {
+  const Coefficients c = Precompute(horizontal ? in.width : in.height, size);
+  RgbImage out;
+  out.width = horizontal ? size : in.width;
+  out.height = horizontal ? in.height : size;
+  out.pixels.resize(static_cast<size_t>(out.width) * out.height * 3);
+  const int lines = horizontal ? in.height : in.width;       // rows resampled, or columns
+  const size_t tap = horizontal ? 3 : size_t{3} * in.width;  // bytes from one input tap to the next
+  for (int o = 0; o < size; ++o) {
+    const int32_t* k = c.weights.data() + static_cast<size_t>(o) * c.ksize;
+    for (int line = 0; line < lines; ++line) {
+      const size_t from = horizontal ? (static_cast<size_t>(line) * in.width + c.first[o]) * 3
+                                     : (static_cast<size_t>(c.first[o]) * in.width + line) * 3;
+      const size_t to = horizontal ? (static_cast<size_t>(line) * out.width + o) * 3
+                                   : (static_cast<size_t>(o) * out.width + line) * 3;
+      for (int ch = 0; ch < 3; ++ch) {
+        int64_t ss = int64_t{1} << (kPrecisionBits - 1);
+        for (int t = 0; t < c.count[o]; ++t) ss += int64_t{in.pixels[from + t * tap + ch]} * k[t];
+        out.pixels[to + ch] = Clip8(ss);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits& limits) {
@@ -271,43 +299,10 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits&
 RgbImage ResizeLanczos(const RgbImage& image, int width, int height) {
   width = std::max(width, 1);
   height = std::max(height, 1);
-  RgbImage in = image;
-  if (width != image.width) {
-    const Coefficients h = Precompute(image.width, width);
-    // Only the rows the vertical pass reads (all of them where it reads any).
-    RgbImage out;
-    out.width = width;
-    out.height = image.height;
-    out.pixels.resize(static_cast<size_t>(width) * image.height * 3);
-    for (int y = 0; y < image.height; ++y) {
-      for (int xx = 0; xx < width; ++xx) {
-        const int32_t* k = h.weights.data() + static_cast<size_t>(xx) * h.ksize;
-        for (int c = 0; c < 3; ++c) {
-          int64_t ss = int64_t{1} << (kPrecisionBits - 1);
-          for (int x = 0; x < h.count[xx]; ++x) ss += int64_t{image.at(y, x + h.first[xx], c)} * k[x];
-          out.pixels[(static_cast<size_t>(y) * width + xx) * 3 + c] = Clip8(ss);
-        }
-      }
-    }
-    in = std::move(out);
-  }
-  if (height == in.height) return in;
-  const Coefficients v = Precompute(in.height, height);
-  RgbImage out;
-  out.width = in.width;
-  out.height = height;
-  out.pixels.resize(static_cast<size_t>(in.width) * height * 3);
-  for (int yy = 0; yy < height; ++yy) {
-    const int32_t* k = v.weights.data() + static_cast<size_t>(yy) * v.ksize;
-    for (int x = 0; x < in.width; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        int64_t ss = int64_t{1} << (kPrecisionBits - 1);
-        for (int y = 0; y < v.count[yy]; ++y) ss += int64_t{in.at(y + v.first[yy], x, c)} * k[y];
-        out.pixels[(static_cast<size_t>(yy) * in.width + x) * 3 + c] = Clip8(ss);
-      }
-    }
-  }
-  return out;
+  if (width == image.width && height == image.height) return image;
+  if (width == image.width) return ResamplePass(image, height, /*horizontal=*/false);
+  RgbImage across = ResamplePass(image, width, /*horizontal=*/true);
+  return height == across.height ? across : ResamplePass(across, height, /*horizontal=*/false);
 }
 
 }  // namespace flover

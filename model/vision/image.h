@@ -34,10 +34,9 @@ struct ImageLimits {
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits& limits = {});
 
 // `image` resized to width x height with Pillow's Lanczos filter
-// (Image.resize(..., LANCZOS)): separable, horizontal pass first over the
-// rows the vertical one needs, 8-bit between the passes, 22-bit fixed-point
-// weights, as Pillow computes them. A pass whose size is unchanged is
-// skipped.
+// (Image.resize(..., LANCZOS)): separable, the horizontal pass first, 8-bit
+// between the passes, 22-bit fixed-point weights, as Pillow computes them.
+// A pass whose size is unchanged is skipped.
 RgbImage ResizeLanczos(const RgbImage& image, int width, int height);
 
 }  // namespace flover
