@@ -136,10 +136,6 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
     FLOVER_RETURN_IF_ERROR(backend.Upload(values.data(), b.tensor()));
     return b;
   };
-  auto vector = [&](const std::string& name, int64_t n) -> absl::StatusOr<Buffer> {
-    FLOVER_ASSIGN_OR_RETURN(std::vector<float> v, read(name, {n}));
-    return up(v, 1, n);
-  };
   // An nn.Linear's [out, in] rows, stacked from `names` (q, k, v into one).
   auto linear = [&](const std::vector<std::string>& names, int64_t in,
                     int64_t out) -> absl::StatusOr<std::unique_ptr<Weight>> {
@@ -151,7 +147,8 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
     return backend.PrepareWeight(w.data(), static_cast<int>(in), static_cast<int>(out * names.size()),
                                  WeightLayout::kOutIn);
   };
-  auto biases = [&](const std::vector<std::string>& names, int64_t n) -> absl::StatusOr<Buffer> {
+  // Vectors of n values (norms, biases) as one row, stacked from `names`.
+  auto vector = [&](const std::vector<std::string>& names, int64_t n) -> absl::StatusOr<Buffer> {
     std::vector<float> b;
     for (const std::string& name : names) {
       FLOVER_ASSIGN_OR_RETURN(std::vector<float> part, read(name, {n}));
@@ -166,29 +163,29 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
   FLOVER_ASSIGN_OR_RETURN(std::vector<float> conv, read(emb + "patch_embedding.weight", {D, info.channels, info.patch, info.patch}));
   FLOVER_ASSIGN_OR_RETURN(e->patch_, backend.PrepareWeight(conv.data(), static_cast<int>(K), static_cast<int>(D),
                                                            WeightLayout::kOutIn));
-  FLOVER_ASSIGN_OR_RETURN(e->patch_bias_, vector(emb + "patch_embedding.bias", D));
+  FLOVER_ASSIGN_OR_RETURN(e->patch_bias_, vector({emb + "patch_embedding.bias"}, D));
   FLOVER_ASSIGN_OR_RETURN(std::vector<float> pos, read(emb + "position_embedding.weight", {info.patches(), D}));
   FLOVER_ASSIGN_OR_RETURN(e->positions_, up(pos, info.patches(), D));
   for (int l = 0; l < info.layers; ++l) {
     const std::string p = absl::StrCat(kTower, "encoder.layers.", l, ".");
     Layer layer;
-    FLOVER_ASSIGN_OR_RETURN(layer.ln1_gamma, vector(p + "layer_norm1.weight", D));
-    FLOVER_ASSIGN_OR_RETURN(layer.ln1_beta, vector(p + "layer_norm1.bias", D));
-    FLOVER_ASSIGN_OR_RETURN(layer.ln2_gamma, vector(p + "layer_norm2.weight", D));
-    FLOVER_ASSIGN_OR_RETURN(layer.ln2_beta, vector(p + "layer_norm2.bias", D));
+    FLOVER_ASSIGN_OR_RETURN(layer.ln1_gamma, vector({p + "layer_norm1.weight"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.ln1_beta, vector({p + "layer_norm1.bias"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.ln2_gamma, vector({p + "layer_norm2.weight"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.ln2_beta, vector({p + "layer_norm2.bias"}, D));
     const std::string a = p + "self_attn.";
     FLOVER_ASSIGN_OR_RETURN(layer.qkv, linear({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, D, D));
-    FLOVER_ASSIGN_OR_RETURN(layer.qkv_bias, biases({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.qkv_bias, vector({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"}, D));
     FLOVER_ASSIGN_OR_RETURN(layer.out, linear({a + "out_proj.weight"}, D, D));
-    FLOVER_ASSIGN_OR_RETURN(layer.out_bias, biases({a + "out_proj.bias"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.out_bias, vector({a + "out_proj.bias"}, D));
     FLOVER_ASSIGN_OR_RETURN(layer.fc1, linear({p + "mlp.fc1.weight"}, D, F));
-    FLOVER_ASSIGN_OR_RETURN(layer.fc1_bias, biases({p + "mlp.fc1.bias"}, F));
+    FLOVER_ASSIGN_OR_RETURN(layer.fc1_bias, vector({p + "mlp.fc1.bias"}, F));
     FLOVER_ASSIGN_OR_RETURN(layer.fc2, linear({p + "mlp.fc2.weight"}, F, D));
-    FLOVER_ASSIGN_OR_RETURN(layer.fc2_bias, biases({p + "mlp.fc2.bias"}, D));
+    FLOVER_ASSIGN_OR_RETURN(layer.fc2_bias, vector({p + "mlp.fc2.bias"}, D));
     e->layers_.push_back(std::move(layer));
   }
-  FLOVER_ASSIGN_OR_RETURN(e->post_gamma_, vector(std::string(kTower) + "post_layernorm.weight", D));
-  FLOVER_ASSIGN_OR_RETURN(e->post_beta_, vector(std::string(kTower) + "post_layernorm.bias", D));
+  FLOVER_ASSIGN_OR_RETURN(e->post_gamma_, vector({std::string(kTower) + "post_layernorm.weight"}, D));
+  FLOVER_ASSIGN_OR_RETURN(e->post_beta_, vector({std::string(kTower) + "post_layernorm.bias"}, D));
   const int64_t shuffled = D * info.scale * info.scale;
   FLOVER_ASSIGN_OR_RETURN(e->projection_,
                           linear({"model.connector.modality_projection.proj.weight"}, shuffled, info.out_width));
