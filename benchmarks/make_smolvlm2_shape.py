@@ -21,13 +21,10 @@ os.makedirs(OUT, exist_ok=True)
 SEED = 4321
 GGUF = sys.argv[2] if len(sys.argv) > 2 else "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-CHAT_TEMPLATE = (
-    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}"
-    "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
-    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
-    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% elif line['type'] == 'video' %}{{ '<video>' }}{% endif %}"
-    "{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
-)
+# SmolVLM2's chat template (transformers' DEFAULT_CHAT_TEMPLATE), as the
+# test fixture written by tests/golden/make_idefics3_golden.py keeps it.
+with open("tests/golden/idefics3_tiny/chat_template.jinja") as f:
+    CHAT_TEMPLATE = f.read()
 
 # ---- tokenizer: SmolLM2 vocab/merges from the GGUF + SmolVLM2 added tokens at the real ids
 r = gguf.GGUFReader(GGUF)
