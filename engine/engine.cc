@@ -259,7 +259,8 @@ Engine::Engine(CausalLm& model, const Tokenizer* tokenizer, const EngineOptions&
     : model_(model), tokenizer_(tokenizer), options_(options), executor_(std::move(executor)),
       draft_(std::move(draft)), channel_(channel),
       cache_(executor_->cache().shape(), options.scheduler.window, options.prefix_caching,
-             options.state_checkpoint_interval) {
+             options.state_checkpoint_interval),
+      features_(options.vision_cache_bytes) {
   const KvCacheShape& shape = executor_->cache().shape();
   stats_.max_running = options.scheduler.max_batch;
   stats_.kv_bytes_total = shape.bytes();
@@ -1017,7 +1018,6 @@ bool Engine::EncodeImages() {
   VisionEncoder& vision = *options_.vision;
   const VisionInfo& v = vision.info();
   const size_t per_tile = static_cast<size_t>(v.channels) * v.tile * v.tile;
-  const size_t rows_per_tile = static_cast<size_t>(v.rows_per_tile()) * v.out_width;
   int budget = std::max(1, options_.vision_tiles_per_step);
   while (!encoding_.empty() && budget > 0) {
     Sequence& s = *encoding_.front();
@@ -1025,9 +1025,8 @@ bool Engine::EncodeImages() {
     while (s.image_rows.size() < images.size() && budget > 0) {
       const PromptImage& im = images[s.image_rows.size()];
       if (s.partial_tiles == 0) {
-        if (auto kept = features_.find(im.key); kept != features_.end()) {
-          kept->second.last_use = ++feature_uses_;
-          s.image_rows.push_back(kept->second.rows);
+        if (ImageFeatureCache::Rows kept = features_.Find(im.key)) {
+          s.image_rows.push_back(std::move(kept));
           std::lock_guard<std::mutex> lock(mu_);
           ++stats_.image_cache_hits;
           continue;
@@ -1051,54 +1050,18 @@ bool Engine::EncodeImages() {
       s.partial = {};
       s.partial_tiles = 0;
       s.image_rows.push_back(done);
-      // Kept by key, the least recently used going first past the budget.
-      const int64_t bytes = static_cast<int64_t>(done->size() * sizeof(float));
-      if (bytes <= options_.vision_cache_bytes) {
-        features_[im.key] = {done, ++feature_uses_};
-        features_bytes_ += bytes;
-        while (features_bytes_ > options_.vision_cache_bytes) {
-          auto oldest = std::min_element(features_.begin(), features_.end(), [](const auto& a, const auto& b) {
-            return a.second.last_use < b.second.last_use;
-          });
-          features_bytes_ -= static_cast<int64_t>(oldest->second.rows->size() * sizeof(float));
-          features_.erase(oldest);
-        }
-      }
+      features_.Keep(im.key, std::move(done));
     }
     if (s.finished) {
       encoding_.pop_front();
       continue;
     }
     if (s.image_rows.size() < images.size()) break;
-    // Every image encoded: its tiles' rows to the image tokens, in order,
-    // each tile's run of rows keyed by its image and place.
+    // Every image encoded: the features to its image tokens.
     std::unique_ptr<Sequence> seq = std::move(encoding_.front());
     encoding_.pop_front();
-    const std::vector<int32_t>& prompt = seq->request.prompt;
-    size_t at = 0;
-    for (size_t i = 0; i < images.size(); ++i) {
-      for (int t = 0; t < images[i].num_tiles; ++t) {
-        const float* rows = seq->image_rows[i]->data() + t * rows_per_tile;
-        size_t taken = 0;
-        while (taken < static_cast<size_t>(v.rows_per_tile())) {
-          while (prompt[at] != v.image_token) ++at;
-          size_t end = at;
-          while (end < prompt.size() && prompt[end] == v.image_token &&
-                 taken + (end - at) < static_cast<size_t>(v.rows_per_tile())) {
-            ++end;
-          }
-          const size_t count = end - at;
-          auto values = std::make_shared<const std::vector<float>>(rows + taken * v.out_width,
-                                                                   rows + (taken + count) * v.out_width);
-          const uint64_t key = images[i].key ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(t + 1)) ^
-                               (static_cast<uint64_t>(taken) << 48);
-          seq->request.given_rows.push_back(
-              {static_cast<int32_t>(at), static_cast<int32_t>(count), std::move(values), key});
-          taken += count;
-          at = end;
-        }
-      }
-    }
+    seq->request.given_rows = ImageGivenRows(seq->request.prompt, images, seq->image_rows, v.image_token,
+                                             v.rows_per_tile(), v.out_width);
     seq->keys = PrefixKeys(seq->request);
     seq->image_rows.clear();
     queue_.push_back(std::move(seq));

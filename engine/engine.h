@@ -29,6 +29,7 @@
 #include "model/causal_lm.h"
 #include "engine/engine_metrics.h"
 #include "engine/cache_manager.h"
+#include "engine/image_features.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/draft_model.h"
@@ -254,13 +255,8 @@ class Engine {
   // Sequences whose images are being encoded, oldest first; each joins
   // queue_ once its images are (EncodeImages).
   std::deque<std::unique_ptr<Sequence>> encoding_;
-  // Encoded images' features by key, and the order they were last used in.
-  struct KeptFeatures {
-    std::shared_ptr<const std::vector<float>> rows;
-    int64_t last_use = 0;
-  };
-  absl::flat_hash_map<uint64_t, KeptFeatures> features_;
-  int64_t features_bytes_ = 0, feature_uses_ = 0;
+  // Encoded images' features by key (options_.vision_cache_bytes).
+  ImageFeatureCache features_;
   std::vector<std::unique_ptr<Sequence>> active_;  // in admission order
   absl::flat_hash_map<RequestId, Sequence*> by_id_;  // this step's sequences
   StepInput step_;
