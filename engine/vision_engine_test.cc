@@ -121,6 +121,74 @@ TEST_F(VisionEngineTest, ImagesAreEncodedBetweenStepsAndGenerateTransformersToke
   EXPECT_GE(engine_->Stats().prefix_hit_tokens - hits, 128);  // its whole blocks
 }
 
+// The invariance suite's question for image requests: fused with text and
+// image requests arriving as others run, prompts chunked (64 rows a step),
+// sequences preempted (a cache of 16 blocks), images and blocks hit from
+// the caches, n-gram drafts verified: every request's tokens equal its run
+// alone (one at a time on an engine without any of that).
+TEST_F(VisionEngineTest, ImageRequestsEqualTheirRunsAlone) {
+  std::vector<Request> requests;
+  for (int i = 0; i < 8; ++i) {
+    Request r = ImageRequest(i % 3 == 2 ? "two_images" : "gradient", /*first_key=*/i % 2 == 0 ? 1 : 100 + i);
+    r.stop.max_new_tokens = 6 + 3 * i;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = 7 + i;
+    }
+    requests.push_back(std::move(r));
+    if (i % 3 == 0) {  // a text request between
+      Request text;
+      text.prompt = {1, static_cast<int32_t>(40 + i), 61, 62, 63, 64};
+      text.sampling.temperature = 0;
+      text.stop.max_new_tokens = 20;
+      text.stop.ignore_eos = true;
+      requests.push_back(std::move(text));
+    }
+  }
+  auto run = [&](const EngineOptions& o, bool together) {
+    auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
+    for (const Request& r : requests) {
+      sinks.push_back(std::make_shared<testing::CollectingSink>());
+      EXPECT_TRUE((*e)->Submit(r, sinks.back()).ok());
+      if (!together) EXPECT_TRUE(sinks.back()->Wait());
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& sink : sinks) {
+      EXPECT_TRUE(sink->Wait());
+      out.push_back(sink->tokens());
+    }
+    return std::make_pair(std::move(out), (*e)->Stats());
+  };
+  EngineOptions alone;
+  alone.max_seq_len = 512;
+  alone.prefix_caching = false;
+  alone.vision = vision_.get();
+  alone.vision_cache_bytes = 0;
+  EngineOptions busy = alone;
+  busy.prefix_caching = true;
+  busy.vision_cache_bytes = int64_t{1} << 20;
+  busy.scheduler.max_batch = 4;
+  busy.scheduler.max_tokens_per_step = 64;
+  busy.kv_cache.bytes = 16 * model_->CacheShape(1, 1).bytes_per_block();
+  busy.speculative.mode = SpeculativeMode::kNgram;
+  busy.speculative.max_tokens = 4;
+  busy.speculative.max_step_rows = 16;
+  busy.speculative.min_ngram = 1;
+  busy.speculative.max_ngram = 3;
+  const auto [want, alone_stats] = run(alone, /*together=*/false);
+  const auto [got, stats] = run(busy, /*together=*/true);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  EXPECT_EQ(alone_stats.image_cache_hits, 0);
+  // Each mechanism happened.
+  EXPECT_GT(stats.image_cache_hits, 0);
+  EXPECT_GT(stats.prefix_hit_tokens, 0);
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_GT(stats.draft_tokens, 0);
+  EXPECT_LT(stats.steps, stats.generated_tokens - stats.accepted_tokens) << "no step fused two sequences";
+}
+
 TEST_F(VisionEngineTest, TwoImagesFusedWithAnotherImageRequestAndRefusals) {
   Start(/*tiles_per_step=*/4);
   auto one = std::make_shared<testing::CollectingSink>();
