@@ -54,7 +54,7 @@ std::unique_ptr<StepExecutor> Executor(CausalLm& model) {
 TEST(TensorParallelWorkerTest, StepsWithGivenRowsArriveWhole) {
   std::string skip;
   auto backend = testing::BackendForTest("cpu", &skip);
-  ASSERT_NE(backend, nullptr) << skip;
+  if (backend == nullptr) GTEST_SKIP() << skip;  // an ISA cap above this CPU
   auto loaded = LoadModel("tests/golden/llama_gqa");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto model = testing::ModelOn(*backend, **loaded);
