@@ -358,6 +358,68 @@ TEST_P(OpsTest, Rope) {
       return got;
     });
   }
+  // Multimodal rotary: positions of 3 rows (temporal, height, width), each
+  // frequency turned by the row its section names. The reference builds the
+  // angle table as transformers' Qwen3-VL does (every frequency by the
+  // temporal row, then slices [1 : 3h : 3] by the height row and [2 : 3w :
+  // 3] by the width row) and Qwen2-VL does (consecutive sections); rows
+  // whose three positions are equal turn as plain rotary does, bitwise.
+  for (const bool interleaved : {true, false}) {
+    RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 1e-5, [&](Dev& d) {
+      const int half = D / 2;                  // 8 frequencies
+      const int sec[3] = {4, 2, 2};
+      auto qkv = Random(T * W, 35);
+      const std::vector<int32_t> pos3 = {0, 3, 9, 9, 11,    // temporal
+                                         0, 4, 10, 9, 11,   // height
+                                         0, 6, 12, 9, 11};  // width
+      std::vector<float> freq(half);
+      for (int i = 0; i < half; ++i) freq[i] = static_cast<float>(1.0 / std::pow(5e5, 2.0 * i / D));
+      const Tensor t = d.Up(qkv, T, W);
+      RopeParams rp{HQ, HKV, D};
+      rp.mrope_t = sec[0];
+      rp.mrope_h = sec[1];
+      rp.mrope_w = sec[2];
+      rp.mrope_interleaved = interleaved;
+      EXPECT_TRUE(d->Rope(t, d.UpInts(pos3, 3, T), d.Up(freq, 1, half), rp).ok());
+      const std::vector<float> got = d.Down(t);
+      std::vector<double> want(qkv.begin(), qkv.end());
+      for (int r = 0; r < T; ++r) {
+        std::vector<int32_t> which(half, 0);  // the row of positions each frequency reads
+        if (interleaved) {
+          for (int i = 1; i < 3 * sec[1]; i += 3) which[i] = 1;
+          for (int i = 2; i < 3 * sec[2]; i += 3) which[i] = 2;
+        } else {
+          for (int i = sec[0]; i < sec[0] + sec[1]; ++i) which[i] = 1;
+          for (int i = sec[0] + sec[1]; i < half; ++i) which[i] = 2;
+        }
+        for (int h = 0; h < HQ + HKV; ++h) {
+          for (int i = 0; i < half; ++i) {
+            const int ia = r * W + h * D + i, ib = ia + half;
+            const double angle = static_cast<float>(pos3[which[i] * T + r]) * freq[i];
+            const double a = qkv[ia], b = qkv[ib];
+            want[ia] = a * std::cos(angle) - b * std::sin(angle);
+            want[ib] = b * std::cos(angle) + a * std::sin(angle);
+          }
+        }
+      }
+      EXPECT_LT(RelErr(got, want), 1e-5) << interleaved;
+      // Rows 3 and 4 (all three positions equal) as plain rotary turns them.
+      const Tensor plain = d.Up(qkv, T, W);
+      EXPECT_TRUE(d->Rope(plain, d.UpInts(std::vector<int32_t>(pos3.begin(), pos3.begin() + T), 1, T),
+                          d.Up(freq, 1, half), {HQ, HKV, D})
+                      .ok());
+      const std::vector<float> flat = d.Down(plain);
+      for (int r = 3; r < T; ++r) {
+        for (int x = 0; x < W; ++x) EXPECT_EQ(got[r * W + x], flat[r * W + x]) << r << " " << x;
+      }
+      // Sections that do not cover the frequencies are refused, naming them.
+      rp.mrope_w = 1;
+      const absl::Status st = d->Rope(t, d.UpInts(pos3, 3, T), d.Up(freq, 1, half), rp);
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(st.message().find("sections 4, 2, 1 do not add up to the 8"), std::string::npos) << st;
+      return got;
+    });
+  }
   // More rotary dims than the head has is refused, naming both.
   RUN_OR_SKIP(device(), MatmulDtype::kF32, KvDtype::kF32, 0, [&](Dev& d) {
     const std::vector<float> qkv(size_t(W), 1.0f), freq(D, 1.0f);

@@ -73,7 +73,27 @@ struct RopeParams {
   // transformers and llama.cpp apply it): the turned dims grow by it, the
   // others do not. 1: plain rotation, bitwise.
   float scale = 1.0f;
+  // Multimodal rotary (Qwen2-VL's M-RoPE and after), read where positions
+  // has 3 rows (temporal, height, width positions of each row; 1 row: all
+  // three equal, plain rotary): how many of the inv_freq.cols frequencies
+  // turn by each row, as consecutive sections (t first) or interleaved
+  // (Qwen3-VL, Qwen3.5: frequency i by the height row where i % 3 == 1 and
+  // i < 3 * h, by the width row where i % 3 == 2 and i < 3 * w, else by the
+  // temporal row). t + h + w must be inv_freq.cols.
+  int mrope_t = 0, mrope_h = 0, mrope_w = 0;
+  bool mrope_interleaved = false;
 };
+
+// Which row of a multimodal rotary's positions turns frequency i (see
+// RopeParams::mrope_t): 0 temporal, 1 height, 2 width.
+inline int MropeRow(const RopeParams& p, int i) {
+  if (p.mrope_interleaved) {
+    if (i % 3 == 1 && i < 3 * p.mrope_h) return 1;
+    if (i % 3 == 2 && i < 3 * p.mrope_w) return 2;
+    return 0;
+  }
+  return i < p.mrope_t ? 0 : i < p.mrope_t + p.mrope_h ? 1 : 2;
+}
 
 // out = x * act(gate), elementwise (Gate): Qwen3.5's attention output gate
 // (sigmoid), a gated RMSNorm's gate (silu), LFM2's B * x and C * y

@@ -856,6 +856,7 @@ absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const 
   const int a_step = interleaved ? 2 : 1, b_off = interleaved ? 1 : half;
   const float* freq = inv_freq.as<float>();
   const int32_t* pos = positions.as<int32_t>();
+  const bool multimodal = positions.rows == 3;
   float* rows = qkv.as<float>();
   UseCpuThreadsHere();
 #pragma omp parallel
@@ -864,7 +865,9 @@ absl::Status CpuBackend::Rope(const Tensor& qkv, const Tensor& positions, const 
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
       for (int i = 0; i < half; ++i) {
-        const float angle = static_cast<float>(pos[t]) * freq[i];
+        // Multimodal: frequency i by its section's row of positions.
+        const int32_t at = multimodal ? pos[MropeRow(p, i) * T + t] : pos[t];
+        const float angle = static_cast<float>(at) * freq[i];
         cs[i] = std::cos(angle) * p.scale;
         sn[i] = std::sin(angle) * p.scale;
       }

@@ -507,10 +507,12 @@ absl::Status CudaBackend::Rope(const Tensor& qkv, const Tensor& positions, const
                                const RopeParams& p) {
   FLOVER_RETURN_IF_ERROR(CheckRopeArgs(qkv, positions, inv_freq, p));
   FLOVER_RETURN_IF_ERROR(Activate());
+  const int mrope[4] = {p.mrope_t, p.mrope_h, p.mrope_w, p.mrope_interleaved ? 1 : 0};
   return CudaStatus(LaunchRope(qkv.as<float>(), positions.as<int32_t>(), inv_freq.as<float>(),
                                static_cast<int>(qkv.rows), p.q_heads, p.kv_heads, p.head_dim,
                                static_cast<int>(inv_freq.cols),
-                               p.style == RopeStyle::kInterleaved, p.scale, stream_),
+                               p.style == RopeStyle::kInterleaved, p.scale,
+                               positions.rows == 3 ? mrope : nullptr, stream_),
                     "Rope");
 }
 

@@ -647,16 +647,29 @@ __global__ void RmsNormKernel(const float* x, int C, const float* gamma, float e
 
 // grid T, block kElementwiseThreads: row t's Q and K heads, pair i of the
 // first 2 * half dims of each: (i, i + half), or (2i, 2i + 1) interleaved.
+// Multimodal (mrope.rows 3): frequency i by row MropeRow of the positions
+// [3, T] (RopeParams::mrope_t).
+struct MropeArgs {
+  int rows = 1, t = 0, h = 0, w = 0;
+  bool interleaved = false;
+};
+
+__device__ __forceinline__ int MropeRowOf(const MropeArgs& m, int i) {
+  if (m.interleaved) return (i % 3 == 1 && i < 3 * m.h) ? 1 : (i % 3 == 2 && i < 3 * m.w) ? 2 : 0;
+  return i < m.t ? 0 : i < m.t + m.h ? 1 : 2;
+}
+
 __global__ void RopeKernel(float* qkv, const int32_t* positions, const float* inv_freq,
                            int rotated_heads, int head_dim, int half, bool interleaved,
-                           float scale, int64_t row_width) {
+                           float scale, int64_t row_width, MropeArgs mrope, int T) {
   PdlPrologue();
   const int t = blockIdx.x;
   const int a_step = interleaved ? 2 : 1, b_off = interleaved ? 1 : half;
   float* row = qkv + t * row_width;
-  const float p = static_cast<float>(positions[t]);
   for (int j = threadIdx.x; j < rotated_heads * half; j += blockDim.x) {
     const int h = j / half, i = j % half;
+    const int32_t at = mrope.rows == 3 ? positions[MropeRowOf(mrope, i) * T + t] : positions[t];
+    const float p = static_cast<float>(at);
     float c, s;
     sincosf(p * inv_freq[i], &s, &c);
     c *= scale;
@@ -1558,11 +1571,13 @@ cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, floa
 
 cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_freq, int T,
                        int q_heads, int kv_heads, int head_dim, int rotary_half, bool interleaved,
-                       float scale, cudaStream_t stream) {
+                       float scale, const int* mrope, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const int64_t width = (static_cast<int64_t>(q_heads) + 2 * kv_heads) * head_dim;
+  MropeArgs m;
+  if (mrope != nullptr) m = MropeArgs{3, mrope[0], mrope[1], mrope[2], mrope[3] != 0};
   LaunchKernel(RopeKernel, T, kElementwiseThreads, 0, stream, qkv, positions, inv_freq,
-               q_heads + kv_heads, head_dim, rotary_half, interleaved, scale, width);
+               q_heads + kv_heads, head_dim, rotary_half, interleaved, scale, width, m, T);
   return cudaGetLastError();
 }
 

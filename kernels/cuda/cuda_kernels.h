@@ -106,10 +106,11 @@ cudaError_t LaunchRmsNorm(const float* x, int T, int C, const float* gamma, floa
 // Rotary embeddings in place on the first (q_heads + kv_heads) * D columns
 // of each row of qkv: f32 [T, (q_heads + 2 * kv_heads) * D]; the first
 // 2 * rotary_half dims of each head turn, as halves or interleaved pairs,
-// by cos and sin times `scale`.
+// by cos and sin times `scale`. `mrope`: null, or {t, h, w, interleaved}
+// of a multimodal rotary whose positions are [3, T] (RopeParams::mrope_t).
 cudaError_t LaunchRope(float* qkv, const int32_t* positions, const float* inv_freq, int T,
                        int q_heads, int kv_heads, int head_dim, int rotary_half, bool interleaved,
-                       float scale, cudaStream_t stream);
+                       float scale, const int* mrope, cudaStream_t stream);
 
 // out: [T, F] of out_dtype = act(gate_up[:, :F]) * gate_up[:, F:], act
 // silu or (gelu) gelu's tanh form.
