@@ -181,8 +181,9 @@ absl::Status CheckRopeArgs(const Tensor& qkv, const Tensor& positions, const Ten
   FLOVER_RETURN_IF_ERROR(CheckTensor("Rope", "qkv", qkv, kAnySize,
                                      (int64_t{p.q_heads} + 2 * p.kv_heads) * D, {DType::kF32}));
   if (positions.rows == 3) {  // multimodal: every frequency in a section
-    if (p.mrope_t < 0 || p.mrope_h < 0 || p.mrope_w < 0 ||
-        int64_t{p.mrope_t} + p.mrope_h + p.mrope_w != inv_freq.cols) {
+    const int64_t sum = int64_t{p.mrope_t} + p.mrope_h + p.mrope_w;
+    if (p.mrope_t < 0 || p.mrope_h < 0 || p.mrope_w < 0 || sum == 0 ||
+        (!p.mrope_interleaved && sum != inv_freq.cols)) {
       return absl::InvalidArgumentError(absl::StrCat("Rope: multimodal sections ", p.mrope_t, ", ", p.mrope_h, ", ",
                                                      p.mrope_w, " do not add up to the ", inv_freq.cols,
                                                      " rotary frequencies"));

@@ -79,7 +79,8 @@ struct RopeParams {
   // turn by each row, as consecutive sections (t first) or interleaved
   // (Qwen3-VL, Qwen3.5: frequency i by the height row where i % 3 == 1 and
   // i < 3 * h, by the width row where i % 3 == 2 and i < 3 * w, else by the
-  // temporal row). t + h + w must be inv_freq.cols.
+  // temporal row, as transformers slices them). Consecutive sections must
+  // add up to inv_freq.cols.
   int mrope_t = 0, mrope_h = 0, mrope_w = 0;
   bool mrope_interleaved = false;
 };

@@ -22,6 +22,7 @@ void ForwardBatch::AddSequence(absl::Span<const int32_t> blocks, absl::Span<cons
   for (int64_t i = 0; i < len; ++i) {
     tokens.push_back(new_tokens[i]);
     positions.push_back(pos + static_cast<int32_t>(i));
+    if (!rope_positions.empty()) rope_positions.insert(rope_positions.end(), 3, pos + static_cast<int32_t>(i));
   }
 }
 
@@ -37,11 +38,28 @@ void ForwardBatch::Clear() {
   hidden.clear();
   given.clear();
   embeds.clear();
+  given_layers.clear();
+  rope_positions.clear();
 }
 
 void ForwardBatch::GiveRows(int32_t first_row, absl::Span<const float> values, int width) {
   given.push_back({first_row, static_cast<int32_t>(values.size() / width)});
   embeds.insert(embeds.end(), values.begin(), values.end());
+}
+
+void ForwardBatch::AddToGivenRows(int layer, absl::Span<const float> values) {
+  if (given_layers.size() <= static_cast<size_t>(layer)) given_layers.resize(layer + 1);
+  given_layers[layer].insert(given_layers[layer].end(), values.begin(), values.end());
+}
+
+void ForwardBatch::SetRopePositions(int row, int32_t t, int32_t h, int32_t w) {
+  if (rope_positions.empty()) {
+    rope_positions.reserve(3 * positions.size());
+    for (int32_t p : positions) rope_positions.insert(rope_positions.end(), 3, p);
+  }
+  rope_positions[3 * row] = t;
+  rope_positions[3 * row + 1] = h;
+  rope_positions[3 * row + 2] = w;
 }
 
 int ForwardBatch::num_logit_rows() const {

@@ -53,6 +53,16 @@ struct ForwardBatch {
   };
   std::vector<GivenRows> given;
   std::vector<float> embeds;
+  // Additions to the given rows' residual stream after the first layers
+  // (Qwen3-VL's deepstack: features of the vision tower's middle layers):
+  // given_layers[l] is added after layer l, [sum of counts, hidden] span
+  // after span as `embeds`. Else empty.
+  std::vector<std::vector<float>> given_layers;
+  // A multimodal rotary's positions (DecoderSpec::mrope): each row's
+  // temporal, height and width position, [T, 3]. Only the rotary reads them
+  // (the cache's places stay `positions`). Empty: every row's three are its
+  // `positions` (text), as for a model without one.
+  std::vector<int32_t> rope_positions;
 
   // Appends `new_tokens` of a sequence, the first at position `pos`, whose
   // KV blocks are `blocks` in order of position (the first
@@ -66,6 +76,12 @@ struct ForwardBatch {
   // Gives rows first_row .. first_row + values.size() / width - 1 their
   // input embeddings, `width` values a row (see `given`).
   void GiveRows(int32_t first_row, absl::Span<const float> values, int width);
+  // Appends the last given span's addition after layer `layer` (see
+  // given_layers); every layer below it gets one first.
+  void AddToGivenRows(int layer, absl::Span<const float> values);
+  // Row `row`'s multimodal rotary positions (see rope_positions); the
+  // others keep theirs.
+  void SetRopePositions(int row, int32_t t, int32_t h, int32_t w);
   void Clear();
   int num_rows() const { return static_cast<int>(tokens.size()); }
   int num_logit_rows() const;            // the sum of logit_rows

@@ -41,6 +41,9 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
   if (b.positions.size() != b.tokens.size()) {
     return absl::InvalidArgumentError("batch positions and tokens differ in length");
   }
+  if (!b.rope_positions.empty() && b.rope_positions.size() != 3 * b.tokens.size()) {
+    return absl::InvalidArgumentError("batch rotary positions are not three a token");
+  }
   const int limit = std::min(cs.max_seq, max_positions_);
   const bool local = cs.local_blocks > 0;
   if (b.local_block_ids.size() != (local ? b.block_ids.size() : 0)) {
@@ -219,9 +222,10 @@ absl::Status ForwardRuntime::Reserve(int rows, int logit_rows) {
     }
     buffers_.push_back(std::move(*b));
   }
-  // Tokens, positions, the sequence table, the gather table and the state
-  // slots (12 words a row at most), then the block table: every sequence
-  // (one logit row each at least) at the model's longest context.
+  // Tokens, positions, the sequence table, the gather table, the state
+  // slots and the multimodal rotary positions (15 words a row at most), then
+  // the block table: every sequence (one logit row each at least) at the
+  // model's longest context.
   auto step = alloc(kernels::DType::kI32, 1,
                     kStepWordsPerRow * int64_t{rows} +
                         2 * int64_t{logit_rows} * KvCacheShape::BlocksFor(max_positions_));
@@ -283,6 +287,13 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
   }
   const int64_t gather_at = static_cast<int64_t>(step_host_.size());
   for (const kernels::SeqRows& g : gather_host_) step_host_.insert(step_host_.end(), {g.blocks, g.pos, g.len, g.row});
+  // Multimodal rotary positions last, as [3, T]: temporal, height, width.
+  const int64_t rope_at = static_cast<int64_t>(step_host_.size());
+  if (!b.rope_positions.empty()) {
+    for (int k = 0; k < 3; ++k) {
+      for (int t = 0; t < T; ++t) step_host_.push_back(b.rope_positions[3 * t + k]);
+    }
+  }
   const Tensor all = step_.tensor().View(0, 1, static_cast<int64_t>(step_host_.size()));
   FLOVER_RETURN_IF_ERROR(backend_.Upload(step_host_.data(), all));
   kernels::SeqTable seqs{b.seqs.data(), S, all.View(2 * int64_t{T}, S, 4), T, max_context};
@@ -299,7 +310,8 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
     local.block_ids = b.local_block_ids.data();
     local.block_ids_device = all.View(blocks_at + B, 1, L);
   }
-  Step step{all.View(0, 1, T), all.View(T, 1, T), seqs, gather, local};
+  Step step{all.View(0, 1, T), all.View(T, 1, T), all.View(T, 1, T), seqs, gather, local};
+  if (!b.rope_positions.empty()) step.rope_positions = all.View(rope_at, 3, T);
   if (!b.states.empty()) {
     step.states = b.states.data();
     step.states_device = all.View(states_at, S, 2);
@@ -310,7 +322,7 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
 absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,
                                     const std::function<absl::Status()>& ops) {
   const kernels::SeqTable& seqs = step->seqs;
-  if (!recordable_ || tp_size_ > 1 || seqs.num_rows != seqs.num_seqs ||
+  if (!recordable_ || tp_size_ > 1 || seqs.num_rows != seqs.num_seqs || step->rope_positions.rows == 3 ||
       seqs.num_rows > kMaxRecordedRows || cache.shape().local_blocks > 0) {
     // Collectives between ops, a prompt's rows, or a local block table
     // (uploaded where its length puts it): plainly.

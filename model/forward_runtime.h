@@ -65,6 +65,10 @@ class ForwardRuntime {
 
   struct Step {
     kernels::Tensor tokens, positions;  // i32 [1, T]
+    // The rotary's positions: `positions`, or i32 [3, T] (temporal, height,
+    // width rows) where the batch gives multimodal ones
+    // (ForwardBatch::rope_positions). A step with them is not recorded.
+    kernels::Tensor rope_positions;
     kernels::SeqTable seqs;
     // The rows whose logits the batch asks for are the last rows of its
     // entries, in order: `seqs` itself where each sequence asks for one.
@@ -126,7 +130,7 @@ class ForwardRuntime {
  private:
   // Words of the step table per row at most: a token, a position, a
   // sequence's 4 and state's 2, a gathered row's 4.
-  static constexpr int kStepWordsPerRow = 12;
+  static constexpr int kStepWordsPerRow = 15;
   absl::Status CheckStates(const ForwardBatch& b, const KvCacheShape& cs);
 
   kernels::Backend& backend_;

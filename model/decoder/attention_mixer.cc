@@ -50,8 +50,12 @@ class AttentionMixer final : public TokenMixer {
     }
     if (!m.inv_freq(false).empty() && (spec.rope_layers.empty() || spec.rope_layers[l])) {
       const bool local = !spec.local_rope.empty() && spec.local_rope[l];
-      const kernels::RopeParams rope{shard.q_heads, kv_heads, D, spec.rope_style, spec.rope_scale};
-      FLOVER_RETURN_IF_ERROR(backend.Rope(qkv, s.step.positions, m.inv_freq(local).tensor(), rope));
+      kernels::RopeParams rope{shard.q_heads, kv_heads, D, spec.rope_style, spec.rope_scale};
+      rope.mrope_t = spec.mrope_t;
+      rope.mrope_h = spec.mrope_h;
+      rope.mrope_w = spec.mrope_w;
+      rope.mrope_interleaved = spec.mrope_interleaved;
+      FLOVER_RETURN_IF_ERROR(backend.Rope(qkv, s.step.rope_positions, m.inv_freq(local).tensor(), rope));
     }
     // A local layer reads its own blocks where the cache keeps them apart.
     const kernels::SeqTable& table = s.cache.shape().local(kv_layer_) ? s.step.local_seqs : s.step.seqs;

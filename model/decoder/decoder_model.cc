@@ -43,8 +43,11 @@ DecoderModel::DecoderModel(const DecoderSpec& spec, const ModelInfo& info,
                          : ForwardRuntime::BufferSpec{f32, 1, 1};
             b[kMlp] = {act, T, F};
             const int P = spec_.per_layer_input;
-            b[kBranch] = sandwich || spec_.residual_scale != 1.0f || P > 0 ? ForwardRuntime::BufferSpec{f32, T, C}
-                                                                           : ForwardRuntime::BufferSpec{f32, 1, 1};
+            // Also where given rows take additions after layers (their
+            // rows go up through it between layers).
+            b[kBranch] = sandwich || spec_.residual_scale != 1.0f || P > 0 || spec_.given_layers > 0
+                             ? ForwardRuntime::BufferSpec{f32, T, C}
+                             : ForwardRuntime::BufferSpec{f32, 1, 1};
             b[kNormed] = sandwich || P > 0 ? b[kBranch] : ForwardRuntime::BufferSpec{f32, 1, 1};
             const ForwardRuntime::BufferSpec ple{f32, P > 0 ? T : 1, std::max(P, 1)};
             b[kEmbed0] = P > 0 ? ForwardRuntime::BufferSpec{f32, T, C} : ForwardRuntime::BufferSpec{f32, 1, 1};
@@ -379,7 +382,7 @@ namespace {
 
 // The batch's given rows (ForwardBatch::given) lie within it, in order and
 // apart, with hidden values each.
-absl::Status CheckGivenRows(const ForwardBatch& b, int hidden) {
+absl::Status CheckGivenRows(const ForwardBatch& b, int hidden, int given_layers) {
   int64_t next = 0, rows = 0;
   for (const ForwardBatch::GivenRows& g : b.given) {
     if (g.count < 1 || g.row < next || int64_t{g.row} + g.count > b.num_rows()) {
@@ -393,6 +396,16 @@ absl::Status CheckGivenRows(const ForwardBatch& b, int hidden) {
   if (b.embeds.size() != static_cast<size_t>(rows) * hidden) {
     return absl::InvalidArgumentError(absl::StrCat("given input rows need ", rows, " x ", hidden, " values, got ",
                                                    b.embeds.size()));
+  }
+  if (b.given_layers.size() > static_cast<size_t>(given_layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("given rows' additions after ", b.given_layers.size(),
+                                                   " layers, of a model that takes them after ", given_layers));
+  }
+  for (size_t l = 0; l < b.given_layers.size(); ++l) {
+    if (b.given_layers[l].size() != b.embeds.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("given rows' addition after layer ", l, " has ",
+                                                     b.given_layers[l].size(), " values, not ", b.embeds.size()));
+    }
   }
   return absl::OkStatus();
 }
@@ -414,7 +427,10 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
     }
     FLOVER_RETURN_IF_ERROR(backend_.Upload(b.hidden.data(), runtime_.buffer(kHiddenIn).Rows(0, T)));
   }
-  FLOVER_RETURN_IF_ERROR(CheckGivenRows(b, spec_.hidden));
+  FLOVER_RETURN_IF_ERROR(CheckGivenRows(b, spec_.hidden, spec_.given_layers));
+  if (!b.rope_positions.empty() && spec_.mrope_t + spec_.mrope_h + spec_.mrope_w == 0) {
+    return absl::InvalidArgumentError("the batch gives multimodal rotary positions to a model without them");
+  }
   // Prefix checkpoints first (never part of a recorded step).
   for (const auto& [from, to] : b.state_copies) {
     for (int i = 0; i < cache.shape().state_layers; ++i) {
@@ -468,6 +484,16 @@ absl::Status DecoderModel::Run(const ForwardBatch& b, KvCache& cache, LogitsFor 
       FLOVER_RETURN_IF_ERROR(p.mlp->Forward(*this, h, p.post_mlp_norm, T));
       if (p.ple != nullptr) FLOVER_RETURN_IF_ERROR(p.ple->Forward(*this, step->tokens, step->positions, T));
       if (spec_.layer_scale) FLOVER_RETURN_IF_ERROR(backend_.Scale(x, p.scale));
+      // The given rows' addition after this layer (deepstack).
+      if (static_cast<size_t>(l) < b.given_layers.size()) {
+        size_t at = 0;
+        for (const ForwardBatch::GivenRows& g : b.given) {
+          const Tensor add = buf(kBranch, T).Rows(g.row, g.count);
+          FLOVER_RETURN_IF_ERROR(backend_.Upload(b.given_layers[l].data() + at, add));
+          FLOVER_RETURN_IF_ERROR(backend_.Add(add, x.Rows(g.row, g.count)));
+          at += static_cast<size_t>(g.count) * spec_.hidden;
+        }
+      }
     }
 
     // Every row's final hidden state, where kept (the norm is row by row:

@@ -139,6 +139,15 @@ struct DecoderSpec {
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
   // cos and sin are multiplied by this (LongRoPE's attention factor).
   float rope_scale = 1.0f;
+  // A multimodal rotary's sections (kernels::RopeParams::mrope_t; all 0:
+  // none): the frequencies that turn by an image row's temporal, height
+  // and width positions (ForwardBatch::rope_positions). Text rows' three
+  // positions are equal, and turn as plain rotary.
+  int mrope_t = 0, mrope_h = 0, mrope_w = 0;
+  bool mrope_interleaved = false;
+  // Given rows (an image's) take additions after this many first layers
+  // (ForwardBatch::given_layers; Qwen3-VL's deepstack); 0: none.
+  int given_layers = 0;
   // A second rotary table (as many frequencies) for the layers marked in
   // local_rope (n_layer entries, or empty: none): Gemma 3's local layers
   // turn by their own base, its global ones by inv_freq.

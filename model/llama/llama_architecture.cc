@@ -13,7 +13,7 @@ const std::vector<const LlamaArchitecture*>& LlamaArchitectures() {
       &Gemma2Arch(),   &Gemma3Arch(),  &Gemma4Arch(),  &GptOssArch(),        &GraniteHybridArch(), &Lfm2Arch(),      &LlamaArch(),
       &MistralArch(),  &MixtralArch(), &OlmoeArch(),         &Phi3Arch(),      &Qwen2Arch(),
       &Qwen2MoeArch(), &Qwen3Arch(),   &Qwen3_5Arch(),       &Qwen3_5MoeArch(), &Qwen3NextArch(),
-      &Qwen3MoeArch(), &SmolLM3Arch()};
+      &Qwen3MoeArch(), &Qwen3VlArch(),     &SmolLM3Arch()};
   return *table;
 }
 
@@ -44,11 +44,12 @@ const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type) {
   return nullptr;
 }
 
-const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type, std::string* text_prefix) {
+const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type, std::string* text_prefix, bool* deepstack) {
   for (const LlamaArchitecture* a : LlamaArchitectures()) {
     for (const LlamaArchitecture::ImageText& it : a->image_text) {
       if (model_type != it.model_type) continue;
       *text_prefix = it.text_prefix;
+      if (deepstack != nullptr) *deepstack = it.deepstack;
       return a;
     }
   }

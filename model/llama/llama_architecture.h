@@ -107,6 +107,9 @@ struct LlamaArchitecture {
   struct ImageText {
     const char* model_type;
     const char* text_prefix = "model.language_model.";
+    // Its image rows take additions after the first layers, one for each
+    // of vision_config's deepstack_visual_indexes (Qwen3-VL).
+    bool deepstack = false;
   };
   std::vector<ImageText> image_text;
   // Where its checkpoints name a tensor otherwise than Llama's: each
@@ -193,8 +196,11 @@ void Qwen3_5Entry(LlamaArchitecture* a);
 
 // Every architecture of the family, by model_type.
 const std::vector<const LlamaArchitecture*>& LlamaArchitectures();
-// The architecture whose image-text checkpoints have `model_type`, or null.
-const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type, std::string* text_prefix);
+// The architecture whose image-text checkpoints have `model_type`, or null;
+// *deepstack (where not null) says whether their image rows take additions
+// after the first layers (ImageText::deepstack).
+const LlamaArchitecture* FindLlamaTextOf(absl::string_view model_type, std::string* text_prefix,
+                                         bool* deepstack = nullptr);
 // The architecture of `model_type`, or null.
 const LlamaArchitecture* FindLlamaArchitecture(absl::string_view model_type);
 // The architecture a GGUF file of general.architecture `name` is read as
@@ -205,6 +211,7 @@ const LlamaArchitecture* FindGgufArchitecture(absl::string_view name, bool exper
 const LlamaArchitecture& LlamaArch();
 const LlamaArchitecture& Qwen2Arch();
 const LlamaArchitecture& Qwen3Arch();
+const LlamaArchitecture& Qwen3VlArch();
 const LlamaArchitecture& MistralArch();
 const LlamaArchitecture& Phi3Arch();
 const LlamaArchitecture& Gemma2Arch();

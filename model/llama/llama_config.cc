@@ -459,7 +459,18 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   // its text_config is the language model, read as that architecture; its
   // vision tower is not read.
   std::string text_prefix;
-  if (const LlamaArchitecture* text = FindLlamaTextOf(c.architecture, &text_prefix); text != nullptr) {
+  bool deepstack = false;
+  if (const LlamaArchitecture* text = FindLlamaTextOf(c.architecture, &text_prefix, &deepstack); text != nullptr) {
+    if (deepstack) {  // one addition to the image rows after each first layer
+      auto v = top->fields().find("vision_config");
+      if (v == top->fields().end() || v->second.kind_case() != Value::kStructValue) {
+        return refuse("model_type \"", c.architecture, "\" needs a vision_config object");
+      }
+      std::vector<int32_t> indexes;
+      FLOVER_RETURN_IF_ERROR(JsonIntListField(v->second.struct_value(), "deepstack_visual_indexes", 0, kMaxLayers,
+                                              absl::StrCat(what, ": vision_config"), &indexes));
+      c.given_layers = static_cast<int>(indexes.size());
+    }
     auto it = top->fields().find("text_config");
     if (it == top->fields().end() || it->second.kind_case() != Value::kStructValue) {
       return refuse("model_type \"", c.architecture, "\" needs a text_config object");
@@ -558,6 +569,32 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
       return refuse("partial_rotary_factor ", c.partial_rotary_factor, " of head_dim ", c.head_dim, " turns ",
                     c.rotary_dim, " dims (must be even and at least 2)");
     }
+  }
+  // A multimodal rotary (transformers 5's rope_parameters, or the
+  // rope_scaling of the released Qwen3-VL configs). Consecutive sections
+  // cover the rotary frequencies; interleaved ones turn the frequencies
+  // their pattern reaches by height and width, the rest by time (as
+  // transformers slices them).
+  const Struct* mrope = rope;
+  if (auto it = s.fields().find("rope_scaling"); rope == &s && it != s.fields().end() &&
+                                                 it->second.kind_case() == Value::kStructValue) {
+    mrope = &it->second.struct_value();
+  }
+  if (JsonHas(*mrope, "mrope_section")) {
+    std::vector<int32_t> sections;
+    FLOVER_RETURN_IF_ERROR(JsonIntListField(*mrope, "mrope_section", 0, 1024, what, &sections));
+    c.mrope_interleaved = JsonBoolField(*mrope, "mrope_interleaved", false);
+    if (sections.size() != 3 ||
+        (!c.mrope_interleaved && sections[0] + sections[1] + sections[2] != c.rotary() / 2)) {
+      return refuse("mrope_section must be 3 sections", c.mrope_interleaved ? "" : " adding up to the ",
+                    c.mrope_interleaved ? "" : absl::StrCat(c.rotary() / 2, " rotary frequencies"), ", got ",
+                    absl::StrJoin(sections, ", "));
+    }
+    for (int i = 0; i < 3; ++i) c.mrope[i] = sections[i];
+  }
+  if (c.given_layers > c.n_layer) {
+    return refuse("vision_config's deepstack_visual_indexes has ", c.given_layers, " entries for ", c.n_layer,
+                  " layers");
   }
   // rope_parameters keyed by layer type (Gemma 4's): the architecture's
   // hook read them.

@@ -209,6 +209,14 @@ struct LlamaConfig {
   // which Validate refuses).
   const LlamaArchitecture& arch() const;
   int rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // A multimodal rotary (rope_parameters' mrope_section and
+  // mrope_interleaved; DecoderSpec::mrope_t): all 0 without one.
+  int mrope[3] = {0, 0, 0};
+  bool mrope_interleaved = false;
+  // Image rows take the vision tower's middle layers' features after this
+  // many first layers (Qwen3-VL's deepstack: vision_config's
+  // deepstack_visual_indexes); 0: none.
+  int given_layers = 0;
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_kv_head * head_dim; }
   // Whether layer l's MLP is a mixture of experts.

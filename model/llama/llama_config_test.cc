@@ -67,13 +67,22 @@ TEST(LlamaConfigTest, HybridModelsKeysAndRefusals) {
   const std::string linear = R"("linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
       "linear_value_head_dim": 24, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
       "rope_parameters": {"rope_theta": 1e7, "partial_rotary_factor": 0.25, "rope_type": "default",
-                          "mrope_section": [11, 11, 10], "mrope_interleaved": true})";
+                          "mrope_section": [2, 1, 1], "mrope_interleaved": true})";
   auto q = ParseLlamaConfig(Config("qwen3_5_text", linear + R"(, "head_dim": 32,
       "layer_types": ["linear_attention", "full_attention"])"), "c");
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->layer_kinds, (std::vector<Kind>{Kind::kLinearAttention, Kind::kAttention}));
   EXPECT_EQ(q->rope_theta, 1e7);
   EXPECT_EQ(q->rotary(), 8);
+  // Its multimodal sections cover the 4 rotary frequencies; others are refused.
+  EXPECT_EQ(std::vector<int>(q->mrope, q->mrope + 3), (std::vector<int>{2, 1, 1}));
+  EXPECT_TRUE(q->mrope_interleaved);
+  std::string odd = linear;  // consecutive sections must cover them
+  odd.replace(odd.find("[2, 1, 1]"), 9, "[11, 11, 10]");
+  odd.replace(odd.find("\"mrope_interleaved\": true"), 25, "\"mrope_interleaved\": false");
+  EXPECT_THAT(std::string(ParseLlamaConfig(Config("qwen3_5_text", odd + R"(, "head_dim": 32,
+      "layer_types": ["linear_attention", "full_attention"])"), "c").status().message()),
+              HasSubstr("mrope_section must be 3 sections adding up to the 4 rotary frequencies, got 11, 11, 10"));
   EXPECT_EQ(q->conv_kernel, 4);
   EXPECT_EQ(q->linear_v_dim, 24);
   EXPECT_EQ(q->text_prefix, "model.");
@@ -450,7 +459,7 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
               HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, "
                         "gemma4_text, gemma4, gpt_oss, granitemoehybrid, lfm2, llama, idefics3, smolvlm, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, "
-                        "qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next, qwen3_moe, smollm3)"));
+                        "qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next, qwen3_moe, qwen3_vl_text, qwen3_vl, smollm3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   std::ofstream(dir + "/config.json") << Config("falcon", "");
@@ -460,7 +469,7 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
               HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gemma4, gemma4_text, gpt2, "
                         "gpt_oss, gptj, granitemoehybrid, idefics3, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, "
                         "qwen2_moe, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next, "
-                        "smollm3, smolvlm)"));
+                        "qwen3_vl, qwen3_vl_text, smollm3, smolvlm)"));
 }
 
 // A mixture of experts' keys: which layers are sparse, and inconsistent

@@ -154,6 +154,11 @@ DecoderSpec LlamaDecoderSpec(const LlamaConfig& c) {
   s.layout = kernels::WeightLayout::kOutIn;
   s.inv_freq = RopeInvFreq(c);
   s.rope_style = kernels::RopeStyle::kHalf;
+  s.mrope_t = c.mrope[0];
+  s.mrope_h = c.mrope[1];
+  s.mrope_w = c.mrope[2];
+  s.mrope_interleaved = c.mrope_interleaved;
+  s.given_layers = c.given_layers;
   // LongRoPE scales cos and sin: the turned dims of q and k.
   if (c.rope_scaling.type == RopeScaling::Type::kLongRope || c.rope_scaling.type == RopeScaling::Type::kYarn) {
     s.rope_scale = static_cast<float>(c.rope_scaling.attention_factor);
