@@ -24,7 +24,10 @@ struct VisionEncoder::Layer {
   Buffer qkv_bias, out_bias, fc1_bias, fc2_bias;
 };
 
-VisionEncoder::VisionEncoder(kernels::Backend& backend, VisionInfo info) : backend_(backend), info_(info) {}
+VisionEncoder::VisionEncoder(kernels::Backend& backend, VisionInfo info) : backend_(backend), info_(info) {
+  encoder_info_.image_token = info.image_token;
+  encoder_info_.out_width = info.out_width;
+}
 VisionEncoder::~VisionEncoder() = default;
 
 namespace {
@@ -267,6 +270,25 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Connect(absl::Span<const float
   FLOVER_RETURN_IF_ERROR(backend_.Download(out.tensor(), features.data()));
   FLOVER_RETURN_IF_ERROR(backend_.Synchronize());
   return features;
+}
+
+absl::Status VisionEncoder::CheckImage(const PromptImage& image) const {
+  const size_t per_tile = static_cast<size_t>(info_.channels) * info_.tile * info_.tile;
+  if (image.num_tiles < 1 || image.grid_h != 0 || image.grid_w != 0 || image.tiles == nullptr ||
+      image.tiles->size() != image.num_tiles * per_tile) {
+    return absl::InvalidArgumentError(absl::StrCat("needs ", image.num_tiles, " tiles of ", per_tile, " values, got ",
+                                                   image.tiles == nullptr ? 0 : image.tiles->size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> VisionEncoder::EncodeUnits(const PromptImage& image, int first, int n) {
+  const size_t per_tile = static_cast<size_t>(info_.channels) * info_.tile * info_.tile;
+  if (first < 0 || n < 1 || first + n > image.num_tiles) {
+    return absl::InvalidArgumentError(absl::StrCat("tiles ", first, "..", first + n - 1, " of an image of ",
+                                                   image.num_tiles));
+  }
+  return Encode(absl::MakeConstSpan(image.tiles->data() + first * per_tile, n * per_tile), n);
 }
 
 absl::StatusOr<std::vector<float>> VisionEncoder::Encode(absl::Span<const float> tiles, int n) {

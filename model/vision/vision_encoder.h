@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
+#include "model/vision/image_encoder.h"
 
 namespace flover {
 
@@ -42,7 +43,7 @@ struct VisionInfo {
   int rows_per_tile() const { return patches() / (scale * scale); }
 };
 
-class VisionEncoder {
+class VisionEncoder : public ImageEncoder {
  public:
   // The image side of the checkpoint in `dir` (its config.json's
   // vision_config, scale_factor, text_config.hidden_size and
@@ -68,6 +69,12 @@ class VisionEncoder {
   // Both: the tiles' features, as the language model takes them.
   absl::StatusOr<std::vector<float>> Encode(absl::Span<const float> tiles, int n);
 
+  // ImageEncoder: an image's units are its tiles.
+  const ImageEncoderInfo& encoder_info() const override { return encoder_info_; }
+  absl::Status CheckImage(const PromptImage& image) const override;
+  int RowsOf(const PromptImage& image) const override { return image.num_tiles * info_.rows_per_tile(); }
+  absl::StatusOr<std::vector<float>> EncodeUnits(const PromptImage& image, int first, int n) override;
+
  private:
   struct Layer;
   using Reader = std::function<absl::StatusOr<std::vector<float>>(const std::string& name,
@@ -78,6 +85,7 @@ class VisionEncoder {
 
   kernels::Backend& backend_;
   VisionInfo info_;
+  ImageEncoderInfo encoder_info_;
   std::unique_ptr<kernels::Weight> patch_, projection_;
   kernels::Buffer patch_bias_, positions_, post_gamma_, post_beta_;
   std::vector<Layer> layers_;

@@ -1,0 +1,195 @@
+// Qwen3-VL's image side against transformers 5.23 in float64
+// (tests/golden/make_qwen3vl_golden.py, a tiny Qwen3-VL checkpoint): the
+// resampled learned positions, the last block's rows, the merger's and the
+// deepstack mergers' features from the processor's patches of four images
+// (upscaled, downscaled, odd, a JPEG); then the language model over chats
+// whose image tokens are given those features, the deepstack additions
+// after its first layers and transformers' multimodal rotary positions:
+// logits at every row, and greedy tokens decoded at index + rope_deltas.
+#include "model/vision/qwen3_vl_vision.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+#include "model/loader/safetensors.h"
+#include "model/model_loader.h"
+#include "nlohmann/json.hpp"
+#include "testing/backends.h"
+
+namespace flover {
+namespace {
+
+constexpr char kDir[] = "tests/golden/qwen3vl_tiny";
+
+// max |got - want| over max |want|.
+double Off(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return 1e30;
+  double err = 0, top = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(double(got[i]) - want[i]));
+    top = std::max(top, std::fabs(double(want[i])));
+  }
+  return err / top;
+}
+
+class Qwen3VlVisionTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    std::string skip;
+    backend_ = testing::BackendForTest(GetParam(), &skip);
+    if (backend_ == nullptr) GTEST_SKIP() << skip;
+    auto e = Qwen3VlVision::Load(kDir, *backend_);
+    ASSERT_TRUE(e.ok()) << e.status();
+    encoder_ = std::move(*e);
+    auto file = SafetensorsFile::Open(std::string(kDir) + "/golden.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    golden_ = std::make_unique<SafetensorsFile>(std::move(*file));
+    std::ifstream in(std::string(kDir) + "/golden.json");
+    meta_ = nlohmann::json::parse(in);
+  }
+  std::vector<float> Golden(const std::string& name) {
+    const TensorInfo* t = golden_->Find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (t == nullptr) return {};
+    auto v = golden_->ReadFloat(name, t->shape);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : std::vector<float>();
+  }
+  // An I32 golden (ids, positions), read from the file as safetensors
+  // lays it out: an 8-byte header length, the JSON header, the data.
+  std::vector<int32_t> GoldenInts(const std::string& name) {
+    std::ifstream f(std::string(kDir) + "/golden.safetensors", std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(n));
+    const nlohmann::json h = nlohmann::json::parse(header);
+    EXPECT_TRUE(h.contains(name)) << name;
+    if (!h.contains(name)) return {};
+    EXPECT_EQ(h[name]["dtype"], "I32") << name;
+    const auto offsets = h[name]["data_offsets"].get<std::vector<uint64_t>>();
+    std::vector<int32_t> out((offsets[1] - offsets[0]) / 4);
+    f.seekg(static_cast<std::streamoff>(8 + n + offsets[0]));
+    f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * 4));
+    return out;
+  }
+  PromptImage Image(const std::string& name) {
+    const std::vector<int> grid = meta_["images"][name]["image_grid_thw"].get<std::vector<int>>();
+    PromptImage im;
+    im.tiles = std::make_shared<const std::vector<float>>(Golden("img." + name + ".pixel_values"));
+    im.num_tiles = 1;
+    im.grid_h = grid[1];
+    im.grid_w = grid[2];
+    return im;
+  }
+
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Qwen3VlVision> encoder_;
+  std::unique_ptr<SafetensorsFile> golden_;
+  nlohmann::json meta_;
+};
+
+TEST_P(Qwen3VlVisionTest, TowerMergerAndDeepstackMatchTransformers) {
+  const ImageEncoderInfo& e = encoder_->encoder_info();
+  EXPECT_EQ(e.image_token, meta_["image_token_id"].get<int>());
+  EXPECT_EQ(e.given_layers, 2);
+  EXPECT_TRUE(e.grid_positions);
+  for (const std::string name : {"gradient_37x23", "wide_100x61", "tall_9x41", "photo_52x36"}) {
+    const PromptImage im = Image(name);
+    auto s = encoder_->Run(*im.tiles, im.grid_h, im.grid_w);
+    ASSERT_TRUE(s.ok()) << s.status();
+    const std::string t = "tower." + name + ".";
+    EXPECT_LT(Off(s->positions, Golden(t + "pos_embeds")), 1e-6) << name;
+    EXPECT_LT(Off(s->last, Golden(t + "last_hidden")), 1e-5) << name;
+    EXPECT_LT(Off(s->merged, Golden(t + "merged")), 1e-5) << name;
+    ASSERT_EQ(s->deepstack.size(), 2u);
+    for (int j = 0; j < 2; ++j) EXPECT_LT(Off(s->deepstack[j], Golden(t + "deepstack." + std::to_string(j))), 1e-5);
+    EXPECT_EQ(encoder_->RowsOf(im), meta_["images"][name]["num_image_tokens"].get<int>());
+    // EncodeUnits: the merged rows, then each deepstack layer's.
+    auto units = encoder_->EncodeUnits(im, 0, 1);
+    ASSERT_TRUE(units.ok()) << units.status();
+    std::vector<float> want = s->merged;
+    for (const auto& d : s->deepstack) want.insert(want.end(), d.begin(), d.end());
+    EXPECT_EQ(*units, want) << name << ": the same rows, bitwise";
+  }
+  // Grids that are not whole merge blocks, and pixels of the wrong size,
+  // are refused by name.
+  PromptImage odd = Image("gradient_37x23");
+  odd.grid_w = 5;
+  EXPECT_NE(encoder_->CheckImage(odd).message().find("whole 2 x 2 blocks"), std::string::npos);
+  PromptImage short_pixels = Image("gradient_37x23");
+  short_pixels.tiles = std::make_shared<const std::vector<float>>(10, 0.0f);
+  EXPECT_FALSE(encoder_->CheckImage(short_pixels).ok());
+}
+
+// The language model on each chat: its image tokens given the tower's
+// features (the deepstack ones added after layers 0 and 1) at transformers'
+// rotary positions; every row's logits, then 8 greedy tokens, each decoded
+// at its index + rope_deltas.
+TEST_P(Qwen3VlVisionTest, ChatsMatchTransformersLogitsAndGreedyTokens) {
+  auto loaded = LoadModel(kDir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto model = testing::ModelOn(*backend_, **loaded);
+  const int C = model->info().hidden, V = model->info().vocab_size;
+  ASSERT_EQ(C, encoder_->encoder_info().out_width);
+  for (const std::string c : {"text_only", "one_image", "two_images"}) {
+    const auto& cm = meta_["cases"][c];
+    const std::vector<int32_t> ids = GoldenInts("case." + c + ".input_ids");
+    const std::vector<int32_t> pos = GoldenInts("case." + c + ".position_ids");  // [3, T]
+    const int T = static_cast<int>(ids.size());
+    const int delta = GoldenInts("case." + c + ".rope_deltas")[0];
+    const int max_seq = T + 8;
+    auto cache = testing::CacheFor(*model, 1, max_seq);
+    ForwardBatch prompt;
+    prompt.AddSequence(testing::SeqBlocks(0, max_seq), 0, ids);
+    if (c != "text_only") {
+      for (int t = 0; t < T; ++t) prompt.SetRopePositions(t, pos[t], pos[T + t], pos[2 * T + t]);
+    }
+    // Each image's run of tokens, given its features.
+    size_t image = 0;
+    const std::vector<std::string> images = cm["images"].get<std::vector<std::string>>();
+    for (int i = 0; i < T;) {
+      if (ids[i] != encoder_->encoder_info().image_token) {
+        ++i;
+        continue;
+      }
+      ASSERT_LT(image, images.size());
+      auto f = encoder_->EncodeUnits(Image(images[image++]), 0, 1);
+      ASSERT_TRUE(f.ok()) << f.status();
+      const int rows = static_cast<int>(f->size() / (3 * C));
+      prompt.GiveRows(i, absl::MakeConstSpan(f->data(), size_t(rows) * C), C);
+      for (int l = 0; l < 2; ++l) {
+        prompt.AddToGivenRows(l, absl::MakeConstSpan(f->data() + size_t(l + 1) * rows * C, size_t(rows) * C));
+      }
+      i += rows;
+    }
+    EXPECT_EQ(image, images.size()) << c;
+    auto logits = model->Forward(prompt, *cache, LogitsFor::kEveryRow);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    const std::vector<float> got(logits->begin(), logits->end());
+    EXPECT_LT(Off(got, Golden("case." + c + ".logits")), 1e-4) << c;
+    std::vector<int32_t> greedy;
+    int32_t next = static_cast<int32_t>(std::max_element(got.end() - V, got.end()) - (got.end() - V));
+    for (int step = 0; step < 8; ++step) {
+      greedy.push_back(next);
+      if (step == 7) break;
+      ForwardBatch decode;
+      decode.AddSequence(testing::SeqBlocks(0, max_seq), T + step, std::vector<int32_t>{next});
+      const int32_t at = T + step + delta;
+      if (delta != 0) decode.SetRopePositions(0, at, at, at);
+      auto out = model->Forward(decode, *cache, LogitsFor::kLastRowsOfEachSequence);
+      ASSERT_TRUE(out.ok()) << out.status();
+      next = static_cast<int32_t>(std::max_element(out->begin(), out->end()) - out->begin());
+    }
+    EXPECT_EQ(greedy, GoldenInts("case." + c + ".greedy")) << c;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Qwen3VlVisionTest, ::testing::Values("cpu", "cuda"));
+
+}  // namespace
+}  // namespace flover
