@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,42 @@ inline size_t AgreeingPrefix(const std::vector<int32_t>& a, const std::vector<in
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
   return n;
+}
+
+// A tensor's stored bytes from a safetensors file, whatever its dtype (the
+// fixtures' ids, positions and u8 pixels), with its dtype in *dtype; empty
+// (and a test failure) where the file or tensor is missing.
+inline std::string RawGoldenTensor(const std::string& path, const std::string& name, std::string* dtype) {
+  std::ifstream f(path, std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(f ? n : 0, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header.size()));
+  auto h = ParseJsonObject(header, path);
+  EXPECT_TRUE(h.ok()) << h.status();
+  if (!h.ok() || !h->fields().contains(name)) {
+    ADD_FAILURE() << path << " has no tensor " << name;
+    return "";
+  }
+  const google::protobuf::Struct& t = h->fields().at(name).struct_value();
+  *dtype = t.fields().at("dtype").string_value();
+  const auto& offsets = t.fields().at("data_offsets").list_value().values();
+  const auto begin = static_cast<uint64_t>(offsets[0].number_value());
+  const auto end = static_cast<uint64_t>(offsets[1].number_value());
+  std::string bytes(end - begin, '\0');
+  f.seekg(static_cast<std::streamoff>(8 + n + begin));
+  f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return bytes;
+}
+
+// An I32 tensor of a safetensors file (see RawGoldenTensor).
+inline std::vector<int32_t> GoldenInts(const std::string& path, const std::string& name) {
+  std::string dtype;
+  const std::string bytes = RawGoldenTensor(path, name, &dtype);
+  EXPECT_EQ(dtype, "I32") << name;
+  std::vector<int32_t> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
 }
 
 // What tests/golden/make_golden.py wrote for one fixture model.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/vision/processor_settings.h"
 #include "util/file_util.h"
 #include "util/json.h"
 #include "util/status_macros.h"
@@ -66,26 +67,14 @@ void TileSize(int w, int h, int tile, int* out_w, int* out_h) {
 
 absl::StatusOr<Idefics3ProcessorConfig> LoadIdefics3ProcessorConfig(const std::string& dir) {
   Idefics3ProcessorConfig c;
-  const Struct* p = nullptr;
-  Struct pre, proc;
-  std::string what = dir + "/preprocessor_config.json";
-  if (auto text = ReadFile(what); text.ok()) {
-    FLOVER_ASSIGN_OR_RETURN(pre, ParseJsonObject(*text, what));
-    p = &pre;
+  FLOVER_ASSIGN_OR_RETURN(const ProcessorSettings settings, ReadProcessorSettings(dir));
+  if (settings.has_processor) {
+    FLOVER_ASSIGN_OR_RETURN(c.rows_per_tile, JsonIntFieldOr(settings.processor, "image_seq_len", c.rows_per_tile, 1,
+                                                            1 << 16, settings.processor_path));
   }
-  const std::string proc_path = dir + "/processor_config.json";
-  if (auto text = ReadFile(proc_path); text.ok()) {
-    FLOVER_ASSIGN_OR_RETURN(proc, ParseJsonObject(*text, proc_path));
-    FLOVER_ASSIGN_OR_RETURN(c.rows_per_tile, JsonIntFieldOr(proc, "image_seq_len", c.rows_per_tile, 1, 1 << 16, proc_path));
-    if (p == nullptr) {
-      auto it = proc.fields().find("image_processor");
-      if (it != proc.fields().end() && it->second.kind_case() == Value::kStructValue) {
-        p = &it->second.struct_value();
-        what = proc_path;
-      }
-    }
-  }
-  if (p == nullptr) return c;
+  if (!settings.has_image) return c;
+  const Struct* p = &settings.image;
+  const std::string& what = settings.what;
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
   auto edge = [&](const char* key, int dflt) -> absl::StatusOr<int> {
     auto it = p->fields().find(key);
@@ -98,22 +87,7 @@ absl::StatusOr<Idefics3ProcessorConfig> LoadIdefics3ProcessorConfig(const std::s
   c.split = JsonBoolField(*p, "do_image_splitting", true);
   FLOVER_ASSIGN_OR_RETURN(const int resample, JsonIntFieldOr(*p, "resample", 1, 0, 5, what));
   if (resample != 1) return refuse("resample ", resample, " is not supported (1, LANCZOS)");
-  FLOVER_ASSIGN_OR_RETURN(const double rescale, JsonNumberField(*p, "rescale_factor", 1.0 / 255, what));
-  if (std::fabs(rescale - 1.0 / 255) > 1e-12) return refuse("rescale_factor ", rescale, " is not supported (1/255)");
-  for (const char* key : {"do_resize", "do_rescale", "do_normalize", "do_convert_rgb"}) {
-    if (!JsonBoolField(*p, key, true)) return refuse(key, " false is not supported");
-  }
-  for (auto [key, out] : {std::pair{"image_mean", c.mean}, std::pair{"image_std", c.std}}) {
-    auto it = p->fields().find(key);
-    if (it == p->fields().end()) continue;
-    const auto& list = it->second.list_value().values();
-    if (it->second.kind_case() != Value::kListValue || list.size() != 3) return refuse(key, " must list 3 numbers");
-    for (int i = 0; i < 3; ++i) {
-      const double v = list[i].number_value();
-      if (!(std::isfinite(v) && (std::string(key) == "image_mean" || v > 0))) return refuse(key, " holds ", v);
-      out[i] = static_cast<float>(v);
-    }
-  }
+  FLOVER_RETURN_IF_ERROR(ReadNormalization(*p, what, c.mean, c.std));
   return c;
 }
 
@@ -157,8 +131,7 @@ ProcessedImage ProcessIdefics3Image(const RgbImage& image, const Idefics3Process
     for (int c = 0; c < 3; ++c) {
       for (int y = 0; y < M; ++y) {
         for (int x = 0; x < M; ++x) {
-          const float scaled = static_cast<float>(f.at(y, x, c) * (1.0 / 255));
-          *px++ = (scaled - config.mean[c]) / config.std[c];
+          *px++ = NormalizePixel(f.at(y, x, c), config.mean[c], config.std[c]);
         }
       }
     }

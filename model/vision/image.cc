@@ -165,6 +165,23 @@ double Sinc(double x) {
 
 double Lanczos(double x) { return (x >= -3.0 && x < 3.0) ? Sinc(x) * Sinc(x / 3.0) : 0.0; }
 
+// Pillow's bicubic (a = -0.5).
+double Bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+// A resampling filter: its kernel and support (in input pixels at scale 1).
+struct Filter {
+  double (*kernel)(double);
+  double support;
+};
+constexpr Filter kLanczos{Lanczos, 3.0};
+constexpr Filter kBicubic{Bicubic, 2.0};
+
 // For each output pixel of a pass from `in` to `out` pixels: the first
 // input pixel it reads, how many, and their fixed-point weights (ksize a
 // pixel).
@@ -174,11 +191,11 @@ struct Coefficients {
   std::vector<int32_t> weights;
 };
 
-Coefficients Precompute(int in, int out) {
+Coefficients Precompute(int in, int out, const Filter& filter) {
   Coefficients c;
   const double scale = static_cast<double>(in) / out;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 3.0 * filterscale;
+  const double support = filter.support * filterscale;
   c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   c.first.resize(out);
   c.count.resize(out);
@@ -196,7 +213,7 @@ Coefficients Precompute(int in, int out) {
     double total = 0.0;
     int x = 0;
     for (; x < xmax; ++x) {
-      const double w = Lanczos((x + xmin - center + 0.5) * ss);
+      const double w = filter.kernel((x + xmin - center + 0.5) * ss);
       k[x] = w;
       total += w;
     }
@@ -222,8 +239,8 @@ uint8_t Clip8(int64_t v) {
 // One pass of Pillow's resampling: along rows (`horizontal`, to `size`
 // pixels a row) or along columns (to `size` rows), each output sample the
 // rounded fixed-point sum of its input taps in order.
-RgbImage ResamplePass(const RgbImage& in, int size, bool horizontal) {
-  const Coefficients c = Precompute(horizontal ? in.width : in.height, size);
+RgbImage ResamplePass(const RgbImage& in, int size, bool horizontal, const Filter& filter) {
+  const Coefficients c = Precompute(horizontal ? in.width : in.height, size, filter);
   RgbImage out;
   out.width = horizontal ? size : in.width;
   out.height = horizontal ? in.height : size;
@@ -296,13 +313,21 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits&
   return Bad("the image is neither PNG nor JPEG (its first bytes name no format Flover reads)");
 }
 
-RgbImage ResizeLanczos(const RgbImage& image, int width, int height) {
+namespace {
+
+RgbImage Resize(const RgbImage& image, int width, int height, const Filter& filter) {
   width = std::max(width, 1);
   height = std::max(height, 1);
   if (width == image.width && height == image.height) return image;
-  if (width == image.width) return ResamplePass(image, height, /*horizontal=*/false);
-  RgbImage across = ResamplePass(image, width, /*horizontal=*/true);
-  return height == across.height ? across : ResamplePass(across, height, /*horizontal=*/false);
+  if (width == image.width) return ResamplePass(image, height, /*horizontal=*/false, filter);
+  RgbImage across = ResamplePass(image, width, /*horizontal=*/true, filter);
+  return height == across.height ? across : ResamplePass(across, height, /*horizontal=*/false, filter);
 }
+
+}  // namespace
+
+RgbImage ResizeLanczos(const RgbImage& image, int width, int height) { return Resize(image, width, height, kLanczos); }
+
+RgbImage ResizeBicubic(const RgbImage& image, int width, int height) { return Resize(image, width, height, kBicubic); }
 
 }  // namespace flover

@@ -38,6 +38,9 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits&
 // between the passes, 22-bit fixed-point weights, as Pillow computes them.
 // A pass whose size is unchanged is skipped.
 RgbImage ResizeLanczos(const RgbImage& image, int width, int height);
+// The same with Pillow's bicubic filter (Image.resize(..., BICUBIC), a =
+// -0.5): Qwen2-VL's and Qwen3-VL's processors.
+RgbImage ResizeBicubic(const RgbImage& image, int width, int height);
 
 }  // namespace flover
 

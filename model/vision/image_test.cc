@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <jpeglib.h>
@@ -15,6 +16,8 @@
 #include "absl/strings/str_replace.h"
 #include "model/loader/safetensors.h"
 #include "model/vision/idefics3_processor.h"
+#include "model/vision/qwen2_vl_processor.h"
+#include "testing/golden.h"
 #include "nlohmann/json.hpp"
 
 namespace flover {
@@ -153,6 +156,70 @@ TEST(DecodeImageTest, JpegAndRefusals) {
   EXPECT_NE(message(jpeg, small).find("the JPEG image is 40 x 24 pixels"), std::string::npos);
   small.max_bytes = 10;
   EXPECT_NE(message(png, small).find("at most 10 are taken"), std::string::npos);
+}
+
+// Qwen3-VL's processor (transformers' Qwen2VLImageProcessorPil) on the
+// fixture's images: downscaled past max_pixels, upscaled to min_pixels, an
+// odd size rounded, a JPEG whose halves round to even. The decoded RGB,
+// the resized pixels and every patch value bit for bit, the grid, and the
+// expanded prompt text; and an aspect ratio past 200 refused by name.
+TEST(Qwen2VlProcessorTest, PixelsGridsAndPromptTextMatchTransformers) {
+  constexpr char kQwen[] = "tests/golden/qwen3vl_tiny";
+  const std::string golden = std::string(kQwen) + "/golden.safetensors";
+  auto config = LoadQwen2VlProcessorConfig(kQwen);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->min_pixels, 384);
+  EXPECT_EQ(config->max_pixels, 3072);
+  EXPECT_EQ(config->patch, 4);
+  std::ifstream in(std::string(kQwen) + "/golden.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  auto file = SafetensorsFile::Open(golden);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::map<std::string, std::string> texts;
+  for (const auto& [name, im] : meta["images"].items()) {
+    auto image = DecodeImage(Read(absl::StrCat(kQwen, "/", im["file"].get<std::string>())));
+    ASSERT_TRUE(image.ok()) << image.status();
+    std::string dtype;
+    const std::string rgb = testing::RawGoldenTensor(golden, "img." + name + ".rgb", &dtype);
+    EXPECT_EQ(dtype, "U8");
+    EXPECT_EQ(std::string(image->pixels.begin(), image->pixels.end()), rgb) << name << ": decoded as Pillow decodes";
+    auto p = ProcessQwen2VlImage(*image, *config);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->resized.height, im["resized_height"].get<int>()) << name;
+    EXPECT_EQ(p->resized.width, im["resized_width"].get<int>()) << name;
+    const std::string resized = testing::RawGoldenTensor(golden, "img." + name + ".resized", &dtype);
+    EXPECT_EQ(std::string(p->resized.pixels.begin(), p->resized.pixels.end()), resized) << name << ": Pillow's bicubic";
+    const std::vector<int> grid = im["image_grid_thw"].get<std::vector<int>>();
+    EXPECT_EQ(p->grid_h, grid[1]) << name;
+    EXPECT_EQ(p->grid_w, grid[2]) << name;
+    const TensorInfo* t = file->Find("img." + name + ".pixel_values");
+    ASSERT_NE(t, nullptr);
+    auto want = file->ReadFloat("img." + name + ".pixel_values", t->shape);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(p->patches, *want) << name << ": every patch value, bit for bit";
+    texts[name] = p->text;
+  }
+  // The chats' prompts with each <|image_pad|> expanded as the processor does.
+  for (const auto& [name, c] : meta["cases"].items()) {
+    std::string prompt = c["prompt"];
+    size_t at = 0;
+    for (const auto& image : c["images"]) {
+      at = prompt.find("<|image_pad|>", at);
+      ASSERT_NE(at, std::string::npos);
+      const std::string& text = texts[image.get<std::string>()];
+      prompt.replace(at, 13, text);
+      at += text.size();
+    }
+    EXPECT_EQ(prompt, c["expanded_prompt"].get<std::string>()) << name;
+  }
+  // smart_resize as transformers': a side below one block grows to the
+  // minimum area; an aspect ratio past 200 is refused, naming it.
+  auto tiny = SmartResize(3, 5, 8, 384, 3072);
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ(*tiny, (std::pair<int, int>(16, 32)));
+  auto thin = SmartResize(1, 201, 8, 384, 3072);
+  EXPECT_EQ(thin.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(thin.status().message().find("aspect ratio is 201"), std::string::npos) << thin.status();
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "model/model_loader.h"
 #include "nlohmann/json.hpp"
 #include "testing/backends.h"
+#include "testing/golden.h"
 
 namespace flover {
 namespace {
@@ -59,23 +60,8 @@ class Qwen3VlVisionTest : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(v.ok()) << v.status();
     return v.ok() ? *v : std::vector<float>();
   }
-  // An I32 golden (ids, positions), read from the file as safetensors
-  // lays it out: an 8-byte header length, the JSON header, the data.
   std::vector<int32_t> GoldenInts(const std::string& name) {
-    std::ifstream f(std::string(kDir) + "/golden.safetensors", std::ios::binary);
-    uint64_t n = 0;
-    f.read(reinterpret_cast<char*>(&n), 8);
-    std::string header(n, '\0');
-    f.read(header.data(), static_cast<std::streamsize>(n));
-    const nlohmann::json h = nlohmann::json::parse(header);
-    EXPECT_TRUE(h.contains(name)) << name;
-    if (!h.contains(name)) return {};
-    EXPECT_EQ(h[name]["dtype"], "I32") << name;
-    const auto offsets = h[name]["data_offsets"].get<std::vector<uint64_t>>();
-    std::vector<int32_t> out((offsets[1] - offsets[0]) / 4);
-    f.seekg(static_cast<std::streamoff>(8 + n + offsets[0]));
-    f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * 4));
-    return out;
+    return testing::GoldenInts(std::string(kDir) + "/golden.safetensors", name);
   }
   PromptImage Image(const std::string& name) {
     const std::vector<int> grid = meta_["images"][name]["image_grid_thw"].get<std::vector<int>>();
