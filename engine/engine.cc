@@ -292,24 +292,29 @@ absl::Status Engine::Validate(const Request& r) const {
       return bad("images", "this model takes no images (it has no vision encoder Flover runs)");
     }
     if (!r.given_rows.empty()) return bad("images", "a request gives images or given_rows, not both");
-    const VisionInfo& v = options_.vision->info();
-    const size_t per_tile = static_cast<size_t>(v.channels) * v.tile * v.tile;
-    int64_t tiles = 0;
+    const ImageEncoderInfo& v = options_.vision->encoder_info();
+    int64_t tiles = 0, rows = 0;
+    std::vector<int> rows_of;
     for (size_t i = 0; i < r.images.size(); ++i) {
-      const PromptImage& im = r.images[i];
-      if (im.num_tiles < 1 || im.tiles == nullptr || im.tiles->size() != im.num_tiles * per_tile) {
-        return bad("images", "image ", i, " needs ", im.num_tiles, " tiles of ", per_tile, " values, got ",
-                   im.tiles == nullptr ? 0 : im.tiles->size());
+      if (absl::Status st = options_.vision->CheckImage(r.images[i]); !st.ok()) {
+        return bad("images", "image ", i, " ", st.message());
       }
-      tiles += im.num_tiles;
+      tiles += r.images[i].num_tiles;
+      rows_of.push_back(options_.vision->RowsOf(r.images[i]));
+      rows += rows_of.back();
     }
     if (tiles > options_.max_image_tiles) {
       return bad("images", "the images make ", tiles, " tiles; at most ", options_.max_image_tiles, " are taken");
     }
     const int64_t slots = std::count(r.prompt.begin(), r.prompt.end(), v.image_token);
-    if (slots != tiles * v.rows_per_tile()) {
-      return bad("images", "the prompt holds ", slots, " image tokens (id ", v.image_token, ") for ", tiles,
-                 " tiles of ", v.rows_per_tile(), " rows");
+    if (slots != rows) {
+      return bad("images", "the prompt holds ", slots, " image tokens (id ", v.image_token, ") for images of ", rows,
+                 " rows");
+    }
+    if (v.grid_positions) {
+      if (absl::Status st = CheckImageRuns(r.prompt, rows_of, v.image_token); !st.ok()) {
+        return bad("images", st.message());
+      }
     }
   }
   int64_t next = 0;
@@ -320,10 +325,20 @@ absl::Status Engine::Validate(const Request& r) const {
                  ") is empty, out of order or outside the prompt's ", r.prompt.size(), " tokens");
     }
     next = int64_t{g.position} + g.count;
-    const size_t want = static_cast<size_t>(g.count) * config.hidden;
+    const int layers = options_.vision != nullptr ? options_.vision->encoder_info().given_layers : 0;
+    if (g.layers < 0 || g.layers > layers) {
+      return bad("given_rows", "span ", i, " carries additions after ", g.layers, " layers; the model takes ",
+                 layers);
+    }
+    if (g.grid_h < 0 || g.grid_w < 0 || (g.grid_h > 0) != (g.grid_w > 0) ||
+        (g.grid_h > 0 && int64_t{g.grid_h} * g.grid_w != g.count)) {
+      return bad("given_rows", "span ", i, "'s grid of ", g.grid_h, " x ", g.grid_w, " is not its ", g.count,
+                 " rows");
+    }
+    const size_t want = static_cast<size_t>(1 + g.layers) * g.count * config.hidden;
     if (g.values == nullptr || g.values->size() != want) {
-      return bad("given_rows", "span ", i, " needs ", g.count, " x ", config.hidden, " values, got ",
-                 g.values == nullptr ? 0 : g.values->size());
+      return bad("given_rows", "span ", i, " needs ", g.layers > 0 ? absl::StrCat(1 + g.layers, " x ") : "", g.count,
+                 " x ", config.hidden, " values, got ", g.values == nullptr ? 0 : g.values->size());
     }
     for (float v : *g.values) {
       if (!std::isfinite(v)) return bad("given_rows", "span ", i, " holds a value that is not finite");
@@ -742,14 +757,28 @@ bool Engine::Plan(StepPlan* plan) {
     }
     const int first_row = step_.batch.num_rows();
     step_.batch.AddSequence(s.cache.ids, s.cache.local_ids, p.pos, rows_, s.drafts.empty() ? 1 : p.len);
-    // Given prompt rows within the chunk.
+    // Given prompt rows within the chunk, with their additions after the
+    // first layers.
+    bool grid = false;
     for (const GivenPromptRows& g : s.request.given_rows) {
+      grid |= g.grid_h > 0;
       const int from = std::max(g.position, p.pos), to = std::min(g.position + g.count, p.pos + p.len);
       if (from >= to) continue;
-      const size_t C = static_cast<size_t>(model_.info().hidden);
-      step_.batch.GiveRows(first_row + (from - p.pos),
-                           absl::MakeConstSpan(g.values->data() + (from - g.position) * C, (to - from) * C),
+      const size_t C = static_cast<size_t>(model_.info().hidden), skip = (from - g.position) * C;
+      step_.batch.GiveRows(first_row + (from - p.pos), absl::MakeConstSpan(g.values->data() + skip, (to - from) * C),
                            model_.info().hidden);
+      for (int l = 0; l < g.layers; ++l) {
+        const float* layer = g.values->data() + static_cast<size_t>(l + 1) * g.count * C;
+        step_.batch.AddToGivenRows(l, absl::MakeConstSpan(layer + skip, (to - from) * C));
+      }
+    }
+    // An image's rows on its grid, and every row after it, at multimodal
+    // rotary positions.
+    if (grid) {
+      for (int i = 0; i < p.len; ++i) {
+        const MropeRow m = MropePosition(s.request.given_rows, p.pos + i);
+        step_.batch.SetRopePositions(first_row + i, m.t, m.h, m.w);
+      }
     }
     if (cache_.has_state()) step_.batch.states.push_back(cache_.StepState(s.cache, p.pos, !s.drafts.empty()));
   }
@@ -1015,9 +1044,8 @@ std::vector<int32_t> Engine::ForcedDraft(Sequence& s, int max_tokens) const {
 
 bool Engine::EncodeImages() {
   if (encoding_.empty()) return false;
-  VisionEncoder& vision = *options_.vision;
-  const VisionInfo& v = vision.info();
-  const size_t per_tile = static_cast<size_t>(v.channels) * v.tile * v.tile;
+  ImageEncoder& vision = *options_.vision;
+  const ImageEncoderInfo& v = vision.encoder_info();
   int budget = std::max(1, options_.vision_tiles_per_step);
   while (!encoding_.empty() && budget > 0) {
     Sequence& s = *encoding_.front();
@@ -1025,15 +1053,20 @@ bool Engine::EncodeImages() {
     while (s.image_rows.size() < images.size() && budget > 0) {
       const PromptImage& im = images[s.image_rows.size()];
       if (s.partial_tiles == 0) {
-        if (ImageFeatureCache::Rows kept = features_.Find(im.key)) {
+        // Kept features of this key (a key names the pixels; features of
+        // another size are not this image's, and are encoded afresh).
+        const size_t want = static_cast<size_t>(1 + v.given_layers) * vision.RowsOf(im) * v.out_width;
+        if (ImageFeatureCache::Rows kept = features_.Find(im.key); kept != nullptr && kept->size() == want) {
           s.image_rows.push_back(std::move(kept));
           std::lock_guard<std::mutex> lock(mu_);
           ++stats_.image_cache_hits;
           continue;
         }
       }
-      const int n = std::min(budget, im.num_tiles - s.partial_tiles);
-      auto rows = vision.Encode(absl::MakeConstSpan(im.tiles->data() + s.partial_tiles * per_tile, n * per_tile), n);
+      // Units (tiles) a few at a time; an image with additions after the
+      // first layers (their rows after all of its own) at once.
+      const int n = v.given_layers > 0 ? im.num_tiles : std::min(budget, im.num_tiles - s.partial_tiles);
+      auto rows = vision.EncodeUnits(im, s.partial_tiles, n);
       if (!rows.ok()) {
         Finish(s, FinishReason::kError, rows.status());
         break;
@@ -1060,8 +1093,9 @@ bool Engine::EncodeImages() {
     // Every image encoded: the features to its image tokens.
     std::unique_ptr<Sequence> seq = std::move(encoding_.front());
     encoding_.pop_front();
-    seq->request.given_rows = ImageGivenRows(seq->request.prompt, images, seq->image_rows, v.image_token,
-                                             v.rows_per_tile(), v.out_width);
+    std::vector<int> rows_of;
+    for (const PromptImage& im : images) rows_of.push_back(vision.RowsOf(im));
+    seq->request.given_rows = ImageGivenRows(seq->request.prompt, images, seq->image_rows, rows_of, v);
     seq->keys = PrefixKeys(seq->request);
     seq->image_rows.clear();
     queue_.push_back(std::move(seq));

@@ -36,7 +36,7 @@
 #include "engine/draft_verifier.h"
 #include "engine/speculation.h"
 #include "engine/step_executor.h"
-#include "model/vision/vision_encoder.h"
+#include "model/vision/image_encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace flover {
@@ -81,7 +81,7 @@ struct EngineOptions {
   // while a large image is encoded; a request's prompt is scheduled once
   // its images are. Features are kept by image key, up to
   // vision_cache_bytes, so an image sent again is not encoded again.
-  VisionEncoder* vision = nullptr;
+  ImageEncoder* vision = nullptr;
   int vision_tiles_per_step = 1;  // a 512-px tile is ~2 s on 2 CPU cores
   int64_t vision_cache_bytes = int64_t{256} << 20;
   int max_image_tiles = 256;  // per request

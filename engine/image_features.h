@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "engine/request.h"
 
 namespace flover {
@@ -40,14 +41,35 @@ class ImageFeatureCache {
 };
 
 // The given rows of a prompt whose images' features are `features` (one
-// entry per image, its tiles' rows in order, rows_per_tile rows of `width`
-// values a tile): the tiles' rows fill the prompt's `image_token`s in
-// order, one span per run of image tokens within a tile, each keyed by its
-// image's key, its tile and its place there. The prompt holds exactly
-// that many image tokens (Engine::Validate checks it).
+// entry per image: its rows_of[i] rows of info.out_width values, units
+// (tiles) in order, then where info.given_layers > 0 each layer's
+// additions for as many rows): each unit's rows fill the prompt's image
+// tokens in order, one span per run of image tokens within a unit, each
+// keyed by its image's key, its unit and its place there, and carrying
+// its additions. Where info.grid_positions, each span is a whole image and
+// carries its merged grid. The prompt holds exactly that many image tokens
+// (Engine::Validate checks it, and CheckImageRuns where the rows take grid
+// positions).
 std::vector<GivenPromptRows> ImageGivenRows(const std::vector<int32_t>& prompt, const std::vector<PromptImage>& images,
-                                            const std::vector<ImageFeatureCache::Rows>& features, int32_t image_token,
-                                            int rows_per_tile, int width);
+                                            const std::vector<ImageFeatureCache::Rows>& features,
+                                            const std::vector<int>& rows_of, const ImageEncoderInfo& info);
+
+// Whether the prompt's runs of image tokens are the images' rows_of rows,
+// one run an image, in order (InvalidArgument naming the first that is
+// not): an image whose rows take grid positions stands whole.
+absl::Status CheckImageRuns(const std::vector<int32_t>& prompt, const std::vector<int>& rows_of, int32_t image_token);
+
+// A row's multimodal rotary positions (temporal, height, width).
+struct MropeRow {
+  int32_t t = 0, h = 0, w = 0;
+};
+// Row `index`'s positions in a prompt with the image spans `spans` (those
+// with a grid; in order), or of a token after it, as transformers'
+// get_rope_index gives them: an image starting at position s puts its
+// grid's row r, column c at (s, s + r, s + c) and takes max(grid_h,
+// grid_w) positions; text rows take the next position each, all three
+// equal. Past the prompt, index + (the positions its images saved).
+MropeRow MropePosition(const std::vector<GivenPromptRows>& spans, int64_t index);
 
 }  // namespace flover
 

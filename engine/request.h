@@ -16,6 +16,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "model/pooling.h"
+#include "model/vision/image_encoder.h"
 
 namespace flover {
 
@@ -48,21 +49,16 @@ inline constexpr int kMaxTopLogprobs = 20;
 struct GivenPromptRows {
   int32_t position = 0;
   int32_t count = 0;
+  // The rows' values; where layers > 0, followed by their additions after
+  // each of the model's first `layers` layers (Qwen3-VL's deepstack;
+  // ForwardBatch::given_layers), count x hidden each.
   std::shared_ptr<const std::vector<float>> values;
   uint64_t key = 0;
-};
-
-// An image in a vision model's prompt: its tiles of normalised pixels
-// (VisionEncoder's input, num_tiles x channels x tile x tile), which the
-// engine's vision encoder turns into the rows its image tokens are given.
-// The request's images' tiles, in order, fill its prompt's image tokens in
-// order, rows_per_tile each. `key` names the image's content (a hash of
-// its bytes and the processor's settings): the encoder's cache and the
-// prefix cache go by it, so one key must always mean the same tiles.
-struct PromptImage {
-  std::shared_ptr<const std::vector<float>> tiles;
-  int num_tiles = 0;
-  uint64_t key = 0;
+  int32_t layers = 0;
+  // The whole of an image on a merged grid of grid_h x grid_w rows
+  // (row-major), for a multimodal rotary's positions (MropePosition); 0:
+  // rows at their index.
+  int32_t grid_h = 0, grid_w = 0;
 };
 
 struct Request {

@@ -3,9 +3,11 @@
 // tiles between steps, gives the features to its image tokens and
 // generates transformers' greedy tokens, fused beside a text request that
 // keeps decoding while the image is encoded; the same image again is
-// neither encoded nor computed again (its features and K/V are kept).
+// neither encoded nor computed again (its features and K/V are kept). And
+// Qwen3-VL's images on their grids (tests/golden/make_qwen3vl_golden.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <vector>
@@ -13,7 +15,9 @@
 #include "engine/engine.h"
 #include "model/loader/safetensors.h"
 #include "model/model_loader.h"
+#include "model/vision/qwen3_vl_vision.h"
 #include "model/vision/vision_encoder.h"
+#include "testing/golden.h"
 #include "nlohmann/json.hpp"
 #include "testing/backends.h"
 #include "testing/collecting_sink.h"
@@ -210,7 +214,168 @@ TEST_F(VisionEngineTest, TwoImagesFusedWithAnotherImageRequestAndRefusals) {
   EXPECT_NE(refusal(r).find("image 0 needs 6 tiles of 3072 values, got 21504"), std::string::npos);
   r = ImageRequest("gradient");
   r.prompt.erase(std::find(r.prompt.begin(), r.prompt.end(), vision_->info().image_token));
-  EXPECT_NE(refusal(r).find("the prompt holds 111 image tokens (id 358) for 7 tiles of 16 rows"), std::string::npos);
+  EXPECT_NE(refusal(r).find("the prompt holds 111 image tokens (id 358) for images of 112 rows"), std::string::npos);
+}
+
+// Qwen3-VL (tests/golden/make_qwen3vl_golden.py): an image is one unit of
+// patches on its own grid, its rows take multimodal rotary positions and
+// carry deepstack additions. Through the engine, one- and two-image chats
+// give transformers' greedy tokens; fused with text and image requests,
+// chunked (an image's rows cut across steps), preempted, hit from the
+// caches and speculated, every request's tokens equal its run alone.
+class Qwen3VlEngineTest : public ::testing::Test {
+ protected:
+  static constexpr char kQwen[] = "tests/golden/qwen3vl_tiny";
+  void SetUp() override {
+    auto loaded = LoadModel(kQwen);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    loaded_ = std::move(*loaded);
+    model_ = testing::ModelOn(*backend_, *loaded_);
+    auto vision = Qwen3VlVision::Load(kQwen, *backend_);
+    ASSERT_TRUE(vision.ok()) << vision.status();
+    vision_ = std::move(*vision);
+    std::ifstream in(std::string(kQwen) + "/golden.json");
+    meta_ = nlohmann::json::parse(in);
+  }
+  std::string Golden() const { return std::string(kQwen) + "/golden.safetensors"; }
+  // The case's chat with its images, greedy, 8 tokens.
+  Request ImageRequest(const std::string& c, uint64_t first_key = 1) {
+    Request r;
+    r.prompt = testing::GoldenInts(Golden(), "case." + c + ".input_ids");
+    r.sampling.temperature = 0;
+    r.stop.max_new_tokens = 8;
+    r.stop.ignore_eos = true;
+    auto file = SafetensorsFile::Open(Golden());
+    EXPECT_TRUE(file.ok());
+    uint64_t key = first_key;
+    for (const auto& name : meta_["cases"][c]["images"]) {
+      const std::string n = name.get<std::string>();
+      const TensorInfo* t = file->Find("img." + n + ".pixel_values");
+      auto px = file->ReadFloat("img." + n + ".pixel_values", t->shape);
+      EXPECT_TRUE(px.ok());
+      const std::vector<int> grid = meta_["images"][n]["image_grid_thw"].get<std::vector<int>>();
+      PromptImage im;
+      im.tiles = std::make_shared<const std::vector<float>>(std::move(*px));
+      im.num_tiles = 1;
+      im.key = key++;
+      im.grid_h = grid[1];
+      im.grid_w = grid[2];
+      r.images.push_back(std::move(im));
+    }
+    return r;
+  }
+  std::vector<int32_t> Greedy(const std::string& c) { return testing::GoldenInts(Golden(), "case." + c + ".greedy"); }
+
+  std::unique_ptr<kernels::Backend> backend_ = testing::CpuBackend();
+  std::unique_ptr<LoadedModel> loaded_;
+  std::unique_ptr<CausalLm> model_;
+  std::unique_ptr<Qwen3VlVision> vision_;
+  nlohmann::json meta_;
+};
+
+TEST_F(Qwen3VlEngineTest, ChatsGenerateTransformersTokens) {
+  EngineOptions o;
+  o.max_seq_len = 256;
+  o.vision = vision_.get();
+  o.scheduler.max_tokens_per_step = 16;  // the images' rows cut across steps
+  auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
+  for (const std::string c : {"one_image", "two_images", "text_only"}) {
+    Request r = c == "text_only" ? Request() : ImageRequest(c, c == "one_image" ? 1 : 10);
+    if (c == "text_only") {
+      r.prompt = testing::GoldenInts(Golden(), "case.text_only.input_ids");
+      r.sampling.temperature = 0;
+      r.stop.max_new_tokens = 8;
+      r.stop.ignore_eos = true;
+    }
+    sinks.push_back(std::make_shared<testing::CollectingSink>());
+    ASSERT_TRUE((*e)->Submit(r, sinks.back()).ok());
+  }
+  ASSERT_TRUE(sinks[0]->Wait() && sinks[1]->Wait() && sinks[2]->Wait());
+  EXPECT_EQ(sinks[0]->tokens(), Greedy("one_image"));
+  EXPECT_EQ(sinks[1]->tokens(), Greedy("two_images"));
+  EXPECT_EQ(sinks[2]->tokens(), Greedy("text_only"));
+  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 3);
+  // Refused by name: an image's tokens split in two, a grid the tower cannot take.
+  Request split = ImageRequest("one_image");
+  const int32_t pad = meta_["image_token_id"].get<int32_t>();
+  split.prompt.insert(std::find(split.prompt.begin(), split.prompt.end(), pad) + 3, 65);
+  auto st = (*e)->Submit(split, std::make_shared<testing::CollectingSink>());
+  EXPECT_NE(st.status().message().find("run of 3 image tokens (id 389) at index 6 is not image 0's 15 rows"),
+            std::string::npos)
+      << st.status();
+  Request odd = ImageRequest("one_image");
+  odd.images[0].grid_w = 5;
+  st = (*e)->Submit(odd, std::make_shared<testing::CollectingSink>());
+  EXPECT_NE(st.status().message().find("image 0 needs one grid of whole 2 x 2 blocks"), std::string::npos)
+      << st.status();
+}
+
+TEST_F(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
+  std::vector<Request> requests;
+  for (int i = 0; i < 7; ++i) {
+    // Keys name the pixels: the same image under one key, apart under others.
+    const bool two = i % 3 == 2;
+    Request r = ImageRequest(two ? "two_images" : "one_image", /*first_key=*/i % 2 == 0 ? (two ? 10 : 1) : 100 + 10 * i);
+    r.stop.max_new_tokens = 16 + 4 * i;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = 7 + i;
+    }
+    requests.push_back(std::move(r));
+    if (i % 3 == 0) {
+      Request text;
+      text.prompt = {385, static_cast<int32_t>(40 + i), 61, 62, 63, 64};
+      text.sampling.temperature = 0;
+      text.stop.max_new_tokens = 20;
+      text.stop.ignore_eos = true;
+      requests.push_back(std::move(text));
+    }
+  }
+  auto run = [&](const EngineOptions& o, bool together) {
+    auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
+    for (const Request& r : requests) {
+      sinks.push_back(std::make_shared<testing::CollectingSink>());
+      EXPECT_TRUE((*e)->Submit(r, sinks.back()).ok());
+      if (!together) EXPECT_TRUE(sinks.back()->Wait());
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& sink : sinks) {
+      EXPECT_TRUE(sink->Wait());
+      out.push_back(sink->tokens());
+    }
+    return std::make_pair(std::move(out), (*e)->Stats());
+  };
+  EngineOptions alone;
+  alone.max_seq_len = 256;
+  alone.prefix_caching = false;
+  alone.vision = vision_.get();
+  alone.vision_cache_bytes = 0;
+  EngineOptions busy = alone;
+  busy.prefix_caching = true;
+  busy.vision_cache_bytes = int64_t{1} << 20;
+  busy.scheduler.max_batch = 4;
+  busy.scheduler.max_tokens_per_step = 24;
+  busy.kv_cache.bytes = 5 * model_->CacheShape(1, 1).bytes_per_block();
+  busy.speculative.mode = SpeculativeMode::kNgram;
+  busy.speculative.max_tokens = 4;
+  busy.speculative.max_step_rows = 16;
+  busy.speculative.min_ngram = 1;
+  busy.speculative.max_ngram = 3;
+  const auto [want, alone_stats] = run(alone, /*together=*/false);
+  const auto [got, stats] = run(busy, /*together=*/true);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  const std::vector<int32_t> greedy = Greedy("one_image");
+  EXPECT_EQ(std::vector<int32_t>(want[0].begin(), want[0].begin() + 8), greedy) << "transformers' tokens";
+  // Each mechanism happened.
+  EXPECT_GT(stats.image_cache_hits, 0);
+  EXPECT_GT(stats.prefix_hit_tokens, 0);
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_GT(stats.draft_tokens, 0);
+  EXPECT_LT(stats.steps, stats.generated_tokens - stats.accepted_tokens) << "no step fused two sequences";
 }
 
 }  // namespace

@@ -22,11 +22,11 @@ namespace flover {
 struct PromptImage {
   std::shared_ptr<const std::vector<float>> tiles;
   int num_tiles = 0;
+  uint64_t key = 0;
   // A native-resolution image's patch grid (Qwen3-VL: tiles holds its
   // grid_h * grid_w patches in the processor's order, num_tiles is 1); 0
   // for tiles of the tower's fixed size.
   int grid_h = 0, grid_w = 0;
-  uint64_t key = 0;
 };
 
 struct ImageEncoderInfo {
