@@ -32,8 +32,8 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "model/model_loader.h"
-#include "model/vision/idefics3_processor.h"
-#include "model/vision/vision_encoder.h"
+#include "model/vision/image_processor.h"
+#include "model/vision/qwen3_vl_vision.h"
 #include "model/loader/gguf.h"
 #include "model/pooling.h"
 #include "server/api_keys.h"
@@ -76,8 +76,8 @@ struct Model {
   // A vision model's image side (rank 0): its tower on a CPU backend of its
   // own (EncoderAttention is not on the GPU yet), and its processor.
   std::unique_ptr<kernels::Backend> vision_backend;
-  std::unique_ptr<VisionEncoder> vision;
-  Idefics3ProcessorConfig image_processor;
+  std::unique_ptr<ImageEncoder> vision;
+  std::unique_ptr<ImageProcessor> image_processor;
 };
 
 // Rank 0's ways in: gRPC always, HTTP for OpenAI and metrics on request.
@@ -149,16 +149,12 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
     }
     if (!vision_backend.ok()) return vision_backend.status();
     m.vision_backend = std::move(*vision_backend);
-    auto vision = VisionEncoder::Load(options.model, *m.vision_backend);
+    auto vision = LoadImageEncoder(options.model, *m.vision_backend);
     if (vision.ok()) {
       m.vision = std::move(*vision);
-      FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadIdefics3ProcessorConfig(options.model));
-      if (m.image_processor.rows_per_tile != m.vision->info().rows_per_tile() ||
-          m.image_processor.tile != m.vision->info().tile) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            options.model, ": the processor's tiles (", m.image_processor.tile, " px, ", m.image_processor.rows_per_tile,
-            " rows) are not the vision tower's (", m.vision->info().tile, " px, ", m.vision->info().rows_per_tile(),
-            " rows)"));
+      FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadImageProcessor(options.model));
+      if (absl::Status st = m.image_processor->Matches(*m.vision); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(options.model, ": ", st.message()));
       }
     } else if (vision.status().code() != absl::StatusCode::kNotFound) {
       return vision.status();
@@ -266,8 +262,7 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
   // cache), for constrained requests.
   ServingContext serving{engine, model.tokenizer.get(), model.chat.get()};
   if (model.vision != nullptr) {
-    serving.vision = &model.vision->info();
-    serving.image_processor = &model.image_processor;
+    serving.image_processor = model.image_processor.get();
   }
   if (options.embeddings) {
     serving.pooling = pooling.pooling;

@@ -22,35 +22,38 @@ namespace {
 constexpr size_t kMaxMessages = 4096;
 
 // The prompt's images (ClientRequest::images) processed for the vision
-// encoder: each one's tiles into r->images, keyed by a hash of its bytes,
-// and the rendered `text` with each of the template's image placeholders
-// (in order) replaced by the image's tokens' text.
+// encoder: each one's pixels into r->images, keyed by a hash of its bytes
+// and the processor's settings, and the rendered `text` with each of the
+// template's image placeholders (in order) replaced by the image's
+// tokens' text.
 absl::Status AddImages(const std::vector<ClientImage>& images, const ConvertContext& context, std::string* text,
                        Request* r) {
   if (images.size() > static_cast<size_t>(context.max_images)) {
     return FieldError("messages", absl::StrCat("at most ", context.max_images, " images, got ", images.size()));
   }
-  static const std::string kPlaceholder = "<image>";
+  const ImageProcessor& processor = *context.image_processor;
+  const std::string& placeholder = processor.placeholder();
   size_t at = 0;
   for (const ClientImage& image : images) {
     auto decoded = DecodeImage(image.bytes, context.image_limits);
     if (!decoded.ok()) return FieldError(image.field, decoded.status().message());
-    ProcessedImage p = ProcessIdefics3Image(*decoded, *context.image_processor);
-    at = text->find(kPlaceholder, at);
+    absl::StatusOr<ProcessedPromptImage> p = processor.Process(*decoded);
+    if (!p.ok()) return FieldError(image.field, p.status().message());
+    at = text->find(placeholder, at);
     if (at == std::string::npos) {
-      return FieldError(image.field, "the chat template wrote no <image> for this image");
+      return FieldError(image.field, absl::StrCat("the chat template wrote no ", placeholder, " for this image"));
     }
-    text->replace(at, kPlaceholder.size(), p.text);
-    at += p.text.size();
+    text->replace(at, placeholder.size(), p->text);
+    at += p->text.size();
     unsigned char digest[SHA256_DIGEST_LENGTH];
     SHA256(reinterpret_cast<const unsigned char*>(image.bytes.data()), image.bytes.size(), digest);
     uint64_t key = 0;
     std::memcpy(&key, digest, sizeof(key));
-    key ^= context.image_processor->split ? 0x5bd1e995u : 0;  // the same bytes tiled otherwise are other tiles
-    r->images.push_back({std::make_shared<const std::vector<float>>(std::move(p.pixels)), p.tiles, key});
+    p->image.key = key ^ processor.settings_key();  // the same bytes processed otherwise are other pixels
+    r->images.push_back(std::move(p->image));
   }
-  if (text->find(kPlaceholder, at) != std::string::npos) {
-    return FieldError("messages", "the text holds <image> itself; it stands for an image part here");
+  if (text->find(placeholder, at) != std::string::npos) {
+    return FieldError("messages", absl::StrCat("the text holds ", placeholder, " itself; it stands for an image part here"));
   }
   return absl::OkStatus();
 }
@@ -76,7 +79,7 @@ absl::Status Messages(const std::vector<ChatMessage>& messages, const std::vecto
       return FieldError(absl::StrCat("messages[", i, "].tool_calls"), "only an assistant's message makes calls");
     }
   }
-  if (!images.empty() && (context.vision == nullptr || context.image_processor == nullptr)) {
+  if (!images.empty() && context.image_processor == nullptr) {
     return FieldError(images[0].field, "this model takes no images: it has no vision encoder Flover runs");
   }
   absl::StatusOr<std::vector<int32_t>> ids;

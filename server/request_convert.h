@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "model/vision/idefics3_processor.h"
-#include "model/vision/vision_encoder.h"
+#include "model/vision/image.h"
+#include "model/vision/image_processor.h"
 #include "absl/status/statusor.h"
 #include "chat/chat_format.h"
 #include "chat/reply_reader.h"
@@ -148,11 +148,9 @@ struct ConvertContext {
   std::shared_ptr<const TokenBytes> token_bytes;
   int vocab_size = 0;
   GrammarConstraints* grammars = nullptr;
-  // A vision model's image side (null: images refused): the encoder's
-  // shapes and its processor's settings, and the bounds on what a request
-  // sends.
-  const VisionInfo* vision = nullptr;
-  const Idefics3ProcessorConfig* image_processor = nullptr;
+  // A vision model's image processor (null: images refused), and the
+  // bounds on what a request sends.
+  const ImageProcessor* image_processor = nullptr;
   ImageLimits image_limits;
   int max_images = 16;  // per request
 };

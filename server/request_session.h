@@ -36,13 +36,11 @@ struct ServingContext {
   // With --embeddings: how an input's hidden rows are pooled (else none).
   std::optional<Pooling> pooling;
   // A vision model's image side (else null: images refused).
-  const VisionInfo* vision = nullptr;
-  const Idefics3ProcessorConfig* image_processor = nullptr;
+  const ImageProcessor* image_processor = nullptr;
 
   // What request_convert needs of it.
   ConvertContext convert() const {
     ConvertContext c{tokenizer, chat, token_bytes, engine.model().info().vocab_size, grammars.get()};
-    c.vision = vision;
     c.image_processor = image_processor;
     return c;
   }

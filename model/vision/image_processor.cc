@@ -1,0 +1,96 @@
+#include "model/vision/image_processor.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/vision/idefics3_processor.h"
+#include "model/vision/qwen2_vl_processor.h"
+#include "model/vision/qwen3_vl_vision.h"
+#include "model/vision/vision_encoder.h"
+#include "util/file_util.h"
+#include "util/json.h"
+#include "util/status_macros.h"
+
+namespace flover {
+namespace {
+
+class Idefics3Processor : public ImageProcessor {
+ public:
+  explicit Idefics3Processor(Idefics3ProcessorConfig c) : c_(std::move(c)) {}
+  const std::string& placeholder() const override { return placeholder_; }
+  uint64_t settings_key() const override { return c_.split ? 0x5bd1e995u : 0; }
+  absl::StatusOr<ProcessedPromptImage> Process(const RgbImage& image) const override {
+    ProcessedImage p = ProcessIdefics3Image(image, c_);
+    ProcessedPromptImage out;
+    out.image.tiles = std::make_shared<const std::vector<float>>(std::move(p.pixels));
+    out.image.num_tiles = p.tiles;
+    out.text = std::move(p.text);
+    return out;
+  }
+  absl::Status Matches(const ImageEncoder& encoder) const override {
+    const auto* smol = dynamic_cast<const VisionEncoder*>(&encoder);
+    if (smol == nullptr) return absl::InvalidArgumentError("SmolVLM's processor needs SmolVLM's vision tower");
+    const VisionInfo& v = smol->info();
+    if (c_.rows_per_tile != v.rows_per_tile() || c_.tile != v.tile) {
+      return absl::InvalidArgumentError(absl::StrCat("the processor's tiles (", c_.tile, " px, ", c_.rows_per_tile,
+                                                     " rows) are not the vision tower's (", v.tile, " px, ",
+                                                     v.rows_per_tile(), " rows)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Idefics3ProcessorConfig c_;
+  std::string placeholder_ = "<image>";
+};
+
+class Qwen2VlProcessor : public ImageProcessor {
+ public:
+  explicit Qwen2VlProcessor(Qwen2VlProcessorConfig c) : c_(std::move(c)) {}
+  const std::string& placeholder() const override { return c_.image_token; }
+  uint64_t settings_key() const override {
+    return static_cast<uint64_t>(c_.min_pixels) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(c_.max_pixels);
+  }
+  absl::StatusOr<ProcessedPromptImage> Process(const RgbImage& image) const override {
+    FLOVER_ASSIGN_OR_RETURN(Qwen2VlImage p, ProcessQwen2VlImage(image, c_));
+    ProcessedPromptImage out;
+    out.image.tiles = std::make_shared<const std::vector<float>>(std::move(p.patches));
+    out.image.num_tiles = 1;
+    out.image.grid_h = p.grid_h;
+    out.image.grid_w = p.grid_w;
+    out.text = std::move(p.text);
+    return out;
+  }
+  absl::Status Matches(const ImageEncoder& encoder) const override {
+    const auto* q = dynamic_cast<const Qwen3VlVision*>(&encoder);
+    if (q == nullptr) return absl::InvalidArgumentError("Qwen2-VL's processor needs a Qwen3-VL vision tower");
+    const Qwen3VlVisionInfo& v = q->info();
+    if (c_.patch != v.patch || c_.merge != v.merge || c_.temporal != v.temporal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the processor's patches (", c_.patch, " px, merged ", c_.merge, " x ", c_.merge, ", ", c_.temporal,
+          " frames) are not the vision tower's (", v.patch, " px, merged ", v.merge, " x ", v.merge, ", ", v.temporal,
+          " frames)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Qwen2VlProcessorConfig c_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::string& dir) {
+  const std::string what = dir + "/config.json";
+  FLOVER_ASSIGN_OR_RETURN(const std::string text, ReadFile(what));
+  FLOVER_ASSIGN_OR_RETURN(const google::protobuf::Struct top, ParseJsonObject(text, what));
+  auto type = top.fields().find("model_type");
+  if (type != top.fields().end() && type->second.string_value() == "qwen3_vl") {
+    FLOVER_ASSIGN_OR_RETURN(Qwen2VlProcessorConfig c, LoadQwen2VlProcessorConfig(dir));
+    return std::unique_ptr<ImageProcessor>(new Qwen2VlProcessor(std::move(c)));
+  }
+  FLOVER_ASSIGN_OR_RETURN(Idefics3ProcessorConfig c, LoadIdefics3ProcessorConfig(dir));
+  return std::unique_ptr<ImageProcessor>(new Idefics3Processor(std::move(c)));
+}
+
+}  // namespace flover

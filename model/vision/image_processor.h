@@ -1,0 +1,45 @@
+// A vision model's image processor, as the server runs it on a decoded
+// image: the pixels its ImageEncoder takes, and the prompt text that
+// stands for the image where the chat template wrote its placeholder.
+// SmolVLM's (Idefics3ImageProcessor) and Qwen3-VL's (Qwen2VLImageProcessor).
+#ifndef FLOVER_MODEL_VISION_IMAGE_PROCESSOR_H_
+#define FLOVER_MODEL_VISION_IMAGE_PROCESSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/vision/image.h"
+#include "model/vision/image_encoder.h"
+
+namespace flover {
+
+struct ProcessedPromptImage {
+  PromptImage image;  // its key left 0: the caller names the bytes
+  std::string text;   // what replaces the template's placeholder
+};
+
+class ImageProcessor {
+ public:
+  virtual ~ImageProcessor() = default;
+  // What a chat template writes for an image ("<image>", "<|image_pad|>").
+  virtual const std::string& placeholder() const = 0;
+  // Mixed into an image's key: the same bytes processed otherwise are
+  // other pixels.
+  virtual uint64_t settings_key() const = 0;
+  // InvalidArgument saying why where the image cannot be taken (an aspect
+  // ratio past Qwen's 200, say).
+  virtual absl::StatusOr<ProcessedPromptImage> Process(const RgbImage& image) const = 0;
+  // Whether the encoder takes what this processor makes (its tiles or
+  // patches), naming what differs.
+  virtual absl::Status Matches(const ImageEncoder& encoder) const = 0;
+};
+
+// The processor of the checkpoint in `dir`, by config.json's model_type
+// (qwen3_vl: Qwen2-VL's; else SmolVLM's).
+absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::string& dir);
+
+}  // namespace flover
+
+#endif  // FLOVER_MODEL_VISION_IMAGE_PROCESSOR_H_
