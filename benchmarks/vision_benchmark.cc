@@ -1,17 +1,20 @@
-// The vision tower's speed on this machine: SmolVLM2-256M's SigLIP tower and
-// connector (512-px tiles, patches of 16, 768 wide, 12 layers, 12 heads,
-// pixel shuffle by 4 into 576) with seeded random weights, encoding 1 and 4
-// tiles at a time on the CPU backend; the time per tile, the GFLOP/s it
-// reaches, where the time goes (attention against the products), and the
-// backend's own product at the tower's widest shape as the roofline, all
-// in one run.
+// The vision tower's speed on this machine, with seeded random weights on
+// the CPU backend: SmolVLM2-256M's SigLIP tower and connector (512-px
+// tiles, patches of 16, 768 wide, 12 layers, 12 heads, pixel shuffle by 4
+// into 576), encoding 1 and 4 tiles at a time; or (--model=qwen3vl)
+// Qwen3-VL-2B's tower (patches of 16, 1024 wide, 24 layers, 16 heads, the
+// merger and 3 deepstack mergers into 2048) on images of 448 x 448 and
+// 1024 x 768 pixels. The time per tile or image, the GFLOP/s it reaches,
+// where the time goes (attention against the products), and the backend's
+// own product at the tower's MLP shape as the roofline, all in one run.
 //
-//   .bazel-root/bin/benchmarks/vision_benchmark [--repeats=3] [--threads=N] [--bf16]
+//   .bazel-root/bin/benchmarks/vision_benchmark [--model=smolvlm2|qwen3vl] [--repeats=3] [--threads=N] [--bf16]
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -19,11 +22,13 @@
 #include "benchmarks/profiling_backend.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "model/vision/qwen3_vl_vision.h"
 #include "model/vision/vision_encoder.h"
 
 ABSL_FLAG(int, repeats, 3, "Timed runs per size (the median is printed)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0: every core)");
 ABSL_FLAG(bool, bf16, false, "The products in bf16 (as flover_server --dtype=bf16 runs the tower)");
+ABSL_FLAG(std::string, model, "smolvlm2", "smolvlm2 (SmolVLM2-256M's tower) or qwen3vl (Qwen3-VL-2B's)");
 
 namespace {
 
@@ -55,40 +60,73 @@ int main(int argc, char** argv) {
     return 1;
   }
   flover::ProfilingBackend backend(**cpu);
-  flover::VisionInfo info;
-  info.tile = 512;
-  info.patch = 16;
-  info.hidden = 768;
-  info.heads = 12;
-  info.layers = 12;
-  info.intermediate = 3072;
-  info.scale = 4;
-  info.out_width = 576;
-  auto encoder = flover::VisionEncoder::Random(info, backend, 1);
-  if (!encoder.ok()) {
-    std::fprintf(stderr, "vision_benchmark: %s\n", std::string(encoder.status().message()).c_str());
-    return 1;
-  }
-  const double N = info.patches(), D = info.hidden, F = info.intermediate, P = 3.0 * info.patch * info.patch;
-  const double flop_per_tile = 2 * N * P * D +
-                               info.layers * (2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * F) +
-                               2 * (N / (info.scale * info.scale)) * D * info.scale * info.scale * info.out_width;
-  std::printf("SmolVLM2-256M's vision tower (random weights): %d-px tiles, %d patches, %.1f GFLOP a tile; %s\n\n",
-              info.tile, info.patches(), flop_per_tile / 1e9, backend.Device().name.c_str());
-  std::printf("| tiles a call | s a call (median of %d) | ms a tile | GFLOP/s |\n|---:|---:|---:|---:|\n", repeats);
-  for (int n : {1, 4}) {
-    std::vector<float> tiles(static_cast<size_t>(n) * 3 * info.tile * info.tile);
-    for (size_t i = 0; i < tiles.size(); ++i) tiles[i] = static_cast<float>((i * 7919) % 255) / 127.5f - 1.0f;
-    (void)(*encoder)->Encode(tiles, n);  // warm up
-    const double s = MedianSeconds(repeats, [&] { (void)(*encoder)->Encode(tiles, n); });
-    std::printf("| %d | %.3f | %.0f | %.0f |\n", n, s, 1e3 * s / n, n * flop_per_tile / s / 1e9);
+  int mlp_rows = 1024, mlp_in = 768, mlp_out = 3072;  // the roofline's product: the tower's MLP
+  if (absl::GetFlag(FLAGS_model) == "qwen3vl") {
+    flover::Qwen3VlVisionInfo q;
+    q.hidden = 1024;
+    q.heads = 16;
+    q.layers = 24;
+    q.intermediate = 4096;
+    q.positions_side = 48;
+    q.out_width = 2048;
+    q.deepstack = {5, 11, 17};
+    auto tower = flover::Qwen3VlVision::Random(q, backend, 1);
+    if (!tower.ok()) {
+      std::fprintf(stderr, "vision_benchmark: %s\n", std::string(tower.status().message()).c_str());
+      return 1;
+    }
+    std::printf("Qwen3-VL-2B's vision tower (random weights), %s\n\n", backend.Device().name.c_str());
+    std::printf("| image | patches | tokens | GFLOP | s an image (median of %d) | GFLOP/s |\n|---|---:|---:|---:|---:|---:|\n",
+                repeats);
+    for (auto [w, h] : {std::pair{448, 448}, std::pair{1024, 768}}) {
+      const int gh = h / q.patch, gw = w / q.patch;
+      const double N = double(gh) * gw, D = q.hidden, F = q.intermediate, J = 4 * D;
+      const double flop = 2 * N * q.patch_values() * D +
+                          q.layers * (2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * F) +
+                          (1 + q.deepstack.size()) * (2 * (N / 4) * J * J + 2 * (N / 4) * J * q.out_width);
+      std::vector<float> patches(static_cast<size_t>(N) * q.patch_values());
+      for (size_t i = 0; i < patches.size(); ++i) patches[i] = static_cast<float>((i * 7919) % 255) / 127.5f - 1.0f;
+      (void)(*tower)->Run(patches, gh, gw);  // warm up
+      const double s = MedianSeconds(repeats, [&] { (void)(*tower)->Run(patches, gh, gw); });
+      std::printf("| %d x %d | %.0f | %.0f | %.1f | %.3f | %.0f |\n", w, h, N, N / 4, flop / 1e9, s, flop / s / 1e9);
+    }
+    mlp_rows = 1024, mlp_in = q.hidden, mlp_out = q.intermediate;
+  } else {
+    flover::VisionInfo info;
+    info.tile = 512;
+    info.patch = 16;
+    info.hidden = 768;
+    info.heads = 12;
+    info.layers = 12;
+    info.intermediate = 3072;
+    info.scale = 4;
+    info.out_width = 576;
+    auto encoder = flover::VisionEncoder::Random(info, backend, 1);
+    if (!encoder.ok()) {
+      std::fprintf(stderr, "vision_benchmark: %s\n", std::string(encoder.status().message()).c_str());
+      return 1;
+    }
+    const double N = info.patches(), D = info.hidden, F = info.intermediate, P = 3.0 * info.patch * info.patch;
+    const double flop_per_tile = 2 * N * P * D +
+                                 info.layers * (2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * F) +
+                                 2 * (N / (info.scale * info.scale)) * D * info.scale * info.scale * info.out_width;
+    std::printf("SmolVLM2-256M's vision tower (random weights): %d-px tiles, %d patches, %.1f GFLOP a tile; %s\n\n",
+                info.tile, info.patches(), flop_per_tile / 1e9, backend.Device().name.c_str());
+    std::printf("| tiles a call | s a call (median of %d) | ms a tile | GFLOP/s |\n|---:|---:|---:|---:|\n", repeats);
+    for (int n : {1, 4}) {
+      std::vector<float> tiles(static_cast<size_t>(n) * 3 * info.tile * info.tile);
+      for (size_t i = 0; i < tiles.size(); ++i) tiles[i] = static_cast<float>((i * 7919) % 255) / 127.5f - 1.0f;
+      (void)(*encoder)->Encode(tiles, n);  // warm up
+      const double s = MedianSeconds(repeats, [&] { (void)(*encoder)->Encode(tiles, n); });
+      std::printf("| %d | %.3f | %.0f | %.0f |\n", n, s, 1e3 * s / n, n * flop_per_tile / s / 1e9);
+    }
   }
   double total = 0;
   for (const auto& [op, seconds] : backend.seconds()) total += seconds;
   std::printf("\nWhere the time went (every call above):\n\n| op | share |\n|---|---:|\n");
   for (const auto& [op, seconds] : backend.seconds()) std::printf("| %s | %.1f%% |\n", op.c_str(), 100 * seconds / total);
-  // Roofline: the backend's product at the MLP's shape, [1024, 768] x [768, 3072].
-  const int M = info.patches(), K = info.hidden, Nn = info.intermediate;
+  // Roofline: the backend's product at the tower's MLP shape.
+  const int M = mlp_rows, K = mlp_in, Nn = mlp_out;
   std::vector<float> w(static_cast<size_t>(K) * Nn, 0.01f), a(static_cast<size_t>(M) * K, 0.02f);
   auto weight = (*cpu)->PrepareWeight(w.data(), K, Nn, flover::kernels::WeightLayout::kInOut);
   auto in = (*cpu)->Allocate(flover::kernels::DType::kF32, M, K);

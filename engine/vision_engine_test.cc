@@ -217,16 +217,17 @@ TEST_F(VisionEngineTest, TwoImagesFusedWithAnotherImageRequestAndRefusals) {
   EXPECT_NE(refusal(r).find("the prompt holds 111 image tokens (id 358) for images of 112 rows"), std::string::npos);
 }
 
-// Qwen3-VL (tests/golden/make_qwen3vl_golden.py): an image is one unit of
+// Qwen3-VL (tests/golden/make_qwen3vl_golden.py) and Qwen3.5
+// (make_qwen35vl_golden.py): an image is one unit of
 // patches on its own grid, its rows take multimodal rotary positions and
 // carry deepstack additions. Through the engine, one- and two-image chats
 // give transformers' greedy tokens; fused with text and image requests,
 // chunked (an image's rows cut across steps), preempted, hit from the
 // caches and speculated, every request's tokens equal its run alone.
-class Qwen3VlEngineTest : public ::testing::Test {
+class Qwen3VlEngineTest : public ::testing::TestWithParam<const char*> {
  protected:
-  static constexpr char kQwen[] = "tests/golden/qwen3vl_tiny";
   void SetUp() override {
+    kQwen = GetParam();
     auto loaded = LoadModel(kQwen);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     loaded_ = std::move(*loaded);
@@ -269,11 +270,12 @@ class Qwen3VlEngineTest : public ::testing::Test {
   std::unique_ptr<kernels::Backend> backend_ = testing::CpuBackend();
   std::unique_ptr<LoadedModel> loaded_;
   std::unique_ptr<CausalLm> model_;
+  std::string kQwen;  // the fixture
   std::unique_ptr<Qwen3VlVision> vision_;
   nlohmann::json meta_;
 };
 
-TEST_F(Qwen3VlEngineTest, ChatsGenerateTransformersTokens) {
+TEST_P(Qwen3VlEngineTest, ChatsGenerateTransformersTokens) {
   EngineOptions o;
   o.max_seq_len = 256;
   o.vision = vision_.get();
@@ -312,7 +314,7 @@ TEST_F(Qwen3VlEngineTest, ChatsGenerateTransformersTokens) {
       << st.status();
 }
 
-TEST_F(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
+TEST_P(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
   std::vector<Request> requests;
   for (int i = 0; i < 7; ++i) {
     // Keys name the pixels: the same image under one key, apart under others.
@@ -339,7 +341,8 @@ TEST_F(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
     std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
     for (const Request& r : requests) {
       sinks.push_back(std::make_shared<testing::CollectingSink>());
-      EXPECT_TRUE((*e)->Submit(r, sinks.back()).ok());
+      auto id = (*e)->Submit(r, sinks.back());
+      EXPECT_TRUE(id.ok()) << id.status();
       if (!together) EXPECT_TRUE(sinks.back()->Wait());
     }
     std::vector<std::vector<int32_t>> out;
@@ -359,7 +362,8 @@ TEST_F(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
   busy.vision_cache_bytes = int64_t{1} << 20;
   busy.scheduler.max_batch = 4;
   busy.scheduler.max_tokens_per_step = 24;
-  busy.kv_cache.bytes = 5 * model_->CacheShape(1, 1).bytes_per_block();
+  const KvCacheShape unit = model_->CacheShape(1, 1);
+  busy.kv_cache.bytes = 5 * unit.bytes_per_block() + 8 * unit.bytes_per_state_slot();
   busy.speculative.mode = SpeculativeMode::kNgram;
   busy.speculative.max_tokens = 4;
   busy.speculative.max_step_rows = 16;
@@ -377,6 +381,12 @@ TEST_F(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
   EXPECT_GT(stats.draft_tokens, 0);
   EXPECT_LT(stats.steps, stats.generated_tokens - stats.accepted_tokens) << "no step fused two sequences";
 }
+
+// Qwen3-VL, and Qwen3.5 (the same tower without deepstack, beside a hybrid
+// of gated delta-net and attention layers whose state the prefix cache
+// checkpoints).
+INSTANTIATE_TEST_SUITE_P(Models, Qwen3VlEngineTest,
+                         ::testing::Values("tests/golden/qwen3vl_tiny", "tests/golden/qwen35vl_tiny"));
 
 }  // namespace
 }  // namespace flover

@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::st
   FLOVER_ASSIGN_OR_RETURN(const std::string text, ReadFile(what));
   FLOVER_ASSIGN_OR_RETURN(const google::protobuf::Struct top, ParseJsonObject(text, what));
   auto type = top.fields().find("model_type");
-  if (type != top.fields().end() && type->second.string_value() == "qwen3_vl") {
+  if (type != top.fields().end() && TakesQwen3VlVision(type->second.string_value())) {
     FLOVER_ASSIGN_OR_RETURN(Qwen2VlProcessorConfig c, LoadQwen2VlProcessorConfig(dir));
     return std::unique_ptr<ImageProcessor>(new Qwen2VlProcessor(std::move(c)));
   }

@@ -37,7 +37,7 @@ class ImageProcessor {
 };
 
 // The processor of the checkpoint in `dir`, by config.json's model_type
-// (qwen3_vl: Qwen2-VL's; else SmolVLM's).
+// (Qwen3-VL's and Qwen3.5's: Qwen2-VL's; else SmolVLM's).
 absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::string& dir);
 
 }  // namespace flover

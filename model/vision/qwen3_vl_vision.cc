@@ -61,7 +61,7 @@ absl::StatusOr<Qwen3VlVisionInfo> ParseQwen3VlVision(const Struct& top, const st
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
   const Struct* v = Object(top, "vision_config");
   const Struct* text = Object(top, "text_config");
-  if (v == nullptr || text == nullptr) return refuse("model_type qwen3_vl needs vision_config and text_config");
+  if (v == nullptr || text == nullptr) return refuse("a Qwen3-VL-style model needs vision_config and text_config");
   Qwen3VlVisionInfo info;
   FLOVER_ASSIGN_OR_RETURN(info.patch, JsonIntFieldOr(*v, "patch_size", 16, 1, 256, what));
   FLOVER_ASSIGN_OR_RETURN(info.temporal, JsonIntFieldOr(*v, "temporal_patch_size", 2, 1, 16, what));
@@ -109,12 +109,16 @@ void GeluErf(std::vector<float>& v) {
 
 }  // namespace
 
+bool TakesQwen3VlVision(absl::string_view model_type) {
+  return model_type == "qwen3_vl" || model_type == "qwen3_5" || model_type == "qwen3_5_moe";
+}
+
 absl::StatusOr<std::unique_ptr<ImageEncoder>> LoadImageEncoder(const std::string& dir, kernels::Backend& backend) {
   const std::string what = dir + "/config.json";
   FLOVER_ASSIGN_OR_RETURN(const std::string text, ReadFile(what));
   FLOVER_ASSIGN_OR_RETURN(const Struct top, ParseJsonObject(text, what));
   auto type = top.fields().find("model_type");
-  if (type != top.fields().end() && type->second.string_value() == "qwen3_vl") {
+  if (type != top.fields().end() && TakesQwen3VlVision(type->second.string_value())) {
     FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3VlVision> q, Qwen3VlVision::Load(dir, backend));
     return std::unique_ptr<ImageEncoder>(std::move(q));
   }

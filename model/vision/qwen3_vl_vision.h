@@ -1,4 +1,5 @@
-// Qwen3-VL's image side (transformers' Qwen3VLVisionModel): a
+// Qwen3-VL's image side (transformers' Qwen3VLVisionModel; Qwen3.5's is
+// the same without deepstack): a
 // native-resolution ViT over an image's grid of patches (each patch its
 // channels x 2 frames x patch x patch values, one conv as a product),
 // learned positions resampled bilinearly (align_corners) from a square
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "model/vision/image_encoder.h"
@@ -99,6 +101,11 @@ class Qwen3VlVision : public ImageEncoder {
   std::vector<Layer> layers_;
   std::vector<Merger> mergers_;  // the merger, then the deepstack ones
 };
+
+// Whether checkpoints of `model_type` have Qwen3-VL's vision tower:
+// Qwen3-VL's (with deepstack) and Qwen3.5's and Qwen3.5-MoE's (the same
+// tower, no deepstack).
+bool TakesQwen3VlVision(absl::string_view model_type);
 
 // The vision side of the checkpoint in `dir`, by its model_type: SmolVLM's
 // (VisionEncoder) or Qwen3-VL's. A checkpoint without one is NotFound.

@@ -1,5 +1,7 @@
 // Qwen3-VL's image side against transformers 5.23 in float64
-// (tests/golden/make_qwen3vl_golden.py, a tiny Qwen3-VL checkpoint): the
+// (tests/golden/make_qwen3vl_golden.py, a tiny Qwen3-VL checkpoint; and
+// make_qwen35vl_golden.py, a tiny Qwen3.5: the same tower without
+// deepstack beside a hybrid of gated delta-net and attention layers): the
 // resampled learned positions, the last block's rows, the merger's and the
 // deepstack mergers' features from the processor's patches of four images
 // (upscaled, downscaled, odd, a JPEG); then the language model over chats
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 #include <vector>
 
 #include "model/loader/safetensors.h"
@@ -24,7 +27,6 @@
 namespace flover {
 namespace {
 
-constexpr char kDir[] = "tests/golden/qwen3vl_tiny";
 
 // max |got - want| over max |want|.
 double Off(const std::vector<float>& got, const std::vector<float>& want) {
@@ -37,19 +39,21 @@ double Off(const std::vector<float>& got, const std::vector<float>& want) {
   return err / top;
 }
 
-class Qwen3VlVisionTest : public ::testing::TestWithParam<const char*> {
+// (device, fixture directory)
+class Qwen3VlVisionTest : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {
  protected:
   void SetUp() override {
     std::string skip;
-    backend_ = testing::BackendForTest(GetParam(), &skip);
+    backend_ = testing::BackendForTest(std::get<0>(GetParam()), &skip);
     if (backend_ == nullptr) GTEST_SKIP() << skip;
-    auto e = Qwen3VlVision::Load(kDir, *backend_);
+    dir_ = std::get<1>(GetParam());
+    auto e = Qwen3VlVision::Load(dir_, *backend_);
     ASSERT_TRUE(e.ok()) << e.status();
     encoder_ = std::move(*e);
-    auto file = SafetensorsFile::Open(std::string(kDir) + "/golden.safetensors");
+    auto file = SafetensorsFile::Open(std::string(dir_) + "/golden.safetensors");
     ASSERT_TRUE(file.ok()) << file.status();
     golden_ = std::make_unique<SafetensorsFile>(std::move(*file));
-    std::ifstream in(std::string(kDir) + "/golden.json");
+    std::ifstream in(std::string(dir_) + "/golden.json");
     meta_ = nlohmann::json::parse(in);
   }
   std::vector<float> Golden(const std::string& name) {
@@ -61,7 +65,7 @@ class Qwen3VlVisionTest : public ::testing::TestWithParam<const char*> {
     return v.ok() ? *v : std::vector<float>();
   }
   std::vector<int32_t> GoldenInts(const std::string& name) {
-    return testing::GoldenInts(std::string(kDir) + "/golden.safetensors", name);
+    return testing::GoldenInts(std::string(dir_) + "/golden.safetensors", name);
   }
   PromptImage Image(const std::string& name) {
     const std::vector<int> grid = meta_["images"][name]["image_grid_thw"].get<std::vector<int>>();
@@ -73,6 +77,9 @@ class Qwen3VlVisionTest : public ::testing::TestWithParam<const char*> {
     return im;
   }
 
+  int Deepstack() const { return static_cast<int>(meta_["vision"]["deepstack_visual_indexes"].size()); }
+
+  std::string dir_;  // the fixture
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Qwen3VlVision> encoder_;
   std::unique_ptr<SafetensorsFile> golden_;
@@ -82,7 +89,7 @@ class Qwen3VlVisionTest : public ::testing::TestWithParam<const char*> {
 TEST_P(Qwen3VlVisionTest, TowerMergerAndDeepstackMatchTransformers) {
   const ImageEncoderInfo& e = encoder_->encoder_info();
   EXPECT_EQ(e.image_token, meta_["image_token_id"].get<int>());
-  EXPECT_EQ(e.given_layers, 2);
+  EXPECT_EQ(e.given_layers, Deepstack());
   EXPECT_TRUE(e.grid_positions);
   for (const std::string name : {"gradient_37x23", "wide_100x61", "tall_9x41", "photo_52x36"}) {
     const PromptImage im = Image(name);
@@ -92,8 +99,8 @@ TEST_P(Qwen3VlVisionTest, TowerMergerAndDeepstackMatchTransformers) {
     EXPECT_LT(Off(s->positions, Golden(t + "pos_embeds")), 1e-6) << name;
     EXPECT_LT(Off(s->last, Golden(t + "last_hidden")), 1e-5) << name;
     EXPECT_LT(Off(s->merged, Golden(t + "merged")), 1e-5) << name;
-    ASSERT_EQ(s->deepstack.size(), 2u);
-    for (int j = 0; j < 2; ++j) EXPECT_LT(Off(s->deepstack[j], Golden(t + "deepstack." + std::to_string(j))), 1e-5);
+    ASSERT_EQ(s->deepstack.size(), static_cast<size_t>(Deepstack()));
+    for (int j = 0; j < Deepstack(); ++j) EXPECT_LT(Off(s->deepstack[j], Golden(t + "deepstack." + std::to_string(j))), 1e-5);
     EXPECT_EQ(encoder_->RowsOf(im), meta_["images"][name]["num_image_tokens"].get<int>());
     // EncodeUnits: the merged rows, then each deepstack layer's.
     auto units = encoder_->EncodeUnits(im, 0, 1);
@@ -117,7 +124,7 @@ TEST_P(Qwen3VlVisionTest, TowerMergerAndDeepstackMatchTransformers) {
 // rotary positions; every row's logits, then 8 greedy tokens, each decoded
 // at its index + rope_deltas.
 TEST_P(Qwen3VlVisionTest, ChatsMatchTransformersLogitsAndGreedyTokens) {
-  auto loaded = LoadModel(kDir);
+  auto loaded = LoadModel(dir_);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto model = testing::ModelOn(*backend_, **loaded);
   const int C = model->info().hidden, V = model->info().vocab_size;
@@ -131,7 +138,7 @@ TEST_P(Qwen3VlVisionTest, ChatsMatchTransformersLogitsAndGreedyTokens) {
     const int max_seq = T + 8;
     auto cache = testing::CacheFor(*model, 1, max_seq);
     ForwardBatch prompt;
-    prompt.AddSequence(testing::SeqBlocks(0, max_seq), 0, ids);
+    testing::AddCachedSequence(prompt, *cache, 0, max_seq, 0, ids);
     if (c != "text_only") {
       for (int t = 0; t < T; ++t) prompt.SetRopePositions(t, pos[t], pos[T + t], pos[2 * T + t]);
     }
@@ -146,9 +153,9 @@ TEST_P(Qwen3VlVisionTest, ChatsMatchTransformersLogitsAndGreedyTokens) {
       ASSERT_LT(image, images.size());
       auto f = encoder_->EncodeUnits(Image(images[image++]), 0, 1);
       ASSERT_TRUE(f.ok()) << f.status();
-      const int rows = static_cast<int>(f->size() / (3 * C));
+      const int rows = static_cast<int>(f->size() / ((1 + Deepstack()) * C));
       prompt.GiveRows(i, absl::MakeConstSpan(f->data(), size_t(rows) * C), C);
-      for (int l = 0; l < 2; ++l) {
+      for (int l = 0; l < Deepstack(); ++l) {
         prompt.AddToGivenRows(l, absl::MakeConstSpan(f->data() + size_t(l + 1) * rows * C, size_t(rows) * C));
       }
       i += rows;
@@ -164,7 +171,7 @@ TEST_P(Qwen3VlVisionTest, ChatsMatchTransformersLogitsAndGreedyTokens) {
       greedy.push_back(next);
       if (step == 7) break;
       ForwardBatch decode;
-      decode.AddSequence(testing::SeqBlocks(0, max_seq), T + step, std::vector<int32_t>{next});
+      testing::AddCachedSequence(decode, *cache, 0, max_seq, T + step, std::vector<int32_t>{next});
       const int32_t at = T + step + delta;
       if (delta != 0) decode.SetRopePositions(0, at, at, at);
       auto out = model->Forward(decode, *cache, LogitsFor::kLastRowsOfEachSequence);
@@ -175,7 +182,10 @@ TEST_P(Qwen3VlVisionTest, ChatsMatchTransformersLogitsAndGreedyTokens) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Qwen3VlVisionTest, ::testing::Values("cpu", "cuda"));
+INSTANTIATE_TEST_SUITE_P(DevicesAndModels, Qwen3VlVisionTest,
+                         ::testing::Combine(::testing::Values("cpu", "cuda"),
+                                            ::testing::Values("tests/golden/qwen3vl_tiny",
+                                                              "tests/golden/qwen35vl_tiny")));
 
 }  // namespace
 }  // namespace flover

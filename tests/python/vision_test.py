@@ -5,7 +5,8 @@ flover_client --image): the tiny SmolVLM fixture (tests/golden/idefics3_tiny,
 written by make_idefics3_golden.py with transformers 5.23 in float64) takes a
 PNG as a data: URL in an image_url part, and answers with transformers'
 greedy tokens for the same chat; the prompt it computed is the processor's
-(its token count). So does the tiny Qwen3-VL fixture (tests/golden/qwen3vl_tiny). What cannot be taken is a 400 naming the part: an image
+(its token count). So do the tiny Qwen3-VL and Qwen3.5 fixtures
+(tests/golden/qwen3vl_tiny, qwen35vl_tiny). What cannot be taken is a 400 naming the part: an image
 to a text-only model, a remote URL, bytes that are not an image. With
 --tp2 the server runs as two tensor-parallel ranks under mpirun (the tower
 on rank 0, the given rows sent to rank 1 with each step) and must give the
@@ -35,49 +36,64 @@ TP2 = False
 
 
 QWEN = "tests/golden/qwen3vl_tiny"
+QWEN35 = "tests/golden/qwen35vl_tiny"
 
 
 class VisionTest(unittest.TestCase):
     def test_qwen3_vl_chats_match_transformers(self):
-        """Qwen3-VL (tests/golden/make_qwen3vl_golden.py): each image at its
-        own resolution, its rows at multimodal rotary positions with deepstack
-        additions; the fixture's one- and two-image chats give transformers'
-        greedy tokens and prompt length (under --tp2 the positions and the
-        additions go to rank 1 with each step), and a JPEG its token count."""
-        with open(os.path.join(QWEN, "golden.json")) as f:
-            golden = json.load(f)
-        s = Server(f"--model={QWEN}", "--max_seq_len=512", "--threads=2")
-        try:
-            model = s.openai.models.list().data[0].id
-            for case in ("one_image", "two_images"):
-                want = golden["cases"][case]
-                names = iter(want["images"])
-                content = []
-                for part in want["messages"][0]["content"]:
-                    if part["type"] == "image":
-                        path = os.path.join(QWEN, golden["images"][next(names)]["file"])
-                        content.append({"type": "image_url", "image_url": {"url": data_url(path)}})
-                    else:
-                        content.append({"type": "text", "text": part["text"]})
+        """Qwen3-VL (tests/golden/make_qwen3vl_golden.py) and Qwen3.5 (its
+        tower without deepstack beside a hybrid language model;
+        make_qwen35vl_golden.py): each image at its own resolution, its rows
+        at multimodal rotary positions (with deepstack additions on Qwen3-VL);
+        the fixtures' one- and two-image chats give transformers' greedy
+        tokens and prompt length through the openai package and gRPC (under
+        --tp2 the positions and additions go to rank 1 with each step), and a
+        JPEG its token count."""
+        for fixture in (QWEN, QWEN35):
+            with open(os.path.join(fixture, "golden.json")) as f:
+                golden = json.load(f)
+            s = Server(f"--model={fixture}", "--max_seq_len=512", "--threads=2")
+            try:
+                model = s.openai.models.list().data[0].id
+                for case in ("one_image", "two_images"):
+                    want = golden["cases"][case]
+                    names = iter(want["images"])
+                    content, parts = [], []
+                    for part in want["messages"][0]["content"]:
+                        if part["type"] == "image":
+                            with open(os.path.join(fixture, golden["images"][next(names)]["file"]), "rb") as f:
+                                data = f.read()
+                            content.append({"type": "image_url", "image_url": {
+                                "url": "data:image/png;base64," + base64.b64encode(data).decode()}})
+                            parts.append({"type": "image", "image": data})
+                        else:
+                            content.append({"type": "text", "text": part["text"]})
+                            parts.append({"type": "text", "text": part["text"]})
+                    reply = s.openai.chat.completions.create(
+                        model=model, messages=[{"role": "user", "content": content}], max_tokens=8, temperature=0,
+                        extra_body={"ignore_eos": True})
+                    self.assertEqual(reply.usage.prompt_tokens, want["num_tokens"], (fixture, case))
+                    self.assertEqual(reply.usage.completion_tokens, 8, (fixture, case))
+                    ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": parts}],
+                                                      max_new_tokens=8, temperature=0)
+                    self.assertEqual(list(ids), want["greedy_8"], (fixture, case))
+                    self.assertEqual(last.usage.prompt_tokens, want["num_tokens"], (fixture, case))
+                    if fixture == QWEN:  # no reasoning parser: the reply's text is the tokens'
+                        status, expected = s.post("/detokenize", {"tokens": want["greedy_8"]})
+                        self.assertEqual(status, 200, expected)
+                        self.assertEqual(reply.choices[0].message.content, expected["content"], case)
+                # A JPEG in the one-image chat's place: its 24 rows for the gradient's 15.
+                one = golden["cases"]["one_image"]
+                with open(os.path.join(fixture, "photo_52x36.jpg"), "rb") as f:
+                    jpeg = "data:image/jpeg;base64," + base64.b64encode(f.read()).decode()
                 reply = s.openai.chat.completions.create(
-                    model=model, messages=[{"role": "user", "content": content}], max_tokens=8, temperature=0,
-                    extra_body={"ignore_eos": True})
-                self.assertEqual(reply.usage.prompt_tokens, want["num_tokens"], case)
-                status, expected = s.post("/detokenize", {"tokens": want["greedy_8"]})
-                self.assertEqual(status, 200, expected)
-                self.assertEqual(reply.choices[0].message.content, expected["content"], case)
-            # A JPEG in the one-image chat's place: its 24 rows for the gradient's 15.
-            one = golden["cases"]["one_image"]
-            with open(os.path.join(QWEN, "photo_52x36.jpg"), "rb") as f:
-                jpeg = "data:image/jpeg;base64," + base64.b64encode(f.read()).decode()
-            reply = s.openai.chat.completions.create(
-                model=model, max_tokens=4, temperature=0, messages=[{"role": "user", "content": [
-                    {"type": "image_url", "image_url": {"url": jpeg}}, {"type": "text", "text": "What is this?"}]}])
-            self.assertEqual(reply.usage.prompt_tokens,
-                             one["num_tokens"] - one["image_token_count"]
-                             + golden["images"]["photo_52x36"]["num_image_tokens"])
-        finally:
-            s.close()
+                    model=model, max_tokens=4, temperature=0, messages=[{"role": "user", "content": [
+                        {"type": "image_url", "image_url": {"url": jpeg}}, {"type": "text", "text": "What is this?"}]}])
+                self.assertEqual(reply.usage.prompt_tokens,
+                                 one["num_tokens"] - one["image_token_count"]
+                                 + golden["images"]["photo_52x36"]["num_image_tokens"])
+            finally:
+                s.close()
 
     def test_image_chats_match_transformers(self):
         with open(os.path.join(FIXTURE, "golden.json")) as f:
