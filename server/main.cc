@@ -153,6 +153,7 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
     if (vision.ok()) {
       m.vision = std::move(*vision);
       FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadImageProcessor(options.model));
+      m.image_processor->LimitRows(options.max_image_tokens);
       if (absl::Status st = m.image_processor->Matches(*m.vision); !st.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(options.model, ": ", st.message()));
       }

@@ -78,6 +78,9 @@ ABSL_FLAG(int, max_tokens_per_step, 256, "Token budget of one fused forward (pro
 ABSL_FLAG(std::string, scheduler, "fusion", "fusion, dynamic, static or sequential");
 ABSL_FLAG(int, batch_delay_ms, 10, "dynamic scheduler: how long to gather a batch");
 ABSL_FLAG(int, max_queue, 1024, "Waiting requests; more are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_image_tokens, 4096,
+          "Most tokens one image becomes where the model sizes images itself (Qwen3-VL, Qwen3.5: larger ones are "
+          "resized down, as the processor's max_pixels does); bounds the vision encoder's memory and time");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for");
 ABSL_FLAG(std::string, speculative, "off",
           "Speculative decoding: off, ngram (draft tokens from earlier occurrences of each "
@@ -205,6 +208,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.scheduler.batch_delay = absl::Milliseconds(absl::GetFlag(FLAGS_batch_delay_ms));
   o.engine.max_seq_len = absl::GetFlag(FLAGS_max_seq_len);
   o.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
+  o.max_image_tokens = absl::GetFlag(FLAGS_max_image_tokens);
+  if (o.max_image_tokens < 1 || o.max_image_tokens > 16384) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_image_tokens must be in [1, 16384], got ", o.max_image_tokens));
+  }
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   auto speculative = ParseSpeculativeMode(absl::GetFlag(FLAGS_speculative));
   if (!speculative.ok()) return absl::InvalidArgumentError(absl::StrCat("--speculative: ", speculative.status().message()));

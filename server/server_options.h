@@ -48,6 +48,7 @@ struct ServerOptions {
   std::string metrics_listen;                // HOST:PORT for /metrics; empty = off
   std::string http_listen;                   // HOST:PORT for the OpenAI API; empty = off
   int http_threads = 64;                     // HTTP requests served at once
+  int max_image_tokens = 4096;               // --max_image_tokens: an image's rows, where the model sizes images
 };
 
 }  // namespace flover::server

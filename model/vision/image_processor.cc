@@ -1,5 +1,6 @@
 #include "model/vision/image_processor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,7 @@ class Idefics3Processor : public ImageProcessor {
     out.text = std::move(p.text);
     return out;
   }
+  void LimitRows(int64_t) override {}
   absl::Status Matches(const ImageEncoder& encoder) const override {
     const auto* smol = dynamic_cast<const VisionEncoder*>(&encoder);
     if (smol == nullptr) return absl::InvalidArgumentError("SmolVLM's processor needs SmolVLM's vision tower");
@@ -60,6 +62,11 @@ class Qwen2VlProcessor : public ImageProcessor {
     out.image.grid_w = p.grid_w;
     out.text = std::move(p.text);
     return out;
+  }
+  void LimitRows(int64_t max_rows) override {
+    const int64_t block = int64_t{c_.patch} * c_.merge;  // one row's pixels a side
+    c_.max_pixels = std::min(c_.max_pixels, max_rows * block * block);
+    c_.min_pixels = std::min(c_.min_pixels, c_.max_pixels);
   }
   absl::Status Matches(const ImageEncoder& encoder) const override {
     const auto* q = dynamic_cast<const Qwen3VlVision*>(&encoder);

@@ -31,6 +31,11 @@ class ImageProcessor {
   // InvalidArgument saying why where the image cannot be taken (an aspect
   // ratio past Qwen's 200, say).
   virtual absl::StatusOr<ProcessedPromptImage> Process(const RgbImage& image) const = 0;
+  // Images that would become more than `max_rows` image tokens are
+  // resized down to at most that many, where this processor sizes images
+  // itself (Qwen2-VL's: its max_pixels lowered); SmolVLM's tiles are
+  // bounded by its longest_edge and take no limit.
+  virtual void LimitRows(int64_t max_rows) = 0;
   // Whether the encoder takes what this processor makes (its tiles or
   // patches), naming what differs.
   virtual absl::Status Matches(const ImageEncoder& encoder) const = 0;

@@ -357,6 +357,11 @@ absl::StatusOr<Qwen3VlVision::Stages> Qwen3VlVision::Run(absl::Span<const float>
 absl::Status Qwen3VlVision::CheckImage(const PromptImage& image) const {
   const int m = info_.merge;
   const int64_t N = int64_t{image.grid_h} * image.grid_w;
+  // Attention over the whole image holds N x N scores: 4 GiB at this bound.
+  constexpr int64_t kMaxPatches = int64_t{1} << 15;
+  if (N > kMaxPatches) {
+    return absl::InvalidArgumentError(absl::StrCat("has ", N, " patches; at most ", kMaxPatches, " are taken"));
+  }
   if (image.num_tiles != 1 || image.grid_h < m || image.grid_w < m || image.grid_h % m != 0 ||
       image.grid_w % m != 0 || image.tiles == nullptr || image.tiles->size() != static_cast<size_t>(N) * info_.patch_values()) {
     return absl::InvalidArgumentError(absl::StrCat("needs one grid of whole ", m, " x ", m, " blocks of patches of ",

@@ -94,6 +94,21 @@ class VisionTest(unittest.TestCase):
                                  + golden["images"]["photo_52x36"]["num_image_tokens"])
             finally:
                 s.close()
+        # --max_image_tokens: the gradient (15 rows) resized down to at most
+        # 12 (smart_resize with max_pixels 12 * 8 * 8: 16 x 32 pixels, 8 rows).
+        if not TP2:
+            with open(os.path.join(QWEN, "golden.json")) as f:
+                one = json.load(f)["cases"]["one_image"]
+            s = Server(f"--model={QWEN}", "--max_seq_len=512", "--threads=2", "--max_image_tokens=12")
+            try:
+                model = s.openai.models.list().data[0].id
+                reply = s.openai.chat.completions.create(
+                    model=model, max_tokens=2, temperature=0, messages=[{"role": "user", "content": [
+                        {"type": "image_url", "image_url": {"url": data_url(os.path.join(QWEN, "gradient_37x23.png"))}},
+                        {"type": "text", "text": "What is this?"}]}])
+                self.assertEqual(reply.usage.prompt_tokens, one["num_tokens"] - 15 + 8)
+            finally:
+                s.close()
 
     def test_image_chats_match_transformers(self):
         with open(os.path.join(FIXTURE, "golden.json")) as f:
