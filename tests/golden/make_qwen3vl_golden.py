@@ -124,7 +124,7 @@ TEXT = dict(
 )
 
 # Qwen3-VL-Instruct's chat template, byte for byte (Qwen/Qwen3-VL-2B-Instruct, -4B, -8B, -30B-A3B-Instruct ship
-# the same one; copied from TRL's trl/chat_templates/qwen3_vl.jinja, "Original Qwen3-VL chat template").
+# the same one; copied from TRL's chat template file for Qwen3-VL (qwen3_vl.jinja in its chat_templates folder), "Original Qwen3-VL chat template").
 CHAT_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
     {%- if messages[0].role == 'system' %}
