@@ -4,18 +4,20 @@ them (convert_hf_to_gguf.py --outtype f16, and again with --mmproj), for speed t
 `llama-server -m TEXT --mmproj MMPROJ`: a text GGUF (arch "qwen3vl") and an mmproj GGUF (arch "clip",
 projector "qwen3vl_merger"). Keys, tensor names, shapes, dtypes and transforms are the converter's
 (conversion/qwen3vl.py Qwen3VLTextModel / Qwen3VLVisionModel, checked on the tiny fixture
-tests/golden/gguf_qwen3vl, which is that converter's output; see its README.md and
-/work/scratch/qwen3vl_gguf/FORMAT.md); the values are seeded random. No Hugging Face checkpoint is
+tests/golden/gguf_qwen3vl, which is that converter's output; see its README.md); the values are
+seeded random. No Hugging Face checkpoint is
 written or read.
 
     PYTHONPATH=$LLAMA/gguf-py python3 benchmarks/make_qwen3vl_shape_gguf.py OUTDIR [--seed 0]
         [--layers 28] [--vision_layers 24] [--deepstack 5,11,17] [--dry_run]
 
-writes OUTDIR/qwen3vl-2b-shape-random-f16.gguf (~3.44 GB) and
-OUTDIR/mmproj-qwen3vl-2b-shape-random-f16.gguf (~0.81 GB); with --layers / --vision_layers other than
-28 / 24 the names get a -{L}l-{V}vl suffix (smaller files for load checks: the deepstack layers are then
-[i * V // 24 for i in 5, 11, 17], so --vision_layers 3 keeps all three, on blocks 0, 1, 2). --dry_run
-prints the exact file sizes and writes nothing. Run from the repository root (it reads the tiny fixture's
+writes OUTDIR/qwen3vl-2b-shape-random-f16.gguf (3444140096 bytes) and
+OUTDIR/mmproj-qwen3vl-2b-shape-random-f16.gguf (819394624 bytes), 4.26 GB in all, in about a minute
+plus the disk's write time. With --layers / --vision_layers other than 28 / 24 the names get a
+-{L}l-{V}vl suffix (smaller files for load checks: the deepstack layers are then [i * V // 24 for i in
+5, 11, 17], so --vision_layers 3 keeps all three, on blocks 0, 1, 2; llama.cpp needs --layers above the
+number of deepstack layers, e.g. --layers 4 --vision_layers 3: 1.03 GB + 0.29 GB). --dry_run prints the
+exact file sizes and writes nothing. Run from the repository root (it reads the tiny fixture's
 tokenizer and chat template). Needs numpy and gguf-py (llama.cpp's, or pip's gguf >= 0.17).
 
 Shapes (Qwen/Qwen3-VL-2B-Instruct's config.json): text hidden 2048, 28 layers, 16 query heads, 8 KV
@@ -336,9 +338,13 @@ def main():
         ds = [i * a.vision_layers // V_LAYER for i in DEEPSTACK]
     if len(set(ds)) != len(ds) or ds != sorted(ds) or not all(0 <= i < a.vision_layers for i in ds):
         sys.exit(f"deepstack layers {ds} must be distinct, increasing, below --vision_layers {a.vision_layers}")
+    if a.layers <= len(ds):  # llama.cpp adds deepstack k after text layer k, and its last layer keeps only the
+        # output rows: with n_layer <= n_deepstack_layers the addition's rows do not match (GGML_ASSERT in ggml_add)
+        sys.exit(f"--layers {a.layers} must exceed the number of deepstack layers ({len(ds)}) for llama.cpp")
     full = a.layers == N_LAYER and a.vision_layers == V_LAYER
     tag = "" if full else f"-{a.layers}l-{a.vision_layers}vl"
-    os.makedirs(a.outdir, exist_ok=True)
+    if not a.dry_run:
+        os.makedirs(a.outdir, exist_ok=True)
     text_path = os.path.join(a.outdir, f"qwen3vl-2b-shape-random-f16{tag}.gguf")
     mm_path = os.path.join(a.outdir, f"mmproj-qwen3vl-2b-shape-random-f16{tag}.gguf")
     vocab = vocabulary()

@@ -137,7 +137,10 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
                                                     m.tokenizer, options.tool_call_parser,
                                                     options.reasoning_parser));
   }
-  if (world.is_leader() && std::filesystem::is_directory(options.model)) {
+  if (!options.mmproj.empty() && std::filesystem::is_directory(options.model)) {
+    return absl::InvalidArgumentError("--mmproj goes with a GGUF --model; a directory brings its own vision tower");
+  }
+  if (world.is_leader() && (std::filesystem::is_directory(options.model) || !options.mmproj.empty())) {
     // The tower's products in bf16 where the model's are (--dtype=bf16: on
     // a CPU with AVX-512 BF16 about twice as fast) and this CPU runs them;
     // else f32.
@@ -149,13 +152,32 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
     }
     if (!vision_backend.ok()) return vision_backend.status();
     m.vision_backend = std::move(*vision_backend);
-    auto vision = LoadImageEncoder(options.model, *m.vision_backend);
+    absl::StatusOr<std::unique_ptr<ImageEncoder>> vision;
+    const std::string& source = options.mmproj.empty() ? options.model : options.mmproj;
+    if (options.mmproj.empty()) {
+      vision = LoadImageEncoder(options.model, *m.vision_backend);
+      if (vision.ok()) {
+        FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadImageProcessor(options.model));
+      }
+    } else {
+      // llama.cpp's projector: the image token is the model's <|image_pad|>.
+      auto pad = m.tokenizer == nullptr ? absl::StatusOr<std::vector<int32_t>>(absl::NotFoundError("no tokenizer"))
+                                        : m.tokenizer->Encode("<|image_pad|>", /*add_special_tokens=*/false);
+      if (!pad.ok() || pad->size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(options.model, ": --mmproj needs <|image_pad|> in the vocabulary"));
+      }
+      auto tower = Qwen3VlVision::LoadGguf(options.mmproj, (*pad)[0], *m.vision_backend);
+      if (!tower.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--mmproj: ", tower.status().message()));
+      }
+      vision = std::unique_ptr<ImageEncoder>(std::move(*tower));
+      FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadGgufImageProcessor(options.mmproj));
+    }
     if (vision.ok()) {
       m.vision = std::move(*vision);
-      FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadImageProcessor(options.model));
       m.image_processor->LimitRows(options.max_image_tokens);
       if (absl::Status st = m.image_processor->Matches(*m.vision); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(options.model, ": ", st.message()));
+        return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
       }
     } else if (vision.status().code() != absl::StatusCode::kNotFound) {
       return vision.status();

@@ -18,6 +18,9 @@
 ABSL_FLAG(std::string, model, "",
           "A GGUF file, a Hugging Face model directory, or builtin:NAME; empty: SmolLM2-135M-Instruct "
           "(models/, fetched by tools/setup.sh)");
+ABSL_FLAG(std::string, mmproj, "",
+          "With a GGUF --model: llama.cpp's mmproj file of its vision tower (Qwen3-VL's, qwen3vl_merger), so the "
+          "model takes images");
 ABSL_FLAG(std::string, served_model_name, "",
           "The model's id in the OpenAI API (what clients send as `model`; /v1/models lists it); "
           "empty: the GGUF file's name, else --model");
@@ -159,6 +162,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
     o.default_model = true;
   }
   o.served_model_name = ServedName(absl::GetFlag(FLAGS_served_model_name), o.model, o.default_model);
+  o.mmproj = absl::GetFlag(FLAGS_mmproj);
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
   o.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   o.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);

@@ -26,6 +26,7 @@ struct TlsFiles {
 
 struct ServerOptions {
   std::string model;                         // a GGUF file, a directory or builtin:NAME
+  std::string mmproj;                        // --mmproj: llama.cpp's projector file beside a GGUF model
   bool default_model = false;                // `model` is the default (SmolLM2), not --model
   std::string served_model_name;             // the model's id in the OpenAI API
   std::string chat_template;                 // --chat_template: a file replacing the model's

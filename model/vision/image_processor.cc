@@ -1,9 +1,11 @@
 #include "model/vision/image_processor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/loader/gguf.h"
 #include "model/vision/idefics3_processor.h"
 #include "model/vision/qwen2_vl_processor.h"
 #include "model/vision/qwen3_vl_vision.h"
@@ -98,6 +100,32 @@ absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::st
   }
   FLOVER_ASSIGN_OR_RETURN(Idefics3ProcessorConfig c, LoadIdefics3ProcessorConfig(dir));
   return std::unique_ptr<ImageProcessor>(new Idefics3Processor(std::move(c)));
+}
+
+absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadGgufImageProcessor(const std::string& path) {
+  FLOVER_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  Qwen2VlProcessorConfig c;
+  FLOVER_ASSIGN_OR_RETURN(const int64_t patch, f.GetInt("clip.vision.patch_size"));
+  FLOVER_ASSIGN_OR_RETURN(const int64_t merge, f.GetIntOr("clip.vision.spatial_merge_size", 2));
+  if (patch < 1 || patch > 256 || merge < 1 || merge > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": patch size ", patch, " or merge ", merge, " out of range"));
+  }
+  c.patch = static_cast<int>(patch);
+  c.merge = static_cast<int>(merge);
+  const int64_t block = patch * merge;
+  c.min_pixels = 8 * block * block;
+  c.max_pixels = 4096 * block * block;
+  for (auto [key, out] : {std::pair{"clip.vision.image_mean", c.mean}, std::pair{"clip.vision.image_std", c.std}}) {
+    FLOVER_ASSIGN_OR_RETURN(const std::vector<double>* v, f.GetFloats(key));
+    if (v->size() != 3) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " needs 3 values"));
+    for (int i = 0; i < 3; ++i) {
+      if (!std::isfinite((*v)[i]) || (out == c.std && !((*v)[i] > 0))) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " holds ", (*v)[i]));
+      }
+      out[i] = static_cast<float>((*v)[i]);
+    }
+  }
+  return std::unique_ptr<ImageProcessor>(new Qwen2VlProcessor(std::move(c)));
 }
 
 }  // namespace flover

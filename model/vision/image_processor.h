@@ -45,6 +45,14 @@ class ImageProcessor {
 // (Qwen3-VL's and Qwen3.5's: Qwen2-VL's; else SmolVLM's).
 absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::string& dir);
 
+// The processor for llama.cpp's Qwen3-VL mmproj file `path`: Qwen2-VL's,
+// with the file's patch size, merge and normalisation, and the sizes
+// llama.cpp gives Qwen3-VL images (8 to 4096 tokens an image: min_pixels
+// and max_pixels of that many 32-px blocks; its files record none).
+// Resizing stays transformers' (Pillow's bicubic; llama.cpp's is
+// bilinear).
+absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadGgufImageProcessor(const std::string& path);
+
 }  // namespace flover
 
 #endif  // FLOVER_MODEL_VISION_IMAGE_PROCESSOR_H_

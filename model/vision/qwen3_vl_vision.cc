@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/loader/checkpoint.h"
+#include "model/loader/gguf.h"
 #include "model/vision/vision_encoder.h"
 #include "util/file_util.h"
 #include "util/json.h"
@@ -134,6 +135,111 @@ absl::StatusOr<std::unique_ptr<Qwen3VlVision>> Qwen3VlVision::Load(const std::st
   FLOVER_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
   return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) {
     return ckpt.ReadFloat(name, shape);
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Qwen3VlVision>> Qwen3VlVision::LoadGguf(const std::string& path, int image_token,
+                                                                       kernels::Backend& backend) {
+  FLOVER_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", m...)); };
+  auto projector = f.GetString("clip.projector_type");
+  if (!projector.ok() || *projector != "qwen3vl_merger") {
+    return absl::NotFoundError(absl::StrCat(path, ": not a Qwen3-VL projector (clip.projector_type ",
+                                            projector.ok() ? *projector : "absent", ")"));
+  }
+  Qwen3VlVisionInfo info;
+  auto read_int = [&](const char* key, int64_t lo, int64_t hi, int* out) -> absl::Status {
+    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(key));
+    if (v < lo || v > hi) return refuse(key, " ", v, " is out of range");
+    *out = static_cast<int>(v);
+    return absl::OkStatus();
+  };
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.patch_size", 1, 256, &info.patch));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.embedding_length", 1, 1 << 14, &info.hidden));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.feed_forward_length", 1, 1 << 16, &info.intermediate));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.block_count", 1, 256, &info.layers));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.attention.head_count", 1, 256, &info.heads));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.projection_dim", 1, 1 << 17, &info.out_width));
+  FLOVER_ASSIGN_OR_RETURN(const int64_t merge, f.GetIntOr("clip.vision.spatial_merge_size", 2));
+  if (merge < 1 || merge > 16) return refuse("clip.vision.spatial_merge_size ", merge, " is out of range");
+  info.merge = static_cast<int>(merge);
+  if (info.hidden % info.heads != 0 || info.head_dim() % 4 != 0) {
+    return refuse("clip.vision.embedding_length ", info.hidden, " is not ", info.heads,
+                  " heads of a dim divisible by 4");
+  }
+  if (const GgufValue* deep = f.Find("clip.vision.is_deepstack_layers"); deep != nullptr) {
+    if (deep->integers.size() != static_cast<size_t>(info.layers)) {
+      return refuse("clip.vision.is_deepstack_layers has ", deep->integers.size(), " marks for ", info.layers,
+                    " blocks");
+    }
+    for (int l = 0; l < info.layers; ++l) {
+      if (deep->integers[l] != 0) info.deepstack.push_back(l);
+    }
+  }
+  const GgufTensor* pos = f.FindTensor("v.position_embd.weight");
+  if (pos == nullptr) return refuse("has no v.position_embd.weight");
+  info.positions_side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(pos->rows()))));
+  if (int64_t{info.positions_side} * info.positions_side != pos->rows()) {
+    return refuse("v.position_embd.weight's ", pos->rows(), " positions are not a square");
+  }
+  info.image_token = image_token;
+  // The tower's tensors by Hugging Face's names, from llama.cpp's.
+  auto tensor = [&](const std::string& name, int64_t n) -> absl::StatusOr<std::vector<float>> {
+    const GgufTensor* t = f.FindTensor(name);
+    if (t == nullptr) return refuse("has no tensor ", name);
+    if (t->rows() * t->cols() != n) return refuse(name, " has ", t->rows() * t->cols(), " values, not ", n);
+    return f.ReadRows(*t, 0, t->rows());
+  };
+  const std::string hf = kTower;
+  const int D = info.hidden, P = info.patch;
+  return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) -> absl::StatusOr<std::vector<float>> {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    if (name == hf + "patch_embed.proj.weight") {
+      // Two 2-D kernels, one a frame, into the (channel, frame, y, x) order.
+      FLOVER_ASSIGN_OR_RETURN(std::vector<float> t0, tensor("v.patch_embd.weight", n / 2));
+      FLOVER_ASSIGN_OR_RETURN(std::vector<float> t1, tensor("v.patch_embd.weight.1", n / 2));
+      std::vector<float> w(n);
+      const int64_t plane = int64_t{P} * P;
+      for (int64_t o = 0; o < int64_t{D} * info.channels; ++o) {
+        std::copy_n(t0.data() + o * plane, plane, w.data() + (2 * o) * plane);
+        std::copy_n(t1.data() + o * plane, plane, w.data() + (2 * o + 1) * plane);
+      }
+      return w;
+    }
+    std::string g;
+    const std::string rest = name.substr(hf.size());
+    static const std::pair<const char*, const char*> kNames[] = {
+        {"patch_embed.proj.bias", "v.patch_embd.bias"}, {"pos_embed.weight", "v.position_embd.weight"},
+        {"merger.norm.", "v.post_ln."},                 {"merger.linear_fc1.", "mm.0."},
+        {"merger.linear_fc2.", "mm.2."},
+    };
+    for (const auto& [from, to] : kNames) {
+      if (rest.rfind(from, 0) == 0) g = to + rest.substr(std::string(from).size());
+    }
+    if (g.empty() && rest.rfind("blocks.", 0) == 0) {
+      const size_t dot = rest.find('.', 7);
+      const std::string l = rest.substr(7, dot - 7), part = rest.substr(dot + 1);
+      static const std::pair<const char*, const char*> kBlock[] = {
+          {"norm1.", "ln1."}, {"norm2.", "ln2."}, {"attn.qkv.", "attn_qkv."}, {"attn.proj.", "attn_out."},
+          {"mlp.linear_fc1.", "ffn_up."}, {"mlp.linear_fc2.", "ffn_down."},
+      };
+      for (const auto& [from, to] : kBlock) {
+        if (part.rfind(from, 0) == 0) g = "v.blk." + l + "." + to + part.substr(std::string(from).size());
+      }
+    }
+    if (g.empty() && rest.rfind("deepstack_merger_list.", 0) == 0) {
+      // By the block whose rows it takes: v.deepstack.<block>.
+      const size_t dot = rest.find('.', 22);
+      const int j = std::stoi(rest.substr(22, dot - 22));
+      std::string part = rest.substr(dot + 1);
+      for (const auto& [from, to] : {std::pair{"linear_fc1.", "fc1."}, std::pair{"linear_fc2.", "fc2."}}) {
+        if (part.rfind(from, 0) == 0) part = to + part.substr(std::string(from).size());
+      }
+      g = absl::StrCat("v.deepstack.", info.deepstack[j], ".", part);
+    }
+    if (g.empty()) return refuse("no tensor stands for ", name);
+    return tensor(g, n);
   });
 }
 

@@ -54,6 +54,11 @@ class Qwen3VlVision : public ImageEncoder {
   // model.visual.), on `backend`. A config Flover does not run is
   // InvalidArgument, naming the field.
   static absl::StatusOr<std::unique_ptr<Qwen3VlVision>> Load(const std::string& dir, kernels::Backend& backend);
+  // The tower in llama.cpp's mmproj file `path` (projector qwen3vl_merger,
+  // as its converter writes Qwen3-VL's), whose language model gives
+  // `image_token` its rows. A file of another projector is NotFound.
+  static absl::StatusOr<std::unique_ptr<Qwen3VlVision>> LoadGguf(const std::string& path, int image_token,
+                                                                 kernels::Backend& backend);
   // A tower of `info`'s shapes with seeded random weights, for benchmarks.
   static absl::StatusOr<std::unique_ptr<Qwen3VlVision>> Random(const Qwen3VlVisionInfo& info,
                                                                kernels::Backend& backend, uint64_t seed);

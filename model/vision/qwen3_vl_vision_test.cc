@@ -182,6 +182,60 @@ TEST_P(Qwen3VlVisionTest, ChatsMatchTransformersLogitsAndGreedyTokens) {
   }
 }
 
+// The same model from llama.cpp's files (tests/golden/gguf_qwen3vl: its
+// converter's text GGUF and mmproj of the Qwen3-VL fixture): the tower read
+// from the mmproj (two 2-D patch kernels, llama.cpp's names, deepstack by
+// block) and the language model from the GGUF (rope.dimension_sections,
+// n_deepstack_layers) give transformers' features and the one-image chat's
+// logits and greedy tokens.
+TEST(Qwen3VlGgufTest, GgufAndMmprojMatchTransformers) {
+  constexpr char kGguf[] = "tests/golden/gguf_qwen3vl";
+  constexpr char kHf[] = "tests/golden/qwen3vl_tiny";
+  auto backend = testing::CpuBackend();
+  auto tower = Qwen3VlVision::LoadGguf(std::string(kGguf) + "/mmproj.gguf", 389, *backend);
+  ASSERT_TRUE(tower.ok()) << tower.status();
+  EXPECT_EQ((*tower)->info().deepstack, (std::vector<int>{0, 2}));
+  auto hf = Qwen3VlVision::Load(kHf, *backend);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  auto golden = SafetensorsFile::Open(std::string(kHf) + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok());
+  auto read = [&](const std::string& name) {
+    auto v = golden->ReadFloat(name, golden->Find(name)->shape);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : std::vector<float>();
+  };
+  const std::vector<float> pixels = read("img.gradient_37x23.pixel_values");
+  auto s = (*tower)->Run(pixels, 6, 10);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_LT(Off(s->merged, read("tower.gradient_37x23.merged")), 1e-5);
+  EXPECT_LT(Off(s->deepstack[1], read("tower.gradient_37x23.deepstack.1")), 1e-5);
+  auto same = (*hf)->Run(pixels, 6, 10);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(s->merged, same->merged) << "the same weights, bitwise";
+  // The language model from the GGUF over the one-image chat.
+  auto loaded = LoadModel(std::string(kGguf) + "/model.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto model = testing::ModelOn(*backend, **loaded);
+  const std::string g = std::string(kHf) + "/golden.safetensors";
+  const std::vector<int32_t> ids = testing::GoldenInts(g, "case.one_image.input_ids");
+  const std::vector<int32_t> pos = testing::GoldenInts(g, "case.one_image.position_ids");
+  const int T = static_cast<int>(ids.size()), C = model->info().hidden, V = model->info().vocab_size;
+  auto cache = testing::CacheFor(*model, 1, T + 8);
+  ForwardBatch prompt;
+  testing::AddCachedSequence(prompt, *cache, 0, T + 8, 0, ids);
+  for (int t = 0; t < T; ++t) prompt.SetRopePositions(t, pos[t], pos[T + t], pos[2 * T + t]);
+  const int first = static_cast<int>(std::find(ids.begin(), ids.end(), 389) - ids.begin()), rows = 15;
+  prompt.GiveRows(first, absl::MakeConstSpan(s->merged), C);
+  for (int l = 0; l < 2; ++l) prompt.AddToGivenRows(l, absl::MakeConstSpan(s->deepstack[l]));
+  auto logits = model->Forward(prompt, *cache, LogitsFor::kEveryRow);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  ASSERT_EQ(static_cast<int>(s->merged.size()), rows * C);
+  const std::vector<float> got(logits->begin(), logits->end());
+  EXPECT_LT(Off(got, read("case.one_image.logits")), 1e-4);
+  EXPECT_EQ(static_cast<int32_t>(std::max_element(got.end() - V, got.end()) - (got.end() - V)),
+            testing::GoldenInts(g, "case.one_image.greedy")[0]);
+}
+
 INSTANTIATE_TEST_SUITE_P(DevicesAndModels, Qwen3VlVisionTest,
                          ::testing::Combine(::testing::Values("cpu", "cuda"),
                                             ::testing::Values("tests/golden/qwen3vl_tiny",

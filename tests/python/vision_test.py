@@ -94,6 +94,33 @@ class VisionTest(unittest.TestCase):
                                  + golden["images"]["photo_52x36"]["num_image_tokens"])
             finally:
                 s.close()
+        # llama.cpp's files: the Qwen3-VL fixture converted by its converter
+        # (tests/golden/gguf_qwen3vl), --model=model.gguf --mmproj=mmproj.gguf.
+        # The one-image chat gives transformers' tokens, for the image
+        # Flover resizes as transformers does and for the one llama.cpp's
+        # multimodal path needs not resize (llama_cpp.json: its tokens there
+        # are these too).
+        if not TP2:
+            gguf = "tests/golden/gguf_qwen3vl"
+            with open(os.path.join(QWEN, "golden.json")) as f:
+                one = json.load(f)["cases"]["one_image"]
+            with open(os.path.join(gguf, "llama_cpp.json")) as f:
+                llama = json.load(f)["driver"]["one_image_no_resize"]
+            s = Server(f"--model={gguf}/model.gguf", f"--mmproj={gguf}/mmproj.gguf", "--max_seq_len=512",
+                       "--threads=2")
+            try:
+                for image in (os.path.join(QWEN, "gradient_37x23.png"), os.path.join(gguf, "gradient_40x24.png")):
+                    with open(image, "rb") as f:
+                        data = f.read()
+                    ids, _, _, last = s.grpc_generate(
+                        messages=[{"role": "user", "content": [{"type": "image", "image": data},
+                                                               {"type": "text", "text": "What is this?"}]}],
+                        max_new_tokens=8, temperature=0)
+                    self.assertEqual(list(ids), one["greedy_8"], image)
+                    self.assertEqual(last.usage.prompt_tokens, one["num_tokens"], image)
+                self.assertEqual(llama["greedy_8"], one["greedy_8"])
+            finally:
+                s.close()
         # --max_image_tokens: the gradient (15 rows) resized down to at most
         # 12 (smart_resize with max_pixels 12 * 8 * 8: 16 x 32 pixels, 8 rows).
         if not TP2:
