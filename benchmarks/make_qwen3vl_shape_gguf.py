@@ -17,8 +17,8 @@ plus the disk's write time. With --layers / --vision_layers other than 28 / 24 t
 -{L}l-{V}vl suffix (smaller files for load checks: the deepstack layers are then [i * V // 24 for i in
 5, 11, 17], so --vision_layers 3 keeps all three, on blocks 0, 1, 2; llama.cpp needs --layers above the
 number of deepstack layers, e.g. --layers 4 --vision_layers 3: 1.03 GB + 0.29 GB). --dry_run prints the
-exact file sizes and writes nothing. Run from the repository root (it reads the tiny fixture's
-tokenizer and chat template). Needs numpy and gguf-py (llama.cpp's, or pip's gguf >= 0.17).
+exact file sizes and writes nothing. It reads the tiny fixture's tokenizer and chat template from this
+repository (paths relative to the script). Needs numpy and gguf-py (llama.cpp's, or pip's gguf >= 0.17).
 
 Shapes (Qwen/Qwen3-VL-2B-Instruct's config.json): text hidden 2048, 28 layers, 16 query heads, 8 KV
 heads, head_dim 128, intermediate 6144 (SiLU-gated), vocab 151936, tied embeddings (no output.weight:
@@ -96,7 +96,8 @@ TT = gguf.TokenType
 
 def byte_decoder():
     """GPT-2 byte-level alphabet: unicode char -> byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
     cs = bs[:]
     n = 0
     for b in range(256):

@@ -81,10 +81,10 @@ struct Engine::Sequence {
   const std::vector<int32_t>& prefix_keys() const { return keys.empty() ? tokens : keys; }
   // Its images' features as they are encoded (EncodeImages): those of the
   // first image_rows.size() images, then `partial` rows of the next one's
-  // first partial_tiles tiles.
+  // first partial_units units (ImageEncoder::UnitsOf).
   std::vector<std::shared_ptr<const std::vector<float>>> image_rows;
   std::vector<float> partial;
-  int partial_tiles = 0;
+  int partial_units = 0;
   bool running = false;         // admitted (else queued, maybe after a preemption)
   int computed = 0;             // tokens whose K/V are in `blocks`
   SequenceCache cache;         // its blocks and state slot, while running (CacheManager)
@@ -1052,7 +1052,7 @@ bool Engine::EncodeImages() {
     const std::vector<PromptImage>& images = s.request.images;
     while (s.image_rows.size() < images.size() && budget > 0) {
       const PromptImage& im = images[s.image_rows.size()];
-      if (s.partial_tiles == 0) {
+      if (s.partial_units == 0) {
         // Kept features of this key (a key names the pixels; features of
         // another size are not this image's, and are encoded afresh).
         const size_t want = static_cast<size_t>(1 + v.given_layers) * vision.RowsOf(im) * v.out_width;
@@ -1063,25 +1063,25 @@ bool Engine::EncodeImages() {
           continue;
         }
       }
-      // Units (tiles) a few at a time; an image with additions after the
-      // first layers (their rows after all of its own) at once.
-      const int n = v.given_layers > 0 ? im.num_tiles : std::min(budget, im.num_tiles - s.partial_tiles);
-      auto rows = vision.EncodeUnits(im, s.partial_tiles, n);
+      // A few units (tiles, groups of blocks) a step.
+      const int units = vision.UnitsOf(im);
+      const int n = std::min(budget, units - s.partial_units);
+      auto rows = vision.EncodeUnits(im, s.partial_units, n);
       if (!rows.ok()) {
         Finish(s, FinishReason::kError, rows.status());
         break;
       }
       s.partial.insert(s.partial.end(), rows->begin(), rows->end());
-      s.partial_tiles += n;
+      s.partial_units += n;
       budget -= n;
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.image_tiles_encoded += n;
       }
-      if (s.partial_tiles < im.num_tiles) break;
+      if (s.partial_units < units) break;
       auto done = std::make_shared<const std::vector<float>>(std::move(s.partial));
       s.partial = {};
-      s.partial_tiles = 0;
+      s.partial_units = 0;
       s.image_rows.push_back(done);
       features_.Keep(im.key, std::move(done));
     }

@@ -111,7 +111,7 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;    // of those, found in the prefix cache
   int64_t preemptions = 0;
   int64_t submitted = 0;
-  int64_t image_tiles_encoded = 0;   // by the vision encoder
+  int64_t image_tiles_encoded = 0;   // units (tiles, groups of tower blocks) by the vision encoder
   int64_t image_cache_hits = 0;      // images whose features were kept
   int64_t draft_tokens = 0;     // speculative drafts verified
   int64_t accepted_tokens = 0;  // of those, taken

@@ -276,6 +276,7 @@ class Qwen3VlEngineTest : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(Qwen3VlEngineTest, ChatsGenerateTransformersTokens) {
+  vision_->set_blocks_per_unit(1);  // an image in 4 units: one block a step
   EngineOptions o;
   o.max_seq_len = 256;
   o.vision = vision_.get();
@@ -298,7 +299,26 @@ TEST_P(Qwen3VlEngineTest, ChatsGenerateTransformersTokens) {
   EXPECT_EQ(sinks[0]->tokens(), Greedy("one_image"));
   EXPECT_EQ(sinks[1]->tokens(), Greedy("two_images"));
   EXPECT_EQ(sinks[2]->tokens(), Greedy("text_only"));
-  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 3);
+  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 3 * 4);
+  // A text request keeps decoding while an image's 4 units are encoded,
+  // one a step.
+  Request text;
+  text.prompt = {385, 60, 61, 62, 63};
+  text.sampling.temperature = 0;
+  text.stop.max_new_tokens = 30;
+  text.stop.ignore_eos = true;
+  auto text_sink = std::make_shared<testing::CollectingSink>();
+  auto image_sink = std::make_shared<testing::CollectingSink>();
+  std::atomic<int> text_at_first_image_token{-1};
+  text_sink->AtToken(2, [&] {
+    auto id = (*e)->Submit(ImageRequest("one_image", 500), image_sink);
+    EXPECT_TRUE(id.ok()) << id.status();
+  });
+  image_sink->AtToken(1, [&] { text_at_first_image_token = static_cast<int>(text_sink->tokens().size()); });
+  ASSERT_TRUE((*e)->Submit(text, text_sink).ok());
+  ASSERT_TRUE(text_sink->Wait() && image_sink->Wait());
+  EXPECT_EQ(image_sink->tokens(), Greedy("one_image"));
+  EXPECT_GE(text_at_first_image_token - 2, 3) << "the text request decoded while the image's units were encoded";
   // Refused by name: an image's tokens split in two, a grid the tower cannot take.
   Request split = ImageRequest("one_image");
   const int32_t pad = meta_["image_token_id"].get<int32_t>();
@@ -315,6 +335,7 @@ TEST_P(Qwen3VlEngineTest, ChatsGenerateTransformersTokens) {
 }
 
 TEST_P(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
+  vision_->set_blocks_per_unit(3);  // two units an image, the second with one block
   std::vector<Request> requests;
   for (int i = 0; i < 7; ++i) {
     // Keys name the pixels: the same image under one key, apart under others.

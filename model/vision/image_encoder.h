@@ -52,10 +52,15 @@ class ImageEncoder {
   virtual absl::Status CheckImage(const PromptImage& image) const = 0;
   // How many of the prompt's image tokens `image` fills.
   virtual int RowsOf(const PromptImage& image) const = 0;
-  // The features of units [first, first + n) of `image`: their rows in
-  // order, [rows, out_width]; where given_layers > 0 (then n covers the
-  // whole image), followed by each layer's additions for the same rows. An
-  // image's features do not depend on other images (bitwise).
+  // The pieces of work `image` takes, one or a few an engine step: its
+  // tiles (SmolVLM), or groups of the tower's blocks (Qwen3-VL).
+  virtual int UnitsOf(const PromptImage& image) const { return image.num_tiles; }
+  // Units [first, first + n) of `image`, in order: the features they make
+  // (SmolVLM: each tile's rows; Qwen3-VL: none until the last unit, then
+  // the image's rows), [rows, out_width]; where given_layers > 0 followed
+  // by each layer's additions for the same rows. Concatenated over the
+  // units, an image's features; they do not depend on other images
+  // (bitwise) nor on how its units were grouped into calls.
   virtual absl::StatusOr<std::vector<float>> EncodeUnits(const PromptImage& image, int first, int n) = 0;
 };
 

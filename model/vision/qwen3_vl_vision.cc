@@ -396,7 +396,19 @@ absl::StatusOr<std::vector<float>> Qwen3VlVision::Merge(const Merger& m, const T
   return result;
 }
 
-absl::StatusOr<Qwen3VlVision::Stages> Qwen3VlVision::Run(absl::Span<const float> patches, int grid_h, int grid_w) {
+// An image part way through the tower: its buffers, the rows after the
+// blocks run so far, and the deepstack features made so far.
+struct Qwen3VlVision::Job {
+  uint64_t key = 0;
+  int grid_h = 0, grid_w = 0;
+  int64_t N = 0;
+  int next_block = 0;
+  Buffer x, h, qkv, att, mlp, pos;
+  Stages stages;
+};
+
+absl::StatusOr<std::unique_ptr<Qwen3VlVision::Job>> Qwen3VlVision::Start(absl::Span<const float> patches, int grid_h,
+                                                                          int grid_w) {
   const int m = info_.merge;
   const int64_t N = int64_t{grid_h} * grid_w, K = info_.patch_values(), D = info_.hidden, F = info_.intermediate;
   if (grid_h < m || grid_w < m || grid_h % m != 0 || grid_w % m != 0 || N > (int64_t{1} << 20)) {
@@ -407,21 +419,24 @@ absl::StatusOr<Qwen3VlVision::Stages> Qwen3VlVision::Run(absl::Span<const float>
     return absl::InvalidArgumentError(absl::StrCat("vision tower: ", N, " patches need ", N * K, " values, got ",
                                                    patches.size()));
   }
+  auto job = std::make_unique<Job>();
+  job->grid_h = grid_h;
+  job->grid_w = grid_w;
+  job->N = N;
   auto alloc = [&](int64_t cols) { return backend_.Allocate(KDType::kF32, N, cols); };
   FLOVER_ASSIGN_OR_RETURN(Buffer in, alloc(K));
-  FLOVER_ASSIGN_OR_RETURN(Buffer x, alloc(D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer h, alloc(D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer qkv, alloc(3 * D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer att, alloc(D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer mlp, alloc(F));
-  FLOVER_ASSIGN_OR_RETURN(Buffer pos, backend_.Allocate(KDType::kI32, 3, N));
+  FLOVER_ASSIGN_OR_RETURN(job->x, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(job->h, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(job->qkv, alloc(3 * D));
+  FLOVER_ASSIGN_OR_RETURN(job->att, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(job->mlp, alloc(F));
+  FLOVER_ASSIGN_OR_RETURN(job->pos, backend_.Allocate(KDType::kI32, 3, N));
   FLOVER_RETURN_IF_ERROR(backend_.Upload(patches.data(), in.tensor()));
   const Tensor pb = patch_bias_.tensor();
-  FLOVER_RETURN_IF_ERROR(backend_.Linear(in.tensor(), *patch_, &pb, Epilogue::kBias, x.tensor()));
-  Stages stages;
-  stages.positions = GridPositions(grid_h, grid_w);
-  FLOVER_RETURN_IF_ERROR(backend_.Upload(stages.positions.data(), h.tensor()));
-  FLOVER_RETURN_IF_ERROR(backend_.Add(h.tensor(), x.tensor()));
+  FLOVER_RETURN_IF_ERROR(backend_.Linear(in.tensor(), *patch_, &pb, Epilogue::kBias, job->x.tensor()));
+  job->stages.positions = GridPositions(grid_h, grid_w);
+  FLOVER_RETURN_IF_ERROR(backend_.Upload(job->stages.positions.data(), job->h.tensor()));
+  FLOVER_RETURN_IF_ERROR(backend_.Add(job->h.tensor(), job->x.tensor()));
   // The rotary's positions: none by time, each patch's row and column.
   std::vector<int32_t> rc(3 * N, 0);
   const int blocks_w = grid_w / m;
@@ -430,34 +445,51 @@ absl::StatusOr<Qwen3VlVision::Stages> Qwen3VlVision::Run(absl::Span<const float>
     rc[N + k] = static_cast<int32_t>((block / blocks_w) * m + within / m);
     rc[2 * N + k] = static_cast<int32_t>((block % blocks_w) * m + within % m);
   }
-  FLOVER_RETURN_IF_ERROR(backend_.Upload(rc.data(), pos.tensor()));
+  FLOVER_RETURN_IF_ERROR(backend_.Upload(rc.data(), job->pos.tensor()));
+  job->stages.deepstack.resize(info_.deepstack.size());
+  return job;
+}
+
+absl::Status Qwen3VlVision::RunBlocks(Job& job, int end) {
+  const int64_t N = job.N;
   kernels::RopeParams rope{info_.heads, info_.heads, info_.head_dim()};
   rope.mrope_h = rope.mrope_w = info_.head_dim() / 4;
   const int32_t ends[1] = {static_cast<int32_t>(N)};
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  const Tensor x = job.x.tensor(), h = job.h.tensor(), qkv = job.qkv.tensor(), att = job.att.tensor(),
+               mlp = job.mlp.tensor();
+  for (; job.next_block < std::min<int>(end, static_cast<int>(layers_.size())); ++job.next_block) {
+    const int l = job.next_block;
     const Layer& L = layers_[l];
-    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), L.ln1_gamma.tensor(), L.ln1_beta.tensor(), kNormEps, h.tensor()));
+    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, L.ln1_gamma.tensor(), L.ln1_beta.tensor(), kNormEps, h));
     const Tensor qb = L.qkv_bias.tensor(), ob = L.proj_bias.tensor(), b1 = L.fc1_bias.tensor(), b2 = L.fc2_bias.tensor();
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h.tensor(), *L.qkv, &qb, Epilogue::kBias, qkv.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.Rope(qkv.tensor(), pos.tensor(), inv_freq_.tensor(), rope));
-    FLOVER_RETURN_IF_ERROR(backend_.EncoderAttention(qkv.tensor(), ends, info_.heads, 0.0f, att.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(att.tensor(), *L.proj, &ob, Epilogue::kBiasResidual, x.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), L.ln2_gamma.tensor(), L.ln2_beta.tensor(), kNormEps, h.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h.tensor(), *L.fc1, &b1, Epilogue::kBiasGelu, mlp.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(mlp.tensor(), *L.fc2, &b2, Epilogue::kBiasResidual, x.tensor()));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *L.qkv, &qb, Epilogue::kBias, qkv));
+    FLOVER_RETURN_IF_ERROR(backend_.Rope(qkv, job.pos.tensor(), inv_freq_.tensor(), rope));
+    FLOVER_RETURN_IF_ERROR(backend_.EncoderAttention(qkv, ends, info_.heads, 0.0f, att));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(att, *L.proj, &ob, Epilogue::kBiasResidual, x));
+    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, L.ln2_gamma.tensor(), L.ln2_beta.tensor(), kNormEps, h));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *L.fc1, &b1, Epilogue::kBiasGelu, mlp));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(mlp, *L.fc2, &b2, Epilogue::kBiasResidual, x));
     for (size_t j = 0; j < info_.deepstack.size(); ++j) {
-      if (info_.deepstack[j] != static_cast<int>(l)) continue;
-      FLOVER_ASSIGN_OR_RETURN(std::vector<float> deep, Merge(mergers_[1 + j], x.tensor(), N));
-      if (stages.deepstack.size() <= j) stages.deepstack.resize(j + 1);
-      stages.deepstack[j] = std::move(deep);
+      if (info_.deepstack[j] != l) continue;
+      FLOVER_ASSIGN_OR_RETURN(job.stages.deepstack[j], Merge(mergers_[1 + j], x, N));
     }
   }
-  stages.last.resize(N * D);
-  FLOVER_RETURN_IF_ERROR(backend_.Download(x.tensor(), stages.last.data()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Qwen3VlVision::Stages> Qwen3VlVision::Finish(Job& job) {
+  if (job.next_block != static_cast<int>(layers_.size())) return absl::InternalError("vision tower: blocks left to run");
+  job.stages.last.resize(job.N * info_.hidden);
+  FLOVER_RETURN_IF_ERROR(backend_.Download(job.x.tensor(), job.stages.last.data()));
   FLOVER_RETURN_IF_ERROR(backend_.Synchronize());
-  FLOVER_ASSIGN_OR_RETURN(stages.merged, Merge(mergers_[0], x.tensor(), N));
-  stages.deepstack.resize(info_.deepstack.size());
-  return stages;
+  FLOVER_ASSIGN_OR_RETURN(job.stages.merged, Merge(mergers_[0], job.x.tensor(), job.N));
+  return std::move(job.stages);
+}
+
+absl::StatusOr<Qwen3VlVision::Stages> Qwen3VlVision::Run(absl::Span<const float> patches, int grid_h, int grid_w) {
+  FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Start(patches, grid_h, grid_w));
+  FLOVER_RETURN_IF_ERROR(RunBlocks(*job, static_cast<int>(layers_.size())));
+  return Finish(*job);
 }
 
 absl::Status Qwen3VlVision::CheckImage(const PromptImage& image) const {
@@ -478,12 +510,38 @@ absl::Status Qwen3VlVision::CheckImage(const PromptImage& image) const {
   return absl::OkStatus();
 }
 
+int Qwen3VlVision::UnitsOf(const PromptImage&) const {
+  return std::max(1, (static_cast<int>(layers_.size()) + blocks_per_unit_ - 1) / blocks_per_unit_);
+}
+
 absl::StatusOr<std::vector<float>> Qwen3VlVision::EncodeUnits(const PromptImage& image, int first, int n) {
   FLOVER_RETURN_IF_ERROR(CheckImage(image));
-  if (first != 0 || n != 1) return absl::InvalidArgumentError("a Qwen3-VL image is one unit");
-  FLOVER_ASSIGN_OR_RETURN(Stages s, Run(*image.tiles, image.grid_h, image.grid_w));
-  std::vector<float> out = std::move(s.merged);
-  for (const std::vector<float>& deep : s.deepstack) out.insert(out.end(), deep.begin(), deep.end());
+  const int units = UnitsOf(image);
+  if (first < 0 || n < 1 || first + n > units) {
+    return absl::InvalidArgumentError(absl::StrCat("units ", first, "..", first + n - 1, " of an image of ", units));
+  }
+  // Unit u runs blocks [u, u + 1) * blocks_per_unit_; the
+  // image's features come with its last. An image is taken up where it was
+  // left (the same image, the next unit), else started afresh from unit 0.
+  if (first == 0) {
+    job_.reset();
+    FLOVER_ASSIGN_OR_RETURN(job_, Start(*image.tiles, image.grid_h, image.grid_w));
+    job_->key = image.key;
+  } else if (job_ == nullptr || job_->key != image.key || job_->grid_h != image.grid_h ||
+             job_->grid_w != image.grid_w || job_->next_block != first * blocks_per_unit_) {
+    return absl::FailedPreconditionError(absl::StrCat("vision tower: unit ", first, " of an image not begun"));
+  }
+  const absl::Status ran = RunBlocks(*job_, (first + n) * blocks_per_unit_);
+  if (!ran.ok()) {
+    job_.reset();
+    return ran;
+  }
+  if (first + n < units) return std::vector<float>();
+  absl::StatusOr<Stages> s = Finish(*job_);
+  job_.reset();
+  if (!s.ok()) return s.status();
+  std::vector<float> out = std::move(s->merged);
+  for (const std::vector<float>& deep : s->deepstack) out.insert(out.end(), deep.begin(), deep.end());
   return out;
 }
 

@@ -109,6 +109,19 @@ TEST_P(Qwen3VlVisionTest, TowerMergerAndDeepstackMatchTransformers) {
     for (const auto& d : s->deepstack) want.insert(want.end(), d.begin(), d.end());
     EXPECT_EQ(*units, want) << name << ": the same rows, bitwise";
   }
+  // One block a unit: the image's units taken in two calls give the same
+  // features, bitwise, only with the last; a unit out of order is refused.
+  encoder_->set_blocks_per_unit(1);
+  const PromptImage im = Image("wide_100x61");
+  ASSERT_EQ(encoder_->UnitsOf(im), 4);
+  auto whole = encoder_->EncodeUnits(im, 0, 4);
+  auto first = encoder_->EncodeUnits(im, 0, 1);
+  ASSERT_TRUE(whole.ok() && first.ok());
+  EXPECT_TRUE(first->empty());
+  EXPECT_EQ(encoder_->EncodeUnits(im, 2, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto rest = encoder_->EncodeUnits(im, 1, 3);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(*rest, *whole);
   // Grids that are not whole merge blocks, and pixels of the wrong size,
   // are refused by name.
   PromptImage odd = Image("gradient_37x23");
