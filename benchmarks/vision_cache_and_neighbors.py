@@ -10,7 +10,7 @@ checkpoint and helpers; standard library only):
   text chats sent one at a time, alone, then again while 4 image chats
   (distinct images) are being served.
 
-  python3 benchmarks/vision_cache_and_neighbors.py --ckpt DIR [--flover-flags=--dtype=bf16]
+  python3 benchmarks/vision_cache_and_neighbors.py --ckpt DIR [--flover-flags=--dtype=bf16] [--image-size 256]
 """
 import argparse
 import json
@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--flover-bin", default=vs.FLOVER_BIN)
     ap.add_argument("--flover-flags", default="")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--image-size", type=int, default=256, help="the square PNGs' side in pixels")
     a = ap.parse_args()
     a.max_seq_len, a.n_parallel, a.nice, a.logdir = 2048, 16, 0, os.getcwd()
     port = vs.free_port()
@@ -55,12 +56,12 @@ def main():
     server.start()
     try:
         m = server.model
-        vs.chat(port, m, vs.synth_image(100), 1)  # warm-up, another image
-        png = vs.synth_image(200)
+        vs.chat(port, m, vs.synth_image(100, a.image_size), 1)  # warm-up, another image
+        png = vs.synth_image(200, a.image_size)
         miss = vs.chat_stream_ttft(port, m, png, 8)[0]
         hit = vs.chat_stream_ttft(port, m, png, 8)[0]
         alone = [text_ttft(port, m) for _ in range(3)]
-        load = [threading.Thread(target=vs.chat, args=(port, m, vs.synth_image(300 + i), 16)) for i in range(4)]
+        load = [threading.Thread(target=vs.chat, args=(port, m, vs.synth_image(300 + i, a.image_size), 16)) for i in range(4)]
         for t in load:
             t.start()
         time.sleep(0.5)

@@ -27,6 +27,29 @@ namespace {
 
 constexpr char kDir[] = "tests/golden/idefics3_tiny";
 
+// Each request's tokens, and the engine's stats after: the requests
+// submitted together, or each waited for before the next goes in.
+std::pair<std::vector<std::vector<int32_t>>, EngineStats> RunRequests(const CausalLm& model, const Tokenizer* tokenizer,
+                                                                      const EngineOptions& o,
+                                                                      const std::vector<Request>& requests,
+                                                                      bool together) {
+  auto e = Engine::Create(model, tokenizer, o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
+  for (const Request& r : requests) {
+    sinks.push_back(std::make_shared<testing::CollectingSink>());
+    auto id = (*e)->Submit(r, sinks.back());
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (!together) EXPECT_TRUE(sinks.back()->Wait());
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& sink : sinks) {
+    EXPECT_TRUE(sink->Wait());
+    out.push_back(sink->tokens());
+  }
+  return std::make_pair(std::move(out), (*e)->Stats());
+}
+
 class VisionEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -150,20 +173,7 @@ TEST_F(VisionEngineTest, ImageRequestsEqualTheirRunsAlone) {
     }
   }
   auto run = [&](const EngineOptions& o, bool together) {
-    auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
-    EXPECT_TRUE(e.ok()) << e.status();
-    std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
-    for (const Request& r : requests) {
-      sinks.push_back(std::make_shared<testing::CollectingSink>());
-      EXPECT_TRUE((*e)->Submit(r, sinks.back()).ok());
-      if (!together) EXPECT_TRUE(sinks.back()->Wait());
-    }
-    std::vector<std::vector<int32_t>> out;
-    for (auto& sink : sinks) {
-      EXPECT_TRUE(sink->Wait());
-      out.push_back(sink->tokens());
-    }
-    return std::make_pair(std::move(out), (*e)->Stats());
+    return RunRequests(*model_, loaded_->tokenizer().get(), o, requests, together);
   };
   EngineOptions alone;
   alone.max_seq_len = 512;
@@ -357,21 +367,7 @@ TEST_P(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
     }
   }
   auto run = [&](const EngineOptions& o, bool together) {
-    auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
-    EXPECT_TRUE(e.ok()) << e.status();
-    std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
-    for (const Request& r : requests) {
-      sinks.push_back(std::make_shared<testing::CollectingSink>());
-      auto id = (*e)->Submit(r, sinks.back());
-      EXPECT_TRUE(id.ok()) << id.status();
-      if (!together) EXPECT_TRUE(sinks.back()->Wait());
-    }
-    std::vector<std::vector<int32_t>> out;
-    for (auto& sink : sinks) {
-      EXPECT_TRUE(sink->Wait());
-      out.push_back(sink->tokens());
-    }
-    return std::make_pair(std::move(out), (*e)->Stats());
+    return RunRequests(*model_, loaded_->tokenizer().get(), o, requests, together);
   };
   EngineOptions alone;
   alone.max_seq_len = 256;

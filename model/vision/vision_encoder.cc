@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/loader/checkpoint.h"
+#include "model/vision/random_weights.h"
 #include "util/file_util.h"
 #include "util/json.h"
 #include "util/status_macros.h"
@@ -114,18 +115,7 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const std::st
 absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Random(const VisionInfo& info, kernels::Backend& backend,
                                                                      uint64_t seed) {
   return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    // Norm weights near 1, everything else small, as trained weights are.
-    const bool norm = name.find("norm") != std::string::npos && name.find(".weight") != std::string::npos;
-    std::vector<float> v(n);
-    uint64_t x = seed ^ std::hash<std::string>{}(name);
-    for (float& f : v) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      const float u = static_cast<float>((x >> 40) & 0xffffff) / (1 << 24) - 0.5f;
-      f = norm ? 1.0f + 0.1f * u : 0.04f * u;
-    }
-    return absl::StatusOr<std::vector<float>>(std::move(v));
+    return absl::StatusOr<std::vector<float>>(RandomTowerWeights(name, shape, seed));
   });
 }
 
