@@ -29,7 +29,7 @@ constexpr char kDir[] = "tests/golden/idefics3_tiny";
 
 // Each request's tokens, and the engine's stats after: the requests
 // submitted together, or each waited for before the next goes in.
-std::pair<std::vector<std::vector<int32_t>>, EngineStats> RunRequests(const CausalLm& model, const Tokenizer* tokenizer,
+std::pair<std::vector<std::vector<int32_t>>, EngineStats> RunRequests(CausalLm& model, const Tokenizer* tokenizer,
                                                                       const EngineOptions& o,
                                                                       const std::vector<Request>& requests,
                                                                       bool together) {

@@ -153,11 +153,17 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
     if (!vision_backend.ok()) return vision_backend.status();
     m.vision_backend = std::move(*vision_backend);
     absl::StatusOr<std::unique_ptr<ImageEncoder>> vision;
+    absl::Status ready;  // the processor, and whether it fits the tower
     const std::string& source = options.mmproj.empty() ? options.model : options.mmproj;
     if (options.mmproj.empty()) {
       vision = LoadImageEncoder(options.model, *m.vision_backend);
       if (vision.ok()) {
-        FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadImageProcessor(options.model));
+        auto processor = LoadImageProcessor(options.model);
+        if (processor.ok()) {
+          m.image_processor = std::move(*processor);
+        } else {
+          ready = processor.status();
+        }
       }
     } else {
       // llama.cpp's projector: the image token is the model's <|image_pad|>.
@@ -173,15 +179,25 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
       vision = std::unique_ptr<ImageEncoder>(std::move(*tower));
       FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadGgufImageProcessor(options.mmproj));
     }
-    if (vision.ok()) {
-      m.vision = std::move(*vision);
+    if (vision.ok() && ready.ok()) {
       m.image_processor->LimitRows(options.max_image_tokens);
-      if (absl::Status st = m.image_processor->Matches(*m.vision); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
+      ready = m.image_processor->Matches(**vision);
+      if (!ready.ok() && !options.mmproj.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": ", ready.message()));
       }
-    } else if (vision.status().code() != absl::StatusCode::kNotFound) {
-      return vision.status();
+    }
+    if (vision.ok() && ready.ok()) {
+      m.vision = std::move(*vision);
     } else {
+      // A directory whose image side Flover cannot run (a config it does
+      // not take, tensors or processor settings missing: text-only saves
+      // of image-text models) serves text, saying why images are off.
+      if (vision.status().code() != absl::StatusCode::kNotFound || !ready.ok()) {
+        std::fprintf(stderr, "flover_server: %s: images are off (text is served): %s\n", source.c_str(),
+                     std::string(vision.ok() ? ready.message() : vision.status().message()).c_str());
+      }
+      vision = absl::NotFoundError("off");  // its buffers go before their backend
+      m.image_processor.reset();
       m.vision_backend.reset();
     }
   }

@@ -34,6 +34,11 @@ chat_template.jinja) gives the same pixel_values / grids as the in-memory one an
 for bit); generate()'s greedy tokens equal the argmax of a no-cache forward over prompt + generated tokens, whose
 get_rope_index positions for the generated tokens are index + rope_deltas; two images in one tower call (cu_seqlens)
 equal their single-image runs to 1e-12.
+
+make_qwen35vl_golden.py imports this module: the steps of main() (prepare_dirs, save_and_reload, compute_goldens,
+common_checks, write_outputs), build_tokenizer, build_model_from / init_value, text_rope_forward64 and
+reference_tower take parameters for what differs there (DeepStack or none, the pre-tokenizer pattern and extra
+tokens, the rotary dim, the reference LM, extra golden.json keys), so that the shared logic lives here only.
 """
 
 import argparse
@@ -46,6 +51,7 @@ import os
 import shutil
 import sys
 import traceback
+import types
 
 import numpy as np
 import torch
@@ -71,7 +77,6 @@ from transformers import (  # noqa: E402
     AutoTokenizer,
     GenerationConfig,
     PreTrainedTokenizerFast,
-    Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
     Qwen3VLProcessor,
 )
@@ -81,6 +86,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from transformers.models.qwen3_vl import modeling_qwen3_vl as mq  # noqa: E402
 
 SEED = 1234
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # ----------------------------------------------------------------------------- configuration
 PATCH = 4
@@ -125,10 +131,9 @@ TEXT = dict(
 
 # Qwen3-VL-Instruct's chat template, byte for byte (Qwen/Qwen3-VL-2B-Instruct, -4B, -8B, -30B-A3B-Instruct ship
 # the same one; copied from TRL's chat template file for Qwen3-VL (qwen3_vl.jinja in its chat_templates folder), "Original Qwen3-VL chat template").
-CHAT_TEMPLATE = r"""{%- if tools %}
-    {{- '<|im_start|>system\n' }}
-    {%- if messages[0].role == 'system' %}
-        {%- if messages[0].content is string %}
+# Two runs of it occur twice (a system message's text parts; a user or tool message's text / image / video
+# parts), so they are spelled out once; TEMPLATE_SHA256 pins the assembled text.
+_SYSTEM_CONTENT = r"""        {%- if messages[0].content is string %}
             {{- messages[0].content }}
         {%- else %}
             {%- for content in messages[0].content %}
@@ -137,35 +142,8 @@ CHAT_TEMPLATE = r"""{%- if tools %}
                 {%- endif %}
             {%- endfor %}
         {%- endif %}
-        {{- '\n\n' }}
-    {%- endif %}
-    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
-{%- else %}
-    {%- if messages[0].role == 'system' %}
-        {{- '<|im_start|>system\n' }}
-        {%- if messages[0].content is string %}
-            {{- messages[0].content }}
-        {%- else %}
-            {%- for content in messages[0].content %}
-                {%- if 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\n' }}
-    {%- endif %}
-{%- endif %}
-{%- set image_count = namespace(value=0) %}
-{%- set video_count = namespace(value=0) %}
-{%- for message in messages %}
-    {%- if message.role == "user" %}
-        {{- '<|im_start|>' + message.role + '\n' }}
-        {%- if message.content is string %}
+"""
+_MESSAGE_CONTENT = r"""        {%- if message.content is string %}
             {{- message.content }}
         {%- else %}
             {%- for content in message.content %}
@@ -182,7 +160,30 @@ CHAT_TEMPLATE = r"""{%- if tools %}
                 {%- endif %}
             {%- endfor %}
         {%- endif %}
-        {{- '<|im_end|>\n' }}
+"""
+CHAT_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+""" + _SYSTEM_CONTENT + r"""        {{- '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' }}
+""" + _SYSTEM_CONTENT + r"""        {{- '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set image_count = namespace(value=0) %}
+{%- set video_count = namespace(value=0) %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\n' }}
+""" + _MESSAGE_CONTENT + r"""        {{- '<|im_end|>\n' }}
     {%- elif message.role == "assistant" %}
         {{- '<|im_start|>' + message.role + '\n' }}
         {%- if message.content is string %}
@@ -219,24 +220,7 @@ CHAT_TEMPLATE = r"""{%- if tools %}
             {{- '<|im_start|>user' }}
         {%- endif %}
         {{- '\n<tool_response>\n' }}
-        {%- if message.content is string %}
-            {{- message.content }}
-        {%- else %}
-            {%- for content in message.content %}
-                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
-                    {%- set image_count.value = image_count.value + 1 %}
-                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
-                    <|vision_start|><|image_pad|><|vision_end|>
-                {%- elif content.type == 'video' or 'video' in content %}
-                    {%- set video_count.value = video_count.value + 1 %}
-                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
-                    <|vision_start|><|video_pad|><|vision_end|>
-                {%- elif 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {{- '\n</tool_response>' }}
+""" + _MESSAGE_CONTENT + r"""        {{- '\n</tool_response>' }}
         {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
             {{- '<|im_end|>\n' }}
         {%- endif %}
@@ -246,6 +230,8 @@ CHAT_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
 """
+TEMPLATE_SHA256 = "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4"
+assert hashlib.sha256(CHAT_TEMPLATE.encode("utf-8")).hexdigest() == TEMPLATE_SHA256
 
 # Qwen's added tokens, in the real tokenizer's relative order (real ids: <|endoftext|>=151643, <|im_start|>=151644,
 # <|im_end|>=151645, <|vision_start|>=151652, <|vision_end|>=151653, <|image_pad|>=151655, <|video_pad|>=151656).
@@ -269,11 +255,13 @@ CORPUS = [
 ] * 4
 
 
-def build_tokenizer():
+def build_tokenizer(split=QWEN_SPLIT, extra_tokens=()):
+    """Byte-level BPE trained on CORPUS (BPE_VOCAB entries) with the pre-tokenizer pattern split, then the SPECIALS as
+    special added tokens and extra_tokens as plain (non-special) added tokens."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
@@ -288,12 +276,15 @@ def build_tokenizer():
     tok.train_from_iterator(CORPUS, trainer=trainer)
     assert tok.get_vocab_size() == BPE_VOCAB, tok.get_vocab_size()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         model_max_length=2048,
     )
+    if extra_tokens:
+        fast.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra_tokens])
+    return fast
 
 
 class _NoVideoQwen3VLProcessor(Qwen3VLProcessor):
@@ -344,36 +335,39 @@ IMAGES = [
 
 
 # ----------------------------------------------------------------------------- model
-def build_model(ids):
-    text = dict(TEXT, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+def init_value(name, p, g):
+    """Deterministic, deliberately "large" init (so that every op matters in the goldens): parameter name's values."""
+    if p.ndim == 1 and name.endswith("weight"):  # RMSNorm / LayerNorm scales
+        return 1.0 + 0.1 * torch.randn(p.shape, generator=g)
+    if p.ndim == 1:  # biases (vision linears, conv, LayerNorm shifts)
+        return 0.1 * torch.randn(p.shape, generator=g)
+    if "embed_tokens" in name or "pos_embed" in name:
+        return 0.5 * torch.randn(p.shape, generator=g)
+    fan_in = int(np.prod(p.shape[1:]))
+    v = torch.randn(p.shape, generator=g) / math.sqrt(fan_in)
+    return v * 4.0 if name == "lm_head.weight" else v
+
+
+def build_model_from(model_cls, ids, vision, text, tie_word_embeddings, init=init_value):
+    """model_cls (Qwen3-VL-style image-text model) with these vision / text configs and special token ids, in float32,
+    seeded, every parameter (in name order, from one generator) set to init(name, param, generator)."""
+    text = dict(text, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
                 pad_token_id=ids["<|endoftext|>"])
-    config = Qwen3VLConfig(
-        vision_config=dict(VISION),
+    config = model_cls.config_class(
+        vision_config=dict(vision),
         text_config=text,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
     )
     torch.manual_seed(SEED)
-    model = Qwen3VLForConditionalGeneration(config).float().eval()
-    # Deterministic, deliberately "large" init so that every op matters in the goldens.
+    model = model_cls(config).float().eval()
     g = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            if p.ndim == 1 and name.endswith("weight"):  # RMSNorm / LayerNorm scales
-                v = 1.0 + 0.1 * torch.randn(p.shape, generator=g)
-            elif p.ndim == 1:  # biases (vision linears, conv, LayerNorm shifts)
-                v = 0.1 * torch.randn(p.shape, generator=g)
-            elif "embed_tokens" in name or "pos_embed" in name:
-                v = 0.5 * torch.randn(p.shape, generator=g)
-            else:
-                fan_in = int(np.prod(p.shape[1:]))
-                v = torch.randn(p.shape, generator=g) / math.sqrt(fan_in)
-                if name == "lm_head.weight":
-                    v = v * 4.0
-            p.copy_(v.to(p.dtype))
+        for name, p in sorted(model.named_parameters()):  # a tied LM head is not listed
+            p.copy_(init(name, p, g).to(p.dtype))
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
@@ -382,7 +376,24 @@ def build_model(ids):
     return model
 
 
+def build_model(ids):
+    return build_model_from(Qwen3VLForConditionalGeneration, ids, VISION, TEXT, tie_word_embeddings=False)
+
+
 # ----------------------------------------------------------------------------- float64 patches
+def text_rope_forward64(self, x, position_ids):  # stock: inv_freq and angles in float32
+    """The text M-RoPE cos/sin table in float64, over the rotary dims (head_dim * partial_rotary_factor, if set)."""
+    cfg = self.config
+    rp = cfg.rope_parameters
+    dim = int(cfg.head_dim * rp.get("partial_rotary_factor", 1.0))
+    inv_freq = 1.0 / (rp["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    position_ids = position_ids.expand(3, -1, -1)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq
+    cos = self.recomposition_frequencies(freqs.cos() * self.attention_scaling)
+    sin = self.recomposition_frequencies(freqs.sin() * self.attention_scaling)
+    return cos.to(x.dtype), sin.to(x.dtype)
+
+
 def patch_true_float64(enable):
     """Keep float64 in the spots where stock transformers computes in float32 even for a float64 model."""
     if not hasattr(patch_true_float64, "orig"):
@@ -403,17 +414,6 @@ def patch_true_float64(enable):
     def rms_forward(self, h):  # stock: h.to(float32) before the variance
         var = h.pow(2).mean(-1, keepdim=True)
         return self.weight * (h * torch.rsqrt(var + self.variance_epsilon))
-
-    def text_rope_forward(self, x, position_ids):  # stock: inv_freq and angles in float32
-        cfg = self.config
-        dim = cfg.head_dim
-        base = cfg.rope_parameters["rope_theta"]
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-        position_ids = position_ids.expand(3, -1, -1)
-        freqs = position_ids[..., None].to(torch.float64) * inv_freq
-        cos = self.recomposition_frequencies(freqs.cos() * self.attention_scaling)
-        sin = self.recomposition_frequencies(freqs.sin() * self.attention_scaling)
-        return cos.to(x.dtype), sin.to(x.dtype)
 
     def vision_rope_forward(self, x, position_ids):  # stock: float32 table, returned as float32
         cfg = self.config
@@ -449,7 +449,7 @@ def patch_true_float64(enable):
         return taps, weights
 
     mq.Qwen3VLTextRMSNorm.forward = rms_forward
-    mq.Qwen3VLTextRotaryEmbedding.forward = text_rope_forward
+    mq.Qwen3VLTextRotaryEmbedding.forward = text_rope_forward64
     mq.Qwen3VLVisionRotaryEmbedding.forward = vision_rope_forward
     mq.apply_rotary_pos_emb_vision = apply_rope_vision
     mq.eager_attention_forward = eager
@@ -560,8 +560,11 @@ def _rot_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], -1)
 
 
-def reference_tower(sd, pv, grids):
-    """Vision tower from the state dict. pv (N, 96) float64, grids list of (t, gh, gw). Returns dict of tensors."""
+def reference_tower(sd, pv, grids, deepstack_indexes=None):
+    """Vision tower from the state dict. pv (N, 96) float64, grids list of (t, gh, gw). Returns dict of tensors.
+    deepstack_indexes: the blocks with a DeepStack merger (default VISION's; [] for a tower without DeepStack)."""
+    if deepstack_indexes is None:
+        deepstack_indexes = VISION["deepstack_visual_indexes"]
     P = "model.visual."
     D = VISION["hidden_size"]
     nh = VISION["num_heads"]
@@ -614,8 +617,8 @@ def reference_tower(sd, pv, grids):
         x = x + h @ sd[B + "mlp.linear_fc2.weight"].T + sd[B + "mlp.linear_fc2.bias"]
         if i == 0:
             out["block0"] = x.clone()
-        if i in VISION["deepstack_visual_indexes"]:
-            M = f"{P}deepstack_merger_list.{VISION['deepstack_visual_indexes'].index(i)}."
+        if i in deepstack_indexes:
+            M = f"{P}deepstack_merger_list.{deepstack_indexes.index(i)}."
             m = _ln(x.reshape(-1, 4 * D), sd[M + "norm.weight"], sd[M + "norm.bias"])  # norm after the 2x2 shuffle
             m = _gelu_erf(m @ sd[M + "linear_fc1.weight"].T + sd[M + "linear_fc1.bias"])
             deep.append(m @ sd[M + "linear_fc2.weight"].T + sd[M + "linear_fc2.bias"])
@@ -649,9 +652,9 @@ def reference_rope_index(input_ids, image_token_id, grids):
     return pos, int(pos.max()) + 1 - T
 
 
-def mrope_axis(j):
+def mrope_axis(j, text=TEXT):
     """Which of (t, h, w) drives rotary frequency j under interleaved M-RoPE (0 = t, 1 = h, 2 = w)."""
-    sec = TEXT["rope_parameters"]["mrope_section"]
+    sec = text["rope_parameters"]["mrope_section"]
     return 1 if (j % 3 == 1 and j < 3 * sec[1]) else 2 if (j % 3 == 2 and j < 3 * sec[2]) else 0
 
 
@@ -753,7 +756,8 @@ def run_tower(model, pv, grid):
         "cu_seqlens": vision_utils.get_vision_cu_seqlens(grid),
         "block0": cap["block0"],
         "last_hidden": out.last_hidden_state,
-        "deepstack": [torch.cat(f, 0) for f in out.deepstack_features],
+        # a tower without DeepStack (Qwen3.5's) has no deepstack_features (or None): an empty list
+        "deepstack": [torch.cat(f, 0) for f in getattr(out, "deepstack_features", None) or []],
         "merged": torch.cat(out.pooler_output, 0),
     }
 
@@ -804,175 +808,7 @@ def run_case(model, processor, images, messages):
                 margins=[float(v[0] - v[1]) for v in top2.values])
 
 
-# ----------------------------------------------------------------------------- main
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--scratch", default="/tmp/qwen3vl_golden")
-    args = ap.parse_args()
-    ckpt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qwen3vl_tiny")
-    gdir = os.path.join(args.scratch, "goldens")
-    if os.path.isdir(ckpt):
-        shutil.rmtree(ckpt)
-    os.makedirs(ckpt)
-    os.makedirs(gdir, exist_ok=True)
-
-    # ---- tokenizer / processor / model, written as a consumer reads them
-    tokenizer = build_tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
-    assert len(tokenizer) <= VOCAB_MODEL
-    image_processor = build_image_processor()
-    processor = _NoVideoQwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                                         chat_template=CHAT_TEMPLATE)
-    assert processor.image_token_id == ids["<|image_pad|>"]
-    model = build_model(ids)
-    model.save_pretrained(ckpt, safe_serialization=True)
-    processor.save_pretrained(ckpt)  # tokenizer.json, tokenizer_config.json, chat_template.jinja, processor_config.json
-    image_processor.save_pretrained(ckpt)  # preprocessor_config.json (what the real Qwen3-VL repos ship)
-
-    # reload exactly what a consumer would read
-    tok2 = AutoTokenizer.from_pretrained(ckpt)
-    ip2 = AutoImageProcessor.from_pretrained(ckpt)
-    assert type(ip2).__name__ == "Qwen2VLImageProcessorPil", type(ip2)
-    with open(os.path.join(ckpt, "chat_template.jinja"), encoding="utf-8") as f:
-        template2 = f.read()
-    assert template2 == CHAT_TEMPLATE
-    proc = _NoVideoQwen3VLProcessor(image_processor=ip2, tokenizer=tok2, chat_template=template2)
-    assert {t: tok2.convert_tokens_to_ids(t) for t in SPECIALS} == ids
-    model = Qwen3VLForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32,
-                                                            attn_implementation="eager").eval()
-    assert model.model.visual.config._attn_implementation == "eager"
-    assert model.model.language_model.config._attn_implementation == "eager"
-    model = model.double()
-    sd = {k: v.detach().to(torch.float64) for k, v in model.state_dict().items()}
-
-    # ---- images -> file -> decoded RGB (what a C++ decoder must reproduce)
-    imgs, rgbs, files = {}, {}, {}
-    for name, ext, make in IMAGES:
-        arr = make()
-        path = os.path.join(ckpt, f"{name}.{ext}")
-        if ext == "png":
-            Image.fromarray(arr, "RGB").save(path)
-        else:
-            Image.fromarray(arr, "RGB").save(path, quality=90)
-        im = Image.open(path).convert("RGB")
-        if ext == "png":
-            assert np.array_equal(np.asarray(im), arr)
-        imgs[name], rgbs[name], files[name] = im, np.asarray(im).copy(), os.path.basename(path)
-
-    # ---- per image: processor output, checked against the in-memory processor and the numpy reference
-    per_img = {}
-    for name in imgs:
-        a = proc.image_processor(images=[imgs[name]], return_tensors="pt")
-        b = processor.image_processor(images=[imgs[name]], return_tensors="pt")
-        c = proc(images=[imgs[name]], text=["<|vision_start|><|image_pad|><|vision_end|>"], return_tensors="pt")
-        ref_pv, ref_grid, resized = reference_preprocess(rgbs[name])
-        for other in (b, c):
-            assert torch.equal(a["pixel_values"], other["pixel_values"])
-            assert torch.equal(a["image_grid_thw"], other["image_grid_thw"])
-        assert a["pixel_values"].dtype == torch.float32
-        assert np.array_equal(a["pixel_values"].numpy(), ref_pv), name
-        assert np.array_equal(a["image_grid_thw"].numpy(), ref_grid), name
-        per_img[name] = dict(pixel_values=a["pixel_values"], grid=a["image_grid_thw"], resized=resized)
-
-    def compute_all():
-        tow = {n: run_tower(model, per_img[n]["pixel_values"], per_img[n]["grid"]) for n in imgs}
-        pair_names = ["wide_100x61", "tall_9x41"]
-        pv = torch.cat([per_img[n]["pixel_values"] for n in pair_names])
-        grid = torch.cat([per_img[n]["grid"] for n in pair_names])
-        pair = run_tower(model, pv, grid)
-        pair["names"] = pair_names
-        pair["grid"] = grid
-        cases = {}
-        for cname, cimgs, msgs in CASES:
-            cases[cname] = run_case(model, proc, [imgs[n] for n in cimgs], msgs)
-            cases[cname]["images"] = cimgs
-        return tow, pair, cases
-
-    # ---- stock (unpatched) model.double() first, for the precision comparison, with a dtype audit
-    patch_true_float64(False)
-    audit_stock = DtypeAudit.current = DtypeAudit()
-    stock_tow, stock_pair, stock_cases = compute_all()
-    patch_true_float64(True)
-    audit = DtypeAudit.current = DtypeAudit()
-    tow, pair, cases = compute_all()
-    DtypeAudit.current = None
-    assert not audit.low, f"patched model still computes in low precision: {dict(audit.low)}"
-
-    # ---- checks
-    checks = {}
-    # float64 interpolation weights == stock float32 ones up to float32 rounding, same taps
-    for n in imgs:
-        patch_true_float64(False)
-        i32, w32 = vision_utils.get_vision_interpolation_indices_and_weights(
-            per_img[n]["grid"], num_grid_per_side=4, mode="bilinear", align_corners=True, spatial_merge_size=MERGE)
-        patch_true_float64(True)
-        assert torch.equal(i32, tow[n]["interp_indices"]) and maxdiff(w32, tow[n]["interp_weights"]) < 1e-6
-    # two images in one tower call (cu_seqlens) == each image alone
-    n0 = tow[pair["names"][0]]["merged"].shape[0]
-    p_alone = {"merged": torch.cat([tow[n]["merged"] for n in pair["names"]])}
-    for j in range(len(VISION["deepstack_visual_indexes"])):
-        p_alone[f"deepstack.{j}"] = torch.cat([tow[n]["deepstack"][j] for n in pair["names"]])
-    d = max(maxdiff(pair["merged"], p_alone["merged"]),
-            *[maxdiff(pair["deepstack"][j], p_alone[f"deepstack.{j}"]) for j in range(2)])
-    assert d <= 1e-12, d
-    checks["pair_vs_alone_max_abs_diff"] = d
-    # independent reference, tower
-    ref_d = {}
-    for n in imgs:
-        r = reference_tower(sd, per_img[n]["pixel_values"].double(), per_img[n]["grid"].tolist())
-        for k in ["patch_embed", "pos_embeds", "block0", "last_hidden", "merged"]:
-            ref_d[f"tower.{n}.{k}"] = maxdiff(r[k], tow[n][k])
-        for j in range(2):
-            ref_d[f"tower.{n}.deepstack.{j}"] = maxdiff(r["deepstack"][j], tow[n]["deepstack"][j])
-    r = reference_tower(sd, torch.cat([per_img[n]["pixel_values"] for n in pair["names"]]).double(),
-                        pair["grid"].tolist())
-    ref_d["tower.pair.merged"] = maxdiff(r["merged"], pair["merged"])
-    # independent reference, language model (+ rope index)
-    for cname, c in cases.items():
-        ids_list = c["inputs"]["input_ids"][0].tolist()
-        grids = c["inputs"]["image_grid_thw"].tolist() if "image_grid_thw" in c["inputs"] else []
-        rpos, rdelta = reference_rope_index(ids_list, ids["<|image_pad|>"], grids)
-        assert np.array_equal(rpos, c["position_ids"].numpy()) and rdelta == int(c["rope_deltas"][0]), cname
-        merged = deep = None
-        if c["images"]:
-            rt = reference_tower(sd, c["inputs"]["pixel_values"].double(), grids)
-            merged, deep = rt["merged"], rt["deepstack"]
-        ref_d[f"case.{cname}.logits"] = maxdiff(reference_lm(sd, ids_list, rpos, ids["<|image_pad|>"], merged, deep),
-                                                c["logits"])
-        full_ids = ids_list + c["greedy"]
-        fpos, _ = reference_rope_index(full_ids, ids["<|image_pad|>"], grids)
-        assert np.array_equal(fpos, c["full_position_ids"].numpy())
-        T = len(ids_list)
-        ref_d[f"case.{cname}.gen_logits"] = maxdiff(
-            reference_lm(sd, full_ids, fpos, ids["<|image_pad|>"], merged, deep)[T - 1:T + 7], c["rerun_logits"])
-    assert max(ref_d.values()) < 1e-10, ref_d
-    checks["reference_max_abs_diff"] = ref_d
-    # generate() hands back its output_logits as float32 copies, so this agrees to float32 rounding only
-    checks["generate_kvcache_float32_logits_vs_full_rerun_max_abs_diff"] = {
-        cname: maxdiff(c["gen_logits"], c["rerun_logits"]) for cname, c in cases.items()}
-    assert max(checks["generate_kvcache_float32_logits_vs_full_rerun_max_abs_diff"].values()) < 1e-4
-    # stock vs patched
-    sdiff = {}
-    for n in imgs:
-        for k in ["pos_embeds", "block0", "last_hidden", "merged"]:
-            sdiff[f"tower.{n}.{k}"] = maxdiff(stock_tow[n][k], tow[n][k])
-        for j in range(2):
-            sdiff[f"tower.{n}.deepstack.{j}"] = maxdiff(stock_tow[n]["deepstack"][j], tow[n]["deepstack"][j])
-    for cname in cases:
-        sdiff[f"case.{cname}.logits"] = maxdiff(stock_cases[cname]["logits"], cases[cname]["logits"])
-        sdiff[f"case.{cname}.greedy_equal"] = stock_cases[cname]["greedy"] == cases[cname]["greedy"]
-    checks["stock_vs_patched_max_abs_diff"] = sdiff
-    checks["dtype_audit"] = {
-        "patched_low_precision_ops": dict(audit.low),
-        "patched_harmless_float32_ops": dict(sorted(audit.harmless.items())),
-        "harmless_why": DtypeAudit.HARMLESS,
-        "stock_low_precision_ops": dict(sorted(audit_stock.low.items())),
-    }
-    print(json.dumps(checks, indent=1))
-
-    write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, pair, cases, checks, proc)
-
-
+# ----------------------------------------------------------------------------- chat cases
 # The chat cases (messages use the Qwen3-VL content-list format)
 CASES = [
     ("text_only", [], [
@@ -988,9 +824,199 @@ CASES = [
                                      {"type": "text", "text": "."}]},
     ]),
 ]
+PAIR_NAMES = ["wide_100x61", "tall_9x41"]  # run together in one tower call
 
 
-def write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, pair, cases, checks, proc):
+# ----------------------------------------------------------------------------- the steps of main (shared with
+# make_qwen35vl_golden.py, which passes its own model, patches, reference LM, DeepStack layout and golden.json keys)
+def prepare_dirs(ckpt_name, default_scratch):
+    """Parse --scratch; (re)create tests/golden/<ckpt_name>/ and DIR/goldens/. Returns (ckpt, gdir)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scratch", default=default_scratch)
+    args = ap.parse_args()
+    ckpt = os.path.join(HERE, ckpt_name)
+    gdir = os.path.join(args.scratch, "goldens")
+    if os.path.isdir(ckpt):
+        shutil.rmtree(ckpt)
+    os.makedirs(ckpt)
+    os.makedirs(gdir, exist_ok=True)
+    return ckpt, gdir
+
+
+def save_and_reload(ckpt, tokenizer, ids, build_model, chat_template):
+    """Write tokenizer, processor (with chat_template) and build_model(ids) to ckpt, then reload them exactly as a
+    consumer would. Returns (processor, proc, model, sd): the in-memory processor, the reloaded one (proc.tokenizer is
+    the reloaded tokenizer), the reloaded model (eager attention) in float64, and its float64 state dict."""
+    assert len(tokenizer) <= VOCAB_MODEL
+    image_processor = build_image_processor()
+    processor = _NoVideoQwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                         chat_template=chat_template)
+    assert processor.image_token_id == ids["<|image_pad|>"]
+    model = build_model(ids)
+    model.save_pretrained(ckpt, safe_serialization=True)
+    processor.save_pretrained(ckpt)  # tokenizer.json, tokenizer_config.json, chat_template.jinja, processor_config.json
+    image_processor.save_pretrained(ckpt)  # preprocessor_config.json (what the real Qwen3-VL repos ship)
+
+    # reload exactly what a consumer would read
+    tok2 = AutoTokenizer.from_pretrained(ckpt)
+    ip2 = AutoImageProcessor.from_pretrained(ckpt)
+    assert type(ip2).__name__ == "Qwen2VLImageProcessorPil", type(ip2)
+    with open(os.path.join(ckpt, "chat_template.jinja"), encoding="utf-8") as f:
+        template2 = f.read()
+    assert template2 == chat_template
+    proc = _NoVideoQwen3VLProcessor(image_processor=ip2, tokenizer=tok2, chat_template=template2)
+    assert {t: tok2.convert_tokens_to_ids(t) for t in ids} == ids
+    model = type(model).from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager").eval()
+    assert model.model.visual.config._attn_implementation == "eager"
+    assert model.model.language_model.config._attn_implementation == "eager"
+    model = model.double()
+    sd = {k: v.detach().to(torch.float64) for k, v in model.state_dict().items()}
+    return processor, proc, model, sd
+
+
+def compute_goldens(ckpt, model, processor, proc, patch, same_images_as=None):
+    """The IMAGES written to ckpt and decoded, their processor outputs (checked), and the towers and chat cases run
+    with the stock model.double() (patch(False)) and the true-float64 one (patch(True)), each under a dtype audit.
+    same_images_as: a directory whose image files (where present) must equal the ones written here."""
+    r = types.SimpleNamespace()
+    # ---- images -> file -> decoded RGB (what a C++ decoder must reproduce)
+    r.imgs, r.rgbs, r.files = {}, {}, {}
+    for name, ext, make in IMAGES:
+        arr = make()
+        path = os.path.join(ckpt, f"{name}.{ext}")
+        if ext == "png":
+            Image.fromarray(arr, "RGB").save(path)
+        else:
+            Image.fromarray(arr, "RGB").save(path, quality=90)
+        im = Image.open(path).convert("RGB")
+        if ext == "png":
+            assert np.array_equal(np.asarray(im), arr)
+        sibling = os.path.join(same_images_as, os.path.basename(path)) if same_images_as else None
+        if sibling and os.path.exists(sibling):
+            with open(sibling, "rb") as f1, open(path, "rb") as f2:
+                assert f1.read() == f2.read(), f"{path} differs from {sibling}"
+        r.imgs[name], r.rgbs[name], r.files[name] = im, np.asarray(im).copy(), os.path.basename(path)
+
+    # ---- per image: processor output, checked against the in-memory processor and the numpy reference
+    r.per_img = {}
+    for name in r.imgs:
+        a = proc.image_processor(images=[r.imgs[name]], return_tensors="pt")
+        b = processor.image_processor(images=[r.imgs[name]], return_tensors="pt")
+        c = proc(images=[r.imgs[name]], text=["<|vision_start|><|image_pad|><|vision_end|>"], return_tensors="pt")
+        ref_pv, ref_grid, resized = reference_preprocess(r.rgbs[name])
+        for other in (b, c):
+            assert torch.equal(a["pixel_values"], other["pixel_values"])
+            assert torch.equal(a["image_grid_thw"], other["image_grid_thw"])
+        assert a["pixel_values"].dtype == torch.float32
+        assert np.array_equal(a["pixel_values"].numpy(), ref_pv), name
+        assert np.array_equal(a["image_grid_thw"].numpy(), ref_grid), name
+        r.per_img[name] = dict(pixel_values=a["pixel_values"], grid=a["image_grid_thw"], resized=resized)
+
+    def compute_all():
+        tow = {n: run_tower(model, r.per_img[n]["pixel_values"], r.per_img[n]["grid"]) for n in r.imgs}
+        pv = torch.cat([r.per_img[n]["pixel_values"] for n in PAIR_NAMES])
+        grid = torch.cat([r.per_img[n]["grid"] for n in PAIR_NAMES])
+        pair = run_tower(model, pv, grid)
+        pair["names"] = PAIR_NAMES
+        pair["grid"] = grid
+        cases = {}
+        for cname, cimgs, msgs in CASES:
+            cases[cname] = run_case(model, proc, [r.imgs[n] for n in cimgs], msgs)
+            cases[cname]["images"] = cimgs
+        return tow, pair, cases
+
+    # ---- stock (unpatched) model.double() first, for the precision comparison, with a dtype audit
+    patch(False)
+    r.audit_stock = DtypeAudit.current = DtypeAudit()
+    r.stock_tow, _, r.stock_cases = compute_all()
+    patch(True)
+    r.audit = DtypeAudit.current = DtypeAudit()
+    r.tow, r.pair, r.cases = compute_all()
+    DtypeAudit.current = None
+    assert not r.audit.low, f"patched model still computes in low precision: {dict(r.audit.low)}"
+    return r
+
+
+def common_checks(r, sd, ids, reference_lm, deepstack_indexes, stock_rerun_logits=False, extra=None):
+    """The checks both fixtures record in golden.json["checks"] (then extra's), printed. reference_lm(sd, ids, positions,
+    image_token_id, merged, deepstack): the independent LM; stock_rerun_logits: also compare the re-run logits."""
+    checks = {}
+    tow, pair, cases, imgs, per_img = r.tow, r.pair, r.cases, r.imgs, r.per_img
+    nd = len(deepstack_indexes)
+    for n in imgs:
+        assert len(tow[n]["deepstack"]) == nd, (n, len(tow[n]["deepstack"]))
+    # two images in one tower call (cu_seqlens) == each image alone
+    d = max([maxdiff(pair["merged"], torch.cat([tow[n]["merged"] for n in pair["names"]]))]
+            + [maxdiff(pair["deepstack"][j], torch.cat([tow[n]["deepstack"][j] for n in pair["names"]]))
+               for j in range(nd)])
+    assert d <= 1e-12, d
+    checks["pair_vs_alone_max_abs_diff"] = d
+    # independent reference, tower
+    ref_d = {}
+    for n in imgs:
+        rt = reference_tower(sd, per_img[n]["pixel_values"].double(), per_img[n]["grid"].tolist(), deepstack_indexes)
+        for k in ["patch_embed", "pos_embeds", "block0", "last_hidden", "merged"]:
+            ref_d[f"tower.{n}.{k}"] = maxdiff(rt[k], tow[n][k])
+        for j in range(nd):
+            ref_d[f"tower.{n}.deepstack.{j}"] = maxdiff(rt["deepstack"][j], tow[n]["deepstack"][j])
+    rt = reference_tower(sd, torch.cat([per_img[n]["pixel_values"] for n in pair["names"]]).double(),
+                         pair["grid"].tolist(), deepstack_indexes)
+    ref_d["tower.pair.merged"] = maxdiff(rt["merged"], pair["merged"])
+    # independent reference, language model (+ rope index)
+    for cname, c in cases.items():
+        ids_list = c["inputs"]["input_ids"][0].tolist()
+        grids = c["inputs"]["image_grid_thw"].tolist() if "image_grid_thw" in c["inputs"] else []
+        rpos, rdelta = reference_rope_index(ids_list, ids["<|image_pad|>"], grids)
+        assert np.array_equal(rpos, c["position_ids"].numpy()) and rdelta == int(c["rope_deltas"][0]), cname
+        merged = deep = None
+        if c["images"]:
+            rt = reference_tower(sd, c["inputs"]["pixel_values"].double(), grids, deepstack_indexes)
+            merged, deep = rt["merged"], rt["deepstack"]
+        ref_d[f"case.{cname}.logits"] = maxdiff(reference_lm(sd, ids_list, rpos, ids["<|image_pad|>"], merged, deep),
+                                                c["logits"])
+        full_ids = ids_list + c["greedy"]
+        fpos, _ = reference_rope_index(full_ids, ids["<|image_pad|>"], grids)
+        assert np.array_equal(fpos, c["full_position_ids"].numpy())
+        T = len(ids_list)
+        ref_d[f"case.{cname}.gen_logits"] = maxdiff(
+            reference_lm(sd, full_ids, fpos, ids["<|image_pad|>"], merged, deep)[T - 1:T + 7], c["rerun_logits"])
+    assert max(ref_d.values()) < 1e-10, ref_d
+    checks["reference_max_abs_diff"] = ref_d
+    # generate() (KV cache, and for Qwen3.5 the conv/recurrent state with the token-by-token delta rule) vs the
+    # no-cache re-run; generate() hands back its output_logits as float32 copies, so this agrees to float32 rounding
+    checks["generate_kvcache_float32_logits_vs_full_rerun_max_abs_diff"] = {
+        cname: maxdiff(c["gen_logits"], c["rerun_logits"]) for cname, c in cases.items()}
+    assert max(checks["generate_kvcache_float32_logits_vs_full_rerun_max_abs_diff"].values()) < 1e-4
+    # stock vs patched
+    sdiff = {}
+    for n in imgs:
+        for k in ["pos_embeds", "block0", "last_hidden", "merged"]:
+            sdiff[f"tower.{n}.{k}"] = maxdiff(r.stock_tow[n][k], tow[n][k])
+        for j in range(nd):
+            sdiff[f"tower.{n}.deepstack.{j}"] = maxdiff(r.stock_tow[n]["deepstack"][j], tow[n]["deepstack"][j])
+    for cname in cases:
+        sdiff[f"case.{cname}.logits"] = maxdiff(r.stock_cases[cname]["logits"], cases[cname]["logits"])
+        if stock_rerun_logits:
+            sdiff[f"case.{cname}.rerun_logits"] = maxdiff(r.stock_cases[cname]["rerun_logits"],
+                                                          cases[cname]["rerun_logits"])
+        sdiff[f"case.{cname}.greedy_equal"] = r.stock_cases[cname]["greedy"] == cases[cname]["greedy"]
+    checks["stock_vs_patched_max_abs_diff"] = sdiff
+    checks["dtype_audit"] = {
+        "patched_low_precision_ops": dict(r.audit.low),
+        "patched_harmless_float32_ops": dict(sorted(r.audit.harmless.items())),
+        "harmless_why": DtypeAudit.HARMLESS,
+        "stock_low_precision_ops": dict(sorted(r.audit_stock.low.items())),
+    }
+    checks.update(extra or {})
+    print(json.dumps(checks, indent=1))
+    return checks
+
+
+def write_outputs(ckpt, gdir, ids, tokenizer, proc, r, checks, *, generator, precision, text, rotary_dim,
+                  deepstack_indexes, extra_meta=None):
+    """golden.safetensors + golden.json in ckpt, every array as .npy + index.json in gdir. text: the text config;
+    rotary_dim: its rotary dims per head; deepstack_indexes: the tower's DeepStack blocks ([]: no tower.*.deepstack.*
+    tensors); extra_meta {key: {new_key: value}}: golden.json keys to add, each group right after key."""
     from safetensors.numpy import save_file
 
     tensors, desc, index = {}, {}, {}
@@ -1008,15 +1034,16 @@ def write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, p
         tensors[name] = np.ascontiguousarray(a)
         desc[name] = {"shape": list(a.shape), "dtype": str(a.dtype), "what": what}
 
+    per_img, rgbs, tow, pair = r.per_img, r.rgbs, r.tow, r.pair
     images_meta = {}
-    for n in imgs:
+    for n in r.imgs:
         g = per_img[n]["grid"][0].tolist()
         H, W = rgbs[n].shape[:2]
         rh, rw = per_img[n]["resized"].shape[:2]
         rounded = (round(H / FACTOR) * FACTOR, round(W / FACTOR) * FACTOR)
         branch = ("max_pixels (downscaled)" if rounded[0] * rounded[1] > MAX_PIXELS else
                   "min_pixels (upscaled)" if rounded[0] * rounded[1] < MIN_PIXELS else "rounded to multiples of 8")
-        images_meta[n] = {"file": files[n], "width": W, "height": H, "sha256_rgb": sha256(rgbs[n]),
+        images_meta[n] = {"file": r.files[n], "width": W, "height": H, "sha256_rgb": sha256(rgbs[n]),
                           "resized_height": rh, "resized_width": rw, "smart_resize_branch": branch,
                           "image_grid_thw": g, "num_patches": g[0] * g[1] * g[2],
                           "num_image_tokens": g[0] * g[1] * g[2] // MERGE ** 2}
@@ -1040,7 +1067,7 @@ def write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, p
             "int")
         put(pre + "block0", t["block0"], "hidden after vision block 0 (num_patches, 32)")
         put(pre + "last_hidden", t["last_hidden"], "hidden after the last vision block (num_patches, 32)")
-        for j, li in enumerate(VISION["deepstack_visual_indexes"]):
+        for j, li in enumerate(deepstack_indexes):
             put(pre + f"deepstack.{j}", t["deepstack"][j],
                 f"deepstack_merger_list[{j}] on the output of vision block {li} (num_patches/4, 64); added to the "
                 f"LM hidden at the image rows after decoder layer {j}")
@@ -1048,11 +1075,11 @@ def write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, p
     put("tower.pair.image_grid_thw", pair["grid"], f"grids of {pair['names']} run together in one tower call", "int")
     put("tower.pair.cu_seqlens", pair["cu_seqlens"], "cumulative patch counts (attention segments)", "int")
     put("tower.pair.merged", pair["merged"], "merged features of both images from one call (equal to the alone runs)")
-    for j in range(2):
+    for j in range(len(deepstack_indexes)):
         put(f"tower.pair.deepstack.{j}", pair["deepstack"][j], f"deepstack {j} of both images from one call")
 
     cases_meta = {}
-    for cname, c in cases.items():
+    for cname, c in r.cases.items():
         inp = c["inputs"]
         input_ids = inp["input_ids"][0].tolist()
         pre = f"case.{cname}."
@@ -1088,15 +1115,11 @@ def write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, p
 
     save_file(tensors, os.path.join(ckpt, "golden.safetensors"))
     meta = {
-        "generator": "tests/golden/make_qwen3vl_golden.py",
+        "generator": generator,
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__, "numpy": np.__version__,
                      "pillow": Image.__version__, "python": sys.version.split()[0]},
         "seed": SEED,
-        "precision": "float32 weights on disk; goldens computed with model.double(), attn_implementation='eager', "
-                     "and the true-float64 patches (text RMSNorm, text M-RoPE table, vision rope table + "
-                     "apply_rotary_pos_emb_vision, eager softmax, pos-embed interpolation weights kept in float64); "
-                     "stored in golden.safetensors as float32 (ids/positions int32, pixels uint8). "
-                     "checks.stock_vs_patched_max_abs_diff compares with unpatched transformers model.double().",
+        "precision": precision,
         "special_token_ids": ids,
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
@@ -1105,12 +1128,11 @@ def write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, p
         "eos_token_ids": [ids["<|im_end|>"], ids["<|endoftext|>"]],
         "vocab_size_model": VOCAB_MODEL,
         "vocab_size_tokenizer": len(tokenizer),
-        "vision": VISION,
-        "text": {k: v for k, v in TEXT.items()},
-        "mrope_section": TEXT["rope_parameters"]["mrope_section"],
+        "vision": dict(VISION, deepstack_visual_indexes=list(deepstack_indexes)),
+        "text": {k: v for k, v in text.items()},
+        "mrope_section": text["rope_parameters"]["mrope_section"],
         "mrope_interleaved": True,
-        "mrope_axis_per_frequency": "".join(
-            "THW"[mrope_axis(j)] for j in range(TEXT["head_dim"] // 2)),
+        "mrope_axis_per_frequency": "".join("THW"[mrope_axis(j, text)] for j in range(rotary_dim // 2)),
         "vision_rope_theta": 10000.0,
         "processor": {"class": "Qwen2VLImageProcessorPil (PIL backend)", "min_pixels (size.shortest_edge)": MIN_PIXELS,
                       "max_pixels (size.longest_edge)": MAX_PIXELS, "patch_size": PATCH,
@@ -1121,11 +1143,46 @@ def write_outputs(ckpt, gdir, ids, tokenizer, imgs, rgbs, files, per_img, tow, p
         "checks": checks,
         "tensors": desc,
     }
+    extra_meta = extra_meta or {}
+    assert set(extra_meta) <= set(meta), extra_meta.keys()
+    meta = dict(kv for key, value in meta.items() for kv in [(key, value), *extra_meta.get(key, {}).items()])
     with open(os.path.join(ckpt, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
     with open(os.path.join(gdir, "index.json"), "w") as f:
         json.dump({"arrays": index, **{k: meta[k] for k in ("versions", "seed", "checks")}}, f, indent=1)
     print("wrote", ckpt, "and", gdir)
+
+
+# ----------------------------------------------------------------------------- main
+def main():
+    ckpt, gdir = prepare_dirs("qwen3vl_tiny", "/tmp/qwen3vl_golden")
+
+    # ---- tokenizer / processor / model, written as a consumer reads them
+    tokenizer = build_tokenizer()
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
+    processor, proc, model, sd = save_and_reload(ckpt, tokenizer, ids, build_model, CHAT_TEMPLATE)
+
+    r = compute_goldens(ckpt, model, processor, proc, patch_true_float64)
+
+    # ---- checks
+    # float64 interpolation weights == stock float32 ones up to float32 rounding, same taps
+    for n in r.imgs:
+        patch_true_float64(False)
+        i32, w32 = vision_utils.get_vision_interpolation_indices_and_weights(
+            r.per_img[n]["grid"], num_grid_per_side=4, mode="bilinear", align_corners=True, spatial_merge_size=MERGE)
+        patch_true_float64(True)
+        assert torch.equal(i32, r.tow[n]["interp_indices"]) and maxdiff(w32, r.tow[n]["interp_weights"]) < 1e-6
+    deepstack = VISION["deepstack_visual_indexes"]
+    checks = common_checks(r, sd, ids, reference_lm, deepstack)
+
+    write_outputs(
+        ckpt, gdir, ids, tokenizer, proc, r, checks, generator="tests/golden/make_qwen3vl_golden.py",
+        precision="float32 weights on disk; goldens computed with model.double(), attn_implementation='eager', "
+                  "and the true-float64 patches (text RMSNorm, text M-RoPE table, vision rope table + "
+                  "apply_rotary_pos_emb_vision, eager softmax, pos-embed interpolation weights kept in float64); "
+                  "stored in golden.safetensors as float32 (ids/positions int32, pixels uint8). "
+                  "checks.stock_vs_patched_max_abs_diff compares with unpatched transformers model.double().",
+        text=TEXT, rotary_dim=TEXT["head_dim"], deepstack_indexes=deepstack)
 
 
 if __name__ == "__main__":

@@ -85,18 +85,26 @@ class ServerProcess {
     args.insert(args.end(), flags.begin(), flags.end());
     pid_ = Spawn(args, &out_);
     if (pid_ < 0) return;
+    // Lines before the address (start-up notes, such as a model's images
+    // being off) are passed over.
     std::string line;
+    const std::string prefix = "listening on ";
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (std::chrono::steady_clock::now() < until) {
       pollfd p{out_, POLLIN, 0};
       if (poll(&p, 1, 100) <= 0) continue;
       char c;
       if (read(out_, &c, 1) != 1) break;  // the server exited
-      if (c == '\n') break;
-      line += c;
+      if (c != '\n') {
+        line += c;
+        continue;
+      }
+      if (line.rfind(prefix, 0) == 0) {
+        address_ = line.substr(prefix.size());
+        break;
+      }
+      line.clear();
     }
-    const std::string prefix = "listening on ";
-    if (line.rfind(prefix, 0) == 0) address_ = line.substr(prefix.size());
     // Keep draining stdout so the server never blocks on a full pipe.
     drain_ = std::thread([fd = out_] {
       char buf[4096];
