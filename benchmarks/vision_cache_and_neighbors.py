@@ -11,6 +11,7 @@ checkpoint and helpers; standard library only):
   (distinct images) are being served.
 
   python3 benchmarks/vision_cache_and_neighbors.py --ckpt DIR [--flover-flags=--dtype=bf16] [--image-size 256]
+  python3 benchmarks/vision_cache_and_neighbors.py --ckpt TEXT.gguf --mmproj MMPROJ.gguf --flover-flags=--dtype=bf16
 """
 import argparse
 import json
@@ -49,6 +50,7 @@ def main():
     ap.add_argument("--flover-flags", default="")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--image-size", type=int, default=256, help="the square PNGs' side in pixels")
+    ap.add_argument("--mmproj", default=None, help="llama.cpp's mmproj file beside a GGUF --ckpt (Qwen3-VL)")
     a = ap.parse_args()
     a.max_seq_len, a.n_parallel, a.nice, a.logdir = 2048, 16, 0, os.getcwd()
     port = vs.free_port()

@@ -24,6 +24,13 @@ one tile and the overview (128) where transformers and Flover use one (64).
 
   python3 benchmarks/vision_serving.py --ckpt DIR --text-gguf TEXT.gguf --mmproj MMPROJ.gguf \
       [--n-single 3] [--n-burst 16] [--max-tokens 32] [--json results.json]
+
+Qwen3-VL-2B's shapes: both servers on the same files
+(benchmarks/make_qwen3vl_shape_gguf.py OUT), Flover with --ckpt the text
+GGUF (it then gets --mmproj too); 512-px images need no resizing on either:
+
+  python3 benchmarks/vision_serving.py --ckpt TEXT.gguf --text-gguf TEXT.gguf --mmproj MMPROJ.gguf \
+      --image-size 512 --flover-flags=--dtype=bf16
 """
 import argparse
 import base64
@@ -207,9 +214,11 @@ class Server:
 
 
 def flover_server(a, port):
+    # A GGUF --ckpt (Qwen3-VL) takes llama.cpp's mmproj beside it, as llama-server does.
+    mmproj = [f"--mmproj={a.mmproj}"] if a.ckpt.endswith(".gguf") and getattr(a, "mmproj", None) else []
     argv = [a.flover_bin, f"--model={a.ckpt}", f"--http_listen=127.0.0.1:{port}", "--listen=127.0.0.1:0",
             f"--threads={a.threads}", f"--max_seq_len={a.max_seq_len}", f"--max_batch={a.n_parallel}",
-            *a.flover_flags.split()]
+            *mmproj, *a.flover_flags.split()]
     return Server("flover", argv, port, os.path.join(a.logdir, "flover.log"), a.nice)
 
 
