@@ -335,6 +335,9 @@ absl::Status Engine::Validate(const Request& r) const {
       return bad("given_rows", "span ", i, "'s grid of ", g.grid_h, " x ", g.grid_w, " is not its ", g.count,
                  " rows");
     }
+    if (g.grid_h > 0 && (options_.vision == nullptr || !options_.vision->encoder_info().grid_positions)) {
+      return bad("given_rows", "span ", i, " has a grid, but this model's rows take no grid positions");
+    }
     const size_t want = static_cast<size_t>(1 + g.layers) * g.count * config.hidden;
     if (g.values == nullptr || g.values->size() != want) {
       return bad("given_rows", "span ", i, " needs ", g.layers > 0 ? absl::StrCat(1 + g.layers, " x ") : "", g.count,

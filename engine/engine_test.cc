@@ -680,6 +680,16 @@ TEST_F(EngineTest, GivenPromptRowsStandForTokensAndKeyThePrefixCache) {
   (*nan)[7] = std::nanf("");
   bad.given_rows[0].values = nan;
   EXPECT_THAT(SubmitError(bad), HasSubstr("span 0 holds a value that is not finite"));
+  // Additions after layers, or a grid, to a model that takes neither.
+  bad = with_rows(1);
+  bad.given_rows[0].layers = 1;
+  EXPECT_THAT(SubmitError(bad), HasSubstr("span 0 carries additions after 1 layers; the model takes 0"));
+  bad = with_rows(1);
+  bad.given_rows[0].grid_h = 1;
+  bad.given_rows[0].grid_w = bad.given_rows[0].count;
+  EXPECT_THAT(SubmitError(bad), HasSubstr("span 0 has a grid, but this model's rows take no grid positions"));
+  bad.given_rows[0].grid_w = bad.given_rows[0].count + 1;
+  EXPECT_THAT(SubmitError(bad), HasSubstr("span 0's grid of 1 x"));
 }
 
 TEST_F(EngineTest, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {
