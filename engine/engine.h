@@ -77,12 +77,13 @@ struct EngineOptions {
   std::function<absl::Time()> clock;
   // A vision model's image side (outlives the engine; rank 0): requests may
   // hold images (Request::images). Between steps the engine encodes at most
-  // vision_tiles_per_step tiles, so that running sequences keep decoding
-  // while a large image is encoded; a request's prompt is scheduled once
-  // its images are. Features are kept by image key, up to
+  // vision_tiles_per_step units (ImageEncoder::UnitsOf: SmolVLM's tiles,
+  // groups of Qwen3-VL's tower blocks), so that running sequences keep
+  // decoding while a large image is encoded; a request's prompt is
+  // scheduled once its images are. Features are kept by image key, up to
   // vision_cache_bytes, so an image sent again is not encoded again.
   ImageEncoder* vision = nullptr;
-  int vision_tiles_per_step = 1;  // a 512-px tile is ~2 s on 2 CPU cores
+  int vision_tiles_per_step = 1;  // a 512-px SmolVLM tile: ~1 s on 2 CPU cores
   int64_t vision_cache_bytes = int64_t{256} << 20;
   int max_image_tiles = 256;  // per request
 };
