@@ -50,6 +50,43 @@ std::pair<std::vector<std::vector<int32_t>>, EngineStats> RunRequests(CausalLm& 
   return std::make_pair(std::move(out), (*e)->Stats());
 }
 
+// The invariance suite's question for image requests: each request's
+// tokens on a busy engine (submitted together, fused, chunked at
+// `tokens_per_step` rows, preempted in a cache of `kv_bytes`, images and
+// blocks hit from the caches, n-gram drafts verified) equal its run alone
+// (one at a time, without caches or drafts); each of those mechanisms is
+// asserted to have happened. Returns the tokens alone.
+std::vector<std::vector<int32_t>> ExpectBusyEqualsAlone(CausalLm& model, const Tokenizer* tokenizer,
+                                                        ImageEncoder* vision, const std::vector<Request>& requests,
+                                                        int max_seq_len, int tokens_per_step, int64_t kv_bytes) {
+  EngineOptions alone;
+  alone.max_seq_len = max_seq_len;
+  alone.prefix_caching = false;
+  alone.vision = vision;
+  alone.vision_cache_bytes = 0;
+  EngineOptions busy = alone;
+  busy.prefix_caching = true;
+  busy.vision_cache_bytes = int64_t{1} << 20;
+  busy.scheduler.max_batch = 4;
+  busy.scheduler.max_tokens_per_step = tokens_per_step;
+  busy.kv_cache.bytes = kv_bytes;
+  busy.speculative.mode = SpeculativeMode::kNgram;
+  busy.speculative.max_tokens = 4;
+  busy.speculative.max_step_rows = 16;
+  busy.speculative.min_ngram = 1;
+  busy.speculative.max_ngram = 3;
+  const auto [want, alone_stats] = RunRequests(model, tokenizer, alone, requests, /*together=*/false);
+  const auto [got, stats] = RunRequests(model, tokenizer, busy, requests, /*together=*/true);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  EXPECT_EQ(alone_stats.image_cache_hits, 0);
+  EXPECT_GT(stats.image_cache_hits, 0);
+  EXPECT_GT(stats.prefix_hit_tokens, 0);
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_GT(stats.draft_tokens, 0);
+  EXPECT_LT(stats.steps, stats.generated_tokens - stats.accepted_tokens) << "no step fused two sequences";
+  return want;
+}
+
 class VisionEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -172,35 +209,8 @@ TEST_F(VisionEngineTest, ImageRequestsEqualTheirRunsAlone) {
       requests.push_back(std::move(text));
     }
   }
-  auto run = [&](const EngineOptions& o, bool together) {
-    return RunRequests(*model_, loaded_->tokenizer().get(), o, requests, together);
-  };
-  EngineOptions alone;
-  alone.max_seq_len = 512;
-  alone.prefix_caching = false;
-  alone.vision = vision_.get();
-  alone.vision_cache_bytes = 0;
-  EngineOptions busy = alone;
-  busy.prefix_caching = true;
-  busy.vision_cache_bytes = int64_t{1} << 20;
-  busy.scheduler.max_batch = 4;
-  busy.scheduler.max_tokens_per_step = 64;
-  busy.kv_cache.bytes = 16 * model_->CacheShape(1, 1).bytes_per_block();
-  busy.speculative.mode = SpeculativeMode::kNgram;
-  busy.speculative.max_tokens = 4;
-  busy.speculative.max_step_rows = 16;
-  busy.speculative.min_ngram = 1;
-  busy.speculative.max_ngram = 3;
-  const auto [want, alone_stats] = run(alone, /*together=*/false);
-  const auto [got, stats] = run(busy, /*together=*/true);
-  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
-  EXPECT_EQ(alone_stats.image_cache_hits, 0);
-  // Each mechanism happened.
-  EXPECT_GT(stats.image_cache_hits, 0);
-  EXPECT_GT(stats.prefix_hit_tokens, 0);
-  EXPECT_GT(stats.preemptions, 0);
-  EXPECT_GT(stats.draft_tokens, 0);
-  EXPECT_LT(stats.steps, stats.generated_tokens - stats.accepted_tokens) << "no step fused two sequences";
+  ExpectBusyEqualsAlone(*model_, loaded_->tokenizer().get(), vision_.get(), requests, /*max_seq_len=*/512,
+                        /*tokens_per_step=*/64, 16 * model_->CacheShape(1, 1).bytes_per_block());
 }
 
 TEST_F(VisionEngineTest, TwoImagesFusedWithAnotherImageRequestAndRefusals) {
@@ -366,37 +376,13 @@ TEST_P(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
       requests.push_back(std::move(text));
     }
   }
-  auto run = [&](const EngineOptions& o, bool together) {
-    return RunRequests(*model_, loaded_->tokenizer().get(), o, requests, together);
-  };
-  EngineOptions alone;
-  alone.max_seq_len = 256;
-  alone.prefix_caching = false;
-  alone.vision = vision_.get();
-  alone.vision_cache_bytes = 0;
-  EngineOptions busy = alone;
-  busy.prefix_caching = true;
-  busy.vision_cache_bytes = int64_t{1} << 20;
-  busy.scheduler.max_batch = 4;
-  busy.scheduler.max_tokens_per_step = 24;
   const KvCacheShape unit = model_->CacheShape(1, 1);
-  busy.kv_cache.bytes = 5 * unit.bytes_per_block() + 8 * unit.bytes_per_state_slot();
-  busy.speculative.mode = SpeculativeMode::kNgram;
-  busy.speculative.max_tokens = 4;
-  busy.speculative.max_step_rows = 16;
-  busy.speculative.min_ngram = 1;
-  busy.speculative.max_ngram = 3;
-  const auto [want, alone_stats] = run(alone, /*together=*/false);
-  const auto [got, stats] = run(busy, /*together=*/true);
-  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  const auto want = ExpectBusyEqualsAlone(*model_, loaded_->tokenizer().get(), vision_.get(), requests,
+                                          /*max_seq_len=*/256, /*tokens_per_step=*/24,
+                                          5 * unit.bytes_per_block() + 8 * unit.bytes_per_state_slot());
+  ASSERT_FALSE(want.empty());
   const std::vector<int32_t> greedy = Greedy("one_image");
   EXPECT_EQ(std::vector<int32_t>(want[0].begin(), want[0].begin() + 8), greedy) << "transformers' tokens";
-  // Each mechanism happened.
-  EXPECT_GT(stats.image_cache_hits, 0);
-  EXPECT_GT(stats.prefix_hit_tokens, 0);
-  EXPECT_GT(stats.preemptions, 0);
-  EXPECT_GT(stats.draft_tokens, 0);
-  EXPECT_LT(stats.steps, stats.generated_tokens - stats.accepted_tokens) << "no step fused two sequences";
 }
 
 // Qwen3-VL, and Qwen3.5 (the same tower without deepstack, beside a hybrid

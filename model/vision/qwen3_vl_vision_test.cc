@@ -30,13 +30,7 @@ namespace {
 
 // max |got - want| over max |want|.
 double Off(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return 1e30;
-  double err = 0, top = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(double(got[i]) - want[i]));
-    top = std::max(top, std::fabs(double(want[i])));
-  }
-  return err / top;
+  return got.size() != want.size() ? 1e30 : testing::ScaledError(got.data(), want.data(), want.size());
 }
 
 // (device, fixture directory)
