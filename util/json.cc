@@ -84,6 +84,13 @@ absl::StatusOr<double> JsonNumberField(const google::protobuf::Struct& s,
   return it->second.number_value();
 }
 
+const google::protobuf::Struct* JsonObjectField(const google::protobuf::Struct& s, absl::string_view key) {
+  auto it = s.fields().find(std::string(key));
+  return it != s.fields().end() && it->second.kind_case() == google::protobuf::Value::kStructValue
+             ? &it->second.struct_value()
+             : nullptr;
+}
+
 bool JsonBoolField(const google::protobuf::Struct& s, absl::string_view key,
                    bool dflt) {
   auto it = s.fields().find(std::string(key));

@@ -38,6 +38,9 @@ absl::StatusOr<int> JsonIntFieldOr(const google::protobuf::Struct& s,
 absl::StatusOr<double> JsonNumberField(const google::protobuf::Struct& s,
                                        absl::string_view key, double dflt,
                                        absl::string_view what);
+// An optional object: null when absent or not an object.
+const google::protobuf::Struct* JsonObjectField(const google::protobuf::Struct& s, absl::string_view key);
+
 // An optional boolean; `dflt` when absent or not a boolean.
 bool JsonBoolField(const google::protobuf::Struct& s, absl::string_view key,
                    bool dflt);

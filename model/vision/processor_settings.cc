@@ -23,9 +23,9 @@ absl::StatusOr<ProcessorSettings> ReadProcessorSettings(const std::string& dir) 
   if (auto text = ReadFile(s.processor_path); text.ok()) {
     FLOVER_ASSIGN_OR_RETURN(s.processor, ParseJsonObject(*text, s.processor_path));
     s.has_processor = true;
-    auto it = s.processor.fields().find("image_processor");
-    if (!s.has_image && it != s.processor.fields().end() && it->second.kind_case() == Value::kStructValue) {
-      s.image = it->second.struct_value();
+    const Struct* image = JsonObjectField(s.processor, "image_processor");
+    if (!s.has_image && image != nullptr) {
+      s.image = *image;
       s.has_image = true;
       s.what = s.processor_path;
     }

@@ -48,21 +48,14 @@ Qwen3VlVision::~Qwen3VlVision() = default;
 namespace {
 
 using google::protobuf::Struct;
-using google::protobuf::Value;
 
 constexpr const char* kTower = "model.visual.";
 constexpr float kNormEps = 1e-6f;  // Qwen3VLVisionBlock's and the mergers' LayerNorms
 
-const Struct* Object(const Struct& s, const char* key) {
-  auto it = s.fields().find(key);
-  return it != s.fields().end() && it->second.kind_case() == Value::kStructValue ? &it->second.struct_value()
-                                                                                  : nullptr;
-}
-
 absl::StatusOr<Qwen3VlVisionInfo> ParseQwen3VlVision(const Struct& top, const std::string& what) {
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
-  const Struct* v = Object(top, "vision_config");
-  const Struct* text = Object(top, "text_config");
+  const Struct* v = JsonObjectField(top, "vision_config");
+  const Struct* text = JsonObjectField(top, "text_config");
   if (v == nullptr || text == nullptr) return refuse("a Qwen3-VL-style model needs vision_config and text_config");
   Qwen3VlVisionInfo info;
   FLOVER_ASSIGN_OR_RETURN(info.patch, JsonIntFieldOr(*v, "patch_size", 16, 1, 256, what));
@@ -86,7 +79,7 @@ absl::StatusOr<Qwen3VlVisionInfo> ParseQwen3VlVision(const Struct& top, const st
     return refuse("vision_config.hidden_size ", info.hidden, " is not ", info.heads,
                   " heads of a dim divisible by 4 (the 2-D rotary's)");
   }
-  if (const Struct* rope = Object(*v, "rope_parameters"); rope != nullptr) {
+  if (const Struct* rope = JsonObjectField(*v, "rope_parameters"); rope != nullptr) {
     FLOVER_ASSIGN_OR_RETURN(const double theta, JsonNumberField(*rope, "rope_theta", 10000.0, what));
     if (!(theta > 1)) return refuse("vision_config.rope_parameters.rope_theta must be > 1");
     info.rope_theta = static_cast<float>(theta);

@@ -34,7 +34,6 @@ VisionEncoder::~VisionEncoder() = default;
 namespace {
 
 using google::protobuf::Struct;
-using google::protobuf::Value;
 
 constexpr const char* kTower = "model.vision_model.";
 
@@ -47,13 +46,8 @@ absl::StatusOr<VisionInfo> ParseVision(const Struct& top, const std::string& wha
     return absl::NotFoundError(absl::StrCat(what, ": model_type \"", model_type,
                                             "\" has no vision tower Flover runs (idefics3, smolvlm)"));
   }
-  auto object = [&](const char* key) -> const Struct* {
-    auto it = top.fields().find(key);
-    return it != top.fields().end() && it->second.kind_case() == Value::kStructValue ? &it->second.struct_value()
-                                                                                      : nullptr;
-  };
-  const Struct* v = object("vision_config");
-  const Struct* text = object("text_config");
+  const Struct* v = JsonObjectField(top, "vision_config");
+  const Struct* text = JsonObjectField(top, "text_config");
   if (v == nullptr || text == nullptr) return refuse("model_type ", model_type, " needs vision_config and text_config");
   VisionInfo info;
   FLOVER_ASSIGN_OR_RETURN(info.tile, JsonIntFieldOr(*v, "image_size", 224, 1, 4096, what));
