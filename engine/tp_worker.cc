@@ -13,7 +13,8 @@ enum Command : int32_t { kRun = 1, kStop = 2 };
 // table x n_block_ids, the local block table x n_local_block_ids, logit
 // rows x n_seqs, state slots (read, write) x n_states (0 or n_seqs), state
 // copies (from, to) x n_copies, given rows (row, count) x n_given,
-// multimodal rotary positions x n_rope (0 or 3 n_rows); then, where
+// multimodal rotary positions x n_rope (0 or 3 n_rows), horizons x
+// n_attend (0 or n_rows); then, where
 // n_embeds > 0, a second message of n_embeds floats (the given rows'
 // values) and n_given_layers more of as many (their additions after the
 // first layers).
@@ -29,9 +30,11 @@ struct Header {
   int32_t n_embeds = 0;
   int32_t n_rope = 0;
   int32_t n_given_layers = 0;
+  int32_t n_attend = 0;
   int64_t words() const {
     return 2 * int64_t{n_rows} + 5 * int64_t{n_seqs} + int64_t{n_block_ids} + int64_t{n_local_block_ids} +
-           2 * int64_t{n_states} + 2 * int64_t{n_copies} + 2 * int64_t{n_given} + int64_t{n_rope};
+           2 * int64_t{n_states} + 2 * int64_t{n_copies} + 2 * int64_t{n_given} + int64_t{n_rope} +
+           int64_t{n_attend};
   }
 };
 
@@ -47,7 +50,8 @@ absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
            static_cast<int32_t>(batch.block_ids.size()), static_cast<int32_t>(batch.local_block_ids.size()),
            static_cast<int32_t>(batch.states.size()), static_cast<int32_t>(batch.state_copies.size()),
            static_cast<int32_t>(batch.given.size()), static_cast<int32_t>(batch.embeds.size()),
-           static_cast<int32_t>(batch.rope_positions.size()), static_cast<int32_t>(batch.given_layers.size())};
+           static_cast<int32_t>(batch.rope_positions.size()), static_cast<int32_t>(batch.given_layers.size()),
+           static_cast<int32_t>(batch.attend_to.size())};
   if (batch.embeds.size() > static_cast<size_t>(kMaxStepWords)) {
     return absl::InvalidArgumentError("a step's given input rows are too many to send to the other ranks");
   }
@@ -65,6 +69,7 @@ absl::Status BroadcastStep(ControlChannel& channel, const StepInput& step) {
   for (const auto& [from, to] : batch.state_copies) payload.insert(payload.end(), {from, to});
   for (const ForwardBatch::GivenRows& g : batch.given) payload.insert(payload.end(), {g.row, g.count});
   payload.insert(payload.end(), batch.rope_positions.begin(), batch.rope_positions.end());
+  payload.insert(payload.end(), batch.attend_to.begin(), batch.attend_to.end());
   if (absl::Status st = channel.Broadcast(&h, sizeof(h), 0); !st.ok()) return st;
   if (absl::Status st = channel.Broadcast(payload.data(), payload.size() * sizeof(int32_t), 0); !st.ok()) return st;
   if (batch.embeds.empty()) return absl::OkStatus();
@@ -99,7 +104,8 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     if (h.command == kStop) return absl::OkStatus();
     if (h.command != kRun || h.n_rows < 0 || h.n_seqs < 0 || h.n_block_ids < 0 || h.n_local_block_ids < 0 ||
         h.n_states < 0 || h.n_copies < 0 || h.n_given < 0 || h.n_embeds < 0 || h.words() > kMaxStepWords ||
-        h.n_embeds > kMaxStepWords || (h.n_rope != 0 && h.n_rope != 3 * h.n_rows) || h.n_given_layers < 0 ||
+        h.n_embeds > kMaxStepWords || (h.n_rope != 0 && h.n_rope != 3 * h.n_rows) ||
+        (h.n_attend != 0 && h.n_attend != h.n_rows) || h.n_given_layers < 0 ||
         h.n_given_layers > 64 || (h.n_given_layers > 0 && h.n_embeds == 0)) {
       return absl::DataLossError("malformed step from rank 0");
     }
@@ -127,6 +133,8 @@ absl::Status RunTensorParallelWorker(StepExecutor& executor, ControlChannel& cha
     for (int i = 0; i < h.n_given; ++i, p += 2) batch.given.push_back({p[0], p[1]});
     batch.rope_positions.assign(p, p + h.n_rope);
     p += h.n_rope;
+    batch.attend_to.assign(p, p + h.n_attend);
+    p += h.n_attend;
     if (h.n_embeds > 0) {
       batch.embeds.resize(h.n_embeds);
       batch.given_layers.assign(h.n_given_layers, std::vector<float>(h.n_embeds));

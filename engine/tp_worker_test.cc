@@ -2,7 +2,7 @@
 // recorded on a tape and replayed to RunTensorParallelWorker, which runs it
 // on a real StepExecutor. What it ran is then read back through the KV it
 // wrote: a decode step after it, run directly, must see the prompt as
-// rank 0 sent it (with its given input rows), bitwise.
+// rank 0 sent it (with its given input rows, and their horizons), bitwise.
 #include "engine/tp_worker.h"
 
 #include <gtest/gtest.h>
@@ -66,6 +66,7 @@ TEST(TensorParallelWorkerTest, StepsWithGivenRowsArriveWhole) {
   std::vector<float> rows(3 * C);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
   prompt.batch.GiveRows(2, rows, C);
+  prompt.batch.AttendTo(2, 3, 4);  // and attend to each other both ways (as Gemma 3's image rows)
   StepInput decode;
   decode.batch.AddSequence(testing::SeqBlocks(1, kMaxSeq), 6, std::vector<int32_t>{11});
 
@@ -84,6 +85,11 @@ TEST(TensorParallelWorkerTest, StepsWithGivenRowsArriveWhole) {
   auto without = Executor(*model);
   ASSERT_TRUE(without->Run(plain).ok());
   ASSERT_NE(decode_after(*without), want);
+  StepInput causal = prompt;
+  causal.batch.attend_to.clear();
+  auto one_way = Executor(*model);
+  ASSERT_TRUE(one_way->Run(causal).ok());
+  ASSERT_NE(decode_after(*one_way), want);
 
   // Through the tape: the step, then the stop.
   Tape tape;

@@ -40,7 +40,7 @@ inline constexpr int kMaxExperts = 1024;
 
 // Bumped whenever this header changes in a way that breaks a backend module
 // built against an older copy (kernels/backend_factory checks it on load).
-inline constexpr int kBackendAbiVersion = 15;
+inline constexpr int kBackendAbiVersion = 16;
 
 // The sequences of one forward call, in host memory for the host side of an
 // op and in the backend's memory for its kernels (uploaded once per step).
@@ -60,6 +60,14 @@ struct SeqTable {
   const int32_t* block_ids = nullptr;  // [num_block_ids]
   int num_block_ids = 0;
   Tensor block_ids_device;             // i32 [1, num_block_ids]: the same ids
+  // Null (causal), or each row's last attended position, host [num_rows]
+  // and i32 [1, num_rows] in the backend's memory: its own position or
+  // past it, within its sequence's rows of this call, where a prompt's
+  // rows attend to each other both ways (Gemma 3's images: each row of an
+  // image sees the whole image). A window still counts back from the
+  // row's own position.
+  const int32_t* horizon = nullptr;
+  Tensor horizon_device;
 };
 
 // Each sequence's recurrent state slots in a step (ForwardBatch::states),
@@ -364,7 +372,8 @@ class Backend : public Allocator {
   // h reads key/value head h / (Hq / Hkv)) against the cached keys and
   // values. out: [T, Hq * D], f32 or activation_dtype(). Every row attends to
   // positions [0, its position] of its own sequence (the last p.window of
-  // them with a window), in order of position whatever blocks hold them.
+  // them with a window; up to its seqs.horizon where that is given), in
+  // order of position whatever blocks hold them.
   virtual absl::Status Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,
                                  const AttentionParams& p, const Tensor& out) = 0;
 

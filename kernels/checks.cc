@@ -97,6 +97,23 @@ absl::Status CheckSeqTable(const char* op, const SeqTable& seqs, const KvLayer* 
   if (max_context > seqs.max_context) {
     return bad("max_context is ", seqs.max_context, " but the sequences reach ", max_context);
   }
+  // Horizons (for every op that takes the table, so a step's table is
+  // checked the same way everywhere): each row's own position or past it,
+  // within its sequence's rows of this call.
+  if (seqs.horizon != nullptr || seqs.horizon_device.data != nullptr) {
+    if (seqs.horizon == nullptr) return bad("the horizons have no host copy");
+    FLOVER_RETURN_IF_ERROR(CheckTensor(op, "the horizons", seqs.horizon_device, 1, seqs.num_rows, {DType::kI32}));
+    for (int i = 0; i < seqs.num_seqs; ++i) {
+      const SeqRows& s = seqs.host[i];
+      for (int r = 0; r < s.len; ++r) {
+        const int32_t h = seqs.horizon[s.row + r];
+        if (h < s.pos + r || h >= s.pos + s.len) {
+          return bad("row ", s.row + r, " (position ", s.pos + r, ") has horizon ", h,
+                     ": it must be within [its position, ", s.pos + s.len, ")");
+        }
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

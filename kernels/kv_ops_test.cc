@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/ggml_quant.h"
 #include "kernels/cpu/vec_math.h"
@@ -207,12 +208,15 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   // Then the parameters families differ in: a sliding window shorter than
   // some contexts (Mistral), a scale other than 1/sqrt(D) with soft-capped
   // scores (Gemma 2), and both; then attention sinks (gpt-oss: a logit per
-  // query head in the softmax's denominator) with a window.
+  // query head in the softmax's denominator) with a window. Then rows that
+  // see past their own position (SeqTable::horizon: Gemma 3's image rows
+  // attend to the whole image), with and without a window.
   struct Case {
     MatmulDtype matmul;
     int D, group;
     AttentionParams params;
     bool sinks = false;
+    bool horizons = false;
   };
   const AttentionParams plain, window{0, 0, 9}, capped{0.3f, 1.5f, 0}, both{0.2f, 2.0f, 33};
   for (const Case c : {Case{MatmulDtype::kF32, 64, 1, plain}, Case{MatmulDtype::kBF16, 64, 1, plain},
@@ -220,9 +224,12 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
                        Case{MatmulDtype::kF32, 64, 2, window}, Case{MatmulDtype::kF32, 12, 1, capped},
                        Case{MatmulDtype::kBF16, 64, 1, both}, Case{MatmulDtype::kF32, 128, 2, plain},
                        Case{MatmulDtype::kBF16, 128, 2, window}, Case{MatmulDtype::kF32, 64, 2, window, true},
-                       Case{MatmulDtype::kBF16, 32, 1, plain, true}}) {
+                       Case{MatmulDtype::kBF16, 32, 1, plain, true}, Case{MatmulDtype::kF32, 64, 2, plain, false, true},
+                       Case{MatmulDtype::kBF16, 32, 2, window, false, true}}) {
     if (c.D % 32 != 0 && quantized()) continue;
     ran.Run(device(), c.matmul, kvf, 1e-2, [&, D = c.D, group = c.group, with_sinks = c.sinks](Dev& d) {
+      SCOPED_TRACE(::testing::Message() << "D " << D << " group " << group << " window " << c.params.window
+                                        << (c.horizons ? " horizons" : ""));
       AttentionParams params = c.params;
       const int H = 3, HQ = H * group, N = 12, HD = H * D, QD = HQ * D;
       const int W = QD + 2 * HD;  // a row of qkv: [Q | K | V]
@@ -256,7 +263,21 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
       const DType act = d->activation_dtype();
       const Tensor out = d.New(act, T, QD);
       const Tensor qkv_t = d.Up(qkv, T, W);
-      const SeqTable seq_table = d.Seqs(seqs, T, table);
+      SeqTable seq_table = d.Seqs(seqs, T, table);
+      // Horizons: the second sequence's rows 5..12 see up to its row 12, and
+      // the fourth's rows at positions 40..60 up to 60 and its last 9 rows
+      // to its last (a span that ends the chunk); the others their own.
+      std::vector<int32_t> horizon(T);
+      for (const SeqRows& s : seqs) {
+        for (int i = 0; i < s.len; ++i) horizon[s.row + i] = s.pos + i;
+      }
+      if (c.horizons) {
+        for (int i = 5; i <= 12; ++i) horizon[seqs[1].row + i] = 12;
+        for (int p = 40; p <= 60; ++p) horizon[seqs[3].row + p - seqs[3].pos] = 60;
+        for (int i = seqs[3].len - 9; i < seqs[3].len; ++i) horizon[seqs[3].row + i] = seqs[3].pos + seqs[3].len - 1;
+        seq_table.horizon = horizon.data();
+        seq_table.horizon_device = d.UpInts(horizon, 1, T);
+      }
       EXPECT_TRUE(d->AppendKv(qkv_t, seq_table, kv).ok());
       EXPECT_TRUE(d->Attention(qkv_t, seq_table, kv, params, out).ok());
       const std::vector<float> got = d.Down(out);
@@ -289,8 +310,8 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
             return v_new[(s.row + p - s.pos) * H + h][dd];
           };
           for (int i = 0; i < s.len; ++i) {
-            const int r = s.row + i, n = s.pos + i + 1;
-            const int first = params.window > 0 ? std::max(0, n - params.window) : 0;
+            const int r = s.row + i, own = s.pos + i + 1, n = horizon[r] + 1;
+            const int first = params.window > 0 ? std::max(0, own - params.window) : 0;
             const double scale = params.scale > 0 ? params.scale : 1 / std::sqrt(double(D));
             std::vector<double> w(n, 0.0);
             double mx = with_sinks ? sinks[qh] : -1e300, sum = 0;
@@ -384,6 +405,18 @@ TEST_P(KvOpsTest, AttentionRefusesABadBlockTable) {
         d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {-2, 1}), kv, window, out);
     EXPECT_EQ(other_negative.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(other_negative.message().find("is -2"), std::string::npos) << other_negative;
+    // A horizon before the row's own position, or past its sequence's
+    // rows in the call (keys not appended yet).
+    for (int32_t h : {39, 41}) {
+      SeqTable table = d.Seqs(seqs, 1, {0, 1});
+      const std::vector<int32_t> horizon = {h};
+      table.horizon = horizon.data();
+      table.horizon_device = d.UpInts(horizon, 1, 1);
+      const absl::Status bad_horizon = d->Attention(d.Up(qkv, 1, 3 * D), table, kv, {}, out);
+      EXPECT_EQ(bad_horizon.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(bad_horizon.message().find(absl::StrCat("has horizon ", h, ": it must be within [its position, 41)")),
+                std::string::npos) << bad_horizon;
+    }
     EXPECT_EQ(k0.Down(d, kt), k0.bytes);
     EXPECT_TRUE(d->Attention(d.Up(qkv, 1, 3 * D), d.Seqs(seqs, 1, {KvLayer::kNoBlock, 1}), kv, window, out).ok());
     return d.Down(out);

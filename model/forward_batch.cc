@@ -23,6 +23,7 @@ void ForwardBatch::AddSequence(absl::Span<const int32_t> blocks, absl::Span<cons
     tokens.push_back(new_tokens[i]);
     positions.push_back(pos + static_cast<int32_t>(i));
     if (!rope_positions.empty()) rope_positions.insert(rope_positions.end(), 3, pos + static_cast<int32_t>(i));
+    if (!attend_to.empty()) attend_to.push_back(pos + static_cast<int32_t>(i));
   }
 }
 
@@ -40,6 +41,7 @@ void ForwardBatch::Clear() {
   embeds.clear();
   given_layers.clear();
   rope_positions.clear();
+  attend_to.clear();
 }
 
 void ForwardBatch::GiveRows(int32_t first_row, absl::Span<const float> values, int width) {
@@ -60,6 +62,11 @@ void ForwardBatch::SetRopePositions(int row, int32_t t, int32_t h, int32_t w) {
   rope_positions[3 * row] = t;
   rope_positions[3 * row + 1] = h;
   rope_positions[3 * row + 2] = w;
+}
+
+void ForwardBatch::AttendTo(int first_row, int count, int32_t last) {
+  if (attend_to.empty()) attend_to = positions;
+  for (int r = first_row; r < first_row + count; ++r) attend_to[r] = std::max(attend_to[r], last);
 }
 
 int ForwardBatch::num_logit_rows() const {

@@ -63,6 +63,11 @@ struct ForwardBatch {
   // (the cache's places stay `positions`). Empty: every row's three are its
   // `positions` (text), as for a model without one.
   std::vector<int32_t> rope_positions;
+  // Rows that attend past their own position (SeqTable::horizon): each
+  // row's last attended position, [T]; its own position, or up to the last
+  // of its sequence's rows in this batch (Gemma 3's image rows see the
+  // whole image, which must then be in one chunk). Empty: causal.
+  std::vector<int32_t> attend_to;
 
   // Appends `new_tokens` of a sequence, the first at position `pos`, whose
   // KV blocks are `blocks` in order of position (the first
@@ -82,6 +87,9 @@ struct ForwardBatch {
   // Row `row`'s multimodal rotary positions (see rope_positions); the
   // others keep theirs.
   void SetRopePositions(int row, int32_t t, int32_t h, int32_t w);
+  // Rows [first_row, first_row + count) attend up to position `last` (see
+  // attend_to); the others keep their own.
+  void AttendTo(int first_row, int count, int32_t last);
   void Clear();
   int num_rows() const { return static_cast<int>(tokens.size()); }
   int num_logit_rows() const;            // the sum of logit_rows

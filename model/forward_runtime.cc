@@ -44,6 +44,9 @@ absl::Status ForwardRuntime::CheckBatch(const ForwardBatch& b, const KvCache& ca
   if (!b.rope_positions.empty() && b.rope_positions.size() != 3 * b.tokens.size()) {
     return absl::InvalidArgumentError("batch rotary positions are not three a token");
   }
+  if (!b.attend_to.empty() && b.attend_to.size() != b.tokens.size()) {
+    return absl::InvalidArgumentError("batch horizons are not one a token");
+  }
   const int limit = std::min(cs.max_seq, max_positions_);
   const bool local = cs.local_blocks > 0;
   if (b.local_block_ids.size() != (local ? b.block_ids.size() : 0)) {
@@ -294,12 +297,19 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
       for (int t = 0; t < T; ++t) step_host_.push_back(b.rope_positions[3 * t + k]);
     }
   }
+  // Horizons after them.
+  const int64_t horizon_at = static_cast<int64_t>(step_host_.size());
+  step_host_.insert(step_host_.end(), b.attend_to.begin(), b.attend_to.end());
   const Tensor all = step_.tensor().View(0, 1, static_cast<int64_t>(step_host_.size()));
   FLOVER_RETURN_IF_ERROR(backend_.Upload(step_host_.data(), all));
   kernels::SeqTable seqs{b.seqs.data(), S, all.View(2 * int64_t{T}, S, 4), T, max_context};
   seqs.block_ids = b.block_ids.data();
   seqs.num_block_ids = static_cast<int>(B);
   seqs.block_ids_device = all.View(blocks_at, 1, B);
+  if (!b.attend_to.empty()) {
+    seqs.horizon = b.attend_to.data();
+    seqs.horizon_device = all.View(horizon_at, 1, T);
+  }
   kernels::SeqTable gather = seqs;
   if (gathers) {
     const int R = static_cast<int>(gather_host_.size());
@@ -323,6 +333,7 @@ absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int varian
                                     const std::function<absl::Status()>& ops) {
   const kernels::SeqTable& seqs = step->seqs;
   if (!recordable_ || tp_size_ > 1 || seqs.num_rows != seqs.num_seqs || step->rope_positions.rows == 3 ||
+      seqs.horizon != nullptr ||
       seqs.num_rows > kMaxRecordedRows || cache.shape().local_blocks > 0) {
     // Collectives between ops, a prompt's rows, or a local block table
     // (uploaded where its length puts it): plainly.

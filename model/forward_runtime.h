@@ -69,6 +69,9 @@ class ForwardRuntime {
     // width rows) where the batch gives multimodal ones
     // (ForwardBatch::rope_positions). A step with them is not recorded.
     kernels::Tensor rope_positions;
+    // Where the batch gives horizons (ForwardBatch::attend_to), `seqs` and
+    // the tables made from it carry them (SeqTable::horizon); such a step
+    // is not recorded either.
     kernels::SeqTable seqs;
     // The rows whose logits the batch asks for are the last rows of its
     // entries, in order: `seqs` itself where each sequence asks for one.
@@ -129,8 +132,9 @@ class ForwardRuntime {
 
  private:
   // Words of the step table per row at most: a token, a position, a
-  // sequence's 4 and state's 2, a gathered row's 4.
-  static constexpr int kStepWordsPerRow = 15;
+  // sequence's 4 and state's 2, a gathered row's 4, 3 rotary positions and
+  // a horizon.
+  static constexpr int kStepWordsPerRow = 16;
   absl::Status CheckStates(const ForwardBatch& b, const KvCacheShape& cs);
 
   kernels::Backend& backend_;

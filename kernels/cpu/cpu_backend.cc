@@ -409,8 +409,9 @@ void AttentionOver(const float* qkv, const SeqTable& table, const KvLayer& kv, i
       for (int i = 0; i < task.rows; ++i) {
         const float* qr = qkv + (row + i) * row_stride + int64_t{task.head} * D;
         for (int64_t d = 0; d < int64_t{together} * D; ++d) q[d] = qr[d] * scale;
-        const int n = seq.pos + task.first_row + i + 1;
-        const int first = params.window > 0 ? std::max(0, n - params.window) : 0;
+        const int own = seq.pos + task.first_row + i + 1;
+        const int first = params.window > 0 ? std::max(0, own - params.window) : 0;
+        const int n = table.horizon != nullptr ? table.horizon[row + i] + 1 : own;
         float* to = out + (row + i) * QD + int64_t{task.head} * D;
         const float* sinks = params.sinks != nullptr ? params.sinks + task.head : nullptr;
         if (together == 2) {

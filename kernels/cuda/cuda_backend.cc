@@ -705,7 +705,8 @@ absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, con
     work = static_cast<float*>(*s);
   }
   return CudaStatus(LaunchAttention(qkv.as<float>(), seqs.device.as<int32_t>(),
-                                    seqs.block_ids_device.as<int32_t>(), seqs.num_seqs,
+                                    seqs.block_ids_device.as<int32_t>(),
+                                    seqs.horizon != nullptr ? seqs.horizon_device.as<int32_t>() : nullptr, seqs.num_seqs,
                                     seqs.num_rows, seqs.max_context, q_heads, kv, p, out.data,
                                     out.dtype, work, stream_),
                     "Attention");

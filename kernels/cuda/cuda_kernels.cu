@@ -829,9 +829,17 @@ __global__ void KvAppendKernel(const float* qkv, const int32_t* seqs, int num_se
   values[base + kv.Value(d, pos)] = FromFloat<KT>(r[QD + HD + h * D + d]);
 }
 
-// The positions [first, n) a row at position n - 1 attends to.
-__device__ __forceinline__ int FirstAttended(int n, int window) {
-  return window > 0 ? max(0, n - window) : 0;
+// The positions [first, n) row `row` of sequence s attends to: its own
+// and those before it (the last `window` with a window), and up to its
+// horizon where one is given (SeqTable::horizon).
+struct AttendedRange {
+  int seq, first, n;
+};
+__device__ __forceinline__ AttendedRange AttendedOf(const int32_t* seqs, int num_seqs, int row, int window,
+                                                    const int32_t* horizon) {
+  const int s = FindSeq(seqs, num_seqs, row);
+  const int own = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]) + 1;
+  return {s, window > 0 ? max(0, own - window) : 0, horizon != nullptr ? horizon[row] + 1 : own};
 }
 
 // grid (T, Hq, chunks), kAttentionThreads threads: row t, query head h
@@ -850,7 +858,7 @@ template <typename KT, typename OutT, int kFixedD>
 __global__ void __launch_bounds__(kAttentionThreads)
     AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, int kv_heads,
                     KvView kv, const KT* keys, const KT* values, AttentionParams params,
-                    OutT* out, float* work, int max_chunks) {
+                    const int32_t* horizon, OutT* out, float* work, int max_chunks) {
   PdlPrologue();
   __shared__ float q[kMaxHeadDim];
   __shared__ float weights[kAttentionChunk];
@@ -858,10 +866,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
   __shared__ float partial[kAttentionWarps][kMaxHeadDim];
 
   const int row = blockIdx.x, h = blockIdx.y, chunk = blockIdx.z;
-  const int s = FindSeq(seqs, num_seqs, row);
-  const int32_t* blocks = kv.block_ids + seqs[s * 4];
-  const int pos = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]);
-  const int n = pos + 1, first = FirstAttended(n, params.window);
+  const AttendedRange range = AttendedOf(seqs, num_seqs, row, params.window, horizon);
+  const int32_t* blocks = kv.block_ids + seqs[range.seq * 4];
+  const int n = range.n, first = range.first;
   const int chunks = (n - first + kAttentionChunk - 1) / kAttentionChunk;
   if (chunk >= chunks) return;  // the whole block: this row's context is shorter
   const int p0 = first + chunk * kAttentionChunk;
@@ -964,12 +971,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // chunk after chunk: o = sum_c o_c e^(m_c - m) / sum_c l_c e^(m_c - m).
 template <typename OutT>
 __global__ void AttentionMergeKernel(const int32_t* seqs, int num_seqs, int H, int D, int window,
-                                     const float* sinks, const float* work, int max_chunks, OutT* out) {
+                                     const int32_t* horizon, const float* sinks, const float* work, int max_chunks,
+                                     OutT* out) {
   PdlPrologue();
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  const int s = FindSeq(seqs, num_seqs, row);
-  const int n = seqs[s * 4 + 1] + (row - seqs[s * 4 + 3]) + 1;
-  const int chunks = (n - FirstAttended(n, window) + kAttentionChunk - 1) / kAttentionChunk;
+  const AttendedRange range = AttendedOf(seqs, num_seqs, row, window, horizon);
+  const int chunks = (range.n - range.first + kAttentionChunk - 1) / kAttentionChunk;
   if (chunks == 1) return;
   const float* parts = work + (static_cast<int64_t>(row) * H + h) * max_chunks * (D + 2);
   const float sink = sinks != nullptr ? sinks[h] : -INFINITY;
@@ -993,52 +1000,53 @@ __global__ void GatherLastRowsKernel(const float* x, const int32_t* seqs, int C,
 }
 
 template <typename KT, typename OutT>
-cudaError_t Attend(const float* qkv, const int32_t* seqs, const int32_t* block_ids, int num_seqs,
+cudaError_t Attend(const float* qkv, const int32_t* seqs, const int32_t* block_ids, const int32_t* horizon, int num_seqs,
                    int T, int max_context, int q_heads, const KvLayer& kv,
                    const AttentionParams& params, void* out, float* work, cudaStream_t stream) {
-  const int longest = params.window > 0 ? min(max_context, params.window) : max_context;
+  // A horizon may reach past the window's span: then the whole context.
+  const int longest = params.window > 0 && horizon == nullptr ? min(max_context, params.window) : max_context;
   const int chunks = (longest + kAttentionChunk - 1) / kAttentionChunk;
   const KvView view = ViewOf(kv, block_ids);
   const dim3 grid(T, q_heads, chunks);
   if (kv.head_dim == 64) {
     LaunchKernel(AttentionKernel<KT, OutT, 64>, grid, kAttentionThreads, 0, stream, qkv, seqs,
                  num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+                 static_cast<const KT*>(kv.v), params, horizon, static_cast<OutT*>(out), work, chunks);
   } else if (kv.head_dim == 128) {
     LaunchKernel(AttentionKernel<KT, OutT, 128>, grid, kAttentionThreads, 0, stream, qkv, seqs,
                  num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+                 static_cast<const KT*>(kv.v), params, horizon, static_cast<OutT*>(out), work, chunks);
   } else if (kv.head_dim == 256) {
     LaunchKernel(AttentionKernel<KT, OutT, 256>, grid, kAttentionThreads, 0, stream, qkv, seqs,
                  num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+                 static_cast<const KT*>(kv.v), params, horizon, static_cast<OutT*>(out), work, chunks);
   } else {
     LaunchKernel(AttentionKernel<KT, OutT, 0>, grid, kAttentionThreads, 0, stream, qkv, seqs,
                  num_seqs, q_heads, kv.heads, view, static_cast<const KT*>(kv.k),
-                 static_cast<const KT*>(kv.v), params, static_cast<OutT*>(out), work, chunks);
+                 static_cast<const KT*>(kv.v), params, horizon, static_cast<OutT*>(out), work, chunks);
   }
   if (chunks > 1) {
     LaunchKernel(AttentionMergeKernel<OutT>, dim3(T, q_heads), kv.head_dim, 0, stream, seqs,
-                 num_seqs, q_heads, kv.head_dim, params.window, params.sinks, work, chunks,
+                 num_seqs, q_heads, kv.head_dim, params.window, horizon, params.sinks, work, chunks,
                  static_cast<OutT*>(out));
   }
   return cudaGetLastError();
 }
 
 template <typename KT>
-cudaError_t AttendKv(const float* qkv, const int32_t* seqs, const int32_t* block_ids, int num_seqs,
+cudaError_t AttendKv(const float* qkv, const int32_t* seqs, const int32_t* block_ids, const int32_t* horizon, int num_seqs,
                      int T, int max_context, int q_heads, const KvLayer& kv,
                      const AttentionParams& params, void* out, DType out_dtype, float* work,
                      cudaStream_t stream) {
   switch (out_dtype) {
     case DType::kF32:
-      return Attend<KT, float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, params,
+      return Attend<KT, float>(qkv, seqs, block_ids, horizon, num_seqs, T, max_context, q_heads, kv, params,
                                out, work, stream);
     case DType::kBF16:
-      return Attend<KT, __nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
+      return Attend<KT, __nv_bfloat16>(qkv, seqs, block_ids, horizon, num_seqs, T, max_context, q_heads, kv,
                                        params, out, work, stream);
     case DType::kF16:
-      return Attend<KT, __half>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, params,
+      return Attend<KT, __half>(qkv, seqs, block_ids, horizon, num_seqs, T, max_context, q_heads, kv, params,
                                 out, work, stream);
     default:
       return cudaErrorInvalidValue;
@@ -1734,7 +1742,7 @@ int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_conte
   return chunks > 1 ? static_cast<int64_t>(T) * q_heads * chunks * (head_dim + 2) : 0;
 }
 
-cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
+cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids, const int32_t* horizon,
                             int num_seqs, int T, int max_context, int q_heads, const KvLayer& kv,
                             const AttentionParams& params, void* out, DType out_dtype,
                             float* workspace, cudaStream_t stream) {
@@ -1743,14 +1751,14 @@ cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t
     return cudaErrorInvalidValue;
   }
   if (kv.format.k == KvDtype::kFp8) {
-    return AttendKv<__nv_fp8_e4m3>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
+    return AttendKv<__nv_fp8_e4m3>(qkv, seqs, block_ids, horizon, num_seqs, T, max_context, q_heads, kv,
                                    params, out, out_dtype, workspace, stream);
   }
   if (kv.format.k == KvDtype::kBF16) {
-    return AttendKv<__nv_bfloat16>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv,
+    return AttendKv<__nv_bfloat16>(qkv, seqs, block_ids, horizon, num_seqs, T, max_context, q_heads, kv,
                                    params, out, out_dtype, workspace, stream);
   }
-  return AttendKv<float>(qkv, seqs, block_ids, num_seqs, T, max_context, q_heads, kv, params, out,
+  return AttendKv<float>(qkv, seqs, block_ids, horizon, num_seqs, T, max_context, q_heads, kv, params, out,
                          out_dtype, workspace, stream);
 }
 

@@ -165,11 +165,12 @@ int64_t AttentionWorkspaceFloats(int T, int q_heads, int head_dim, int max_conte
 
 // Causal attention of every row and query head of qkv over positions
 // [0, its position] of its sequence's blocks (the last params.window of them
-// with a window; after LaunchKvAppend); query head h reads key/value head
+// with a window; up to horizon[row] where horizon is not null: SeqTable's,
+// on the device; after LaunchKvAppend); query head h reads key/value head
 // h / (q_heads / kv.heads); scores scaled and soft-capped per `params`.
 // out: [T, q_heads * D] of out_dtype. workspace:
 // AttentionWorkspaceFloats(...) floats.
-cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids,
+cudaError_t LaunchAttention(const float* qkv, const int32_t* seqs, const int32_t* block_ids, const int32_t* horizon,
                             int num_seqs, int T, int max_context, int q_heads, const KvLayer& kv,
                             const AttentionParams& params, void* out, DType out_dtype,
                             float* workspace, cudaStream_t stream);
