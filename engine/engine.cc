@@ -64,7 +64,7 @@ struct Engine::Sequence {
   Sequence(RequestId id, Request r, std::shared_ptr<TokenSink> s, absl::Time now)
       : id(id), request(std::move(r)), sink(std::move(s)), arrival(now),
         sampler(request.sampling, request.prompt.size()), tokens(request.prompt) {
-    if (!request.given_rows.empty()) keys = PrefixKeys(request);
+    if (!request.given_rows.empty()) SetGivenRows(std::move(request.given_rows));
   }
 
   RequestId id;
@@ -79,6 +79,17 @@ struct Engine::Sequence {
   // PrefixKeys); else empty, and the cache keys `tokens`.
   std::vector<int32_t> keys;
   const std::vector<int32_t>& prefix_keys() const { return keys.empty() ? tokens : keys; }
+  // The given spans one step computes whole (GivenPromptRows::whole), for
+  // the scheduler.
+  std::vector<WholeSpan> whole;
+  void SetGivenRows(std::vector<GivenPromptRows> rows) {
+    request.given_rows = std::move(rows);
+    keys = PrefixKeys(request);
+    whole.clear();
+    for (const GivenPromptRows& g : request.given_rows) {
+      if (g.whole) whole.push_back({g.position, g.position + g.count});
+    }
+  }
   // Its images' features as they are encoded (EncodeImages): those of the
   // first image_rows.size() images, then `partial` rows of the next one's
   // first partial_units units (ImageEncoder::UnitsOf).
@@ -311,9 +322,16 @@ absl::Status Engine::Validate(const Request& r) const {
       return bad("images", "the prompt holds ", slots, " image tokens (id ", v.image_token, ") for images of ", rows,
                  " rows");
     }
-    if (v.grid_positions) {
+    if (v.grid_positions || v.bidirectional) {
       if (absl::Status st = CheckImageRuns(r.prompt, rows_of, v.image_token); !st.ok()) {
         return bad("images", st.message());
+      }
+    }
+    for (size_t i = 0; v.bidirectional && i < rows_of.size(); ++i) {
+      if (rows_of[i] > options_.scheduler.max_tokens_per_step) {
+        return bad("images", "image ", i, " takes ", rows_of[i], " rows, which attend to each other both ways and "
+                   "run in one step, but a step takes at most ", options_.scheduler.max_tokens_per_step,
+                   " (max_tokens_per_step)");
       }
     }
   }
@@ -345,6 +363,10 @@ absl::Status Engine::Validate(const Request& r) const {
     }
     for (float v : *g.values) {
       if (!std::isfinite(v)) return bad("given_rows", "span ", i, " holds a value that is not finite");
+    }
+    if (g.whole && g.count > options_.scheduler.max_tokens_per_step) {
+      return bad("given_rows", "span ", i, " of ", g.count, " rows is given whole, but a step takes at most ",
+                 options_.scheduler.max_tokens_per_step, " (max_tokens_per_step)");
     }
   }
   if (options_.embedding_only && !PromptOnly(r)) {
@@ -697,14 +719,15 @@ bool Engine::Plan(StepPlan* plan) {
     const KvBlockPool::Hit hit = i < candidates && s.takes_prefix() ? cache_.UsableHit(s.prefix_keys(), known - 1, &local_idle)
                                                                     : KvBlockPool::Hit{};
     queued.push_back({s.id, known, s.arrival, hit.tokens, hit.idle_blocks, local_idle,
-                      cache_.NextCheckpoint(hit.tokens, known)});
+                      cache_.NextCheckpoint(hit.tokens, known), s.whole});
   }
   std::vector<ActiveSequence> active;
   active.reserve(active_.size());
   for (const auto& s : active_) {
     active.push_back({s->id, s->computed, s->known(), static_cast<int>(s->cache.ids.size()),
                       cache_.Exclusive(s->cache), static_cast<int>(s->drafts.size()),
-                      cache_.LocalExclusive(s->cache), cache_.NextCheckpoint(s->computed, s->known())});
+                      cache_.LocalExclusive(s->cache), cache_.NextCheckpoint(s->computed, s->known()),
+                      s->whole});
   }
   *plan = Schedule(queued, active, cache_.free_blocks(), o, now, cache_.free_local_blocks(),
                    cache_.free_state_slots());
@@ -774,6 +797,9 @@ bool Engine::Plan(StepPlan* plan) {
         const float* layer = g.values->data() + static_cast<size_t>(l + 1) * g.count * C;
         step_.batch.AddToGivenRows(l, absl::MakeConstSpan(layer + skip, (to - from) * C));
       }
+      // A span given whole is in the chunk to its end (the scheduler's
+      // WholeSpan): each of its rows sees all of it.
+      if (g.whole) step_.batch.AttendTo(first_row + (from - p.pos), to - from, g.position + g.count - 1);
     }
     // An image's rows on its grid, and every row after it, at multimodal
     // rotary positions.
@@ -1098,8 +1124,7 @@ bool Engine::EncodeImages() {
     encoding_.pop_front();
     std::vector<int> rows_of;
     for (const PromptImage& im : images) rows_of.push_back(vision.RowsOf(im));
-    seq->request.given_rows = ImageGivenRows(seq->request.prompt, images, seq->image_rows, rows_of, v);
-    seq->keys = PrefixKeys(seq->request);
+    seq->SetGivenRows(ImageGivenRows(seq->request.prompt, images, seq->image_rows, rows_of, v));
     seq->image_rows.clear();
     queue_.push_back(std::move(seq));
   }

@@ -61,6 +61,7 @@ std::vector<GivenPromptRows> ImageGivenRows(const std::vector<int32_t>& prompt, 
                              (static_cast<uint64_t>(taken) << 48);
         GivenPromptRows span{static_cast<int32_t>(at), count, std::make_shared<const std::vector<float>>(std::move(values)),
                              key, info.given_layers};
+        span.whole = info.bidirectional;  // one run an image, then (CheckImageRuns)
         if (info.grid_positions) {  // the image's whole grid, in one run (CheckImageRuns)
           span.grid_h = images[i].grid_h / info.merge;
           span.grid_w = images[i].grid_w / info.merge;

@@ -47,7 +47,8 @@ class ImageFeatureCache {
 // tokens in order, one span per run of image tokens within a unit, each
 // keyed by its image's key, its unit and its place there, and carrying
 // its additions. Where info.grid_positions, each span is a whole image and
-// carries its merged grid. The prompt holds exactly that many image tokens
+// carries its merged grid; where info.bidirectional, a whole image given
+// whole (GivenPromptRows::whole). The prompt holds exactly that many image tokens
 // (Engine::Validate checks it, and CheckImageRuns where the rows take grid
 // positions).
 std::vector<GivenPromptRows> ImageGivenRows(const std::vector<int32_t>& prompt, const std::vector<PromptImage>& images,

@@ -59,6 +59,10 @@ struct GivenPromptRows {
   // (row-major), for a multimodal rotary's positions (MropePosition); 0:
   // rows at their index.
   int32_t grid_h = 0, grid_w = 0;
+  // The rows attend to each other both ways (Gemma 3's images): each sees
+  // every row of the span, and one step computes the span whole (its
+  // chunk may start inside it, after a cached prefix, but not end there).
+  bool whole = false;
 };
 
 struct Request {

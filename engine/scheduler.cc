@@ -10,6 +10,25 @@ namespace {
 
 int BlocksFor(int positions, int block_size) { return (positions + block_size - 1) / block_size; }
 
+// `len` tokens from `start`, cut back so that the chunk does not end
+// inside a whole span: to the span's start where that is past `start`,
+// else to none.
+int FitWhole(int start, int len, absl::Span<const WholeSpan> whole) {
+  for (const WholeSpan& w : whole) {
+    if (w.begin < start + len && start + len < w.end) return w.begin > start ? w.begin - start : 0;
+  }
+  return len;
+}
+
+// The fewest tokens a chunk from `start` may have: one, or the rest of
+// the whole span it starts inside.
+int LeastChunk(int start, absl::Span<const WholeSpan> whole) {
+  for (const WholeSpan& w : whole) {
+    if (w.begin <= start && start + 1 < w.end) return w.end - start;
+  }
+  return 1;
+}
+
 // How many queued requests the policy lets in this step.
 int AdmissionLimit(const std::vector<QueuedRequest>& queue, int active, int free_slots,
                    const SchedulerOptions& o, absl::Time now) {
@@ -74,20 +93,37 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
   // first.
   std::vector<int> order(n);
   for (int i = 0; i < n; ++i) order[i] = i;
-  std::stable_partition(order.begin(), order.end(), [&](int i) {
-    return active[i].known - active[i].drafts - active[i].computed == 1;
-  });
+  auto decoding = [&](int i) { return active[i].known - active[i].drafts - active[i].computed == 1; };
+  const auto prompts = std::stable_partition(order.begin(), order.end(), decoding);
+  // A prompt whose next chunk must take the rest of a whole span that the
+  // budget left after the decodes cannot hold goes first (the oldest such):
+  // decodes, late by a step, never starve it.
+  // It takes just that span then, leaving the rest to the decodes.
+  int decode_rows = 0, first_span = -1;
+  for (auto it = order.begin(); it != prompts; ++it) decode_rows += active[*it].known - active[*it].computed;
+  for (auto it = prompts; it != order.end(); ++it) {
+    const int least = LeastChunk(active[*it].computed, active[*it].whole);
+    if (least > 1 && least > budget - decode_rows) {
+      first_span = *it;
+      std::rotate(order.begin(), it, it + 1);
+      break;
+    }
+  }
   std::vector<bool> scheduled(n, false), preempted(n, false);
   for (int i : order) {
     if (preempted[i]) continue;
     const ActiveSequence& a = active[i];
     int want = std::min(a.known - a.computed, budget);
     if (a.chunk_end > a.computed) want = std::min(want, a.chunk_end - a.computed);
+    want = FitWhole(a.computed, want, a.whole);
+    if (i == first_span) want = std::min(want, LeastChunk(a.computed, a.whole));
     if (want <= 0) continue;
-    // Positions its blocks and the free ones leave it; while not even one,
-    // the newest sequence not yet scheduled gives its blocks back.
+    // Positions its blocks and the free ones leave it; while fewer than
+    // its least chunk, the newest sequence not yet scheduled gives its
+    // blocks back.
+    const int least = LeastChunk(a.computed, a.whole);
     int room = (a.blocks + std::min(free, free_local)) * B - a.computed;
-    while (room < 1) {
+    while (room < least) {
       int victim = n - 1;
       while (scheduled[victim] || preempted[victim]) --victim;  // i itself qualifies
       preempted[victim] = true;
@@ -98,7 +134,7 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
       room = (a.blocks + std::min(free, free_local)) * B - a.computed;
     }
     if (preempted[i]) continue;
-    const int len = std::min(want, room);
+    const int len = FitWhole(a.computed, std::min(want, room), a.whole);
     const int taken = std::max(0, BlocksFor(a.computed + len, B) - a.blocks);
     free -= taken;
     free_local -= taken;
@@ -130,6 +166,7 @@ StepPlan Schedule(const std::vector<QueuedRequest>& queue,
     // tokens, unless a window let it in with fewer).
     int len = std::min({q.known - q.cached, budget, (held + std::min(avail, avail_local)) * B - q.cached});
     if (q.chunk_end > q.cached) len = std::min(len, q.chunk_end - q.cached);
+    len = FitWhole(q.cached, len, q.whole);
     const int taken = len > 0 ? BlocksFor(q.cached + len, B) - held : 0;
     free = avail - taken;
     free_local = avail_local - taken;

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace flover {
 
@@ -49,6 +50,13 @@ struct SchedulerOptions {
   absl::Duration static_flush = absl::Seconds(1);       // kStatic
 };
 
+// Positions [begin, end) of a prompt that one chunk computes whole: its
+// rows attend to each other both ways (a Gemma 3 image), so a chunk may
+// start inside it (after a prefix-cache hit) but not end inside it.
+struct WholeSpan {
+  int begin = 0, end = 0;
+};
+
 // A request waiting to run: new, or preempted (its tokens then include what
 // it generated, and it resumes by computing them again).
 struct QueuedRequest {
@@ -61,6 +69,7 @@ struct QueuedRequest {
   // > 0: its first chunk ends there, at the latest (a position where its
   // recurrent state is kept as a prefix checkpoint).
   int chunk_end = 0;
+  absl::Span<const WholeSpan> whole;  // in order and apart; the caller keeps them
 };
 
 // A running sequence. Tokens [0, computed) have their K/V in its `blocks`
@@ -76,6 +85,7 @@ struct ActiveSequence {
   int drafts = 0;     // of the known tokens, the last ones are drafts to verify (in decode)
   int local_exclusive = 0;  // with local blocks: its local blocks no other sequence holds
   int chunk_end = 0;        // > 0 (past computed): its chunk ends there at the latest (a checkpoint)
+  absl::Span<const WholeSpan> whole;  // as QueuedRequest's
 };
 
 // One sequence's part of the forward: `len` tokens starting at `pos`, i.e.
@@ -104,8 +114,10 @@ struct StepPlan {
 // block list, given-back entries included (they cover positions too).
 //
 // Running sequences go first (decodes, with their drafts, then prompt
-// chunks, each oldest first), each as far as the token budget and free blocks allow; one that
-// cannot compute a single token preempts the newest running sequence not
+// chunks, each oldest first), each as far as the token budget and free blocks allow, a chunk
+// cut back to the start of a whole span it would end inside (or, starting inside one, taking
+// the rest of it, before the decodes where the budget holds it only without them); one that
+// cannot compute a single token (the rest of such a span) preempts the newest running sequence not
 // yet scheduled (itself, if it is the newest). Then, in a step that
 // preempted nothing, queued requests are admitted in order while the
 // policy, max_batch, the budget, free blocks (and free state slots) allow, from their cached

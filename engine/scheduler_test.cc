@@ -180,6 +180,47 @@ TEST(SchedulerTest, PromptChunkingAcrossSteps) {
   EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 11, 1), std::make_tuple(2, 62, 8)));
 }
 
+TEST(SchedulerTest, AChunkDoesNotEndInsideAWholeSpan) {
+  // A 70-token prompt with an image at [20, 45): budget 32 cuts the first
+  // chunk back to the image's start, and the next takes the image whole.
+  SchedulerOptions o = Fusion(4, 32);
+  const std::vector<WholeSpan> image = {{20, 45}};
+  QueuedRequest q{2, 70, kT0};
+  q.whole = image;
+  StepPlan p = Schedule({q}, {}, kPlenty, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 0, 20)));
+  ActiveSequence a = Running(2, 20, 70);
+  a.whole = image;
+  p = Schedule({}, {a}, kPlenty, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 20, 32)));  // the image and 7 after it
+  // With two decodes before it, 30 tokens of budget are left: the image
+  // and 5 after it.
+  p = Schedule({}, {Running(1, 9, 10), Running(3, 4, 5), a}, kPlenty, o, kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 9, 1), std::make_tuple(3, 4, 1), std::make_tuple(2, 20, 30)));
+  // Starting inside the image (a cached prefix ended there), the chunk
+  // takes the rest of it, 24 rows, whole: after the decode where the
+  // budget holds both, and just those rows before the decodes where it
+  // holds them only without (the decodes that no longer fit are late one
+  // step, and go first again then): decodes never starve an image.
+  ActiveSequence inside = Running(2, 21, 70);
+  inside.whole = image;
+  p = Schedule({}, {Running(1, 9, 10), inside}, kPlenty, Fusion(4, 25), kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(1, 9, 1), std::make_tuple(2, 21, 24)));
+  p = Schedule({}, {Running(1, 9, 10), inside}, kPlenty, Fusion(4, 24), kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 21, 24)));
+  p = Schedule({}, {Running(1, 9, 10), inside, Running(3, 4, 5)}, kPlenty, Fusion(4, 25), kT0);
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 21, 24), std::make_tuple(1, 9, 1)));
+  // Memory short of the rest of the image (its block has room for 11 of
+  // its 24 positions, none free): the newest sequence (a prompt not yet
+  // scheduled) gives its blocks back, and the chunk takes the rest of the
+  // prompt.
+  ActiveSequence held = Running(2, 21, 70);
+  held.whole = image;
+  p = Schedule({}, {held, Running(4, 40, 60)}, 0, Fusion(4, 64), kT0);
+  EXPECT_THAT(p.preempted, ElementsAre(4));
+  EXPECT_THAT(Seqs(p), ElementsAre(std::make_tuple(2, 21, 49)));
+}
+
 TEST(SchedulerTest, NoAdmissionWithoutBudgetUnderFusion) {
   SchedulerOptions o = Fusion(4, 2);
   const std::vector<ActiveSequence> active = {Running(1, 3, 4), Running(2, 3, 4)};

@@ -41,6 +41,10 @@ struct ImageEncoderInfo {
   // The tower's patches per merged row along each side (Qwen3-VL's
   // spatial_merge_size; 1 where rows are not a grid).
   int merge = 1;
+  // An image's rows attend to each other both ways in the language model
+  // (Gemma 3): each image is one run of image tokens, given whole
+  // (GivenPromptRows::whole).
+  bool bidirectional = false;
 };
 
 class ImageEncoder {
