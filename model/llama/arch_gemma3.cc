@@ -7,7 +7,13 @@
 // others attend within sliding_window and turn by rope_local_base_freq,
 // unscaled. transformers 4.51 applies no attention soft-capping to Gemma 3
 // (attn_logit_softcapping is read and ignored, as there); the final one
-// when set.
+// when set. transformers 5 saves the layers' kinds as layer_types and the
+// rotaries as rope_parameters by layer type (full_attention: rope_theta
+// and the scaling; sliding_attention: the local base, unscaled).
+//
+// Its image-text checkpoints (model_type gemma3, Gemma3ForConditional-
+// Generation) hold this language model under language_model.model.; their
+// image rows attend to each other both ways (model/vision/vision_encoder.h).
 #include "absl/strings/str_cat.h"
 #include "model/decoder/rotary.h"
 #include "model/llama/llama_architecture.h"
@@ -40,6 +46,40 @@ absl::Status ParseGemma3(const google::protobuf::Struct& s, absl::string_view wh
   if (!local.ok()) return local.status();
   if (!(*local > 1)) return refuse("rope_local_base_freq must be > 1");
   c->rope_local_base = *local;
+  // transformers 5: layer_types, and rope_parameters by layer type.
+  if (auto types = s.fields().find("layer_types"); types != s.fields().end() &&
+                                                   types->second.kind_case() == google::protobuf::Value::kListValue) {
+    c->sliding_layers.clear();
+    for (const google::protobuf::Value& v : types->second.list_value().values()) {
+      const std::string kind = v.string_value();
+      if (kind != "sliding_attention" && kind != "full_attention") {
+        return refuse("layer_types holds \"", kind, "\" (Gemma 3 has sliding_attention and full_attention)");
+      }
+      c->sliding_layers.push_back(kind == "sliding_attention" ? 1 : 0);
+    }
+  }
+  if (const google::protobuf::Struct* rope = JsonObjectField(s, "rope_parameters")) {
+    for (const char* kind : {"full_attention", "sliding_attention"}) {
+      const google::protobuf::Struct* p = JsonObjectField(*rope, kind);
+      if (p == nullptr) return refuse("rope_parameters has no ", kind, " object");
+      const bool full = std::string(kind) == "full_attention";
+      FLOVER_ASSIGN_OR_RETURN(const double theta, JsonNumberField(*p, "rope_theta", full ? 1e6 : 1e4, what));
+      if (!(theta > 1)) return refuse("rope_parameters.", kind, ".rope_theta must be > 1");
+      google::protobuf::Struct scaling;
+      (*scaling.mutable_fields())["rope_scaling"].mutable_struct_value()->CopyFrom(*p);
+      RopeScaling parsed;
+      FLOVER_RETURN_IF_ERROR(ParseRopeScaling(scaling, absl::StrCat(what, ": rope_parameters.", kind), &parsed));
+      if (full) {
+        c->rope_theta = theta;
+        c->rope_scaling = parsed;
+      } else {
+        if (parsed.type != RopeScaling::Type::kNone) {
+          return refuse("rope_parameters.sliding_attention is scaled; Gemma 3's local layers turn unscaled");
+        }
+        c->rope_local_base = theta;
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -67,12 +107,16 @@ const LlamaArchitecture& Gemma3Arch() {
       return absl::OkStatus();
     };
     a.parse = ParseGemma3;
+    a.rope_by_layer_type = true;
+    a.image_text = {{"gemma3", "language_model.model."}};
     a.spec = [](const LlamaConfig& c, DecoderSpec* s) {
       GemmaBlock(c, s);
       s->inv_freq_local = RotaryInvFreq(static_cast<float>(c.rope_local_base), c.head_dim);
       s->local_rope.assign(c.n_layer, false);
       for (int l = 0; l < c.n_layer; ++l) {
-        const bool global = c.sliding_window_pattern > 0 && (l + 1) % c.sliding_window_pattern == 0;
+        const bool global = !c.sliding_layers.empty() ? c.sliding_layers[l] == 0
+                                                      : c.sliding_window_pattern > 0 &&
+                                                            (l + 1) % c.sliding_window_pattern == 0;
         s->local_rope[l] = !global;
         if (global) s->attention[l].window = 0;
         s->attention[l].softcap = 0;  // not applied to Gemma 3 (above)

@@ -393,6 +393,17 @@ absl::StatusOr<std::unique_ptr<LlamaCheckpoint>> LlamaCheckpoint::LoadDirectory(
       ckpt->Find("embed_tokens.weight") != nullptr) {
     m->config_.text_prefix = "";
   }
+  // An image-text checkpoint as its Hub files name the language model
+  // (Gemma 3's language_model.model., which transformers 5 also saves) or
+  // as transformers 5 holds it (model.language_model.): whichever has the
+  // embedding.
+  for (const char* other : {"model.language_model.", "language_model.model."}) {
+    const std::string& prefix = m->config_.text_prefix;
+    if (prefix != "model." && prefix != "" && ckpt->Find(prefix + "embed_tokens.weight") == nullptr &&
+        ckpt->Find(std::string(other) + "embed_tokens.weight") != nullptr) {
+      m->config_.text_prefix = other;
+    }
+  }
   std::string stored = "F32";
   if (const TensorInfo* t = ckpt->Find(StoredLlamaName(m->config_, "model.embed_tokens.weight"))) {
     stored = std::string(DTypeName(t->dtype));

@@ -23,6 +23,8 @@ constexpr int64_t kMaxPositions = 1 << 20;
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
+}  // namespace
+
 absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScaling* out) {
   auto it = s.fields().find("rope_scaling");
   if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return absl::OkStatus();
@@ -112,8 +114,6 @@ absl::Status ParseRopeScaling(const Struct& s, absl::string_view what, RopeScali
   return absl::InvalidArgumentError(absl::StrCat(
       what, ": rope_scaling type \"", type, "\" is not supported (linear, llama3, longrope, yarn)"));
 }
-
-}  // namespace
 
 const std::vector<std::string>& LlamaFamilyTypes() {
   static const std::vector<std::string>* types = [] {
@@ -559,9 +559,14 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     if (!eps.ok()) return eps.status();
     c.rms_norm_eps = static_cast<float>(*eps);
   }
-  auto theta = JsonNumberField(*rope, "rope_theta", 10000.0, what);
-  if (!theta.ok()) return theta.status();
-  c.rope_theta = *theta;
+  // rope_parameters keyed by layer type (Gemma 3's and 4's): the
+  // architecture's hook read them.
+  const bool by_layer_type = JsonHas(*rope, "full_attention") || JsonHas(*rope, "sliding_attention");
+  if (!by_layer_type) {
+    auto theta = JsonNumberField(*rope, "rope_theta", 10000.0, what);
+    if (!theta.ok()) return theta.status();
+    c.rope_theta = *theta;
+  }
   if (c.partial_rotary_factor != 1.0) {
     // As transformers: int(head_dim * partial_rotary_factor).
     c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
@@ -596,9 +601,6 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     return refuse("vision_config's deepstack_visual_indexes has ", c.given_layers, " entries for ", c.n_layer,
                   " layers");
   }
-  // rope_parameters keyed by layer type (Gemma 4's): the architecture's
-  // hook read them.
-  const bool by_layer_type = JsonHas(*rope, "full_attention") || JsonHas(*rope, "sliding_attention");
   if (by_layer_type && !arch.rope_by_layer_type) {
     return refuse("rope_parameters by layer type are not supported for model_type ", c.architecture);
   }

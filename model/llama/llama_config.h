@@ -230,6 +230,9 @@ struct LlamaConfig {
 const std::vector<std::string>& LlamaFamilyTypes();
 bool IsLlamaFamily(absl::string_view model_type);
 
+// `s`'s rope_scaling (absent or null: none) into *out: linear, llama3,
+// longrope or yarn.
+absl::Status ParseRopeScaling(const google::protobuf::Struct& s, absl::string_view what, RopeScaling* out);
 // config.json's sliding_window into c->sliding_window, for the
 // architectures that apply it: null turns it off, an absent key gives
 // `absent`, anything else is 1..kMaxPositions.

@@ -457,7 +457,7 @@ TEST(LlamaConfigTest, RefusesWindowsTransformersWouldNotApplyAsConfigured) {
 
 TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   EXPECT_THAT(std::string(ParseLlamaConfig(Config("falcon", ""), "c").status().message()),
-              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, "
+              HasSubstr("model_type \"falcon\" is not a Llama-family model (gemma2, gemma3_text, gemma3, "
                         "gemma4_text, gemma4, gpt_oss, granitemoehybrid, lfm2, llama, idefics3, smolvlm, mistral, mixtral, olmoe, phi3, qwen2, qwen2_moe, qwen3, "
                         "qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next, qwen3_moe, qwen3_vl_text, qwen3_vl, smollm3)"));
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/falcon";
@@ -466,7 +466,7 @@ TEST(LlamaConfigTest, UnknownModelTypeIsRefusedNamingTheSupportedOnes) {
   auto loaded = LoadModel(dir);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()),
-              HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3_text, gemma4, gemma4_text, gpt2, "
+              HasSubstr("model_type \"falcon\" is not supported (Flover serves gemma2, gemma3, gemma3_text, gemma4, gemma4_text, gpt2, "
                         "gpt_oss, gptj, granitemoehybrid, idefics3, lfm2, llama, mistral, mixtral, olmoe, phi3, qwen2, "
                         "qwen2_moe, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next, "
                         "qwen3_vl, qwen3_vl_text, smollm3, smolvlm)"));
