@@ -4,7 +4,8 @@
 // generates transformers' greedy tokens, fused beside a text request that
 // keeps decoding while the image is encoded; the same image again is
 // neither encoded nor computed again (its features and K/V are kept). And
-// Qwen3-VL's images on their grids (tests/golden/make_qwen3vl_golden.py).
+// Qwen3-VL's images on their grids (tests/golden/make_qwen3vl_golden.py),
+// and Gemma 3's, attended both ways (make_gemma3vl_golden.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -390,6 +391,127 @@ TEST_P(Qwen3VlEngineTest, ImageRequestsEqualTheirRunsAlone) {
 // checkpoints).
 INSTANTIATE_TEST_SUITE_P(Models, Qwen3VlEngineTest,
                          ::testing::Values("tests/golden/qwen3vl_tiny", "tests/golden/qwen35vl_tiny"));
+
+// Gemma 3 (tests/golden/make_gemma3vl_golden.py): an image is one tile of
+// 16 rows that attend to each other both ways, so a step computes an
+// image whole. Chats give transformers' greedy tokens with prompts chunked
+// around their images (20 rows a step: an image and a little more), and,
+// fused with text and image requests, preempted, hit from the caches (a
+// cached prefix ending inside an image) and speculated, every request's
+// tokens equal its run alone. A budget smaller than an image is refused.
+class Gemma3EngineTest : public ::testing::Test {
+ protected:
+  static constexpr char kGemma[] = "tests/golden/gemma3vl_tiny";
+  void SetUp() override {
+    auto loaded = LoadModel(kGemma);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    loaded_ = std::move(*loaded);
+    model_ = testing::ModelOn(*backend_, *loaded_);
+    auto vision = VisionEncoder::Load(kGemma, *backend_);
+    ASSERT_TRUE(vision.ok()) << vision.status();
+    vision_ = std::move(*vision);
+    ASSERT_TRUE(vision_->encoder_info().bidirectional);
+    std::ifstream in(std::string(kGemma) + "/golden.json");
+    meta_ = nlohmann::json::parse(in);
+  }
+  // The case's chat with its images (one tile each), greedy, 8 tokens.
+  Request ImageRequest(const std::string& c, uint64_t first_key = 1) {
+    Request r;
+    r.prompt = meta_["cases"][c]["input_ids"].get<std::vector<int32_t>>();
+    r.sampling.temperature = 0;
+    r.stop.max_new_tokens = 8;
+    r.stop.ignore_eos = true;
+    auto file = SafetensorsFile::Open(std::string(kGemma) + "/golden.safetensors");
+    EXPECT_TRUE(file.ok());
+    const TensorInfo* t = file->Find(c + ".pixel_values");
+    auto px = file->ReadFloat(c + ".pixel_values", t->shape);
+    EXPECT_TRUE(px.ok());
+    const size_t per_image = px->size() / t->shape[0];
+    for (int64_t i = 0; i < t->shape[0]; ++i) {
+      auto tile = std::make_shared<const std::vector<float>>(px->begin() + i * per_image,
+                                                             px->begin() + (i + 1) * per_image);
+      r.images.push_back({tile, 1, first_key + static_cast<uint64_t>(i)});
+    }
+    return r;
+  }
+  std::vector<int32_t> Greedy(const std::string& c) { return meta_["cases"][c]["greedy_8"].get<std::vector<int32_t>>(); }
+
+  std::unique_ptr<kernels::Backend> backend_ = testing::CpuBackend();
+  std::unique_ptr<LoadedModel> loaded_;
+  std::unique_ptr<CausalLm> model_;
+  std::unique_ptr<VisionEncoder> vision_;
+  nlohmann::json meta_;
+};
+
+TEST_F(Gemma3EngineTest, ChatsGenerateTransformersTokensWithImagesComputedWhole) {
+  EngineOptions o;
+  o.max_seq_len = 256;
+  o.vision = vision_.get();
+  o.scheduler.max_tokens_per_step = 20;  // prompts cut around their 16-row images
+  auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
+  const std::vector<std::string> cases = {"gradient", "photo", "two_images"};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    sinks.push_back(std::make_shared<testing::CollectingSink>());
+    ASSERT_TRUE((*e)->Submit(ImageRequest(cases[i], 10 * (i + 1)), sinks.back()).ok());
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    EXPECT_EQ(sinks[i]->tokens(), Greedy(cases[i])) << cases[i];
+  }
+  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 4);
+
+  // A step budget below an image's 16 rows cannot compute it whole: refused
+  // by name.
+  o.scheduler.max_tokens_per_step = 12;
+  auto small = Engine::Create(*model_, loaded_->tokenizer().get(), o);
+  ASSERT_TRUE(small.ok()) << small.status();
+  auto st = (*small)->Submit(ImageRequest("gradient"), std::make_shared<testing::CollectingSink>());
+  EXPECT_NE(st.status().message().find("image 0 takes 16 rows, which attend to each other both ways and run in one "
+                                       "step, but a step takes at most 12"),
+            std::string::npos)
+      << st.status();
+  // An image's tokens split in two runs.
+  Request split = ImageRequest("gradient");
+  const int32_t soft = meta_["image_token_id"].get<int32_t>();
+  split.prompt.insert(std::find(split.prompt.begin(), split.prompt.end(), soft) + 3, 65);
+  st = (*e)->Submit(split, std::make_shared<testing::CollectingSink>());
+  EXPECT_NE(st.status().message().find("is not image 0's 16 rows"), std::string::npos) << st.status();
+}
+
+TEST_F(Gemma3EngineTest, ImageRequestsEqualTheirRunsAlone) {
+  std::vector<Request> requests;
+  for (int i = 0; i < 7; ++i) {
+    const std::string c = i % 3 == 2 ? "two_images" : (i % 2 == 0 ? "gradient" : "photo");
+    Request r = ImageRequest(c, /*first_key=*/i % 2 == 0 ? (c == "two_images" ? 10 : 1) : 100 + 10 * i);
+    if (c == "gradient") {
+      // 20 more tokens before the image put it at [26, 42), across the
+      // first KV block's end: a cached prefix of one block ends inside it.
+      for (int k = 0; k < 20; ++k) r.prompt.insert(r.prompt.begin() + 1, 61 + k);
+    }
+    r.stop.max_new_tokens = 12 + 4 * i;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = 7 + i;
+    }
+    requests.push_back(std::move(r));
+    if (i % 3 == 0) {
+      Request text;
+      text.prompt = {2, static_cast<int32_t>(40 + i), 61, 62, 63, 64};
+      text.sampling.temperature = 0;
+      text.stop.max_new_tokens = 20;
+      text.stop.ignore_eos = true;
+      requests.push_back(std::move(text));
+    }
+  }
+  const auto want = ExpectBusyEqualsAlone(*model_, loaded_->tokenizer().get(), vision_.get(), requests,
+                                          /*max_seq_len=*/256, /*tokens_per_step=*/20,
+                                          8 * model_->CacheShape(1, 1).bytes_per_block());
+  ASSERT_FALSE(want.empty());
+  const std::vector<int32_t> greedy = Greedy("two_images");  // request 3: i = 2, after a text request
+  EXPECT_EQ(std::vector<int32_t>(want[3].begin(), want[3].begin() + 8), greedy) << "transformers' tokens";
+}
 
 }  // namespace
 }  // namespace flover

@@ -1,12 +1,14 @@
 // Arbitrary bytes as an image a client sends: the decoders must refuse what
 // is malformed, truncated or too large with a status; whatever decodes goes
 // through SmolVLM's processor (resizing, tiling, normalising) and Qwen3-VL's
-// (smart_resize, bicubic, patches by merge block) without reading or
-// writing out of bounds; Qwen's refuses only aspect ratios past 200.
+// (smart_resize, bicubic, patches by merge block) and Gemma 3's (bilinear
+// to a square) without reading or writing out of bounds; Qwen's refuses
+// only aspect ratios past 200.
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
+#include "model/vision/gemma3_processor.h"
 #include "model/vision/idefics3_processor.h"
 #include "model/vision/image.h"
 #include "model/vision/qwen2_vl_processor.h"
@@ -23,6 +25,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.rows_per_tile = 4;
   const flover::ProcessedImage p = flover::ProcessIdefics3Image(*image, config);
   if (p.pixels.size() != static_cast<size_t>(p.tiles) * 3 * 16 * 16) __builtin_trap();
+  flover::Gemma3ProcessorConfig gemma;
+  gemma.size = 24;
+  gemma.image_seq_length = 4;
+  const flover::Gemma3Image g = flover::ProcessGemma3Image(*image, gemma);
+  if (g.pixels.size() != static_cast<size_t>(3) * 24 * 24) __builtin_trap();
+  for (float v : g.pixels) {
+    if (!(v >= -1.0f && v <= 1.0f)) __builtin_trap();  // (u8 / 255 - 0.5) / 0.5
+  }
   flover::Qwen2VlProcessorConfig qwen;
   qwen.patch = 4;
   qwen.min_pixels = 8 * 8 * 4;

@@ -174,6 +174,12 @@ double Bicubic(double x) {
   return 0.0;
 }
 
+// Pillow's bilinear: a triangle.
+double Triangle(double x) {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
 // A resampling filter: its kernel and support (in input pixels at scale 1).
 struct Filter {
   double (*kernel)(double);
@@ -181,6 +187,7 @@ struct Filter {
 };
 constexpr Filter kLanczos{Lanczos, 3.0};
 constexpr Filter kBicubic{Bicubic, 2.0};
+constexpr Filter kBilinear{Triangle, 1.0};
 
 // For each output pixel of a pass from `in` to `out` pixels: the first
 // input pixel it reads, how many, and their fixed-point weights (ksize a
@@ -329,5 +336,9 @@ RgbImage Resize(const RgbImage& image, int width, int height, const Filter& filt
 RgbImage ResizeLanczos(const RgbImage& image, int width, int height) { return Resize(image, width, height, kLanczos); }
 
 RgbImage ResizeBicubic(const RgbImage& image, int width, int height) { return Resize(image, width, height, kBicubic); }
+
+RgbImage ResizeBilinear(const RgbImage& image, int width, int height) {
+  return Resize(image, width, height, kBilinear);
+}
 
 }  // namespace flover

@@ -41,6 +41,9 @@ RgbImage ResizeLanczos(const RgbImage& image, int width, int height);
 // The same with Pillow's bicubic filter (Image.resize(..., BICUBIC), a =
 // -0.5): Qwen2-VL's and Qwen3-VL's processors.
 RgbImage ResizeBicubic(const RgbImage& image, int width, int height);
+// The same with Pillow's bilinear filter (Image.resize(..., BILINEAR), a
+// triangle scaled to the reduction): Gemma 3's processor.
+RgbImage ResizeBilinear(const RgbImage& image, int width, int height);
 
 }  // namespace flover
 

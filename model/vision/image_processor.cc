@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/loader/gguf.h"
+#include "model/vision/gemma3_processor.h"
 #include "model/vision/idefics3_processor.h"
 #include "model/vision/qwen2_vl_processor.h"
 #include "model/vision/qwen3_vl_vision.h"
@@ -46,6 +47,41 @@ class Idefics3Processor : public ImageProcessor {
  private:
   Idefics3ProcessorConfig c_;
   std::string placeholder_ = "<image>";
+};
+
+class Gemma3Processor : public ImageProcessor {
+ public:
+  explicit Gemma3Processor(Gemma3ProcessorConfig c) : c_(std::move(c)) {}
+  const std::string& placeholder() const override { return placeholder_; }
+  uint64_t settings_key() const override { return 0x6a09e667f3bcc909ull ^ static_cast<uint64_t>(c_.size); }
+  absl::StatusOr<ProcessedPromptImage> Process(const RgbImage& image) const override {
+    Gemma3Image p = ProcessGemma3Image(image, c_);
+    ProcessedPromptImage out;
+    out.image.tiles = std::make_shared<const std::vector<float>>(std::move(p.pixels));
+    out.image.num_tiles = 1;
+    out.text = std::move(p.text);
+    return out;
+  }
+  void LimitRows(int64_t) override {}  // a fixed image_seq_length an image
+  absl::Status Matches(const ImageEncoder& encoder) const override {
+    const auto* tower = dynamic_cast<const VisionEncoder*>(&encoder);
+    if (tower == nullptr || tower->info().connector != VisionInfo::Connector::kPoolNorm) {
+      return absl::InvalidArgumentError("Gemma 3's processor needs Gemma 3's vision tower");
+    }
+    const VisionInfo& v = tower->info();
+    if (c_.size != v.tile || c_.image_seq_length != v.rows_per_tile()) {
+      return absl::InvalidArgumentError(absl::StrCat("the processor's images (", c_.size, " px, ", c_.image_seq_length,
+                                                     " tokens) are not the vision tower's (", v.tile, " px, ",
+                                                     v.rows_per_tile(), " rows)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Gemma3ProcessorConfig c_;
+  // What Gemma 3's chat template writes for an image (its boi token): the
+  // processor puts the whole sequence in its place.
+  std::string placeholder_ = "<start_of_image>";
 };
 
 class Qwen2VlProcessor : public ImageProcessor {
@@ -97,6 +133,10 @@ absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::st
   if (type != top.fields().end() && TakesQwen3VlVision(type->second.string_value())) {
     FLOVER_ASSIGN_OR_RETURN(Qwen2VlProcessorConfig c, LoadQwen2VlProcessorConfig(dir));
     return std::unique_ptr<ImageProcessor>(new Qwen2VlProcessor(std::move(c)));
+  }
+  if (type != top.fields().end() && type->second.string_value() == "gemma3") {
+    FLOVER_ASSIGN_OR_RETURN(Gemma3ProcessorConfig c, LoadGemma3ProcessorConfig(dir));
+    return std::unique_ptr<ImageProcessor>(new Gemma3Processor(std::move(c)));
   }
   FLOVER_ASSIGN_OR_RETURN(Idefics3ProcessorConfig c, LoadIdefics3ProcessorConfig(dir));
   return std::unique_ptr<ImageProcessor>(new Idefics3Processor(std::move(c)));

@@ -1,7 +1,8 @@
 // A vision model's image processor, as the server runs it on a decoded
 // image: the pixels its ImageEncoder takes, and the prompt text that
 // stands for the image where the chat template wrote its placeholder.
-// SmolVLM's (Idefics3ImageProcessor) and Qwen3-VL's (Qwen2VLImageProcessor).
+// SmolVLM's (Idefics3ImageProcessor), Qwen3-VL's (Qwen2VLImageProcessor) and
+// Gemma 3's (Gemma3ImageProcessor).
 #ifndef FLOVER_MODEL_VISION_IMAGE_PROCESSOR_H_
 #define FLOVER_MODEL_VISION_IMAGE_PROCESSOR_H_
 
@@ -42,7 +43,7 @@ class ImageProcessor {
 };
 
 // The processor of the checkpoint in `dir`, by config.json's model_type
-// (Qwen3-VL's and Qwen3.5's: Qwen2-VL's; else SmolVLM's).
+// (Qwen3-VL's and Qwen3.5's: Qwen2-VL's; Gemma 3's; else SmolVLM's).
 absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::string& dir);
 
 // The processor for llama.cpp's Qwen3-VL mmproj file `path`: Qwen2-VL's,

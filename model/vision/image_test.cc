@@ -1,12 +1,14 @@
-// Decoding and the SmolVLM processor against transformers' processor (the
-// Pillow one) on the fixture's PNGs: the pixels of every tile bit for bit
-// and the prompt text; bad bytes are refused saying why.
+// Decoding and the SmolVLM, Qwen2-VL and Gemma 3 processors against
+// transformers' processors (the Pillow ones) on the fixtures' images: the
+// pixels of every tile bit for bit and the prompt text; bad bytes are
+// refused saying why.
 #include "model/vision/image.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -15,6 +17,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "model/loader/safetensors.h"
+#include "model/vision/gemma3_processor.h"
 #include "model/vision/idefics3_processor.h"
 #include "model/vision/qwen2_vl_processor.h"
 #include "testing/golden.h"
@@ -220,6 +223,55 @@ TEST(Qwen2VlProcessorTest, PixelsGridsAndPromptTextMatchTransformers) {
   auto thin = SmartResize(1, 201, 8, 384, 3072);
   EXPECT_EQ(thin.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(thin.status().message().find("aspect ratio is 201"), std::string::npos) << thin.status();
+}
+
+// Gemma 3's processor (Gemma3ImageProcessorPil: Pillow's bilinear to the
+// tower's 32 px, then (u8 / 255 - 0.5) / 0.5) on two PNGs and a JPEG: every
+// pixel bit for bit, and the prompts with each <start_of_image> expanded
+// as Gemma3Processor does. Pan-and-scan is refused by name.
+TEST(Gemma3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
+  constexpr char kGemma[] = "tests/golden/gemma3vl_tiny";
+  auto config = LoadGemma3ProcessorConfig(kGemma);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->size, 32);
+  EXPECT_EQ(config->image_seq_length, 16);
+  auto golden = SafetensorsFile::Open(std::string(kGemma) + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  std::ifstream in(std::string(kGemma) + "/golden.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  for (const std::string c : {"gradient", "photo", "two_images"}) {
+    const auto& cm = meta["cases"][c];
+    std::vector<float> pixels;
+    std::string prompt = cm["prompt"];
+    size_t at = 0;
+    for (const auto& name : cm["images"]) {
+      auto image = DecodeImage(Read(absl::StrCat(kGemma, "/", meta["images"][name.get<std::string>()]["file"].get<std::string>())));
+      ASSERT_TRUE(image.ok()) << image.status();
+      const Gemma3Image p = ProcessGemma3Image(*image, *config);
+      pixels.insert(pixels.end(), p.pixels.begin(), p.pixels.end());
+      at = prompt.find("<start_of_image>", at);
+      ASSERT_NE(at, std::string::npos);
+      prompt.replace(at, 16, p.text);
+      at += p.text.size();
+    }
+    EXPECT_EQ(prompt, cm["expanded_prompt"].get<std::string>()) << c;
+    const TensorInfo* t = golden->Find(c + ".pixel_values");
+    ASSERT_NE(t, nullptr);
+    auto want = golden->ReadFloat(c + ".pixel_values", t->shape);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(pixels.size(), want->size()) << c;
+    size_t differ = 0;
+    for (size_t i = 0; i < pixels.size(); ++i) differ += pixels[i] != (*want)[i];
+    EXPECT_EQ(differ, 0u) << c << ": pixels that differ from transformers' processor";
+  }
+  // A checkpoint that turns pan-and-scan on is refused, naming it.
+  const std::string dir = ::testing::TempDir() + "/gemma3_pan_and_scan";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/preprocessor_config.json")
+      << R"({"do_pan_and_scan": true, "size": {"height": 32, "width": 32}, "resample": 2})";
+  auto refused = LoadGemma3ProcessorConfig(dir);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("do_pan_and_scan is true"), std::string::npos) << refused.status();
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 #include "model/vision/vision_encoder.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/loader/checkpoint.h"
 #include "model/vision/random_weights.h"
@@ -28,6 +31,7 @@ struct VisionEncoder::Layer {
 VisionEncoder::VisionEncoder(kernels::Backend& backend, VisionInfo info) : backend_(backend), info_(info) {
   encoder_info_.image_token = info.image_token;
   encoder_info_.out_width = info.out_width;
+  encoder_info_.bidirectional = info.connector == VisionInfo::Connector::kPoolNorm;
 }
 VisionEncoder::~VisionEncoder() = default;
 
@@ -35,16 +39,15 @@ namespace {
 
 using google::protobuf::Struct;
 
-constexpr const char* kTower = "model.vision_model.";
-
 // The vision side of config.json.
 absl::StatusOr<VisionInfo> ParseVision(const Struct& top, const std::string& what) {
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
   auto type = top.fields().find("model_type");
   const std::string model_type = type != top.fields().end() ? type->second.string_value() : "";
-  if (model_type != "idefics3" && model_type != "smolvlm") {
+  const bool gemma = model_type == "gemma3";
+  if (model_type != "idefics3" && model_type != "smolvlm" && !gemma) {
     return absl::NotFoundError(absl::StrCat(what, ": model_type \"", model_type,
-                                            "\" has no vision tower Flover runs (idefics3, smolvlm)"));
+                                            "\" has no vision tower Flover runs (idefics3, smolvlm, gemma3)"));
   }
   const Struct* v = JsonObjectField(top, "vision_config");
   const Struct* text = JsonObjectField(top, "text_config");
@@ -66,12 +69,30 @@ absl::StatusOr<VisionInfo> ParseVision(const Struct& top, const std::string& wha
   }
   if (info.tile % info.patch != 0) return refuse("vision_config.image_size ", info.tile, " is not a whole number of patches");
   if (info.hidden % info.heads != 0) return refuse("vision_config.hidden_size is not a whole number of heads");
-  FLOVER_ASSIGN_OR_RETURN(info.scale, JsonIntFieldOr(top, "scale_factor", 2, 1, 16, what));
+  if (gemma) {
+    // Gemma3MultiModalProjector: mm_tokens_per_image rows, a square of them,
+    // each the average of a square block of patches.
+    info.connector = VisionInfo::Connector::kPoolNorm;
+    FLOVER_ASSIGN_OR_RETURN(const int tokens, JsonIntFieldOr(top, "mm_tokens_per_image", 256, 1, 1 << 16, what));
+    const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tokens))));
+    if (side * side != tokens || info.patches_per_side() % side != 0) {
+      return refuse("mm_tokens_per_image ", tokens, " is not a square whose side divides the ",
+                    info.patches_per_side(), " patches a side");
+    }
+    info.scale = info.patches_per_side() / side;
+    if (v->fields().count("vision_use_head") && JsonBoolField(*v, "vision_use_head", false)) {
+      return refuse("vision_config.vision_use_head is true; Gemma 3's tower has no head");
+    }
+  } else {
+    FLOVER_ASSIGN_OR_RETURN(info.scale, JsonIntFieldOr(top, "scale_factor", 2, 1, 16, what));
+  }
   if (info.patches_per_side() % info.scale != 0) {
     return refuse("scale_factor ", info.scale, " does not divide the ", info.patches_per_side(), " patches a side");
   }
   FLOVER_ASSIGN_OR_RETURN(info.out_width, JsonIntField(*text, "hidden_size", 1, 1 << 17, what));
-  FLOVER_ASSIGN_OR_RETURN(info.image_token, JsonIntField(top, "image_token_id", 0, (1 << 24) - 1, what));
+  // Gemma 3's config names it image_token_index.
+  const char* token_key = JsonHas(top, "image_token_id") || !gemma ? "image_token_id" : "image_token_index";
+  FLOVER_ASSIGN_OR_RETURN(info.image_token, JsonIntField(top, token_key, 0, (1 << 24) - 1, what));
   return info;
 }
 
@@ -94,13 +115,55 @@ std::vector<float> PixelShuffle(absl::Span<const float> rows, int n, int d, int 
   return out;
 }
 
+std::vector<float> PoolNorm(absl::Span<const float> rows, int n, int d, int s, absl::Span<const float> scale,
+                            float eps) {
+  const int m = n / s;
+  std::vector<float> out(static_cast<size_t>(m) * m * d);
+  std::vector<double> sum(d);
+  for (int I = 0; I < m; ++I) {
+    for (int J = 0; J < m; ++J) {
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int dy = 0; dy < s; ++dy) {
+        for (int dx = 0; dx < s; ++dx) {
+          const float* in = rows.data() + (static_cast<size_t>(I * s + dy) * n + (J * s + dx)) * d;
+          for (int c = 0; c < d; ++c) sum[c] += in[c];
+        }
+      }
+      float* o = out.data() + (static_cast<size_t>(I) * m + J) * d;
+      double squares = 0;
+      for (int c = 0; c < d; ++c) {
+        const double mean = sum[c] / (s * s);
+        o[c] = static_cast<float>(mean);
+        squares += mean * mean;
+      }
+      const double inv = 1.0 / std::sqrt(squares / d + eps);
+      for (int c = 0; c < d; ++c) o[c] = static_cast<float>(o[c] * inv * scale[c]);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const std::string& dir,
                                                                    kernels::Backend& backend) {
   const std::string what = dir + "/config.json";
   FLOVER_ASSIGN_OR_RETURN(const std::string text, ReadFile(what));
   FLOVER_ASSIGN_OR_RETURN(const Struct top, ParseJsonObject(text, what));
-  FLOVER_ASSIGN_OR_RETURN(const VisionInfo info, ParseVision(top, what));
+  FLOVER_ASSIGN_OR_RETURN(VisionInfo info, ParseVision(top, what));
   FLOVER_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
+  if (info.connector == VisionInfo::Connector::kPoolNorm) {
+    // Gemma 3's tensors as the Hub's files name them, as transformers 5.23
+    // saves them (the tower without vision_model.), or as it holds them
+    // (under model.): whichever has the patch embedding.
+    for (const char* tower : {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.",
+                              "model.vision_tower."}) {
+      if (ckpt.Find(std::string(tower) + "embeddings.patch_embedding.weight") != nullptr) {
+        info.tower_prefix = tower;
+        info.projector_prefix = absl::StartsWith(tower, "model.") ? "model.multi_modal_projector." :
+                                                                    "multi_modal_projector.";
+        break;
+      }
+    }
+  }
   return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) {
     return ckpt.ReadFloat(name, shape);
   });
@@ -144,7 +207,8 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
     return up(b, 1, static_cast<int64_t>(b.size()));
   };
 
-  const std::string emb = std::string(kTower) + "embeddings.";
+  const std::string& tower = info.tower_prefix;
+  const std::string emb = tower + "embeddings.";
   // The patch convolution (kernel = stride = patch) as a product over each
   // patch's values in (channel, y, x) order.
   FLOVER_ASSIGN_OR_RETURN(std::vector<float> conv, read(emb + "patch_embedding.weight", {D, info.channels, info.patch, info.patch}));
@@ -154,7 +218,7 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
   FLOVER_ASSIGN_OR_RETURN(std::vector<float> pos, read(emb + "position_embedding.weight", {info.patches(), D}));
   FLOVER_ASSIGN_OR_RETURN(e->positions_, up(pos, info.patches(), D));
   for (int l = 0; l < info.layers; ++l) {
-    const std::string p = absl::StrCat(kTower, "encoder.layers.", l, ".");
+    const std::string p = absl::StrCat(tower, "encoder.layers.", l, ".");
     Layer layer;
     FLOVER_ASSIGN_OR_RETURN(layer.ln1_gamma, vector({p + "layer_norm1.weight"}, D));
     FLOVER_ASSIGN_OR_RETURN(layer.ln1_beta, vector({p + "layer_norm1.bias"}, D));
@@ -171,8 +235,18 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
     FLOVER_ASSIGN_OR_RETURN(layer.fc2_bias, vector({p + "mlp.fc2.bias"}, D));
     e->layers_.push_back(std::move(layer));
   }
-  FLOVER_ASSIGN_OR_RETURN(e->post_gamma_, vector({std::string(kTower) + "post_layernorm.weight"}, D));
-  FLOVER_ASSIGN_OR_RETURN(e->post_beta_, vector({std::string(kTower) + "post_layernorm.bias"}, D));
+  FLOVER_ASSIGN_OR_RETURN(e->post_gamma_, vector({tower + "post_layernorm.weight"}, D));
+  FLOVER_ASSIGN_OR_RETURN(e->post_beta_, vector({tower + "post_layernorm.bias"}, D));
+  if (info.connector == VisionInfo::Connector::kPoolNorm) {
+    const std::string& m = info.projector_prefix;
+    FLOVER_ASSIGN_OR_RETURN(e->pool_norm_, read(m + "mm_soft_emb_norm.weight", {D}));
+    for (float& w : e->pool_norm_) w += 1.0f;  // Gemma's RMSNorm scales by 1 + w
+    // A plain matrix of [in, out] (torch.matmul(x, w)), not an nn.Linear.
+    FLOVER_ASSIGN_OR_RETURN(std::vector<float> w, read(m + "mm_input_projection_weight", {D, info.out_width}));
+    FLOVER_ASSIGN_OR_RETURN(e->projection_, backend.PrepareWeight(w.data(), static_cast<int>(D), info.out_width,
+                                                                  WeightLayout::kInOut));
+    return e;
+  }
   const int64_t shuffled = D * info.scale * info.scale;
   FLOVER_ASSIGN_OR_RETURN(e->projection_,
                           linear({"model.connector.modality_projection.proj.weight"}, shuffled, info.out_width));
@@ -239,13 +313,16 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Connect(absl::Span<const float
     return absl::InvalidArgumentError(absl::StrCat("vision connector: ", n, " tiles need ", int64_t{n} * N * D,
                                                    " values, got ", tower_rows.size()));
   }
+  const bool pool = info_.connector == VisionInfo::Connector::kPoolNorm;
   std::vector<float> shuffled;
   shuffled.reserve(tower_rows.size());
   for (int t = 0; t < n; ++t) {
-    const std::vector<float> tile = PixelShuffle(tower_rows.subspan(static_cast<size_t>(t) * N * D, N * D), G, D, s);
+    const absl::Span<const float> rows = tower_rows.subspan(static_cast<size_t>(t) * N * D, N * D);
+    const std::vector<float> tile = pool ? PoolNorm(rows, G, D, s, pool_norm_, info_.norm_eps)
+                                         : PixelShuffle(rows, G, D, s);
     shuffled.insert(shuffled.end(), tile.begin(), tile.end());
   }
-  const int64_t R = int64_t{n} * info_.rows_per_tile(), W = int64_t{D} * s * s;
+  const int64_t R = int64_t{n} * info_.rows_per_tile(), W = pool ? int64_t{D} : int64_t{D} * s * s;
   FLOVER_ASSIGN_OR_RETURN(Buffer in, backend_.Allocate(kernels::DType::kF32, R, W));
   FLOVER_ASSIGN_OR_RETURN(Buffer out, backend_.Allocate(kernels::DType::kF32, R, info_.out_width));
   FLOVER_RETURN_IF_ERROR(backend_.Upload(shuffled.data(), in.tensor()));

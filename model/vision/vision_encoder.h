@@ -10,6 +10,13 @@
 // shuffle by scale_factor (each s x s block of patches into one row) and
 // one projection without bias. Each tile gives (image_size / patch_size)^2
 // / scale_factor^2 rows.
+//
+// Gemma 3 (Gemma3ForConditionalGeneration): the same SigLIP tower over one
+// tile of image_size pixels (896), then Gemma3MultiModalProjector: each s
+// x s block of patches averaged (s = patches a side / sqrt(
+// mm_tokens_per_image)), an RMSNorm with (1 + w), a projection without
+// bias. Its image rows attend to each other both ways in the language
+// model (ImageEncoderInfo::bidirectional).
 #ifndef FLOVER_MODEL_VISION_VISION_ENCODER_H_
 #define FLOVER_MODEL_VISION_VISION_ENCODER_H_
 
@@ -35,7 +42,16 @@ struct VisionInfo {
   int layers = 0;
   int intermediate = 0;
   float norm_eps = 1e-6f;
-  int scale = 1;       // the connector's pixel shuffle factor
+  int scale = 1;       // the connector's pixel shuffle factor (kPoolNorm: its pooling's side)
+  enum class Connector {
+    kPixelShuffle,  // SmolVLM's: pixel shuffle, projection
+    kPoolNorm,      // Gemma 3's: average pool, RMSNorm (1 + w), projection
+  };
+  Connector connector = Connector::kPixelShuffle;
+  // Where the checkpoint keeps the tower's tensors, and Gemma 3's
+  // projector's.
+  std::string tower_prefix = "model.vision_model.";
+  std::string projector_prefix = "multi_modal_projector.";
   int out_width = 0;   // the language model's hidden size
   int image_token = -1;  // the placeholder token whose rows a tile's features give
   int patches_per_side() const { return tile / patch; }
@@ -46,8 +62,11 @@ struct VisionInfo {
 class VisionEncoder : public ImageEncoder {
  public:
   // The image side of the checkpoint in `dir` (its config.json's
-  // vision_config, scale_factor, text_config.hidden_size and
-  // image_token_id; tensors under model.vision_model. and model.connector.),
+  // vision_config, scale_factor (Gemma 3: mm_tokens_per_image),
+  // text_config.hidden_size and image_token_id; tensors under
+  // model.vision_model. and model.connector., or Gemma 3's
+  // vision_tower.vision_model. (or vision_tower., as transformers 5.23
+  // saves it; either under model.) and multi_modal_projector.),
   // on `backend`. A checkpoint without one is NotFound; a config Flover does
   // not run is InvalidArgument, naming the field.
   static absl::StatusOr<std::unique_ptr<VisionEncoder>> Load(const std::string& dir, kernels::Backend& backend);
@@ -88,6 +107,7 @@ class VisionEncoder : public ImageEncoder {
   ImageEncoderInfo encoder_info_;
   std::unique_ptr<kernels::Weight> patch_, projection_;
   kernels::Buffer patch_bias_, positions_, post_gamma_, post_beta_;
+  std::vector<float> pool_norm_;  // kPoolNorm: the RMSNorm's 1 + w, on the host
   std::vector<Layer> layers_;
 };
 
@@ -96,6 +116,13 @@ class VisionEncoder : public ImageEncoder {
 // (n / s) + J holds the patches (I * s + dy, J * s + dx), dy slower, each
 // d values.
 std::vector<float> PixelShuffle(absl::Span<const float> rows, int n, int d, int s);
+
+// Gemma 3's connector before its projection, on one tile's rows, host f32
+// [n * n, d] (n patches a side) into [(n / s)^2, d]: out row I * (n / s) +
+// J the average of patches (I * s + dy, J * s + dx), then RMS-normalised
+// (eps) and scaled by `scale` (its 1 + w), summed in double.
+std::vector<float> PoolNorm(absl::Span<const float> rows, int n, int d, int s, absl::Span<const float> scale,
+                            float eps);
 
 }  // namespace flover
 

@@ -1,8 +1,10 @@
-// SmolVLM's image side against transformers 5.23 in float64
-// (tests/golden/make_idefics3_golden.py, a tiny Idefics3 checkpoint): the
-// tower's rows and the connector's features from the processor's pixels,
-// then the language model's logits over a prompt whose image tokens are
-// given those features, and its greedy tokens.
+// SmolVLM's and Gemma 3's image sides against transformers 5.23 in float64
+// (tests/golden/make_idefics3_golden.py and make_gemma3vl_golden.py, tiny
+// Idefics3 and Gemma3ForConditionalGeneration checkpoints): the tower's
+// rows and the connector's features from the processor's pixels, then the
+// language model's logits over a prompt whose image tokens are given those
+// features (Gemma 3's attending to each other both ways), and its greedy
+// tokens.
 #include "model/vision/vision_encoder.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/loader/safetensors.h"
@@ -22,28 +26,43 @@
 namespace flover {
 namespace {
 
-constexpr char kDir[] = "tests/golden/idefics3_tiny";
+// A fixture: its checkpoint, the cases it packs (those the language model
+// runs last), and two of them whose first `same` tiles are one image's.
+struct Fixture {
+  const char* dir;
+  std::vector<std::string> cases;
+  int lm_cases;  // the last this many of `cases` run the language model
+  const char* alone;
+  const char* beside;
+  int same;
+};
+
+const Fixture kIdefics3{"tests/golden/idefics3_tiny", {"gradient_nosplit", "gradient", "two_images"}, 2,
+                        "gradient", "two_images", 7};
+const Fixture kGemma3{"tests/golden/gemma3vl_tiny", {"gradient", "photo", "two_images"}, 3, "gradient",
+                      "two_images", 1};
 
 // max |got - want| over max |want|.
 double Off(const std::vector<float>& got, const std::vector<float>& want) {
   return got.size() != want.size() ? 1e30 : testing::ScaledError(got.data(), want.data(), want.size());
 }
 
-class VisionEncoderTest : public ::testing::TestWithParam<const char*> {
+class VisionEncoderTest : public ::testing::TestWithParam<std::tuple<const char*, const Fixture*>> {
  protected:
   void SetUp() override {
     std::string skip;
-    backend_ = testing::BackendForTest(GetParam(), &skip);
+    backend_ = testing::BackendForTest(std::get<0>(GetParam()), &skip);
     if (backend_ == nullptr) GTEST_SKIP() << skip;
-    auto e = VisionEncoder::Load(kDir, *backend_);
+    auto e = VisionEncoder::Load(f().dir, *backend_);
     ASSERT_TRUE(e.ok()) << e.status();
     encoder_ = std::move(*e);
-    auto file = SafetensorsFile::Open(std::string(kDir) + "/golden.safetensors");
+    auto file = SafetensorsFile::Open(std::string(f().dir) + "/golden.safetensors");
     ASSERT_TRUE(file.ok()) << file.status();
     golden_ = std::make_unique<SafetensorsFile>(std::move(*file));
-    std::ifstream in(std::string(kDir) + "/golden.json");
+    std::ifstream in(std::string(f().dir) + "/golden.json");
     meta_ = nlohmann::json::parse(in);
   }
+  const Fixture& f() const { return *std::get<1>(GetParam()); }
   std::vector<float> Golden(const std::string& name) {
     const TensorInfo* t = golden_->Find(name);
     EXPECT_NE(t, nullptr) << name;
@@ -52,7 +71,11 @@ class VisionEncoderTest : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(v.ok()) << v.status();
     return v.ok() ? *v : std::vector<float>();
   }
-  int Tiles(const std::string& c) { return static_cast<int>(golden_->Find(c + ".pixel_values")->shape[1]); }
+  // Idefics3's pixel values are [1, tiles, 3, S, S]; Gemma 3's [images, 3, S, S].
+  int Tiles(const std::string& c) {
+    const std::vector<int64_t>& shape = golden_->Find(c + ".pixel_values")->shape;
+    return static_cast<int>(shape.size() == 5 ? shape[1] : shape[0]);
+  }
 
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<VisionEncoder> encoder_;
@@ -64,7 +87,8 @@ TEST_P(VisionEncoderTest, TowerAndConnectorMatchTransformers) {
   const VisionInfo& v = encoder_->info();
   EXPECT_EQ(v.rows_per_tile(), meta_["image_seq_len"].get<int>());
   EXPECT_EQ(v.image_token, meta_["image_token_id"].get<int>());
-  for (const std::string c : {"gradient", "gradient_nosplit", "two_images"}) {
+  EXPECT_EQ(encoder_->encoder_info().bidirectional, v.connector == VisionInfo::Connector::kPoolNorm);
+  for (const std::string& c : f().cases) {
     const int n = Tiles(c);
     auto rows = encoder_->Tower(Golden(c + ".pixel_values"), n);
     ASSERT_TRUE(rows.ok()) << rows.status();
@@ -74,9 +98,9 @@ TEST_P(VisionEncoderTest, TowerAndConnectorMatchTransformers) {
     EXPECT_LT(Off(*features, Golden(c + ".image_features")), 1e-5) << c;
   }
   // A tile's rows do not depend on the tiles beside it: the two-image
-  // prompt's first 7 tiles are the gradient's.
-  auto alone = encoder_->Tower(Golden("gradient.pixel_values"), 7);
-  auto beside = encoder_->Tower(Golden("two_images.pixel_values"), 17);
+  // prompt's first tiles are the gradient's.
+  auto alone = encoder_->Tower(Golden(std::string(f().alone) + ".pixel_values"), f().same);
+  auto beside = encoder_->Tower(Golden(std::string(f().beside) + ".pixel_values"), Tiles(f().beside));
   ASSERT_TRUE(alone.ok() && beside.ok());
   EXPECT_TRUE(std::equal(alone->begin(), alone->end(), beside->begin()));
   // Pixels of the wrong size are refused by name.
@@ -84,21 +108,26 @@ TEST_P(VisionEncoderTest, TowerAndConnectorMatchTransformers) {
 }
 
 // The language model on the prompt, each run of image tokens given the
-// encoder's features: logits at every position, then 8 greedy tokens.
+// encoder's features (and seeing the whole run where the model's image
+// rows attend both ways): logits at every position, then 8 greedy tokens.
+// Gemma 3's two-image prompt also runs causally, to show that the goldens
+// tell the two apart.
 TEST_P(VisionEncoderTest, ImagePromptsMatchTransformersLogitsAndGreedyTokens) {
-  auto loaded = LoadModel(kDir);
+  auto loaded = LoadModel(f().dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   auto model = testing::ModelOn(*backend_, **loaded);
   const int C = model->info().hidden, V = model->info().vocab_size;
   ASSERT_EQ(C, encoder_->info().out_width);
-  for (const std::string c : {"gradient", "two_images"}) {
+  const bool both_ways = encoder_->encoder_info().bidirectional;
+  for (size_t k = f().cases.size() - f().lm_cases; k < f().cases.size(); ++k) {
+    const std::string& c = f().cases[k];
     const auto& cm = meta_["cases"][c];
     std::vector<int32_t> ids = cm["input_ids"].get<std::vector<int32_t>>();
     auto features = encoder_->Encode(Golden(c + ".pixel_values"), Tiles(c));
     ASSERT_TRUE(features.ok()) << features.status();
     const int max_seq = static_cast<int>(ids.size()) + 8;
     auto cache = testing::CacheFor(*model, 1, max_seq);
-    ForwardBatch prompt;
+    ForwardBatch prompt, causal;
     prompt.AddSequence(testing::SeqBlocks(0, max_seq), 0, ids);
     size_t used = 0;
     for (size_t i = 0; i < ids.size();) {
@@ -110,10 +139,21 @@ TEST_P(VisionEncoderTest, ImagePromptsMatchTransformersLogitsAndGreedyTokens) {
       while (j < ids.size() && ids[j] == ids[i]) ++j;
       ASSERT_LE((used + (j - i)) * C, features->size());
       prompt.GiveRows(static_cast<int32_t>(i), absl::MakeConstSpan(features->data() + used * C, (j - i) * C), C);
+      if (both_ways) prompt.AttendTo(static_cast<int>(i), static_cast<int>(j - i), static_cast<int32_t>(j - 1));
       used += j - i;
       i = j;
     }
     EXPECT_EQ(used * C, features->size()) << c << ": every feature row lands on an image token";
+    if (both_ways && c == "two_images") {
+      causal = prompt;
+      causal.attend_to.clear();
+      auto cache2 = testing::CacheFor(*model, 1, max_seq);
+      auto plain = model->Forward(causal, *cache2, LogitsFor::kEveryRow);
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      const std::vector<float> got(plain->begin(), plain->end());
+      EXPECT_LT(Off(got, Golden(c + ".logits_causal")), 1e-4) << c;
+      EXPECT_GT(Off(got, Golden(c + ".logits")), 1e-3) << c << ": causal logits should miss the goldens";
+    }
     auto logits = model->Forward(prompt, *cache, LogitsFor::kEveryRow);
     ASSERT_TRUE(logits.ok()) << logits.status();
     const std::vector<float> got(logits->begin(), logits->end());
@@ -134,7 +174,12 @@ TEST_P(VisionEncoderTest, ImagePromptsMatchTransformersLogitsAndGreedyTokens) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, VisionEncoderTest, ::testing::Values("cpu", "cuda"));
+INSTANTIATE_TEST_SUITE_P(Devices, VisionEncoderTest,
+                         ::testing::Combine(::testing::Values("cpu", "cuda"), ::testing::Values(&kIdefics3, &kGemma3)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == &kGemma3 ? "_gemma3" : "_idefics3");
+                         });
 
 }  // namespace
 }  // namespace flover

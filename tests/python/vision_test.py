@@ -6,7 +6,8 @@ written by make_idefics3_golden.py with transformers 5.23 in float64) takes a
 PNG as a data: URL in an image_url part, and answers with transformers'
 greedy tokens for the same chat; the prompt it computed is the processor's
 (its token count). So do the tiny Qwen3-VL and Qwen3.5 fixtures
-(tests/golden/qwen3vl_tiny, qwen35vl_tiny). What cannot be taken is a 400 naming the part: an image
+(tests/golden/qwen3vl_tiny, qwen35vl_tiny), and the tiny Gemma 3 one
+(gemma3vl_tiny), whose image rows attend to each other both ways. What cannot be taken is a 400 naming the part: an image
 to a text-only model, a remote URL, bytes that are not an image. With
 --tp2 the server runs as two tensor-parallel ranks under mpirun (the tower
 on rank 0, the given rows sent to rank 1 with each step) and must give the
@@ -37,6 +38,7 @@ TP2 = False
 
 QWEN = "tests/golden/qwen3vl_tiny"
 QWEN35 = "tests/golden/qwen35vl_tiny"
+GEMMA3 = "tests/golden/gemma3vl_tiny"
 
 
 class VisionTest(unittest.TestCase):
@@ -136,6 +138,61 @@ class VisionTest(unittest.TestCase):
                 self.assertEqual(reply.usage.prompt_tokens, one["num_tokens"] - 15 + 8)
             finally:
                 s.close()
+
+    def test_gemma3_chats_match_transformers(self):
+        """Gemma 3 (tests/golden/make_gemma3vl_golden.py): each image one
+        896-px-style tile (32 px here) of 16 rows that attend to each other
+        both ways; its chats (two PNGs and a JPEG) give transformers' greedy
+        tokens and prompt length through the openai package and gRPC, with
+        prompts chunked around the images (--max_tokens_per_step=20; under
+        --tp2 the rows' horizons go to rank 1 with each step). A step budget
+        below an image's rows is a 400 naming it."""
+        fixture = GEMMA3
+        with open(os.path.join(fixture, "golden.json")) as f:
+            golden = json.load(f)
+        question = "What is this? Describe the image in detail."
+        s = Server(f"--model={fixture}", "--max_seq_len=256", "--threads=2", "--max_tokens_per_step=20")
+        try:
+            model = s.openai.models.list().data[0].id
+            for case in ("gradient", "photo", "two_images"):
+                want = golden["cases"][case]
+                content, parts = [], []
+                for i, name in enumerate(want["images"]):
+                    with open(os.path.join(fixture, golden["images"][name]["file"]), "rb") as f:
+                        data = f.read()
+                    kind = "jpeg" if name.startswith("photo") else "png"
+                    content.append({"type": "image_url", "image_url": {
+                        "url": f"data:image/{kind};base64," + base64.b64encode(data).decode()}})
+                    parts.append({"type": "image", "image": data})
+                    text = "and" if i + 1 < len(want["images"]) else question
+                    content.append({"type": "text", "text": text})
+                    parts.append({"type": "text", "text": text})
+                reply = s.openai.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": content}], max_tokens=8, temperature=0,
+                    extra_body={"ignore_eos": True})
+                self.assertEqual(reply.usage.prompt_tokens, len(want["input_ids"]), case)
+                self.assertEqual(reply.usage.completion_tokens, 8, case)
+                status, expected = s.post("/detokenize", {"tokens": want["greedy_8"]})
+                self.assertEqual(status, 200, expected)
+                self.assertEqual(reply.choices[0].message.content, expected["content"], case)
+                ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": parts}],
+                                                  max_new_tokens=8, temperature=0)
+                self.assertEqual(list(ids), want["greedy_8"], case)
+        finally:
+            s.close()
+        if TP2:
+            return
+        s = Server(f"--model={fixture}", "--max_seq_len=256", "--threads=2", "--max_tokens_per_step=12")
+        try:
+            with open(os.path.join(fixture, "gradient_37x23.png"), "rb") as f:
+                png = "data:image/png;base64," + base64.b64encode(f.read()).decode()
+            with self.assertRaises(openai.BadRequestError) as e:
+                s.openai.chat.completions.create(
+                    model=s.openai.models.list().data[0].id, max_tokens=4, messages=[{"role": "user", "content": [
+                        {"type": "image_url", "image_url": {"url": png}}, {"type": "text", "text": "What?"}]}])
+            self.assertIn("image 0 takes 16 rows, which attend to each other both ways", str(e.exception))
+        finally:
+            s.close()
 
     def test_image_chats_match_transformers(self):
         with open(os.path.join(FIXTURE, "golden.json")) as f:
