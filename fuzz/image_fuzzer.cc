@@ -1,4 +1,5 @@
-// Arbitrary bytes as an image a client sends: the decoders must refuse what
+// Arbitrary bytes as an image a client sends (PNG, JPEG with its EXIF
+// orientation, WebP): the decoders must refuse what
 // is malformed, truncated or too large with a status; whatever decodes goes
 // through SmolVLM's processor (resizing, tiling, normalising) and Qwen3-VL's
 // (smart_resize, bicubic, patches by merge block) and Gemma 3's (bilinear

@@ -11,7 +11,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
   libdnnl-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpng-dev libjpeg62-turbo-dev  # image decoders (model/vision/image.h)
+  libpng-dev libjpeg62-turbo-dev libwebp-dev  # image decoders (model/vision/image.h)
   # tests and tools
   python3 python3-grpcio python3-protobuf python3-pip python3-venv curl
   prometheus  # promtool and a Prometheus server for the metrics test

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <png.h>
 #include <jpeglib.h>
+#include <webp/decode.h>
 // clang-format on
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
 
 namespace flover {
 namespace {
@@ -25,6 +27,19 @@ absl::Status CheckSize(const char* format, int64_t width, int64_t height, const 
                             " pixels are taken"));
   }
   return absl::OkStatus();
+}
+
+// RGBA onto white: c * a / 255 + 255 * (1 - a / 255), rounded (Pillow's
+// alpha_composite over a white background, as transformers' convert_to_rgb
+// does it).
+std::vector<uint8_t> OntoWhite(const std::vector<uint8_t>& rgba) {
+  const size_t n = rgba.size() / 4;
+  std::vector<uint8_t> rgb(n * 3);
+  for (size_t i = 0; i < n; ++i) {
+    const int a = rgba[i * 4 + 3];
+    for (int c = 0; c < 3; ++c) rgb[i * 3 + c] = static_cast<uint8_t>((rgba[i * 4 + c] * a + 255 * (255 - a) + 127) / 255);
+  }
+  return rgb;
 }
 
 // ---- PNG ---------------------------------------------------------------------
@@ -113,8 +128,36 @@ void JpegExit(j_common_ptr cinfo) {
 
 void JpegSilent(j_common_ptr, int) {}
 
+// EXIF's orientation (tag 0x0112 of IFD0) in an APP1 marker's data, or 1
+// (as stored) where it has none or it is malformed.
+int ExifOrientation(const uint8_t* p, size_t n) {
+  if (n < 14 || std::memcmp(p, "Exif\0\0", 6) != 0) return 1;
+  p += 6;
+  n -= 6;
+  const bool little = p[0] == 'I' && p[1] == 'I';
+  if (!little && !(p[0] == 'M' && p[1] == 'M')) return 1;
+  auto u16 = [&](size_t at) { return little ? p[at] | p[at + 1] << 8 : p[at] << 8 | p[at + 1]; };
+  auto u32 = [&](size_t at) {
+    return little ? uint32_t{p[at]} | uint32_t{p[at + 1]} << 8 | uint32_t{p[at + 2]} << 16 | uint32_t{p[at + 3]} << 24
+                  : uint32_t{p[at]} << 24 | uint32_t{p[at + 1]} << 16 | uint32_t{p[at + 2]} << 8 | uint32_t{p[at + 3]};
+  };
+  if (u16(2) != 42) return 1;
+  const uint32_t ifd = u32(4);
+  if (ifd > n || n - ifd < 2) return 1;
+  const int entries = u16(ifd);
+  for (int i = 0; i < entries; ++i) {
+    const size_t at = ifd + 2 + static_cast<size_t>(i) * 12;
+    if (at + 12 > n) return 1;
+    if (u16(at) == 0x0112 && u16(at + 2) == 3) {  // SHORT
+      const int v = u16(at + 8);
+      return v >= 1 && v <= 8 ? v : 1;
+    }
+  }
+  return 1;
+}
+
 bool DecodeJpegInto(absl::string_view bytes, const ImageLimits& limits, std::vector<uint8_t>* out, int* width,
-                    int* height, char* error, size_t error_size, absl::Status* size_error) {
+                    int* height, int* orientation, char* error, size_t error_size, absl::Status* size_error) {
   jpeg_decompress_struct cinfo;
   JpegError err;
   cinfo.err = jpeg_std_error(&err.base);
@@ -127,7 +170,12 @@ bool DecodeJpegInto(absl::string_view bytes, const ImageLimits& limits, std::vec
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&cinfo, TRUE);
+  for (jpeg_saved_marker_ptr m = cinfo.marker_list; m != nullptr; m = m->next) {
+    if (m->marker == JPEG_APP0 + 1) *orientation = ExifOrientation(m->data, m->data_length);
+    if (*orientation != 1) break;
+  }
   if (absl::Status st = CheckSize("JPEG", cinfo.image_width, cinfo.image_height, limits); !st.ok()) {
     *size_error = st;
     jpeg_destroy_decompress(&cinfo);
@@ -151,6 +199,37 @@ bool DecodeJpegInto(absl::string_view bytes, const ImageLimits& limits, std::vec
   *width = w;
   *height = h;
   return true;
+}
+
+// `image` as its EXIF orientation says it is shown (PIL.ImageOps.
+// exif_transpose, which transformers' load_image applies): 2 mirrored, 3
+// turned half round, 4 flipped, 5 transposed, 6 turned a quarter clockwise,
+// 7 transversed, 8 a quarter counter-clockwise.
+RgbImage Oriented(RgbImage image, int orientation) {
+  if (orientation < 2 || orientation > 8) return image;
+  const int W = image.width, H = image.height;
+  const bool swap = orientation >= 5;
+  RgbImage out;
+  out.width = swap ? H : W;
+  out.height = swap ? W : H;
+  out.pixels.resize(image.pixels.size());
+  for (int y = 0; y < out.height; ++y) {
+    for (int x = 0; x < out.width; ++x) {
+      int sx = x, sy = y;  // the stored pixel shown at (x, y)
+      switch (orientation) {
+        case 2: sx = W - 1 - x; break;
+        case 3: sx = W - 1 - x; sy = H - 1 - y; break;
+        case 4: sy = H - 1 - y; break;
+        case 5: sx = y; sy = x; break;
+        case 6: sx = y; sy = H - 1 - x; break;
+        case 7: sx = W - 1 - y; sy = H - 1 - x; break;
+        case 8: sx = W - 1 - y; sy = x; break;
+      }
+      std::memcpy(&out.pixels[(static_cast<size_t>(y) * out.width + x) * 3],
+                  &image.pixels[(static_cast<size_t>(sy) * W + sx) * 3], 3);
+    }
+  }
+  return out;
 }
 
 // ---- Pillow's resampling -----------------------------------------------------
@@ -289,35 +368,39 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits&
       if (!size_error.ok()) return size_error;
       return Bad(absl::StrCat("the PNG image cannot be decoded: ", r.error));
     }
-    if (channels == 3) {
-      image.pixels = std::move(raw);
-      return image;
-    }
-    // Onto white: c * a / 255 + 255 * (1 - a / 255), rounded.
-    const size_t n = static_cast<size_t>(image.width) * image.height;
-    image.pixels.resize(n * 3);
-    for (size_t i = 0; i < n; ++i) {
-      const int a = raw[i * 4 + 3];
-      for (int c = 0; c < 3; ++c) {
-        image.pixels[i * 3 + c] = static_cast<uint8_t>((raw[i * 4 + c] * a + 255 * (255 - a) + 127) / 255);
-      }
-    }
+    image.pixels = channels == 3 ? std::move(raw) : OntoWhite(raw);
     return image;
   }
   if (bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF && static_cast<uint8_t>(bytes[1]) == 0xD8 &&
       static_cast<uint8_t>(bytes[2]) == 0xFF) {
     char error[JMSG_LENGTH_MAX + 64] = "";
-    if (!DecodeJpegInto(bytes, limits, &image.pixels, &image.width, &image.height, error, sizeof(error),
+    int orientation = 1;
+    if (!DecodeJpegInto(bytes, limits, &image.pixels, &image.width, &image.height, &orientation, error, sizeof(error),
                         &size_error)) {
       if (!size_error.ok()) return size_error;
       return Bad(absl::StrCat("the JPEG image cannot be decoded: ", error));
     }
-    return image;
+    return Oriented(std::move(image), orientation);
   }
   if (bytes.size() >= 12 && std::memcmp(bytes.data(), "RIFF", 4) == 0 && std::memcmp(bytes.data() + 8, "WEBP", 4) == 0) {
-    return Bad("WebP images are not supported yet (PNG and JPEG are)");
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+    WebPBitstreamFeatures f;
+    if (WebPGetFeatures(data, bytes.size(), &f) != VP8_STATUS_OK) {
+      return Bad("the WebP image cannot be decoded: its header is malformed or truncated");
+    }
+    if (f.has_animation) return Bad("animated WebP images are not supported (a still image is)");
+    FLOVER_RETURN_IF_ERROR(CheckSize("WebP", f.width, f.height, limits));
+    image.width = f.width;
+    image.height = f.height;
+    const size_t n = static_cast<size_t>(f.width) * f.height;
+    std::vector<uint8_t> raw(n * (f.has_alpha ? 4 : 3));
+    const uint8_t* done = f.has_alpha ? WebPDecodeRGBAInto(data, bytes.size(), raw.data(), raw.size(), f.width * 4)
+                                      : WebPDecodeRGBInto(data, bytes.size(), raw.data(), raw.size(), f.width * 3);
+    if (done == nullptr) return Bad("the WebP image cannot be decoded: its data is corrupt or truncated");
+    image.pixels = f.has_alpha ? OntoWhite(raw) : std::move(raw);
+    return image;
   }
-  return Bad("the image is neither PNG nor JPEG (its first bytes name no format Flover reads)");
+  return Bad("the image is neither PNG, JPEG nor WebP (its first bytes name no format Flover reads)");
 }
 
 namespace {

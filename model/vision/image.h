@@ -26,11 +26,13 @@ struct ImageLimits {
   int64_t max_pixels = int64_t{64} << 20;    // width x height, read from the header before decoding
 };
 
-// `bytes` as RGB: PNG (any bit depth, palette, grey, alpha) or JPEG (grey,
-// RGB, YCbCr). Alpha is composited onto white, as transformers'
-// convert_to_rgb does; 16-bit samples keep their high byte. Anything else
-// (another format, a corrupt or truncated file, one past `limits`) is
-// InvalidArgument saying what is wrong.
+// `bytes` as RGB: PNG (any bit depth, palette, grey, alpha), JPEG (grey,
+// RGB, YCbCr; turned as its EXIF orientation says, as transformers'
+// load_image does with PIL.ImageOps.exif_transpose) or a still WebP (lossy
+// or lossless, Debian's libwebp). Alpha is composited onto white, as
+// transformers' convert_to_rgb does; 16-bit samples keep their high byte.
+// Anything else (another format, an animated WebP, a corrupt or truncated
+// file, one past `limits`) is InvalidArgument saying what is wrong.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, const ImageLimits& limits = {});
 
 // `image` resized to width x height with Pillow's Lanczos filter

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -150,8 +151,9 @@ TEST(DecodeImageTest, JpegAndRefusals) {
   };
   EXPECT_NE(message(png.substr(0, png.size() / 2)).find("the PNG image cannot be decoded"), std::string::npos);
   EXPECT_NE(message(jpeg.substr(0, 200)).find("the JPEG image cannot be decoded"), std::string::npos);
-  EXPECT_NE(message("GIF89a....").find("neither PNG nor JPEG"), std::string::npos);
-  EXPECT_NE(message("RIFF0000WEBPVP8 ").find("WebP images are not supported yet"), std::string::npos);
+  EXPECT_NE(message("GIF89a....").find("neither PNG, JPEG nor WebP"), std::string::npos);
+  EXPECT_NE(message("RIFF0000WEBPVP8 ").find("the WebP image cannot be decoded: its header is malformed or truncated"),
+            std::string::npos);
   ImageLimits small;
   small.max_pixels = 100;
   EXPECT_NE(message(png, small).find("the PNG image is 37 x 23 pixels; at most 100 pixels are taken"),
@@ -159,6 +161,108 @@ TEST(DecodeImageTest, JpegAndRefusals) {
   EXPECT_NE(message(jpeg, small).find("the JPEG image is 40 x 24 pixels"), std::string::npos);
   small.max_bytes = 10;
   EXPECT_NE(message(png, small).find("at most 10 are taken"), std::string::npos);
+}
+
+// WebP (lossless, lossy, with alpha) and JPEGs with each EXIF orientation
+// (tests/golden/make_image_formats_golden.py) decode to the RGB
+// transformers' processors see: Pillow's decoding, PIL.ImageOps.
+// exif_transpose (transformers' load_image) and convert_to_rgb (alpha onto
+// white). Lossy WebP's pixels are measured against Pillow's; the rest are
+// equal. An animated, truncated or oversized WebP is refused by name.
+TEST(DecodeImageTest, WebPAndExifOrientationAsTransformersSeesThem) {
+  constexpr char kFormats[] = "tests/golden/image_formats";
+  const std::string golden = std::string(kFormats) + "/golden.safetensors";
+  std::ifstream in(std::string(kFormats) + "/golden.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const auto& [name, f] : meta["files"].items()) {
+    if (!f.contains("width")) continue;
+    auto image = DecodeImage(Read(std::string(kFormats) + "/" + name));
+    ASSERT_TRUE(image.ok()) << name << ": " << image.status();
+    EXPECT_EQ(image->width, f["width"].get<int>()) << name;
+    EXPECT_EQ(image->height, f["height"].get<int>()) << name;
+    std::string dtype;
+    const std::string want = testing::RawGoldenTensor(golden, name + ".rgb", &dtype);
+    ASSERT_EQ(want.size(), image->pixels.size()) << name;
+    int worst = 0;
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const int d = std::abs(int{image->pixels[i]} - int{static_cast<uint8_t>(want[i])});
+      worst = std::max(worst, d);
+      differ += d != 0;
+    }
+    EXPECT_EQ(differ, 0u) << name << ": " << differ << " of " << want.size() << " values differ from Pillow's, by "
+                          << worst << " at most";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
+  auto message = [](absl::string_view bytes, ImageLimits limits = {}) {
+    auto r = DecodeImage(bytes, limits);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  EXPECT_NE(message(Read(std::string(kFormats) + "/animated.webp")).find("animated WebP images are not supported"),
+            std::string::npos);
+  const std::string lossy = Read(std::string(kFormats) + "/lossy.webp");
+  EXPECT_NE(message(lossy.substr(0, lossy.size() - 100)).find("the WebP image cannot be decoded"), std::string::npos);
+  ImageLimits small;
+  small.max_pixels = 100;
+  EXPECT_NE(message(lossy, small).find("the WebP image is 52 x 36 pixels; at most 100 pixels are taken"),
+            std::string::npos);
+}
+
+// Real photographs (scikit-image's public-domain and CC0 samples, cropped
+// to odd sizes; tests/golden/make_photo_golden.py): a baseline 4:4:4 JPEG,
+// a progressive 4:2:0 one and an RGBA PNG decode to the RGB transformers'
+// processors see, and each of the three processors (the tiny fixtures'
+// settings) makes transformers' pixels; every value is compared, and the
+// differences, if any, counted.
+TEST(RealPhotographTest, DecodersAndProcessorsMatchTransformers) {
+  constexpr char kPhotos[] = "tests/golden/photos";
+  const std::string golden = std::string(kPhotos) + "/golden.safetensors";
+  auto file = SafetensorsFile::Open(golden);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::ifstream in(std::string(kPhotos) + "/golden.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  auto idefics3 = LoadIdefics3ProcessorConfig(kDir);
+  auto qwen = LoadQwen2VlProcessorConfig("tests/golden/qwen3vl_tiny");
+  auto gemma = LoadGemma3ProcessorConfig("tests/golden/gemma3vl_tiny");
+  ASSERT_TRUE(idefics3.ok() && qwen.ok() && gemma.ok());
+  auto count_differ = [](const std::vector<float>& got, const std::vector<float>& want) {
+    size_t differ = got.size() == want.size() ? 0 : std::max(got.size(), want.size());
+    for (size_t i = 0; differ == 0 && i < got.size(); ++i) differ += got[i] != want[i];
+    return differ;
+  };
+  int cases = 0;
+  for (const auto& [name, im] : meta["images"].items()) {
+    auto image = DecodeImage(Read(std::string(kPhotos) + "/" + im["file"].get<std::string>()));
+    ASSERT_TRUE(image.ok()) << name << ": " << image.status();
+    std::string dtype;
+    EXPECT_EQ(std::string(image->pixels.begin(), image->pixels.end()),
+              testing::RawGoldenTensor(golden, name + ".rgb", &dtype))
+        << name << ": decoded as transformers sees it";
+    for (const std::string processor : {"idefics3", "qwen3vl", "gemma3"}) {
+      const std::string tensor = name + "." + processor + ".pixel_values";
+      const TensorInfo* t = file->Find(tensor);
+      ASSERT_NE(t, nullptr) << tensor;
+      auto want = file->ReadFloat(tensor, t->shape);
+      ASSERT_TRUE(want.ok()) << want.status();
+      std::vector<float> got;
+      if (processor == "idefics3") {
+        got = ProcessIdefics3Image(*image, *idefics3).pixels;
+      } else if (processor == "qwen3vl") {
+        auto q = ProcessQwen2VlImage(*image, *qwen);
+        ASSERT_TRUE(q.ok()) << q.status();
+        got = q->patches;
+      } else {
+        got = ProcessGemma3Image(*image, *gemma).pixels;
+      }
+      EXPECT_EQ(count_differ(got, *want), 0u) << tensor << ": values that differ from transformers' ("
+                                              << got.size() << " made, " << want->size() << " expected)";
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 9);
 }
 
 // Qwen3-VL's processor (transformers' Qwen2VLImageProcessorPil) on the
