@@ -302,6 +302,7 @@ absl::StatusOr<FrontEnds> StartFrontEnds(const ServerOptions& options, Engine& e
   ServingContext serving{engine, model.tokenizer.get(), model.chat.get()};
   if (model.vision != nullptr) {
     serving.image_processor = model.image_processor.get();
+    serving.image_fetch = &options.image_fetch;
   }
   if (options.embeddings) {
     serving.pooling = pooling.pooling;

@@ -60,13 +60,23 @@ absl::Status AddTurn(const Json& item, size_t i, std::set<std::string>* calls_ma
       parts.push_back({false, *text});
       texts.push_back(*std::move(text));
     } else if (*type == "image" && !assistant) {
-      // {"source": {"type": "base64", "media_type": ..., "data": ...}}; no URLs.
+      // {"source": {"type": "base64", "media_type": ..., "data": ...}}, or
+      // {"type": "url", "url": ...}, fetched where --image_url_hosts names
+      // its host (request_convert).
       const Json* source = JsonField(b, "source");
       if (source == nullptr || !source->is_object()) return Bad(block + ".source", "must be an object");
       auto kind = JsonStringField(*source, "type", block + ".source");
       if (!kind.ok()) return kind.status();
+      if (*kind == "url") {
+        auto url = JsonStringField(*source, "url", block + ".source");
+        if (!url.ok()) return url.status();
+        out->images.push_back({"", block, *std::move(url)});
+        parts.push_back({true, ""});
+        any_image = true;
+        continue;
+      }
       if (*kind != "base64") {
-        return Bad(block + ".source.type", "\"", *kind, "\" is not supported (base64; the server fetches no URLs)");
+        return Bad(block + ".source.type", "\"", *kind, "\" is not supported (base64, url)");
       }
       auto data = JsonStringField(*source, "data", block + ".source");
       if (!data.ok()) return data.status();

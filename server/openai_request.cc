@@ -76,14 +76,16 @@ absl::Status ParsePrompt(const Json& body, ClientRequest* out) {
 }
 
 // An image_url part's image: the bytes of its data: URL
-// ("data:image/png;base64,..."); remote URLs are refused.
-absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& at) {
+// ("data:image/png;base64,..."), or its http(s) URL, fetched later where
+// --image_url_hosts names the host (request_convert).
+absl::StatusOr<ClientImage> ImageUrl(const Json& part, const std::string& at) {
   const Json* image = JsonField(part, "image_url");
   const Json* url = image != nullptr && image->is_object() ? JsonField(*image, "url") : image;
   if (url == nullptr || !url->is_string()) return Bad(at + ".image_url.url", "must be a string");
   const std::string& u = url->get_ref<const std::string&>();
+  if (absl::StartsWith(u, "http://") || absl::StartsWith(u, "https://")) return ClientImage{"", at, u};
   if (!absl::StartsWith(u, "data:")) {
-    return Bad(at + ".image_url.url", "only data: URLs are taken (the server fetches no remote images)");
+    return Bad(at + ".image_url.url", "only data:, http:// and https:// URLs are taken");
   }
   const size_t comma = u.find(',');
   if (comma == std::string::npos || !absl::EndsWith(absl::string_view(u).substr(0, comma), ";base64")) {
@@ -93,7 +95,7 @@ absl::StatusOr<std::string> ImageUrlBytes(const Json& part, const std::string& a
   if (!absl::Base64Unescape(absl::string_view(u).substr(comma + 1), &bytes) || bytes.empty()) {
     return Bad(at + ".image_url.url", "the data: URL's base64 does not decode");
   }
-  return bytes;
+  return ClientImage{std::move(bytes), at, ""};
 }
 
 // A chat message's content into *message: a string, or a list of text
@@ -117,9 +119,9 @@ absl::Status MessageContent(const Json& v, const std::string& where, ChatMessage
     const Json* type = JsonField(part, "type");
     if (type == nullptr || !type->is_string()) return Bad(at + ".type", "is required");
     if (*type == "image_url") {
-      auto bytes = ImageUrlBytes(part, at);
-      if (!bytes.ok()) return bytes.status();
-      images->push_back({*std::move(bytes), at});
+      auto image = ImageUrl(part, at);
+      if (!image.ok()) return image.status();
+      images->push_back(*std::move(image));
       parts.push_back({true, ""});
       any_image = true;
       continue;

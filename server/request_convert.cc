@@ -35,7 +35,15 @@ absl::Status AddImages(const std::vector<ClientImage>& images, const ConvertCont
   const std::string& placeholder = processor.placeholder();
   size_t at = 0;
   for (const ClientImage& image : images) {
-    auto decoded = DecodeImage(image.bytes, context.image_limits);
+    std::string fetched;
+    if (image.bytes.empty() && !image.url.empty()) {
+      ImageFetchOptions off;
+      const ImageFetchOptions& fetch = context.image_fetch != nullptr ? *context.image_fetch : off;
+      absl::StatusOr<std::string> body = FetchImage(image.url, fetch);
+      if (!body.ok()) return FieldError(image.field, body.status().message());
+      fetched = *std::move(body);
+    }
+    auto decoded = DecodeImage(image.bytes.empty() ? fetched : image.bytes, context.image_limits);
     if (!decoded.ok()) return FieldError(image.field, decoded.status().message());
     absl::StatusOr<ProcessedPromptImage> p = processor.Process(*decoded);
     if (!p.ok()) return FieldError(image.field, p.status().message());

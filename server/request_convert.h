@@ -27,6 +27,7 @@
 #include "engine/json_schema.h"
 #include "engine/request.h"
 #include "proto/flover.pb.h"
+#include "server/image_fetch.h"
 #include "util/field_error.h"
 
 namespace flover::server {
@@ -75,11 +76,13 @@ constexpr size_t kMaxRequestIdBytes = 256;
 // (an unset optional gets the shared default). gRPC's GenerateRequest
 // (FromProto) and an OpenAI body (openai_request) both become one, so both
 // front ends tokenize, render chats, default and refuse alike.
-// An image a request sends: its bytes (PNG or JPEG) and the field it came
-// in (what a refusal names: "messages[0].content[1]").
+// An image a request sends: its bytes (PNG, JPEG or WebP) and the field it
+// came in (what a refusal names: "messages[0].content[1]"), or, where the
+// bytes are empty, the http(s) URL to fetch them from (server/image_fetch.h).
 struct ClientImage {
   std::string bytes;
   std::string field;
+  std::string url;
 };
 
 struct ClientRequest {
@@ -153,6 +156,8 @@ struct ConvertContext {
   const ImageProcessor* image_processor = nullptr;
   ImageLimits image_limits;
   int max_images = 16;  // per request
+  // Where remote images may come from (--image_url_hosts); null: none.
+  const ImageFetchOptions* image_fetch = nullptr;
 };
 
 // Whether a chat reply to `prompt` (a rendered chat's tokens) starts

@@ -35,13 +35,16 @@ struct ServingContext {
   std::shared_ptr<GrammarConstraints> grammars;  // JSON schemas, regexes, grammars
   // With --embeddings: how an input's hidden rows are pooled (else none).
   std::optional<Pooling> pooling;
-  // A vision model's image side (else null: images refused).
+  // A vision model's image side (else null: images refused), and where
+  // remote images may come from.
   const ImageProcessor* image_processor = nullptr;
+  const ImageFetchOptions* image_fetch = nullptr;
 
   // What request_convert needs of it.
   ConvertContext convert() const {
     ConvertContext c{tokenizer, chat, token_bytes, engine.model().info().vocab_size, grammars.get()};
     c.image_processor = image_processor;
+    c.image_fetch = image_fetch;
     return c;
   }
 };

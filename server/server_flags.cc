@@ -84,6 +84,9 @@ ABSL_FLAG(int, max_queue, 1024, "Waiting requests; more are refused with RESOURC
 ABSL_FLAG(int, max_image_tokens, 4096,
           "Most tokens one image becomes where the model sizes images itself (Qwen3-VL, Qwen3.5: larger ones are "
           "resized down, as the processor's max_pixels does); bounds the vision encoder's memory and time");
+ABSL_FLAG(std::string, image_url_hosts, "",
+          "Comma-separated hosts (host or host:port) the server may fetch images from, for image_url parts and "
+          "Messages API url sources with http(s) URLs; empty (the default): only images sent inline are taken");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "Largest max_new_tokens a request may ask for");
 ABSL_FLAG(std::string, speculative, "off",
           "Speculative decoding: off, ngram (draft tokens from earlier occurrences of each "
@@ -216,6 +219,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (o.max_image_tokens < 1 || o.max_image_tokens > 16384) {
     return absl::InvalidArgumentError(absl::StrCat("--max_image_tokens must be in [1, 16384], got ", o.max_image_tokens));
   }
+  auto hosts = ParseImageHosts(absl::GetFlag(FLAGS_image_url_hosts));
+  if (!hosts.ok()) return hosts.status();
+  o.image_fetch.hosts = *std::move(hosts);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   auto speculative = ParseSpeculativeMode(absl::GetFlag(FLAGS_speculative));
   if (!speculative.ok()) return absl::InvalidArgumentError(absl::StrCat("--speculative: ", speculative.status().message()));

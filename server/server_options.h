@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "kernels/backend.h"
+#include "server/image_fetch.h"
 
 namespace flover::server {
 
@@ -50,6 +51,7 @@ struct ServerOptions {
   std::string http_listen;                   // HOST:PORT for the OpenAI API; empty = off
   int http_threads = 64;                     // HTTP requests served at once
   int max_image_tokens = 4096;               // --max_image_tokens: an image's rows, where the model sizes images
+  ImageFetchOptions image_fetch;             // --image_url_hosts: where remote images may come from
 };
 
 }  // namespace flover::server

@@ -896,8 +896,8 @@ class ChatTest(unittest.TestCase):
                 (dict(messages=[{"role": "robot", "content": "x"}]), "is not supported (system, user, "
                  "assistant, tool)", "messages[0].role"),
                 (dict(messages=[{"role": "user", "content": [
-                    {"type": "image_url", "image_url": {"url": "http://x"}}]}]),
-                 "only data: URLs are taken", "messages[0].content[0].image_url.url"),
+                    {"type": "image_url", "image_url": {"url": "ftp://x"}}]}]),
+                 "only data:, http:// and https:// URLs are taken", "messages[0].content[0].image_url.url"),
                 (dict(messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]),
                  "'input_audio' is not supported (text and image_url)", "messages[0].content[0].type"),
                 (dict(messages=self.QUESTION, n=17), "n: at most 16, got 17", "n"),

@@ -194,6 +194,61 @@ class VisionTest(unittest.TestCase):
         finally:
             s.close()
 
+    def test_remote_images_come_only_from_named_hosts(self):
+        """--image_url_hosts: an image_url part's http URL (and a Messages API
+        url source) on a host it names is fetched (an HTTP server on
+        loopback, an ephemeral port) and answered as the same image sent
+        inline; another host, a missing file and a redirect are 400s naming
+        the part and why; the server follows no redirect."""
+        import functools
+        import http.server
+        import threading
+
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path == "/moved.png":
+                    self.send_response(302)
+                    self.send_header("Location", "/gradient_37x23.png")
+                    self.end_headers()
+                    return
+                super().do_GET()
+
+        files = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=FIXTURE))
+        threading.Thread(target=files.serve_forever, daemon=True).start()
+        port = files.server_address[1]
+        with open(os.path.join(FIXTURE, "golden.json")) as f:
+            want = json.load(f)["cases"]["gradient"]
+        s = Server(f"--model={FIXTURE}", "--max_seq_len=1024", "--threads=2", f"--image_url_hosts=127.0.0.1:{port}")
+        try:
+            model = s.openai.models.list().data[0].id
+            status, expected = s.post("/detokenize", {"tokens": want["greedy_8"]})
+            url = f"http://127.0.0.1:{port}/gradient_37x23.png"
+            reply = s.openai.chat.completions.create(model=model, max_tokens=8, temperature=0, messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                             {"type": "text", "text": "What is this?"}]}])
+            self.assertEqual(reply.choices[0].message.content, expected["content"])
+            self.assertEqual(reply.usage.prompt_tokens, len(want["input_ids"]))
+            status, answer = s.post("/v1/messages", {
+                "model": model, "max_tokens": 8, "temperature": 0, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "url", "url": url}}, {"type": "text", "text": "What is this?"}]}]})
+            self.assertEqual(status, 200, answer)
+            self.assertEqual(answer["content"][0]["text"], expected["content"])
+            for bad, why in ((f"http://localhost:{port}/gradient_37x23.png",
+                              f"the host localhost:{port} is not one this server fetches images from"),
+                             (f"http://127.0.0.1:{port}/missing.png", "gave HTTP 404"),
+                             (f"http://127.0.0.1:{port}/moved.png", "gave HTTP 302 (redirects are not followed)")):
+                with self.assertRaises(openai.BadRequestError) as e:
+                    s.openai.chat.completions.create(model=model, max_tokens=2, messages=[{"role": "user", "content": [
+                        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": bad}}]}])
+                self.assertIn("messages[0].content[1]", str(e.exception))
+                self.assertIn(why, str(e.exception))
+        finally:
+            s.close()
+            files.shutdown()
+
     def test_image_chats_match_transformers(self):
         with open(os.path.join(FIXTURE, "golden.json")) as f:
             golden = json.load(f)
@@ -238,7 +293,7 @@ class VisionTest(unittest.TestCase):
                 "model": model, "max_tokens": 8, "messages": [{"role": "user", "content": [
                     {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]})
             self.assertEqual(status, 400, refused)
-            self.assertIn("messages[0].content[0].source.type", json.dumps(refused))
+            self.assertIn("messages[0].content[0]: remote image URLs are off", json.dumps(refused))
             # gRPC: the Python client's image parts, and flover_client --image.
             png_bytes = base64.b64decode(png)
             ids, text, _, last = s.grpc_generate(
@@ -253,8 +308,9 @@ class VisionTest(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             self.assertEqual(out.stdout, expected["content"] + "\n[length]\n")
             # Refusals, naming the part.
-            bad = [({"url": "https://example.com/cat.png"}, "only data: URLs are taken"),
-                   ({"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}, "neither PNG nor JPEG"),
+            bad = [({"url": "https://example.com/cat.png"}, "remote image URLs are off"),
+                   ({"url": "ftp://example.com/cat.png"}, "only data:, http:// and https:// URLs are taken"),
+                   ({"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}, "neither PNG, JPEG nor WebP"),
                    ({"url": "data:image/png,rawbytes"}, "must be base64")]
             for image_url, why in bad:
                 with self.assertRaises(openai.BadRequestError) as e:
