@@ -19,6 +19,11 @@ absl::StatusOr<Gemma3ProcessorConfig> LoadGemma3ProcessorConfig(const std::strin
   const google::protobuf::Struct& p = settings.image;
   const std::string& what = settings.what;
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(what, ": ", m...)); };
+  // The released preprocessor_config.json holds it too.
+  if (!settings.has_processor || !JsonHas(settings.processor, "image_seq_length")) {
+    FLOVER_ASSIGN_OR_RETURN(c.image_seq_length,
+                            JsonIntFieldOr(p, "image_seq_length", c.image_seq_length, 1, 1 << 16, what));
+  }
   if (const google::protobuf::Struct* size = JsonObjectField(p, "size"); size != nullptr) {
     FLOVER_ASSIGN_OR_RETURN(const int height, JsonIntField(*size, "height", 1, 4096, what));
     FLOVER_ASSIGN_OR_RETURN(const int width, JsonIntField(*size, "width", 1, 4096, what));

@@ -25,8 +25,9 @@ struct Gemma3ProcessorConfig {
 };
 
 // The checkpoint's settings: preprocessor_config.json, or
-// processor_config.json's "image_processor", and processor_config.json's
-// image_seq_length; defaults where they say nothing. A square size,
+// processor_config.json's "image_processor", and image_seq_length
+// (processor_config.json's, else the image settings'); defaults where they
+// say nothing. A square size,
 // BILINEAR resampling (2), a rescale of 1/255 and RGB are taken, and
 // do_pan_and_scan must not be true.
 absl::StatusOr<Gemma3ProcessorConfig> LoadGemma3ProcessorConfig(const std::string& dir);

@@ -376,6 +376,15 @@ TEST(Gemma3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
   auto refused = LoadGemma3ProcessorConfig(dir);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("do_pan_and_scan is true"), std::string::npos) << refused.status();
+  // The released files: image_seq_length in preprocessor_config.json, the
+  // pan-and-scan keys null.
+  std::ofstream(dir + "/preprocessor_config.json")
+      << R"({"do_pan_and_scan": null, "image_seq_length": 64, "size": {"height": 448, "width": 448}, "resample": 2,
+            "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "rescale_factor": 0.00392156862745098})";
+  auto released = LoadGemma3ProcessorConfig(dir);
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(released->image_seq_length, 64);
+  EXPECT_EQ(released->size, 448);
 }
 
 }  // namespace
