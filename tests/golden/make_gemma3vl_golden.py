@@ -34,7 +34,6 @@ with token_type_ids=None (plain causal + sliding-window masks) are also saved as
 """
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -58,6 +57,9 @@ from transformers import (  # noqa: E402
 )
 from transformers.image_utils import PILImageResampling  # noqa: E402
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil  # noqa: E402
+
+# The array helpers and the synthetic images, shared with the SmolVLM generator beside this one.
+from make_idefics3_golden import make_images, save, sha256  # noqa: E402
 
 SEED = 1234
 
@@ -136,28 +138,9 @@ def build_tokenizer():
 
 
 # ----------------------------------------------------------------------------- images
-def make_images():
-    # A: 37 wide x 23 high RGB gradient (non-square, odd size)
-    W, H = 37, 23
-    y, x = np.mgrid[0:H, 0:W]
-    a = np.stack(
-        [
-            np.round(x * 255.0 / (W - 1)),
-            np.round(y * 255.0 / (H - 1)),
-            np.round(((x + y) % 16) * 255.0 / 15),
-        ],
-        axis=-1,
-    ).astype(np.uint8)
-    # B: 16x16 checkerboard of 4x4 squares, two colours
-    yy, xx = np.mgrid[0:16, 0:16]
-    on = ((xx // 4 + yy // 4) % 2).astype(bool)
-    b = np.zeros((16, 16, 3), np.uint8)
-    b[on] = (230, 40, 20)
-    b[~on] = (20, 60, 210)
-    return {"gradient_37x23": a, "checker_16x16": b}
-
-
-PHOTO = "photo_52x36.jpg"  # copied from tests/golden/qwen3vl_tiny (a real baseline JPEG)
+# The gradient and checkerboard of make_idefics3_golden.make_images, and a real baseline JPEG copied from
+# tests/golden/qwen3vl_tiny.
+PHOTO = "photo_52x36.jpg"
 
 
 # ----------------------------------------------------------------------------- model
@@ -308,29 +291,6 @@ def patch_true_float64(enable):
 
 
 # ----------------------------------------------------------------------------- helpers
-def sha256(a):
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
-
-
-def summarize(a, n=6):
-    a = np.asarray(a)
-    flat = a.reshape(-1)
-    return {
-        "shape": list(a.shape),
-        "dtype": str(a.dtype),
-        "first": [float(v) for v in flat[:n]],
-        "last": [float(v) for v in flat[-n:]],
-        "sum": float(flat.astype(np.float64).sum()),
-        "abs_sum": float(np.abs(flat.astype(np.float64)).sum()),
-        "sha256": sha256(a),
-    }
-
-
-def save(outdir, name, arr, index_entry):
-    np.save(os.path.join(outdir, name + ".npy"), arr)
-    index_entry[name] = dict(file=name + ".npy", **summarize(arr))
-
-
 @torch.no_grad()
 def run_case(model, processor, images, text_prompt, with_causal=False):
     inputs = processor(images=images, text=text_prompt, return_tensors="pt")
