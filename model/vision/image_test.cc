@@ -36,6 +36,15 @@ std::string Read(const std::string& path) {
   return s.str();
 }
 
+// How many values of `got` differ from `want` (all of them where the sizes
+// differ).
+size_t Differing(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::max(got.size(), want.size());
+  size_t n = 0;
+  for (size_t i = 0; i < got.size(); ++i) n += got[i] != want[i];
+  return n;
+}
+
 TEST(Idefics3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
   auto config = LoadIdefics3ProcessorConfig(kDir);
   ASSERT_TRUE(config.ok()) << config.status();
@@ -74,9 +83,7 @@ TEST(Idefics3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
     auto want = golden->ReadFloat(c + ".pixel_values", t->shape);
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_EQ(pixels.size(), want->size()) << c;
-    size_t differ = 0;
-    for (size_t i = 0; i < pixels.size(); ++i) differ += pixels[i] != (*want)[i];
-    EXPECT_EQ(differ, 0u) << c << ": pixels that differ from transformers' processor";
+    EXPECT_EQ(Differing(pixels, *want), 0u) << c << ": pixels that differ from transformers' processor";
   }
 }
 
@@ -228,11 +235,6 @@ TEST(RealPhotographTest, DecodersAndProcessorsMatchTransformers) {
   auto qwen = LoadQwen2VlProcessorConfig("tests/golden/qwen3vl_tiny");
   auto gemma = LoadGemma3ProcessorConfig("tests/golden/gemma3vl_tiny");
   ASSERT_TRUE(idefics3.ok() && qwen.ok() && gemma.ok());
-  auto count_differ = [](const std::vector<float>& got, const std::vector<float>& want) {
-    size_t differ = got.size() == want.size() ? 0 : std::max(got.size(), want.size());
-    for (size_t i = 0; differ == 0 && i < got.size(); ++i) differ += got[i] != want[i];
-    return differ;
-  };
   int cases = 0;
   for (const auto& [name, im] : meta["images"].items()) {
     auto image = DecodeImage(Read(std::string(kPhotos) + "/" + im["file"].get<std::string>()));
@@ -257,7 +259,7 @@ TEST(RealPhotographTest, DecodersAndProcessorsMatchTransformers) {
       } else {
         got = ProcessGemma3Image(*image, *gemma).pixels;
       }
-      EXPECT_EQ(count_differ(got, *want), 0u) << tensor << ": values that differ from transformers' ("
+      EXPECT_EQ(Differing(got, *want), 0u) << tensor << ": values that differ from transformers' ("
                                               << got.size() << " made, " << want->size() << " expected)";
       ++cases;
     }
@@ -364,9 +366,7 @@ TEST(Gemma3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
     auto want = golden->ReadFloat(c + ".pixel_values", t->shape);
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_EQ(pixels.size(), want->size()) << c;
-    size_t differ = 0;
-    for (size_t i = 0; i < pixels.size(); ++i) differ += pixels[i] != (*want)[i];
-    EXPECT_EQ(differ, 0u) << c << ": pixels that differ from transformers' processor";
+    EXPECT_EQ(Differing(pixels, *want), 0u) << c << ": pixels that differ from transformers' processor";
   }
   // A checkpoint that turns pan-and-scan on is refused, naming it.
   const std::string dir = ::testing::TempDir() + "/gemma3_pan_and_scan";
