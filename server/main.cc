@@ -34,6 +34,7 @@
 #include "model/model_loader.h"
 #include "model/vision/image_processor.h"
 #include "model/vision/qwen3_vl_vision.h"
+#include "model/vision/vision_encoder.h"
 #include "model/loader/gguf.h"
 #include "model/pooling.h"
 #include "server/api_keys.h"
@@ -166,17 +167,38 @@ absl::StatusOr<Model> LoadShard(const ServerOptions& options, const WorldConfig&
         }
       }
     } else {
-      // llama.cpp's projector: the image token is the model's <|image_pad|>.
-      auto pad = m.tokenizer == nullptr ? absl::StatusOr<std::vector<int32_t>>(absl::NotFoundError("no tokenizer"))
-                                        : m.tokenizer->Encode("<|image_pad|>", /*add_special_tokens=*/false);
-      if (!pad.ok() || pad->size() != 1) {
-        return absl::InvalidArgumentError(absl::StrCat(options.model, ": --mmproj needs <|image_pad|> in the vocabulary"));
+      // llama.cpp's projector, by its type: Qwen3-VL's image token is the
+      // model's <|image_pad|>, Gemma 3's <image_soft_token>, SmolVLM's <image>.
+      std::string projector;
+      {
+        auto file = GgufFile::Open(options.mmproj);
+        if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat("--mmproj: ", file.status().message()));
+        projector = file->GetString("clip.projector_type").value_or("");
       }
-      auto tower = Qwen3VlVision::LoadGguf(options.mmproj, (*pad)[0], *m.vision_backend);
-      if (!tower.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("--mmproj: ", tower.status().message()));
+      const char* token = projector == "qwen3vl_merger" ? "<|image_pad|>"
+                          : projector == "gemma3"       ? "<image_soft_token>"
+                          : projector == "idefics3"     ? "<image>"
+                                                        : nullptr;
+      if (token == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("--mmproj: ", options.mmproj, ": clip.projector_type \"",
+                                                       projector, "\" is not one Flover runs (qwen3vl_merger, gemma3, "
+                                                       "idefics3)"));
       }
-      vision = std::unique_ptr<ImageEncoder>(std::move(*tower));
+      auto ids = m.tokenizer == nullptr ? absl::StatusOr<std::vector<int32_t>>(absl::NotFoundError("no tokenizer"))
+                                        : m.tokenizer->Encode(token, /*add_special_tokens=*/false);
+      if (!ids.ok() || ids->size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(options.model, ": --mmproj (", projector, ") needs ", token,
+                                                       " in the vocabulary"));
+      }
+      if (projector == "qwen3vl_merger") {
+        auto tower = Qwen3VlVision::LoadGguf(options.mmproj, (*ids)[0], *m.vision_backend);
+        if (!tower.ok()) return absl::InvalidArgumentError(absl::StrCat("--mmproj: ", tower.status().message()));
+        vision = std::unique_ptr<ImageEncoder>(std::move(*tower));
+      } else {
+        auto tower = VisionEncoder::LoadGguf(options.mmproj, (*ids)[0], *m.vision_backend);
+        if (!tower.ok()) return absl::InvalidArgumentError(absl::StrCat("--mmproj: ", tower.status().message()));
+        vision = std::unique_ptr<ImageEncoder>(std::move(*tower));
+      }
       FLOVER_ASSIGN_OR_RETURN(m.image_processor, LoadGgufImageProcessor(options.mmproj));
     }
     if (vision.ok() && ready.ok()) {

@@ -19,7 +19,8 @@ ABSL_FLAG(std::string, model, "",
           "A GGUF file, a Hugging Face model directory, or builtin:NAME; empty: SmolLM2-135M-Instruct "
           "(models/, fetched by tools/setup.sh)");
 ABSL_FLAG(std::string, mmproj, "",
-          "With a GGUF --model: llama.cpp's mmproj file of its vision tower (Qwen3-VL's, qwen3vl_merger), so the "
+          "With a GGUF --model: llama.cpp's mmproj file of its vision tower (Qwen3-VL's qwen3vl_merger, Gemma 3's "
+          "gemma3 or SmolVLM's idefics3), so the "
           "model takes images");
 ABSL_FLAG(std::string, served_model_name, "",
           "The model's id in the OpenAI API (what clients send as `model`; /v1/models lists it); "

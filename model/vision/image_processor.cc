@@ -142,29 +142,70 @@ absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::st
   return std::unique_ptr<ImageProcessor>(new Idefics3Processor(std::move(c)));
 }
 
-absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadGgufImageProcessor(const std::string& path) {
-  FLOVER_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
-  Qwen2VlProcessorConfig c;
-  FLOVER_ASSIGN_OR_RETURN(const int64_t patch, f.GetInt("clip.vision.patch_size"));
-  FLOVER_ASSIGN_OR_RETURN(const int64_t merge, f.GetIntOr("clip.vision.spatial_merge_size", 2));
-  if (patch < 1 || patch > 256 || merge < 1 || merge > 16) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": patch size ", patch, " or merge ", merge, " out of range"));
-  }
-  c.patch = static_cast<int>(patch);
-  c.merge = static_cast<int>(merge);
-  const int64_t block = patch * merge;
-  c.min_pixels = 8 * block * block;
-  c.max_pixels = 4096 * block * block;
-  for (auto [key, out] : {std::pair{"clip.vision.image_mean", c.mean}, std::pair{"clip.vision.image_std", c.std}}) {
+namespace {
+
+// An mmproj file's clip.vision.image_mean and image_std into mean and std.
+absl::Status ReadGgufNormalization(const GgufFile& f, const std::string& path, float mean[3], float std[3]) {
+  for (auto [key, out] : {std::pair{"clip.vision.image_mean", mean}, std::pair{"clip.vision.image_std", std}}) {
     FLOVER_ASSIGN_OR_RETURN(const std::vector<double>* v, f.GetFloats(key));
     if (v->size() != 3) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " needs 3 values"));
     for (int i = 0; i < 3; ++i) {
-      if (!std::isfinite((*v)[i]) || (out == c.std && !((*v)[i] > 0))) {
+      if (!std::isfinite((*v)[i]) || (out == std && !((*v)[i] > 0))) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " holds ", (*v)[i]));
       }
       out[i] = static_cast<float>((*v)[i]);
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadGgufImageProcessor(const std::string& path) {
+  FLOVER_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  FLOVER_ASSIGN_OR_RETURN(const std::string projector, f.GetString("clip.projector_type"));
+  auto get = [&](const char* key, int64_t dflt, int64_t lo, int64_t hi) -> absl::StatusOr<int> {
+    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetIntOr(key, dflt));
+    if (v < lo || v > hi) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " ", v, " is out of range"));
+    return static_cast<int>(v);
+  };
+  FLOVER_ASSIGN_OR_RETURN(const int patch, get("clip.vision.patch_size", 0, 1, 256));
+  if (projector == "gemma3" || projector == "idefics3") {
+    // One tile of the tower's size (Gemma 3), or SmolVLM's tiles and
+    // global tile with its longest edge from preproc_image_size.
+    FLOVER_ASSIGN_OR_RETURN(const int tile, get("clip.vision.image_size", 0, 1, 4096));
+    FLOVER_ASSIGN_OR_RETURN(const int scale, get("clip.vision.projector.scale_factor", projector == "gemma3" ? 4 : 2, 1, 64));
+    if (tile % (patch * scale) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": image_size ", tile, " is not whole ", patch, " px patches ",
+                                                     scale, " to a row a side"));
+    }
+    const int rows = (tile / patch / scale) * (tile / patch / scale);
+    if (projector == "gemma3") {
+      Gemma3ProcessorConfig c;
+      c.size = tile;
+      c.image_seq_length = rows;
+      FLOVER_RETURN_IF_ERROR(ReadGgufNormalization(f, path, c.mean, c.std));
+      return std::unique_ptr<ImageProcessor>(new Gemma3Processor(std::move(c)));
+    }
+    Idefics3ProcessorConfig c;
+    c.tile = tile;
+    c.rows_per_tile = rows;
+    FLOVER_ASSIGN_OR_RETURN(c.longest_edge, get("clip.vision.preproc_image_size", 4 * tile, tile, 4096));
+    FLOVER_RETURN_IF_ERROR(ReadGgufNormalization(f, path, c.mean, c.std));
+    return std::unique_ptr<ImageProcessor>(new Idefics3Processor(std::move(c)));
+  }
+  if (projector != "qwen3vl_merger") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": clip.projector_type \"", projector,
+                                                   "\" is not one Flover runs (qwen3vl_merger, gemma3, idefics3)"));
+  }
+  Qwen2VlProcessorConfig c;
+  FLOVER_ASSIGN_OR_RETURN(const int merge, get("clip.vision.spatial_merge_size", 2, 1, 16));
+  c.patch = patch;
+  c.merge = merge;
+  const int64_t block = int64_t{patch} * merge;
+  c.min_pixels = 8 * block * block;
+  c.max_pixels = 4096 * block * block;
+  FLOVER_RETURN_IF_ERROR(ReadGgufNormalization(f, path, c.mean, c.std));
   return std::unique_ptr<ImageProcessor>(new Qwen2VlProcessor(std::move(c)));
 }
 

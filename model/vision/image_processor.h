@@ -46,12 +46,16 @@ class ImageProcessor {
 // (Qwen3-VL's and Qwen3.5's: Qwen2-VL's; Gemma 3's; else SmolVLM's).
 absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadImageProcessor(const std::string& dir);
 
-// The processor for llama.cpp's Qwen3-VL mmproj file `path`: Qwen2-VL's,
-// with the file's patch size, merge and normalisation, and the sizes
-// llama.cpp gives Qwen3-VL images (8 to 4096 tokens an image: min_pixels
-// and max_pixels of that many 32-px blocks; its files record none).
-// Resizing stays transformers' (Pillow's bicubic; llama.cpp's is
-// bilinear).
+// The processor for llama.cpp's mmproj file `path`, by its projector:
+// for Qwen3-VL's (qwen3vl_merger) Qwen2-VL's, with the file's patch size,
+// merge and normalisation, and the sizes llama.cpp gives Qwen3-VL images
+// (8 to 4096 tokens an image: min_pixels and max_pixels of that many 32-px
+// blocks; its files record none); for Gemma 3's Gemma 3's (image_size,
+// scale_factor's pooling); for SmolVLM's (idefics3) SmolVLM's
+// (preproc_image_size the longest edge, image_size the tile). Resizing
+// stays transformers' (Pillow's bicubic, bilinear and Lanczos): llama.cpp
+// resizes otherwise (its own filters, aspect kept with black bars), so its
+// pixels differ on images it must resize.
 absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadGgufImageProcessor(const std::string& path);
 
 }  // namespace flover

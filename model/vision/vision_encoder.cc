@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/loader/checkpoint.h"
+#include "model/loader/gguf.h"
 #include "model/vision/random_weights.h"
 #include "util/file_util.h"
 #include "util/json.h"
@@ -169,6 +170,98 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(const std::st
   });
 }
 
+absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::LoadGguf(const std::string& path, int image_token,
+                                                                       kernels::Backend& backend) {
+  FLOVER_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", m...)); };
+  auto projector = f.GetString("clip.projector_type");
+  const bool gemma = projector.ok() && *projector == "gemma3";
+  if (!projector.ok() || (!gemma && *projector != "idefics3")) {
+    return absl::NotFoundError(absl::StrCat(path, ": not a SmolVLM (idefics3) or Gemma 3 projector (clip.projector_type ",
+                                            projector.ok() ? *projector : "absent", ")"));
+  }
+  VisionInfo info;
+  auto read_int = [&](const char* key, int64_t lo, int64_t hi, int* out) -> absl::Status {
+    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetIntOr(key, *out));
+    if (v < lo || v > hi) return refuse(key, " ", v, " is out of range");
+    *out = static_cast<int>(v);
+    return absl::OkStatus();
+  };
+  info.tile = info.patch = info.hidden = info.intermediate = info.layers = info.heads = info.out_width = 0;
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.image_size", 1, 4096, &info.tile));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.patch_size", 1, 256, &info.patch));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.embedding_length", 1, 1 << 14, &info.hidden));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.feed_forward_length", 1, 1 << 16, &info.intermediate));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.block_count", 1, 256, &info.layers));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.attention.head_count", 1, 256, &info.heads));
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.projection_dim", 1, 1 << 17, &info.out_width));
+  info.scale = gemma ? 4 : 2;
+  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.projector.scale_factor", 1, 64, &info.scale));
+  FLOVER_ASSIGN_OR_RETURN(const double eps, f.GetFloatOr("clip.vision.attention.layer_norm_epsilon", 1e-6));
+  if (!(eps > 0 && eps < 1)) return refuse("clip.vision.attention.layer_norm_epsilon must be in (0, 1)");
+  info.norm_eps = static_cast<float>(eps);
+  if (info.tile % info.patch != 0 || info.patches_per_side() % info.scale != 0 || info.hidden % info.heads != 0) {
+    return refuse("image_size ", info.tile, ", patch_size ", info.patch, ", scale_factor ", info.scale, " and ",
+                  info.heads, " heads of ", info.hidden, " do not fit together");
+  }
+  info.image_token = image_token;
+  if (gemma) {
+    info.connector = VisionInfo::Connector::kPoolNorm;
+    info.norm_holds_one = true;
+  }
+  const int64_t D = info.hidden;
+  // llama.cpp's tensor of a Hugging Face name (the converter keeps the
+  // values' order; some SigLIP files swap ffn_up and ffn_down, which
+  // llama.cpp undoes by shape, as here).
+  auto tensor = [&](const std::string& name, int64_t n, int64_t cols) -> absl::StatusOr<std::vector<float>> {
+    const GgufTensor* t = f.FindTensor(name);
+    if (t == nullptr) return refuse("has no tensor ", name);
+    if (t->rows() * t->cols() != n || (cols > 0 && t->cols() != cols)) {
+      return refuse(name, " is ", t->rows(), " x ", t->cols(), ", not ", n, " values", cols > 0 ? absl::StrCat(" of ", cols, " a row") : "");
+    }
+    return f.ReadRows(*t, 0, t->rows());
+  };
+  const std::string hf = info.tower_prefix;
+  return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) -> absl::StatusOr<std::vector<float>> {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    static const std::pair<const char*, const char*> kNames[] = {
+        {"embeddings.patch_embedding.", "v.patch_embd."},
+        {"embeddings.position_embedding.", "v.position_embd."},
+        {"post_layernorm.", "v.post_ln."},
+        {"model.connector.modality_projection.proj.", "mm.model.fc."},
+        {"multi_modal_projector.mm_soft_emb_norm.", "mm.soft_emb_norm."},
+        {"multi_modal_projector.mm_input_projection_weight", "mm.input_projection.weight"},
+    };
+    const std::string rest = name.rfind(hf, 0) == 0 ? name.substr(hf.size()) : name;
+    for (const auto& [from, to] : kNames) {
+      if (rest.rfind(from, 0) == 0) return tensor(to + rest.substr(std::string(from).size()), n, 0);
+    }
+    if (rest.rfind("encoder.layers.", 0) == 0) {
+      const size_t dot = rest.find('.', 15);
+      const std::string l = rest.substr(15, dot - 15), part = rest.substr(dot + 1);
+      const std::string blk = "v.blk." + l + ".";
+      static const std::pair<const char*, const char*> kBlock[] = {
+          {"layer_norm1.", "ln1."}, {"layer_norm2.", "ln2."},          {"self_attn.q_proj.", "attn_q."},
+          {"self_attn.k_proj.", "attn_k."}, {"self_attn.v_proj.", "attn_v."}, {"self_attn.out_proj.", "attn_out."},
+      };
+      for (const auto& [from, to] : kBlock) {
+        if (part.rfind(from, 0) == 0) return tensor(blk + to + part.substr(std::string(from).size()), n, 0);
+      }
+      const bool up = part.rfind("mlp.fc1.", 0) == 0, down = part.rfind("mlp.fc2.", 0) == 0;
+      if (up || down) {
+        const std::string suffix = part.substr(8);
+        // fc1's rows read the width D; fc2's the MLP's.
+        const GgufTensor* u = f.FindTensor(blk + "ffn_up.weight");
+        const bool swapped = u != nullptr && u->cols() != D;
+        const std::string which = (up != swapped) ? "ffn_up." : "ffn_down.";
+        return tensor(blk + which + suffix, n, suffix == "weight" ? (up ? D : info.intermediate) : 0);
+      }
+    }
+    return refuse("no tensor stands for ", name);
+  });
+}
+
 absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Random(const VisionInfo& info, kernels::Backend& backend,
                                                                      uint64_t seed) {
   return Build(info, backend, [&](const std::string& name, const std::vector<int64_t>& shape) {
@@ -240,7 +333,9 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
   if (info.connector == VisionInfo::Connector::kPoolNorm) {
     const std::string& m = info.projector_prefix;
     FLOVER_ASSIGN_OR_RETURN(e->pool_norm_, read(m + "mm_soft_emb_norm.weight", {D}));
-    for (float& w : e->pool_norm_) w += 1.0f;  // Gemma's RMSNorm scales by 1 + w
+    if (!info.norm_holds_one) {
+      for (float& w : e->pool_norm_) w += 1.0f;  // Gemma's RMSNorm scales by 1 + w
+    }
     // A plain matrix of [in, out] (torch.matmul(x, w)), not an nn.Linear.
     FLOVER_ASSIGN_OR_RETURN(std::vector<float> w, read(m + "mm_input_projection_weight", {D, info.out_width}));
     FLOVER_ASSIGN_OR_RETURN(e->projection_, backend.PrepareWeight(w.data(), static_cast<int>(D), info.out_width,

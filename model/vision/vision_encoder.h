@@ -48,6 +48,8 @@ struct VisionInfo {
     kPoolNorm,      // Gemma 3's: average pool, RMSNorm (1 + w), projection
   };
   Connector connector = Connector::kPixelShuffle;
+  // kPoolNorm: the RMSNorm's weight is stored as 1 + w (llama.cpp's files).
+  bool norm_holds_one = false;
   // Where the checkpoint keeps the tower's tensors, and Gemma 3's
   // projector's.
   std::string tower_prefix = "model.vision_model.";
@@ -70,6 +72,14 @@ class VisionEncoder : public ImageEncoder {
   // on `backend`. A checkpoint without one is NotFound; a config Flover does
   // not run is InvalidArgument, naming the field.
   static absl::StatusOr<std::unique_ptr<VisionEncoder>> Load(const std::string& dir, kernels::Backend& backend);
+  // The tower and projector of llama.cpp's mmproj file `path`
+  // (clip.projector_type idefics3 or gemma3: the SigLIP tower under v.,
+  // the projector under mm.; Gemma 3's pooling from
+  // clip.vision.projector.scale_factor, 4 where absent, as llama.cpp
+  // reads it), its rows given to `image_token`. Another projector is
+  // NotFound; shapes or keys that do not fit are InvalidArgument.
+  static absl::StatusOr<std::unique_ptr<VisionEncoder>> LoadGguf(const std::string& path, int image_token,
+                                                                 kernels::Backend& backend);
   // A tower of `info`'s shapes with seeded random weights, for benchmarks.
   static absl::StatusOr<std::unique_ptr<VisionEncoder>> Random(const VisionInfo& info, kernels::Backend& backend,
                                                                uint64_t seed);

@@ -174,6 +174,61 @@ TEST_P(VisionEncoderTest, ImagePromptsMatchTransformersLogitsAndGreedyTokens) {
   }
 }
 
+// llama.cpp's mmproj files of the two fixtures (tests/golden/gguf_idefics3,
+// gguf_gemma3vl: its converter's output) load as the same tower: the same
+// shapes, the tower's rows bitwise the directory's (both f32), and the
+// features the goldens' (SmolVLM's bitwise; Gemma 3's projection the
+// converter stores in f16, so within its rounding).
+TEST(VisionEncoderGgufTest, LlamaCppMmprojIsTheSameTower) {
+  auto backend = testing::CpuBackend();
+  struct Case {
+    const Fixture* fixture;
+    const char* mmproj;
+    double features_error;
+  };
+  for (const Case& c : {Case{&kIdefics3, "tests/golden/gguf_idefics3/mmproj.gguf", 0.0},
+                        Case{&kGemma3, "tests/golden/gguf_gemma3vl/mmproj.gguf", 2e-3}}) {
+    SCOPED_TRACE(c.mmproj);
+    auto dir = VisionEncoder::Load(c.fixture->dir, *backend);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    const VisionInfo& want = (*dir)->info();
+    auto gguf = VisionEncoder::LoadGguf(c.mmproj, want.image_token, *backend);
+    ASSERT_TRUE(gguf.ok()) << gguf.status();
+    const VisionInfo& got = (*gguf)->info();
+    EXPECT_EQ(std::make_tuple(got.tile, got.patch, got.hidden, got.heads, got.layers, got.intermediate, got.scale,
+                              got.out_width, got.connector),
+              std::make_tuple(want.tile, want.patch, want.hidden, want.heads, want.layers, want.intermediate,
+                              want.scale, want.out_width, want.connector));
+    EXPECT_EQ((*gguf)->encoder_info().bidirectional, (*dir)->encoder_info().bidirectional);
+    auto file = SafetensorsFile::Open(std::string(c.fixture->dir) + "/golden.safetensors");
+    ASSERT_TRUE(file.ok());
+    const std::string name = c.fixture->cases.back() + ".pixel_values";  // two_images
+    const TensorInfo* t = file->Find(name);
+    auto pixels = file->ReadFloat(name, t->shape);
+    ASSERT_TRUE(pixels.ok());
+    const int n = static_cast<int>(pixels->size() / (3 * got.tile * got.tile));
+    auto rows = (*gguf)->Tower(*pixels, n);
+    auto dir_rows = (*dir)->Tower(*pixels, n);
+    ASSERT_TRUE(rows.ok() && dir_rows.ok());
+    EXPECT_EQ(*rows, *dir_rows);
+    auto features = (*gguf)->Connect(*rows, n);
+    ASSERT_TRUE(features.ok()) << features.status();
+    const std::string golden = c.fixture->cases.back() + ".image_features";
+    auto want_features = file->ReadFloat(golden, file->Find(golden)->shape);
+    ASSERT_TRUE(want_features.ok());
+    if (c.features_error == 0) {
+      auto dir_features = (*dir)->Connect(*dir_rows, n);
+      ASSERT_TRUE(dir_features.ok());
+      EXPECT_EQ(*features, *dir_features);
+    }
+    EXPECT_LE(Off(*features, *want_features), std::max(c.features_error, 1e-5));
+  }
+  // Another projector is NotFound, naming it.
+  auto qwen = VisionEncoder::LoadGguf("tests/golden/gguf_qwen3vl/mmproj.gguf", 1, *backend);
+  EXPECT_EQ(qwen.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(qwen.status().message().find("clip.projector_type qwen3vl_merger"), std::string::npos) << qwen.status();
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, VisionEncoderTest,
                          ::testing::Combine(::testing::Values("cpu", "cuda"), ::testing::Values(&kIdefics3, &kGemma3)),
                          [](const auto& info) {

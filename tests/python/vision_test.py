@@ -182,6 +182,28 @@ class VisionTest(unittest.TestCase):
             s.close()
         if TP2:
             return
+        # llama.cpp's files (tests/golden/gguf_gemma3vl): the text GGUF with
+        # the window pattern and query scale its converter drops put back,
+        # and its mmproj; on images it need not resize (32 x 32) the chats
+        # give transformers' tokens, as llama.cpp's own path does.
+        gguf = "tests/golden/gguf_gemma3vl"
+        s = Server(f"--model={gguf}/model_swa2_qscale.gguf", f"--mmproj={gguf}/mmproj.gguf", "--max_seq_len=256",
+                   "--threads=2")
+        try:
+            for case, images in (("gradient", ["gradient_32x32.png"]), ("photo", ["photo_32x32.png"]),
+                                 ("two_images", ["gradient_32x32.png", "checker_32x32.png"])):
+                want = golden["cases"][case]
+                parts = []
+                for i, image in enumerate(images):
+                    with open(os.path.join(gguf, image), "rb") as f:
+                        parts.append({"type": "image", "image": f.read()})
+                    parts.append({"type": "text", "text": "and" if i + 1 < len(images) else question})
+                ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": parts}], max_new_tokens=8,
+                                                  temperature=0)
+                self.assertEqual(list(ids), want["greedy_8"], case)
+                self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]), case)
+        finally:
+            s.close()
         s = Server(f"--model={fixture}", "--max_seq_len=256", "--threads=2", "--max_tokens_per_step=12")
         try:
             with open(os.path.join(fixture, "gradient_37x23.png"), "rb") as f:
@@ -191,6 +213,34 @@ class VisionTest(unittest.TestCase):
                     model=s.openai.models.list().data[0].id, max_tokens=4, messages=[{"role": "user", "content": [
                         {"type": "image_url", "image_url": {"url": png}}, {"type": "text", "text": "What?"}]}])
             self.assertIn("image 0 takes 16 rows, which attend to each other both ways", str(e.exception))
+        finally:
+            s.close()
+
+    def test_smolvlm_from_llama_cpp_files(self):
+        """SmolVLM from llama.cpp's files (tests/golden/gguf_idefics3: its
+        converter's llama text GGUF and idefics3 mmproj of the tiny fixture):
+        on images it need not resize (the 96 x 64 and 96 x 96 the processor
+        resizes the fixture's to) the chats give transformers' tokens, as
+        llama.cpp's own path does."""
+        if TP2:
+            return
+        gguf = "tests/golden/gguf_idefics3"
+        with open(os.path.join(FIXTURE, "golden.json")) as f:
+            golden = json.load(f)
+        s = Server(f"--model={gguf}/model.gguf", f"--mmproj={gguf}/mmproj.gguf", "--max_seq_len=1024", "--threads=2")
+        try:
+            for case, images, texts in (("gradient", ["gradient_96x64.png"], ["What is this?"]),
+                                        ("two_images", ["gradient_96x64.png", "checker_96x96.png"], ["and", "?"])):
+                want = golden["cases"][case]
+                parts = []
+                for image, text in zip(images, texts):
+                    with open(os.path.join(gguf, image), "rb") as f:
+                        parts.append({"type": "image", "image": f.read()})
+                    parts.append({"type": "text", "text": text})
+                ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": parts}], max_new_tokens=8,
+                                                  temperature=0)
+                self.assertEqual(list(ids), want["greedy_8"], case)
+                self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]), case)
         finally:
             s.close()
 
