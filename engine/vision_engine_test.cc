@@ -460,7 +460,26 @@ TEST_F(Gemma3EngineTest, ChatsGenerateTransformersTokensWithImagesComputedWhole)
     ASSERT_TRUE(sinks[i]->Wait());
     EXPECT_EQ(sinks[i]->tokens(), Greedy(cases[i])) << cases[i];
   }
-  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 4);
+  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 4 * 2);  // a unit a layer
+  // A text request keeps decoding while an image's 2 units (its tower's
+  // layers) are encoded, one a step.
+  Request text;
+  text.prompt = {2, 60, 61, 62, 63};
+  text.sampling.temperature = 0;
+  text.stop.max_new_tokens = 30;
+  text.stop.ignore_eos = true;
+  auto text_sink = std::make_shared<testing::CollectingSink>();
+  auto image_sink = std::make_shared<testing::CollectingSink>();
+  std::atomic<int> text_at_first_image_token{-1};
+  text_sink->AtToken(2, [&] {
+    auto id = (*e)->Submit(ImageRequest("photo", 500), image_sink);
+    EXPECT_TRUE(id.ok()) << id.status();
+  });
+  image_sink->AtToken(1, [&] { text_at_first_image_token = static_cast<int>(text_sink->tokens().size()); });
+  ASSERT_TRUE((*e)->Submit(text, text_sink).ok());
+  ASSERT_TRUE(text_sink->Wait() && image_sink->Wait());
+  EXPECT_EQ(image_sink->tokens(), Greedy("photo"));
+  EXPECT_GE(text_at_first_image_token - 2, 2) << "the text request decoded while the image's units were encoded";
 
   // A step budget below an image's 16 rows cannot compute it whole: refused
   // by name.

@@ -29,10 +29,21 @@ struct VisionEncoder::Layer {
   Buffer qkv_bias, out_bias, fc1_bias, fc2_bias;
 };
 
+struct VisionEncoder::Job {
+  uint64_t key = 0;
+  int tiles = 0;
+  int next_layer = 0;
+  Buffer x, h, qkv, att, mlp;
+  std::vector<int32_t> ends;  // each tile's end row: attention within a tile
+};
+
 VisionEncoder::VisionEncoder(kernels::Backend& backend, VisionInfo info) : backend_(backend), info_(info) {
   encoder_info_.image_token = info.image_token;
   encoder_info_.out_width = info.out_width;
   encoder_info_.bidirectional = info.connector == VisionInfo::Connector::kPoolNorm;
+  // Gemma 3's tower over one 896-px tile: a layer a unit (about a second on
+  // 2 CPU cores in f32), so running sequences decode between its layers.
+  if (info.connector == VisionInfo::Connector::kPoolNorm) layers_per_unit_ = 1;
 }
 VisionEncoder::~VisionEncoder() = default;
 
@@ -348,7 +359,7 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Build(const Vision
   return e;
 }
 
-absl::StatusOr<std::vector<float>> VisionEncoder::Tower(absl::Span<const float> tiles, int n) {
+absl::StatusOr<std::unique_ptr<VisionEncoder::Job>> VisionEncoder::Start(absl::Span<const float> tiles, int n) {
   const int S = info_.tile, P = info_.patch, G = info_.patches_per_side(), N = info_.patches();
   const int64_t C = info_.channels, D = info_.hidden, F = info_.intermediate, K = C * P * P;
   if (n < 1 || tiles.size() != static_cast<size_t>(n) * C * S * S) {
@@ -372,34 +383,57 @@ absl::StatusOr<std::vector<float>> VisionEncoder::Tower(absl::Span<const float> 
       }
     }
   }
+  auto job = std::make_unique<Job>();
+  job->tiles = n;
   auto alloc = [&](int64_t cols) { return backend_.Allocate(kernels::DType::kF32, T, cols); };
   FLOVER_ASSIGN_OR_RETURN(Buffer in, alloc(K));
-  FLOVER_ASSIGN_OR_RETURN(Buffer x, alloc(D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer h, alloc(D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer qkv, alloc(3 * D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer att, alloc(D));
-  FLOVER_ASSIGN_OR_RETURN(Buffer mlp, alloc(F));
+  FLOVER_ASSIGN_OR_RETURN(job->x, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(job->h, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(job->qkv, alloc(3 * D));
+  FLOVER_ASSIGN_OR_RETURN(job->att, alloc(D));
+  FLOVER_ASSIGN_OR_RETURN(job->mlp, alloc(F));
   FLOVER_RETURN_IF_ERROR(backend_.Upload(patches.data(), in.tensor()));
   const Tensor pb = patch_bias_.tensor();
-  FLOVER_RETURN_IF_ERROR(backend_.Linear(in.tensor(), *patch_, &pb, Epilogue::kBias, x.tensor()));
-  for (int t = 0; t < n; ++t) FLOVER_RETURN_IF_ERROR(backend_.Add(positions_.tensor(), x.tensor().Rows(int64_t{t} * N, N)));
-  std::vector<int32_t> ends(n);
-  for (int t = 0; t < n; ++t) ends[t] = (t + 1) * N;
-  for (const Layer& l : layers_) {
-    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), l.ln1_gamma.tensor(), l.ln1_beta.tensor(), info_.norm_eps, h.tensor()));
-    const Tensor qb = l.qkv_bias.tensor(), ob = l.out_bias.tensor(), b1 = l.fc1_bias.tensor(), b2 = l.fc2_bias.tensor();
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h.tensor(), *l.qkv, &qb, Epilogue::kBias, qkv.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.EncoderAttention(qkv.tensor(), ends, info_.heads, 0.0f, att.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(att.tensor(), *l.out, &ob, Epilogue::kBiasResidual, x.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), l.ln2_gamma.tensor(), l.ln2_beta.tensor(), info_.norm_eps, h.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(h.tensor(), *l.fc1, &b1, Epilogue::kBiasGelu, mlp.tensor()));
-    FLOVER_RETURN_IF_ERROR(backend_.Linear(mlp.tensor(), *l.fc2, &b2, Epilogue::kBiasResidual, x.tensor()));
+  FLOVER_RETURN_IF_ERROR(backend_.Linear(in.tensor(), *patch_, &pb, Epilogue::kBias, job->x.tensor()));
+  for (int t = 0; t < n; ++t) {
+    FLOVER_RETURN_IF_ERROR(backend_.Add(positions_.tensor(), job->x.tensor().Rows(int64_t{t} * N, N)));
   }
-  FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x.tensor(), post_gamma_.tensor(), post_beta_.tensor(), info_.norm_eps, h.tensor()));
-  std::vector<float> out(T * D);
-  FLOVER_RETURN_IF_ERROR(backend_.Download(h.tensor(), out.data()));
+  job->ends.resize(n);
+  for (int t = 0; t < n; ++t) job->ends[t] = (t + 1) * N;
+  return job;
+}
+
+absl::Status VisionEncoder::RunLayers(Job& job, int end) {
+  const Tensor x = job.x.tensor(), h = job.h.tensor(), qkv = job.qkv.tensor(), att = job.att.tensor(),
+               mlp = job.mlp.tensor();
+  for (; job.next_layer < std::min(end, info_.layers); ++job.next_layer) {
+    const Layer& l = layers_[job.next_layer];
+    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, l.ln1_gamma.tensor(), l.ln1_beta.tensor(), info_.norm_eps, h));
+    const Tensor qb = l.qkv_bias.tensor(), ob = l.out_bias.tensor(), b1 = l.fc1_bias.tensor(), b2 = l.fc2_bias.tensor();
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *l.qkv, &qb, Epilogue::kBias, qkv));
+    FLOVER_RETURN_IF_ERROR(backend_.EncoderAttention(qkv, job.ends, info_.heads, 0.0f, att));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(att, *l.out, &ob, Epilogue::kBiasResidual, x));
+    FLOVER_RETURN_IF_ERROR(backend_.LayerNorm(x, l.ln2_gamma.tensor(), l.ln2_beta.tensor(), info_.norm_eps, h));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(h, *l.fc1, &b1, Epilogue::kBiasGelu, mlp));
+    FLOVER_RETURN_IF_ERROR(backend_.Linear(mlp, *l.fc2, &b2, Epilogue::kBiasResidual, x));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> VisionEncoder::FinishRows(Job& job) {
+  const Tensor h = job.h.tensor();
+  FLOVER_RETURN_IF_ERROR(
+      backend_.LayerNorm(job.x.tensor(), post_gamma_.tensor(), post_beta_.tensor(), info_.norm_eps, h));
+  std::vector<float> out(h.rows * h.cols);
+  FLOVER_RETURN_IF_ERROR(backend_.Download(h, out.data()));
   FLOVER_RETURN_IF_ERROR(backend_.Synchronize());
   return out;
+}
+
+absl::StatusOr<std::vector<float>> VisionEncoder::Tower(absl::Span<const float> tiles, int n) {
+  FLOVER_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Start(tiles, n));
+  FLOVER_RETURN_IF_ERROR(RunLayers(*job, info_.layers));
+  return FinishRows(*job);
 }
 
 absl::StatusOr<std::vector<float>> VisionEncoder::Connect(absl::Span<const float> tower_rows, int n) {
@@ -438,13 +472,39 @@ absl::Status VisionEncoder::CheckImage(const PromptImage& image) const {
   return absl::OkStatus();
 }
 
+int VisionEncoder::UnitsOf(const PromptImage& image) const {
+  return layers_per_unit_ > 0 ? (info_.layers + layers_per_unit_ - 1) / layers_per_unit_ : image.num_tiles;
+}
+
 absl::StatusOr<std::vector<float>> VisionEncoder::EncodeUnits(const PromptImage& image, int first, int n) {
   const size_t per_tile = static_cast<size_t>(info_.channels) * info_.tile * info_.tile;
-  if (first < 0 || n < 1 || first + n > image.num_tiles) {
-    return absl::InvalidArgumentError(absl::StrCat("tiles ", first, "..", first + n - 1, " of an image of ",
-                                                   image.num_tiles));
+  const int units = UnitsOf(image);
+  if (first < 0 || n < 1 || first + n > units) {
+    return absl::InvalidArgumentError(absl::StrCat("units ", first, "..", first + n - 1, " of an image of ", units));
   }
-  return Encode(absl::MakeConstSpan(image.tiles->data() + first * per_tile, n * per_tile), n);
+  if (layers_per_unit_ == 0) {
+    return Encode(absl::MakeConstSpan(image.tiles->data() + first * per_tile, n * per_tile), n);
+  }
+  // Unit u runs layers [u, u + 1) * layers_per_unit_ of all the image's
+  // tiles; its features come with its last. An image is taken up where it
+  // was left (the same image, the next unit), else started afresh.
+  FLOVER_RETURN_IF_ERROR(CheckImage(image));
+  if (first == 0) {
+    job_.reset();
+    FLOVER_ASSIGN_OR_RETURN(job_, Start(*image.tiles, image.num_tiles));
+    job_->key = image.key;
+  } else if (job_ == nullptr || job_->key != image.key || job_->tiles != image.num_tiles ||
+             job_->next_layer != first * layers_per_unit_) {
+    return absl::FailedPreconditionError(absl::StrCat("vision tower: unit ", first, " of an image not begun"));
+  }
+  absl::Status ran = RunLayers(*job_, (first + n) * layers_per_unit_);
+  absl::StatusOr<std::vector<float>> rows = std::vector<float>();
+  if (ran.ok() && first + n == units) rows = FinishRows(*job_);
+  if (!ran.ok() || first + n == units) job_.reset();
+  if (!ran.ok()) return ran;
+  if (first + n < units) return std::vector<float>();
+  if (!rows.ok()) return rows.status();
+  return Connect(*rows, image.num_tiles);
 }
 
 absl::StatusOr<std::vector<float>> VisionEncoder::Encode(absl::Span<const float> tiles, int n) {

@@ -20,6 +20,7 @@
 #ifndef FLOVER_MODEL_VISION_VISION_ENCODER_H_
 #define FLOVER_MODEL_VISION_VISION_ENCODER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -98,14 +99,27 @@ class VisionEncoder : public ImageEncoder {
   // Both: the tiles' features, as the language model takes them.
   absl::StatusOr<std::vector<float>> Encode(absl::Span<const float> tiles, int n);
 
-  // ImageEncoder: an image's units are its tiles.
+  // ImageEncoder: an image's units are its tiles (SmolVLM's: a small tower
+  // over tiles of 512 px); or, with layers_per_unit() > 0 (Gemma 3's: a
+  // 400M tower over one 896-px tile, ~1 s a layer on 2 CPU cores), its
+  // tower's layers that many at a time, the last unit also running the
+  // final norm and the connector: a long encode is spread over steps.
   const ImageEncoderInfo& encoder_info() const override { return encoder_info_; }
   absl::Status CheckImage(const PromptImage& image) const override;
   int RowsOf(const PromptImage& image) const override { return image.num_tiles * info_.rows_per_tile(); }
+  int UnitsOf(const PromptImage& image) const override;
   absl::StatusOr<std::vector<float>> EncodeUnits(const PromptImage& image, int first, int n) override;
+  int layers_per_unit() const { return layers_per_unit_; }
+  void set_layers_per_unit(int n) { layers_per_unit_ = std::max(0, n); }
 
  private:
   struct Layer;
+  // A tower run part way: its tiles' residual rows and the buffers its
+  // layers use, from the patch embedding to layer next_layer.
+  struct Job;
+  absl::StatusOr<std::unique_ptr<Job>> Start(absl::Span<const float> tiles, int n);
+  absl::Status RunLayers(Job& job, int end);  // layers up to `end`
+  absl::StatusOr<std::vector<float>> FinishRows(Job& job);  // the final norm's rows, on the host
   using Reader = std::function<absl::StatusOr<std::vector<float>>(const std::string& name,
                                                                   const std::vector<int64_t>& shape)>;
   VisionEncoder(kernels::Backend& backend, VisionInfo info);
@@ -119,6 +133,8 @@ class VisionEncoder : public ImageEncoder {
   kernels::Buffer patch_bias_, positions_, post_gamma_, post_beta_;
   std::vector<float> pool_norm_;  // kPoolNorm: the RMSNorm's 1 + w, on the host
   std::vector<Layer> layers_;
+  int layers_per_unit_ = 0;      // 0: an image's units are its tiles
+  std::unique_ptr<Job> job_;     // the image EncodeUnits is part way through
 };
 
 // The pixel shuffle of SmolVLM's connector on one tile's rows, host f32

@@ -174,6 +174,40 @@ TEST_P(VisionEncoderTest, ImagePromptsMatchTransformersLogitsAndGreedyTokens) {
   }
 }
 
+// Gemma 3's tower runs a layer a unit (its 2 here), the last also the
+// final norm and projector: an image's features are the same (bitwise)
+// however its units are grouped into calls, and equal Encode's; a unit of
+// an image not begun, or of another image, is refused.
+TEST(VisionEncoderUnitsTest, Gemma3LayersAsUnitsGiveTheSameFeatures) {
+  auto backend = testing::CpuBackend();
+  auto e = VisionEncoder::Load(kGemma3.dir, *backend);
+  ASSERT_TRUE(e.ok()) << e.status();
+  VisionEncoder& v = **e;
+  EXPECT_EQ(v.layers_per_unit(), 1);
+  auto file = SafetensorsFile::Open(std::string(kGemma3.dir) + "/golden.safetensors");
+  ASSERT_TRUE(file.ok());
+  auto pixels = file->ReadFloat("gradient.pixel_values", file->Find("gradient.pixel_values")->shape);
+  ASSERT_TRUE(pixels.ok());
+  PromptImage image{std::make_shared<const std::vector<float>>(*pixels), 1, 7};
+  ASSERT_EQ(v.UnitsOf(image), 2);
+  auto whole = v.Encode(*pixels, 1);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto first = v.EncodeUnits(image, 0, 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->empty()) << "features come with the last unit";
+  PromptImage other = image;
+  other.key = 8;
+  EXPECT_EQ(v.EncodeUnits(other, 1, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(v.EncodeUnits(image, 0, 1).ok());
+  auto last = v.EncodeUnits(image, 1, 1);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(*last, *whole);
+  auto both = v.EncodeUnits(image, 0, 2);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(*both, *whole);
+  EXPECT_LT(Off(*whole, *file->ReadFloat("gradient.image_features", {16, 64})), 1e-5);
+}
+
 // llama.cpp's mmproj files of the two fixtures (tests/golden/gguf_idefics3,
 // gguf_gemma3vl: its converter's output) load as the same tower: the same
 // shapes, the tower's rows bitwise the directory's (both f32), and the
