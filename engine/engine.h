@@ -78,7 +78,7 @@ struct EngineOptions {
   // A vision model's image side (outlives the engine; rank 0): requests may
   // hold images (Request::images). Between steps the engine encodes at most
   // vision_tiles_per_step units (ImageEncoder::UnitsOf: SmolVLM's tiles,
-  // groups of Qwen3-VL's tower blocks), so that running sequences keep
+  // groups of Qwen3-VL's tower blocks, Gemma 3's tower layers), so that running sequences keep
   // decoding while a large image is encoded; a request's prompt is
   // scheduled once its images are. Features are kept by image key, up to
   // vision_cache_bytes, so an image sent again is not encoded again.
