@@ -4,11 +4,14 @@
 // into 576), encoding 1 and 4 tiles at a time; or (--model=qwen3vl)
 // Qwen3-VL-2B's tower (patches of 16, 1024 wide, 24 layers, 16 heads, the
 // merger and 3 deepstack mergers into 2048) on images of 448 x 448 and
-// 1024 x 768 pixels. The time per tile or image, the GFLOP/s it reaches,
+// 1024 x 768 pixels; or (--model=gemma3) Gemma 3 4B's (SigLIP-So400m over
+// one 896-px image: patches of 14, 1152 wide, 27 layers, 16 heads, pooled
+// 4 x 4 into 256 rows of 2560), whole and a layer a unit (the engine's
+// unit: its longest is how long running sequences wait). The time per tile or image, the GFLOP/s it reaches,
 // where the time goes (attention against the products), and the backend's
 // own product at the tower's MLP shape as the roofline, all in one run.
 //
-//   .bazel-root/bin/benchmarks/vision_benchmark [--model=smolvlm2|qwen3vl] [--repeats=3] [--threads=N] [--bf16]
+//   .bazel-root/bin/benchmarks/vision_benchmark [--model=smolvlm2|qwen3vl|gemma3] [--repeats=3] [--threads=N] [--bf16]
 #include <omp.h>
 
 #include <algorithm>
@@ -28,7 +31,7 @@
 ABSL_FLAG(int, repeats, 3, "Timed runs per size (the median is printed)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0: every core)");
 ABSL_FLAG(bool, bf16, false, "The products in bf16 (as flover_server --dtype=bf16 runs the tower)");
-ABSL_FLAG(std::string, model, "smolvlm2", "smolvlm2 (SmolVLM2-256M's tower) or qwen3vl (Qwen3-VL-2B's)");
+ABSL_FLAG(std::string, model, "smolvlm2", "smolvlm2 (SmolVLM2-256M's tower), qwen3vl (Qwen3-VL-2B's) or gemma3 (Gemma 3 4B's)");
 
 namespace {
 
@@ -91,6 +94,44 @@ int main(int argc, char** argv) {
       std::printf("| %d x %d | %.0f | %.0f | %.1f | %.3f | %.0f |\n", w, h, N, N / 4, flop / 1e9, s, flop / s / 1e9);
     }
     mlp_rows = 1024, mlp_in = q.hidden, mlp_out = q.intermediate;
+  } else if (absl::GetFlag(FLAGS_model) == "gemma3") {
+    flover::VisionInfo info;
+    info.tile = 896;
+    info.patch = 14;
+    info.hidden = 1152;
+    info.heads = 16;
+    info.layers = 27;
+    info.intermediate = 4304;
+    info.scale = 4;
+    info.out_width = 2560;
+    info.connector = flover::VisionInfo::Connector::kPoolNorm;
+    auto encoder = flover::VisionEncoder::Random(info, backend, 1);
+    if (!encoder.ok()) {
+      std::fprintf(stderr, "vision_benchmark: %s\n", std::string(encoder.status().message()).c_str());
+      return 1;
+    }
+    flover::VisionEncoder& e = **encoder;
+    const double N = info.patches(), D = info.hidden, F = info.intermediate, P = 3.0 * info.patch * info.patch;
+    const double flop = 2 * N * P * D + info.layers * (2 * N * D * 3 * D + 4 * N * N * D + 2 * N * D * D + 4 * N * D * F) +
+                        2 * info.rows_per_tile() * D * info.out_width;
+    std::printf("Gemma 3 4B's vision tower (random weights): %d-px image, %d patches, %.1f GFLOP; %s\n\n", info.tile,
+                info.patches(), flop / 1e9, backend.Device().name.c_str());
+    auto pixels = std::make_shared<std::vector<float>>(static_cast<size_t>(3) * info.tile * info.tile);
+    for (size_t i = 0; i < pixels->size(); ++i) (*pixels)[i] = static_cast<float>((i * 7919) % 255) / 127.5f - 1.0f;
+    const flover::PromptImage image{pixels, 1, 1};
+    (void)e.Encode(*pixels, 1);  // warm up
+    const double whole = MedianSeconds(repeats, [&] { (void)e.Encode(*pixels, 1); });
+    double longest = 0;
+    const int units = e.UnitsOf(image);
+    for (int u = 0; u < units; ++u) {
+      const auto start = Clock::now();
+      (void)e.EncodeUnits(image, u, 1);
+      longest = std::max(longest, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::printf("| image | s (median of %d) | GFLOP/s | units (a layer each) | longest unit, s |\n"
+                "|---|---:|---:|---:|---:|\n| %d x %d | %.2f | %.0f | %d | %.2f |\n",
+                repeats, info.tile, info.tile, whole, flop / whole / 1e9, units, longest);
+    mlp_rows = 4096, mlp_in = info.hidden, mlp_out = info.intermediate;
   } else {
     flover::VisionInfo info;
     info.tile = 512;
