@@ -68,6 +68,9 @@ absl::Status Qwen3_5LinearGguf(const GgufFile& f, const std::string& a, LlamaCon
 
 absl::Status Qwen3_5TiledGguf(const GgufFile& f, const std::string& prefix, LlamaConfig* c) {
   FLOVER_RETURN_IF_ERROR(Qwen3_5LinearGguf(f, prefix, c));
+  // Its multimodal rotary: the same as plain rotary for text (every section
+  // at the token's position), what images on a grid need.
+  FLOVER_RETURN_IF_ERROR(GgufMropeSections(f, prefix, c));
   c->linear_tiled = true;  // llama.cpp's converter tiles the value heads over the key heads
   return absl::OkStatus();
 }

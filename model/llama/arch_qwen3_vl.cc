@@ -21,16 +21,7 @@ namespace {
 
 absl::Status Qwen3VlGguf(const GgufFile& f, const std::string& a, LlamaConfig* c) {
   auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, m...)); };
-  if (f.Find(a + "rope.dimension_sections") != nullptr) {
-    FLOVER_ASSIGN_OR_RETURN(const std::vector<int64_t>* sections, f.GetInts(a + "rope.dimension_sections"));
-    if (sections->size() < 3) return refuse("rope.dimension_sections needs the t, h and w sections");
-    for (int i = 0; i < 3; ++i) {
-      const int64_t v = (*sections)[i];
-      if (v < 0 || v > 1024) return refuse("rope.dimension_sections holds ", v);
-      c->mrope[i] = static_cast<int>(v);
-    }
-    c->mrope_interleaved = true;
-  }
+  FLOVER_RETURN_IF_ERROR(GgufMropeSections(f, a, c));
   FLOVER_ASSIGN_OR_RETURN(const int64_t deepstack, f.GetIntOr(a + "n_deepstack_layers", 0));
   if (deepstack < 0 || deepstack > c->n_layer) return refuse("n_deepstack_layers ", deepstack, " is out of range");
   c->given_layers = static_cast<int>(deepstack);
@@ -38,6 +29,20 @@ absl::Status Qwen3VlGguf(const GgufFile& f, const std::string& a, LlamaConfig* c
 }
 
 }  // namespace
+
+absl::Status GgufMropeSections(const GgufFile& f, const std::string& a, LlamaConfig* c) {
+  auto refuse = [&](auto&&... m) { return absl::InvalidArgumentError(absl::StrCat(f.name(), ": ", a, m...)); };
+  if (f.Find(a + "rope.dimension_sections") == nullptr) return absl::OkStatus();
+  FLOVER_ASSIGN_OR_RETURN(const std::vector<int64_t>* sections, f.GetInts(a + "rope.dimension_sections"));
+  if (sections->size() < 3) return refuse("rope.dimension_sections needs the t, h and w sections");
+  for (int i = 0; i < 3; ++i) {
+    const int64_t v = (*sections)[i];
+    if (v < 0 || v > 1024) return refuse("rope.dimension_sections holds ", v);
+    c->mrope[i] = static_cast<int>(v);
+  }
+  c->mrope_interleaved = true;
+  return absl::OkStatus();
+}
 
 const LlamaArchitecture& Qwen3VlArch() {
   static const LlamaArchitecture entry = [] {

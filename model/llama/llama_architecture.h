@@ -190,6 +190,10 @@ absl::StatusOr<GgufSsmShapes> ReadGgufSsmShapes(const GgufFile& f, const std::st
 // full_attention_interval), its norms stored as 1 + w and A as -exp(A_log).
 absl::Status ParseQwen3_5Linear(const google::protobuf::Struct& s, absl::string_view what, LlamaConfig* c);
 absl::Status Qwen3_5LinearGguf(const GgufFile& f, const std::string& prefix, LlamaConfig* c);
+// llama.cpp's rope.dimension_sections (t, h, w, 0), where the file has
+// them: the multimodal rotary's sections, interleaved (its "imrope":
+// Qwen3-VL's and Qwen3.5's).
+absl::Status GgufMropeSections(const GgufFile& f, const std::string& prefix, LlamaConfig* c);
 // The same with the value heads tiled over the key heads (qwen35, qwen35moe).
 absl::Status Qwen3_5TiledGguf(const GgufFile& f, const std::string& prefix, LlamaConfig* c);
 void Qwen3_5Entry(LlamaArchitecture* a);

@@ -123,6 +123,41 @@ class VisionTest(unittest.TestCase):
                 self.assertEqual(llama["greedy_8"], one["greedy_8"])
             finally:
                 s.close()
+        # Qwen3.5 from llama.cpp's files (tests/golden/gguf_qwen35vl: a qwen35
+        # text GGUF, hybrid, and its qwen3vl_merger mmproj without deepstack):
+        # on images neither side resizes (transformers' resized pixels of the
+        # fixture's) its one- and two-image chats give transformers' tokens,
+        # as llama.cpp's own path does; so does its text chat.
+        if not TP2:
+            gguf = "tests/golden/gguf_qwen35vl"
+            with open(os.path.join(QWEN35, "golden.json")) as f:
+                golden = json.load(f)
+            same_pixels = {"gradient_37x23": "gradient_40x24.png", "wide_100x61": "wide_64x40.png",
+                           "tall_9x41": "tall_16x48.png"}
+            s = Server(f"--model={gguf}/model.gguf", f"--mmproj={gguf}/mmproj.gguf", "--max_seq_len=512",
+                       "--threads=2")
+            try:
+                for case in ("one_image", "two_images", "text_only"):
+                    want = golden["cases"][case]
+                    names = iter(want["images"])
+                    messages = []
+                    for m in want["messages"]:
+                        if isinstance(m["content"], str):
+                            messages.append(m)
+                            continue
+                        parts = []
+                        for part in m["content"]:
+                            if part["type"] == "image":
+                                with open(os.path.join(gguf, same_pixels[next(names)]), "rb") as f:
+                                    parts.append({"type": "image", "image": f.read()})
+                            else:
+                                parts.append({"type": "text", "text": part["text"]})
+                        messages.append({"role": m["role"], "content": parts})
+                    ids, _, _, last = s.grpc_generate(messages=messages, max_new_tokens=8, temperature=0)
+                    self.assertEqual(list(ids), want["greedy_8"], case)
+                    self.assertEqual(last.usage.prompt_tokens, want["num_tokens"], case)
+            finally:
+                s.close()
         # --max_image_tokens: the gradient (15 rows) resized down to at most
         # 12 (smart_resize with max_pixels 12 * 8 * 8: 16 x 32 pixels, 8 rows).
         if not TP2:
