@@ -323,13 +323,21 @@ absl::Status Engine::Validate(const Request& r) const {
                  " rows");
     }
     if (v.grid_positions || v.bidirectional) {
-      if (absl::Status st = CheckImageRuns(r.prompt, rows_of, v.image_token); !st.ok()) {
+      // An image on a grid stands whole; one attended both ways, a run a
+      // tile (Gemma 3's image, then its pan-and-scan crops).
+      std::vector<int> runs;
+      for (size_t i = 0; i < rows_of.size(); ++i) {
+        const int tiles = v.bidirectional ? std::max(1, r.images[i].num_tiles) : 1;
+        runs.insert(runs.end(), tiles, rows_of[i] / tiles);
+      }
+      if (absl::Status st = CheckImageRuns(r.prompt, runs, v.image_token); !st.ok()) {
         return bad("images", st.message());
       }
     }
     for (size_t i = 0; v.bidirectional && i < rows_of.size(); ++i) {
-      if (rows_of[i] > options_.scheduler.max_tokens_per_step) {
-        return bad("images", "image ", i, " takes ", rows_of[i], " rows, which attend to each other both ways and "
+      const int rows = rows_of[i] / std::max(1, r.images[i].num_tiles);
+      if (rows > options_.scheduler.max_tokens_per_step) {
+        return bad("images", "image ", i, " takes ", rows, " rows, which attend to each other both ways and "
                    "run in one step, but a step takes at most ", options_.scheduler.max_tokens_per_step,
                    " (max_tokens_per_step)");
       }

@@ -55,9 +55,10 @@ std::vector<GivenPromptRows> ImageGivenRows(const std::vector<int32_t>& prompt, 
                                             const std::vector<ImageFeatureCache::Rows>& features,
                                             const std::vector<int>& rows_of, const ImageEncoderInfo& info);
 
-// Whether the prompt's runs of image tokens are the images' rows_of rows,
-// one run an image, in order (InvalidArgument naming the first that is
-// not): an image whose rows take grid positions stands whole.
+// Whether the prompt's runs of image tokens are `rows_of` rows each, in
+// order (InvalidArgument naming the first that is not): an image whose
+// rows take grid positions stands whole (a run an image); one whose rows
+// attend to each other both ways is a run a tile.
 absl::Status CheckImageRuns(const std::vector<int32_t>& prompt, const std::vector<int>& rows_of, int32_t image_token);
 
 // A row's multimodal rotary positions (temporal, height, width).

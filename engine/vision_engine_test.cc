@@ -414,7 +414,8 @@ class Gemma3EngineTest : public ::testing::Test {
     std::ifstream in(std::string(kGemma) + "/golden.json");
     meta_ = nlohmann::json::parse(in);
   }
-  // The case's chat with its images (one tile each), greedy, 8 tokens.
+  // The case's chat with its images (one tile each, or with pan-and-scan the
+  // image's and its crops'), greedy, 8 tokens.
   Request ImageRequest(const std::string& c, uint64_t first_key = 1) {
     Request r;
     r.prompt = meta_["cases"][c]["input_ids"].get<std::vector<int32_t>>();
@@ -426,11 +427,18 @@ class Gemma3EngineTest : public ::testing::Test {
     const TensorInfo* t = file->Find(c + ".pixel_values");
     auto px = file->ReadFloat(c + ".pixel_values", t->shape);
     EXPECT_TRUE(px.ok());
-    const size_t per_image = px->size() / t->shape[0];
-    for (int64_t i = 0; i < t->shape[0]; ++i) {
-      auto tile = std::make_shared<const std::vector<float>>(px->begin() + i * per_image,
-                                                             px->begin() + (i + 1) * per_image);
-      r.images.push_back({tile, 1, first_key + static_cast<uint64_t>(i)});
+    const size_t per_tile = px->size() / t->shape[0];
+    std::vector<int> tiles(t->shape[0], 1);
+    if (meta_["cases"][c].contains("num_crops")) {
+      tiles.clear();
+      for (int crops : meta_["cases"][c]["num_crops"].get<std::vector<int>>()) tiles.push_back(1 + crops);
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      auto image = std::make_shared<const std::vector<float>>(px->begin() + at * per_tile,
+                                                              px->begin() + (at + tiles[i]) * per_tile);
+      r.images.push_back({image, tiles[i], first_key + static_cast<uint64_t>(i)});
+      at += tiles[i];
     }
     return r;
   }
@@ -451,7 +459,7 @@ TEST_F(Gemma3EngineTest, ChatsGenerateTransformersTokensWithImagesComputedWhole)
   auto e = Engine::Create(*model_, loaded_->tokenizer().get(), o);
   ASSERT_TRUE(e.ok()) << e.status();
   std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
-  const std::vector<std::string> cases = {"gradient", "photo", "two_images"};
+  const std::vector<std::string> cases = {"gradient", "photo", "two_images", "pan_and_scan"};
   for (size_t i = 0; i < cases.size(); ++i) {
     sinks.push_back(std::make_shared<testing::CollectingSink>());
     ASSERT_TRUE((*e)->Submit(ImageRequest(cases[i], 10 * (i + 1)), sinks.back()).ok());
@@ -460,7 +468,7 @@ TEST_F(Gemma3EngineTest, ChatsGenerateTransformersTokensWithImagesComputedWhole)
     ASSERT_TRUE(sinks[i]->Wait());
     EXPECT_EQ(sinks[i]->tokens(), Greedy(cases[i])) << cases[i];
   }
-  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 4 * 2);  // a unit a layer
+  EXPECT_EQ((*e)->Stats().image_tiles_encoded, 5 * 2);  // a unit a layer (of all an image's tiles)
   // A text request keeps decoding while an image's 2 units (its tower's
   // layers) are encoded, one a step.
   Request text;

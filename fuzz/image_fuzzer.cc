@@ -29,8 +29,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   flover::Gemma3ProcessorConfig gemma;
   gemma.size = 24;
   gemma.image_seq_length = 4;
+  gemma.pan_and_scan = true;  // and its crops, down to 4 px
+  gemma.min_crop_size = 4;
   const flover::Gemma3Image g = flover::ProcessGemma3Image(*image, gemma);
-  if (g.pixels.size() != static_cast<size_t>(3) * 24 * 24) __builtin_trap();
+  if (g.tiles < 1 || g.tiles > 1 + gemma.max_num_crops || g.pixels.size() != static_cast<size_t>(g.tiles) * 3 * 24 * 24) {
+    __builtin_trap();
+  }
   for (float v : g.pixels) {
     if (!(v >= -1.0f && v <= 1.0f)) __builtin_trap();  // (u8 / 255 - 0.5) / 0.5
   }

@@ -53,12 +53,19 @@ class Gemma3Processor : public ImageProcessor {
  public:
   explicit Gemma3Processor(Gemma3ProcessorConfig c) : c_(std::move(c)) {}
   const std::string& placeholder() const override { return placeholder_; }
-  uint64_t settings_key() const override { return 0x6a09e667f3bcc909ull ^ static_cast<uint64_t>(c_.size); }
+  uint64_t settings_key() const override {
+    uint64_t key = 0x6a09e667f3bcc909ull ^ static_cast<uint64_t>(c_.size);
+    if (c_.pan_and_scan) {
+      key ^= 0xbb67ae8584caa73bull * static_cast<uint64_t>(1 + c_.min_crop_size + 4096 * c_.max_num_crops) ^
+             static_cast<uint64_t>(c_.min_ratio * 1e6);
+    }
+    return key;
+  }
   absl::StatusOr<ProcessedPromptImage> Process(const RgbImage& image) const override {
     Gemma3Image p = ProcessGemma3Image(image, c_);
     ProcessedPromptImage out;
     out.image.tiles = std::make_shared<const std::vector<float>>(std::move(p.pixels));
-    out.image.num_tiles = 1;
+    out.image.num_tiles = p.tiles;
     out.text = std::move(p.text);
     return out;
   }

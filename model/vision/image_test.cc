@@ -368,14 +368,35 @@ TEST(Gemma3ProcessorTest, PixelsAndPromptTextMatchTransformers) {
     ASSERT_EQ(pixels.size(), want->size()) << c;
     EXPECT_EQ(Differing(pixels, *want), 0u) << c << ": pixels that differ from transformers' processor";
   }
-  // A checkpoint that turns pan-and-scan on is refused, naming it.
+  // Pan-and-scan (the fixture's case asks for it per call, its minimum
+  // crop lowered to 8 px): the 37 x 23 gradient and its two 19 x 23 crops,
+  // three tiles, and the processor's sentence around them.
+  const auto& pan = meta["cases"]["pan_and_scan"];
   const std::string dir = ::testing::TempDir() + "/gemma3_pan_and_scan";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/preprocessor_config.json")
-      << R"({"do_pan_and_scan": true, "size": {"height": 32, "width": 32}, "resample": 2})";
-  auto refused = LoadGemma3ProcessorConfig(dir);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("do_pan_and_scan is true"), std::string::npos) << refused.status();
+      << R"({"size": {"height": 32, "width": 32}, "resample": 2, "do_pan_and_scan": true,
+            "pan_and_scan_min_crop_size": )" << pan["processor_kwargs"]["pan_and_scan_min_crop_size"].get<int>()
+      << R"(, "pan_and_scan_max_num_crops": 4, "pan_and_scan_min_ratio_to_activate": 1.2, "image_seq_length": 16})";
+  auto pan_config = LoadGemma3ProcessorConfig(dir);
+  ASSERT_TRUE(pan_config.ok()) << pan_config.status();
+  EXPECT_TRUE(pan_config->pan_and_scan);
+  auto gradient = DecodeImage(Read(std::string(kGemma) + "/gradient_37x23.png"));
+  ASSERT_TRUE(gradient.ok());
+  const Gemma3Image panned = ProcessGemma3Image(*gradient, *pan_config);
+  EXPECT_EQ(panned.tiles, 1 + pan["num_crops"][0].get<int>());
+  std::string prompt = pan["prompt"];
+  prompt.replace(prompt.find("<start_of_image>"), 16, panned.text);
+  EXPECT_EQ(prompt, pan["expanded_prompt"].get<std::string>());
+  auto want = golden->ReadFloat("pan_and_scan.pixel_values", golden->Find("pan_and_scan.pixel_values")->shape);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(Differing(panned.pixels, *want), 0u) << "pan-and-scan pixels that differ from transformers' processor";
+  // An image too square for it, or crops below the minimum, stays one tile.
+  EXPECT_TRUE(PanAndScanCrops(30, 28, *pan_config).empty());
+  Gemma3ProcessorConfig big = *pan_config;
+  big.min_crop_size = 20;
+  EXPECT_TRUE(PanAndScanCrops(37, 23, big).empty());
+  EXPECT_EQ(PanAndScanCrops(23, 37, *pan_config).size(), 2u);  // tall: crops down the image
   // The released files: image_seq_length in preprocessor_config.json, the
   // pan-and-scan keys null.
   std::ofstream(dir + "/preprocessor_config.json")

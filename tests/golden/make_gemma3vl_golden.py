@@ -68,6 +68,9 @@ IMAGE_SIZE = 32  # vision image_size == processor size (height, width)
 PATCH = 4  # 8x8 = 64 patches
 MM_TOKENS_PER_IMAGE = 16  # 4x4 after the projector's 2x2 average pool
 IMAGE_SEQ_LEN = MM_TOKENS_PER_IMAGE
+# The pan_and_scan case's processor arguments (the released processors leave pan-and-scan off).
+PAN_AND_SCAN = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 8, "pan_and_scan_max_num_crops": 4,
+                "pan_and_scan_min_ratio_to_activate": 1.2}
 SLIDING_WINDOW = 24  # > 16 image rows; every prompt below is longer than this
 # Init scales (see build_model). With tied embeddings and the input embedding multiplied by sqrt(hidden) = 8,
 # a large embedding dominates the residual stream and every position predicts its own token; a small one
@@ -292,8 +295,8 @@ def patch_true_float64(enable):
 
 # ----------------------------------------------------------------------------- helpers
 @torch.no_grad()
-def run_case(model, processor, images, text_prompt, with_causal=False):
-    inputs = processor(images=images, text=text_prompt, return_tensors="pt")
+def run_case(model, processor, images, text_prompt, with_causal=False, proc_kwargs=None):
+    inputs = processor(images=images, text=text_prompt, return_tensors="pt", **(proc_kwargs or {}))
     pv = inputs["pixel_values"]
     input_ids = inputs["input_ids"]
     tti = inputs["token_type_ids"]
@@ -421,8 +424,13 @@ def main():
         ("gradient", [imgs["gradient_37x23"]], prompt_one),
         ("photo", [imgs[photo_name]], prompt_one),
         ("two_images", [imgs["gradient_37x23"], imgs["checker_16x16"]], prompt_two),
+        # Pan-and-scan (off in the released processors, asked for per call): the 37 x 23 gradient's
+        # aspect ratio 1.6 makes 2 crops of 19 x 23 (min crop size lowered from 256 to 8 for the tiny
+        # image); the original and each crop are an image of 16 rows, each run attending both ways.
+        ("pan_and_scan", [imgs["gradient_37x23"]], prompt_one),
     ]
     with_causal = {"two_images"}
+    proc_kwargs = {"pan_and_scan": PAN_AND_SCAN}
 
     index = {
         "generator": "make_goldens.py",
@@ -455,14 +463,27 @@ def main():
 
     # stock (unpatched) run first, for the precision comparison
     patch_true_float64(False)
-    stock = {name: run_case(model, processor, ims, prm, name in with_causal) for name, ims, prm in cases}
+    stock = {name: run_case(model, processor, ims, prm, name in with_causal, proc_kwargs.get(name))
+             for name, ims, prm in cases}
     patch_true_float64(True)
 
     for name, ims, prm in cases:
-        r = run_case(model, processor, ims, prm, name in with_causal)
+        r = run_case(model, processor, ims, prm, name in with_causal, proc_kwargs.get(name))
         inputs = r["inputs"]
         entry = {"images": [k for im in ims for k, v in imgs.items() if v is im], "prompt": prm}
-        expanded = prm.replace(processor.boi_token, processor.full_image_sequence)
+        crops = [0] * len(ims)
+        if name in proc_kwargs:
+            entry["processor_kwargs"] = proc_kwargs[name]
+            crops = [int(n) for n in processor.image_processor(ims, **proc_kwargs[name])["num_crops"]]
+            entry["num_crops"] = crops
+        # Each <start_of_image> as Gemma3Processor.replace_image_token expands it, image by image.
+        seq, expanded, at = processor.full_image_sequence, prm, 0
+        for n in crops:
+            text = seq if not n else ("Here is the original image " + seq + " and here are some crops to help you "
+                                      "see better " + " ".join([seq] * n))
+            at = expanded.index(processor.boi_token, at)
+            expanded = expanded[:at] + text + expanded[at + len(processor.boi_token):]
+            at += len(text)
         entry["expanded_prompt"] = expanded
         input_ids = inputs["input_ids"][0].tolist()
         assert processor.tokenizer(expanded, add_special_tokens=False)["input_ids"] == input_ids
@@ -471,7 +492,7 @@ def main():
         entry["num_tokens"] = len(input_ids)
         assert len(input_ids) > SLIDING_WINDOW
         entry["image_token_positions_count"] = int(sum(1 for t in input_ids if t == ids["<image_soft_token>"]))
-        assert entry["image_token_positions_count"] == IMAGE_SEQ_LEN * len(ims)
+        assert entry["image_token_positions_count"] == IMAGE_SEQ_LEN * (len(ims) + sum(crops))
         save(gdir, f"{name}_pixel_values", inputs["pixel_values"].numpy(), entry)
         save(gdir, f"{name}_vision_last_hidden", r["vision_last"].numpy(), entry)
         save(gdir, f"{name}_image_features", r["feats"].numpy(), entry)
@@ -511,7 +532,7 @@ def main():
 
 
 # The cases the C++ tests read, packed beside the checkpoint.
-PACKED = ["gradient", "photo", "two_images"]
+PACKED = ["gradient", "photo", "two_images", "pan_and_scan"]
 
 
 def pack(ckpt, gdir, index):
@@ -529,6 +550,9 @@ def pack(ckpt, gdir, index):
                                          "greedy_8"]}
         if "causal_vs_bidirectional_max_abs_diff" in e:
             cases[name]["causal_vs_bidirectional_max_abs_diff"] = e["causal_vs_bidirectional_max_abs_diff"]
+        for key in ("processor_kwargs", "num_crops"):
+            if key in e:
+                cases[name][key] = e[key]
     save_file(tensors, os.path.join(ckpt, "golden.safetensors"))
     meta = {k: index[k] for k in ["generator", "versions", "seed", "precision", "special_token_ids",
                                   "image_token_id", "boi_token_id", "eoi_token_id", "image_seq_len",

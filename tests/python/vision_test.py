@@ -239,6 +239,33 @@ class VisionTest(unittest.TestCase):
                 self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]), case)
         finally:
             s.close()
+        # Pan-and-scan, where the checkpoint's processor turns it on (a copy of
+        # the fixture whose processor_config.json does, its minimum crop
+        # lowered to 8 px as the golden case asked): the gradient and its two
+        # crops, each a run of 16 rows attending both ways, give
+        # transformers' tokens.
+        import shutil
+        import tempfile
+        want = golden["cases"]["pan_and_scan"]
+        with tempfile.TemporaryDirectory() as panned:
+            for name in os.listdir(fixture):
+                shutil.copy(os.path.join(fixture, name), panned)
+            with open(os.path.join(fixture, "processor_config.json")) as f:
+                settings = json.load(f)
+            settings["image_processor"].update(want["processor_kwargs"])
+            with open(os.path.join(panned, "processor_config.json"), "w") as f:
+                json.dump(settings, f)
+            s = Server(f"--model={panned}", "--max_seq_len=256", "--threads=2", "--max_tokens_per_step=20")
+            try:
+                with open(os.path.join(fixture, "gradient_37x23.png"), "rb") as f:
+                    png = f.read()
+                ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": [
+                    {"type": "image", "image": png}, {"type": "text", "text": question}]}], max_new_tokens=8,
+                    temperature=0)
+                self.assertEqual(list(ids), want["greedy_8"])
+                self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]))
+            finally:
+                s.close()
         s = Server(f"--model={fixture}", "--max_seq_len=256", "--threads=2", "--max_tokens_per_step=12")
         try:
             with open(os.path.join(fixture, "gradient_37x23.png"), "rb") as f:
