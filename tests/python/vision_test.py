@@ -42,6 +42,19 @@ GEMMA3 = "tests/golden/gemma3vl_tiny"
 
 
 class VisionTest(unittest.TestCase):
+    def assertImageChat(self, s, folder, images, texts, want, case):
+        """A user turn of `images` (files in `folder`), each followed by its
+        text, through gRPC: transformers' greedy tokens and prompt length."""
+        parts = []
+        for image, text in zip(images, texts):
+            with open(os.path.join(folder, image), "rb") as f:
+                parts.append({"type": "image", "image": f.read()})
+            parts.append({"type": "text", "text": text})
+        ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": parts}], max_new_tokens=8,
+                                          temperature=0)
+        self.assertEqual(list(ids), want["greedy_8"], case)
+        self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]), case)
+
     def test_qwen3_vl_chats_match_transformers(self):
         """Qwen3-VL (tests/golden/make_qwen3vl_golden.py) and Qwen3.5 (its
         tower without deepstack beside a hybrid language model;
@@ -227,16 +240,8 @@ class VisionTest(unittest.TestCase):
         try:
             for case, images in (("gradient", ["gradient_32x32.png"]), ("photo", ["photo_32x32.png"]),
                                  ("two_images", ["gradient_32x32.png", "checker_32x32.png"])):
-                want = golden["cases"][case]
-                parts = []
-                for i, image in enumerate(images):
-                    with open(os.path.join(gguf, image), "rb") as f:
-                        parts.append({"type": "image", "image": f.read()})
-                    parts.append({"type": "text", "text": "and" if i + 1 < len(images) else question})
-                ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": parts}], max_new_tokens=8,
-                                                  temperature=0)
-                self.assertEqual(list(ids), want["greedy_8"], case)
-                self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]), case)
+                texts = ["and"] * (len(images) - 1) + [question]
+                self.assertImageChat(s, gguf, images, texts, golden["cases"][case], case)
         finally:
             s.close()
         # Pan-and-scan, where the checkpoint's processor turns it on (a copy of
@@ -293,16 +298,7 @@ class VisionTest(unittest.TestCase):
         try:
             for case, images, texts in (("gradient", ["gradient_96x64.png"], ["What is this?"]),
                                         ("two_images", ["gradient_96x64.png", "checker_96x96.png"], ["and", "?"])):
-                want = golden["cases"][case]
-                parts = []
-                for image, text in zip(images, texts):
-                    with open(os.path.join(gguf, image), "rb") as f:
-                        parts.append({"type": "image", "image": f.read()})
-                    parts.append({"type": "text", "text": text})
-                ids, _, _, last = s.grpc_generate(messages=[{"role": "user", "content": parts}], max_new_tokens=8,
-                                                  temperature=0)
-                self.assertEqual(list(ids), want["greedy_8"], case)
-                self.assertEqual(last.usage.prompt_tokens, len(want["input_ids"]), case)
+                self.assertImageChat(s, gguf, images, texts, golden["cases"][case], case)
         finally:
             s.close()
 
