@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/loader/gguf.h"
+#include "model/vision/gguf_fields.h"
 #include "model/vision/gemma3_processor.h"
 #include "model/vision/idefics3_processor.h"
 #include "model/vision/qwen2_vl_processor.h"
@@ -171,11 +172,7 @@ absl::Status ReadGgufNormalization(const GgufFile& f, const std::string& path, f
 absl::StatusOr<std::unique_ptr<ImageProcessor>> LoadGgufImageProcessor(const std::string& path) {
   FLOVER_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
   FLOVER_ASSIGN_OR_RETURN(const std::string projector, f.GetString("clip.projector_type"));
-  auto get = [&](const char* key, int64_t dflt, int64_t lo, int64_t hi) -> absl::StatusOr<int> {
-    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetIntOr(key, dflt));
-    if (v < lo || v > hi) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " ", v, " is out of range"));
-    return static_cast<int>(v);
-  };
+  auto get = [&](const char* key, int64_t absent, int64_t lo, int64_t hi) { return GgufIntIn(f, key, absent, lo, hi); };
   FLOVER_ASSIGN_OR_RETURN(const int patch, get("clip.vision.patch_size", 0, 1, 256));
   if (projector == "gemma3" || projector == "idefics3") {
     // One tile of the tower's size (Gemma 3), or SmolVLM's tiles and

@@ -8,6 +8,7 @@
 #include "model/loader/checkpoint.h"
 #include "model/vision/random_weights.h"
 #include "model/loader/gguf.h"
+#include "model/vision/gguf_fields.h"
 #include "model/vision/vision_encoder.h"
 #include "util/file_util.h"
 #include "util/json.h"
@@ -142,18 +143,12 @@ absl::StatusOr<std::unique_ptr<Qwen3VlVision>> Qwen3VlVision::LoadGguf(const std
                                             projector.ok() ? *projector : "absent", ")"));
   }
   Qwen3VlVisionInfo info;
-  auto read_int = [&](const char* key, int64_t lo, int64_t hi, int* out) -> absl::Status {
-    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetInt(key));
-    if (v < lo || v > hi) return refuse(key, " ", v, " is out of range");
-    *out = static_cast<int>(v);
-    return absl::OkStatus();
-  };
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.patch_size", 1, 256, &info.patch));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.embedding_length", 1, 1 << 14, &info.hidden));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.feed_forward_length", 1, 1 << 16, &info.intermediate));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.block_count", 1, 256, &info.layers));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.attention.head_count", 1, 256, &info.heads));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.projection_dim", 1, 1 << 17, &info.out_width));
+  FLOVER_ASSIGN_OR_RETURN(info.patch, GgufIntIn(f, "clip.vision.patch_size", std::nullopt, 1, 256));
+  FLOVER_ASSIGN_OR_RETURN(info.hidden, GgufIntIn(f, "clip.vision.embedding_length", std::nullopt, 1, 1 << 14));
+  FLOVER_ASSIGN_OR_RETURN(info.intermediate, GgufIntIn(f, "clip.vision.feed_forward_length", std::nullopt, 1, 1 << 16));
+  FLOVER_ASSIGN_OR_RETURN(info.layers, GgufIntIn(f, "clip.vision.block_count", std::nullopt, 1, 256));
+  FLOVER_ASSIGN_OR_RETURN(info.heads, GgufIntIn(f, "clip.vision.attention.head_count", std::nullopt, 1, 256));
+  FLOVER_ASSIGN_OR_RETURN(info.out_width, GgufIntIn(f, "clip.vision.projection_dim", std::nullopt, 1, 1 << 17));
   FLOVER_ASSIGN_OR_RETURN(const int64_t merge, f.GetIntOr("clip.vision.spatial_merge_size", 2));
   if (merge < 1 || merge > 16) return refuse("clip.vision.spatial_merge_size ", merge, " is out of range");
   info.merge = static_cast<int>(merge);

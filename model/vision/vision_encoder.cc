@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/gguf.h"
+#include "model/vision/gguf_fields.h"
 #include "model/vision/random_weights.h"
 #include "util/file_util.h"
 #include "util/json.h"
@@ -192,22 +193,15 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::LoadGguf(const std
                                             projector.ok() ? *projector : "absent", ")"));
   }
   VisionInfo info;
-  auto read_int = [&](const char* key, int64_t lo, int64_t hi, int* out) -> absl::Status {
-    FLOVER_ASSIGN_OR_RETURN(const int64_t v, f.GetIntOr(key, *out));
-    if (v < lo || v > hi) return refuse(key, " ", v, " is out of range");
-    *out = static_cast<int>(v);
-    return absl::OkStatus();
-  };
-  info.tile = info.patch = info.hidden = info.intermediate = info.layers = info.heads = info.out_width = 0;
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.image_size", 1, 4096, &info.tile));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.patch_size", 1, 256, &info.patch));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.embedding_length", 1, 1 << 14, &info.hidden));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.feed_forward_length", 1, 1 << 16, &info.intermediate));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.block_count", 1, 256, &info.layers));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.attention.head_count", 1, 256, &info.heads));
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.projection_dim", 1, 1 << 17, &info.out_width));
-  info.scale = gemma ? 4 : 2;
-  FLOVER_RETURN_IF_ERROR(read_int("clip.vision.projector.scale_factor", 1, 64, &info.scale));
+  // Absent shape keys read as 0, out of range.
+  FLOVER_ASSIGN_OR_RETURN(info.tile, GgufIntIn(f, "clip.vision.image_size", 0, 1, 4096));
+  FLOVER_ASSIGN_OR_RETURN(info.patch, GgufIntIn(f, "clip.vision.patch_size", 0, 1, 256));
+  FLOVER_ASSIGN_OR_RETURN(info.hidden, GgufIntIn(f, "clip.vision.embedding_length", 0, 1, 1 << 14));
+  FLOVER_ASSIGN_OR_RETURN(info.intermediate, GgufIntIn(f, "clip.vision.feed_forward_length", 0, 1, 1 << 16));
+  FLOVER_ASSIGN_OR_RETURN(info.layers, GgufIntIn(f, "clip.vision.block_count", 0, 1, 256));
+  FLOVER_ASSIGN_OR_RETURN(info.heads, GgufIntIn(f, "clip.vision.attention.head_count", 0, 1, 256));
+  FLOVER_ASSIGN_OR_RETURN(info.out_width, GgufIntIn(f, "clip.vision.projection_dim", 0, 1, 1 << 17));
+  FLOVER_ASSIGN_OR_RETURN(info.scale, GgufIntIn(f, "clip.vision.projector.scale_factor", gemma ? 4 : 2, 1, 64));
   FLOVER_ASSIGN_OR_RETURN(const double eps, f.GetFloatOr("clip.vision.attention.layer_norm_epsilon", 1e-6));
   if (!(eps > 0 && eps < 1)) return refuse("clip.vision.attention.layer_norm_epsilon must be in (0, 1)");
   info.norm_eps = static_cast<float>(eps);
