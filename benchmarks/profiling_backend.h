@@ -107,6 +107,9 @@ class ProfilingBackend final : public kernels::Backend {
                           const kernels::Tensor& out) override {
     return Timed("linear_by_id", [&] { return inner_.LinearById(x, experts, bias, ids, out); });
   }
+  bool LinearByIdWaits(absl::Span<const kernels::Weight* const> experts) const override {
+    return inner_.LinearByIdWaits(experts);
+  }
   absl::Status WeightedRowSum(const kernels::Tensor& y, const kernels::Tensor& weights,
                               const kernels::Tensor& out) override {
     return Timed("weighted_row_sum", [&] { return inner_.WeightedRowSum(y, weights, out); });

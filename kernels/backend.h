@@ -401,12 +401,19 @@ class Backend : public Allocator {
   // x_r is row t of x: [T, K] or row t * k + j of x: [T * k, K] (f32 or
   // activation_dtype()); ids: i32 [T, k] as Route writes them, each below
   // experts.size(); every expert's k() = K and n() = N. The rows are
-  // grouped by expert, one Linear per expert over its rows (ggml's
-  // mul_mat_id), so each row's result is bitwise that of Linear on the row
-  // alone: independent of the other rows and of which experts they chose.
-  // May wait for the device (the grouping is worked out on the host).
+  // grouped by expert (ggml's mul_mat_id), and each row's result is
+  // independent of the other rows and of which experts they chose: bitwise
+  // that of Linear on the row alone where each expert's rows run through
+  // Linear (the CPU; CUDA grouping on the host), or of the one grouped GEMM's
+  // fixed arithmetic (CUDA grouping on the device: LinearByIdWaits false).
+  // Where the ids are read on the host an id out of range is refused; the
+  // device grouping cannot refuse it and gives its route a zero row.
   virtual absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts,
                                   const Tensor* bias, const Tensor& ids, const Tensor& out) = 0;
+  // Whether LinearById over these experts waits for the device midway (the
+  // ids come down to be grouped on the host): a step with such a call is not
+  // recorded. False where nothing waits (the CPU; CUDA's device grouping).
+  virtual bool LinearByIdWaits(absl::Span<const Weight* const> experts) const { return false; }
 
   // out: f32 [T, C] += the sum over j = 0, 1, ..., k - 1 (in that order) of
   // weights[t, j] * y[t * k + j]: the experts' outputs joined with their

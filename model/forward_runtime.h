@@ -100,9 +100,9 @@ class ForwardRuntime {
   // its own.
   absl::Status RunOps(Step* step, const KvCache& cache, int variant,
                       const std::function<absl::Status()>& ops);
-  // Steps whose ops wait for the device midway (a mixture of experts groups
-  // its rows by expert on the host) cannot be recorded: RunOps then always
-  // runs them plainly.
+  // Steps whose ops wait for the device midway (a mixture of experts whose
+  // rows are grouped by expert on the host: Backend::LinearByIdWaits)
+  // cannot be recorded: RunOps then always runs them plainly.
   void DisableRecording() { recordable_ = false; }
 
   // The epilogue a row-split layer's GEMM runs with: the fused residual on

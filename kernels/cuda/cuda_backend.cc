@@ -80,6 +80,19 @@ absl::StatusOr<bool> ProgrammaticLaunchFromEnvironment() {
       "FLOVER_CUDA_PDL=", name, ": expected 1 (programmatic launch) or 0 (the default)"));
 }
 
+// FLOVER_CUDA_EXPERTS: "device" (the default) groups LinearById's rows on
+// the device where every expert takes the mma GEMM; "host" always brings
+// the ids down and groups them there (the path before, kept to measure
+// against).
+absl::StatusOr<bool> ExpertsOnHostFromEnvironment() {
+  const char* value = std::getenv("FLOVER_CUDA_EXPERTS");
+  const std::string name = value != nullptr ? value : "";
+  if (name.empty() || name == "device") return false;
+  if (name == "host") return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat("FLOVER_CUDA_EXPERTS=", name, ": expected device (the default) or host"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
@@ -130,6 +143,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
   if (!programmatic.ok()) return programmatic.status();
   SetProgrammaticLaunch(*programmatic && ProgrammaticLaunchSupported());
   if (ProgrammaticLaunchOn()) absl::StrAppend(&b->device_name_, ", programmatic launch");
+  auto experts_on_host = ExpertsOnHostFromEnvironment();
+  if (!experts_on_host.ok()) return experts_on_host.status();
+  b->experts_on_host_ = *experts_on_host;
+  if (b->experts_on_host_) absl::StrAppend(&b->device_name_, ", experts grouped on the host");
   auto engine = LtGemm::EngineFromEnvironment();
   if (!engine.ok()) return engine.status();
   auto gemm = LtGemm::Create(b->stream_, *engine);
@@ -144,6 +161,7 @@ CudaBackend::~CudaBackend() {
   ForgetRecorded();
   gemm_.reset();
   for (void* s : scratch_) cudaFree(s);
+  for (auto& [span, table] : expert_tables_) cudaFree(table.device);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -555,16 +573,80 @@ absl::Status CudaBackend::Route(const Tensor& logits, const RouterParams& p, con
                     "Route");
 }
 
-// The grouping is worked out on the host (the ids come down, which waits
-// for the stream), so a step with experts is not recorded as a graph; the
-// rows move by index on the device. The index and the grouped rows live in
-// work space that outlasts the call (kExpertRows), so nothing is allocated
-// or freed per call and the experts' GEMMs need not be waited for here.
+namespace {
+
+// The aligned sizes of one work space's parts, each part 256-byte aligned.
+int64_t Aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Routes per tile for the device grouping: the few-row GEMM's 16, 32 or 64
+// rows, the larger where the experts average more rows (a tile reads its
+// expert's weights once). A row's result does not depend on it.
+int ExpertTileRows(int64_t R, int E) {
+  const int64_t per_expert = R / E;
+  return per_expert >= 48 ? 64 : per_expert >= 24 ? 32 : 16;
+}
+
+}  // namespace
+
+bool CudaBackend::GroupsOnDevice(absl::Span<const Weight* const> experts) const {
+  if (experts_on_host_ || experts.empty()) return false;
+  const auto* first = dynamic_cast<const CudaWeight*>(experts[0]);
+  if (first == nullptr) return false;
+  for (const Weight* w : experts) {
+    const auto* dense = dynamic_cast<const CudaWeight*>(w);
+    if (dense == nullptr || dense->dtype() != first->dtype() || !MmaGemmTakes(dense->dtype(), dense->k()) ||
+        reinterpret_cast<uintptr_t>(dense->data()) % 16 != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool CudaBackend::LinearByIdWaits(absl::Span<const Weight* const> experts) const {
+  return !GroupsOnDevice(experts);
+}
+
+absl::StatusOr<const void* const*> CudaBackend::ExpertTable(absl::Span<const Weight* const> experts) {
+  std::vector<const void*> pointers;
+  for (const Weight* w : experts) pointers.push_back(static_cast<const CudaWeight*>(w)->data());
+  ExpertTableEntry& entry = expert_tables_[experts.data()];
+  if (entry.device != nullptr && entry.pointers == pointers) return static_cast<const void* const*>(entry.device);
+  if (capturing_) return absl::FailedPreconditionError("an experts' table would be made while recording a step");
+  cudaFree(entry.device);  // waits for the device: nothing reads the old table after
+  entry.device = nullptr;
+  entry.pointers.clear();
+  const size_t bytes = pointers.size() * sizeof(void*);
+  if (cudaError_t e = cudaMalloc(&entry.device, bytes); e != cudaSuccess) {
+    cudaGetLastError();
+    entry.device = nullptr;
+    return CudaStatus(e, "the experts' table");
+  }
+  FLOVER_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy(entry.device, pointers.data(), bytes, cudaMemcpyHostToDevice), "the experts' table"));
+  entry.pointers = std::move(pointers);
+  return static_cast<const void* const*>(entry.device);
+}
+
+// Grouped on the device (GroupsOnDevice): the ids stay there; one block
+// groups the routes, the rows are gathered in grouped order (rounded to the
+// weights' type first where x is f32), one launch runs every expert's tiles
+// on the mma GEMM, and the results are scattered to their routes. Nothing
+// waits for the host, so such steps are recorded. Ids out of range give
+// zero rows (they cannot be refused without coming down; Route writes none).
+//
+// Otherwise the grouping is worked out on the host (the ids come down,
+// which waits for the stream), so a step with such experts is not recorded
+// as a graph; the rows move by index on the device.
+//
+// Either way the index and the grouped rows live in work space that
+// outlasts the call (kExpertRows), so nothing is allocated or freed per call
+// and the experts' GEMMs need not be waited for here.
 absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
                                      const Tensor& ids, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, bias, ids, out, activation_dtype(), nullptr));
   const int64_t R = ids.rows * ids.cols, k = ids.cols, K = x.cols, N = out.cols;
   if (R == 0) return absl::OkStatus();
+  if (GroupsOnDevice(experts)) return LinearByIdOnDevice(x, experts, bias, ids, out);
   std::vector<int32_t> host_ids(R);
   FLOVER_RETURN_IF_ERROR(Download(ids, host_ids.data()));
   FLOVER_RETURN_IF_ERROR(CheckLinearByIdArgs(x, experts, bias, ids, out, activation_dtype(), host_ids.data()));
@@ -576,12 +658,10 @@ absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* c
     index[i] = x.rows == R ? g.routes[i] : static_cast<int32_t>(g.routes[i] / k);
     index[R + i] = g.routes[i];
   }
-  // One work space: the index, the gathered rows of x, the experts' results
-  // (each part 256-byte aligned).
-  const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-  const int64_t index_bytes = aligned(2 * R * int64_t{sizeof(int32_t)});
-  const int64_t in_bytes = aligned(R * K * DTypeBytes(x.dtype));
-  const int64_t res_bytes = aligned(R * N * int64_t{sizeof(float)});
+  // One work space: the index, the gathered rows of x, the experts' results.
+  const int64_t index_bytes = Aligned(2 * R * int64_t{sizeof(int32_t)});
+  const int64_t in_bytes = Aligned(R * K * DTypeBytes(x.dtype));
+  const int64_t res_bytes = Aligned(R * N * int64_t{sizeof(float)});
   FLOVER_ASSIGN_OR_RETURN(void* space, Scratch(kExpertRows, size_t(index_bytes + in_bytes + res_bytes)));
   char* base = static_cast<char*>(space);
   const Tensor index_dev{base, DType::kI32, 2, R};
@@ -601,6 +681,53 @@ absl::Status CudaBackend::LinearById(const Tensor& x, absl::Span<const Weight* c
   }
   return CudaStatus(LaunchCopyRows(res.data, nullptr, out.data, sources + R, static_cast<int>(R),
                                    N * sizeof(float), stream_),
+                    "LinearById scatter");
+}
+
+absl::Status CudaBackend::LinearByIdOnDevice(const Tensor& x, absl::Span<const Weight* const> experts,
+                                             const Tensor* bias, const Tensor& ids, const Tensor& out) {
+  const int64_t R = ids.rows * ids.cols, k = ids.cols, K = x.cols, N = out.cols;
+  const int E = static_cast<int>(experts.size());
+  const DType wtype = static_cast<const CudaWeight*>(experts[0])->dtype();
+  FLOVER_RETURN_IF_ERROR(Activate());
+  FLOVER_ASSIGN_OR_RETURN(const void* const* table, ExpertTable(experts));
+  const int tile_rows = ExpertTileRows(R, E);
+  const int64_t tile_bound = ExpertTileBound(R, E, tile_rows);
+  // One work space: the routes and sources, the tiles, x rounded to the
+  // weights' type (where it is not already), the gathered rows, the results.
+  const bool convert = x.dtype != wtype;
+  const int64_t index_bytes = Aligned(2 * R * int64_t{sizeof(int32_t)});
+  const int64_t tile_bytes = Aligned(tile_bound * int64_t{sizeof(ExpertTile)});
+  const int64_t converted_bytes = convert ? Aligned(x.rows * K * DTypeBytes(wtype)) : 0;
+  const int64_t in_bytes = Aligned(R * K * DTypeBytes(wtype));
+  const int64_t res_bytes = Aligned(R * N * int64_t{sizeof(float)});
+  FLOVER_ASSIGN_OR_RETURN(
+      void* space, Scratch(kExpertRows, size_t(index_bytes + tile_bytes + converted_bytes + in_bytes + res_bytes)));
+  char* base = static_cast<char*>(space);
+  int32_t* sources = reinterpret_cast<int32_t*>(base);
+  int32_t* routes = sources + R;
+  auto* tiles = reinterpret_cast<ExpertTile*>(base + index_bytes);
+  void* converted = base + index_bytes + tile_bytes;
+  void* in = base + index_bytes + tile_bytes + converted_bytes;
+  float* res = reinterpret_cast<float*>(base + index_bytes + tile_bytes + converted_bytes + in_bytes);
+  FLOVER_RETURN_IF_ERROR(CudaStatus(
+      LaunchGroupExperts(ids.as<int32_t>(), static_cast<int>(R), E, static_cast<int>(k), x.rows != R, tile_rows,
+                         tile_bound, sources, routes, tiles, stream_),
+      "LinearById grouping"));
+  const void* rows = x.data;
+  if (convert) {  // f32 inputs rounded to the weights' type, as Linear rounds them
+    FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchConvert(x.as<float>(), x.rows * K, converted, wtype, stream_),
+                                      "LinearById input"));
+    rows = converted;
+  }
+  FLOVER_RETURN_IF_ERROR(CudaStatus(
+      LaunchCopyRows(rows, sources, in, nullptr, static_cast<int>(R), K * DTypeBytes(wtype), stream_),
+      "LinearById gather"));
+  FLOVER_RETURN_IF_ERROR(CudaStatus(LaunchMmaGemmGrouped(in, table, E, wtype, tiles, tile_bound, tile_rows,
+                                                         bias != nullptr ? bias->as<float>() : nullptr,
+                                                         static_cast<int>(N), static_cast<int>(K), res, stream_),
+                                    "LinearById experts"));
+  return CudaStatus(LaunchCopyRows(res, nullptr, out.data, routes, static_cast<int>(R), N * sizeof(float), stream_),
                     "LinearById scatter");
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
@@ -84,6 +85,7 @@ class CudaBackend final : public Backend, private Roofline {
   absl::Status LinearById(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
                           const Tensor& ids,
                           const Tensor& out) override;
+  bool LinearByIdWaits(absl::Span<const Weight* const> experts) const override;
   absl::Status WeightedRowSum(const Tensor& y, const Tensor& weights, const Tensor& out) override;
   absl::Status Linear(const Tensor& x, const Weight& w, const Tensor* bias, Epilogue epilogue,
                       const Tensor& out) override;
@@ -123,6 +125,17 @@ class CudaBackend final : public Backend, private Roofline {
   absl::StatusOr<double> CopyGBs(int64_t bytes) override;
   std::vector<std::string> GemmPlans() const override;
 
+  // LinearById on the device: whether these experts can be (every one
+  // dense, 16-bit, taken by the mma GEMM; FLOVER_CUDA_EXPERTS not "host"),
+  // and the call itself.
+  bool GroupsOnDevice(absl::Span<const Weight* const> experts) const;
+  absl::Status LinearByIdOnDevice(const Tensor& x, absl::Span<const Weight* const> experts, const Tensor* bias,
+                                  const Tensor& ids, const Tensor& out);
+  // A span of experts' weights as a device array of their data pointers,
+  // made on the span's first call outside a recording and kept (a model's
+  // layer holds its span for its life), made again if its pointers change.
+  absl::StatusOr<const void* const*> ExpertTable(absl::Span<const Weight* const> experts);
+
   int ordinal_;
   MatmulDtype matmul_;
   KvFormat kv_;
@@ -140,6 +153,12 @@ class CudaBackend final : public Backend, private Roofline {
   int64_t replays_ = 0;
   std::map<std::string, cudaGraphExec_t> recordings_;
   std::set<std::string> met_once_;
+  bool experts_on_host_ = false;  // FLOVER_CUDA_EXPERTS=host
+  struct ExpertTableEntry {
+    std::vector<const void*> pointers;
+    void* device = nullptr;
+  };
+  std::map<const Weight* const*, ExpertTableEntry> expert_tables_;
   static constexpr int kScratchSlots = 4;
   void* scratch_[kScratchSlots] = {};
   size_t scratch_bytes_[kScratchSlots] = {};

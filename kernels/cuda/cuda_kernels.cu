@@ -404,17 +404,16 @@ __device__ __forceinline__ void MmaStore(const float (&v)[MT][NT][4], int M, int
   }
 }
 
-// Few rows (M <= 16 MT): block (32 * segments), one 16 MT x 8 NT tile;
-// warp s sums segment s, then warp 0 adds the segments in order.
+// Few rows (M <= 16 MT): a block of (32 * segments) computes the 16 MT x
+// 8 NT tile of outputs at (m0, n0); warp s sums segment s, then warp 0 adds
+// the segments in order.
 template <typename T, int MT, int NT>
-__global__ void __launch_bounds__(32 * kMmaMaxSegments)
-    MmaGemmFewRowsKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
-                         bool accumulate, int M, int N, int K, float* out) {
-  PdlPrologue();
+__device__ __forceinline__ void MmaFewRowsBlock(const T* __restrict__ x, const T* __restrict__ w,
+                                                const float* bias, bool accumulate, int M, int N, int K,
+                                                int m0, int n0, float* out) {
   constexpr int R = MT * NT * 4;
   __shared__ float parts[kMmaMaxSegments][R][32];
   const int lane = threadIdx.x & 31, s = threadIdx.x >> 5;
-  const int n0 = blockIdx.x * 8 * NT, m0 = blockIdx.y * 16 * MT;
   const int len = MmaSegmentLength(K);
   float acc[MT][NT][4];
   ZeroTiles(acc);
@@ -440,6 +439,94 @@ __global__ void __launch_bounds__(32 * kMmaMaxSegments)
           acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], parts[t][(mt * NT + nt) * 4 + i][lane]);
   }
   MmaStore<MT, NT>(acc, M, N, m0, n0, bias, accumulate, out);
+}
+
+template <typename T, int MT, int NT>
+__global__ void __launch_bounds__(32 * kMmaMaxSegments)
+    MmaGemmFewRowsKernel(const T* __restrict__ x, const T* __restrict__ w, const float* bias,
+                         bool accumulate, int M, int N, int K, float* out) {
+  PdlPrologue();
+  MmaFewRowsBlock<T, MT, NT>(x, w, bias, accumulate, M, N, K, blockIdx.y * 16 * MT, blockIdx.x * 8 * NT, out);
+}
+
+// ---- Experts grouped on the device -------------------------------------------
+//
+// LinearById without the ids leaving the device: GroupExpertsKernel groups
+// the routes (expert_groups.h's phases), the rows are gathered in grouped
+// order, MmaGemmGroupedKernel runs every expert's GEMM in one launch over
+// the groups' tiles, and the results are scattered back to their routes.
+// Nothing waits for the host, so such steps can be recorded.
+
+constexpr int kGroupThreads = 256;
+
+// One block. Shared memory: E + 1 counts and E + 2 group offsets. Writes
+// each grouped row's route, its source row of x (the route's token, route /
+// k, where x has a row per token) and the tiles.
+__global__ void __launch_bounds__(kGroupThreads)
+    GroupExpertsKernel(const int32_t* __restrict__ ids, int R, int E, int k, bool per_token, int tile_rows,
+                       int64_t tile_bound, int32_t* sources, int32_t* routes, ExpertTile* tiles) {
+  PdlPrologue();
+  extern __shared__ int32_t group_smem[];
+  int32_t* counts = group_smem;         // E + 1
+  int32_t* begin = group_smem + E + 1;  // E + 2
+  for (int g = threadIdx.x; g <= E; g += blockDim.x) counts[g] = 0;
+  __syncthreads();
+  for (int r = threadIdx.x; r < R; r += blockDim.x) atomicAdd(&counts[ExpertOf(ids[r], E)], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) ExpertOffsets(counts, E, tile_rows, tile_bound, begin, tiles);
+  __syncthreads();
+  for (int g = threadIdx.x; g <= E; g += blockDim.x) PlaceGroup(ids, R, E, g, begin[g], routes);
+  __syncthreads();  // global writes of the block are visible to it past the barrier
+  for (int i = threadIdx.x; i < R; i += blockDim.x) {
+    const int32_t r = routes[i];
+    sources[i] = per_token ? r / k : r;
+  }
+}
+
+// Block (tile t, column tile n): tile t's rows of x (grouped, contiguous)
+// times its expert's weights, the few-row variant's arithmetic (so each
+// row's result is LaunchMmaGemm's on the row alone), plus the expert's bias
+// row; a tile of group E (ids out of range) writes zero rows.
+template <typename T, int MT>
+__global__ void __launch_bounds__(32 * kMmaMaxSegments)
+    MmaGemmGroupedKernel(const T* __restrict__ x, const T* const* __restrict__ experts, int E,
+                         const ExpertTile* __restrict__ tiles, const float* bias, int N, int K, float* out) {
+  PdlPrologue();
+  const ExpertTile tile = tiles[blockIdx.x];
+  if (tile.rows == 0) return;
+  const int n0 = blockIdx.y * 8;
+  float* rows_out = out + static_cast<int64_t>(tile.row) * N;
+  if (tile.expert < 0 || tile.expert >= E) {
+    for (int i = threadIdx.x; i < tile.rows * 8; i += blockDim.x) {
+      const int n = n0 + i % 8;
+      if (n < N) rows_out[static_cast<int64_t>(i / 8) * N + n] = 0.0f;
+    }
+    return;
+  }
+  MmaFewRowsBlock<T, MT, 1>(x + static_cast<int64_t>(tile.row) * K, experts[tile.expert],
+                            bias != nullptr ? bias + static_cast<int64_t>(tile.expert) * N : nullptr,
+                            /*accumulate=*/false, tile.rows, N, K, 0, n0, rows_out);
+}
+
+template <typename T>
+cudaError_t LaunchMmaGemmGroupedTyped(const T* x, const T* const* experts, int E, const ExpertTile* tiles,
+                                      int64_t tile_bound, int tile_rows, const float* bias, int N, int K,
+                                      float* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(tile_bound), (N + 7) / 8), block(32 * MmaGemmSegments(K));
+  switch (tile_rows) {
+    case 16:
+      LaunchKernel(MmaGemmGroupedKernel<T, 1>, grid, block, 0, stream, x, experts, E, tiles, bias, N, K, out);
+      break;
+    case 32:
+      LaunchKernel(MmaGemmGroupedKernel<T, 2>, grid, block, 0, stream, x, experts, E, tiles, bias, N, K, out);
+      break;
+    case 64:
+      LaunchKernel(MmaGemmGroupedKernel<T, 4>, grid, block, 0, stream, x, experts, E, tiles, bias, N, K, out);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
 }
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
@@ -1523,6 +1610,35 @@ cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float
   }
   return LaunchMmaGemmTyped(static_cast<const __half*>(x), static_cast<const __half*>(w), bias,
                             accumulate, M, N, K, out, stream);
+}
+
+cudaError_t LaunchGroupExperts(const int32_t* ids, int R, int E, int k, bool per_token, int tile_rows,
+                               int64_t tile_bound, int32_t* sources, int32_t* routes, ExpertTile* tiles,
+                               cudaStream_t stream) {
+  if (R == 0) return cudaSuccess;
+  if (E < 1 || (2 * E + 3) * sizeof(int32_t) > 48 * 1024 || k < 1 || tile_rows < 1 || tile_bound < ExpertTileBound(R, E, tile_rows)) {
+    return cudaErrorInvalidValue;
+  }
+  LaunchKernel(GroupExpertsKernel, dim3(1), dim3(kGroupThreads), (2 * E + 3) * sizeof(int32_t), stream, ids, R, E,
+               k, per_token, tile_rows, tile_bound, sources, routes, tiles);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMmaGemmGrouped(const void* x, const void* const* experts, int E, DType dtype,
+                                 const ExpertTile* tiles, int64_t tile_bound, int tile_rows, const float* bias,
+                                 int N, int K, float* out, cudaStream_t stream) {
+  if (tile_bound == 0 || N == 0) return cudaSuccess;
+  if (!MmaGemmTakes(dtype, K) || reinterpret_cast<uintptr_t>(x) % 16 != 0 || tile_bound > INT32_MAX ||
+      (N + 7) / 8 > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (dtype == DType::kBF16) {
+    return LaunchMmaGemmGroupedTyped(static_cast<const __nv_bfloat16*>(x),
+                                     reinterpret_cast<const __nv_bfloat16* const*>(experts), E, tiles, tile_bound,
+                                     tile_rows, bias, N, K, out, stream);
+  }
+  return LaunchMmaGemmGroupedTyped(static_cast<const __half*>(x), reinterpret_cast<const __half* const*>(experts),
+                                   E, tiles, tile_bound, tile_rows, bias, N, K, out, stream);
 }
 
 cudaError_t LaunchAddBias(const float* bias, int M, int N, float* out, cudaStream_t stream) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/block_format.h"
+#include "kernels/expert_groups.h"
 #include "kernels/kv_layer.h"
 #include "kernels/op_params.h"
 #include "kernels/tensor.h"
@@ -90,6 +91,25 @@ bool MmaGemmTakes(DType dtype, int K);
 int MmaGemmSegments(int K);
 cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float* bias,
                           bool accumulate, int M, int N, int K, float* out, cudaStream_t stream);
+
+// LinearById's rows grouped on the device (expert_groups.h's phases, in one
+// block): ids: i32 [R] (route r = token r / k's choice r % k) -> routes: the
+// routes grouped by expert, each group in route order, the out-of-range
+// ids' group last; sources: each grouped row's row of x (its token where x
+// has a row per token, else its route); tiles: tile_bound (at least
+// ExpertTileBound(R, E, tile_rows)) ExpertTiles. All in device memory.
+cudaError_t LaunchGroupExperts(const int32_t* ids, int R, int E, int k, bool per_token, int tile_rows,
+                               int64_t tile_bound, int32_t* sources, int32_t* routes, ExpertTile* tiles,
+                               cudaStream_t stream);
+// Every tile's GEMM in one launch: out rows [t.row, t.row + t.rows) = x's
+// same rows (grouped, bf16/f16, [R, K], 16-byte aligned) @ experts[t.expert]^T
+// (+ row t.expert of bias: f32 [E, N], or null), in LaunchMmaGemm's
+// arithmetic, so a row's result is LaunchMmaGemm's on the row alone; tiles
+// of group E give zero rows. experts: device memory, E weight pointers
+// ([N, K] each, 16-byte aligned); tile_rows 16, 32 or 64 (LaunchGroupExperts').
+cudaError_t LaunchMmaGemmGrouped(const void* x, const void* const* experts, int E, DType dtype,
+                                 const ExpertTile* tiles, int64_t tile_bound, int tile_rows, const float* bias,
+                                 int N, int K, float* out, cudaStream_t stream);
 
 // out: f32 [M, N] (=|+=) x: [M, K] @ w^T (+ bias), w: [N, K], x and w of
 // `dtype` (f32, bf16 or f16), f32 sums in k order. Our own GEMM, for shapes

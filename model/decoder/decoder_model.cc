@@ -125,8 +125,6 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Build(
     model->tables_ = std::move(shared);
     model->shared_tables_ = true;
   }
-  // LinearById groups a step's rows by expert on the host, midway.
-  if (spec.moe.experts > 0) model->runtime_.DisableRecording();
   const WeightRecipe embed = recipes.embedding(model->shard_);
   if (spec.per_layer_input > 0) {  // the per-layer table, a band per layer, read once
     if (!recipes.per_layer_table) return absl::InvalidArgumentError("the model has no per-layer embedding table");
@@ -145,6 +143,10 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Build(
     auto weights = LoadDecoderWeights(source, spec, recipes, shard_spec, part);
     if (!weights.ok()) return weights.status();
     FLOVER_RETURN_IF_ERROR(model->Upload(*weights, source, embed, globals));
+  }
+  // A mixture of experts whose rows are grouped on the host waits midway.
+  for (const LayerParams& l : model->layers_) {
+    if (l.mlp->WaitsForDevice(backend)) model->runtime_.DisableRecording();
   }
   return model;
 }

@@ -123,6 +123,10 @@ class MlpStrategy {
   virtual absl::Status Forward(LayerContext& m, const kernels::Tensor& h, const kernels::Buffer& post,
                                int T) const = 0;
   virtual absl::Status Prepare(kernels::Backend& backend, int T) const = 0;
+  // Whether Forward waits for the device midway (a mixture of experts
+  // grouped on the host: Backend::LinearByIdWaits), so steps cannot be
+  // recorded.
+  virtual bool WaitsForDevice(const kernels::Backend&) const { return false; }
 };
 
 // Gemma 4's per-layer input (DecoderSpec::per_layer_input): Forward adds

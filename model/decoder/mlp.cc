@@ -47,7 +47,7 @@ class DenseMlp final : public MlpStrategy {
 
 // A mixture of experts: the router's logits, the k experts of each row
 // (Route), each route's gate and up through its expert's GEMM (LinearById:
-// rows grouped by expert, one GEMM per expert), act(gate) * up, the down
+// rows grouped by expert), act(gate) * up, the down
 // GEMMs the same way, then x += the routes' outputs weighted by the router
 // (WeightedRowSum; the weights times the spec's residual scale). With
 // tensor parallelism each expert's down GEMM is row-split: the routes'
@@ -99,6 +99,9 @@ class MoeMlp final : public MlpStrategy {
     FLOVER_RETURN_IF_ERROR(backend.Sigmoid(gate));
     if (scale != 1.0f) FLOVER_RETURN_IF_ERROR(backend.Scale(gate, scale));
     return backend.WeightedRowSum(sout, gate, m.buffer(kX, T));
+  }
+  bool WaitsForDevice(const kernels::Backend& backend) const override {
+    return backend.LinearByIdWaits(up_w_) || backend.LinearByIdWaits(down_w_);
   }
   absl::Status Prepare(kernels::Backend& backend, int T) const override {
     // An expert sees at most T rows: a row's k experts are distinct.
