@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -809,8 +810,23 @@ absl::Status CudaBackend::AppendKv(const Tensor& qkv, const SeqTable& seqs, cons
 absl::Status CudaBackend::EncoderAttention(const Tensor& qkv, absl::Span<const int32_t> group_ends, int heads,
                                            float scale, const Tensor& out) {
   FLOVER_RETURN_IF_ERROR(CheckEncoderAttentionArgs(qkv, group_ends, heads, scale, out));
-  return absl::UnimplementedError("EncoderAttention (a vision encoder's) is not on the GPU yet; run vision "
-                                  "models on the CPU");
+  const int T = static_cast<int>(qkv.rows), D = static_cast<int>(qkv.cols / (3 * heads));
+  if (D > EncoderAttentionMaxHeadDim()) {
+    return absl::InvalidArgumentError(absl::StrCat("EncoderAttention: head dim ", D, " is above the CUDA kernel's ",
+                                                   EncoderAttentionMaxHeadDim()));
+  }
+  if (T == 0) return absl::OkStatus();
+  FLOVER_RETURN_IF_ERROR(Activate());
+  // The group ends go up into the attention's work space (stream-ordered:
+  // the kernel reads them before any later op can write there).
+  const int64_t groups = static_cast<int64_t>(group_ends.size());
+  FLOVER_ASSIGN_OR_RETURN(void* space, Scratch(kAttentionWork, size_t(groups) * sizeof(int32_t)));
+  const Tensor ends{space, DType::kI32, 1, groups};
+  FLOVER_RETURN_IF_ERROR(Upload(group_ends.data(), ends));
+  const float s = scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(D));
+  return CudaStatus(LaunchEncoderAttention(qkv.as<float>(), ends.as<int32_t>(), static_cast<int>(groups), T, heads,
+                                           D, s, out.as<float>(), stream_),
+                    "EncoderAttention");
 }
 
 absl::Status CudaBackend::Attention(const Tensor& qkv, const SeqTable& seqs, const KvLayer& kv,

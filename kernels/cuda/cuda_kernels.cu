@@ -695,6 +695,71 @@ cudaError_t LaunchMmaGemmTyped(const T* x, const T* w, const float* bias, bool a
   return cudaGetLastError();
 }
 
+// ---- A vision encoder's attention ---------------------------------------------
+//
+// One warp per (row, head): the row's scores against every row of its group
+// (group_ends: each group's end row, increasing, in device memory), in row
+// order, through an online softmax (a running max m and sum l, the output
+// rescaled as m grows), all in f32. Each lane holds head dims lane, lane +
+// 32, ...; a score is the warp's butterfly sum, the same in every lane. A
+// row's result depends on its group's rows alone.
+constexpr int kEncoderMaxHeadDim = 256;
+constexpr int kEncoderWarpsPerBlock = 4;
+
+__global__ void __launch_bounds__(32 * kEncoderWarpsPerBlock)
+    EncoderAttentionKernel(const float* __restrict__ qkv, const int32_t* __restrict__ group_ends, int groups,
+                           int T, int H, int D, float scale, float* __restrict__ out) {
+  PdlPrologue();
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= static_cast<int64_t>(T) * H) return;
+  const int t = static_cast<int>(warp / H), h = static_cast<int>(warp % H);
+  // The row's group: the first whose end is past t.
+  int lo = 0, hi = groups - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (group_ends[mid] > t) hi = mid; else lo = mid + 1;
+  }
+  const int begin = lo == 0 ? 0 : group_ends[lo - 1], end = group_ends[lo];
+  const int64_t W = 3LL * H * D;
+  constexpr int kPer = kEncoderMaxHeadDim / 32;
+  float q[kPer], acc[kPer];
+  const float* qrow = qkv + t * W + static_cast<int64_t>(h) * D;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = lane + 32 * i;
+    q[i] = c < D ? qrow[c] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int j = begin; j < end; ++j) {
+    const float* krow = qkv + j * W + static_cast<int64_t>(H + h) * D;
+    const float* vrow = krow + static_cast<int64_t>(H) * D;
+    float part = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) part = fmaf(q[i], krow[c], part);
+    }
+    const float score = WarpSum(part) * scale;
+    const float m_new = fmaxf(m, score);
+    const float rescale = expf(m - m_new), p = expf(score - m_new);
+    l = l * rescale + p;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = lane + 32 * i;
+      if (c < D) acc[i] = fmaf(p, vrow[c], acc[i] * rescale);
+    }
+    m = m_new;
+  }
+  float* orow = out + (static_cast<int64_t>(t) * H + h) * D;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = lane + 32 * i;
+    if (c < D) orow[c] = acc[i] / l;
+  }
+}
+
 // ---- LayerNorm ------------------------------------------------------------
 
 template <typename OutT>
@@ -1610,6 +1675,20 @@ cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float
   }
   return LaunchMmaGemmTyped(static_cast<const __half*>(x), static_cast<const __half*>(w), bias,
                             accumulate, M, N, K, out, stream);
+}
+
+int EncoderAttentionMaxHeadDim() { return kEncoderMaxHeadDim; }
+
+cudaError_t LaunchEncoderAttention(const float* qkv, const int32_t* group_ends, int groups, int T, int H, int D,
+                                   float scale, float* out, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  if (groups < 1 || H < 1 || D < 1 || D > kEncoderMaxHeadDim) return cudaErrorInvalidValue;
+  const int64_t warps = static_cast<int64_t>(T) * H;
+  const int64_t blocks = (warps + kEncoderWarpsPerBlock - 1) / kEncoderWarpsPerBlock;
+  if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+  LaunchKernel(EncoderAttentionKernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kEncoderWarpsPerBlock), 0,
+               stream, qkv, group_ends, groups, T, H, D, scale, out);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchGroupExperts(const int32_t* ids, int R, int E, int k, bool per_token, int tile_rows,

@@ -92,6 +92,15 @@ int MmaGemmSegments(int K);
 cudaError_t LaunchMmaGemm(const void* x, const void* w, DType dtype, const float* bias,
                           bool accumulate, int M, int N, int K, float* out, cudaStream_t stream);
 
+// A vision encoder's bidirectional attention (Backend::EncoderAttention):
+// qkv: f32 [T, 3 H D]; group_ends: `groups` end rows, increasing, the last
+// T, in device memory; out: f32 [T, H D]; scale > 0. Each row's softmax runs
+// over its group's rows in order (online, f32), so its result depends on its
+// group alone. D up to EncoderAttentionMaxHeadDim().
+int EncoderAttentionMaxHeadDim();
+cudaError_t LaunchEncoderAttention(const float* qkv, const int32_t* group_ends, int groups, int T, int H, int D,
+                                   float scale, float* out, cudaStream_t stream);
+
 // LinearById's rows grouped on the device (expert_groups.h's phases, in one
 // block): ids: i32 [R] (route r = token r / k's choice r % k) -> routes: the
 // routes grouped by expert, each group in route order, the out-of-range
