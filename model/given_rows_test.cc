@@ -12,6 +12,7 @@
 #include "model/loader/safetensors.h"
 #include "model/model_loader.h"
 #include "testing/backends.h"
+#include "testing/files.h"
 
 namespace flover {
 namespace {
@@ -24,6 +25,7 @@ class GivenRowsTest : public ::testing::TestWithParam<const char*> {
     std::string skip;
     backend_ = testing::BackendForTest(GetParam(), &skip);
     if (backend_ == nullptr) GTEST_SKIP() << skip;
+    FLOVER_SKIP_IF_NOT_CARRIED(std::string("tests/golden/llama_gqa"));
     auto loaded = LoadModel("tests/golden/llama_gqa");
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     model_ = testing::ModelOn(*backend_, **loaded);

@@ -32,6 +32,7 @@
 #include "model/llama/llama_checkpoint.h"
 #include "model/model_loader.h"
 #include "model/loader/safetensors.h"
+#include "testing/files.h"
 #include "testing/golden.h"
 
 namespace flover {
@@ -78,6 +79,7 @@ class DecoderGoldenTest
     backend_ = testing::BackendForTest(std::get<1>(GetParam()), &skip_, c.matmul, c.kv);
     if (backend_ == nullptr) GTEST_SKIP() << skip_;
     dir_ = std::string("tests/golden/") + c.fixture;
+    FLOVER_SKIP_IF_NOT_CARRIED(dir_);
     // A GGUF fixture is DIR/model.gguf beside its golden files.
     spec_ = absl::StartsWith(c.fixture, "gguf_") ? dir_ + "/model.gguf" : dir_;
     // The generic loader picks the family from config.json or the GGUF file.

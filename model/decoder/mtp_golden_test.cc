@@ -18,6 +18,7 @@
 #include "model/model_loader.h"
 #include "model/loader/safetensors.h"
 #include "testing/backends.h"
+#include "testing/files.h"
 #include "testing/golden.h"
 #include "util/json.h"
 
@@ -34,6 +35,7 @@ class MtpGoldenTest : public ::testing::TestWithParam<std::tuple<const char*, co
     if (backend_ == nullptr) GTEST_SKIP() << skip_;
     const std::string fixture = std::get<0>(GetParam());
     dir_ = "tests/golden/" + fixture;
+    FLOVER_SKIP_IF_NOT_CARRIED(dir_);
     auto m = LoadModel(absl::StartsWith(fixture, "gguf_") ? dir_ + "/model.gguf" : dir_);
     ASSERT_TRUE(m.ok()) << m.status();
     ckpt_ = std::move(*m);

@@ -15,6 +15,7 @@
 #include "engine/generate.h"
 #include "model/gpt2/gpt2_checkpoint.h"
 #include "model/gpt2/gpt2_checkpoint.h"
+#include "testing/files.h"
 #include "testing/golden.h"
 #include "testing/backends.h"
 
@@ -34,6 +35,10 @@ class GoldenFixture : public ::testing::Test {
     const std::string dir = "tests/golden/" + fixture;
     backend_ = testing::BackendForTest(device, &skip_, matmul, kv);
     if (backend_ == nullptr) return false;
+    if (testing::FixtureNotCarried(dir)) {
+      skip_ = dir + ": not in the part of the fixtures this run carries";
+      return false;
+    }
     auto m = Gpt2Checkpoint::Load(dir);
     EXPECT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);

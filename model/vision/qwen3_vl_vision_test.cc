@@ -22,6 +22,7 @@
 #include "model/model_loader.h"
 #include "nlohmann/json.hpp"
 #include "testing/backends.h"
+#include "testing/files.h"
 #include "testing/golden.h"
 
 namespace flover {
@@ -41,6 +42,7 @@ class Qwen3VlVisionTest : public ::testing::TestWithParam<std::tuple<const char*
     backend_ = testing::BackendForTest(std::get<0>(GetParam()), &skip);
     if (backend_ == nullptr) GTEST_SKIP() << skip;
     dir_ = std::get<1>(GetParam());
+    FLOVER_SKIP_IF_NOT_CARRIED(std::string(dir_));
     auto e = Qwen3VlVision::Load(dir_, *backend_);
     ASSERT_TRUE(e.ok()) << e.status();
     encoder_ = std::move(*e);

@@ -21,6 +21,7 @@
 #include "model/model_loader.h"
 #include "nlohmann/json.hpp"
 #include "testing/backends.h"
+#include "testing/files.h"
 #include "testing/golden.h"
 
 namespace flover {
@@ -53,6 +54,7 @@ class VisionEncoderTest : public ::testing::TestWithParam<std::tuple<const char*
     std::string skip;
     backend_ = testing::BackendForTest(std::get<0>(GetParam()), &skip);
     if (backend_ == nullptr) GTEST_SKIP() << skip;
+    FLOVER_SKIP_IF_NOT_CARRIED(std::string(f().dir));
     auto e = VisionEncoder::Load(f().dir, *backend_);
     ASSERT_TRUE(e.ok()) << e.status();
     encoder_ = std::move(*e);
