@@ -8,10 +8,16 @@
 # transformers peer script, and BUNDLE_INFO (the commit,
 # whether the tree was dirty, and the CUDA, cuBLAS and NCCL versions built
 # against). Run it where the CUDA toolkit is (the module must be built).
-# The golden fixtures (37 MB) are not packed: the device tool sends the
-# working tree anyway, and the tree plus what it carries must stay under 64
-# MiB. The checks script links the tree's tests/golden (FLOVER_GOLDENS, or
-# tests/golden under the directory it is started from) into the bundle.
+# The golden fixtures the tests read go beside it in parts,
+# goldens_1.tar.xz, goldens_2.tar.xz, ..., each at most
+# FLOVER_GOLDEN_PART_MIB (34) compressed: the device tool sends the working
+# tree and the carried paths, at most 64 MiB a call, and the fixtures alone
+# (85 MB, 70 MB compressed) are more than that. tools/gpu_tree.sh light
+# takes tests/golden out of what travels; each call then carries the bundle
+# and one part, and the checks script, given GOLDENS=that part, runs the
+# tests on the fixtures it holds (the other parts' cases skip, naming their
+# fixture). Without GOLDENS it links the tree's tests/golden
+# (FLOVER_GOLDENS, or tests/golden under the directory it is started from).
 #
 #   tools/gpu_bundle.sh [--dry_run] [OUT_DIR]     (default .gpu-bundle, git-ignored)
 #
@@ -20,10 +26,13 @@
 # GPU and without FLOVER_REQUIRE_DEVICES: every test must pass with its CUDA
 # cases skipped (the GPU benchmarks fail here, as they must without a GPU).
 #
-# On the GPU host, one call with a deadline (results under LOG_DIR after
-# every step, so a run cut off still brings back what it did):
-#   tar xJf OUT_DIR/flover_gpu.tar.xz -C /tmp && DEADLINE=480 /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
-# (started in the repository's root, or with FLOVER_GOLDENS=.../tests/golden)
+# On the GPU host, a call per part with a deadline (results under LOG_DIR
+# after every step, so a run cut off still brings back what it did): the
+# first runs every step on part 1, each later one only the steps that read
+# fixtures (ONLY=goldens) on its part:
+#   tar xJf .gpu-bundle/flover_gpu.tar.xz -C /tmp && GOLDENS=.gpu-bundle/goldens_1.tar.xz DEADLINE=480 \
+#     /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
+#   ONLY=goldens GOLDENS=.gpu-bundle/goldens_2.tar.xz DEADLINE=240 /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
 # or any one binary:  /tmp/flover_gpu/run.sh model_benchmark --device=cuda ...
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,9 +41,11 @@ if [ "${1:-}" = "--dry_run" ]; then dry_run=1; shift; fi
 out="$(realpath -m "${1:-$root/.gpu-bundle}")"
 cd "$root"
 
-TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //model/gpt2:gpt_model_golden_test
-       //model/decoder:decoder_golden_test //model:paged_kv_test //model:recorded_steps_test
-       //engine:engine_invariance_test //dist:device_collectives_test //dist:nccl_two_ranks_test)
+TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //kernels:recurrent_ops_test //model/gpt2:gpt_model_golden_test
+       //model/decoder:decoder_golden_test //model/decoder:mtp_golden_test //model:paged_kv_test
+       //model:recorded_steps_test //model:given_rows_test //model/vision:vision_encoder_test
+       //model/vision:qwen3_vl_vision_test //engine:engine_invariance_test //dist:device_collectives_test
+       //dist:nccl_two_ranks_test)
 BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
           //cli:flover_generate //clients:flover_client //clients:flover_loadgen //tools:gpu_probe)
 tools/bazelw build "${TESTS[@]}" "${BINARIES[@]}" //kernels/cuda:libflover_cuda.so >&2
@@ -205,15 +216,26 @@ say "host: $(uname -r), $(nproc) cores, deadline ${DEADLINE:-480} s"
 export FLOVER_LIB_PATH="$(bash "$here/lib_paths.sh")"  # resolved once
 say "library path: $FLOVER_LIB_PATH"
 export TEST_TMPDIR="$work/tmp"; mkdir -p "$TEST_TMPDIR"
-# The golden fixtures travel in the working tree, not in the bundle; the
-# tests read tests/golden relative to the bundle (run.sh starts them there).
-goldens="$(realpath -m "${FLOVER_GOLDENS:-$PWD/tests/golden}")"
-if [ ! -e "$here/tests/golden" ]; then
-  mkdir -p "$here/tests" && ln -s "$goldens" "$here/tests/golden"
+# The tests read tests/golden relative to the bundle (run.sh starts them
+# there). GOLDENS=PATH (a goldens_N.tar.xz of tools/gpu_bundle.sh): this
+# call's part of the fixtures, unpacked afresh (a part an earlier call left
+# on a warm machine goes), and a case whose fixture is in another part skips
+# naming it (FLOVER_GOLDENS_PARTIAL). Otherwise the fixtures of the working
+# tree (FLOVER_GOLDENS, or tests/golden here).
+if [ -n "${GOLDENS:-}" ]; then
+  part="$here/goldens_part"
+  rm -rf "$part" && mkdir -p "$part"
+  tar -C "$part" -xJf "$GOLDENS" || say "CANNOT UNPACK $GOLDENS"
+  goldens="$part/tests/golden"
+  export FLOVER_GOLDENS_PARTIAL=1
+  say "goldens: $GOLDENS, $(ls "$goldens" 2>/dev/null | wc -l) fixtures: $(ls "$goldens" 2>/dev/null | tr '\n' ' ')"
+else
+  goldens="$(realpath -m "${FLOVER_GOLDENS:-$PWD/tests/golden}")"
+  [ -f "$goldens/tiny_f32/config.json" ] ||
+    say "NO GOLDEN FIXTURES at $goldens: start in the repository's root, set FLOVER_GOLDENS or GOLDENS"
+  say "goldens: $goldens"
 fi
-[ -f "$here/tests/golden/tiny_f32/config.json" ] ||
-  say "NO GOLDEN FIXTURES at $goldens: start in the repository's root or set FLOVER_GOLDENS"
-say "goldens: $goldens"
+mkdir -p "$here/tests" && ln -sfn "$goldens" "$here/tests/golden"
 # A GPU test that cannot create its device fails here instead of skipping.
 [ "${FLOVER_DRY_RUN:-0}" = 1 ] || export FLOVER_REQUIRE_DEVICES=cuda
 failed=0
@@ -230,6 +252,12 @@ result_of() {
     tail -n 1 "$log" | tr '\t' ' ' | cut -c1-160
   fi
 }
+
+# The steps that read fixtures: ONLY=goldens runs just these (a later
+# call, on another part of the fixtures).
+golden_steps="gpt_golden decoder_golden mtp_golden given_rows vision_towers vision_qwen3vl invariance invariance_mma
+  decoder_golden_pdl invariance_pdl invariance_mma_pdl decoder_golden_mma"
+[ "${ONLY:-}" = goldens ] && ONLY="$(echo $golden_steps)"
 
 step() {  # name, cap in seconds, then the command
   local name="$1" cap="$2"; shift 2
@@ -268,6 +296,15 @@ step backend_ops 90 "$R" backend_ops_test "${cuda_tests[@]}"
 step backend_ops_mma 90 env FLOVER_CUDA_GEMM=mma "$R" backend_ops_test "${cuda_tests[@]}"
 step kv_ops 60 "$R" kv_ops_test "${cuda_tests[@]}"
 step paged_kv 60 "$R" paged_kv_test "${cuda_tests[@]}"
+# Compiled only until a GPU runs them: the recurrent mixers (causal
+# convolution, the gated delta rule, Mamba-2's scan, state copies), the MTP
+# layer, rows given to the model (an image's), and the vision towers on the
+# device (EncoderAttention).
+step recurrent_ops 60 "$R" recurrent_ops_test "${cuda_tests[@]}"
+step mtp_golden 60 "$R" mtp_golden_test "${cuda_tests[@]}"
+step given_rows 60 "$R" given_rows_test "${cuda_tests[@]}"
+step vision_towers 90 "$R" vision_encoder_test "${cuda_tests[@]}"
+step vision_qwen3vl 90 "$R" qwen3_vl_vision_test "${cuda_tests[@]}"
 # 3. The decoder goldens: every family and dtype, native blocks included.
 step decoder_golden 150 "$R" decoder_golden_test "${cuda_tests[@]}"
 step gpt_golden 120 "$R" gpt_model_golden_test "${cuda_tests[@]}"
@@ -291,8 +328,14 @@ step recorded_steps_pdl 60 env FLOVER_CUDA_PDL=1 "$R" recorded_steps_test "${cud
 step recorded_steps_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" recorded_steps_test "${cuda_tests[@]}"
 step invariance_pdl 150 env FLOVER_CUDA_PDL=1 "$R" engine_invariance_test "${cuda_tests[@]}"
 step invariance_mma_pdl 150 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" engine_invariance_test "${cuda_tests[@]}"
-# 7. GPT-2 and Llama-1B in bf16 (each GEMM, without and with programmatic
-# launch, back to back), then the transformers peer on GPT-2.
+# 7. OLMoE's experts grouped on the device (the default) against grouped on
+# the host (the path before), back to back; then GPT-2 and Llama-1B in bf16
+# (each GEMM, without and with programmatic launch, back to back), then the
+# transformers peer on GPT-2.
+olmoe=(--model=builtin:olmoe-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,32 --repeats=3)
+step bench_olmoe_experts_device 90 "$R" model_benchmark "${olmoe[@]}"
+step bench_olmoe_experts_host 90 env FLOVER_CUDA_EXPERTS=host "$R" model_benchmark "${olmoe[@]}"
+step bench_olmoe_experts_device_mma 90 env FLOVER_CUDA_GEMM=mma "$R" model_benchmark "${olmoe[@]}"
 step bench_gpt2_bf16 60 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_gpt2_bf16_mma 60 env FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step bench_llama1b_bf16 90 "$R" model_benchmark --model=builtin:llama-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
@@ -319,7 +362,7 @@ step bench_qwen3_bf16 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype
 step bench_qwen3_bf16_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step profile_qwen3 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,256 --repeats=2 --profile
 step bench_gemma3_bf16 60 "$R" model_benchmark --model=builtin:gemma3-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
-step bench_olmoe_bf16 90 "$R" model_benchmark --model=builtin:olmoe-1b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,32 --repeats=3 --profile
+step profile_olmoe_bf16 90 "$R" model_benchmark "${olmoe[@]}" --profile
 step bench_gpt2_no_graphs 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --cuda_graphs=false "${bench[@]}"
 step bench_gpt2_f32 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=f32 "${bench[@]}"
 # Where a step's time goes: the time per op (synchronised per op), then
@@ -337,7 +380,47 @@ tar -C "$(dirname "$stage")" -cf - flover_gpu | xz -T0 -6 > "$out/flover_gpu.tar
 rm -rf "$(dirname "$stage")"
 size_mb=$(( $(stat -c %s "$out/flover_gpu.tar.xz") / 1048576 ))
 echo "$out/flover_gpu.tar.xz ($size_mb MiB)"
-if ((size_mb >= 60)); then echo "the bundle is over 60 MiB: the device tool carries 64 MiB in all" >&2; exit 1; fi
+
+# The fixtures the tests read, a fixture's files (those the tests depend
+# on) kept together, packed first-fit by compressed size, largest first,
+# into parts of at most FLOVER_GOLDEN_PART_MIB, by default what a call has
+# left under 61 MiB (3 to spare) beside the tree without tests/golden and
+# the bundle.
+tree_bytes=$(git ls-files -z --cached --others --exclude-standard -- . ':(exclude)tests/golden' |
+             xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
+bundle_bytes=$(stat -c %s "$out/flover_gpu.tar.xz")
+if [ -n "${FLOVER_GOLDEN_PART_MIB:-}" ]; then
+  part_budget=$((FLOVER_GOLDEN_PART_MIB * 1048576))
+else
+  part_budget=$((61 * 1048576 - tree_bytes - bundle_bytes))
+fi
+((part_budget >= 8 * 1048576)) || { echo "under 8 MiB left for the goldens in a call: the bundle is too big" >&2; exit 1; }
+pack="$(mktemp -d)"
+tools/bazelw query "kind('source file', deps(set(${TESTS[*]})))" 2>/dev/null |
+  sed -n 's|^//tests/golden|tests/golden|p' | sed 's|:|/|' | sort > "$pack/files"
+cut -d/ -f1-3 "$pack/files" | sort -u | while read -r dir; do
+  grep "^$dir/" "$pack/files" > "$pack/$(basename "$dir").list"
+  echo "$(tar -cf - -T "$pack/$(basename "$dir").list" | xz -T0 -6 | wc -c) $(basename "$dir")"
+done | sort -rn > "$pack/sizes"
+rm -f "$out"/goldens_*.tar.xz
+declare -a part_bytes=()
+while read -r bytes fixture; do
+  ((bytes > part_budget)) && { echo "fixture $fixture alone is over the part budget" >&2; exit 1; }
+  p=0
+  while ((p < ${#part_bytes[@]})) && ((part_bytes[p] + bytes > part_budget)); do p=$((p + 1)); done
+  part_bytes[p]=$(( ${part_bytes[p]:-0} + bytes ))
+  cat "$pack/$fixture.list" >> "$pack/part_$((p + 1))"
+done < "$pack/sizes"
+for list in "$pack"/part_*; do
+  name="goldens_${list##*_}.tar.xz"
+  tar -cf - -T "$list" | xz -T0 -6 > "$out/$name"
+  echo "$out/$name ($(( $(stat -c %s "$out/$name") / 1048576 )) MiB, $(cut -d/ -f3 "$list" | sort -u | wc -l) fixtures)"
+done
+rm -rf "$pack"
+largest=$(stat -c %s "$out"/goldens_*.tar.xz | sort -n | tail -1)
+call=$((tree_bytes + bundle_bytes + largest))
+echo "a call sends at most $((call / 1048576)) MiB: the tree without tests/golden (tools/gpu_tree.sh light), the bundle, one part"
+((call <= 64 * 1048576)) || { echo "that is over the device tool's 64 MiB" >&2; exit 1; }
 
 if ((dry_run)); then
   check="$(mktemp -d)"
@@ -351,6 +434,12 @@ if ((dry_run)); then
     fi
   done
   echo "dry run: every binary loads through the bundled loader" >&2
-  FLOVER_DRY_RUN=1 DEADLINE="${DEADLINE:-900}" "$b/run_gpu_checks.sh" "$check/out" || true
-  echo "dry run: results in $check/out (summary.tsv, console.log, steps.log)"
+  # As the calls would run: every step on part 1, the fixtures' steps on
+  # each other part.
+  for part in "$out"/goldens_*.tar.xz; do
+    n="${part##*_}"; n="${n%%.*}"
+    only=""; ((n == 1)) || only=goldens
+    ONLY="$only" GOLDENS="$part" FLOVER_DRY_RUN=1 DEADLINE="${DEADLINE:-900}" "$b/run_gpu_checks.sh" "$check/out_$n" || true
+  done
+  echo "dry run: results in $check/out_N (summary.tsv, console.log, steps.log), N a part"
 fi
