@@ -104,7 +104,9 @@ TEST_P(GivenRowsTest, RowsOutsideTheBatchOrValuesOfTheWrongSizeAreRefused) {
   EXPECT_NE(refusal({{1, 2}}, C).find("given input rows need 2 x 64 values, got 64"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, GivenRowsTest, ::testing::Values("cpu", "cuda"));
+// Named by device, so the GPU bundle's --gtest_filter=*cuda* finds them.
+INSTANTIATE_TEST_SUITE_P(Devices, GivenRowsTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace flover

@@ -245,10 +245,16 @@ TEST(Qwen3VlGgufTest, GgufAndMmprojMatchTransformers) {
             testing::GoldenInts(g, "case.one_image.greedy")[0]);
 }
 
+// Named by device and fixture, so the GPU bundle's --gtest_filter=*cuda*
+// finds them.
 INSTANTIATE_TEST_SUITE_P(DevicesAndModels, Qwen3VlVisionTest,
                          ::testing::Combine(::testing::Values("cpu", "cuda"),
                                             ::testing::Values("tests/golden/qwen3vl_tiny",
-                                                              "tests/golden/qwen35vl_tiny")));
+                                                              "tests/golden/qwen35vl_tiny")),
+                         [](const auto& info) {
+                           const std::string dir = std::get<1>(info.param);
+                           return std::string(std::get<0>(info.param)) + "_" + dir.substr(dir.rfind('/') + 1);
+                         });
 
 }  // namespace
 }  // namespace flover
