@@ -204,7 +204,8 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
   Ran ran;
   // GPT-2's head dim, one that is not a multiple of a warp (the fixtures'
   // heads are 4 to 16 wide), grouped-query attention (2 query heads per
-  // key/value head, as Llama's), and Qwen3's and Llama 3's head dim of 128.
+  // key/value head, as Llama's), Qwen3's and Llama 3's head dim of 128, and
+  // Gemma 4's global layers' 512.
   // Then the parameters families differ in: a sliding window shorter than
   // some contexts (Mistral), a scale other than 1/sqrt(D) with soft-capped
   // scores (Gemma 2), and both; then attention sinks (gpt-oss: a logit per
@@ -223,7 +224,8 @@ TEST_P(KvOpsTest, AttentionOverRaggedBatch) {
                        Case{MatmulDtype::kF32, 12, 1, plain}, Case{MatmulDtype::kF32, 32, 2, plain},
                        Case{MatmulDtype::kF32, 64, 2, window}, Case{MatmulDtype::kF32, 12, 1, capped},
                        Case{MatmulDtype::kBF16, 64, 1, both}, Case{MatmulDtype::kF32, 128, 2, plain},
-                       Case{MatmulDtype::kBF16, 128, 2, window}, Case{MatmulDtype::kF32, 64, 2, window, true},
+                       Case{MatmulDtype::kBF16, 128, 2, window}, Case{MatmulDtype::kBF16, 512, 2, plain},
+                       Case{MatmulDtype::kF32, 64, 2, window, true},
                        Case{MatmulDtype::kBF16, 32, 1, plain, true}, Case{MatmulDtype::kF32, 64, 2, plain, false, true},
                        Case{MatmulDtype::kBF16, 32, 2, window, false, true}}) {
     if (c.D % 32 != 0 && quantized()) continue;

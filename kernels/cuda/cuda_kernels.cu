@@ -1005,17 +1005,21 @@ __device__ __forceinline__ AttendedRange AttendedOf(const int32_t* seqs, int num
 // Qwen3's, Llama 3's, Mistral's and OLMoE's; 256: Gemma's): the score loop
 // unrolls (completely up to 128, 64 at a time for 256), so a position's key
 // loads are in flight together instead of eight at a time; 0 reads it from
-// kv. The sums run in the same order either way.
+// kv (any head dim up to kMaxHeadDim: Gemma 4's global layers' 512). The
+// sums run in the same order either way.
 template <typename KT, typename OutT, int kFixedD>
 __global__ void __launch_bounds__(kAttentionThreads)
     AttentionKernel(const float* qkv, const int32_t* seqs, int num_seqs, int H, int kv_heads,
                     KvView kv, const KT* keys, const KT* values, AttentionParams params,
                     const int32_t* horizon, OutT* out, float* work, int max_chunks) {
   PdlPrologue();
-  __shared__ float q[kMaxHeadDim];
+  // A fixed head dim sizes what the block keeps by it; the generic kernel
+  // (kFixedD 0) by the largest it takes.
+  constexpr int kDims = kFixedD > 0 ? kFixedD : kMaxHeadDim;
+  __shared__ float q[kDims];
   __shared__ float weights[kAttentionChunk];
   __shared__ float red[32];
-  __shared__ float partial[kAttentionWarps][kMaxHeadDim];
+  __shared__ float partial[kAttentionWarps][kDims];
 
   const int row = blockIdx.x, h = blockIdx.y, chunk = blockIdx.z;
   const AttendedRange range = AttendedOf(seqs, num_seqs, row, params.window, horizon);
@@ -1081,7 +1085,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   // Weighted sum of values: warp w takes positions w, w + 4, ... in order;
   // lane l dims l, l + 32, ...; the warps' parts are then added in order.
-  constexpr int kDimsPerLane = kMaxHeadDim / 32;
+  constexpr int kDimsPerLane = kDims / 32;
   float acc[kDimsPerLane];
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;

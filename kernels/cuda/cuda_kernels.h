@@ -27,8 +27,8 @@ namespace flover::kernels::cuda {
 // a row's context splits depends only on its length.
 inline constexpr int kAttentionChunk = 1024;
 // The largest head dim the attention kernel takes (any size up to it; a
-// lane of a warp holds dims lane, lane + 32, ...).
-inline constexpr int kMaxHeadDim = 256;
+// lane of a warp holds dims lane, lane + 32, ...): Gemma 4's global layers'.
+inline constexpr int kMaxHeadDim = 512;
 
 // Programmatic dependent launch (FLOVER_CUDA_PDL; Hopper and newer): each
 // kernel is launched while the one before it in the stream still runs, and
