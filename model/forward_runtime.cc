@@ -270,13 +270,12 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
     step_host_.insert(step_host_.end(), {s.blocks, s.pos, s.len, s.row});
     max_context = std::max(max_context, s.pos + s.len);
   }
-  // The state slots before the block table, so a decode step's tables stay
-  // where a recording of it reads them.
+  // The state slots and the gather table before the block table (whose
+  // length follows the sequences' lengths), so a recorded step's tables
+  // stay where its recording reads them: where they start depends only on
+  // the rows, the sequences and the logit rows, which key a recording.
   const int64_t states_at = static_cast<int64_t>(step_host_.size());
   for (const kernels::SeqState& st : b.states) step_host_.insert(step_host_.end(), {st.read, st.write});
-  const int64_t blocks_at = static_cast<int64_t>(step_host_.size());
-  step_host_.insert(step_host_.end(), b.block_ids.begin(), b.block_ids.end());
-  step_host_.insert(step_host_.end(), b.local_block_ids.begin(), b.local_block_ids.end());
   // Where a sequence asks for more than its last row's logits, the rows
   // are gathered through a table of one-row entries (GatherLastRows of
   // entry {row r, len 1} is row r).
@@ -290,6 +289,9 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
   }
   const int64_t gather_at = static_cast<int64_t>(step_host_.size());
   for (const kernels::SeqRows& g : gather_host_) step_host_.insert(step_host_.end(), {g.blocks, g.pos, g.len, g.row});
+  const int64_t blocks_at = static_cast<int64_t>(step_host_.size());
+  step_host_.insert(step_host_.end(), b.block_ids.begin(), b.block_ids.end());
+  step_host_.insert(step_host_.end(), b.local_block_ids.begin(), b.local_block_ids.end());
   // Multimodal rotary positions last, as [3, T]: temporal, height, width.
   const int64_t rope_at = static_cast<int64_t>(step_host_.size());
   if (!b.rope_positions.empty()) {
@@ -332,7 +334,9 @@ absl::StatusOr<ForwardRuntime::Step> ForwardRuntime::UploadStep(const ForwardBat
 absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int variant,
                                     const std::function<absl::Status()>& ops) {
   const kernels::SeqTable& seqs = step->seqs;
-  if (!recordable_ || tp_size_ > 1 || seqs.num_rows != seqs.num_seqs || step->rope_positions.rows == 3 ||
+  bool few_rows_each = true;
+  for (int s = 0; s < seqs.num_seqs; ++s) few_rows_each = few_rows_each && seqs.host[s].len <= kMaxRecordedRowsPerSeq;
+  if (!recordable_ || tp_size_ > 1 || !few_rows_each || step->rope_positions.rows == 3 ||
       seqs.horizon != nullptr ||
       seqs.num_rows > kMaxRecordedRows || cache.shape().local_blocks > 0) {
     // Collectives between ops, a prompt's rows, or a local block table
@@ -344,7 +348,8 @@ absl::Status ForwardRuntime::RunOps(Step* step, const KvCache& cache, int varian
   const std::string key = absl::StrCat(
       "runtime ", reinterpret_cast<uintptr_t>(this), " generation ", generation_, " cache ",
       reinterpret_cast<uintptr_t>(layer0.k), " ", cache.shape().num_blocks, "x",
-      cache.shape().max_seq, " rows ", seqs.num_rows, " variant ", variant);
+      cache.shape().max_seq, " rows ", seqs.num_rows, " seqs ", seqs.num_seqs, " logit rows ",
+      step->gather.num_seqs, " variant ", variant);
   return backend_.RunRecorded(key, ops);
 }
 

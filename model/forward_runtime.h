@@ -88,13 +88,17 @@ class ForwardRuntime {
   // The step's one upload. Call Reserve(T, ...) first.
   absl::StatusOr<Step> UploadStep(const ForwardBatch& batch);
 
-  // Decode steps of up to this many sequences are recorded and replayed.
+  // Steps of up to this many rows, at most kMaxRecordedRowsPerSeq of each
+  // sequence, are recorded and replayed: decode steps (a row per sequence)
+  // and speculation's verify steps (a row and its drafts).
   static constexpr int kMaxRecordedRows = 512;
+  static constexpr int kMaxRecordedRowsPerSeq = 16;
   // Runs `ops` (the step's ops after UploadStep, ending with the logits).
-  // A decode step (one row per sequence, at most kMaxRecordedRows) on one
-  // rank runs through the backend's recordings (CUDA graphs), keyed by all
-  // that its launches depend on: this runtime's buffers, the cache, the row
-  // count and `variant` (which logits). Its sequence table then claims the
+  // Such a step on one rank runs through the backend's recordings (CUDA
+  // graphs), keyed by all that its launches depend on: this runtime's
+  // buffers, the cache, the row count, the sequence count, the logit rows
+  // and `variant` (which logits); where the rows fall among the sequences
+  // is read from the device's tables. Its sequence table then claims the
   // longest context a sequence may have (the cache's max_seq), so the
   // launches do not depend on the batch's lengths; each row still reads only
   // its own.
