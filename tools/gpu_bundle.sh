@@ -30,9 +30,10 @@
 # after every step, so a run cut off still brings back what it did): the
 # first runs every step on part 1, each later one only the steps that read
 # fixtures (ONLY=goldens) on its part:
-#   tar xJf .gpu-bundle/flover_gpu.tar.xz -C /tmp && GOLDENS=.gpu-bundle/goldens_1.tar.xz DEADLINE=480 \
+#   tar xJf .gpu-bundle/flover_gpu.tar.xz -C /tmp && GOLDENS=.gpu-bundle/goldens_1.tar.xz DEADLINE=360 \
 #     /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
-#   ONLY=goldens GOLDENS=.gpu-bundle/goldens_2.tar.xz DEADLINE=240 /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
+#   ONLY=goldens GOLDENS=.gpu-bundle/goldens_2.tar.xz DEADLINE=180 /tmp/flover_gpu/run_gpu_checks.sh LOG_DIR
+# (docs/gpu.md: tools/gpu_tree.sh light before the calls, restore after)
 # or any one binary:  /tmp/flover_gpu/run.sh model_benchmark --device=cuda ...
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -198,9 +199,12 @@ cat > "$stage/run_gpu_checks.sh" <<'EOF'
 # (this script's output) and steps.log (every step's full output), synced,
 # so a run cut off still brings back what it did.
 #
-#   DEADLINE=480 run_gpu_checks.sh OUT_DIR
+#   GOLDENS=goldens_1.tar.xz DEADLINE=360 run_gpu_checks.sh OUT_DIR
+# GOLDENS=PATH: the part of the fixtures this call carries (else the
+#   working tree's tests/golden).
 # FLOVER_DRY_RUN=1: no FLOVER_REQUIRE_DEVICES, so a missing GPU skips.
-# ONLY="step step ...": run just those steps (a second call that checks fixes).
+# ONLY="step step ...": run just those steps (a second call that checks
+#   fixes); ONLY=goldens: the steps that read fixtures (a later part's call).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="$(realpath -m "${1:-$here/logs}")"
@@ -411,10 +415,22 @@ while read -r bytes fixture; do
   part_bytes[p]=$(( ${part_bytes[p]:-0} + bytes ))
   cat "$pack/$fixture.list" >> "$pack/part_$((p + 1))"
 done < "$pack/sizes"
-for list in "$pack"/part_*; do
-  name="goldens_${list##*_}.tar.xz"
-  tar -cf - -T "$list" | xz -T0 -6 > "$out/$name"
-  echo "$out/$name ($(( $(stat -c %s "$out/$name") / 1048576 )) MiB, $(cut -d/ -f3 "$list" | sort -u | wc -l) fixtures)"
+for list in "$pack"/part_*; do tar -cf - -T "$list" | xz -T0 -6 > "$list.tar.xz"; done
+# Fixtures share weights (a GGUF file and the directory it came from), so a
+# part compresses below the sum of its fixtures' sizes: while the two
+# smallest parts fit together, they become one.
+while (($(ls "$pack"/part_*.tar.xz | wc -l) > 1)); do
+  read -r a b <<< "$(for f in "$pack"/part_*.tar.xz; do echo "$(stat -c %s "$f") ${f%.tar.xz}"; done |
+                    sort -n | head -2 | cut -d' ' -f2 | tr '\n' ' ')"
+  (($(stat -c %s "$a.tar.xz") + $(stat -c %s "$b.tar.xz") <= part_budget)) || break
+  cat "$b" >> "$a" && rm -f "$b" "$b.tar.xz"
+  tar -cf - -T "$a" | xz -T0 -6 > "$a.tar.xz"
+done
+n=0
+for list in $(ls "$pack"/part_* | grep -v '\.tar\.xz$' | sort -V); do
+  n=$((n + 1))
+  mv "$list.tar.xz" "$out/goldens_$n.tar.xz"
+  echo "$out/goldens_$n.tar.xz ($(( $(stat -c %s "$out/goldens_$n.tar.xz") / 1048576 )) MiB, $(cut -d/ -f3 "$list" | sort -u | wc -l) fixtures)"
 done
 rm -rf "$pack"
 largest=$(stat -c %s "$out"/goldens_*.tar.xz | sort -n | tail -1)
