@@ -730,6 +730,62 @@ TEST_P(OpsTest, LinearByIdAndWeightedRowSum) {
   if (ran.none()) GTEST_SKIP() << ran.why();
 }
 
+// Many routes per expert: groups that span several of CUDA's device tiles
+// (32 routes a tile at 100 routes over 4 experts, 64 at 200), experts 0
+// and 1 taking most of them. Each route's row against a float64 product of the
+// rounded values, and each token alone gives its rows bitwise.
+TEST_P(OpsTest, LinearByIdWithManyRoutesPerExpert) {
+  Ran ran;
+  for (MatmulDtype matmul : {MatmulDtype::kF32, MatmulDtype::kBF16}) {
+    ran.Run(device(), matmul, KvDtype::kF32, 1e-5, [matmul](Dev& d) {
+      const int E = 4, K = 64, N = 24, k = 2;
+      const DType wt = ToDType(matmul);
+      std::vector<std::vector<float>> w;
+      std::vector<std::unique_ptr<Weight>> prepared;
+      std::vector<const Weight*> experts;
+      for (int e = 0; e < E; ++e) {
+        w.push_back(Random(K * N, 80 + e, 0.3f));
+        auto weight = d->PrepareWeight(w.back().data(), K, N, WeightLayout::kOutIn);
+        EXPECT_TRUE(weight.ok()) << weight.status();
+        prepared.push_back(std::move(*weight));
+        experts.push_back(prepared.back().get());
+      }
+      std::vector<float> all;
+      for (const int T : {50, 100}) {
+        std::vector<int32_t> ids(T * k);
+        // Mostly expert 0, then (a row's k being distinct) expert 1.
+        for (int r = 0; r < T * k; ++r) ids[r] = r % 5 == 0 ? 1 + r % 3 : 0;
+        for (int t = 0; t < T; ++t) {
+          if (ids[t * k] == ids[t * k + 1]) ids[t * k + 1] = (ids[t * k] + 1) % E;
+        }
+        const std::vector<float> x = Random(T * K, 90 + T, 2.0f);
+        const Tensor out = d.New(DType::kF32, T * k, N);
+        EXPECT_TRUE(d->LinearById(d.Up(x, T, K), experts, nullptr, d.UpInts(ids, T, k), out).ok());
+        const std::vector<float> got = d.Down(out);
+        const std::vector<float> xr = RoundedTo(x, wt);
+        std::vector<double> want;
+        for (int r = 0; r < T * k; ++r) {
+          const std::vector<float> row(xr.begin() + (r / k) * K, xr.begin() + (r / k + 1) * K);
+          const auto y = NaiveLinear(row, 1, K, RoundedTo(w[ids[r]], wt), N, nullptr, WeightLayout::kOutIn);
+          want.insert(want.end(), y.begin(), y.end());
+        }
+        EXPECT_LT(RelErr(got, want), 1e-5) << "T " << T;
+        for (int t = 0; t < T; t += 7) {
+          const std::vector<float> one(x.begin() + t * K, x.begin() + (t + 1) * K);
+          const std::vector<int32_t> one_ids(ids.begin() + t * k, ids.begin() + (t + 1) * k);
+          const Tensor one_out = d.New(DType::kF32, k, N);
+          EXPECT_TRUE(d->LinearById(d.Up(one, 1, K), experts, nullptr, d.UpInts(one_ids, 1, k), one_out).ok());
+          EXPECT_EQ(d.Down(one_out), std::vector<float>(got.begin() + t * k * N, got.begin() + (t + 1) * k * N))
+              << "T " << T << " token " << t;
+        }
+        all.insert(all.end(), got.begin(), got.end());
+      }
+      return all;
+    });
+  }
+  if (ran.none()) GTEST_SKIP() << ran.why();
+}
+
 // Rows x layout x dtype. 33, 101 and 201 rows are not CPU row buckets: they
 // run padded there. With bf16/f16 the reference takes the inputs and weights
 // rounded to that type, so the only error left is float32 summation.
