@@ -1,5 +1,5 @@
 // The vision tower's speed on this machine, with seeded random weights on
-// the CPU backend: SmolVLM2-256M's SigLIP tower and connector (512-px
+// the CPU backend (or --device=cuda): SmolVLM2-256M's SigLIP tower and connector (512-px
 // tiles, patches of 16, 768 wide, 12 layers, 12 heads, pixel shuffle by 4
 // into 576), encoding 1 and 4 tiles at a time; or (--model=qwen3vl)
 // Qwen3-VL-2B's tower (patches of 16, 1024 wide, 24 layers, 16 heads, the
@@ -12,6 +12,7 @@
 // own product at the tower's MLP shape as the roofline, all in one run.
 //
 //   .bazel-root/bin/benchmarks/vision_benchmark [--model=smolvlm2|qwen3vl|gemma3] [--repeats=3] [--threads=N] [--bf16]
+//       [--device=cpu|cuda]
 #include <omp.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 ABSL_FLAG(int, repeats, 3, "Timed runs per size (the median is printed)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0: every core)");
 ABSL_FLAG(bool, bf16, false, "The products in bf16 (as flover_server --dtype=bf16 runs the tower)");
+ABSL_FLAG(std::string, device, "cpu", "The backend the tower runs on: cpu, or cuda (its EncoderAttention is compiled, never run on a GPU)");
 ABSL_FLAG(std::string, model, "smolvlm2", "smolvlm2 (SmolVLM2-256M's tower), qwen3vl (Qwen3-VL-2B's) or gemma3 (Gemma 3 4B's)");
 
 namespace {
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_threads) > 0) flover::kernels::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   flover::kernels::BackendOptions options;
+  options.device = absl::GetFlag(FLAGS_device);
   if (absl::GetFlag(FLAGS_bf16)) options.matmul = flover::kernels::MatmulDtype::kBF16;
   auto cpu = flover::kernels::CreateBackend(options);
   if (!cpu.ok()) {

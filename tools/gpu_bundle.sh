@@ -47,7 +47,7 @@ TESTS=(//kernels:backend_ops_test //kernels:kv_ops_test //kernels:recurrent_ops_
        //model:recorded_steps_test //model:given_rows_test //model/vision:vision_encoder_test
        //model/vision:qwen3_vl_vision_test //engine:engine_invariance_test //dist:device_collectives_test
        //dist:nccl_two_ranks_test)
-BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //server:flover_server
+BINARIES=(//benchmarks:model_benchmark //benchmarks:fusion_benchmark //benchmarks:vision_benchmark //server:flover_server
           //cli:flover_generate //clients:flover_client //clients:flover_loadgen //tools:gpu_probe)
 tools/bazelw build "${TESTS[@]}" "${BINARIES[@]}" //kernels/cuda:libflover_cuda.so >&2
 bin="$root/.bazel-root/bin"
@@ -367,6 +367,10 @@ step bench_qwen3_bf16_mma_pdl 60 env FLOVER_CUDA_PDL=1 FLOVER_CUDA_GEMM=mma "$R"
 step profile_qwen3 60 "$R" model_benchmark --model=builtin:qwen3-0.6b --dtype=bf16 --kv_dtype=bf16 --device=cuda --prefill_lengths=512 --decode_batches=1,256 --repeats=2 --profile
 step bench_gemma3_bf16 60 "$R" model_benchmark --model=builtin:gemma3-1b --dtype=bf16 --kv_dtype=bf16 "${bench[@]}"
 step profile_olmoe_bf16 90 "$R" model_benchmark "${olmoe[@]}" --profile
+# The vision towers on the GPU (EncoderAttention on CUDA; the server still
+# runs them on the CPU): Gemma 3 4B's at 896 px and Qwen3-VL-2B's.
+step bench_vision_gemma3 60 "$R" vision_benchmark --device=cuda --model=gemma3 --bf16 --repeats=2
+step bench_vision_qwen3vl 60 "$R" vision_benchmark --device=cuda --model=qwen3vl --bf16 --repeats=2
 step bench_gpt2_no_graphs 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=bf16 --kv_dtype=bf16 --cuda_graphs=false "${bench[@]}"
 step bench_gpt2_f32 45 "$R" model_benchmark --model=builtin:gpt2-small --dtype=f32 "${bench[@]}"
 # Where a step's time goes: the time per op (synchronised per op), then
