@@ -9,10 +9,11 @@
 # whether the tree was dirty, and the CUDA, cuBLAS and NCCL versions built
 # against). Run it where the CUDA toolkit is (the module must be built).
 # The golden fixtures the tests read go beside it in parts,
-# goldens_1.tar.xz, goldens_2.tar.xz, ..., each at most
-# FLOVER_GOLDEN_PART_MIB (34) compressed: the device tool sends the working
-# tree and the carried paths, at most 64 MiB a call, and the fixtures alone
-# (85 MB, 70 MB compressed) are more than that. tools/gpu_tree.sh light
+# goldens_1.tar.xz, goldens_2.tar.xz, ..., each compressed to at most what a
+# call has room for (FLOVER_GOLDEN_PART_MIB, else 61 MiB less the bundle and
+# the tree without tests/golden): the device tool sends the working tree and
+# the carried paths, at most 64 MiB a call, and the fixtures alone (85 MB,
+# 70 MB compressed) are more than that. tools/gpu_tree.sh light
 # takes tests/golden out of what travels; each call then carries the bundle
 # and one part, and the checks script, given GOLDENS=that part, runs the
 # tests on the fixtures it holds (the other parts' cases skip, naming their
