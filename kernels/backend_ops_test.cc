@@ -623,6 +623,25 @@ TEST_P(OpsTest, Route) {
   });
 }
 
+// E experts of random [K -> N] weights (seeds seed, seed + 1, ...) on d's
+// backend, with their host values for the references.
+struct RandomExperts {
+  std::vector<std::vector<float>> w;
+  std::vector<std::unique_ptr<Weight>> prepared;
+  std::vector<const Weight*> experts;
+};
+RandomExperts MakeExperts(Dev& d, int E, int K, int N, uint32_t seed) {
+  RandomExperts r;
+  for (int e = 0; e < E; ++e) {
+    r.w.push_back(Random(K * N, seed + e, 0.3f));
+    auto weight = d->PrepareWeight(r.w.back().data(), K, N, WeightLayout::kOutIn);
+    EXPECT_TRUE(weight.ok()) << weight.status();
+    r.prepared.push_back(std::move(*weight));
+    r.experts.push_back(r.prepared.back().get());
+  }
+  return r;
+}
+
 // Rows routed to experts (ggml's mul_mat_id): each route's row times its
 // expert, from x's rows (one per token, or one per route); each row's
 // result is bitwise that of the row alone, whatever the other rows chose;
@@ -636,16 +655,9 @@ TEST_P(OpsTest, LinearByIdAndWeightedRowSum) {
       ran.Run(device(), matmul, KvDtype::kF32, 1e-5, [matmul, K](Dev& d) {
         const int E = 4, N = 24, T = 9, k = 2;
         const DType wt = ToDType(matmul);
-        std::vector<std::vector<float>> w;
-        std::vector<std::unique_ptr<Weight>> prepared;
-        std::vector<const Weight*> experts;
-        for (int e = 0; e < E; ++e) {
-          w.push_back(Random(K * N, 60 + e, 0.3f));
-          auto weight = d->PrepareWeight(w.back().data(), K, N, WeightLayout::kOutIn);
-          EXPECT_TRUE(weight.ok()) << weight.status();
-          prepared.push_back(std::move(*weight));
-          experts.push_back(prepared.back().get());
-        }
+        const RandomExperts made = MakeExperts(d, E, K, N, 60);
+        const std::vector<std::vector<float>>& w = made.w;
+        const std::vector<const Weight*>& experts = made.experts;
         // Expert 2 gets no rows, expert 0 most.
         const std::vector<int32_t> ids = {0, 1, 3, 0, 0, 3, 1, 0, 0, 1, 3, 0, 0, 3, 1, 3, 0, 1};
         const std::vector<float> x = Random(T * K, 70, 2.0f), per_route = Random(T * k * K, 71, 2.0f);
@@ -740,16 +752,9 @@ TEST_P(OpsTest, LinearByIdWithManyRoutesPerExpert) {
     ran.Run(device(), matmul, KvDtype::kF32, 1e-5, [matmul](Dev& d) {
       const int E = 4, K = 64, N = 24, k = 2;
       const DType wt = ToDType(matmul);
-      std::vector<std::vector<float>> w;
-      std::vector<std::unique_ptr<Weight>> prepared;
-      std::vector<const Weight*> experts;
-      for (int e = 0; e < E; ++e) {
-        w.push_back(Random(K * N, 80 + e, 0.3f));
-        auto weight = d->PrepareWeight(w.back().data(), K, N, WeightLayout::kOutIn);
-        EXPECT_TRUE(weight.ok()) << weight.status();
-        prepared.push_back(std::move(*weight));
-        experts.push_back(prepared.back().get());
-      }
+      const RandomExperts made = MakeExperts(d, E, K, N, 80);
+      const std::vector<std::vector<float>>& w = made.w;
+      const std::vector<const Weight*>& experts = made.experts;
       std::vector<float> all;
       for (const int T : {50, 100}) {
         std::vector<int32_t> ids(T * k);
