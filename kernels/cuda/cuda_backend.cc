@@ -608,10 +608,15 @@ bool CudaBackend::LinearByIdWaits(absl::Span<const Weight* const> experts) const
 }
 
 absl::StatusOr<const void* const*> CudaBackend::ExpertTable(absl::Span<const Weight* const> experts) {
-  std::vector<const void*> pointers;
-  for (const Weight* w : experts) pointers.push_back(static_cast<const CudaWeight*>(w)->data());
   ExpertTableEntry& entry = expert_tables_[experts.data()];
-  if (entry.device != nullptr && entry.pointers == pointers) return static_cast<const void* const*>(entry.device);
+  const auto data_of = [](const Weight* w) { return static_cast<const CudaWeight*>(w)->data(); };
+  if (entry.device != nullptr &&
+      std::equal(entry.pointers.begin(), entry.pointers.end(), experts.begin(), experts.end(),
+                 [&](const void* kept, const Weight* w) { return kept == data_of(w); })) {
+    return static_cast<const void* const*>(entry.device);  // every call but a span's first: nothing allocated
+  }
+  std::vector<const void*> pointers;
+  for (const Weight* w : experts) pointers.push_back(data_of(w));
   if (capturing_) return absl::FailedPreconditionError("an experts' table would be made while recording a step");
   cudaFree(entry.device);  // waits for the device: nothing reads the old table after
   entry.device = nullptr;
